@@ -1,0 +1,21 @@
+//! `thor`: the command-line face of the store.
+//!
+//! Each subcommand lives in its own module and owns its argument struct; `main` only parses and
+//! dispatches, so that subcommands can be added without touching each other.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "thor", version, about = "thor: a distributed, transactional, persistent object store")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {}
+}
