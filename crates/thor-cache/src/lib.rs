@@ -1,14 +1,6 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! thor's client cache managers (HAC, FPC later) and the page replacement policies they and the
+//! server's page cache are built on. No I/O: everything here is a pure data structure driven by
+//! its caller, so simulators (`thor-cachesim`, the OO7 experiments) run exactly the code that
+//! ships.
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+pub mod policy;

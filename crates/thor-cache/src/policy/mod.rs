@@ -1,0 +1,347 @@
+//! Block (page) replacement policies: the order in which a fixed-size cache gives up blocks.
+//!
+//! # The vocabulary: two ends of a queue
+//!
+//! Every policy here is described as a queue with two ends, following the DEMOTE paper
+//! (`papers/demote-exclusive-caching.txt`, section 4.1):
+//!
+//! ```text
+//!      evict-next end                                      evict-last end
+//!   (the next victim)                                      (kept longest if unused)
+//!         head  [ b7 ] <-> [ b2 ] <-> [ b9 ] <-> [ b4 ]  tail
+//! ```
+//!
+//! What differs between policies is where a *reference* puts a block:
+//!
+//! | policy | a reference (hit, or insertion of a block just read) puts it ... |
+//! |--------|------------------------------------------------------------------|
+//! | LRU    | at the evict-last end: the least recently used block goes first   |
+//! | MRU    | at the evict-next end: the most recently used block goes first    |
+//! | CLOCK  | sets its reference bit; the hand gives referenced blocks a second chance |
+//! | ARC    | into the recency (T1) or frequency (T2) list, adapting their split |
+//!
+//! A caller can also place a block explicitly at either end ([`Placement::EvictNext`],
+//! [`Placement::EvictLast`]) without it counting as a reference. That is what DEMOTE needs: a disk
+//! array puts demoted blocks at the evict-last end whatever its policy, while disk reads and read
+//! hits follow the policy's own reference rule ([`Placement::Referenced`]). With LRU that rule is
+//! "evict last" and with MRU "evict next", which gives exactly the paper's four array behaviours.
+//!
+//! # The contract
+//!
+//! A policy tracks *which* blocks are cached and in what order; it holds no data. Its caller
+//! keeps the data (frames, pages) and drives it:
+//!
+//! ```text
+//!   hit:   policy.touch(b)                      -> true
+//!   miss:  if policy.is_full() { v = policy.evict(Some(b)); drop v's data }
+//!          policy.insert(b, Placement::Referenced)
+//! ```
+//!
+//! [`Policy::evict`] is told the block about to come in because ARC's choice of victim depends
+//! on it (a block coming back from ARC's B2 history list tips a tie towards evicting from T1).
+//! `insert` never evicts: it fails with [`PolicyError::Full`] instead, so the caller always sees
+//! every eviction (a client must demote or write back its victim before reading the new block).
+//!
+//! Pinning is the caller's business: a cache that must not evict a block while it is in use
+//! [`Policy::remove`]s it for that time and inserts it again afterwards.
+//!
+//! # Cost
+//!
+//! Every operation is O(1) (CLOCK's `evict` is amortised O(1): each sweep step clears a bit that
+//! a reference set) and allocation-free after construction: the order is kept in intrusive
+//! doubly-linked lists over one preallocated slab ([`list`]), and the block-to-slot map is either
+//! an `FxHashMap` reserved to its final size or a dense array ([`index`]).
+
+mod arc;
+mod clock;
+mod index;
+mod list;
+mod lru;
+
+use std::fmt;
+use std::str::FromStr;
+
+pub use arc::Arc;
+pub use clock::Clock;
+pub use index::{DenseSlots, HashSlots, SlotIndex};
+pub use lru::{Lru, Mru};
+
+/// The name of a block (a page id, a disk block number). Policies only compare and hash it.
+pub type BlockId = u64;
+
+/// The largest capacity a policy accepts: slots are named by `u32` with one value reserved as
+/// the null link, and ARC needs twice its capacity in slots (for its history lists).
+pub const MAX_CAPACITY: usize = (u32::MAX / 2 - 1) as usize;
+
+/// Where [`Policy::insert`] or [`Policy::place`] puts a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Placement {
+    /// Wherever the policy puts a block that has just been referenced (read, or hit). For LRU
+    /// that is the evict-last end; for MRU the evict-next end.
+    Referenced,
+    /// At the end the policy evicts from next, without counting as a reference.
+    EvictNext,
+    /// At the end the policy evicts from last, without counting as a reference (where an array
+    /// keeps demoted blocks).
+    EvictLast,
+}
+
+/// The policies this module provides, by name (for command lines and reports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PolicyKind {
+    /// Least recently used: [`Lru`].
+    Lru,
+    /// Most recently used: [`Mru`].
+    Mru,
+    /// Second-chance CLOCK: [`Clock`].
+    Clock,
+    /// Adaptive replacement cache: [`Arc`].
+    Arc,
+}
+
+impl PolicyKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [PolicyKind; 4] =
+        [PolicyKind::Lru, PolicyKind::Mru, PolicyKind::Clock, PolicyKind::Arc];
+
+    /// The upper-case name used in the DEMOTE paper's design names ("LRU-MRU-demote").
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Lru => "LRU",
+            PolicyKind::Mru => "MRU",
+            PolicyKind::Clock => "CLOCK",
+            PolicyKind::Arc => "ARC",
+        }
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for PolicyKind {
+    type Err = PolicyError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PolicyKind::ALL
+            .into_iter()
+            .find(|k| k.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| PolicyError::UnknownPolicy { name: s.chars().take(32).collect() })
+    }
+}
+
+/// What can go wrong when driving a policy. Every variant is a caller mistake or a configuration
+/// error; none is transient.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// `insert` on a full cache: evict first.
+    #[error("cache is full ({capacity} blocks): evict a block before inserting")]
+    Full {
+        /// The policy's capacity.
+        capacity: usize,
+    },
+    /// `insert` of a block that is already cached: use `touch` or `place`.
+    #[error("block {id} is already cached")]
+    AlreadyCached {
+        /// The block.
+        id: BlockId,
+    },
+    /// A block id outside a [`DenseSlots`] index's range: use a larger bound or [`HashSlots`].
+    #[error("block {id} is outside the dense index's range 0..{bound}")]
+    IdOutOfRange {
+        /// The block.
+        id: BlockId,
+        /// The index's exclusive bound.
+        bound: u64,
+    },
+    /// A capacity above [`MAX_CAPACITY`].
+    #[error("capacity {capacity} exceeds the maximum of {max} blocks")]
+    CapacityTooLarge {
+        /// The requested capacity.
+        capacity: usize,
+        /// [`MAX_CAPACITY`].
+        max: usize,
+    },
+    /// A [`DenseSlots`] bound above [`DenseSlots::MAX_BOUND`].
+    #[error("dense index bound {bound} exceeds the maximum of {max}")]
+    IdBoundTooLarge {
+        /// The requested bound.
+        bound: u64,
+        /// [`DenseSlots::MAX_BOUND`].
+        max: u64,
+    },
+    /// A policy name that is not one of [`PolicyKind::ALL`].
+    #[error("unknown replacement policy {name:?} (expected LRU, MRU, CLOCK or ARC)")]
+    UnknownPolicy {
+        /// The name given (at most 32 characters of it).
+        name: String,
+    },
+}
+
+/// A block replacement policy: the bookkeeping of a fixed-capacity cache (see the module
+/// documentation for the contract).
+pub trait Policy: fmt::Debug {
+    /// Which policy this is.
+    fn kind(&self) -> PolicyKind;
+
+    /// The most blocks the cache holds.
+    fn capacity(&self) -> usize;
+
+    /// The number of blocks cached now.
+    fn len(&self) -> usize;
+
+    /// Whether no block is cached.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether an insertion needs an eviction first.
+    fn is_full(&self) -> bool {
+        self.len() >= self.capacity()
+    }
+
+    /// Whether `id` is cached. Does not count as a reference.
+    fn contains(&self, id: BlockId) -> bool;
+
+    /// Records a reference to `id` if it is cached (a hit) and returns whether it was. A miss
+    /// changes nothing (ARC's history is only consulted when the block is inserted).
+    fn touch(&mut self, id: BlockId) -> bool;
+
+    /// Starts caching `id`, which must not be cached, at `at`. Fails when the cache is full (call
+    /// [`Policy::evict`] first) or when `id` is cached already; never evicts on its own.
+    fn insert(&mut self, id: BlockId, at: Placement) -> Result<(), PolicyError>;
+
+    /// Moves a cached `id` to `at` (`Referenced` is the same as [`Policy::touch`]). Returns
+    /// whether `id` was cached; if not, nothing changes.
+    fn place(&mut self, id: BlockId, at: Placement) -> bool;
+
+    /// Stops caching `id` (and forgets any history of it). Returns whether it was cached.
+    fn remove(&mut self, id: BlockId) -> bool;
+
+    /// Chooses a victim, stops caching it and returns it; `None` only when the cache is empty.
+    /// `incoming` is the block the caller is making room for, if any (ARC uses it).
+    fn evict(&mut self, incoming: Option<BlockId>) -> Option<BlockId>;
+
+    /// Forgets every block and all history.
+    fn clear(&mut self);
+
+    /// Appends the cached blocks to `out` in the policy's queue order, from the evict-next end
+    /// (for CLOCK: in the order the hand reaches them; for ARC: T1 then T2, each from its LRU
+    /// end). For tests and diagnostics; allocates only if `out` must grow.
+    fn snapshot(&self, out: &mut Vec<BlockId>);
+}
+
+/// One of the policies of this module, chosen at run time, with match dispatch (cheaper than a
+/// `Box<dyn Policy>` and without an allocation per cache).
+#[derive(Debug, Clone)]
+pub enum AnyPolicy<I: SlotIndex = HashSlots> {
+    /// [`Lru`].
+    Lru(Lru<I>),
+    /// [`Mru`].
+    Mru(Mru<I>),
+    /// [`Clock`].
+    Clock(Clock<I>),
+    /// [`Arc`].
+    Arc(Arc<I>),
+}
+
+impl AnyPolicy<HashSlots> {
+    /// A `kind` policy of `capacity` blocks over any `u64` ids.
+    pub fn new(kind: PolicyKind, capacity: usize) -> Result<Self, PolicyError> {
+        AnyPolicy::with_index(kind, capacity, HashSlots::new)
+    }
+}
+
+impl AnyPolicy<DenseSlots> {
+    /// A `kind` policy of `capacity` blocks over ids `0..id_bound`, indexed by a dense array.
+    pub fn dense(kind: PolicyKind, capacity: usize, id_bound: u64) -> Result<Self, PolicyError> {
+        let index = DenseSlots::new(id_bound)?;
+        AnyPolicy::with_index(kind, capacity, || index)
+    }
+}
+
+impl<I: SlotIndex> AnyPolicy<I> {
+    /// A `kind` policy of `capacity` blocks over the index `make_index` returns (called once).
+    pub fn with_index(
+        kind: PolicyKind,
+        capacity: usize,
+        make_index: impl FnOnce() -> I,
+    ) -> Result<Self, PolicyError> {
+        Ok(match kind {
+            PolicyKind::Lru => AnyPolicy::Lru(Lru::with_index(capacity, make_index())?),
+            PolicyKind::Mru => AnyPolicy::Mru(Mru::with_index(capacity, make_index())?),
+            PolicyKind::Clock => AnyPolicy::Clock(Clock::with_index(capacity, make_index())?),
+            PolicyKind::Arc => AnyPolicy::Arc(Arc::with_index(capacity, make_index())?),
+        })
+    }
+}
+
+/// Forwards a method call to whichever policy an [`AnyPolicy`] holds.
+macro_rules! dispatch {
+    ($self:expr, $p:ident => $call:expr) => {
+        match $self {
+            AnyPolicy::Lru($p) => $call,
+            AnyPolicy::Mru($p) => $call,
+            AnyPolicy::Clock($p) => $call,
+            AnyPolicy::Arc($p) => $call,
+        }
+    };
+}
+
+impl<I: SlotIndex> Policy for AnyPolicy<I> {
+    fn kind(&self) -> PolicyKind {
+        dispatch!(self, p => p.kind())
+    }
+    #[inline]
+    fn capacity(&self) -> usize {
+        dispatch!(self, p => p.capacity())
+    }
+    #[inline]
+    fn len(&self) -> usize {
+        dispatch!(self, p => p.len())
+    }
+    #[inline]
+    fn contains(&self, id: BlockId) -> bool {
+        dispatch!(self, p => p.contains(id))
+    }
+    #[inline]
+    fn touch(&mut self, id: BlockId) -> bool {
+        dispatch!(self, p => p.touch(id))
+    }
+    #[inline]
+    fn insert(&mut self, id: BlockId, at: Placement) -> Result<(), PolicyError> {
+        dispatch!(self, p => p.insert(id, at))
+    }
+    #[inline]
+    fn place(&mut self, id: BlockId, at: Placement) -> bool {
+        dispatch!(self, p => p.place(id, at))
+    }
+    #[inline]
+    fn remove(&mut self, id: BlockId) -> bool {
+        dispatch!(self, p => p.remove(id))
+    }
+    #[inline]
+    fn evict(&mut self, incoming: Option<BlockId>) -> Option<BlockId> {
+        dispatch!(self, p => p.evict(incoming))
+    }
+    fn clear(&mut self) {
+        dispatch!(self, p => p.clear())
+    }
+    fn snapshot(&self, out: &mut Vec<BlockId>) {
+        dispatch!(self, p => p.snapshot(out))
+    }
+}
+
+/// Checks a capacity against [`MAX_CAPACITY`].
+fn check_capacity(capacity: usize) -> Result<(), PolicyError> {
+    if capacity > MAX_CAPACITY {
+        return Err(PolicyError::CapacityTooLarge { capacity, max: MAX_CAPACITY });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod model_tests;
