@@ -1,14 +1,37 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! thor-storage: the disk under a thor server.
+//!
+//! - [`disk`]: the [`Disk`] / [`DiskFile`] traits (a flat directory of named files with
+//!   positional I/O) and their durability contract.
+//! - [`FileDisk`]: real files (`pread`/`pwrite`, `fdatasync`, directory fsync).
+//! - [`MemDisk`] and [`FaultDisk`]: memory with an exact crash model (live and durable images,
+//!   durable namespace, seeded [`MemDisk::crash`]) and a fault plan; see [`mem_disk`].
+//! - [`PageFile`]: fixed-size pages at `id * page_size`, with multi-page writes.
+//! - [`Log`]: the transaction log: checksummed records in numbered segments, group commit,
+//!   torn-tail recovery, poisoning on failure; see [`log`] for the byte layout.
+//! - [`limits`]: every bound, with its reason.
+//!
+//! *Architecture invariant:* no byte read from a disk is trusted. Every length and checksum is
+//! checked before use, and a malformation is a [`StorageError`], never a panic.
+//!
+//! *API boundary:* the server engine uses [`Disk`] (as `Arc<dyn Disk>`), [`PageFile`] and
+//! [`Log`]; tests use [`MemDisk`]/[`FaultDisk`]'s crash and fault controls. Nothing here knows
+//! the page or record payload formats: those belong to thor-core and thor-server.
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+pub mod disk;
+pub mod error;
+#[cfg(unix)]
+pub mod file_disk;
+pub mod limits;
+pub mod log;
+pub mod mem_disk;
+pub mod page_file;
+pub mod rng;
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+pub use disk::{Disk, DiskFile};
+pub use error::StorageError;
+#[cfg(unix)]
+pub use file_disk::FileDisk;
+pub use log::{LOG_FORMAT_VERSION, Log, LogOptions, LogStats, Recovered};
+pub use mem_disk::{DiskCounters, FaultDisk, FaultPlan, MemDisk};
+pub use page_file::{PageFile, PageFileStats};
+pub use rng::SplitMix64;

@@ -1,0 +1,131 @@
+//! The one error type of thor-storage.
+//!
+//! Each variant tells the caller what to do about it:
+//!
+//! - [`Io`](StorageError::Io), [`InjectedFault`](StorageError::InjectedFault): the disk failed.
+//!   For the log this is fatal (it poisons itself); for anything else, stop using what failed.
+//! - [`NotFound`](StorageError::NotFound): the file is not there; create it or report it.
+//! - [`UnexpectedEof`](StorageError::UnexpectedEof), [`Corrupt`](StorageError::Corrupt): bytes
+//!   on disk are not what this crate wrote (a torn write outside the log tail, bit rot, someone
+//!   else's file). Refuse to start; never guess.
+//! - [`Poisoned`](StorageError::Poisoned): an earlier write or fsync of the log failed, so what
+//!   is durable is unknown. Drop the engine and reopen; recovery decides what survived.
+//! - [`StaleHandle`](StorageError::StaleHandle): a handle from before a simulated crash was used
+//!   (tests only); the process that held it is, in the model, dead.
+//! - [`RecordTooLarge`](StorageError::RecordTooLarge), [`InvalidName`](StorageError::InvalidName),
+//!   [`InvalidArgument`](StorageError::InvalidArgument): the caller's mistake; fix the call.
+
+/// What went wrong in a storage operation. See the module documentation for what each variant
+/// asks of the caller.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    /// The operating system reported an error.
+    #[error("{op} {name}: {source}")]
+    Io {
+        /// The operation that failed (`"open"`, `"write"`, `"fsync"`, ...).
+        op: &'static str,
+        /// The file or directory it was applied to.
+        name: String,
+        /// What the operating system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file that was required to exist does not.
+    #[error("{name}: no such file")]
+    NotFound {
+        /// The missing file.
+        name: String,
+    },
+    /// A read needed more bytes than the file holds.
+    #[error("{name}: unexpected end of file reading {len} bytes at offset {offset}")]
+    UnexpectedEof {
+        /// The file read.
+        name: String,
+        /// Where the read started.
+        offset: u64,
+        /// How many bytes were asked for.
+        len: usize,
+    },
+    /// Bytes on disk fail a check: a checksum, a length, a sequence number.
+    #[error("corrupt {what} in {name} at offset {offset}: {why}")]
+    Corrupt {
+        /// The kind of structure that is damaged (`"log record"`, `"page"`, ...).
+        what: &'static str,
+        /// The file holding it.
+        name: String,
+        /// The byte offset of the damaged structure within the file.
+        offset: u64,
+        /// Which check failed.
+        why: String,
+    },
+    /// A write or fsync of the log failed earlier, so what is durable is unknown: reopen the
+    /// log and let recovery decide.
+    #[error("log poisoned by an earlier failure ({cause}); reopen to recover")]
+    Poisoned {
+        /// The failure that poisoned the log.
+        cause: String,
+    },
+    /// A failure injected by [`FaultDisk`](crate::FaultDisk)'s fault plan.
+    #[error("injected fault: {op} {name}")]
+    InjectedFault {
+        /// The operation that was made to fail.
+        op: &'static str,
+        /// The file it was applied to (empty for directory operations).
+        name: String,
+    },
+    /// A handle opened before a simulated crash was used after it.
+    #[error("{name}: handle from before a simulated crash")]
+    StaleHandle {
+        /// The file (or `"disk"`) the handle referred to.
+        name: String,
+    },
+    /// A log record's payload is larger than the configured bound.
+    #[error("log record of {len} bytes exceeds the {max}-byte limit")]
+    RecordTooLarge {
+        /// The payload's length.
+        len: usize,
+        /// The configured `record_bytes_max`.
+        max: usize,
+    },
+    /// A file name that is not a plain name within one directory.
+    #[error("invalid file name {name:?}: {why}")]
+    InvalidName {
+        /// The rejected name.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// An argument is out of range (a buffer of the wrong size, inconsistent options, an LSN
+    /// that was never assigned).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl StorageError {
+    /// Whether this is [`StorageError::NotFound`].
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, StorageError::NotFound { .. })
+    }
+
+    /// Whether this is [`StorageError::Poisoned`].
+    pub fn is_poisoned(&self) -> bool {
+        matches!(self, StorageError::Poisoned { .. })
+    }
+
+    /// Whether this is [`StorageError::Corrupt`] or [`StorageError::UnexpectedEof`]: bytes on
+    /// disk that this crate did not write.
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, StorageError::Corrupt { .. } | StorageError::UnexpectedEof { .. })
+    }
+
+    /// Builds an [`StorageError::Io`], mapping "not found" to [`StorageError::NotFound`] so that
+    /// callers can match one variant whatever the backend.
+    pub(crate) fn io(op: &'static str, name: &str, source: std::io::Error) -> StorageError {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            StorageError::NotFound { name: name.to_string() }
+        } else {
+            StorageError::Io { op, name: name.to_string(), source }
+        }
+    }
+}

@@ -1,0 +1,681 @@
+//! [`MemDisk`] and [`FaultDisk`]: in-memory disks with an exact crash model and a fault plan.
+//!
+//! # The crash model
+//!
+//! The model is deliberately as weak as POSIX allows, so that code surviving it survives a real
+//! file system. For every file it keeps
+//!
+//! ```text
+//!   durable image ── what a crash cannot take away (as of the file's last sync)
+//!   pending ops   ── write_at / set_len calls since that sync, in call order
+//!   live image    ── durable image with all pending ops applied: what reads see
+//! ```
+//!
+//! and for the directory a *durable namespace* (as of the last `sync_dir`), the *live
+//! namespace*, and the create / rename / remove operations between them, in call order.
+//!
+//! - [`DiskFile::sync`] applies the file's pending ops to its durable image and clears them.
+//! - [`Disk::sync_dir`] makes the live namespace durable. Syncing a file does not make its name
+//!   durable: a file created and synced but never `sync_dir`ed may vanish.
+//!
+//! [`MemDisk::crash`]`(seed)` replaces the live state by one that a power failure could leave,
+//! drawn from a [`SplitMix64`] seeded with `seed` (so a seed replays a crash exactly, given the
+//! same history):
+//!
+//! 1. **Namespace**: a random prefix (possibly empty, possibly all) of the namespace operations
+//!    since the last `sync_dir` is replayed on the durable namespace. Files created since then
+//!    may vanish; renames and removes may be undone; but never out of order (a journaling file
+//!    system commits metadata in order), so a rename is never kept while an earlier create is
+//!    lost.
+//! 2. **Contents**: for each file in that namespace, in name order, a random prefix of its
+//!    pending ops is applied to its durable image; if the prefix stops before a write, that
+//!    write may be *torn*: a random prefix of its bytes (at byte granularity, harsher than the
+//!    sector atomicity real disks give) lands. Writes are never reordered or partially applied
+//!    anywhere else.
+//! 3. The result becomes both the live and the durable state: the disk is rebooted and usable.
+//!
+//! Every [`DiskFile`] opened before the crash, and every clone of the disk other than the one
+//! `crash` was called on, then fails every [`Disk`]/[`DiskFile`] operation with
+//! [`StorageError::StaleHandle`]: in the model the process that held them died, so a test can
+//! neither keep writing through them nor accidentally read stale state. Clones made *from the
+//! crashing handle* after the crash are live. (So hold the disk by value and give the engine
+//! `Arc::new(disk.clone())`; an `Arc<MemDisk>` shared with the engine shares one handle.)
+//! The test helpers ([`MemDisk::file_bytes`], [`MemDisk::edit_file`], counters, fault plan)
+//! ignore epochs: they are the test's view of the medium, not the dead process's.
+//!
+//! # Faults
+//!
+//! A [`FaultPlan`] (normally set through [`FaultDisk`]; a [`MemDisk`] has an empty one) makes
+//! chosen operations fail with [`StorageError::InjectedFault`]:
+//!
+//! - `fail_write_at: Some(n)`: the `n`-th write (counting `write_at` and `set_len` calls from 1
+//!   since the disk was created or last crashed) fails. Its effect is still recorded as a
+//!   pending (unsynced) op, because a failed write may or may not have reached the medium; the
+//!   next crash decides.
+//! - `fail_sync_at: Some(n)`: the `n`-th sync (file `sync` and `sync_dir` calls) fails and makes
+//!   nothing durable. The pending ops stay pending: after a failed fsync nobody knows what is
+//!   on the medium, and a later crash may keep any prefix.
+//! - `die_after_ops: Some(n)`: every operation after the `n`-th (of any kind, including reads)
+//!   fails and has no effect: the disk died.
+//!
+//! [`DiskCounters`] report the numbers of operations, writes and syncs so that a test can run a
+//! workload once, then pick `n` at random. A crash clears the plan and the counters.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::disk::{Disk, DiskFile, validate_name};
+use crate::error::StorageError;
+use crate::rng::SplitMix64;
+
+/// Which operations of a [`MemDisk`]/[`FaultDisk`] fail. See the module documentation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultPlan {
+    /// Fail the write (`write_at` or `set_len`) with this 1-based number.
+    pub fail_write_at: Option<u64>,
+    /// Fail the sync (`sync` or `sync_dir`) with this 1-based number.
+    pub fail_sync_at: Option<u64>,
+    /// Fail every operation numbered above this: the disk died.
+    pub die_after_ops: Option<u64>,
+}
+
+/// Operations counted since the disk was created or last crashed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskCounters {
+    /// Every [`Disk`] and [`DiskFile`] call that reached the model (stale handles excluded).
+    pub ops: u64,
+    /// `write_at` and `set_len` calls: what `FaultPlan::fail_write_at` counts.
+    pub writes: u64,
+    /// Bytes passed to `write_at`.
+    pub bytes_written: u64,
+    /// `sync` and `sync_dir` calls: what `FaultPlan::fail_sync_at` counts.
+    pub syncs: u64,
+    /// Operations that failed because of the fault plan.
+    pub faults_injected: u64,
+}
+
+/// An unsynced change to a file, kept so that a crash can apply a prefix of them.
+#[derive(Debug, Clone)]
+enum PendingOp {
+    /// `write_at(offset, data)`.
+    Write { offset: u64, data: Vec<u8> },
+    /// `set_len(len)`.
+    SetLen(u64),
+}
+
+impl PendingOp {
+    fn apply(&self, image: &mut Vec<u8>) {
+        match self {
+            PendingOp::Write { offset, data } => write_into(image, *offset, data),
+            PendingOp::SetLen(len) => resize(image, *len),
+        }
+    }
+}
+
+/// Writes `data` at `offset` of `image`, zero-filling any gap, as a file system does.
+fn write_into(image: &mut Vec<u8>, offset: u64, data: &[u8]) {
+    let start = usize::try_from(offset).expect("in-memory file offset fits in usize");
+    let end = start + data.len();
+    if image.len() < end {
+        image.resize(end, 0);
+    }
+    image[start..end].copy_from_slice(data);
+}
+
+fn resize(image: &mut Vec<u8>, len: u64) {
+    image.resize(usize::try_from(len).expect("in-memory file length fits in usize"), 0);
+}
+
+/// The contents of one file (an inode: renames move it between names).
+#[derive(Debug, Default)]
+struct FileData {
+    /// What reads see.
+    live: Vec<u8>,
+    /// What survives a crash for certain.
+    durable: Vec<u8>,
+    /// Changes since the last sync, in order; a crash keeps a prefix of them.
+    pending: Vec<PendingOp>,
+}
+
+/// A file's contents, shared by the namespaces that name it and the handles open on it, so that
+/// an open handle keeps working after its name is removed (as on Unix).
+type Inode = Arc<Mutex<FileData>>;
+
+/// A namespace change since the last `sync_dir`, kept so that a crash can replay a prefix.
+#[derive(Debug, Clone)]
+enum NsOp {
+    Create { name: String, inode: Inode },
+    Rename { from: String, to: String },
+    Remove { name: String },
+}
+
+/// What kind of operation is being counted, for the fault plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpKind {
+    Other,
+    Write,
+    Sync,
+}
+
+/// The whole simulated medium, behind one lock so that a crash sees a consistent snapshot and
+/// every operation is atomic with respect to it.
+#[derive(Debug, Default)]
+struct Model {
+    /// Incremented by each crash; handles from an older epoch are stale.
+    epoch: u64,
+    /// Names as operations see them.
+    live: BTreeMap<String, Inode>,
+    /// Names as of the last `sync_dir`.
+    durable: BTreeMap<String, Inode>,
+    /// Namespace changes since the last `sync_dir`, in order.
+    ns_ops: Vec<NsOp>,
+    /// Which operations fail.
+    plan: FaultPlan,
+    /// What has been done since creation or the last crash.
+    counters: DiskCounters,
+}
+
+/// How the fault plan rules on one operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Do it.
+    Proceed,
+    /// Fail it, but (for a write) still record its effect as pending.
+    FailAfterEffect,
+    /// Fail it with no effect.
+    Fail,
+}
+
+impl Model {
+    fn check_epoch(&self, epoch: u64, name: &str) -> Result<(), StorageError> {
+        if epoch == self.epoch {
+            Ok(())
+        } else {
+            Err(StorageError::StaleHandle { name: name.to_string() })
+        }
+    }
+
+    /// Counts one operation and asks the fault plan about it.
+    fn count(&mut self, kind: OpKind) -> Verdict {
+        let c = &mut self.counters;
+        c.ops += 1;
+        let verdict = if self.plan.die_after_ops.is_some_and(|n| c.ops > n) {
+            Verdict::Fail
+        } else {
+            match kind {
+                OpKind::Other => Verdict::Proceed,
+                OpKind::Write => {
+                    c.writes += 1;
+                    if self.plan.fail_write_at == Some(c.writes) {
+                        Verdict::FailAfterEffect
+                    } else {
+                        Verdict::Proceed
+                    }
+                }
+                OpKind::Sync => {
+                    c.syncs += 1;
+                    if self.plan.fail_sync_at == Some(c.syncs) {
+                        Verdict::Fail
+                    } else {
+                        Verdict::Proceed
+                    }
+                }
+            }
+        };
+        if verdict != Verdict::Proceed {
+            c.faults_injected += 1;
+        }
+        verdict
+    }
+
+    /// Counts an operation that has no effect to undo: fails it if the plan says so.
+    fn admit(&mut self, kind: OpKind, op: &'static str, name: &str) -> Result<(), StorageError> {
+        match self.count(kind) {
+            Verdict::Proceed => Ok(()),
+            Verdict::Fail | Verdict::FailAfterEffect => Err(injected(op, name)),
+        }
+    }
+
+    /// The state a crash leaves; see the module documentation.
+    fn crash(&mut self, seed: u64) {
+        let mut rng = SplitMix64::new(seed);
+        let keep_ns = rng.up_to(self.ns_ops.len());
+        let mut names = self.durable.clone();
+        for op in &self.ns_ops[..keep_ns] {
+            match op {
+                NsOp::Create { name, inode } => {
+                    names.insert(name.clone(), Arc::clone(inode));
+                }
+                NsOp::Rename { from, to } => {
+                    // The prefix replays the live history, so `from` exists; stay total anyway.
+                    if let Some(inode) = names.remove(from) {
+                        names.insert(to.clone(), inode);
+                    }
+                }
+                NsOp::Remove { name } => {
+                    names.remove(name);
+                }
+            }
+        }
+        let mut survivors = BTreeMap::new();
+        for (name, inode) in names {
+            let data = inode.lock();
+            let mut image = data.durable.clone();
+            let keep = rng.up_to(data.pending.len());
+            for op in &data.pending[..keep] {
+                op.apply(&mut image);
+            }
+            if let Some(PendingOp::Write { offset, data: bytes }) = data.pending.get(keep)
+                && rng.coin()
+            {
+                let torn = rng.up_to(bytes.len());
+                if torn > 0 {
+                    write_into(&mut image, *offset, &bytes[..torn]);
+                }
+            }
+            let fresh = FileData { live: image.clone(), durable: image, pending: Vec::new() };
+            survivors.insert(name, Arc::new(Mutex::new(fresh)));
+        }
+        self.live = survivors.clone();
+        self.durable = survivors;
+        self.ns_ops.clear();
+        self.epoch += 1;
+        self.plan = FaultPlan::default();
+        self.counters = DiskCounters::default();
+    }
+}
+
+fn injected(op: &'static str, name: &str) -> StorageError {
+    StorageError::InjectedFault { op, name: name.to_string() }
+}
+
+/// The model shared by every clone of a disk and every handle opened on it.
+#[derive(Default)]
+struct Shared {
+    /// The medium.
+    model: Mutex<Model>,
+}
+
+/// An in-memory [`Disk`] with a live and a durable image per file and a durable namespace.
+/// `Clone` gives another handle on the same medium (see the module documentation for how
+/// clones behave across [`MemDisk::crash`]).
+pub struct MemDisk {
+    /// The medium, shared with clones and open files.
+    shared: Arc<Shared>,
+    /// The crash epoch this handle belongs to; it is stale once the model's epoch moves on,
+    /// unless this handle is the one the crash was called on.
+    epoch: AtomicU64,
+}
+
+impl Default for MemDisk {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clone for MemDisk {
+    fn clone(&self) -> Self {
+        MemDisk {
+            shared: Arc::clone(&self.shared),
+            epoch: AtomicU64::new(self.epoch.load(Ordering::Acquire)),
+        }
+    }
+}
+
+impl fmt::Debug for MemDisk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // `try_lock`: formatting must not deadlock when called while the model is locked.
+        let mut d = f.debug_struct("MemDisk");
+        d.field("epoch", &self.epoch.load(Ordering::Relaxed));
+        if let Some(m) = self.shared.model.try_lock() {
+            d.field("files", &m.live.keys().collect::<Vec<_>>());
+            d.field("unsynced_ns_ops", &m.ns_ops.len());
+        }
+        d.finish()
+    }
+}
+
+impl MemDisk {
+    /// An empty disk.
+    pub fn new() -> Self {
+        MemDisk { shared: Arc::new(Shared::default()), epoch: AtomicU64::new(0) }
+    }
+
+    fn lock_checked(&self) -> Result<parking_lot::MutexGuard<'_, Model>, StorageError> {
+        let m = self.shared.model.lock();
+        m.check_epoch(self.epoch.load(Ordering::Acquire), "disk")?;
+        Ok(m)
+    }
+
+    /// Simulates a power failure followed by a reboot; see the module documentation for what
+    /// survives. The same history and seed always give the same result. Afterwards this handle
+    /// (and clones made from it) address the rebooted disk; every other handle is stale.
+    pub fn crash(&self, seed: u64) {
+        let mut m = self.shared.model.lock();
+        m.crash(seed);
+        self.epoch.store(m.epoch, Ordering::Release);
+    }
+
+    /// The live contents of file `name`, for tests.
+    pub fn file_bytes(&self, name: &str) -> Result<Vec<u8>, StorageError> {
+        let m = self.shared.model.lock();
+        let inode =
+            m.live.get(name).ok_or_else(|| StorageError::NotFound { name: name.to_string() })?;
+        let bytes = inode.lock().live.clone();
+        Ok(bytes)
+    }
+
+    /// Lets a test damage file `name` on the medium: `edit` gets the live contents, and the
+    /// result becomes both live and durable (pending writes are folded in). Use it to flip bits
+    /// or truncate, then reopen.
+    pub fn edit_file<R>(
+        &self,
+        name: &str,
+        edit: impl FnOnce(&mut Vec<u8>) -> R,
+    ) -> Result<R, StorageError> {
+        let m = self.shared.model.lock();
+        let inode =
+            m.live.get(name).ok_or_else(|| StorageError::NotFound { name: name.to_string() })?;
+        let mut data = inode.lock();
+        let result = edit(&mut data.live);
+        data.durable = data.live.clone();
+        data.pending.clear();
+        Ok(result)
+    }
+
+    /// What has been done since the disk was created or last crashed.
+    pub fn counters(&self) -> DiskCounters {
+        self.shared.model.lock().counters
+    }
+
+    /// The fault plan in force.
+    pub fn fault_plan(&self) -> FaultPlan {
+        self.shared.model.lock().plan
+    }
+
+    /// Replaces the fault plan (a [`FaultDisk`] is the usual way to reach this).
+    pub fn set_fault_plan(&self, plan: FaultPlan) {
+        self.shared.model.lock().plan = plan;
+    }
+}
+
+impl Disk for MemDisk {
+    fn open(&self, name: &str, create: bool) -> Result<Arc<dyn DiskFile>, StorageError> {
+        validate_name(name)?;
+        let mut m = self.lock_checked()?;
+        m.admit(OpKind::Other, "open", name)?;
+        let inode = match m.live.get(name) {
+            Some(inode) => Arc::clone(inode),
+            None if create => {
+                let inode: Inode = Arc::default();
+                m.live.insert(name.to_string(), Arc::clone(&inode));
+                m.ns_ops.push(NsOp::Create { name: name.to_string(), inode: Arc::clone(&inode) });
+                inode
+            }
+            None => return Err(StorageError::NotFound { name: name.to_string() }),
+        };
+        Ok(Arc::new(MemFile {
+            shared: Arc::clone(&self.shared),
+            inode,
+            name: name.to_string(),
+            epoch: m.epoch,
+        }))
+    }
+
+    fn exists(&self, name: &str) -> Result<bool, StorageError> {
+        validate_name(name)?;
+        let mut m = self.lock_checked()?;
+        m.admit(OpKind::Other, "stat", name)?;
+        Ok(m.live.contains_key(name))
+    }
+
+    fn remove(&self, name: &str) -> Result<(), StorageError> {
+        validate_name(name)?;
+        let mut m = self.lock_checked()?;
+        m.admit(OpKind::Other, "remove", name)?;
+        if m.live.remove(name).is_none() {
+            return Err(StorageError::NotFound { name: name.to_string() });
+        }
+        m.ns_ops.push(NsOp::Remove { name: name.to_string() });
+        Ok(())
+    }
+
+    fn rename(&self, from: &str, to: &str) -> Result<(), StorageError> {
+        validate_name(from)?;
+        validate_name(to)?;
+        let mut m = self.lock_checked()?;
+        m.admit(OpKind::Other, "rename", from)?;
+        if !m.live.contains_key(from) {
+            return Err(StorageError::NotFound { name: from.to_string() });
+        }
+        // POSIX: renaming a file onto itself does nothing.
+        if from != to {
+            if let Some(inode) = m.live.remove(from) {
+                m.live.insert(to.to_string(), inode);
+            }
+            m.ns_ops.push(NsOp::Rename { from: from.to_string(), to: to.to_string() });
+        }
+        Ok(())
+    }
+
+    fn list(&self) -> Result<Vec<String>, StorageError> {
+        let mut m = self.lock_checked()?;
+        m.admit(OpKind::Other, "list", "")?;
+        // BTreeMap keys come out sorted.
+        Ok(m.live.keys().cloned().collect())
+    }
+
+    fn sync_dir(&self) -> Result<(), StorageError> {
+        let mut m = self.lock_checked()?;
+        m.admit(OpKind::Sync, "fsync dir", "")?;
+        m.durable = m.live.clone();
+        m.ns_ops.clear();
+        Ok(())
+    }
+}
+
+/// An open file of a [`MemDisk`].
+struct MemFile {
+    /// The medium, for the lock, the epoch and the fault plan.
+    shared: Arc<Shared>,
+    /// The file's contents.
+    inode: Inode,
+    /// The name it was opened under, for error messages.
+    name: String,
+    /// The crash epoch it was opened in; it is stale after a crash.
+    epoch: u64,
+}
+
+impl fmt::Debug for MemFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemFile").field("name", &self.name).field("epoch", &self.epoch).finish()
+    }
+}
+
+impl MemFile {
+    fn lock_checked(&self) -> Result<parking_lot::MutexGuard<'_, Model>, StorageError> {
+        let m = self.shared.model.lock();
+        m.check_epoch(self.epoch, &self.name)?;
+        Ok(m)
+    }
+
+    /// Applies a mutation both to the live image and to the pending list, honouring the plan.
+    fn mutate(&self, op: &'static str, change: PendingOp) -> Result<(), StorageError> {
+        let mut m = self.lock_checked()?;
+        let verdict = m.count(OpKind::Write);
+        if let PendingOp::Write { data, .. } = &change {
+            m.counters.bytes_written += data.len() as u64;
+        }
+        if verdict == Verdict::Fail {
+            return Err(injected(op, &self.name));
+        }
+        let mut d = self.inode.lock();
+        change.apply(&mut d.live);
+        d.pending.push(change);
+        if verdict == Verdict::FailAfterEffect {
+            return Err(injected(op, &self.name));
+        }
+        Ok(())
+    }
+}
+
+/// The largest file a [`MemDisk`] holds: it lives in a `Vec`, and a write or `set_len` beyond
+/// this is certainly a bug in the caller (or a corrupt length), not a file a test wants.
+const MEM_FILE_BYTES_MAX: u64 = 1 << 40;
+
+fn check_extent(name: &str, end: Option<u64>) -> Result<(), StorageError> {
+    match end {
+        Some(end) if end <= MEM_FILE_BYTES_MAX && usize::try_from(end).is_ok() => Ok(()),
+        _ => Err(StorageError::InvalidArgument(format!(
+            "{name}: file would exceed the in-memory size limit"
+        ))),
+    }
+}
+
+impl DiskFile for MemFile {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StorageError> {
+        let mut m = self.lock_checked()?;
+        m.admit(OpKind::Other, "read", &self.name)?;
+        let d = self.inode.lock();
+        let len = d.live.len() as u64;
+        if offset >= len {
+            return Ok(0);
+        }
+        // offset < len <= usize::MAX, so both conversions are exact.
+        let start = offset as usize;
+        let n = buf.len().min(d.live.len() - start);
+        buf[..n].copy_from_slice(&d.live[start..start + n]);
+        Ok(n)
+    }
+
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), StorageError> {
+        check_extent(&self.name, offset.checked_add(data.len() as u64))?;
+        self.mutate("write", PendingOp::Write { offset, data: data.to_vec() })
+    }
+
+    fn sync(&self) -> Result<(), StorageError> {
+        let mut m = self.lock_checked()?;
+        m.admit(OpKind::Sync, "fsync", &self.name)?;
+        let mut d = self.inode.lock();
+        let d = &mut *d;
+        // Applying the pending ops costs what was written, not the file's size: syncing a big
+        // log segment after a small append stays cheap.
+        for op in d.pending.drain(..) {
+            op.apply(&mut d.durable);
+        }
+        // Comparing the images would cost the file's size per sync; the lengths catch most slips.
+        debug_assert_eq!(
+            d.durable.len(),
+            d.live.len(),
+            "durable image equals live image after sync"
+        );
+        Ok(())
+    }
+
+    fn len(&self) -> Result<u64, StorageError> {
+        let mut m = self.lock_checked()?;
+        m.admit(OpKind::Other, "stat", &self.name)?;
+        let len = self.inode.lock().live.len() as u64;
+        Ok(len)
+    }
+
+    fn set_len(&self, len: u64) -> Result<(), StorageError> {
+        check_extent(&self.name, Some(len))?;
+        self.mutate("truncate", PendingOp::SetLen(len))
+    }
+}
+
+/// A [`MemDisk`] whose operations fail according to a [`FaultPlan`]; same crash model.
+/// `Clone` gives another handle on the same medium and plan.
+#[derive(Debug, Clone, Default)]
+pub struct FaultDisk {
+    /// The medium; the plan lives in it, so every clone sees the same plan.
+    mem: MemDisk,
+}
+
+impl FaultDisk {
+    /// An empty disk with no faults planned.
+    pub fn new() -> Self {
+        FaultDisk { mem: MemDisk::new() }
+    }
+
+    /// Fault injection over an existing medium (`mem` and the result share it and its plan).
+    pub fn wrap(mem: MemDisk) -> Self {
+        FaultDisk { mem }
+    }
+
+    /// The underlying medium, for the test helpers.
+    pub fn mem(&self) -> &MemDisk {
+        &self.mem
+    }
+
+    /// Replaces the fault plan. Numbers in it count from the disk's creation or last crash
+    /// (see [`FaultDisk::counters`]).
+    pub fn set_plan(&self, plan: FaultPlan) {
+        self.mem.set_fault_plan(plan);
+    }
+
+    /// The plan in force.
+    pub fn plan(&self) -> FaultPlan {
+        self.mem.fault_plan()
+    }
+
+    /// Makes every later operation fail: the disk died.
+    pub fn die(&self) {
+        let mut m = self.mem.shared.model.lock();
+        m.plan.die_after_ops = Some(m.counters.ops);
+    }
+
+    /// Operations, writes and syncs so far (what the plan's numbers refer to).
+    pub fn counters(&self) -> DiskCounters {
+        self.mem.counters()
+    }
+
+    /// See [`MemDisk::crash`]. Also clears the plan: the rebooted disk works.
+    pub fn crash(&self, seed: u64) {
+        self.mem.crash(seed);
+    }
+
+    /// See [`MemDisk::file_bytes`].
+    pub fn file_bytes(&self, name: &str) -> Result<Vec<u8>, StorageError> {
+        self.mem.file_bytes(name)
+    }
+
+    /// See [`MemDisk::edit_file`].
+    pub fn edit_file<R>(
+        &self,
+        name: &str,
+        edit: impl FnOnce(&mut Vec<u8>) -> R,
+    ) -> Result<R, StorageError> {
+        self.mem.edit_file(name, edit)
+    }
+}
+
+impl Disk for FaultDisk {
+    fn open(&self, name: &str, create: bool) -> Result<Arc<dyn DiskFile>, StorageError> {
+        self.mem.open(name, create)
+    }
+    fn exists(&self, name: &str) -> Result<bool, StorageError> {
+        self.mem.exists(name)
+    }
+    fn remove(&self, name: &str) -> Result<(), StorageError> {
+        self.mem.remove(name)
+    }
+    fn rename(&self, from: &str, to: &str) -> Result<(), StorageError> {
+        self.mem.rename(from, to)
+    }
+    fn list(&self) -> Result<Vec<String>, StorageError> {
+        self.mem.list()
+    }
+    fn sync_dir(&self) -> Result<(), StorageError> {
+        self.mem.sync_dir()
+    }
+}
