@@ -101,7 +101,7 @@ impl ClassDesc {
         if name.is_empty() || name.len() > CLASS_NAME_MAX_BYTES {
             return Err(FormatError::BadClass("name empty or too long"));
         }
-        if fixed_bytes % 4 != 0 || fixed_bytes > CLASS_FIXED_MAX_BYTES {
+        if !fixed_bytes.is_multiple_of(4) || fixed_bytes > CLASS_FIXED_MAX_BYTES {
             return Err(FormatError::BadClass("fixed part not a multiple of 4 or too large"));
         }
         let slots = fixed_bytes / 4;
@@ -174,7 +174,7 @@ impl ClassDesc {
     /// variable part (0 without one). The header word is not checked: its meaning depends on
     /// where the object is (stored, swizzled or in a commit).
     pub fn check_shape(&self, obj: &[u8]) -> Result<usize, &'static str> {
-        if obj.len() < OBJECT_HEADER_BYTES + self.fixed_bytes() || obj.len() % 4 != 0 {
+        if obj.len() < OBJECT_HEADER_BYTES + self.fixed_bytes() || !obj.len().is_multiple_of(4) {
             return Err("shorter than the fixed part or misaligned");
         }
         let count = match self.var {
@@ -304,10 +304,13 @@ pub mod builtin {
     use super::*;
 
     const fn at(oid: u16) -> Oref {
-        Oref::new(PageId::FIRST, match Oid::new(oid) {
-            Some(o) => o,
-            None => panic!("builtin oid out of range"),
-        })
+        Oref::new(
+            PageId::FIRST,
+            match Oid::new(oid) {
+                Some(o) => o,
+                None => panic!("builtin oid out of range"),
+            },
+        )
     }
 
     /// The class of class objects (its own class too). Variable bytes: a class descriptor.
@@ -321,9 +324,12 @@ pub mod builtin {
     /// The root of a large object: fixed `(length: u64, leaf kind: u32, height: u32)`, then the
     /// references to its children. See [`crate::large`].
     pub const LARGE: Oref = at(4);
-    /// The persistent root: an instance of [`REFS`], initially empty, that applications point at
-    /// their own objects.
+    /// The persistent root: an instance of [`REFS`] with [`ROOT_SLOTS`] reference slots, all
+    /// null in a new database, that applications point at their own objects. (Objects keep
+    /// their size for life, so the root is created with room.)
     pub const ROOT: Oref = at(5);
+    /// Reference slots of the root object.
+    pub const ROOT_SLOTS: usize = 16;
 
     static DESCS: LazyLock<[(Oref, ClassDesc); 5]> = LazyLock::new(|| {
         let c = |n, f, r: &[u16], v| ClassDesc::new(n, f, r, v).expect("valid builtin");
@@ -356,7 +362,7 @@ pub mod builtin {
         oref.page() == Some(PageId::FIRST) && oref.oid().get() <= ROOT.oid().get()
     }
 
-    /// Page 1 of a new database: the built-in class objects followed by the empty root.
+    /// Page 1 of a new database: the built-in class objects followed by the root.
     pub fn first_page(page_size: usize) -> Result<Vec<u8>, FormatError> {
         let mut bytes = vec![0u8; page_size];
         let mut page = PageMut::init(&mut bytes, PageId::FIRST)?;
@@ -364,7 +370,7 @@ pub mod builtin {
             let oid = page.append(&desc.to_class_object())?;
             debug_assert_eq!(oid, oref.oid());
         }
-        let root = desc(REFS).expect("builtin").new_object(REFS.raw(), 0);
+        let root = desc(REFS).expect("builtin").new_object(REFS.raw(), ROOT_SLOTS);
         let oid = page.append(&root)?;
         debug_assert_eq!(oid, ROOT.oid());
         Ok(bytes)

@@ -271,7 +271,10 @@ mod tests {
     fn medium_document_uses_three_leaves() {
         let objs = encode(&vec![7; 20_000], LeafKind::Bytes, 8192);
         assert_eq!(objs.len(), 4);
-        assert_eq!(header(&objs[0]).unwrap(), LargeHeader { len: 20_000, kind: LeafKind::Bytes, height: 1 });
+        assert_eq!(
+            header(&objs[0]).unwrap(),
+            LargeHeader { len: 20_000, kind: LeafKind::Bytes, height: 1 }
+        );
     }
 
     #[test]

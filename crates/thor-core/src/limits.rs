@@ -45,4 +45,4 @@ const _: () = assert!(PAGE_SIZE_MAX < u16::MAX as usize + 1);
 const _: () = assert!(
     PAGE_HEADER_BYTES + OIDS_PER_PAGE * (OFFSET_ENTRY_BYTES + OBJECT_HEADER_BYTES) > PAGE_SIZE_MIN
 );
-const _: () = assert!(PAGE_HEADER_BYTES % 8 == 0);
+const _: () = assert!(PAGE_HEADER_BYTES.is_multiple_of(8));

@@ -72,7 +72,7 @@ pub fn check_object_bytes(obj: &[u8], page_size: usize) -> Result<(), FormatErro
     if obj.len() < OBJECT_HEADER_BYTES {
         return Err(FormatError::BadObject("shorter than an object header"));
     }
-    if obj.len() % OBJECT_ALIGN != 0 {
+    if !obj.len().is_multiple_of(OBJECT_ALIGN) {
         return Err(FormatError::BadObject("size is not a multiple of 4"));
     }
     let max = max_object_bytes(page_size);
@@ -124,7 +124,7 @@ impl<'a> PageView<'a> {
             return Err(FormatError::BadPageHeader("more offset-table entries than object ids"));
         }
         let data_end = u16_at(bytes, OFF_DATA_END) as usize;
-        if data_end < PAGE_HEADER_BYTES || data_end % OBJECT_ALIGN != 0 {
+        if data_end < PAGE_HEADER_BYTES || !data_end.is_multiple_of(OBJECT_ALIGN) {
             return Err(FormatError::BadPageHeader("data end misplaced"));
         }
         if data_end + OFFSET_ENTRY_BYTES * slots > page_size {
@@ -141,7 +141,11 @@ impl<'a> PageView<'a> {
             let oid = Oid::new(i as u16).expect("slots <= OIDS_PER_PAGE");
             let o = off as usize;
             if o != expect {
-                return Err(FormatError::BadOffset { oid, offset: off, why: "objects not contiguous" });
+                return Err(FormatError::BadOffset {
+                    oid,
+                    offset: off,
+                    why: "objects not contiguous",
+                });
             }
             // The object runs to the next present offset; check below that it is big enough by
             // requiring the next start to be at least a header further on.
@@ -155,7 +159,7 @@ impl<'a> PageView<'a> {
                     break;
                 }
             }
-            if next < expect || next % OBJECT_ALIGN != 0 {
+            if next < expect || !next.is_multiple_of(OBJECT_ALIGN) {
                 return Err(FormatError::BadOffset { oid, offset: off, why: "object too small" });
             }
             expect = next;
@@ -393,7 +397,8 @@ impl<'a> PageMut<'a> {
         // Repack: first check that the final layout fits, then lay the objects out in oid order
         // in `scratch` and copy them back, so a failure leaves the page untouched.
         let slots_old = view.slot_count();
-        let slots_new = versions.last().map_or(slots_old, |(oid, _)| slots_old.max(oid.index() + 1));
+        let slots_new =
+            versions.last().map_or(slots_old, |(oid, _)| slots_old.max(oid.index() + 1));
         let final_object = |i: usize, vi: &mut usize| -> Option<&[u8]> {
             let oid = Oid::new(i as u16).expect("slots <= OIDS_PER_PAGE");
             if *vi < versions.len() && versions[*vi].0 == oid {

@@ -1,0 +1,128 @@
+//! Errors of the engine. Each variant tells the caller what to do about it.
+
+use thor_core::{FormatError, Oref, PageId};
+use thor_storage::StorageError;
+
+use crate::superblock::SuperblockError;
+
+/// Why a commit was refused. The commit had no effect; the client should fix its request (these
+/// are a client's mistakes, or an attack), not retry it unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidCommit {
+    /// The request is larger than the engine accepts in one commit.
+    #[error("commit too large: {what} is {got}, the limit is {max}")]
+    TooLarge {
+        /// Which bound.
+        what: &'static str,
+        /// The request's value.
+        got: usize,
+        /// The bound.
+        max: usize,
+    },
+    /// A version names an object that does not exist.
+    #[error("no object {0:?}")]
+    NoSuchObject(Oref),
+    /// An object names a class that is not a class object.
+    #[error("object {oref:?} names {class:?} as its class, which is not a class")]
+    NotAClass {
+        /// The object (or `Oref::NULL` with `index` set for a created one).
+        oref: Oref,
+        /// The class word found.
+        class: Oref,
+    },
+    /// An object does not match its class.
+    #[error("object {what} does not match its class: {why}")]
+    BadShape {
+        /// Which object ("version of 3.4" or "created #2").
+        what: String,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// A reference field points to no existing or newly created object.
+    #[error("object {what} has a dangling reference: {why}")]
+    BadReference {
+        /// Which object.
+        what: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A version changes an object's class or size; objects keep both for life.
+    #[error("version of {oref:?} changes its {what}; objects keep their class and size")]
+    Reshape {
+        /// The object.
+        oref: Oref,
+        /// "class" or "size".
+        what: &'static str,
+    },
+    /// A version would change a built-in class or a class object; classes are immutable.
+    #[error("{0:?} is a class; classes cannot be modified")]
+    ClassIsImmutable(Oref),
+    /// The same object appears twice among the versions.
+    #[error("object {0:?} is written twice in one commit")]
+    Duplicate(Oref),
+    /// A created object is bigger than a page (use a large object).
+    #[error("created object #{index} is too large: {source}")]
+    ObjectTooLarge {
+        /// Its index among the created objects.
+        index: usize,
+        /// Details.
+        source: FormatError,
+    },
+}
+
+/// What went wrong in the engine.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The disk failed. For writes the engine has stopped accepting work ([`EngineError::Failed`]
+    /// follows); reopen the database to recover from the log.
+    #[error("storage: {0}")]
+    Storage(#[from] StorageError),
+    /// Bytes read from disk are damaged or not thor's: the database needs repair from a replica
+    /// or backup. Nothing was changed.
+    #[error("corrupt page {page}: {source}")]
+    CorruptPage {
+        /// Which page.
+        page: PageId,
+        /// What is wrong with it.
+        source: FormatError,
+    },
+    /// The log holds a record that does not decode (its checksum passed, so this is a bug or a
+    /// newer format).
+    #[error("corrupt log record at LSN {lsn}: {why}")]
+    CorruptRecord {
+        /// Where.
+        lsn: u64,
+        /// What.
+        why: String,
+    },
+    /// The superblock is missing, damaged or of another format.
+    #[error("superblock: {0}")]
+    Superblock(#[from] SuperblockError),
+    /// The directory holds no database; create one first.
+    #[error("no database in this directory (create one with --create)")]
+    NotADatabase,
+    /// A database already exists where one was to be created.
+    #[error("a database already exists here")]
+    AlreadyExists,
+    /// The options are not usable (for example an invalid page size).
+    #[error("invalid options: {0}")]
+    BadOptions(String),
+    /// The page is not allocated.
+    #[error("no page {0}")]
+    NoSuchPage(u32),
+    /// The commit was refused and had no effect.
+    #[error("commit refused: {0}")]
+    Invalid(#[from] InvalidCommit),
+    /// All 2^22 pages are allocated.
+    #[error("database full: no page ids left")]
+    Full,
+    /// A bulk load holds the allocator; try again when it finishes.
+    #[error("a bulk load is in progress")]
+    BulkLoadActive,
+    /// An earlier write or fsync failed, so what is durable is unknown: the engine refuses work
+    /// until it is reopened, which recovers from the log.
+    #[error("the engine stopped after a storage failure; reopen the database")]
+    Failed,
+}

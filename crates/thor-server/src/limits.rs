@@ -1,0 +1,31 @@
+//! Bounds of the engine, with the reasons for their values.
+
+/// Most objects one commit may write (versions plus created objects). T2b on the OO7 medium
+/// database writes 100,000 objects in one transaction; a bound well above keeps a runaway client
+/// from exhausting the server.
+pub const COMMIT_OBJECTS_MAX: usize = 1 << 20;
+
+/// Most bytes of object data in one commit. A commit must fit in the log record limit and in the
+/// MOB; 256 MiB is far above any benchmark transaction.
+pub const COMMIT_BYTES_MAX: usize = 256 << 20;
+
+/// Default MOB budget. Thor's experiments used 6 MB; memory is cheaper now and a bigger MOB
+/// absorbs more writes per page.
+pub const MOB_BYTES_DEFAULT: usize = 64 << 20;
+
+/// The flusher starts when the MOB holds more than this fraction (percent) of its budget.
+pub const FLUSH_START_PERCENT: usize = 50;
+
+/// Default page cache budget (the papers' server had 30 MB of page cache).
+pub const PAGE_CACHE_BYTES_DEFAULT: usize = 64 << 20;
+
+/// Pages the flusher installs per round: enough to batch writes into long runs, few enough that
+/// one round's memory (two copies of each page) stays small.
+pub const FLUSH_BATCH_PAGES_DEFAULT: usize = 256;
+
+/// Pages a bulk load keeps in memory (so that references in them can still be patched) before
+/// writing the oldest out: 512 MiB of 8 KB pages.
+pub const BULK_WINDOW_PAGES: usize = 65_536;
+
+const _: () = assert!(FLUSH_START_PERCENT > 0 && FLUSH_START_PERCENT < 100);
+const _: () = assert!(COMMIT_BYTES_MAX <= u32::MAX as usize);

@@ -1,0 +1,140 @@
+//! The server's page cache: installed page images, least recently used first out, sized in bytes.
+//!
+//! It holds pages exactly as they are on disk (the flusher's latest installs); fetches add the
+//! MOB's pending versions on the way out. Images are shared (`Arc`) so a fetch of a page without
+//! pending versions sends the cached bytes without copying them.
+//!
+//! *Invariant:* an image here is never older than the page on disk: the flusher replaces the
+//! image of every page it writes, and a fetch that read the disk inserts its image only if no
+//! install happened while it was reading (the engine's install epoch).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+use thor_core::PageId;
+
+/// Hit and miss counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PageCacheStats {
+    /// Lookups that found the page.
+    pub hits: u64,
+    /// Lookups that did not.
+    pub misses: u64,
+    /// Pages evicted to stay within the budget.
+    pub evictions: u64,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct PageCache {
+    /// The budget in bytes (a whole number of pages).
+    capacity_pages: usize,
+    /// page → (image, its last-use stamp).
+    pages: FxHashMap<PageId, (Arc<[u8]>, u64)>,
+    /// stamp → page, oldest first: the eviction order.
+    order: BTreeMap<u64, PageId>,
+    /// Source of stamps; increases on every use.
+    clock: u64,
+    /// Counters.
+    stats: PageCacheStats,
+}
+
+impl PageCache {
+    /// A cache of at most `capacity_bytes` of `page_size`-byte pages.
+    pub fn new(capacity_bytes: usize, page_size: usize) -> PageCache {
+        PageCache {
+            capacity_pages: capacity_bytes / page_size,
+            pages: FxHashMap::default(),
+            order: BTreeMap::new(),
+            clock: 0,
+            stats: PageCacheStats::default(),
+        }
+    }
+
+    fn stamp(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// The image of `page`, marking it used.
+    pub fn get(&mut self, page: PageId) -> Option<Arc<[u8]>> {
+        let now = self.stamp();
+        match self.pages.get_mut(&page) {
+            Some((img, at)) => {
+                self.order.remove(at);
+                *at = now;
+                self.order.insert(now, page);
+                self.stats.hits += 1;
+                Some(img.clone())
+            }
+            None => {
+                self.stats.misses += 1;
+                None
+            }
+        }
+    }
+
+    /// The image of `page` without counting a lookup or changing the order.
+    pub fn peek(&self, page: PageId) -> Option<&Arc<[u8]>> {
+        self.pages.get(&page).map(|(img, _)| img)
+    }
+
+    /// Inserts or replaces the image of `page` as the most recently used, evicting the least
+    /// recently used pages beyond the budget.
+    pub fn insert(&mut self, page: PageId, image: Arc<[u8]>) {
+        if self.capacity_pages == 0 {
+            return;
+        }
+        let now = self.stamp();
+        if let Some((_, at)) = self.pages.insert(page, (image, now)) {
+            self.order.remove(&at);
+        }
+        self.order.insert(now, page);
+        while self.pages.len() > self.capacity_pages {
+            let (_, victim) = self.order.pop_first().expect("order mirrors pages");
+            self.pages.remove(&victim);
+            self.stats.evictions += 1;
+        }
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> PageCacheStats {
+        self.stats
+    }
+
+    /// Pages held.
+    pub fn len(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// Whether no page is held.
+    pub fn is_empty(&self) -> bool {
+        self.pages.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(n: u32) -> PageId {
+        PageId::new(n).unwrap()
+    }
+
+    #[test]
+    fn evicts_least_recently_used() {
+        let mut c = PageCache::new(3 * 1024, 1024);
+        for n in 1..=3 {
+            c.insert(p(n), Arc::from(vec![n as u8; 4]));
+        }
+        assert!(c.get(p(1)).is_some());
+        c.insert(p(4), Arc::from(vec![4u8; 4]));
+        assert!(c.peek(p(2)).is_none(), "2 was least recently used");
+        assert!(c.peek(p(1)).is_some());
+        assert_eq!(c.len(), 3);
+        assert_eq!(c.stats().evictions, 1);
+        assert!(c.get(p(2)).is_none());
+        assert_eq!(c.stats().misses, 1);
+    }
+}
