@@ -108,7 +108,7 @@ impl PageFile {
 
     /// Reads page `id` into `buf` (`buf.len() == page_size`). `Ok(false)` if the page lies
     /// beyond the end of the file (never written; `buf` is left as it was). A page cut short by
-    /// the end of the file is [`StorageError::Corrupt`].
+    /// the end of the file (a torn extension) is [`StorageError::UnexpectedEof`].
     pub fn read(&self, id: u32, buf: &mut [u8]) -> Result<bool, StorageError> {
         self.check_len("read", buf.len(), 1)?;
         let offset = self.offset(id);
@@ -117,14 +117,11 @@ impl PageFile {
             return Ok(false);
         }
         if n != buf.len() {
-            return Err(StorageError::Corrupt {
-                what: "page",
+            // The file only grows by whole pages, so a partial last page is a torn extension.
+            return Err(StorageError::UnexpectedEof {
                 name: self.file.name().to_string(),
                 offset,
-                why: format!(
-                    "page {id} cut short by the end of the file ({n} of {} bytes)",
-                    self.page_size
-                ),
+                len: self.page_size,
             });
         }
         self.counters.pages_read.fetch_add(1, Ordering::Relaxed);
@@ -163,7 +160,7 @@ impl PageFile {
     }
 
     /// The number of whole pages in the file. A partial page at the end (a torn file) is not
-    /// counted; reading it reports the corruption.
+    /// counted; reading it reports [`StorageError::UnexpectedEof`].
     pub fn len_pages(&self) -> Result<u32, StorageError> {
         let pages = self.file.len()? / self.page_size as u64;
         u32::try_from(pages).map_err(|_| StorageError::Corrupt {
