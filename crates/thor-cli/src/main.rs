@@ -5,17 +5,32 @@
 
 use clap::{Parser, Subcommand};
 
+mod bench;
+mod demo;
+
 #[derive(Debug, Parser)]
-#[command(name = "thor", version, about = "thor: a distributed, transactional, persistent object store")]
+#[command(
+    name = "thor",
+    version,
+    about = "thor: a distributed, transactional, persistent object store"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-enum Command {}
+enum Command {
+    /// Run the store end to end on the embedded default and print what happens.
+    Demo(demo::DemoArgs),
+    /// Measure thor's components.
+    Bench(bench::BenchArgs),
+}
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {}
+    match cli.command {
+        Command::Demo(a) => demo::run(a),
+        Command::Bench(a) => bench::run(a),
+    }
 }

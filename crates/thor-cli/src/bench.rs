@@ -1,0 +1,340 @@
+//! `thor bench engine`: the storage engine's figures on a real disk.
+//!
+//! - commits per second and commits per fsync with 1, 4 and 16 committing threads (group
+//!   commit: concurrent commits share a log fsync);
+//! - fetch latency of a cached page with and without MOB versions to apply, and of a page read
+//!   from the page file;
+//! - bulk-load speed in MB/s (pages written and synced).
+//!
+//! Each measurement runs on a fresh database in a temporary directory (or `--dir`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use thor_core::le::put_u32;
+use thor_core::{ClassDesc, Oref, PageId, VarKind};
+use thor_server::{CommitRequest, Engine, EngineOptions};
+use thor_storage::FileDisk;
+
+/// Benchmarks of thor's components.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    what: BenchWhat,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchWhat {
+    /// Commit throughput, fetch latency and bulk-load speed of the storage engine.
+    Engine(EngineBench),
+}
+
+#[derive(Debug, Args)]
+struct EngineBench {
+    /// Directory to create the benchmark databases in (default: a temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Seconds per commit-throughput run.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Megabytes of objects to bulk-load.
+    #[arg(long, default_value_t = 256)]
+    bulk_mb: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    match args.what {
+        BenchWhat::Engine(b) => engine(b),
+    }
+}
+
+fn class() -> ClassDesc {
+    ClassDesc::new("bench.Item", 12, &[0], VarKind::Bytes).expect("valid class")
+}
+
+fn item(class_word: u32, seq: u32, len: usize) -> Vec<u8> {
+    let mut o = class().new_object(class_word, len);
+    put_u32(&mut o, 12, seq);
+    o
+}
+
+struct Db {
+    _tmp: Option<tempfile::TempDir>,
+    engine: Arc<Engine>,
+    class: Oref,
+}
+
+fn fresh_db(base: &Option<PathBuf>, name: &str, opts: EngineOptions) -> Result<Db> {
+    let (tmp, path) = match base {
+        Some(b) => {
+            let p = b.join(name);
+            if p.exists() {
+                std::fs::remove_dir_all(&p).with_context(|| format!("clearing {}", p.display()))?;
+            }
+            (None, p)
+        }
+        None => {
+            let t = tempfile::tempdir().context("creating a temporary directory")?;
+            let p = t.path().to_path_buf();
+            (Some(t), p)
+        }
+    };
+    let disk = Arc::new(FileDisk::open_dir(&path, true)?);
+    let engine = Arc::new(Engine::create(disk, opts)?);
+    let class = engine
+        .commit(CommitRequest { versions: vec![], created: vec![class().to_class_object()] })?
+        .created[0];
+    Ok(Db { _tmp: tmp, engine, class })
+}
+
+#[derive(Debug, serde::Serialize)]
+struct CommitRun {
+    threads: usize,
+    commits: u64,
+    commits_per_s: f64,
+    fsyncs: u64,
+    commits_per_fsync: f64,
+    latency_us_p50: f64,
+    latency_us_p99: f64,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e6
+}
+
+fn commit_run(b: &EngineBench, threads: usize) -> Result<CommitRun> {
+    let db = fresh_db(&b.dir, &format!("commits-{threads}"), EngineOptions::default())?;
+    // Each thread owns one object and, per commit, writes a new version of it and creates one
+    // small object: a typical small transaction.
+    let mut owned = Vec::new();
+    for _ in 0..threads {
+        let out = db.engine.commit(CommitRequest {
+            versions: vec![],
+            created: vec![item(db.class.raw(), 0, 16)],
+        })?;
+        owned.push(out.created[0]);
+    }
+    let before = db.engine.stats();
+    let deadline = Instant::now() + Duration::from_secs_f64(b.seconds);
+    let handles: Vec<_> = owned
+        .into_iter()
+        .map(|oref| {
+            let engine = db.engine.clone();
+            let class = db.class;
+            std::thread::spawn(move || -> Result<Vec<Duration>> {
+                let mut lat = Vec::new();
+                let mut seq = 0;
+                while Instant::now() < deadline {
+                    seq += 1;
+                    let t = Instant::now();
+                    engine.commit(CommitRequest {
+                        versions: vec![(oref, item(class.raw(), seq, 16))],
+                        created: vec![item(class.raw(), seq, 32)],
+                    })?;
+                    lat.push(t.elapsed());
+                }
+                Ok(lat)
+            })
+        })
+        .collect();
+    let mut lat = Vec::new();
+    for h in handles {
+        lat.extend(h.join().map_err(|_| anyhow::anyhow!("a committing thread panicked"))??);
+    }
+    let after = db.engine.stats();
+    lat.sort();
+    let commits = after.commits - before.commits;
+    let fsyncs = after.log_fsyncs - before.log_fsyncs;
+    Ok(CommitRun {
+        threads,
+        commits,
+        commits_per_s: commits as f64 / b.seconds,
+        fsyncs,
+        commits_per_fsync: commits as f64 / fsyncs.max(1) as f64,
+        latency_us_p50: percentile(&lat, 0.5),
+        latency_us_p99: percentile(&lat, 0.99),
+    })
+}
+
+#[derive(Debug, serde::Serialize)]
+struct FetchRun {
+    case: &'static str,
+    fetches: u64,
+    ns_per_fetch: f64,
+    mob_versions_per_page: f64,
+}
+
+/// Times `n` fetches of pages chosen by a simple PRNG among `pages`.
+fn time_fetches(engine: &Engine, pages: &[PageId], n: u64) -> Result<f64> {
+    let mut x = 0x2545_F491_4F6C_DD1D_u64;
+    let t = Instant::now();
+    for _ in 0..n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let p = pages[(x % pages.len() as u64) as usize];
+        std::hint::black_box(engine.fetch(p)?);
+    }
+    Ok(t.elapsed().as_nanos() as f64 / n as f64)
+}
+
+fn fetch_runs(b: &EngineBench) -> Result<Vec<FetchRun>> {
+    let opts = EngineOptions {
+        background_flusher: false,
+        mob_bytes: 1 << 30,
+        page_cache_bytes: 256 << 20,
+        ..EngineOptions::default()
+    };
+    let db = fresh_db(&b.dir, "fetch", opts)?;
+    // 2,000 pages of 60-byte objects (about 130 per page), bulk-loaded.
+    let mut orefs = Vec::new();
+    {
+        let mut l = db.engine.bulk_load()?;
+        while orefs.len() < 2000 * 130 {
+            orefs.push(l.add(&item(db.class.raw(), 0, 40))?);
+        }
+        l.finish()?;
+    }
+    let mut pages: Vec<PageId> = orefs.iter().filter_map(|o| o.page()).collect();
+    pages.dedup();
+    let n = 200_000;
+    let mut runs = Vec::new();
+    // Page file reads (through the OS cache): a fresh engine has an empty page cache.
+    {
+        let cold = time_fetches(&db.engine, &pages, pages.len() as u64)?;
+        runs.push(FetchRun {
+            case: "page cache miss (read from page file)",
+            fetches: pages.len() as u64,
+            ns_per_fetch: cold,
+            mob_versions_per_page: 0.0,
+        });
+    }
+    let hot = time_fetches(&db.engine, &pages, n)?;
+    runs.push(FetchRun {
+        case: "cached, no MOB versions",
+        fetches: n,
+        ns_per_fetch: hot,
+        mob_versions_per_page: 0.0,
+    });
+    // Ten versions per page in the MOB.
+    for chunk in orefs.chunks(130) {
+        let versions =
+            chunk.iter().step_by(13).map(|o| (*o, item(db.class.raw(), 1, 40))).collect();
+        db.engine.commit(CommitRequest { versions, created: vec![] })?;
+    }
+    let s = db.engine.stats();
+    let with_mob = time_fetches(&db.engine, &pages, n)?;
+    runs.push(FetchRun {
+        case: "cached, MOB versions applied",
+        fetches: n,
+        ns_per_fetch: with_mob,
+        mob_versions_per_page: s.mob_entries as f64 / pages.len() as f64,
+    });
+    Ok(runs)
+}
+
+#[derive(Debug, serde::Serialize)]
+struct BulkRun {
+    objects: u64,
+    bytes: u64,
+    pages: u64,
+    seconds: f64,
+    mb_per_s: f64,
+}
+
+fn bulk_run(b: &EngineBench) -> Result<BulkRun> {
+    let db = fresh_db(&b.dir, "bulk", EngineOptions::default())?;
+    let target = b.bulk_mb << 20;
+    let t = Instant::now();
+    let mut l = db.engine.bulk_load()?;
+    let mut prev: Option<Oref> = None;
+    let mut seq = 0u32;
+    while l.bytes() < target {
+        seq += 1;
+        // OO7-like objects: small, linked to their predecessor.
+        let mut o = item(db.class.raw(), seq, 28);
+        if let Some(p) = prev {
+            put_u32(&mut o, 4, p.raw());
+        }
+        prev = Some(l.add(&o)?);
+    }
+    let objects = l.objects();
+    let r = l.finish()?;
+    let secs = t.elapsed().as_secs_f64();
+    let page_bytes = r.pages * db.engine.page_size() as u64;
+    Ok(BulkRun {
+        objects,
+        bytes: page_bytes,
+        pages: r.pages,
+        seconds: secs,
+        mb_per_s: page_bytes as f64 / secs / 1e6,
+    })
+}
+
+fn engine(b: EngineBench) -> Result<()> {
+    let mut commits = Vec::new();
+    for threads in [1, 4, 16] {
+        if !b.json {
+            eprintln!("commit throughput, {threads} thread(s), {} s ...", b.seconds);
+        }
+        commits.push(commit_run(&b, threads)?);
+    }
+    if !b.json {
+        eprintln!("fetch latency ...");
+    }
+    let fetches = fetch_runs(&b)?;
+    if !b.json {
+        eprintln!("bulk load of {} MB ...", b.bulk_mb);
+    }
+    let bulk = bulk_run(&b)?;
+    if b.json {
+        let v = serde_json::json!({ "commits": commits, "fetches": fetches, "bulk_load": bulk });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("\ncommits (one version + one created object per commit, fsync per group)");
+    println!(
+        "{:>8} {:>10} {:>12} {:>8} {:>14} {:>10} {:>10}",
+        "threads", "commits", "commits/s", "fsyncs", "commits/fsync", "p50 us", "p99 us"
+    );
+    for c in &commits {
+        println!(
+            "{:>8} {:>10} {:>12.0} {:>8} {:>14.2} {:>10.0} {:>10.0}",
+            c.threads,
+            c.commits,
+            c.commits_per_s,
+            c.fsyncs,
+            c.commits_per_fsync,
+            c.latency_us_p50,
+            c.latency_us_p99
+        );
+    }
+    println!("\nfetch latency (8 KB pages)");
+    println!("{:<40} {:>10} {:>12} {:>16}", "case", "fetches", "ns/fetch", "versions/page");
+    for f in &fetches {
+        println!(
+            "{:<40} {:>10} {:>12.0} {:>16.1}",
+            f.case, f.fetches, f.ns_per_fetch, f.mob_versions_per_page
+        );
+    }
+    println!("\nbulk load");
+    println!(
+        "{} objects, {} pages, {:.1} MB in {:.2} s: {:.0} MB/s",
+        bulk.objects,
+        bulk.pages,
+        bulk.bytes as f64 / 1e6,
+        bulk.seconds,
+        bulk.mb_per_s
+    );
+    Ok(())
+}
