@@ -39,6 +39,13 @@ pub const FILE_NAME_BYTES_MAX: usize = 255;
 /// The longest log file-name prefix: the prefix, a dot and 16 hex digits must fit in a name.
 pub const LOG_PREFIX_BYTES_MAX: usize = FILE_NAME_BYTES_MAX - 1 - 16;
 
+/// The largest file a [`MemDisk`](crate::MemDisk) holds. Its files are plain `Vec`s, so a
+/// write at a huge offset (a corrupt length, a page id near the top of the range) would try to
+/// allocate that much memory and abort the test process; past this bound it is refused with
+/// [`StorageError::InvalidArgument`](crate::StorageError::InvalidArgument) instead. 1 GiB is far
+/// above what any in-memory test writes.
+pub const MEM_FILE_BYTES_MAX: u64 = 1 << 30;
+
 const _: () = assert!(RECORD_BYTES_MAX_DEFAULT <= RECORD_BYTES_MAX_LIMIT);
 const _: () = assert!(BUFFER_BYTES_MAX_DEFAULT >= BUFFER_BYTES_MIN);
 const _: () = assert!(BUFFER_BYTES_MIN > RECORD_HEADER_BYTES);

@@ -70,6 +70,7 @@ use parking_lot::Mutex;
 
 use crate::disk::{Disk, DiskFile, validate_name};
 use crate::error::StorageError;
+use crate::limits::MEM_FILE_BYTES_MAX;
 use crate::rng::SplitMix64;
 
 /// Which operations of a [`MemDisk`]/[`FaultDisk`] fail. See the module documentation.
@@ -102,8 +103,13 @@ pub struct DiskCounters {
 #[derive(Debug, Clone)]
 enum PendingOp {
     /// `write_at(offset, data)`.
-    Write { offset: u64, data: Vec<u8> },
-    /// `set_len(len)`.
+    Write {
+        /// Where the write starts.
+        offset: u64,
+        /// The bytes written, kept so a crash can land all, none or a prefix of them.
+        data: Vec<u8>,
+    },
+    /// `set_len(len)`: the new length.
     SetLen(u64),
 }
 
@@ -148,16 +154,35 @@ type Inode = Arc<Mutex<FileData>>;
 /// A namespace change since the last `sync_dir`, kept so that a crash can replay a prefix.
 #[derive(Debug, Clone)]
 enum NsOp {
-    Create { name: String, inode: Inode },
-    Rename { from: String, to: String },
-    Remove { name: String },
+    /// A file was created.
+    Create {
+        /// Its name.
+        name: String,
+        /// Its contents, which the replay binds to the name.
+        inode: Inode,
+    },
+    /// A file was renamed (replacing any file named `to`).
+    Rename {
+        /// The old name.
+        from: String,
+        /// The new name.
+        to: String,
+    },
+    /// A file was removed.
+    Remove {
+        /// Its name.
+        name: String,
+    },
 }
 
 /// What kind of operation is being counted, for the fault plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OpKind {
+    /// Reads, opens, listings and other namespace operations: only `die_after_ops` applies.
     Other,
+    /// `write_at` and `set_len`: counted for `fail_write_at`.
     Write,
+    /// `sync` and `sync_dir`: counted for `fail_sync_at`.
     Sync,
 }
 
@@ -523,10 +548,6 @@ impl MemFile {
     }
 }
 
-/// The largest file a [`MemDisk`] holds: it lives in a `Vec`, and a write or `set_len` beyond
-/// this is certainly a bug in the caller (or a corrupt length), not a file a test wants.
-const MEM_FILE_BYTES_MAX: u64 = 1 << 40;
-
 fn check_extent(name: &str, end: Option<u64>) -> Result<(), StorageError> {
     match end {
         Some(end) if end <= MEM_FILE_BYTES_MAX && usize::try_from(end).is_ok() => Ok(()),
@@ -677,5 +698,71 @@ impl Disk for FaultDisk {
     }
     fn sync_dir(&self) -> Result<(), StorageError> {
         self.mem.sync_dir()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_ops_apply_like_a_file_system() {
+        let mut image = b"abc".to_vec();
+        PendingOp::Write { offset: 5, data: b"xy".to_vec() }.apply(&mut image);
+        assert_eq!(image, b"abc\0\0xy");
+        PendingOp::SetLen(2).apply(&mut image);
+        assert_eq!(image, b"ab");
+        PendingOp::Write { offset: 1, data: b"ZZZ".to_vec() }.apply(&mut image);
+        assert_eq!(image, b"aZZZ");
+    }
+
+    #[test]
+    fn huge_offsets_are_refused_not_allocated() {
+        let disk = MemDisk::new();
+        let f = disk.open("f", true).unwrap();
+        for offset in [MEM_FILE_BYTES_MAX, u64::MAX - 1, u64::MAX] {
+            assert!(matches!(f.write_at(offset, b"x"), Err(StorageError::InvalidArgument(_))));
+            assert!(matches!(
+                f.set_len(offset.saturating_add(1)),
+                Err(StorageError::InvalidArgument(_))
+            ));
+        }
+        // Reads far past the end are just empty.
+        assert_eq!(f.read_at(u64::MAX, &mut [0u8; 4]).unwrap(), 0);
+        assert_eq!(f.len().unwrap(), 0);
+    }
+
+    #[test]
+    fn sync_folds_pending_ops_into_the_durable_image() {
+        let disk = MemDisk::new();
+        let f = disk.open("f", true).unwrap();
+        f.write_at(0, b"hello").unwrap();
+        f.set_len(4).unwrap();
+        let inode = Arc::clone(&disk.shared.model.lock().live["f"]);
+        assert_eq!(inode.lock().pending.len(), 2);
+        assert!(inode.lock().durable.is_empty());
+        f.sync().unwrap();
+        let d = inode.lock();
+        assert!(d.pending.is_empty());
+        assert_eq!(d.durable, b"hell");
+        assert_eq!(d.live, b"hell");
+    }
+
+    #[test]
+    fn crash_drops_files_that_no_name_survives() {
+        let disk = MemDisk::new();
+        disk.open("gone", true).unwrap().write_at(0, b"x").unwrap();
+        // Seed search is deterministic: find one where the create was not kept.
+        let seed = (0..64)
+            .find(|&s| {
+                let d = MemDisk::new();
+                d.open("gone", true).unwrap();
+                d.crash(s);
+                d.list().unwrap().is_empty()
+            })
+            .unwrap();
+        disk.crash(seed);
+        assert!(disk.list().unwrap().is_empty());
+        assert!(disk.shared.model.lock().durable.is_empty());
     }
 }

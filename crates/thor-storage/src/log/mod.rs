@@ -15,7 +15,7 @@
 //! ```
 //!
 //! - `len`: payload bytes, at most `LogOptions::record_bytes_max` (itself at most
-//!   [`RECORD_BYTES_MAX_LIMIT`](crate::limits::RECORD_BYTES_MAX_LIMIT)).
+//!   [`RECORD_BYTES_MAX_LIMIT`]).
 //! - `crc32c`: CRC-32C (Castagnoli) of the 8 `lsn` bytes followed by the payload, computed
 //!   incrementally. Covering the LSN means a stale record left in a reused or misnamed file is
 //!   rejected even if its payload is intact; `len` is not covered but is checked by the
@@ -687,5 +687,39 @@ impl Log {
         target.file.sync()?;
         target.len += batch.len() as u64;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_names_roundtrip_and_reject_lookalikes() {
+        assert_eq!(segment_name("log", Lsn(1)), "log.0000000000000001");
+        assert_eq!(segment_name("log", Lsn(0x3e9)), "log.00000000000003e9");
+        for lsn in [1, 0x3e9, u64::MAX - 1] {
+            assert_eq!(parse_segment_name("log", &segment_name("log", Lsn(lsn))), Some(Lsn(lsn)));
+        }
+        for other in [
+            "log",
+            "log.",
+            "log.1",
+            "log.00000000000003E9",
+            "log.00000000000003e9.tmp",
+            "logx.0000000000000001",
+            "xlog.0000000000000001",
+            "log.+000000000000001",
+        ] {
+            assert_eq!(parse_segment_name("log", other), None, "{other}");
+        }
+        // A prefix with a dot in it still parses exactly.
+        assert_eq!(parse_segment_name("a.b", "a.b.0000000000000002"), Some(Lsn(2)));
+    }
+
+    #[test]
+    fn default_options_are_valid() {
+        LogOptions::default().validate().unwrap();
+        assert_eq!(LogOptions::default().prefix, "log");
     }
 }
