@@ -1,0 +1,94 @@
+//! Bounds of the wire protocol. Every count and length a peer sends is checked against one of
+//! these before anything is allocated for it; each constant says why it has its value, and the
+//! compile-time assertions below keep the relations between them true.
+
+use thor_core::limits::PAGE_SIZE_MAX;
+
+/// Bytes of the length word that starts every frame.
+pub const FRAME_PREFIX_BYTES: usize = 4;
+
+/// Bytes of a frame header: length, checksum, message type, flags and request id (see
+/// [`crate::frame`]).
+pub const FRAME_HEADER_BYTES: usize = 20;
+
+/// The largest frame any peer may send or a connection may be configured to accept, header
+/// included. The biggest message of the benchmarks is OO7's T2b commit on the medium database:
+/// 100,000 objects, about 6 MB. 64 MiB leaves a factor of ten above it while keeping what one
+/// connection can make a server buffer small enough to multiply by the connection limit.
+pub const FRAME_BYTES_MAX: usize = 64 << 20;
+
+/// The smallest maximum frame size a connection may be configured with: a reply carrying the
+/// largest page, with room to spare for its header and a batch of piggybacked invalidations.
+pub const FRAME_BYTES_SETTING_MIN: usize = 64 << 10;
+
+/// The protocol version this build speaks when it can choose.
+pub const WIRE_VERSION: u16 = 1;
+/// The oldest protocol version this build still speaks.
+pub const WIRE_VERSION_MIN: u16 = 1;
+
+/// The longest authentication token. A 256-bit secret in hex is 64 bytes; 1 KiB allows any
+/// sensible secret format (a signed token, a passphrase) and bounds the Hello frame.
+pub const TOKEN_BYTES_MAX: usize = 1024;
+
+/// The longest client name (free text for logs and statistics).
+pub const CLIENT_NAME_BYTES_MAX: usize = 256;
+
+/// The longest human-readable message in an error or refusal reply. Senders truncate longer
+/// text at a character boundary (see [`crate::truncate_message`]).
+pub const MESSAGE_BYTES_MAX: usize = 4096;
+
+/// Most objects one commit may carry (versions plus created objects). Equal to the engine's
+/// bound (`thor_server::limits::COMMIT_OBJECTS_MAX`): OO7's T2b writes 100,000 objects in one
+/// transaction, and a bound ten times above keeps a runaway client from exhausting a server.
+pub const COMMIT_OBJECTS_MAX: usize = 1 << 20;
+
+/// Most orefs in a commit's read set. OO7's T1 traversal on the medium database reads a few
+/// hundred thousand objects; 2^21 orefs (8 MiB on the wire) is well above and far below the
+/// frame limit's worth of orefs.
+pub const READ_SET_MAX: usize = 1 << 21;
+
+/// The largest object in a commit: no object is bigger than the largest page (larger values are
+/// stored as trees of page-sized pieces, `thor_core::large`). The server checks the exact bound
+/// for its own page size.
+pub const OBJECT_BYTES_MAX: usize = PAGE_SIZE_MAX;
+
+/// Most invalidated orefs piggybacked on one reply. A commit writes at most
+/// [`COMMIT_OBJECTS_MAX`] objects, so one reply can carry every invalidation one commit causes;
+/// a server with more pending for a client sends them over several replies.
+pub const INVALIDATIONS_MAX: usize = COMMIT_OBJECTS_MAX;
+
+/// Most invalidation acknowledgements piggybacked on one request: every oref of the largest
+/// invalidation batch.
+pub const ACKS_MAX: usize = INVALIDATIONS_MAX;
+
+/// Most discarded page ids piggybacked on one request: a client cache of 512 MiB of 8 KB pages
+/// dropping all of them between two requests. A client with more sends them over several
+/// requests.
+pub const DISCARDED_PAGES_MAX: usize = 1 << 16;
+
+/// Most counters in a statistics reply. Newer servers may send more counters than an older
+/// client knows; the client skips the extra ones, up to this bound.
+pub const STATS_FIELDS_MAX: usize = 256;
+
+/// Most requests a transport lets a caller send before reading their replies. The protocol
+/// answers in order, so pipelining a few requests hides latency; more would only let a client
+/// fill both sockets' buffers and stall.
+pub const IN_FLIGHT_MAX: usize = 16;
+
+const _: () = assert!(FRAME_HEADER_BYTES > FRAME_PREFIX_BYTES);
+const _: () = assert!(FRAME_BYTES_SETTING_MIN <= FRAME_BYTES_MAX);
+const _: () = assert!(FRAME_BYTES_MAX <= u32::MAX as usize);
+// A reply with the largest page must fit in the smallest allowed frame, with room for a header,
+// the page's own header fields and the empty piggyback section.
+const _: () = assert!(FRAME_HEADER_BYTES + 16 + PAGE_SIZE_MAX < FRAME_BYTES_SETTING_MIN);
+// The Hello frame must fit in the smallest frame setting so that a handshake always goes through.
+const _: () = assert!(
+    FRAME_HEADER_BYTES + 16 + TOKEN_BYTES_MAX + CLIENT_NAME_BYTES_MAX < FRAME_BYTES_SETTING_MIN
+);
+// Error messages must fit in the smallest frame so that an error can always be reported.
+const _: () = assert!(FRAME_HEADER_BYTES + 16 + MESSAGE_BYTES_MAX < FRAME_BYTES_SETTING_MIN);
+const _: () = assert!(WIRE_VERSION_MIN <= WIRE_VERSION);
+const _: () = assert!(TOKEN_BYTES_MAX <= u16::MAX as usize);
+const _: () = assert!(CLIENT_NAME_BYTES_MAX <= u16::MAX as usize);
+const _: () = assert!(MESSAGE_BYTES_MAX <= u16::MAX as usize);
+const _: () = assert!(STATS_FIELDS_MAX <= u16::MAX as usize);

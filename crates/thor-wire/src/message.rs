@@ -1,0 +1,870 @@
+//! The messages of the client-server protocol and their payload layouts.
+//!
+//! A frame's payload (see [`crate::frame`]) is a *piggyback section* followed by the *body* of
+//! its message type. Every request and every reply has the piggyback section, even when it is
+//! empty, so that the concurrency-control protocol can ride on any message without new types.
+//!
+//! # Piggyback sections
+//!
+//! ```text
+//! request:  +--------+---------------------+--------+------------------------+
+//!           | A: u32 | A acked orefs (u32) | D: u32 | D discarded pages (u32)|
+//!           +--------+---------------------+--------+------------------------+
+//! reply:    +--------+---------------------------+
+//!           | I: u32 | I invalidated orefs (u32) |
+//!           +--------+---------------------------+
+//! ```
+//!
+//! Acks confirm invalidations the client has applied; discarded pages are pages the client
+//! dropped from its cache (so that the server's directory of cached pages can forget them).
+//! Invalidations name objects other clients have committed new versions of. `A <= ACKS_MAX`,
+//! `D <= DISCARDED_PAGES_MAX`, `I <= INVALIDATIONS_MAX`. Orefs here and everywhere below are
+//! stored orefs: not null, spare bit clear.
+//!
+//! # Request bodies
+//!
+//! ```text
+//! Hello    0x0001  +--------+--------+--------+--------+-----------+--------+----------+
+//!                  | magic  | minver | maxver | T: u16 | token (T) | N: u16 | name (N) |
+//!                  +--------+--------+--------+--------+-----------+--------+----------+
+//!                    u32      u16      u16               bytes                UTF-8
+//!                  magic = "THOR" (0x524f4854); T <= 1024; N <= 256
+//!
+//! Fetch    0x0002  +--------+
+//!                  | page   |  u32 page id
+//!                  +--------+
+//!
+//! Commit   0x0003  +--------+-------------------+
+//!                  | R: u32 | R read orefs (u32)|                       the read set
+//!                  +--------+-------------------+-------------------+
+//!                  | V: u32 | V x ( oref: u32 | len: u32 | bytes ) |  new versions
+//!                  +--------+-------------------+-------------------+
+//!                  | C: u32 | C x ( len: u32 | bytes )             |  created objects
+//!                  +--------+---------------------------------------+
+//!                  R <= 2^21; V + C <= 2^20; len <= 32 KiB
+//!
+//! Abort    0x0004  (empty)     the client abandoned its transaction
+//! Stats    0x0005  (empty)     asks for the server's counters
+//! Goodbye  0x0006  (empty)     the client is leaving; the server acks and closes
+//! ```
+//!
+//! Object bytes in a commit are complete objects in the format of `thor_core::class`; reference
+//! words (and the class word of a created object) may be *tagged* indexes into the commit's
+//! created objects, which the server replaces by the orefs it allocates.
+//!
+//! # Reply bodies
+//!
+//! ```text
+//! HelloOk        0x0081  +-------+------+---------+---------+------+--------+-----------+
+//!                        |version| 0    |server id|page size| root |client id| max frame|
+//!                        +-------+------+---------+---------+------+--------+-----------+
+//!                          u16     u16     u32       u32      u32     u32       u32
+//!
+//! Page           0x0082  +--------+----------+---------------------+
+//!                        | page   | len: u32 | the page (len bytes)|  len is a valid page size
+//!                        +--------+----------+---------------------+
+//!
+//! CommitOk       0x0083  +----------+--------+------------------------+
+//!                        | lsn: u64 | C: u32 | C created orefs (u32)  |  in request order
+//!                        +----------+--------+------------------------+
+//!
+//! CommitRefused  0x0084  +-----------+--------+--------------+
+//!                        | code: u16 | M: u16 | message (M)  |  RefusedCode; M <= 4096, UTF-8
+//!                        +-----------+--------+--------------+
+//!
+//! Ack            0x0085  (empty)     answers Abort and Goodbye
+//!
+//! Stats          0x0086  +--------+------------------+
+//!                        | F: u16 | F x u64 counters |  see ServerStats for the order
+//!                        +--------+------------------+
+//!
+//! Error          0x00ff  +-----------+--------+--------------+
+//!                        | code: u16 | M: u16 | message (M)  |  ErrorCode; M <= 4096, UTF-8
+//!                        +-----------+--------+--------------+
+//! ```
+//!
+//! A payload must end exactly after its last field; trailing bytes are an error.
+
+use bytes::Bytes;
+use thor_core::limits::is_valid_page_size;
+use thor_core::{ClientId, Lsn, Oref, PageId, ServerId};
+
+use crate::code::{ErrorCode, RefusedCode};
+use crate::codec::{Put, Reader, check_limit};
+use crate::error::WireError;
+use crate::frame::{self, Frame};
+use crate::limits::{
+    ACKS_MAX, CLIENT_NAME_BYTES_MAX, COMMIT_OBJECTS_MAX, DISCARDED_PAGES_MAX, FRAME_BYTES_MAX,
+    FRAME_BYTES_SETTING_MIN, INVALIDATIONS_MAX, MESSAGE_BYTES_MAX, OBJECT_BYTES_MAX, READ_SET_MAX,
+    TOKEN_BYTES_MAX, WIRE_VERSION, WIRE_VERSION_MIN,
+};
+use crate::stats::ServerStats;
+
+/// The first word of every `Hello` body: "THOR" in ASCII, read little-endian. It lets a server
+/// tell a thor client from something else that happened to send a well-formed frame.
+pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"THOR");
+
+/// Message type numbers. Requests are `0x0001..=0x007f`, replies `0x0080..=0x00ff`. Numbers not
+/// listed are reserved for later versions (demoted pages, two-phase commit between servers).
+pub mod kind {
+    /// [`crate::RequestBody::Hello`].
+    pub const HELLO: u16 = 0x0001;
+    /// [`crate::RequestBody::Fetch`].
+    pub const FETCH: u16 = 0x0002;
+    /// [`crate::RequestBody::Commit`].
+    pub const COMMIT: u16 = 0x0003;
+    /// [`crate::RequestBody::Abort`].
+    pub const ABORT: u16 = 0x0004;
+    /// [`crate::RequestBody::Stats`].
+    pub const STATS: u16 = 0x0005;
+    /// [`crate::RequestBody::Goodbye`].
+    pub const GOODBYE: u16 = 0x0006;
+    /// [`crate::ReplyBody::HelloOk`].
+    pub const HELLO_OK: u16 = 0x0081;
+    /// [`crate::ReplyBody::Page`].
+    pub const PAGE: u16 = 0x0082;
+    /// [`crate::ReplyBody::CommitOk`].
+    pub const COMMIT_OK: u16 = 0x0083;
+    /// [`crate::ReplyBody::CommitRefused`].
+    pub const COMMIT_REFUSED: u16 = 0x0084;
+    /// [`crate::ReplyBody::Ack`].
+    pub const ACK: u16 = 0x0085;
+    /// [`crate::ReplyBody::Stats`].
+    pub const STATS_REPLY: u16 = 0x0086;
+    /// [`crate::ReplyBody::Error`].
+    pub const ERROR: u16 = 0x00ff;
+
+    /// Whether `k` is in the range of request types.
+    pub const fn is_request(k: u16) -> bool {
+        k >= 0x0001 && k <= 0x007f
+    }
+
+    /// Whether `k` is in the range of reply types.
+    pub const fn is_reply(k: u16) -> bool {
+        k >= 0x0080 && k <= 0x00ff
+    }
+}
+
+/// Cuts `text` to at most [`MESSAGE_BYTES_MAX`] bytes at a character boundary, so that any
+/// message can be sent.
+pub fn truncate_message(text: &str) -> String {
+    if text.len() <= MESSAGE_BYTES_MAX {
+        return text.to_owned();
+    }
+    let mut end = MESSAGE_BYTES_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
+/// What a client piggybacks on any request for the concurrency-control protocol.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Piggyback {
+    /// Invalidated objects the client has applied (dropped or marked invalid): the server can
+    /// remove them from the client's invalid set.
+    pub acks: Vec<Oref>,
+    /// Pages the client dropped from its cache: the server's directory can stop sending
+    /// invalidations for them.
+    pub discarded: Vec<PageId>,
+}
+
+impl Piggyback {
+    /// Whether there is nothing to piggyback.
+    pub fn is_empty(&self) -> bool {
+        self.acks.is_empty() && self.discarded.is_empty()
+    }
+}
+
+/// A client's request: a body and the piggybacked acks and discarded pages. The request id is
+/// not part of the message but of its frame (see [`Request::encode`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// What the client asks.
+    pub body: RequestBody,
+    /// What rides along.
+    pub piggyback: Piggyback,
+}
+
+/// The `Hello` that opens every connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// The oldest protocol version the client speaks.
+    pub min_version: u16,
+    /// The newest protocol version the client speaks; the server picks the newest both speak.
+    pub max_version: u16,
+    /// The shared secret that authenticates the client (empty when the server has none).
+    pub token: Bytes,
+    /// Free text naming the client, for the server's logs.
+    pub client_name: String,
+}
+
+impl Hello {
+    /// A `Hello` offering every version this build speaks.
+    pub fn new(token: impl Into<Bytes>, client_name: impl Into<String>) -> Hello {
+        Hello {
+            min_version: WIRE_VERSION_MIN,
+            max_version: WIRE_VERSION,
+            token: token.into(),
+            client_name: client_name.into(),
+        }
+    }
+}
+
+/// A commit: the transaction's read set, the new versions of the objects it modified, and the
+/// objects it created.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Commit {
+    /// Objects the transaction read, for validation by the concurrency-control protocol.
+    pub reads: Vec<Oref>,
+    /// New versions: each object's oref and complete new bytes.
+    pub versions: Vec<(Oref, Bytes)>,
+    /// Created objects in creation order (which is their clustering order).
+    pub created: Vec<Bytes>,
+}
+
+/// What a client can ask.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestBody {
+    /// Opens the session: version negotiation and authentication. Must come first.
+    Hello(Hello),
+    /// Asks for a page's current bytes.
+    Fetch {
+        /// The page.
+        page: PageId,
+    },
+    /// Asks to commit a transaction.
+    Commit(Commit),
+    /// Tells the server that the client abandoned its transaction.
+    Abort,
+    /// Asks for the server's counters.
+    Stats,
+    /// Ends the session.
+    Goodbye,
+}
+
+impl RequestBody {
+    /// The message type number.
+    pub fn kind(&self) -> u16 {
+        match self {
+            RequestBody::Hello(_) => kind::HELLO,
+            RequestBody::Fetch { .. } => kind::FETCH,
+            RequestBody::Commit(_) => kind::COMMIT,
+            RequestBody::Abort => kind::ABORT,
+            RequestBody::Stats => kind::STATS,
+            RequestBody::Goodbye => kind::GOODBYE,
+        }
+    }
+
+    /// The message's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            RequestBody::Hello(_) => "Hello",
+            RequestBody::Fetch { .. } => "Fetch",
+            RequestBody::Commit(_) => "Commit",
+            RequestBody::Abort => "Abort",
+            RequestBody::Stats => "Stats",
+            RequestBody::Goodbye => "Goodbye",
+        }
+    }
+}
+
+/// What the server tells a client in `HelloOk`: what the session needs to know about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// The protocol version chosen for this connection.
+    pub version: u16,
+    /// The server's id (orefs are relative to it).
+    pub server_id: ServerId,
+    /// Bytes per page: the size of every `Page` reply and of the client's cache frames.
+    pub page_size: usize,
+    /// The persistent root object.
+    pub root: Oref,
+    /// The id the server gave this session.
+    pub client_id: ClientId,
+    /// The largest frame the server accepts on this connection.
+    pub max_frame_bytes: usize,
+}
+
+/// The server's answer to one request, and the invalidations riding on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    /// The answer.
+    pub body: ReplyBody,
+    /// Objects that other clients have committed new versions of since the last reply: the
+    /// client must drop its copies (and abort a transaction that read one).
+    pub invalidations: Vec<Oref>,
+}
+
+/// What the server can answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplyBody {
+    /// Answers `Hello`: the session is open.
+    HelloOk(ServerInfo),
+    /// Answers `Fetch`.
+    Page {
+        /// The page asked for.
+        page: PageId,
+        /// Its bytes, exactly as the server's engine has them (a zero-copy slice of the frame
+        /// at the client).
+        bytes: Bytes,
+    },
+    /// Answers `Commit`: the commit is durable.
+    CommitOk {
+        /// The commit's place in the server's serial order.
+        lsn: Lsn,
+        /// The orefs given to the created objects, in request order.
+        created: Vec<Oref>,
+    },
+    /// Answers `Commit`: the commit was refused and had no effect.
+    CommitRefused {
+        /// Why, for programs.
+        code: RefusedCode,
+        /// Why, for humans.
+        message: String,
+    },
+    /// Answers `Abort` and `Goodbye`.
+    Ack,
+    /// Answers `Stats`.
+    Stats(Box<ServerStats>),
+    /// A request or the connection failed (see [`ErrorCode`] for which codes close it).
+    Error {
+        /// What went wrong, for programs.
+        code: ErrorCode,
+        /// What went wrong, for humans.
+        message: String,
+    },
+}
+
+impl ReplyBody {
+    /// The message type number.
+    pub fn kind(&self) -> u16 {
+        match self {
+            ReplyBody::HelloOk(_) => kind::HELLO_OK,
+            ReplyBody::Page { .. } => kind::PAGE,
+            ReplyBody::CommitOk { .. } => kind::COMMIT_OK,
+            ReplyBody::CommitRefused { .. } => kind::COMMIT_REFUSED,
+            ReplyBody::Ack => kind::ACK,
+            ReplyBody::Stats(_) => kind::STATS_REPLY,
+            ReplyBody::Error { .. } => kind::ERROR,
+        }
+    }
+
+    /// The message's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ReplyBody::HelloOk(_) => "HelloOk",
+            ReplyBody::Page { .. } => "Page",
+            ReplyBody::CommitOk { .. } => "CommitOk",
+            ReplyBody::CommitRefused { .. } => "CommitRefused",
+            ReplyBody::Ack => "Ack",
+            ReplyBody::Stats(_) => "Stats",
+            ReplyBody::Error { .. } => "Error",
+        }
+    }
+}
+
+fn put_orefs(out: &mut Vec<u8>, orefs: &[Oref]) {
+    out.put_u32(orefs.len() as u32);
+    for o in orefs {
+        out.put_u32(o.raw());
+    }
+}
+
+fn get_orefs(r: &mut Reader, max: usize, what: &'static str) -> Result<Vec<Oref>, WireError> {
+    let n = r.count32(max, 4, what)?;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(r.oref(what)?);
+    }
+    Ok(v)
+}
+
+fn check_oref(o: Oref, what: &'static str) -> Result<(), WireError> {
+    if o.is_null() {
+        return Err(WireError::BadValue { what, why: "null oref" });
+    }
+    Ok(())
+}
+
+fn put_short(out: &mut Vec<u8>, b: &[u8], max: usize, what: &'static str) -> Result<(), WireError> {
+    check_limit(what, b.len(), max)?;
+    out.put_u16(b.len() as u16);
+    out.extend_from_slice(b);
+    Ok(())
+}
+
+impl Request {
+    /// A request with nothing piggybacked.
+    pub fn new(body: RequestBody) -> Request {
+        Request { body, piggyback: Piggyback::default() }
+    }
+
+    /// Appends this request's frame, with request id `id`, to `out`. Fails (leaving `out` as it
+    /// was) if a count or length is above its limit or the frame would be larger than
+    /// `max_frame_bytes`: an encoder refuses whatever the peer's decoder would.
+    pub fn encode(
+        &self,
+        id: u64,
+        max_frame_bytes: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
+        let start = frame::begin(out);
+        if let Err(e) = self.encode_payload(out) {
+            out.truncate(start);
+            return Err(e);
+        }
+        frame::finish(out, start, self.body.kind(), id, max_frame_bytes)
+    }
+
+    /// This request's frame with request id `id`, within the largest frame size.
+    pub fn to_frame(&self, id: u64) -> Result<Vec<u8>, WireError> {
+        let mut out = Vec::new();
+        self.encode(id, FRAME_BYTES_MAX, &mut out)?;
+        Ok(out)
+    }
+
+    fn encode_payload(&self, out: &mut Vec<u8>) -> Result<(), WireError> {
+        let pb = &self.piggyback;
+        check_limit("acks", pb.acks.len(), ACKS_MAX)?;
+        check_limit("discarded pages", pb.discarded.len(), DISCARDED_PAGES_MAX)?;
+        for &o in &pb.acks {
+            check_oref(o, "acks")?;
+        }
+        put_orefs(out, &pb.acks);
+        out.put_u32(pb.discarded.len() as u32);
+        for p in &pb.discarded {
+            out.put_u32(p.get());
+        }
+        match &self.body {
+            RequestBody::Hello(h) => {
+                out.put_u32(HELLO_MAGIC);
+                out.put_u16(h.min_version);
+                out.put_u16(h.max_version);
+                put_short(out, &h.token, TOKEN_BYTES_MAX, "token")?;
+                put_short(out, h.client_name.as_bytes(), CLIENT_NAME_BYTES_MAX, "client name")?;
+            }
+            RequestBody::Fetch { page } => out.put_u32(page.get()),
+            RequestBody::Commit(c) => {
+                check_limit("read set", c.reads.len(), READ_SET_MAX)?;
+                check_limit(
+                    "commit objects",
+                    c.versions.len().saturating_add(c.created.len()),
+                    COMMIT_OBJECTS_MAX,
+                )?;
+                for &o in &c.reads {
+                    check_oref(o, "read set")?;
+                }
+                put_orefs(out, &c.reads);
+                out.put_u32(c.versions.len() as u32);
+                for (oref, bytes) in &c.versions {
+                    check_oref(*oref, "version oref")?;
+                    check_limit("object bytes", bytes.len(), OBJECT_BYTES_MAX)?;
+                    out.put_u32(oref.raw());
+                    out.put_u32(bytes.len() as u32);
+                    out.extend_from_slice(bytes);
+                }
+                out.put_u32(c.created.len() as u32);
+                for bytes in &c.created {
+                    check_limit("object bytes", bytes.len(), OBJECT_BYTES_MAX)?;
+                    out.put_u32(bytes.len() as u32);
+                    out.extend_from_slice(bytes);
+                }
+            }
+            RequestBody::Abort | RequestBody::Stats | RequestBody::Goodbye => {}
+        }
+        Ok(())
+    }
+
+    /// Decodes the request in a parsed frame. Every count is checked against its limit and the
+    /// bytes present before anything is allocated for it.
+    pub fn decode(frame: &Frame) -> Result<Request, WireError> {
+        if !kind::is_request(frame.kind) {
+            return Err(if kind::is_reply(frame.kind) {
+                WireError::UnexpectedType { kind: frame.kind, expected: "request" }
+            } else {
+                WireError::UnknownType(frame.kind)
+            });
+        }
+        let mut r = Reader::new(frame.payload.clone());
+        let acks = get_orefs(&mut r, ACKS_MAX, "acks")?;
+        let n = r.count32(DISCARDED_PAGES_MAX, 4, "discarded pages")?;
+        let mut discarded = Vec::with_capacity(n);
+        for _ in 0..n {
+            discarded.push(r.page_id("discarded pages")?);
+        }
+        let piggyback = Piggyback { acks, discarded };
+        let body = match frame.kind {
+            kind::HELLO => {
+                if r.u32("hello magic")? != HELLO_MAGIC {
+                    return Err(WireError::BadValue { what: "hello magic", why: "not \"THOR\"" });
+                }
+                let min_version = r.u16("min version")?;
+                let max_version = r.u16("max version")?;
+                let token = r.short_bytes(TOKEN_BYTES_MAX, "token")?;
+                let client_name = r.string(CLIENT_NAME_BYTES_MAX, "client name")?;
+                RequestBody::Hello(Hello { min_version, max_version, token, client_name })
+            }
+            kind::FETCH => RequestBody::Fetch { page: r.page_id("page")? },
+            kind::COMMIT => {
+                let reads = get_orefs(&mut r, READ_SET_MAX, "read set")?;
+                let nv = r.count32(COMMIT_OBJECTS_MAX, 8, "versions")?;
+                let mut versions = Vec::with_capacity(nv);
+                for _ in 0..nv {
+                    let oref = r.oref("version oref")?;
+                    let len = r.count32(OBJECT_BYTES_MAX, 1, "object bytes")?;
+                    versions.push((oref, r.bytes(len, "object bytes")?));
+                }
+                let nc = r.count32(COMMIT_OBJECTS_MAX - nv, 4, "created objects")?;
+                let mut created = Vec::with_capacity(nc);
+                for _ in 0..nc {
+                    let len = r.count32(OBJECT_BYTES_MAX, 1, "object bytes")?;
+                    created.push(r.bytes(len, "object bytes")?);
+                }
+                RequestBody::Commit(Commit { reads, versions, created })
+            }
+            kind::ABORT => RequestBody::Abort,
+            kind::STATS => RequestBody::Stats,
+            kind::GOODBYE => RequestBody::Goodbye,
+            other => return Err(WireError::UnknownType(other)),
+        };
+        r.finish()?;
+        Ok(Request { body, piggyback })
+    }
+}
+
+impl Reply {
+    /// A reply with no invalidations.
+    pub fn new(body: ReplyBody) -> Reply {
+        Reply { body, invalidations: Vec::new() }
+    }
+
+    /// An `Error` reply; `message` is truncated to [`MESSAGE_BYTES_MAX`].
+    pub fn error(code: ErrorCode, message: &str) -> Reply {
+        Reply::new(ReplyBody::Error { code, message: truncate_message(message) })
+    }
+
+    /// A `CommitRefused` reply; `message` is truncated to [`MESSAGE_BYTES_MAX`].
+    pub fn refused(code: RefusedCode, message: &str) -> Reply {
+        Reply::new(ReplyBody::CommitRefused { code, message: truncate_message(message) })
+    }
+
+    /// Appends this reply's frame, with request id `id`, to `out`. Fails (leaving `out` as it
+    /// was) if a count or length is above its limit or the frame would be larger than
+    /// `max_frame_bytes`.
+    pub fn encode(
+        &self,
+        id: u64,
+        max_frame_bytes: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
+        let start = frame::begin(out);
+        if let Err(e) = self.encode_payload(out) {
+            out.truncate(start);
+            return Err(e);
+        }
+        frame::finish(out, start, self.body.kind(), id, max_frame_bytes)
+    }
+
+    /// This reply's frame with request id `id`, within the largest frame size.
+    pub fn to_frame(&self, id: u64) -> Result<Vec<u8>, WireError> {
+        let mut out = Vec::new();
+        self.encode(id, FRAME_BYTES_MAX, &mut out)?;
+        Ok(out)
+    }
+
+    fn encode_payload(&self, out: &mut Vec<u8>) -> Result<(), WireError> {
+        check_limit("invalidations", self.invalidations.len(), INVALIDATIONS_MAX)?;
+        for &o in &self.invalidations {
+            check_oref(o, "invalidations")?;
+        }
+        put_orefs(out, &self.invalidations);
+        match &self.body {
+            ReplyBody::HelloOk(i) => {
+                check_info(i)?;
+                out.put_u16(i.version);
+                out.put_u16(0);
+                out.put_u32(i.server_id.0);
+                out.put_u32(i.page_size as u32);
+                out.put_u32(i.root.raw());
+                out.put_u32(i.client_id.0);
+                out.put_u32(i.max_frame_bytes as u32);
+            }
+            ReplyBody::Page { page, bytes } => {
+                if !is_valid_page_size(bytes.len()) {
+                    return Err(WireError::BadValue { what: "page bytes", why: "not a page size" });
+                }
+                out.put_u32(page.get());
+                out.put_u32(bytes.len() as u32);
+                out.extend_from_slice(bytes);
+            }
+            ReplyBody::CommitOk { lsn, created } => {
+                check_limit("created orefs", created.len(), COMMIT_OBJECTS_MAX)?;
+                for &o in created {
+                    check_oref(o, "created orefs")?;
+                }
+                out.put_u64(lsn.0);
+                put_orefs(out, created);
+            }
+            ReplyBody::CommitRefused { code, message } => {
+                out.put_u16(code.to_u16());
+                put_short(out, message.as_bytes(), MESSAGE_BYTES_MAX, "message")?;
+            }
+            ReplyBody::Ack => {}
+            ReplyBody::Stats(s) => s.encode(out),
+            ReplyBody::Error { code, message } => {
+                out.put_u16(code.to_u16());
+                put_short(out, message.as_bytes(), MESSAGE_BYTES_MAX, "message")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes the reply in a parsed frame, checking everything.
+    pub fn decode(frame: &Frame) -> Result<Reply, WireError> {
+        if !kind::is_reply(frame.kind) {
+            return Err(if kind::is_request(frame.kind) {
+                WireError::UnexpectedType { kind: frame.kind, expected: "reply" }
+            } else {
+                WireError::UnknownType(frame.kind)
+            });
+        }
+        let mut r = Reader::new(frame.payload.clone());
+        let invalidations = get_orefs(&mut r, INVALIDATIONS_MAX, "invalidations")?;
+        let body = match frame.kind {
+            kind::HELLO_OK => {
+                let version = r.u16("version")?;
+                if r.u16("reserved")? != 0 {
+                    return Err(WireError::BadValue { what: "reserved", why: "not zero" });
+                }
+                let server_id = ServerId(r.u32("server id")?);
+                let page_size = r.u32("page size")? as usize;
+                let root = r.oref("root")?;
+                let client_id = ClientId(r.u32("client id")?);
+                let max_frame_bytes = r.u32("max frame bytes")? as usize;
+                let info =
+                    ServerInfo { version, server_id, page_size, root, client_id, max_frame_bytes };
+                check_info(&info)?;
+                ReplyBody::HelloOk(info)
+            }
+            kind::PAGE => {
+                let page = r.page_id("page")?;
+                let len = r.u32("page length")? as usize;
+                if !is_valid_page_size(len) {
+                    return Err(WireError::BadValue {
+                        what: "page length",
+                        why: "not a page size",
+                    });
+                }
+                ReplyBody::Page { page, bytes: r.bytes(len, "page bytes")? }
+            }
+            kind::COMMIT_OK => {
+                let lsn = Lsn(r.u64("lsn")?);
+                let created = get_orefs(&mut r, COMMIT_OBJECTS_MAX, "created orefs")?;
+                ReplyBody::CommitOk { lsn, created }
+            }
+            kind::COMMIT_REFUSED => {
+                let code = RefusedCode::from_u16(r.u16("refusal code")?)
+                    .ok_or(WireError::BadValue { what: "refusal code", why: "unknown code" })?;
+                let message = r.string(MESSAGE_BYTES_MAX, "message")?;
+                ReplyBody::CommitRefused { code, message }
+            }
+            kind::ACK => ReplyBody::Ack,
+            kind::STATS_REPLY => ReplyBody::Stats(Box::new(ServerStats::decode(&mut r)?)),
+            kind::ERROR => {
+                let code = ErrorCode::from_u16(r.u16("error code")?)
+                    .ok_or(WireError::BadValue { what: "error code", why: "unknown code" })?;
+                let message = r.string(MESSAGE_BYTES_MAX, "message")?;
+                ReplyBody::Error { code, message }
+            }
+            other => return Err(WireError::UnknownType(other)),
+        };
+        r.finish()?;
+        Ok(Reply { body, invalidations })
+    }
+}
+
+fn check_info(i: &ServerInfo) -> Result<(), WireError> {
+    if i.version == 0 {
+        return Err(WireError::BadValue { what: "version", why: "zero" });
+    }
+    if !is_valid_page_size(i.page_size) {
+        return Err(WireError::BadValue { what: "page size", why: "not a valid page size" });
+    }
+    check_oref(i.root, "root")?;
+    if !(FRAME_BYTES_SETTING_MIN..=FRAME_BYTES_MAX).contains(&i.max_frame_bytes) {
+        return Err(WireError::BadValue {
+            what: "max frame bytes",
+            why: "outside the allowed range",
+        });
+    }
+    Ok(())
+}
+
+/// Parses and decodes a whole request frame (length word included): what a server does with
+/// the bytes of one frame. Returns the request id and the request.
+pub fn decode_request(frame: Bytes, max_frame_bytes: usize) -> Result<(u64, Request), WireError> {
+    let f = Frame::parse(frame, max_frame_bytes)?;
+    Ok((f.id, Request::decode(&f)?))
+}
+
+/// Parses and decodes a whole reply frame (length word included). Returns the request id and
+/// the reply.
+pub fn decode_reply(frame: Bytes, max_frame_bytes: usize) -> Result<(u64, Reply), WireError> {
+    let f = Frame::parse(frame, max_frame_bytes)?;
+    Ok((f.id, Reply::decode(&f)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::frame_size;
+    use crate::limits::FRAME_HEADER_BYTES;
+    use thor_core::checksum::Crc32c;
+
+    /// A frame around `payload` with a correct length and checksum.
+    fn raw_frame(kind: u16, payload: &[u8]) -> Bytes {
+        let mut f = Vec::new();
+        let start = frame::begin(&mut f);
+        f.extend_from_slice(payload);
+        frame::finish(&mut f, start, kind, 5, FRAME_BYTES_MAX).unwrap();
+        Bytes::from(f)
+    }
+
+    fn req_err(kind: u16, payload: &[u8]) -> WireError {
+        decode_request(raw_frame(kind, payload), FRAME_BYTES_MAX).unwrap_err()
+    }
+
+    #[test]
+    fn fetch_frame_has_the_documented_bytes() {
+        let req = Request::new(RequestBody::Fetch { page: PageId::new(7).unwrap() });
+        let f = req.to_frame(1).unwrap();
+        let mut expected = vec![
+            28, 0, 0, 0, // length: 16 + 12 bytes of payload
+            0, 0, 0, 0, // crc32c, filled below
+            0x02, 0x00, // type: Fetch
+            0x00, 0x00, // flags
+            1, 0, 0, 0, 0, 0, 0, 0, // request id
+            0, 0, 0, 0, // no acks
+            0, 0, 0, 0, // no discarded pages
+            7, 0, 0, 0, // page 7
+        ];
+        let mut crc = Crc32c::new();
+        crc.update(&expected[0..4]);
+        crc.update(&expected[8..]);
+        let c = crc.finish();
+        expected[4..8].copy_from_slice(&c.to_le_bytes());
+        assert_eq!(f, expected);
+        assert_eq!(c, 0x2c65_a77e, "the checksum of this frame never changes");
+    }
+
+    #[test]
+    fn frame_sizes_are_checked_before_reading() {
+        assert_eq!(frame_size(16u32.to_le_bytes(), 1 << 20), Ok(20));
+        assert!(matches!(
+            frame_size(15u32.to_le_bytes(), 1 << 20),
+            Err(WireError::FrameTooShort { len: 15 })
+        ));
+        assert!(matches!(
+            frame_size(u32::MAX.to_le_bytes(), FRAME_BYTES_MAX),
+            Err(WireError::FrameTooLarge { .. })
+        ));
+        // The connection's own limit applies, never above the protocol's.
+        assert!(frame_size(100u32.to_le_bytes(), 64).is_err());
+        assert!(frame_size(((FRAME_BYTES_MAX) as u32).to_le_bytes(), usize::MAX).is_err());
+    }
+
+    #[test]
+    fn counts_are_bounded_by_the_bytes_present() {
+        // A commit claiming a million versions in a 20-byte payload: refused before any
+        // allocation for them.
+        let mut p = vec![0u8; 8]; // empty piggyback
+        p.extend_from_slice(&0u32.to_le_bytes()); // no reads
+        p.extend_from_slice(&(1u32 << 20).to_le_bytes()); // versions
+        p.extend_from_slice(&[0; 8]);
+        assert_eq!(req_err(kind::COMMIT, &p), WireError::Truncated { what: "versions" });
+        let mut p = vec![0u8; 8];
+        p.extend_from_slice(&u32::MAX.to_le_bytes()); // reads above the limit
+        assert!(matches!(
+            req_err(kind::COMMIT, &p),
+            WireError::LimitExceeded { what: "read set", .. }
+        ));
+    }
+
+    #[test]
+    fn malformed_payloads_are_named() {
+        let empty_pb = [0u8; 8];
+        let mut p = empty_pb.to_vec();
+        p.extend_from_slice(b"HTTP");
+        assert!(matches!(
+            req_err(kind::HELLO, &p),
+            WireError::BadValue { what: "hello magic", .. }
+        ));
+        let mut p = empty_pb.to_vec();
+        p.extend_from_slice(&0u32.to_le_bytes());
+        assert!(matches!(req_err(kind::FETCH, &p), WireError::BadValue { what: "page", .. }));
+        let mut p = empty_pb.to_vec();
+        p.extend_from_slice(&[7, 0, 0, 0, 9]);
+        assert_eq!(req_err(kind::FETCH, &p), WireError::TrailingBytes { count: 1 });
+        assert_eq!(req_err(kind::FETCH, &empty_pb), WireError::Truncated { what: "page" });
+        assert_eq!(req_err(0x0077, &empty_pb), WireError::UnknownType(0x77));
+        assert_eq!(req_err(0x1234, &empty_pb), WireError::UnknownType(0x1234));
+        assert_eq!(
+            req_err(kind::ACK, &[0; 4]),
+            WireError::UnexpectedType { kind: kind::ACK, expected: "request" }
+        );
+        // A swizzled (tagged) oref in an ack.
+        let mut p = 1u32.to_le_bytes().to_vec();
+        p.extend_from_slice(&3u32.to_le_bytes());
+        p.extend_from_slice(&0u32.to_le_bytes());
+        assert!(matches!(req_err(kind::ABORT, &p), WireError::BadValue { what: "acks", .. }));
+        let f = raw_frame(kind::STATS, &empty_pb);
+        let mut bad = f.to_vec();
+        bad[10] = 1;
+        let crc = {
+            let mut c = Crc32c::new();
+            c.update(&bad[0..4]);
+            c.update(&bad[8..]);
+            c.finish()
+        };
+        bad[4..8].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            decode_request(Bytes::from(bad), FRAME_BYTES_MAX).unwrap_err(),
+            WireError::ReservedFlags(1)
+        );
+    }
+
+    #[test]
+    fn encoders_refuse_what_decoders_would() {
+        let mut out = vec![1, 2, 3];
+        let hello = Hello::new(vec![0u8; TOKEN_BYTES_MAX + 1], "x");
+        let err = Request::new(RequestBody::Hello(hello)).encode(1, FRAME_BYTES_MAX, &mut out);
+        assert!(matches!(err, Err(WireError::LimitExceeded { what: "token", .. })));
+        assert_eq!(out, [1, 2, 3], "a failed encode leaves the buffer as it was");
+        let big = Commit { created: vec![Bytes::from(vec![0u8; 4096]); 40], ..Commit::default() };
+        let err = Request::new(RequestBody::Commit(big)).encode(1, 64 << 10, &mut out);
+        assert!(matches!(err, Err(WireError::FrameTooLarge { .. })));
+        assert_eq!(out, [1, 2, 3]);
+        let null = Request::new(RequestBody::Commit(Commit {
+            reads: vec![Oref::NULL],
+            ..Commit::default()
+        }));
+        assert!(null.to_frame(1).is_err());
+    }
+
+    #[test]
+    fn messages_are_truncated_at_character_boundaries() {
+        let long = "é".repeat(MESSAGE_BYTES_MAX);
+        let t = truncate_message(&long);
+        assert!(t.len() <= MESSAGE_BYTES_MAX && t.len() >= MESSAGE_BYTES_MAX - 1);
+        let r = Reply::error(ErrorCode::Internal, &long);
+        assert!(r.to_frame(0).is_ok());
+        assert_eq!(truncate_message("short"), "short");
+    }
+
+    #[test]
+    fn empty_frames_are_exactly_a_header() {
+        let f = Reply::new(ReplyBody::Ack).to_frame(0).unwrap();
+        assert_eq!(f.len(), FRAME_HEADER_BYTES + 4);
+    }
+}

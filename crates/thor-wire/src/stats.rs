@@ -1,0 +1,171 @@
+//! The server's counters as a `Stats` reply carries them.
+//!
+//! The body is a count `F: u16` followed by `F` little-endian u64 words, one per counter in the
+//! order of the fields of [`ServerStats`]; ratios are IEEE-754 doubles sent as their bits.
+//! Counters are only ever appended to the list, so a client that knows fewer counters than a
+//! server sends reads the ones it knows and skips the rest (up to [`STATS_FIELDS_MAX`]).
+
+use crate::codec::{Put, Reader};
+use crate::error::WireError;
+use crate::limits::STATS_FIELDS_MAX;
+
+/// A value of one counter: how it travels as a u64 word.
+trait StatWord: Copy {
+    fn to_word(self) -> u64;
+    fn from_word(w: u64) -> Self;
+}
+
+impl StatWord for u64 {
+    fn to_word(self) -> u64 {
+        self
+    }
+    fn from_word(w: u64) -> Self {
+        w
+    }
+}
+
+impl StatWord for f64 {
+    fn to_word(self) -> u64 {
+        self.to_bits()
+    }
+    fn from_word(w: u64) -> Self {
+        f64::from_bits(w)
+    }
+}
+
+/// One counter's value, for printing every counter without naming each.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StatValue {
+    /// A count.
+    Count(u64),
+    /// A ratio or mean.
+    Ratio(f64),
+}
+
+trait ToStatValue {
+    fn value(self) -> StatValue;
+}
+
+impl ToStatValue for u64 {
+    fn value(self) -> StatValue {
+        StatValue::Count(self)
+    }
+}
+
+impl ToStatValue for f64 {
+    fn value(self) -> StatValue {
+        StatValue::Ratio(self)
+    }
+}
+
+macro_rules! server_stats {
+    ($( $(#[$m:meta])* $field:ident : $ty:ident, )*) => {
+        /// Counters of a server: its engine's (`thor_server::EngineStats`) followed by its
+        /// sessions' and connections'.
+        #[derive(Debug, Clone, Default, PartialEq)]
+        pub struct ServerStats {
+            $( $(#[$m])* pub $field: $ty, )*
+        }
+
+        impl ServerStats {
+            /// Counters this version knows, in wire order.
+            pub const FIELDS: &'static [&'static str] = &[$(stringify!($field)),*];
+
+            /// Every counter with its name, in wire order.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, StatValue)> {
+                [$( (stringify!($field), ToStatValue::value(self.$field)) ),*].into_iter()
+            }
+
+            pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+                out.put_u16(Self::FIELDS.len() as u16);
+                $( out.put_u64(StatWord::to_word(self.$field)); )*
+            }
+
+            pub(crate) fn decode(r: &mut Reader) -> Result<ServerStats, WireError> {
+                let n = r.count16(STATS_FIELDS_MAX, 8, "stats fields")?;
+                if n < Self::FIELDS.len() {
+                    return Err(WireError::BadValue {
+                        what: "stats fields",
+                        why: "fewer counters than this protocol version has",
+                    });
+                }
+                let s = ServerStats {
+                    $( $field: <$ty as StatWord>::from_word(r.u64(stringify!($field))?), )*
+                };
+                r.skip((n - Self::FIELDS.len()) * 8, "stats fields")?;
+                Ok(s)
+            }
+        }
+    };
+}
+
+server_stats! {
+    /// Commits acknowledged.
+    commits: u64,
+    /// Object versions committed (excluding created objects).
+    versions_committed: u64,
+    /// Objects created.
+    objects_created: u64,
+    /// Commits refused as invalid.
+    commits_refused: u64,
+    /// Record bytes appended to the log.
+    log_bytes: u64,
+    /// Log fsyncs.
+    log_fsyncs: u64,
+    /// Mean commits sharing one log fsync (group commit).
+    commits_per_fsync: f64,
+    /// Bytes charged to the MOB now.
+    mob_bytes: u64,
+    /// Versions in the MOB now.
+    mob_entries: u64,
+    /// Fetches served by the engine.
+    fetches: u64,
+    /// MOB versions applied to fetched pages.
+    fetch_versions_applied: u64,
+    /// Page cache hits.
+    cache_hits: u64,
+    /// Page cache misses.
+    cache_misses: u64,
+    /// Pages read from disk for fetches.
+    fetch_reads: u64,
+    /// Pages read from disk by the flusher before installing into them.
+    installation_reads: u64,
+    /// Pages read from disk to validate commits.
+    validation_reads: u64,
+    /// Flusher rounds.
+    flush_rounds: u64,
+    /// Pages written by the flusher.
+    pages_written: u64,
+    /// Versions installed by the flusher.
+    versions_installed: u64,
+    /// Versions installed per page written: write absorption.
+    write_absorption: f64,
+    /// Commits that waited for MOB space.
+    mob_waits: u64,
+    /// The current checkpoint (log records below it are installed).
+    checkpoint: u64,
+    /// Pages allocated (the tail page id).
+    pages_allocated: u64,
+    /// Sessions (connections) open now.
+    sessions_open: u64,
+    /// Sessions opened since the server started.
+    sessions_opened: u64,
+    /// Connections refused because the server had as many as it allows.
+    sessions_refused: u64,
+    /// Requests handled.
+    requests: u64,
+    /// Connections closed because of a protocol error (bad frame, malformed message, ...).
+    protocol_errors: u64,
+    /// `Hello`s refused for a wrong token.
+    auth_failures: u64,
+    /// Invalidation acks received.
+    acks_received: u64,
+    /// Discarded-page notices received.
+    discarded_pages_received: u64,
+    /// Frame bytes received from clients over the network.
+    bytes_received: u64,
+    /// Frame bytes sent to clients over the network.
+    bytes_sent: u64,
+}
+
+const _: () = assert!(ServerStats::FIELDS.len() <= STATS_FIELDS_MAX);

@@ -1,0 +1,97 @@
+//! The client's view of a connection to a server: the [`Transport`] trait.
+//!
+//! A transport carries [`Request`]s to one server and brings back its [`Reply`]s, in order. It
+//! is split into [`Transport::send`] and [`Transport::recv`] so that a client can work while a
+//! request is on the wire: the HAC cache frees a frame for the page it is fetching between the
+//! two calls. [`Transport::round_trip`] does both.
+//!
+//! A transport performs the `Hello` handshake when it is made (so a value of a transport type is
+//! always an open, authenticated session) and numbers requests itself; callers never see request
+//! ids. Implementations live in `thor-net`: TCP (`TcpTransport`) and in-process
+//! (`LocalTransport`).
+//!
+//! ```text
+//!   client                         transport                          server
+//!     │ send(Fetch p) ───────────────► frame id=7 ───────────────────────►│
+//!     │ (free a cache frame)                                              │
+//!     │ recv() ◄──────────────────────── frame id=7 ◄────── Page p ───────│
+//! ```
+//!
+//! *Errors and the connection:* an `Error` reply is a reply, returned by `recv` like any other
+//! (its [`crate::ErrorCode`] says whether the server closes the connection after it). A
+//! [`TransportError`] means the transport itself failed; after one, every call returns
+//! [`TransportError::Broken`] and the client must make a new transport.
+
+use crate::code::ErrorCode;
+use crate::error::WireError;
+use crate::message::{Reply, Request, ServerInfo};
+
+/// Why a transport could not carry a request or bring back its reply. Each variant says what
+/// the client should do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// The connection failed (reset, timed out, unreachable). Make a new transport; the outcome
+    /// of a commit in flight is unknown, so read its objects back before retrying it.
+    #[error("connection failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The server closed the connection. Make a new transport; as for [`TransportError::Io`],
+    /// a commit in flight may or may not have happened.
+    #[error("the server closed the connection")]
+    Closed,
+    /// The server refused to open a session (wrong token, no common version, too many
+    /// connections). The code says which; fix the configuration or retry later.
+    #[error("the server refused the session: {code}: {message}")]
+    Refused {
+        /// Why, for programs.
+        code: ErrorCode,
+        /// Why, for humans.
+        message: String,
+    },
+    /// The request cannot be sent: a count or size is above a protocol limit or the server's
+    /// frame size. Nothing was sent; split the work (commit smaller transactions).
+    #[error("request cannot be sent: {0}")]
+    BadRequest(WireError),
+    /// The server sent bytes that do not decode: it is not a thor server of a compatible
+    /// version, or there is a bug. Make a new transport.
+    #[error("malformed reply: {0}")]
+    BadReply(WireError),
+    /// The server answered something that is not an answer to the request (a reply id out of
+    /// order, a reply type the request cannot have). Make a new transport.
+    #[error("unexpected reply: {0}")]
+    Unexpected(String),
+    /// An earlier error left the connection in an unknown state. Make a new transport.
+    #[error("the connection is broken by an earlier error")]
+    Broken,
+    /// As many requests as a transport allows are waiting for replies: call `recv` first.
+    #[error("{max} requests already in flight; receive a reply first")]
+    TooManyInFlight {
+        /// The bound ([`crate::limits::IN_FLIGHT_MAX`]).
+        max: usize,
+    },
+    /// `recv` was called with no request waiting for a reply: a bug in the caller.
+    #[error("no request is waiting for a reply")]
+    NothingInFlight,
+}
+
+/// A connection to one server, as the client library sees it.
+///
+/// Requests are answered in the order they are sent; up to [`crate::limits::IN_FLIGHT_MAX`]
+/// may be in flight at once.
+pub trait Transport: Send {
+    /// What the server said in its `HelloOk`: page size, root, client id, frame limit.
+    fn server(&self) -> &ServerInfo;
+
+    /// Sends `req` without waiting for its reply. Fails without sending if the request is over
+    /// a limit ([`TransportError::BadRequest`]) or too many requests are in flight.
+    fn send(&mut self, req: &Request) -> Result<(), TransportError>;
+
+    /// Waits for the reply to the oldest request in flight.
+    fn recv(&mut self) -> Result<Reply, TransportError>;
+
+    /// Sends `req` and waits for its reply. Requests sent earlier must have been received.
+    fn round_trip(&mut self, req: &Request) -> Result<Reply, TransportError> {
+        self.send(req)?;
+        self.recv()
+    }
+}

@@ -1,0 +1,126 @@
+//! Proptest strategies for every message of the protocol.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use proptest::collection::vec;
+use proptest::prelude::*;
+use thor_core::ids::PAGE_ID_MAX;
+use thor_core::{ClientId, Lsn, Oid, Oref, PageId, ServerId};
+use thor_wire::limits::{FRAME_BYTES_MAX, FRAME_BYTES_SETTING_MIN};
+use thor_wire::{
+    Commit, ErrorCode, Hello, Piggyback, RefusedCode, Reply, ReplyBody, Request, RequestBody,
+    ServerInfo, ServerStats,
+};
+
+pub fn oref() -> impl Strategy<Value = Oref> {
+    (1..=PAGE_ID_MAX, 0u16..512)
+        .prop_map(|(p, o)| Oref::new(PageId::new(p).unwrap(), Oid::new(o).unwrap()))
+}
+
+pub fn page_id() -> impl Strategy<Value = PageId> {
+    (1..=PAGE_ID_MAX).prop_map(|p| PageId::new(p).unwrap())
+}
+
+pub fn blob(max: usize) -> impl Strategy<Value = Bytes> {
+    vec(any::<u8>(), 0..=max).prop_map(Bytes::from)
+}
+
+pub fn piggyback() -> impl Strategy<Value = Piggyback> {
+    (vec(oref(), 0..8), vec(page_id(), 0..8))
+        .prop_map(|(acks, discarded)| Piggyback { acks, discarded })
+}
+
+pub fn request_body() -> impl Strategy<Value = RequestBody> {
+    prop_oneof![
+        (any::<u16>(), any::<u16>(), blob(64), "\\PC{0,20}").prop_map(|(a, b, token, name)| {
+            RequestBody::Hello(Hello { min_version: a, max_version: b, token, client_name: name })
+        }),
+        page_id().prop_map(|page| RequestBody::Fetch { page }),
+        (vec(oref(), 0..16), vec((oref(), blob(48)), 0..8), vec(blob(48), 0..8)).prop_map(
+            |(reads, versions, created)| RequestBody::Commit(Commit { reads, versions, created })
+        ),
+        Just(RequestBody::Abort),
+        Just(RequestBody::Stats),
+        Just(RequestBody::Goodbye),
+    ]
+}
+
+pub fn request() -> impl Strategy<Value = Request> {
+    (request_body(), piggyback()).prop_map(|(body, piggyback)| Request { body, piggyback })
+}
+
+fn stats() -> impl Strategy<Value = ServerStats> {
+    (vec(any::<u64>(), 40), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
+        commits: w[0],
+        versions_committed: w[1],
+        objects_created: w[2],
+        commits_refused: w[3],
+        log_bytes: w[4],
+        log_fsyncs: w[5],
+        commits_per_fsync: a,
+        mob_bytes: w[6],
+        mob_entries: w[7],
+        fetches: w[8],
+        fetch_versions_applied: w[9],
+        cache_hits: w[10],
+        cache_misses: w[11],
+        fetch_reads: w[12],
+        installation_reads: w[13],
+        validation_reads: w[14],
+        flush_rounds: w[15],
+        pages_written: w[16],
+        versions_installed: w[17],
+        write_absorption: b,
+        mob_waits: w[18],
+        checkpoint: w[19],
+        pages_allocated: w[20],
+        sessions_open: w[21],
+        sessions_opened: w[22],
+        sessions_refused: w[23],
+        requests: w[24],
+        protocol_errors: w[25],
+        auth_failures: w[26],
+        acks_received: w[27],
+        discarded_pages_received: w[28],
+        bytes_received: w[29],
+        bytes_sent: w[30],
+    })
+}
+
+pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
+    prop_oneof![
+        (
+            1u16..,
+            any::<u32>(),
+            10u32..=15,
+            oref(),
+            any::<u32>(),
+            FRAME_BYTES_SETTING_MIN..=FRAME_BYTES_MAX
+        )
+            .prop_map(|(version, s, shift, root, c, max)| {
+                ReplyBody::HelloOk(ServerInfo {
+                    version,
+                    server_id: ServerId(s),
+                    page_size: 1 << shift,
+                    root,
+                    client_id: ClientId(c),
+                    max_frame_bytes: max,
+                })
+            }),
+        (page_id(), vec(any::<u8>(), 1024..=1024))
+            .prop_map(|(page, b)| ReplyBody::Page { page, bytes: Bytes::from(b) }),
+        (any::<u64>(), vec(oref(), 0..16))
+            .prop_map(|(l, created)| ReplyBody::CommitOk { lsn: Lsn(l), created }),
+        (proptest::sample::select(RefusedCode::ALL), "\\PC{0,40}")
+            .prop_map(|(code, message)| ReplyBody::CommitRefused { code, message }),
+        Just(ReplyBody::Ack),
+        stats().prop_map(|s| ReplyBody::Stats(Box::new(s))),
+        (proptest::sample::select(ErrorCode::ALL), "\\PC{0,40}")
+            .prop_map(|(code, message)| ReplyBody::Error { code, message }),
+    ]
+}
+
+pub fn reply() -> impl Strategy<Value = Reply> {
+    (reply_body(), vec(oref(), 0..8))
+        .prop_map(|(body, invalidations)| Reply { body, invalidations })
+}
