@@ -15,6 +15,10 @@
 //!   ([`superblock`]);
 //! - bulk-loads large databases straight into pages.
 //!
+//! [`server`] wraps the engine in the protocol: sessions, authentication, and the mapping of
+//! requests (`thor-wire`) to engine calls and of engine errors to wire codes. It is
+//! synchronous and does no I/O; `thor-net` puts it behind sockets.
+//!
 //! The engine is synchronous and takes its disk as an `Arc<dyn Disk>`, so tests run it over
 //! an in-memory, fault-injecting disk and crash it at chosen points.
 
@@ -25,6 +29,7 @@ pub mod limits;
 pub mod mob;
 pub mod pagecache;
 pub mod record;
+pub mod server;
 pub mod superblock;
 
 pub use engine::{
@@ -32,3 +37,4 @@ pub use engine::{
     FlushReport,
 };
 pub use error::{EngineError, InvalidCommit};
+pub use server::{Handler, HandlerConfig, HandlerError, Response, Session};

@@ -29,3 +29,9 @@ pub const BULK_WINDOW_PAGES: usize = 65_536;
 
 const _: () = assert!(FLUSH_START_PERCENT > 0 && FLUSH_START_PERCENT < 100);
 const _: () = assert!(COMMIT_BYTES_MAX <= u32::MAX as usize);
+
+/// Sessions (client connections) a server handler allows at once, by default. Each session
+/// can make the server buffer one frame (up to the frame limit) and hold one blocking thread
+/// while its commit waits for the log; 256 keeps that bounded on a small machine while being
+/// far more clients than the papers' experiments ran.
+pub const SESSIONS_MAX_DEFAULT: usize = 256;

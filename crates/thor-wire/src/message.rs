@@ -95,8 +95,8 @@ use crate::error::WireError;
 use crate::frame::{self, Frame};
 use crate::limits::{
     ACKS_MAX, CLIENT_NAME_BYTES_MAX, COMMIT_OBJECTS_MAX, DISCARDED_PAGES_MAX, FRAME_BYTES_MAX,
-    FRAME_BYTES_SETTING_MIN, INVALIDATIONS_MAX, MESSAGE_BYTES_MAX, OBJECT_BYTES_MAX, READ_SET_MAX,
-    TOKEN_BYTES_MAX, WIRE_VERSION, WIRE_VERSION_MIN,
+    FRAME_BYTES_SETTING_MIN, FRAME_HEADER_BYTES, INVALIDATIONS_MAX, MESSAGE_BYTES_MAX,
+    OBJECT_BYTES_MAX, READ_SET_MAX, TOKEN_BYTES_MAX, WIRE_VERSION, WIRE_VERSION_MIN,
 };
 use crate::stats::ServerStats;
 
@@ -387,10 +387,20 @@ fn check_oref(o: Oref, what: &'static str) -> Result<(), WireError> {
     Ok(())
 }
 
-fn put_short(out: &mut Vec<u8>, b: &[u8], max: usize, what: &'static str) -> Result<(), WireError> {
-    check_limit(what, b.len(), max)?;
+fn put_short(out: &mut Vec<u8>, b: &[u8]) {
     out.put_u16(b.len() as u16);
     out.extend_from_slice(b);
+}
+
+fn check_orefs(orefs: &[Oref], what: &'static str) -> Result<(), WireError> {
+    orefs.iter().try_for_each(|&o| check_oref(o, what))
+}
+
+fn check_frame_size(size: usize, max_frame_bytes: usize) -> Result<(), WireError> {
+    let max = max_frame_bytes.min(FRAME_BYTES_MAX);
+    if size > max {
+        return Err(WireError::FrameTooLarge { len: size as u64, max });
+    }
     Ok(())
 }
 
@@ -398,6 +408,47 @@ impl Request {
     /// A request with nothing piggybacked.
     pub fn new(body: RequestBody) -> Request {
         Request { body, piggyback: Piggyback::default() }
+    }
+
+    /// Checks every count, length and oref of this request against the protocol's limits and
+    /// returns the size of its frame, without encoding it. A transport that does not encode
+    /// (the in-process one) uses this to refuse exactly what a network transport refuses.
+    pub fn frame_bytes(&self) -> Result<usize, WireError> {
+        let pb = &self.piggyback;
+        check_limit("acks", pb.acks.len(), ACKS_MAX)?;
+        check_limit("discarded pages", pb.discarded.len(), DISCARDED_PAGES_MAX)?;
+        check_orefs(&pb.acks, "acks")?;
+        let mut n = FRAME_HEADER_BYTES + 8 + 4 * pb.acks.len() + 4 * pb.discarded.len();
+        n += match &self.body {
+            RequestBody::Hello(h) => {
+                check_limit("token", h.token.len(), TOKEN_BYTES_MAX)?;
+                check_limit("client name", h.client_name.len(), CLIENT_NAME_BYTES_MAX)?;
+                12 + h.token.len() + h.client_name.len()
+            }
+            RequestBody::Fetch { .. } => 4,
+            RequestBody::Commit(c) => {
+                check_limit("read set", c.reads.len(), READ_SET_MAX)?;
+                check_limit(
+                    "commit objects",
+                    c.versions.len().saturating_add(c.created.len()),
+                    COMMIT_OBJECTS_MAX,
+                )?;
+                check_orefs(&c.reads, "read set")?;
+                let mut n = 12 + 4 * c.reads.len();
+                for (oref, bytes) in &c.versions {
+                    check_oref(*oref, "version oref")?;
+                    check_limit("object bytes", bytes.len(), OBJECT_BYTES_MAX)?;
+                    n += 8 + bytes.len();
+                }
+                for bytes in &c.created {
+                    check_limit("object bytes", bytes.len(), OBJECT_BYTES_MAX)?;
+                    n += 4 + bytes.len();
+                }
+                n
+            }
+            RequestBody::Abort | RequestBody::Stats | RequestBody::Goodbye => 0,
+        };
+        Ok(n)
     }
 
     /// Appends this request's frame, with request id `id`, to `out`. Fails (leaving `out` as it
@@ -409,11 +460,12 @@ impl Request {
         max_frame_bytes: usize,
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
+        let size = self.frame_bytes()?;
+        check_frame_size(size, max_frame_bytes)?;
+        out.reserve(size);
         let start = frame::begin(out);
-        if let Err(e) = self.encode_payload(out) {
-            out.truncate(start);
-            return Err(e);
-        }
+        self.write_payload(out);
+        debug_assert_eq!(out.len() - start, size);
         frame::finish(out, start, self.body.kind(), id, max_frame_bytes)
     }
 
@@ -424,13 +476,9 @@ impl Request {
         Ok(out)
     }
 
-    fn encode_payload(&self, out: &mut Vec<u8>) -> Result<(), WireError> {
+    /// Writes the payload; [`Request::frame_bytes`] has checked it.
+    fn write_payload(&self, out: &mut Vec<u8>) {
         let pb = &self.piggyback;
-        check_limit("acks", pb.acks.len(), ACKS_MAX)?;
-        check_limit("discarded pages", pb.discarded.len(), DISCARDED_PAGES_MAX)?;
-        for &o in &pb.acks {
-            check_oref(o, "acks")?;
-        }
         put_orefs(out, &pb.acks);
         out.put_u32(pb.discarded.len() as u32);
         for p in &pb.discarded {
@@ -441,39 +489,26 @@ impl Request {
                 out.put_u32(HELLO_MAGIC);
                 out.put_u16(h.min_version);
                 out.put_u16(h.max_version);
-                put_short(out, &h.token, TOKEN_BYTES_MAX, "token")?;
-                put_short(out, h.client_name.as_bytes(), CLIENT_NAME_BYTES_MAX, "client name")?;
+                put_short(out, &h.token);
+                put_short(out, h.client_name.as_bytes());
             }
             RequestBody::Fetch { page } => out.put_u32(page.get()),
             RequestBody::Commit(c) => {
-                check_limit("read set", c.reads.len(), READ_SET_MAX)?;
-                check_limit(
-                    "commit objects",
-                    c.versions.len().saturating_add(c.created.len()),
-                    COMMIT_OBJECTS_MAX,
-                )?;
-                for &o in &c.reads {
-                    check_oref(o, "read set")?;
-                }
                 put_orefs(out, &c.reads);
                 out.put_u32(c.versions.len() as u32);
                 for (oref, bytes) in &c.versions {
-                    check_oref(*oref, "version oref")?;
-                    check_limit("object bytes", bytes.len(), OBJECT_BYTES_MAX)?;
                     out.put_u32(oref.raw());
                     out.put_u32(bytes.len() as u32);
                     out.extend_from_slice(bytes);
                 }
                 out.put_u32(c.created.len() as u32);
                 for bytes in &c.created {
-                    check_limit("object bytes", bytes.len(), OBJECT_BYTES_MAX)?;
                     out.put_u32(bytes.len() as u32);
                     out.extend_from_slice(bytes);
                 }
             }
             RequestBody::Abort | RequestBody::Stats | RequestBody::Goodbye => {}
         }
-        Ok(())
     }
 
     /// Decodes the request in a parsed frame. Every count is checked against its limit and the
@@ -549,6 +584,37 @@ impl Reply {
         Reply::new(ReplyBody::CommitRefused { code, message: truncate_message(message) })
     }
 
+    /// Checks every count, length and value of this reply against the protocol's limits and
+    /// returns the size of its frame, without encoding it.
+    pub fn frame_bytes(&self) -> Result<usize, WireError> {
+        check_limit("invalidations", self.invalidations.len(), INVALIDATIONS_MAX)?;
+        check_orefs(&self.invalidations, "invalidations")?;
+        let n = FRAME_HEADER_BYTES + 4 + 4 * self.invalidations.len();
+        Ok(n + match &self.body {
+            ReplyBody::HelloOk(i) => {
+                check_info(i)?;
+                24
+            }
+            ReplyBody::Page { bytes, .. } => {
+                if !is_valid_page_size(bytes.len()) {
+                    return Err(WireError::BadValue { what: "page bytes", why: "not a page size" });
+                }
+                8 + bytes.len()
+            }
+            ReplyBody::CommitOk { created, .. } => {
+                check_limit("created orefs", created.len(), COMMIT_OBJECTS_MAX)?;
+                check_orefs(created, "created orefs")?;
+                12 + 4 * created.len()
+            }
+            ReplyBody::CommitRefused { message, .. } | ReplyBody::Error { message, .. } => {
+                check_limit("message", message.len(), MESSAGE_BYTES_MAX)?;
+                4 + message.len()
+            }
+            ReplyBody::Ack => 0,
+            ReplyBody::Stats(_) => 2 + 8 * ServerStats::FIELDS.len(),
+        })
+    }
+
     /// Appends this reply's frame, with request id `id`, to `out`. Fails (leaving `out` as it
     /// was) if a count or length is above its limit or the frame would be larger than
     /// `max_frame_bytes`.
@@ -558,11 +624,12 @@ impl Reply {
         max_frame_bytes: usize,
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
+        let size = self.frame_bytes()?;
+        check_frame_size(size, max_frame_bytes)?;
+        out.reserve(size);
         let start = frame::begin(out);
-        if let Err(e) = self.encode_payload(out) {
-            out.truncate(start);
-            return Err(e);
-        }
+        self.write_payload(out);
+        debug_assert_eq!(out.len() - start, size);
         frame::finish(out, start, self.body.kind(), id, max_frame_bytes)
     }
 
@@ -573,15 +640,11 @@ impl Reply {
         Ok(out)
     }
 
-    fn encode_payload(&self, out: &mut Vec<u8>) -> Result<(), WireError> {
-        check_limit("invalidations", self.invalidations.len(), INVALIDATIONS_MAX)?;
-        for &o in &self.invalidations {
-            check_oref(o, "invalidations")?;
-        }
+    /// Writes the payload; [`Reply::frame_bytes`] has checked it.
+    fn write_payload(&self, out: &mut Vec<u8>) {
         put_orefs(out, &self.invalidations);
         match &self.body {
             ReplyBody::HelloOk(i) => {
-                check_info(i)?;
                 out.put_u16(i.version);
                 out.put_u16(0);
                 out.put_u32(i.server_id.0);
@@ -591,33 +654,25 @@ impl Reply {
                 out.put_u32(i.max_frame_bytes as u32);
             }
             ReplyBody::Page { page, bytes } => {
-                if !is_valid_page_size(bytes.len()) {
-                    return Err(WireError::BadValue { what: "page bytes", why: "not a page size" });
-                }
                 out.put_u32(page.get());
                 out.put_u32(bytes.len() as u32);
                 out.extend_from_slice(bytes);
             }
             ReplyBody::CommitOk { lsn, created } => {
-                check_limit("created orefs", created.len(), COMMIT_OBJECTS_MAX)?;
-                for &o in created {
-                    check_oref(o, "created orefs")?;
-                }
                 out.put_u64(lsn.0);
                 put_orefs(out, created);
             }
             ReplyBody::CommitRefused { code, message } => {
                 out.put_u16(code.to_u16());
-                put_short(out, message.as_bytes(), MESSAGE_BYTES_MAX, "message")?;
+                put_short(out, message.as_bytes());
             }
             ReplyBody::Ack => {}
             ReplyBody::Stats(s) => s.encode(out),
             ReplyBody::Error { code, message } => {
                 out.put_u16(code.to_u16());
-                put_short(out, message.as_bytes(), MESSAGE_BYTES_MAX, "message")?;
+                put_short(out, message.as_bytes());
             }
         }
-        Ok(())
     }
 
     /// Decodes the reply in a parsed frame, checking everything.

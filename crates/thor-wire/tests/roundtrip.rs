@@ -14,6 +14,7 @@ proptest! {
     #[test]
     fn request_roundtrip(req in common::request(), id in any::<u64>()) {
         let frame = req.to_frame(id).unwrap();
+        prop_assert_eq!(frame.len(), req.frame_bytes().unwrap());
         let (got_id, got) = decode_request(Bytes::from(frame), FRAME_BYTES_MAX).unwrap();
         prop_assert_eq!(got_id, id);
         prop_assert_eq!(got, req);
@@ -22,6 +23,7 @@ proptest! {
     #[test]
     fn reply_roundtrip(reply in common::reply(), id in any::<u64>()) {
         let frame = reply.to_frame(id).unwrap();
+        prop_assert_eq!(frame.len(), reply.frame_bytes().unwrap());
         let (got_id, got) = decode_reply(Bytes::from(frame), FRAME_BYTES_MAX).unwrap();
         prop_assert_eq!(got_id, id);
         prop_assert_eq!(got, reply);
