@@ -1,6 +1,23 @@
-//! thor's client cache managers (HAC, FPC later) and the page replacement policies they and the
-//! server's page cache are built on. No I/O: everything here is a pure data structure driven by
-//! its caller, so simulators (`thor-cachesim`, the OO7 experiments) run exactly the code that
-//! ships.
+//! thor's client cache managers and the page replacement policies they and the server's page
+//! cache are built on. No I/O: everything here is a pure data structure driven by its caller,
+//! so simulators (`thor-cachesim`, the OO7 experiments) run exactly the code that ships.
+//!
+//! - [`arena`]: the preallocated frames;
+//! - [`core`]: the indirection table, lazy installation, swizzling, pins, created and modified
+//!   objects, and the memory budget that covers frames and tables;
+//! - [`manager`]: the [`CacheManager`] trait (a replacement strategy over the core) and
+//!   [`ClientCache`], which runs the one a [`CacheConfig`] names;
+//! - [`fpc`]: FPC, whole pages with perfect LRU;
+//! - [`policy`]: block replacement policies (LRU, MRU, CLOCK, ARC) for page-granularity caches.
+//!
+//! *Architecture invariant:* no I/O, no clock except the replacement timer (a measurement).
 
+pub mod arena;
+pub mod core;
+pub mod error;
+pub mod fpc;
+pub mod manager;
 pub mod policy;
+
+pub use error::CacheError;
+pub use manager::{CacheConfig, CacheManager, CacheStats, ClientCache, PolicyConfig};

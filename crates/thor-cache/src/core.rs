@@ -1,0 +1,901 @@
+//! The machinery every client cache manager shares: frames, the indirection table, lazy
+//! installation and swizzling, pins, modified and created objects, and the memory budget.
+//!
+//! ```text
+//!   Ref (entry index, oref) ──► indirection table ──► entry { oref, loc, link, refs, usage, flags }
+//!                                                              │ loc = byte offset in the arena
+//!                                                              ▼
+//!   arena:  [ frame 0: intact page 17 ][ frame 1: compacted ][ frame 2: free ] ...
+//! ```
+//!
+//! # Indirection and lazy installation
+//!
+//! Applications and swizzled references name objects by their *entry* in the indirection table;
+//! the entry says where the object is. Objects are installed lazily: a fetched page is copied into
+//! a frame and nothing else happens until a reference to one of its objects is followed. Then the
+//! object gets an entry (if it has none), its location is recorded, and its shape is checked
+//! against its class once. References inside cached objects are swizzled lazily and in place: the
+//! first time a reference field is read, its oref is replaced by the target's entry index with the
+//! oref's spare bit set, and the target entry's reference count goes up.
+//!
+//! # Reference counts
+//!
+//! An entry's `refs` counts swizzled words pointing at it. When an object leaves the cache its
+//! swizzled words are scanned and the counts of their targets go down; an entry that is neither
+//! resident nor referenced is freed. Counts saturate at `u16::MAX` (such entries are never freed:
+//! a bounded leak, not a dangling index). Application handles are not counted: a handle carries
+//! the oref it was made for and is checked against the entry on every use, so a freed or reused
+//! entry is detected and the handle falls back to a lookup by oref.
+//!
+//! # Created objects
+//!
+//! Objects created by the current transaction live in frames of kind `New`, with an entry whose
+//! oref is a tagged serial number (unique in the session) until the commit assigns their orefs.
+//!
+//! # The budget
+//!
+//! The configured size covers the frames *and* the tables (indirection table, oref map, frame
+//! table). When the tables grow, frames are retired so that the sum stays within the budget; a
+//! retired frame holds nothing and is never used again.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+use thor_core::le::u32_at;
+use thor_core::{ClassDesc, Oref, PageId, PageView, RawRef, builtin};
+
+use crate::arena::Arena;
+use crate::error::CacheError;
+
+/// `Entry::loc` of an object that is not in the cache.
+pub const NOT_RESIDENT: u32 = u32::MAX;
+/// The null link.
+pub const NIL: u32 = u32::MAX;
+
+/// Entry flag: the object was modified by the current transaction (no-steal: it stays).
+pub const F_MODIFIED: u8 = 1;
+/// Entry flag: the object was read by the current transaction (it is in the read set).
+pub const F_READ: u8 = 2;
+/// Entry flag: the object was created by the current transaction and has no oref yet.
+pub const F_NEW: u8 = 4;
+/// Entry flag: the entry is allocated.
+pub const F_LIVE: u8 = 8;
+
+/// The top usage bit, set on every access (see the HAC paper, section 3.2.1).
+pub const USAGE_TOP: u8 = 0b1000;
+/// The largest usage value.
+pub const USAGE_MAX: u8 = 0b1111;
+
+/// An indirection-table entry: 16 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// The object's oref (or, for a created object, a tagged serial number).
+    pub oref: u32,
+    /// Byte offset of the object in the arena, or [`NOT_RESIDENT`].
+    pub loc: u32,
+    /// Next entry installed in the same frame (or next free entry), or [`NIL`].
+    pub link: u32,
+    /// Swizzled references to this entry (saturating).
+    pub refs: u16,
+    /// HAC usage: 4 bits of recency and frequency.
+    pub usage: u8,
+    /// `F_*` flags.
+    pub flags: u8,
+}
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 16);
+
+impl Entry {
+    const FREE: Entry =
+        Entry { oref: 0, loc: NOT_RESIDENT, link: NIL, refs: 0, usage: 0, flags: 0 };
+}
+
+/// What a frame holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameKind {
+    /// Nothing; on the free list.
+    Free,
+    /// A page as fetched (its offset table intact).
+    Intact,
+    /// Objects kept from other frames, laid out one after another.
+    Compacted,
+    /// Objects created by the current transaction.
+    New,
+    /// Given up to the tables' share of the budget; never used again.
+    Retired,
+}
+
+/// Per-frame bookkeeping.
+#[derive(Debug, Clone, Copy)]
+pub struct FrameMeta {
+    /// What the frame holds.
+    pub kind: FrameKind,
+    /// The page, for an intact frame.
+    pub page: u32,
+    /// First entry installed in this frame (list through `Entry::link`).
+    pub installed_head: u32,
+    /// Entries installed in this frame.
+    pub installed: u32,
+    /// Objects in the frame (installed or not).
+    pub objects: u32,
+    /// Bytes used from the start of the frame (compacted and new frames fill from the front).
+    pub used: u32,
+    /// Views currently pointing into this frame: it must not be reused or compacted.
+    pub pins: u32,
+    /// Modified objects in this frame: no-steal keeps them until commit or abort.
+    pub modified: u32,
+}
+
+impl FrameMeta {
+    const FREE: FrameMeta = FrameMeta {
+        kind: FrameKind::Free,
+        page: 0,
+        installed_head: NIL,
+        installed: 0,
+        objects: 0,
+        used: 0,
+        pins: 0,
+        modified: 0,
+    };
+}
+
+/// Counters of the shared machinery.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CoreStats {
+    /// Pages copied into frames (one per fetch).
+    pub pages_installed: u64,
+    /// Objects installed in the indirection table.
+    pub objects_installed: u64,
+    /// Reference words swizzled.
+    pub swizzles: u64,
+    /// Objects that left the cache.
+    pub objects_discarded: u64,
+    /// Entries freed.
+    pub entries_freed: u64,
+    /// Frames freed by replacement.
+    pub frames_freed: u64,
+    /// Frames retired to make room for the tables.
+    pub frames_retired: u64,
+    /// Objects created by transactions.
+    pub objects_created: u64,
+}
+
+/// Where the slow path of an access got to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// The object is in the cache at this location.
+    Resident(u32),
+    /// Its page must be fetched.
+    Page(PageId),
+    /// Its class must be loaded (the class object's oref).
+    Class(Oref),
+    /// Its page is resident but does not hold it: the cached page predates the object (created
+    /// by a commit since it was fetched). Fetch the page again; if the new copy lacks it too,
+    /// the object does not exist.
+    Stale(PageId),
+}
+
+/// Renames of created objects kept after their commit, so that handles made before the commit
+/// still resolve: at most this many (12 bytes each, counted in the budget).
+pub const RENAMES_MAX: usize = 1 << 16;
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct CacheCore {
+    /// The frames.
+    pub arena: Arena,
+    /// Bytes per page and frame.
+    pub page_size: usize,
+    /// log2(page_size).
+    shift: u32,
+    /// Per-frame bookkeeping, indexed by frame.
+    pub frames: Vec<FrameMeta>,
+    /// Free frames.
+    pub free: Vec<u32>,
+    /// The indirection table.
+    pub entries: Vec<Entry>,
+    /// Head of the free-entry list.
+    free_entry: u32,
+    /// Allocated entries.
+    live_entries: usize,
+    /// oref word (or tagged serial) → entry.
+    map: FxHashMap<u32, u32>,
+    /// Resident intact pages → frame.
+    pages: FxHashMap<u32, u32>,
+    /// Class oref → descriptor, for shape checks and reference scans.
+    classes: FxHashMap<u32, Arc<ClassDesc>>,
+    /// Entries read by the current transaction.
+    pub reads: Vec<u32>,
+    /// The frame created objects are being put in, or [`NIL`].
+    new_frame: u32,
+    /// Next serial number for a created object.
+    next_serial: u32,
+    /// Serial → oref of created objects after their commit, oldest first in `rename_order`.
+    renames: FxHashMap<u32, u32>,
+    /// Order of `renames`, for bounding it.
+    rename_order: VecDeque<u32>,
+    /// The memory budget (frames plus tables).
+    budget_bytes: usize,
+    /// Frames not retired.
+    usable_frames: usize,
+    /// Counters.
+    pub stats: CoreStats,
+}
+
+/// The smallest number of usable frames a cache works with: one being filled by a fetch, one
+/// kept free for the next, one being compacted into.
+pub const MIN_FRAMES: usize = 3;
+
+impl CacheCore {
+    /// A cache of `budget_bytes` (frames and tables) over pages of `page_size` bytes.
+    pub fn new(budget_bytes: usize, page_size: usize) -> Result<CacheCore, CacheError> {
+        if !thor_core::limits::is_valid_page_size(page_size) {
+            return Err(CacheError::BadConfig(format!("invalid page size {page_size}")));
+        }
+        let frames = budget_bytes / page_size;
+        if frames < MIN_FRAMES + 1 {
+            return Err(CacheError::BadConfig(format!(
+                "a cache of {budget_bytes} bytes holds fewer than {} pages of {page_size} bytes",
+                MIN_FRAMES + 1
+            )));
+        }
+        if budget_bytes > u32::MAX as usize {
+            return Err(CacheError::BadConfig("cache budget above 4 GiB".into()));
+        }
+        let mut c = CacheCore {
+            arena: Arena::new(frames, page_size),
+            page_size,
+            shift: page_size.trailing_zeros(),
+            frames: vec![FrameMeta::FREE; frames],
+            free: (0..frames as u32).rev().collect(),
+            entries: Vec::new(),
+            free_entry: NIL,
+            live_entries: 0,
+            map: FxHashMap::default(),
+            pages: FxHashMap::default(),
+            classes: FxHashMap::default(),
+            reads: Vec::new(),
+            new_frame: NIL,
+            next_serial: 0,
+            renames: FxHashMap::default(),
+            rename_order: VecDeque::new(),
+            budget_bytes,
+            usable_frames: frames,
+            stats: CoreStats::default(),
+        };
+        for (oref, desc) in builtin::classes() {
+            c.classes.insert(oref.raw(), Arc::new(desc.clone()));
+        }
+        c.rebalance();
+        Ok(c)
+    }
+
+    /// The frame holding arena offset `loc`.
+    #[inline]
+    pub fn frame_of(&self, loc: u32) -> u32 {
+        loc >> self.shift
+    }
+
+    /// Byte offset of frame `f`.
+    #[inline]
+    pub fn frame_base(&self, f: u32) -> usize {
+        (f as usize) << self.shift
+    }
+
+    /// Bytes of memory the tables use now.
+    pub fn table_bytes(&self) -> usize {
+        self.entries.capacity() * std::mem::size_of::<Entry>()
+            + (self.map.capacity() + self.pages.capacity()) * 9
+            + self.frames.capacity() * std::mem::size_of::<FrameMeta>()
+            + self.renames.capacity() * 9
+            + self.rename_order.capacity() * 4
+            + self.reads.capacity() * 4
+    }
+
+    /// Frames in use or available (not retired).
+    pub fn usable_frames(&self) -> usize {
+        self.usable_frames
+    }
+
+    /// The configured budget.
+    pub fn budget_bytes(&self) -> usize {
+        self.budget_bytes
+    }
+
+    /// Frames plus tables: what the budget bounds.
+    pub fn memory_bytes(&self) -> usize {
+        self.usable_frames * self.page_size + self.table_bytes()
+    }
+
+    /// Frames the tables' share of the budget still allows.
+    fn frames_allowed(&self) -> usize {
+        self.budget_bytes.saturating_sub(self.table_bytes()) / self.page_size
+    }
+
+    /// Retires free frames while the tables push the total over the budget. Returns how many
+    /// more frames must be retired once they are freed (the caller asks replacement for them).
+    pub fn rebalance(&mut self) -> usize {
+        let allowed = self.frames_allowed().max(MIN_FRAMES);
+        while self.usable_frames > allowed {
+            let Some(f) = self.free.pop() else { break };
+            self.frames[f as usize] = FrameMeta { kind: FrameKind::Retired, ..FrameMeta::FREE };
+            self.usable_frames -= 1;
+            self.stats.frames_retired += 1;
+        }
+        self.usable_frames.saturating_sub(allowed)
+    }
+
+    // ----- entries -----
+
+    /// The entry for `oref_word` (an oref, or a tagged serial of a created object), if any.
+    #[inline]
+    pub fn lookup(&self, oref_word: u32) -> Option<u32> {
+        self.map.get(&oref_word).copied()
+    }
+
+    /// The entry for `oref`, allocating a non-resident one if there is none.
+    pub fn entry_for(&mut self, oref: Oref) -> Result<u32, CacheError> {
+        if let Some(&i) = self.map.get(&oref.raw()) {
+            return Ok(i);
+        }
+        let i = self.alloc_entry(oref.raw())?;
+        Ok(i)
+    }
+
+    fn alloc_entry(&mut self, oref_word: u32) -> Result<u32, CacheError> {
+        let i = if self.free_entry != NIL {
+            let i = self.free_entry;
+            self.free_entry = self.entries[i as usize].link;
+            i
+        } else {
+            if self.entries.len() >= RawRef::TAG_MAX as usize {
+                return Err(CacheError::TableFull);
+            }
+            if self.entries.len() == self.entries.capacity() {
+                // Grow in bounded steps so the budget's share moves smoothly.
+                let step = (self.entries.capacity() / 4).clamp(1024, 1 << 16);
+                self.entries.reserve_exact(step);
+            }
+            self.entries.push(Entry::FREE);
+            (self.entries.len() - 1) as u32
+        };
+        self.entries[i as usize] = Entry {
+            oref: oref_word,
+            loc: NOT_RESIDENT,
+            link: NIL,
+            refs: 0,
+            usage: 0,
+            flags: F_LIVE,
+        };
+        self.map.insert(oref_word, i);
+        self.live_entries += 1;
+        Ok(i)
+    }
+
+    /// Frees entry `i` (which must be neither resident nor referenced).
+    fn free_entry_at(&mut self, i: u32) {
+        let e = self.entries[i as usize];
+        debug_assert!(e.loc == NOT_RESIDENT && e.refs == 0);
+        if self.map.get(&e.oref) == Some(&i) {
+            self.map.remove(&e.oref);
+        }
+        self.entries[i as usize] = Entry { link: self.free_entry, ..Entry::FREE };
+        self.free_entry = i;
+        self.live_entries -= 1;
+        self.stats.entries_freed += 1;
+    }
+
+    /// Frees entry `i` if nothing keeps it: not resident, not referenced, not created or
+    /// modified by the current transaction.
+    pub fn maybe_free_entry(&mut self, i: u32) {
+        let e = self.entries[i as usize];
+        if e.flags & F_LIVE != 0
+            && e.loc == NOT_RESIDENT
+            && e.refs == 0
+            && e.flags & (F_NEW | F_MODIFIED) == 0
+        {
+            self.free_entry_at(i);
+        }
+    }
+
+    /// Allocated entries.
+    pub fn live_entries(&self) -> usize {
+        self.live_entries
+    }
+
+    // ----- classes -----
+
+    /// Registers the descriptor of the class named by `class_word`: a class object's oref, or
+    /// the tagged serial of a class object created by the current transaction.
+    pub fn register_class(&mut self, class_word: u32, desc: Arc<ClassDesc>) {
+        self.classes.insert(class_word, desc);
+    }
+
+    /// The descriptor of class `class_word`, if loaded.
+    #[inline]
+    pub fn class(&self, class_word: u32) -> Option<&Arc<ClassDesc>> {
+        self.classes.get(&class_word)
+    }
+
+    /// The class word of the resident object at `loc`.
+    #[inline]
+    pub fn class_word(&self, loc: u32) -> u32 {
+        self.arena.read_u32(loc as usize)
+    }
+
+    /// The size of the resident object at `loc` (its class is loaded: it was checked at
+    /// installation).
+    pub fn object_size(&self, loc: u32) -> usize {
+        let desc =
+            self.classes.get(&self.class_word(loc)).expect("installed objects have loaded classes");
+        let count = match desc.var() {
+            thor_core::VarKind::None => 0,
+            _ => self.arena.read_u32(loc as usize + desc.count_offset()) as usize,
+        };
+        desc.object_bytes(count)
+    }
+
+    // ----- pages and installation -----
+
+    /// The frame holding page `page`, if resident.
+    pub fn page_frame(&self, page: PageId) -> Option<u32> {
+        self.pages.get(&page.get()).copied()
+    }
+
+    /// Takes a free frame.
+    pub fn take_free_frame(&mut self) -> Option<u32> {
+        self.free.pop()
+    }
+
+    /// Copies a fetched page into free frame `f` and checks its structure. The page must not be
+    /// resident already.
+    pub fn install_page(&mut self, f: u32, page: PageId, bytes: &[u8]) -> Result<(), CacheError> {
+        if bytes.len() != self.page_size {
+            return Err(CacheError::BadPage { page: page.get(), why: "wrong length".into() });
+        }
+        let view = PageView::parse(bytes)
+            .map_err(|e| CacheError::BadPage { page: page.get(), why: e.to_string() })?;
+        if view.page_id() != page {
+            return Err(CacheError::BadPage { page: page.get(), why: "page id mismatch".into() });
+        }
+        let objects = view.object_count() as u32;
+        let base = self.frame_base(f);
+        self.arena.copy_in(base, bytes);
+        self.frames[f as usize] = FrameMeta {
+            kind: FrameKind::Intact,
+            page: page.get(),
+            objects,
+            used: self.page_size as u32,
+            ..FrameMeta::FREE
+        };
+        // A page fetched again (its cached copy was stale) supersedes the old frame, which
+        // stays until replacement empties it: objects installed from it keep their entries.
+        self.pages.insert(page.get(), f);
+        self.stats.pages_installed += 1;
+        Ok(())
+    }
+
+    /// Slow path of an access to entry `i`: where the object is, or what is missing.
+    pub fn locate(&mut self, i: u32) -> Result<Need, CacheError> {
+        let e = self.entries[i as usize];
+        if e.loc != NOT_RESIDENT {
+            return Ok(Need::Resident(e.loc));
+        }
+        if e.flags & F_NEW != 0 {
+            return Err(CacheError::Internal("created object not resident"));
+        }
+        let oref =
+            Oref::from_raw(e.oref).ok_or(CacheError::Internal("tagged oref on a stored entry"))?;
+        let page = oref.page().ok_or(CacheError::Internal("null oref in the table"))?;
+        let Some(&f) = self.pages.get(&page.get()) else {
+            return Ok(Need::Page(page));
+        };
+        let base = self.frame_base(f);
+        let range = {
+            let view = PageView::assume_parsed(self.arena.frame(f as usize));
+            match view.object_range(oref.oid()) {
+                Some(r) => r,
+                None => return Ok(Need::Stale(page)),
+            }
+        };
+        let obj = self.arena.bytes(base + range.start, range.len());
+        let class_word = u32_at(obj, 0);
+        let Some(desc) = self.classes.get(&class_word) else {
+            let class = Oref::from_raw(class_word)
+                .filter(|c| !c.is_null())
+                .ok_or(CacheError::BadObject { oref, why: "class word is not an oref" })?;
+            return Ok(Need::Class(class));
+        };
+        desc.check_shape(obj).map_err(|why| CacheError::BadObject { oref, why })?;
+        let loc = (base + range.start) as u32;
+        let fm = &mut self.frames[f as usize];
+        let e = &mut self.entries[i as usize];
+        e.loc = loc;
+        e.usage = 0;
+        e.link = fm.installed_head;
+        fm.installed_head = i;
+        fm.installed += 1;
+        self.stats.objects_installed += 1;
+        Ok(Need::Resident(loc))
+    }
+
+    /// Follows the reference word at byte `off` of the resident object at `loc`, swizzling it
+    /// in place. Returns the target's entry and the oref word it was made for, or `None` for a
+    /// null reference.
+    pub fn follow(&mut self, loc: u32, off: usize) -> Result<Option<(u32, u32)>, CacheError> {
+        let at = loc as usize + off;
+        let w = self.arena.read_u32(at);
+        if w & 1 == 1 {
+            let i = w >> 1;
+            return Ok(Some((i, self.entries[i as usize].oref)));
+        }
+        if w == 0 {
+            return Ok(None);
+        }
+        let oref = Oref::from_raw(w).expect("spare bit is clear");
+        let i = self.entry_for(oref)?;
+        self.arena.write_u32(at, RawRef::tagged_word(i));
+        let e = &mut self.entries[i as usize];
+        e.refs = e.refs.saturating_add(1);
+        self.stats.swizzles += 1;
+        Ok(Some((i, w)))
+    }
+
+    /// The reference word at byte `off` of the object at `loc`, unswizzled: an oref word, or a
+    /// tagged serial for a created object.
+    pub fn ref_word(&self, loc: u32, off: usize) -> u32 {
+        let w = self.arena.read_u32(loc as usize + off);
+        if w & 1 == 1 { self.entries[(w >> 1) as usize].oref } else { w }
+    }
+
+    /// Stores a reference to entry `target` (or null) at byte `off` of the object at `loc`,
+    /// keeping reference counts right.
+    pub fn store_ref(&mut self, loc: u32, off: usize, target: Option<u32>) {
+        let at = loc as usize + off;
+        let old = self.arena.read_u32(at);
+        if old & 1 == 1 {
+            let i = old >> 1;
+            let e = &mut self.entries[i as usize];
+            if e.refs != u16::MAX {
+                e.refs -= 1;
+            }
+            self.maybe_free_entry(i);
+        }
+        let new = match target {
+            Some(i) => {
+                let e = &mut self.entries[i as usize];
+                e.refs = e.refs.saturating_add(1);
+                RawRef::tagged_word(i)
+            }
+            None => 0,
+        };
+        self.arena.write_u32(at, new);
+    }
+
+    /// Decrements the counts of every entry the object at `loc` references (it is leaving the
+    /// cache or being overwritten), freeing entries that nothing keeps.
+    pub fn release_refs(&mut self, loc: u32) {
+        let Some(desc) = self.classes.get(&self.class_word(loc)).cloned() else { return };
+        let obj = self.arena.bytes(loc as usize, desc.object_bytes(self.var_count(loc, &desc)));
+        let mut targets: Vec<u32> = Vec::new();
+        desc.for_each_ref_offset(obj, |off| {
+            let w = u32_at(obj, off);
+            if w & 1 == 1 {
+                targets.push(w >> 1);
+            }
+        });
+        for i in targets {
+            let e = &mut self.entries[i as usize];
+            if e.refs != u16::MAX {
+                e.refs = e.refs.saturating_sub(1);
+            }
+            self.maybe_free_entry(i);
+        }
+    }
+
+    /// Increments the counts of every entry the object at `loc` references (its bytes were
+    /// just restored from an undo copy).
+    pub fn retain_refs(&mut self, loc: u32) {
+        let Some(desc) = self.classes.get(&self.class_word(loc)).cloned() else { return };
+        let obj = self.arena.bytes(loc as usize, desc.object_bytes(self.var_count(loc, &desc)));
+        let mut targets: Vec<u32> = Vec::new();
+        desc.for_each_ref_offset(obj, |off| {
+            let w = u32_at(obj, off);
+            if w & 1 == 1 {
+                targets.push(w >> 1);
+            }
+        });
+        for i in targets {
+            let e = &mut self.entries[i as usize];
+            e.refs = e.refs.saturating_add(1);
+        }
+    }
+
+    fn var_count(&self, loc: u32, desc: &ClassDesc) -> usize {
+        match desc.var() {
+            thor_core::VarKind::None => 0,
+            _ => self.arena.read_u32(loc as usize + desc.count_offset()) as usize,
+        }
+    }
+
+    /// The object of entry `i` leaves the cache (its frame is being reused): its references are
+    /// released and the entry freed if nothing keeps it. The caller fixes the frame's lists.
+    pub fn discard(&mut self, i: u32) {
+        let loc = self.entries[i as usize].loc;
+        debug_assert_ne!(loc, NOT_RESIDENT);
+        self.release_refs(loc);
+        let e = &mut self.entries[i as usize];
+        e.loc = NOT_RESIDENT;
+        e.usage = 0;
+        e.link = NIL;
+        self.stats.objects_discarded += 1;
+        self.maybe_free_entry(i);
+    }
+
+    /// Empties frame `f` (an intact, compacted or new frame that is neither pinned nor holds
+    /// modified objects): discards its installed objects and puts it on the free list.
+    pub fn evict_frame(&mut self, f: u32) {
+        let fm = self.frames[f as usize];
+        debug_assert!(fm.pins == 0 && fm.modified == 0, "evicting a pinned or modified frame");
+        let mut i = fm.installed_head;
+        while i != NIL {
+            let next = self.entries[i as usize].link;
+            // An object whose entry moved elsewhere is not in this list any more.
+            self.discard(i);
+            i = next;
+        }
+        if fm.kind == FrameKind::Intact && self.pages.get(&fm.page) == Some(&f) {
+            self.pages.remove(&fm.page);
+        }
+        if self.new_frame == f {
+            self.new_frame = NIL;
+        }
+        self.release_frame(f);
+    }
+
+    /// Puts an emptied frame back on the free list (or retires it if the tables need room).
+    pub fn release_frame(&mut self, f: u32) {
+        self.frames[f as usize] = FrameMeta::FREE;
+        self.stats.frames_freed += 1;
+        if self.usable_frames > self.frames_allowed().max(MIN_FRAMES) {
+            self.frames[f as usize].kind = FrameKind::Retired;
+            self.usable_frames -= 1;
+            self.stats.frames_retired += 1;
+        } else {
+            self.free.push(f);
+        }
+    }
+
+    // ----- pins -----
+
+    /// Pins the frame holding `loc`: it will not be reused or compacted until unpinned.
+    #[inline]
+    pub fn pin(&mut self, loc: u32) {
+        let f = self.frame_of(loc);
+        self.frames[f as usize].pins += 1;
+    }
+
+    /// Undoes one [`CacheCore::pin`].
+    #[inline]
+    pub fn unpin(&mut self, loc: u32) {
+        let f = self.frame_of(loc);
+        let p = &mut self.frames[f as usize].pins;
+        debug_assert!(*p > 0);
+        *p -= 1;
+    }
+
+    // ----- transactions -----
+
+    /// Records the first write of entry `i` in the current transaction.
+    pub fn mark_modified(&mut self, i: u32) {
+        let e = &mut self.entries[i as usize];
+        if e.flags & F_MODIFIED == 0 {
+            e.flags |= F_MODIFIED;
+            let f = e.loc >> self.shift;
+            self.frames[f as usize].modified += 1;
+        }
+    }
+
+    /// Clears the modified mark of entry `i` (commit or abort).
+    pub fn clear_modified(&mut self, i: u32) {
+        let e = &mut self.entries[i as usize];
+        if e.flags & F_MODIFIED != 0 {
+            e.flags &= !F_MODIFIED;
+            let f = e.loc >> self.shift;
+            self.frames[f as usize].modified -= 1;
+        }
+    }
+
+    /// Clears the read set.
+    pub fn clear_reads(&mut self) {
+        for &i in &self.reads {
+            self.entries[i as usize].flags &= !F_READ;
+        }
+        self.reads.clear();
+    }
+
+    /// Room for a created object of `size` bytes: the location, or `None` if a fresh frame is
+    /// needed (the caller frees one and calls [`CacheCore::start_new_frame`]).
+    pub fn new_object_room(&mut self, size: usize) -> Option<u32> {
+        if self.new_frame == NIL {
+            return None;
+        }
+        let fm = &self.frames[self.new_frame as usize];
+        if fm.used as usize + size > self.page_size {
+            return None;
+        }
+        Some((self.frame_base(self.new_frame) + fm.used as usize) as u32)
+    }
+
+    /// Makes free frame `f` the frame for created objects.
+    pub fn start_new_frame(&mut self, f: u32) {
+        self.frames[f as usize] = FrameMeta { kind: FrameKind::New, ..FrameMeta::FREE };
+        self.arena.zero(self.frame_base(f), self.page_size);
+        self.new_frame = f;
+    }
+
+    /// Creates an object from `bytes` at `loc` (from [`CacheCore::new_object_room`]); returns
+    /// its entry and tagged serial. References in `bytes` must already be swizzled or null.
+    pub fn create_at(&mut self, loc: u32, bytes: &[u8]) -> Result<(u32, u32), CacheError> {
+        let serial = self.next_serial;
+        self.next_serial = (self.next_serial + 1) & RawRef::TAG_MAX;
+        let word = RawRef::tagged_word(serial);
+        let i = self.alloc_entry(word)?;
+        self.arena.copy_in(loc as usize, bytes);
+        let f = self.frame_of(loc);
+        let fm = &mut self.frames[f as usize];
+        fm.used += bytes.len() as u32;
+        fm.objects += 1;
+        fm.installed += 1;
+        let e = &mut self.entries[i as usize];
+        e.loc = loc;
+        e.flags |= F_NEW;
+        e.link = fm.installed_head;
+        fm.installed_head = i;
+        self.stats.objects_created += 1;
+        Ok((i, word))
+    }
+
+    /// After a commit: created entry `i` is object `oref` now.
+    pub fn rename(&mut self, i: u32, oref: Oref) {
+        let e = &mut self.entries[i as usize];
+        let old = e.oref;
+        e.oref = oref.raw();
+        e.flags &= !F_NEW;
+        if self.map.get(&old) == Some(&i) {
+            self.map.remove(&old);
+        }
+        self.map.insert(oref.raw(), i);
+        if RawRef::decode(old) != RawRef::Oref(oref) {
+            if self.rename_order.len() == RENAMES_MAX
+                && let Some(o) = self.rename_order.pop_front()
+            {
+                self.renames.remove(&o);
+            }
+            self.renames.insert(old, oref.raw());
+            self.rename_order.push_back(old);
+        }
+    }
+
+    /// The oref a created object got at its commit, if remembered.
+    pub fn renamed(&self, serial_word: u32) -> Option<u32> {
+        self.renames.get(&serial_word).copied()
+    }
+
+    /// The frame created objects are going into, if any.
+    pub fn new_frame(&self) -> Option<u32> {
+        (self.new_frame != NIL).then_some(self.new_frame)
+    }
+
+    /// Forgets the current new-object frame (after commit or abort).
+    pub fn close_new_frame(&mut self) {
+        self.new_frame = NIL;
+    }
+
+    /// Drops a created object of an aborted transaction: its entry is freed.
+    pub fn drop_created(&mut self, i: u32) {
+        let loc = self.entries[i as usize].loc;
+        self.release_refs(loc);
+        let e = &mut self.entries[i as usize];
+        e.loc = NOT_RESIDENT;
+        e.flags &= !(F_NEW | F_MODIFIED | F_READ);
+        e.refs = 0;
+        self.free_entry_at(i);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use thor_core::{ClassDesc, Oid, PageMut, VarKind};
+
+    fn page_with(page: u32, objs: &[Vec<u8>]) -> Vec<u8> {
+        let mut b = vec![0u8; 4096];
+        let mut p = PageMut::init(&mut b, PageId::new(page).unwrap()).unwrap();
+        for o in objs {
+            p.append(o).unwrap();
+        }
+        b
+    }
+
+    fn oref(p: u32, o: u16) -> Oref {
+        Oref::new(PageId::new(p).unwrap(), Oid::new(o).unwrap())
+    }
+
+    #[test]
+    fn lazy_install_swizzle_and_discard() {
+        let mut c = CacheCore::new(16 * 4096, 4096).unwrap();
+        // A class with one reference slot, registered as the class at 1.7.
+        let class = oref(1, 7);
+        let desc = ClassDesc::new("T", 4, &[0], VarKind::None).unwrap();
+        c.register_class(class.raw(), Arc::new(desc.clone()));
+        let mut a = desc.new_object(class.raw(), 0);
+        thor_core::le::put_u32(&mut a, 4, oref(3, 0).raw());
+        let b = desc.new_object(class.raw(), 0);
+        let f = c.take_free_frame().unwrap();
+        c.install_page(f, PageId::new(2).unwrap(), &page_with(2, &[a, b])).unwrap();
+        let ia = c.entry_for(oref(2, 0)).unwrap();
+        let Need::Resident(loc) = c.locate(ia).unwrap() else { panic!() };
+        assert_eq!(c.frames[f as usize].installed, 1);
+        // Following the reference swizzles it and creates a non-resident entry for 3.0.
+        let (it, w) = c.follow(loc, 4).unwrap().unwrap();
+        assert_eq!(w, oref(3, 0).raw());
+        assert_eq!(c.entries[it as usize].refs, 1);
+        assert_eq!(c.locate(it).unwrap(), Need::Page(PageId::new(3).unwrap()));
+        assert_eq!(c.ref_word(loc, 4), oref(3, 0).raw());
+        // Following again uses the swizzled word.
+        assert_eq!(c.follow(loc, 4).unwrap(), Some((it, oref(3, 0).raw())));
+        assert_eq!(c.stats.swizzles, 1);
+        // Evicting the page discards the installed object and frees both entries.
+        c.evict_frame(f);
+        assert_eq!(c.live_entries(), 0);
+        assert_eq!(c.page_frame(PageId::new(2).unwrap()), None);
+    }
+
+    #[test]
+    fn unknown_classes_are_reported() {
+        let mut c = CacheCore::new(16 * 4096, 4096).unwrap();
+        let desc = ClassDesc::new("T", 4, &[], VarKind::None).unwrap();
+        let f = c.take_free_frame().unwrap();
+        c.install_page(
+            f,
+            PageId::new(2).unwrap(),
+            &page_with(2, &[desc.new_object(oref(1, 9).raw(), 0)]),
+        )
+        .unwrap();
+        let i = c.entry_for(oref(2, 0)).unwrap();
+        assert_eq!(c.locate(i).unwrap(), Need::Class(oref(1, 9)));
+        let missing = c.entry_for(oref(2, 5)).unwrap();
+        assert_eq!(c.locate(missing).unwrap(), Need::Stale(PageId::new(2).unwrap()));
+    }
+
+    #[test]
+    fn bad_pages_are_refused() {
+        let mut c = CacheCore::new(16 * 4096, 4096).unwrap();
+        let f = c.take_free_frame().unwrap();
+        assert!(c.install_page(f, PageId::new(2).unwrap(), &vec![0xAB; 4096]).is_err());
+        assert!(c.install_page(f, PageId::new(3).unwrap(), &page_with(2, &[])).is_err());
+        assert!(c.install_page(f, PageId::new(2).unwrap(), &[0; 100]).is_err());
+    }
+
+    #[test]
+    fn budget_includes_the_tables() {
+        let mut c = CacheCore::new(64 * 4096, 4096).unwrap();
+        assert!(c.memory_bytes() <= c.budget_bytes());
+        // 4,000 entries take about a quarter of the budget: frames make way for them.
+        for n in 0..4_000u32 {
+            c.entry_for(oref(2 + n / 500, (n % 500) as u16)).unwrap();
+        }
+        let more = c.rebalance();
+        assert_eq!(more, 0, "free frames were retired first");
+        assert!(
+            c.memory_bytes() <= c.budget_bytes(),
+            "{} > {}",
+            c.memory_bytes(),
+            c.budget_bytes()
+        );
+        assert!(c.usable_frames() < 64);
+    }
+}

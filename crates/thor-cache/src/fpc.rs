@@ -1,0 +1,87 @@
+//! FPC: whole pages, perfect LRU.
+//!
+//! The page-caching baseline of the HAC paper (section 4.2.1): identical to HAC (same frames,
+//! indirection table, lazy installation and swizzling) except that it evicts whole pages, the
+//! least recently used first. Every object access touches its frame in an exact LRU list, so
+//! "recently used" is exact, not approximated by a clock.
+//!
+//! Frames that are pinned (a view points into them) or hold modified objects (no-steal) are
+//! passed over; they go back to the recently-used end, since they are in use.
+
+use crate::core::{CacheCore, Entry, FrameKind};
+use crate::error::CacheError;
+use crate::manager::{CacheManager, ReplacementStats};
+use crate::policy::{DenseSlots, Lru, Placement, Policy};
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct Fpc {
+    /// Intact frames in LRU order.
+    lru: Lru<DenseSlots>,
+    /// Counters.
+    stats: ReplacementStats,
+    /// Frames passed over in one `free_frame` call (reused buffer).
+    skipped: Vec<u64>,
+}
+
+impl Fpc {
+    /// FPC over `frames` frames.
+    pub fn new(frames: usize) -> Result<Fpc, CacheError> {
+        let index =
+            DenseSlots::new(frames as u64).map_err(|e| CacheError::BadConfig(e.to_string()))?;
+        let lru =
+            Lru::with_index(frames, index).map_err(|e| CacheError::BadConfig(e.to_string()))?;
+        Ok(Fpc { lru, stats: ReplacementStats::default(), skipped: Vec::new() })
+    }
+}
+
+impl CacheManager for Fpc {
+    fn name(&self) -> &'static str {
+        "fpc"
+    }
+
+    #[inline]
+    fn touch(&mut self, _entry: &mut Entry, frame: u32) {
+        self.lru.touch(frame as u64);
+    }
+
+    fn page_installed(&mut self, _core: &mut CacheCore, frame: u32) {
+        // A freshly fetched page is the most recently used.
+        let _ = self.lru.insert(frame as u64, Placement::Referenced);
+    }
+
+    fn free_frame(&mut self, core: &mut CacheCore) -> Result<(), CacheError> {
+        let mut freed = false;
+        while let Some(v) = self.lru.evict(None) {
+            let fm = &core.frames[v as usize];
+            if fm.pins > 0 || fm.modified > 0 {
+                self.skipped.push(v);
+                continue;
+            }
+            self.stats.objects_dropped += u64::from(fm.objects);
+            core.evict_frame(v as u32);
+            self.stats.frames_evicted += 1;
+            freed = true;
+            break;
+        }
+        for v in self.skipped.drain(..) {
+            let _ = self.lru.insert(v, Placement::Referenced);
+        }
+        if freed { Ok(()) } else { Err(CacheError::Full { frames: core.usable_frames() }) }
+    }
+
+    fn new_frame_committed(&mut self, core: &mut CacheCore, frame: u32) {
+        // FPC caches pages as the server has them; created objects are fetched again when
+        // used, in their pages.
+        debug_assert_eq!(core.frames[frame as usize].kind, FrameKind::New);
+        core.evict_frame(frame);
+    }
+
+    fn frame_released(&mut self, frame: u32) {
+        self.lru.remove(frame as u64);
+    }
+
+    fn stats(&self) -> ReplacementStats {
+        self.stats
+    }
+}
