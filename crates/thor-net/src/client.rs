@@ -1,0 +1,247 @@
+//! The synchronous TCP client transport.
+//!
+//! One blocking `std::net::TcpStream` per session: the client library is synchronous, and a
+//! blocking socket read is the lowest-latency way for one thread to wait for one reply.
+//! `TCP_NODELAY` is set because every request is one small write that the server must see at
+//! once (Nagle's algorithm would hold it back waiting for the previous reply's ack). A request
+//! is encoded into one buffer and written with one system call; replies are read through a
+//! buffer, and a `Page` reply's bytes are a zero-copy slice of the frame read.
+//!
+//! [`TcpTransport::connect`] performs the `Hello` handshake, so a `TcpTransport` is always an
+//! open session.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use bytes::Bytes;
+use thor_wire::limits::{FRAME_BYTES_MAX, IN_FLIGHT_MAX};
+use thor_wire::{
+    Frame, Hello, Reply, ReplyBody, Request, RequestBody, ServerInfo, Transport, TransportError,
+    WireError, frame_size,
+};
+
+use crate::limits::{CONNECT_TIMEOUT_DEFAULT, FRAME_BUFFER_INITIAL_BYTES, READ_BUFFER_BYTES};
+
+/// Settings of a client connection, for every transport.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// The secret the server expects in `Hello` (empty when it has none).
+    pub token: Vec<u8>,
+    /// A name for the server's logs.
+    pub client_name: String,
+    /// How long connecting may take (TCP only).
+    pub connect_timeout: Duration,
+    /// How long one read or write may block; `None` waits for ever. A commit waits for the
+    /// server's fsync, so this should be generous (TCP only).
+    pub io_timeout: Option<Duration>,
+    /// The largest reply frame accepted; a larger one fails the transport.
+    pub max_frame_bytes: usize,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            token: Vec::new(),
+            client_name: format!("thor-client/{}", std::process::id()),
+            connect_timeout: CONNECT_TIMEOUT_DEFAULT,
+            io_timeout: None,
+            max_frame_bytes: FRAME_BYTES_MAX,
+        }
+    }
+}
+
+/// The `Hello` for `config`.
+pub(crate) fn hello(config: &ClientConfig) -> Request {
+    Request::new(RequestBody::Hello(Hello::new(
+        Bytes::copy_from_slice(&config.token),
+        config.client_name.clone(),
+    )))
+}
+
+/// Interprets the reply to `Hello`.
+pub(crate) fn hello_outcome(reply: Reply) -> Result<ServerInfo, TransportError> {
+    match reply.body {
+        ReplyBody::HelloOk(info) => Ok(info),
+        ReplyBody::Error { code, message } => Err(TransportError::Refused { code, message }),
+        other => Err(TransportError::Unexpected(format!("{} in answer to Hello", other.name()))),
+    }
+}
+
+/// A blocking TCP connection to a thor server, with an open session.
+#[derive(Debug)]
+pub struct TcpTransport {
+    /// The socket with a read buffer; writes go to the socket directly.
+    stream: BufReader<TcpStream>,
+    /// What the server said in `HelloOk`.
+    info: ServerInfo,
+    /// The id of the next request (ids start at 1: 0 marks errors that answer no request).
+    next_id: u64,
+    /// Ids of the requests sent and not yet answered, oldest first.
+    in_flight: VecDeque<u64>,
+    /// Set after an error that leaves the stream in an unknown state.
+    broken: bool,
+    /// The largest reply frame accepted.
+    max_reply_bytes: usize,
+    /// The largest request frame the server accepts (from `HelloOk`).
+    max_request_bytes: usize,
+    /// Reused encoding buffer.
+    out: Vec<u8>,
+}
+
+/// Reads one reply frame. A clean end of stream between frames is [`TransportError::Closed`].
+fn read_reply(
+    r: &mut BufReader<TcpStream>,
+    max_frame_bytes: usize,
+) -> Result<(u64, Reply), TransportError> {
+    if r.fill_buf()?.is_empty() {
+        return Err(TransportError::Closed);
+    }
+    let mut prefix = [0u8; 4];
+    r.read_exact(&mut prefix).map_err(|e| match e.kind() {
+        ErrorKind::UnexpectedEof => {
+            TransportError::BadReply(WireError::TruncatedFrame { got: 0, len: 4 })
+        }
+        _ => TransportError::Io(e),
+    })?;
+    let size = frame_size(prefix, max_frame_bytes).map_err(TransportError::BadReply)?;
+    let mut buf = Vec::with_capacity(size.min(FRAME_BUFFER_INITIAL_BYTES));
+    buf.extend_from_slice(&prefix);
+    r.take((size - 4) as u64).read_to_end(&mut buf)?;
+    if buf.len() < size {
+        return Err(TransportError::BadReply(WireError::TruncatedFrame {
+            got: buf.len(),
+            len: size,
+        }));
+    }
+    let frame =
+        Frame::parse(Bytes::from(buf), max_frame_bytes).map_err(TransportError::BadReply)?;
+    let reply = Reply::decode(&frame).map_err(TransportError::BadReply)?;
+    Ok((frame.id, reply))
+}
+
+impl TcpTransport {
+    /// Connects to the server at `addr` and opens a session (`Hello`). Fails with
+    /// [`TransportError::Refused`] if the server refuses it (wrong token, no common version,
+    /// too many connections).
+    pub fn connect(
+        addr: impl ToSocketAddrs,
+        config: &ClientConfig,
+    ) -> Result<TcpTransport, TransportError> {
+        let mut last = None;
+        let mut stream = None;
+        for a in addr.to_socket_addrs()? {
+            match TcpStream::connect_timeout(&a, config.connect_timeout) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let stream = match (stream, last) {
+            (Some(s), _) => s,
+            (None, Some(e)) => return Err(e.into()),
+            (None, None) => {
+                return Err(
+                    std::io::Error::new(ErrorKind::NotFound, "no address to connect to").into()
+                );
+            }
+        };
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(config.io_timeout)?;
+        stream.set_write_timeout(config.io_timeout)?;
+        let mut stream = BufReader::with_capacity(READ_BUFFER_BYTES, stream);
+        let mut out = Vec::new();
+        hello(config).encode(1, FRAME_BYTES_MAX, &mut out).map_err(TransportError::BadRequest)?;
+        stream.get_mut().write_all(&out)?;
+        let (id, reply) = read_reply(&mut stream, config.max_frame_bytes)?;
+        let info = hello_outcome(reply)?;
+        if id != 1 {
+            return Err(TransportError::Unexpected(format!("HelloOk with request id {id}")));
+        }
+        Ok(TcpTransport {
+            stream,
+            info,
+            next_id: 2,
+            in_flight: VecDeque::new(),
+            broken: false,
+            max_reply_bytes: config.max_frame_bytes,
+            max_request_bytes: info.max_frame_bytes,
+            out,
+        })
+    }
+
+    /// The server's address.
+    pub fn peer_addr(&self) -> std::io::Result<SocketAddr> {
+        self.stream.get_ref().peer_addr()
+    }
+
+    /// Requests sent and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    fn fail<T>(&mut self, e: TransportError) -> Result<T, TransportError> {
+        self.broken = true;
+        Err(e)
+    }
+}
+
+impl Transport for TcpTransport {
+    fn server(&self) -> &ServerInfo {
+        &self.info
+    }
+
+    fn send(&mut self, req: &Request) -> Result<(), TransportError> {
+        if self.broken {
+            return Err(TransportError::Broken);
+        }
+        if self.in_flight.len() >= IN_FLIGHT_MAX {
+            return Err(TransportError::TooManyInFlight { max: IN_FLIGHT_MAX });
+        }
+        let id = self.next_id;
+        self.out.clear();
+        req.encode(id, self.max_request_bytes, &mut self.out)
+            .map_err(TransportError::BadRequest)?;
+        if let Err(e) = self.stream.get_mut().write_all(&self.out) {
+            return self.fail(e.into());
+        }
+        self.next_id += 1;
+        self.in_flight.push_back(id);
+        Ok(())
+    }
+
+    fn recv(&mut self) -> Result<Reply, TransportError> {
+        if self.broken {
+            return Err(TransportError::Broken);
+        }
+        let Some(&expected) = self.in_flight.front() else {
+            return Err(TransportError::NothingInFlight);
+        };
+        let (id, reply) = match read_reply(&mut self.stream, self.max_reply_bytes) {
+            Ok(r) => r,
+            Err(e) => return self.fail(e),
+        };
+        if id == expected {
+            self.in_flight.pop_front();
+            if let ReplyBody::Error { code, .. } = &reply.body
+                && code.closes_connection()
+            {
+                self.broken = true;
+            }
+            return Ok(reply);
+        }
+        if id == 0 && matches!(reply.body, ReplyBody::Error { .. }) {
+            // An error that answers no request (timeout, shutdown, bad frame): the server is
+            // closing the connection and the requests in flight are lost.
+            self.broken = true;
+            self.in_flight.clear();
+            return Ok(reply);
+        }
+        self.fail(TransportError::Unexpected(format!(
+            "reply with request id {id}, expected {expected}"
+        )))
+    }
+}

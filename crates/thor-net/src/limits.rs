@@ -1,0 +1,54 @@
+//! Bounds and default timeouts of the network layer, with the reasons for their values. The
+//! number of connections is bounded by the handler's session limit
+//! (`thor_server::HandlerConfig::sessions_max`); frame sizes by the wire protocol's limits.
+
+use std::time::Duration;
+
+/// How long a connection may sit between requests before the server closes it, by default.
+/// Clients are interactive programs that may think for a while between transactions; five
+/// minutes frees the session of one that went away without closing its socket.
+pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(300);
+
+/// How long a frame may take to arrive once its first byte has, by default. The largest frame
+/// (64 MiB) takes under a second on any network thor runs on; a slower sender is broken or
+/// holding a session hostage (slowloris).
+pub const FRAME_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+
+/// How long writing one reply may take, by default: a client that stops reading its replies
+/// would otherwise hold its session forever.
+pub const WRITE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+
+/// How long the server spends on a connection it is closing after an error: writing the error
+/// and then reading (and discarding) what the client still sends, so that the close does not
+/// turn into a reset that destroys the error reply before the client reads it.
+pub const CLOSE_LINGER: Duration = Duration::from_secs(2);
+
+/// Most bytes read and discarded while lingering on a closing connection.
+pub const CLOSE_LINGER_BYTES_MAX: u64 = 1 << 20;
+
+/// Refusals (`Error(Busy)` to connections beyond the limit) being written at once. Beyond this
+/// a flood of connections is dropped without a word, so that refusing costs bounded memory.
+pub const REFUSALS_IN_FLIGHT_MAX: usize = 64;
+
+/// The read buffer of a connection: several small requests (or a pipelined batch) per system
+/// call, and small enough to multiply by the session limit.
+pub const READ_BUFFER_BYTES: usize = 16 << 10;
+
+/// The initial capacity of a frame being received. A frame's buffer then grows with the bytes
+/// that actually arrive, so a peer that announces a 64 MiB frame and sends nothing costs only
+/// this much.
+pub const FRAME_BUFFER_INITIAL_BYTES: usize = 16 << 10;
+
+/// Blocking threads kept beyond one per session: commits wait for the log's fsync on blocking
+/// threads (one per committing session, so that group commit sees them all), and a few more
+/// keep fetches that read the disk from queueing behind them.
+pub const BLOCKING_THREADS_SPARE: usize = 16;
+
+/// A client's default connection timeout.
+pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+
+/// Pause after a failed `accept` (for example out of file descriptors) so that the accept loop
+/// does not spin while the condition lasts.
+pub const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+const _: () = assert!(FRAME_BUFFER_INITIAL_BYTES <= thor_wire::limits::FRAME_BYTES_SETTING_MIN);

@@ -1,0 +1,200 @@
+//! Shared fixtures of the network tests: a server on a temporary database, raw socket helpers,
+//! and a small schema built with thor-core.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use thor_core::le::{put_u32, u32_at};
+use thor_core::{ClassDesc, Oref, PageId, PageView, RawRef, VarKind};
+use thor_net::{ClientConfig, NetConfig, Server, TcpTransport};
+use thor_server::{Engine, EngineOptions, Handler, HandlerConfig};
+use thor_storage::{Disk, FileDisk};
+use thor_wire::limits::FRAME_BYTES_MAX;
+use thor_wire::{
+    Commit, ErrorCode, Reply, ReplyBody, Request, RequestBody, Transport, decode_reply,
+};
+
+/// A safety net so that a broken server fails a test instead of hanging it; never a timing
+/// assertion.
+pub const SAFETY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Engine options for tests: small pages so that a few hundred objects span several pages.
+pub fn opts() -> EngineOptions {
+    EngineOptions { page_size: 4096, ..EngineOptions::default() }
+}
+
+/// A database in a temporary directory.
+pub struct Db {
+    pub dir: tempfile::TempDir,
+}
+
+impl Db {
+    pub fn new() -> Db {
+        Db { dir: tempfile::tempdir().unwrap() }
+    }
+
+    pub fn disk(&self) -> Arc<dyn Disk> {
+        Arc::new(FileDisk::open_dir(self.dir.path(), true).unwrap())
+    }
+
+    pub fn create(&self) -> Arc<Engine> {
+        Arc::new(Engine::create(self.disk(), opts()).unwrap())
+    }
+
+    pub fn open(&self) -> Arc<Engine> {
+        Arc::new(Engine::open(self.disk(), opts()).unwrap())
+    }
+}
+
+/// A handler with `config` and a server for it on 127.0.0.1.
+pub fn serve(engine: Arc<Engine>, config: HandlerConfig, net: NetConfig) -> (Arc<Handler>, Server) {
+    let handler = Arc::new(Handler::new(engine, config).unwrap());
+    let server = Server::start("127.0.0.1:0", handler.clone(), net).unwrap();
+    (handler, server)
+}
+
+pub fn client_config(token: &[u8]) -> ClientConfig {
+    ClientConfig {
+        token: token.to_vec(),
+        client_name: "test".into(),
+        io_timeout: Some(SAFETY_TIMEOUT),
+        ..ClientConfig::default()
+    }
+}
+
+pub fn connect(addr: SocketAddr, token: &[u8]) -> TcpTransport {
+    TcpTransport::connect(addr, &client_config(token)).unwrap()
+}
+
+/// `test.Item`: next (ref), seq (u32), then a byte payload.
+pub fn item_class() -> ClassDesc {
+    ClassDesc::new("test.Item", 8, &[0], VarKind::Bytes).unwrap()
+}
+
+pub fn item(class: u32, next: u32, seq: u32, payload: &[u8]) -> Vec<u8> {
+    let c = item_class();
+    let mut o = c.new_object(class, payload.len());
+    put_u32(&mut o, 4, next);
+    put_u32(&mut o, 8, seq);
+    let at = c.var_offset();
+    o[at..at + payload.len()].copy_from_slice(payload);
+    o
+}
+
+pub fn tag(i: u32) -> u32 {
+    RawRef::tagged_word(i)
+}
+
+pub fn next_of(obj: &[u8]) -> u32 {
+    u32_at(obj, 4)
+}
+
+pub fn seq_of(obj: &[u8]) -> u32 {
+    u32_at(obj, 8)
+}
+
+pub fn commit_req(versions: Vec<(Oref, Vec<u8>)>, created: Vec<Vec<u8>>) -> Request {
+    Request::new(RequestBody::Commit(Commit {
+        reads: versions.iter().map(|(o, _)| *o).collect(),
+        versions: versions.into_iter().map(|(o, b)| (o, Bytes::from(b))).collect(),
+        created: created.into_iter().map(Bytes::from).collect(),
+    }))
+}
+
+/// Commits and expects success; returns the created orefs.
+pub fn commit_ok(
+    t: &mut dyn Transport,
+    versions: Vec<(Oref, Vec<u8>)>,
+    created: Vec<Vec<u8>>,
+) -> Vec<Oref> {
+    match t.round_trip(&commit_req(versions, created)).unwrap().body {
+        ReplyBody::CommitOk { created, .. } => created,
+        other => panic!("commit failed: {other:?}"),
+    }
+}
+
+/// Fetches a page and expects it.
+pub fn fetch(t: &mut dyn Transport, page: PageId) -> Bytes {
+    match t.round_trip(&Request::new(RequestBody::Fetch { page })).unwrap().body {
+        ReplyBody::Page { page: p, bytes } => {
+            assert_eq!(p, page);
+            bytes
+        }
+        other => panic!("fetch of {page:?} failed: {other:?}"),
+    }
+}
+
+/// Reads one object through a fetch of its page.
+pub fn read(t: &mut dyn Transport, oref: Oref) -> Vec<u8> {
+    let page = fetch(t, oref.page().unwrap());
+    PageView::parse(&page).unwrap().object(oref.oid()).unwrap().to_vec()
+}
+
+/// Every allocated page's bytes, by fetching them until `NoSuchPage`.
+pub fn all_pages(t: &mut dyn Transport) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut p = PageId::FIRST;
+    loop {
+        match t.round_trip(&Request::new(RequestBody::Fetch { page: p })).unwrap().body {
+            ReplyBody::Page { bytes, .. } => out.push(bytes),
+            ReplyBody::Error { code: ErrorCode::NoSuchPage, .. } => return out,
+            other => panic!("unexpected {other:?}"),
+        }
+        p = p.next().unwrap();
+    }
+}
+
+/// A raw socket to the server, with the safety timeout.
+pub fn raw(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(SAFETY_TIMEOUT)).unwrap();
+    s.set_write_timeout(Some(SAFETY_TIMEOUT)).unwrap();
+    s
+}
+
+/// Reads one reply frame from a raw socket; `None` at end of stream.
+pub fn read_frame(s: &mut TcpStream) -> Option<(u64, Reply)> {
+    let mut prefix = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match s.read(&mut prefix[got..]) {
+            Ok(0) if got == 0 => return None,
+            Ok(0) => panic!("stream ended inside a frame prefix"),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset && got == 0 => return None,
+            Err(e) => panic!("read failed: {e}"),
+        }
+    }
+    let len = u32::from_le_bytes(prefix) as usize;
+    let mut f = prefix.to_vec();
+    f.resize(4 + len, 0);
+    s.read_exact(&mut f[4..]).unwrap();
+    Some(decode_reply(Bytes::from(f), FRAME_BYTES_MAX).unwrap())
+}
+
+/// Expects an `Error` reply with `code` (and request id `id`), then the end of the stream.
+pub fn expect_error_and_close(s: &mut TcpStream, code: ErrorCode, id: u64) {
+    let (got_id, reply) = read_frame(s).expect("an error reply before the close");
+    match reply.body {
+        ReplyBody::Error { code: c, message } => {
+            assert_eq!(c, code, "message: {message}");
+            assert_eq!(got_id, id);
+        }
+        other => panic!("expected Error({code}), got {other:?}"),
+    }
+    assert!(read_frame(s).is_none(), "the server closes the connection after the error");
+}
+
+/// Sends bytes on a raw socket (ignoring a reset: the server may already have closed).
+pub fn send_raw(s: &mut TcpStream, bytes: &[u8]) {
+    let _ = s.write_all(bytes);
+}
+
+/// Half-closes a raw socket's sending side.
+pub fn end_raw(s: &TcpStream) {
+    let _ = s.shutdown(Shutdown::Write);
+}

@@ -1,0 +1,72 @@
+//! The in-process transport behaves like a TCP connection without the socket: same handshake,
+//! same replies, same limits.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use thor_core::{PageId, builtin};
+use thor_net::{ClientConfig, LocalTransport};
+use thor_server::{Handler, HandlerConfig};
+use thor_wire::{ErrorCode, ReplyBody, Request, RequestBody, Transport, TransportError};
+
+fn handler(config: HandlerConfig) -> (Db, Arc<Handler>) {
+    let db = Db::new();
+    let h = Arc::new(Handler::new(db.create(), config).unwrap());
+    (db, h)
+}
+
+#[test]
+fn the_local_transport_commits_and_fetches_like_tcp() {
+    let (_db, h) = handler(HandlerConfig::default());
+    let mut t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
+    assert_eq!(t.server().root, builtin::ROOT);
+    assert_eq!(t.server().page_size, 4096);
+    let class = commit_ok(&mut t, vec![], vec![item_class().to_class_object()])[0];
+    let objs = commit_ok(
+        &mut t,
+        vec![],
+        vec![item(class.raw(), tag(1), 1, b"a"), item(class.raw(), 0, 2, b"b")],
+    );
+    let first = read(&mut t, objs[0]);
+    assert_eq!(next_of(&first), objs[1].raw());
+    // The same bytes as the engine has.
+    let page = objs[0].page().unwrap();
+    assert_eq!(&fetch(&mut t, page)[..], &h.engine().fetch(page).unwrap()[..]);
+    // Pipelining works the same way.
+    t.send(&Request::new(RequestBody::Fetch { page: PageId::FIRST })).unwrap();
+    t.send(&Request::new(RequestBody::Stats)).unwrap();
+    assert!(matches!(t.recv().unwrap().body, ReplyBody::Page { .. }));
+    assert!(matches!(t.recv().unwrap().body, ReplyBody::Stats(_)));
+    assert!(matches!(t.recv(), Err(TransportError::NothingInFlight)));
+    // Goodbye ends the session like a closed socket.
+    assert_eq!(t.round_trip(&Request::new(RequestBody::Goodbye)).unwrap().body, ReplyBody::Ack);
+    assert!(matches!(t.send(&Request::new(RequestBody::Stats)), Err(TransportError::Closed)));
+}
+
+#[test]
+fn the_local_transport_enforces_tokens_limits_and_frame_sizes() {
+    let config = HandlerConfig { token: b"k".to_vec(), sessions_max: 1, max_frame_bytes: 64 << 10 };
+    let (_db, h) = handler(config);
+    let wrong = ClientConfig { token: b"x".to_vec(), ..ClientConfig::default() };
+    match LocalTransport::connect(h.clone(), &wrong) {
+        Err(TransportError::Refused { code: ErrorCode::Unauthenticated, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    let right = ClientConfig { token: b"k".to_vec(), ..ClientConfig::default() };
+    let mut t = LocalTransport::connect(h.clone(), &right).unwrap();
+    match LocalTransport::connect(h.clone(), &right) {
+        Err(TransportError::Refused { code: ErrorCode::Busy, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    let class = commit_ok(&mut t, vec![], vec![item_class().to_class_object()])[0];
+    let big: Vec<Vec<u8>> = (0..40).map(|i| item(class.raw(), 0, i, &[1; 2000])).collect();
+    assert!(matches!(
+        t.round_trip(&commit_req(vec![], big)),
+        Err(TransportError::BadRequest(thor_wire::WireError::FrameTooLarge { .. }))
+    ));
+    drop(t);
+    // The slot is free again once the transport is dropped.
+    LocalTransport::connect(h, &right).unwrap();
+}
