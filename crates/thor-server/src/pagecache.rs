@@ -8,10 +8,10 @@
 //! image of every page it writes, and a fetch that read the disk inserts its image only if no
 //! install happened while it was reading (the engine's install epoch).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
+use thor_cache::policy::{Lru, Placement, Policy};
 use thor_core::PageId;
 
 /// Hit and miss counts.
@@ -28,14 +28,10 @@ pub struct PageCacheStats {
 /// See the module documentation.
 #[derive(Debug)]
 pub struct PageCache {
-    /// The budget in bytes (a whole number of pages).
-    capacity_pages: usize,
-    /// page → (image, its last-use stamp).
-    pages: FxHashMap<PageId, (Arc<[u8]>, u64)>,
-    /// stamp → page, oldest first: the eviction order.
-    order: BTreeMap<u64, PageId>,
-    /// Source of stamps; increases on every use.
-    clock: u64,
+    /// The images, by page.
+    pages: FxHashMap<PageId, Arc<[u8]>>,
+    /// The eviction order: the same LRU the client caches and the simulator use.
+    order: Option<Lru>,
     /// Counters.
     stats: PageCacheStats,
 }
@@ -43,28 +39,22 @@ pub struct PageCache {
 impl PageCache {
     /// A cache of at most `capacity_bytes` of `page_size`-byte pages.
     pub fn new(capacity_bytes: usize, page_size: usize) -> PageCache {
+        let capacity = capacity_bytes / page_size;
         PageCache {
-            capacity_pages: capacity_bytes / page_size,
             pages: FxHashMap::default(),
-            order: BTreeMap::new(),
-            clock: 0,
+            // A zero-page cache keeps nothing; the policy needs a positive capacity.
+            order: (capacity > 0).then(|| Lru::new(capacity).expect("capacity within bounds")),
             stats: PageCacheStats::default(),
         }
     }
 
-    fn stamp(&mut self) -> u64 {
-        self.clock += 1;
-        self.clock
-    }
-
     /// The image of `page`, marking it used.
     pub fn get(&mut self, page: PageId) -> Option<Arc<[u8]>> {
-        let now = self.stamp();
-        match self.pages.get_mut(&page) {
-            Some((img, at)) => {
-                self.order.remove(at);
-                *at = now;
-                self.order.insert(now, page);
+        match self.pages.get(&page) {
+            Some(img) => {
+                if let Some(o) = self.order.as_mut() {
+                    o.touch(u64::from(page.get()));
+                }
                 self.stats.hits += 1;
                 Some(img.clone())
             }
@@ -77,25 +67,26 @@ impl PageCache {
 
     /// The image of `page` without counting a lookup or changing the order.
     pub fn peek(&self, page: PageId) -> Option<&Arc<[u8]>> {
-        self.pages.get(&page).map(|(img, _)| img)
+        self.pages.get(&page)
     }
 
     /// Inserts or replaces the image of `page` as the most recently used, evicting the least
-    /// recently used pages beyond the budget.
+    /// recently used page if the cache is full.
     pub fn insert(&mut self, page: PageId, image: Arc<[u8]>) {
-        if self.capacity_pages == 0 {
+        let Some(order) = self.order.as_mut() else { return };
+        let id = u64::from(page.get());
+        if self.pages.insert(page, image).is_some() {
+            order.touch(id);
             return;
         }
-        let now = self.stamp();
-        if let Some((_, at)) = self.pages.insert(page, (image, now)) {
-            self.order.remove(&at);
-        }
-        self.order.insert(now, page);
-        while self.pages.len() > self.capacity_pages {
-            let (_, victim) = self.order.pop_first().expect("order mirrors pages");
+        if order.is_full()
+            && let Some(victim) = order.evict(Some(id))
+        {
+            let victim = PageId::new(victim as u32).expect("cached ids are page ids");
             self.pages.remove(&victim);
             self.stats.evictions += 1;
         }
+        order.insert(id, Placement::Referenced).expect("room was made");
     }
 
     /// Counters so far.
