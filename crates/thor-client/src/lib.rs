@@ -1,0 +1,40 @@
+//! thor-client: the library applications use to reach a thor server.
+//!
+//! - [`Session`]: a connection, a client cache (HAC or FPC, by [`SessionConfig`]) and the
+//!   current transaction; fetches pages on misses and ships object versions at commit.
+//! - [`typed`]: classes declared once with [`class!`], typed references [`Ref`], and
+//!   [`View`]s that read fields straight from the cached bytes.
+//!
+//! ```no_run
+//! # fn demo(transport: Box<dyn thor_wire::Transport>) -> Result<(), thor_client::ClientError> {
+//! use thor_client::{Ref, Session, SessionConfig};
+//! thor_client::class! {
+//!     pub class Counter("demo.Counter") { value: u64 }
+//! }
+//! let s = Session::new(transport, SessionConfig::default())?;
+//! let c = s.create::<Counter>(0)?;
+//! c.set(Counter::value, 1)?;
+//! let r: Ref<Counter> = c.as_ref();
+//! drop(c);
+//! s.set_root(0, r)?;
+//! s.commit()?;
+//! let c = s.get(s.root::<Counter>(0)?)?;
+//! assert_eq!(c.get(Counter::value), 1);
+//! # Ok(()) }
+//! ```
+//!
+//! *Architecture invariant:* the client does no I/O of its own; it talks to the server only
+//! through a [`thor_wire::Transport`], so tests and embedded uses run it over an in-process
+//! transport.
+
+pub mod error;
+pub mod session;
+pub mod typed;
+
+pub use error::ClientError;
+pub use session::{ClientStats, CommitInfo, SCHEMA_SLOT, Session, SessionConfig, View};
+pub use thor_cache::PolicyConfig;
+pub use typed::{Any, Bytes, Class, Field, Ref, Refs};
+
+#[doc(hidden)]
+pub use thor_core;

@@ -1,0 +1,985 @@
+//! Sessions and transactions.
+//!
+//! A [`Session`] is one client's connection to one server together with its cache. It is
+//! always inside a transaction: the first access starts one, [`Session::commit`] or
+//! [`Session::abort`] ends it and the next access starts the next (Thor's model,
+//! `papers/thor-ecoop99.txt` section 2).
+//!
+//! ```text
+//!   get(ref) ──hit──► view (pinned) ──► get(field) / set(field, v)
+//!      │ miss                                 │ first write: undo copy, modified mark
+//!      ▼                                      ▼
+//!   fetch page: send ─► free a frame ─► recv ─► install     commit: ship new versions of
+//!                                                           modified objects + created objects
+//! ```
+//!
+//! The transaction records its read set (entries read), its modified objects with an undo copy
+//! of each taken at the first write, and the objects it created. Commit ships only objects, never
+//! pages: the new versions of modified objects and the created objects, with references to created
+//! objects tagged by their index in the commit. Abort puts the undo copies back and drops the
+//! created objects.
+//!
+//! # Single-threaded by construction
+//!
+//! A session is `Send` but not `Sync`: its state sits in an `UnsafeCell` and every method takes
+//! `&self`, so views (which borrow the session) can be held while other objects are read. Each
+//! method borrows the state mutably for its own duration only and never calls back into
+//! application code while doing so; views hold a pointer to their (pinned) object, not a borrow
+//! of the state.
+
+use std::cell::UnsafeCell;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rustc_hash::FxHashMap;
+use thor_cache::core::{F_MODIFIED, F_NEW, Need, USAGE_TOP};
+use thor_cache::{CacheConfig, CacheStats, ClientCache, PolicyConfig};
+use thor_core::{ClassDesc, Oref, PageId, RawRef, VarKind, builtin, large};
+use thor_wire::{Commit, Reply, ReplyBody, Request, RequestBody, ServerInfo, Transport};
+
+use crate::error::ClientError;
+use crate::typed::{Any, Class, Field, FieldType, Ref, Refs, VarSpec};
+
+/// The root slot that holds the schema directory (the list of class objects). Applications
+/// use slots `0..SCHEMA_SLOT`.
+pub const SCHEMA_SLOT: usize = builtin::ROOT_SLOTS - 1;
+
+/// Settings of a session.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionConfig {
+    /// Client cache size in bytes (frames and tables).
+    pub cache_bytes: usize,
+    /// The cache manager.
+    pub policy: PolicyConfig,
+    /// Free cache frames while fetches are on the wire (the default) or in the foreground.
+    pub background_replacement: bool,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            cache_bytes: 64 << 20,
+            policy: PolicyConfig::Fpc,
+            background_replacement: true,
+        }
+    }
+}
+
+/// Counters of a session.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ClientStats {
+    /// Pages fetched.
+    pub fetches: u64,
+    /// Time waiting for fetches (including the overlapped replacement).
+    pub fetch_time: Duration,
+    /// Transactions committed.
+    pub commits: u64,
+    /// Time committing (building the request and waiting for the server).
+    pub commit_time: Duration,
+    /// Transactions aborted (by the application or refused by the server).
+    pub aborts: u64,
+    /// Object accesses that missed the hit path (installation, fetch, or stale handle).
+    pub slow_accesses: u64,
+    /// Time converting objects to the in-cache format: installing them and swizzling.
+    pub conversion_time: Duration,
+    /// Bytes of object versions shipped at commit.
+    pub bytes_shipped: u64,
+}
+
+/// What a commit did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitInfo {
+    /// The commit's place in the server's serial order.
+    pub lsn: thor_core::Lsn,
+    /// Objects created.
+    pub created: usize,
+    /// Existing objects modified.
+    pub modified: usize,
+}
+
+/// The current transaction's bookkeeping.
+#[derive(Debug, Default)]
+struct TxState {
+    /// Entries of existing objects modified, in first-write order.
+    modified: Vec<u32>,
+    /// Pre-transaction bytes of each modified entry (as they were in the cache).
+    undo: Vec<(u32, Vec<u8>)>,
+    /// Entries of created objects, in creation order.
+    created: Vec<u32>,
+    /// Class slots registered with classes created by this transaction.
+    new_class_slots: Vec<(usize, u32)>,
+}
+
+/// The session's state. See the module documentation for how it is borrowed.
+struct Inner {
+    transport: Box<dyn Transport>,
+    info: ServerInfo,
+    cache: ClientCache,
+    /// Class slot → class word in this database (0: not looked up yet).
+    class_words: Vec<u32>,
+    /// The schema directory as read: class name → (class word, descriptor).
+    schema: Option<FxHashMap<String, (u32, ClassDesc)>>,
+    tx: TxState,
+    stats: ClientStats,
+    /// Reused buffer for object bytes.
+    scratch: Vec<u8>,
+}
+
+/// A client session: a connection to a server, a cache, and the current transaction.
+pub struct Session {
+    inner: UnsafeCell<Inner>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").finish_non_exhaustive()
+    }
+}
+
+/// A pinned view of one object of class `C`: reads come straight from the cached bytes; the
+/// object neither moves nor leaves the cache while the view lives.
+pub struct View<'s, C: Class + ?Sized> {
+    s: &'s Session,
+    /// The object's entry.
+    idx: u32,
+    /// The oref (or serial) of the entry, for [`View::as_ref`].
+    oref: u32,
+    /// The object's location in the arena.
+    loc: u32,
+    /// Pointer to the object's first byte.
+    ptr: *mut u8,
+    _c: PhantomData<fn() -> C>,
+}
+
+impl<C: Class + ?Sized> Drop for View<'_, C> {
+    fn drop(&mut self) {
+        self.s.inner().cache.core.unpin(self.loc);
+    }
+}
+
+impl<C: Class + ?Sized> std::fmt::Debug for View<'_, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "View<{}>({:?})", std::any::type_name::<C>(), Ref::<C>::new(self.idx, self.oref))
+    }
+}
+
+/// Reading and writing one field type in an object.
+pub trait Access: FieldType {
+    /// Reads the field at byte `off` of the viewed object.
+    fn load<C: Class + ?Sized>(v: &View<'_, C>, off: usize) -> Self;
+    /// Writes the field (the caller has recorded the write in the transaction).
+    fn store<C: Class + ?Sized>(self, v: &View<'_, C>, off: usize) -> Result<(), ClientError>;
+}
+
+macro_rules! scalar_access {
+    ($t:ty) => {
+        impl Access for $t {
+            #[inline]
+            fn load<C: Class + ?Sized>(v: &View<'_, C>, off: usize) -> Self {
+                let mut b = [0u8; std::mem::size_of::<$t>()];
+                // SAFETY: the object is pinned at `ptr` and at least as large as its class's
+                // fixed part (checked when it was installed); field offsets come from the same
+                // class layout, so `off + size` is within the object.
+                unsafe { std::ptr::copy_nonoverlapping(v.ptr.add(off), b.as_mut_ptr(), b.len()) };
+                <$t>::from_le_bytes(b)
+            }
+            fn store<C: Class + ?Sized>(
+                self,
+                v: &View<'_, C>,
+                off: usize,
+            ) -> Result<(), ClientError> {
+                let b = self.to_le_bytes();
+                // SAFETY: as for `load`.
+                unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), v.ptr.add(off), b.len()) };
+                Ok(())
+            }
+        }
+    };
+}
+scalar_access!(u32);
+scalar_access!(i32);
+scalar_access!(f32);
+scalar_access!(u64);
+scalar_access!(i64);
+scalar_access!(f64);
+
+impl<const N: usize> Access for [u8; N] {
+    fn load<C: Class + ?Sized>(v: &View<'_, C>, off: usize) -> Self {
+        let mut b = [0u8; N];
+        // SAFETY: as for the scalar fields.
+        unsafe { std::ptr::copy_nonoverlapping(v.ptr.add(off), b.as_mut_ptr(), N) };
+        b
+    }
+    fn store<C: Class + ?Sized>(self, v: &View<'_, C>, off: usize) -> Result<(), ClientError> {
+        // SAFETY: as for the scalar fields.
+        unsafe { std::ptr::copy_nonoverlapping(self.as_ptr(), v.ptr.add(off), N) };
+        Ok(())
+    }
+}
+
+impl<T: ?Sized + 'static> Access for Ref<T> {
+    #[inline]
+    fn load<C: Class + ?Sized>(v: &View<'_, C>, off: usize) -> Self {
+        v.s.inner().load_ref(v.loc, off)
+    }
+    fn store<C: Class + ?Sized>(self, v: &View<'_, C>, off: usize) -> Result<(), ClientError> {
+        v.s.inner().store_ref(v.loc, off, self.idx, self.oref)
+    }
+}
+
+impl<'s, C: Class + ?Sized> View<'s, C> {
+    /// Reads a field.
+    #[inline]
+    pub fn get<F: Access>(&self, field: Field<C, F>) -> F {
+        F::load(self, field.offset())
+    }
+
+    /// Writes a field through the transaction (the first write of an object takes its undo
+    /// copy).
+    pub fn set<F: Access>(&self, field: Field<C, F>, value: F) -> Result<(), ClientError> {
+        self.s.inner().before_write(self.idx, self.loc)?;
+        value.store(self, field.offset())
+    }
+
+    /// A reference to this object.
+    pub fn as_ref(&self) -> Ref<C> {
+        Ref::new(self.idx, self.oref)
+    }
+
+    /// The name of the object's class (for untyped views).
+    pub fn class_name(&self) -> String {
+        let inner = self.s.inner();
+        let w = inner.cache.core.class_word(self.loc);
+        inner.cache.core.class(w).map_or_else(|| "?".to_string(), |d| d.name().to_string())
+    }
+
+    /// The class word of the object (its class's oref once stored).
+    pub fn class_word(&self) -> u32 {
+        self.s.inner().cache.core.class_word(self.loc)
+    }
+
+    fn desc(&self) -> Arc<ClassDesc> {
+        let inner = self.s.inner();
+        let w = inner.cache.core.class_word(self.loc);
+        inner.cache.core.class(w).cloned().expect("installed objects have loaded classes")
+    }
+
+    /// Elements in the variable part (0 without one).
+    pub fn var_len(&self) -> usize {
+        let d = self.desc();
+        match d.var() {
+            VarKind::None => 0,
+            // SAFETY: the count word is within the object (checked at installation).
+            _ => u32::from_le_bytes(unsafe {
+                self.ptr.add(d.count_offset()).cast::<[u8; 4]>().read()
+            }) as usize,
+        }
+    }
+
+    /// A copy of the variable byte part.
+    pub fn var_bytes(&self) -> Vec<u8> {
+        let d = self.desc();
+        if d.var() != VarKind::Bytes {
+            return Vec::new();
+        }
+        let n = self.var_len();
+        let mut out = vec![0u8; n];
+        // SAFETY: the byte part lies within the object (shape checked at installation).
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(d.var_offset()), out.as_mut_ptr(), n) };
+        out
+    }
+
+    /// Replaces the variable byte part; `bytes` must have the object's length (objects keep
+    /// their size).
+    pub fn set_var_bytes(&self, bytes: &[u8]) -> Result<(), ClientError> {
+        let d = self.desc();
+        if d.var() != VarKind::Bytes || bytes.len() != self.var_len() {
+            return Err(ClientError::Usage("set_var_bytes needs a byte part of the same length"));
+        }
+        self.s.inner().before_write(self.idx, self.loc)?;
+        // SAFETY: as for `var_bytes`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(d.var_offset()), bytes.len())
+        };
+        Ok(())
+    }
+}
+
+impl<'s, C: Class + ?Sized> View<'s, C>
+where
+    C::Var: VarRefsTarget,
+{
+    /// Reference `i` of the variable part.
+    pub fn var_ref(&self, i: usize) -> Ref<<C::Var as VarRefsTarget>::Target> {
+        let d = self.desc();
+        assert!(i < self.var_len(), "reference index {i} out of range");
+        self.s.inner().load_ref(self.loc, d.var_offset() + 4 * i)
+    }
+
+    /// Stores reference `i` of the variable part.
+    pub fn set_var_ref(
+        &self,
+        i: usize,
+        r: Ref<<C::Var as VarRefsTarget>::Target>,
+    ) -> Result<(), ClientError> {
+        let d = self.desc();
+        if i >= self.var_len() {
+            return Err(ClientError::Usage("reference index out of range"));
+        }
+        let inner = self.s.inner();
+        inner.before_write(self.idx, self.loc)?;
+        inner.store_ref(self.loc, d.var_offset() + 4 * i, r.idx, r.oref)
+    }
+}
+
+/// Variable parts holding references.
+pub trait VarRefsTarget: VarSpec {
+    /// The class referenced.
+    type Target: ?Sized + 'static;
+}
+impl<T: ?Sized + 'static> VarRefsTarget for crate::typed::VarRefs<T> {
+    type Target = T;
+}
+
+fn transport_err(e: thor_wire::transport::TransportError) -> ClientError {
+    ClientError::Transport(e)
+}
+
+impl Session {
+    /// A session over an open transport (the handshake is the transport's job).
+    pub fn new(transport: Box<dyn Transport>, cfg: SessionConfig) -> Result<Session, ClientError> {
+        let info = *transport.server();
+        let cache = ClientCache::new(CacheConfig {
+            budget_bytes: cfg.cache_bytes,
+            page_size: info.page_size,
+            policy: cfg.policy,
+            background_replacement: cfg.background_replacement,
+        })?;
+        Ok(Session {
+            inner: UnsafeCell::new(Inner {
+                transport,
+                info,
+                cache,
+                class_words: Vec::new(),
+                schema: None,
+                tx: TxState::default(),
+                stats: ClientStats::default(),
+                scratch: Vec::new(),
+            }),
+        })
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    #[inline]
+    fn inner(&self) -> &mut Inner {
+        // SAFETY: `Session` is not `Sync`, so only this thread reaches the cell. Every caller
+        // uses the returned borrow within one method and does not call a method that borrows
+        // it again while the first borrow is in use (see the module documentation); views keep
+        // raw pointers into the arena, never borrows of `Inner`.
+        unsafe { &mut *self.inner.get() }
+    }
+
+    /// What the server said about itself.
+    pub fn server(&self) -> ServerInfo {
+        self.inner().info
+    }
+
+    /// A view of the object `r` names, fetching its page if needed. Fails if `r` is null or
+    /// the object is not of class `C`.
+    #[inline]
+    pub fn get<C: Class + ?Sized>(&self, r: Ref<C>) -> Result<View<'_, C>, ClientError> {
+        let inner = self.inner();
+        let (idx, oref, loc) = match inner.cache.access(r.idx, r.oref) {
+            Some(loc) => (r.idx, r.oref, loc),
+            None => inner.slow_get(r.idx, r.oref)?,
+        };
+        if !C::ANY {
+            let want = inner.class_word::<C>()?;
+            let got = inner.cache.core.class_word(loc);
+            if got != want {
+                return Err(inner.type_mismatch::<C>(got));
+            }
+        }
+        inner.cache.core.pin(loc);
+        let ptr = inner.cache.core.arena.base().wrapping_add(loc as usize);
+        Ok(View { s: self, idx, oref, loc, ptr, _c: PhantomData })
+    }
+
+    /// Creates an object of class `C` with `var_len` elements in its variable part, all fields
+    /// zero (null references). It gets its oref when the transaction commits.
+    pub fn create<C: Class + ?Sized>(&self, var_len: usize) -> Result<View<'_, C>, ClientError> {
+        let inner = self.inner();
+        let class_word = inner.class_word::<C>()?;
+        let desc = if let Some(b) = C::BUILTIN {
+            builtin::desc(b).expect("builtin").clone()
+        } else {
+            C::desc()
+        };
+        if C::Var::KIND == VarKind::None && var_len != 0 {
+            return Err(ClientError::Usage("class has no variable part"));
+        }
+        let bytes = desc.new_object(class_word, var_len);
+        let (idx, serial) = inner.cache.create(&bytes)?;
+        inner.tx.created.push(idx);
+        let loc = inner.cache.core.entries[idx as usize].loc;
+        inner.cache.core.pin(loc);
+        let ptr = inner.cache.core.arena.base().wrapping_add(loc as usize);
+        Ok(View { s: self, idx, oref: serial, loc, ptr, _c: PhantomData })
+    }
+
+    /// The current form of `r`: after the commit of the transaction that created an object,
+    /// references made before the commit name it by a temporary serial and references read
+    /// after it by its oref; both give the same canonical reference (for comparisons and maps).
+    pub fn canonical<C: ?Sized>(&self, r: Ref<C>) -> Result<Ref<C>, ClientError> {
+        if r.is_null() {
+            return Ok(r);
+        }
+        let inner = self.inner();
+        let i = inner.cache.rebind(r.idx, r.oref)?;
+        Ok(Ref::new(i, inner.cache.core.entries[i as usize].oref))
+    }
+
+    /// The reference in root slot `slot` (`0..SCHEMA_SLOT`), seen as class `C`.
+    pub fn root<C: Class + ?Sized>(&self, slot: usize) -> Result<Ref<C>, ClientError> {
+        if slot >= SCHEMA_SLOT {
+            return Err(ClientError::Usage("root slot out of range"));
+        }
+        let root = self.get(self.root_ref()?)?;
+        Ok(root.var_ref(slot).cast())
+    }
+
+    /// Points root slot `slot` (`0..SCHEMA_SLOT`) at `r`.
+    pub fn set_root<C: ?Sized + 'static>(&self, slot: usize, r: Ref<C>) -> Result<(), ClientError> {
+        if slot >= SCHEMA_SLOT {
+            return Err(ClientError::Usage("root slot out of range"));
+        }
+        let root = self.get(self.root_ref()?)?;
+        root.set_var_ref(slot, r.cast())
+    }
+
+    fn root_ref(&self) -> Result<Ref<Refs<Any>>, ClientError> {
+        let inner = self.inner();
+        let root = inner.info.root;
+        let idx = inner.cache.core.entry_for(root)?;
+        Ok(Ref::new(idx, root.raw()))
+    }
+
+    /// Stores `data` as a large object (a tree of page-sized pieces) created by this
+    /// transaction.
+    pub fn create_large(&self, data: &[u8]) -> Result<Ref<crate::typed::Any>, ClientError> {
+        let inner = self.inner();
+        let objs = large::encode(data, large::LeafKind::Bytes, inner.info.page_size);
+        let mut made: Vec<(u32, u32)> = Vec::with_capacity(objs.len());
+        // Create every piece with its references null, then point them at each other.
+        let mut pending = Vec::new();
+        for obj in &objs {
+            let class = thor_core::le::u32_at(obj, 0);
+            let desc =
+                builtin::desc(Oref::from_raw(class).expect("builtin class")).expect("builtin");
+            let mut bytes = obj.clone();
+            let mut offs = Vec::new();
+            desc.for_each_ref_offset(obj, |o| offs.push(o));
+            for &off in &offs {
+                pending.push((made.len(), off, thor_core::le::u32_at(obj, off)));
+                bytes[off..off + 4].fill(0);
+            }
+            let (idx, serial) = inner.cache.create(&bytes)?;
+            inner.tx.created.push(idx);
+            made.push((idx, serial));
+        }
+        for (owner, off, word) in pending {
+            let RawRef::Tagged(j) = RawRef::decode(word) else { continue };
+            let loc = inner.cache.core.entries[made[owner].0 as usize].loc;
+            inner.cache.core.store_ref(loc, off, Some(made[j as usize].0));
+        }
+        Ok(Ref::new(made[0].0, made[0].1))
+    }
+
+    /// Reads a whole large object.
+    pub fn read_large(&self, r: Ref<crate::typed::Any>) -> Result<Vec<u8>, ClientError> {
+        let root = self.get(r)?;
+        let inner = self.inner();
+        let size = inner.cache.core.object_size(root.loc);
+        let mut bytes = Vec::new();
+        inner.cache.core.arena.copy_out(root.loc as usize, size, &mut bytes);
+        drop(root);
+        large::read(&bytes, |word| self.object_bytes_by_word(word))
+    }
+
+    /// The bytes of the object a reference word names (swizzled or not), unswizzled.
+    fn object_bytes_by_word(&self, word: u32) -> Result<Vec<u8>, ClientError> {
+        let inner = self.inner();
+        let (idx, oref) = match RawRef::decode(word) {
+            RawRef::Tagged(i) => {
+                (i, inner.cache.core.entries.get(i as usize).map_or(0, |e| e.oref))
+            }
+            RawRef::Oref(o) if !o.is_null() => (inner.cache.core.entry_for(o)?, o.raw()),
+            RawRef::Oref(_) => return Err(ClientError::Usage("null reference in a large object")),
+        };
+        let v = self.get::<Any>(Ref::new(idx, oref))?;
+        let inner = self.inner();
+        let size = inner.cache.core.object_size(v.loc);
+        let mut out = Vec::new();
+        inner.cache.core.arena.copy_out(v.loc as usize, size, &mut out);
+        Ok(out)
+    }
+
+    /// Commits the current transaction; the next access starts a new one. On a refusal the
+    /// transaction is aborted (its effects undone in the cache) and the error says why.
+    pub fn commit(&self) -> Result<CommitInfo, ClientError> {
+        self.inner().commit()
+    }
+
+    /// Aborts the current transaction: modified objects get their old bytes back, created
+    /// objects disappear.
+    pub fn abort(&self) {
+        let inner = self.inner();
+        inner.abort_local();
+        // Tell the server (it keeps no state for us yet, but the concurrency-control protocol
+        // will); a failure here changes nothing for the client.
+        if inner.transport.round_trip(&Request::new(RequestBody::Abort)).is_err() {
+            // The next request will report the broken connection.
+        }
+    }
+
+    /// The session's counters.
+    pub fn stats(&self) -> ClientStats {
+        self.inner().stats
+    }
+
+    /// The cache's counters.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.inner().cache.stats()
+    }
+
+    /// The cache manager's name.
+    pub fn policy_name(&self) -> &'static str {
+        self.inner().cache.policy_name()
+    }
+
+    /// The server's counters.
+    pub fn server_stats(&self) -> Result<thor_wire::stats::ServerStats, ClientError> {
+        let inner = self.inner();
+        let reply =
+            inner.transport.round_trip(&Request::new(RequestBody::Stats)).map_err(transport_err)?;
+        match reply.body {
+            ReplyBody::Stats(s) => Ok(*s),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Ends the session politely.
+    pub fn close(self) -> Result<(), ClientError> {
+        let inner = self.inner();
+        inner.transport.round_trip(&Request::new(RequestBody::Goodbye)).map_err(transport_err)?;
+        Ok(())
+    }
+}
+
+fn unexpected(body: ReplyBody) -> ClientError {
+    match body {
+        ReplyBody::Error { code, message } => ClientError::Server { code, message },
+        other => ClientError::Unexpected(other.name()),
+    }
+}
+
+impl Inner {
+    fn type_mismatch<C: Class + ?Sized>(&self, got: u32) -> ClientError {
+        let found = self
+            .cache
+            .core
+            .class(got)
+            .map_or_else(|| format!("class {got:#x}"), |d| d.name().to_string());
+        ClientError::TypeMismatch { expected: C::NAME, found }
+    }
+
+    /// The slow path of an access: rebinds a stale handle, installs the object, fetches its
+    /// page or loads its class as needed.
+    #[cold]
+    fn slow_get(&mut self, idx: u32, oref: u32) -> Result<(u32, u32, u32), ClientError> {
+        if oref == 0 {
+            return Err(ClientError::NullReference);
+        }
+        self.stats.slow_accesses += 1;
+        let i = self.cache.rebind(idx, oref)?;
+        let mut refetched = false;
+        loop {
+            let t = Instant::now();
+            let need = self.cache.resolve(i)?;
+            self.stats.conversion_time += t.elapsed();
+            match need {
+                Need::Resident(loc) => {
+                    let oref = self.cache.core.entries[i as usize].oref;
+                    return Ok((i, oref, loc));
+                }
+                Need::Page(p) => self.fetch(p)?,
+                Need::Class(c) => self.load_class(c)?,
+                Need::Stale(p) if !refetched => {
+                    refetched = true;
+                    self.fetch(p)?;
+                }
+                Need::Stale(_) => {
+                    let o = thor_core::Oref::from_raw(self.cache.core.entries[i as usize].oref)
+                        .unwrap_or(Oref::NULL);
+                    return Err(ClientError::Cache(thor_cache::CacheError::NoSuchObject(o)));
+                }
+            }
+        }
+    }
+
+    fn fetch(&mut self, page: PageId) -> Result<(), ClientError> {
+        let t = Instant::now();
+        self.transport.send(&Request::new(RequestBody::Fetch { page })).map_err(transport_err)?;
+        // Free the next frame while the request is on the wire; the reply must be read even if
+        // that fails, to keep the connection in step.
+        let room = self.cache.while_fetching();
+        let reply = self.transport.recv().map_err(transport_err)?;
+        room?;
+        self.handle_invalidations(&reply);
+        match reply.body {
+            ReplyBody::Page { page: got, bytes } if got == page => {
+                self.cache.install_page(page, &bytes)?;
+            }
+            ReplyBody::Page { .. } => return Err(ClientError::Unexpected("page other than asked")),
+            other => return Err(unexpected(other)),
+        }
+        self.stats.fetches += 1;
+        self.stats.fetch_time += t.elapsed();
+        Ok(())
+    }
+
+    fn handle_invalidations(&mut self, reply: &Reply) {
+        // Invalidations arrive with the concurrency-control protocol; nothing sends them yet.
+        debug_assert!(reply.invalidations.is_empty());
+    }
+
+    fn load_class(&mut self, class: Oref) -> Result<(), ClientError> {
+        let idx = self.cache.core.entry_for(class)?;
+        let (_, _, loc) = self.slow_get(idx, class.raw())?;
+        if self.cache.core.class_word(loc) != builtin::META.raw() {
+            return Err(ClientError::BadClass(format!("{class:?} is not a class object")));
+        }
+        let size = self.cache.core.object_size(loc);
+        self.cache.core.arena.copy_out(loc as usize, size, &mut self.scratch);
+        let desc = ClassDesc::from_class_object(&self.scratch)
+            .map_err(|e| ClientError::BadClass(e.to_string()))?;
+        self.cache.core.register_class(class.raw(), Arc::new(desc));
+        Ok(())
+    }
+
+    /// The class word of `C` in this database, registering the class (creating its class
+    /// object in the current transaction) if it is new.
+    #[inline]
+    fn class_word<C: Class + ?Sized>(&mut self) -> Result<u32, ClientError> {
+        if let Some(b) = C::BUILTIN {
+            return Ok(b.raw());
+        }
+        let slot = C::slot();
+        if let Some(&w) = self.class_words.get(slot)
+            && w != 0
+        {
+            return Ok(w);
+        }
+        self.register::<C>(slot)
+    }
+
+    #[cold]
+    fn register<C: Class + ?Sized>(&mut self, slot: usize) -> Result<u32, ClientError> {
+        let desc = C::desc();
+        self.load_schema()?;
+        let schema = self.schema.as_ref().expect("loaded");
+        let word = match schema.get(C::NAME) {
+            Some((w, stored)) if *stored == desc => *w,
+            Some(_) => return Err(ClientError::SchemaMismatch { class: C::NAME }),
+            None => self.create_class(&desc)?,
+        };
+        if self.class_words.len() <= slot {
+            self.class_words.resize(slot + 1, 0);
+        }
+        self.class_words[slot] = word;
+        if RawRef::decode(word) != RawRef::Oref(Oref::from_raw(word).unwrap_or(Oref::NULL)) {
+            self.tx.new_class_slots.push((slot, word));
+        }
+        Ok(word)
+    }
+
+    /// Reads the schema directory (root slot [`SCHEMA_SLOT`]) if not read yet.
+    fn load_schema(&mut self) -> Result<(), ClientError> {
+        if self.schema.is_some() {
+            return Ok(());
+        }
+        let mut schema = FxHashMap::default();
+        let dir = self.root_slot_word(SCHEMA_SLOT)?;
+        if dir != 0 {
+            let (di, doref) = self.word_handle(dir)?;
+            let (_, _, first) = self.resolve_handle(di, doref)?;
+            let refs = builtin::desc(builtin::REFS).expect("builtin");
+            let n = self.cache.core.arena.read_u32(first as usize + refs.count_offset()) as usize;
+            for k in 0..n {
+                // Loading a class may fetch pages and evict the directory's page: find it again.
+                let (_, _, dloc) = self.resolve_handle(di, doref)?;
+                let Some((ci, coref)) = self.cache.core.follow(dloc, refs.var_offset() + 4 * k)?
+                else {
+                    continue;
+                };
+                let (_, _, cloc) = self.resolve_handle(ci, coref)?;
+                let size = self.cache.core.object_size(cloc);
+                self.cache.core.arena.copy_out(cloc as usize, size, &mut self.scratch);
+                let desc = ClassDesc::from_class_object(&self.scratch)
+                    .map_err(|e| ClientError::BadClass(e.to_string()))?;
+                self.cache.core.register_class(coref, Arc::new(desc.clone()));
+                schema.insert(desc.name().to_string(), (coref, desc));
+            }
+        }
+        self.schema = Some(schema);
+        Ok(())
+    }
+
+    /// The (unswizzled) word in root slot `slot`.
+    fn root_slot_word(&mut self, slot: usize) -> Result<u32, ClientError> {
+        let root = self.info.root;
+        let ri = self.cache.core.entry_for(root)?;
+        let (_, _, loc) = self.resolve_handle(ri, root.raw())?;
+        let refs = builtin::desc(builtin::REFS).expect("builtin");
+        Ok(self.cache.core.ref_word(loc, refs.var_offset() + 4 * slot))
+    }
+
+    fn word_handle(&mut self, word: u32) -> Result<(u32, u32), ClientError> {
+        match RawRef::decode(word) {
+            RawRef::Oref(o) => Ok((self.cache.core.entry_for(o)?, word)),
+            RawRef::Tagged(_) => {
+                let i = self
+                    .cache
+                    .core
+                    .lookup(word)
+                    .ok_or(ClientError::Usage("unknown created object"))?;
+                Ok((i, word))
+            }
+        }
+    }
+
+    fn resolve_handle(&mut self, idx: u32, oref: u32) -> Result<(u32, u32, u32), ClientError> {
+        match self.cache.access(idx, oref) {
+            Some(loc) => Ok((idx, oref, loc)),
+            None => self.slow_get(idx, oref),
+        }
+    }
+
+    /// Creates a class object and a new schema directory listing it; returns the class's
+    /// tagged serial.
+    fn create_class(&mut self, desc: &ClassDesc) -> Result<u32, ClientError> {
+        let obj = desc.to_class_object();
+        let (ci, cword) = self.cache.create(&obj)?;
+        self.tx.created.push(ci);
+        self.cache.core.register_class(cword, Arc::new(desc.clone()));
+
+        // The directory grows by copying: objects keep their size.
+        let refs = builtin::desc(builtin::REFS).expect("builtin");
+        let old = self.root_slot_word(SCHEMA_SLOT)?;
+        let mut entries: Vec<u32> = Vec::new();
+        if old != 0 {
+            let (oi, ooref) = self.word_handle(old)?;
+            let (_, _, oloc) = self.resolve_handle(oi, ooref)?;
+            let n = self.cache.core.arena.read_u32(oloc as usize + refs.count_offset()) as usize;
+            for k in 0..n {
+                let (_, _, oloc) = self.resolve_handle(oi, ooref)?;
+                if let Some((ti, _)) = self.cache.core.follow(oloc, refs.var_offset() + 4 * k)? {
+                    entries.push(ti);
+                }
+            }
+        }
+        entries.push(ci);
+        let bytes = refs.new_object(builtin::REFS.raw(), entries.len());
+        let (di, dword) = self.cache.create(&bytes)?;
+        self.tx.created.push(di);
+        let dloc = self.cache.core.entries[di as usize].loc;
+        for (k, t) in entries.iter().enumerate() {
+            self.cache.core.store_ref(dloc, refs.var_offset() + 4 * k, Some(*t));
+        }
+        // Point the root at the new directory.
+        let root = self.info.root;
+        let ri = self.cache.core.entry_for(root)?;
+        let (_, _, rloc) = self.resolve_handle(ri, root.raw())?;
+        self.before_write(ri, rloc)?;
+        self.cache.core.store_ref(rloc, refs.var_offset() + 4 * SCHEMA_SLOT, Some(di));
+        if let Some(s) = self.schema.as_mut() {
+            s.insert(desc.name().to_string(), (cword, desc.clone()));
+        }
+        debug_assert_eq!(self.cache.core.lookup(dword), Some(di));
+        Ok(cword)
+    }
+
+    /// Reads the reference at byte `off` of the object at `loc`, swizzling it.
+    #[inline]
+    fn load_ref<T: ?Sized>(&mut self, loc: u32, off: usize) -> Ref<T> {
+        let w = self.cache.core.arena.read_u32(loc as usize + off);
+        if w & 1 == 1 {
+            let i = w >> 1;
+            return Ref::new(i, self.cache.core.entries[i as usize].oref);
+        }
+        if w == 0 {
+            return Ref::NULL;
+        }
+        let t = Instant::now();
+        let r = match self.cache.core.follow(loc, off) {
+            Ok(Some((i, o))) => Ref::new(i, o),
+            Ok(None) => Ref::NULL,
+            // The table is full: hand out an unbound handle; it resolves by oref on use.
+            Err(_) => Ref::new(u32::MAX, w),
+        };
+        self.stats.conversion_time += t.elapsed();
+        r
+    }
+
+    /// Stores a reference (handle `(idx, oref)`, or null) at byte `off` of the object at `loc`.
+    fn store_ref(&mut self, loc: u32, off: usize, idx: u32, oref: u32) -> Result<(), ClientError> {
+        let target = if oref == 0 { None } else { Some(self.cache.rebind(idx, oref)?) };
+        self.cache.core.store_ref(loc, off, target);
+        Ok(())
+    }
+
+    /// Records the first write of an existing object in this transaction: its undo copy and
+    /// modified mark (which keeps it in the cache until commit or abort).
+    fn before_write(&mut self, idx: u32, loc: u32) -> Result<(), ClientError> {
+        let flags = self.cache.core.entries[idx as usize].flags;
+        if flags & (F_NEW | F_MODIFIED) != 0 {
+            return Ok(());
+        }
+        let size = self.cache.core.object_size(loc);
+        let mut undo = Vec::new();
+        self.cache.core.arena.copy_out(loc as usize, size, &mut undo);
+        self.tx.undo.push((idx, undo));
+        self.cache.core.mark_modified(idx);
+        self.cache.core.entries[idx as usize].usage |= USAGE_TOP;
+        self.tx.modified.push(idx);
+        Ok(())
+    }
+
+    /// The bytes of entry `i` as they go to the server: references unswizzled, references to
+    /// created objects tagged with their index in the commit.
+    fn export(&mut self, i: u32, serials: &FxHashMap<u32, u32>, out: &mut Vec<u8>) {
+        let core = &self.cache.core;
+        let loc = core.entries[i as usize].loc;
+        let size = core.object_size(loc);
+        core.arena.copy_out(loc as usize, size, out);
+        let desc = core.class(core.class_word(loc)).cloned().expect("loaded class");
+        let tag = |w: u32| match serials.get(&w) {
+            Some(&k) => RawRef::tagged_word(k),
+            None => w,
+        };
+        let header = thor_core::le::u32_at(out, 0);
+        thor_core::le::put_u32(out, 0, tag(header));
+        let mut offs = Vec::new();
+        desc.for_each_ref_offset(out, |o| offs.push(o));
+        for off in offs {
+            let w = core.ref_word(loc, off);
+            thor_core::le::put_u32(out, off, tag(w));
+        }
+    }
+
+    fn commit(&mut self) -> Result<CommitInfo, ClientError> {
+        let t = Instant::now();
+        let serials: FxHashMap<u32, u32> = self
+            .tx
+            .created
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| (self.cache.core.entries[i as usize].oref, k as u32))
+            .collect();
+        let reads: Vec<Oref> = self
+            .cache
+            .core
+            .reads
+            .iter()
+            .filter_map(|&i| Oref::from_raw(self.cache.core.entries[i as usize].oref))
+            .filter(|o| !o.is_null())
+            .collect();
+        let mut buf = Vec::new();
+        let mut versions = Vec::with_capacity(self.tx.modified.len());
+        let modified = std::mem::take(&mut self.tx.modified);
+        let mut shipped = 0u64;
+        for &i in &modified {
+            self.export(i, &serials, &mut buf);
+            shipped += buf.len() as u64;
+            let oref =
+                Oref::from_raw(self.cache.core.entries[i as usize].oref).expect("stored object");
+            versions.push((oref, Bytes::copy_from_slice(&buf)));
+        }
+        let created_entries = std::mem::take(&mut self.tx.created);
+        let mut created = Vec::with_capacity(created_entries.len());
+        for &i in &created_entries {
+            self.export(i, &serials, &mut buf);
+            shipped += buf.len() as u64;
+            created.push(Bytes::copy_from_slice(&buf));
+        }
+        self.tx.modified = modified;
+        self.tx.created = created_entries;
+        let n_created = created.len();
+        let n_modified = versions.len();
+        let req = Request::new(RequestBody::Commit(Commit { reads, versions, created }));
+        let reply = match self.transport.round_trip(&req) {
+            Ok(r) => r,
+            Err(e) => {
+                self.abort_local();
+                return Err(ClientError::CommitUnknown(Box::new(transport_err(e))));
+            }
+        };
+        self.handle_invalidations(&reply);
+        match reply.body {
+            ReplyBody::CommitOk { lsn, created: orefs } if orefs.len() == n_created => {
+                let pairs: Vec<(u32, Oref)> =
+                    self.tx.created.iter().copied().zip(orefs.iter().copied()).collect();
+                self.cache.commit_done(&pairs, &self.tx.modified);
+                // Classes created by this transaction now have orefs.
+                for (slot, serial) in std::mem::take(&mut self.tx.new_class_slots) {
+                    if let Some(&k) = serials.get(&serial) {
+                        self.class_words[slot] = orefs[k as usize].raw();
+                    }
+                }
+                if n_created > 0 && self.schema.is_some() {
+                    // Re-read lazily: class words in it were serials.
+                    self.schema = None;
+                }
+                self.tx = TxState::default();
+                self.stats.commits += 1;
+                self.stats.commit_time += t.elapsed();
+                self.stats.bytes_shipped += shipped;
+                Ok(CommitInfo { lsn, created: n_created, modified: n_modified })
+            }
+            ReplyBody::CommitOk { .. } => {
+                self.abort_local();
+                Err(ClientError::Unexpected("CommitOk with the wrong number of orefs"))
+            }
+            ReplyBody::CommitRefused { code, message } => {
+                self.abort_local();
+                Err(ClientError::Refused { code, message })
+            }
+            other => {
+                self.abort_local();
+                Err(unexpected(other))
+            }
+        }
+    }
+
+    fn abort_local(&mut self) {
+        let tx = std::mem::take(&mut self.tx);
+        self.cache.abort_done(&tx.undo, &tx.created);
+        for (slot, _) in tx.new_class_slots {
+            self.class_words[slot] = 0;
+        }
+        if !tx.created.is_empty() {
+            self.schema = None;
+        }
+        self.stats.aborts += 1;
+    }
+}
+
+// `Session` must stay `!Sync` (its cell is not synchronised); it is `Send` when its transport
+// and cache are.
+#[cfg(test)]
+fn _assert_send() {
+    fn is<T: Send>() {}
+    is::<Session>();
+}

@@ -1,0 +1,400 @@
+//! The typed object API: classes declared once in Rust, references, and field access straight
+//! from the cached bytes.
+//!
+//! An application declares each persistent class with [`crate::class!`]:
+//!
+//! ```
+//! thor_client::class! {
+//!     /// A person.
+//!     pub class Person("demo.Person") {
+//!         age: u32,
+//!         friend: thor_client::Ref<Person>,
+//!         initials: [u8; 4],
+//!     }
+//!     var bytes;
+//! }
+//! ```
+//!
+//! This declares a marker type `Person` implementing [`Class`], whose layout (and so its stored
+//! class descriptor) follows from the field list, and one constant per field: `Person::age` is a
+//! [`Field<Person, u32>`]. A [`Ref<Person>`] names a stored object; [`crate::Session::get`]
+//! turns it into a [`View<Person>`] that reads fields with `view.get(Person::age)` directly
+//! from the object's bytes in the cache, and writes them with `view.set(Person::age, 31)`
+//! through the transaction.
+//!
+//! # Field types
+//!
+//! | Rust type | stored as |
+//! |-----------|-----------|
+//! | `u32`, `i32`, `f32` | 4 bytes |
+//! | `u64`, `i64`, `f64` | 8 bytes (4-aligned, as two words) |
+//! | `[u8; N]` | N bytes, padded to a multiple of 4 |
+//! | `Ref<T>` | a 4-byte reference (swizzled in the cache) |
+//!
+//! After the fields an object may have a variable part: `var bytes;` (a byte string) or
+//! `var refs<T>;` (an array of references to `T`).
+
+use std::marker::PhantomData;
+
+use thor_core::{ClassDesc, VarKind};
+
+/// A reference to a stored object of class `T`: an indirection-table entry and the oref it was
+/// made for (checked on use, so a handle never reaches the wrong object). Copy, 8 bytes; the
+/// null reference is [`Ref::NULL`].
+pub struct Ref<T: ?Sized> {
+    /// The entry in the session's indirection table.
+    pub(crate) idx: u32,
+    /// The oref (or tagged serial of a created object) the entry held when this was made.
+    pub(crate) oref: u32,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: ?Sized> Clone for Ref<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: ?Sized> Copy for Ref<T> {}
+impl<T: ?Sized> PartialEq for Ref<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.oref == other.oref
+    }
+}
+impl<T: ?Sized> Eq for Ref<T> {}
+impl<T: ?Sized> std::hash::Hash for Ref<T> {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.oref.hash(h)
+    }
+}
+impl<T: ?Sized> std::fmt::Debug for Ref<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match thor_core::RawRef::decode(self.oref) {
+            thor_core::RawRef::Oref(o) => write!(f, "Ref({o:?})"),
+            thor_core::RawRef::Tagged(s) => write!(f, "Ref(new #{s})"),
+        }
+    }
+}
+
+impl<T: ?Sized> Ref<T> {
+    /// The null reference.
+    pub const NULL: Ref<T> = Ref { idx: u32::MAX, oref: 0, _t: PhantomData };
+
+    pub(crate) fn new(idx: u32, oref: u32) -> Ref<T> {
+        Ref { idx, oref, _t: PhantomData }
+    }
+
+    /// Whether this is the null reference.
+    pub fn is_null(&self) -> bool {
+        self.oref == 0
+    }
+
+    /// The object's oref, or `None` for null and for objects created by the current transaction
+    /// (they get orefs at commit).
+    pub fn oref(&self) -> Option<thor_core::Oref> {
+        match thor_core::RawRef::decode(self.oref) {
+            thor_core::RawRef::Oref(o) if !o.is_null() => Some(o),
+            _ => None,
+        }
+    }
+
+    /// The same reference seen as another class (checked when the object is read).
+    pub fn cast<U: ?Sized>(self) -> Ref<U> {
+        Ref::new(self.idx, self.oref)
+    }
+
+    /// A key identifying the object (stable for the session, also for created objects before
+    /// and after their commit only through [`Ref::oref`]): for visited sets and maps.
+    pub fn key(&self) -> u32 {
+        self.oref
+    }
+}
+
+/// How a field type is stored and read.
+pub trait FieldType: Sized + 'static {
+    /// Bytes the field occupies (a multiple of 4).
+    const SIZE: usize;
+    /// Whether the field is a reference.
+    const IS_REF: bool;
+}
+
+macro_rules! scalar_field {
+    ($t:ty, $n:expr) => {
+        impl FieldType for $t {
+            const SIZE: usize = $n;
+            const IS_REF: bool = false;
+        }
+    };
+}
+scalar_field!(u32, 4);
+scalar_field!(i32, 4);
+scalar_field!(f32, 4);
+scalar_field!(u64, 8);
+scalar_field!(i64, 8);
+scalar_field!(f64, 8);
+
+impl<const N: usize> FieldType for [u8; N] {
+    const SIZE: usize = (N + 3) & !3;
+    const IS_REF: bool = false;
+}
+
+impl<T: ?Sized + 'static> FieldType for Ref<T> {
+    const SIZE: usize = 4;
+    const IS_REF: bool = true;
+}
+
+/// Marks which class and type a [`Field`] belongs to, without owning either.
+type FieldMarker<C, F> = PhantomData<fn() -> (Box<C>, F)>;
+
+/// A field of class `C` of type `F`: its byte offset within the object.
+pub struct Field<C: ?Sized, F> {
+    offset: usize,
+    _t: FieldMarker<C, F>,
+}
+
+impl<C: ?Sized, F> Clone for Field<C, F> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<C: ?Sized, F> Copy for Field<C, F> {}
+impl<C: ?Sized, F> std::fmt::Debug for Field<C, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Field(@{})", self.offset)
+    }
+}
+
+impl<C: ?Sized, F> Field<C, F> {
+    /// The field at byte `offset` of the object (header included). Used by [`crate::class!`].
+    pub const fn at(offset: usize) -> Self {
+        Field { offset, _t: PhantomData }
+    }
+
+    /// The byte offset of the field within the object.
+    pub const fn offset(&self) -> usize {
+        self.offset
+    }
+}
+
+/// What follows a class's fields.
+pub trait VarSpec: 'static {
+    /// The stored kind.
+    const KIND: VarKind;
+}
+
+/// No variable part.
+#[derive(Debug)]
+pub enum NoVar {}
+impl VarSpec for NoVar {
+    const KIND: VarKind = VarKind::None;
+}
+
+/// A variable part of bytes.
+#[derive(Debug)]
+pub enum VarBytes {}
+impl VarSpec for VarBytes {
+    const KIND: VarKind = VarKind::Bytes;
+}
+
+/// A variable part of references to `T`.
+#[derive(Debug)]
+pub struct VarRefs<T: ?Sized>(PhantomData<fn() -> T>);
+impl<T: ?Sized + 'static> VarSpec for VarRefs<T> {
+    const KIND: VarKind = VarKind::Refs;
+}
+
+/// A persistent class declared in Rust (normally with [`crate::class!`]).
+pub trait Class: 'static {
+    /// The stored class name (unique in a database).
+    const NAME: &'static str;
+    /// The variable part.
+    type Var: VarSpec;
+    /// The layout: the descriptor stored in the class object.
+    fn desc() -> ClassDesc;
+    /// The class's oref when it is built in (every database has it at a fixed oref).
+    const BUILTIN: Option<thor_core::Oref> = None;
+    /// Whether reading a `Ref` of this class skips the class check (for untyped access).
+    const ANY: bool = false;
+    /// A process-wide small integer identifying this class, for the session's class table.
+    fn slot() -> usize;
+}
+
+/// Hands out class slots.
+#[doc(hidden)]
+pub fn next_class_slot() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Builds a class descriptor from field sizes and reference flags (used by [`crate::class!`]).
+#[doc(hidden)]
+pub fn desc_from_fields(name: &str, sizes: &[usize], refs: &[bool], var: VarKind) -> ClassDesc {
+    let mut slot = 0u16;
+    let mut ref_slots = Vec::new();
+    for (size, is_ref) in sizes.iter().zip(refs) {
+        if *is_ref {
+            ref_slots.push(slot);
+        }
+        slot += (*size / 4) as u16;
+    }
+    ClassDesc::new(name, slot as usize * 4, &ref_slots, var)
+        .unwrap_or_else(|e| panic!("class {name} is not a valid thor class: {e}"))
+}
+
+/// The offset of the field named `name` in a field list (used by [`crate::class!`] at compile
+/// time). Objects start with a 4-byte class header.
+#[doc(hidden)]
+pub const fn field_offset(names: &[&str], sizes: &[usize], name: &str) -> usize {
+    let mut off = 4;
+    let mut i = 0;
+    while i < names.len() {
+        if str_eq(names[i], name) {
+            return off;
+        }
+        off += sizes[i];
+        i += 1;
+    }
+    panic!("no such field")
+}
+
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Declares a persistent class. See the [module documentation](crate::typed).
+#[macro_export]
+macro_rules! class {
+    (
+        $(#[$meta:meta])*
+        $vis:vis class $name:ident ($cname:literal) {
+            $( $(#[$fmeta:meta])* $field:ident : $fty:ty ),* $(,)?
+        }
+        $( var $var:ident $(< $vty:ty >)? ; )?
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy)]
+        $vis enum $name {}
+
+        #[allow(non_upper_case_globals, dead_code)]
+        impl $name {
+            const __NAMES: &'static [&'static str] = &[$(stringify!($field)),*];
+            const __SIZES: &'static [usize] = &[$(<$fty as $crate::typed::FieldType>::SIZE),*];
+            const __REFS: &'static [bool] = &[$(<$fty as $crate::typed::FieldType>::IS_REF),*];
+            $(
+                $(#[$fmeta])*
+                $vis const $field: $crate::typed::Field<$name, $fty> = $crate::typed::Field::at(
+                    $crate::typed::field_offset(Self::__NAMES, Self::__SIZES, stringify!($field)),
+                );
+            )*
+        }
+
+        impl $crate::typed::Class for $name {
+            const NAME: &'static str = $cname;
+            type Var = $crate::class!(@var $( $var $(< $vty >)? )?);
+            fn desc() -> $crate::thor_core::ClassDesc {
+                $crate::typed::desc_from_fields(
+                    $cname,
+                    Self::__SIZES,
+                    Self::__REFS,
+                    <Self::Var as $crate::typed::VarSpec>::KIND,
+                )
+            }
+            fn slot() -> usize {
+                static SLOT: ::std::sync::OnceLock<usize> = ::std::sync::OnceLock::new();
+                *SLOT.get_or_init($crate::typed::next_class_slot)
+            }
+        }
+    };
+    (@var) => { $crate::typed::NoVar };
+    (@var bytes) => { $crate::typed::VarBytes };
+    (@var refs < $t:ty >) => { $crate::typed::VarRefs<$t> };
+}
+
+/// A collection of references to `T`: the built-in `thor.Refs` class.
+#[derive(Debug)]
+pub struct Refs<T: ?Sized>(PhantomData<fn() -> T>);
+
+impl<T: ?Sized + 'static> Class for Refs<T> {
+    const NAME: &'static str = "thor.Refs";
+    type Var = VarRefs<T>;
+    const BUILTIN: Option<thor_core::Oref> = Some(thor_core::builtin::REFS);
+    fn desc() -> ClassDesc {
+        thor_core::builtin::desc(thor_core::builtin::REFS).expect("builtin").clone()
+    }
+    fn slot() -> usize {
+        usize::MAX
+    }
+}
+
+/// A string of bytes: the built-in `thor.Bytes` class.
+#[derive(Debug)]
+pub enum Bytes {}
+
+impl Class for Bytes {
+    const NAME: &'static str = "thor.Bytes";
+    type Var = VarBytes;
+    const BUILTIN: Option<thor_core::Oref> = Some(thor_core::builtin::BYTES);
+    fn desc() -> ClassDesc {
+        thor_core::builtin::desc(thor_core::builtin::BYTES).expect("builtin").clone()
+    }
+    fn slot() -> usize {
+        usize::MAX
+    }
+}
+
+/// Any class: references whose target's class is not checked (downcast with
+/// [`crate::View::class_name`] and [`Ref::cast`]).
+#[derive(Debug)]
+pub enum Any {}
+
+impl Class for Any {
+    const NAME: &'static str = "*";
+    type Var = NoVar;
+    const ANY: bool = true;
+    fn desc() -> ClassDesc {
+        unreachable!("Any has no stored class")
+    }
+    fn slot() -> usize {
+        usize::MAX
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    crate::class! {
+        /// A test class.
+        pub class Part("test.Part") {
+            id: u32,
+            big: u64,
+            name: [u8; 10],
+            next: Ref<Part>,
+        }
+        var refs<Part>;
+    }
+
+    #[test]
+    fn layout_follows_the_field_list() {
+        assert_eq!(Part::id.offset(), 4);
+        assert_eq!(Part::big.offset(), 8);
+        assert_eq!(Part::name.offset(), 16);
+        assert_eq!(Part::next.offset(), 28);
+        let d = Part::desc();
+        assert_eq!(d.fixed_bytes(), 28);
+        assert_eq!(d.ref_slots(), &[6]);
+        assert_eq!(d.var(), VarKind::Refs);
+        assert_eq!(d.name(), "test.Part");
+        assert_eq!(Part::slot(), Part::slot());
+    }
+}

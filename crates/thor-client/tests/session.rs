@@ -1,0 +1,203 @@
+//! The client library end to end over the in-process transport: typed objects, commit, abort,
+//! reading back in new sessions, eviction under a small cache, large objects.
+
+use std::sync::Arc;
+
+use thor_client::{ClientError, PolicyConfig, Ref, Refs, Session, SessionConfig};
+use thor_net::{ClientConfig, LocalTransport};
+use thor_server::{Engine, EngineOptions, Handler, HandlerConfig};
+use thor_storage::MemDisk;
+
+thor_client::class! {
+    /// A person with a friend and a name.
+    pub class Person("test.Person") {
+        age: u32,
+        friend: Ref<Person>,
+        initials: [u8; 3],
+        height: f64,
+    }
+    var bytes;
+}
+
+thor_client::class! {
+    /// A group of people.
+    pub class Group("test.Group") {
+        size: u32,
+    }
+    var refs<Person>;
+}
+
+fn server(page_size: usize) -> Arc<Handler> {
+    let opts = EngineOptions { page_size, background_flusher: false, ..EngineOptions::default() };
+    let engine = Arc::new(Engine::create(Arc::new(MemDisk::new()), opts).unwrap());
+    Arc::new(Handler::new(engine, HandlerConfig::default()).unwrap())
+}
+
+fn session(h: &Arc<Handler>, policy: PolicyConfig, cache_bytes: usize) -> Session {
+    let t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
+    Session::new(Box::new(t), SessionConfig { cache_bytes, policy, background_replacement: true })
+        .unwrap()
+}
+
+/// Builds a ring of `n` people in one transaction, rooted at slot 0 through a group.
+fn build_ring(s: &Session, n: usize) -> Vec<Ref<Person>> {
+    let mut people = Vec::new();
+    for i in 0..n {
+        let name = format!("person {i:<100}");
+        let p = s.create::<Person>(name.len()).unwrap();
+        p.set(Person::age, i as u32).unwrap();
+        p.set(Person::initials, [b'P', b'0' + (i % 10) as u8, b'x']).unwrap();
+        p.set(Person::height, 1.5 + i as f64 / 1000.0).unwrap();
+        p.set_var_bytes(name.as_bytes()).unwrap();
+        people.push(p.as_ref());
+    }
+    for i in 0..n {
+        let p = s.get(people[i]).unwrap();
+        p.set(Person::friend, people[(i + 1) % n]).unwrap();
+    }
+    let g = s.create::<Group>(n).unwrap();
+    g.set(Group::size, n as u32).unwrap();
+    for (i, p) in people.iter().enumerate() {
+        g.set_var_ref(i, *p).unwrap();
+    }
+    let gr = g.as_ref();
+    drop(g);
+    s.set_root(0, gr).unwrap();
+    people
+}
+
+fn check_ring(s: &Session, n: usize) {
+    let g = s.get(s.root::<Group>(0).unwrap()).unwrap();
+    assert_eq!(g.get(Group::size) as usize, n);
+    assert_eq!(g.var_len(), n);
+    let first = g.var_ref(0);
+    drop(g);
+    let mut cur = first;
+    for i in 0..n {
+        let p = s.get(cur).unwrap();
+        assert_eq!(p.get(Person::age) as usize, i);
+        assert_eq!(p.var_bytes(), format!("person {i:<100}").into_bytes());
+        assert_eq!(p.get(Person::initials), [b'P', b'0' + (i % 10) as u8, b'x']);
+        assert_eq!(p.get(Person::height), 1.5 + i as f64 / 1000.0);
+        cur = p.get(Person::friend);
+    }
+    assert_eq!(cur, first, "the ring closes");
+}
+
+#[test]
+// Every cache manager runs this; the list grows with them.
+#[allow(clippy::single_element_loop)]
+fn a_graph_commits_and_reads_back_in_a_new_session() {
+    for policy in [PolicyConfig::Fpc] {
+        let h = server(8192);
+        let s = session(&h, policy, 1 << 20);
+        let people = build_ring(&s, 500);
+        let info = s.commit().unwrap();
+        // People, the group, two class objects and a schema directory per class registered.
+        assert_eq!(info.created, 500 + 1 + 2 + 2);
+        // Handles made before the commit still work after it.
+        assert_eq!(s.get(people[7]).unwrap().get(Person::age), 7);
+        check_ring(&s, 500);
+        drop(s);
+        let s2 = session(&h, policy, 1 << 20);
+        check_ring(&s2, 500);
+        assert!(s2.stats().fetches > 0);
+    }
+}
+
+#[test]
+fn a_small_cache_evicts_and_refetches() {
+    let h = server(4096);
+    let s = session(&h, PolicyConfig::Fpc, 1 << 20);
+    build_ring(&s, 1000);
+    s.commit().unwrap();
+    // 16 frames of 4 KB (minus the tables) for a ring spanning many more pages.
+    let small = session(&h, PolicyConfig::Fpc, 24 * 4096);
+    check_ring(&small, 1000);
+    check_ring(&small, 1000);
+    let st = small.cache_stats();
+    assert!(st.replacement.frames_evicted > 0, "{st:?}");
+    assert!(st.memory_bytes <= 24 * 4096, "{st:?}");
+    assert!(small.stats().fetches > st.usable_frames as u64);
+}
+
+#[test]
+fn abort_restores_modified_objects_and_drops_created_ones() {
+    let h = server(8192);
+    let s = session(&h, PolicyConfig::Fpc, 1 << 20);
+    let people = build_ring(&s, 10);
+    s.commit().unwrap();
+    let p = s.get(people[3]).unwrap();
+    p.set(Person::age, 99).unwrap();
+    p.set(Person::friend, people[8]).unwrap();
+    drop(p);
+    let extra = s.create::<Person>(0).unwrap().as_ref();
+    assert_eq!(s.get(people[3]).unwrap().get(Person::age), 99);
+    s.abort();
+    let p = s.get(people[3]).unwrap();
+    assert_eq!(p.get(Person::age), 3);
+    assert_eq!(s.canonical(p.get(Person::friend)).unwrap(), s.canonical(people[4]).unwrap());
+    drop(p);
+    assert!(s.get(extra).is_err(), "created object is gone");
+    // Nothing reached the server.
+    let s2 = session(&h, PolicyConfig::Fpc, 1 << 20);
+    check_ring(&s2, 10);
+    // And the session goes on.
+    s.get(people[3]).unwrap().set(Person::age, 42).unwrap();
+    s.commit().unwrap();
+    let s3 = session(&h, PolicyConfig::Fpc, 1 << 20);
+    let g = s3.get(s3.root::<Group>(0).unwrap()).unwrap();
+    let p3 = g.var_ref(3);
+    drop(g);
+    assert_eq!(s3.get(p3).unwrap().get(Person::age), 42);
+}
+
+#[test]
+fn reading_an_object_as_the_wrong_class_fails() {
+    let h = server(8192);
+    let s = session(&h, PolicyConfig::Fpc, 1 << 20);
+    build_ring(&s, 3);
+    s.commit().unwrap();
+    let s2 = session(&h, PolicyConfig::Fpc, 1 << 20);
+    let wrong: Ref<Person> = s2.root::<Person>(0).unwrap();
+    match s2.get(wrong) {
+        Err(ClientError::TypeMismatch { expected: "test.Person", found }) => {
+            assert_eq!(found, "test.Group")
+        }
+        other => panic!("expected a type mismatch, got {other:?}"),
+    }
+    assert!(matches!(s2.get(Ref::<Person>::NULL), Err(ClientError::NullReference)));
+}
+
+#[test]
+fn large_objects_roundtrip() {
+    let h = server(8192);
+    // The created pieces stay in the cache until commit (no-steal): room for 1 MB of them.
+    let s = session(&h, PolicyConfig::Fpc, 4 << 20);
+    let data: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7 % 253) as u8).collect();
+    let r = s.create_large(&data).unwrap();
+    s.set_root(1, r).unwrap();
+    s.commit().unwrap();
+    assert_eq!(s.read_large(r).unwrap(), data);
+    let s2 = session(&h, PolicyConfig::Fpc, 512 * 1024);
+    let r2 = s2.root(1).unwrap();
+    assert_eq!(s2.read_large(r2).unwrap(), data);
+}
+
+#[test]
+fn collections_of_the_builtin_refs_class() {
+    let h = server(8192);
+    let s = session(&h, PolicyConfig::Fpc, 1 << 20);
+    let list = s.create::<Refs<Person>>(3).unwrap();
+    let lr = list.as_ref();
+    let p = s.create::<Person>(0).unwrap().as_ref();
+    list.set_var_ref(1, p).unwrap();
+    drop(list);
+    s.set_root(2, lr).unwrap();
+    s.commit().unwrap();
+    let s2 = session(&h, PolicyConfig::Fpc, 1 << 20);
+    let l = s2.get(s2.root::<Refs<Person>>(2).unwrap()).unwrap();
+    assert!(l.var_ref(0).is_null());
+    assert!(!l.var_ref(1).is_null());
+    assert_eq!(s2.get(l.var_ref(1)).unwrap().get(Person::age), 0);
+}
