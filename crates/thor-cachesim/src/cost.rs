@@ -16,7 +16,11 @@
 //!
 //! `T_a` and `T_demote` each have a fixed part (array controller, protocol) and the wire time of
 //! one block at the link bandwidth, so the bandwidth sweep of the paper's section 5 changes only
-//! those. A disk read is *sequential* when its block follows the previous disk read's block (in
+//! those ([`LinkScaling::Wire`], the default). The paper does not say how its simulator's link
+//! slowed down; [`LinkScaling::Proportional`] is the other extreme, in which everything that
+//! crosses the link (`T_a`, `T_demote`, `T_control`) takes time inversely proportional to the
+//! bandwidth, scaled from its value at 1 Gbit/s. `docs/sim.md` shows that only the second
+//! reproduces the paper's crossover near 50 Mbit/s. A disk read is *sequential* when its block follows the previous disk read's block (in
 //! the original block numbering); the disk then streams it (no seek, no rotational delay) in
 //! `T_d,seq` instead of `T_d,random`.
 //!
@@ -142,6 +146,18 @@ impl Usage {
     }
 }
 
+/// How link costs change with the link's bandwidth (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkScaling {
+    /// Only the wire time of a block depends on the bandwidth; controller and protocol costs are
+    /// fixed.
+    Wire,
+    /// Every cost that involves the link (array reads, demotions of either kind) is its value at
+    /// the paper's 1 Gbit/s, times 1 Gbit/s over the bandwidth.
+    Proportional,
+}
+
 /// Costs of each component of a request (see the module documentation). All times are in
 /// milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -162,6 +178,8 @@ pub struct CostModel {
     pub link_bits_per_second: f64,
     /// The block size, for the wire time (the paper's runs used 4 KB blocks).
     pub block_bytes: u32,
+    /// How link costs follow `link_bits_per_second`.
+    pub link_scaling: LinkScaling,
 }
 
 /// The paper's link: 1 Gbit/s Fibre Channel (section 4.2).
@@ -199,7 +217,13 @@ impl CostModel {
             disk_random_ms: totals.disk_random_ms,
             link_bits_per_second: PAPER_LINK_BITS_PER_SECOND,
             block_bytes: PAPER_BLOCK_BYTES,
+            link_scaling: LinkScaling::Wire,
         }
+    }
+
+    /// The same model with link costs scaled as `scaling` says.
+    pub fn with_link_scaling(self, scaling: LinkScaling) -> Self {
+        CostModel { link_scaling: scaling, ..self }
     }
 
     /// The same model over a link of `bits_per_second`.
@@ -222,8 +246,8 @@ impl CostModel {
                 return Err(SimError::config(format!("{what} cost {ms} ms is not a finite >= 0")));
             }
         }
-        if !(self.link_bits_per_second.is_finite() && self.link_bits_per_second > 0.0) {
-            return Err(SimError::config("link bandwidth must be a finite number > 0"));
+        if self.link_bits_per_second.is_nan() || self.link_bits_per_second <= 0.0 {
+            return Err(SimError::config("link bandwidth must be a number > 0"));
         }
         Ok(())
     }
@@ -233,17 +257,25 @@ impl CostModel {
         wire_ms(self.block_bytes, self.link_bits_per_second)
     }
 
-    /// The cost of each component, in [`Usage::to_array`] order.
+    /// The cost of each component, in [`Usage::to_array`] order. An infinite bandwidth is
+    /// allowed: it gives the costs without any link time.
     pub fn component_costs(&self) -> [f64; COMPONENTS] {
-        let wire = self.wire_ms();
-        [
-            self.client_ms,
-            self.array_fixed_ms + wire,
-            self.demote_fixed_ms + wire,
-            self.demote_control_ms,
-            self.disk_sequential_ms,
-            self.disk_random_ms,
-        ]
+        let (array, demote, control) = match self.link_scaling {
+            LinkScaling::Wire => {
+                let wire = self.wire_ms();
+                (self.array_fixed_ms + wire, self.demote_fixed_ms + wire, self.demote_control_ms)
+            }
+            LinkScaling::Proportional => {
+                let at_reference = wire_ms(self.block_bytes, PAPER_LINK_BITS_PER_SECOND);
+                let k = PAPER_LINK_BITS_PER_SECOND / self.link_bits_per_second;
+                (
+                    (self.array_fixed_ms + at_reference) * k,
+                    (self.demote_fixed_ms + at_reference) * k,
+                    self.demote_control_ms * k,
+                )
+            }
+        };
+        [self.client_ms, array, demote, control, self.disk_sequential_ms, self.disk_random_ms]
     }
 
     /// The mean latency of a workload with usage `usage`.
@@ -317,6 +349,10 @@ mod tests {
         let slow = m.with_bandwidth(10e6);
         let extra = slow.class_latency_ms(Served::Array, Demotion::Transferred) - 0.4;
         assert!((extra - 2.0 * (3.2768 - 0.032768)).abs() < 1e-9, "{extra}");
+        // Proportional scaling: a hundredth of the bandwidth, a hundred times the link costs.
+        let slow = m.with_link_scaling(LinkScaling::Proportional).with_bandwidth(10e6);
+        let ms = slow.class_latency_ms(Served::Array, Demotion::Reordered);
+        assert!((ms - 100.0 * (0.2 + 0.02)).abs() < 1e-9, "{ms}");
     }
 
     #[test]

@@ -30,6 +30,21 @@ pub struct RunConfig {
     /// Requests at the start of the trace (all clients together) that warm the caches and are
     /// not counted.
     pub warmup_requests: u64,
+    /// How caches find blocks. Results do not depend on it, only speed and memory.
+    pub index: IndexKind,
+}
+
+/// How the simulated caches map block ids to their slots (see `thor_cache::policy::index`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IndexKind {
+    /// Dense arrays when they fit in [`MAX_DENSE_INDEX_BYTES`], hash maps otherwise.
+    #[default]
+    Auto,
+    /// Dense arrays indexed by block number (fails if they would exceed the bound).
+    Dense,
+    /// Hash maps (`FxHashMap`), as a cache keyed by sparse ids (page ids) would use.
+    Hash,
 }
 
 /// The counts of one run.
@@ -59,7 +74,17 @@ pub fn simulate(
     hierarchy.validate()?;
     let bound = u64::from(trace.block_count());
     let dense_bytes = 4 * bound * (u64::from(trace.clients()) + 1);
-    if dense_bytes <= MAX_DENSE_INDEX_BYTES {
+    let dense = match config.index {
+        IndexKind::Auto => dense_bytes <= MAX_DENSE_INDEX_BYTES,
+        IndexKind::Dense if dense_bytes <= MAX_DENSE_INDEX_BYTES => true,
+        IndexKind::Dense => {
+            return Err(SimError::config(format!(
+                "dense indexes would take {dense_bytes} bytes, more than {MAX_DENSE_INDEX_BYTES}"
+            )));
+        }
+        IndexKind::Hash => false,
+    };
+    if dense {
         let h = Hierarchy::with_index(&hierarchy, || DenseSlots::new(bound).expect("bounded"))?;
         Ok(drive(h, trace, config, progress))
     } else {

@@ -6,13 +6,19 @@ use proptest::prelude::*;
 use thor_cache::policy::PolicyKind::{Lru, Mru};
 use thor_cachesim::cost::Served;
 use thor_cachesim::hierarchy::{Demotion, Design};
-use thor_cachesim::run::{RunConfig, RunCounts, simulate};
+use thor_cachesim::run::{IndexKind, RunConfig, RunCounts, simulate};
 use thor_cachesim::stack::StackDepths;
 use thor_cachesim::trace::{Request, Trace};
 use thor_cachesim::workload::{Pattern, Sharing, WorkloadSpec};
 
 fn run(trace: &Trace, design: Design, nc: usize, na: usize, warmup: u64) -> RunCounts {
-    let config = RunConfig { design, client_blocks: nc, array_blocks: na, warmup_requests: warmup };
+    let config = RunConfig {
+        design,
+        client_blocks: nc,
+        array_blocks: na,
+        warmup_requests: warmup,
+        index: IndexKind::Auto,
+    };
     simulate(trace, &config, &mut |_| {}).unwrap()
 }
 

@@ -7,6 +7,8 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod demo;
+mod plot;
+mod sim;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -25,6 +27,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Measure thor's components.
     Bench(bench::BenchArgs),
+    /// Simulate client caches over a shared array cache (the DEMOTE study and more).
+    Sim(sim::SimArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -32,5 +36,6 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Sim(a) => sim::run(a),
     }
 }
