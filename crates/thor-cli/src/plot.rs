@@ -49,6 +49,16 @@ const PALETTE: [RGBColor; MAX_SERIES] = [
     RGBColor(0x99, 0x99, 0x00),
 ];
 
+/// Where the legend goes (pick the corner the data leave empty).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Legend {
+    /// Top right (the default).
+    #[default]
+    UpperRight,
+    /// Bottom right (for rising curves such as distributions).
+    LowerRight,
+}
+
 /// What a chart shows besides its data.
 #[derive(Debug, Clone, Default)]
 pub struct ChartSpec {
@@ -66,6 +76,8 @@ pub struct ChartSpec {
     pub x_range: Option<(f64, f64)>,
     /// Fixed y range; `None` fits the data (from 0 on a linear axis).
     pub y_range: Option<(f64, f64)>,
+    /// Where the legend goes.
+    pub legend: Legend,
 }
 
 /// One named line.
@@ -269,7 +281,10 @@ where
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(match spec.legend {
+            Legend::UpperRight => SeriesLabelPosition::UpperRight,
+            Legend::LowerRight => SeriesLabelPosition::LowerRight,
+        })
         .label_font((FONT, 15))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)

@@ -38,7 +38,7 @@ use thor_cachesim::stats::Summary;
 use thor_cachesim::trace::Trace;
 use thor_cachesim::workload::{Pattern, Sharing, WorkloadSpec};
 
-use crate::plot::{ChartSpec, Series, line_chart};
+use crate::plot::{ChartSpec, Legend, Series, line_chart};
 
 /// `thor sim`.
 #[derive(Debug, Args)]
@@ -432,11 +432,12 @@ fn demote(args: DemoteArgs) -> anyhow::Result<()> {
             .map(|r| Series::steps(r.design.to_string(), cdf_points(&r.summary.latency_cdf)))
             .collect();
         let spec = ChartSpec {
-            title: format!("Latency CDF, {} ({:?} costs)", loaded.label, args.cost.costs),
-            x_label: "request latency (ms)".into(),
+            title: format!("Latency CDF, {} ({} costs)", loaded.label, costs_name(args.cost.costs)),
+            x_label: CDF_X_LABEL.into(),
             y_label: "fraction of requests at or below".into(),
             log_x: true,
             y_range: Some((0.0, 1.02)),
+            legend: Legend::LowerRight,
             ..ChartSpec::default()
         };
         let [png, _] =
@@ -457,27 +458,19 @@ fn demote(args: DemoteArgs) -> anyhow::Result<()> {
         }));
     }
     println!(
-        "{}: {} requests ({} warm-up), {} client(s), N_c = {}, N_a = {}, {:?} costs at {}",
+        "{}: {} requests ({} warm-up), {} client(s), N_c = {}, N_a = {}, {} costs at {}",
         loaded.label,
         n,
         loaded.warmup,
         loaded.trace.clients(),
         args.caches.client_blocks,
         args.caches.array_blocks,
-        args.cost.costs,
+        costs_name(args.cost.costs),
         mbit(cost.link_bits_per_second),
     );
     println!(
         "{:<18} {:>8} {:>8} {:>8} {:>8}   {:>9} {:>9} {:>9}   {:>9}",
-        "design",
-        "client",
-        "array",
-        "disk",
-        "seq.disk",
-        "demote/rq",
-        "reorder",
-        "reject",
-        "mean ms"
+        "design", "client", "array", "disk", "seq.disk", "moved/rq", "reorder", "reject", "mean ms"
     );
     for r in &results {
         let s = &r.summary;
@@ -498,10 +491,23 @@ fn demote(args: DemoteArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Latencies below this are drawn at it on a CDF's log axis (client hits cost 0 ms).
+const FLOOR_MS: f64 = 0.01;
+
+/// The x label of latency CDFs.
+const CDF_X_LABEL: &str = "request latency (ms, log scale; 0 ms client hits drawn at 0.01)";
+
+/// The lower-case name of a cost model.
+fn costs_name(c: CostsArg) -> &'static str {
+    match c {
+        CostsArg::Round => "round",
+        CostsArg::Calibrated => "calibrated",
+    }
+}
+
 /// A CDF's steps, starting from fraction 0 at the first latency, with 0 ms mapped to a small
 /// positive latency so that it shows on a log axis.
 fn cdf_points(cdf: &[(f64, f64)]) -> Vec<(f64, f64)> {
-    const FLOOR_MS: f64 = 0.01;
     let mut points = Vec::with_capacity(cdf.len() + 2);
     if let Some(&(first, _)) = cdf.first() {
         points.push((first.max(FLOOR_MS), 0.0));
@@ -593,10 +599,11 @@ fn table2(args: DemoteArgs) -> anyhow::Result<()> {
                 };
                 let spec = ChartSpec {
                     title: format!("Latency CDF, {} ({name} costs)", row.label),
-                    x_label: "request latency (ms)".into(),
+                    x_label: CDF_X_LABEL.into(),
                     y_label: "fraction of requests at or below".into(),
                     log_x: true,
                     y_range: Some((0.0, 1.02)),
+                    legend: Legend::LowerRight,
                     ..ChartSpec::default()
                 };
                 let stem = format!(
@@ -804,9 +811,9 @@ fn bandwidth(args: BandwidthArgs) -> anyhow::Result<()> {
             let scaling = format!("{:?}", s.link_scaling).to_lowercase();
             let spec = ChartSpec {
                 title: format!(
-                    "{}: mean latency vs link bandwidth ({:?} costs, {scaling} link scaling)",
+                    "{}: mean latency vs link bandwidth ({} costs, {scaling} link scaling)",
                     s.workload.name(),
-                    args.costs
+                    costs_name(args.costs)
                 ),
                 x_label: "client-array link bandwidth (bit/s)".into(),
                 y_label: "mean latency (ms)".into(),
@@ -820,7 +827,8 @@ fn bandwidth(args: BandwidthArgs) -> anyhow::Result<()> {
                 Series::line(format!("{} (base)", Design::BASELINE), pts(|p| p.base_ms)),
                 Series::line(format!("{} (proposed)", Design::PROPOSED), pts(|p| p.proposed_ms)),
             ];
-            let stem = format!("bandwidth-{}-{scaling}", s.workload.name().to_lowercase());
+            let costs = costs_name(args.costs);
+            let stem = format!("bandwidth-{}-{costs}-{scaling}", s.workload.name().to_lowercase());
             let [png, _] = line_chart(&dir.join(stem), &spec, &series)?;
             eprintln!("wrote {} (and .svg)", png.display());
         }
@@ -834,9 +842,10 @@ fn bandwidth(args: BandwidthArgs) -> anyhow::Result<()> {
         }));
     }
     println!(
-        "Bandwidth sensitivity ({:?} costs, seed {}), LRU-LRU-none (base) vs LRU-MRU-demote \
+        "Bandwidth sensitivity ({} costs, seed {}), LRU-LRU-none (base) vs LRU-MRU-demote \
          (proposed), paper sizes.",
-        args.costs, args.seed
+        costs_name(args.costs),
+        args.seed
     );
     println!("Paper (sections 5, 7): demotion stops paying below about 50 Mbit/s.\n");
     println!("{:<8} {:<13} crossover (base faster below)", "workload", "link scaling");
@@ -1049,10 +1058,16 @@ fn stack(args: StackArgs) -> anyhow::Result<()> {
         depths.deeper(),
         max_depth
     );
-    for size in [nc, na.max(nc), nc + na - 1, nc + na] {
+    let mut sizes = vec![nc, na, nc + na - 1, nc + na];
+    sizes.sort_unstable();
+    sizes.dedup();
+    for size in sizes.into_iter().filter(|&s| s > 0) {
         println!("  H({size}) = {:.4}", depths.hit_fraction(size));
     }
-    println!("\nSection-3 prediction for N_c = {nc}, N_a = {na} ({:?} costs):", args.cost.costs);
+    println!(
+        "\nSection-3 prediction for N_c = {nc}, N_a = {na} ({} costs):",
+        costs_name(args.cost.costs)
+    );
     println!(
         "  {:<28} {:>7} {:>7} {:>7} {:>10} {:>14}",
         "", "client", "array", "disk", "mean ms", "w/ demotes ms"
