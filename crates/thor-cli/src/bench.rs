@@ -6,6 +6,12 @@
 //!   from the page file;
 //! - bulk-load speed in MB/s (pages written and synced).
 //!
+//! `thor bench net`: the protocol's figures over loopback TCP (the synchronous client transport
+//! against the tokio server, in this process) and through the in-process transport:
+//!
+//! - fetch round trip p50/p99 and pages per second, with one client and with several;
+//! - commit latency p50/p99 of a small transaction (one new version, one created object).
+//!
 //! Each measurement runs on a fresh database in a temporary directory (or `--dir`).
 
 use std::path::PathBuf;
@@ -13,11 +19,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use bytes::Bytes;
 use clap::{Args, Subcommand};
 use thor_core::le::put_u32;
 use thor_core::{ClassDesc, Oref, PageId, VarKind};
-use thor_server::{CommitRequest, Engine, EngineOptions};
+use thor_net::{ClientConfig, LocalTransport, NetConfig, Server, TcpTransport};
+use thor_server::{CommitRequest, Engine, EngineOptions, Handler, HandlerConfig};
 use thor_storage::FileDisk;
+use thor_wire::{Commit, ReplyBody, Request, RequestBody};
 
 /// Benchmarks of thor's components.
 #[derive(Debug, Args)]
@@ -30,6 +39,8 @@ pub struct BenchArgs {
 enum BenchWhat {
     /// Commit throughput, fetch latency and bulk-load speed of the storage engine.
     Engine(EngineBench),
+    /// Fetch and commit round trips over loopback TCP, against the in-process transport.
+    Net(NetBench),
 }
 
 #[derive(Debug, Args)]
@@ -51,6 +62,7 @@ struct EngineBench {
 pub fn run(args: BenchArgs) -> Result<()> {
     match args.what {
         BenchWhat::Engine(b) => engine(b),
+        BenchWhat::Net(b) => net(b),
     }
 }
 
@@ -336,5 +348,224 @@ fn engine(b: EngineBench) -> Result<()> {
         bulk.seconds,
         bulk.mb_per_s
     );
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+struct NetBench {
+    /// Directory to create the benchmark database in (default: a temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Seconds per run.
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// Clients of the concurrent runs (one thread and one connection each).
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Pages of objects to load (all of them fit the server's page cache).
+    #[arg(long, default_value_t = 2000)]
+    pages: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct NetRun {
+    op: &'static str,
+    transport: &'static str,
+    clients: usize,
+    ops: u64,
+    ops_per_s: f64,
+    latency_us_p50: f64,
+    latency_us_p99: f64,
+}
+
+/// Runs `op` on `clients` threads, each with its own transport from `connect` and its own state
+/// from `setup`, for `seconds`; returns the operations and the latency of each.
+fn drive<T, S>(
+    clients: usize,
+    seconds: f64,
+    connect: impl Fn() -> Result<T> + Sync,
+    setup: impl Fn(&mut T, usize) -> Result<S> + Sync,
+    op: impl Fn(&mut T, &mut S, u64) -> Result<()> + Sync,
+) -> Result<Vec<Duration>>
+where
+    T: thor_wire::Transport,
+{
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds) + Duration::from_millis(100);
+    let (connect, setup, op) = (&connect, &setup, &op);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..clients)
+            .map(|c| {
+                scope.spawn(move || -> Result<Vec<Duration>> {
+                    let mut t = connect()?;
+                    let mut state = setup(&mut t, c)?;
+                    // Warm up (connection buffers, caches) before timing.
+                    for i in 0..100 {
+                        op(&mut t, &mut state, i)?;
+                    }
+                    let mut lat = Vec::new();
+                    let mut i = 100;
+                    while Instant::now() < deadline {
+                        let start = Instant::now();
+                        op(&mut t, &mut state, i)?;
+                        lat.push(start.elapsed());
+                        i += 1;
+                    }
+                    Ok(lat)
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for h in handles {
+            all.extend(h.join().map_err(|_| anyhow::anyhow!("a client thread panicked"))??);
+        }
+        Ok(all)
+    })
+}
+
+fn summarize(
+    op: &'static str,
+    transport: &'static str,
+    clients: usize,
+    seconds: f64,
+    mut lat: Vec<Duration>,
+) -> NetRun {
+    lat.sort();
+    let busy: f64 = seconds.max(1e-9);
+    NetRun {
+        op,
+        transport,
+        clients,
+        ops: lat.len() as u64,
+        ops_per_s: lat.len() as f64 / busy,
+        latency_us_p50: percentile(&lat, 0.5),
+        latency_us_p99: percentile(&lat, 0.99),
+    }
+}
+
+/// The per-client state of a fetch run: a PRNG seed, different per client.
+fn seed<T>(_: &mut T, client: usize) -> Result<u64> {
+    Ok(0x2545_F491_4F6C_DD1D_u64 ^ ((client as u64 + 1) * 0x9E37_79B9))
+}
+
+fn fetch_op<T: thor_wire::Transport>(
+    pages: &[PageId],
+) -> impl Fn(&mut T, &mut u64, u64) -> Result<()> + Sync + '_ {
+    move |t, x, _| {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        let page = pages[(*x % pages.len() as u64) as usize];
+        match t.round_trip(&Request::new(RequestBody::Fetch { page }))?.body {
+            ReplyBody::Page { bytes, .. } => {
+                std::hint::black_box(bytes);
+                Ok(())
+            }
+            other => anyhow::bail!("fetch of {page:?} answered {}", other.name()),
+        }
+    }
+}
+
+fn commit_setup<T: thor_wire::Transport>(
+    class: Oref,
+) -> impl Fn(&mut T, usize) -> Result<Oref> + Sync {
+    move |t, _| {
+        let req = Request::new(RequestBody::Commit(Commit {
+            created: vec![Bytes::from(item(class.raw(), 0, 16))],
+            ..Commit::default()
+        }));
+        match t.round_trip(&req)?.body {
+            ReplyBody::CommitOk { created, .. } => Ok(created[0]),
+            other => anyhow::bail!("setup commit answered {other:?}"),
+        }
+    }
+}
+
+fn commit_op<T: thor_wire::Transport>(
+    class: Oref,
+) -> impl Fn(&mut T, &mut Oref, u64) -> Result<()> + Sync {
+    move |t, owned, seq| {
+        let seq = seq as u32;
+        let req = Request::new(RequestBody::Commit(Commit {
+            reads: vec![*owned],
+            versions: vec![(*owned, Bytes::from(item(class.raw(), seq, 16)))],
+            created: vec![Bytes::from(item(class.raw(), seq, 32))],
+        }));
+        match t.round_trip(&req)?.body {
+            ReplyBody::CommitOk { .. } => Ok(()),
+            other => anyhow::bail!("commit answered {other:?}"),
+        }
+    }
+}
+
+fn net(b: NetBench) -> Result<()> {
+    let db = fresh_db(&b.dir, "net", EngineOptions::default())?;
+    let per_page = 130;
+    let mut pages = Vec::new();
+    {
+        let mut l = db.engine.bulk_load()?;
+        for _ in 0..b.pages * per_page {
+            if let Some(p) = l.add(&item(db.class.raw(), 0, 40))?.page()
+                && pages.last() != Some(&p)
+            {
+                pages.push(p);
+            }
+        }
+        l.finish()?;
+    }
+    // Every page once, so that the runs measure the protocol and not page-file reads.
+    for p in &pages {
+        db.engine.fetch(*p)?;
+    }
+    let handler = Arc::new(Handler::new(db.engine.clone(), HandlerConfig::default())?);
+    let server = Server::start("127.0.0.1:0", handler.clone(), NetConfig::default())?;
+    let addr = server.local_addr();
+    let cfg = ClientConfig { client_name: "thor bench net".into(), ..ClientConfig::default() };
+    let tcp = || TcpTransport::connect(addr, &cfg).map_err(anyhow::Error::from);
+    let local = || LocalTransport::connect(handler.clone(), &cfg).map_err(anyhow::Error::from);
+
+    let mut runs = Vec::new();
+    let say = |what: &str| {
+        if !b.json {
+            eprintln!("{what}, {} s ...", b.seconds);
+        }
+    };
+    for clients in [1, b.clients] {
+        say(&format!("fetch over TCP, {clients} client(s)"));
+        let lat = drive(clients, b.seconds, tcp, seed, fetch_op(&pages))?;
+        runs.push(summarize("fetch", "tcp", clients, b.seconds, lat));
+        say(&format!("fetch in process, {clients} client(s)"));
+        let lat = drive(clients, b.seconds, local, seed, fetch_op(&pages))?;
+        runs.push(summarize("fetch", "in-process", clients, b.seconds, lat));
+    }
+    for clients in [1, b.clients] {
+        say(&format!("commit over TCP, {clients} client(s)"));
+        let lat = drive(clients, b.seconds, tcp, commit_setup(db.class), commit_op(db.class))?;
+        runs.push(summarize("commit", "tcp", clients, b.seconds, lat));
+        say(&format!("commit in process, {clients} client(s)"));
+        let lat = drive(clients, b.seconds, local, commit_setup(db.class), commit_op(db.class))?;
+        runs.push(summarize("commit", "in-process", clients, b.seconds, lat));
+    }
+    server.shutdown()?;
+    if b.json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "runs": runs }))?);
+        return Ok(());
+    }
+    println!(
+        "\nround trips ({} KB pages; commit = one new version + one created object, fsynced)",
+        db.engine.page_size() / 1024
+    );
+    println!(
+        "{:<8} {:<11} {:>8} {:>10} {:>12} {:>10} {:>10}",
+        "op", "transport", "clients", "ops", "ops/s", "p50 us", "p99 us"
+    );
+    for r in &runs {
+        println!(
+            "{:<8} {:<11} {:>8} {:>10} {:>12.0} {:>10.1} {:>10.1}",
+            r.op, r.transport, r.clients, r.ops, r.ops_per_s, r.latency_us_p50, r.latency_us_p99
+        );
+    }
     Ok(())
 }

@@ -9,6 +9,7 @@ mod bench;
 mod demo;
 mod plot;
 mod sim;
+mod server;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -27,6 +28,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Measure thor's components.
     Bench(bench::BenchArgs),
+    /// Serve a database over TCP until Ctrl-C or SIGTERM.
+    Server(server::ServerArgs),
     /// Simulate client caches over a shared array cache (the DEMOTE study and more).
     Sim(sim::SimArgs),
 }
@@ -36,6 +39,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Server(a) => server::run(a),
         Command::Sim(a) => sim::run(a),
     }
 }

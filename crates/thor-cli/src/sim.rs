@@ -43,6 +43,7 @@ use crate::plot::{ChartSpec, Legend, Series, line_chart};
 /// `thor sim`.
 #[derive(Debug, Args)]
 pub struct SimArgs {
+    /// Which experiment to run.
     #[command(subcommand)]
     command: SimCommand,
 }
@@ -361,7 +362,8 @@ fn mbit(bps: f64) -> String {
 #[derive(Debug, Args)]
 struct DemoteArgs {
     /// Reproduce the paper's Table 2 (RANDOM, SEQ with LRU and MRU clients, ZIPF at the paper's
-    /// sizes) under both cost models; workload, cache and cost options are then ignored.
+    /// sizes) under both cost models; workload (but for --seed), cache and cost options are then
+    /// ignored.
     #[arg(long)]
     table2: bool,
     #[command(flatten)]
@@ -381,7 +383,9 @@ struct DemoteArgs {
 /// One design's result on one workload.
 #[derive(Debug, Serialize)]
 struct DesignResult {
+    /// The design run.
     design: Design,
+    /// Its measures under the chosen cost model.
     summary: Summary,
 }
 
@@ -525,16 +529,22 @@ fn cdf_points(cdf: &[(f64, f64)]) -> Vec<(f64, f64)> {
 /// Table 2 under one cost model, with the extra ZIPF LRU-LRU-demote figure.
 #[derive(Debug, Serialize)]
 struct Table2Json {
+    /// The cost model the latencies are priced with.
     cost_model: CostModel,
+    /// The paper's rows beside ours.
     rows: Vec<Table2Entry>,
+    /// Our ZIPF LRU-LRU-demote latency (the paper's section 4.6 quotes 1.19 ms).
     zipf_lru_lru_demote_ms: f64,
+    /// Every design on every workload.
     designs: Vec<WorkloadDesigns>,
 }
 
 /// All designs' measures on one workload (the paper's figures 8-9, 11-12, 14-15).
 #[derive(Debug, Serialize)]
 struct WorkloadDesigns {
+    /// The workload.
     workload: PaperWorkload,
+    /// One result per design, in the paper's order.
     designs: Vec<DesignResult>,
 }
 
@@ -763,9 +773,13 @@ struct BandwidthArgs {
 /// One workload's sweep under one link scaling.
 #[derive(Debug, Serialize)]
 struct SweepJson {
+    /// The workload.
     workload: PaperWorkload,
+    /// How link costs followed the bandwidth.
     link_scaling: LinkScaling,
+    /// Where the baseline starts to win, solved exactly.
     crossover: Crossover,
+    /// Both designs' mean latencies at each swept bandwidth.
     points: Vec<SweepPoint>,
 }
 

@@ -1,0 +1,150 @@
+//! `thor server`: serve one database over TCP until Ctrl-C or SIGTERM.
+//!
+//! ```text
+//! thor server --dir DIR --listen ADDR [--create] [--page-kb K] [--token-file F]
+//! ```
+//!
+//! The token comes from `--token-file` (the file's bytes, without a trailing newline) or else
+//! from the `THOR_TOKEN` environment variable; with neither, clients need no token. On a signal
+//! the server stops accepting, answers the requests in flight, closes every connection, installs
+//! the MOB into the page file (so that the next start has no log to replay) and exits.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use thor_net::{NetConfig, Server};
+use thor_server::limits::SESSIONS_MAX_DEFAULT;
+use thor_server::{Engine, EngineError, EngineOptions, Handler, HandlerConfig};
+use thor_storage::FileDisk;
+use tracing::{info, warn};
+
+/// Serve a database over TCP.
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// The database directory.
+    #[arg(long)]
+    dir: PathBuf,
+    /// The address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    listen: String,
+    /// Create the database if the directory holds none.
+    #[arg(long)]
+    create: bool,
+    /// Page size in KiB of a database created now (a power of two from 1 to 32).
+    #[arg(long, default_value_t = 8)]
+    page_kb: usize,
+    /// A file holding the token clients must present (default: $THOR_TOKEN, else none).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Most client connections at once; more are refused with a Busy error.
+    #[arg(long, default_value_t = SESSIONS_MAX_DEFAULT)]
+    max_connections: usize,
+    /// The largest request frame a client may send, in MiB.
+    #[arg(long, default_value_t = 64)]
+    max_frame_mb: usize,
+    /// Seconds a connection may wait between requests before it is closed.
+    #[arg(long, default_value_t = 300)]
+    idle_timeout_s: u64,
+    /// Log every connection and protocol error.
+    #[arg(long, short)]
+    verbose: bool,
+}
+
+fn token(args: &ServerArgs) -> Result<Vec<u8>> {
+    let mut t = match &args.token_file {
+        Some(f) => std::fs::read(f).with_context(|| format!("reading {}", f.display()))?,
+        None => std::env::var("THOR_TOKEN").map(String::into_bytes).unwrap_or_default(),
+    };
+    while t.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        t.pop();
+    }
+    if args.token_file.is_some() && t.is_empty() {
+        bail!("the token file is empty (omit --token-file to run without authentication)");
+    }
+    Ok(t)
+}
+
+fn open_engine(args: &ServerArgs) -> Result<Engine> {
+    let opts = EngineOptions { page_size: args.page_kb * 1024, ..EngineOptions::default() };
+    if !args.create && !args.dir.is_dir() {
+        bail!("{} does not exist; pass --create to create a database there", args.dir.display());
+    }
+    let disk = Arc::new(
+        FileDisk::open_dir(&args.dir, args.create)
+            .with_context(|| format!("opening {}", args.dir.display()))?,
+    );
+    match Engine::open(disk.clone(), opts.clone()) {
+        Ok(e) => {
+            if args.create {
+                info!(
+                    "opened the existing database (page size {} KiB; --page-kb does not apply)",
+                    e.page_size() / 1024
+                );
+            }
+            Ok(e)
+        }
+        Err(EngineError::NotADatabase) if args.create => {
+            let e = Engine::create(disk, opts).context("creating the database")?;
+            info!("created a database with {} KiB pages", e.page_size() / 1024);
+            Ok(e)
+        }
+        Err(EngineError::NotADatabase) => {
+            bail!("{} holds no thor database; pass --create to create one", args.dir.display())
+        }
+        Err(e) => Err(e).with_context(|| format!("opening the database in {}", args.dir.display())),
+    }
+}
+
+pub fn run(args: ServerArgs) -> Result<()> {
+    let level = if args.verbose { tracing::Level::DEBUG } else { tracing::Level::INFO };
+    // Timestamps (RFC 3339, UTC) on every line, to stderr.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_max_level(level)
+        .try_init();
+
+    let token = token(&args)?;
+    let engine = Arc::new(open_engine(&args)?);
+    let config = HandlerConfig {
+        token,
+        sessions_max: args.max_connections,
+        max_frame_bytes: args.max_frame_mb << 20,
+    };
+    let auth = !config.token.is_empty();
+    let handler = Arc::new(Handler::new(engine.clone(), config)?);
+    let net = NetConfig {
+        idle_timeout: Duration::from_secs(args.idle_timeout_s),
+        ..NetConfig::default()
+    };
+    let server = Server::start(&args.listen, handler.clone(), net)?;
+    info!(
+        "listening on {} (database {}, server id {}, {} KiB pages, authentication {}, at most {} connections)",
+        server.local_addr(),
+        args.dir.display(),
+        engine.server_id().0,
+        engine.page_size() / 1024,
+        if auth { "on" } else { "off" },
+        args.max_connections,
+    );
+    server.wait_for_signal()?;
+    info!("signal received: shutting down");
+    server.shutdown()?;
+    let s = handler.stats();
+    info!(
+        "served {} sessions: {} requests, {} commits, {} fetches, {} protocol errors",
+        s.sessions_opened, s.requests, s.commits, s.fetches, s.protocol_errors
+    );
+    drop(handler);
+    match engine.flush_all() {
+        Ok(()) => info!("the MOB is installed; stopped"),
+        Err(e) => {
+            warn!("installing the MOB failed ({e}); the log will be replayed at the next start")
+        }
+    }
+    Ok(())
+}
