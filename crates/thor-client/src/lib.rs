@@ -34,7 +34,7 @@ pub mod typed;
 pub use error::ClientError;
 pub use session::{ClientStats, CommitInfo, SCHEMA_SLOT, Session, SessionConfig, View};
 pub use thor_cache::PolicyConfig;
-pub use typed::{Any, Bytes, Class, Field, Ref, Refs};
+pub use typed::{Any, Bytes, Class, Field, Large, Ref, Refs};
 
 #[doc(hidden)]
 pub use thor_core;

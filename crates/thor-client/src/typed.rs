@@ -352,6 +352,36 @@ impl Class for Bytes {
     }
 }
 
+/// The root of a large object (a value bigger than a page stored as a tree of page-sized
+/// pieces, `thor_core::large`): the built-in `thor.Large` class. [`crate::Session::read_large`]
+/// reads a whole value; this class lets a program reach the pieces themselves, for example to
+/// update a few bytes of a large text in place: the children (`var_ref`) are the leaves
+/// ([`Bytes`]) when `height` is 1, and `thor.Refs` interior nodes above that.
+#[derive(Debug)]
+pub enum Large {}
+
+#[allow(non_upper_case_globals)]
+impl Large {
+    /// Elements in the whole value (bytes, for a byte value).
+    pub const length: Field<Large, u64> = Field::at(4);
+    /// What the leaves hold: 1 for bytes, 2 for references.
+    pub const leaf_kind: Field<Large, u32> = Field::at(12);
+    /// Levels below the root (1: the children are leaves).
+    pub const height: Field<Large, u32> = Field::at(16);
+}
+
+impl Class for Large {
+    const NAME: &'static str = "thor.Large";
+    type Var = VarRefs<Any>;
+    const BUILTIN: Option<thor_core::Oref> = Some(thor_core::builtin::LARGE);
+    fn desc() -> ClassDesc {
+        thor_core::builtin::desc(thor_core::builtin::LARGE).expect("builtin").clone()
+    }
+    fn slot() -> usize {
+        usize::MAX
+    }
+}
+
 /// Any class: references whose target's class is not checked (downcast with
 /// [`crate::View::class_name`] and [`Ref::cast`]).
 #[derive(Debug)]
@@ -382,6 +412,19 @@ mod tests {
             next: Ref<Part>,
         }
         var refs<Part>;
+    }
+
+    #[test]
+    fn large_fields_match_the_large_object_header() {
+        let objs =
+            thor_core::large::encode(&vec![7u8; 20_000], thor_core::large::LeafKind::Bytes, 8192);
+        let h = thor_core::large::header(&objs[0]).unwrap();
+        let root = &objs[0];
+        let u32_at = |o: usize| thor_core::le::u32_at(root, o);
+        assert_eq!(thor_core::le::u64_at(root, Large::length.offset()), h.len);
+        assert_eq!(u32_at(Large::leaf_kind.offset()), 1);
+        assert_eq!(u32_at(Large::height.offset()), h.height);
+        assert_eq!(Large::desc().fixed_bytes(), 16);
     }
 
     #[test]

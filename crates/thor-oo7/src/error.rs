@@ -1,0 +1,36 @@
+//! The errors of the OO7 crate. Each variant says what the caller should do.
+
+use thor_client::ClientError;
+use thor_server::EngineError;
+
+/// What went wrong generating, loading or running OO7.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Oo7Error {
+    /// The parameters are outside the bounds of `thor_oo7::limits`: choose others.
+    #[error("bad parameters: {0}")]
+    BadParams(String),
+    /// The storage engine failed (the database directory may be unusable: load it again).
+    #[error("engine: {0}")]
+    Engine(#[from] EngineError),
+    /// The storage layer failed opening the database directory.
+    #[error("storage: {0}")]
+    Storage(#[from] thor_storage::StorageError),
+    /// The client library failed (the session is unusable: open a new one).
+    #[error("client: {0}")]
+    Client(#[from] ClientError),
+    /// The transport could not connect.
+    #[error("transport: {0}")]
+    Transport(#[from] thor_wire::TransportError),
+    /// The database is not an OO7 database, or not the one this program generates: load it
+    /// again.
+    #[error("not an OO7 database: {0}")]
+    NotOo7(String),
+    /// A traversal found the database inconsistent with its parameters (a bug or a damaged
+    /// database).
+    #[error("inconsistent database: {0}")]
+    Inconsistent(String),
+    /// The traversal or query name is unknown.
+    #[error("unknown operation {0:?}")]
+    UnknownOperation(String),
+}

@@ -1,0 +1,391 @@
+//! The experiment driver: a database on the embedded server (or a remote one), a session with
+//! a cache policy and size, an operation run hot or cold, and the papers' measurements.
+//!
+//! # Hot and cold
+//!
+//! A *cold* run starts with an empty client cache and measures one run of the operation. A
+//! *hot* run runs the operation once to warm the cache, commits, and measures the second run,
+//! as both papers did ("we preload the caches by running a traversal twice and timing the
+//! second run"). Each run is one transaction; `elapsed_s` excludes its commit, which is
+//! reported as `commit_s` (the papers report elapsed times without commit).
+//!
+//! # What is measured
+//!
+//! Over the measured run only: fetches and their time, replacement time (freeing frames,
+//! including HAC's compaction), conversion time (installing objects and swizzling), the
+//! elapsed time, the commit time, and the counters of the cache. The same run on the native
+//! baseline gives the time without a store ([`run_native`]).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use thor_client::{PolicyConfig, Session, SessionConfig};
+use thor_net::{ClientConfig, LocalTransport, TcpTransport};
+use thor_server::{Engine, EngineOptions, Handler, HandlerConfig};
+use thor_storage::FileDisk;
+use thor_wire::Transport;
+
+use crate::dynamic::{DynamicConfig, mode};
+use crate::error::Oo7Error;
+use crate::native::NativeDb;
+use crate::ops::{Op, OpResult};
+use crate::params::Params;
+use crate::rng::{Rng, tag};
+use crate::traverse::{Db, PartOp, Trace};
+
+/// What to run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Workload {
+    /// One OO7 operation.
+    Op(Op),
+    /// The dynamic traversal.
+    Dynamic(DynamicConfig),
+}
+
+impl Workload {
+    /// The name (the operation's, or "dynamic").
+    pub fn name(&self) -> &'static str {
+        match self {
+            Workload::Op(op) => op.name(),
+            Workload::Dynamic(_) => "dynamic",
+        }
+    }
+}
+
+impl std::str::FromStr for Workload {
+    type Err = Oo7Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.eq_ignore_ascii_case("dynamic") {
+            Ok(Workload::Dynamic(DynamicConfig::paper()))
+        } else {
+            Ok(Workload::Op(s.parse()?))
+        }
+    }
+}
+
+/// Where the server is.
+#[derive(Debug, Clone)]
+pub enum Endpoint {
+    /// A server in this process, over the in-process transport.
+    Embedded(Arc<Handler>),
+    /// A `thor server` over TCP.
+    Tcp {
+        /// Its address.
+        addr: String,
+        /// The token it expects (empty: none).
+        token: Vec<u8>,
+    },
+}
+
+/// Opens the database in `dir` on an embedded server.
+pub fn open_embedded(dir: &Path) -> Result<Arc<Handler>, Oo7Error> {
+    let disk = Arc::new(FileDisk::open_dir(dir, false)?);
+    let engine = Arc::new(Engine::open(disk, EngineOptions::default())?);
+    Handler::new(engine, HandlerConfig::default())
+        .map(Arc::new)
+        .map_err(|e| Oo7Error::BadParams(e.to_string()))
+}
+
+/// A new session at `endpoint`.
+pub fn connect(endpoint: &Endpoint, cfg: SessionConfig) -> Result<Session, Oo7Error> {
+    let t: Box<dyn Transport> = match endpoint {
+        Endpoint::Embedded(h) => {
+            Box::new(LocalTransport::connect(h.clone(), &ClientConfig::default())?)
+        }
+        Endpoint::Tcp { addr, token } => {
+            let c = ClientConfig { token: token.clone(), ..ClientConfig::default() };
+            Box::new(TcpTransport::connect(addr.as_str(), &c)?)
+        }
+    };
+    Ok(Session::new(t, cfg)?)
+}
+
+/// Settings of one measured run.
+#[derive(Debug, Clone, Copy)]
+pub struct RunConfig {
+    /// What to run.
+    pub workload: Workload,
+    /// The cache manager.
+    pub policy: PolicyConfig,
+    /// Client cache size (frames and tables).
+    pub cache_bytes: usize,
+    /// Warm the cache with one run first (ignored by the dynamic traversal, which has its own
+    /// warm-up operations).
+    pub hot: bool,
+    /// Seed of the operations' random choices (T7, queries, insert).
+    pub seed: u64,
+    /// Free frames while fetches are on the wire (HAC) or in the foreground (HAC-FG).
+    pub background_replacement: bool,
+}
+
+/// What a measured run did. Times are seconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    /// The operation.
+    pub traversal: String,
+    /// The cache manager.
+    pub policy: String,
+    /// Client cache size.
+    pub cache_bytes: usize,
+    /// Whether the cache was warmed first.
+    pub hot: bool,
+    /// Pages fetched.
+    pub fetches: u64,
+    /// Atomic parts visited.
+    pub parts_visited: u64,
+    /// Updates applied.
+    pub updates: u64,
+    /// The operation's answer.
+    pub result: u64,
+    /// Operations run (1, or the dynamic traversal's measured operations).
+    pub ops: u64,
+    /// Time of the measured run, without commits.
+    pub elapsed_s: f64,
+    /// Time committing.
+    pub commit_s: f64,
+    /// Time fetching (request to installed page, including overlapped replacement).
+    pub fetch_s: f64,
+    /// Time freeing frames.
+    pub replacement_s: f64,
+    /// Time installing objects and swizzling.
+    pub conversion_s: f64,
+    /// Objects installed in the indirection table.
+    pub objects_installed: u64,
+    /// Frames freed by evicting them whole.
+    pub frames_evicted: u64,
+    /// Frames freed by compaction.
+    pub frames_compacted: u64,
+    /// Objects kept by compaction.
+    pub objects_kept: u64,
+    /// Indirection-table entries at the end.
+    pub entries: usize,
+    /// Bytes of frames and tables at the end.
+    pub memory_bytes: usize,
+    /// Bytes of object versions shipped at commit.
+    pub bytes_shipped: u64,
+}
+
+/// Counters of a session at one moment.
+#[derive(Debug, Clone, Copy)]
+struct Snap {
+    client: thor_client::ClientStats,
+    cache: thor_cache::CacheStats,
+}
+
+fn snap(s: &Session) -> Snap {
+    Snap { client: s.stats(), cache: s.cache_stats() }
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// Runs `cfg` at `endpoint`, reporting every object access to `trace` (with whether it is in
+/// the measured run). Returns the report and the tracer.
+pub fn run<T: FnMut(Option<thor_core::Oref>, bool)>(
+    endpoint: &Endpoint,
+    cfg: &RunConfig,
+    trace: T,
+) -> Result<RunReport, Oo7Error> {
+    let s = connect(
+        endpoint,
+        SessionConfig {
+            cache_bytes: cfg.cache_bytes,
+            policy: cfg.policy,
+            background_replacement: cfg.background_replacement,
+        },
+    )?;
+    let report = run_in(&s, cfg, trace)?;
+    let _ = s.close();
+    Ok(report)
+}
+
+/// A tracer that knows whether the measured run has started.
+struct Phased<T> {
+    f: T,
+    measured: bool,
+}
+
+impl<T: FnMut(Option<thor_core::Oref>, bool)> Trace for Phased<T> {
+    #[inline]
+    fn access(&mut self, oref: Option<thor_core::Oref>) {
+        (self.f)(oref, self.measured)
+    }
+}
+
+/// [`run`] in an existing session.
+pub fn run_in<T: FnMut(Option<thor_core::Oref>, bool)>(
+    s: &Session,
+    cfg: &RunConfig,
+    trace: T,
+) -> Result<RunReport, Oo7Error> {
+    let mut db = Db::with_trace(s, Phased { f: trace, measured: false })?;
+    let mut rng = Rng::stream(cfg.seed, tag::RUN, u64::MAX);
+    let mut result = OpResult::default();
+    let (before, ops, elapsed, commit);
+    match cfg.workload {
+        Workload::Op(op) => {
+            if cfg.hot {
+                db.run(op, &mut rng)?;
+                s.commit()?;
+            }
+            db.trace_mut().measured = true;
+            before = snap(s);
+            let t = Instant::now();
+            result = db.run(op, &mut rng)?;
+            elapsed = t.elapsed();
+            let tc = Instant::now();
+            s.commit()?;
+            commit = tc.elapsed();
+            ops = 1;
+        }
+        Workload::Dynamic(d) => {
+            d.validate()?;
+            if db.module_count() < 2 {
+                return Err(Oo7Error::BadParams(
+                    "the dynamic traversal needs a database with two modules (load with --modules 2)".into(),
+                ));
+            }
+            let mut start = None;
+            let mut commit_time = Duration::ZERO;
+            let mut b = None;
+            for i in 0..d.ops {
+                if i == d.warmup_ops {
+                    db.trace_mut().measured = true;
+                    b = Some(snap(s));
+                    start = Some(Instant::now());
+                    commit_time = Duration::ZERO;
+                }
+                let (m, op, mut r) = d.op(i);
+                let cp = db.random_composite(m, &mut r)?;
+                let out = db.part_op(cp, PartOp::Graph(mode(op)))?;
+                if i >= d.warmup_ops {
+                    result += out;
+                }
+                let tc = Instant::now();
+                s.commit()?;
+                commit_time += tc.elapsed();
+            }
+            let total = start.map(|t| t.elapsed()).unwrap_or_default();
+            elapsed = total.saturating_sub(commit_time);
+            commit = commit_time;
+            before = b.expect("validated: measured operations exist");
+            ops = u64::from(d.ops - d.warmup_ops);
+        }
+    }
+    let after = snap(s);
+    Ok(RunReport {
+        traversal: cfg.workload.name().to_string(),
+        policy: s.policy_name().to_string(),
+        cache_bytes: cfg.cache_bytes,
+        hot: cfg.hot,
+        fetches: after.client.fetches - before.client.fetches,
+        parts_visited: result.parts_visited,
+        updates: result.updates,
+        result: result.result,
+        ops,
+        elapsed_s: secs(elapsed),
+        commit_s: secs(commit),
+        fetch_s: secs(after.client.fetch_time.saturating_sub(before.client.fetch_time)),
+        replacement_s: secs(
+            after.cache.replacement_time.saturating_sub(before.cache.replacement_time),
+        ),
+        conversion_s: secs(
+            after.client.conversion_time.saturating_sub(before.client.conversion_time),
+        ),
+        objects_installed: after.cache.core.objects_installed - before.cache.core.objects_installed,
+        frames_evicted: after.cache.replacement.frames_evicted
+            - before.cache.replacement.frames_evicted,
+        frames_compacted: after.cache.replacement.frames_compacted
+            - before.cache.replacement.frames_compacted,
+        objects_kept: after.cache.replacement.objects_kept - before.cache.replacement.objects_kept,
+        entries: after.cache.entries,
+        memory_bytes: after.cache.memory_bytes,
+        bytes_shipped: after.client.bytes_shipped - before.client.bytes_shipped,
+    })
+}
+
+/// What a native run did.
+#[derive(Debug, Clone, Serialize)]
+pub struct NativeReport {
+    /// The operation.
+    pub traversal: String,
+    /// Atomic parts visited.
+    pub parts_visited: u64,
+    /// Updates applied.
+    pub updates: u64,
+    /// The operation's answer.
+    pub result: u64,
+    /// Operations run.
+    pub ops: u64,
+    /// Time of the measured run.
+    pub elapsed_s: f64,
+    /// Time to build the graph.
+    pub generate_s: f64,
+}
+
+/// Runs `workload` on the native baseline built from `params`, hot (the second run is timed,
+/// like a hot thor run; the native graph has no cache to warm, but the processor's caches do).
+pub fn run_native(
+    params: &Params,
+    workload: Workload,
+    seed: u64,
+) -> Result<NativeReport, Oo7Error> {
+    let t = Instant::now();
+    let mut db = NativeDb::generate(params, |_| {})?;
+    let generate_s = secs(t.elapsed());
+    run_native_on(&mut db, workload, seed, generate_s)
+}
+
+/// [`run_native`] on an existing graph.
+pub fn run_native_on(
+    db: &mut NativeDb,
+    workload: Workload,
+    seed: u64,
+    generate_s: f64,
+) -> Result<NativeReport, Oo7Error> {
+    let mut rng = Rng::stream(seed, tag::RUN, u64::MAX);
+    let mut result = OpResult::default();
+    let elapsed;
+    let ops;
+    match workload {
+        Workload::Op(op) => {
+            db.run(op, &mut rng)?;
+            let t = Instant::now();
+            result = db.run(op, &mut rng)?;
+            elapsed = t.elapsed();
+            ops = 1;
+        }
+        Workload::Dynamic(d) => {
+            d.validate()?;
+            if db.modules.len() < 2 {
+                return Err(Oo7Error::BadParams("the dynamic traversal needs two modules".into()));
+            }
+            let mut start = Instant::now();
+            for i in 0..d.ops {
+                if i == d.warmup_ops {
+                    start = Instant::now();
+                }
+                let (m, op, mut r) = d.op(i);
+                let cp = db.random_composite(m, &mut r);
+                let out = db.part_op(cp, PartOp::Graph(mode(op)));
+                if i >= d.warmup_ops {
+                    result += out;
+                }
+            }
+            elapsed = start.elapsed();
+            ops = u64::from(d.ops - d.warmup_ops);
+        }
+    }
+    Ok(NativeReport {
+        traversal: workload.name().to_string(),
+        parts_visited: result.parts_visited,
+        updates: result.updates,
+        result: result.result,
+        ops,
+        elapsed_s: secs(elapsed),
+        generate_s,
+    })
+}
