@@ -8,8 +8,8 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod demo;
 mod plot;
-mod sim;
 mod server;
+mod sim;
 
 #[derive(Debug, Parser)]
 #[command(
