@@ -218,11 +218,27 @@ pub struct CacheCore {
     rename_order: VecDeque<u32>,
     /// The memory budget (frames plus tables).
     budget_bytes: usize,
+    /// Bytes of the manager's own tables (candidate set, LRU list), reported by the manager so
+    /// that the budget covers them like the indirection table.
+    manager_bytes: usize,
+    /// Entries whose reference counts [`CacheCore::store_ref`] will decrement when the
+    /// transaction ends (one element per overwritten swizzled word).
+    deferred_releases: Vec<u32>,
+    /// Invalidated objects that could not leave the cache yet (modified by the current
+    /// transaction, or in a pinned frame); see [`CacheCore::invalidate`].
+    /// Entries and the oref each was invalidated for (an entry may be freed and reused for
+    /// another object meanwhile).
+    pending_invalid: Vec<(u32, u32)>,
     /// Frames not retired.
     usable_frames: usize,
     /// Counters.
     pub stats: CoreStats,
 }
+
+/// Fewest entries the indirection table grows by (a 4 KB step).
+const ENTRY_STEP_MIN: usize = 256;
+/// Most entries the indirection table grows by (1 MB).
+const ENTRY_STEP_MAX: usize = 1 << 16;
 
 /// The smallest number of usable frames a cache works with: one being filled by a fetch, one
 /// kept free for the next, one being compacted into.
@@ -254,7 +270,8 @@ impl CacheCore {
             free_entry: NIL,
             live_entries: 0,
             map: FxHashMap::default(),
-            pages: FxHashMap::default(),
+            // At most one page per frame: never grows.
+            pages: FxHashMap::with_capacity_and_hasher(frames, Default::default()),
             classes: FxHashMap::default(),
             reads: Vec::new(),
             new_frame: NIL,
@@ -262,6 +279,9 @@ impl CacheCore {
             renames: FxHashMap::default(),
             rename_order: VecDeque::new(),
             budget_bytes,
+            manager_bytes: 0,
+            deferred_releases: Vec::new(),
+            pending_invalid: Vec::new(),
             usable_frames: frames,
             stats: CoreStats::default(),
         };
@@ -292,6 +312,15 @@ impl CacheCore {
             + self.renames.capacity() * 9
             + self.rename_order.capacity() * 4
             + self.reads.capacity() * 4
+            + self.pending_invalid.capacity() * 8
+            + self.deferred_releases.capacity() * 4
+            + self.manager_bytes
+    }
+
+    /// Records the size of the manager's tables, so the budget covers them. Call
+    /// [`CacheCore::rebalance`] afterwards.
+    pub fn set_manager_bytes(&mut self, bytes: usize) {
+        self.manager_bytes = bytes;
     }
 
     /// Frames in use or available (not retired).
@@ -309,9 +338,32 @@ impl CacheCore {
         self.usable_frames * self.page_size + self.table_bytes()
     }
 
-    /// Frames the tables' share of the budget still allows.
+    /// Frames the tables' share of the budget still allows, keeping room for the next growth
+    /// of the tables that grow between two chances to free frames.
     fn frames_allowed(&self) -> usize {
-        self.budget_bytes.saturating_sub(self.table_bytes()) / self.page_size
+        self.budget_bytes.saturating_sub(self.table_bytes() + self.headroom_bytes())
+            / self.page_size
+    }
+
+    /// Entries the indirection table grows by when full: a quarter of its size, bounded so
+    /// that the budget's share moves smoothly.
+    fn entry_step(&self) -> usize {
+        (self.entries.capacity() / 4).clamp(ENTRY_STEP_MIN, ENTRY_STEP_MAX)
+    }
+
+    /// Memory kept in reserve for the next growth of the tables that can grow when the cache
+    /// cannot free a frame: the indirection table and oref map (swizzling a reference allocates
+    /// an entry) and the read set (the hit path appends to it). Growth is then covered by the
+    /// reserve, so the budget holds at every moment; [`CacheCore::rebalance`], run after each
+    /// allocation and by the client cache on its slow path, restores the reserve.
+    fn headroom_bytes(&self) -> usize {
+        let map = if self.map.len() * 4 >= self.map.capacity() * 3 {
+            // Nearly full: the next inserts double it.
+            self.map.capacity().max(16) * 9
+        } else {
+            0
+        };
+        self.entry_step() * std::mem::size_of::<Entry>() + map + self.reads.capacity().max(16) * 4
     }
 
     /// Retires free frames while the tables push the total over the budget. Returns how many
@@ -354,8 +406,8 @@ impl CacheCore {
                 return Err(CacheError::TableFull);
             }
             if self.entries.len() == self.entries.capacity() {
-                // Grow in bounded steps so the budget's share moves smoothly.
-                let step = (self.entries.capacity() / 4).clamp(1024, 1 << 16);
+                // Grow in bounded steps, covered by the headroom kept in the budget.
+                let step = self.entry_step();
                 self.entries.reserve_exact(step);
             }
             self.entries.push(Entry::FREE);
@@ -371,6 +423,8 @@ impl CacheCore {
         };
         self.map.insert(oref_word, i);
         self.live_entries += 1;
+        // Restore the headroom right away if a free frame can give it.
+        self.rebalance();
         Ok(i)
     }
 
@@ -387,14 +441,17 @@ impl CacheCore {
         self.stats.entries_freed += 1;
     }
 
-    /// Frees entry `i` if nothing keeps it: not resident, not referenced, not created or
-    /// modified by the current transaction.
+    /// Frees entry `i` if nothing keeps it: not resident, not referenced, not created,
+    /// modified or read by the current transaction. Read-set entries are kept until the
+    /// transaction ends because the commit names them by `reads`, a list of entry indices: a
+    /// freed and reused entry would put the wrong oref in the read set (and leave the object
+    /// read out of validation). [`CacheCore::clear_reads`] frees the ones nothing else keeps.
     pub fn maybe_free_entry(&mut self, i: u32) {
         let e = self.entries[i as usize];
         if e.flags & F_LIVE != 0
             && e.loc == NOT_RESIDENT
             && e.refs == 0
-            && e.flags & (F_NEW | F_MODIFIED) == 0
+            && e.flags & (F_NEW | F_MODIFIED | F_READ) == 0
         {
             self.free_entry_at(i);
         }
@@ -477,6 +534,178 @@ impl CacheCore {
         Ok(())
     }
 
+    /// Forgets that frame `f` holds its page (the frame is being emptied or compacted), unless
+    /// a newer copy of the page superseded it there already.
+    pub fn unmap_page(&mut self, f: u32) {
+        let fm = self.frames[f as usize];
+        if fm.kind == FrameKind::Intact && self.pages.get(&fm.page) == Some(&f) {
+            self.pages.remove(&fm.page);
+        }
+    }
+
+    /// Where the object named `oref_word` would go back into its page: its slot, if the page is
+    /// resident in an intact frame other than `except` and the slot has exactly `size` bytes.
+    /// This is HAC's duplicate case (`papers/hac-sosp97.txt` section 3.1): a fetched page may
+    /// hold a copy of an object that is installed elsewhere; that copy is never installed, so
+    /// the slot is free for the installed copy when its own frame is compacted. A slot of
+    /// another size belongs to a version of another size: the object is compacted as usual.
+    pub fn home_slot(&self, oref_word: u32, size: usize, except: u32) -> Option<u32> {
+        let oref = Oref::from_raw(oref_word).filter(|o| !o.is_null())?;
+        let page = oref.page()?;
+        let f = *self.pages.get(&page.get())?;
+        if f == except {
+            return None;
+        }
+        let view = PageView::assume_parsed(self.arena.frame(f as usize));
+        let range = view.object_range(oref.oid())?;
+        (range.len() == size).then(|| (self.frame_base(f) + range.start) as u32)
+    }
+
+    /// After the commit of a new version of resident object `i`: if its page is resident in
+    /// another frame (the duplicate case), that frame's uninstalled copy is now older than the
+    /// committed version, and would be installed if the object left the cache. Write the new
+    /// version into the page's slot, with its references unswizzled (uninstalled copies hold
+    /// orefs; their swizzled words would not be counted), or if the slot has another size, stop
+    /// using the page copy for installation.
+    pub fn refresh_page_copy(&mut self, i: u32) {
+        let e = self.entries[i as usize];
+        let Some(oref) = Oref::from_raw(e.oref).filter(|o| !o.is_null()) else { return };
+        let Some(page) = oref.page() else { return };
+        if e.loc == NOT_RESIDENT {
+            return;
+        }
+        let Some(&g) = self.pages.get(&page.get()) else { return };
+        if g == self.frame_of(e.loc) {
+            return;
+        }
+        let size = self.object_size(e.loc);
+        let slot = {
+            let view = PageView::assume_parsed(self.arena.frame(g as usize));
+            view.object_range(oref.oid())
+        };
+        match slot {
+            Some(r) if r.len() == size => {
+                let to = self.frame_base(g) + r.start;
+                self.arena.move_within(e.loc as usize, to, size);
+                let Some(desc) = self.classes.get(&self.class_word(e.loc)).cloned() else { return };
+                let mut offs = Vec::new();
+                desc.for_each_ref_offset(self.arena.bytes(to, size), |off| offs.push(off));
+                for off in offs {
+                    let w = self.ref_word(e.loc, off);
+                    self.arena.write_u32(to + off, w);
+                }
+            }
+            // No slot (the page predates the object) or one of another size: the page copy
+            // cannot stand in for the object.
+            _ => self.unmap_page(g),
+        }
+    }
+
+    /// Moves resident object `i` of `size` bytes to arena offset `to` and links it into the
+    /// destination frame's installed list: into the free space at the end of a compacted frame
+    /// (`to` is its `used` mark), into its slot in its resident page ([`CacheCore::home_slot`]),
+    /// or lower in its own frame when that frame is compacted in place. The bytes move as they
+    /// are, swizzled words included, so no reference count changes. The destination's
+    /// `installed` and `modified` counts follow the object, and for a compacted destination
+    /// `objects` and `used` too; the source frame's list and counts are the caller's business
+    /// (compaction detaches the whole list first). The object must not be pinned: views point
+    /// at it.
+    pub fn move_object(&mut self, i: u32, to: u32, size: usize) {
+        let from = self.entries[i as usize].loc;
+        debug_assert_ne!(from, NOT_RESIDENT);
+        if from != to {
+            self.arena.move_within(from as usize, to as usize, size);
+        }
+        let f = self.frame_of(to);
+        let base = self.frame_base(f);
+        let fm = &mut self.frames[f as usize];
+        let e = &mut self.entries[i as usize];
+        e.loc = to;
+        e.link = fm.installed_head;
+        fm.installed_head = i;
+        fm.installed += 1;
+        if e.flags & F_MODIFIED != 0 {
+            fm.modified += 1;
+        }
+        if fm.kind == FrameKind::Compacted {
+            debug_assert_eq!(to as usize, base + fm.used as usize, "appends go at the end");
+            debug_assert!(fm.used as usize + size <= self.page_size, "the object fits");
+            fm.objects += 1;
+            fm.used += size as u32;
+        }
+    }
+
+    /// The server says object `oref` has a newer committed version than the cached one (an
+    /// invalidation). Three things follow:
+    ///
+    /// - its page, if resident, stops being a source of lazy installation: the next access to
+    ///   one of its uninstalled objects fetches the page again, with the new version;
+    /// - its usage drops to 0, so it goes at its frame's next compaction (HAC paper, section
+    ///   3.2.1: "we set the usage of invalid objects to 0");
+    /// - if it is resident, neither modified by the current transaction nor in a pinned frame,
+    ///   it leaves the cache now: its entry stops pointing at it (the next access fetches the
+    ///   new version) and its bytes become dead space in its frame, counted as an object of
+    ///   usage 0 until that frame is compacted or evicted. Otherwise it leaves at the end of the
+    ///   transaction ([`CacheCore::retry_invalidations`]); the transaction that read it is
+    ///   doomed anyway.
+    ///
+    /// Returns whether the object left the cache now.
+    pub fn invalidate(&mut self, oref: Oref) -> bool {
+        if let Some(&f) = oref.page().and_then(|p| self.pages.get(&p.get())) {
+            self.unmap_page(f);
+        }
+        let Some(i) = self.lookup(oref.raw()) else { return false };
+        self.entries[i as usize].usage = 0;
+        if self.entries[i as usize].loc == NOT_RESIDENT {
+            return false;
+        }
+        if self.evict_invalid(i) {
+            return true;
+        }
+        self.pending_invalid.push((i, oref.raw()));
+        false
+    }
+
+    /// Evicts the invalidated object of entry `i` if nothing holds it in place.
+    fn evict_invalid(&mut self, i: u32) -> bool {
+        let e = self.entries[i as usize];
+        if e.loc == NOT_RESIDENT {
+            return true;
+        }
+        let f = self.frame_of(e.loc);
+        if e.flags & (F_MODIFIED | F_NEW) != 0 || self.frames[f as usize].pins > 0 {
+            return false;
+        }
+        // Unlink `i` from its frame's installed list (a walk: invalidations are rare).
+        let mut prev = NIL;
+        let mut cur = self.frames[f as usize].installed_head;
+        while cur != NIL && cur != i {
+            prev = cur;
+            cur = self.entries[cur as usize].link;
+        }
+        debug_assert_eq!(cur, i, "a resident entry is in its frame's list");
+        let next = self.entries[i as usize].link;
+        if prev == NIL {
+            self.frames[f as usize].installed_head = next;
+        } else {
+            self.entries[prev as usize].link = next;
+        }
+        self.frames[f as usize].installed -= 1;
+        self.discard(i);
+        true
+    }
+
+    /// At the end of a transaction: evicts the invalidated objects that had to stay (see
+    /// [`CacheCore::invalidate`]) and are free to go now.
+    pub fn retry_invalidations(&mut self) {
+        let mut pending = std::mem::take(&mut self.pending_invalid);
+        pending.retain(|&(i, oref)| {
+            let e = self.entries[i as usize];
+            e.flags & F_LIVE != 0 && e.oref == oref && !self.evict_invalid(i)
+        });
+        self.pending_invalid = pending;
+    }
+
     /// Slow path of an access to entry `i`: where the object is, or what is missing.
     pub fn locate(&mut self, i: u32) -> Result<Need, CacheError> {
         let e = self.entries[i as usize];
@@ -552,16 +781,17 @@ impl CacheCore {
 
     /// Stores a reference to entry `target` (or null) at byte `off` of the object at `loc`,
     /// keeping reference counts right.
+    ///
+    /// The count of the entry the word pointed at before is decremented only when the
+    /// transaction ends ([`CacheCore::apply_deferred_releases`]): the object's undo copy may
+    /// still name that entry, and if the count reached 0 now the entry could be freed and
+    /// reused before an abort put the undo copy back. This is the HAC paper's lazy correction
+    /// of reference counts at commit (section 2.3), for the decrements.
     pub fn store_ref(&mut self, loc: u32, off: usize, target: Option<u32>) {
         let at = loc as usize + off;
         let old = self.arena.read_u32(at);
         if old & 1 == 1 {
-            let i = old >> 1;
-            let e = &mut self.entries[i as usize];
-            if e.refs != u16::MAX {
-                e.refs -= 1;
-            }
-            self.maybe_free_entry(i);
+            self.deferred_releases.push(old >> 1);
         }
         let new = match target {
             Some(i) => {
@@ -572,6 +802,46 @@ impl CacheCore {
             None => 0,
         };
         self.arena.write_u32(at, new);
+    }
+
+    /// At the end of a transaction (after an abort has put the undo copies back): applies the
+    /// decrements [`CacheCore::store_ref`] deferred, freeing entries nothing keeps any more.
+    pub fn apply_deferred_releases(&mut self) {
+        let mut pending = std::mem::take(&mut self.deferred_releases);
+        for &i in &pending {
+            let e = &mut self.entries[i as usize];
+            if e.flags & F_LIVE == 0 {
+                continue;
+            }
+            if e.refs != u16::MAX {
+                debug_assert!(e.refs > 0, "a deferred release of an unreferenced entry");
+                e.refs = e.refs.saturating_sub(1);
+            }
+            self.maybe_free_entry(i);
+        }
+        pending.clear();
+        self.deferred_releases = pending;
+    }
+
+    /// Puts `undo` (the bytes entry `i` had before the transaction) back in place of its
+    /// current bytes, fixing reference counts: the undo copy's references are counted before
+    /// the current bytes' are released, so an entry both name never drops to 0 on the way.
+    pub fn restore_object(&mut self, i: u32, undo: &[u8]) {
+        let loc = self.entries[i as usize].loc;
+        debug_assert_ne!(loc, NOT_RESIDENT, "modified objects stay resident (no-steal)");
+        let Some(desc) = self.classes.get(&self.class_word(loc)).cloned() else {
+            self.arena.copy_in(loc as usize, undo);
+            return;
+        };
+        desc.for_each_ref_offset(undo, |off| {
+            let w = u32_at(undo, off);
+            if w & 1 == 1 {
+                let e = &mut self.entries[(w >> 1) as usize];
+                e.refs = e.refs.saturating_add(1);
+            }
+        });
+        self.release_refs(loc);
+        self.arena.copy_in(loc as usize, undo);
     }
 
     /// Decrements the counts of every entry the object at `loc` references (it is leaving the
@@ -646,9 +916,7 @@ impl CacheCore {
             self.discard(i);
             i = next;
         }
-        if fm.kind == FrameKind::Intact && self.pages.get(&fm.page) == Some(&f) {
-            self.pages.remove(&fm.page);
-        }
+        self.unmap_page(f);
         if self.new_frame == f {
             self.new_frame = NIL;
         }
@@ -708,11 +976,16 @@ impl CacheCore {
         }
     }
 
-    /// Clears the read set.
+    /// Clears the read set, freeing the entries of objects that left the cache while only the
+    /// read set kept their entries.
     pub fn clear_reads(&mut self) {
-        for &i in &self.reads {
+        let reads = std::mem::take(&mut self.reads);
+        for &i in &reads {
             self.entries[i as usize].flags &= !F_READ;
+            self.maybe_free_entry(i);
         }
+        // Keep the allocation: it is counted in the budget and reused by the next transaction.
+        self.reads = reads;
         self.reads.clear();
     }
 
@@ -752,6 +1025,8 @@ impl CacheCore {
         let e = &mut self.entries[i as usize];
         e.loc = loc;
         e.flags |= F_NEW;
+        // Creating an object uses it: it starts as recently used as an accessed one.
+        e.usage = USAGE_TOP;
         e.link = fm.installed_head;
         fm.installed_head = i;
         self.stats.objects_created += 1;
@@ -803,6 +1078,115 @@ impl CacheCore {
         e.flags &= !(F_NEW | F_MODIFIED | F_READ);
         e.refs = 0;
         self.free_entry_at(i);
+    }
+}
+
+impl CacheCore {
+    /// Checks the core's invariants, for tests and debugging (it walks everything: O(cache)):
+    ///
+    /// - every frame's installed list holds exactly its `installed` live entries, each located
+    ///   in that frame, with `modified` of them modified; free and retired frames hold nothing;
+    /// - the objects of a frame do not overlap, and those of compacted and new frames lie
+    ///   within the frame's `used` bytes;
+    /// - every resident entry is in its frame's list, and the oref map leads back to it;
+    /// - the page map names intact frames holding those pages;
+    /// - every entry's reference count is the number of swizzled words naming it in resident
+    ///   objects plus the releases deferred to the end of the transaction (unless saturated);
+    /// - memory stays within the budget.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut in_lists = vec![false; self.entries.len()];
+        for (f, fm) in self.frames.iter().enumerate() {
+            let base = self.frame_base(f as u32);
+            let mut objs: Vec<(usize, usize)> = Vec::new();
+            let (mut n, mut modified) = (0u32, 0u32);
+            let mut i = fm.installed_head;
+            while i != NIL {
+                let e = self.entries.get(i as usize).ok_or(format!("frame {f}: bad entry {i}"))?;
+                if e.flags & F_LIVE == 0 || e.loc == NOT_RESIDENT {
+                    return Err(format!("frame {f}: entry {i} in its list is not resident"));
+                }
+                if self.frame_of(e.loc) != f as u32 {
+                    return Err(format!("frame {f}: entry {i} is located in another frame"));
+                }
+                if std::mem::replace(&mut in_lists[i as usize], true) {
+                    return Err(format!("entry {i} is in two lists (or twice in one)"));
+                }
+                n += 1;
+                modified += u32::from(e.flags & F_MODIFIED != 0);
+                objs.push((e.loc as usize, self.object_size(e.loc)));
+                i = e.link;
+            }
+            if n != fm.installed || modified != fm.modified {
+                return Err(format!(
+                    "frame {f}: list has {n} installed, {modified} modified; meta says {fm:?}"
+                ));
+            }
+            if matches!(fm.kind, FrameKind::Free | FrameKind::Retired) && n + fm.pins > 0 {
+                return Err(format!("frame {f}: {:?} but holds objects or pins", fm.kind));
+            }
+            if fm.installed > fm.objects && fm.kind != FrameKind::Free {
+                return Err(format!("frame {f}: more installed than objects: {fm:?}"));
+            }
+            objs.sort_unstable();
+            for w in objs.windows(2) {
+                if w[0].0 + w[0].1 > w[1].0 {
+                    return Err(format!("frame {f}: objects at {} and {} overlap", w[0].0, w[1].0));
+                }
+            }
+            if matches!(fm.kind, FrameKind::Compacted | FrameKind::New)
+                && objs.last().is_some_and(|&(loc, size)| loc + size > base + fm.used as usize)
+            {
+                return Err(format!("frame {f}: an object lies beyond the used bytes"));
+            }
+        }
+        let mut counted = vec![0u64; self.entries.len()];
+        for &i in &self.deferred_releases {
+            counted[i as usize] += 1;
+        }
+        for (i, e) in self.entries.iter().enumerate() {
+            if e.flags & F_LIVE == 0 {
+                continue;
+            }
+            if e.loc != NOT_RESIDENT && !in_lists[i] {
+                return Err(format!("entry {i} is resident but in no frame's list"));
+            }
+            if e.flags & F_NEW == 0 && self.map.get(&e.oref) != Some(&(i as u32)) {
+                return Err(format!("entry {i} ({:#x}) is not the map's entry", e.oref));
+            }
+            if e.loc == NOT_RESIDENT {
+                continue;
+            }
+            let Some(desc) = self.classes.get(&self.class_word(e.loc)) else { continue };
+            let obj = self.arena.bytes(e.loc as usize, self.object_size(e.loc));
+            desc.for_each_ref_offset(obj, |off| {
+                let w = u32_at(obj, off);
+                if w & 1 == 1 {
+                    counted[(w >> 1) as usize] += 1;
+                }
+            });
+        }
+        for (i, e) in self.entries.iter().enumerate() {
+            if e.flags & F_LIVE != 0 && e.refs != u16::MAX && u64::from(e.refs) != counted[i] {
+                return Err(format!("entry {i}: refs {} but {} references", e.refs, counted[i]));
+            }
+            if e.flags & F_LIVE == 0 && counted[i] > 0 {
+                return Err(format!("free entry {i} is referenced {} times", counted[i]));
+            }
+        }
+        for (&page, &f) in &self.pages {
+            let fm = &self.frames[f as usize];
+            if fm.kind != FrameKind::Intact || fm.page != page {
+                return Err(format!("page {page} maps to frame {f}, which is {fm:?}"));
+            }
+        }
+        if self.memory_bytes() > self.budget_bytes {
+            return Err(format!(
+                "{} bytes used of a {} budget",
+                self.memory_bytes(),
+                self.budget_bytes
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -22,7 +22,12 @@ pub struct Fpc {
     stats: ReplacementStats,
     /// Frames passed over in one `free_frame` call (reused buffer).
     skipped: Vec<u64>,
+    /// Frames the LRU list can hold, for the memory estimate.
+    frames: usize,
 }
+
+/// Bytes per frame of the LRU list: a 16-byte list node and a 4-byte slot in the dense index.
+const LRU_BYTES_PER_FRAME: usize = 20;
 
 impl Fpc {
     /// FPC over `frames` frames.
@@ -31,7 +36,7 @@ impl Fpc {
             DenseSlots::new(frames as u64).map_err(|e| CacheError::BadConfig(e.to_string()))?;
         let lru =
             Lru::with_index(frames, index).map_err(|e| CacheError::BadConfig(e.to_string()))?;
-        Ok(Fpc { lru, stats: ReplacementStats::default(), skipped: Vec::new() })
+        Ok(Fpc { lru, stats: ReplacementStats::default(), skipped: Vec::new(), frames })
     }
 }
 
@@ -73,12 +78,24 @@ impl CacheManager for Fpc {
     fn new_frame_committed(&mut self, core: &mut CacheCore, frame: u32) {
         // FPC caches pages as the server has them; created objects are fetched again when
         // used, in their pages.
-        debug_assert_eq!(core.frames[frame as usize].kind, FrameKind::New);
+        let fm = &mut core.frames[frame as usize];
+        debug_assert_eq!(fm.kind, FrameKind::New);
+        if fm.pins > 0 {
+            // A view still points into it: keep its objects (as a compacted frame) and let LRU
+            // evict it once the view is gone.
+            fm.kind = FrameKind::Compacted;
+            let _ = self.lru.insert(u64::from(frame), Placement::Referenced);
+            return;
+        }
         core.evict_frame(frame);
     }
 
     fn frame_released(&mut self, frame: u32) {
         self.lru.remove(frame as u64);
+    }
+
+    fn table_bytes(&self) -> usize {
+        self.frames * LRU_BYTES_PER_FRAME + self.skipped.capacity() * 8
     }
 
     fn stats(&self) -> ReplacementStats {

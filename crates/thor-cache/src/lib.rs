@@ -7,6 +7,8 @@
 //!   objects, and the memory budget that covers frames and tables;
 //! - [`manager`]: the [`CacheManager`] trait (a replacement strategy over the core) and
 //!   [`ClientCache`], which runs the one a [`CacheConfig`] names;
+//! - [`hac`]: HAC, hybrid adaptive caching: pages, and only the hot objects of the pages
+//!   that are poorly used (the paper's client cache);
 //! - [`fpc`]: FPC, whole pages with perfect LRU;
 //! - [`policy`]: block replacement policies (LRU, MRU, CLOCK, ARC) for page-granularity caches.
 //!
@@ -16,8 +18,12 @@ pub mod arena;
 pub mod core;
 pub mod error;
 pub mod fpc;
+pub mod hac;
 pub mod manager;
 pub mod policy;
 
 pub use error::CacheError;
-pub use manager::{CacheConfig, CacheManager, CacheStats, ClientCache, PolicyConfig};
+pub use hac::{Fraction, Hac, HacParams};
+pub use manager::{
+    CacheConfig, CacheManager, CacheStats, ClientCache, PolicyConfig, ReplacementStats,
+};

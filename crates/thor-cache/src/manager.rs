@@ -17,21 +17,33 @@ use std::time::Duration;
 
 use thor_core::{Oref, PageId, RawRef};
 
-use crate::core::{CacheCore, CoreStats, Entry, F_READ, FrameKind, NOT_RESIDENT, Need};
+use crate::core::{CacheCore, CoreStats, Entry, F_READ, NOT_RESIDENT, Need};
 use crate::error::CacheError;
 use crate::fpc::Fpc;
+use crate::hac::{Hac, HacParams};
 
 /// Counters a replacement strategy keeps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReplacementStats {
-    /// Frames freed by evicting them whole.
+    /// Frames freed by evicting them whole (FPC; HAC: victims of which nothing was kept).
     pub frames_evicted: u64,
-    /// Frames freed by compacting their hot objects elsewhere (HAC).
+    /// Victims compacted: their hot objects moved elsewhere (HAC). Each either freed its frame
+    /// or became the compaction target.
     pub frames_compacted: u64,
     /// Objects kept by compaction (HAC).
     pub objects_kept: u64,
-    /// Objects dropped from the cache.
+    /// Objects dropped from the cache (installed or not).
     pub objects_dropped: u64,
+    /// Kept objects that moved back into their resident page rather than to the target: the
+    /// duplicate case (HAC).
+    pub objects_moved_home: u64,
+    /// Frames whose usage the primary pointer computed (HAC).
+    pub frames_scanned: u64,
+    /// Frames added to the candidate set, by the pointers, by filling up with compacted
+    /// objects, or at the commit of their created objects (HAC).
+    pub candidates_added: u64,
+    /// Compaction targets that filled up and joined the candidate set (HAC).
+    pub targets_filled: u64,
 }
 
 /// A replacement strategy: decides which frame to free and how. See the module documentation.
@@ -57,6 +69,9 @@ pub trait CacheManager: std::fmt::Debug {
     /// objects): forget it.
     fn frame_released(&mut self, frame: u32);
 
+    /// Bytes of memory the manager's own tables hold; the cache's budget covers them.
+    fn table_bytes(&self) -> usize;
+
     /// Counters.
     fn stats(&self) -> ReplacementStats;
 }
@@ -66,14 +81,39 @@ pub trait CacheManager: std::fmt::Debug {
 pub enum PolicyConfig {
     /// Whole pages, perfect LRU.
     Fpc,
+    /// Hybrid adaptive caching with these settings.
+    Hac(HacParams),
+}
+
+impl PolicyConfig {
+    /// HAC with the paper's settings.
+    pub const HAC: PolicyConfig = PolicyConfig::Hac(HacParams::PAPER);
 }
 
 impl std::str::FromStr for PolicyConfig {
     type Err = CacheError;
+    /// `fpc`, `hac`, or `hac:` followed by HAC settings (`hac:r=2/3,e=20,n=2,s=3`, any subset).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_lowercase().as_str() {
-            "fpc" => Ok(PolicyConfig::Fpc),
-            _ => Err(CacheError::BadConfig(format!("unknown cache policy {s:?} (expected fpc)"))),
+        let lower = s.trim().to_ascii_lowercase();
+        let (name, settings) = lower.split_once(':').unwrap_or((lower.as_str(), ""));
+        match (name, settings) {
+            ("fpc", "") => Ok(PolicyConfig::Fpc),
+            ("hac", settings) => Ok(PolicyConfig::Hac(settings.parse()?)),
+            _ => Err(CacheError::BadConfig(format!(
+                "unknown cache policy {s:?} (expected fpc, hac or hac:r=2/3,e=20,n=2,s=3)"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for PolicyConfig {
+    /// The form [`FromStr`](std::str::FromStr) reads: `fpc`, `hac`, or `hac:` with the
+    /// settings that differ from the paper's.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PolicyConfig::Fpc => f.write_str("fpc"),
+            PolicyConfig::Hac(p) if *p == HacParams::PAPER => f.write_str("hac"),
+            PolicyConfig::Hac(p) => write!(f, "hac:{p}"),
         }
     }
 }
@@ -96,12 +136,14 @@ pub struct CacheConfig {
 #[derive(Debug)]
 enum Manager {
     Fpc(Fpc),
+    Hac(Hac),
 }
 
 macro_rules! with_manager {
     ($self:expr, $m:ident => $e:expr) => {
         match $self {
             Manager::Fpc($m) => $e,
+            Manager::Hac($m) => $e,
         }
     };
 }
@@ -123,6 +165,29 @@ pub struct CacheStats {
     pub usable_frames: usize,
 }
 
+impl CacheStats {
+    /// Pages fetched into the cache (each fetch installs one).
+    pub fn fetches(&self) -> u64 {
+        self.core.pages_installed
+    }
+
+    /// Replacement time per fetch: with background replacement this is the work overlapped
+    /// with each fetch's round trip; in foreground mode it adds to each miss.
+    pub fn replacement_time_per_fetch(&self) -> Duration {
+        per(self.replacement_time, self.fetches())
+    }
+
+    /// Replacement time per frame freed.
+    pub fn replacement_time_per_frame(&self) -> Duration {
+        per(self.replacement_time, self.core.frames_freed)
+    }
+}
+
+/// `total / n`, zero for no events.
+pub fn per(total: Duration, n: u64) -> Duration {
+    if n == 0 { Duration::ZERO } else { total.div_f64(n as f64) }
+}
+
 /// A client cache: the shared core and its manager.
 #[derive(Debug)]
 pub struct ClientCache {
@@ -141,11 +206,15 @@ pub struct ClientCache {
 impl ClientCache {
     /// A cache with the given settings.
     pub fn new(cfg: CacheConfig) -> Result<ClientCache, CacheError> {
-        let core = CacheCore::new(cfg.budget_bytes, cfg.page_size)?;
+        let mut core = CacheCore::new(cfg.budget_bytes, cfg.page_size)?;
         let frames = core.frames.len();
         let manager = match cfg.policy {
             PolicyConfig::Fpc => Manager::Fpc(Fpc::new(frames)?),
+            PolicyConfig::Hac(params) => Manager::Hac(Hac::new(frames, params)?),
         };
+        // The manager's tables come out of the same budget: free frames make way for them.
+        core.set_manager_bytes(with_manager!(&manager, m => m.table_bytes()));
+        core.rebalance();
         Ok(ClientCache {
             core,
             manager,
@@ -202,6 +271,20 @@ impl ClientCache {
     /// The slow path: where entry `i` is, or what must be fetched first. On `Resident` the
     /// access is recorded as on the hit path.
     pub fn resolve(&mut self, i: u32) -> Result<Need, CacheError> {
+        // The object is about to be read: put it in the read set now, which also keeps its
+        // entry alive (see `CacheCore::maybe_free_entry`) while its page is fetched and frames
+        // are freed, when the last reference to it might otherwise leave the cache.
+        let e = &mut self.core.entries[i as usize];
+        if e.flags & F_READ == 0 {
+            e.flags |= F_READ;
+            self.core.reads.push(i);
+        }
+        if self.core.rebalance() > 0 {
+            // The tables outgrew their share (swizzling allocates entries on the hit path):
+            // free frames to retire now, before the object is located (replacement may move
+            // it).
+            self.free_frames_until(0)?;
+        }
         let need = self.core.locate(i)?;
         if let Need::Resident(_) = need {
             let oref = self.core.entries[i as usize].oref;
@@ -215,7 +298,9 @@ impl ClientCache {
         let mut extra = self.core.rebalance();
         let mut result = Ok(());
         while self.core.free.len() < n || extra > 0 {
-            if let Err(e) = with_manager!(&mut self.manager, m => m.free_frame(&mut self.core)) {
+            let freed = with_manager!(&mut self.manager, m => m.free_frame(&mut self.core));
+            self.core.set_manager_bytes(with_manager!(&self.manager, m => m.table_bytes()));
+            if let Err(e) = freed {
                 result = Err(e);
                 break;
             }
@@ -297,30 +382,35 @@ impl ClientCache {
             self.core.rename(i, oref);
         }
         for &i in modified {
+            self.core.refresh_page_copy(i);
             self.core.clear_modified(i);
         }
+        self.core.apply_deferred_releases();
         self.core.clear_reads();
         self.core.close_new_frame();
         for f in std::mem::take(&mut self.new_frames) {
-            if self.core.frames[f as usize].pins > 0 {
-                // A view still points into it: keep it as compacted objects until dropped.
-                self.core.frames[f as usize].kind = FrameKind::Compacted;
-                continue;
-            }
             with_manager!(&mut self.manager, m => m.new_frame_committed(&mut self.core, f));
         }
+        self.core.retry_invalidations();
+    }
+
+    /// The server says object `oref` has a newer committed version: see
+    /// [`CacheCore::invalidate`]. Returns whether the object left the cache now (otherwise it
+    /// leaves when the transaction ends; a transaction that read or modified it is doomed).
+    pub fn invalidate(&mut self, oref: Oref) -> bool {
+        self.core.invalidate(oref)
     }
 
     /// The transaction aborted: `undo` holds the pre-transaction bytes of each modified entry;
     /// created objects are dropped.
     pub fn abort_done(&mut self, undo: &[(u32, Vec<u8>)], created: &[u32]) {
         for (i, bytes) in undo {
-            let loc = self.core.entries[*i as usize].loc;
-            self.core.release_refs(loc);
-            self.core.arena.copy_in(loc as usize, bytes);
-            self.core.retain_refs(loc);
+            self.core.restore_object(*i, bytes);
             self.core.clear_modified(*i);
         }
+        // The undo copies are back: the decrements deferred during the transaction apply
+        // now, before created objects (which some of them may concern) are dropped.
+        self.core.apply_deferred_releases();
         for &i in created {
             self.core.drop_created(i);
         }
@@ -330,6 +420,7 @@ impl ClientCache {
             with_manager!(&mut self.manager, m => m.frame_released(f));
             self.core.release_frame(f);
         }
+        self.core.retry_invalidations();
     }
 
     /// Counters.

@@ -84,11 +84,12 @@ fn check_ring(s: &Session, n: usize) {
     assert_eq!(cur, first, "the ring closes");
 }
 
+/// Every cache manager; tests that should hold for all of them loop over this.
+const POLICIES: [PolicyConfig; 2] = [PolicyConfig::Fpc, PolicyConfig::HAC];
+
 #[test]
-// Every cache manager runs this; the list grows with them.
-#[allow(clippy::single_element_loop)]
 fn a_graph_commits_and_reads_back_in_a_new_session() {
-    for policy in [PolicyConfig::Fpc] {
+    for policy in POLICIES {
         let h = server(8192);
         let s = session(&h, policy, 1 << 20);
         let people = build_ring(&s, 500);
@@ -111,14 +112,32 @@ fn a_small_cache_evicts_and_refetches() {
     let s = session(&h, PolicyConfig::Fpc, 1 << 20);
     build_ring(&s, 1000);
     s.commit().unwrap();
-    // 16 frames of 4 KB (minus the tables) for a ring spanning many more pages.
-    let small = session(&h, PolicyConfig::Fpc, 24 * 4096);
-    check_ring(&small, 1000);
-    check_ring(&small, 1000);
-    let st = small.cache_stats();
-    assert!(st.replacement.frames_evicted > 0, "{st:?}");
-    assert!(st.memory_bytes <= 24 * 4096, "{st:?}");
-    assert!(small.stats().fetches > st.usable_frames as u64);
+    for policy in POLICIES {
+        // 24 frames of 4 KB (minus the tables) for a ring spanning many more pages.
+        let small = session(&h, policy, 24 * 4096);
+        check_ring(&small, 1000);
+        check_ring(&small, 1000);
+        let st = small.cache_stats();
+        let r = st.replacement;
+        assert!(r.frames_evicted + r.frames_compacted > 0, "{policy}: {st:?}");
+        assert!(st.memory_bytes <= 24 * 4096, "{policy}: {st:?}");
+        assert!(small.stats().fetches > st.usable_frames as u64, "{policy}");
+    }
+}
+
+#[test]
+fn hac_keeps_created_objects_after_commit() {
+    let h = server(8192);
+    let s = session(&h, PolicyConfig::HAC, 1 << 20);
+    let people = build_ring(&s, 100);
+    s.commit().unwrap();
+    let fetches = s.stats().fetches;
+    // The created objects stayed in the cache: reading them fetches nothing.
+    for p in &people {
+        s.get(*p).unwrap();
+    }
+    assert_eq!(s.stats().fetches, fetches);
+    assert!(s.cache_stats().replacement.candidates_added > 0);
 }
 
 #[test]
