@@ -312,8 +312,18 @@ impl ClientCache {
 
     /// Call after sending a fetch and before reading its reply: frees the frame the *next*
     /// fetch will use (background replacement). Does nothing in foreground mode.
+    ///
+    /// A cache too full of pinned and modified objects to free that second frame is not an
+    /// error here: the fetch in flight has its frame, and the shortage is reported when a
+    /// frame is needed and cannot be had.
     pub fn while_fetching(&mut self) -> Result<(), CacheError> {
-        if self.background { self.free_frames_until(2) } else { Ok(()) }
+        if !self.background {
+            return Ok(());
+        }
+        match self.free_frames_until(2) {
+            Err(CacheError::Full { .. }) if !self.core.free.is_empty() => Ok(()),
+            other => other,
+        }
     }
 
     /// Installs a fetched page.

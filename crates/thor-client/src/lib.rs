@@ -33,7 +33,7 @@ pub mod typed;
 
 pub use error::ClientError;
 pub use session::{ClientStats, CommitInfo, SCHEMA_SLOT, Session, SessionConfig, View};
-pub use thor_cache::PolicyConfig;
+pub use thor_cache::{HacParams, PolicyConfig};
 pub use typed::{Any, Bytes, Class, Field, Large, Ref, Refs};
 
 #[doc(hidden)]

@@ -88,6 +88,19 @@ pub struct ClientStats {
     pub bytes_shipped: u64,
 }
 
+impl ClientStats {
+    /// Conversion (install and swizzle) time per fetch, the HAC paper's measure of the cost of
+    /// turning fetched pages into the in-cache format (section 4.4).
+    pub fn conversion_time_per_fetch(&self) -> Duration {
+        thor_cache::manager::per(self.conversion_time, self.fetches)
+    }
+
+    /// Time per fetch, round trip and overlapped replacement included.
+    pub fn fetch_time_per_fetch(&self) -> Duration {
+        thor_cache::manager::per(self.fetch_time, self.fetches)
+    }
+}
+
 /// What a commit did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitInfo {
@@ -246,6 +259,12 @@ impl<'s, C: Class + ?Sized> View<'s, C> {
     /// A reference to this object.
     pub fn as_ref(&self) -> Ref<C> {
         Ref::new(self.idx, self.oref)
+    }
+
+    /// Where the object sits in the cache's arena. It does not change while the view lives:
+    /// the object is pinned. For tests and diagnostics.
+    pub fn location(&self) -> u32 {
+        self.loc
     }
 
     /// The name of the object's class (for untyped views).
@@ -557,6 +576,26 @@ impl Session {
     /// The cache manager's name.
     pub fn policy_name(&self) -> &'static str {
         self.inner().cache.policy_name()
+    }
+
+    /// Where the object `r` names sits in the cache's arena, if it is resident. Counts no
+    /// access (no usage bit, no read set) and fetches nothing. For tests and diagnostics.
+    pub fn resident_location<C: ?Sized>(&self, r: Ref<C>) -> Option<u32> {
+        let core = &self.inner().cache.core;
+        let i = match core.entries.get(r.idx as usize) {
+            Some(e) if e.oref == r.oref && e.flags != 0 => r.idx,
+            _ => {
+                core.lookup(r.oref).or_else(|| core.renamed(r.oref).and_then(|w| core.lookup(w)))?
+            }
+        };
+        let loc = core.entries[i as usize].loc;
+        (loc != thor_cache::core::NOT_RESIDENT).then_some(loc)
+    }
+
+    /// Checks the cache's internal invariants (`CacheCore::check_invariants`: lists, counts,
+    /// reference counts, the budget). It walks the whole cache; for tests.
+    pub fn check_cache(&self) -> Result<(), String> {
+        self.inner().cache.core.check_invariants()
     }
 
     /// The server's counters.
