@@ -365,6 +365,9 @@ struct NetBench {
     /// Pages of objects to load (all of them fit the server's page cache).
     #[arg(long, default_value_t = 2000)]
     pages: usize,
+    /// Worker threads of the server's runtime (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    server_threads: usize,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -393,8 +396,10 @@ fn drive<T, S>(
 where
     T: thor_wire::Transport,
 {
-    let deadline = Instant::now() + Duration::from_secs_f64(seconds) + Duration::from_millis(100);
     let (connect, setup, op) = (&connect, &setup, &op);
+    // Every client warms up, then all start timing together and stop at one deadline, so that
+    // ops / seconds is the throughput of all of them running at once.
+    let barrier = &std::sync::Barrier::new(clients);
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..clients)
             .map(|c| {
@@ -405,6 +410,8 @@ where
                     for i in 0..100 {
                         op(&mut t, &mut state, i)?;
                     }
+                    barrier.wait();
+                    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
                     let mut lat = Vec::new();
                     let mut i = 100;
                     while Instant::now() < deadline {
@@ -433,13 +440,12 @@ fn summarize(
     mut lat: Vec<Duration>,
 ) -> NetRun {
     lat.sort();
-    let busy: f64 = seconds.max(1e-9);
     NetRun {
         op,
         transport,
         clients,
         ops: lat.len() as u64,
-        ops_per_s: lat.len() as f64 / busy,
+        ops_per_s: lat.len() as f64 / seconds.max(1e-9),
         latency_us_p50: percentile(&lat, 0.5),
         latency_us_p99: percentile(&lat, 0.99),
     }
@@ -520,7 +526,8 @@ fn net(b: NetBench) -> Result<()> {
         db.engine.fetch(*p)?;
     }
     let handler = Arc::new(Handler::new(db.engine.clone(), HandlerConfig::default())?);
-    let server = Server::start("127.0.0.1:0", handler.clone(), NetConfig::default())?;
+    let net = NetConfig { worker_threads: b.server_threads, ..NetConfig::default() };
+    let server = Server::start("127.0.0.1:0", handler.clone(), net)?;
     let addr = server.local_addr();
     let cfg = ClientConfig { client_name: "thor bench net".into(), ..ClientConfig::default() };
     let tcp = || TcpTransport::connect(addr, &cfg).map_err(anyhow::Error::from);
