@@ -39,6 +39,10 @@ pub const READ_BUFFER_BYTES: usize = 16 << 10;
 /// this much.
 pub const FRAME_BUFFER_INITIAL_BYTES: usize = 16 << 10;
 
+/// A connection keeps its reply buffer between replies up to this capacity (a page reply fits);
+/// a larger one (a big `CommitOk`) is freed after use.
+pub const REPLY_BUFFER_KEEP_BYTES: usize = 64 << 10;
+
 /// Blocking threads kept beyond one per session: commits wait for the log's fsync on blocking
 /// threads (one per committing session, so that group commit sees them all), and a few more
 /// keep fetches that read the disk from queueing behind them.

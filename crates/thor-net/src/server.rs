@@ -54,6 +54,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use thor_server::{Handler, Session};
+use thor_wire::limits::FRAME_BYTES_MAX;
 use thor_wire::{ErrorCode, Frame, Reply, Request, RequestBody, WireError, frame_size};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -66,7 +67,7 @@ use crate::error::NetError;
 use crate::limits::{
     ACCEPT_ERROR_PAUSE, BLOCKING_THREADS_SPARE, CLOSE_LINGER, CLOSE_LINGER_BYTES_MAX,
     FRAME_BUFFER_INITIAL_BYTES, FRAME_TIMEOUT_DEFAULT, IDLE_TIMEOUT_DEFAULT, READ_BUFFER_BYTES,
-    REFUSALS_IN_FLIGHT_MAX, WRITE_TIMEOUT_DEFAULT,
+    REFUSALS_IN_FLIGHT_MAX, REPLY_BUFFER_KEEP_BYTES, WRITE_TIMEOUT_DEFAULT,
 };
 
 /// Settings of the network server. The connection limit and the maximum frame size are the
@@ -168,13 +169,21 @@ struct Conn {
 
 impl Conn {
     /// Sends `reply` as the answer to request `id`. Returns false if the connection failed.
+    ///
+    /// Replies are bounded by the protocol's frame limit, not by the connection's (which bounds
+    /// what the server accepts); every reply is smaller than the request it answers anyway,
+    /// except a page, which fits the smallest frame setting.
     async fn send(&mut self, id: u64, reply: &Reply) -> bool {
+        if self.out.capacity() > REPLY_BUFFER_KEEP_BYTES {
+            // Do not keep a large reply's buffer for the life of the connection.
+            self.out = Vec::new();
+        }
         self.out.clear();
-        if let Err(e) = reply.encode(id, self.handler.max_frame_bytes(), &mut self.out) {
+        if let Err(e) = reply.encode(id, FRAME_BYTES_MAX, &mut self.out) {
             warn!(peer = %self.peer, "cannot encode a {} reply: {e}", reply.body.name());
             self.out.clear();
             let fallback = Reply::error(ErrorCode::Internal, &format!("reply not encodable: {e}"));
-            if fallback.encode(id, self.handler.max_frame_bytes(), &mut self.out).is_err() {
+            if fallback.encode(id, FRAME_BYTES_MAX, &mut self.out).is_err() {
                 return false;
             }
         }
@@ -310,7 +319,7 @@ async fn connection(mut conn: Conn, mut session: Session, mut shutdown: watch::R
 async fn refuse(stream: TcpStream, reply: Reply, handler: Arc<Handler>) {
     let mut out = Vec::new();
     let mut stream = stream;
-    if reply.encode(0, handler.max_frame_bytes(), &mut out).is_ok()
+    if reply.encode(0, FRAME_BYTES_MAX, &mut out).is_ok()
         && timeout(CLOSE_LINGER, stream.write_all(&out)).await.is_ok_and(|r| r.is_ok())
     {
         handler.note_traffic(0, out.len() as u64);
@@ -404,7 +413,12 @@ pub async fn shutdown_signal() -> std::io::Result<()> {
 }
 
 /// A TCP server running on a runtime of its own: for `thor server`, tests, benchmarks and
-/// embedding in synchronous programs. Dropping it shuts it down gracefully.
+/// embedding in synchronous programs. Dropping it shuts it down gracefully. Its methods block,
+/// so call them from synchronous code, not from inside another tokio runtime.
+///
+/// Shutdown returns once every connection is closed: after the requests in flight are answered
+/// and each closing connection has lingered (at most [`CLOSE_LINGER`], less if its client
+/// closes its end).
 #[derive(Debug)]
 pub struct Server {
     /// The runtime the server's tasks run on.
