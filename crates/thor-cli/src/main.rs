@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod demo;
+mod oo7;
 mod plot;
 mod server;
 mod sim;
@@ -28,6 +29,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Measure thor's components.
     Bench(bench::BenchArgs),
+    /// The OO7 benchmark and the HAC experiments: load, run, native, sweep.
+    Oo7(oo7::Oo7Args),
     /// Serve a database over TCP until Ctrl-C or SIGTERM.
     Server(server::ServerArgs),
     /// Simulate client caches over a shared array cache (the DEMOTE study and more).
@@ -39,6 +42,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Oo7(a) => oo7::run(a),
         Command::Server(a) => server::run(a),
         Command::Sim(a) => sim::run(a),
     }

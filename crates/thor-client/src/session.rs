@@ -285,42 +285,56 @@ impl<'s, C: Class + ?Sized> View<'s, C> {
         inner.cache.core.class(w).cloned().expect("installed objects have loaded classes")
     }
 
+    /// The kind of the object's variable part and the offset of its count word. For a typed
+    /// view both are constants of `C`: [`Session::get`] checked that the object's class is
+    /// `C`'s, and a stored class is only matched to `C` if its layout equals `C::desc()`. Only
+    /// untyped views look the class up.
+    #[inline]
+    fn var_layout(&self) -> (VarKind, usize) {
+        if C::ANY {
+            let d = self.desc();
+            (d.var(), d.count_offset())
+        } else {
+            (C::Var::KIND, thor_core::limits::OBJECT_HEADER_BYTES + C::FIXED_BYTES)
+        }
+    }
+
     /// Elements in the variable part (0 without one).
+    #[inline]
     pub fn var_len(&self) -> usize {
-        let d = self.desc();
-        match d.var() {
-            VarKind::None => 0,
-            // SAFETY: the count word is within the object (checked at installation).
-            _ => u32::from_le_bytes(unsafe {
-                self.ptr.add(d.count_offset()).cast::<[u8; 4]>().read()
-            }) as usize,
+        match self.var_layout() {
+            (VarKind::None, _) => 0,
+            (_, count) => {
+                // SAFETY: the count word is within the object (checked at installation).
+                u32::from_le_bytes(unsafe { self.ptr.add(count).cast::<[u8; 4]>().read() }) as usize
+            }
         }
     }
 
     /// A copy of the variable byte part.
     pub fn var_bytes(&self) -> Vec<u8> {
-        let d = self.desc();
-        if d.var() != VarKind::Bytes {
+        let (kind, count) = self.var_layout();
+        if kind != VarKind::Bytes {
             return Vec::new();
         }
         let n = self.var_len();
         let mut out = vec![0u8; n];
         // SAFETY: the byte part lies within the object (shape checked at installation).
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(d.var_offset()), out.as_mut_ptr(), n) };
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(count + 4), out.as_mut_ptr(), n) };
         out
     }
 
     /// Replaces the variable byte part; `bytes` must have the object's length (objects keep
     /// their size).
     pub fn set_var_bytes(&self, bytes: &[u8]) -> Result<(), ClientError> {
-        let d = self.desc();
-        if d.var() != VarKind::Bytes || bytes.len() != self.var_len() {
+        let (kind, count) = self.var_layout();
+        if kind != VarKind::Bytes || bytes.len() != self.var_len() {
             return Err(ClientError::Usage("set_var_bytes needs a byte part of the same length"));
         }
         self.s.inner().before_write(self.idx, self.loc)?;
         // SAFETY: as for `var_bytes`.
         unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(d.var_offset()), bytes.len())
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(count + 4), bytes.len())
         };
         Ok(())
     }
@@ -331,10 +345,11 @@ where
     C::Var: VarRefsTarget,
 {
     /// Reference `i` of the variable part.
+    #[inline]
     pub fn var_ref(&self, i: usize) -> Ref<<C::Var as VarRefsTarget>::Target> {
-        let d = self.desc();
+        let (_, count) = self.var_layout();
         assert!(i < self.var_len(), "reference index {i} out of range");
-        self.s.inner().load_ref(self.loc, d.var_offset() + 4 * i)
+        self.s.inner().load_ref(self.loc, count + 4 + 4 * i)
     }
 
     /// Stores reference `i` of the variable part.
@@ -343,13 +358,13 @@ where
         i: usize,
         r: Ref<<C::Var as VarRefsTarget>::Target>,
     ) -> Result<(), ClientError> {
-        let d = self.desc();
+        let (_, count) = self.var_layout();
         if i >= self.var_len() {
             return Err(ClientError::Usage("reference index out of range"));
         }
         let inner = self.s.inner();
         inner.before_write(self.idx, self.loc)?;
-        inner.store_ref(self.loc, d.var_offset() + 4 * i, r.idx, r.oref)
+        inner.store_ref(self.loc, count + 4 + 4 * i, r.idx, r.oref)
     }
 }
 
@@ -727,6 +742,7 @@ impl Inner {
     #[cold]
     fn register<C: Class + ?Sized>(&mut self, slot: usize) -> Result<u32, ClientError> {
         let desc = C::desc();
+        debug_assert_eq!(desc.fixed_bytes(), C::FIXED_BYTES, "class! computes FIXED_BYTES");
         self.load_schema()?;
         let schema = self.schema.as_ref().expect("loaded");
         let word = match schema.get(C::NAME) {

@@ -210,6 +210,9 @@ pub trait Class: 'static {
     type Var: VarSpec;
     /// The layout: the descriptor stored in the class object.
     fn desc() -> ClassDesc;
+    /// Bytes of the fixed part (`desc().fixed_bytes()`, known at compile time): lets a typed
+    /// view find its variable part without looking its class up. Unused when `ANY`.
+    const FIXED_BYTES: usize;
     /// The class's oref when it is built in (every database has it at a fixed oref).
     const BUILTIN: Option<thor_core::Oref> = None;
     /// Whether reading a `Ref` of this class skips the class check (for untyped access).
@@ -254,6 +257,18 @@ pub const fn field_offset(names: &[&str], sizes: &[usize], name: &str) -> usize 
         i += 1;
     }
     panic!("no such field")
+}
+
+/// The sum of `sizes` (the fixed part's size, used by [`crate::class!`] at compile time).
+#[doc(hidden)]
+pub const fn sum(sizes: &[usize]) -> usize {
+    let mut total = 0;
+    let mut i = 0;
+    while i < sizes.len() {
+        total += sizes[i];
+        i += 1;
+    }
+    total
 }
 
 const fn str_eq(a: &str, b: &str) -> bool {
@@ -301,6 +316,7 @@ macro_rules! class {
         impl $crate::typed::Class for $name {
             const NAME: &'static str = $cname;
             type Var = $crate::class!(@var $( $var $(< $vty >)? )?);
+            const FIXED_BYTES: usize = $crate::typed::sum(Self::__SIZES);
             fn desc() -> $crate::thor_core::ClassDesc {
                 $crate::typed::desc_from_fields(
                     $cname,
@@ -326,6 +342,7 @@ pub struct Refs<T: ?Sized>(PhantomData<fn() -> T>);
 
 impl<T: ?Sized + 'static> Class for Refs<T> {
     const NAME: &'static str = "thor.Refs";
+    const FIXED_BYTES: usize = 0;
     type Var = VarRefs<T>;
     const BUILTIN: Option<thor_core::Oref> = Some(thor_core::builtin::REFS);
     fn desc() -> ClassDesc {
@@ -342,6 +359,7 @@ pub enum Bytes {}
 
 impl Class for Bytes {
     const NAME: &'static str = "thor.Bytes";
+    const FIXED_BYTES: usize = 0;
     type Var = VarBytes;
     const BUILTIN: Option<thor_core::Oref> = Some(thor_core::builtin::BYTES);
     fn desc() -> ClassDesc {
@@ -372,6 +390,7 @@ impl Large {
 
 impl Class for Large {
     const NAME: &'static str = "thor.Large";
+    const FIXED_BYTES: usize = 16;
     type Var = VarRefs<Any>;
     const BUILTIN: Option<thor_core::Oref> = Some(thor_core::builtin::LARGE);
     fn desc() -> ClassDesc {
@@ -389,6 +408,7 @@ pub enum Any {}
 
 impl Class for Any {
     const NAME: &'static str = "*";
+    const FIXED_BYTES: usize = 0;
     type Var = NoVar;
     const ANY: bool = true;
     fn desc() -> ClassDesc {
@@ -439,5 +459,13 @@ mod tests {
         assert_eq!(d.var(), VarKind::Refs);
         assert_eq!(d.name(), "test.Part");
         assert_eq!(Part::slot(), Part::slot());
+        assert_eq!(Part::FIXED_BYTES, d.fixed_bytes());
+        for (fixed, desc) in [
+            (Refs::<Part>::FIXED_BYTES, Refs::<Part>::desc()),
+            (Bytes::FIXED_BYTES, Bytes::desc()),
+            (Large::FIXED_BYTES, Large::desc()),
+        ] {
+            assert_eq!(fixed, desc.fixed_bytes(), "{}", desc.name());
+        }
     }
 }

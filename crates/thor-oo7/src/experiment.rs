@@ -118,6 +118,9 @@ pub struct RunConfig {
     pub seed: u64,
     /// Free frames while fetches are on the wire (HAC) or in the foreground (HAC-FG).
     pub background_replacement: bool,
+    /// Measured runs of an operation (each its own transaction, after the warm-up if hot);
+    /// the report is the run with the median elapsed time.
+    pub repeat: u32,
 }
 
 /// What a measured run did. Times are seconds.
@@ -224,7 +227,7 @@ pub fn run_in<T: FnMut(Option<thor_core::Oref>, bool)>(
     let mut db = Db::with_trace(s, Phased { f: trace, measured: false })?;
     let mut rng = Rng::stream(cfg.seed, tag::RUN, u64::MAX);
     let mut result = OpResult::default();
-    let (before, ops, elapsed, commit);
+    let (before, ops, elapsed, commit): (Snap, u64, Duration, Duration);
     match cfg.workload {
         Workload::Op(op) => {
             if cfg.hot {
@@ -232,14 +235,21 @@ pub fn run_in<T: FnMut(Option<thor_core::Oref>, bool)>(
                 s.commit()?;
             }
             db.trace_mut().measured = true;
-            before = snap(s);
-            let t = Instant::now();
-            result = db.run(op, &mut rng)?;
-            elapsed = t.elapsed();
-            let tc = Instant::now();
-            s.commit()?;
-            commit = tc.elapsed();
+            let mut runs = Vec::new();
+            for _ in 0..cfg.repeat.max(1) {
+                let b = snap(s);
+                let t = Instant::now();
+                let r = db.run(op, &mut rng)?;
+                let e = t.elapsed();
+                let tc = Instant::now();
+                s.commit()?;
+                runs.push((e, tc.elapsed(), b, snap(s), r));
+            }
+            runs.sort_by_key(|r| r.0);
+            let (e, c, b, a, r) = runs.swap_remove(runs.len() / 2);
+            (elapsed, commit, before, result) = (e, c, b, r);
             ops = 1;
+            return Ok(report(s, cfg, before, a, result, ops, elapsed, commit));
         }
         Workload::Dynamic(d) => {
             d.validate()?;
@@ -275,8 +285,21 @@ pub fn run_in<T: FnMut(Option<thor_core::Oref>, bool)>(
             ops = u64::from(d.ops - d.warmup_ops);
         }
     }
-    let after = snap(s);
-    Ok(RunReport {
+    Ok(report(s, cfg, before, snap(s), result, ops, elapsed, commit))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    s: &Session,
+    cfg: &RunConfig,
+    before: Snap,
+    after: Snap,
+    result: OpResult,
+    ops: u64,
+    elapsed: Duration,
+    commit: Duration,
+) -> RunReport {
+    RunReport {
         traversal: cfg.workload.name().to_string(),
         policy: s.policy_name().to_string(),
         cache_bytes: cfg.cache_bytes,
@@ -304,7 +327,7 @@ pub fn run_in<T: FnMut(Option<thor_core::Oref>, bool)>(
         entries: after.cache.entries,
         memory_bytes: after.cache.memory_bytes,
         bytes_shipped: after.client.bytes_shipped - before.client.bytes_shipped,
-    })
+    }
 }
 
 /// What a native run did.
@@ -328,15 +351,17 @@ pub struct NativeReport {
 
 /// Runs `workload` on the native baseline built from `params`, hot (the second run is timed,
 /// like a hot thor run; the native graph has no cache to warm, but the processor's caches do).
+/// `repeat` runs are measured and the median reported.
 pub fn run_native(
     params: &Params,
     workload: Workload,
     seed: u64,
+    repeat: u32,
 ) -> Result<NativeReport, Oo7Error> {
     let t = Instant::now();
     let mut db = NativeDb::generate(params, |_| {})?;
     let generate_s = secs(t.elapsed());
-    run_native_on(&mut db, workload, seed, generate_s)
+    run_native_on(&mut db, workload, seed, repeat, generate_s)
 }
 
 /// [`run_native`] on an existing graph.
@@ -344,6 +369,7 @@ pub fn run_native_on(
     db: &mut NativeDb,
     workload: Workload,
     seed: u64,
+    repeat: u32,
     generate_s: f64,
 ) -> Result<NativeReport, Oo7Error> {
     let mut rng = Rng::stream(seed, tag::RUN, u64::MAX);
@@ -353,9 +379,14 @@ pub fn run_native_on(
     match workload {
         Workload::Op(op) => {
             db.run(op, &mut rng)?;
-            let t = Instant::now();
-            result = db.run(op, &mut rng)?;
-            elapsed = t.elapsed();
+            let mut runs = Vec::new();
+            for _ in 0..repeat.max(1) {
+                let t = Instant::now();
+                let r = db.run(op, &mut rng)?;
+                runs.push((t.elapsed(), r));
+            }
+            runs.sort_by_key(|r| r.0);
+            (elapsed, result) = runs[runs.len() / 2];
             ops = 1;
         }
         Workload::Dynamic(d) => {

@@ -76,6 +76,7 @@ fn cold(dir: &std::path::Path, op: Op) -> (u64, usize) {
         hot: false,
         seed: 1,
         background_replacement: true,
+        repeat: 1,
     };
     let r = run_in(&s, &cfg, |o, _| {
         if let Some(o) = o {

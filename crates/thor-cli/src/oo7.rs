@@ -1,0 +1,849 @@
+//! `thor oo7`: the OO7 benchmark and the HAC experiments on the command line.
+//!
+//! ```text
+//!   thor oo7 load   --dir DIR --size small|medium|large|qs-small|qs-big [--seed N] [--page-kb K]
+//!   thor oo7 run    --dir DIR --traversal NAME --policy hac|fpc --cache-mb X [--hot]
+//!                   [--server ADDR] [--trace-out FILE]
+//!   thor oo7 native --size S --traversal NAME
+//!   thor oo7 sweep  --dir DIR --traversal NAME --policies hac,fpc --out DIR [--find-min]
+//! ```
+//!
+//! Every command prints a readable table, or JSON with `--json`. Traversal names are those of
+//! `thor_oo7::Op` (`t1`, `t1-`, `t1+`, `t2a` ... `q8`, `insert`, `delete`), plus `dynamic`
+//! (the HAC paper's dynamic traversal, on a database loaded with `--modules 2`) and, for `run`
+//! and `native`, `all` (the whole suite in order). Cache sizes are in MiB and cover frames and
+//! tables, like the papers' "cache plus indirection table". Progress bars go to stderr.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+use serde_json::json;
+use thor_client::PolicyConfig;
+use thor_oo7::experiment::{
+    Endpoint, NativeReport, RunConfig, RunReport, Workload, open_embedded, run as run_workload,
+    run_native_on,
+};
+use thor_oo7::load::{LoadOptions, LoadReport, load_dir};
+use thor_oo7::native::NativeDb;
+use thor_oo7::{Op, Params};
+
+use crate::plot::{ChartSpec, Legend, Series, line_chart};
+
+/// Bytes in the MiB of `--cache-mb`.
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// `thor oo7`.
+#[derive(Debug, Args)]
+pub struct Oo7Args {
+    #[command(subcommand)]
+    command: Oo7Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Oo7Command {
+    /// Generate and bulk-load an OO7 database into a new directory.
+    Load(LoadArgs),
+    /// Run one traversal or query (or `all`) on a database, cold or hot, and measure it.
+    Run(RunArgs),
+    /// Run a traversal on the native in-memory baseline built from the same seed.
+    Native(NativeArgs),
+    /// Run a traversal over a range of cache sizes per policy; write CSV and plots.
+    Sweep(SweepArgs),
+    /// The short experiment `thor demo` ends with: a small database, HAC against FPC.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+struct DemoArgs {
+    /// Directory for the database (default: a temporary one).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+/// The OO7 parameters: a preset and overrides of any of its fields.
+#[derive(Debug, Args)]
+struct ParamArgs {
+    /// small, medium, large, qs-small, qs-big (the QuickStore study's) or tiny.
+    #[arg(long, default_value = "small")]
+    size: String,
+    /// Seed of every random choice (the same seed gives the same database byte for byte).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Modules (each a complete assembly tree with its composite parts).
+    #[arg(long)]
+    modules: Option<u32>,
+    /// Atomic parts per composite part.
+    #[arg(long)]
+    atomic_per_composite: Option<u32>,
+    /// Connections per atomic part (OO7's variants: 3, 6, 9).
+    #[arg(long)]
+    connections_per_atomic: Option<u32>,
+    /// Bytes of each document.
+    #[arg(long)]
+    document_bytes: Option<u32>,
+    /// Bytes of each manual.
+    #[arg(long)]
+    manual_bytes: Option<u32>,
+    /// Composite parts per module.
+    #[arg(long)]
+    composite_per_module: Option<u32>,
+    /// Children per complex assembly.
+    #[arg(long)]
+    assemblies_per_assembly: Option<u32>,
+    /// Levels of the assembly tree.
+    #[arg(long)]
+    assembly_levels: Option<u32>,
+    /// Composite parts per base assembly.
+    #[arg(long)]
+    composite_per_base: Option<u32>,
+    /// Where documents go: before-parts (the spec's order) or after-connections.
+    #[arg(long)]
+    doc_placement: Option<String>,
+}
+
+impl ParamArgs {
+    fn params(&self) -> anyhow::Result<Params> {
+        let mut p = Params::preset(&self.size)?;
+        let set = |f: &mut u32, v: Option<u32>| {
+            if let Some(v) = v {
+                *f = v;
+            }
+        };
+        if let Some(s) = self.seed {
+            p.seed = s;
+        }
+        set(&mut p.modules, self.modules);
+        set(&mut p.atomic_per_composite, self.atomic_per_composite);
+        set(&mut p.connections_per_atomic, self.connections_per_atomic);
+        set(&mut p.document_bytes, self.document_bytes);
+        set(&mut p.manual_bytes, self.manual_bytes);
+        set(&mut p.composite_per_module, self.composite_per_module);
+        set(&mut p.assemblies_per_assembly, self.assemblies_per_assembly);
+        set(&mut p.assembly_levels, self.assembly_levels);
+        set(&mut p.composite_per_base, self.composite_per_base);
+        if let Some(d) = &self.doc_placement {
+            p.doc_placement = d.parse()?;
+        }
+        p.validate()?;
+        Ok(p)
+    }
+}
+
+#[derive(Debug, Args)]
+struct LoadArgs {
+    /// The new database's directory (must not hold a database).
+    #[arg(long)]
+    dir: PathBuf,
+    #[command(flatten)]
+    params: ParamArgs,
+    /// Page size in KiB (the papers use 8; 4 for the GOM comparison).
+    #[arg(long, default_value_t = 8)]
+    page_kb: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Where and how a session runs.
+#[derive(Debug, Args)]
+struct SessionArgs {
+    /// The database directory (for the embedded server).
+    #[arg(long, required_unless_present = "server")]
+    dir: Option<PathBuf>,
+    /// A `thor server` address instead of the embedded server.
+    #[arg(long)]
+    server: Option<String>,
+    /// The server's token.
+    #[arg(long, default_value = "")]
+    token: String,
+    /// Replace in the foreground (HAC-FG) instead of while fetches are on the wire.
+    #[arg(long)]
+    foreground: bool,
+    /// Seed of the operations' random choices.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+impl SessionArgs {
+    fn endpoint(&self) -> anyhow::Result<Endpoint> {
+        match (&self.server, &self.dir) {
+            (Some(addr), _) => {
+                Ok(Endpoint::Tcp { addr: addr.clone(), token: self.token.as_bytes().to_vec() })
+            }
+            (None, Some(dir)) => Ok(Endpoint::Embedded(
+                open_embedded(dir)
+                    .with_context(|| format!("opening the database in {}", dir.display()))?,
+            )),
+            (None, None) => bail!("give --dir or --server"),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    #[command(flatten)]
+    session: SessionArgs,
+    /// The operation (t1, t1-, t1+, t2a, ..., q8, insert, delete, dynamic, or all).
+    #[arg(long)]
+    traversal: String,
+    /// The client cache manager: hac or fpc.
+    #[arg(long, default_value = "hac")]
+    policy: String,
+    /// Client cache size in MiB (frames and tables; may be fractional).
+    #[arg(long, default_value_t = 64.0)]
+    cache_mb: f64,
+    /// Warm the cache with one run and measure the second.
+    #[arg(long)]
+    hot: bool,
+    /// Write the page reference string (page,oref,measured per object access) as CSV.
+    #[arg(long)]
+    trace_out: Option<PathBuf>,
+    /// Measured runs (after the warm-up if --hot); the report is the median run.
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct NativeArgs {
+    #[command(flatten)]
+    params: ParamArgs,
+    /// The operation (as for `run`).
+    #[arg(long)]
+    traversal: String,
+    /// Seed of the operations' random choices.
+    #[arg(long, default_value_t = 1)]
+    run_seed: u64,
+    /// Measured runs after the warm-up; the report is the median run.
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct SweepArgs {
+    #[command(flatten)]
+    session: SessionArgs,
+    /// The operation.
+    #[arg(long)]
+    traversal: String,
+    /// Cache managers, comma-separated.
+    #[arg(long, default_value = "hac,fpc")]
+    policies: String,
+    /// Output directory for the CSV and the plots.
+    #[arg(long)]
+    out: PathBuf,
+    /// Cache sizes in MiB, comma-separated (default: --points sizes from --min-mb to --max-mb).
+    #[arg(long, value_delimiter = ',')]
+    sizes_mb: Vec<f64>,
+    /// Smallest cache of the default range.
+    #[arg(long, default_value_t = 0.25)]
+    min_mb: f64,
+    /// Largest cache of the default range (default: 1.2 times the database).
+    #[arg(long)]
+    max_mb: Option<f64>,
+    /// Points of the default range.
+    #[arg(long, default_value_t = 16)]
+    points: usize,
+    /// Space the default range logarithmically instead of linearly.
+    #[arg(long)]
+    log: bool,
+    /// Measure cold runs instead of hot ones.
+    #[arg(long)]
+    cold: bool,
+    /// Also find, per policy, the smallest cache with no misses (by bisection).
+    #[arg(long)]
+    find_min: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Oo7Args) -> anyhow::Result<()> {
+    match args.command {
+        Oo7Command::Load(a) => load(a),
+        Oo7Command::Run(a) => run_cmd(a),
+        Oo7Command::Native(a) => native(a),
+        Oo7Command::Sweep(a) => sweep(a),
+        Oo7Command::Demo(a) => match a.dir {
+            Some(d) => demo_experiments(&d),
+            None => demo_experiments(tempfile::tempdir()?.path()),
+        },
+    }
+}
+
+/// A progress bar on stderr.
+fn progress(total: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>12} [{bar:40}] {percent:>3}% {pos}/{len} eta {eta}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
+fn params_json(p: &Params) -> serde_json::Value {
+    json!({
+        "atomic_per_composite": p.atomic_per_composite,
+        "connections_per_atomic": p.connections_per_atomic,
+        "document_bytes": p.document_bytes,
+        "manual_bytes": p.manual_bytes,
+        "composite_per_module": p.composite_per_module,
+        "assemblies_per_assembly": p.assemblies_per_assembly,
+        "assembly_levels": p.assembly_levels,
+        "composite_per_base": p.composite_per_base,
+        "modules": p.modules,
+        "doc_placement": p.doc_placement.name(),
+        "seed": p.seed,
+    })
+}
+
+/// Loads a database with a progress bar; returns the report and the seconds it took.
+pub fn load_with_progress(
+    dir: &Path,
+    p: &Params,
+    page_size: usize,
+    show: bool,
+) -> anyhow::Result<(LoadReport, f64)> {
+    let bar = if show { progress(p.atomic_parts(), "loading") } else { ProgressBar::hidden() };
+    let t = Instant::now();
+    let opts = LoadOptions { page_size, ..LoadOptions::default() };
+    let r = load_dir(dir, p, opts, |done, _| bar.set_position(done))
+        .with_context(|| format!("loading into {}", dir.display()))?;
+    bar.finish_and_clear();
+    Ok((r, t.elapsed().as_secs_f64()))
+}
+
+fn load(a: LoadArgs) -> anyhow::Result<()> {
+    let p = a.params.params()?;
+    std::fs::create_dir_all(&a.dir)?;
+    let (r, secs) = load_with_progress(&a.dir, &p, a.page_kb * 1024, true)?;
+    if a.json {
+        let counts: serde_json::Map<String, serde_json::Value> =
+            r.counts.rows().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+        let v = json!({
+            "dir": a.dir.display().to_string(),
+            "size": a.params.size,
+            "params": params_json(&p),
+            "page_size": r.page_size,
+            "counts": counts,
+            "objects": r.counts.total(),
+            "object_bytes": r.object_bytes,
+            "pages": r.pages + 1,
+            "database_bytes": r.database_bytes(),
+            "load_s": secs,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "OO7 {} database in {} (seed {}, {} KiB pages, documents {})",
+        a.params.size,
+        a.dir.display(),
+        p.seed,
+        a.page_kb,
+        p.doc_placement.name()
+    );
+    println!("  {:<16} {:>12}", "class", "objects");
+    for (k, v) in r.counts.rows() {
+        println!("  {k:<16} {v:>12}");
+    }
+    println!("  {:<16} {:>12}", "total", r.counts.total());
+    println!("  {:<16} {:>12}", "pages", r.pages + 1);
+    println!(
+        "  {:<16} {:>12}  ({:.1} MB, {:.1} MiB)",
+        "database bytes",
+        r.database_bytes(),
+        r.database_bytes() as f64 / 1e6,
+        r.database_bytes() as f64 / MIB
+    );
+    println!("  {:<16} {:>12.2} s", "load time", secs);
+    Ok(())
+}
+
+/// The operations a traversal argument names.
+fn workloads(name: &str) -> anyhow::Result<Vec<Workload>> {
+    if name.eq_ignore_ascii_case("all") {
+        return Ok(Op::ALL.iter().map(|&o| Workload::Op(o)).collect());
+    }
+    Ok(vec![name.parse::<Workload>()?])
+}
+
+/// The policy a name names, with a clear message for one not built yet.
+pub fn policy(name: &str) -> anyhow::Result<PolicyConfig> {
+    name.parse::<PolicyConfig>().map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// The CSV writer of `--trace-out`: the first write error is kept and reported at the end.
+struct TraceOut {
+    out: std::io::BufWriter<std::fs::File>,
+    err: Option<std::io::Error>,
+    lines: u64,
+}
+
+impl TraceOut {
+    fn create(path: &Path) -> anyhow::Result<TraceOut> {
+        let f =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, f);
+        writeln!(out, "page,oref,measured")?;
+        Ok(TraceOut { out, err: None, lines: 0 })
+    }
+
+    fn record(&mut self, oref: Option<thor_core::Oref>, measured: bool) {
+        let Some(o) = oref else { return };
+        if self.err.is_none() {
+            if let Err(e) =
+                writeln!(self.out, "{},{},{}", o.page_raw(), o.raw(), u8::from(measured))
+            {
+                self.err = Some(e);
+            }
+            self.lines += 1;
+        }
+    }
+
+    fn finish(mut self) -> anyhow::Result<u64> {
+        if let Some(e) = self.err {
+            return Err(e.into());
+        }
+        self.out.flush()?;
+        Ok(self.lines)
+    }
+}
+
+fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
+    let endpoint = a.session.endpoint()?;
+    let policy = policy(&a.policy)?;
+    let cache_bytes = (a.cache_mb * MIB) as usize;
+    let mut trace = a.trace_out.as_deref().map(TraceOut::create).transpose()?;
+    let mut reports = Vec::new();
+    for w in workloads(&a.traversal)? {
+        let cfg = RunConfig {
+            workload: w,
+            policy,
+            cache_bytes,
+            hot: a.hot,
+            seed: a.session.seed,
+            background_replacement: !a.session.foreground,
+            repeat: a.repeat,
+        };
+        let r = run_workload(&endpoint, &cfg, |o, m| {
+            if let Some(t) = trace.as_mut() {
+                t.record(o, m);
+            }
+        })
+        .with_context(|| format!("running {}", w.name()))?;
+        reports.push(r);
+    }
+    let traced = trace.map(TraceOut::finish).transpose()?;
+    if a.json {
+        let v = if reports.len() == 1 { json!(reports[0]) } else { json!(reports) };
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", run_table(&reports));
+    }
+    if let (Some(n), Some(p)) = (traced, &a.trace_out) {
+        eprintln!("wrote {n} object accesses to {}", p.display());
+    }
+    Ok(())
+}
+
+/// A table of run reports.
+pub fn run_table(rs: &[RunReport]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<9} {:<6} {:>9} {:>4} {:>9} {:>9} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9}",
+        "traversal",
+        "policy",
+        "cache MiB",
+        "hot",
+        "fetches",
+        "parts",
+        "updates",
+        "result",
+        "elapsed s",
+        "commit s",
+        "repl s",
+        "conv s"
+    );
+    for r in rs {
+        let _ = writeln!(
+            s,
+            "{:<9} {:<6} {:>9.2} {:>4} {:>9} {:>9} {:>8} {:>10} {:>9.4} {:>9.4} {:>9.4} {:>9.4}",
+            r.traversal,
+            r.policy,
+            r.cache_bytes as f64 / MIB,
+            if r.hot { "yes" } else { "no" },
+            r.fetches,
+            r.parts_visited,
+            r.updates,
+            r.result,
+            r.elapsed_s,
+            r.commit_s,
+            r.replacement_s,
+            r.conversion_s
+        );
+    }
+    s
+}
+
+fn native(a: NativeArgs) -> anyhow::Result<()> {
+    let p = a.params.params()?;
+    let bar = progress(p.atomic_parts(), "generating");
+    let t = Instant::now();
+    let mut db = NativeDb::generate(&p, |d| bar.set_position(d))?;
+    bar.finish_and_clear();
+    let gen_s = t.elapsed().as_secs_f64();
+    let mut reports: Vec<NativeReport> = Vec::new();
+    for w in workloads(&a.traversal)? {
+        reports.push(run_native_on(&mut db, w, a.run_seed, a.repeat, gen_s)?);
+    }
+    if a.json {
+        let v = if reports.len() == 1 { json!(reports[0]) } else { json!(reports) };
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "native baseline, {} database (seed {}), built in {gen_s:.2} s; hot runs:",
+        a.params.size, p.seed
+    );
+    println!(
+        "{:<9} {:>9} {:>8} {:>10} {:>12}",
+        "traversal", "parts", "updates", "result", "elapsed s"
+    );
+    for r in &reports {
+        println!(
+            "{:<9} {:>9} {:>8} {:>10} {:>12.6}",
+            r.traversal, r.parts_visited, r.updates, r.result, r.elapsed_s
+        );
+    }
+    Ok(())
+}
+
+/// One point of a sweep.
+#[derive(Debug, Clone, Serialize)]
+struct Point {
+    cache_mb: f64,
+    #[serde(flatten)]
+    report: RunReport,
+}
+
+/// The smallest cache without misses found for a policy.
+#[derive(Debug, Clone, Serialize)]
+struct MinCache {
+    policy: String,
+    /// None: even the largest size tried misses.
+    min_cache_bytes: Option<usize>,
+    min_cache_mb: Option<f64>,
+    probes: usize,
+}
+
+/// The database's size in bytes (for the default sweep range).
+fn database_bytes(e: &Endpoint) -> Option<u64> {
+    match e {
+        Endpoint::Embedded(h) => {
+            let st = h.engine().stats();
+            Some(u64::from(st.pages_allocated) * h.engine().page_size() as u64)
+        }
+        Endpoint::Tcp { .. } => None,
+    }
+}
+
+/// A file-name-safe version of an operation name.
+pub fn file_stem(name: &str) -> String {
+    name.replace('-', "minus").replace('+', "plus")
+}
+
+fn sweep(a: SweepArgs) -> anyhow::Result<()> {
+    let endpoint = a.session.endpoint()?;
+    let workload: Workload = a.traversal.parse()?;
+    let policies: Vec<(String, PolicyConfig)> = a
+        .policies
+        .split(',')
+        .map(|p| Ok((p.trim().to_string(), policy(p.trim())?)))
+        .collect::<anyhow::Result<_>>()?;
+    let sizes: Vec<f64> = if a.sizes_mb.is_empty() {
+        let max = match a.max_mb {
+            Some(m) => m,
+            None => database_bytes(&endpoint)
+                .map(|b| 1.2 * b as f64 / MIB)
+                .context("give --max-mb for a remote server")?,
+        };
+        spaced(a.min_mb, max, a.points, a.log)?
+    } else {
+        a.sizes_mb.clone()
+    };
+    std::fs::create_dir_all(&a.out)?;
+    let hot = !a.cold;
+    let cfg = |policy, cache_bytes| RunConfig {
+        workload,
+        policy,
+        cache_bytes,
+        hot,
+        seed: a.session.seed,
+        background_replacement: !a.session.foreground,
+        repeat: 1,
+    };
+    let bar = progress((sizes.len() * policies.len()) as u64, "sweeping");
+    let mut points: Vec<Point> = Vec::new();
+    for (_, pc) in &policies {
+        for &mb in &sizes {
+            let r = run_workload(&endpoint, &cfg(*pc, (mb * MIB) as usize), |_, _| {})
+                .with_context(|| format!("{} at {mb} MiB", workload.name()))?;
+            points.push(Point { cache_mb: mb, report: r });
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    let stem = file_stem(workload.name());
+    let csv = a.out.join(format!("{stem}.csv"));
+    write_csv(&csv, &points)?;
+    let mut charts = Vec::new();
+    let kind = if hot { "hot" } else { "cold" };
+    for (what, y_label, get) in [
+        ("fetches", "fetches", (|p: &Point| p.report.fetches as f64) as fn(&Point) -> f64),
+        ("elapsed", "elapsed time (s, without commit)", |p: &Point| p.report.elapsed_s),
+    ] {
+        let series: Vec<Series> = policies
+            .iter()
+            .map(|(name, _)| {
+                let pts = points
+                    .iter()
+                    .filter(|p| p.report.policy == *name)
+                    .map(|p| (p.cache_mb, get(p)))
+                    .collect();
+                Series::line(name.to_uppercase(), pts)
+            })
+            .collect();
+        let spec = ChartSpec {
+            title: format!(
+                "{} {} traversal: {what} against client cache size",
+                kind,
+                workload.name().to_uppercase()
+            ),
+            x_label: "client cache size, frames and tables (MiB)".into(),
+            y_label: y_label.into(),
+            legend: Legend::UpperRight,
+            ..ChartSpec::default()
+        };
+        let files = line_chart(&a.out.join(format!("{stem}-{what}")), &spec, &series)?;
+        charts.extend(files);
+    }
+    let mut mins = Vec::new();
+    if a.find_min {
+        let max_bytes = (sizes.iter().cloned().fold(0.0, f64::max) * MIB) as usize;
+        let bar = progress(policies.len() as u64, "bisecting");
+        for (name, pc) in &policies {
+            mins.push(find_min(&endpoint, |b| cfg(*pc, b), name, max_bytes)?);
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        std::fs::write(
+            a.out.join(format!("{stem}-min.json")),
+            serde_json::to_string_pretty(&mins)?,
+        )?;
+    }
+    if a.json {
+        let v = json!({ "traversal": workload.name(), "hot": hot, "points": points, "min_cache": mins,
+            "csv": csv.display().to_string(), "charts": charts.iter().map(|c| c.display().to_string()).collect::<Vec<_>>() });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    let reports: Vec<RunReport> = points.iter().map(|p| p.report.clone()).collect();
+    print!("{}", run_table(&reports));
+    for m in &mins {
+        match m.min_cache_mb {
+            Some(mb) => println!(
+                "smallest cache without misses, {}: {mb:.3} MiB ({} probes)",
+                m.policy, m.probes
+            ),
+            None => println!(
+                "smallest cache without misses, {}: above {max:.1} MiB",
+                m.policy,
+                max = sizes.iter().cloned().fold(0.0, f64::max)
+            ),
+        }
+    }
+    if mins.len() == 2
+        && let (Some(x), Some(y)) = (mins[0].min_cache_bytes, mins[1].min_cache_bytes)
+    {
+        println!("ratio {} / {}: {:.2}", mins[1].policy, mins[0].policy, y as f64 / x as f64);
+    }
+    println!(
+        "wrote {} and {}",
+        csv.display(),
+        charts.iter().map(|c| c.display().to_string()).collect::<Vec<_>>().join(", ")
+    );
+    Ok(())
+}
+
+/// `points` sizes from `lo` to `hi` MiB, linearly or logarithmically spaced.
+fn spaced(lo: f64, hi: f64, points: usize, log: bool) -> anyhow::Result<Vec<f64>> {
+    if !(lo > 0.0 && hi > lo && points >= 2) {
+        bail!("the range needs 0 < --min-mb < --max-mb and at least 2 points");
+    }
+    Ok((0..points)
+        .map(|i| {
+            let f = i as f64 / (points - 1) as f64;
+            let v = if log { lo * (hi / lo).powf(f) } else { lo + (hi - lo) * f };
+            (v * 1000.0).round() / 1000.0
+        })
+        .collect())
+}
+
+/// The smallest cache (to 1%, in whole pages) whose hot run has no fetches, by bisection
+/// between a cache of a few pages and `max_bytes`. Assumes misses do not grow with the cache.
+fn find_min(
+    e: &Endpoint,
+    cfg: impl Fn(usize) -> RunConfig,
+    policy: &str,
+    max_bytes: usize,
+) -> anyhow::Result<MinCache> {
+    let page = 8192usize;
+    let mut probes = 0;
+    let mut misses = |bytes: usize| -> anyhow::Result<bool> {
+        probes += 1;
+        Ok(run_workload(e, &cfg(bytes), |_, _| {})?.fetches > 0)
+    };
+    let mut hi = max_bytes.max(8 * page);
+    if misses(hi)? {
+        return Ok(MinCache {
+            policy: policy.into(),
+            min_cache_bytes: None,
+            min_cache_mb: None,
+            probes,
+        });
+    }
+    let mut lo = 4 * page;
+    // Invariant: `hi` runs without misses; `lo` misses (or is the smallest cache possible).
+    while hi - lo > (hi / 100).max(page) {
+        let mid = (lo + (hi - lo) / 2) / page * page;
+        let mid = mid.max(lo + page);
+        match run_or_too_small(&mut misses, mid)? {
+            true => lo = mid,
+            false => hi = mid,
+        }
+    }
+    Ok(MinCache {
+        policy: policy.into(),
+        min_cache_bytes: Some(hi),
+        min_cache_mb: Some(hi as f64 / MIB),
+        probes,
+    })
+}
+
+/// A probe that counts a cache too small to run at all as one with misses.
+fn run_or_too_small(
+    misses: &mut impl FnMut(usize) -> anyhow::Result<bool>,
+    bytes: usize,
+) -> anyhow::Result<bool> {
+    match misses(bytes) {
+        Ok(m) => Ok(m),
+        Err(e) if format!("{e:#}").contains("cache") => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+fn write_csv(path: &Path, points: &[Point]) -> anyhow::Result<()> {
+    let mut s = String::from(
+        "traversal,policy,cache_mb,cache_bytes,hot,fetches,parts_visited,elapsed_s,commit_s,fetch_s,replacement_s,conversion_s,objects_installed,frames_evicted,frames_compacted,objects_kept,entries,memory_bytes\n",
+    );
+    for p in points {
+        let r = &p.report;
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{},{},{},{},{},{}",
+            r.traversal,
+            r.policy,
+            p.cache_mb,
+            r.cache_bytes,
+            r.hot,
+            r.fetches,
+            r.parts_visited,
+            r.elapsed_s,
+            r.commit_s,
+            r.fetch_s,
+            r.replacement_s,
+            r.conversion_s,
+            r.objects_installed,
+            r.frames_evicted,
+            r.frames_compacted,
+            r.objects_kept,
+            r.entries,
+            r.memory_bytes
+        );
+    }
+    std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
+}
+
+/// The short OO7 experiment at the end of `thor demo`: a small database in `dir`, hot T6, T1-
+/// and T1 at three cache sizes under each cache manager built, and the fetch table.
+pub fn demo_experiments(dir: &Path) -> anyhow::Result<()> {
+    let p = Params::small();
+    let db_dir = dir.join("oo7-small");
+    std::fs::create_dir_all(&db_dir)?;
+    let (r, secs) = load_with_progress(&db_dir, &p, thor_core::limits::PAGE_SIZE_DEFAULT, false)?;
+    println!(
+        "\nOO7: loaded the small database ({} objects, {:.1} MB in {} pages) in {secs:.2} s",
+        r.counts.total(),
+        r.database_bytes() as f64 / 1e6,
+        r.pages + 1
+    );
+    let e = Endpoint::Embedded(open_embedded(&db_dir)?);
+    let mut policies = vec![("fpc", PolicyConfig::Fpc)];
+    let hac = "hac".parse::<PolicyConfig>().ok();
+    if let Some(h) = hac {
+        policies.insert(0, ("hac", h));
+    }
+    let sizes_mb = [0.5, 1.0, 2.0, 4.0];
+    println!("hot traversals, fetches per cache size (frames and tables):");
+    let mut header = format!("  {:<10}", "traversal");
+    for mb in sizes_mb {
+        for (name, _) in &policies {
+            let _ = write!(header, " {:>11}", format!("{name} {mb}M"));
+        }
+    }
+    println!("{header}");
+    let t = Instant::now();
+    for op in [Op::T6, Op::T1Minus, Op::T1] {
+        let mut line = format!("  {:<10}", op.name());
+        for mb in sizes_mb {
+            for (_, pc) in &policies {
+                let cfg = RunConfig {
+                    workload: Workload::Op(op),
+                    policy: *pc,
+                    cache_bytes: (mb * MIB) as usize,
+                    hot: true,
+                    seed: 1,
+                    background_replacement: true,
+                    repeat: 1,
+                };
+                let r = run_workload(&e, &cfg, |_, _| {})?;
+                let _ = write!(line, " {:>11}", r.fetches);
+            }
+        }
+        println!("{line}");
+    }
+    if hac.is_none() {
+        println!("  (HAC is not built yet: FPC only)");
+    }
+    println!(
+        "  ({} runs in {:.2} s)",
+        3 * sizes_mb.len() * policies.len(),
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
