@@ -168,6 +168,9 @@ struct SessionArgs {
     /// Seed of the operations' random choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Commit after every N composite parts (0: each operation is one transaction).
+    #[arg(long, default_value_t = 0)]
+    commit_every: u32,
 }
 
 impl SessionArgs {
@@ -438,6 +441,7 @@ fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
             seed: a.session.seed,
             background_replacement: !a.session.foreground,
             repeat: a.repeat,
+            commit_every: a.session.commit_every,
         };
         let r = run_workload(&endpoint, &cfg, |o, m| {
             if let Some(t) = trace.as_mut() {
@@ -596,6 +600,7 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
         seed: a.session.seed,
         background_replacement: !a.session.foreground,
         repeat: 1,
+        commit_every: a.session.commit_every,
     };
     let bar = progress((sizes.len() * policies.len()) as u64, "sweeping");
     let mut points: Vec<Point> = Vec::new();
@@ -830,6 +835,7 @@ pub fn demo_experiments(dir: &Path) -> anyhow::Result<()> {
                     seed: 1,
                     background_replacement: true,
                     repeat: 1,
+                    commit_every: 1,
                 };
                 let r = run_workload(&e, &cfg, |_, _| {})?;
                 let _ = write!(line, " {:>11}", r.fetches);

@@ -99,6 +99,13 @@ pub struct Db<'s, T: Trace = NoTrace> {
     targets: Vec<Ref<AtomicPart>>,
     /// The access tracer.
     trace: T,
+    /// Commit after every this many composite parts of a traversal (0: never; the whole
+    /// operation is one transaction).
+    commit_every: u32,
+    /// Composite parts operated on since the last intermediate commit.
+    since_commit: u32,
+    /// Time spent in intermediate commits.
+    commit_time: std::time::Duration,
 }
 
 impl<T: Trace> std::fmt::Debug for Db<'_, T> {
@@ -163,6 +170,9 @@ impl<'s, T: Trace> Db<'s, T> {
             stack: Vec::new(),
             targets: Vec::new(),
             trace,
+            commit_every: 0,
+            since_commit: 0,
+            commit_time: std::time::Duration::ZERO,
         })
     }
 
@@ -269,8 +279,30 @@ impl<'s, T: Trace> Db<'s, T> {
         };
         for &cp in &cps[..n] {
             *out += self.part_op(cp, op)?;
+            if self.commit_every > 0 {
+                self.since_commit += 1;
+                if self.since_commit == self.commit_every {
+                    self.since_commit = 0;
+                    let t = std::time::Instant::now();
+                    self.s.commit()?;
+                    self.commit_time += t.elapsed();
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Makes traversals commit after every `n` composite parts (0: never, the default: an
+    /// operation is one transaction). A read-only traversal sees the same objects either way;
+    /// what changes is how much the transaction's read set holds.
+    pub fn set_commit_every(&mut self, n: u32) {
+        self.commit_every = n;
+        self.since_commit = 0;
+    }
+
+    /// Time spent in the intermediate commits of [`Db::set_commit_every`] so far.
+    pub fn intermediate_commit_time(&self) -> std::time::Duration {
+        self.commit_time
     }
 
     /// Runs `op` on one composite part.

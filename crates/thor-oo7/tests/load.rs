@@ -77,6 +77,7 @@ fn cold(dir: &std::path::Path, op: Op) -> (u64, usize) {
         seed: 1,
         background_replacement: true,
         repeat: 1,
+        commit_every: 0,
     };
     let r = run_in(&s, &cfg, |o, _| {
         if let Some(o) = o {
