@@ -71,6 +71,14 @@ fn hit_path(c: &mut Criterion) {
             cur = s.get(cur).unwrap().get(Node::next);
         }
         let fetches = s.stats().fetches;
+        let (st, cs) = (s.stats(), s.cache_stats());
+        eprintln!(
+            "{name}: cold walk: {fetches} fetches, conversion (install + swizzle) {:?} per fetch, \
+             replacement {:?} per fetch, {} entries",
+            st.conversion_time_per_fetch(),
+            cs.replacement_time_per_fetch(),
+            cs.entries
+        );
         g.bench_function(format!("get_field/{name}"), |b| {
             b.iter(|| {
                 let mut sum = 0u64;
