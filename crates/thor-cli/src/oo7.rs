@@ -764,13 +764,13 @@ fn run_or_too_small(
 
 fn write_csv(path: &Path, points: &[Point]) -> anyhow::Result<()> {
     let mut s = String::from(
-        "traversal,policy,cache_mb,cache_bytes,hot,fetches,parts_visited,elapsed_s,commit_s,fetch_s,replacement_s,conversion_s,objects_installed,frames_evicted,frames_compacted,objects_kept,entries,memory_bytes\n",
+        "traversal,policy,cache_mb,cache_bytes,hot,fetches,parts_visited,elapsed_s,commit_s,fetch_s,replacement_s,conversion_s,objects_installed,frames_evicted,frames_compacted,objects_kept,entries,memory_bytes,table_bytes\n",
     );
     for p in points {
         let r = &p.report;
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{},{},{},{},{},{},{}",
             r.traversal,
             r.policy,
             p.cache_mb,
@@ -788,7 +788,8 @@ fn write_csv(path: &Path, points: &[Point]) -> anyhow::Result<()> {
             r.frames_compacted,
             r.objects_kept,
             r.entries,
-            r.memory_bytes
+            r.memory_bytes,
+            r.table_bytes
         );
     }
     std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))

@@ -169,6 +169,9 @@ pub struct RunReport {
     pub entries: usize,
     /// Bytes of frames and tables at the end.
     pub memory_bytes: usize,
+    /// Bytes of the tables at the end (indirection table, oref map, read set, manager's
+    /// tables): `memory_bytes` less the usable frames.
+    pub table_bytes: usize,
     /// Bytes of object versions shipped at commit.
     pub bytes_shipped: u64,
 }
@@ -332,6 +335,10 @@ fn report(
         objects_kept: after.cache.replacement.objects_kept - before.cache.replacement.objects_kept,
         entries: after.cache.entries,
         memory_bytes: after.cache.memory_bytes,
+        table_bytes: after
+            .cache
+            .memory_bytes
+            .saturating_sub(after.cache.usable_frames * s.server().page_size),
         bytes_shipped: after.client.bytes_shipped - before.client.bytes_shipped,
     }
 }
