@@ -1,14 +1,15 @@
-//! `thor demo`: the store end to end on the embedded default (a server engine in a temporary
-//! directory), printing what happens at each step.
+//! `thor demo`: the store end to end on the embedded default (a server in this process over a
+//! temporary directory, clients talking to it through the in-process transport), printing what
+//! happens at each step.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, ensure};
 use clap::Args;
-use thor_core::le::{put_u32, u32_at};
-use thor_core::{ClassDesc, Oref, PageView, RawRef, VarKind, builtin};
-use thor_server::{CommitRequest, Engine, EngineOptions};
+use thor_client::{PolicyConfig, Ref, Session, SessionConfig};
+use thor_net::{ClientConfig, LocalTransport};
+use thor_server::{Engine, EngineOptions, Handler, HandlerConfig};
 use thor_storage::FileDisk;
 
 /// Run the demo.
@@ -17,30 +18,59 @@ pub struct DemoArgs {
     /// Keep the database in this directory instead of a temporary one.
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
-    /// Number of objects to create.
-    #[arg(long, default_value_t = 10_000)]
+    /// Number of people in the demo's ring of objects.
+    #[arg(long, default_value_t = 20_000)]
     objects: u32,
+    /// Client cache for the cold read-back, in KiB (small, to show replacement at work).
+    #[arg(long, default_value_t = 256)]
+    small_cache_kb: usize,
 }
 
-fn person_class() -> ClassDesc {
-    // friend: reference; age: u32; then the name as bytes.
-    ClassDesc::new("demo.Person", 8, &[0], VarKind::Bytes).expect("valid class")
+thor_client::class! {
+    /// A person in the demo: an age, a friend, and a name.
+    pub class Person("demo.Person") {
+        age: u32,
+        friend: Ref<Person>,
+    }
+    var bytes;
 }
 
-fn person(class_word: u32, friend: u32, age: u32, name: &str) -> Vec<u8> {
-    let c = person_class();
-    let mut o = c.new_object(class_word, name.len());
-    put_u32(&mut o, 4, friend);
-    put_u32(&mut o, 8, age);
-    let at = c.var_offset();
-    o[at..at + name.len()].copy_from_slice(name.as_bytes());
-    o
+fn server(path: &std::path::Path) -> Result<Arc<Handler>> {
+    let disk = Arc::new(FileDisk::open_dir(path, true)?);
+    let opts = EngineOptions::default();
+    let engine = match Engine::open(disk.clone(), opts.clone()) {
+        Ok(e) => e,
+        Err(thor_server::EngineError::NotADatabase) => Engine::create(disk, opts)?,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Arc::new(Handler::new(Arc::new(engine), HandlerConfig::default())?))
 }
 
-fn read(engine: &Engine, oref: Oref) -> Result<Vec<u8>> {
-    let page = engine.fetch(oref.page().context("null reference")?)?;
-    let v = PageView::parse(&page)?;
-    Ok(v.object(oref.oid()).context("dangling reference")?.to_vec())
+fn session(h: &Arc<Handler>, cache_bytes: usize, policy: PolicyConfig) -> Result<Session> {
+    let t = LocalTransport::connect(h.clone(), &ClientConfig::default())?;
+    Ok(Session::new(
+        Box::new(t),
+        SessionConfig { cache_bytes, policy, background_replacement: true },
+    )?)
+}
+
+fn name(i: u32) -> String {
+    format!("person-{i:06}")
+}
+
+/// Walks the ring from root slot 0 and checks every person; returns the sum of ages.
+fn walk(s: &Session, n: u32) -> Result<u64> {
+    let start: Ref<Person> = s.root(0)?;
+    let mut cur = start;
+    let mut sum = 0u64;
+    for i in 0..n {
+        let p = s.get(cur)?;
+        ensure!(p.var_bytes() == name(i).into_bytes(), "person {i} has the wrong name");
+        sum += u64::from(p.get(Person::age));
+        cur = p.get(Person::friend);
+    }
+    ensure!(s.canonical(cur)? == s.canonical(start)?, "the ring closes");
+    Ok(sum)
 }
 
 pub fn run(args: DemoArgs) -> Result<()> {
@@ -52,94 +82,111 @@ pub fn run(args: DemoArgs) -> Result<()> {
             tmp.path().to_path_buf()
         }
     };
-    let opts = EngineOptions::default();
-    println!("thor demo: database in {}", path.display());
-    let disk = Arc::new(FileDisk::open_dir(&path, true)?);
-    let engine = match Engine::open(disk.clone(), opts.clone()) {
-        Ok(e) => e,
-        Err(thor_server::EngineError::NotADatabase) => Engine::create(disk.clone(), opts.clone())?,
-        Err(e) => return Err(e.into()),
-    };
-    println!("  page size {} bytes, server id {}", engine.page_size(), engine.server_id().0);
-
-    // 1. One transaction creates the class and a ring of people, and points the root at it.
     let n = args.objects.max(2);
-    let t = Instant::now();
-    let mut created = vec![person_class().to_class_object()];
-    for i in 0..n {
-        let friend = RawRef::tagged_word(1 + (i + 1) % n);
-        created.push(person(RawRef::tagged_word(0), friend, 20 + i % 60, &format!("person-{i}")));
-    }
-    let mut root = read(&engine, builtin::ROOT)?;
-    let root_slot = builtin::desc(builtin::REFS).expect("builtin").var_offset();
-    put_u32(&mut root, root_slot, RawRef::tagged_word(1));
-    let out = engine.commit(CommitRequest { versions: vec![(builtin::ROOT, root)], created })?;
-    let first = out.created[1];
-    let last = *out.created.last().expect("objects created");
+    println!("thor demo: a server in this process over {}", path.display());
+    let h = server(&path)?;
     println!(
-        "1. committed {} new objects in one transaction (LSN {}) in {:.1} ms: orefs {} .. {}",
-        n + 1,
-        out.lsn,
-        t.elapsed().as_secs_f64() * 1e3,
-        first,
-        last
+        "  page size {} bytes; clients use the in-process transport (no socket)",
+        h.engine().page_size()
     );
 
-    // 2. Walk the ring from the root by fetching pages.
+    // 1. One transaction creates a ring of people and points the root at it.
+    let s = session(&h, 64 << 20, PolicyConfig::Fpc)?;
     let t = Instant::now();
-    let start = Oref::from_raw(u32_at(&read(&engine, builtin::ROOT)?, root_slot))
-        .context("root slot holds a stored oref")?;
-    let mut cur = start;
-    let mut age_sum = 0u64;
-    for _ in 0..n {
-        let o = read(&engine, cur)?;
-        age_sum += u64::from(u32_at(&o, 8));
-        cur = Oref::from_raw(u32_at(&o, 4)).context("friend is a stored oref")?;
+    let mut people = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let p = s.create::<Person>(name(i).len())?;
+        p.set(Person::age, 20 + i % 60)?;
+        p.set_var_bytes(name(i).as_bytes())?;
+        people.push(p.as_ref());
     }
-    ensure!(cur == start, "the ring closes");
+    for i in 0..n as usize {
+        s.get(people[i])?.set(Person::friend, people[(i + 1) % n as usize])?;
+    }
+    s.set_root(0, people[0])?;
+    let info = s.commit()?;
     println!(
-        "2. walked the ring of {n} people through page fetches in {:.1} ms (sum of ages {age_sum})",
+        "1. one transaction created {} objects ({} people, their class, the schema) and committed \
+         at LSN {} in {:.1} ms: the reply came once the log record was on disk",
+        info.created,
+        n,
+        info.lsn,
         t.elapsed().as_secs_f64() * 1e3
     );
 
-    // 3. Modify every tenth person: the versions wait in the MOB; fetches see them at once.
-    let versions: Vec<(Oref, Vec<u8>)> = out.created[1..]
-        .iter()
-        .step_by(10)
-        .map(|o| {
-            let mut b = read(&engine, *o)?;
-            let age = u32_at(&b, 8);
-            put_u32(&mut b, 8, age + 1);
-            Ok((*o, b))
-        })
-        .collect::<Result<_>>()?;
-    let changed = versions.len();
-    engine.commit(CommitRequest { versions, created: vec![] })?;
-    let s = engine.stats();
-    println!(
-        "3. committed {changed} new versions; the MOB holds {} versions ({} KB), fetches apply them",
-        s.mob_entries,
-        s.mob_bytes / 1024
-    );
-    ensure!(u32_at(&read(&engine, first)?, 8) == 21, "the new version is visible");
+    // 2. A new session with a small cache reads the ring back, fetching pages as it goes.
+    let small = args.small_cache_kb << 10;
+    for policy in [PolicyConfig::Fpc, PolicyConfig::HAC] {
+        let r = session(&h, small, policy)?;
+        let t = Instant::now();
+        let sum = walk(&r, n)?;
+        let st = r.stats();
+        let cs = r.cache_stats();
+        println!(
+            "2. a new session ({}, {} KiB cache) walked the ring in {:.1} ms: {} fetches, {} frames \
+             evicted whole, {} compacted ({} objects kept), sum of ages {sum}",
+            r.policy_name(),
+            args.small_cache_kb,
+            t.elapsed().as_secs_f64() * 1e3,
+            st.fetches,
+            cs.replacement.frames_evicted,
+            cs.replacement.frames_compacted,
+            cs.replacement.objects_kept,
+        );
+    }
 
-    // 4. Install everything, then reopen: recovery finds the same state.
-    engine.flush_all()?;
-    let s = engine.stats();
+    // 3. Modify every tenth person; the versions go to the server's MOB, not to pages.
+    let t = Instant::now();
+    let shipped_before = s.stats().bytes_shipped;
+    let mut cur = s.root::<Person>(0)?;
+    for i in 0..n {
+        let p = s.get(cur)?;
+        if i % 10 == 0 {
+            p.set(Person::age, p.get(Person::age) + 1)?;
+        }
+        cur = p.get(Person::friend);
+    }
+    let info = s.commit()?;
+    let stats = s.server_stats()?;
     println!(
-        "4. flushed: {} pages written, {} versions installed ({:.1} per page), checkpoint LSN {}",
-        s.pages_written, s.versions_installed, s.write_absorption, s.checkpoint
+        "3. a transaction modified {} people and shipped {} KiB of object versions in {:.1} ms; the \
+         server's MOB holds {} objects (created and modified) awaiting installation",
+        info.modified,
+        (s.stats().bytes_shipped - shipped_before) / 1024,
+        t.elapsed().as_secs_f64() * 1e3,
+        stats.mob_entries,
     );
-    drop(engine);
-    let engine = Engine::open(disk, opts)?;
-    ensure!(u32_at(&read(&engine, first)?, 8) == 21, "recovered state");
-    ensure!(u32_at(&read(&engine, last)?, 4) == first.raw(), "recovered ring");
-    println!("5. reopened the database: the ring and the new ages are there");
 
-    let s = engine.stats();
+    // 4. An aborted transaction leaves nothing behind.
+    let first = s.get(s.root::<Person>(0)?)?;
+    let before = first.get(Person::age);
+    first.set(Person::age, 999)?;
+    drop(first);
+    let ghost = s.create::<Person>(0)?.as_ref();
+    s.abort();
+    ensure!(s.get(s.root::<Person>(0)?)?.get(Person::age) == before, "abort restored the age");
+    ensure!(s.get(ghost).is_err(), "the created object is gone");
+    println!("4. an aborted transaction's write was undone and its created object dropped");
+
+    // 5. Restart the server: recovery replays the log into the MOB.
+    drop(s);
+    drop(h);
+    let h = server(&path)?;
+    let r = session(&h, 64 << 20, PolicyConfig::Fpc)?;
+    let sum = walk(&r, n)?;
+    let p0 = r.get(r.root::<Person>(0)?)?.get(Person::age);
+    ensure!(p0 == before, "the committed age survived the restart");
+    let e = h.engine().stats();
     println!(
-        "\ncounters after reopening: {} pages allocated, {} fetches, cache hits {} / misses {}",
-        s.pages_allocated, s.fetches, s.cache_hits, s.cache_misses
+        "5. after a restart the ring is intact (sum of ages {sum}); recovery left {} versions in \
+         the MOB, checkpoint at LSN {}",
+        e.mob_entries, e.checkpoint
+    );
+    h.engine().flush_all().context("flushing")?;
+    let e = h.engine().stats();
+    println!(
+        "6. the flusher installed them: {} pages written, {:.1} versions per page write",
+        e.pages_written, e.write_absorption
     );
     Ok(())
 }

@@ -463,7 +463,6 @@ impl Hac {
     fn compact(&mut self, core: &mut CacheCore, v: u32, threshold: u8) -> bool {
         let fm = core.frames[v as usize];
         debug_assert!(fm.pins == 0, "pinned frames are never compacted");
-        self.stats.frames_compacted += 1;
         let mut order = std::mem::take(&mut self.order);
         order.clear();
         let mut i = fm.installed_head;
@@ -534,11 +533,14 @@ impl Hac {
         self.order = order;
         self.stats.objects_kept += kept;
         self.stats.objects_dropped += dropped;
-        if in_place {
-            return false;
-        }
+        // A frame counts once: evicted if nothing was kept, compacted otherwise.
         if kept == 0 {
             self.stats.frames_evicted += 1;
+        } else {
+            self.stats.frames_compacted += 1;
+        }
+        if in_place {
+            return false;
         }
         self.restamp(v);
         core.release_frame(v);
