@@ -42,15 +42,17 @@ impl Drop for ServerProcess {
 
 /// Starts `thor server` on a free port and returns it with its address.
 fn start(dir: &std::path::Path) -> (ServerProcess, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_thor"))
-        .args(["server", "--create", "--dir"])
-        .arg(dir)
-        .args(["--listen", "127.0.0.1:0"])
-        .env_remove("THOR_TOKEN")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut server = ServerProcess(
+        Command::new(env!("CARGO_BIN_EXE_thor"))
+            .args(["server", "--create", "--dir"])
+            .arg(dir)
+            .args(["--listen", "127.0.0.1:0"])
+            .env_remove("THOR_TOKEN")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut err = BufReader::new(server.0.stderr.take().unwrap());
     let mut line = String::new();
     loop {
         line.clear();
@@ -59,7 +61,7 @@ fn start(dir: &std::path::Path) -> (ServerProcess, SocketAddr) {
             let addr = rest.split_whitespace().next().unwrap().parse().unwrap();
             // Keep draining the log so the server never blocks on a full pipe.
             std::thread::spawn(move || for _ in err.lines() {});
-            return (ServerProcess(child), addr);
+            return (server, addr);
         }
     }
 }
