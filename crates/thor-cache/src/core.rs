@@ -105,6 +105,9 @@ pub enum FrameKind {
     New,
     /// Given up to the tables' share of the budget; never used again.
     Retired,
+    /// Held created objects of an aborted transaction while views still pinned it: its objects
+    /// are gone, and the frame is freed when the last view lets go ([`CacheCore::unpin`]).
+    Dead,
 }
 
 /// Per-frame bookkeeping.
@@ -129,7 +132,8 @@ pub struct FrameMeta {
 }
 
 impl FrameMeta {
-    const FREE: FrameMeta = FrameMeta {
+    /// An empty frame on the free list.
+    pub const FREE: FrameMeta = FrameMeta {
         kind: FrameKind::Free,
         page: 0,
         installed_head: NIL,
@@ -949,9 +953,12 @@ impl CacheCore {
     #[inline]
     pub fn unpin(&mut self, loc: u32) {
         let f = self.frame_of(loc);
-        let p = &mut self.frames[f as usize].pins;
-        debug_assert!(*p > 0);
-        *p -= 1;
+        let fm = &mut self.frames[f as usize];
+        debug_assert!(fm.pins > 0);
+        fm.pins -= 1;
+        if fm.pins == 0 && fm.kind == FrameKind::Dead {
+            self.release_frame(f);
+        }
     }
 
     // ----- transactions -----

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use thor_core::{Oref, PageId, RawRef};
 
-use crate::core::{CacheCore, CoreStats, Entry, F_READ, NOT_RESIDENT, Need};
+use crate::core::{CacheCore, CoreStats, Entry, F_READ, FrameKind, FrameMeta, NOT_RESIDENT, Need};
 use crate::error::CacheError;
 use crate::fpc::Fpc;
 use crate::hac::{Hac, HacParams};
@@ -428,7 +428,13 @@ impl ClientCache {
         self.core.close_new_frame();
         for f in std::mem::take(&mut self.new_frames) {
             with_manager!(&mut self.manager, m => m.frame_released(f));
-            self.core.release_frame(f);
+            if self.core.frames[f as usize].pins > 0 {
+                // A view of a dropped object still points here: keep the memory until it goes.
+                let fm = &mut self.core.frames[f as usize];
+                *fm = FrameMeta { kind: FrameKind::Dead, pins: fm.pins, ..FrameMeta::FREE };
+            } else {
+                self.core.release_frame(f);
+            }
         }
         self.core.retry_invalidations();
     }

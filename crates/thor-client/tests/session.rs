@@ -220,3 +220,23 @@ fn collections_of_the_builtin_refs_class() {
     assert!(!l.var_ref(1).is_null());
     assert_eq!(s2.get(l.var_ref(1)).unwrap().get(Person::age), 0);
 }
+
+#[test]
+fn a_view_of_a_created_object_may_outlive_an_abort() {
+    for policy in [PolicyConfig::Fpc, PolicyConfig::HAC] {
+        let h = server(8192);
+        let s = session(&h, policy, 1 << 20);
+        let v = s.create::<Person>(4).unwrap();
+        v.set(Person::age, 5).unwrap();
+        let free_before = s.cache_stats().core.frames_freed;
+        s.abort();
+        // The view still reads memory the cache has not reused; dropping it frees the frame.
+        assert_eq!(v.get(Person::age), 5);
+        drop(v);
+        assert!(s.cache_stats().core.frames_freed > free_before, "{policy}");
+        // The cache goes on working.
+        build_ring(&s, 20);
+        s.commit().unwrap();
+        check_ring(&s, 20);
+    }
+}
