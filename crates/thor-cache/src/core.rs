@@ -235,6 +235,9 @@ pub struct CacheCore {
     pending_invalid: Vec<(u32, u32)>,
     /// Frames not retired.
     usable_frames: usize,
+    /// Reused buffer for the targets of an object's swizzled references (eviction is on the
+    /// replacement path, so it must not allocate per object).
+    ref_scratch: Vec<u32>,
     /// Counters.
     pub stats: CoreStats,
 }
@@ -287,6 +290,7 @@ impl CacheCore {
             deferred_releases: Vec::new(),
             pending_invalid: Vec::new(),
             usable_frames: frames,
+            ref_scratch: Vec::new(),
             stats: CoreStats::default(),
         };
         for (oref, desc) in builtin::classes() {
@@ -851,40 +855,31 @@ impl CacheCore {
     /// Decrements the counts of every entry the object at `loc` references (it is leaving the
     /// cache or being overwritten), freeing entries that nothing keeps.
     pub fn release_refs(&mut self, loc: u32) {
-        let Some(desc) = self.classes.get(&self.class_word(loc)).cloned() else { return };
-        let obj = self.arena.bytes(loc as usize, desc.object_bytes(self.var_count(loc, &desc)));
-        let mut targets: Vec<u32> = Vec::new();
-        desc.for_each_ref_offset(obj, |off| {
-            let w = u32_at(obj, off);
-            if w & 1 == 1 {
-                targets.push(w >> 1);
-            }
-        });
-        for i in targets {
+        let mut targets = std::mem::take(&mut self.ref_scratch);
+        self.swizzled_targets(loc, &mut targets);
+        for &i in &targets {
             let e = &mut self.entries[i as usize];
             if e.refs != u16::MAX {
                 e.refs = e.refs.saturating_sub(1);
             }
             self.maybe_free_entry(i);
         }
+        self.ref_scratch = targets;
     }
 
-    /// Increments the counts of every entry the object at `loc` references (its bytes were
-    /// just restored from an undo copy).
-    pub fn retain_refs(&mut self, loc: u32) {
-        let Some(desc) = self.classes.get(&self.class_word(loc)).cloned() else { return };
-        let obj = self.arena.bytes(loc as usize, desc.object_bytes(self.var_count(loc, &desc)));
-        let mut targets: Vec<u32> = Vec::new();
+    /// The entries the swizzled reference words of the object at `loc` point to, into `out`
+    /// (cleared first). Nothing if its class is not loaded (it was never installed, so nothing
+    /// in it was swizzled).
+    fn swizzled_targets(&self, loc: u32, out: &mut Vec<u32>) {
+        out.clear();
+        let Some(desc) = self.classes.get(&self.class_word(loc)) else { return };
+        let obj = self.arena.bytes(loc as usize, desc.object_bytes(self.var_count(loc, desc)));
         desc.for_each_ref_offset(obj, |off| {
             let w = u32_at(obj, off);
             if w & 1 == 1 {
-                targets.push(w >> 1);
+                out.push(w >> 1);
             }
         });
-        for i in targets {
-            let e = &mut self.entries[i as usize];
-            e.refs = e.refs.saturating_add(1);
-        }
     }
 
     fn var_count(&self, loc: u32, desc: &ClassDesc) -> usize {

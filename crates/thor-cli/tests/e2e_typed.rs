@@ -3,9 +3,10 @@
 //! durable survives), a new server process on the same directory, and a new session that reads
 //! everything back. Abort over TCP leaves the store unchanged.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
+use std::io::BufRead;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use thor_client::{PolicyConfig, Ref, Session, SessionConfig};
@@ -22,48 +23,12 @@ thor_client::class! {
     var bytes;
 }
 
-/// A server process, killed when dropped (also when a test fails).
-struct ServerProcess(Child);
-
-impl ServerProcess {
-    /// SIGKILL: the server gets no chance to flush or say goodbye.
-    fn kill(mut self) {
-        self.0.kill().unwrap();
-        self.0.wait().unwrap();
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `thor server` on a free port and returns it with its address.
-fn start(dir: &std::path::Path) -> (ServerProcess, SocketAddr) {
-    let mut server = ServerProcess(
-        Command::new(env!("CARGO_BIN_EXE_thor"))
-            .args(["server", "--create", "--dir"])
-            .arg(dir)
-            .args(["--listen", "127.0.0.1:0"])
-            .env_remove("THOR_TOKEN")
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut err = BufReader::new(server.0.stderr.take().unwrap());
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(err.read_line(&mut line).unwrap() > 0, "the server exited before listening");
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            let addr = rest.split_whitespace().next().unwrap().parse().unwrap();
-            // Keep draining the log so the server never blocks on a full pipe.
-            std::thread::spawn(move || for _ in err.lines() {});
-            return (server, addr);
-        }
-    }
+/// Starts a server creating its database if needed; its log is drained in the background so
+/// it never blocks on a full pipe.
+fn start(dir: &std::path::Path) -> (common::ServerProcess, SocketAddr) {
+    let (server, addr, log) = common::start(dir, &["--create"], None);
+    std::thread::spawn(move || for _ in log.lines() {});
+    (server, addr)
 }
 
 fn session(addr: SocketAddr, cache_bytes: usize) -> Session {

@@ -1,0 +1,69 @@
+//! Fixtures shared by the tests that run `thor server` as a real process.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, ChildStderr, Command, Stdio};
+
+/// The `thor` binary under test.
+pub fn thor() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_thor"))
+}
+
+/// A `thor server` process, killed and reaped when dropped (also when a test fails).
+pub struct ServerProcess(pub Child);
+
+impl ServerProcess {
+    /// SIGKILL: the server gets no chance to flush or say goodbye.
+    pub fn kill(mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+
+    /// SIGTERM, expecting a clean exit; returns the rest of the log.
+    pub fn stop(mut self, mut log: BufReader<ChildStderr>) -> String {
+        let status =
+            Command::new("kill").arg("-TERM").arg(self.0.id().to_string()).status().unwrap();
+        assert!(status.success());
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut log, &mut rest).unwrap();
+        let code = self.0.wait().unwrap();
+        assert!(code.success(), "exit status {code}; log:\n{rest}");
+        rest
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `thor server --dir DIR --listen 127.0.0.1:0 EXTRA...` with `THOR_TOKEN` set to
+/// `token` (or unset) and returns it with the address it logged and the rest of its log.
+pub fn start(
+    dir: &std::path::Path,
+    extra: &[&str],
+    token: Option<&str>,
+) -> (ServerProcess, SocketAddr, BufReader<ChildStderr>) {
+    let mut cmd = thor();
+    cmd.args(["server", "--dir"]).arg(dir).args(["--listen", "127.0.0.1:0"]).args(extra);
+    match token {
+        Some(t) => cmd.env("THOR_TOKEN", t),
+        None => cmd.env_remove("THOR_TOKEN"),
+    };
+    let mut server = ServerProcess(cmd.stderr(Stdio::piped()).spawn().unwrap());
+    let mut log = BufReader::new(server.0.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(log.read_line(&mut line).unwrap() > 0, "the server exited before listening");
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            let addr = rest.split_whitespace().next().unwrap().parse().unwrap();
+            return (server, addr, log);
+        }
+    }
+}
