@@ -188,5 +188,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         "6. the flusher installed them: {} pages written, {:.1} versions per page write",
         e.pages_written, e.write_absorption
     );
-    Ok(())
+
+    // 7. The OO7 experiments in miniature: HAC against FPC on the small database.
+    crate::oo7::demo_experiments(&path)
 }
