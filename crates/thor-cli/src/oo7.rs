@@ -59,6 +59,7 @@ enum Oo7Command {
     Demo(DemoArgs),
 }
 
+/// `thor oo7 demo`.
 #[derive(Debug, Args)]
 struct DemoArgs {
     /// Directory for the database (default: a temporary one).
@@ -391,8 +392,11 @@ pub fn policy(name: &str) -> anyhow::Result<PolicyConfig> {
 
 /// The CSV writer of `--trace-out`: the first write error is kept and reported at the end.
 struct TraceOut {
+    /// The file, through a 1 MiB buffer.
     out: std::io::BufWriter<std::fs::File>,
+    /// The first write error.
     err: Option<std::io::Error>,
+    /// Lines written.
     lines: u64,
 }
 
@@ -540,7 +544,9 @@ fn native(a: NativeArgs) -> anyhow::Result<()> {
 /// One point of a sweep.
 #[derive(Debug, Clone, Serialize)]
 struct Point {
+    /// The cache size asked for, in MiB.
     cache_mb: f64,
+    /// The run.
     #[serde(flatten)]
     report: RunReport,
 }
@@ -548,10 +554,13 @@ struct Point {
 /// The smallest cache without misses found for a policy.
 #[derive(Debug, Clone, Serialize)]
 struct MinCache {
+    /// The cache manager.
     policy: String,
     /// None: even the largest size tried misses.
     min_cache_bytes: Option<usize>,
+    /// The same in MiB.
     min_cache_mb: Option<f64>,
+    /// Runs the bisection took.
     probes: usize,
 }
 

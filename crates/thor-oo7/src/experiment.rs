@@ -179,7 +179,9 @@ pub struct RunReport {
 /// Counters of a session at one moment.
 #[derive(Debug, Clone, Copy)]
 struct Snap {
+    /// The session's counters.
     client: thor_client::ClientStats,
+    /// The cache's counters.
     cache: thor_cache::CacheStats,
 }
 
@@ -213,7 +215,9 @@ pub fn run<T: FnMut(Option<thor_core::Oref>, bool)>(
 
 /// A tracer that knows whether the measured run has started.
 struct Phased<T> {
+    /// The caller's tracer.
     f: T,
+    /// Whether the measured run has started.
     measured: bool,
 }
 

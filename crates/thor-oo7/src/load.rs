@@ -259,7 +259,9 @@ fn object_bytes(engine: &Engine, o: Oref) -> Result<Vec<u8>, Oo7Error> {
 /// A class's descriptor and its class object's oref in this database.
 #[derive(Debug)]
 struct Cls {
+    /// The layout.
     desc: ClassDesc,
+    /// The class object's oref as a header word.
     word: u32,
 }
 
@@ -285,26 +287,45 @@ fn refs_slot(i: usize) -> usize {
 
 /// The loader. See the module documentation.
 struct ThorBuilder<'e> {
+    /// The engine's bulk loader.
     loader: BulkLoader<'e>,
+    /// Bytes per page (for large objects).
     page_size: usize,
+    /// Defer every patch to the commit after the load (testing).
     defer_all: bool,
     /// Patches that missed the window: (object, byte offset, word).
     deferred: Vec<(Oref, usize, u32)>,
+    /// Objects created per kind.
     counts: Counts,
+    /// `oo7.Module`.
     module: Cls,
+    /// `oo7.Manual`.
     manual: Cls,
+    /// `oo7.ComplexAssembly`.
     complex: Cls,
+    /// `oo7.BaseAssembly`.
     base: Cls,
+    /// `oo7.CompositePart`.
     composite: Cls,
+    /// `oo7.Document`.
     document: Cls,
+    /// `oo7.AtomicPart`.
     atomic: Cls,
+    /// `oo7.Connection`.
     connection: Cls,
+    /// `oo7.Index`.
     index: Cls,
+    /// `oo7.IndexNode`.
     index_node: Cls,
+    /// The built-in `thor.Refs` (collections).
     refs: ClassDesc,
+    /// The built-in `thor.Bytes` (type strings).
     bytes: ClassDesc,
+    /// The list of modules (root slot 0).
     modules_list: Oref,
+    /// The parameters object (root slot 1).
     params_obj: Oref,
+    /// The schema directory (root slot 15).
     schema_dir: Oref,
     /// Chunks of each module's `allBases`.
     base_chunks: Vec<Vec<Oref>>,
@@ -318,9 +339,11 @@ struct ThorBuilder<'e> {
     by_date: Vec<(u64, Oref)>,
     /// (title key, document) for the title index.
     by_title: Vec<(u64, Oref)>,
-    /// Reused: orefs of a composite part's atomic parts and of their collections.
+    /// The current composite part's atomic parts (reused).
     parts: Vec<Oref>,
+    /// Their `to` collections (reused).
     tos: Vec<Oref>,
+    /// Their `from` collections (reused).
     froms: Vec<Oref>,
 }
 

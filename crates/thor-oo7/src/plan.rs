@@ -351,11 +351,17 @@ pub fn generate<B: Builder>(
 
 /// The state of a preorder walk of one module's assembly tree.
 struct TreeCtx<'a, H> {
+    /// The plan.
     plan: &'a Plan,
+    /// The module (0-based).
     module: u32,
+    /// The builder's handle of the module.
     module_handle: H,
+    /// The id the next complex assembly gets.
     next_complex: &'a mut u32,
+    /// The id the next base assembly gets.
     next_base: &'a mut u32,
+    /// The next base assembly's place in the module's `allBases`.
     base_index: &'a mut u32,
 }
 

@@ -29,7 +29,7 @@ use thor_client::{Any, Bytes, Large, Ref, Refs, Session, View};
 use thor_core::Oref;
 
 use crate::error::Oo7Error;
-use crate::limits::{ASSEMBLIES_PER_ASSEMBLY_MAX, COMPOSITE_PER_BASE_MAX};
+use crate::limits::ASSEMBLIES_PER_ASSEMBLY_MAX;
 use crate::ops::{GraphMode, Op, OpResult, Update, counts, step_date};
 use crate::params::{DocPlacement, Params};
 use crate::rng::Rng;
@@ -97,6 +97,8 @@ pub struct Db<'s, T: Trace = NoTrace> {
     stack: Vec<Ref<AtomicPart>>,
     /// Targets of one part's connections, in order (reused).
     targets: Vec<Ref<AtomicPart>>,
+    /// The composite parts of the base assembly being walked (reused).
+    cps: Vec<Ref<CompositePart>>,
     /// The access tracer.
     trace: T,
     /// Commit after every this many composite parts of a traversal (0: never; the whole
@@ -169,6 +171,7 @@ impl<'s, T: Trace> Db<'s, T> {
             modules,
             stack: Vec::new(),
             targets: Vec::new(),
+            cps: Vec::new(),
             trace,
             commit_every: 0,
             since_commit: 0,
@@ -267,17 +270,26 @@ impl<'s, T: Trace> Db<'s, T> {
         out: &mut OpResult,
     ) -> Result<(), Oo7Error> {
         let privs = self.get(r)?.get(BaseAssembly::components_priv);
-        let mut cps =
-            [Ref::<CompositePart>::NULL; COMPOSITE_PER_BASE_MAX + crate::limits::STRUCTURAL_MAX];
-        let n = {
+        // The bag grows with structural inserts, so its length has no static bound; the list
+        // is reused (walks never nest within one base assembly).
+        let mut cps = std::mem::take(&mut self.cps);
+        cps.clear();
+        {
             let c = self.get(privs)?;
-            let n = c.var_len().min(cps.len());
-            for (i, cp) in cps.iter_mut().enumerate().take(n) {
-                *cp = c.var_ref(i);
-            }
-            n
-        };
-        for &cp in &cps[..n] {
+            cps.extend((0..c.var_len()).map(|i| c.var_ref(i)));
+        }
+        let result = self.walk_parts(&cps, op, out);
+        self.cps = cps;
+        result
+    }
+
+    fn walk_parts(
+        &mut self,
+        cps: &[Ref<CompositePart>],
+        op: PartOp,
+        out: &mut OpResult,
+    ) -> Result<(), Oo7Error> {
+        for &cp in cps {
             *out += self.part_op(cp, op)?;
             if self.commit_every > 0 {
                 self.since_commit += 1;
