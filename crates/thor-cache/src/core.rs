@@ -47,6 +47,8 @@ use thor_core::{ClassDesc, Oref, PageId, PageView, RawRef, builtin};
 
 use crate::arena::Arena;
 use crate::error::CacheError;
+use crate::orefindex::OrefIndex;
+use crate::readset::ReadSet;
 
 /// `Entry::loc` of an object that is not in the cache.
 pub const NOT_RESIDENT: u32 = u32::MAX;
@@ -61,6 +63,9 @@ pub const F_READ: u8 = 2;
 pub const F_NEW: u8 = 4;
 /// Entry flag: the entry is allocated.
 pub const F_LIVE: u8 = 8;
+/// Entry flag: the slow path is resolving this entry (its page may be fetched and frames freed
+/// meanwhile), so the entry must not be freed even if nothing else keeps it.
+pub const F_RESOLVING: u8 = 16;
 
 /// The top usage bit, set on every access (see the HAC paper, section 3.2.1).
 pub const USAGE_TOP: u8 = 0b1000;
@@ -106,7 +111,8 @@ pub enum FrameKind {
     /// Given up to the tables' share of the budget; never used again.
     Retired,
     /// Held created objects of an aborted transaction while views still pinned it: its objects
-    /// are gone, and the frame is freed when the last view lets go ([`CacheCore::unpin`]).
+    /// are gone, and the frame is freed once no view points into it
+    /// ([`CacheCore::release_dead_frames`]).
     Dead,
 }
 
@@ -205,13 +211,13 @@ pub struct CacheCore {
     /// Allocated entries.
     live_entries: usize,
     /// oref word (or tagged serial) → entry.
-    map: FxHashMap<u32, u32>,
+    index: OrefIndex,
     /// Resident intact pages → frame.
     pages: FxHashMap<u32, u32>,
     /// Class oref → descriptor, for shape checks and reference scans.
     classes: FxHashMap<u32, Arc<ClassDesc>>,
     /// Entries read by the current transaction.
-    pub reads: Vec<u32>,
+    pub reads: ReadSet,
     /// The frame created objects are being put in, or [`NIL`].
     new_frame: u32,
     /// Next serial number for a created object.
@@ -235,6 +241,8 @@ pub struct CacheCore {
     pending_invalid: Vec<(u32, u32)>,
     /// Frames not retired.
     usable_frames: usize,
+    /// Dead frames waiting for their views to go.
+    dead: Vec<u32>,
     /// Reused buffer for the targets of an object's swizzled references (eviction is on the
     /// replacement path, so it must not allocate per object).
     ref_scratch: Vec<u32>,
@@ -276,11 +284,11 @@ impl CacheCore {
             entries: Vec::new(),
             free_entry: NIL,
             live_entries: 0,
-            map: FxHashMap::default(),
+            index: OrefIndex::default(),
             // At most one page per frame: never grows.
             pages: FxHashMap::with_capacity_and_hasher(frames, Default::default()),
             classes: FxHashMap::default(),
-            reads: Vec::new(),
+            reads: ReadSet::new(),
             new_frame: NIL,
             next_serial: 0,
             renames: FxHashMap::default(),
@@ -290,6 +298,7 @@ impl CacheCore {
             deferred_releases: Vec::new(),
             pending_invalid: Vec::new(),
             usable_frames: frames,
+            dead: Vec::new(),
             ref_scratch: Vec::new(),
             stats: CoreStats::default(),
         };
@@ -315,11 +324,12 @@ impl CacheCore {
     /// Bytes of memory the tables use now.
     pub fn table_bytes(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<Entry>()
-            + (self.map.capacity() + self.pages.capacity()) * 9
+            + self.index.memory_bytes()
+            + self.pages.capacity() * 9
             + self.frames.capacity() * std::mem::size_of::<FrameMeta>()
             + self.renames.capacity() * 9
             + self.rename_order.capacity() * 4
-            + self.reads.capacity() * 4
+            + self.reads.memory_bytes()
             + self.pending_invalid.capacity() * 8
             + self.deferred_releases.capacity() * 4
             + self.manager_bytes
@@ -365,13 +375,9 @@ impl CacheCore {
     /// reserve, so the budget holds at every moment; [`CacheCore::rebalance`], run after each
     /// allocation and by the client cache on its slow path, restores the reserve.
     fn headroom_bytes(&self) -> usize {
-        let map = if self.map.len() * 4 >= self.map.capacity() * 3 {
-            // Nearly full: the next inserts double it.
-            self.map.capacity().max(16) * 9
-        } else {
-            0
-        };
-        self.entry_step() * std::mem::size_of::<Entry>() + map + self.reads.capacity().max(16) * 4
+        // The index and the read set double when they fill.
+        let index = self.index.next_memory_bytes() - self.index.memory_bytes();
+        self.entry_step() * std::mem::size_of::<Entry>() + index + self.reads.growth_bytes()
     }
 
     /// Retires free frames while the tables push the total over the budget. Returns how many
@@ -392,12 +398,12 @@ impl CacheCore {
     /// The entry for `oref_word` (an oref, or a tagged serial of a created object), if any.
     #[inline]
     pub fn lookup(&self, oref_word: u32) -> Option<u32> {
-        self.map.get(&oref_word).copied()
+        self.index.get(oref_word, &self.entries)
     }
 
     /// The entry for `oref`, allocating a non-resident one if there is none.
     pub fn entry_for(&mut self, oref: Oref) -> Result<u32, CacheError> {
-        if let Some(&i) = self.map.get(&oref.raw()) {
+        if let Some(i) = self.index.get(oref.raw(), &self.entries) {
             return Ok(i);
         }
         let i = self.alloc_entry(oref.raw())?;
@@ -429,7 +435,7 @@ impl CacheCore {
             usage: 0,
             flags: F_LIVE,
         };
-        self.map.insert(oref_word, i);
+        self.index.insert(i, &self.entries);
         self.live_entries += 1;
         // Restore the headroom right away if a free frame can give it.
         self.rebalance();
@@ -440,8 +446,8 @@ impl CacheCore {
     fn free_entry_at(&mut self, i: u32) {
         let e = self.entries[i as usize];
         debug_assert!(e.loc == NOT_RESIDENT && e.refs == 0);
-        if self.map.get(&e.oref) == Some(&i) {
-            self.map.remove(&e.oref);
+        if self.index.get(e.oref, &self.entries) == Some(i) {
+            self.index.remove(i, &self.entries);
         }
         self.entries[i as usize] = Entry { link: self.free_entry, ..Entry::FREE };
         self.free_entry = i;
@@ -449,17 +455,16 @@ impl CacheCore {
         self.stats.entries_freed += 1;
     }
 
-    /// Frees entry `i` if nothing keeps it: not resident, not referenced, not created,
-    /// modified or read by the current transaction. Read-set entries are kept until the
-    /// transaction ends because the commit names them by `reads`, a list of entry indices: a
-    /// freed and reused entry would put the wrong oref in the read set (and leave the object
-    /// read out of validation). [`CacheCore::clear_reads`] frees the ones nothing else keeps.
+    /// Frees entry `i` if nothing keeps it: not resident, not referenced, not created or
+    /// modified by the current transaction, not being resolved by the slow path. The read set
+    /// does not keep entries: it records orefs ([`ReadSet`]), so a transaction may read more
+    /// objects than the cache holds.
     pub fn maybe_free_entry(&mut self, i: u32) {
         let e = self.entries[i as usize];
         if e.flags & F_LIVE != 0
             && e.loc == NOT_RESIDENT
             && e.refs == 0
-            && e.flags & (F_NEW | F_MODIFIED | F_READ) == 0
+            && e.flags & (F_NEW | F_MODIFIED | F_RESOLVING) == 0
         {
             self.free_entry_at(i);
         }
@@ -951,9 +956,29 @@ impl CacheCore {
         let fm = &mut self.frames[f as usize];
         debug_assert!(fm.pins > 0);
         fm.pins -= 1;
-        if fm.pins == 0 && fm.kind == FrameKind::Dead {
-            self.release_frame(f);
-        }
+    }
+
+    /// Frees the dead frames (kept for views of an aborted transaction's created objects) that
+    /// no pin holds any more. Call with every live view's pin in place.
+    pub fn release_dead_frames(&mut self) {
+        let mut dead = std::mem::take(&mut self.dead);
+        dead.retain(|&f| {
+            if self.frames[f as usize].pins == 0 {
+                self.release_frame(f);
+                false
+            } else {
+                true
+            }
+        });
+        self.dead = dead;
+    }
+
+    /// Marks frame `f` (an aborted transaction's created objects, which views still point at)
+    /// dead: it holds nothing and is freed by [`CacheCore::release_dead_frames`] once unpinned.
+    pub fn mark_dead(&mut self, f: u32) {
+        let pins = self.frames[f as usize].pins;
+        self.frames[f as usize] = FrameMeta { kind: FrameKind::Dead, pins, ..FrameMeta::FREE };
+        self.dead.push(f);
     }
 
     // ----- transactions -----
@@ -978,14 +1003,17 @@ impl CacheCore {
         }
     }
 
-    /// Clears the read set, freeing the entries of objects that left the cache while only the
-    /// read set kept their entries.
+    /// Clears the read set and the read marks of the entries still holding them (entries freed
+    /// since lost their marks with them). Entries a failed slow path left marked as being
+    /// resolved are released too.
     pub fn clear_reads(&mut self) {
         let reads = std::mem::take(&mut self.reads);
-        for &i in &reads {
-            self.entries[i as usize].flags &= !F_READ;
-            self.maybe_free_entry(i);
-        }
+        reads.for_each(|oref| {
+            if let Some(i) = self.index.get(oref.raw(), &self.entries) {
+                self.entries[i as usize].flags &= !(F_READ | F_RESOLVING);
+                self.maybe_free_entry(i);
+            }
+        });
         // Keep the allocation: it is counted in the budget and reused by the next transaction.
         self.reads = reads;
         self.reads.clear();
@@ -1037,14 +1065,15 @@ impl CacheCore {
 
     /// After a commit: created entry `i` is object `oref` now.
     pub fn rename(&mut self, i: u32, oref: Oref) {
+        let old = self.entries[i as usize].oref;
+        // The index finds entries by the oref in them: out under the old key, in under the new.
+        if self.index.get(old, &self.entries) == Some(i) {
+            self.index.remove(i, &self.entries);
+        }
         let e = &mut self.entries[i as usize];
-        let old = e.oref;
         e.oref = oref.raw();
         e.flags &= !F_NEW;
-        if self.map.get(&old) == Some(&i) {
-            self.map.remove(&old);
-        }
-        self.map.insert(oref.raw(), i);
+        self.index.insert(i, &self.entries);
         if RawRef::decode(old) != RawRef::Oref(oref) {
             if self.rename_order.len() == RENAMES_MAX
                 && let Some(o) = self.rename_order.pop_front()
@@ -1152,7 +1181,7 @@ impl CacheCore {
             if e.loc != NOT_RESIDENT && !in_lists[i] {
                 return Err(format!("entry {i} is resident but in no frame's list"));
             }
-            if e.flags & F_NEW == 0 && self.map.get(&e.oref) != Some(&(i as u32)) {
+            if e.flags & F_NEW == 0 && self.index.get(e.oref, &self.entries) != Some(i as u32) {
                 return Err(format!("entry {i} ({:#x}) is not the map's entry", e.oref));
             }
             if e.loc == NOT_RESIDENT {

@@ -20,7 +20,9 @@ pub mod error;
 pub mod fpc;
 pub mod hac;
 pub mod manager;
+pub mod orefindex;
 pub mod policy;
+pub mod readset;
 
 pub use error::CacheError;
 pub use hac::{Fraction, Hac, HacParams};

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use thor_core::{Oref, PageId, RawRef};
 
-use crate::core::{CacheCore, CoreStats, Entry, F_READ, FrameKind, FrameMeta, NOT_RESIDENT, Need};
+use crate::core::{CacheCore, CoreStats, Entry, F_READ, F_RESOLVING, NOT_RESIDENT, Need};
 use crate::error::CacheError;
 use crate::fpc::Fpc;
 use crate::hac::{Hac, HacParams};
@@ -243,7 +243,7 @@ impl ClientCache {
         with_manager!(&mut self.manager, m => m.touch(e, frame));
         if e.flags & F_READ == 0 {
             e.flags |= F_READ;
-            self.core.reads.push(i);
+            self.core.reads.insert(oref);
         }
         Some(loc)
     }
@@ -271,13 +271,16 @@ impl ClientCache {
     /// The slow path: where entry `i` is, or what must be fetched first. On `Resident` the
     /// access is recorded as on the hit path.
     pub fn resolve(&mut self, i: u32) -> Result<Need, CacheError> {
-        // The object is about to be read: put it in the read set now, which also keeps its
-        // entry alive (see `CacheCore::maybe_free_entry`) while its page is fetched and frames
-        // are freed, when the last reference to it might otherwise leave the cache.
+        // The object is about to be read: put it in the read set now, and keep its entry
+        // alive (see `CacheCore::maybe_free_entry`) while its page is fetched and frames are
+        // freed, when the last reference to it might otherwise leave the cache. The mark goes
+        // when the object is resident (or with the read set, if the slow path fails).
         let e = &mut self.core.entries[i as usize];
+        e.flags |= F_RESOLVING;
         if e.flags & F_READ == 0 {
             e.flags |= F_READ;
-            self.core.reads.push(i);
+            let oref = e.oref;
+            self.core.reads.insert(oref);
         }
         if self.core.rebalance() > 0 {
             // The tables outgrew their share (swizzling allocates entries on the hit path):
@@ -287,6 +290,7 @@ impl ClientCache {
         }
         let need = self.core.locate(i)?;
         if let Need::Resident(_) = need {
+            self.core.entries[i as usize].flags &= !F_RESOLVING;
             let oref = self.core.entries[i as usize].oref;
             self.access(i, oref);
         }
@@ -430,8 +434,7 @@ impl ClientCache {
             with_manager!(&mut self.manager, m => m.frame_released(f));
             if self.core.frames[f as usize].pins > 0 {
                 // A view of a dropped object still points here: keep the memory until it goes.
-                let fm = &mut self.core.frames[f as usize];
-                *fm = FrameMeta { kind: FrameKind::Dead, pins: fm.pins, ..FrameMeta::FREE };
+                self.core.mark_dead(f);
             } else {
                 self.core.release_frame(f);
             }

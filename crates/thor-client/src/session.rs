@@ -138,7 +138,24 @@ struct Inner {
     stats: ClientStats,
     /// Reused buffer for object bytes.
     scratch: Vec<u8>,
+    /// Locations of the live views, in creation order ([`DEAD_VIEW`] for one dropped out of
+    /// order). A view's object must not move or leave the cache; rather than counting a pin in
+    /// the object's frame on every access (a cache miss per `get`), the session keeps this
+    /// small list and pins the frames only while it runs something that may move objects
+    /// (fetch, create, commit, abort): see [`Inner::pinned`]. This is how Thor kept its
+    /// invariant too: replacement scanned the stack for pointers (HAC paper, section 3.2.4).
+    views: Vec<u32>,
+    /// Nesting depth of [`Inner::pinned`] sections: the views' pins are in their frames while
+    /// it is above zero.
+    pinned_depth: u32,
 }
+
+/// Most fetch or class-load rounds one access may take (the object's page, its class's page,
+/// a stale page refetched, with slack): beyond, the cache cannot hold what it needs.
+const SLOW_PATH_ROUNDS_MAX: u32 = 16;
+
+/// A slot of [`Inner::views`] whose view was dropped while later ones live.
+const DEAD_VIEW: u32 = u32::MAX;
 
 /// A client session: a connection to a server, a cache, and the current transaction.
 pub struct Session {
@@ -163,12 +180,15 @@ pub struct View<'s, C: Class + ?Sized> {
     loc: u32,
     /// Pointer to the object's first byte.
     ptr: *mut u8,
+    /// This view's place in the session's list of live views (see [`Inner::views`]).
+    slot: u32,
     _c: PhantomData<fn() -> C>,
 }
 
 impl<C: Class + ?Sized> Drop for View<'_, C> {
+    #[inline]
     fn drop(&mut self) {
-        self.s.inner().cache.core.unpin(self.loc);
+        self.s.inner().drop_view(self.slot);
     }
 }
 
@@ -401,6 +421,8 @@ impl Session {
                 tx: TxState::default(),
                 stats: ClientStats::default(),
                 scratch: Vec::new(),
+                views: Vec::new(),
+                pinned_depth: 0,
             }),
         })
     }
@@ -436,9 +458,9 @@ impl Session {
                 return Err(inner.type_mismatch::<C>(got));
             }
         }
-        inner.cache.core.pin(loc);
+        let slot = inner.push_view(loc);
         let ptr = inner.cache.core.arena.base().wrapping_add(loc as usize);
-        Ok(View { s: self, idx, oref, loc, ptr, _c: PhantomData })
+        Ok(View { s: self, idx, oref, loc, ptr, slot, _c: PhantomData })
     }
 
     /// Creates an object of class `C` with `var_len` elements in its variable part, all fields
@@ -455,12 +477,12 @@ impl Session {
             return Err(ClientError::Usage("class has no variable part"));
         }
         let bytes = desc.new_object(class_word, var_len);
-        let (idx, serial) = inner.cache.create(&bytes)?;
+        let (idx, serial) = inner.pinned(|inner| inner.cache.create(&bytes))?;
         inner.tx.created.push(idx);
         let loc = inner.cache.core.entries[idx as usize].loc;
-        inner.cache.core.pin(loc);
+        let slot = inner.push_view(loc);
         let ptr = inner.cache.core.arena.base().wrapping_add(loc as usize);
-        Ok(View { s: self, idx, oref: serial, loc, ptr, _c: PhantomData })
+        Ok(View { s: self, idx, oref: serial, loc, ptr, slot, _c: PhantomData })
     }
 
     /// The current form of `r`: after the commit of the transaction that created an object,
@@ -519,7 +541,7 @@ impl Session {
                 pending.push((made.len(), off, thor_core::le::u32_at(obj, off)));
                 bytes[off..off + 4].fill(0);
             }
-            let (idx, serial) = inner.cache.create(&bytes)?;
+            let (idx, serial) = inner.pinned(|inner| inner.cache.create(&bytes))?;
             inner.tx.created.push(idx);
             made.push((idx, serial));
         }
@@ -563,14 +585,14 @@ impl Session {
     /// Commits the current transaction; the next access starts a new one. On a refusal the
     /// transaction is aborted (its effects undone in the cache) and the error says why.
     pub fn commit(&self) -> Result<CommitInfo, ClientError> {
-        self.inner().commit()
+        self.inner().pinned(Inner::commit)
     }
 
     /// Aborts the current transaction: modified objects get their old bytes back, created
     /// objects disappear.
     pub fn abort(&self) {
         let inner = self.inner();
-        inner.abort_local();
+        inner.pinned(Inner::abort_local);
         // Tell the server (it keeps no state for us yet, but the concurrency-control protocol
         // will); a failure here changes nothing for the client.
         if inner.transport.round_trip(&Request::new(RequestBody::Abort)).is_err() {
@@ -640,6 +662,53 @@ fn unexpected(body: ReplyBody) -> ClientError {
 }
 
 impl Inner {
+    /// Records a new view of the object at `loc`; returns its slot.
+    #[inline]
+    fn push_view(&mut self, loc: u32) -> u32 {
+        debug_assert_eq!(self.pinned_depth, 0, "views are made outside pinned sections");
+        self.views.push(loc);
+        (self.views.len() - 1) as u32
+    }
+
+    /// Forgets the view in `slot`.
+    #[inline]
+    fn drop_view(&mut self, slot: u32) {
+        debug_assert_eq!(self.pinned_depth, 0, "views are dropped outside pinned sections");
+        if slot as usize + 1 == self.views.len() {
+            self.views.pop();
+            while self.views.last() == Some(&DEAD_VIEW) {
+                self.views.pop();
+            }
+        } else {
+            self.views[slot as usize] = DEAD_VIEW;
+        }
+    }
+
+    /// Runs `f` with every live view's frame pinned, so that nothing `f` does (fetching,
+    /// replacement, compaction, commit, abort) moves or evicts an object a view points to.
+    fn pinned<R>(&mut self, f: impl FnOnce(&mut Inner) -> R) -> R {
+        if self.pinned_depth == 0 {
+            for &loc in &self.views {
+                if loc != DEAD_VIEW {
+                    self.cache.core.pin(loc);
+                }
+            }
+            // Frames kept only for views that are gone can go now.
+            self.cache.core.release_dead_frames();
+        }
+        self.pinned_depth += 1;
+        let r = f(self);
+        self.pinned_depth -= 1;
+        if self.pinned_depth == 0 {
+            for &loc in &self.views {
+                if loc != DEAD_VIEW {
+                    self.cache.core.unpin(loc);
+                }
+            }
+        }
+        r
+    }
+
     fn type_mismatch<C: Class + ?Sized>(&self, got: u32) -> ClientError {
         let found = self
             .cache
@@ -653,13 +722,26 @@ impl Inner {
     /// page or loads its class as needed.
     #[cold]
     fn slow_get(&mut self, idx: u32, oref: u32) -> Result<(u32, u32, u32), ClientError> {
+        self.pinned(|inner| inner.slow_get_pinned(idx, oref))
+    }
+
+    fn slow_get_pinned(&mut self, idx: u32, oref: u32) -> Result<(u32, u32, u32), ClientError> {
         if oref == 0 {
             return Err(ClientError::NullReference);
         }
         self.stats.slow_accesses += 1;
         let i = self.cache.rebind(idx, oref)?;
         let mut refetched = false;
+        // Each round makes progress (a page or class arrives) unless the cache is so small
+        // that making room evicts what was just fetched: give up then instead of spinning.
+        let mut rounds = 0;
         loop {
+            rounds += 1;
+            if rounds > SLOW_PATH_ROUNDS_MAX {
+                return Err(ClientError::Cache(thor_cache::CacheError::Full {
+                    frames: self.cache.core.usable_frames(),
+                }));
+            }
             let t = Instant::now();
             let need = self.cache.resolve(i)?;
             self.stats.conversion_time += t.elapsed();
@@ -826,7 +908,7 @@ impl Inner {
     /// tagged serial.
     fn create_class(&mut self, desc: &ClassDesc) -> Result<u32, ClientError> {
         let obj = desc.to_class_object();
-        let (ci, cword) = self.cache.create(&obj)?;
+        let (ci, cword) = self.pinned(|inner| inner.cache.create(&obj))?;
         self.tx.created.push(ci);
         self.cache.core.register_class(cword, Arc::new(desc.clone()));
 
@@ -847,7 +929,7 @@ impl Inner {
         }
         entries.push(ci);
         let bytes = refs.new_object(builtin::REFS.raw(), entries.len());
-        let (di, dword) = self.cache.create(&bytes)?;
+        let (di, dword) = self.pinned(|inner| inner.cache.create(&bytes))?;
         self.tx.created.push(di);
         let dloc = self.cache.core.entries[di as usize].loc;
         for (k, t) in entries.iter().enumerate() {
@@ -943,14 +1025,8 @@ impl Inner {
             .enumerate()
             .map(|(k, &i)| (self.cache.core.entries[i as usize].oref, k as u32))
             .collect();
-        let reads: Vec<Oref> = self
-            .cache
-            .core
-            .reads
-            .iter()
-            .filter_map(|&i| Oref::from_raw(self.cache.core.entries[i as usize].oref))
-            .filter(|o| !o.is_null())
-            .collect();
+        let mut reads: Vec<Oref> = Vec::with_capacity(self.cache.core.reads.len());
+        self.cache.core.reads.for_each(|o| reads.push(o));
         let mut buf = Vec::new();
         let mut versions = Vec::with_capacity(self.tx.modified.len());
         let modified = std::mem::take(&mut self.tx.modified);
