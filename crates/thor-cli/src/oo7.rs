@@ -26,8 +26,8 @@ use serde::Serialize;
 use serde_json::json;
 use thor_client::PolicyConfig;
 use thor_oo7::experiment::{
-    Endpoint, NativeReport, RunConfig, RunReport, Workload, open_embedded, run as run_workload,
-    run_native_on,
+    Endpoint, NativeReport, NoRunTrace, RunConfig, RunReport, Workload, open_embedded,
+    run as run_workload, run_native_on,
 };
 use thor_oo7::load::{LoadOptions, LoadReport, load_dir};
 use thor_oo7::native::NativeDb;
@@ -447,11 +447,11 @@ fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
             repeat: a.repeat,
             commit_every: a.session.commit_every,
         };
-        let r = run_workload(&endpoint, &cfg, |o, m| {
-            if let Some(t) = trace.as_mut() {
-                t.record(o, m);
-            }
-        })
+        // Without --trace-out the run is compiled with no tracing code at all.
+        let r = match trace.as_mut() {
+            Some(t) => run_workload(&endpoint, &cfg, |o, m| t.record(o, m)),
+            None => run_workload(&endpoint, &cfg, NoRunTrace),
+        }
         .with_context(|| format!("running {}", w.name()))?;
         reports.push(r);
     }
@@ -615,7 +615,7 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     let mut points: Vec<Point> = Vec::new();
     for (_, pc) in &policies {
         for &mb in &sizes {
-            let r = run_workload(&endpoint, &cfg(*pc, (mb * MIB) as usize), |_, _| {})
+            let r = run_workload(&endpoint, &cfg(*pc, (mb * MIB) as usize), NoRunTrace)
                 .with_context(|| format!("{} at {mb} MiB", workload.name()))?;
             points.push(Point { cache_mb: mb, report: r });
             bar.inc(1);
@@ -730,7 +730,7 @@ fn find_min(
     let mut probes = 0;
     let mut misses = |bytes: usize| -> anyhow::Result<bool> {
         probes += 1;
-        Ok(run_workload(e, &cfg(bytes), |_, _| {})?.fetches > 0)
+        Ok(run_workload(e, &cfg(bytes), NoRunTrace)?.fetches > 0)
     };
     let mut hi = max_bytes.max(8 * page);
     if misses(hi)? {
@@ -852,7 +852,7 @@ pub fn demo_experiments(dir: &Path) -> anyhow::Result<()> {
                     repeat: 1,
                     commit_every: DEMO_COMMIT_EVERY,
                 };
-                let r = run_workload(&e, &cfg, |_, _| {})?;
+                let r = run_workload(&e, &cfg, NoRunTrace)?;
                 let _ = write!(line, " {:>11}", r.fetches);
             }
         }
