@@ -79,7 +79,7 @@ fn cold(dir: &std::path::Path, op: Op) -> (u64, usize) {
         repeat: 1,
         commit_every: 0,
     };
-    let r = run_in(&s, &cfg, |o, _| {
+    let r = run_in(&s, &cfg, |o: Option<thor_core::Oref>, _: bool| {
         if let Some(o) = o {
             pages.insert(o.page_raw());
         }
