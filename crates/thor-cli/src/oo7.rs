@@ -473,7 +473,7 @@ pub fn run_table(rs: &[RunReport]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<9} {:<6} {:>9} {:>4} {:>9} {:>9} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9}",
+        "{:<9} {:<6} {:>9} {:>4} {:>9} {:>9} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "traversal",
         "policy",
         "cache MiB",
@@ -485,12 +485,13 @@ pub fn run_table(rs: &[RunReport]) -> String {
         "elapsed s",
         "commit s",
         "repl s",
-        "conv s"
+        "conv s",
+        "cpu s"
     );
     for r in rs {
         let _ = writeln!(
             s,
-            "{:<9} {:<6} {:>9.2} {:>4} {:>9} {:>9} {:>8} {:>10} {:>9.4} {:>9.4} {:>9.4} {:>9.4}",
+            "{:<9} {:<6} {:>9.2} {:>4} {:>9} {:>9} {:>8} {:>10} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9}",
             r.traversal,
             r.policy,
             r.cache_bytes as f64 / MIB,
@@ -502,7 +503,8 @@ pub fn run_table(rs: &[RunReport]) -> String {
             r.elapsed_s,
             r.commit_s,
             r.replacement_s,
-            r.conversion_s
+            r.conversion_s,
+            r.cpu_s.map_or_else(|| "-".to_string(), |c| format!("{c:.4}"))
         );
     }
     s
@@ -534,8 +536,13 @@ fn native(a: NativeArgs) -> anyhow::Result<()> {
     );
     for r in &reports {
         println!(
-            "{:<9} {:>9} {:>8} {:>10} {:>12.6}",
-            r.traversal, r.parts_visited, r.updates, r.result, r.elapsed_s
+            "{:<9} {:>9} {:>8} {:>10} {:>12.6} {:>12}",
+            r.traversal,
+            r.parts_visited,
+            r.updates,
+            r.result,
+            r.elapsed_s,
+            r.cpu_s.map_or_else(|| "-".to_string(), |c| format!("{c:.6}"))
         );
     }
     Ok(())

@@ -149,6 +149,9 @@ pub struct RunReport {
     pub ops: u64,
     /// Time of the measured run, without commits.
     pub elapsed_s: f64,
+    /// CPU time of the measured run (median over repeats), on Linux; includes intermediate
+    /// commits when the operation commits every N composite parts.
+    pub cpu_s: Option<f64>,
     /// Time committing.
     pub commit_s: f64,
     /// Time fetching (request to installed page, including overlapped replacement).
@@ -191,6 +194,20 @@ fn snap(s: &Session) -> Snap {
 
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
+}
+
+/// CPU time of the calling thread so far, from Linux's `/proc/thread-self/schedstat` (its
+/// first field is nanoseconds on a CPU). `None` elsewhere. Unlike elapsed time, it does not
+/// count time the thread waited for a CPU, so it is what to compare on a shared machine.
+pub fn thread_cpu() -> Option<Duration> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok().map(Duration::from_nanos)
+}
+
+/// The median of `xs` (which must not be empty).
+fn median(mut xs: Vec<Duration>) -> Duration {
+    xs.sort();
+    xs[xs.len() / 2]
 }
 
 /// Runs `cfg` at `endpoint`, reporting every object access to `trace` (with whether it is in
@@ -267,13 +284,19 @@ pub fn run_in<T: RunTrace>(s: &Session, cfg: &RunConfig, trace: T) -> Result<Run
             }
             db.trace_mut().measured = true;
             let mut runs = Vec::new();
+            let mut cpus = Vec::new();
             for _ in 0..cfg.repeat.max(1) {
                 let b = snap(s);
                 let c0 = db.intermediate_commit_time();
+                let cpu0 = thread_cpu();
                 let t = Instant::now();
                 let r = db.run(op, &mut rng)?;
+                let e = t.elapsed();
+                if let (Some(a), Some(b)) = (cpu0, thread_cpu()) {
+                    cpus.push(b.saturating_sub(a));
+                }
                 let inner = db.intermediate_commit_time() - c0;
-                let e = t.elapsed().saturating_sub(inner);
+                let e = e.saturating_sub(inner);
                 let tc = Instant::now();
                 s.commit()?;
                 runs.push((e, tc.elapsed() + inner, b, snap(s), r));
@@ -282,7 +305,9 @@ pub fn run_in<T: RunTrace>(s: &Session, cfg: &RunConfig, trace: T) -> Result<Run
             let (e, c, b, a, r) = runs.swap_remove(runs.len() / 2);
             (elapsed, commit, before, result) = (e, c, b, r);
             ops = 1;
-            return Ok(report(s, cfg, before, a, result, ops, elapsed, commit));
+            let mut rep = report(s, cfg, before, a, result, ops, elapsed, commit);
+            rep.cpu_s = (!cpus.is_empty()).then(|| secs(median(cpus)));
+            return Ok(rep);
         }
         Workload::Dynamic(d) => {
             d.validate()?;
@@ -343,6 +368,7 @@ fn report(
         result: result.result,
         ops,
         elapsed_s: secs(elapsed),
+        cpu_s: None,
         commit_s: secs(commit),
         fetch_s: secs(after.client.fetch_time.saturating_sub(before.client.fetch_time)),
         replacement_s: secs(
@@ -382,6 +408,8 @@ pub struct NativeReport {
     pub ops: u64,
     /// Time of the measured run.
     pub elapsed_s: f64,
+    /// CPU time of the measured run (median over repeats), on Linux.
+    pub cpu_s: Option<f64>,
     /// Time to build the graph.
     pub generate_s: f64,
 }
@@ -411,6 +439,7 @@ pub fn run_native_on(
 ) -> Result<NativeReport, Oo7Error> {
     let mut rng = Rng::stream(seed, tag::RUN, u64::MAX);
     let mut result = OpResult::default();
+    let mut cpus = Vec::new();
     let elapsed;
     let ops;
     match workload {
@@ -418,9 +447,14 @@ pub fn run_native_on(
             db.run(op, &mut rng)?;
             let mut runs = Vec::new();
             for _ in 0..repeat.max(1) {
+                let cpu0 = thread_cpu();
                 let t = Instant::now();
                 let r = db.run(op, &mut rng)?;
-                runs.push((t.elapsed(), r));
+                let e = t.elapsed();
+                if let (Some(a), Some(b)) = (cpu0, thread_cpu()) {
+                    cpus.push(b.saturating_sub(a));
+                }
+                runs.push((e, r));
             }
             runs.sort_by_key(|r| r.0);
             (elapsed, result) = runs[runs.len() / 2];
@@ -454,6 +488,7 @@ pub fn run_native_on(
         result: result.result,
         ops,
         elapsed_s: secs(elapsed),
+        cpu_s: (!cpus.is_empty()).then(|| secs(median(cpus))),
         generate_s,
     })
 }
