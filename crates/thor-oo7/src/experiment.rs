@@ -149,7 +149,7 @@ pub struct RunReport {
     pub ops: u64,
     /// Time of the measured run, without commits.
     pub elapsed_s: f64,
-    /// CPU time of the measured run (median over repeats), on Linux; includes intermediate
+    /// CPU time of the measured run (mean over repeats), on Linux; includes intermediate
     /// commits when the operation commits every N composite parts.
     pub cpu_s: Option<f64>,
     /// Time committing.
@@ -204,10 +204,11 @@ pub fn thread_cpu() -> Option<Duration> {
     s.split_whitespace().next()?.parse().ok().map(Duration::from_nanos)
 }
 
-/// The median of `xs` (which must not be empty).
-fn median(mut xs: Vec<Duration>) -> Duration {
-    xs.sort();
-    xs[xs.len() / 2]
+/// The mean of `xs` (which must not be empty). CPU time is averaged, not taken at the median:
+/// kernels may account it in scheduler ticks (4 ms here), which only a sum over many runs
+/// resolves.
+fn mean(xs: Vec<Duration>) -> Duration {
+    xs.iter().sum::<Duration>() / xs.len() as u32
 }
 
 /// Runs `cfg` at `endpoint`, reporting every object access to `trace` (with whether it is in
@@ -306,7 +307,7 @@ pub fn run_in<T: RunTrace>(s: &Session, cfg: &RunConfig, trace: T) -> Result<Run
             (elapsed, commit, before, result) = (e, c, b, r);
             ops = 1;
             let mut rep = report(s, cfg, before, a, result, ops, elapsed, commit);
-            rep.cpu_s = (!cpus.is_empty()).then(|| secs(median(cpus)));
+            rep.cpu_s = (!cpus.is_empty()).then(|| secs(mean(cpus)));
             return Ok(rep);
         }
         Workload::Dynamic(d) => {
@@ -408,7 +409,7 @@ pub struct NativeReport {
     pub ops: u64,
     /// Time of the measured run.
     pub elapsed_s: f64,
-    /// CPU time of the measured run (median over repeats), on Linux.
+    /// CPU time of the measured run (mean over repeats), on Linux.
     pub cpu_s: Option<f64>,
     /// Time to build the graph.
     pub generate_s: f64,
@@ -488,7 +489,7 @@ pub fn run_native_on(
         result: result.result,
         ops,
         elapsed_s: secs(elapsed),
-        cpu_s: (!cpus.is_empty()).then(|| secs(median(cpus))),
+        cpu_s: (!cpus.is_empty()).then(|| secs(mean(cpus))),
         generate_s,
     })
 }
