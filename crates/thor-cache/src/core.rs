@@ -1008,12 +1008,27 @@ impl CacheCore {
     /// resolved are released too.
     pub fn clear_reads(&mut self) {
         let reads = std::mem::take(&mut self.reads);
-        reads.for_each(|oref| {
-            if let Some(i) = self.index.get(oref.raw(), &self.entries) {
-                self.entries[i as usize].flags &= !(F_READ | F_RESOLVING);
-                self.maybe_free_entry(i);
+        if reads.len() * 8 > self.live_entries {
+            // A large read set: one sequential pass over the table is cheaper than a random
+            // index probe per object read.
+            for i in 0..self.entries.len() as u32 {
+                let e = &mut self.entries[i as usize];
+                if e.flags & (F_READ | F_RESOLVING) != 0 {
+                    let resolving = e.flags & F_RESOLVING != 0;
+                    e.flags &= !(F_READ | F_RESOLVING);
+                    if resolving {
+                        self.maybe_free_entry(i);
+                    }
+                }
             }
-        });
+        } else {
+            reads.for_each(|oref| {
+                if let Some(i) = self.index.get(oref.raw(), &self.entries) {
+                    self.entries[i as usize].flags &= !(F_READ | F_RESOLVING);
+                    self.maybe_free_entry(i);
+                }
+            });
+        }
         // Keep the allocation: it is counted in the budget and reused by the next transaction.
         self.reads = reads;
         self.reads.clear();

@@ -148,6 +148,14 @@ macro_rules! with_manager {
     };
 }
 
+/// Adds an object to the read set on its first access in a transaction: out of line, so the
+/// hit path stays small enough to inline everywhere.
+#[cold]
+#[inline(never)]
+fn first_read(reads: &mut crate::readset::ReadSet, oref: u32) {
+    reads.insert(oref);
+}
+
 /// Counters of a client cache.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct CacheStats {
@@ -195,6 +203,8 @@ pub struct ClientCache {
     pub core: CacheCore,
     /// The replacement strategy.
     manager: Manager,
+    /// log2 of the page size: a location's frame is `loc >> frame_shift`.
+    frame_shift: u32,
     /// Whether frames are freed while fetches are on the wire.
     background: bool,
     /// Time spent in replacement.
@@ -216,6 +226,7 @@ impl ClientCache {
         core.set_manager_bytes(with_manager!(&manager, m => m.table_bytes()));
         core.rebalance();
         Ok(ClientCache {
+            frame_shift: cfg.page_size.trailing_zeros(),
             core,
             manager,
             background: cfg.background_replacement,
@@ -231,19 +242,17 @@ impl ClientCache {
 
     /// The hit path: the location of entry `i` if it is resident and still the object `oref`
     /// names, recording the access. `None` sends the caller to [`ClientCache::resolve`].
-    #[inline]
+    #[inline(always)]
     pub fn access(&mut self, i: u32, oref: u32) -> Option<u32> {
-        let frame_shift = self.core.page_size.trailing_zeros();
         let e = self.core.entries.get_mut(i as usize)?;
         if e.oref != oref || e.loc == NOT_RESIDENT {
             return None;
         }
         let loc = e.loc;
-        let frame = loc >> frame_shift;
-        with_manager!(&mut self.manager, m => m.touch(e, frame));
+        with_manager!(&mut self.manager, m => m.touch(e, loc >> self.frame_shift));
         if e.flags & F_READ == 0 {
             e.flags |= F_READ;
-            self.core.reads.insert(oref);
+            first_read(&mut self.core.reads, oref);
         }
         Some(loc)
     }

@@ -12,8 +12,8 @@
 //!   page 40 ─► [1000 0000 ... 0001]
 //! ```
 //!
-//! Insertion costs a hash lookup of the page, skipped when the page is the one of the previous
-//! insertion (reads follow the clustering, so that is the common case). The cache calls
+//! Insertion costs a hash lookup of the page, skipped when the page is in a small direct-mapped
+//! cache of recent pages (reads follow the clustering, so that is the common case). The cache calls
 //! [`ReadSet::insert`] only on an entry's first access in a transaction (the entry's read flag
 //! filters the rest), so the hit path pays for it once per object.
 
@@ -22,18 +22,28 @@ use thor_core::ids::OIDS_PER_PAGE;
 use thor_core::{Oid, Oref, PageId};
 
 const WORDS: usize = OIDS_PER_PAGE / 64;
+/// Lines of the recent-page cache (a power of two).
+const RECENT: usize = 16;
 
 /// See the module documentation.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ReadSet {
     /// Page → index of its bitmap in `bits`.
     pages: FxHashMap<u32, u32>,
     /// The bitmaps, in order of first read.
     bits: Vec<([u64; WORDS], u32)>,
-    /// The page of the last insertion and its bitmap, to skip the lookup.
-    last: Option<(u32, u32)>,
+    /// Recently used pages and their bitmaps, direct-mapped by the page's low bits, to skip
+    /// the hash lookup (a traversal moves among the few pages of a cluster). A page of 0
+    /// marks an empty line.
+    recent: [(u32, u32); RECENT],
     /// Objects in the set.
     len: usize,
+}
+
+impl Default for ReadSet {
+    fn default() -> Self {
+        ReadSet { pages: FxHashMap::default(), bits: Vec::new(), recent: [(0, 0); RECENT], len: 0 }
+    }
 }
 
 impl ReadSet {
@@ -51,15 +61,16 @@ impl ReadSet {
         if page == 0 {
             return;
         }
-        let b = match self.last {
-            Some((p, b)) if p == page => b,
+        let line = page as usize & (RECENT - 1);
+        let b = match self.recent[line] {
+            (p, b) if p == page => b,
             _ => {
                 let next = self.bits.len() as u32;
                 let b = *self.pages.entry(page).or_insert(next);
                 if b == next {
                     self.bits.push(([0; WORDS], page));
                 }
-                self.last = Some((page, b));
+                self.recent[line] = (page, b);
                 b
             }
         };
@@ -110,7 +121,7 @@ impl ReadSet {
     pub fn clear(&mut self) {
         self.pages.clear();
         self.bits.clear();
-        self.last = None;
+        self.recent = [(0, 0); RECENT];
         self.len = 0;
     }
 

@@ -253,9 +253,9 @@ impl<const N: usize> Access for [u8; N] {
 }
 
 impl<T: ?Sized + 'static> Access for Ref<T> {
-    #[inline]
+    #[inline(always)]
     fn load<C: Class + ?Sized>(v: &View<'_, C>, off: usize) -> Self {
-        v.s.inner().load_ref(v.loc, off)
+        v.ref_at(off)
     }
     fn store<C: Class + ?Sized>(self, v: &View<'_, C>, off: usize) -> Result<(), ClientError> {
         v.s.inner().store_ref(v.loc, off, self.idx, self.oref)
@@ -263,6 +263,22 @@ impl<T: ?Sized + 'static> Access for Ref<T> {
 }
 
 impl<'s, C: Class + ?Sized> View<'s, C> {
+    /// The reference word at byte `off` of the object (within it: a field offset of `C`'s
+    /// layout or a checked index into the variable part) as a handle, swizzling it if needed.
+    #[inline(always)]
+    fn ref_at<T: ?Sized>(&self, off: usize) -> Ref<T> {
+        // SAFETY: `off + 4` lies within the pinned object (see the callers).
+        let w = u32::from_le(unsafe { self.ptr.add(off).cast::<u32>().read_unaligned() });
+        if w & 1 == 1 {
+            let i = w >> 1;
+            return Ref::new(i, self.s.inner().cache.core.entries[i as usize].oref);
+        }
+        if w == 0 {
+            return Ref::NULL;
+        }
+        self.s.inner().swizzle(self.loc, off, w)
+    }
+
     /// Reads a field.
     #[inline]
     pub fn get<F: Access>(&self, field: Field<C, F>) -> F {
@@ -369,7 +385,7 @@ where
     pub fn var_ref(&self, i: usize) -> Ref<<C::Var as VarRefsTarget>::Target> {
         let (_, count) = self.var_layout();
         assert!(i < self.var_len(), "reference index {i} out of range");
-        self.s.inner().load_ref(self.loc, count + 4 + 4 * i)
+        self.ref_at(count + 4 + 4 * i)
     }
 
     /// Stores reference `i` of the variable part.
@@ -444,7 +460,7 @@ impl Session {
 
     /// A view of the object `r` names, fetching its page if needed. Fails if `r` is null or
     /// the object is not of class `C`.
-    #[inline]
+    #[inline(always)]
     pub fn get<C: Class + ?Sized>(&self, r: Ref<C>) -> Result<View<'_, C>, ClientError> {
         let inner = self.inner();
         let (idx, oref, loc) = match inner.cache.access(r.idx, r.oref) {
@@ -948,17 +964,11 @@ impl Inner {
         Ok(cword)
     }
 
-    /// Reads the reference at byte `off` of the object at `loc`, swizzling it.
-    #[inline]
-    fn load_ref<T: ?Sized>(&mut self, loc: u32, off: usize) -> Ref<T> {
-        let w = self.cache.core.arena.read_u32(loc as usize + off);
-        if w & 1 == 1 {
-            let i = w >> 1;
-            return Ref::new(i, self.cache.core.entries[i as usize].oref);
-        }
-        if w == 0 {
-            return Ref::NULL;
-        }
+    /// Swizzles the unswizzled, non-null reference word `w` at byte `off` of the object at
+    /// `loc` (the first time it is read in the cache) and returns its handle.
+    #[cold]
+    #[inline(never)]
+    fn swizzle<T: ?Sized>(&mut self, loc: u32, off: usize, w: u32) -> Ref<T> {
         let t = Instant::now();
         let r = match self.cache.core.follow(loc, off) {
             Ok(Some((i, o))) => Ref::new(i, o),

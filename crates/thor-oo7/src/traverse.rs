@@ -195,7 +195,7 @@ impl<'s, T: Trace> Db<'s, T> {
     }
 
     /// Accesses an object (the one place where objects are read).
-    #[inline]
+    #[inline(always)]
     pub fn get<C: thor_client::Class>(&mut self, r: Ref<C>) -> Result<View<'s, C>, Oo7Error> {
         self.trace.access(r.oref());
         Ok(self.s.get(r)?)

@@ -292,3 +292,17 @@ fn bulk_load_writes_pages_and_allocation_continues_after_it() {
     assert_eq!(n, 1000);
     assert_eq!(cur, last);
 }
+
+#[test]
+fn a_read_only_commit_writes_no_log_record() {
+    let e = Engine::create(arc(MemDisk::new()), small_opts()).unwrap();
+    install_class(&e);
+    let before = e.stats();
+    let out = e.commit(CommitRequest::default()).unwrap();
+    let after = e.stats();
+    assert_eq!(out.lsn.0, 1, "after the last durable commit (the class's)");
+    assert_eq!(after.log_fsyncs, before.log_fsyncs, "no fsync");
+    assert_eq!(after.log_bytes, before.log_bytes, "no record");
+    assert_eq!(after.commits, before.commits + 1);
+    assert_eq!(after.read_only_commits, 1);
+}
