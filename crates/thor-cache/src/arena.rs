@@ -24,11 +24,18 @@ use std::ptr::NonNull;
 /// Alignment of the arena: frames start on cache-line boundaries, so objects (4-aligned within
 /// their pages) are 4-aligned in memory and a frame never shares a line with another.
 const ALIGN: usize = 64;
+/// The alignment the arena is allocated with. The system allocator hands zeroed memory out
+/// without writing it (fresh pages from the kernel) only for alignments up to 16; a larger one
+/// makes it write every byte (64 MiB of memset per session). So the arena is allocated with
+/// this alignment and `ALIGN - ALLOC_ALIGN` spare bytes, and its base rounded up.
+const ALLOC_ALIGN: usize = 16;
 
 /// See the module documentation.
 pub struct Arena {
-    /// Start of the allocation.
+    /// Start of the frames (`ALIGN`-aligned, inside the allocation).
     base: NonNull<u8>,
+    /// Start of the allocation, for freeing it.
+    alloc: NonNull<u8>,
     /// Bytes allocated: `frames * page_size`.
     len: usize,
     /// Bytes per frame.
@@ -49,17 +56,25 @@ impl std::fmt::Debug for Arena {
 }
 
 impl Arena {
+    fn layout(len: usize) -> Layout {
+        Layout::from_size_align(len + ALIGN - ALLOC_ALIGN, ALLOC_ALIGN).expect("valid arena layout")
+    }
+
     /// An arena of `frames` zeroed frames of `page_size` bytes. `frames` may be 0.
     pub fn new(frames: usize, page_size: usize) -> Arena {
         let len = frames.checked_mul(page_size).expect("arena size overflows");
         if len == 0 {
-            return Arena { base: NonNull::dangling(), len, page_size };
+            return Arena { base: NonNull::dangling(), alloc: NonNull::dangling(), len, page_size };
         }
-        let layout = Layout::from_size_align(len, ALIGN).expect("valid arena layout");
+        let layout = Self::layout(len);
         // SAFETY: `layout` has a non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
-        let base = NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        Arena { base, len, page_size }
+        let alloc = NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        let pad = ptr.align_offset(ALIGN);
+        debug_assert!(pad <= ALIGN - ALLOC_ALIGN);
+        // SAFETY: `pad` is less than the spare bytes allocated, so the frames stay inside.
+        let base = unsafe { alloc.add(pad) };
+        Arena { base, alloc, len, page_size }
     }
 
     /// Number of frames.
@@ -181,9 +196,8 @@ impl Arena {
 impl Drop for Arena {
     fn drop(&mut self) {
         if self.len > 0 {
-            let layout = Layout::from_size_align(self.len, ALIGN).expect("valid arena layout");
             // SAFETY: allocated in `new` with this layout and not freed before.
-            unsafe { dealloc(self.base.as_ptr(), layout) }
+            unsafe { dealloc(self.alloc.as_ptr(), Self::layout(self.len)) }
         }
     }
 }
