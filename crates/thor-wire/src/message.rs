@@ -364,6 +364,24 @@ impl ReplyBody {
     }
 }
 
+/// Appends one frame of `size` payload bytes (already checked against every limit), written by
+/// `write`, to `out`.
+fn encode_frame(
+    size: usize,
+    kind: u16,
+    id: u64,
+    max_frame_bytes: usize,
+    out: &mut Vec<u8>,
+    write: impl FnOnce(&mut Vec<u8>),
+) -> Result<(), WireError> {
+    check_frame_size(size, max_frame_bytes)?;
+    out.reserve(size);
+    let start = frame::begin(out);
+    write(out);
+    debug_assert_eq!(out.len() - start, size);
+    frame::finish(out, start, kind, id, max_frame_bytes)
+}
+
 fn put_orefs(out: &mut Vec<u8>, orefs: &[Oref]) {
     out.put_u32(orefs.len() as u32);
     for o in orefs {
@@ -461,12 +479,9 @@ impl Request {
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
         let size = self.frame_bytes()?;
-        check_frame_size(size, max_frame_bytes)?;
-        out.reserve(size);
-        let start = frame::begin(out);
-        self.write_payload(out);
-        debug_assert_eq!(out.len() - start, size);
-        frame::finish(out, start, self.body.kind(), id, max_frame_bytes)
+        encode_frame(size, self.body.kind(), id, max_frame_bytes, out, |out| {
+            self.write_payload(out)
+        })
     }
 
     /// This request's frame with request id `id`, within the largest frame size.
@@ -625,12 +640,9 @@ impl Reply {
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
         let size = self.frame_bytes()?;
-        check_frame_size(size, max_frame_bytes)?;
-        out.reserve(size);
-        let start = frame::begin(out);
-        self.write_payload(out);
-        debug_assert_eq!(out.len() - start, size);
-        frame::finish(out, start, self.body.kind(), id, max_frame_bytes)
+        encode_frame(size, self.body.kind(), id, max_frame_bytes, out, |out| {
+            self.write_payload(out)
+        })
     }
 
     /// This reply's frame with request id `id`, within the largest frame size.

@@ -513,16 +513,8 @@ impl Hac {
                 }
                 // The target overflowed (or there was none yet): the victim becomes the
                 // target and the rest of its kept objects are compacted inside it.
-                core.frames[v as usize] = FrameMeta {
-                    kind: FrameKind::Compacted,
-                    page: 0,
-                    installed_head: NIL,
-                    installed: 0,
-                    objects: 0,
-                    used: 0,
-                    pins: 0,
-                    modified: 0,
-                };
+                core.frames[v as usize] =
+                    FrameMeta { kind: FrameKind::Compacted, ..FrameMeta::FREE };
                 self.restamp(v);
                 self.target = v;
                 in_place = true;
