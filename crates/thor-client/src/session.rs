@@ -1006,24 +1006,25 @@ impl Inner {
 
     /// The bytes of entry `i` as they go to the server: references unswizzled, references to
     /// created objects tagged with their index in the commit.
-    fn export(&mut self, i: u32, serials: &FxHashMap<u32, u32>, out: &mut Vec<u8>) {
+    fn export(&self, i: u32, serials: &FxHashMap<u32, u32>) -> Vec<u8> {
         let core = &self.cache.core;
         let loc = core.entries[i as usize].loc;
         let size = core.object_size(loc);
-        core.arena.copy_out(loc as usize, size, out);
-        let desc = core.class(core.class_word(loc)).cloned().expect("loaded class");
+        let mut out = Vec::new();
+        core.arena.copy_out(loc as usize, size, &mut out);
+        let desc = core.class(core.class_word(loc)).expect("loaded class");
         let tag = |w: u32| match serials.get(&w) {
             Some(&k) => RawRef::tagged_word(k),
             None => w,
         };
-        let header = thor_core::le::u32_at(out, 0);
-        thor_core::le::put_u32(out, 0, tag(header));
-        let mut offs = Vec::new();
-        desc.for_each_ref_offset(out, |o| offs.push(o));
-        for off in offs {
-            let w = core.ref_word(loc, off);
-            thor_core::le::put_u32(out, off, tag(w));
-        }
+        let header = thor_core::le::u32_at(&out, 0);
+        thor_core::le::put_u32(&mut out, 0, tag(header));
+        // The reference offsets come from the cached object (same layout as the copy).
+        let obj = core.arena.bytes(loc as usize, size);
+        desc.for_each_ref_offset(obj, |off| {
+            thor_core::le::put_u32(&mut out, off, tag(core.ref_word(loc, off)));
+        });
+        out
     }
 
     fn commit(&mut self) -> Result<CommitInfo, ClientError> {
@@ -1037,23 +1038,22 @@ impl Inner {
             .collect();
         let mut reads: Vec<Oref> = Vec::with_capacity(self.cache.core.reads.len());
         self.cache.core.reads.for_each(|o| reads.push(o));
-        let mut buf = Vec::new();
         let mut versions = Vec::with_capacity(self.tx.modified.len());
         let modified = std::mem::take(&mut self.tx.modified);
         let mut shipped = 0u64;
         for &i in &modified {
-            self.export(i, &serials, &mut buf);
-            shipped += buf.len() as u64;
+            let bytes = self.export(i, &serials);
+            shipped += bytes.len() as u64;
             let oref =
                 Oref::from_raw(self.cache.core.entries[i as usize].oref).expect("stored object");
-            versions.push((oref, Bytes::copy_from_slice(&buf)));
+            versions.push((oref, Bytes::from(bytes)));
         }
         let created_entries = std::mem::take(&mut self.tx.created);
         let mut created = Vec::with_capacity(created_entries.len());
         for &i in &created_entries {
-            self.export(i, &serials, &mut buf);
-            shipped += buf.len() as u64;
-            created.push(Bytes::copy_from_slice(&buf));
+            let bytes = self.export(i, &serials);
+            shipped += bytes.len() as u64;
+            created.push(Bytes::from(bytes));
         }
         self.tx.modified = modified;
         self.tx.created = created_entries;

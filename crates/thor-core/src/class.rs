@@ -282,14 +282,14 @@ impl ClassDesc {
     }
 }
 
-/// Checks every reference word of `obj` (of class `desc`) with `check`, and the object's shape.
-/// Used by servers to refuse objects whose references are not stored orefs.
-pub fn check_refs(
+/// Calls `check` with every reference word of `obj`, an object of class `desc` that has passed
+/// [`ClassDesc::check_shape`], and stops at the first error. Used by servers to refuse objects
+/// whose references name no object.
+pub fn check_refs<E>(
     desc: &ClassDesc,
     obj: &[u8],
-    mut check: impl FnMut(RawRef) -> Result<(), &'static str>,
-) -> Result<(), &'static str> {
-    desc.check_shape(obj)?;
+    mut check: impl FnMut(RawRef) -> Result<(), E>,
+) -> Result<(), E> {
     let mut result = Ok(());
     desc.for_each_ref_offset(obj, |off| {
         if result.is_ok() {

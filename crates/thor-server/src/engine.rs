@@ -914,35 +914,27 @@ impl Inner {
         n_created: usize,
         what: impl Fn() -> String,
     ) -> Result<(), EngineError> {
-        let mut refs = Vec::new();
-        check_refs(desc, obj, |r| {
-            refs.push(r);
-            Ok(())
-        })
-        .map_err(|why| InvalidCommit::BadShape { what: what(), why })?;
-        for r in refs {
-            match r {
-                RawRef::Tagged(t) if (t as usize) < n_created => {}
-                RawRef::Tagged(t) => {
-                    return Err(InvalidCommit::BadReference {
+        desc.check_shape(obj).map_err(|why| InvalidCommit::BadShape { what: what(), why })?;
+        check_refs(desc, obj, |r| match r {
+            RawRef::Tagged(t) if (t as usize) < n_created => Ok(()),
+            RawRef::Tagged(t) => Err(InvalidCommit::BadReference {
+                what: what(),
+                why: format!("created object #{t} does not exist"),
+            }
+            .into()),
+            RawRef::Oref(o) if o.is_null() => Ok(()),
+            RawRef::Oref(o) => {
+                if self.exists(st, o)? {
+                    Ok(())
+                } else {
+                    Err(InvalidCommit::BadReference {
                         what: what(),
-                        why: format!("created object #{t} does not exist"),
+                        why: format!("{o:?} does not exist"),
                     }
-                    .into());
-                }
-                RawRef::Oref(o) if o.is_null() => {}
-                RawRef::Oref(o) => {
-                    if !self.exists(st, o)? {
-                        return Err(InvalidCommit::BadReference {
-                            what: what(),
-                            why: format!("{o:?} does not exist"),
-                        }
-                        .into());
-                    }
+                    .into())
                 }
             }
-        }
-        Ok(())
+        })
     }
 
     /// Gives orefs to `created`, in order, at the tail. `lsn` is the commit's LSN (for the
@@ -1148,10 +1140,9 @@ impl Inner {
             if self.failed.load(Relaxed) {
                 return;
             }
-            if let Err(e) = self.flush_round() {
+            if self.flush_round().is_err() {
                 // The engine is marked failed (write errors) or a page is corrupt; either way
                 // commits waiting for space must hear about it rather than hang.
-                let _ = e;
                 self.failed.store(true, Relaxed);
                 self.mob_space.notify_all();
                 return;
