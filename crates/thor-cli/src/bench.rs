@@ -24,7 +24,7 @@ use clap::{Args, Subcommand};
 use thor_core::le::put_u32;
 use thor_core::{ClassDesc, Oref, PageId, VarKind};
 use thor_net::{ClientConfig, LocalTransport, NetConfig, Server, TcpTransport};
-use thor_server::{CommitRequest, Engine, EngineOptions, Handler, HandlerConfig};
+use thor_server::{CommitRequest, Engine, EngineOptions};
 use thor_storage::FileDisk;
 use thor_wire::{Commit, ReplyBody, Request, RequestBody};
 
@@ -525,7 +525,7 @@ fn net(b: NetBench) -> Result<()> {
     for p in &pages {
         db.engine.fetch(*p)?;
     }
-    let handler = Arc::new(Handler::new(db.engine.clone(), HandlerConfig::default())?);
+    let handler = db.engine.clone();
     let net = NetConfig { worker_threads: b.server_threads, ..NetConfig::default() };
     let server = Server::start("127.0.0.1:0", handler.clone(), net)?;
     let addr = server.local_addr();

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, ensure};
 use clap::Args;
 use thor_client::{PolicyConfig, Ref, Session, SessionConfig};
 use thor_net::{ClientConfig, LocalTransport};
-use thor_server::{Engine, EngineOptions, Handler, HandlerConfig};
+use thor_server::{Engine, EngineOptions};
 use thor_storage::FileDisk;
 
 /// Run the demo.
@@ -35,7 +35,7 @@ thor_client::class! {
     var bytes;
 }
 
-fn server(path: &std::path::Path) -> Result<Arc<Handler>> {
+fn server(path: &std::path::Path) -> Result<Arc<Engine>> {
     let disk = Arc::new(FileDisk::open_dir(path, true)?);
     let opts = EngineOptions::default();
     let engine = match Engine::open(disk.clone(), opts.clone()) {
@@ -43,10 +43,10 @@ fn server(path: &std::path::Path) -> Result<Arc<Handler>> {
         Err(thor_server::EngineError::NotADatabase) => Engine::create(disk, opts)?,
         Err(e) => return Err(e.into()),
     };
-    Ok(Arc::new(Handler::new(Arc::new(engine), HandlerConfig::default())?))
+    Ok(Arc::new(engine))
 }
 
-fn session(h: &Arc<Handler>, cache_bytes: usize, policy: PolicyConfig) -> Result<Session> {
+fn session(h: &Arc<Engine>, cache_bytes: usize, policy: PolicyConfig) -> Result<Session> {
     let t = LocalTransport::connect(h.clone(), &ClientConfig::default())?;
     Ok(Session::new(
         Box::new(t),
@@ -87,7 +87,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let h = server(&path)?;
     println!(
         "  page size {} bytes; clients use the in-process transport (no socket)",
-        h.engine().page_size()
+        h.page_size()
     );
 
     // 1. One transaction creates a ring of people and points the root at it.
@@ -176,14 +176,14 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let sum = walk(&r, n)?;
     let p0 = r.get(r.root::<Person>(0)?)?.get(Person::age);
     ensure!(p0 == before, "the committed age survived the restart");
-    let e = h.engine().stats();
+    let e = h.stats();
     println!(
         "5. after a restart the ring is intact (sum of ages {sum}); recovery left {} versions in \
          the MOB, checkpoint at LSN {}",
         e.mob_entries, e.checkpoint
     );
-    h.engine().flush_all().context("flushing")?;
-    let e = h.engine().stats();
+    h.flush_all().context("flushing")?;
+    let e = h.stats();
     println!(
         "6. the flusher installed them: {} pages written, {:.1} versions per page write",
         e.pages_written, e.write_absorption

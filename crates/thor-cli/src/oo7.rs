@@ -575,8 +575,8 @@ struct MinCache {
 fn database_bytes(e: &Endpoint) -> Option<u64> {
     match e {
         Endpoint::Embedded(h) => {
-            let st = h.engine().stats();
-            Some(u64::from(st.pages_allocated) * h.engine().page_size() as u64)
+            let st = h.stats();
+            Some(u64::from(st.pages_allocated) * h.page_size() as u64)
         }
         Endpoint::Tcp { .. } => None,
     }

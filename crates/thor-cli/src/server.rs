@@ -18,7 +18,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use thor_net::{NetConfig, Server};
 use thor_server::limits::SESSIONS_MAX_DEFAULT;
-use thor_server::{Engine, EngineError, EngineOptions, Handler, HandlerConfig};
+use thor_server::{Engine, EngineError, EngineOptions, ProtocolConfig};
 use thor_storage::FileDisk;
 use tracing::{info, warn};
 
@@ -68,8 +68,9 @@ fn token(args: &ServerArgs) -> Result<Vec<u8>> {
     Ok(t)
 }
 
-fn open_engine(args: &ServerArgs) -> Result<Engine> {
-    let opts = EngineOptions { page_size: args.page_kb * 1024, ..EngineOptions::default() };
+fn open_engine(args: &ServerArgs, protocol: ProtocolConfig) -> Result<Engine> {
+    let opts =
+        EngineOptions { page_size: args.page_kb * 1024, protocol, ..EngineOptions::default() };
     if !args.create && !args.dir.is_dir() {
         bail!("{} does not exist; pass --create to create a database there", args.dir.display());
     }
@@ -109,19 +110,19 @@ pub fn run(args: ServerArgs) -> Result<()> {
         .try_init();
 
     let token = token(&args)?;
-    let engine = Arc::new(open_engine(&args)?);
-    let config = HandlerConfig {
+    let config = ProtocolConfig {
         token,
         sessions_max: args.max_connections,
         max_frame_bytes: args.max_frame_mb << 20,
     };
+    config.validate()?;
     let auth = !config.token.is_empty();
-    let handler = Arc::new(Handler::new(engine.clone(), config)?);
+    let engine = Arc::new(open_engine(&args, config)?);
     let net = NetConfig {
         idle_timeout: Duration::from_secs(args.idle_timeout_s),
         ..NetConfig::default()
     };
-    let server = Server::start(&args.listen, handler.clone(), net)?;
+    let server = Server::start(&args.listen, engine.clone(), net)?;
     info!(
         "listening on {} (database {}, server id {}, {} KiB pages, authentication {}, at most {} connections)",
         server.local_addr(),
@@ -134,17 +135,21 @@ pub fn run(args: ServerArgs) -> Result<()> {
     server.wait_for_signal()?;
     info!("signal received: shutting down");
     server.shutdown()?;
-    let s = handler.stats();
+    let s = engine.server_stats();
     info!(
         "served {} sessions: {} requests, {} commits, {} fetches, {} protocol errors",
         s.sessions_opened, s.requests, s.commits, s.fetches, s.protocol_errors
     );
-    drop(handler);
-    match engine.flush_all() {
-        Ok(()) => info!("the MOB is installed; stopped"),
-        Err(e) => {
-            warn!("installing the MOB failed ({e}); the log will be replayed at the next start")
-        }
+    // Every connection is closed, so this is the last reference: close checkpoints (installs
+    // the MOB, truncates the log) so that the next start replays nothing.
+    match Arc::try_unwrap(engine) {
+        Ok(engine) => match engine.close() {
+            Ok(()) => info!("checkpointed (the MOB is installed, the log truncated); stopped"),
+            Err(e) => {
+                warn!("checkpointing failed ({e}); the log will be replayed at the next start")
+            }
+        },
+        Err(engine) => drop(engine),
     }
     Ok(())
 }

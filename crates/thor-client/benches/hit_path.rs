@@ -15,7 +15,7 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use thor_client::{PolicyConfig, Ref, Session, SessionConfig};
 use thor_net::{ClientConfig, LocalTransport};
-use thor_server::{Engine, EngineOptions, Handler, HandlerConfig};
+use thor_server::{Engine, EngineOptions};
 use thor_storage::MemDisk;
 
 thor_client::class! {
@@ -30,7 +30,7 @@ thor_client::class! {
 /// Objects in the ring: 10,000 objects of 40 bytes, about 50 pages of 8 KB.
 const N: usize = 10_000;
 
-fn session(h: &Arc<Handler>, policy: PolicyConfig) -> Session {
+fn session(h: &Arc<Engine>, policy: PolicyConfig) -> Session {
     let t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
     Session::new(
         Box::new(t),
@@ -42,7 +42,7 @@ fn session(h: &Arc<Handler>, policy: PolicyConfig) -> Session {
 fn hit_path(c: &mut Criterion) {
     let opts = EngineOptions { background_flusher: false, ..EngineOptions::default() };
     let engine = Arc::new(Engine::create(Arc::new(MemDisk::new()), opts).unwrap());
-    let h = Arc::new(Handler::new(engine, HandlerConfig::default()).unwrap());
+    let h = engine;
     {
         let s = session(&h, PolicyConfig::Fpc);
         let refs: Vec<Ref<Node>> = (0..N)

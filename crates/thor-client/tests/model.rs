@@ -21,7 +21,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use thor_client::{HacParams, PolicyConfig, Ref, Refs, Session, SessionConfig, View};
 use thor_net::{ClientConfig, LocalTransport};
-use thor_server::{Engine, EngineOptions, Handler, HandlerConfig};
+use thor_server::{Engine, EngineOptions};
 use thor_storage::MemDisk;
 
 thor_client::class! {
@@ -117,19 +117,13 @@ fn payload(seed: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| seed.wrapping_mul(31).wrapping_add(i as u8)).collect()
 }
 
-fn server() -> Arc<Handler> {
+fn server() -> Arc<Engine> {
     let opts =
         EngineOptions { page_size: PAGE, background_flusher: false, ..EngineOptions::default() };
-    let engine = Arc::new(Engine::create(Arc::new(MemDisk::new()), opts).unwrap());
-    Arc::new(Handler::new(engine, HandlerConfig::default()).unwrap())
+    Arc::new(Engine::create(Arc::new(MemDisk::new()), opts).unwrap())
 }
 
-fn session(
-    h: &Arc<Handler>,
-    policy: PolicyConfig,
-    cache_bytes: usize,
-    background: bool,
-) -> Session {
+fn session(h: &Arc<Engine>, policy: PolicyConfig, cache_bytes: usize, background: bool) -> Session {
     let t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
     Session::new(
         Box::new(t),
@@ -140,7 +134,7 @@ fn session(
 
 /// Loads the graph with a roomy cache and a directory of all nodes in root slot 0; returns the
 /// model.
-fn load(h: &Arc<Handler>, g: &Graph) -> Vec<NodeModel> {
+fn load(h: &Arc<Engine>, g: &Graph) -> Vec<NodeModel> {
     let s = session(h, PolicyConfig::Fpc, 8 << 20, true);
     let mut refs = Vec::new();
     let mut model = Vec::new();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use thor_client::{ClientError, PolicyConfig, Ref, Refs, Session, SessionConfig};
 use thor_net::{ClientConfig, LocalTransport};
-use thor_server::{Engine, EngineOptions, Handler, HandlerConfig};
+use thor_server::{Engine, EngineOptions};
 use thor_storage::MemDisk;
 
 thor_client::class! {
@@ -27,13 +27,12 @@ thor_client::class! {
     var refs<Person>;
 }
 
-fn server(page_size: usize) -> Arc<Handler> {
+fn server(page_size: usize) -> Arc<Engine> {
     let opts = EngineOptions { page_size, background_flusher: false, ..EngineOptions::default() };
-    let engine = Arc::new(Engine::create(Arc::new(MemDisk::new()), opts).unwrap());
-    Arc::new(Handler::new(engine, HandlerConfig::default()).unwrap())
+    Arc::new(Engine::create(Arc::new(MemDisk::new()), opts).unwrap())
 }
 
-fn session(h: &Arc<Handler>, policy: PolicyConfig, cache_bytes: usize) -> Session {
+fn session(h: &Arc<Engine>, policy: PolicyConfig, cache_bytes: usize) -> Session {
     let t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
     Session::new(Box::new(t), SessionConfig { cache_bytes, policy, background_replacement: true })
         .unwrap()

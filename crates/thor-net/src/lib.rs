@@ -1,32 +1,45 @@
 //! thor-net: thor's network edge — the only crate with sockets.
 //!
-//! - [`server`]: the tokio TCP server around `thor_server::Handler`: one task per connection,
-//!   a bounded number of connections, per-connection frame limit, idle and frame timeouts,
-//!   graceful shutdown, commits on blocking threads. [`Server`] runs it on a runtime of its own
-//!   for synchronous programs (`thor server`, tests, benchmarks); [`serve`] runs it on yours.
 //! - [`client`]: [`TcpTransport`], the synchronous client transport (`std::net`, one blocking
 //!   socket per session, `TCP_NODELAY`), which opens its session with `Hello` on connect.
-//! - [`local`]: [`LocalTransport`], the in-process transport that calls the handler directly.
+//!   Always built; it depends on the wire protocol only.
+//! - [`server`] (feature `server`): the tokio TCP server around the server core's embedded
+//!   driver (`thor_server::Engine`): one task per connection and a frame reader beside it,
+//!   per-connection and server-wide frame limits, idle and frame timeouts, graceful shutdown,
+//!   disk reads on the blocking pool. [`Server`] runs it on a runtime of its own for synchronous
+//!   programs (`thor server`, tests, benchmarks); [`serve`] runs it on yours.
+//! - [`local`] (feature `server`): [`LocalTransport`], the in-process transport that steps the
+//!   engine's core directly.
+//!
+//! A program that only connects to servers depends on this crate without the `server` feature
+//! and links neither the server engine nor tokio.
 //!
 //! Both transports implement `thor_wire::Transport`, so the client library does not know which
 //! it has.
 //!
 //! ```text
 //!  thor-client ──Transport──┬── TcpTransport ══ TCP ══► Server (tokio) ──┐
-//!                           └── LocalTransport ─────────────────────────┴─► Handler ─► Engine
+//!                           └── LocalTransport ─────────────────────────┴─► Engine ─► Core
 //! ```
 //!
 //! *Architecture invariant:* no protocol logic here. Framing and decoding are thor-wire's;
-//! sessions, authentication and the mapping of requests to the engine are the handler's. This
-//! crate moves bytes, bounds time and memory per connection, and closes connections.
+//! sessions, authentication and the meaning of requests are the server core's. This crate
+//! moves bytes, bounds time and memory per connection and across connections, and closes
+//! connections.
 
 pub mod client;
+#[cfg(feature = "server")]
 pub mod error;
 pub mod limits;
+#[cfg(feature = "server")]
 pub mod local;
+#[cfg(feature = "server")]
 pub mod server;
 
 pub use client::{ClientConfig, TcpTransport};
+#[cfg(feature = "server")]
 pub use error::NetError;
+#[cfg(feature = "server")]
 pub use local::LocalTransport;
-pub use server::{NetConfig, Server, serve, shutdown_signal};
+#[cfg(feature = "server")]
+pub use server::{NetConfig, NetStats, Server, serve, shutdown_signal};

@@ -26,9 +26,10 @@ pub const CLOSE_LINGER: Duration = Duration::from_secs(2);
 /// Most bytes read and discarded while lingering on a closing connection.
 pub const CLOSE_LINGER_BYTES_MAX: u64 = 1 << 20;
 
-/// Refusals (`Error(Busy)` to connections beyond the limit) being written at once. Beyond this
-/// a flood of connections is dropped without a word, so that refusing costs bounded memory.
-pub const REFUSALS_IN_FLIGHT_MAX: usize = 64;
+/// Default bound on frame bytes held at once across all connections: four of the largest
+/// frames the protocol allows (64 MiB each), so that a few huge commits proceed side by side
+/// while hundreds of connections cannot make the server hold hundreds of frames.
+pub const IN_FLIGHT_BYTES_MAX_DEFAULT: usize = 4 * thor_wire::limits::FRAME_BYTES_MAX;
 
 /// The read buffer of a connection: several small requests (or a pipelined batch) per system
 /// call, and small enough to multiply by the session limit.
@@ -42,11 +43,6 @@ pub const FRAME_BUFFER_INITIAL_BYTES: usize = 16 << 10;
 /// A connection keeps its reply buffer between replies up to this capacity (a page reply fits);
 /// a larger one (a big `CommitOk`) is freed after use.
 pub const REPLY_BUFFER_KEEP_BYTES: usize = 64 << 10;
-
-/// Blocking threads kept beyond one per session: commits wait for the log's fsync on blocking
-/// threads (one per committing session, so that group commit sees them all), and a few more
-/// keep fetches that read the disk from queueing behind them.
-pub const BLOCKING_THREADS_SPARE: usize = 16;
 
 /// A client's default connection timeout.
 pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);

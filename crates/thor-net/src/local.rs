@@ -1,8 +1,10 @@
-//! The in-process transport: a client session that calls the server's handler directly.
+//! The in-process transport: a client session with an embedded server in the same process.
 //!
-//! No socket, no encoding and no extra thread: `send` runs the request through the handler on
-//! the caller's thread and keeps the reply until `recv`. It is what `thor demo` and embedded
-//! experiments use, and the baseline the TCP transport's overhead is measured against.
+//! No socket, no encoding and no extra thread: `send` steps the server's core on the caller's
+//! thread (and performs any disk read it needs right there), and the reply waits in this
+//! session's queue until `recv`. A commit's reply arrives once the engine's log writer made it
+//! durable, so `recv` may wait for it. It is what `thor demo` and embedded experiments use, and
+//! the baseline the TCP transport's overhead is measured against.
 //!
 //! It enforces what a TCP connection would: requests over a protocol limit or the server's
 //! frame size are refused ([`thor_wire::Request::frame_bytes`] computes the size without
@@ -12,7 +14,8 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use thor_server::{Handler, HandlerError, Session};
+use parking_lot::{Condvar, Mutex};
+use thor_server::{ConnId, Engine, ReplySink};
 use thor_wire::limits::IN_FLIGHT_MAX;
 use thor_wire::{
     ErrorCode, Reply, ReplyBody, Request, ServerInfo, Transport, TransportError, WireError,
@@ -20,49 +23,86 @@ use thor_wire::{
 
 use crate::client::{ClientConfig, hello, hello_outcome};
 
-/// A session with a handler in the same process.
-#[derive(Debug)]
-pub struct LocalTransport {
-    /// The server's handler.
-    handler: Arc<Handler>,
-    /// This client's session at the handler.
-    session: Session,
-    /// What the server said in `HelloOk`.
-    info: ServerInfo,
-    /// Replies computed by `send` and not yet taken by `recv`, oldest first.
-    replies: VecDeque<Reply>,
-    /// Set once the handler closed the session: further sends fail as on a closed socket.
-    closed: bool,
+/// Replies waiting for `recv`, oldest first (at most `IN_FLIGHT_MAX` plus a final error).
+#[derive(Debug, Default)]
+struct Inbox {
+    /// (request id, reply, close after it).
+    replies: Mutex<VecDeque<(u64, Reply, bool)>>,
+    /// Signalled when a reply arrives.
+    arrived: Condvar,
 }
 
-impl LocalTransport {
-    /// Opens a session with `handler` (`Hello` with `config`'s token and name; the timeouts do
-    /// not apply). Fails with [`TransportError::Refused`] as a TCP connection would.
-    pub fn connect(
-        handler: Arc<Handler>,
-        config: &ClientConfig,
-    ) -> Result<LocalTransport, TransportError> {
-        let mut session = handler.open_session().map_err(|e| match e {
-            HandlerError::Busy { .. } => refused(handler.busy_reply()),
-            other => {
-                TransportError::Refused { code: ErrorCode::Internal, message: other.to_string() }
-            }
-        })?;
-        let response = handler.handle(&mut session, hello(config));
-        let info = hello_outcome(response.reply)?;
-        Ok(LocalTransport { handler, session, info, replies: VecDeque::new(), closed: false })
+impl ReplySink for Inbox {
+    fn deliver(&self, id: u64, reply: Reply, close: bool) {
+        self.replies.lock().push_back((id, reply, close));
+        self.arrived.notify_one();
     }
+}
 
-    /// The handler this transport talks to.
-    pub fn handler(&self) -> &Arc<Handler> {
-        &self.handler
+impl Inbox {
+    fn wait(&self) -> (u64, Reply, bool) {
+        let mut q = self.replies.lock();
+        loop {
+            if let Some(r) = q.pop_front() {
+                return r;
+            }
+            self.arrived.wait(&mut q);
+        }
     }
+}
+
+/// A session with an engine in the same process.
+#[derive(Debug)]
+pub struct LocalTransport {
+    /// The server.
+    engine: Arc<Engine>,
+    /// The core's name for this session's connection.
+    conn: ConnId,
+    /// Where the core puts this session's replies.
+    inbox: Arc<Inbox>,
+    /// What the server said in `HelloOk`.
+    info: ServerInfo,
+    /// The next request id.
+    next_id: u64,
+    /// Requests sent and not yet received.
+    in_flight: usize,
+    /// Set once the server closed the session: further sends fail as on a closed socket.
+    closed: bool,
 }
 
 fn refused(reply: Reply) -> TransportError {
     match reply.body {
         ReplyBody::Error { code, message } => TransportError::Refused { code, message },
         other => TransportError::Unexpected(other.name().to_owned()),
+    }
+}
+
+impl LocalTransport {
+    /// Opens a session with `engine` (`Hello` with `config`'s token and name; the timeouts do
+    /// not apply). Fails with [`TransportError::Refused`] as a TCP connection would.
+    pub fn connect(
+        engine: Arc<Engine>,
+        config: &ClientConfig,
+    ) -> Result<LocalTransport, TransportError> {
+        let inbox = Arc::new(Inbox::default());
+        let conn = engine.connect(inbox.clone());
+        if let Some((_, reply, true)) = inbox.replies.lock().pop_front() {
+            engine.disconnect(conn);
+            return Err(refused(reply));
+        }
+        let work = engine.request(conn, 1, hello(config));
+        engine.settle(work);
+        let (_, reply, close) = inbox.wait();
+        if close {
+            engine.disconnect(conn);
+        }
+        let info = hello_outcome(reply)?;
+        Ok(LocalTransport { engine, conn, inbox, info, next_id: 2, in_flight: 0, closed: false })
+    }
+
+    /// The engine this transport talks to.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
     }
 }
 
@@ -75,7 +115,7 @@ impl Transport for LocalTransport {
         if self.closed {
             return Err(TransportError::Closed);
         }
-        if self.replies.len() >= IN_FLIGHT_MAX {
+        if self.in_flight >= IN_FLIGHT_MAX {
             return Err(TransportError::TooManyInFlight { max: IN_FLIGHT_MAX });
         }
         let size = req.frame_bytes().map_err(TransportError::BadRequest)?;
@@ -86,13 +126,32 @@ impl Transport for LocalTransport {
                 max,
             }));
         }
-        let response = self.handler.handle(&mut self.session, req.clone());
-        self.closed = response.close;
-        self.replies.push_back(response.reply);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.in_flight += 1;
+        let work = self.engine.request(self.conn, id, req.clone());
+        self.engine.settle(work);
         Ok(())
     }
 
     fn recv(&mut self) -> Result<Reply, TransportError> {
-        self.replies.pop_front().ok_or(TransportError::NothingInFlight)
+        if self.in_flight == 0 {
+            return Err(TransportError::NothingInFlight);
+        }
+        let (_, reply, close) = self.inbox.wait();
+        self.in_flight -= 1;
+        if close {
+            self.closed = true;
+            if let ReplyBody::Error { code: ErrorCode::ShuttingDown, .. } = reply.body {
+                return Err(refused(reply));
+            }
+        }
+        Ok(reply)
+    }
+}
+
+impl Drop for LocalTransport {
+    fn drop(&mut self) {
+        self.engine.disconnect(self.conn);
     }
 }

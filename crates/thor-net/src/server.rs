@@ -1,26 +1,36 @@
-//! The TCP server: tokio around the synchronous request handler.
+//! The TCP server: tokio around the server core's embedded driver ([`thor_server::Engine`]).
 //!
 //! ```text
-//!  accept loop ──► handler.open_session() ──ok──► connection task (one per connection)
-//!       │                    └──busy──► refusal task: Error(Busy), close
-//!       │
-//!  connection task:  loop {
-//!       wait for a frame's first byte      (idle timeout; shutdown ends the wait)
-//!       read the rest of the frame         (frame timeout; length checked first)
-//!       parse + decode                     (error → Error reply, close)
-//!       handler.handle(session, request)   (Commit on a blocking thread, the rest inline)
-//!       write the reply                    (write timeout)
-//!  }
+//!  accept loop ──► engine.connect(sink) ──► connection task (one per connection)
+//!                                              │
+//!   frame reader task ── read, check, decode ──┤ frames (a channel of one)
+//!   (idle and frame timeouts, size limits,     │
+//!    server-wide in-flight bytes)              ▼
+//!                          connection task:  select {
+//!                              shutdown,
+//!                              a reply from the core (its sink)  ── write it (close after it?)
+//!                              a frame ── engine.request(conn, id, req) ── work (disk reads)
+//!                                         on the blocking pool
+//!                          }
 //! ```
+//!
+//! The core answers through the connection's sink, now (a page-cache hit) or later (a commit,
+//! once the log's fsync made it durable; a fetch that read the disk). It keeps each
+//! connection's replies in request order and holds back a connection's later requests while
+//! one is deferred, so the connection task only moves frames.
 //!
 //! # Limits
 //!
-//! - *Connections:* the handler's session limit. A connection beyond it gets `Error(Busy)` with
-//!   request id 0 and is closed; at most [`REFUSALS_IN_FLIGHT_MAX`] refusals are written at once,
-//!   beyond that connections are dropped without a word.
-//! - *Frames:* the length word is checked against the handler's maximum frame size before
-//!   anything else is read; an oversized frame gets `Error(FrameTooLarge)` unread. A frame's
-//!   buffer grows with the bytes that arrive, not with the length announced.
+//! - *Connections:* the core's session limit. A connection beyond it gets `Error(Busy)` with
+//!   request id 0 and is closed.
+//! - *Frames:* before its session is open (`HelloOk` sent), a connection may send frames of at
+//!   most [`PRE_HELLO_FRAME_BYTES_MAX`]; after, the core's maximum frame size. The length word
+//!   is checked before anything else is read; an oversized frame gets `Error(FrameTooLarge)`
+//!   unread. A frame's buffer grows with the bytes that arrive, not with the length announced.
+//! - *Memory across connections:* a frame's bytes count against [`NetConfig::in_flight_bytes_max`]
+//!   from the moment its length is known until the request (and every slice of it the core
+//!   keeps, such as a commit waiting in the commit queue) is dropped. A connection whose frame
+//!   does not fit waits (its frame timeout has not started) until others' frames are done.
 //! - *Time:* a connection with no request for [`NetConfig::idle_timeout`] gets `Error(Timeout)`
 //!   and is closed; so does one whose frame takes longer than [`NetConfig::frame_timeout`] to
 //!   arrive once started (slowloris), or that does not read a reply within
@@ -33,45 +43,45 @@
 //!
 //! # Blocking work
 //!
-//! The handler is synchronous. A commit blocks until its log record is fsynced (a millisecond
-//! or more), so commits run on tokio's blocking pool with `spawn_blocking`: group commit needs
-//! concurrent commits to wait *concurrently*, one thread each, so a small dedicated pool would
-//! cap the group size, while the blocking pool grows to one thread per committing session (it is
-//! sized to the session limit plus [`BLOCKING_THREADS_SPARE`]). Every other request runs inline on
-//! the worker: a fetch is a page-cache lookup (about a microsecond) or one page read, and handing
-//! it to another thread would cost more than it does.
+//! No async worker touches the disk: the work a request leaves (reading a page the page cache
+//! lacks, for a fetch or a commit's validation) runs on tokio's blocking pool. Commits wait for
+//! durability without holding any thread: the engine's log writer reports them durable and the
+//! core answers them through their sinks.
 //!
 //! # Shutdown
 //!
-//! Shutdown stops accepting, lets every connection finish the request it is handling and send
-//! its reply, then sends `Error(ShuttingDown)` (id 0) to connections waiting for a request and
-//! closes them. A frame half received when shutdown begins is dropped unanswered.
+//! Shutdown stops accepting and stops reading requests; every connection sends the replies it
+//! is still owed for requests already handed to the core, then `Error(ShuttingDown)` (id 0),
+//! and closes. A frame half received when shutdown begins is dropped unanswered.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use bytes::Bytes;
-use thor_server::{Handler, Session};
+use thor_server::limits::PRE_HELLO_FRAME_BYTES_MAX;
+use thor_server::{ConnId, Engine, ReplySink};
 use thor_wire::limits::FRAME_BYTES_MAX;
-use thor_wire::{ErrorCode, Frame, Reply, Request, RequestBody, WireError, frame_size};
+use thor_wire::{ErrorCode, Frame, Reply, ReplyBody, Request, WireError, frame_size};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tokio::time::timeout;
 use tracing::{debug, info, warn};
 
 use crate::error::NetError;
 use crate::limits::{
-    ACCEPT_ERROR_PAUSE, BLOCKING_THREADS_SPARE, CLOSE_LINGER, CLOSE_LINGER_BYTES_MAX,
-    FRAME_BUFFER_INITIAL_BYTES, FRAME_TIMEOUT_DEFAULT, IDLE_TIMEOUT_DEFAULT, READ_BUFFER_BYTES,
-    REFUSALS_IN_FLIGHT_MAX, REPLY_BUFFER_KEEP_BYTES, WRITE_TIMEOUT_DEFAULT,
+    ACCEPT_ERROR_PAUSE, CLOSE_LINGER, CLOSE_LINGER_BYTES_MAX, FRAME_BUFFER_INITIAL_BYTES,
+    FRAME_TIMEOUT_DEFAULT, IDLE_TIMEOUT_DEFAULT, IN_FLIGHT_BYTES_MAX_DEFAULT, READ_BUFFER_BYTES,
+    REPLY_BUFFER_KEEP_BYTES, WRITE_TIMEOUT_DEFAULT,
 };
 
 /// Settings of the network server. The connection limit and the maximum frame size are the
-/// handler's (`thor_server::HandlerConfig`), so that every transport enforces the same ones.
+/// core's (`thor_server::ProtocolConfig`), so that every transport enforces the same ones.
 #[derive(Debug, Clone)]
 pub struct NetConfig {
     /// How long a connection may wait between requests before it is closed.
@@ -82,6 +92,9 @@ pub struct NetConfig {
     pub write_timeout: Duration,
     /// Worker threads of the runtime [`Server::start`] builds; 0 means one per core.
     pub worker_threads: usize,
+    /// Most bytes of received frames held at once across all connections (see the module
+    /// documentation). At least the core's maximum frame size, so that every frame fits.
+    pub in_flight_bytes_max: usize,
 }
 
 impl Default for NetConfig {
@@ -91,8 +104,20 @@ impl Default for NetConfig {
             frame_timeout: FRAME_TIMEOUT_DEFAULT,
             write_timeout: WRITE_TIMEOUT_DEFAULT,
             worker_threads: 0,
+            in_flight_bytes_max: IN_FLIGHT_BYTES_MAX_DEFAULT,
         }
     }
+}
+
+/// Counters of the network server.
+#[derive(Debug, Default)]
+pub struct NetStats {
+    /// Frame bytes held now (received, not yet dropped).
+    pub in_flight_bytes: AtomicUsize,
+    /// The most frame bytes ever held at once.
+    pub in_flight_bytes_peak: AtomicUsize,
+    /// Frames that waited for room under the in-flight bound.
+    pub frames_waited: AtomicU64,
 }
 
 /// The outcome of reading one frame.
@@ -111,56 +136,152 @@ enum Read {
     Io(std::io::Error),
 }
 
-/// Reads the rest of a frame whose first byte has arrived.
-async fn read_rest<R: AsyncBufRead + Unpin>(r: &mut R, max_frame_bytes: usize) -> Read {
-    let mut prefix = [0u8; 4];
-    let mut got = 0;
-    while got < prefix.len() {
-        match r.read(&mut prefix[got..]).await {
-            Ok(0) => return Read::Bad(WireError::TruncatedFrame { got, len: prefix.len() }),
-            Ok(n) => got += n,
-            Err(e) => return Read::Io(e),
-        }
+/// A received frame's buffer together with its share of the server-wide in-flight bound: the
+/// share is given back when the last slice of the frame is dropped.
+struct Held {
+    /// The frame.
+    buf: Vec<u8>,
+    /// Its permits under the bound.
+    _permit: OwnedSemaphorePermit,
+    /// Counters to update when it goes.
+    stats: Arc<NetStats>,
+}
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
     }
-    let size = match frame_size(prefix, max_frame_bytes) {
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.stats.in_flight_bytes.fetch_sub(self.buf.len(), Relaxed);
+    }
+}
+
+/// What the frame reader needs.
+struct ReaderCtx {
+    /// Settings.
+    cfg: Arc<NetConfig>,
+    /// The server-wide bound on frame bytes held.
+    budget: Arc<Semaphore>,
+    /// Counters.
+    stats: Arc<NetStats>,
+    /// The frame limit now: [`PRE_HELLO_FRAME_BYTES_MAX`] until the session opens.
+    max_frame: Arc<AtomicUsize>,
+}
+
+/// Reads the rest of a frame whose first byte has arrived.
+async fn read_rest<R: AsyncBufRead + Unpin>(r: &mut R, ctx: &ReaderCtx) -> Read {
+    let mut prefix = [0u8; 4];
+    let read_prefix = async {
+        let mut got = 0;
+        while got < prefix.len() {
+            match r.read(&mut prefix[got..]).await {
+                Ok(0) => return Err(Read::Bad(WireError::TruncatedFrame { got, len: 4 })),
+                Ok(n) => got += n,
+                Err(e) => return Err(Read::Io(e)),
+            }
+        }
+        Ok(())
+    };
+    match timeout(ctx.cfg.frame_timeout, read_prefix).await {
+        Err(_) => return Read::Slow,
+        Ok(Err(read)) => return read,
+        Ok(Ok(())) => {}
+    }
+    let size = match frame_size(prefix, ctx.max_frame.load(Relaxed)) {
         Ok(s) => s,
         Err(e) => return Read::Bad(e),
     };
+    // Room under the server-wide bound before the frame's bytes are read. The frame timeout
+    // does not run meanwhile: waiting here is the server's doing, not the client's.
+    let permit = match ctx.budget.clone().try_acquire_many_owned(size as u32) {
+        Ok(p) => p,
+        Err(_) => {
+            ctx.stats.frames_waited.fetch_add(1, Relaxed);
+            match ctx.budget.clone().acquire_many_owned(size as u32).await {
+                Ok(p) => p,
+                Err(_) => return Read::Eof,
+            }
+        }
+    };
+    let now = ctx.stats.in_flight_bytes.fetch_add(size, Relaxed) + size;
+    ctx.stats.in_flight_bytes_peak.fetch_max(now, Relaxed);
     let mut buf = Vec::with_capacity(size.min(FRAME_BUFFER_INITIAL_BYTES));
     buf.extend_from_slice(&prefix);
+    let held = |buf: Vec<u8>, permit| {
+        // `size` bytes are counted; the buffer holds at most that many.
+        let extra = size - buf.len();
+        ctx.stats.in_flight_bytes.fetch_sub(extra, Relaxed);
+        Held { buf, _permit: permit, stats: ctx.stats.clone() }
+    };
     // `take` + `read_to_end` grows the buffer as bytes arrive, never to the announced size
     // ahead of them.
-    if let Err(e) = (&mut *r).take((size - prefix.len()) as u64).read_to_end(&mut buf).await {
-        return Read::Io(e);
+    let mut body = (&mut *r).take((size - prefix.len()) as u64);
+    match timeout(ctx.cfg.frame_timeout, body.read_to_end(&mut buf)).await {
+        Err(_) => {
+            drop(held(buf, permit));
+            Read::Slow
+        }
+        Ok(Err(e)) => {
+            drop(held(buf, permit));
+            Read::Io(e)
+        }
+        Ok(Ok(_)) if buf.len() < size => {
+            let got = buf.len();
+            drop(held(buf, permit));
+            Read::Bad(WireError::TruncatedFrame { got, len: size })
+        }
+        Ok(Ok(_)) => Read::Frame(Bytes::from_owner(held(buf, permit))),
     }
-    if buf.len() < size {
-        return Read::Bad(WireError::TruncatedFrame { got: buf.len(), len: size });
-    }
-    Read::Frame(Bytes::from(buf))
 }
 
-/// Waits for the next frame under the idle timeout, then reads it under the frame timeout.
-async fn read_frame<R: AsyncBufRead + Unpin>(r: &mut R, max: usize, cfg: &NetConfig) -> Read {
-    match timeout(cfg.idle_timeout, r.fill_buf()).await {
+/// Waits for the next frame under the idle timeout, then reads it.
+async fn read_frame<R: AsyncBufRead + Unpin>(r: &mut R, ctx: &ReaderCtx) -> Read {
+    match timeout(ctx.cfg.idle_timeout, r.fill_buf()).await {
         Err(_) => return Read::Idle,
         Ok(Err(e)) => return Read::Io(e),
         Ok(Ok([])) => return Read::Eof,
         Ok(Ok(_)) => {}
     }
-    match timeout(cfg.frame_timeout, read_rest(r, max)).await {
-        Err(_) => Read::Slow,
-        Ok(read) => read,
+    // The frame timeout covers the length word and the body, not a wait for room under the
+    // in-flight bound (see `read_rest`).
+    read_rest(r, ctx).await
+}
+
+/// The frame reader of one connection: reads frames one after the other and hands each to the
+/// connection task (a channel of one, so it reads ahead by at most one frame).
+async fn frame_reader(mut r: BufReader<OwnedReadHalf>, ctx: ReaderCtx, tx: mpsc::Sender<Read>) {
+    loop {
+        let read = read_frame(&mut r, &ctx).await;
+        let last = !matches!(read, Read::Frame(_));
+        if tx.send(read).await.is_err() || last {
+            return;
+        }
     }
 }
 
-/// One connection's state in its task.
+/// The sink of a TCP connection: replies queue for its task (see [`ReplySink`] for the bound).
+struct TcpSink(mpsc::UnboundedSender<(u64, Reply, bool)>);
+
+impl ReplySink for TcpSink {
+    fn deliver(&self, id: u64, reply: Reply, close: bool) {
+        // The task is gone only when the connection is closed: nobody is left to answer.
+        let _ = self.0.send((id, reply, close));
+    }
+}
+
+/// One connection's writing side.
 struct Conn {
-    /// The socket, with a read buffer (writes go straight through).
-    stream: BufReader<TcpStream>,
+    /// The socket's sending half.
+    w: OwnedWriteHalf,
     /// The client's address, for logs.
     peer: SocketAddr,
-    /// The handler shared by all connections.
-    handler: Arc<Handler>,
+    /// The engine.
+    engine: Arc<Engine>,
+    /// The core's name for this connection.
+    id: ConnId,
     /// Settings.
     cfg: Arc<NetConfig>,
     /// Reused encoding buffer for replies.
@@ -187,10 +308,9 @@ impl Conn {
                 return false;
             }
         }
-        let sock = self.stream.get_mut();
-        match timeout(self.cfg.write_timeout, sock.write_all(&self.out)).await {
+        match timeout(self.cfg.write_timeout, self.w.write_all(&self.out)).await {
             Ok(Ok(())) => {
-                self.handler.note_traffic(0, self.out.len() as u64);
+                self.engine.note_traffic(0, self.out.len() as u64);
                 true
             }
             Ok(Err(e)) => {
@@ -203,27 +323,19 @@ impl Conn {
             }
         }
     }
-
-    /// Sends a final reply (if any), then closes with a linger (see the module documentation).
-    async fn close_with(mut self, id: u64, reply: Option<Reply>) {
-        if let Some(r) = reply
-            && !self.send(id, &r).await
-        {
-            return;
-        }
-        linger_close(self.stream).await;
-    }
 }
 
 /// Shuts down the sending side, then discards input until the client closes, for a bounded time
 /// and number of bytes.
-async fn linger_close<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut stream: S) {
+async fn linger_close(mut w: OwnedWriteHalf, r: Option<BufReader<OwnedReadHalf>>) {
     let _ = timeout(CLOSE_LINGER, async {
-        if stream.shutdown().await.is_err() {
+        if w.shutdown().await.is_err() {
             return;
         }
-        let mut sink = tokio::io::sink();
-        let _ = tokio::io::copy(&mut (&mut stream).take(CLOSE_LINGER_BYTES_MAX), &mut sink).await;
+        if let Some(mut r) = r {
+            let mut sink = tokio::io::sink();
+            let _ = tokio::io::copy(&mut (&mut r).take(CLOSE_LINGER_BYTES_MAX), &mut sink).await;
+        }
     })
     .await;
 }
@@ -236,109 +348,172 @@ async fn stopping(rx: &mut watch::Receiver<bool>) {
     }
 }
 
-async fn connection(mut conn: Conn, mut session: Session, mut shutdown: watch::Receiver<bool>) {
-    let max = conn.handler.max_frame_bytes();
-    loop {
-        let read = tokio::select! {
-            biased;
-            () = stopping(&mut shutdown) => {
-                let r = Reply::error(ErrorCode::ShuttingDown, "the server is shutting down");
-                return conn.close_with(0, Some(r)).await;
-            }
-            read = read_frame(&mut conn.stream, max, &conn.cfg) => read,
+/// Everything a connection task needs besides its socket.
+struct ConnShared {
+    engine: Arc<Engine>,
+    cfg: Arc<NetConfig>,
+    budget: Arc<Semaphore>,
+    stats: Arc<NetStats>,
+}
+
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<ConnShared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let (rd, w) = stream.into_split();
+    let (reply_tx, mut replies) = mpsc::unbounded_channel();
+    let engine = shared.engine.clone();
+    let id = engine.connect(Arc::new(TcpSink(reply_tx)));
+    let mut conn =
+        Conn { w, peer, engine: engine.clone(), id, cfg: shared.cfg.clone(), out: Vec::new() };
+    let max_frame = Arc::new(AtomicUsize::new(PRE_HELLO_FRAME_BYTES_MAX));
+    let ctx = ReaderCtx {
+        cfg: shared.cfg.clone(),
+        budget: shared.budget.clone(),
+        stats: shared.stats.clone(),
+        max_frame: max_frame.clone(),
+    };
+    let (frames_tx, mut frames) = mpsc::channel(1);
+    let reader =
+        tokio::spawn(frame_reader(BufReader::with_capacity(READ_BUFFER_BYTES, rd), ctx, frames_tx));
+    // Requests handed to the core and not answered yet.
+    let mut owed = 0usize;
+    let mut draining = false;
+    let close = |conn: Conn, reply: Option<Reply>, reader: tokio::task::JoinHandle<()>| async move {
+        let mut conn = conn;
+        reader.abort();
+        let sent = match reply {
+            Some(r) => conn.send(0, &r).await,
+            None => true,
         };
-        let bytes = match read {
-            Read::Frame(b) => b,
-            Read::Eof => return,
-            Read::Idle => {
-                let r = Reply::error(ErrorCode::Timeout, "no request within the idle timeout");
-                return conn.close_with(0, Some(r)).await;
+        conn.engine.disconnect(conn.id);
+        if sent {
+            linger_close(conn.w, None).await;
+        }
+    };
+    loop {
+        tokio::select! {
+            biased;
+            Some((rid, reply, close_after)) = replies.recv() => {
+                if rid != 0 {
+                    owed = owed.saturating_sub(1);
+                }
+                if matches!(reply.body, ReplyBody::HelloOk(_)) {
+                    max_frame.store(conn.engine.protocol().max_frame_bytes, Relaxed);
+                }
+                if !conn.send(rid, &reply).await {
+                    reader.abort();
+                    conn.engine.disconnect(conn.id);
+                    return;
+                }
+                if close_after {
+                    return close(conn, None, reader).await;
+                }
+                if draining && owed == 0 {
+                    let r = Reply::error(ErrorCode::ShuttingDown, "the server is shutting down");
+                    return close(conn, Some(r), reader).await;
+                }
             }
-            Read::Slow => {
-                let r = Reply::error(ErrorCode::Timeout, "the frame did not arrive in time");
-                return conn.close_with(0, Some(r)).await;
+            () = stopping(&mut shutdown), if !draining => {
+                draining = true;
+                if owed == 0 {
+                    let r = Reply::error(ErrorCode::ShuttingDown, "the server is shutting down");
+                    return close(conn, Some(r), reader).await;
+                }
             }
-            Read::Bad(e) => {
-                debug!(peer = %conn.peer, "bad frame: {e}");
-                let r = conn.handler.protocol_error(Some(&mut session), &e);
-                return conn.close_with(0, Some(r)).await;
+            Some(read) = frames.recv(), if !draining => {
+                let bytes = match read {
+                    Read::Frame(b) => b,
+                    Read::Eof => {
+                        reader.abort();
+                        conn.engine.disconnect(conn.id);
+                        return;
+                    }
+                    Read::Idle => {
+                        let r = Reply::error(ErrorCode::Timeout, "no request within the idle timeout");
+                        return close(conn, Some(r), reader).await;
+                    }
+                    Read::Slow => {
+                        let r = Reply::error(ErrorCode::Timeout, "the frame did not arrive in time");
+                        return close(conn, Some(r), reader).await;
+                    }
+                    Read::Bad(e) => {
+                        debug!(peer = %conn.peer, "bad frame: {e}");
+                        conn.engine.protocol_error(conn.id, 0, e);
+                        continue;
+                    }
+                    Read::Io(e) => {
+                        debug!(peer = %conn.peer, "read failed: {e}");
+                        reader.abort();
+                        conn.engine.disconnect(conn.id);
+                        return;
+                    }
+                };
+                conn.engine.note_traffic(bytes.len() as u64, 0);
+                let frame = match Frame::parse(bytes, max_frame.load(Relaxed)) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        debug!(peer = %conn.peer, "bad frame: {e}");
+                        conn.engine.protocol_error(conn.id, 0, e);
+                        continue;
+                    }
+                };
+                let rid = frame.id;
+                let req = match Request::decode(&frame) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        debug!(peer = %conn.peer, id = rid, "malformed request: {e}");
+                        conn.engine.protocol_error(conn.id, rid, e);
+                        continue;
+                    }
+                };
+                drop(frame);
+                owed += 1;
+                let work = conn.engine.request(conn.id, rid, req);
+                if !work.is_empty() {
+                    let engine = conn.engine.clone();
+                    tokio::task::spawn_blocking(move || engine.settle(work));
+                }
             }
-            Read::Io(e) => {
-                debug!(peer = %conn.peer, "read failed: {e}");
+            else => {
+                // The reader ended and no reply is pending.
+                conn.engine.disconnect(conn.id);
                 return;
             }
-        };
-        conn.handler.note_traffic(bytes.len() as u64, 0);
-        let frame = match Frame::parse(bytes, max) {
-            Ok(f) => f,
-            Err(e) => {
-                debug!(peer = %conn.peer, "bad frame: {e}");
-                let r = conn.handler.protocol_error(Some(&mut session), &e);
-                return conn.close_with(0, Some(r)).await;
-            }
-        };
-        let id = frame.id;
-        let req = match Request::decode(&frame) {
-            Ok(r) => r,
-            Err(e) => {
-                debug!(peer = %conn.peer, id, "malformed request: {e}");
-                let r = conn.handler.protocol_error(Some(&mut session), &e);
-                return conn.close_with(id, Some(r)).await;
-            }
-        };
-        let response = if matches!(req.body, RequestBody::Commit(_)) {
-            let handler = conn.handler.clone();
-            let job = tokio::task::spawn_blocking(move || {
-                let response = handler.handle(&mut session, req);
-                (session, response)
-            });
-            match job.await {
-                Ok((s, response)) => {
-                    session = s;
-                    response
-                }
-                Err(e) => {
-                    warn!(peer = %conn.peer, id, "the commit handler failed: {e}");
-                    let r = Reply::error(ErrorCode::Internal, "the server failed on this request");
-                    return conn.close_with(id, Some(r)).await;
-                }
-            }
-        } else {
-            conn.handler.handle(&mut session, req)
-        };
-        if response.close {
-            return conn.close_with(id, Some(response.reply)).await;
-        }
-        if !conn.send(id, &response.reply).await {
-            return;
         }
     }
 }
 
-/// Answers a connection beyond the limit with `Error(Busy)` and closes it.
-async fn refuse(stream: TcpStream, reply: Reply, handler: Arc<Handler>) {
-    let mut out = Vec::new();
-    let mut stream = stream;
-    if reply.encode(0, FRAME_BYTES_MAX, &mut out).is_ok()
-        && timeout(CLOSE_LINGER, stream.write_all(&out)).await.is_ok_and(|r| r.is_ok())
-    {
-        handler.note_traffic(0, out.len() as u64);
-    }
-    linger_close(stream).await;
-}
-
-/// Serves `handler` on `listener` until `shutdown` completes, then shuts down gracefully (see
+/// Serves `engine` on `listener` until `shutdown` completes, then shuts down gracefully (see
 /// the module documentation) and returns once every connection is closed. Runs on the caller's
-/// tokio runtime; commits need its blocking pool.
+/// tokio runtime; reads of pages the page cache lacks need its blocking pool.
 pub async fn serve(
     listener: TcpListener,
-    handler: Arc<Handler>,
+    engine: Arc<Engine>,
     config: NetConfig,
     shutdown: impl Future<Output = ()>,
 ) {
-    let cfg = Arc::new(config);
+    serve_with_stats(listener, engine, config, Arc::new(NetStats::default()), shutdown).await
+}
+
+async fn serve_with_stats(
+    listener: TcpListener,
+    engine: Arc<Engine>,
+    config: NetConfig,
+    stats: Arc<NetStats>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let max_frame = engine.protocol().max_frame_bytes;
+    let budget = config.in_flight_bytes_max.max(max_frame).min(Semaphore::MAX_PERMITS);
+    let shared = Arc::new(ConnShared {
+        engine,
+        cfg: Arc::new(config),
+        budget: Arc::new(Semaphore::new(budget)),
+        stats,
+    });
     let (stop_tx, stop_rx) = watch::channel(false);
-    let refusals = Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT_MAX));
     let mut tasks = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -352,29 +527,8 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    match handler.open_session() {
-                        Ok(session) => {
-                            debug!(%peer, "connection accepted");
-                            let conn = Conn {
-                                stream: BufReader::with_capacity(READ_BUFFER_BYTES, stream),
-                                peer,
-                                handler: handler.clone(),
-                                cfg: cfg.clone(),
-                                out: Vec::new(),
-                            };
-                            tasks.spawn(connection(conn, session, stop_rx.clone()));
-                        }
-                        Err(e) => {
-                            debug!(%peer, "connection refused: {e}");
-                            if let Ok(permit) = refusals.clone().try_acquire_owned() {
-                                let (reply, h) = (handler.busy_reply(), handler.clone());
-                                tasks.spawn(async move {
-                                    refuse(stream, reply, h).await;
-                                    drop(permit);
-                                });
-                            }
-                        }
-                    }
+                    debug!(%peer, "connection accepted");
+                    tasks.spawn(connection(stream, peer, shared.clone(), stop_rx.clone()));
                 }
                 Err(e) => {
                     warn!("accept failed: {e}");
@@ -417,8 +571,7 @@ pub async fn shutdown_signal() -> std::io::Result<()> {
 /// so call them from synchronous code, not from inside another tokio runtime.
 ///
 /// Shutdown returns once every connection is closed: after the requests in flight are answered
-/// and each closing connection has lingered (at most [`CLOSE_LINGER`], less if its client
-/// closes its end).
+/// and each closing connection has lingered (at most [`CLOSE_LINGER`]).
 #[derive(Debug)]
 pub struct Server {
     /// The runtime the server's tasks run on.
@@ -429,17 +582,18 @@ pub struct Server {
     stop: Option<oneshot::Sender<()>>,
     /// The accept loop; completes when every connection is closed.
     task: Option<tokio::task::JoinHandle<()>>,
+    /// Counters.
+    stats: Arc<NetStats>,
+    /// Whether shutdown ran.
+    stopped: AtomicBool,
 }
 
 impl Server {
-    /// Starts serving `handler` on `addr` (use port 0 for any free port; see
+    /// Starts serving `engine` on `addr` (use port 0 for any free port; see
     /// [`Server::local_addr`]).
-    pub fn start(addr: &str, handler: Arc<Handler>, config: NetConfig) -> Result<Server, NetError> {
+    pub fn start(addr: &str, engine: Arc<Engine>, config: NetConfig) -> Result<Server, NetError> {
         let mut builder = tokio::runtime::Builder::new_multi_thread();
-        builder
-            .enable_all()
-            .thread_name("thor-net")
-            .max_blocking_threads(handler.config().sessions_max + BLOCKING_THREADS_SPARE);
+        builder.enable_all().thread_name("thor-net");
         if config.worker_threads > 0 {
             builder.worker_threads(config.worker_threads);
         }
@@ -451,15 +605,29 @@ impl Server {
             .local_addr()
             .map_err(|source| NetError::Bind { addr: addr.to_owned(), source })?;
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = runtime.spawn(serve(listener, handler, config, async move {
-            let _ = stopped.await;
-        }));
-        Ok(Server { runtime: Some(runtime), local_addr, stop: Some(stop), task: Some(task) })
+        let stats = Arc::new(NetStats::default());
+        let task =
+            runtime.spawn(serve_with_stats(listener, engine, config, stats.clone(), async move {
+                let _ = stopped.await;
+            }));
+        Ok(Server {
+            runtime: Some(runtime),
+            local_addr,
+            stop: Some(stop),
+            task: Some(task),
+            stats,
+            stopped: AtomicBool::new(false),
+        })
     }
 
     /// The address the server listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The network counters.
+    pub fn stats(&self) -> &NetStats {
+        &self.stats
     }
 
     /// Blocks until the process receives Ctrl-C or SIGTERM.
@@ -477,6 +645,9 @@ impl Server {
     }
 
     fn stop_now(&mut self) -> Result<(), NetError> {
+        if self.stopped.swap(true, Relaxed) {
+            return Ok(());
+        }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -485,7 +656,7 @@ impl Server {
             result = rt.block_on(task).map_err(|e| NetError::Task(e.to_string()));
         }
         if let Some(rt) = self.runtime.take() {
-            // Every connection task has ended; only idle blocking threads remain.
+            // Every connection task has ended; only blocking reads may remain.
             rt.shutdown_timeout(Duration::from_secs(1));
         }
         result

@@ -11,7 +11,7 @@ use common::*;
 use thor_core::PageId;
 use thor_core::checksum::Crc32c;
 use thor_net::NetConfig;
-use thor_server::HandlerConfig;
+use thor_server::ProtocolConfig;
 use thor_wire::{ErrorCode, Hello, Request, RequestBody, Transport};
 
 static PANICS: AtomicUsize = AtomicUsize::new(0);
@@ -49,14 +49,13 @@ fn bad_input_is_answered_and_disconnected_while_others_are_served() {
     }));
 
     let db = Db::new();
-    let engine = db.create();
     // A per-connection frame limit of 1 MiB, far below the protocol's 64 MiB.
-    let config = HandlerConfig {
+    let config = ProtocolConfig {
         token: TOKEN.to_vec(),
         max_frame_bytes: 1 << 20,
-        ..HandlerConfig::default()
+        ..ProtocolConfig::default()
     };
-    let (handler, server) = serve(engine, config, NetConfig::default());
+    let (handler, server) = serve(db.create_with(config), NetConfig::default());
     let addr = server.local_addr();
 
     // A good client with some data, connected for the whole test.
@@ -68,7 +67,7 @@ fn bad_input_is_answered_and_disconnected_while_others_are_served() {
         (0..200).map(|i| item(class.raw(), 0, i, b"payload")).collect(),
     );
     let before = all_pages(&mut good);
-    let stats_before = handler.stats();
+    let stats_before = handler.server_stats();
 
     let fetch = Request::new(RequestBody::Fetch { page: PageId::FIRST });
     let mut bad_crc = fetch.to_frame(4).unwrap();
@@ -178,7 +177,7 @@ fn bad_input_is_answered_and_disconnected_while_others_are_served() {
     drop(s);
 
     assert_eq!(all_pages(&mut good), before, "no data changed");
-    let after = handler.stats();
+    let after = handler.server_stats();
     assert_eq!(after.commits, stats_before.commits);
     assert_eq!(after.objects_created, stats_before.objects_created);
     assert_eq!(after.auth_failures - stats_before.auth_failures, 2);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::*;
 use thor_core::{PageId, builtin};
 use thor_net::{NetConfig, TcpTransport};
-use thor_server::HandlerConfig;
+use thor_server::ProtocolConfig;
 use thor_wire::{ErrorCode, ReplyBody, Request, RequestBody, Transport, TransportError};
 
 fn fetch_req(page: PageId) -> Request {
@@ -19,8 +19,8 @@ fn fetch_req(page: PageId) -> Request {
 #[test]
 fn connections_beyond_the_limit_are_refused_with_busy() {
     let db = Db::new();
-    let config = HandlerConfig { sessions_max: 2, ..HandlerConfig::default() };
-    let (handler, server) = serve(db.create(), config, NetConfig::default());
+    let config = ProtocolConfig { sessions_max: 2, ..ProtocolConfig::default() };
+    let (handler, server) = serve(db.create_with(config), NetConfig::default());
     let addr = server.local_addr();
     let mut a = connect(addr, b"");
     let b = connect(addr, b"");
@@ -48,7 +48,7 @@ fn connections_beyond_the_limit_are_refused_with_busy() {
         }
     }
     fetch(c.as_mut().expect("a slot was freed"), PageId::FIRST);
-    assert!(handler.stats().sessions_refused >= 2);
+    assert!(handler.server_stats().sessions_refused >= 2);
     drop((a, c, s));
     server.shutdown().unwrap();
 }
@@ -61,7 +61,7 @@ fn idle_and_slow_connections_are_timed_out() {
         frame_timeout: Duration::from_millis(100),
         ..NetConfig::default()
     };
-    let (_handler, server) = serve(db.create(), HandlerConfig::default(), net);
+    let (_handler, server) = serve(db.create(), net);
     let addr = server.local_addr();
 
     // Idle: a session that sends nothing more after Hello.
@@ -96,8 +96,8 @@ fn idle_and_slow_connections_are_timed_out() {
 #[test]
 fn the_client_transport_pipelines_and_checks_its_requests() {
     let db = Db::new();
-    let config = HandlerConfig { max_frame_bytes: 64 << 10, ..HandlerConfig::default() };
-    let (_handler, server) = serve(db.create(), config, NetConfig::default());
+    let config = ProtocolConfig { max_frame_bytes: 64 << 10, ..ProtocolConfig::default() };
+    let (_handler, server) = serve(db.create_with(config), NetConfig::default());
     let mut t = connect(server.local_addr(), b"");
     assert_eq!(t.server().max_frame_bytes, 64 << 10);
     assert_eq!(t.server().root, builtin::ROOT);
@@ -151,7 +151,7 @@ fn the_client_transport_pipelines_and_checks_its_requests() {
 fn shutdown_answers_in_flight_requests_and_closes_idle_connections() {
     let db = Db::new();
     let engine = db.create();
-    let (handler, server) = serve(engine, HandlerConfig::default(), NetConfig::default());
+    let (handler, server) = serve(engine, NetConfig::default());
     let addr = server.local_addr();
     let mut busy = connect(addr, b"");
     let class = commit_ok(&mut busy, vec![], vec![item_class().to_class_object()])[0];
@@ -175,11 +175,11 @@ fn shutdown_answers_in_flight_requests_and_closes_idle_connections() {
     stopper.join().unwrap().unwrap();
     assert!(std::net::TcpStream::connect(addr).is_err(), "no longer listening");
 
-    let stats = handler.stats();
+    let stats = handler.server_stats();
     assert_eq!(stats.commits, 1 + committed.is_some() as u64);
     drop(handler);
     let engine = db.open();
-    let (_h, server) = serve(engine, HandlerConfig::default(), NetConfig::default());
+    let (_h, server) = serve(engine, NetConfig::default());
     let mut t = connect(server.local_addr(), b"");
     if let Some(oref) = committed {
         assert_eq!(seq_of(&read(&mut t, oref)), 42);

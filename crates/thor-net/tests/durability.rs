@@ -10,7 +10,7 @@ use common::*;
 use thor_core::le::{put_u32, u32_at};
 use thor_core::{Oref, PageId, PageView, builtin};
 use thor_net::NetConfig;
-use thor_server::{Engine, EngineOptions, HandlerConfig};
+use thor_server::{Engine, EngineOptions};
 use thor_storage::MemDisk;
 use thor_wire::Transport;
 
@@ -41,7 +41,7 @@ fn walk(t: &mut dyn Transport) -> Vec<u32> {
 fn objects_survive_a_server_restart() {
     const N: u32 = 300;
     let db = Db::new();
-    let (handler, server) = serve(db.create(), HandlerConfig::default(), NetConfig::default());
+    let (handler, server) = serve(db.create(), NetConfig::default());
     let mut t = connect(server.local_addr(), b"");
     // One commit creates the class, a linked list of N items whose class and next words are
     // tagged references to objects of the same commit, and points the root at the head.
@@ -71,7 +71,7 @@ fn objects_survive_a_server_restart() {
     drop(handler); // the last reference to the engine: its flusher stops, files close
 
     // A new engine on the same directory, a new listener, a new connection.
-    let (_handler, server) = serve(db.open(), HandlerConfig::default(), NetConfig::default());
+    let (_handler, server) = serve(db.open(), NetConfig::default());
     let mut t = connect(server.local_addr(), b"");
     assert_eq!(walk(&mut t), (0..N).collect::<Vec<_>>());
     let after = all_pages(&mut t);
@@ -91,7 +91,7 @@ fn an_acknowledged_commit_survives_a_power_failure() {
     for seed in 0..4u64 {
         let disk = MemDisk::new();
         let engine = Arc::new(Engine::create(Arc::new(disk.clone()), opts.clone()).unwrap());
-        let (handler, server) = serve(engine, HandlerConfig::default(), NetConfig::default());
+        let (handler, server) = serve(engine, NetConfig::default());
         let mut t = connect(server.local_addr(), b"");
         let class = commit_ok(&mut t, vec![], vec![item_class().to_class_object()])[0];
         let mut acked = Vec::new();
@@ -106,7 +106,7 @@ fn an_acknowledged_commit_survives_a_power_failure() {
         drop(handler);
 
         let engine = Arc::new(Engine::open(Arc::new(disk.clone()), opts.clone()).unwrap());
-        let (_handler, server) = serve(engine, HandlerConfig::default(), NetConfig::default());
+        let (_handler, server) = serve(engine, NetConfig::default());
         let mut t = connect(server.local_addr(), b"");
         for (oref, i) in acked {
             assert_eq!(seq_of(&read(&mut t, oref)), i, "seed {seed}: acknowledged commit lost");

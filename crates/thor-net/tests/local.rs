@@ -8,18 +8,18 @@ use std::sync::Arc;
 use common::*;
 use thor_core::{PageId, builtin};
 use thor_net::{ClientConfig, LocalTransport};
-use thor_server::{Handler, HandlerConfig};
+use thor_server::{Engine, ProtocolConfig};
 use thor_wire::{ErrorCode, ReplyBody, Request, RequestBody, Transport, TransportError};
 
-fn handler(config: HandlerConfig) -> (Db, Arc<Handler>) {
+fn handler(config: ProtocolConfig) -> (Db, Arc<Engine>) {
     let db = Db::new();
-    let h = Arc::new(Handler::new(db.create(), config).unwrap());
+    let h = db.create_with(config);
     (db, h)
 }
 
 #[test]
 fn the_local_transport_commits_and_fetches_like_tcp() {
-    let (_db, h) = handler(HandlerConfig::default());
+    let (_db, h) = handler(ProtocolConfig::default());
     let mut t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
     assert_eq!(t.server().root, builtin::ROOT);
     assert_eq!(t.server().page_size, 4096);
@@ -33,7 +33,7 @@ fn the_local_transport_commits_and_fetches_like_tcp() {
     assert_eq!(next_of(&first), objs[1].raw());
     // The same bytes as the engine has.
     let page = objs[0].page().unwrap();
-    assert_eq!(&fetch(&mut t, page)[..], &h.engine().fetch(page).unwrap()[..]);
+    assert_eq!(&fetch(&mut t, page)[..], &h.fetch(page).unwrap()[..]);
     // Pipelining works the same way.
     t.send(&Request::new(RequestBody::Fetch { page: PageId::FIRST })).unwrap();
     t.send(&Request::new(RequestBody::Stats)).unwrap();
@@ -47,7 +47,8 @@ fn the_local_transport_commits_and_fetches_like_tcp() {
 
 #[test]
 fn the_local_transport_enforces_tokens_limits_and_frame_sizes() {
-    let config = HandlerConfig { token: b"k".to_vec(), sessions_max: 1, max_frame_bytes: 64 << 10 };
+    let config =
+        ProtocolConfig { token: b"k".to_vec(), sessions_max: 1, max_frame_bytes: 64 << 10 };
     let (_db, h) = handler(config);
     let wrong = ClientConfig { token: b"x".to_vec(), ..ClientConfig::default() };
     match LocalTransport::connect(h.clone(), &wrong) {

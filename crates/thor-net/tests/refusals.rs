@@ -8,7 +8,6 @@ use common::*;
 use thor_core::le::put_u32;
 use thor_core::{ClassDesc, Oid, Oref, PageId, VarKind, builtin};
 use thor_net::NetConfig;
-use thor_server::HandlerConfig;
 use thor_wire::{RefusedCode, ReplyBody, Request, Transport};
 
 fn refusal(t: &mut dyn Transport, req: &Request) -> RefusedCode {
@@ -21,7 +20,7 @@ fn refusal(t: &mut dyn Transport, req: &Request) -> RefusedCode {
 #[test]
 fn invalid_commits_are_refused_with_their_code_and_change_nothing() {
     let db = Db::new();
-    let (handler, server) = serve(db.create(), HandlerConfig::default(), NetConfig::default());
+    let (handler, server) = serve(db.create(), NetConfig::default());
     let mut t = connect(server.local_addr(), b"");
     let class = commit_ok(&mut t, vec![], vec![item_class().to_class_object()])[0];
     let other_class = ClassDesc::new("test.Pair", 8, &[0, 1], VarKind::None).unwrap();
@@ -31,7 +30,7 @@ fn invalid_commits_are_refused_with_their_code_and_change_nothing() {
     let good = item(class.raw(), 0, 9, b"abc");
     let nowhere = Oref::new(PageId::new(3000).unwrap(), Oid::new(1).unwrap());
     let pages_before = all_pages(&mut t);
-    let commits_before = handler.stats().commits;
+    let commits_before = handler.server_stats().commits;
 
     let cases: Vec<(&str, Request, RefusedCode)> = vec![
         (
@@ -128,7 +127,7 @@ fn invalid_commits_are_refused_with_their_code_and_change_nothing() {
     }
     // The session is still usable and the store unchanged.
     assert_eq!(all_pages(&mut t), pages_before);
-    let st = handler.stats();
+    let st = handler.server_stats();
     assert_eq!(st.commits, commits_before);
     assert_eq!(st.commits_refused, cases.len() as u64);
     // A correct commit still goes through.

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use thor_client::{PolicyConfig, Session, SessionConfig};
 use thor_net::{ClientConfig, LocalTransport, TcpTransport};
-use thor_server::{Engine, EngineOptions, Handler, HandlerConfig};
+use thor_server::{Engine, EngineOptions};
 use thor_storage::FileDisk;
 use thor_wire::Transport;
 
@@ -69,7 +69,7 @@ impl std::str::FromStr for Workload {
 #[derive(Debug, Clone)]
 pub enum Endpoint {
     /// A server in this process, over the in-process transport.
-    Embedded(Arc<Handler>),
+    Embedded(Arc<Engine>),
     /// A `thor server` over TCP.
     Tcp {
         /// Its address.
@@ -80,12 +80,9 @@ pub enum Endpoint {
 }
 
 /// Opens the database in `dir` on an embedded server.
-pub fn open_embedded(dir: &Path) -> Result<Arc<Handler>, Oo7Error> {
+pub fn open_embedded(dir: &Path) -> Result<Arc<Engine>, Oo7Error> {
     let disk = Arc::new(FileDisk::open_dir(dir, false)?);
-    let engine = Arc::new(Engine::open(disk, EngineOptions::default())?);
-    Handler::new(engine, HandlerConfig::default())
-        .map(Arc::new)
-        .map_err(|e| Oo7Error::BadParams(e.to_string()))
+    Ok(Arc::new(Engine::open(disk, EngineOptions::default())?))
 }
 
 /// A new session at `endpoint`.

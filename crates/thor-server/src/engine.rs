@@ -1,35 +1,35 @@
-//! The storage engine of a thor server: commits, fetches, the flusher and recovery.
+//! The embedded server: the core driven by threads, with a blocking API.
+//!
+//! An [`Engine`] owns a [`Core`] behind a mutex and performs its effects. Every caller steps
+//! the core on its own thread for as long as the core's own work takes (a page-cache hit, a
+//! validation) and does its I/O after unlocking: no disk read, write or fsync ever happens
+//! while the core is locked.
 //!
 //! ```text
-//!            commit(versions, created)                         fetch(page)
-//!                   │                                              │
-//!   validate against classes, allocate orefs,            page cache ─or─ page file
-//!   patch references, append the log record                         │
-//!                   │                                     + pending MOB versions
-//!         group commit: wait until durable                          │
-//!                   │                                            page bytes
-//!          publish into the MOB (LSN order)
-//!                   │
-//!   flusher: oldest MOB pages ─► installation reads ─► apply all versions per page
-//!            ─► double-write buffer ─► page file ─► superblock checkpoint ─► log truncation
+//!   callers (embedded API, LocalTransport, TCP connection tasks)
+//!      │ lock ─ Core::step ─ route effects ─ unlock
+//!      │   Reply ──────────► the connection's ReplySink (a queue; never blocks)
+//!      │   Done ───────────► the waiting caller's slot
+//!      │   Append ─────────► log.append (in memory: the core bounds unsynced bytes)
+//!      │   Read ───────────► returned to the caller as Work: it reads the page unlocked
+//!      │   Install/Checkpoint► the installer thread's queue
+//!      ▼
+//!   log writer thread:  wait for appends ─► log.sync (write + fsync) ─► step Durable
+//!   installer thread:   install round or checkpoint ─► step Installed / Checkpointed;
+//!                       a Tick every 100 ms when idle (idle installation)
 //! ```
 //!
-//! # Invariants
+//! *Group commit:* commits append under the lock and return; the one log writer thread syncs
+//! everything appended since its last fsync, so each fsync carries every commit that arrived
+//! during the previous one, and no committing client holds a thread while it waits.
 //!
-//! - *Acknowledged means durable:* [`Engine::commit`] returns only after the commit's record is
-//!   fsynced; nothing reads a commit (the MOB holds only published records) before that.
-//! - *Objects keep their class and size for life.* A version must have the class and size of the
-//!   object it replaces, so installing versions never overflows a page and the flusher cannot
-//!   fail because of what a client sent. Collections grow by allocating a bigger object.
-//! - *Allocation is sequential:* new objects go to the tail page in creation order, then to the
-//!   next page; pages are opened in LSN order. This is the clustering OO7 relies on.
-//! - *Checkpoint:* every record below the superblock's checkpoint LSN is installed in the page
-//!   file, and every page up to the superblock's allocation page has an image on disk. Pages
-//!   after it are *fresh*: recovery rebuilds them from empty with the log, which still holds
-//!   every record that created an object in them (the MOB pins creation records, see
-//!   [`crate::mob::MobEntry::pin`]).
-//! - *A failed write stops the engine:* after a storage error on the log or page file nothing
-//!   more is accepted ([`EngineError::Failed`]); reopening recovers from the log.
+//! *Without threads* ([`EngineOptions::background_flusher`] false) the caller performs every
+//! effect itself before the call returns: reads, install rounds, checkpoints and the log's
+//! fsync (concurrent callers share fsyncs through the log's own group commit). Tests use this
+//! for determinism; the behaviour is the same.
+//!
+//! *Shutdown* ([`Engine::close`], or dropping the engine) installs everything in the MOB and
+//! truncates the log, so that the next open replays nothing.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -37,27 +37,23 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
-use rustc_hash::{FxHashMap, FxHashSet};
-use thor_core::class::check_refs;
-use thor_core::le::{put_u32, u32_at};
-use thor_core::limits::{OFFSET_ENTRY_BYTES, PAGE_HEADER_BYTES, is_valid_page_size};
-use thor_core::{
-    ClassDesc, FormatError, Lsn, Oid, Oref, PageId, PageMut, PageView, RawRef, ServerId, builtin,
-    page,
+use rustc_hash::FxHashMap;
+use thor_core::{FormatError, Oref, PageId, PageMut, PageView, ServerId, page};
+use thor_storage::{Disk, LogOptions, StorageError};
+use thor_wire::{Reply, Request, RequestBody, WireError};
+use tracing::warn;
+
+use crate::core::install::FlushReport;
+use crate::core::store::{CommitIn, CommitOutcome, empty_page};
+use crate::core::{
+    BulkDone, ConnId, Core, CoreConfig, CoreStats, DirectOp, DirectResult, DriverCounters, Effect,
+    Input, ProtocolConfig, Ticket,
 };
-use thor_storage::{Disk, Log, LogOptions, PageFile, StorageError};
-
-use crate::dwb::DoubleWrite;
 use crate::error::{EngineError, InvalidCommit};
+use crate::io::{self, Clock, CommitLog, DiskSide, SystemClock};
 use crate::limits;
-use crate::mob::{Mob, entry_cost};
-use crate::pagecache::PageCache;
-use crate::record::{self, RecordObject};
-use crate::superblock::{self, Superblock};
-
-/// The page file's name in a database directory.
-pub const PAGE_FILE: &str = "pages";
 
 /// Settings of an engine. `page_size` and `server_id` matter only when creating a database.
 #[derive(Debug, Clone)]
@@ -66,20 +62,21 @@ pub struct EngineOptions {
     pub page_size: usize,
     /// The id of a new database's server.
     pub server_id: ServerId,
-    /// Memory budget of the MOB; commits wait for the flusher beyond it.
+    /// Memory budget of the MOB; commits wait for installation beyond it.
     pub mob_bytes: usize,
     /// Memory budget of the page cache.
     pub page_cache_bytes: usize,
-    /// Pages installed per flusher round.
+    /// Pages installed per round.
     pub flush_batch_pages: usize,
-    /// The flusher starts when the MOB exceeds this percentage of its budget.
+    /// Installation starts when the MOB exceeds this percentage of its budget.
     pub flush_start_percent: usize,
-    /// Whether to run the flusher on a background thread. Without it, callers drive flushing
-    /// with [`Engine::flush_round`] (deterministic tests) and commits that find the MOB full
-    /// flush in the foreground.
+    /// Whether to run the log writer and installer threads. Without them every call performs
+    /// its own I/O before returning (deterministic tests).
     pub background_flusher: bool,
     /// Settings of the transaction log.
     pub log: LogOptions,
+    /// Sessions: token, connection limit, frame limit.
+    pub protocol: ProtocolConfig,
 }
 
 impl Default for EngineOptions {
@@ -93,15 +90,28 @@ impl Default for EngineOptions {
             flush_start_percent: limits::FLUSH_START_PERCENT,
             background_flusher: true,
             log: LogOptions::default(),
+            protocol: ProtocolConfig::default(),
         }
     }
 }
 
-/// A commit: new versions of existing objects and newly created objects.
-///
-/// Reference words in any object (and the class word of a created object) may be tagged
-/// ([`RawRef::Tagged`]) with an index into `created`: the engine allocates the created objects
-/// in order and replaces those words by their orefs.
+impl EngineOptions {
+    fn core_config(&self) -> CoreConfig {
+        CoreConfig {
+            mob_bytes: self.mob_bytes,
+            page_cache_bytes: self.page_cache_bytes,
+            flush_batch_pages: self.flush_batch_pages,
+            flush_start_percent: self.flush_start_percent,
+            idle_flush_after_us: limits::IDLE_FLUSH_AFTER_US,
+            log_buffer_bytes: self.log.buffer_bytes_max,
+            record_bytes_max: self.log.record_bytes_max,
+            protocol: self.protocol.clone(),
+        }
+    }
+}
+
+/// A commit: new versions of existing objects and newly created objects (see
+/// [`CommitIn`], which this converts into without copying).
 #[derive(Debug, Clone, Default)]
 pub struct CommitRequest {
     /// New versions: the object's oref and its complete new bytes.
@@ -110,378 +120,229 @@ pub struct CommitRequest {
     pub created: Vec<Vec<u8>>,
 }
 
-/// What a successful commit did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommitOutcome {
-    /// The commit's log sequence number (its place in the serial order of this server).
-    pub lsn: Lsn,
-    /// The orefs given to the created objects, in request order.
-    pub created: Vec<Oref>,
+impl From<CommitRequest> for CommitIn {
+    fn from(r: CommitRequest) -> CommitIn {
+        CommitIn {
+            versions: r.versions.into_iter().map(|(o, v)| (o, Bytes::from(v))).collect(),
+            created: r.created.into_iter().map(Bytes::from).collect(),
+        }
+    }
 }
 
-/// What one flusher round did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FlushReport {
-    /// Pages written.
-    pub pages: usize,
-    /// Versions installed into them.
-    pub versions: usize,
-    /// Pages that had to be read from disk first.
-    pub installation_reads: usize,
-    /// The checkpoint after the round.
-    pub checkpoint: Lsn,
+/// Counters of everything the engine does.
+pub type EngineStats = CoreStats;
+
+/// Where the replies to one connection go. Called with the core locked: it must not block
+/// (a queue push). The core sends each connection at most one reply per request it
+/// received, and a connection has at most `IN_FLIGHT_MAX` requests in flight, so a queue per
+/// connection holds at most that many (plus one final error) replies.
+pub trait ReplySink: Send + Sync {
+    /// Takes the reply to request `id` (0: no request); `close` asks the driver to close the
+    /// connection after sending it.
+    fn deliver(&self, id: u64, reply: Reply, close: bool);
 }
 
-/// Counters of everything the engine does, as of one moment.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct EngineStats {
-    /// Commits acknowledged.
-    pub commits: u64,
-    /// Of those, read-only ones (acknowledged without a log record).
-    pub read_only_commits: u64,
-    /// Object versions committed (excluding created objects).
-    pub versions_committed: u64,
-    /// Objects created.
-    pub objects_created: u64,
-    /// Commits refused as invalid.
-    pub commits_refused: u64,
-    /// Record bytes appended to the log.
-    pub log_bytes: u64,
-    /// Log fsyncs.
-    pub log_fsyncs: u64,
-    /// Mean commits sharing one log fsync (group commit).
-    pub commits_per_fsync: f64,
-    /// Bytes charged to the MOB now.
-    pub mob_bytes: usize,
-    /// Versions in the MOB now.
-    pub mob_entries: usize,
-    /// Fetches served.
-    pub fetches: u64,
-    /// MOB versions applied to fetched pages.
-    pub fetch_versions_applied: u64,
-    /// Page cache hits.
-    pub cache_hits: u64,
-    /// Page cache misses.
-    pub cache_misses: u64,
-    /// Pages read from disk for fetches.
-    pub fetch_reads: u64,
-    /// Pages read from disk by the flusher before installing into them.
-    pub installation_reads: u64,
-    /// Pages read from disk to validate commits.
-    pub validation_reads: u64,
-    /// Flusher rounds.
-    pub flush_rounds: u64,
-    /// Pages written by the flusher.
-    pub pages_written: u64,
-    /// Versions installed by the flusher.
-    pub versions_installed: u64,
-    /// Versions installed per page written: write absorption.
-    pub write_absorption: f64,
-    /// Commits that waited for MOB space.
-    pub mob_waits: u64,
-    /// The current checkpoint (log records below it are installed).
-    pub checkpoint: u64,
-    /// Pages allocated (the tail page id).
-    pub pages_allocated: u32,
-}
-
-/// Monotonic counters updated without the state lock.
+/// I/O a caller must perform after a step, without the lock: reads (and, without threads,
+/// install rounds, checkpoints and the log's fsync).
 #[derive(Debug, Default)]
-struct Counters {
-    commits: AtomicU64,
-    read_only_commits: AtomicU64,
-    versions_committed: AtomicU64,
-    objects_created: AtomicU64,
-    commits_refused: AtomicU64,
-    fetches: AtomicU64,
-    fetch_versions_applied: AtomicU64,
-    fetch_reads: AtomicU64,
-    installation_reads: AtomicU64,
-    validation_reads: AtomicU64,
-    flush_rounds: AtomicU64,
-    pages_written: AtomicU64,
-    versions_installed: AtomicU64,
-    mob_waits: AtomicU64,
+#[must_use = "the work must be performed (Engine::settle) or handed to a thread that does"]
+pub struct Work {
+    /// Effects to perform.
+    effects: Vec<Effect>,
+    /// Whether records were appended that this caller must make durable (no log thread).
+    sync: bool,
 }
 
-/// A prepared commit: in the log, not yet known durable, not yet visible.
-#[derive(Debug)]
-struct Pending {
-    lsn: Lsn,
-    objects: Vec<(Oref, bool, Arc<[u8]>)>,
+impl Work {
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.effects.is_empty() && !self.sync
+    }
 }
 
-/// Where new objects go.
-#[derive(Debug, Clone, Copy)]
-struct Tail {
-    /// The page being filled.
-    page: PageId,
-    /// Its free bytes (objects and offset entries).
-    free: usize,
-    /// Its offset-table entries (the next oid).
-    slots: usize,
+/// A direct operation's answer slot.
+#[derive(Default)]
+struct Slot {
+    /// The answer, once given.
+    result: Mutex<Option<DirectResult>>,
+    /// Signalled when it is.
+    ready: Condvar,
 }
 
-const SLOTS_UNKNOWN: u16 = u16::MAX;
-
-/// Everything behind the engine's lock.
-#[derive(Debug)]
-struct State {
-    /// Published versions waiting to be installed.
-    mob: Mob,
-    /// Installed page images.
-    cache: PageCache,
-    /// The allocation point.
-    tail: Tail,
-    /// Offset-table size of each page, where known ([`SLOTS_UNKNOWN`] otherwise): the
-    /// existence check for references. Exact because objects are never deleted and only the
-    /// tail page gains objects.
-    slots: Vec<u16>,
-    /// Decoded class objects.
-    classes: FxHashMap<Oref, Arc<ClassDesc>>,
-    /// Prepared commits in LSN order.
-    pending: VecDeque<Pending>,
-    /// The newest prepared version of each object in `pending`, so validation of the next
-    /// commit sees it before it is published.
-    pending_objs: FxHashMap<Oref, (Lsn, Arc<[u8]>)>,
-    /// Pages with no image on disk yet: they start from empty.
-    fresh: FxHashSet<PageId>,
-    /// (LSN that opened the page, page), for pages opened since the checkpoint.
-    opened: VecDeque<(Lsn, PageId)>,
-    /// The superblock as last written.
-    superblock: Superblock,
-    /// Incremented by every flusher round; a fetch that read the disk without the lock uses it
-    /// to detect that its image may be stale.
-    install_epoch: u64,
-    /// Whether a bulk load owns the allocator.
-    bulk_active: bool,
-    /// Set when the engine is dropped: the flusher exits.
-    shutdown: bool,
-    /// Whether someone is waiting for MOB space (the flusher should run even below its start
-    /// threshold).
-    flush_wanted: bool,
+/// Everything behind the core lock.
+struct Locked {
+    /// The state machine.
+    core: Core,
+    /// Where each connection's replies go.
+    sinks: FxHashMap<ConnId, Arc<dyn ReplySink>>,
+    /// Callers waiting for direct operations.
+    slots: FxHashMap<Ticket, Arc<Slot>>,
+    /// Reused effect buffer.
+    fx: Vec<Effect>,
 }
 
-/// Shared by the engine handle and the flusher thread.
-#[derive(Debug)]
-struct Inner {
-    /// The database directory.
-    disk: Arc<dyn Disk>,
-    /// Bytes per page.
-    page_size: usize,
-    /// Runtime settings.
-    opts: EngineOptions,
-    /// The page file.
-    pages: PageFile,
+/// Shared by the engine handle and its threads.
+struct Shared {
+    /// The core and its routing tables.
+    locked: Mutex<Locked>,
+    /// Page file, double-write buffer, superblock.
+    disk_side: DiskSide,
     /// The transaction log.
-    log: Log,
-    /// Torn-write protection for in-place page writes.
-    dwb: DoubleWrite,
-    /// See [`State`].
-    state: Mutex<State>,
-    /// Signalled when the MOB shrinks or the engine fails.
-    mob_space: Condvar,
-    /// Signalled when the flusher has work.
-    flush_wake: Condvar,
-    /// Held for a whole flusher round or bulk load: they write pages and the superblock.
-    flush_lock: Mutex<()>,
-    /// Set after a storage failure on a write path.
-    failed: AtomicBool,
-    /// Counters.
-    counters: Counters,
+    log: Arc<dyn CommitLog>,
+    /// The time source.
+    clock: Arc<dyn Clock>,
+    /// Whether the log writer and installer threads run.
+    threaded: bool,
+    /// Set when records were appended that the log writer has not synced yet.
+    log_dirty: Mutex<bool>,
+    /// Wakes the log writer.
+    log_wake: Condvar,
+    /// Install rounds and checkpoints for the installer thread.
+    jobs: Mutex<VecDeque<Effect>>,
+    /// Wakes the installer.
+    jobs_wake: Condvar,
+    /// Set to stop the threads.
+    stop: AtomicBool,
+    /// The next ticket and connection id.
+    next_id: AtomicU64,
+    /// Frame bytes received and sent by network drivers.
+    traffic: (AtomicU64, AtomicU64),
 }
 
-/// A thor storage engine over one database directory. Share it with `Arc<Engine>`; every
-/// method takes `&self` and is safe to call from many threads.
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("disk", &self.disk_side.disk).finish_non_exhaustive()
+    }
+}
+
+/// The embedded server. See the module documentation. Share it with `Arc<Engine>`; every
+/// method takes `&self`.
 #[derive(Debug)]
 pub struct Engine {
-    inner: Arc<Inner>,
-    flusher: Option<JoinHandle<()>>,
-}
-
-fn write_superblock(disk: &dyn Disk, sb: &Superblock) -> Result<(), StorageError> {
-    let f = disk.open(superblock::TMP_FILE, true)?;
-    f.set_len(0)?;
-    f.write_at(0, &sb.encode())?;
-    f.sync()?;
-    drop(f);
-    disk.rename(superblock::TMP_FILE, superblock::FILE)?;
-    disk.sync_dir()
-}
-
-fn read_superblock(disk: &dyn Disk) -> Result<Superblock, EngineError> {
-    if !disk.exists(superblock::FILE)? {
-        return Err(EngineError::NotADatabase);
-    }
-    let f = disk.open(superblock::FILE, false)?;
-    let len = f.len()?;
-    let mut buf = vec![0u8; len.min(superblock::BYTES as u64 * 2) as usize];
-    let n = f.read_at(0, &mut buf)?;
-    buf.truncate(n);
-    Ok(Superblock::decode(&buf)?)
-}
-
-fn empty_page(page: PageId, page_size: usize) -> Vec<u8> {
-    let mut b = vec![0u8; page_size];
-    PageMut::init(&mut b, page).expect("valid page size");
-    b
+    /// State shared with the threads.
+    shared: Arc<Shared>,
+    /// The log writer and installer threads.
+    threads: Vec<JoinHandle<()>>,
+    /// Whether `close` ran.
+    closed: AtomicBool,
 }
 
 impl Engine {
     /// Creates a database in `disk` (which must not hold one) and opens it.
     pub fn create(disk: Arc<dyn Disk>, opts: EngineOptions) -> Result<Engine, EngineError> {
-        if !is_valid_page_size(opts.page_size) {
-            return Err(EngineError::BadOptions(format!("invalid page size {}", opts.page_size)));
-        }
-        if disk.exists(superblock::FILE)? {
-            return Err(EngineError::AlreadyExists);
-        }
-        let pages = PageFile::open(&*disk, PAGE_FILE, opts.page_size, true)?;
-        let mut first = builtin::first_page(opts.page_size).expect("builtins fit a page");
-        page::seal(&mut first);
-        pages.write(PageId::FIRST.get(), &first)?;
-        pages.sync()?;
-        let sb = Superblock {
-            page_size: opts.page_size,
-            server_id: opts.server_id,
-            root: builtin::ROOT,
-            checkpoint: Lsn(1),
-            alloc_page: Some(PageId::FIRST),
-            generation: 1,
-        };
-        // The superblock goes last: a crash before it leaves no database, not a broken one.
-        write_superblock(&*disk, &sb)?;
+        io::create(&*disk, opts.page_size, opts.server_id)?;
         Engine::open(disk, opts)
     }
 
     /// Opens the database in `disk`, recovering from the log.
     pub fn open(disk: Arc<dyn Disk>, opts: EngineOptions) -> Result<Engine, EngineError> {
-        let sb = read_superblock(&*disk)?;
-        let page_size = sb.page_size;
-        let pages = PageFile::open(&*disk, PAGE_FILE, page_size, false)?;
-        let dwb = DoubleWrite::open(&*disk, page_size)?;
-        restore_torn_pages(&pages, &dwb, page_size)?;
-        let (log, recovered) = Log::open(disk.clone(), opts.log.clone())?;
+        Engine::open_with_clock(disk, opts, Arc::new(SystemClock))
+    }
 
-        let alloc_page = sb.alloc_page.unwrap_or(PageId::FIRST);
-        let mut mob = Mob::new();
-        let mut fresh = FxHashSet::default();
-        let mut opened = VecDeque::new();
-        let mut tail_page = alloc_page;
-        for (lsn, payload) in &recovered.records {
-            if *lsn < sb.checkpoint {
-                continue;
-            }
-            record::decode(payload, |o| {
-                let page = o.oref.page().expect("record decoder checks orefs");
-                if o.created && page > tail_page {
-                    let mut p = tail_page;
-                    while p < page {
-                        p = p.next().expect("page is below the maximum");
-                        fresh.insert(p);
-                        opened.push_back((*lsn, p));
-                    }
-                    tail_page = page;
-                }
-                mob.insert(o.oref, *lsn, o.created, Arc::from(o.data));
-            })
-            .map_err(|e| EngineError::CorruptRecord { lsn: lsn.0, why: e.to_string() })?;
-        }
-
-        let state = State {
-            mob,
-            cache: PageCache::new(opts.page_cache_bytes, page_size),
-            tail: Tail { page: tail_page, free: 0, slots: 0 },
-            slots: Vec::new(),
-            classes: FxHashMap::default(),
-            pending: VecDeque::new(),
-            pending_objs: FxHashMap::default(),
-            fresh,
-            opened,
-            superblock: sb,
-            install_epoch: 0,
-            bulk_active: false,
-            shutdown: false,
-            flush_wanted: false,
-        };
-        let inner = Arc::new(Inner {
-            disk,
-            page_size,
-            opts,
-            pages,
-            log,
-            dwb,
-            state: Mutex::new(state),
-            mob_space: Condvar::new(),
-            flush_wake: Condvar::new(),
-            flush_lock: Mutex::new(()),
-            failed: AtomicBool::new(false),
-            counters: Counters::default(),
+    /// Opens the database in `disk` with a clock of the caller's.
+    pub fn open_with_clock(
+        disk: Arc<dyn Disk>,
+        opts: EngineOptions,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Engine, EngineError> {
+        let rec = io::recover(disk, opts.core_config(), opts.log.clone())?;
+        let shared = Arc::new(Shared {
+            locked: Mutex::new(Locked {
+                core: rec.core,
+                sinks: FxHashMap::default(),
+                slots: FxHashMap::default(),
+                fx: Vec::new(),
+            }),
+            disk_side: rec.disk_side,
+            log: rec.log,
+            clock,
+            threaded: opts.background_flusher,
+            log_dirty: Mutex::new(false),
+            log_wake: Condvar::new(),
+            jobs: Mutex::new(VecDeque::new()),
+            jobs_wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+            next_id: AtomicU64::new(1),
+            traffic: (AtomicU64::new(0), AtomicU64::new(0)),
         });
-        {
-            let mut st = inner.state.lock();
-            let img = inner.current_page(&mut st, tail_page)?;
-            let v = PageView::parse(&img)
-                .map_err(|e| EngineError::CorruptPage { page: tail_page, source: e })?;
-            st.tail = Tail { page: tail_page, free: v.free_bytes(), slots: v.slot_count() };
-            inner.set_slots(&mut st, tail_page, v.slot_count());
-        }
-        let flusher = if inner.opts.background_flusher {
-            let i = inner.clone();
-            Some(
-                std::thread::Builder::new()
-                    .name("thor-flusher".into())
-                    .spawn(move || i.flusher_loop())
+        let mut threads = Vec::new();
+        if shared.threaded {
+            for (name, f) in [
+                ("thor-log", log_writer as fn(&Shared)),
+                ("thor-installer", installer as fn(&Shared)),
+            ] {
+                let s = shared.clone();
+                let h = std::thread::Builder::new()
+                    .name(name.into())
+                    .spawn(move || f(&s))
                     .map_err(|source| StorageError::Io {
-                        op: "spawn flusher thread",
-                        name: String::new(),
+                        op: "spawn engine thread",
+                        name: name.to_string(),
                         source,
-                    })?,
-            )
-        } else {
-            None
-        };
-        Ok(Engine { inner, flusher })
+                    })?;
+                threads.push(h);
+            }
+        }
+        Ok(Engine { shared, threads, closed: AtomicBool::new(false) })
     }
 
     /// Bytes per page of this database.
     pub fn page_size(&self) -> usize {
-        self.inner.page_size
+        self.shared.disk_side.page_size
     }
 
     /// This server's id.
     pub fn server_id(&self) -> ServerId {
-        self.inner.state.lock().superblock.server_id
+        self.shared.locked.lock().core.server_id()
     }
 
     /// The persistent root object.
     pub fn root(&self) -> Oref {
-        self.inner.state.lock().superblock.root
+        self.shared.locked.lock().core.root()
+    }
+
+    /// The protocol settings (token, connection and frame limits).
+    pub fn protocol(&self) -> ProtocolConfig {
+        self.shared.locked.lock().core.config().protocol.clone()
     }
 
     /// Commits `req`: validates it, makes it durable, and makes it visible to fetches. Returns
     /// once the commit is durable.
     pub fn commit(&self, req: CommitRequest) -> Result<CommitOutcome, EngineError> {
-        self.inner.commit(req)
+        self.commit_in(req.into())
+    }
+
+    /// [`Engine::commit`] for a commit already in shared buffers.
+    pub fn commit_in(&self, c: CommitIn) -> Result<CommitOutcome, EngineError> {
+        match self.direct(DirectOp::Commit(c)) {
+            DirectResult::Committed(r) => r,
+            other => unreachable!("commit answered with {other:?}"),
+        }
     }
 
     /// The current bytes of page `page`: its installed image with every published MOB version
     /// applied.
-    pub fn fetch(&self, page: PageId) -> Result<Arc<[u8]>, EngineError> {
-        self.inner.fetch(page)
+    pub fn fetch(&self, page: PageId) -> Result<Bytes, EngineError> {
+        match self.direct(DirectOp::Fetch(page)) {
+            DirectResult::Page(r) => r,
+            other => unreachable!("fetch answered with {other:?}"),
+        }
     }
 
-    /// Runs one flusher round now (installs the oldest MOB pages). Returns what it did; a round
-    /// with an empty MOB does nothing.
+    /// Runs one install round now (after the one in flight, if any). Returns what it did; a
+    /// round with an empty MOB does nothing.
     pub fn flush_round(&self) -> Result<FlushReport, EngineError> {
-        self.inner.flush_round()
+        match self.direct(DirectOp::FlushRound) {
+            DirectResult::Flushed(r) => r,
+            other => unreachable!("flush answered with {other:?}"),
+        }
     }
 
     /// Installs everything in the MOB and truncates the log.
     pub fn flush_all(&self) -> Result<(), EngineError> {
         loop {
-            let r = self.inner.flush_round()?;
-            if r.pages == 0 {
+            let r = self.flush_round()?;
+            if r.pages == 0 && self.shared.locked.lock().core.is_quiescent() {
                 return Ok(());
             }
         }
@@ -489,735 +350,312 @@ impl Engine {
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> EngineStats {
-        self.inner.stats()
+        let mut l = self.shared.locked.lock();
+        self.shared.refresh_counters(&mut l.core);
+        l.core.stats()
+    }
+
+    /// The counters as the wire's `Stats` reply carries them (engine and sessions).
+    pub fn server_stats(&self) -> thor_wire::ServerStats {
+        let mut l = self.shared.locked.lock();
+        self.shared.refresh_counters(&mut l.core);
+        l.core.server_stats()
+    }
+
+    /// The client of a connection's open session, for logs.
+    pub fn client_of(&self, conn: ConnId) -> Option<thor_core::ClientId> {
+        self.shared.locked.lock().core.client_of(conn)
+    }
+
+    /// Installs everything, truncates the log and stops the threads: the next open replays
+    /// nothing. Dropping the engine does the same and logs a failure instead of returning it.
+    pub fn close(mut self) -> Result<(), EngineError> {
+        self.shutdown()
+    }
+
+    /// Stops the engine as a crash would once every acknowledged commit is on disk: no
+    /// install, no checkpoint, so the next open replays the log. For tests and tools that
+    /// exercise recovery; programs use [`Engine::close`].
+    pub fn halt(mut self) {
+        self.closed.store(true, Relaxed);
+        self.stop_threads();
+    }
+
+    fn shutdown(&mut self) -> Result<(), EngineError> {
+        if self.closed.swap(true, Relaxed) {
+            return Ok(());
+        }
+        let failed = self.shared.locked.lock().core.failed().map(str::to_string);
+        let result = match failed {
+            Some(why) => Err(EngineError::Failed(why)),
+            None => self.flush_all(),
+        };
+        self.stop_threads();
+        result
+    }
+
+    fn stop_threads(&mut self) {
+        self.shared.stop.store(true, Relaxed);
+        self.shared.log_wake.notify_all();
+        self.shared.jobs_wake.notify_all();
+        for h in self.threads.drain(..) {
+            let _ = h.join();
+        }
     }
 
     /// Starts a bulk load: installs everything pending, then hands the allocator to the loader
     /// until it finishes. Commits that create objects are refused meanwhile.
     pub fn bulk_load(&self) -> Result<BulkLoader<'_>, EngineError> {
-        self.flush_all()?;
-        let guard = self.inner.flush_lock.lock();
-        let first = {
-            let mut st = self.inner.state.lock();
-            if st.bulk_active {
-                return Err(EngineError::BulkLoadActive);
-            }
-            st.bulk_active = true;
-            st.tail.page.next().ok_or(EngineError::Full)?
+        let first = match self.direct(DirectOp::BulkBegin) {
+            DirectResult::BulkBegun(r) => r?,
+            other => unreachable!("bulk begin answered with {other:?}"),
         };
         Ok(BulkLoader {
-            engine: &self.inner,
-            _guard: guard,
+            engine: self,
             window: VecDeque::new(),
             window_first: first,
             pages_written: 0,
+            slots: Vec::new(),
             objects: 0,
             bytes: 0,
             finished: false,
         })
     }
+
+    /// Runs a direct operation to its answer, performing its I/O on this thread where the
+    /// engine has no thread for it.
+    fn direct(&self, op: DirectOp) -> DirectResult {
+        let ticket = self.shared.next_id.fetch_add(1, Relaxed);
+        let slot = Arc::new(Slot::default());
+        let work = {
+            let mut l = self.shared.locked.lock();
+            l.slots.insert(ticket, slot.clone());
+            self.shared.step_locked(&mut l, Input::Direct { ticket, op })
+        };
+        self.settle(work);
+        let mut r = slot.result.lock();
+        loop {
+            if let Some(result) = r.take() {
+                return result;
+            }
+            slot.ready.wait(&mut r);
+        }
+    }
+
+    // ---- The connection API, for transports (in-process and TCP). ----
+
+    /// Opens a connection whose replies go to `sink`. A connection beyond the session limit
+    /// gets `Error(Busy)` with `close` through its sink.
+    pub fn connect(&self, sink: Arc<dyn ReplySink>) -> ConnId {
+        let conn = self.shared.next_id.fetch_add(1, Relaxed);
+        let mut l = self.shared.locked.lock();
+        l.sinks.insert(conn, sink);
+        let work = self.shared.step_locked(&mut l, Input::Connect { conn });
+        drop(l);
+        self.settle(work);
+        conn
+    }
+
+    /// Hands a decoded request of `conn` to the core. Replies go to the connection's sink
+    /// (now or later); the returned work must be performed, off any async executor (it may
+    /// read the disk).
+    pub fn request(&self, conn: ConnId, id: u64, req: Request) -> Work {
+        let mut l = self.shared.locked.lock();
+        if matches!(req.body, RequestBody::Stats) {
+            self.shared.refresh_counters(&mut l.core);
+        }
+        self.shared.step_locked(&mut l, Input::Request { conn, id, req })
+    }
+
+    /// Reports bytes from `conn` that did not decode: the error reply goes to its sink, with
+    /// `close`.
+    pub fn protocol_error(&self, conn: ConnId, id: u64, error: WireError) {
+        let mut l = self.shared.locked.lock();
+        let work = self.shared.step_locked(&mut l, Input::ProtocolError { conn, id, error });
+        drop(l);
+        self.settle(work);
+    }
+
+    /// Closes `conn`: its session ends and its sink is dropped.
+    pub fn disconnect(&self, conn: ConnId) {
+        let mut l = self.shared.locked.lock();
+        l.sinks.remove(&conn);
+        let work = self.shared.step_locked(&mut l, Input::Disconnect { conn });
+        drop(l);
+        self.settle(work);
+    }
+
+    /// Performs `work` on this thread (blocking I/O), and whatever it leads to.
+    pub fn settle(&self, work: Work) {
+        self.shared.settle(work);
+    }
+
+    /// Counts frame bytes a network driver received and sent.
+    pub fn note_traffic(&self, received: u64, sent: u64) {
+        self.shared.traffic.0.fetch_add(received, Relaxed);
+        self.shared.traffic.1.fetch_add(sent, Relaxed);
+    }
 }
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        self.inner.state.lock().shutdown = true;
-        self.inner.flush_wake.notify_all();
-        if let Some(h) = self.flusher.take() {
-            let _ = h.join();
+        if let Err(e) = self.shutdown() {
+            warn!("closing the engine: {e}");
         }
     }
 }
 
-/// Writes back every intact page of the double-write buffer whose in-place copy is torn or
-/// older (see [`crate::dwb`]).
-fn restore_torn_pages(
-    pages: &PageFile,
-    dwb: &DoubleWrite,
-    page_size: usize,
-) -> Result<(), EngineError> {
-    let mut restored = false;
-    let mut cur = vec![0u8; page_size];
-    for (id, img) in dwb.intact_pages()? {
-        let good = PageView::parse_stored(&img, id).expect("intact_pages checked it").version();
-        let keep = match pages.read(id.get(), &mut cur) {
-            Ok(true) => PageView::parse_stored(&cur, id).is_ok_and(|v| v.version() >= good),
-            Ok(false) => false,
-            // A short page at the end of the file is a torn extension: rewrite it.
-            Err(StorageError::UnexpectedEof { .. }) => false,
-            Err(e) => return Err(e.into()),
-        };
-        if !keep {
-            pages.write(id.get(), &img)?;
-            restored = true;
-        }
-    }
-    if restored {
-        pages.sync()?;
-    }
-    Ok(())
-}
-
-fn what_version(oref: Oref) -> String {
-    format!("version of {oref:?}")
-}
-
-fn what_created(i: usize) -> String {
-    format!("created #{i}")
-}
-
-impl Inner {
-    fn check_alive(&self) -> Result<(), EngineError> {
-        if self.failed.load(Relaxed) { Err(EngineError::Failed) } else { Ok(()) }
-    }
-
-    /// Records a storage failure on a write path: from now on the engine refuses work.
-    fn fail(&self, e: StorageError) -> EngineError {
-        self.failed.store(true, Relaxed);
-        self.mob_space.notify_all();
-        EngineError::Storage(e)
-    }
-
-    fn set_slots(&self, st: &mut State, page: PageId, slots: usize) {
-        let i = page.index();
-        if st.slots.len() <= i {
-            st.slots.resize(i + 1, SLOTS_UNKNOWN);
-        }
-        st.slots[i] = slots as u16;
-    }
-
-    /// The installed image of `page` (not including the MOB), reading the disk under the lock
-    /// if it is not cached. Fresh pages are empty.
-    fn installed_image(
-        &self,
-        st: &mut State,
-        page: PageId,
-        reads: &AtomicU64,
-    ) -> Result<Arc<[u8]>, EngineError> {
-        if st.fresh.contains(&page) {
-            return Ok(Arc::from(empty_page(page, self.page_size)));
-        }
-        if let Some(img) = st.cache.get(page) {
-            return Ok(img);
-        }
-        let img = self.read_page(page)?;
-        reads.fetch_add(1, Relaxed);
-        st.cache.insert(page, img.clone());
-        Ok(img)
-    }
-
-    /// Reads and checks a page from the page file.
-    fn read_page(&self, page: PageId) -> Result<Arc<[u8]>, EngineError> {
-        let mut buf = vec![0u8; self.page_size];
-        if !self.pages.read(page.get(), &mut buf)? {
-            return Err(EngineError::CorruptPage {
-                page,
-                source: FormatError::BadPageHeader("allocated page missing from the page file"),
-            });
-        }
-        PageView::parse_stored(&buf, page)
-            .map_err(|source| EngineError::CorruptPage { page, source })?;
-        Ok(Arc::from(buf))
-    }
-
-    /// The page as a fetch would see it: installed image plus published MOB versions.
-    fn current_page(&self, st: &mut State, page: PageId) -> Result<Vec<u8>, EngineError> {
-        let img = self.installed_image(st, page, &self.counters.validation_reads)?;
-        let mut buf = img.to_vec();
-        apply_mob(&st.mob, page, &mut buf)
-            .map_err(|source| EngineError::CorruptPage { page, source })?;
-        Ok(buf)
-    }
-
-    /// The offset-table size of `page`, counting every prepared allocation.
-    fn slots_of(&self, st: &mut State, page: PageId) -> Result<usize, EngineError> {
-        if page > st.tail.page {
-            return Ok(0);
-        }
-        if let Some(&n) = st.slots.get(page.index())
-            && n != SLOTS_UNKNOWN
-        {
-            return Ok(n as usize);
-        }
-        let img = self.current_page(st, page)?;
-        let n = PageView::parse(&img).expect("current_page yields valid pages").slot_count();
-        self.set_slots(st, page, n);
-        Ok(n)
-    }
-
-    /// Whether `oref` names an object that exists (counting prepared commits).
-    fn exists(&self, st: &mut State, oref: Oref) -> Result<bool, EngineError> {
-        let Some(page) = oref.page() else { return Ok(false) };
-        Ok(oref.oid().index() < self.slots_of(st, page)?)
-    }
-
-    /// Calls `f` with the newest bytes of `oref` (prepared, published or installed).
-    fn with_object<R>(
-        &self,
-        st: &mut State,
-        oref: Oref,
-        f: impl FnOnce(&[u8]) -> R,
-    ) -> Result<Option<R>, EngineError> {
-        if let Some((_, d)) = st.pending_objs.get(&oref) {
-            return Ok(Some(f(d)));
-        }
-        if let Some(e) = st.mob.get(oref) {
-            return Ok(Some(f(&e.data)));
-        }
-        let Some(page) = oref.page() else { return Ok(None) };
-        if page > st.tail.page {
-            return Ok(None);
-        }
-        let img = self.installed_image(st, page, &self.counters.validation_reads)?;
-        let v =
-            PageView::parse(&img).map_err(|source| EngineError::CorruptPage { page, source })?;
-        Ok(v.object(oref.oid()).map(f))
-    }
-
-    /// The descriptor of the stored class `class`.
-    fn class_desc(&self, st: &mut State, class: Oref) -> Result<Arc<ClassDesc>, EngineError> {
-        if let Some(d) = st.classes.get(&class) {
-            return Ok(d.clone());
-        }
-        let not_a_class = || InvalidCommit::NotAClass { oref: Oref::NULL, class };
-        let desc = if let Some(d) = builtin::desc(class) {
-            d.clone()
-        } else if class == builtin::ROOT || !self.exists(st, class)? {
-            return Err(not_a_class().into());
-        } else {
-            self.with_object(st, class, ClassDesc::from_class_object)?
-                .ok_or_else(not_a_class)?
-                .map_err(|_| not_a_class())?
-        };
-        let desc = Arc::new(desc);
-        st.classes.insert(class, desc.clone());
-        Ok(desc)
-    }
-
-    fn commit(&self, mut req: CommitRequest) -> Result<CommitOutcome, EngineError> {
-        self.check_alive()?;
-        if req.versions.is_empty() && req.created.is_empty() {
-            // A read-only transaction changes nothing, so there is nothing to make durable: no
-            // log record and no fsync. Everything it could have read was published, hence
-            // durable; its place in the serial order is after the last durable commit.
-            self.counters.commits.fetch_add(1, Relaxed);
-            self.counters.read_only_commits.fetch_add(1, Relaxed);
-            return Ok(CommitOutcome { lsn: self.log.durable_lsn(), created: Vec::new() });
-        }
-        let n_objects = req.versions.len() + req.created.len();
-        if n_objects > limits::COMMIT_OBJECTS_MAX {
-            return Err(InvalidCommit::TooLarge {
-                what: "objects",
-                got: n_objects,
-                max: limits::COMMIT_OBJECTS_MAX,
-            }
-            .into());
-        }
-        let n_bytes: usize = req.versions.iter().map(|(_, v)| v.len()).sum::<usize>()
-            + req.created.iter().map(Vec::len).sum::<usize>();
-        if n_bytes > limits::COMMIT_BYTES_MAX {
-            return Err(InvalidCommit::TooLarge {
-                what: "bytes",
-                got: n_bytes,
-                max: limits::COMMIT_BYTES_MAX,
-            }
-            .into());
-        }
-        let cost: usize = req.versions.iter().map(|(_, v)| entry_cost(v.len())).sum::<usize>()
-            + req.created.iter().map(|v| entry_cost(v.len())).sum::<usize>();
-
-        let mut st = self.state.lock();
-        // Back-pressure: wait until the MOB has room (an oversized commit goes through once the
-        // MOB is empty, so that it cannot wait forever).
-        let mut waited = false;
-        while !st.mob.is_empty() && st.mob.bytes() + cost > self.opts.mob_bytes {
-            self.check_alive()?;
-            waited = true;
-            if self.opts.background_flusher {
-                st.flush_wanted = true;
-                self.flush_wake.notify_one();
-                self.mob_space.wait_for(&mut st, Duration::from_millis(100));
-            } else {
-                drop(st);
-                self.flush_round()?;
-                st = self.state.lock();
-            }
-        }
-        if waited {
-            self.counters.mob_waits.fetch_add(1, Relaxed);
-        }
-        if st.bulk_active && !req.created.is_empty() {
-            return Err(EngineError::BulkLoadActive);
-        }
-
-        let descs = match self.validate(&mut st, &req) {
-            Ok(d) => d,
-            Err(e) => {
-                if matches!(e, EngineError::Invalid(_)) {
-                    self.counters.commits_refused.fetch_add(1, Relaxed);
-                }
-                return Err(e);
-            }
-        };
-        let lsn = self.log.next_lsn();
-        let created = self.allocate(&mut st, &req.created, lsn)?;
-
-        // Patch tagged references now that every created object has an oref.
-        let mut offs = Vec::new();
-        let mut patch = |obj: &mut [u8], desc: &ClassDesc, header: bool| {
-            offs.clear();
-            if header {
-                offs.push(0);
-            }
-            desc.for_each_ref_offset(obj, |o| offs.push(o));
-            for &off in &offs {
-                if let RawRef::Tagged(i) = RawRef::decode(u32_at(obj, off)) {
-                    put_u32(obj, off, created[i as usize].raw());
-                }
-            }
-        };
-        for (i, obj) in req.created.iter_mut().enumerate() {
-            patch(obj, &descs.created[i], true);
-        }
-        for (i, (_, obj)) in req.versions.iter_mut().enumerate() {
-            patch(obj, &descs.versions[i], false);
-        }
-
-        let objects: Vec<(Oref, bool, Arc<[u8]>)> = req
-            .versions
-            .into_iter()
-            .map(|(o, v)| (o, false, Arc::from(v)))
-            .chain(created.iter().zip(req.created).map(|(o, v)| (*o, true, Arc::from(v))))
-            .collect();
-        let mut rec = Vec::with_capacity(8 + n_bytes + 8 * n_objects);
-        record::encode(
-            objects.iter().map(|(oref, created, data)| RecordObject {
-                oref: *oref,
-                created: *created,
-                data,
-            }),
-            &mut rec,
-        );
-        let got = self.log.append(&rec).map_err(|e| self.fail(e))?;
-        debug_assert_eq!(got, lsn, "appends happen under the state lock");
-        for (oref, _, data) in &objects {
-            st.pending_objs.insert(*oref, (lsn, data.clone()));
-        }
-        st.pending.push_back(Pending { lsn, objects });
-        drop(st);
-
-        self.log.wait_durable(lsn).map_err(|e| self.fail(e))?;
-
-        let mut st = self.state.lock();
-        self.publish(&mut st);
-        let start = self.opts.mob_bytes / 100 * self.opts.flush_start_percent;
-        if st.mob.bytes() > start {
-            self.flush_wake.notify_one();
-        }
-        drop(st);
-        self.counters.commits.fetch_add(1, Relaxed);
-        Ok(CommitOutcome { lsn, created })
-    }
-
-    /// Moves every durable prepared commit into the MOB, in LSN order.
-    fn publish(&self, st: &mut State) {
-        let durable = self.log.durable_lsn();
-        while st.pending.front().is_some_and(|p| p.lsn <= durable) {
-            let p = st.pending.pop_front().expect("checked");
-            let mut versions = 0;
-            let mut created = 0;
-            for (oref, is_new, data) in p.objects {
-                if st.pending_objs.get(&oref).is_some_and(|(l, _)| *l == p.lsn) {
-                    st.pending_objs.remove(&oref);
-                }
-                if is_new {
-                    created += 1
-                } else {
-                    versions += 1
-                }
-                st.mob.insert(oref, p.lsn, is_new, data);
-            }
-            self.counters.versions_committed.fetch_add(versions, Relaxed);
-            self.counters.objects_created.fetch_add(created, Relaxed);
-        }
-    }
-
-    /// Checks a commit against the store; returns the class of every object.
-    fn validate(&self, st: &mut State, req: &CommitRequest) -> Result<Descs, EngineError> {
-        let n_created = req.created.len();
-        // Classes created by this commit first: other created objects may be their instances.
-        let mut created_class: Vec<Option<Arc<ClassDesc>>> = vec![None; n_created];
-        for (i, obj) in req.created.iter().enumerate() {
-            if obj.len() >= 4 && u32_at(obj, 0) == builtin::META.raw() {
-                let d = ClassDesc::from_class_object(obj).map_err(|_| InvalidCommit::BadShape {
-                    what: what_created(i),
-                    why: "malformed class object",
-                })?;
-                created_class[i] = Some(Arc::new(d));
-            }
-        }
-        let mut descs = Descs { created: Vec::with_capacity(n_created), versions: Vec::new() };
-        for (i, obj) in req.created.iter().enumerate() {
-            page::check_object_bytes(obj, self.page_size)
-                .map_err(|source| InvalidCommit::ObjectTooLarge { index: i, source })?;
-            let desc = match RawRef::decode(u32_at(obj, 0)) {
-                RawRef::Tagged(t) => created_class
-                    .get(t as usize)
-                    .and_then(Clone::clone)
-                    .ok_or_else(|| InvalidCommit::BadReference {
-                        what: what_created(i),
-                        why: format!("class is created object #{t}, which is not a class"),
-                    })?,
-                RawRef::Oref(c) => self.class_desc(st, c)?,
-            };
-            self.check_object(st, &desc, obj, n_created, || what_created(i))?;
-            descs.created.push(desc);
-        }
-        let mut seen = FxHashSet::default();
-        for (oref, obj) in &req.versions {
-            let oref = *oref;
-            if !seen.insert(oref) {
-                return Err(InvalidCommit::Duplicate(oref).into());
-            }
-            if builtin::is_builtin(oref) && oref != builtin::ROOT {
-                return Err(InvalidCommit::ClassIsImmutable(oref).into());
-            }
-            if !self.exists(st, oref)? {
-                return Err(InvalidCommit::NoSuchObject(oref).into());
-            }
-            let (class_word, size) = self
-                .with_object(st, oref, |old| (u32_at(old, 0), old.len()))?
-                .ok_or(InvalidCommit::NoSuchObject(oref))?;
-            if class_word == builtin::META.raw() {
-                return Err(InvalidCommit::ClassIsImmutable(oref).into());
-            }
-            if obj.len() < 4 || u32_at(obj, 0) != class_word {
-                return Err(InvalidCommit::Reshape { oref, what: "class" }.into());
-            }
-            if obj.len() != size {
-                return Err(InvalidCommit::Reshape { oref, what: "size" }.into());
-            }
-            let class = Oref::from_raw(class_word).expect("stored class words are orefs");
-            let desc = self.class_desc(st, class)?;
-            self.check_object(st, &desc, obj, n_created, || what_version(oref))?;
-            descs.versions.push(desc);
-        }
-        Ok(descs)
-    }
-
-    /// Checks an object's shape against its class and that every reference names an existing
-    /// object or one of the `n_created` objects of the commit.
-    fn check_object(
-        &self,
-        st: &mut State,
-        desc: &ClassDesc,
-        obj: &[u8],
-        n_created: usize,
-        what: impl Fn() -> String,
-    ) -> Result<(), EngineError> {
-        desc.check_shape(obj).map_err(|why| InvalidCommit::BadShape { what: what(), why })?;
-        check_refs(desc, obj, |r| match r {
-            RawRef::Tagged(t) if (t as usize) < n_created => Ok(()),
-            RawRef::Tagged(t) => Err(InvalidCommit::BadReference {
-                what: what(),
-                why: format!("created object #{t} does not exist"),
-            }
-            .into()),
-            RawRef::Oref(o) if o.is_null() => Ok(()),
-            RawRef::Oref(o) => {
-                if self.exists(st, o)? {
-                    Ok(())
-                } else {
-                    Err(InvalidCommit::BadReference {
-                        what: what(),
-                        why: format!("{o:?} does not exist"),
-                    }
-                    .into())
-                }
-            }
-        })
-    }
-
-    /// Gives orefs to `created`, in order, at the tail. `lsn` is the commit's LSN (for the
-    /// record of opened pages).
-    fn allocate(
-        &self,
-        st: &mut State,
-        created: &[Vec<u8>],
-        lsn: Lsn,
-    ) -> Result<Vec<Oref>, EngineError> {
-        let mut out = Vec::with_capacity(created.len());
-        let max_free = self.page_size - PAGE_HEADER_BYTES;
-        for obj in created {
-            let need = obj.len() + OFFSET_ENTRY_BYTES;
-            if need > st.tail.free || st.tail.slots == thor_core::ids::OIDS_PER_PAGE {
-                let next = st.tail.page.next().ok_or(EngineError::Full)?;
-                st.fresh.insert(next);
-                st.opened.push_back((lsn, next));
-                st.tail = Tail { page: next, free: max_free, slots: 0 };
-            }
-            let oid = Oid::new(st.tail.slots as u16).expect("checked against OIDS_PER_PAGE");
-            out.push(Oref::new(st.tail.page, oid));
-            st.tail.slots += 1;
-            st.tail.free -= need;
-            let (page, slots) = (st.tail.page, st.tail.slots);
-            self.set_slots(st, page, slots);
-        }
-        Ok(out)
-    }
-
-    fn fetch(&self, page: PageId) -> Result<Arc<[u8]>, EngineError> {
-        self.counters.fetches.fetch_add(1, Relaxed);
-        let mut st = self.state.lock();
-        if page > st.tail.page {
-            return Err(EngineError::NoSuchPage(page.get()));
-        }
-        let base = if st.fresh.contains(&page) {
-            Arc::from(empty_page(page, self.page_size))
-        } else if let Some(img) = st.cache.get(page) {
-            img
-        } else {
-            // Read without the lock so that other fetches and commits proceed; if a flusher
-            // round installed pages meanwhile, the image may be older than the MOB now assumes,
-            // so read again under the lock.
-            let epoch = st.install_epoch;
-            drop(st);
-            let img = self.read_page(page)?;
-            self.counters.fetch_reads.fetch_add(1, Relaxed);
-            st = self.state.lock();
-            if st.install_epoch == epoch {
-                st.cache.insert(page, img.clone());
-                img
-            } else {
-                self.installed_image(&mut st, page, &self.counters.fetch_reads)?
-            }
-        };
-        if !st.mob.has_page(page) {
-            return Ok(base);
-        }
-        let mut buf = base.to_vec();
-        let n = apply_mob(&st.mob, page, &mut buf)
-            .map_err(|source| EngineError::CorruptPage { page, source })?;
-        drop(st);
-        self.counters.fetch_versions_applied.fetch_add(n as u64, Relaxed);
-        page::seal(&mut buf);
-        Ok(Arc::from(buf))
-    }
-
-    fn flush_round(&self) -> Result<FlushReport, EngineError> {
-        self.check_alive()?;
-        let _round = self.flush_lock.lock();
-        // Snapshot the oldest pages' versions and whatever images are cached.
-        struct Job {
-            page: PageId,
-            fresh: bool,
-            base: Option<Arc<[u8]>>,
-            versions: Vec<(Oid, Lsn, Arc<[u8]>)>,
-        }
-        let mut jobs: Vec<Job> = {
-            let st = self.state.lock();
-            st.mob
-                .oldest_pages(self.opts.flush_batch_pages.max(1))
-                .into_iter()
-                .map(|page| {
-                    let mut versions = Vec::new();
-                    st.mob.for_page(page, |oid, e| versions.push((oid, e.lsn, e.data.clone())));
-                    Job {
-                        page,
-                        fresh: st.fresh.contains(&page),
-                        base: st.cache.peek(page).cloned(),
-                        versions,
-                    }
-                })
-                .collect()
-        };
-        if jobs.is_empty() {
-            let st = self.state.lock();
-            return Ok(FlushReport { checkpoint: st.superblock.checkpoint, ..Default::default() });
-        }
-        jobs.sort_by_key(|j| j.page);
-
-        // Build the new images: installation reads where needed, then every version at once.
-        let mut out = vec![0u8; jobs.len() * self.page_size];
-        let mut report = FlushReport { pages: jobs.len(), ..Default::default() };
-        let mut scratch = Vec::new();
-        for (j, buf) in jobs.iter().zip(out.chunks_mut(self.page_size)) {
-            if j.fresh {
-                PageMut::init(buf, j.page).expect("valid page size");
-            } else {
-                let base = match &j.base {
-                    Some(b) => b.clone(),
-                    None => {
-                        report.installation_reads += 1;
-                        self.read_page(j.page)?
-                    }
-                };
-                buf.copy_from_slice(&base);
-            }
-            let mut vs: Vec<(Oid, &[u8])> =
-                j.versions.iter().map(|(o, _, d)| (*o, &d[..])).collect();
-            let mut p = PageMut::open(buf)
-                .map_err(|source| EngineError::CorruptPage { page: j.page, source })?;
-            p.apply(&mut vs, &mut scratch)
-                .map_err(|source| EngineError::CorruptPage { page: j.page, source })?;
-            let newest = j.versions.iter().map(|(_, l, _)| *l).max().unwrap_or(Lsn::ZERO);
-            let version = p.view().version().max(newest);
-            p.set_version(version);
-            p.seal();
-            report.versions += j.versions.len();
-        }
-
-        // Torn-write protection, then in place, in runs of consecutive pages.
-        let mut dwb_buf = Vec::new();
-        self.dwb.write(&out, &mut dwb_buf).map_err(|e| self.fail(e))?;
-        let mut i = 0;
-        while i < jobs.len() {
-            let mut k = i + 1;
-            while k < jobs.len() && jobs[k].page.get() == jobs[k - 1].page.get() + 1 {
-                k += 1;
-            }
-            let bytes = &out[i * self.page_size..k * self.page_size];
-            self.pages.write_run(jobs[i].page.get(), bytes).map_err(|e| self.fail(e))?;
-            i = k;
-        }
-        self.pages.sync().map_err(|e| self.fail(e))?;
-
-        // The pages are durable: drop the installed versions and move the checkpoint.
-        let sb = {
-            let mut st = self.state.lock();
-            for (j, img) in jobs.iter().zip(out.chunks(self.page_size)) {
-                st.cache.insert(j.page, Arc::from(img));
-                st.fresh.remove(&j.page);
-                for (oid, lsn, _) in &j.versions {
-                    st.mob.remove_if(Oref::new(j.page, *oid), *lsn);
-                }
-            }
-            st.install_epoch += 1;
-            let next = self.log.next_lsn();
-            let checkpoint = [st.mob.oldest_lsn(), st.pending.front().map(|p| p.lsn)]
-                .into_iter()
-                .flatten()
-                .fold(next, Lsn::min);
-            // The allocation page as of the checkpoint: the last page opened below it.
-            while st.opened.front().is_some_and(|(l, _)| *l < checkpoint) {
-                let (_, p) = st.opened.pop_front().expect("checked");
-                st.superblock.alloc_page = Some(p);
-            }
-            st.superblock.checkpoint = checkpoint;
-            st.superblock.generation += 1;
-            report.checkpoint = checkpoint;
-            st.superblock.clone()
-        };
-        self.mob_space.notify_all();
-        write_superblock(&*self.disk, &sb).map_err(|e| self.fail(e))?;
-        self.log.truncate_before(sb.checkpoint).map_err(|e| self.fail(e))?;
-
-        let c = &self.counters;
-        c.flush_rounds.fetch_add(1, Relaxed);
-        c.pages_written.fetch_add(report.pages as u64, Relaxed);
-        c.versions_installed.fetch_add(report.versions as u64, Relaxed);
-        c.installation_reads.fetch_add(report.installation_reads as u64, Relaxed);
-        Ok(report)
-    }
-
-    fn flusher_loop(&self) {
+impl Shared {
+    /// Steps the core with `input` and routes its effects; returns the I/O left to the caller.
+    fn step_locked(&self, l: &mut Locked, input: Input) -> Work {
+        let now = self.clock.now_us();
+        let mut fx = std::mem::take(&mut l.fx);
+        l.core.step(now, input, &mut fx);
+        let mut work = Work::default();
+        let mut followups = Vec::new();
         loop {
-            {
-                let mut st = self.state.lock();
-                let start = self.opts.mob_bytes / 100 * self.opts.flush_start_percent;
-                while !st.shutdown && !st.flush_wanted && st.mob.bytes() <= start {
-                    self.flush_wake.wait_for(&mut st, Duration::from_millis(500));
-                    // Idle flushing: install whatever is buffered when nothing else happens,
-                    // so that the log stays short and recovery fast.
-                    if !st.mob.is_empty() && st.pending.is_empty() {
-                        break;
+            for effect in fx.drain(..) {
+                match effect {
+                    Effect::Reply { conn, id, reply, close } => {
+                        if let Some(sink) = l.sinks.get(&conn) {
+                            sink.deliver(id, reply, close);
+                        }
+                    }
+                    Effect::Done { ticket, result } => {
+                        if let Some(slot) = l.slots.remove(&ticket) {
+                            *slot.result.lock() = Some(result);
+                            slot.ready.notify_one();
+                        }
+                    }
+                    Effect::Append { lsn, record } => match self.log.append(&record) {
+                        Ok(got) => {
+                            debug_assert_eq!(got, lsn, "the log and the core agree on LSNs");
+                            if self.threaded {
+                                *self.log_dirty.lock() = true;
+                                self.log_wake.notify_one();
+                            } else {
+                                work.sync = true;
+                            }
+                        }
+                        Err(e) => followups.push(Input::LogFailed { why: e.to_string() }),
+                    },
+                    e @ Effect::Read { .. } => work.effects.push(e),
+                    e @ (Effect::Install(_) | Effect::Checkpoint(_)) => {
+                        if self.threaded {
+                            self.jobs.lock().push_back(e);
+                            self.jobs_wake.notify_one();
+                        } else {
+                            work.effects.push(e);
+                        }
                     }
                 }
-                if st.shutdown {
-                    return;
+            }
+            match followups.pop() {
+                Some(input) => l.core.step(now, input, &mut fx),
+                None => break,
+            }
+        }
+        l.fx = fx;
+        work
+    }
+
+    /// Steps an input that reports completed I/O, then performs what follows.
+    fn report(&self, input: Input) -> Work {
+        let mut l = self.locked.lock();
+        self.step_locked(&mut l, input)
+    }
+
+    fn settle(&self, mut work: Work) {
+        loop {
+            let mut next = Work::default();
+            for effect in work.effects.drain(..) {
+                if let Some(input) = self.disk_side.perform(&effect, &*self.log) {
+                    let w = self.report(input);
+                    next.effects.extend(w.effects);
+                    next.sync |= w.sync;
                 }
-                st.flush_wanted = false;
             }
-            if self.failed.load(Relaxed) {
+            if work.sync {
+                let input = match self.log.sync() {
+                    Ok(lsn) => Input::Durable { lsn },
+                    Err(e) => Input::LogFailed { why: e.to_string() },
+                };
+                let w = self.report(input);
+                next.effects.extend(w.effects);
+                next.sync |= w.sync;
+            }
+            if next.is_empty() {
                 return;
             }
-            if self.flush_round().is_err() {
-                // The engine is marked failed (write errors) or a page is corrupt; either way
-                // commits waiting for space must hear about it rather than hang.
-                self.failed.store(true, Relaxed);
-                self.mob_space.notify_all();
-                return;
-            }
+            work = next;
         }
     }
 
-    fn stats(&self) -> EngineStats {
-        let c = &self.counters;
-        let st = self.state.lock();
-        let log = self.log.stats();
-        let cache = st.cache.stats();
-        let pages_written = c.pages_written.load(Relaxed);
-        let versions_installed = c.versions_installed.load(Relaxed);
-        EngineStats {
-            commits: c.commits.load(Relaxed),
-            read_only_commits: c.read_only_commits.load(Relaxed),
-            versions_committed: c.versions_committed.load(Relaxed),
-            objects_created: c.objects_created.load(Relaxed),
-            commits_refused: c.commits_refused.load(Relaxed),
-            log_bytes: log.bytes_written,
-            log_fsyncs: log.fsyncs,
-            commits_per_fsync: if log.fsyncs == 0 {
-                0.0
-            } else {
-                log.records_appended as f64 / log.fsyncs as f64
-            },
-            mob_bytes: st.mob.bytes(),
-            mob_entries: st.mob.len(),
-            fetches: c.fetches.load(Relaxed),
-            fetch_versions_applied: c.fetch_versions_applied.load(Relaxed),
-            cache_hits: cache.hits,
-            cache_misses: cache.misses,
-            fetch_reads: c.fetch_reads.load(Relaxed),
-            installation_reads: c.installation_reads.load(Relaxed),
-            validation_reads: c.validation_reads.load(Relaxed),
-            flush_rounds: c.flush_rounds.load(Relaxed),
-            pages_written,
-            versions_installed,
-            write_absorption: if pages_written == 0 {
-                0.0
-            } else {
-                versions_installed as f64 / pages_written as f64
-            },
-            mob_waits: c.mob_waits.load(Relaxed),
-            checkpoint: st.superblock.checkpoint.0,
-            pages_allocated: st.tail.page.get(),
+    /// Gives the core the log's and the network's counters (for `Stats`).
+    fn refresh_counters(&self, core: &mut Core) {
+        let (log_bytes, log_fsyncs, log_records) = self.log.counters();
+        core.set_driver_counters(DriverCounters {
+            log_bytes,
+            log_fsyncs,
+            log_records,
+            bytes_received: self.traffic.0.load(Relaxed),
+            bytes_sent: self.traffic.1.load(Relaxed),
+        });
+    }
+}
+
+/// The log writer thread: syncs whatever was appended, then reports it durable.
+fn log_writer(s: &Shared) {
+    loop {
+        {
+            let mut dirty = s.log_dirty.lock();
+            while !*dirty && !s.stop.load(Relaxed) {
+                s.log_wake.wait(&mut dirty);
+            }
+            if !*dirty && s.stop.load(Relaxed) {
+                return;
+            }
+            *dirty = false;
+        }
+        let input = match s.log.sync() {
+            Ok(lsn) => Input::Durable { lsn },
+            Err(e) => Input::LogFailed { why: e.to_string() },
+        };
+        let failed = matches!(input, Input::LogFailed { .. });
+        let work = s.report(input);
+        s.settle(work);
+        if failed {
+            return;
         }
     }
 }
 
-/// The class of every object of a validated commit, in request order.
-struct Descs {
-    created: Vec<Arc<ClassDesc>>,
-    versions: Vec<Arc<ClassDesc>>,
-}
+/// How often the installer ticks the core when it has nothing else to do.
+const TICK: Duration = Duration::from_millis(100);
 
-/// Applies the MOB's versions of `page` to `buf` (a valid page); returns how many.
-fn apply_mob(mob: &Mob, page: PageId, buf: &mut [u8]) -> Result<usize, FormatError> {
-    if !mob.has_page(page) {
-        return Ok(0);
+/// The installer thread: install rounds and checkpoints, and ticks when idle.
+fn installer(s: &Shared) {
+    loop {
+        let job = {
+            let mut jobs = s.jobs.lock();
+            if jobs.is_empty() && !s.stop.load(Relaxed) {
+                s.jobs_wake.wait_for(&mut jobs, TICK);
+            }
+            if s.stop.load(Relaxed) && jobs.is_empty() {
+                return;
+            }
+            jobs.pop_front()
+        };
+        let input = match job {
+            Some(effect) => match s.disk_side.perform(&effect, &*s.log) {
+                Some(input) => input,
+                None => continue,
+            },
+            None => Input::Tick,
+        };
+        let work = s.report(input);
+        s.settle(work);
     }
-    let mut vs: Vec<(Oid, &[u8])> = Vec::new();
-    let mut newest = Lsn::ZERO;
-    mob.for_page(page, |oid, e| {
-        vs.push((oid, &e.data));
-        newest = newest.max(e.lsn);
-    });
-    let n = vs.len();
-    let mut p = PageMut::open(buf)?;
-    let mut scratch = Vec::new();
-    p.apply(&mut vs, &mut scratch)?;
-    let version = p.view().version().max(newest);
-    p.set_version(version);
-    Ok(n)
 }
 
 /// A bulk load: objects written straight into fresh pages, bypassing the log and the MOB, for
@@ -1230,14 +668,16 @@ fn apply_mob(mob: &Mob, page: PageId, buf: &mut [u8]) -> Result<usize, FormatErr
 /// to); older pages are written out.
 #[derive(Debug)]
 pub struct BulkLoader<'e> {
-    engine: &'e Inner,
-    _guard: parking_lot::MutexGuard<'e, ()>,
+    /// The engine that handed over its allocator.
+    engine: &'e Engine,
     /// Pages not yet written, oldest first.
     window: VecDeque<Vec<u8>>,
     /// The page id of `window[0]`.
     window_first: PageId,
     /// Pages written so far.
     pages_written: u64,
+    /// The slot count of every page written so far, in order.
+    slots: Vec<u16>,
     /// Objects added.
     objects: u64,
     /// Object bytes added.
@@ -1260,7 +700,7 @@ pub struct BulkReport {
 impl BulkLoader<'_> {
     /// Bytes per page.
     pub fn page_size(&self) -> usize {
-        self.engine.page_size
+        self.engine.page_size()
     }
 
     fn last_page_id(&self) -> PageId {
@@ -1271,7 +711,7 @@ impl BulkLoader<'_> {
     /// Adds an object and returns its oref. Its class must be a stored class or one added
     /// earlier in this load; the bytes are trusted (the loader is the database's own code).
     pub fn add(&mut self, obj: &[u8]) -> Result<Oref, EngineError> {
-        page::check_object_bytes(obj, self.engine.page_size)
+        page::check_object_bytes(obj, self.page_size())
             .map_err(|source| InvalidCommit::ObjectTooLarge { index: 0, source })?;
         let last_id = PageId::new(self.window_first.get() + self.window.len() as u32 - 1);
         if let (Some(last), Some(id)) = (self.window.back_mut(), last_id) {
@@ -1294,7 +734,7 @@ impl BulkLoader<'_> {
         if self.window.len() == limits::BULK_WINDOW_PAGES {
             self.write_oldest(self.window.len() / 2)?;
         }
-        let mut page = empty_page(id, self.engine.page_size);
+        let mut page = empty_page(id, self.page_size());
         let oid = PageMut::open(&mut page).expect("fresh page").append(obj).expect("fits");
         self.window.push_back(page);
         self.objects += 1;
@@ -1332,12 +772,14 @@ impl BulkLoader<'_> {
         if n == 0 {
             return Ok(());
         }
-        let mut run = Vec::with_capacity(n * self.engine.page_size);
+        let mut run = Vec::with_capacity(n * self.page_size());
         for mut page in self.window.drain(..n) {
+            self.slots
+                .push(PageView::parse(&page).expect("loader pages are valid").slot_count() as u16);
             page::seal(&mut page);
             run.extend_from_slice(&page);
         }
-        self.engine.pages.write_run(self.window_first.get(), &run)?;
+        self.engine.shared.disk_side.pages.write_run(self.window_first.get(), &run)?;
         self.window_first = PageId::new(self.window_first.get() + n as u32).expect("in range");
         self.pages_written += n as u64;
         Ok(())
@@ -1355,39 +797,18 @@ impl BulkLoader<'_> {
 
     /// Writes the remaining pages, makes them durable and part of the database.
     pub fn finish(mut self) -> Result<BulkReport, EngineError> {
-        if self.window.is_empty() {
-            self.finished = true;
-            self.engine.state.lock().bulk_active = false;
-            return Ok(BulkReport { objects: 0, bytes: 0, pages: 0 });
-        }
-        let last = self.last_page_id();
-        let last_view = {
-            let v = PageView::parse(self.window.back().expect("not empty")).expect("valid");
-            (v.free_bytes(), v.slot_count())
-        };
-        let mut slots = Vec::new();
-        for p in &self.window {
-            slots.push(PageView::parse(p).expect("valid").slot_count());
-        }
-        let window_first = self.window_first;
-        self.write_oldest(self.window.len())?;
-        self.engine.pages.sync()?;
-        let sb = {
-            let mut st = self.engine.state.lock();
-            for (i, n) in slots.into_iter().enumerate() {
-                let p = PageId::new(window_first.get() + i as u32).expect("in range");
-                self.engine.set_slots(&mut st, p, n);
-            }
-            st.tail = Tail { page: last, free: last_view.0, slots: last_view.1 };
-            // Every page up to `last` now has an image on disk: pages before the load were all
-            // installed when it started, and the loaded ones were just synced.
-            st.superblock.alloc_page = Some(last);
-            st.superblock.generation += 1;
-            st.bulk_active = false;
-            st.superblock.clone()
-        };
-        write_superblock(&*self.engine.disk, &sb).map_err(|e| self.engine.fail(e))?;
         self.finished = true;
+        let first = PageId::new(self.window_first.get() - self.pages_written as u32)
+            .expect("the first loaded page is a page");
+        let last_free =
+            self.window.back().map_or(0, |p| PageView::parse(p).expect("valid").free_bytes());
+        self.write_oldest(self.window.len())?;
+        self.engine.shared.disk_side.pages.sync()?;
+        let done = BulkDone { first, slots: std::mem::take(&mut self.slots), last_free };
+        match self.engine.direct(DirectOp::BulkFinish(done)) {
+            DirectResult::BulkEnded(r) => r?,
+            other => unreachable!("bulk finish answered with {other:?}"),
+        }
         Ok(BulkReport { objects: self.objects, bytes: self.bytes, pages: self.pages_written })
     }
 }
@@ -1397,7 +818,7 @@ impl Drop for BulkLoader<'_> {
         if !self.finished {
             // Pages written so far lie beyond the allocation page: unreachable, and overwritten
             // (as fresh pages) when allocation gets there.
-            self.engine.state.lock().bulk_active = false;
+            let _ = self.engine.direct(DirectOp::BulkAbort);
         }
     }
 }

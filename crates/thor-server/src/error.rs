@@ -123,6 +123,14 @@ pub enum EngineError {
     BulkLoadActive,
     /// An earlier write or fsync failed, so what is durable is unknown: the engine refuses work
     /// until it is reopened, which recovers from the log.
-    #[error("the engine stopped after a storage failure; reopen the database")]
-    Failed,
+    #[error("the server stopped after a storage failure ({0}); reopen the database")]
+    Failed(String),
+    /// A page could not be read from the page file (the disk failed; nothing was changed).
+    #[error("reading page {page}: {why}")]
+    Read {
+        /// Which page.
+        page: PageId,
+        /// What failed.
+        why: String,
+    },
 }

@@ -22,19 +22,24 @@
 //! The engine is synchronous and takes its disk as an `Arc<dyn Disk>`, so tests run it over
 //! an in-memory, fault-injecting disk and crash it at chosen points.
 
+pub mod core;
 pub mod dwb;
 pub mod engine;
 pub mod error;
+pub mod io;
 pub mod limits;
 pub mod mob;
 pub mod pagecache;
 pub mod record;
-pub mod server;
 pub mod superblock;
 
+pub use crate::core::install::FlushReport;
+pub use crate::core::store::{CommitIn, CommitOutcome};
+pub use crate::core::{
+    ConnId, Core, CoreConfig, CoreStats, DirectOp, DirectResult, Effect, Input, ProtocolConfig,
+};
 pub use engine::{
-    BulkLoader, BulkReport, CommitOutcome, CommitRequest, Engine, EngineOptions, EngineStats,
-    FlushReport,
+    BulkLoader, BulkReport, CommitRequest, Engine, EngineOptions, EngineStats, ReplySink, Work,
 };
 pub use error::{EngineError, InvalidCommit};
-pub use server::{Handler, HandlerConfig, HandlerError, Response, Session};
+pub use io::{Clock, CommitLog, DiskSide, SystemClock};

@@ -30,6 +30,25 @@ pub const BULK_WINDOW_PAGES: usize = 65_536;
 const _: () = assert!(FLUSH_START_PERCENT > 0 && FLUSH_START_PERCENT < 100);
 const _: () = assert!(COMMIT_BYTES_MAX <= u32::MAX as usize);
 
+/// How long the MOB may sit unchanged before it is installed anyway: when no commit arrived for
+/// this long and none is in flight, installing costs nobody anything and keeps the log short,
+/// so that recovery after a crash is fast.
+pub const IDLE_FLUSH_AFTER_US: u64 = 500_000;
+
+/// The largest frame a connection may send before its session is open (`Hello` succeeded):
+/// the largest `Hello` (header, token, name, empty piggyback section) with room to spare. A
+/// peer that has not authenticated cannot make the server buffer more than this.
+pub const PRE_HELLO_FRAME_BYTES_MAX: usize = 4 << 10;
+
+// The largest Hello must fit.
+const _: () = assert!(
+    PRE_HELLO_FRAME_BYTES_MAX
+        > thor_wire::limits::FRAME_HEADER_BYTES
+            + 32
+            + thor_wire::limits::TOKEN_BYTES_MAX
+            + thor_wire::limits::CLIENT_NAME_BYTES_MAX
+);
+
 /// Sessions (client connections) a server handler allows at once, by default. Each session
 /// can make the server buffer one frame (up to the frame limit) and hold one blocking thread
 /// while its commit waits for the log; 256 keeps that bounded on a small machine while being

@@ -19,13 +19,20 @@
 //! - `by_page`: page → the objects of that page in the MOB, for fetches and for installing every
 //!   pending version of a page in one write (write absorption).
 //!
+//! Versions are not copied into the MOB: each is a slice ([`Bytes`]) of its commit's record
+//! buffer, the one copy a commit's objects get on their way to the log. A record's buffer lives
+//! as long as any of its versions is buffered, so the MOB charges each record's bytes once,
+//! while at least one of its versions is here, plus a fixed overhead per entry: the charge is
+//! the memory actually held, however versions are superseded or installed.
+//!
 //! *Invariant:* the three indexes hold exactly the same (oref, LSN) pairs.
-//! *Invariant:* `bytes` is the sum of [`entry_cost`] over the entries; the engine keeps it within
-//! its budget by making commits wait for the flusher.
+//! *Invariant:* `bytes` is the sum of [`ENTRY_OVERHEAD_BYTES`] per entry plus the length of every
+//! record that still has an entry; the server keeps it within its budget by making commits wait
+//! for the flusher.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
+use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use thor_core::{Lsn, Oid, Oref, PageId};
 
@@ -33,9 +40,10 @@ use thor_core::{Lsn, Oid, Oref, PageId};
 /// An estimate, deliberately generous, so that the budget bounds real memory.
 pub const ENTRY_OVERHEAD_BYTES: usize = 96;
 
-/// The memory an entry of `data_len` bytes is charged for.
-pub fn entry_cost(data_len: usize) -> usize {
-    data_len + ENTRY_OVERHEAD_BYTES
+/// The most memory a commit of `objects` objects in a record of `record_bytes` bytes can add
+/// to the MOB: what a commit must find room for before it is accepted.
+pub fn commit_cost(objects: usize, record_bytes: usize) -> usize {
+    objects * ENTRY_OVERHEAD_BYTES + record_bytes
 }
 
 /// One buffered version.
@@ -50,8 +58,18 @@ pub struct MobEntry {
     pub pin: Lsn,
     /// Whether the object was created by that commit (the page may not hold it yet).
     pub created: bool,
-    /// The object's bytes, shared with fetches and the flusher without copying.
-    pub data: Arc<[u8]>,
+    /// The object's bytes: a slice of the commit's record, shared with fetches and the flusher
+    /// without copying.
+    pub data: Bytes,
+}
+
+/// The charge of one record: its bytes, held while any of its versions is buffered.
+#[derive(Debug, Clone, Copy)]
+struct RecordCharge {
+    /// The record's length.
+    bytes: usize,
+    /// Buffered versions that are slices of it.
+    live: usize,
 }
 
 /// The modified object buffer. See the module documentation.
@@ -63,7 +81,9 @@ pub struct Mob {
     fifo: BTreeMap<(Lsn, Oref), ()>,
     /// The buffered objects of each page.
     by_page: FxHashMap<PageId, Vec<Oid>>,
-    /// Sum of the entries' costs.
+    /// The records that buffered versions are slices of, by the LSN that wrote them.
+    records: FxHashMap<Lsn, RecordCharge>,
+    /// Memory charged (see the module documentation).
     bytes: usize,
 }
 
@@ -93,29 +113,58 @@ impl Mob {
         self.fifo.keys().next().map(|(lsn, _)| *lsn)
     }
 
-    /// Buffers `data` as the newest version of `oref`, written by commit `lsn`. Versions must
-    /// arrive in LSN order per object; an older version than the buffered one is ignored (as
-    /// happens when recovery replays a record whose effect a later record supersedes).
-    pub fn insert(&mut self, oref: Oref, lsn: Lsn, created: bool, data: Arc<[u8]>) {
+    /// Buffers `data` (a slice of the record of commit `lsn`, `record_bytes` long) as the newest
+    /// version of `oref`. Versions must arrive in LSN order per object; an older version than
+    /// the buffered one is ignored (as happens when recovery replays a record whose effect a
+    /// later record supersedes).
+    pub fn insert(
+        &mut self,
+        oref: Oref,
+        lsn: Lsn,
+        created: bool,
+        data: Bytes,
+        record_bytes: usize,
+    ) {
         let page = oref.page().expect("MOB entries name real pages");
-        match self.entries.get_mut(&oref) {
+        match self.entries.get(&oref) {
             Some(old) if old.lsn > lsn => {}
             Some(old) => {
-                self.fifo.remove(&(old.pin, oref));
-                self.bytes -= entry_cost(old.data.len());
-                self.bytes += entry_cost(data.len());
+                let (old_lsn, old_pin, old_created) = (old.lsn, old.pin, old.created);
+                self.fifo.remove(&(old_pin, oref));
+                self.release(old_lsn);
+                self.charge(lsn, record_bytes);
                 // A version of an object created by an earlier, still buffered commit still
                 // needs the page to make room for it, and keeps the creation record pinned.
-                let (created, pin) = if old.created { (true, old.pin) } else { (created, lsn) };
-                *old = MobEntry { lsn, pin, created, data };
+                let (created, pin) = if old_created { (true, old_pin) } else { (created, lsn) };
+                self.entries.insert(oref, MobEntry { lsn, pin, created, data });
                 self.fifo.insert((pin, oref), ());
             }
             None => {
-                self.bytes += entry_cost(data.len());
+                self.bytes += ENTRY_OVERHEAD_BYTES;
+                self.charge(lsn, record_bytes);
                 self.entries.insert(oref, MobEntry { lsn, pin: lsn, created, data });
                 self.fifo.insert((lsn, oref), ());
                 self.by_page.entry(page).or_default().push(oref.oid());
             }
+        }
+    }
+
+    /// Counts one more version of record `lsn`, charging the record if it is new here.
+    fn charge(&mut self, lsn: Lsn, record_bytes: usize) {
+        let r = self.records.entry(lsn).or_insert(RecordCharge { bytes: record_bytes, live: 0 });
+        if r.live == 0 {
+            self.bytes += r.bytes;
+        }
+        r.live += 1;
+    }
+
+    /// Counts one version of record `lsn` fewer, releasing the record's charge with its last.
+    fn release(&mut self, lsn: Lsn) {
+        let r = self.records.get_mut(&lsn).expect("every entry's record is charged");
+        r.live -= 1;
+        if r.live == 0 {
+            self.bytes -= r.bytes;
+            self.records.remove(&lsn);
         }
     }
 
@@ -162,11 +211,11 @@ impl Mob {
         if e.lsn != lsn {
             return false;
         }
-        let cost = entry_cost(e.data.len());
         let pin = e.pin;
         self.entries.remove(&oref);
         self.fifo.remove(&(pin, oref));
-        self.bytes -= cost;
+        self.bytes -= ENTRY_OVERHEAD_BYTES;
+        self.release(lsn);
         let page = oref.page().expect("MOB entries name real pages");
         if let Some(oids) = self.by_page.get_mut(&page) {
             oids.retain(|&o| o != oref.oid());
@@ -188,31 +237,49 @@ mod tests {
         Oref::new(PageId::new(p).unwrap(), Oid::new(o).unwrap())
     }
 
-    fn data(n: u8) -> Arc<[u8]> {
-        Arc::from(vec![n; 8])
+    fn data(n: u8) -> Bytes {
+        Bytes::from(vec![n; 8])
     }
 
     #[test]
     fn newest_version_wins_and_fifo_follows() {
         let mut m = Mob::new();
-        m.insert(oref(2, 0), Lsn(1), true, data(1));
-        m.insert(oref(3, 0), Lsn(2), false, data(2));
-        m.insert(oref(2, 0), Lsn(3), false, data(3));
+        m.insert(oref(2, 0), Lsn(1), true, data(1), 8);
+        m.insert(oref(3, 0), Lsn(2), false, data(2), 8);
+        m.insert(oref(2, 0), Lsn(3), false, data(3), 8);
         assert_eq!(m.len(), 2);
         assert_eq!(&*m.get(oref(2, 0)).unwrap().data, &[3; 8]);
         assert!(m.get(oref(2, 0)).unwrap().created, "still needs room in its page");
         assert_eq!(m.oldest_lsn(), Some(Lsn(1)), "the creation record stays pinned");
         assert_eq!(m.oldest_pages(10), vec![PageId::new(2).unwrap(), PageId::new(3).unwrap()]);
-        m.insert(oref(3, 0), Lsn(4), false, data(4));
+        m.insert(oref(3, 0), Lsn(4), false, data(4), 8);
         assert_eq!(m.get(oref(3, 0)).unwrap().pin, Lsn(4), "plain versions are not pinned");
         // A stale replay does not overwrite.
-        m.insert(oref(2, 0), Lsn(1), true, data(1));
+        m.insert(oref(2, 0), Lsn(1), true, data(1), 8);
         assert_eq!(&*m.get(oref(2, 0)).unwrap().data, &[3; 8]);
         assert!(!m.remove_if(oref(2, 0), Lsn(1)));
         assert!(m.remove_if(oref(2, 0), Lsn(3)));
         assert!(m.remove_if(oref(3, 0), Lsn(4)));
         assert!(m.is_empty());
         assert_eq!(m.bytes(), 0);
+    }
+
+    #[test]
+    fn a_record_is_charged_once_while_any_of_its_versions_is_buffered() {
+        let mut m = Mob::new();
+        let rec = Bytes::from(vec![7u8; 100]);
+        m.insert(oref(2, 0), Lsn(1), false, rec.slice(0..8), 100);
+        m.insert(oref(2, 1), Lsn(1), false, rec.slice(8..16), 100);
+        assert_eq!(m.bytes(), 2 * ENTRY_OVERHEAD_BYTES + 100);
+        // Superseding one version moves its share to the new record; the old one stays charged
+        // for the other version.
+        m.insert(oref(2, 0), Lsn(2), false, data(2), 8);
+        assert_eq!(m.bytes(), 2 * ENTRY_OVERHEAD_BYTES + 100 + 8);
+        assert!(m.remove_if(oref(2, 1), Lsn(1)));
+        assert_eq!(m.bytes(), ENTRY_OVERHEAD_BYTES + 8, "the last version frees the record");
+        assert!(m.remove_if(oref(2, 0), Lsn(2)));
+        assert_eq!(m.bytes(), 0);
+        assert_eq!(commit_cost(2, 100), 2 * ENTRY_OVERHEAD_BYTES + 100);
     }
 
     proptest! {
@@ -230,11 +297,11 @@ mod tests {
                         model.remove(&r);
                     }
                 } else {
-                    m.insert(r, lsn, false, data(i as u8));
+                    m.insert(r, lsn, false, data(i as u8), 8);
                     model.insert(r, (lsn, i as u8));
                 }
                 prop_assert_eq!(m.len(), model.len());
-                prop_assert_eq!(m.bytes(), model.len() * entry_cost(8));
+                prop_assert_eq!(m.bytes(), model.len() * (ENTRY_OVERHEAD_BYTES + 8));
                 prop_assert_eq!(m.oldest_lsn(), model.values().map(|(l, _)| *l).min());
                 for (r, (l, d)) in &model {
                     let e = m.get(*r).unwrap();

@@ -1,15 +1,14 @@
 //! The server's page cache: installed page images, least recently used first out, sized in bytes.
 //!
-//! It holds pages exactly as they are on disk (the flusher's latest installs); fetches add the
-//! MOB's pending versions on the way out. Images are shared (`Arc`) so a fetch of a page without
+//! It holds pages exactly as they are on disk (the latest installs); fetches add the MOB's
+//! pending versions on the way out. Images are shared ([`Bytes`]) so a fetch of a page without
 //! pending versions sends the cached bytes without copying them.
 //!
-//! *Invariant:* an image here is never older than the page on disk: the flusher replaces the
-//! image of every page it writes, and a fetch that read the disk inserts its image only if no
-//! install happened while it was reading (the engine's install epoch).
+//! *Invariant:* an image here is never older than the page on disk: every install replaces the
+//! image of every page it wrote, and a page read from disk is inserted only if no install
+//! completed while it was being read (the core's install generation).
 
-use std::sync::Arc;
-
+use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use thor_cache::policy::{Lru, Placement, Policy};
 use thor_core::PageId;
@@ -29,7 +28,7 @@ pub struct PageCacheStats {
 #[derive(Debug)]
 pub struct PageCache {
     /// The images, by page.
-    pages: FxHashMap<PageId, Arc<[u8]>>,
+    pages: FxHashMap<PageId, Bytes>,
     /// The eviction order: the same LRU the client caches and the simulator use.
     order: Option<Lru>,
     /// Counters.
@@ -49,7 +48,7 @@ impl PageCache {
     }
 
     /// The image of `page`, marking it used.
-    pub fn get(&mut self, page: PageId) -> Option<Arc<[u8]>> {
+    pub fn get(&mut self, page: PageId) -> Option<Bytes> {
         match self.pages.get(&page) {
             Some(img) => {
                 if let Some(o) = self.order.as_mut() {
@@ -66,13 +65,13 @@ impl PageCache {
     }
 
     /// The image of `page` without counting a lookup or changing the order.
-    pub fn peek(&self, page: PageId) -> Option<&Arc<[u8]>> {
+    pub fn peek(&self, page: PageId) -> Option<&Bytes> {
         self.pages.get(&page)
     }
 
     /// Inserts or replaces the image of `page` as the most recently used, evicting the least
     /// recently used page if the cache is full.
-    pub fn insert(&mut self, page: PageId, image: Arc<[u8]>) {
+    pub fn insert(&mut self, page: PageId, image: Bytes) {
         let Some(order) = self.order.as_mut() else { return };
         let id = u64::from(page.get());
         if self.pages.insert(page, image).is_some() {
@@ -117,10 +116,10 @@ mod tests {
     fn evicts_least_recently_used() {
         let mut c = PageCache::new(3 * 1024, 1024);
         for n in 1..=3 {
-            c.insert(p(n), Arc::from(vec![n as u8; 4]));
+            c.insert(p(n), Bytes::from(vec![n as u8; 4]));
         }
         assert!(c.get(p(1)).is_some());
-        c.insert(p(4), Arc::from(vec![4u8; 4]));
+        c.insert(p(4), Bytes::from(vec![4u8; 4]));
         assert!(c.peek(p(2)).is_none(), "2 was least recently used");
         assert!(c.peek(p(1)).is_some());
         assert_eq!(c.len(), 3);

@@ -102,7 +102,9 @@ fn the_mob_budget_forces_flushing_and_truncates_the_log() {
     }
     let s = e.stats();
     assert!(s.mob_bytes <= small_opts().mob_bytes, "MOB stays within its budget");
-    assert!(s.flush_rounds > 0 && s.mob_waits > 0);
+    // Without background threads every round runs before the call that started it returns,
+    // so commits never find the MOB full here; the simulation covers commits waiting for room.
+    assert!(s.flush_rounds > 0);
     assert!(s.write_absorption > 1.0, "several versions per page write: {s:?}");
     let segments = thor_storage::Disk::list(&disk)
         .unwrap()

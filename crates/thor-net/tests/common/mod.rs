@@ -11,7 +11,7 @@ use bytes::Bytes;
 use thor_core::le::{put_u32, u32_at};
 use thor_core::{ClassDesc, Oref, PageId, PageView, RawRef, VarKind};
 use thor_net::{ClientConfig, NetConfig, Server, TcpTransport};
-use thor_server::{Engine, EngineOptions, Handler, HandlerConfig};
+use thor_server::{Engine, EngineOptions, ProtocolConfig};
 use thor_storage::{Disk, FileDisk};
 use thor_wire::limits::FRAME_BYTES_MAX;
 use thor_wire::{
@@ -42,7 +42,11 @@ impl Db {
     }
 
     pub fn create(&self) -> Arc<Engine> {
-        Arc::new(Engine::create(self.disk(), opts()).unwrap())
+        self.create_with(ProtocolConfig::default())
+    }
+
+    pub fn create_with(&self, protocol: ProtocolConfig) -> Arc<Engine> {
+        Arc::new(Engine::create(self.disk(), EngineOptions { protocol, ..opts() }).unwrap())
     }
 
     pub fn open(&self) -> Arc<Engine> {
@@ -50,11 +54,10 @@ impl Db {
     }
 }
 
-/// A handler with `config` and a server for it on 127.0.0.1.
-pub fn serve(engine: Arc<Engine>, config: HandlerConfig, net: NetConfig) -> (Arc<Handler>, Server) {
-    let handler = Arc::new(Handler::new(engine, config).unwrap());
-    let server = Server::start("127.0.0.1:0", handler.clone(), net).unwrap();
-    (handler, server)
+/// A server for `engine` on 127.0.0.1.
+pub fn serve(engine: Arc<Engine>, net: NetConfig) -> (Arc<Engine>, Server) {
+    let server = Server::start("127.0.0.1:0", engine.clone(), net).unwrap();
+    (engine, server)
 }
 
 pub fn client_config(token: &[u8]) -> ClientConfig {

@@ -1,0 +1,1367 @@
+//! The server core: one synchronous state machine that takes inputs and emits effects.
+//!
+//! The core is the whole of a server's logic (sessions, commit, fetch, the MOB, installation,
+//! checkpoints) and none of its I/O. It reads no clock, spawns no thread and touches no disk or
+//! socket: a driver feeds it [`Input`]s with [`Core::step`] and performs the [`Effect`]s it
+//! returns. Two drivers exist: the threaded embedded server ([`crate::Engine`], which the TCP
+//! server in `thor-net` also drives) and the deterministic whole-cluster simulation
+//! (`thor-sim`), which runs the same core in one thread with a seeded scheduler.
+//!
+//! ```text
+//!                  ┌──────────────────────── Core::step(now, input, &mut effects) ───────┐
+//!  Connect ───────►│ sessions: Hello, token, limits, per-client order                    │
+//!  Request ───────►│ fetch ── cache hit: reply ── miss: Read ─────────────────────────────┼──► Reply / Done
+//!  ProtocolError ─►│ commit queue (FIFO): validate ── Need pages: Read ── no room: wait   │──► Read
+//!  Disconnect ────►│        └─ prepare: allocate, build the record ─► Append ─────────────┼──► Append
+//!  Direct ────────►│ Durable ─► publish into the MOB ─► CommitOk                          │
+//!  Durable ───────►│ installs: oldest MOB pages ─► Install ─► Installed ─► Checkpoint     │──► Install
+//!  PageRead ──────►│                                                                      │──► Checkpoint
+//!  Installed ─────►│                                                                      │
+//!  Checkpointed ──►│                                                                      │
+//!  LogFailed ─────►│                                                                      │
+//!  Tick ──────────►└──────────────────────────────────────────────────────────────────────┘
+//! ```
+//!
+//! # Commit: prepare, then publish
+//!
+//! A commit is *prepared* when it passes validation, gets its orefs and its record, and is
+//! appended ([`Effect::Append`], LSNs in effect order: the driver must append in that order).
+//! It is *published* when the driver reports the log durable up to its LSN
+//! ([`Input::Durable`]): its versions enter the MOB (fetches see them from then on) and its
+//! client gets `CommitOk`. So *acknowledged means durable*, and no fetch sees a commit before
+//! its record is durable.
+//!
+//! Commits are prepared one at a time in arrival order (the *commit queue*). The head waits,
+//! and with it every later commit, while it needs page images that are not cached (the core
+//! asks for them with [`Effect::Read`]), while the MOB has no room for it (an install round
+//! frees room), or while the log holds more unsynced bytes than the driver's log buffer takes
+//! ([`CoreConfig::log_buffer_bytes`]; a durable report frees them), so that a driver's log
+//! append never waits for the disk.
+//!
+//! # Per-client order
+//!
+//! A client's replies leave in the order of its requests (the protocol promises it). A request
+//! that cannot be answered at once (a commit, a fetch that reads the disk) holds back the
+//! client's later requests, which queue in its session (at most
+//! [`thor_wire::limits::IN_FLIGHT_MAX`]); other clients are not held back.
+//!
+//! # Time
+//!
+//! Every input comes with `now`, microseconds from the driver's [`crate::io::Clock`]: loosely
+//! synchronised wall-clock time. The core uses it for idle installation, and (with concurrency
+//! control) for transaction timestamps. [`Input::Tick`] lets time pass without other input.
+
+pub mod install;
+mod sessions;
+pub mod store;
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use rustc_hash::FxHashMap;
+use thor_core::{ClientId, FormatError, Lsn, PageId, ServerId};
+use thor_wire::limits::{FRAME_BYTES_MAX, FRAME_BYTES_SETTING_MIN, TOKEN_BYTES_MAX};
+use thor_wire::{
+    Commit, ErrorCode, RefusedCode, Reply, ReplyBody, Request, ServerStats, WireError,
+};
+
+use crate::error::{EngineError, InvalidCommit};
+use crate::limits;
+use crate::superblock::Superblock;
+use install::{CheckpointJob, FlushReport, InstallJob, Installed, PageJob};
+use sessions::Sessions;
+use store::{CommitIn, CommitOutcome, Images, Stop, Store, Tail};
+
+/// A connection, as the driver names it. Chosen by the driver, unique among open connections.
+pub type ConnId = u64;
+
+/// A direct operation's handle, chosen by the driver (the embedded API).
+pub type Ticket = u64;
+
+/// Settings of a core. The page size and server id come from the superblock.
+#[derive(Debug, Clone)]
+pub struct CoreConfig {
+    /// Memory budget of the MOB; commits wait for installation beyond it.
+    pub mob_bytes: usize,
+    /// Memory budget of the page cache.
+    pub page_cache_bytes: usize,
+    /// Pages installed per round.
+    pub flush_batch_pages: usize,
+    /// Installation starts when the MOB exceeds this percentage of its budget.
+    pub flush_start_percent: usize,
+    /// Installation also starts when the MOB is not empty, no commit is in flight and none
+    /// arrived for this long, so that the log stays short and recovery fast.
+    pub idle_flush_after_us: u64,
+    /// Most log bytes appended and not yet durable: the driver's log buffer. The core holds
+    /// commits back beyond it so that an append never waits for the disk.
+    pub log_buffer_bytes: usize,
+    /// The largest log record the driver's log accepts.
+    pub record_bytes_max: usize,
+    /// Sessions: token, connection limit, frame limit.
+    pub protocol: ProtocolConfig,
+}
+
+impl Default for CoreConfig {
+    fn default() -> Self {
+        CoreConfig {
+            mob_bytes: limits::MOB_BYTES_DEFAULT,
+            page_cache_bytes: limits::PAGE_CACHE_BYTES_DEFAULT,
+            flush_batch_pages: limits::FLUSH_BATCH_PAGES_DEFAULT,
+            flush_start_percent: limits::FLUSH_START_PERCENT,
+            idle_flush_after_us: limits::IDLE_FLUSH_AFTER_US,
+            log_buffer_bytes: thor_storage::limits::BUFFER_BYTES_MAX_DEFAULT,
+            record_bytes_max: thor_storage::limits::RECORD_BYTES_MAX_DEFAULT,
+            protocol: ProtocolConfig::default(),
+        }
+    }
+}
+
+/// What the server asks of and promises to its clients.
+#[derive(Debug, Clone)]
+pub struct ProtocolConfig {
+    /// The secret every client must present in `Hello`. Empty means no authentication: any
+    /// client that speaks the protocol is admitted.
+    pub token: Vec<u8>,
+    /// Most sessions open at once; more connections are refused with `Error(Busy)`.
+    pub sessions_max: usize,
+    /// The largest frame a connection accepts once its session is open, announced in
+    /// `HelloOk` and enforced by the driver (before `Hello` the driver enforces
+    /// [`limits::PRE_HELLO_FRAME_BYTES_MAX`]).
+    pub max_frame_bytes: usize,
+}
+
+impl Default for ProtocolConfig {
+    fn default() -> Self {
+        ProtocolConfig {
+            token: Vec::new(),
+            sessions_max: limits::SESSIONS_MAX_DEFAULT,
+            max_frame_bytes: FRAME_BYTES_MAX,
+        }
+    }
+}
+
+impl ProtocolConfig {
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        if self.token.len() > TOKEN_BYTES_MAX {
+            return Err(EngineError::BadOptions(format!(
+                "the token is {} bytes, the protocol allows {TOKEN_BYTES_MAX}",
+                self.token.len()
+            )));
+        }
+        if self.sessions_max == 0 {
+            return Err(EngineError::BadOptions("sessions_max must be at least 1".into()));
+        }
+        if !(FRAME_BYTES_SETTING_MIN..=FRAME_BYTES_MAX).contains(&self.max_frame_bytes) {
+            return Err(EngineError::BadOptions(format!(
+                "max_frame_bytes must be between {FRAME_BYTES_SETTING_MIN} and {FRAME_BYTES_MAX}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// An operation of the embedded API, answered by [`Effect::Done`] with the same ticket.
+#[derive(Debug)]
+pub enum DirectOp {
+    /// Commit these versions and created objects (no session, no concurrency control).
+    Commit(CommitIn),
+    /// The current bytes of a page.
+    Fetch(PageId),
+    /// Run one install round now (after the one in flight, if any).
+    FlushRound,
+    /// Start a bulk load: install everything, then hand the allocator to the loader. Answered
+    /// with the first page the loader may write.
+    BulkBegin,
+    /// A bulk load wrote and synced these pages: make them part of the database.
+    BulkFinish(BulkDone),
+    /// A bulk load gave up; nothing it wrote is part of the database.
+    BulkAbort,
+}
+
+/// What a bulk load wrote.
+#[derive(Debug, Clone)]
+pub struct BulkDone {
+    /// The first page written.
+    pub first: PageId,
+    /// The slot count of every page written, in order.
+    pub slots: Vec<u16>,
+    /// The last page's free bytes.
+    pub last_free: usize,
+}
+
+/// The answer to a [`DirectOp`].
+#[derive(Debug)]
+pub enum DirectResult {
+    /// To [`DirectOp::Commit`], once durable.
+    Committed(Result<CommitOutcome, EngineError>),
+    /// To [`DirectOp::Fetch`].
+    Page(Result<Bytes, EngineError>),
+    /// To [`DirectOp::FlushRound`], once the round's checkpoint is durable.
+    Flushed(Result<FlushReport, EngineError>),
+    /// To [`DirectOp::BulkBegin`]: the first page the loader writes.
+    BulkBegun(Result<PageId, EngineError>),
+    /// To [`DirectOp::BulkFinish`], once the new superblock is durable; and to
+    /// [`DirectOp::BulkAbort`].
+    BulkEnded(Result<(), EngineError>),
+}
+
+/// Why a page could not be read.
+#[derive(Debug, Clone)]
+pub enum ReadError {
+    /// The bytes are damaged.
+    Corrupt(FormatError),
+    /// The disk failed.
+    Storage(String),
+}
+
+/// Counters a driver keeps of its log and connections, reported with inputs so that the core
+/// can answer `Stats` with them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DriverCounters {
+    /// Record bytes written to the log.
+    pub log_bytes: u64,
+    /// Log fsyncs.
+    pub log_fsyncs: u64,
+    /// Log records made durable.
+    pub log_records: u64,
+    /// Frame bytes received.
+    pub bytes_received: u64,
+    /// Frame bytes sent.
+    pub bytes_sent: u64,
+}
+
+/// Something that happened, for the core to act on.
+#[derive(Debug)]
+pub enum Input {
+    /// A client connected. The core answers `Error(Busy)` and closes if the session limit
+    /// is reached.
+    Connect {
+        /// The driver's name for the connection.
+        conn: ConnId,
+    },
+    /// A decoded request from a connection.
+    Request {
+        /// Which connection.
+        conn: ConnId,
+        /// The request id of its frame (echoed in the reply).
+        id: u64,
+        /// The request.
+        req: Request,
+    },
+    /// Bytes from a connection did not decode: the core answers with the error's code and
+    /// closes the session.
+    ProtocolError {
+        /// Which connection.
+        conn: ConnId,
+        /// The frame's request id if it was known (0 otherwise).
+        id: u64,
+        /// What was wrong.
+        error: WireError,
+    },
+    /// A connection closed (by either side). Its session ends; replies still owed to it are
+    /// dropped; its commit, if prepared, still completes.
+    Disconnect {
+        /// Which connection.
+        conn: ConnId,
+    },
+    /// An operation of the embedded API.
+    Direct {
+        /// Echoed in [`Effect::Done`].
+        ticket: Ticket,
+        /// What to do.
+        op: DirectOp,
+    },
+    /// Every log record up to `lsn` is durable.
+    Durable {
+        /// The durable point.
+        lsn: Lsn,
+    },
+    /// A read asked for by [`Effect::Read`] completed.
+    PageRead {
+        /// Which page.
+        page: PageId,
+        /// Its installed image (checked), or why not.
+        result: Result<Bytes, ReadError>,
+    },
+    /// An install round's pages are durable in place (or it failed).
+    Installed {
+        /// The round.
+        job: u64,
+        /// The new images, or why the round failed.
+        result: Result<Installed, String>,
+    },
+    /// A checkpoint's superblock is durable and the log truncated (or it failed).
+    Checkpointed {
+        /// The checkpoint.
+        job: u64,
+        /// Whether it succeeded.
+        result: Result<(), String>,
+    },
+    /// The log failed (a write or fsync): nothing more can be made durable until the server
+    /// is reopened.
+    LogFailed {
+        /// Why.
+        why: String,
+    },
+    /// Time passed.
+    Tick,
+}
+
+/// Something the driver must do.
+#[derive(Debug)]
+pub enum Effect {
+    /// Send a reply to a connection (and close it afterwards if `close`).
+    Reply {
+        /// Which connection.
+        conn: ConnId,
+        /// The request id it answers (0 for errors that answer no request).
+        id: u64,
+        /// The reply.
+        reply: Reply,
+        /// Close the connection after sending.
+        close: bool,
+    },
+    /// Answer a direct operation.
+    Done {
+        /// The operation's ticket.
+        ticket: Ticket,
+        /// The answer.
+        result: DirectResult,
+    },
+    /// Append a record to the log, in effect order; report its durability with
+    /// [`Input::Durable`].
+    Append {
+        /// The LSN the log will give it (the driver may check).
+        lsn: Lsn,
+        /// The record's payload.
+        record: Bytes,
+    },
+    /// Read the installed image of a page from the page file and report it with
+    /// [`Input::PageRead`].
+    Read {
+        /// Which page.
+        page: PageId,
+    },
+    /// Perform an install round and report it with [`Input::Installed`].
+    Install(InstallJob),
+    /// Write a superblock (and truncate the log) and report it with [`Input::Checkpointed`].
+    Checkpoint(CheckpointJob),
+}
+
+/// Who is waiting for an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// A request of a connection.
+    Conn { conn: ConnId, id: u64 },
+    /// A direct operation.
+    Direct(Ticket),
+}
+
+/// A commit waiting in the queue.
+#[derive(Debug)]
+struct Queued {
+    /// Who gets the answer.
+    origin: Origin,
+    /// The commit.
+    commit: CommitIn,
+    /// Page images read for its validation.
+    images: Images,
+    /// Pages whose reads it waits for.
+    waiting_for: Vec<PageId>,
+    /// Whether it was counted as waiting for MOB space, and for the log buffer.
+    counted_waits: (bool, bool),
+}
+
+/// Where a bulk load is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bulk {
+    /// None.
+    Idle,
+    /// Installing everything before the loader may start; the ticket to answer.
+    Draining(Ticket),
+    /// The loader owns the allocator.
+    Active,
+    /// The loader finished; its superblock is being written; the ticket to answer.
+    Finishing(Ticket),
+}
+
+/// An install round in flight.
+#[derive(Debug)]
+struct Round {
+    /// Its job id.
+    job: u64,
+    /// The pages and the versions it installs (the job without its bytes).
+    pages: Vec<(PageId, Vec<(thor_core::Oid, Lsn)>)>,
+    /// Its report, filled in when installed.
+    report: FlushReport,
+    /// Direct `FlushRound`s answered when it is checkpointed.
+    waiters: Vec<Ticket>,
+    /// Whether the pages are installed and the checkpoint is being written.
+    installed: bool,
+}
+
+/// Monotonic counters of the core.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counters {
+    commits: u64,
+    read_only_commits: u64,
+    versions_committed: u64,
+    objects_created: u64,
+    commits_refused: u64,
+    fetches: u64,
+    fetch_versions_applied: u64,
+    fetch_reads: u64,
+    installation_reads: u64,
+    validation_reads: u64,
+    flush_rounds: u64,
+    pages_written: u64,
+    versions_installed: u64,
+    mob_waits: u64,
+    log_waits: u64,
+}
+
+/// Counters of everything the core does, as of one moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CoreStats {
+    /// Commits acknowledged.
+    pub commits: u64,
+    /// Of those, read-only ones (acknowledged without a log record).
+    pub read_only_commits: u64,
+    /// Object versions committed (excluding created objects).
+    pub versions_committed: u64,
+    /// Objects created.
+    pub objects_created: u64,
+    /// Commits refused as invalid.
+    pub commits_refused: u64,
+    /// Record bytes written to the log (as the driver reports).
+    pub log_bytes: u64,
+    /// Log fsyncs (as the driver reports).
+    pub log_fsyncs: u64,
+    /// Mean commits sharing one log fsync (group commit).
+    pub commits_per_fsync: f64,
+    /// Bytes charged to the MOB now.
+    pub mob_bytes: usize,
+    /// Versions in the MOB now.
+    pub mob_entries: usize,
+    /// Fetches served.
+    pub fetches: u64,
+    /// MOB versions applied to fetched pages.
+    pub fetch_versions_applied: u64,
+    /// Page cache hits.
+    pub cache_hits: u64,
+    /// Page cache misses.
+    pub cache_misses: u64,
+    /// Pages read from disk for fetches.
+    pub fetch_reads: u64,
+    /// Pages read from disk by install rounds before installing into them.
+    pub installation_reads: u64,
+    /// Pages read from disk to validate commits.
+    pub validation_reads: u64,
+    /// Install rounds.
+    pub flush_rounds: u64,
+    /// Pages written by install rounds.
+    pub pages_written: u64,
+    /// Versions installed by install rounds.
+    pub versions_installed: u64,
+    /// Versions installed per page written: write absorption.
+    pub write_absorption: f64,
+    /// Commits that waited for MOB space.
+    pub mob_waits: u64,
+    /// Commits that waited for the log buffer to drain.
+    pub log_waits: u64,
+    /// The current checkpoint (log records below it are installed).
+    pub checkpoint: u64,
+    /// Pages allocated (the tail page id).
+    pub pages_allocated: u32,
+    /// Commits waiting in the queue now.
+    pub commits_queued: usize,
+}
+
+/// The server core. See the module documentation.
+#[derive(Debug)]
+pub struct Core {
+    /// Settings.
+    cfg: CoreConfig,
+    /// The object state.
+    store: Store,
+    /// Connections and their sessions.
+    sessions: Sessions,
+    /// Commits not yet prepared, in arrival order.
+    queue: VecDeque<Queued>,
+    /// Outstanding page reads: the install generation when each was issued, and the fetches
+    /// waiting for it.
+    reads: FxHashMap<PageId, (u64, Vec<Origin>)>,
+    /// Incremented by every completed install round; a read issued before one may be stale.
+    install_gen: u64,
+    /// The install round in flight.
+    round: Option<Round>,
+    /// `FlushRound`s waiting for the next round to start.
+    flush_waiters: Vec<Ticket>,
+    /// The next job id (install rounds and checkpoints).
+    next_job: u64,
+    /// The bulk load state.
+    bulk: Bulk,
+    /// Why the core stopped accepting writes, after a storage failure.
+    failed: Option<String>,
+    /// When the last commit arrived (`now` of its input).
+    last_commit_us: u64,
+    /// The `now` of the input being handled.
+    now_us: u64,
+    /// Counters.
+    counters: Counters,
+    /// The driver's log and traffic counters.
+    driver: DriverCounters,
+    /// Connections whose held-back requests may proceed now (drained at the end of a step).
+    to_drain: Vec<ConnId>,
+    /// Who waits for each prepared commit, by LSN.
+    prepared_origin: FxHashMap<Lsn, Origin>,
+    /// Whether the log is still being replayed: rounds start only when recovery asks.
+    recovering: bool,
+}
+
+impl Core {
+    /// A core over a database whose superblock is `sb` and whose log continues at `next_lsn`.
+    /// Feed it the log with [`Core::replay`], then call [`Core::finish_recovery`].
+    pub fn new(cfg: CoreConfig, sb: Superblock, next_lsn: Lsn) -> Result<Core, EngineError> {
+        cfg.protocol.validate()?;
+        if cfg.mob_bytes == 0 || cfg.log_buffer_bytes == 0 {
+            return Err(EngineError::BadOptions("budgets must be positive".into()));
+        }
+        let store = Store::new(sb, next_lsn, cfg.page_cache_bytes);
+        Ok(Core {
+            sessions: Sessions::new(cfg.protocol.clone()),
+            cfg,
+            store,
+            queue: VecDeque::new(),
+            reads: FxHashMap::default(),
+            install_gen: 0,
+            round: None,
+            flush_waiters: Vec::new(),
+            next_job: 1,
+            bulk: Bulk::Idle,
+            failed: None,
+            last_commit_us: 0,
+            now_us: 0,
+            counters: Counters::default(),
+            driver: DriverCounters::default(),
+            to_drain: Vec::new(),
+            prepared_origin: FxHashMap::default(),
+            recovering: true,
+        })
+    }
+
+    /// Replays one durable log record (recovery, before any other input).
+    pub fn replay(&mut self, lsn: Lsn, record: Bytes) -> Result<(), EngineError> {
+        self.store.replay(lsn, record)
+    }
+
+    /// Whether the MOB is over its budget (during recovery the driver then runs an install
+    /// round, see [`Core::start_round`], before replaying more).
+    pub fn mob_over_budget(&self) -> bool {
+        self.store.mob.bytes() > self.cfg.mob_bytes
+    }
+
+    /// The tail page and whether it is fresh (recovery reads its image unless it is).
+    pub fn tail_page(&self) -> (PageId, bool) {
+        let p = self.store.tail.page;
+        (p, self.store.fresh.contains(&p))
+    }
+
+    /// Ends recovery: `image` is the installed image of the tail page (`None` if fresh).
+    pub fn finish_recovery(&mut self, image: Option<Bytes>) -> Result<(), EngineError> {
+        self.store.set_tail_from(image)?;
+        self.recovering = false;
+        Ok(())
+    }
+
+    /// Bytes per page.
+    pub fn page_size(&self) -> usize {
+        self.store.page_size
+    }
+
+    /// This server's id.
+    pub fn server_id(&self) -> ServerId {
+        self.store.superblock.server_id
+    }
+
+    /// The persistent root object.
+    pub fn root(&self) -> thor_core::Oref {
+        self.store.superblock.root
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &CoreConfig {
+        &self.cfg
+    }
+
+    /// The LSN the next record gets.
+    pub fn next_lsn(&self) -> Lsn {
+        self.store.next_lsn
+    }
+
+    /// Whether a storage failure stopped the core.
+    pub fn failed(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    /// Whether there is nothing left to install and nothing in flight (a clean shutdown can
+    /// stop now: the log holds nothing the pages lack).
+    pub fn is_quiescent(&self) -> bool {
+        self.store.mob.is_empty()
+            && self.store.pending.is_empty()
+            && self.round.is_none()
+            && self.queue.is_empty()
+    }
+
+    /// The client a connection's session belongs to, once `Hello` succeeded.
+    pub fn client_of(&self, conn: ConnId) -> Option<ClientId> {
+        self.sessions.client_of(conn)
+    }
+
+    /// The name a connection's client gave in `Hello`.
+    pub fn client_name(&self, conn: ConnId) -> Option<&str> {
+        self.sessions.name_of(conn)
+    }
+
+    /// Whether an install round is in flight.
+    pub fn round_in_flight(&self) -> bool {
+        self.round.is_some()
+    }
+
+    /// Updates the driver's counters (log and traffic) that `Stats` reports.
+    pub fn set_driver_counters(&mut self, c: DriverCounters) {
+        self.driver = c;
+    }
+
+    /// Handles one input at time `now_us`, appending what the driver must do to `fx`.
+    pub fn step(&mut self, now_us: u64, input: Input, fx: &mut Vec<Effect>) {
+        self.now_us = self.now_us.max(now_us);
+        match input {
+            Input::Connect { conn } => self.sessions.connect(conn, fx),
+            Input::Request { conn, id, req } => self.request(conn, id, req, fx),
+            Input::ProtocolError { conn, id, error } => {
+                self.sessions.protocol_error(conn, id, &error, fx)
+            }
+            Input::Disconnect { conn } => self.sessions.disconnect(conn),
+            Input::Direct { ticket, op } => self.direct(ticket, op, fx),
+            Input::Durable { lsn } => self.durable(lsn, fx),
+            Input::PageRead { page, result } => self.page_read(page, result, fx),
+            Input::Installed { job, result } => self.installed(job, result, fx),
+            Input::Checkpointed { job, result } => self.checkpointed(job, result, fx),
+            Input::LogFailed { why } => self.fail(why, fx),
+            Input::Tick => {}
+        }
+        self.pump(fx);
+        self.maybe_start_round(fx);
+        self.drain(fx);
+    }
+
+    /// Answers `origin` with a commit's outcome.
+    fn answer_commit(
+        &mut self,
+        origin: Origin,
+        r: Result<CommitOutcome, EngineError>,
+        fx: &mut Vec<Effect>,
+    ) {
+        match origin {
+            Origin::Direct(ticket) => {
+                fx.push(Effect::Done { ticket, result: DirectResult::Committed(r) })
+            }
+            Origin::Conn { conn, id } => {
+                let (reply, close) = match r {
+                    Ok(out) => (
+                        Reply::new(ReplyBody::CommitOk { lsn: out.lsn, created: out.created }),
+                        false,
+                    ),
+                    Err(e) => error_reply(&e),
+                };
+                self.reply(conn, id, reply, close, fx);
+            }
+        }
+    }
+
+    /// Answers `origin` with a fetch's outcome.
+    fn answer_fetch(
+        &mut self,
+        origin: Origin,
+        page: PageId,
+        r: Result<Bytes, EngineError>,
+        fx: &mut Vec<Effect>,
+    ) {
+        match origin {
+            Origin::Direct(ticket) => {
+                fx.push(Effect::Done { ticket, result: DirectResult::Page(r) })
+            }
+            Origin::Conn { conn, id } => {
+                let (reply, close) = match r {
+                    Ok(bytes) => (Reply::new(ReplyBody::Page { page, bytes }), false),
+                    Err(e) => error_reply(&e),
+                };
+                self.reply(conn, id, reply, close, fx);
+            }
+        }
+    }
+
+    /// Sends a deferred reply to `conn` and lets its held-back requests proceed.
+    fn reply(&mut self, conn: ConnId, id: u64, reply: Reply, close: bool, fx: &mut Vec<Effect>) {
+        if self.sessions.deferred_answered(conn, close) {
+            fx.push(Effect::Reply { conn, id, reply, close });
+            self.to_drain.push(conn);
+        }
+    }
+
+    /// Handles the held-back requests of connections whose deferred reply went out.
+    fn drain(&mut self, fx: &mut Vec<Effect>) {
+        while let Some(conn) = self.to_drain.pop() {
+            while let Some((id, req)) = self.sessions.next_held(conn) {
+                self.handle(conn, id, req, fx);
+                // Stop at the first request that is deferred in turn.
+                if self.sessions.is_busy(conn) {
+                    break;
+                }
+            }
+        }
+        // Handling a held-back request can start reads or prepare commits.
+        self.pump(fx);
+        self.maybe_start_round(fx);
+    }
+
+    fn request(&mut self, conn: ConnId, id: u64, req: Request, fx: &mut Vec<Effect>) {
+        if self.sessions.hold_back(conn, id, &req, fx) {
+            return;
+        }
+        self.handle(conn, id, req, fx);
+    }
+
+    /// Handles a request whose turn has come.
+    fn handle(&mut self, conn: ConnId, id: u64, req: Request, fx: &mut Vec<Effect>) {
+        use sessions::Action;
+        match self.sessions.admit(conn, id, req, self.server_info_parts(), fx) {
+            Action::Done => {}
+            Action::Fetch(page) => {
+                self.sessions.set_busy(conn);
+                self.fetch(Origin::Conn { conn, id }, page, fx);
+            }
+            Action::Commit(c) => {
+                self.sessions.set_busy(conn);
+                self.commit(Origin::Conn { conn, id }, c, fx);
+            }
+            Action::Stats => {
+                let stats = Box::new(self.server_stats());
+                fx.push(Effect::Reply {
+                    conn,
+                    id,
+                    reply: Reply::new(ReplyBody::Stats(stats)),
+                    close: false,
+                });
+            }
+        }
+    }
+
+    /// What `HelloOk` tells a client.
+    fn server_info_parts(&self) -> sessions::InfoParts {
+        sessions::InfoParts {
+            server_id: self.store.superblock.server_id,
+            page_size: self.store.page_size,
+            root: self.store.superblock.root,
+        }
+    }
+
+    fn direct(&mut self, ticket: Ticket, op: DirectOp, fx: &mut Vec<Effect>) {
+        match op {
+            DirectOp::Commit(c) => self.commit(Origin::Direct(ticket), c, fx),
+            DirectOp::Fetch(page) => self.fetch(Origin::Direct(ticket), page, fx),
+            DirectOp::FlushRound => {
+                if let Some(why) = &self.failed {
+                    let e = EngineError::Failed(why.clone());
+                    fx.push(Effect::Done { ticket, result: DirectResult::Flushed(Err(e)) });
+                } else {
+                    self.flush_waiters.push(ticket);
+                }
+            }
+            DirectOp::BulkBegin => {
+                if self.bulk != Bulk::Idle {
+                    let r = DirectResult::BulkBegun(Err(EngineError::BulkLoadActive));
+                    fx.push(Effect::Done { ticket, result: r });
+                } else {
+                    self.bulk = Bulk::Draining(ticket);
+                }
+            }
+            DirectOp::BulkFinish(done) => {
+                let last = PageId::new(done.first.get() + done.slots.len() as u32 - 1)
+                    .filter(|_| !done.slots.is_empty());
+                match (self.bulk, last) {
+                    (Bulk::Active, Some(last)) => {
+                        let slots = *done.slots.last().expect("not empty") as usize;
+                        let tail = Tail { page: last, free: done.last_free, slots };
+                        self.store.bulk_loaded(done.first, &done.slots, tail);
+                        let job = self.next_job();
+                        self.bulk = Bulk::Finishing(ticket);
+                        fx.push(Effect::Checkpoint(CheckpointJob {
+                            id: job,
+                            superblock: self.store.superblock.clone(),
+                            truncate_before: None,
+                        }));
+                    }
+                    (Bulk::Active, None) => {
+                        self.bulk = Bulk::Idle;
+                        fx.push(Effect::Done { ticket, result: DirectResult::BulkEnded(Ok(())) });
+                    }
+                    _ => {
+                        let e = EngineError::BadOptions("no bulk load is active".into());
+                        fx.push(Effect::Done { ticket, result: DirectResult::BulkEnded(Err(e)) });
+                    }
+                }
+            }
+            DirectOp::BulkAbort => {
+                if self.bulk == Bulk::Active {
+                    self.bulk = Bulk::Idle;
+                }
+                fx.push(Effect::Done { ticket, result: DirectResult::BulkEnded(Ok(())) });
+            }
+        }
+    }
+
+    fn next_job(&mut self) -> u64 {
+        let j = self.next_job;
+        self.next_job += 1;
+        j
+    }
+
+    fn fetch(&mut self, origin: Origin, page: PageId, fx: &mut Vec<Effect>) {
+        self.counters.fetches += 1;
+        match self.store.compose(page) {
+            Ok(Some((bytes, applied))) => {
+                self.counters.fetch_versions_applied += applied as u64;
+                self.answer_fetch(origin, page, Ok(bytes), fx);
+            }
+            Ok(None) => {
+                self.counters.fetch_reads += 1;
+                self.want_read(page, Some(origin), fx);
+            }
+            Err(e) => self.answer_fetch(origin, page, Err(e), fx),
+        }
+    }
+
+    /// Asks for `page` to be read (once, however many wait for it).
+    fn want_read(&mut self, page: PageId, waiter: Option<Origin>, fx: &mut Vec<Effect>) {
+        let issued = self.install_gen;
+        let entry = self.reads.entry(page).or_insert_with(|| {
+            fx.push(Effect::Read { page });
+            (issued, Vec::new())
+        });
+        if let Some(w) = waiter {
+            entry.1.push(w);
+        }
+    }
+
+    fn page_read(&mut self, page: PageId, result: Result<Bytes, ReadError>, fx: &mut Vec<Effect>) {
+        let Some((issued, waiters)) = self.reads.remove(&page) else { return };
+        let image = match result {
+            Ok(img) => {
+                if issued == self.install_gen {
+                    self.store.cache.insert(page, img.clone());
+                    Ok(img)
+                } else if let Some(cached) = self.store.cache.peek(page) {
+                    // An install round wrote the page while it was being read: the cached
+                    // image is the newer one.
+                    Ok(cached.clone())
+                } else {
+                    // The image read may predate an install; read again.
+                    self.reads.insert(page, (self.install_gen, waiters));
+                    fx.push(Effect::Read { page });
+                    return;
+                }
+            }
+            Err(e) => Err(e),
+        };
+        let failure = |e: &ReadError| match e {
+            ReadError::Corrupt(source) => EngineError::CorruptPage { page, source: source.clone() },
+            ReadError::Storage(why) => EngineError::Read { page, why: why.clone() },
+        };
+        for w in waiters {
+            let r = match &image {
+                Ok(img) => self.store.with_mob(page, img.clone()).map(|(b, n)| {
+                    self.counters.fetch_versions_applied += n as u64;
+                    b
+                }),
+                Err(e) => Err(failure(e)),
+            };
+            self.answer_fetch(w, page, r, fx);
+        }
+        // Only the head of the commit queue is validated, so only it can wait for a page.
+        let Some(head) = self.queue.front_mut() else { return };
+        let Some(i) = head.waiting_for.iter().position(|p| *p == page) else { return };
+        head.waiting_for.swap_remove(i);
+        match image {
+            Ok(img) => head.images.push((page, img)),
+            Err(e) => {
+                let q = self.queue.pop_front().expect("checked");
+                self.answer_commit(q.origin, Err(failure(&e)), fx);
+            }
+        }
+    }
+
+    fn commit(&mut self, origin: Origin, c: CommitIn, fx: &mut Vec<Effect>) {
+        self.last_commit_us = self.now_us;
+        if let Some(why) = &self.failed {
+            let e = EngineError::Failed(why.clone());
+            return self.answer_commit(origin, Err(e), fx);
+        }
+        if c.is_read_only() {
+            // A read-only transaction changes nothing, so there is nothing to make durable: no
+            // log record and no fsync. Everything it could have read was published, hence
+            // durable; its place in the serial order is after the last durable commit.
+            self.counters.commits += 1;
+            self.counters.read_only_commits += 1;
+            let out = CommitOutcome { lsn: self.store.durable_lsn, created: Vec::new() };
+            return self.answer_commit(origin, Ok(out), fx);
+        }
+        self.queue.push_back(Queued {
+            origin,
+            commit: c,
+            images: Vec::new(),
+            waiting_for: Vec::new(),
+            counted_waits: (false, false),
+        });
+    }
+
+    /// Prepares queued commits, in order, until one must wait.
+    fn pump(&mut self, fx: &mut Vec<Effect>) {
+        while let Some(head) = self.queue.front() {
+            if !head.waiting_for.is_empty() {
+                return;
+            }
+            if let Some(why) = &self.failed {
+                let e = EngineError::Failed(why.clone());
+                let q = self.queue.pop_front().expect("checked");
+                self.answer_commit(q.origin, Err(e), fx);
+                continue;
+            }
+            // Room in the MOB for it and every prepared commit (a commit bigger than the whole
+            // budget goes through once the MOB is empty, so that it cannot wait forever) and
+            // in the log buffer.
+            if self.needs_room(&head.commit) {
+                let head = self.queue.front_mut().expect("checked");
+                if !head.counted_waits.0 {
+                    head.counted_waits.0 = true;
+                    self.counters.mob_waits += 1;
+                }
+                return;
+            }
+            let log_bytes = thor_storage::log::record::encoded_len(head.commit.record_bytes());
+            if head.commit.record_bytes() > self.cfg.record_bytes_max {
+                let q = self.queue.pop_front().expect("checked");
+                let e = InvalidCommit::TooLarge {
+                    what: "record bytes",
+                    got: q.commit.record_bytes(),
+                    max: self.cfg.record_bytes_max,
+                };
+                self.counters.commits_refused += 1;
+                self.answer_commit(q.origin, Err(e.into()), fx);
+                continue;
+            }
+            if self.store.unsynced_bytes > 0
+                && self.store.unsynced_bytes + log_bytes > self.cfg.log_buffer_bytes
+            {
+                let head = self.queue.front_mut().expect("checked");
+                if !head.counted_waits.1 {
+                    head.counted_waits.1 = true;
+                    self.counters.log_waits += 1;
+                }
+                return;
+            }
+            let allow_create = self.bulk == Bulk::Idle;
+            let head = self.queue.front().expect("checked");
+            match self.store.prepare(&head.commit, &head.images, allow_create) {
+                Ok(p) => {
+                    fx.push(Effect::Append { lsn: p.lsn, record: p.record.clone() });
+                    let q = self.queue.pop_front().expect("checked");
+                    let lsn = self.store.pending.back().expect("just prepared").lsn;
+                    self.prepared_origin.insert(lsn, q.origin);
+                }
+                Err(Stop::Need(pages)) => {
+                    for p in &pages {
+                        self.counters.validation_reads += 1;
+                        self.want_read(*p, None, fx);
+                    }
+                    self.queue.front_mut().expect("checked").waiting_for = pages;
+                    return;
+                }
+                Err(Stop::Fail(e)) => {
+                    if matches!(e, EngineError::Invalid(_)) {
+                        self.counters.commits_refused += 1;
+                    }
+                    let q = self.queue.pop_front().expect("checked");
+                    self.answer_commit(q.origin, Err(e), fx);
+                }
+            }
+        }
+    }
+
+    fn durable(&mut self, lsn: Lsn, fx: &mut Vec<Effect>) {
+        let mut done = Vec::new();
+        self.store.publish(lsn, |p| done.push(p));
+        for p in done {
+            let versions = p.objects.iter().filter(|(_, c, _)| !c).count() as u64;
+            self.counters.versions_committed += versions;
+            self.counters.objects_created += p.objects.len() as u64 - versions;
+            self.counters.commits += 1;
+            if let Some(origin) = self.prepared_origin.remove(&p.lsn) {
+                let out = CommitOutcome { lsn: p.lsn, created: p.created };
+                self.answer_commit(origin, Ok(out), fx);
+            }
+        }
+    }
+
+    /// Starts an install round when one is due.
+    fn maybe_start_round(&mut self, fx: &mut Vec<Effect>) {
+        if self.round.is_some() || self.failed.is_some() || self.recovering {
+            return;
+        }
+        let start = self.cfg.mob_bytes / 100 * self.cfg.flush_start_percent;
+        let head_waits_for_room = self
+            .queue
+            .front()
+            .is_some_and(|q| q.waiting_for.is_empty() && self.needs_room(&q.commit))
+            && !self.store.mob.is_empty();
+        let mob = &self.store.mob;
+        let idle = !mob.is_empty()
+            && self.store.pending.is_empty()
+            && self.now_us.saturating_sub(self.last_commit_us) >= self.cfg.idle_flush_after_us;
+        let draining = matches!(self.bulk, Bulk::Draining(_));
+        let due = mob.bytes() > start
+            || head_waits_for_room
+            || idle
+            || !self.flush_waiters.is_empty()
+            || draining;
+        if !due {
+            return;
+        }
+        if mob.is_empty() {
+            // Nothing to install: answer who asked.
+            let report = FlushReport {
+                checkpoint: self.store.superblock.checkpoint,
+                ..FlushReport::default()
+            };
+            for t in std::mem::take(&mut self.flush_waiters) {
+                fx.push(Effect::Done { ticket: t, result: DirectResult::Flushed(Ok(report)) });
+            }
+            if let Bulk::Draining(ticket) = self.bulk
+                && self.store.pending.is_empty()
+            {
+                match self.store.tail.page.next() {
+                    Some(first) => {
+                        self.bulk = Bulk::Active;
+                        let r = DirectResult::BulkBegun(Ok(first));
+                        fx.push(Effect::Done { ticket, result: r });
+                    }
+                    None => {
+                        self.bulk = Bulk::Idle;
+                        let r = DirectResult::BulkBegun(Err(EngineError::Full));
+                        fx.push(Effect::Done { ticket, result: r });
+                    }
+                }
+            }
+            return;
+        }
+        self.start_round(fx);
+    }
+
+    /// Whether `c` must wait for the MOB to shrink: the MOB plus every prepared commit plus `c`
+    /// would exceed the budget. A commit alone bigger than the budget waits only until nothing
+    /// else is buffered or prepared.
+    fn needs_room(&self, c: &CommitIn) -> bool {
+        let held = self.store.mob.bytes() + self.store.pending_mob_cost;
+        held > 0 && held + Store::mob_cost(c) > self.cfg.mob_bytes
+    }
+
+    /// Plans an install round of the oldest MOB pages and emits it (recovery calls this
+    /// directly when the MOB is over budget). Does nothing if a round is in flight or the MOB
+    /// is empty.
+    pub fn start_round(&mut self, fx: &mut Vec<Effect>) {
+        if self.round.is_some() || self.store.mob.is_empty() {
+            return;
+        }
+        let mut pages = self.store.mob.oldest_pages(self.cfg.flush_batch_pages.max(1));
+        pages.sort();
+        let mut jobs = Vec::with_capacity(pages.len());
+        let mut plan = Vec::with_capacity(pages.len());
+        for page in pages {
+            let mut versions = Vec::new();
+            let mut keys = Vec::new();
+            self.store.mob.for_page(page, |oid, e| {
+                versions.push((oid, e.lsn, e.data.clone()));
+                keys.push((oid, e.lsn));
+            });
+            jobs.push(PageJob {
+                page,
+                fresh: self.store.fresh.contains(&page),
+                base: self.store.cache.peek(page).cloned(),
+                versions,
+            });
+            plan.push((page, keys));
+        }
+        let job = self.next_job();
+        let report = FlushReport {
+            pages: jobs.len(),
+            versions: plan.iter().map(|(_, v)| v.len()).sum(),
+            ..FlushReport::default()
+        };
+        self.round = Some(Round {
+            job,
+            pages: plan,
+            report,
+            waiters: std::mem::take(&mut self.flush_waiters),
+            installed: false,
+        });
+        fx.push(Effect::Install(InstallJob {
+            id: job,
+            page_size: self.store.page_size,
+            pages: jobs,
+        }));
+    }
+
+    fn installed(&mut self, job: u64, result: Result<Installed, String>, fx: &mut Vec<Effect>) {
+        let Some(round) = self.round.as_mut().filter(|r| r.job == job && !r.installed) else {
+            return;
+        };
+        let done = match result {
+            Ok(d) => d,
+            Err(why) => return self.fail(format!("install round failed: {why}"), fx),
+        };
+        let ps = self.store.page_size;
+        round.installed = true;
+        round.report.installation_reads = done.installation_reads;
+        let pages = std::mem::take(&mut round.pages);
+        for (i, (page, versions)) in pages.iter().enumerate() {
+            let img = done.images.slice(i * ps..(i + 1) * ps);
+            self.store.cache.insert(*page, img);
+            self.store.fresh.remove(page);
+            for (oid, lsn) in versions {
+                self.store.mob.remove_if(thor_core::Oref::new(*page, *oid), *lsn);
+            }
+        }
+        self.install_gen += 1;
+        let checkpoint = self.store.checkpoint_lsn();
+        // The allocation page as of the checkpoint: the last page opened below it.
+        while self.store.opened.front().is_some_and(|(l, _)| *l < checkpoint) {
+            let (_, p) = self.store.opened.pop_front().expect("checked");
+            self.store.superblock.alloc_page = Some(p);
+        }
+        self.store.superblock.checkpoint = checkpoint;
+        self.store.superblock.generation += 1;
+        let c = &mut self.counters;
+        c.flush_rounds += 1;
+        c.pages_written += pages.len() as u64;
+        c.versions_installed += pages.iter().map(|(_, v)| v.len() as u64).sum::<u64>();
+        c.installation_reads += done.installation_reads as u64;
+        let round = self.round.as_mut().expect("checked");
+        round.report.checkpoint = checkpoint;
+        fx.push(Effect::Checkpoint(CheckpointJob {
+            id: job,
+            superblock: self.store.superblock.clone(),
+            truncate_before: Some(checkpoint),
+        }));
+    }
+
+    fn checkpointed(&mut self, job: u64, result: Result<(), String>, fx: &mut Vec<Effect>) {
+        if let Bulk::Finishing(ticket) = self.bulk {
+            self.bulk = Bulk::Idle;
+            let r = result.clone().map_err(EngineError::Failed);
+            fx.push(Effect::Done { ticket, result: DirectResult::BulkEnded(r) });
+            if let Err(why) = result {
+                self.fail(format!("superblock write failed: {why}"), fx);
+            }
+            return;
+        }
+        let Some(round) = self.round.take_if(|r| r.job == job && r.installed) else { return };
+        match result {
+            Ok(()) => {
+                for t in round.waiters {
+                    let r = DirectResult::Flushed(Ok(round.report));
+                    fx.push(Effect::Done { ticket: t, result: r });
+                }
+            }
+            Err(why) => {
+                for t in round.waiters {
+                    let r = DirectResult::Flushed(Err(EngineError::Failed(why.clone())));
+                    fx.push(Effect::Done { ticket: t, result: r });
+                }
+                self.fail(format!("checkpoint failed: {why}"), fx);
+            }
+        }
+    }
+
+    /// Stops accepting writes after a storage failure: what is durable is unknown until the
+    /// database is reopened (recovery decides). Everything waiting for durability fails.
+    fn fail(&mut self, why: String, fx: &mut Vec<Effect>) {
+        if self.failed.is_some() {
+            return;
+        }
+        self.failed = Some(why.clone());
+        let mut abandoned = Vec::new();
+        self.store.abandon_pending(|p| abandoned.push(p.lsn));
+        for lsn in abandoned {
+            if let Some(origin) = self.prepared_origin.remove(&lsn) {
+                self.answer_commit(origin, Err(EngineError::Failed(why.clone())), fx);
+            }
+        }
+        while let Some(q) = self.queue.pop_front() {
+            self.answer_commit(q.origin, Err(EngineError::Failed(why.clone())), fx);
+        }
+        if let Some(round) = self.round.take() {
+            for t in round.waiters {
+                let r = DirectResult::Flushed(Err(EngineError::Failed(why.clone())));
+                fx.push(Effect::Done { ticket: t, result: r });
+            }
+        }
+        for t in std::mem::take(&mut self.flush_waiters) {
+            let r = DirectResult::Flushed(Err(EngineError::Failed(why.clone())));
+            fx.push(Effect::Done { ticket: t, result: r });
+        }
+        match self.bulk {
+            Bulk::Draining(t) => {
+                let r = DirectResult::BulkBegun(Err(EngineError::Failed(why.clone())));
+                fx.push(Effect::Done { ticket: t, result: r });
+            }
+            Bulk::Finishing(t) => {
+                let r = DirectResult::BulkEnded(Err(EngineError::Failed(why.clone())));
+                fx.push(Effect::Done { ticket: t, result: r });
+            }
+            Bulk::Idle | Bulk::Active => {}
+        }
+        self.bulk = Bulk::Idle;
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> CoreStats {
+        let c = &self.counters;
+        let cache = self.store.cache.stats();
+        let d = &self.driver;
+        CoreStats {
+            commits: c.commits,
+            read_only_commits: c.read_only_commits,
+            versions_committed: c.versions_committed,
+            objects_created: c.objects_created,
+            commits_refused: c.commits_refused,
+            log_bytes: d.log_bytes,
+            log_fsyncs: d.log_fsyncs,
+            commits_per_fsync: if d.log_fsyncs == 0 {
+                0.0
+            } else {
+                d.log_records as f64 / d.log_fsyncs as f64
+            },
+            mob_bytes: self.store.mob.bytes(),
+            mob_entries: self.store.mob.len(),
+            fetches: c.fetches,
+            fetch_versions_applied: c.fetch_versions_applied,
+            cache_hits: cache.hits,
+            cache_misses: cache.misses,
+            fetch_reads: c.fetch_reads,
+            installation_reads: c.installation_reads,
+            validation_reads: c.validation_reads,
+            flush_rounds: c.flush_rounds,
+            pages_written: c.pages_written,
+            versions_installed: c.versions_installed,
+            write_absorption: if c.pages_written == 0 {
+                0.0
+            } else {
+                c.versions_installed as f64 / c.pages_written as f64
+            },
+            mob_waits: c.mob_waits,
+            log_waits: c.log_waits,
+            checkpoint: self.store.superblock.checkpoint.0,
+            pages_allocated: self.store.tail.page.get(),
+            commits_queued: self.queue.len(),
+        }
+    }
+
+    /// The counters as the wire's `Stats` reply carries them.
+    pub fn server_stats(&self) -> ServerStats {
+        let e = self.stats();
+        let s = self.sessions.counters();
+        ServerStats {
+            commits: e.commits,
+            versions_committed: e.versions_committed,
+            objects_created: e.objects_created,
+            commits_refused: e.commits_refused,
+            log_bytes: e.log_bytes,
+            log_fsyncs: e.log_fsyncs,
+            commits_per_fsync: e.commits_per_fsync,
+            mob_bytes: e.mob_bytes as u64,
+            mob_entries: e.mob_entries as u64,
+            fetches: e.fetches,
+            fetch_versions_applied: e.fetch_versions_applied,
+            cache_hits: e.cache_hits,
+            cache_misses: e.cache_misses,
+            fetch_reads: e.fetch_reads,
+            installation_reads: e.installation_reads,
+            validation_reads: e.validation_reads,
+            flush_rounds: e.flush_rounds,
+            pages_written: e.pages_written,
+            versions_installed: e.versions_installed,
+            write_absorption: e.write_absorption,
+            mob_waits: e.mob_waits,
+            checkpoint: e.checkpoint,
+            pages_allocated: e.pages_allocated as u64,
+            sessions_open: s.sessions_open,
+            sessions_opened: s.sessions_opened,
+            sessions_refused: s.sessions_refused,
+            requests: s.requests,
+            protocol_errors: s.protocol_errors,
+            auth_failures: s.auth_failures,
+            acks_received: s.acks_received,
+            discarded_pages_received: s.discarded_pages_received,
+            bytes_received: self.driver.bytes_received,
+            bytes_sent: self.driver.bytes_sent,
+        }
+    }
+}
+
+/// The reply (and whether to close) for an engine error. See the table in
+/// [`crate::core::sessions`].
+pub fn error_reply(e: &EngineError) -> (Reply, bool) {
+    let msg = e.to_string();
+    match e {
+        EngineError::Invalid(ic) => (Reply::refused(refused_code(ic), &msg), false),
+        EngineError::Full => (Reply::refused(RefusedCode::DatabaseFull, &msg), false),
+        EngineError::BulkLoadActive => (Reply::refused(RefusedCode::RetryLater, &msg), false),
+        EngineError::NoSuchPage(_) => (Reply::error(ErrorCode::NoSuchPage, &msg), false),
+        EngineError::CorruptPage { .. } | EngineError::CorruptRecord { .. } => {
+            (Reply::error(ErrorCode::CorruptData, &msg), false)
+        }
+        EngineError::Storage(_) | EngineError::Failed(_) | EngineError::Read { .. } => {
+            (Reply::error(ErrorCode::ServerFailed, &msg), false)
+        }
+        _ => (Reply::error(ErrorCode::Internal, &msg), true),
+    }
+}
+
+/// The refusal code of each way a commit can be invalid.
+pub fn refused_code(e: &InvalidCommit) -> RefusedCode {
+    match e {
+        InvalidCommit::TooLarge { .. } => RefusedCode::TooLarge,
+        InvalidCommit::NoSuchObject(_) => RefusedCode::NoSuchObject,
+        InvalidCommit::NotAClass { .. } => RefusedCode::NotAClass,
+        InvalidCommit::BadShape { .. } => RefusedCode::BadShape,
+        InvalidCommit::BadReference { .. } => RefusedCode::BadReference,
+        InvalidCommit::Reshape { .. } => RefusedCode::Reshape,
+        InvalidCommit::ClassIsImmutable(_) => RefusedCode::ClassIsImmutable,
+        InvalidCommit::Duplicate(_) => RefusedCode::Duplicate,
+        InvalidCommit::ObjectTooLarge { .. } => RefusedCode::ObjectTooLarge,
+    }
+}
+
+impl From<Commit> for CommitIn {
+    fn from(c: Commit) -> CommitIn {
+        CommitIn { versions: c.versions, created: c.created }
+    }
+}
+
+/// The client id type sessions hand out, re-exported for drivers.
+pub type Client = ClientId;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,739 @@
+//! The object state of a server core: what is committed, what is buffered, where new objects
+//! go, and the checks a commit must pass. No I/O: every page image it needs is either in the
+//! page cache, handed in by the caller, or reported missing so that the core can ask its driver
+//! to read it.
+//!
+//! ```text
+//!   prepare(commit) ── validate ──missing page──► Need(pages)   (the core reads them, retries)
+//!        │                 └──refused──► Invalid
+//!        └── allocate orefs at the tail ── copy each object once into the record, patching
+//!            tagged references ── Prepared { lsn, record }        (the core appends it)
+//!
+//!   publish(durable LSN) ── prepared commits up to it move into the MOB, in LSN order
+//!   compose(page) ── installed image + the MOB's versions of the page
+//! ```
+//!
+//! # Invariants
+//!
+//! - *Objects keep their class and size for life.* A version must have the class and size of
+//!   the object it replaces, so installing versions never overflows a page and an install
+//!   cannot fail because of what a client sent. Collections grow by allocating a bigger object.
+//! - *Allocation is sequential:* new objects go to the tail page in creation order, then to
+//!   the next page; pages are opened in LSN order. This is the clustering OO7 relies on.
+//! - *Fresh pages* (opened since the checkpoint) have no image on disk: they start from empty,
+//!   and the log still holds every record that created an object in them (the MOB pins
+//!   creation records, see [`crate::mob::MobEntry::pin`]).
+//! - *Slot counts are exact:* objects are never deleted and only the tail page gains objects,
+//!   so a page's offset-table size, once known, changes only by allocation here.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rustc_hash::{FxHashMap, FxHashSet};
+use thor_core::class::check_refs;
+use thor_core::le::{put_u32, u32_at};
+use thor_core::limits::{OFFSET_ENTRY_BYTES, PAGE_HEADER_BYTES};
+use thor_core::{
+    ClassDesc, FormatError, Lsn, Oid, Oref, PageId, PageMut, PageView, RawRef, builtin, page,
+};
+
+use crate::error::{EngineError, InvalidCommit};
+use crate::limits;
+use crate::mob::{Mob, commit_cost};
+use crate::pagecache::PageCache;
+use crate::record::{self, RecordBuilder};
+use crate::superblock::Superblock;
+
+/// A commit as the core receives it: new versions of existing objects and newly created
+/// objects, as shared byte slices (of a received frame, without copying).
+///
+/// Reference words in any object (and the class word of a created object) may be tagged
+/// ([`RawRef::Tagged`]) with an index into `created`: the core allocates the created objects
+/// in order and replaces those words by their orefs.
+#[derive(Debug, Clone, Default)]
+pub struct CommitIn {
+    /// New versions: the object's oref and its complete new bytes.
+    pub versions: Vec<(Oref, Bytes)>,
+    /// Created objects in creation order (which is their clustering order).
+    pub created: Vec<Bytes>,
+}
+
+impl CommitIn {
+    /// Whether the commit writes nothing (a read-only transaction).
+    pub fn is_read_only(&self) -> bool {
+        self.versions.is_empty() && self.created.is_empty()
+    }
+
+    /// Objects written.
+    pub fn objects(&self) -> usize {
+        self.versions.len() + self.created.len()
+    }
+
+    /// Bytes of object data written.
+    pub fn data_bytes(&self) -> usize {
+        self.versions.iter().map(|(_, v)| v.len()).sum::<usize>()
+            + self.created.iter().map(Bytes::len).sum::<usize>()
+    }
+
+    /// The record this commit becomes.
+    pub fn record_bytes(&self) -> usize {
+        record::encoded_len(self.objects(), self.data_bytes())
+    }
+}
+
+/// What a successful commit did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitOutcome {
+    /// The commit's log sequence number (its place in the serial order of this server).
+    pub lsn: Lsn,
+    /// The orefs given to the created objects, in request order.
+    pub created: Vec<Oref>,
+}
+
+/// A commit in the log, not yet known durable, not yet visible.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    /// Its place in the log.
+    pub lsn: Lsn,
+    /// The record, shared with the log append and (once durable) the MOB.
+    pub record: Bytes,
+    /// Each object: oref, whether created, and where its bytes are in `record`.
+    pub objects: Vec<(Oref, bool, Range<usize>)>,
+    /// The orefs given to the created objects.
+    pub created: Vec<Oref>,
+    /// Bytes the log holds for it until it is durable (record plus log framing).
+    pub log_bytes: usize,
+}
+
+/// Why `prepare` could not finish.
+#[derive(Debug)]
+pub(crate) enum Stop {
+    /// These page images are needed (read them and try again).
+    Need(Vec<PageId>),
+    /// The commit is refused or cannot be done.
+    Fail(EngineError),
+}
+
+impl From<EngineError> for Stop {
+    fn from(e: EngineError) -> Stop {
+        Stop::Fail(e)
+    }
+}
+
+impl From<InvalidCommit> for Stop {
+    fn from(e: InvalidCommit) -> Stop {
+        Stop::Fail(e.into())
+    }
+}
+
+/// Where new objects go.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tail {
+    /// The page being filled.
+    pub page: PageId,
+    /// Its free bytes (objects and offset entries).
+    pub free: usize,
+    /// Its offset-table entries (the next oid).
+    pub slots: usize,
+}
+
+const SLOTS_UNKNOWN: u16 = u16::MAX;
+
+/// Page images a commit being validated brought along (read for it from disk), so that the
+/// page cache may evict them meanwhile without losing them.
+pub(crate) type Images = Vec<(PageId, Bytes)>;
+
+/// What is known of an object during validation.
+enum Lookup<T> {
+    /// Here it is.
+    Found(T),
+    /// It does not exist.
+    Absent,
+    /// Its page image is needed to tell.
+    Missing(PageId),
+}
+
+/// The object state. See the module documentation.
+#[derive(Debug)]
+pub(crate) struct Store {
+    /// Bytes per page.
+    pub page_size: usize,
+    /// Published versions waiting to be installed.
+    pub mob: Mob,
+    /// Installed page images.
+    pub cache: PageCache,
+    /// The allocation point.
+    pub tail: Tail,
+    /// Offset-table size of each page, where known ([`SLOTS_UNKNOWN`] otherwise).
+    slots: Vec<u16>,
+    /// Decoded class objects.
+    classes: FxHashMap<Oref, Arc<ClassDesc>>,
+    /// Prepared commits in LSN order.
+    pub pending: VecDeque<Prepared>,
+    /// The newest prepared version of each object in `pending`, so validation of the next
+    /// commit sees it before it is published.
+    pending_objs: FxHashMap<Oref, (Lsn, Bytes)>,
+    /// Pages with no image on disk yet: they start from empty.
+    pub fresh: FxHashSet<PageId>,
+    /// (LSN that opened the page, page), for pages opened since the checkpoint.
+    pub opened: VecDeque<(Lsn, PageId)>,
+    /// The superblock as last written (or being written).
+    pub superblock: Superblock,
+    /// The LSN the next record gets.
+    pub next_lsn: Lsn,
+    /// Every record up to this LSN is durable.
+    pub durable_lsn: Lsn,
+    /// Log bytes appended and not yet durable.
+    pub unsynced_bytes: usize,
+    /// What the prepared commits will add to the MOB when they are published.
+    pub pending_mob_cost: usize,
+}
+
+impl Store {
+    /// The state of a database whose superblock is `sb` and whose log continues at `next_lsn`,
+    /// before replaying the log.
+    pub fn new(sb: Superblock, next_lsn: Lsn, page_cache_bytes: usize) -> Store {
+        let page_size = sb.page_size;
+        let tail_page = sb.alloc_page.unwrap_or(PageId::FIRST);
+        Store {
+            page_size,
+            mob: Mob::new(),
+            cache: PageCache::new(page_cache_bytes, page_size),
+            tail: Tail { page: tail_page, free: 0, slots: 0 },
+            slots: Vec::new(),
+            classes: FxHashMap::default(),
+            pending: VecDeque::new(),
+            pending_objs: FxHashMap::default(),
+            fresh: FxHashSet::default(),
+            opened: VecDeque::new(),
+            superblock: sb,
+            next_lsn,
+            durable_lsn: Lsn(next_lsn.0.saturating_sub(1)),
+            unsynced_bytes: 0,
+            pending_mob_cost: 0,
+        }
+    }
+
+    /// Replays one durable log record into the MOB (recovery).
+    pub fn replay(&mut self, lsn: Lsn, rec: Bytes) -> Result<(), EngineError> {
+        let len = rec.len();
+        let base = rec.as_ptr() as usize;
+        let mut objects = Vec::new();
+        record::decode(&rec, |o| {
+            let start = o.data.as_ptr() as usize - base;
+            objects.push((o.oref, o.created, start..start + o.data.len()));
+        })
+        .map_err(|e| EngineError::CorruptRecord { lsn: lsn.0, why: e.to_string() })?;
+        for (oref, created, range) in objects {
+            let page = oref.page().expect("the record decoder checks orefs");
+            if created && page > self.tail.page {
+                let mut p = self.tail.page;
+                while p < page {
+                    p = p.next().expect("page is below the maximum");
+                    self.fresh.insert(p);
+                    self.opened.push_back((lsn, p));
+                }
+                self.tail.page = page;
+            }
+            self.mob.insert(oref, lsn, created, rec.slice(range), len);
+        }
+        self.next_lsn = self.next_lsn.max(lsn.next());
+        self.durable_lsn = self.durable_lsn.max(lsn);
+        Ok(())
+    }
+
+    /// Finishes recovery: learns the tail page's free space from its image (`image` is the
+    /// installed image of the tail page, `None` if it is fresh).
+    pub fn set_tail_from(&mut self, image: Option<Bytes>) -> Result<(), EngineError> {
+        let page = self.tail.page;
+        let buf = self.compose_with(page, image.as_deref())?;
+        // The tail page is where the next commits allocate and what clients read first.
+        if let Some(img) = image {
+            self.cache.insert(page, img);
+        }
+        let v =
+            PageView::parse(&buf).map_err(|source| EngineError::CorruptPage { page, source })?;
+        self.tail = Tail { page, free: v.free_bytes(), slots: v.slot_count() };
+        self.set_slots(page, v.slot_count());
+        Ok(())
+    }
+
+    /// The installed image of `page` with the MOB's versions applied, from `image` (the
+    /// installed image, or `None` for a fresh page).
+    fn compose_with(&self, page: PageId, image: Option<&[u8]>) -> Result<Vec<u8>, EngineError> {
+        let mut buf = match image {
+            Some(img) => img.to_vec(),
+            None => empty_page(page, self.page_size),
+        };
+        apply_mob(&self.mob, page, &mut buf)
+            .map_err(|source| EngineError::CorruptPage { page, source })?;
+        Ok(buf)
+    }
+
+    /// The page as a fetch sees it, if its installed image is at hand: cached or fresh (pages
+    /// past the tail do not exist). `Ok(None)` means the image must be read from disk first.
+    /// Counts a page cache lookup.
+    pub fn compose(&mut self, page: PageId) -> Result<Option<(Bytes, usize)>, EngineError> {
+        if page > self.tail.page {
+            return Err(EngineError::NoSuchPage(page.get()));
+        }
+        let base = if self.fresh.contains(&page) {
+            Bytes::from(empty_page(page, self.page_size))
+        } else if let Some(img) = self.cache.get(page) {
+            img
+        } else {
+            return Ok(None);
+        };
+        Ok(Some(self.with_mob(page, base)?))
+    }
+
+    /// `base` with the MOB's versions of `page` applied and sealed; also returns how many
+    /// versions were applied. A page without buffered versions is returned as it is (shared).
+    pub fn with_mob(&self, page: PageId, base: Bytes) -> Result<(Bytes, usize), EngineError> {
+        if !self.mob.has_page(page) {
+            return Ok((base, 0));
+        }
+        let mut buf = base.to_vec();
+        let n = apply_mob(&self.mob, page, &mut buf)
+            .map_err(|source| EngineError::CorruptPage { page, source })?;
+        page::seal(&mut buf);
+        Ok((Bytes::from(buf), n))
+    }
+
+    fn set_slots(&mut self, page: PageId, slots: usize) {
+        let i = page.index();
+        if self.slots.len() <= i {
+            self.slots.resize(i + 1, SLOTS_UNKNOWN);
+        }
+        self.slots[i] = slots as u16;
+    }
+
+    /// The installed image of `page` for validation: fresh, cached, or brought by the commit.
+    fn image(&mut self, page: PageId, images: &Images) -> Option<Bytes> {
+        if self.fresh.contains(&page) {
+            return Some(Bytes::from(empty_page(page, self.page_size)));
+        }
+        if let Some((_, img)) = images.iter().find(|(p, _)| *p == page) {
+            return Some(img.clone());
+        }
+        self.cache.peek(page).cloned()
+    }
+
+    /// The offset-table size of `page`, counting every prepared allocation.
+    fn slots_of(&mut self, page: PageId, images: &Images) -> Result<Lookup<usize>, EngineError> {
+        if page > self.tail.page {
+            return Ok(Lookup::Found(0));
+        }
+        if let Some(&n) = self.slots.get(page.index())
+            && n != SLOTS_UNKNOWN
+        {
+            return Ok(Lookup::Found(n as usize));
+        }
+        let Some(img) = self.image(page, images) else { return Ok(Lookup::Missing(page)) };
+        let buf = self.compose_with(page, Some(&img))?;
+        let n = PageView::parse(&buf)
+            .map_err(|source| EngineError::CorruptPage { page, source })?
+            .slot_count();
+        self.set_slots(page, n);
+        Ok(Lookup::Found(n))
+    }
+
+    /// Whether `oref` names an object that exists (counting prepared commits).
+    fn exists(&mut self, oref: Oref, images: &Images) -> Result<Lookup<()>, EngineError> {
+        let Some(page) = oref.page() else { return Ok(Lookup::Absent) };
+        Ok(match self.slots_of(page, images)? {
+            Lookup::Found(n) if oref.oid().index() < n => Lookup::Found(()),
+            Lookup::Found(_) | Lookup::Absent => Lookup::Absent,
+            Lookup::Missing(p) => Lookup::Missing(p),
+        })
+    }
+
+    /// Calls `f` with the newest bytes of `oref` (prepared, published or installed).
+    fn with_object<R>(
+        &mut self,
+        oref: Oref,
+        images: &Images,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Lookup<R>, EngineError> {
+        if let Some((_, d)) = self.pending_objs.get(&oref) {
+            return Ok(Lookup::Found(f(d)));
+        }
+        if let Some(e) = self.mob.get(oref) {
+            return Ok(Lookup::Found(f(&e.data)));
+        }
+        let Some(page) = oref.page() else { return Ok(Lookup::Absent) };
+        if page > self.tail.page {
+            return Ok(Lookup::Absent);
+        }
+        let Some(img) = self.image(page, images) else { return Ok(Lookup::Missing(page)) };
+        let v =
+            PageView::parse(&img).map_err(|source| EngineError::CorruptPage { page, source })?;
+        Ok(v.object(oref.oid()).map_or(Lookup::Absent, |o| Lookup::Found(f(o))))
+    }
+
+    /// The descriptor of the stored class `class`.
+    fn class_desc(
+        &mut self,
+        class: Oref,
+        images: &Images,
+    ) -> Result<Lookup<Arc<ClassDesc>>, EngineError> {
+        if let Some(d) = self.classes.get(&class) {
+            return Ok(Lookup::Found(d.clone()));
+        }
+        if let Some(d) = builtin::desc(class) {
+            let d = Arc::new(d.clone());
+            self.classes.insert(class, d.clone());
+            return Ok(Lookup::Found(d));
+        }
+        if class == builtin::ROOT {
+            return Ok(Lookup::Absent);
+        }
+        match self.exists(class, images)? {
+            Lookup::Found(()) => {}
+            Lookup::Absent => return Ok(Lookup::Absent),
+            Lookup::Missing(p) => return Ok(Lookup::Missing(p)),
+        }
+        let desc = match self.with_object(class, images, ClassDesc::from_class_object)? {
+            Lookup::Found(Ok(d)) => Arc::new(d),
+            Lookup::Found(Err(_)) | Lookup::Absent => return Ok(Lookup::Absent),
+            Lookup::Missing(p) => return Ok(Lookup::Missing(p)),
+        };
+        self.classes.insert(class, desc.clone());
+        Ok(Lookup::Found(desc))
+    }
+
+    /// Checks a commit against the store and, if it passes, allocates its created objects,
+    /// builds its record (each object copied once, tagged references patched) and records it
+    /// as prepared with the next LSN. The caller appends the record to the log.
+    pub fn prepare(
+        &mut self,
+        c: &CommitIn,
+        images: &Images,
+        allow_create: bool,
+    ) -> Result<&Prepared, Stop> {
+        let n_objects = c.objects();
+        if n_objects > limits::COMMIT_OBJECTS_MAX {
+            return Err(InvalidCommit::TooLarge {
+                what: "objects",
+                got: n_objects,
+                max: limits::COMMIT_OBJECTS_MAX,
+            }
+            .into());
+        }
+        let n_bytes = c.data_bytes();
+        if n_bytes > limits::COMMIT_BYTES_MAX {
+            return Err(InvalidCommit::TooLarge {
+                what: "bytes",
+                got: n_bytes,
+                max: limits::COMMIT_BYTES_MAX,
+            }
+            .into());
+        }
+        if !allow_create && !c.created.is_empty() {
+            return Err(EngineError::BulkLoadActive.into());
+        }
+        let descs = self.validate(c, images)?;
+        let lsn = self.next_lsn;
+        let created = self.allocate(c.created.len(), c.created.iter().map(Bytes::len), lsn)?;
+
+        let mut rec = RecordBuilder::with_capacity(record::encoded_len(n_objects, n_bytes));
+        let mut objects = Vec::with_capacity(n_objects);
+        // Reference offsets of the object being patched; one buffer for the whole commit.
+        let mut offs: Vec<usize> = Vec::new();
+        let mut patch = |bytes: &mut [u8], desc: &ClassDesc, header: bool| {
+            offs.clear();
+            if header {
+                offs.push(0);
+            }
+            desc.for_each_ref_offset(bytes, |o| offs.push(o));
+            for &off in &offs {
+                if let RawRef::Tagged(i) = RawRef::decode(u32_at(bytes, off)) {
+                    put_u32(bytes, off, created[i as usize].raw());
+                }
+            }
+        };
+        for (i, (oref, data)) in c.versions.iter().enumerate() {
+            let range = rec.push(*oref, false, data);
+            patch(rec.bytes_mut(range.clone()), &descs.versions[i], false);
+            objects.push((*oref, false, range));
+        }
+        for (i, data) in c.created.iter().enumerate() {
+            let range = rec.push(created[i], true, data);
+            patch(rec.bytes_mut(range.clone()), &descs.created[i], true);
+            objects.push((created[i], true, range));
+        }
+        let record = Bytes::from(rec.finish());
+        for (oref, _, range) in &objects {
+            self.pending_objs.insert(*oref, (lsn, record.slice(range.clone())));
+        }
+        let log_bytes = thor_storage::log::record::encoded_len(record.len());
+        self.next_lsn = lsn.next();
+        self.unsynced_bytes += log_bytes;
+        self.pending_mob_cost += commit_cost(n_objects, record.len());
+        self.pending.push_back(Prepared { lsn, record, objects, created, log_bytes });
+        Ok(self.pending.back().expect("just pushed"))
+    }
+
+    /// Moves every durable prepared commit into the MOB, in LSN order, and hands each to `done`.
+    pub fn publish(&mut self, durable: Lsn, mut done: impl FnMut(Prepared)) {
+        self.durable_lsn = self.durable_lsn.max(durable);
+        while self.pending.front().is_some_and(|p| p.lsn <= self.durable_lsn) {
+            let p = self.pending.pop_front().expect("checked");
+            let len = p.record.len();
+            for (oref, is_new, range) in &p.objects {
+                if self.pending_objs.get(oref).is_some_and(|(l, _)| *l == p.lsn) {
+                    self.pending_objs.remove(oref);
+                }
+                self.mob.insert(*oref, p.lsn, *is_new, p.record.slice(range.clone()), len);
+            }
+            self.unsynced_bytes -= p.log_bytes;
+            self.pending_mob_cost -= commit_cost(p.objects.len(), len);
+            done(p);
+        }
+    }
+
+    /// Forgets every prepared commit (the log failed: nobody knows whether they are durable;
+    /// recovery decides). Hands each to `failed`.
+    pub fn abandon_pending(&mut self, mut failed: impl FnMut(Prepared)) {
+        self.pending_objs.clear();
+        while let Some(p) = self.pending.pop_front() {
+            self.unsynced_bytes -= p.log_bytes;
+            self.pending_mob_cost -= commit_cost(p.objects.len(), p.record.len());
+            failed(p);
+        }
+    }
+
+    /// Memory the MOB would need for `c` beyond what it holds.
+    pub fn mob_cost(c: &CommitIn) -> usize {
+        commit_cost(c.objects(), c.record_bytes())
+    }
+
+    /// Checks a commit against the store; returns the class of every object, or the pages
+    /// whose images are needed to tell.
+    fn validate(&mut self, c: &CommitIn, images: &Images) -> Result<Descs, Stop> {
+        let mut need: Vec<PageId> = Vec::new();
+        let note = |p: PageId, need: &mut Vec<PageId>| {
+            if !need.contains(&p) {
+                need.push(p);
+            }
+        };
+        let n_created = c.created.len();
+        // Classes created by this commit first: other created objects may be their instances.
+        let mut created_class: Vec<Option<Arc<ClassDesc>>> = vec![None; n_created];
+        for (i, obj) in c.created.iter().enumerate() {
+            if obj.len() >= 4 && u32_at(obj, 0) == builtin::META.raw() {
+                let d = ClassDesc::from_class_object(obj).map_err(|_| InvalidCommit::BadShape {
+                    what: what_created(i),
+                    why: "malformed class object",
+                })?;
+                created_class[i] = Some(Arc::new(d));
+            }
+        }
+        let mut descs = Descs { created: Vec::with_capacity(n_created), versions: Vec::new() };
+        for (i, obj) in c.created.iter().enumerate() {
+            page::check_object_bytes(obj, self.page_size)
+                .map_err(|source| InvalidCommit::ObjectTooLarge { index: i, source })?;
+            let desc = match RawRef::decode(u32_at(obj, 0)) {
+                RawRef::Tagged(t) => created_class
+                    .get(t as usize)
+                    .and_then(Clone::clone)
+                    .ok_or_else(|| InvalidCommit::BadReference {
+                        what: what_created(i),
+                        why: format!("class is created object #{t}, which is not a class"),
+                    })?,
+                RawRef::Oref(class) => match self.class_desc(class, images)? {
+                    Lookup::Found(d) => d,
+                    Lookup::Absent => {
+                        return Err(InvalidCommit::NotAClass { oref: Oref::NULL, class }.into());
+                    }
+                    Lookup::Missing(p) => {
+                        note(p, &mut need);
+                        continue;
+                    }
+                },
+            };
+            self.check_object(&desc, obj, n_created, images, &mut need, || what_created(i))?;
+            descs.created.push(desc);
+        }
+        let mut seen = FxHashSet::default();
+        for (oref, obj) in &c.versions {
+            let oref = *oref;
+            if !seen.insert(oref) {
+                return Err(InvalidCommit::Duplicate(oref).into());
+            }
+            if builtin::is_builtin(oref) && oref != builtin::ROOT {
+                return Err(InvalidCommit::ClassIsImmutable(oref).into());
+            }
+            match self.exists(oref, images)? {
+                Lookup::Found(()) => {}
+                Lookup::Absent => return Err(InvalidCommit::NoSuchObject(oref).into()),
+                Lookup::Missing(p) => {
+                    note(p, &mut need);
+                    continue;
+                }
+            }
+            let (class_word, size) =
+                match self.with_object(oref, images, |old| (u32_at(old, 0), old.len()))? {
+                    Lookup::Found(x) => x,
+                    Lookup::Absent => return Err(InvalidCommit::NoSuchObject(oref).into()),
+                    Lookup::Missing(p) => {
+                        note(p, &mut need);
+                        continue;
+                    }
+                };
+            if class_word == builtin::META.raw() {
+                return Err(InvalidCommit::ClassIsImmutable(oref).into());
+            }
+            if obj.len() < 4 || u32_at(obj, 0) != class_word {
+                return Err(InvalidCommit::Reshape { oref, what: "class" }.into());
+            }
+            if obj.len() != size {
+                return Err(InvalidCommit::Reshape { oref, what: "size" }.into());
+            }
+            let class = Oref::from_raw(class_word).expect("stored class words are orefs");
+            let desc = match self.class_desc(class, images)? {
+                Lookup::Found(d) => d,
+                Lookup::Absent => {
+                    return Err(InvalidCommit::NotAClass { oref, class }.into());
+                }
+                Lookup::Missing(p) => {
+                    note(p, &mut need);
+                    continue;
+                }
+            };
+            self.check_object(&desc, obj, n_created, images, &mut need, || what_version(oref))?;
+            descs.versions.push(desc);
+        }
+        if need.is_empty() { Ok(descs) } else { Err(Stop::Need(need)) }
+    }
+
+    /// Checks an object's shape against its class and that every reference names an existing
+    /// object or one of the `n_created` objects of the commit. References into pages whose
+    /// images are not at hand are noted in `need` (and pass for now).
+    fn check_object(
+        &mut self,
+        desc: &ClassDesc,
+        obj: &[u8],
+        n_created: usize,
+        images: &Images,
+        need: &mut Vec<PageId>,
+        what: impl Fn() -> String,
+    ) -> Result<(), Stop> {
+        desc.check_shape(obj).map_err(|why| InvalidCommit::BadShape { what: what(), why })?;
+        check_refs(desc, obj, |r| -> Result<(), Stop> {
+            match r {
+                RawRef::Tagged(t) if (t as usize) < n_created => Ok(()),
+                RawRef::Tagged(t) => Err(InvalidCommit::BadReference {
+                    what: what(),
+                    why: format!("created object #{t} does not exist"),
+                }
+                .into()),
+                RawRef::Oref(o) if o.is_null() => Ok(()),
+                RawRef::Oref(o) => match self.exists(o, images)? {
+                    Lookup::Found(()) => Ok(()),
+                    Lookup::Missing(p) => {
+                        if !need.contains(&p) {
+                            need.push(p);
+                        }
+                        Ok(())
+                    }
+                    Lookup::Absent => Err(InvalidCommit::BadReference {
+                        what: what(),
+                        why: format!("{o:?} does not exist"),
+                    }
+                    .into()),
+                },
+            }
+        })
+    }
+
+    /// Gives orefs to `n` created objects of the given sizes, in order, at the tail. `lsn` is
+    /// the commit's LSN (for the record of opened pages).
+    fn allocate(
+        &mut self,
+        n: usize,
+        sizes: impl Iterator<Item = usize>,
+        lsn: Lsn,
+    ) -> Result<Vec<Oref>, EngineError> {
+        let mut out = Vec::with_capacity(n);
+        let max_free = self.page_size - PAGE_HEADER_BYTES;
+        for size in sizes {
+            let need = size + OFFSET_ENTRY_BYTES;
+            if need > self.tail.free || self.tail.slots == thor_core::ids::OIDS_PER_PAGE {
+                let next = self.tail.page.next().ok_or(EngineError::Full)?;
+                self.fresh.insert(next);
+                self.opened.push_back((lsn, next));
+                self.tail = Tail { page: next, free: max_free, slots: 0 };
+            }
+            let oid = Oid::new(self.tail.slots as u16).expect("checked against OIDS_PER_PAGE");
+            out.push(Oref::new(self.tail.page, oid));
+            self.tail.slots += 1;
+            self.tail.free -= need;
+            let (page, slots) = (self.tail.page, self.tail.slots);
+            self.set_slots(page, slots);
+        }
+        Ok(out)
+    }
+
+    /// Notes the pages a bulk load wrote: their slot counts and the new tail.
+    pub fn bulk_loaded(&mut self, first: PageId, slots: &[u16], tail: Tail) {
+        for (i, n) in slots.iter().enumerate() {
+            let p = PageId::new(first.get() + i as u32).expect("loaded pages are in range");
+            self.set_slots(p, *n as usize);
+        }
+        self.tail = tail;
+        self.superblock.alloc_page = Some(tail.page);
+        self.superblock.generation += 1;
+    }
+
+    /// The checkpoint the current state allows: every record below it is installed.
+    pub fn checkpoint_lsn(&self) -> Lsn {
+        [self.mob.oldest_lsn(), self.pending.front().map(|p| p.lsn)]
+            .into_iter()
+            .flatten()
+            .fold(self.next_lsn, Lsn::min)
+    }
+}
+
+/// The class of every object of a validated commit, in request order.
+struct Descs {
+    created: Vec<Arc<ClassDesc>>,
+    versions: Vec<Arc<ClassDesc>>,
+}
+
+fn what_version(oref: Oref) -> String {
+    format!("version of {oref:?}")
+}
+
+fn what_created(i: usize) -> String {
+    format!("created #{i}")
+}
+
+/// An empty page `page` of `page_size` bytes.
+pub fn empty_page(page: PageId, page_size: usize) -> Vec<u8> {
+    let mut b = vec![0u8; page_size];
+    PageMut::init(&mut b, page).expect("valid page size");
+    b
+}
+
+/// Applies the MOB's versions of `page` to `buf` (a valid page); returns how many.
+pub(crate) fn apply_mob(mob: &Mob, page: PageId, buf: &mut [u8]) -> Result<usize, FormatError> {
+    if !mob.has_page(page) {
+        return Ok(0);
+    }
+    let mut vs: Vec<(Oid, &[u8])> = Vec::new();
+    let mut newest = Lsn::ZERO;
+    mob.for_page(page, |oid, e| {
+        vs.push((oid, &e.data));
+        newest = newest.max(e.lsn);
+    });
+    let n = vs.len();
+    let mut p = PageMut::open(buf)?;
+    let mut scratch = Vec::new();
+    p.apply(&mut vs, &mut scratch)?;
+    let version = p.view().version().max(newest);
+    p.set_version(version);
+    Ok(n)
+}

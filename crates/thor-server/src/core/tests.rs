@@ -1,0 +1,533 @@
+//! Scenario tests of the core, driven step by step: every effect is performed (or held back)
+//! by the test, so each test shows one behaviour of the state machine exactly.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use thor_core::le::put_u32;
+use thor_core::{ClassDesc, ClientId, Oref, PageId, RawRef, VarKind, builtin};
+use thor_storage::{LogOptions, MemDisk};
+use thor_wire::{
+    Commit, ErrorCode, Hello, RefusedCode, Reply, ReplyBody, Request, RequestBody, WIRE_VERSION,
+    WireError,
+};
+
+use super::*;
+use crate::io::{self, CommitLog, DiskSide};
+
+/// A core on an in-memory disk, whose effects the test performs when it chooses.
+struct Harness {
+    core: Core,
+    disk_side: DiskSide,
+    log: Arc<thor_storage::Log>,
+    /// Effects emitted and not yet performed or taken, in order.
+    pending: VecDeque<Effect>,
+    now: u64,
+}
+
+fn config() -> CoreConfig {
+    CoreConfig { page_cache_bytes: 64 * 4096, ..CoreConfig::default() }
+}
+
+impl Harness {
+    fn new(cfg: CoreConfig) -> Harness {
+        let disk: Arc<dyn thor_storage::Disk> = Arc::new(MemDisk::new());
+        io::create(&*disk, 4096, ServerId(7)).unwrap();
+        let r = io::recover(disk, cfg, LogOptions::default()).unwrap();
+        Harness {
+            core: r.core,
+            disk_side: r.disk_side,
+            log: r.log,
+            pending: VecDeque::new(),
+            now: 1,
+        }
+    }
+
+    fn step(&mut self, input: Input) {
+        self.now += 1;
+        let mut fx = Vec::new();
+        self.core.step(self.now, input, &mut fx);
+        self.pending.extend(fx);
+    }
+
+    /// Performs every I/O effect (appends, then syncs the log) until none is left; returns the
+    /// replies and answers, in order.
+    fn settle(&mut self) -> Vec<Effect> {
+        let mut out = Vec::new();
+        loop {
+            let mut appended = false;
+            while let Some(e) = self.pending.pop_front() {
+                match e {
+                    Effect::Append { lsn, record } => {
+                        assert_eq!(self.log.append(&record).unwrap(), lsn);
+                        appended = true;
+                    }
+                    Effect::Reply { .. } | Effect::Done { .. } => out.push(e),
+                    other => {
+                        let input = self.disk_side.perform(&other, &*self.log).unwrap();
+                        self.step(input);
+                    }
+                }
+            }
+            if !appended {
+                return out;
+            }
+            let lsn = self.log.sync().unwrap();
+            self.step(Input::Durable { lsn });
+        }
+    }
+
+    /// Takes the replies and answers emitted so far without performing anything.
+    fn take_answers(&mut self) -> Vec<Effect> {
+        let (answers, rest): (Vec<_>, Vec<_>) = self
+            .pending
+            .drain(..)
+            .partition(|e| matches!(e, Effect::Reply { .. } | Effect::Done { .. }));
+        self.pending.extend(rest);
+        answers
+    }
+
+    fn connect(&mut self, conn: ConnId, token: &[u8]) -> ClientId {
+        self.step(Input::Connect { conn });
+        let r = self.request(conn, 1, RequestBody::Hello(Hello::new(token.to_vec(), "test")));
+        match r.body {
+            ReplyBody::HelloOk(info) => info.client_id,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Sends a request and settles; returns the one reply to it.
+    fn request(&mut self, conn: ConnId, id: u64, body: RequestBody) -> Reply {
+        self.step(Input::Request { conn, id, req: Request::new(body) });
+        let out = self.settle();
+        let mut replies = replies_to(&out, conn);
+        assert_eq!(replies.len(), 1, "one reply: {out:?}");
+        let (rid, reply, _) = replies.remove(0);
+        assert_eq!(rid, id);
+        reply
+    }
+
+    fn commit(
+        &mut self,
+        conn: ConnId,
+        id: u64,
+        versions: Vec<(Oref, Vec<u8>)>,
+        created: Vec<Vec<u8>>,
+    ) -> Reply {
+        self.request(conn, id, commit_body(versions, created))
+    }
+}
+
+fn commit_body(versions: Vec<(Oref, Vec<u8>)>, created: Vec<Vec<u8>>) -> RequestBody {
+    RequestBody::Commit(Commit {
+        reads: vec![],
+        versions: versions.into_iter().map(|(o, b)| (o, Bytes::from(b))).collect(),
+        created: created.into_iter().map(Bytes::from).collect(),
+    })
+}
+
+fn replies_to(out: &[Effect], conn: ConnId) -> Vec<(u64, Reply, bool)> {
+    out.iter()
+        .filter_map(|e| match e {
+            Effect::Reply { conn: c, id, reply, close } if *c == conn => {
+                Some((*id, reply.clone(), *close))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn error_code(r: &Reply) -> Option<ErrorCode> {
+    match &r.body {
+        ReplyBody::Error { code, .. } => Some(*code),
+        _ => None,
+    }
+}
+
+fn refusal(r: &Reply) -> Option<RefusedCode> {
+    match &r.body {
+        ReplyBody::CommitRefused { code, .. } => Some(*code),
+        _ => None,
+    }
+}
+
+fn item_class() -> ClassDesc {
+    ClassDesc::new("t.Item", 8, &[0], VarKind::None).unwrap()
+}
+
+/// Commits the item class and one item; returns their orefs.
+fn class_and_item(h: &mut Harness, conn: ConnId) -> (Oref, Oref) {
+    let class_obj = item_class().to_class_object();
+    let mut inst = item_class().new_object(RawRef::tagged_word(0), 0);
+    put_u32(&mut inst, 4, RawRef::tagged_word(1)); // points at itself
+    let r = h.commit(conn, 50, vec![], vec![class_obj, inst]);
+    let ReplyBody::CommitOk { created, .. } = r.body else { panic!("{r:?}") };
+    (created[0], created[1])
+}
+
+#[test]
+fn hello_opens_the_session_and_says_what_the_client_needs() {
+    let mut h = Harness::new(config());
+    h.step(Input::Connect { conn: 10 });
+    let r = h.request(10, 1, RequestBody::Hello(Hello::new(&b""[..], "test")));
+    let ReplyBody::HelloOk(info) = r.body else { panic!("{r:?}") };
+    assert_eq!(info.version, WIRE_VERSION);
+    assert_eq!(info.page_size, 4096);
+    assert_eq!(info.root, builtin::ROOT);
+    assert_eq!(info.server_id, ServerId(7));
+    assert_eq!(info.client_id, ClientId(1));
+    assert_eq!(h.core.client_of(10), Some(ClientId(1)));
+    assert_eq!(h.core.client_name(10), Some("test"));
+    assert_eq!(h.connect(11, b""), ClientId(2));
+}
+
+#[test]
+fn requests_before_hello_close_the_session() {
+    let mut h = Harness::new(config());
+    h.step(Input::Connect { conn: 1 });
+    h.step(Input::Request {
+        conn: 1,
+        id: 5,
+        req: Request::new(RequestBody::Fetch { page: PageId::FIRST }),
+    });
+    let out = h.settle();
+    let r = replies_to(&out, 1);
+    assert_eq!(error_code(&r[0].1), Some(ErrorCode::HelloRequired));
+    assert!(r[0].2, "closes");
+    h.step(Input::Request {
+        conn: 1,
+        id: 6,
+        req: Request::new(RequestBody::Hello(Hello::new(&b""[..], "late"))),
+    });
+    let r = replies_to(&h.settle(), 1);
+    assert_eq!(error_code(&r[0].1), Some(ErrorCode::UnexpectedMessage));
+}
+
+#[test]
+fn wrong_tokens_and_versions_are_refused() {
+    let cfg = CoreConfig {
+        protocol: ProtocolConfig { token: b"secret".to_vec(), ..ProtocolConfig::default() },
+        ..config()
+    };
+    let mut h = Harness::new(cfg);
+    for (i, token) in [&b""[..], b"secreT", b"secret!"].into_iter().enumerate() {
+        let conn = 100 + i as u64;
+        h.step(Input::Connect { conn });
+        let r = h.request(conn, 1, RequestBody::Hello(Hello::new(token.to_vec(), "x")));
+        assert_eq!(error_code(&r), Some(ErrorCode::Unauthenticated));
+        h.step(Input::Disconnect { conn });
+    }
+    assert_eq!(h.core.server_stats().auth_failures, 3);
+    h.step(Input::Connect { conn: 1 });
+    let mut future = Hello::new(&b"secret"[..], "future");
+    future.min_version = WIRE_VERSION + 1;
+    future.max_version = WIRE_VERSION + 5;
+    let r = h.request(1, 1, RequestBody::Hello(future));
+    assert_eq!(error_code(&r), Some(ErrorCode::UnsupportedVersion));
+    h.connect(2, b"secret");
+    let r = h.request(2, 2, RequestBody::Hello(Hello::new(&b"secret"[..], "again")));
+    assert_eq!(error_code(&r), Some(ErrorCode::UnexpectedMessage));
+}
+
+#[test]
+fn sessions_are_bounded_and_give_their_slot_back() {
+    let cfg = CoreConfig {
+        protocol: ProtocolConfig { sessions_max: 2, ..ProtocolConfig::default() },
+        ..config()
+    };
+    let mut h = Harness::new(cfg);
+    h.step(Input::Connect { conn: 1 });
+    h.step(Input::Connect { conn: 2 });
+    h.step(Input::Connect { conn: 3 });
+    let r = replies_to(&h.settle(), 3);
+    assert_eq!(error_code(&r[0].1), Some(ErrorCode::Busy));
+    assert!(r[0].2);
+    h.step(Input::Disconnect { conn: 1 });
+    h.step(Input::Connect { conn: 4 });
+    assert!(h.settle().is_empty(), "admitted");
+    let st = h.core.server_stats();
+    assert_eq!((st.sessions_open, st.sessions_opened, st.sessions_refused), (2, 3, 1));
+}
+
+#[test]
+fn fetch_returns_the_page_or_no_such_page() {
+    let mut h = Harness::new(config());
+    h.connect(1, b"");
+    let r = h.request(1, 2, RequestBody::Fetch { page: PageId::FIRST });
+    let ReplyBody::Page { page, bytes } = r.body else { panic!("{r:?}") };
+    assert_eq!(page, PageId::FIRST);
+    assert_eq!(&bytes[..], &h.disk_side.read_page(PageId::FIRST).unwrap()[..]);
+    let r = h.request(1, 3, RequestBody::Fetch { page: PageId::new(99).unwrap() });
+    assert_eq!(error_code(&r), Some(ErrorCode::NoSuchPage));
+    let r = h.request(1, 4, RequestBody::Stats);
+    assert!(matches!(r.body, ReplyBody::Stats(_)), "a missing page does not end the session");
+}
+
+#[test]
+fn commits_are_acknowledged_or_refused_with_their_code() {
+    let mut h = Harness::new(config());
+    h.connect(1, b"");
+    let (class, obj) = class_and_item(&mut h, 1);
+    let good = item_class().new_object(class.raw(), 0);
+    let far = Oref::new(PageId::new(50).unwrap(), thor_core::Oid::new(1).unwrap());
+    let cases: Vec<(RequestBody, RefusedCode)> = vec![
+        (commit_body(vec![(obj, vec![0; 8])], vec![]), RefusedCode::Reshape),
+        (commit_body(vec![(obj, vec![0; 16])], vec![]), RefusedCode::Reshape),
+        (commit_body(vec![(class, good.clone())], vec![]), RefusedCode::ClassIsImmutable),
+        (
+            commit_body(vec![(obj, good.clone()), (obj, good.clone())], vec![]),
+            RefusedCode::Duplicate,
+        ),
+        (commit_body(vec![], vec![item_class().new_object(obj.raw(), 0)]), RefusedCode::NotAClass),
+        (commit_body(vec![], vec![vec![0; 4]]), RefusedCode::NotAClass),
+        (
+            commit_body(vec![], {
+                let mut o = good.clone();
+                put_u32(&mut o, 4, far.raw());
+                vec![o]
+            }),
+            RefusedCode::BadReference,
+        ),
+        (
+            commit_body(vec![], {
+                let mut o = good.clone();
+                o.extend_from_slice(&[0; 4]);
+                vec![o]
+            }),
+            RefusedCode::BadShape,
+        ),
+        (commit_body(vec![], vec![vec![0; 9000]]), RefusedCode::ObjectTooLarge),
+        (
+            commit_body(
+                vec![(Oref::new(PageId::new(40).unwrap(), thor_core::Oid::new(0).unwrap()), good)],
+                vec![],
+            ),
+            RefusedCode::NoSuchObject,
+        ),
+    ];
+    let before = h.core.stats().commits;
+    for (i, (body, code)) in cases.into_iter().enumerate() {
+        let r = h.request(1, 100 + i as u64, body);
+        assert_eq!(refusal(&r), Some(code), "case {i}: {r:?}");
+    }
+    assert_eq!(h.core.stats().commits, before);
+    assert_eq!(h.core.stats().commits_refused, 10);
+}
+
+#[test]
+fn goodbye_acks_and_closes_and_stats_count() {
+    let mut h = Harness::new(config());
+    h.connect(1, b"");
+    let mut req = Request::new(RequestBody::Abort);
+    req.piggyback.acks = vec![builtin::ROOT];
+    req.piggyback.discarded = vec![PageId::FIRST, PageId::FIRST];
+    h.step(Input::Request { conn: 1, id: 2, req });
+    assert_eq!(replies_to(&h.settle(), 1)[0].1.body, ReplyBody::Ack);
+    let r = h.request(1, 3, RequestBody::Stats);
+    let ReplyBody::Stats(st) = r.body else { panic!() };
+    assert_eq!((st.requests, st.acks_received, st.discarded_pages_received), (3, 1, 2));
+    h.step(Input::Request { conn: 1, id: 4, req: Request::new(RequestBody::Goodbye) });
+    let r = replies_to(&h.settle(), 1);
+    assert_eq!(r[0].1.body, ReplyBody::Ack);
+    assert!(r[0].2, "Goodbye closes");
+    h.step(Input::ProtocolError { conn: 1, id: 0, error: WireError::UnknownType(0x77) });
+    let r = replies_to(&h.settle(), 1);
+    assert!(matches!(r[0].1.body, ReplyBody::Error { code: ErrorCode::UnknownType, .. }));
+    assert_eq!(h.core.server_stats().protocol_errors, 1);
+}
+
+#[test]
+fn bad_configurations_are_refused() {
+    for protocol in [
+        ProtocolConfig {
+            token: vec![0; thor_wire::limits::TOKEN_BYTES_MAX + 1],
+            ..Default::default()
+        },
+        ProtocolConfig { sessions_max: 0, ..Default::default() },
+        ProtocolConfig { max_frame_bytes: 100, ..Default::default() },
+    ] {
+        assert!(matches!(protocol.validate(), Err(EngineError::BadOptions(_))));
+    }
+}
+
+#[test]
+fn a_commit_is_answered_only_once_durable() {
+    let mut h = Harness::new(config());
+    h.connect(1, b"");
+    let (class, _) = class_and_item(&mut h, 1);
+    h.step(Input::Request {
+        conn: 1,
+        id: 9,
+        req: Request::new(commit_body(vec![], vec![item_class().new_object(class.raw(), 0)])),
+    });
+    assert!(h.take_answers().is_empty(), "no reply before the log is durable");
+    let appended: Vec<_> =
+        h.pending.iter().filter(|e| matches!(e, Effect::Append { .. })).collect();
+    assert_eq!(appended.len(), 1);
+    let out = h.settle();
+    assert!(matches!(replies_to(&out, 1)[0].1.body, ReplyBody::CommitOk { .. }));
+}
+
+#[test]
+fn replies_to_one_client_leave_in_request_order() {
+    let mut h = Harness::new(config());
+    h.connect(1, b"");
+    h.connect(2, b"");
+    let (class, _) = class_and_item(&mut h, 1);
+    let fetch = || Request::new(RequestBody::Fetch { page: PageId::FIRST });
+    let create = commit_body(vec![], vec![item_class().new_object(class.raw(), 0)]);
+    h.step(Input::Request { conn: 1, id: 10, req: Request::new(create) });
+    h.step(Input::Request { conn: 1, id: 11, req: fetch() });
+    h.step(Input::Request { conn: 2, id: 20, req: fetch() });
+    // Client 2 is not held back by client 1's commit; client 1's fetch is.
+    let now = h.take_answers();
+    assert_eq!(replies_to(&now, 2).len(), 1);
+    assert!(replies_to(&now, 1).is_empty());
+    let out = h.settle();
+    let ids: Vec<u64> = replies_to(&out, 1).iter().map(|r| r.0).collect();
+    assert_eq!(ids, vec![10, 11], "in request order");
+}
+
+#[test]
+fn too_many_held_requests_close_the_session() {
+    let mut h = Harness::new(config());
+    h.connect(1, b"");
+    let (class, _) = class_and_item(&mut h, 1);
+    let create = commit_body(vec![], vec![item_class().new_object(class.raw(), 0)]);
+    h.step(Input::Request { conn: 1, id: 10, req: Request::new(create) });
+    for i in 0..=thor_wire::limits::IN_FLIGHT_MAX as u64 {
+        h.step(Input::Request { conn: 1, id: 11 + i, req: Request::new(RequestBody::Stats) });
+    }
+    let r = replies_to(&h.take_answers(), 1);
+    assert_eq!(r.len(), 1);
+    assert_eq!(error_code(&r[0].1), Some(ErrorCode::UnexpectedMessage));
+    assert!(r[0].2);
+}
+
+#[test]
+fn a_fetch_that_misses_the_cache_waits_for_the_read_alone() {
+    let cfg = CoreConfig { page_cache_bytes: 4096, ..config() };
+    let mut h = Harness::new(cfg);
+    h.connect(1, b"");
+    h.connect(2, b"");
+    let (class, _) = class_and_item(&mut h, 1);
+    // Fill several pages and install them so that the one-page cache holds only the last.
+    let big = ClassDesc::new("t.Big", 8, &[0], VarKind::Bytes).unwrap();
+    let r = h.commit(1, 60, vec![], vec![big.to_class_object()]);
+    let ReplyBody::CommitOk { created, .. } = r.body else { panic!() };
+    let objs: Vec<Vec<u8>> = (0..6).map(|_| big.new_object(created[0].raw(), 3000)).collect();
+    let r = h.commit(1, 61, vec![], objs);
+    let ReplyBody::CommitOk { created: items, .. } = r.body else { panic!("{r:?}") };
+    let _ = class;
+    h.step(Input::Direct { ticket: 1, op: DirectOp::FlushRound });
+    h.settle();
+    let cold = items[0].page().unwrap();
+    h.step(Input::Request {
+        conn: 1,
+        id: 70,
+        req: Request::new(RequestBody::Fetch { page: cold }),
+    });
+    assert!(h.take_answers().is_empty(), "waits for the read");
+    assert!(h.pending.iter().any(|e| matches!(e, Effect::Read { page } if *page == cold)));
+    let hot = items[5].page().unwrap();
+    h.step(Input::Request { conn: 2, id: 80, req: Request::new(RequestBody::Fetch { page: hot }) });
+    assert_eq!(replies_to(&h.take_answers(), 2).len(), 1, "other clients are served meanwhile");
+    let out = h.settle();
+    assert!(matches!(replies_to(&out, 1)[0].1.body, ReplyBody::Page { .. }));
+    assert_eq!(h.core.stats().fetch_reads, 1);
+}
+
+#[test]
+fn commits_wait_for_room_in_the_mob_and_go_on_after_an_install() {
+    let cfg = CoreConfig { mob_bytes: 16 << 10, ..config() };
+    let mut h = Harness::new(cfg);
+    h.connect(1, b"");
+    h.connect(2, b"");
+    let big = ClassDesc::new("t.Big", 8, &[0], VarKind::Bytes).unwrap();
+    let r = h.commit(1, 2, vec![], vec![big.to_class_object()]);
+    let ReplyBody::CommitOk { created, .. } = r.body else { panic!() };
+    let class = created[0];
+    // Two commits of 10 KB each: the second does not fit until the first is installed.
+    for (conn, id) in [(1, 3), (2, 4)] {
+        let obj = big.new_object(class.raw(), 2500);
+        let c = commit_body(vec![], vec![obj.clone(), obj.clone(), obj.clone(), obj]);
+        h.step(Input::Request { conn, id, req: Request::new(c) });
+    }
+    // Perform only the appends and syncs, not installs: the second commit stays queued.
+    let mut installs = Vec::new();
+    loop {
+        let mut appended = false;
+        while let Some(e) = h.pending.pop_front() {
+            match e {
+                Effect::Append { record, .. } => {
+                    h.log.append(&record).unwrap();
+                    appended = true;
+                }
+                e @ Effect::Install(_) => installs.push(e),
+                _ => {}
+            }
+        }
+        if !appended {
+            break;
+        }
+        let lsn = h.log.sync().unwrap();
+        h.step(Input::Durable { lsn });
+    }
+    assert_eq!(h.core.stats().commits_queued, 1, "the second commit waits for room");
+    assert_eq!(h.core.stats().mob_waits, 1);
+    assert_eq!(installs.len(), 1, "an install round was started");
+    h.pending.extend(installs);
+    let out = h.settle();
+    assert!(matches!(replies_to(&out, 2)[0].1.body, ReplyBody::CommitOk { .. }));
+    assert!(h.core.stats().mob_bytes <= 16 << 10 || h.core.stats().mob_entries <= 4);
+}
+
+#[test]
+fn validation_reads_the_pages_it_needs() {
+    let cfg = CoreConfig { page_cache_bytes: 4096, ..config() };
+    let mut h = Harness::new(cfg);
+    h.connect(1, b"");
+    let big = ClassDesc::new("t.Big", 8, &[0], VarKind::Bytes).unwrap();
+    let r = h.commit(1, 2, vec![], vec![big.to_class_object()]);
+    let ReplyBody::CommitOk { created, .. } = r.body else { panic!() };
+    let class = created[0];
+    let objs: Vec<Vec<u8>> = (0..6).map(|_| big.new_object(class.raw(), 3000)).collect();
+    let r = h.commit(1, 3, vec![], objs);
+    let ReplyBody::CommitOk { created: items, .. } = r.body else { panic!() };
+    h.step(Input::Direct { ticket: 1, op: DirectOp::FlushRound });
+    h.settle();
+    // Rewrite the first item, whose page is no longer cached: validation reads it.
+    let mut v = big.new_object(class.raw(), 3000);
+    v[16 + 5] = 42;
+    h.step(Input::Request {
+        conn: 1,
+        id: 4,
+        req: Request::new(commit_body(vec![(items[0], v)], vec![])),
+    });
+    assert!(h.pending.iter().any(|e| matches!(e, Effect::Read { .. })), "{:?}", h.pending);
+    let out = h.settle();
+    assert!(matches!(replies_to(&out, 1)[0].1.body, ReplyBody::CommitOk { .. }), "{out:?}");
+    assert!(h.core.stats().validation_reads >= 1);
+}
+
+#[test]
+fn a_log_failure_fails_what_waits_and_refuses_later_commits() {
+    let mut h = Harness::new(config());
+    h.connect(1, b"");
+    let (class, _) = class_and_item(&mut h, 1);
+    let c = commit_body(vec![], vec![item_class().new_object(class.raw(), 0)]);
+    h.step(Input::Request { conn: 1, id: 5, req: Request::new(c.clone()) });
+    h.pending.clear();
+    h.step(Input::LogFailed { why: "disk on fire".into() });
+    let r = replies_to(&h.take_answers(), 1);
+    assert_eq!(error_code(&r[0].1), Some(ErrorCode::ServerFailed));
+    assert!(!r[0].2, "the session stays open");
+    let r = h.request(1, 6, c);
+    assert_eq!(error_code(&r), Some(ErrorCode::ServerFailed));
+    // Fetches still work.
+    assert!(matches!(
+        h.request(1, 7, RequestBody::Fetch { page: PageId::FIRST }).body,
+        ReplyBody::Page { .. }
+    ));
+}

@@ -1,0 +1,363 @@
+//! What a driver brings to the core: a clock, a commit log, and the disk side of a server (the
+//! page file, the double-write buffer and the superblock), with the I/O the core's effects ask
+//! for. The core never calls any of this; drivers do, on their own threads, without the core's
+//! state locked.
+//!
+//! - [`Clock`]: loosely synchronised wall-clock time in microseconds. [`SystemClock`] reads the
+//!   system's; the simulation has its own.
+//! - [`CommitLog`]: the transaction log as the core's drivers see it (append in LSN order, make
+//!   durable, truncate). `thor_storage::Log` is the one implementation today; a replicated log
+//!   (a later issue) stands in behind the same trait.
+//! - [`DiskSide`]: reads pages for fetches and validation ([`crate::core::Effect::Read`]),
+//!   performs install rounds ([`crate::core::Effect::Install`]: installation reads, images,
+//!   double-write buffer, page writes, fsync) and checkpoints
+//!   ([`crate::core::Effect::Checkpoint`]: superblock, then log truncation).
+//! - [`create`] and [`recover`]: making a database, and opening one by replaying its log into a
+//!   new core within the MOB's budget (installing as it goes).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use thor_core::{Lsn, PageId, PageView, builtin, page};
+use thor_storage::{Disk, Log, LogOptions, PageFile, StorageError};
+use tracing::{info, warn};
+
+use crate::core::install::{CheckpointJob, InstallJob, Installed};
+use crate::core::{Core, CoreConfig, Effect, Input, ReadError};
+use crate::dwb::DoubleWrite;
+use crate::error::EngineError;
+use crate::superblock::{self, Superblock};
+
+/// The page file's name in a database directory.
+pub const PAGE_FILE: &str = "pages";
+
+/// Loosely synchronised wall-clock time, in microseconds since the Unix epoch.
+pub trait Clock: Send + Sync + fmt::Debug {
+    /// The current time.
+    fn now_us(&self) -> u64;
+}
+
+/// The system's clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_us(&self) -> u64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+    }
+}
+
+/// The log a core's driver appends to. See the module documentation.
+pub trait CommitLog: Send + Sync + fmt::Debug {
+    /// Buffers a record and returns its LSN (LSNs are given in call order). Must not wait for
+    /// the disk while the caller keeps its unsynced bytes within the log's buffer (the core
+    /// does, see [`CoreConfig::log_buffer_bytes`]).
+    fn append(&self, record: &[u8]) -> Result<Lsn, StorageError>;
+    /// Makes every record appended so far durable; returns the durable LSN.
+    fn sync(&self) -> Result<Lsn, StorageError>;
+    /// Whether records were appended that are not durable yet.
+    fn has_unsynced(&self) -> bool;
+    /// The LSN the next append gets.
+    fn next_lsn(&self) -> Lsn;
+    /// Records below `lsn` are no longer needed.
+    fn truncate_before(&self, lsn: Lsn) -> Result<(), StorageError>;
+    /// Bytes written, fsyncs and records made durable so far.
+    fn counters(&self) -> (u64, u64, u64);
+}
+
+impl CommitLog for Log {
+    fn append(&self, record: &[u8]) -> Result<Lsn, StorageError> {
+        Log::append(self, record)
+    }
+
+    fn sync(&self) -> Result<Lsn, StorageError> {
+        self.flush()?;
+        Ok(self.durable_lsn())
+    }
+
+    fn has_unsynced(&self) -> bool {
+        self.durable_lsn().0 + 1 < self.next_lsn().0
+    }
+
+    fn next_lsn(&self) -> Lsn {
+        Log::next_lsn(self)
+    }
+
+    fn truncate_before(&self, lsn: Lsn) -> Result<(), StorageError> {
+        Log::truncate_before(self, lsn)
+    }
+
+    fn counters(&self) -> (u64, u64, u64) {
+        let s = self.stats();
+        (s.bytes_written, s.flushes, s.records_synced)
+    }
+}
+
+/// The files of a database besides the log, and the I/O on them. Shared by a driver's threads
+/// (every method takes `&self`).
+#[derive(Debug)]
+pub struct DiskSide {
+    /// The database directory.
+    pub disk: Arc<dyn Disk>,
+    /// Bytes per page.
+    pub page_size: usize,
+    /// The page file.
+    pub pages: PageFile,
+    /// Torn-write protection for in-place page writes.
+    pub dwb: DoubleWrite,
+}
+
+impl DiskSide {
+    /// Reads and checks the installed image of `page`.
+    pub fn read_page(&self, page: PageId) -> Result<Bytes, ReadError> {
+        let mut buf = vec![0u8; self.page_size];
+        match self.pages.read(page.get(), &mut buf) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(ReadError::Corrupt(thor_core::FormatError::BadPageHeader(
+                    "allocated page missing from the page file",
+                )));
+            }
+            // An allocated page beyond the end of the file: the file lost its tail.
+            Err(StorageError::UnexpectedEof { .. }) => {
+                return Err(ReadError::Corrupt(thor_core::FormatError::BadPageHeader(
+                    "the page file ends before this allocated page",
+                )));
+            }
+            Err(e) => return Err(ReadError::Storage(e.to_string())),
+        }
+        PageView::parse_stored(&buf, page).map_err(ReadError::Corrupt)?;
+        Ok(Bytes::from(buf))
+    }
+
+    /// Performs an install round: installation reads, new images, the double-write buffer,
+    /// the page writes in runs of consecutive pages, and their fsync.
+    pub fn install(&self, job: &InstallJob) -> Result<Installed, EngineError> {
+        let (images, reads) = job.build(|p| {
+            self.read_page(p).map_err(|e| match e {
+                ReadError::Corrupt(source) => EngineError::CorruptPage { page: p, source },
+                ReadError::Storage(why) => EngineError::Read { page: p, why },
+            })
+        })?;
+        let mut dwb_buf = Vec::new();
+        self.dwb.write(&images, &mut dwb_buf)?;
+        let pages = &job.pages;
+        let mut i = 0;
+        while i < pages.len() {
+            let mut k = i + 1;
+            while k < pages.len() && pages[k].page.get() == pages[k - 1].page.get() + 1 {
+                k += 1;
+            }
+            let bytes = &images[i * self.page_size..k * self.page_size];
+            self.pages.write_run(pages[i].page.get(), bytes)?;
+            i = k;
+        }
+        self.pages.sync()?;
+        Ok(Installed { images: Bytes::from(images), installation_reads: reads })
+    }
+
+    /// Performs a checkpoint: the superblock, then the log truncation it allows.
+    pub fn checkpoint(&self, job: &CheckpointJob, log: &dyn CommitLog) -> Result<(), EngineError> {
+        write_superblock(&*self.disk, &job.superblock)?;
+        if let Some(lsn) = job.truncate_before {
+            log.truncate_before(lsn)?;
+        }
+        Ok(())
+    }
+
+    /// Performs one effect that needs only the disk side and the log, synchronously, and
+    /// returns the input that reports it (`None` for effects that are not I/O).
+    pub fn perform(&self, effect: &Effect, log: &dyn CommitLog) -> Option<Input> {
+        match effect {
+            Effect::Read { page } => {
+                Some(Input::PageRead { page: *page, result: self.read_page(*page) })
+            }
+            Effect::Install(job) => Some(Input::Installed {
+                job: job.id,
+                result: self.install(job).map_err(|e| e.to_string()),
+            }),
+            Effect::Checkpoint(job) => Some(Input::Checkpointed {
+                job: job.id,
+                result: self.checkpoint(job, log).map_err(|e| e.to_string()),
+            }),
+            Effect::Append { .. } | Effect::Reply { .. } | Effect::Done { .. } => None,
+        }
+    }
+}
+
+/// Writes a superblock atomically: a temporary file, synced, renamed over the old one, and the
+/// directory synced. A crash leaves either the old or the new one.
+pub fn write_superblock(disk: &dyn Disk, sb: &Superblock) -> Result<(), StorageError> {
+    let f = disk.open(superblock::TMP_FILE, true)?;
+    f.set_len(0)?;
+    f.write_at(0, &sb.encode())?;
+    f.sync()?;
+    drop(f);
+    disk.rename(superblock::TMP_FILE, superblock::FILE)?;
+    disk.sync_dir()
+}
+
+/// Reads the superblock of the database in `disk`.
+pub fn read_superblock(disk: &dyn Disk) -> Result<Superblock, EngineError> {
+    if !disk.exists(superblock::FILE)? {
+        return Err(EngineError::NotADatabase);
+    }
+    let f = disk.open(superblock::FILE, false)?;
+    let len = f.len()?;
+    let mut buf = vec![0u8; len.min(superblock::BYTES as u64 * 2) as usize];
+    let n = f.read_at(0, &mut buf)?;
+    buf.truncate(n);
+    Ok(Superblock::decode(&buf)?)
+}
+
+/// Creates a database with pages of `page_size` bytes for server `server_id` in `disk`,
+/// which must not hold one. The superblock goes last: a crash before it leaves no database,
+/// not a broken one.
+pub fn create(
+    disk: &dyn Disk,
+    page_size: usize,
+    server_id: thor_core::ServerId,
+) -> Result<(), EngineError> {
+    if !thor_core::limits::is_valid_page_size(page_size) {
+        return Err(EngineError::BadOptions(format!("invalid page size {page_size}")));
+    }
+    if disk.exists(superblock::FILE)? {
+        return Err(EngineError::AlreadyExists);
+    }
+    let pages = PageFile::open(disk, PAGE_FILE, page_size, true)?;
+    let mut first = builtin::first_page(page_size).expect("builtins fit a page");
+    page::seal(&mut first);
+    pages.write(PageId::FIRST.get(), &first)?;
+    pages.sync()?;
+    let sb = Superblock {
+        page_size,
+        server_id,
+        root: builtin::ROOT,
+        checkpoint: Lsn(1),
+        alloc_page: Some(PageId::FIRST),
+        generation: 1,
+    };
+    write_superblock(disk, &sb)?;
+    Ok(())
+}
+
+/// What [`recover`] opened.
+#[derive(Debug)]
+pub struct Recovered {
+    /// The core, ready for input.
+    pub core: Core,
+    /// The disk side.
+    pub disk_side: DiskSide,
+    /// The log, positioned after its last intact record.
+    pub log: Arc<Log>,
+    /// Log records replayed.
+    pub records_replayed: u64,
+    /// Install rounds run during recovery to stay within the MOB's budget.
+    pub rounds: u64,
+}
+
+/// Opens the database in `disk`: repairs torn pages from the double-write buffer, opens the
+/// log, replays it from the checkpoint into a new core and finishes recovery. The MOB stays
+/// within its budget: when replay fills it, an install round runs (and a checkpoint is
+/// written) before replay goes on, so memory is bounded by the settings, not by the log.
+pub fn recover(
+    disk: Arc<dyn Disk>,
+    cfg: CoreConfig,
+    log_opts: LogOptions,
+) -> Result<Recovered, EngineError> {
+    let sb = read_superblock(&*disk)?;
+    let page_size = sb.page_size;
+    let pages = PageFile::open(&*disk, PAGE_FILE, page_size, false)?;
+    let dwb = DoubleWrite::open(&*disk, page_size)?;
+    restore_torn_pages(&pages, &dwb, page_size)?;
+    let disk_side = DiskSide { disk: disk.clone(), page_size, pages, dwb };
+    let (log, recovered) = Log::open(disk.clone(), log_opts)?;
+    if recovered.torn_bytes_cut > 0 {
+        warn!(bytes = recovered.torn_bytes_cut, "cut a torn tail off the log");
+    }
+    let log = Arc::new(log);
+    let checkpoint = sb.checkpoint;
+    let mut core = Core::new(cfg, sb, recovered.next_lsn)?;
+    let mut replayed = 0;
+    let mut rounds = 0;
+    let mut fx = Vec::new();
+    for (lsn, payload) in recovered.records {
+        if lsn < checkpoint {
+            continue;
+        }
+        core.replay(lsn, Bytes::from(payload))?;
+        replayed += 1;
+        if core.mob_over_budget() {
+            install_now(&mut core, &disk_side, &*log, &mut fx)?;
+            rounds += 1;
+        }
+    }
+    let (tail, fresh) = core.tail_page();
+    let image = if fresh {
+        None
+    } else {
+        Some(disk_side.read_page(tail).map_err(|e| match e {
+            ReadError::Corrupt(source) => EngineError::CorruptPage { page: tail, source },
+            ReadError::Storage(why) => EngineError::Read { page: tail, why },
+        })?)
+    };
+    core.finish_recovery(image)?;
+    if replayed > 0 {
+        info!(records = replayed, rounds, "recovered from the log");
+    }
+    Ok(Recovered { core, disk_side, log, records_replayed: replayed, rounds })
+}
+
+/// Runs one install round and its checkpoint synchronously (recovery, before the core has a
+/// driver).
+fn install_now(
+    core: &mut Core,
+    disk_side: &DiskSide,
+    log: &dyn CommitLog,
+    fx: &mut Vec<Effect>,
+) -> Result<(), EngineError> {
+    fx.clear();
+    core.start_round(fx);
+    while let Some(effect) = fx.pop() {
+        if let Some(input) = disk_side.perform(&effect, log) {
+            let mut more = Vec::new();
+            core.step(0, input, &mut more);
+            fx.extend(more);
+        }
+    }
+    match core.failed() {
+        Some(why) => Err(EngineError::Failed(why.to_string())),
+        None => Ok(()),
+    }
+}
+
+/// Writes back every intact page of the double-write buffer whose in-place copy is torn or
+/// older (see [`crate::dwb`]).
+fn restore_torn_pages(
+    pages: &PageFile,
+    dwb: &DoubleWrite,
+    page_size: usize,
+) -> Result<(), EngineError> {
+    let mut restored = false;
+    let mut cur = vec![0u8; page_size];
+    for (id, img) in dwb.intact_pages()? {
+        let good = PageView::parse_stored(&img, id).expect("intact_pages checked it").version();
+        let keep = match pages.read(id.get(), &mut cur) {
+            Ok(true) => PageView::parse_stored(&cur, id).is_ok_and(|v| v.version() >= good),
+            Ok(false) => false,
+            // A short page at the end of the file is a torn extension: rewrite it.
+            Err(StorageError::UnexpectedEof { .. }) => false,
+            Err(e) => return Err(e.into()),
+        };
+        if !keep {
+            pages.write(id.get(), &img)?;
+            restored = true;
+        }
+    }
+    if restored {
+        pages.sync()?;
+    }
+    Ok(())
+}
