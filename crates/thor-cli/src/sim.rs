@@ -62,6 +62,9 @@ enum SimCommand {
     Gen(GenArgs),
     /// Simulated requests per second, per design.
     Speed(SpeedArgs),
+    /// The deterministic whole-cluster simulation of thor itself (server core, clients,
+    /// network, crashes), checked run by run; any number of seeds, or one with its trace.
+    Cluster(crate::cluster_sim::ClusterArgs),
 }
 
 /// Runs `thor sim`.
@@ -74,6 +77,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         SimCommand::Stack(a) => stack(a),
         SimCommand::Gen(a) => gen_trace(a),
         SimCommand::Speed(a) => speed(a),
+        SimCommand::Cluster(a) => crate::cluster_sim::cluster(a),
     }
 }
 
@@ -316,7 +320,7 @@ fn paper_designs() -> String {
 }
 
 /// A progress bar over `total` units on stderr (drawn only if stderr is a terminal).
-fn progress(total: u64, what: &str) -> ProgressBar {
+pub(crate) fn progress(total: u64, what: &str) -> ProgressBar {
     let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
     bar.set_style(
         ProgressStyle::with_template("{msg:>12} [{bar:40}] {percent:>3}% {per_sec} eta {eta}")

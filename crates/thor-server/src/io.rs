@@ -279,7 +279,19 @@ pub fn recover(
     }
     let log = Arc::new(log);
     let checkpoint = sb.checkpoint;
-    let mut core = Core::new(cfg, sb, recovered.next_lsn)?;
+    let mut core = Core::new(cfg, sb)?;
+    // Every record from the checkpoint to the log's end must be there: the checkpoint never
+    // passes a record that is not durable, and truncation removes only records below it.
+    if checkpoint > recovered.next_lsn {
+        return Err(EngineError::CorruptRecord {
+            lsn: checkpoint.0,
+            why: format!(
+                "the superblock's checkpoint is past the log's end (LSN {})",
+                recovered.next_lsn
+            ),
+        });
+    }
+    let mut expected = checkpoint;
     let mut replayed = 0;
     let mut rounds = 0;
     let mut fx = Vec::new();
@@ -287,6 +299,13 @@ pub fn recover(
         if lsn < checkpoint {
             continue;
         }
+        if lsn != expected {
+            return Err(EngineError::CorruptRecord {
+                lsn: expected.0,
+                why: format!("missing from the log (the next record is LSN {lsn})"),
+            });
+        }
+        expected = lsn.next();
         core.replay(lsn, Bytes::from(payload))?;
         replayed += 1;
         if core.mob_over_budget() {
@@ -303,7 +322,7 @@ pub fn recover(
             ReadError::Storage(why) => EngineError::Read { page: tail, why },
         })?)
     };
-    core.finish_recovery(image)?;
+    core.finish_recovery(recovered.next_lsn, image)?;
     if replayed > 0 {
         info!(records = replayed, rounds, "recovered from the log");
     }

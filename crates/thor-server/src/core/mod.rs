@@ -521,14 +521,14 @@ pub struct Core {
 }
 
 impl Core {
-    /// A core over a database whose superblock is `sb` and whose log continues at `next_lsn`.
-    /// Feed it the log with [`Core::replay`], then call [`Core::finish_recovery`].
-    pub fn new(cfg: CoreConfig, sb: Superblock, next_lsn: Lsn) -> Result<Core, EngineError> {
+    /// A core over a database whose superblock is `sb`. Feed it the log from the checkpoint
+    /// with [`Core::replay`], then call [`Core::finish_recovery`].
+    pub fn new(cfg: CoreConfig, sb: Superblock) -> Result<Core, EngineError> {
         cfg.protocol.validate()?;
         if cfg.mob_bytes == 0 || cfg.log_buffer_bytes == 0 {
             return Err(EngineError::BadOptions("budgets must be positive".into()));
         }
-        let store = Store::new(sb, next_lsn, cfg.page_cache_bytes);
+        let store = Store::new(sb, cfg.page_cache_bytes);
         Ok(Core {
             sessions: Sessions::new(cfg.protocol.clone()),
             cfg,
@@ -568,8 +568,14 @@ impl Core {
         (p, self.store.fresh.contains(&p))
     }
 
-    /// Ends recovery: `image` is the installed image of the tail page (`None` if fresh).
-    pub fn finish_recovery(&mut self, image: Option<Bytes>) -> Result<(), EngineError> {
+    /// Ends recovery: the log continues at `log_next`, and `image` is the installed image of
+    /// the tail page (`None` if fresh).
+    pub fn finish_recovery(
+        &mut self,
+        log_next: Lsn,
+        image: Option<Bytes>,
+    ) -> Result<(), EngineError> {
+        self.store.replayed_all(log_next);
         self.store.set_tail_from(image)?;
         self.recovering = false;
         Ok(())

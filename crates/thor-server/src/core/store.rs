@@ -192,9 +192,13 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    /// The state of a database whose superblock is `sb` and whose log continues at `next_lsn`,
-    /// before replaying the log.
-    pub fn new(sb: Superblock, next_lsn: Lsn, page_cache_bytes: usize) -> Store {
+    /// The state of a database whose superblock is `sb`, before replaying the log.
+    ///
+    /// Until recovery ends, `next_lsn` is the next record to replay (the checkpoint, then one
+    /// past each record replayed), not the log's end: an install round during replay must not
+    /// move the checkpoint past records that are not replayed yet.
+    pub fn new(sb: Superblock, page_cache_bytes: usize) -> Store {
+        let next_lsn = sb.checkpoint;
         let page_size = sb.page_size;
         let tail_page = sb.alloc_page.unwrap_or(PageId::FIRST);
         Store {
@@ -242,6 +246,12 @@ impl Store {
         self.next_lsn = self.next_lsn.max(lsn.next());
         self.durable_lsn = self.durable_lsn.max(lsn);
         Ok(())
+    }
+
+    /// Recovery replayed every record: the log continues at `log_next`.
+    pub fn replayed_all(&mut self, log_next: Lsn) {
+        self.next_lsn = self.next_lsn.max(log_next);
+        self.durable_lsn = Lsn(self.next_lsn.0.saturating_sub(1));
     }
 
     /// Finishes recovery: learns the tail page's free space from its image (`image` is the

@@ -1,0 +1,257 @@
+//! The checker: what the simulated system must never do, judged from a god's-eye view.
+//!
+//! The simulation shows the checker every log record the server appends (decoded from the
+//! [`thor_server::Effect::Append`] effects), every durability report, every page the server
+//! sends and every crash. Each commit of the simulated clients writes values no other commit
+//! writes (the writing client and its transaction number are in every object it writes), so a
+//! value names the commit that wrote it.
+//!
+//! The checker keeps the *log*: the records appended and not known lost, in LSN order. Its
+//! rules:
+//!
+//! - *Acknowledged means durable:* a `CommitOk` may leave only for a commit whose record is
+//!   durable; after a crash, every acknowledged commit is still in the recovered log.
+//! - *All or nothing, in log order:* after a crash the recovered objects are exactly the fold of
+//!   a prefix of the log (every record at or below the recovered point applied in LSN order,
+//!   none above), so no commit is partly visible and none is lost if acknowledged.
+//! - *Reads see exactly what is durable:* every page sent to a client shows, for every
+//!   simulation object in it, the value of the newest durable record that wrote it (and no
+//!   object that no durable record created).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use thor_core::le::u32_at;
+use thor_core::{Lsn, Oref, PageId, PageView};
+use thor_server::record;
+
+/// A transaction of the simulation: (client number, its transaction number). Client 0 is the
+/// setup.
+pub type TxnId = (u32, u32);
+
+/// Something the system under test did wrong. Its text says what, with the evidence.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Violation(pub String);
+
+fn violation<T>(msg: String) -> Result<T, Violation> {
+    Err(Violation(msg))
+}
+
+/// One appended record.
+#[derive(Debug, Clone)]
+struct Rec {
+    /// Its LSN.
+    lsn: Lsn,
+    /// The transaction that wrote it.
+    txn: TxnId,
+    /// The simulation objects it wrote, with their final bytes.
+    writes: Vec<(Oref, Bytes)>,
+}
+
+/// The class word every simulation object starts with, and where its writer and transaction
+/// numbers are (see [`crate::world`]'s cell layout).
+#[derive(Debug, Clone, Copy)]
+pub struct CellLayout {
+    /// The class object's oref.
+    pub class: Oref,
+    /// Offset of the writer's client number.
+    pub writer_at: usize,
+    /// Offset of the transaction number.
+    pub txn_at: usize,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct Checker {
+    /// What simulation objects look like.
+    layout: Option<CellLayout>,
+    /// Records appended and not known lost, in LSN order.
+    log: Vec<Rec>,
+    /// Transactions whose `CommitOk` left the server.
+    acked: BTreeSet<TxnId>,
+    /// The server's durable (published) point.
+    published: Lsn,
+    /// Every simulation object as of `published`.
+    state: BTreeMap<Oref, Bytes>,
+}
+
+impl Checker {
+    /// A checker of a server whose log starts at `next_lsn`.
+    pub fn new(next_lsn: Lsn) -> Checker {
+        Checker {
+            layout: None,
+            log: Vec::new(),
+            acked: BTreeSet::new(),
+            published: Lsn(next_lsn.0.saturating_sub(1)),
+            state: BTreeMap::new(),
+        }
+    }
+
+    /// Learns what simulation objects look like (once the setup created their class).
+    pub fn set_layout(&mut self, layout: CellLayout) {
+        self.layout = Some(layout);
+    }
+
+    fn txn_of(&self, data: &[u8]) -> Option<TxnId> {
+        let l = self.layout?;
+        if data.len() < l.txn_at + 4 || u32_at(data, 0) != l.class.raw() {
+            return None;
+        }
+        Some((u32_at(data, l.writer_at), u32_at(data, l.txn_at)))
+    }
+
+    /// The server appended `rec` with `lsn`.
+    pub fn appended(&mut self, lsn: Lsn, rec: &[u8]) -> Result<(), Violation> {
+        if let Some(last) = self.log.last()
+            && lsn <= last.lsn
+        {
+            return violation(format!("LSN {lsn} appended after LSN {}", last.lsn));
+        }
+        let mut writes = Vec::new();
+        let mut txns = BTreeSet::new();
+        record::decode(rec, |o| {
+            if let Some(t) = self.txn_of(o.data) {
+                txns.insert(t);
+                writes.push((o.oref, Bytes::copy_from_slice(o.data)));
+            }
+        })
+        .map_err(|e| Violation(format!("record {lsn} does not decode: {e}")))?;
+        let txn = match txns.len() {
+            0 => (0, 0),
+            1 => *txns.first().expect("one"),
+            _ => return violation(format!("record {lsn} mixes the writes of {txns:?}")),
+        };
+        self.log.push(Rec { lsn, txn, writes });
+        Ok(())
+    }
+
+    /// The server learned that the log is durable up to `lsn`.
+    pub fn durable(&mut self, lsn: Lsn) {
+        if lsn <= self.published {
+            return;
+        }
+        for r in &self.log {
+            if r.lsn > self.published && r.lsn <= lsn {
+                for (o, b) in &r.writes {
+                    self.state.insert(*o, b.clone());
+                }
+            }
+        }
+        self.published = lsn;
+    }
+
+    /// The server sent `CommitOk` with `lsn`; returns the transaction that LSN belongs to.
+    pub fn commit_ok(&mut self, lsn: Lsn) -> Result<TxnId, Violation> {
+        let Some(r) = self.log.iter().find(|r| r.lsn == lsn) else {
+            return violation(format!("CommitOk for LSN {lsn}, which was never appended"));
+        };
+        if lsn > self.published {
+            return violation(format!(
+                "CommitOk for LSN {lsn} (txn {:?}) before it was durable (durable: {})",
+                r.txn, self.published
+            ));
+        }
+        self.acked.insert(r.txn);
+        Ok(r.txn)
+    }
+
+    /// The server crashed and recovered with its log continuing at `next_lsn`: records at or
+    /// above it were lost. Checks that no acknowledged commit was, and rebuilds the expected
+    /// state from what survived.
+    pub fn recovered(&mut self, next_lsn: Lsn) -> Result<(), Violation> {
+        let lost: Vec<&Rec> = self.log.iter().filter(|r| r.lsn >= next_lsn).collect();
+        for r in &lost {
+            if self.acked.contains(&r.txn) {
+                return violation(format!(
+                    "acknowledged txn {:?} (LSN {}) is lost: the log recovered only up to LSN {}",
+                    r.txn,
+                    r.lsn,
+                    next_lsn.0.saturating_sub(1)
+                ));
+            }
+        }
+        self.log.retain(|r| r.lsn < next_lsn);
+        self.state.clear();
+        for r in &self.log {
+            for (o, b) in &r.writes {
+                self.state.insert(*o, b.clone());
+            }
+        }
+        self.published = Lsn(next_lsn.0.saturating_sub(1));
+        Ok(())
+    }
+
+    /// Checks a page the server composed: every simulation object in it has exactly its
+    /// durable value, and every durable simulation object of the page is in it.
+    pub fn page(&self, page: PageId, bytes: &[u8]) -> Result<(), Violation> {
+        let v = PageView::parse(bytes)
+            .map_err(|e| Violation(format!("page {page} sent malformed: {e}")))?;
+        if v.page_id() != page {
+            return violation(format!("page {page} sent with the header of page {}", v.page_id()));
+        }
+        let mut seen = 0;
+        for (oid, obj) in v.objects() {
+            if self.txn_of(obj).is_none() {
+                continue;
+            }
+            let oref = Oref::new(page, oid);
+            seen += 1;
+            match self.state.get(&oref) {
+                Some(want) if &want[..] == obj => {}
+                Some(want) => {
+                    return violation(format!(
+                        "page {page}: {oref:?} is {:?} (txn {:?}), the durable state has {:?} (txn {:?})",
+                        obj,
+                        self.txn_of(obj),
+                        &want[..],
+                        self.txn_of(want)
+                    ));
+                }
+                None => {
+                    return violation(format!(
+                        "page {page}: {oref:?} written by txn {:?} is visible but no durable record wrote it",
+                        self.txn_of(obj)
+                    ));
+                }
+            }
+        }
+        let expected = self.state.range(page_range(page)).count();
+        if seen != expected {
+            return violation(format!(
+                "page {page} shows {seen} simulation objects, the durable state has {expected}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The pages that hold durable simulation objects.
+    pub fn pages(&self) -> BTreeSet<PageId> {
+        self.state.keys().filter_map(|o| o.page()).collect()
+    }
+
+    /// Commits acknowledged so far.
+    pub fn acked(&self) -> usize {
+        self.acked.len()
+    }
+
+    /// Whether `txn` was acknowledged.
+    pub fn is_acked(&self, txn: TxnId) -> bool {
+        self.acked.contains(&txn)
+    }
+
+    /// The newest durable LSN.
+    pub fn published(&self) -> Lsn {
+        self.published
+    }
+}
+
+/// Every oref of `page`.
+fn page_range(page: PageId) -> std::ops::RangeInclusive<Oref> {
+    let first = Oref::new(page, thor_core::Oid::new(0).expect("oid 0"));
+    let last = Oref::new(
+        page,
+        thor_core::Oid::new((thor_core::ids::OIDS_PER_PAGE - 1) as u16).expect("last oid"),
+    );
+    first..=last
+}

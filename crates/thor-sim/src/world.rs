@@ -1,0 +1,903 @@
+//! The simulated world: one server (the real core over a [`MemDisk`]), several clients, a
+//! network, a clock, and faults, advanced one event at a time from a queue ordered by virtual
+//! time and then by insertion.
+//!
+//! # The server
+//!
+//! The core's effects are performed as a real driver would, with latencies drawn from the seed:
+//! an append goes into the log's buffer at once and a *log sync* event (one at a time, so
+//! commits that arrive meanwhile share it: group commit) writes and fsyncs it and reports
+//! [`Input::Durable`]; page reads, install rounds and checkpoints are *I/O* events. A tick
+//! arrives every [`TICK_US`].
+//!
+//! # Faults
+//!
+//! - *Crash:* before any event, with the configured chance (while the run's crash budget
+//!   lasts), the server process dies: its connections break, the [`MemDisk`] keeps only what
+//!   its crash model allows (unsynced writes lost in any subset, torn at sector granularity),
+//!   and after a delay the server recovers from the disk. An I/O event may also die halfway
+//!   (the disk stops after a random number of operations) and take the server down with it,
+//!   so crashes land inside log syncs, install rounds and checkpoints.
+//! - *Lost message:* a message is lost with the configured chance; as over TCP, a lost message
+//!   means a broken connection: both ends learn it, the server drops the session, the client
+//!   reconnects (its commit in flight, if any, is *uncertain*: it may or may not have
+//!   committed).
+//!
+//! Within one connection messages arrive in order (TCP); across connections they interleave
+//! freely.
+//!
+//! # The clients
+//!
+//! Each client speaks the wire protocol directly (connect, `Hello`, then fetches and commits):
+//! a commit writes 0 to 3 existing cells and creates 0 to 2 new ones, every object carrying the
+//! client's number and the transaction's, so that the [`Checker`] can tell which commit wrote
+//! what. Cells reference other cells (existing ones, or created ones in the same commit through
+//! tagged references), so reference validation and oref allocation are exercised too.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use thor_core::le::put_u32;
+use thor_core::{ClassDesc, Lsn, Oref, PageId, RawRef, ServerId, VarKind};
+use thor_server::io::{self, CommitLog, DiskSide};
+use thor_server::{CommitIn, ConnId, Core, CoreConfig, DirectOp, DirectResult, Effect, Input};
+use thor_storage::{FaultPlan, Log, LogOptions, MemDisk, SplitMix64};
+use thor_wire::{Commit, Hello, Reply, ReplyBody, Request, RequestBody};
+
+use crate::check::{CellLayout, Checker, Violation};
+
+/// Virtual microseconds between ticks of the server.
+pub const TICK_US: u64 = 20_000;
+
+/// Events a run may take before it is declared stuck.
+const EVENTS_MAX: u64 = 400_000;
+
+/// Bytes of a cell: header, `next` (a reference), writer, txn, serial.
+const CELL_FIXED_BYTES: usize = 16;
+const CELL_WRITER_AT: usize = 8;
+const CELL_TXN_AT: usize = 12;
+const CELL_SERIAL_AT: usize = 16;
+
+/// What a run does. [`SimConfig::for_seed`] derives one from a seed.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// The seed of every random choice.
+    pub seed: u64,
+    /// Simulated clients.
+    pub clients: usize,
+    /// Commits each client completes (acknowledged or uncertain) before it stops.
+    pub txns_per_client: usize,
+    /// Most server crashes in the run.
+    pub crashes_max: usize,
+    /// Chance per event of a server crash, in parts per million.
+    pub crash_ppm: u64,
+    /// Chance per I/O event that the disk dies halfway through it, in parts per million.
+    pub io_death_ppm: u64,
+    /// Chance per message that it is lost (and its connection broken), in parts per million.
+    pub loss_ppm: u64,
+    /// Bytes per page.
+    pub page_size: usize,
+    /// The MOB's budget (small, so that install rounds and waits happen).
+    pub mob_bytes: usize,
+    /// The page cache's budget (small, so that disk reads happen).
+    pub page_cache_bytes: usize,
+    /// Print every event to stderr.
+    pub trace: bool,
+}
+
+impl SimConfig {
+    /// The configuration of seed `seed`: the number of clients, the amount of work and the
+    /// fault rates vary with the seed, so that many seeds cover many shapes of run.
+    pub fn for_seed(seed: u64) -> SimConfig {
+        let mut r = SplitMix64::new(seed ^ 0x5EED_C0FF_EE00_0000);
+        SimConfig {
+            seed,
+            clients: 2 + r.below(4) as usize,
+            txns_per_client: 10 + r.below(30) as usize,
+            crashes_max: r.below(5) as usize,
+            crash_ppm: [0, 1_000, 4_000, 10_000][r.below(4) as usize],
+            io_death_ppm: [0, 50_000, 150_000][r.below(3) as usize],
+            loss_ppm: [0, 5_000, 20_000][r.below(3) as usize],
+            page_size: 4096,
+            mob_bytes: [6 << 10, 16 << 10, 64 << 10][r.below(3) as usize],
+            page_cache_bytes: [2, 4, 32][r.below(3) as usize] * 4096,
+            trace: false,
+        }
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Outcome {
+    /// A hash of every event in order: equal for equal runs.
+    pub trace_hash: u64,
+    /// Events processed.
+    pub events: u64,
+    /// Commits acknowledged to clients.
+    pub acked: u64,
+    /// Commits whose outcome their client never learned.
+    pub uncertain: u64,
+    /// Server crashes (and recoveries).
+    pub crashes: u64,
+    /// Pages sent to clients (each checked).
+    pub pages_checked: u64,
+    /// Connections broken by lost messages.
+    pub lost_connections: u64,
+    /// Install rounds completed.
+    pub install_rounds: u64,
+}
+
+/// A run that found a violation.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "seed {seed}: {violation} (at event {event}, virtual time {time_us} us)\n  replay: THOR_SIM_SEED={seed} cargo test -p thor-sim --test cluster replay -- --nocapture\n     or: thor sim cluster --seed {seed} --trace"
+)]
+pub struct SimFailure {
+    /// The seed.
+    pub seed: u64,
+    /// What went wrong.
+    pub violation: Violation,
+    /// The event it was found at.
+    pub event: u64,
+    /// The virtual time then.
+    pub time_us: u64,
+}
+
+/// A message between a client and the server.
+#[derive(Debug)]
+enum Msg {
+    /// A new connection (client to server).
+    Connect,
+    /// A request (client to server).
+    Request(u64, Request),
+    /// A reply (server to client).
+    Reply(u64, Reply, bool),
+    /// The connection broke (to either side).
+    Broken,
+}
+
+/// Something that happens at a virtual time.
+#[derive(Debug)]
+enum Ev {
+    /// A client decides what to do next.
+    ClientWake(usize),
+    /// A message arrives at the server.
+    ToServer(ConnId, Msg),
+    /// A message arrives at a client.
+    ToClient(usize, ConnId, Msg),
+    /// The server writes and fsyncs what the log buffers.
+    LogSync(u32),
+    /// The server performs a disk effect.
+    Io(u32, Effect),
+    /// Time passes at the server.
+    Tick(u32),
+    /// The crashed server restarts.
+    Restart,
+}
+
+/// The server process.
+#[derive(Debug)]
+struct Node {
+    core: Core,
+    disk_side: DiskSide,
+    log: Arc<Log>,
+    /// Whether a log sync event is scheduled.
+    sync_scheduled: bool,
+}
+
+/// A connection as the network sees it.
+#[derive(Debug)]
+struct Link {
+    /// Its client.
+    client: usize,
+    /// Whether it still carries messages.
+    alive: bool,
+    /// The latest scheduled arrival in each direction (TCP keeps order).
+    last_to_server: u64,
+    last_to_client: u64,
+}
+
+/// What a client waits for.
+#[derive(Debug, Clone, PartialEq)]
+enum Waiting {
+    Nothing,
+    Hello,
+    Fetch(PageId),
+    Commit(u32),
+}
+
+/// A simulated client.
+#[derive(Debug)]
+struct Client {
+    /// Its number (1-based; 0 is the setup).
+    id: u32,
+    /// Its current connection.
+    conn: Option<ConnId>,
+    /// What it waits for.
+    waiting: Waiting,
+    /// Its next transaction number.
+    next_txn: u32,
+    /// Commits completed (acknowledged or uncertain).
+    done: usize,
+    /// The next request id on the connection.
+    next_id: u64,
+}
+
+/// The simulation. See the module documentation.
+struct World {
+    cfg: SimConfig,
+    rng: SplitMix64,
+    now: u64,
+    seq: u64,
+    queue: BTreeMap<(u64, u64), Ev>,
+    disk: MemDisk,
+    /// Incremented by every crash; events of an older server are ignored.
+    epoch: u32,
+    node: Option<Node>,
+    links: BTreeMap<ConnId, Link>,
+    next_conn: ConnId,
+    clients: Vec<Client>,
+    checker: Checker,
+    /// Cells known to exist durably (every client may write them).
+    cells: Vec<Oref>,
+    layout: CellLayout,
+    desc: ClassDesc,
+    out: Outcome,
+    hash: u64,
+}
+
+fn core_config(cfg: &SimConfig) -> CoreConfig {
+    CoreConfig {
+        mob_bytes: cfg.mob_bytes,
+        page_cache_bytes: cfg.page_cache_bytes,
+        flush_batch_pages: 3,
+        log_buffer_bytes: 64 << 10,
+        ..CoreConfig::default()
+    }
+}
+
+fn log_options() -> LogOptions {
+    LogOptions { segment_bytes: 8 << 10, buffer_bytes_max: 64 << 10, ..LogOptions::default() }
+}
+
+/// Runs one simulation; returns what it did, or the first violation found.
+pub fn run(cfg: &SimConfig) -> Result<Outcome, SimFailure> {
+    let mut w = World::new(cfg.clone()).map_err(|v| SimFailure {
+        seed: cfg.seed,
+        violation: v,
+        event: 0,
+        time_us: 0,
+    })?;
+    match w.run() {
+        Ok(()) => Ok(w.out),
+        Err(violation) => {
+            Err(SimFailure { seed: cfg.seed, violation, event: w.out.events, time_us: w.now })
+        }
+    }
+}
+
+impl World {
+    fn new(cfg: SimConfig) -> Result<World, Violation> {
+        let disk = MemDisk::new();
+        io::create(&disk, cfg.page_size, ServerId(1))
+            .map_err(|e| Violation(format!("create: {e}")))?;
+        let desc = ClassDesc::new("sim.Cell", CELL_FIXED_BYTES, &[0], VarKind::None)
+            .expect("a valid class");
+        let clients = (0..cfg.clients)
+            .map(|i| Client {
+                id: i as u32 + 1,
+                conn: None,
+                waiting: Waiting::Nothing,
+                next_txn: 1,
+                done: 0,
+                next_id: 1,
+            })
+            .collect();
+        let mut w = World {
+            rng: SplitMix64::new(cfg.seed),
+            cfg,
+            now: 0,
+            seq: 0,
+            queue: BTreeMap::new(),
+            disk,
+            epoch: 0,
+            node: None,
+            links: BTreeMap::new(),
+            next_conn: 1,
+            clients,
+            checker: Checker::new(Lsn(1)),
+            cells: Vec::new(),
+            layout: CellLayout {
+                class: Oref::NULL,
+                writer_at: CELL_WRITER_AT,
+                txn_at: CELL_TXN_AT,
+            },
+            desc,
+            out: Outcome::default(),
+            hash: 0xcbf2_9ce4_8422_2325,
+        };
+        w.start_server()?;
+        w.setup()?;
+        Ok(w)
+    }
+
+    fn mix(&mut self, words: &[u64]) {
+        for w in words {
+            for b in w.to_le_bytes() {
+                self.hash ^= u64::from(b);
+                self.hash = self.hash.wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+    }
+
+    fn at(&mut self, delay: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.insert((self.now + delay, self.seq), ev);
+    }
+
+    fn chance(&mut self, ppm: u64) -> bool {
+        ppm > 0 && self.rng.below(1_000_000) < ppm
+    }
+
+    fn latency(&mut self) -> u64 {
+        20 + self.rng.below(400)
+    }
+
+    fn disk_latency(&mut self) -> u64 {
+        50 + self.rng.below(2_000)
+    }
+
+    /// Recovers the server from the disk and checks the recovered state.
+    fn start_server(&mut self) -> Result<(), Violation> {
+        let r = io::recover(Arc::new(self.disk.clone()), core_config(&self.cfg), log_options())
+            .map_err(|e| Violation(format!("the database does not open after a crash: {e}")))?;
+        self.out.install_rounds += r.rounds;
+        let next = r.core.next_lsn();
+        self.node =
+            Some(Node { core: r.core, disk_side: r.disk_side, log: r.log, sync_scheduled: false });
+        self.checker.recovered(next)?;
+        self.check_everything()?;
+        self.at(TICK_US, Ev::Tick(self.epoch));
+        Ok(())
+    }
+
+    /// Creates the cell class and one cell per client plus a few shared ones.
+    fn setup(&mut self) -> Result<(), Violation> {
+        let mut created = vec![Bytes::from(self.desc.to_class_object())];
+        for i in 0..self.cfg.clients + 3 {
+            let mut c = self.desc.new_object(RawRef::tagged_word(0), 0);
+            put_u32(&mut c, CELL_SERIAL_AT, i as u32);
+            created.push(Bytes::from(c));
+        }
+        // The class's oref is not known until the commit: the checker learns the layout from
+        // the outcome and the setup record is replayed to it then.
+        let op = DirectOp::Commit(CommitIn { versions: Vec::new(), created });
+        let answers = self.settle_now(Input::Direct { ticket: 1, op })?;
+        let Some(DirectResult::Committed(Ok(out))) = answers.into_iter().next() else {
+            return Err(Violation("the setup commit failed".into()));
+        };
+        self.layout.class = out.created[0];
+        self.checker.set_layout(self.layout);
+        // Rewrite the cells in a second commit now that their class word is known to the
+        // checker (the first record is not a simulation write).
+        let mut versions = Vec::new();
+        for (i, oref) in out.created[1..].iter().enumerate() {
+            let mut c = self.desc.new_object(self.layout.class.raw(), 0);
+            put_u32(&mut c, CELL_WRITER_AT, 0);
+            put_u32(&mut c, CELL_TXN_AT, 0);
+            put_u32(&mut c, CELL_SERIAL_AT, i as u32);
+            versions.push((*oref, Bytes::from(c)));
+            self.cells.push(*oref);
+        }
+        let op = DirectOp::Commit(CommitIn { versions, created: Vec::new() });
+        match self.settle_now(Input::Direct { ticket: 2, op })?.into_iter().next() {
+            Some(DirectResult::Committed(Ok(_))) => Ok(()),
+            other => Err(Violation(format!("the setup commit failed: {other:?}"))),
+        }
+    }
+
+    /// Steps the server with `input` and performs every effect at once (setup and checks,
+    /// with no client connected); returns the direct answers.
+    fn settle_now(&mut self, input: Input) -> Result<Vec<DirectResult>, Violation> {
+        let mut answers = Vec::new();
+        let mut inputs = vec![input];
+        while let Some(input) = inputs.pop() {
+            let node = self.node.as_mut().expect("the server is up");
+            let mut fx = Vec::new();
+            node.core.step(self.now, input, &mut fx);
+            let mut appended = false;
+            for e in fx {
+                match e {
+                    Effect::Append { lsn, record } => {
+                        let got = node.log.append(&record).map_err(io_violation)?;
+                        if got != lsn {
+                            return Err(Violation(format!("log gave {got}, core expected {lsn}")));
+                        }
+                        self.checker.appended(lsn, &record)?;
+                        appended = true;
+                    }
+                    Effect::Done { result, .. } => answers.push(result),
+                    Effect::Reply { .. } => {}
+                    other => {
+                        if let Some(i) = node.disk_side.perform(&other, &*node.log) {
+                            inputs.push(i);
+                        }
+                    }
+                }
+            }
+            if appended {
+                let lsn = node.log.sync().map_err(io_violation)?;
+                self.checker.durable(lsn);
+                inputs.push(Input::Durable { lsn });
+            }
+        }
+        Ok(answers)
+    }
+
+    /// Fetches every page that holds simulation objects, directly, and checks it.
+    fn check_everything(&mut self) -> Result<(), Violation> {
+        for page in self.checker.pages() {
+            let op = DirectOp::Fetch(page);
+            match self.settle_now(Input::Direct { ticket: 0, op })?.pop() {
+                Some(DirectResult::Page(Ok(bytes))) => self.checker.page(page, &bytes)?,
+                other => return Err(Violation(format!("fetch of page {page}: {other:?}"))),
+            }
+        }
+        Ok(())
+    }
+
+    fn run(&mut self) -> Result<(), Violation> {
+        for c in 0..self.clients.len() {
+            let d = self.rng.below(1_000);
+            self.at(d, Ev::ClientWake(c));
+        }
+        loop {
+            if self.clients.iter().all(|c| c.done >= self.cfg.txns_per_client) {
+                break;
+            }
+            let Some(((t, _), ev)) = self.queue.pop_first() else {
+                return Err(Violation("nothing left to happen but clients are not done".into()));
+            };
+            self.now = t;
+            self.out.events += 1;
+            if self.out.events > EVENTS_MAX {
+                return Err(Violation(format!("no progress after {EVENTS_MAX} events")));
+            }
+            if self.node.is_some()
+                && (self.out.crashes as usize) < self.cfg.crashes_max
+                && self.chance(self.cfg.crash_ppm)
+            {
+                self.crash("at random");
+            }
+            self.event(ev)?;
+        }
+        // Quiesce: no more faults; let everything in flight finish, then check everything,
+        // then crash once more and check what recovery gives.
+        self.cfg.loss_ppm = 0;
+        self.cfg.io_death_ppm = 0;
+        self.cfg.crash_ppm = 0;
+        while let Some(((t, _), ev)) = self.queue.pop_first() {
+            self.now = t;
+            self.out.events += 1;
+            if matches!(ev, Ev::Tick(_)) && self.queue.is_empty() {
+                continue;
+            }
+            if self.out.events > EVENTS_MAX {
+                return Err(Violation(format!("no quiescence after {EVENTS_MAX} events")));
+            }
+            self.event(ev)?;
+        }
+        if self.node.is_none() {
+            return Err(Violation("the server is down after quiescence".into()));
+        }
+        self.check_everything()?;
+        self.crash("at the end");
+        self.start_server()?;
+        self.out.acked = self.checker.acked() as u64;
+        self.out.trace_hash = self.hash;
+        Ok(())
+    }
+
+    fn trace(&self, what: impl FnOnce() -> String) {
+        if self.cfg.trace {
+            eprintln!("{:>9} us  {}", self.now, what());
+        }
+    }
+
+    fn event(&mut self, ev: Ev) -> Result<(), Violation> {
+        if self.cfg.trace && !matches!(ev, Ev::Tick(_)) {
+            self.trace(|| format!("{ev:?}").chars().take(160).collect());
+        }
+        match ev {
+            Ev::ClientWake(c) => {
+                self.mix(&[self.now, 1, c as u64]);
+                self.client_wake(c)
+            }
+            Ev::ToServer(conn, msg) => {
+                self.mix(&[self.now, 2, conn]);
+                self.at_server(conn, msg)
+            }
+            Ev::ToClient(c, conn, msg) => {
+                self.mix(&[self.now, 3, c as u64, conn]);
+                self.at_client(c, conn, msg)
+            }
+            Ev::LogSync(epoch) => {
+                self.mix(&[self.now, 4, epoch as u64]);
+                self.log_sync(epoch)
+            }
+            Ev::Io(epoch, effect) => {
+                self.mix(&[self.now, 5, epoch as u64]);
+                self.io(epoch, effect)
+            }
+            Ev::Tick(epoch) => {
+                if epoch == self.epoch && self.node.is_some() {
+                    self.mix(&[self.now, 6]);
+                    self.step(Input::Tick)?;
+                    self.at(TICK_US, Ev::Tick(epoch));
+                }
+                Ok(())
+            }
+            Ev::Restart => {
+                self.mix(&[self.now, 7]);
+                self.trace(|| "server restarts".into());
+                self.start_server()
+            }
+        }
+    }
+
+    /// Steps the live server and routes its effects.
+    fn step(&mut self, input: Input) -> Result<(), Violation> {
+        let Some(node) = self.node.as_mut() else { return Ok(()) };
+        let mut fx = Vec::new();
+        node.core.step(self.now, input, &mut fx);
+        self.route(fx)
+    }
+
+    fn route(&mut self, fx: Vec<Effect>) -> Result<(), Violation> {
+        for e in fx {
+            match e {
+                Effect::Reply { conn, id, reply, close } => {
+                    match &reply.body {
+                        ReplyBody::Page { page, bytes } => {
+                            self.out.pages_checked += 1;
+                            self.checker.page(*page, bytes)?;
+                        }
+                        ReplyBody::CommitOk { lsn, .. } => {
+                            self.checker.commit_ok(*lsn)?;
+                        }
+                        _ => {}
+                    }
+                    self.mix(&[self.now, 10, conn, id]);
+                    self.send_to_client(conn, Msg::Reply(id, reply, close));
+                }
+                Effect::Append { lsn, record } => {
+                    let node = self.node.as_mut().expect("effects come from a live server");
+                    let got = node.log.append(&record).map_err(io_violation)?;
+                    if got != lsn {
+                        return Err(Violation(format!("log gave {got}, core expected {lsn}")));
+                    }
+                    let schedule = !node.sync_scheduled;
+                    node.sync_scheduled = true;
+                    self.checker.appended(lsn, &record)?;
+                    self.mix(&[self.now, 11, lsn.0]);
+                    if schedule {
+                        let d = self.disk_latency();
+                        self.at(d, Ev::LogSync(self.epoch));
+                    }
+                }
+                Effect::Done { .. } => {}
+                e @ (Effect::Read { .. } | Effect::Install(_) | Effect::Checkpoint(_)) => {
+                    let d = self.disk_latency();
+                    self.at(d, Ev::Io(self.epoch, e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Arms the disk to die after a few operations, with the configured chance; returns
+    /// whether it did.
+    fn maybe_die_midway(&mut self) -> bool {
+        if !self.chance(self.cfg.io_death_ppm) || self.out.crashes as usize >= self.cfg.crashes_max
+        {
+            return false;
+        }
+        let ops = self.disk.counters().ops + self.rng.below(12);
+        self.disk.set_fault_plan(FaultPlan { die_after_ops: Some(ops), ..FaultPlan::default() });
+        true
+    }
+
+    fn log_sync(&mut self, epoch: u32) -> Result<(), Violation> {
+        if epoch != self.epoch || self.node.is_none() {
+            return Ok(());
+        }
+        let dies = self.maybe_die_midway();
+        let node = self.node.as_mut().expect("checked");
+        node.sync_scheduled = false;
+        let r = node.log.sync();
+        if dies {
+            self.crash("during a log sync");
+            return Ok(());
+        }
+        let lsn = r.map_err(io_violation)?;
+        self.checker.durable(lsn);
+        self.trace(|| format!("log durable to {lsn}"));
+        self.step(Input::Durable { lsn })
+    }
+
+    fn io(&mut self, epoch: u32, effect: Effect) -> Result<(), Violation> {
+        if epoch != self.epoch || self.node.is_none() {
+            return Ok(());
+        }
+        let dies = !matches!(effect, Effect::Read { .. }) && self.maybe_die_midway();
+        let node = self.node.as_mut().expect("checked");
+        let input = node.disk_side.perform(&effect, &*node.log);
+        if dies {
+            self.crash("during an install or checkpoint");
+            return Ok(());
+        }
+        if let Some(Input::Installed { result: Ok(_), .. }) = &input {
+            self.out.install_rounds += 1;
+        }
+        match input {
+            Some(i) => self.step(i),
+            None => Ok(()),
+        }
+    }
+
+    /// The server process dies: its connections break and the disk loses what it may.
+    fn crash(&mut self, why: &str) {
+        if self.node.is_none() {
+            return;
+        }
+        self.trace(|| format!("server crashes {why}"));
+        self.mix(&[self.now, 8, self.out.crashes]);
+        self.node = None;
+        self.epoch += 1;
+        self.out.crashes += 1;
+        let seed = self.rng.next_u64();
+        self.disk.crash(seed);
+        let conns: Vec<ConnId> =
+            self.links.iter().filter(|(_, l)| l.alive).map(|(c, _)| *c).collect();
+        for conn in conns {
+            self.break_link(conn, false);
+        }
+        let d = 1_000 + self.rng.below(20_000);
+        self.at(d, Ev::Restart);
+    }
+
+    /// Breaks a connection: both ends learn it (the server only if it is up and `tell_server`).
+    fn break_link(&mut self, conn: ConnId, tell_server: bool) {
+        let Some(link) = self.links.get_mut(&conn) else { return };
+        if !link.alive {
+            return;
+        }
+        link.alive = false;
+        let c = link.client;
+        let d = self.latency();
+        self.at(d, Ev::ToClient(c, conn, Msg::Broken));
+        if tell_server {
+            let d = self.latency();
+            self.at(d, Ev::ToServer(conn, Msg::Broken));
+        }
+    }
+
+    fn send_to_server(&mut self, conn: ConnId, msg: Msg) {
+        let lost = self.chance(self.cfg.loss_ppm);
+        let d = self.latency();
+        let Some(link) = self.links.get_mut(&conn) else { return };
+        if !link.alive {
+            return;
+        }
+        if lost {
+            self.out.lost_connections += 1;
+            self.break_link(conn, true);
+            return;
+        }
+        let t = (self.now + d).max(link.last_to_server + 1);
+        link.last_to_server = t;
+        self.seq += 1;
+        self.queue.insert((t, self.seq), Ev::ToServer(conn, msg));
+    }
+
+    fn send_to_client(&mut self, conn: ConnId, msg: Msg) {
+        let lost = self.chance(self.cfg.loss_ppm);
+        let d = self.latency();
+        let Some(link) = self.links.get_mut(&conn) else { return };
+        if !link.alive {
+            return;
+        }
+        if lost {
+            self.out.lost_connections += 1;
+            self.break_link(conn, true);
+            return;
+        }
+        let t = (self.now + d).max(link.last_to_client + 1);
+        link.last_to_client = t;
+        let c = link.client;
+        self.seq += 1;
+        self.queue.insert((t, self.seq), Ev::ToClient(c, conn, msg));
+    }
+
+    fn at_server(&mut self, conn: ConnId, msg: Msg) -> Result<(), Violation> {
+        if self.node.is_none() {
+            return Ok(());
+        }
+        match msg {
+            Msg::Connect => {
+                if self.links.get(&conn).is_some_and(|l| l.alive) {
+                    self.step(Input::Connect { conn })?;
+                }
+                Ok(())
+            }
+            Msg::Request(id, req) => {
+                if self.links.get(&conn).is_some_and(|l| l.alive) {
+                    self.step(Input::Request { conn, id, req })?;
+                }
+                Ok(())
+            }
+            Msg::Broken => self.step(Input::Disconnect { conn }),
+            Msg::Reply(..) => Err(Violation("a reply sent to the server".into())),
+        }
+    }
+
+    fn client_wake(&mut self, c: usize) -> Result<(), Violation> {
+        let client = &self.clients[c];
+        if client.done >= self.cfg.txns_per_client || client.waiting != Waiting::Nothing {
+            return Ok(());
+        }
+        if client.conn.is_none() {
+            // Connect: the connection and the Hello travel together, in order.
+            let conn = self.next_conn;
+            self.next_conn += 1;
+            let alive = self.node.is_some();
+            self.links.insert(
+                conn,
+                Link { client: c, alive: true, last_to_server: 0, last_to_client: 0 },
+            );
+            let client = &mut self.clients[c];
+            client.conn = Some(conn);
+            client.waiting = Waiting::Hello;
+            client.next_id = 2;
+            if !alive {
+                // Connection refused: the server is down. Try again later.
+                self.break_link(conn, false);
+                return Ok(());
+            }
+            self.send_to_server(conn, Msg::Connect);
+            let hello = Request::new(RequestBody::Hello(Hello::new(&b""[..], "sim")));
+            self.send_to_server(conn, Msg::Request(1, hello));
+            return Ok(());
+        }
+        let conn = client.conn.expect("checked");
+        let id = client.next_id;
+        if self.rng.below(10) < 3 {
+            let max_page =
+                self.cells.iter().filter_map(|o| o.page()).max().unwrap_or(PageId::FIRST);
+            let page = PageId::new(1 + self.rng.below(u64::from(max_page.get())) as u32)
+                .expect("in range");
+            let client = &mut self.clients[c];
+            client.waiting = Waiting::Fetch(page);
+            client.next_id += 1;
+            self.send_to_server(conn, Msg::Request(id, Request::new(RequestBody::Fetch { page })));
+            return Ok(());
+        }
+        let commit = self.make_commit(c);
+        let client = &mut self.clients[c];
+        client.waiting = Waiting::Commit(client.next_txn);
+        client.next_txn += 1;
+        client.next_id += 1;
+        self.send_to_server(conn, Msg::Request(id, Request::new(RequestBody::Commit(commit))));
+        Ok(())
+    }
+
+    /// A commit of client `c`: 0 to 3 existing cells rewritten, 0 to 2 created (at least one
+    /// object), every one carrying (client, txn).
+    fn make_commit(&mut self, c: usize) -> Commit {
+        let (writer, txn) = (self.clients[c].id, self.clients[c].next_txn);
+        let n_versions = self.rng.below(4) as usize;
+        let mut n_created = self.rng.below(3) as usize;
+        if n_versions == 0 && n_created == 0 {
+            n_created = 1;
+        }
+        let mut serial = 0u32;
+        let mut cell = |w: &mut World, next: u32| {
+            let mut b = w.desc.new_object(w.layout.class.raw(), 0);
+            put_u32(&mut b, 4, next);
+            put_u32(&mut b, CELL_WRITER_AT, writer);
+            put_u32(&mut b, CELL_TXN_AT, txn);
+            put_u32(&mut b, CELL_SERIAL_AT, serial);
+            serial += 1;
+            Bytes::from(b)
+        };
+        let mut created = Vec::new();
+        for i in 0..n_created {
+            // Point at an existing cell, at another created one (tagged), or nowhere.
+            let next = match self.rng.below(3) {
+                0 => 0,
+                1 if n_created > 1 => RawRef::tagged_word(((i + 1) % n_created) as u32),
+                _ => self.cells[self.rng.below(self.cells.len() as u64) as usize].raw(),
+            };
+            created.push(cell(self, next));
+        }
+        let mut versions: Vec<(Oref, Bytes)> = Vec::new();
+        for _ in 0..n_versions {
+            let o = self.cells[self.rng.below(self.cells.len() as u64) as usize];
+            if versions.iter().any(|(v, _)| *v == o) {
+                continue;
+            }
+            let next = match self.rng.below(2) {
+                0 => 0,
+                _ => self.cells[self.rng.below(self.cells.len() as u64) as usize].raw(),
+            };
+            versions.push((o, cell(self, next)));
+        }
+        Commit { reads: Vec::new(), versions, created }
+    }
+
+    fn at_client(&mut self, c: usize, conn: ConnId, msg: Msg) -> Result<(), Violation> {
+        if self.clients[c].conn != Some(conn) {
+            return Ok(());
+        }
+        let think = 10 + self.rng.below(1_500);
+        match msg {
+            Msg::Broken => {
+                if let Waiting::Commit(t) = self.clients[c].waiting {
+                    // Uncertain: it may or may not have committed.
+                    let id = self.clients[c].id;
+                    self.trace(|| format!("client {id} txn {t} uncertain"));
+                    self.clients[c].done += 1;
+                    self.out.uncertain += 1;
+                }
+                let client = &mut self.clients[c];
+                client.conn = None;
+                client.waiting = Waiting::Nothing;
+                let d = 500 + self.rng.below(5_000);
+                self.at(d, Ev::ClientWake(c));
+                Ok(())
+            }
+            Msg::Reply(rid, reply, close) => {
+                let waiting = std::mem::replace(&mut self.clients[c].waiting, Waiting::Nothing);
+                let id = self.clients[c].id;
+                let sent = self.clients[c].next_id - 1;
+                if rid != sent {
+                    return Err(Violation(format!(
+                        "client {id} got the reply to request {rid}, waiting for {sent}"
+                    )));
+                }
+                match (waiting, reply.body) {
+                    (Waiting::Hello, ReplyBody::HelloOk(_)) => {}
+                    (Waiting::Fetch(_), ReplyBody::Page { .. }) => {}
+                    (Waiting::Commit(t), ReplyBody::CommitOk { lsn, created }) => {
+                        if !self.checker.is_acked((id, t)) {
+                            return Err(Violation(format!(
+                                "client {id} got CommitOk (LSN {lsn}) for txn {t}, which the log does not hold acknowledged"
+                            )));
+                        }
+                        self.trace(|| format!("client {id} txn {t} committed at {lsn}"));
+                        self.cells.extend(created);
+                        self.clients[c].done += 1;
+                    }
+                    (w, body) => {
+                        return Err(Violation(format!(
+                            "client {id} waiting for {w:?} got {body:?}"
+                        )));
+                    }
+                }
+                if close {
+                    return Err(Violation(format!(
+                        "client {id}'s connection closed by the server"
+                    )));
+                }
+                self.at(think, Ev::ClientWake(c));
+                Ok(())
+            }
+            Msg::Connect | Msg::Request(..) => Err(Violation("a request sent to a client".into())),
+        }
+    }
+}
+
+fn io_violation(e: thor_storage::StorageError) -> Violation {
+    Violation(format!("the disk failed outside an injected fault: {e}"))
+}

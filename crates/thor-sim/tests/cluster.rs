@@ -1,0 +1,87 @@
+//! The whole-cluster simulation over many seeds: a server and several clients in one thread,
+//! with server crashes (at any step, and inside I/O), lost connections and every latency drawn
+//! from the seed. Every run is judged by the checker (`thor_sim::check`): after every crash and
+//! at the end, every acknowledged commit is present and no unacknowledged one is partly
+//! visible, and every page sent shows exactly what was durable.
+//!
+//! `THOR_SIM_SEEDS` sets how many seeds the four `seeds_*` tests run between them (default
+//! 10,000); `THOR_SIM_SEED=N` with the `replay` test replays one seed with its trace printed.
+//! `thor sim cluster --seeds N --start S` runs any number of further seeds.
+
+use thor_sim::{Outcome, SimConfig, run};
+
+fn total_seeds() -> u64 {
+    std::env::var("THOR_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000)
+}
+
+/// Runs the `part`-th quarter of the seeds; panics with the first failure's replay command.
+fn quarter(part: u64) -> Outcome {
+    let n = total_seeds();
+    let (from, to) = (n * part / 4, n * (part + 1) / 4);
+    let mut sum = Outcome::default();
+    for seed in from..to {
+        match run(&SimConfig::for_seed(seed)) {
+            Ok(o) => {
+                sum.events += o.events;
+                sum.acked += o.acked;
+                sum.uncertain += o.uncertain;
+                sum.crashes += o.crashes;
+                sum.pages_checked += o.pages_checked;
+                sum.lost_connections += o.lost_connections;
+                sum.install_rounds += o.install_rounds;
+            }
+            Err(f) => panic!("{f}"),
+        }
+    }
+    sum
+}
+
+#[test]
+fn seeds_first_quarter() {
+    quarter(0);
+}
+
+#[test]
+fn seeds_second_quarter() {
+    quarter(1);
+}
+
+#[test]
+fn seeds_third_quarter() {
+    quarter(2);
+}
+
+#[test]
+fn seeds_fourth_quarter() {
+    let sum = quarter(3);
+    eprintln!("the last quarter of the seeds: {sum:?}");
+    // The runs exercise what they claim to: crashes (and recoveries), broken connections,
+    // uncertain commits, install rounds, checked reads.
+    if total_seeds() >= 400 {
+        assert!(sum.crashes > 0 && sum.lost_connections > 0 && sum.uncertain > 0, "{sum:?}");
+        assert!(sum.install_rounds > 0 && sum.pages_checked > 0 && sum.acked > 0, "{sum:?}");
+    }
+}
+
+#[test]
+fn the_same_seed_gives_the_same_trace() {
+    for seed in [1, 7, 4242] {
+        let a = run(&SimConfig::for_seed(seed)).unwrap();
+        let b = run(&SimConfig::for_seed(seed)).unwrap();
+        assert_eq!(a, b, "seed {seed} replays exactly");
+    }
+    let a = run(&SimConfig::for_seed(1)).unwrap();
+    let b = run(&SimConfig::for_seed(2)).unwrap();
+    assert_ne!(a.trace_hash, b.trace_hash, "different seeds give different runs");
+}
+
+#[test]
+fn replay() {
+    let seed = std::env::var("THOR_SIM_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let mut cfg = SimConfig::for_seed(seed);
+    cfg.trace = std::env::var("THOR_SIM_SEED").is_ok();
+    match run(&cfg) {
+        Ok(o) => eprintln!("seed {seed}: {o:?}"),
+        Err(f) => panic!("{f}"),
+    }
+}
