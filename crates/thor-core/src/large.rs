@@ -237,6 +237,29 @@ fn read_node<E: From<FormatError>>(
     Ok(())
 }
 
+/// Checks a large object's root as a server must before storing it: its header (leaf kind,
+/// height), at least one child, and a length the children can hold at that height (each child
+/// covers at most `node_fanout^(height-1)` full leaves). The children themselves are checked
+/// where they are stored (as `thor.Bytes` or `thor.Refs` objects); this keeps a root from
+/// claiming a length or a shape no tree of its pieces could have.
+pub fn check_root(obj: &[u8], page_size: usize) -> Result<LargeHeader, FormatError> {
+    let h = header(obj)?;
+    let large = builtin::desc(builtin::LARGE).expect("builtin");
+    let count = u32_at(obj, large.count_offset()) as u64;
+    if count == 0 {
+        return Err(FormatError::BadLarge("a root without children"));
+    }
+    let s = shape(page_size, h.kind);
+    let mut per_child = s.leaf_elems as u64;
+    for _ in 1..h.height {
+        per_child = per_child.saturating_mul(s.node_fanout as u64);
+    }
+    if h.len > count.saturating_mul(per_child) {
+        return Err(FormatError::BadLarge("length beyond what the children can hold"));
+    }
+    Ok(h)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,6 +298,27 @@ mod tests {
             header(&objs[0]).unwrap(),
             LargeHeader { len: 20_000, kind: LeafKind::Bytes, height: 1 }
         );
+    }
+
+    #[test]
+    fn roots_are_checked_against_what_their_children_can_hold() {
+        for (len, page) in [(0, 4096), (20_000, 8192), (3_000_000, 4096)] {
+            let objs = encode(&vec![1u8; len], LeafKind::Bytes, page);
+            assert_eq!(check_root(&objs[0], page).unwrap().len, len as u64);
+        }
+        let objs = encode(&vec![1u8; 20_000], LeafKind::Bytes, 8192);
+        let mut r = objs[0].clone();
+        put_u64(&mut r, 4, 3 * 8192);
+        assert!(check_root(&r, 8192).is_err(), "three leaves cannot hold 24 KiB");
+        let mut r = objs[0].clone();
+        put_u32(&mut r, 12, 3);
+        assert!(check_root(&r, 8192).is_err(), "unknown kind");
+        let mut r = objs[0].clone();
+        put_u32(&mut r, 16, 0);
+        assert!(check_root(&r, 8192).is_err(), "height 0");
+        let large = builtin::desc(builtin::LARGE).unwrap();
+        let empty = large.new_object(builtin::LARGE.raw(), 0);
+        assert!(check_root(&empty, 8192).is_err(), "no children");
     }
 
     #[test]

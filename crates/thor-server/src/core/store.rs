@@ -632,6 +632,18 @@ impl Store {
         what: impl Fn() -> String,
     ) -> Result<(), Stop> {
         desc.check_shape(obj).map_err(|why| InvalidCommit::BadShape { what: what(), why })?;
+        if u32_at(obj, 0) == builtin::LARGE.raw() {
+            // A large object's root claims a length and a shape; its fields must agree.
+            thor_core::large::check_root(obj, self.page_size).map_err(|e| {
+                InvalidCommit::BadShape {
+                    what: what(),
+                    why: match e {
+                        FormatError::BadLarge(why) => why,
+                        _ => "malformed large object root",
+                    },
+                }
+            })?;
+        }
         check_refs(desc, obj, |r| -> Result<(), Stop> {
             match r {
                 RawRef::Tagged(t) if (t as usize) < n_created => Ok(()),

@@ -531,3 +531,21 @@ fn a_log_failure_fails_what_waits_and_refuses_later_commits() {
         ReplyBody::Page { .. }
     ));
 }
+
+#[test]
+fn large_object_roots_are_checked() {
+    use thor_core::large::{LeafKind, encode};
+    let mut h = Harness::new(config());
+    h.connect(1, b"");
+    let objs = encode(&vec![5u8; 10_000], LeafKind::Bytes, 4096);
+    let r = h.commit(1, 2, vec![], objs.clone());
+    assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}");
+    let mut bad = objs.clone();
+    thor_core::le::put_u64(&mut bad[0], 4, 1 << 40);
+    let r = h.commit(1, 3, vec![], bad);
+    assert_eq!(refusal(&r), Some(RefusedCode::BadShape), "{r:?}");
+    let mut bad = objs;
+    put_u32(&mut bad[0], 12, 9);
+    let r = h.commit(1, 4, vec![], bad);
+    assert_eq!(refusal(&r), Some(RefusedCode::BadShape), "{r:?}");
+}
