@@ -46,6 +46,12 @@ pub const LOG_PREFIX_BYTES_MAX: usize = FILE_NAME_BYTES_MAX - 1 - 16;
 /// above what any in-memory test writes.
 pub const MEM_FILE_BYTES_MAX: u64 = 1 << 30;
 
+/// The default sector of a [`MemDisk`](crate::MemDisk): the unit a simulated crash tears
+/// writes into. 512 bytes is the smallest atomic write unit of real drives (4 KiB on many), and
+/// code correct at the smallest unit is correct at every larger one.
+pub const MEM_SECTOR_BYTES_DEFAULT: usize = 512;
+
+const _: () = assert!(MEM_SECTOR_BYTES_DEFAULT > 0);
 const _: () = assert!(RECORD_BYTES_MAX_DEFAULT <= RECORD_BYTES_MAX_LIMIT);
 const _: () = assert!(BUFFER_BYTES_MAX_DEFAULT >= BUFFER_BYTES_MIN);
 const _: () = assert!(BUFFER_BYTES_MIN > RECORD_HEADER_BYTES);
