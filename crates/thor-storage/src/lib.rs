@@ -2,7 +2,8 @@
 //!
 //! - [`disk`]: the [`Disk`] / [`DiskFile`] traits (a flat directory of named files with
 //!   positional I/O) and their durability contract.
-//! - [`FileDisk`]: real files (`pread`/`pwrite`, `fdatasync`, directory fsync).
+//! - [`FileDisk`]: real files (`pread`/`pwrite`, `fdatasync`, directory fsync), and an
+//!   exclusive lock on a database directory ([`FileDisk::open_locked`]).
 //! - [`MemDisk`] and [`FaultDisk`]: memory with an exact crash model (live and durable images,
 //!   durable namespace, seeded [`MemDisk::crash`]) and a fault plan; see [`mem_disk`].
 //! - [`PageFile`]: fixed-size pages at `id * page_size`, with multi-page writes.

@@ -80,6 +80,15 @@ pub const MEM_FILE_BYTES_MAX: u64 = 1 << 30;
 /// code correct at the smallest unit is correct at every larger one.
 pub const MEM_SECTOR_BYTES_DEFAULT: usize = 512;
 
+/// The most bytes of a directory's `LOCK` file read to name its holder. The file is a few
+/// short lines; anything longer was not written by thor, and is not worth more memory.
+pub const LOCK_FILE_BYTES_MAX: usize = 4096;
+
+/// The longest field (program name, host name) written to or shown from a `LOCK` file: enough
+/// for any real program or host name, short enough for an error message.
+pub const LOCK_FIELD_BYTES_MAX: usize = 256;
+
+const _: () = assert!(LOCK_FIELD_BYTES_MAX < LOCK_FILE_BYTES_MAX);
 const _: () = assert!(MEM_SECTOR_BYTES_DEFAULT > 0);
 const _: () = assert!(RECORD_BYTES_MAX_DEFAULT <= RECORD_BYTES_MAX_LIMIT);
 const _: () = assert!(BUFFER_BYTES_MAX_DEFAULT >= BUFFER_BYTES_MIN);
