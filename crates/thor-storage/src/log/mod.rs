@@ -166,10 +166,10 @@
 //! what survived. A record is reported durable only after an fsync that covered it succeeded.
 //! Records appended but never made durable are simply lost when the log is dropped.
 
-pub mod reader;
+mod reader;
 pub mod record;
 mod recovery;
-pub mod segment;
+mod segment;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -186,7 +186,7 @@ use crate::limits::{
     RECORD_BYTES_MAX_LIMIT, SEGMENT_BYTES_DEFAULT, SEGMENT_HEADER_BYTES, TORN_FILES_PER_LSN_MAX,
 };
 pub use reader::LogReader;
-pub use segment::{parse_segment_name, segment_name, torn_name};
+pub use segment::{SEGMENT_MAGIC, parse_segment_name, segment_name, torn_name};
 
 /// The version of the segment and record layouts described in the module documentation.
 /// Version 1 had no segment header and no batch index; it is refused, not converted.

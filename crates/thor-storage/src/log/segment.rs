@@ -293,11 +293,6 @@ impl Cursor {
         }
     }
 
-    /// Where the next record starts (after the last intact one).
-    pub fn offset(&self) -> u64 {
-        self.offset
-    }
-
     /// The LSN the next record must carry.
     pub fn next_lsn(&self) -> Lsn {
         self.checker.next_lsn()
@@ -306,11 +301,6 @@ impl Cursor {
     /// The bytes the cursor reads up to.
     pub fn end(&self) -> u64 {
         self.end
-    }
-
-    /// The segment file.
-    pub fn file(&self) -> &Arc<dyn DiskFile> {
-        &self.file
     }
 
     /// The read buffer's size now (for the memory bound's tests).
