@@ -131,7 +131,8 @@ pub fn judge_header(head: &[u8], file_len: u64, first_lsn: Lsn) -> HeaderVerdict
 }
 
 /// A read buffer over a file: bytes `[start, start + filled)` of it, refilled in chunks. It
-/// grows beyond its chunk only when asked for a longer range at once (a whole record).
+/// holds at most a chunk (less if the file is smaller), and grows beyond that only when asked
+/// for a longer range at once (a whole record).
 #[derive(Debug)]
 pub struct Window {
     /// The bytes held; `buf.len()` is the capacity in use (at least one chunk once used).
@@ -192,7 +193,9 @@ impl Window {
             self.filled = 0;
         }
         self.start = at;
-        let capacity = len.max(self.chunk);
+        // A chunk, or less when fewer bytes are left: a small segment costs a small buffer.
+        let left = usize::try_from(end.saturating_sub(at)).unwrap_or(usize::MAX);
+        let capacity = len.max(self.chunk.min(left));
         if self.buf.len() < capacity {
             self.buf.resize(capacity, 0);
         }
