@@ -9,8 +9,10 @@
 //! The traits promise exactly what POSIX promises, no more, so that code which is correct on
 //! [`MemDisk`](crate::MemDisk)'s strict crash model is correct on a real file system:
 //!
-//! - [`DiskFile::write_at`] changes the *live* contents only; after a crash, an unsynced write
-//!   may be lost, kept, or torn (a prefix of it kept).
+//! - [`DiskFile::write_at`] and [`DiskFile::set_len`] change the *live* contents only; after a
+//!   crash, unsynced writes to a file may be lost in any subset and reach the medium in any
+//!   order, and a write may be torn: any subset of its sectors lands. An extending write may
+//!   leave the new length with zeros where its data did not land.
 //! - [`DiskFile::sync`] (fdatasync) makes every earlier write to that file durable.
 //! - Creating, renaming and removing files changes the *live* namespace only; after a crash
 //!   these may be undone until [`Disk::sync_dir`] returns. Syncing a file does **not** make its

@@ -8,6 +8,11 @@
 //! - [`UnexpectedEof`](StorageError::UnexpectedEof), [`Corrupt`](StorageError::Corrupt): bytes
 //!   on disk are not what this crate wrote (a torn write outside the log tail, bit rot, someone
 //!   else's file). Refuse to start; never guess.
+//! - [`UnsupportedFormat`](StorageError::UnsupportedFormat): the files were written by another
+//!   version of thor in a layout this build does not read. Use the matching build; never
+//!   "repair".
+//! - [`Locked`](StorageError::Locked): another process (or another open in this one) holds
+//!   the database directory. Stop it, or use another directory.
 //! - [`Poisoned`](StorageError::Poisoned): an earlier write or fsync of the log failed, so what
 //!   is durable is unknown. Drop the engine and reopen; recovery decides what survived.
 //! - [`StaleHandle`](StorageError::StaleHandle): a handle from before a simulated crash was used
@@ -59,6 +64,27 @@ pub enum StorageError {
         /// Which check failed.
         why: String,
     },
+    /// A file in a format version this build does not read.
+    #[error("{name}: {what} of format version {found}; this build reads version {supported}")]
+    UnsupportedFormat {
+        /// The kind of file (`"log segment"`, ...).
+        what: &'static str,
+        /// The file.
+        name: String,
+        /// The version it carries.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
+    /// The database directory is locked by another holder.
+    #[error("database {path} is in use by {holder}")]
+    Locked {
+        /// The directory.
+        path: String,
+        /// Who holds it, as written in its lock file (pid, program, host, since when), or
+        /// what is known when that cannot be read.
+        holder: String,
+    },
     /// A write or fsync of the log failed earlier, so what is durable is unknown: reopen the
     /// log and let recovery decide.
     #[error("log poisoned by an earlier failure ({cause}); reopen to recover")]
@@ -106,6 +132,11 @@ impl StorageError {
     /// Whether this is [`StorageError::NotFound`].
     pub fn is_not_found(&self) -> bool {
         matches!(self, StorageError::NotFound { .. })
+    }
+
+    /// Whether this is [`StorageError::Locked`].
+    pub fn is_locked(&self) -> bool {
+        matches!(self, StorageError::Locked { .. })
     }
 
     /// Whether this is [`StorageError::Poisoned`].

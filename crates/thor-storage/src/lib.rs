@@ -2,12 +2,15 @@
 //!
 //! - [`disk`]: the [`Disk`] / [`DiskFile`] traits (a flat directory of named files with
 //!   positional I/O) and their durability contract.
-//! - [`FileDisk`]: real files (`pread`/`pwrite`, `fdatasync`, directory fsync).
+//! - [`FileDisk`]: real files (`pread`/`pwrite`, `fdatasync`, directory fsync), and an
+//!   exclusive lock on a database directory ([`FileDisk::open_locked`]).
 //! - [`MemDisk`] and [`FaultDisk`]: memory with an exact crash model (live and durable images,
 //!   durable namespace, seeded [`MemDisk::crash`]) and a fault plan; see [`mem_disk`].
 //! - [`PageFile`]: fixed-size pages at `id * page_size`, with multi-page writes.
 //! - [`Log`]: the transaction log: checksummed records in numbered segments, group commit,
-//!   torn-tail recovery, poisoning on failure; see [`log`] for the byte layout.
+//!   recovery that tells a torn tail (cut, kept aside, reported) from corruption (refused),
+//!   a streaming [`LogReader`] with bounded memory, poisoning on failure; see [`log`] for the
+//!   byte layout and the rules.
 //! - [`limits`]: every bound, with its reason.
 //!
 //! *Architecture invariant:* no byte read from a disk is trusted. Every length and checksum is
@@ -31,7 +34,9 @@ pub use disk::{Disk, DiskFile};
 pub use error::StorageError;
 #[cfg(unix)]
 pub use file_disk::FileDisk;
-pub use log::{LOG_FORMAT_VERSION, Log, LogOptions, LogStats, Recovered};
+pub use log::{
+    LOG_FORMAT_VERSION, Log, LogOptions, LogReader, LogStats, OpenReport, Recovered, TornTail,
+};
 pub use mem_disk::{DiskCounters, FaultDisk, FaultPlan, MemDisk};
 pub use page_file::{PageFile, PageFileStats};
 pub use rng::SplitMix64;

@@ -2,8 +2,8 @@
 //!
 //! # The crash model
 //!
-//! The model is deliberately as weak as POSIX allows, so that code surviving it survives a real
-//! file system. For every file it keeps
+//! The model is deliberately as weak as POSIX allows for file contents, so that code surviving
+//! it survives a real file system. For every file it keeps
 //!
 //! ```text
 //!   durable image ── what a crash cannot take away (as of the file's last sync)
@@ -24,15 +24,50 @@
 //!
 //! 1. **Namespace**: a random prefix (possibly empty, possibly all) of the namespace operations
 //!    since the last `sync_dir` is replayed on the durable namespace. Files created since then
-//!    may vanish; renames and removes may be undone; but never out of order (a journaling file
-//!    system commits metadata in order), so a rename is never kept while an earlier create is
-//!    lost.
-//! 2. **Contents**: for each file in that namespace, in name order, a random prefix of its
-//!    pending ops is applied to its durable image; if the prefix stops before a write, that
-//!    write may be *torn*: a random prefix of its bytes (at byte granularity, harsher than the
-//!    sector atomicity real disks give) lands. Writes are never reordered or partially applied
-//!    anywhere else.
+//!    may vanish; renames and removes may be undone; but never out of order, so a rename is
+//!    never kept while an earlier create is lost.
+//! 2. **Contents**: for each file in that namespace, in name order, starting from its durable
+//!    image:
+//!    - every pending `write_at` is split into *sector pieces* at the multiples of the disk's
+//!      sector size ([`MemDisk::sector_bytes`], default [`MEM_SECTOR_BYTES_DEFAULT`]), counted
+//!      from the start of the file, not of the write. Each write is lost, lands whole, or is
+//!      *torn*: then each of its pieces lands or not, independently. A torn write can keep a
+//!      later sector and lose an earlier one.
+//!    - every pending `set_len(n)` lands or not. One that lands zeroes the bytes from `n` on,
+//!      as a truncation followed by a re-extension would.
+//!    - everything that lands is applied in a random order, whatever the call order: an
+//!      earlier write can be lost while a later one is kept, and overlapping writes can land
+//!      in either order (sector by sector).
+//!    - the file's length is chosen separately, as file systems keep it in metadata: it is the
+//!      durable length or the live length after one of the pending ops. Landed bytes beyond
+//!      it are cut; bytes below it that nothing landed on read as zeros (the "null bytes after
+//!      a crash" that XFS and ext4 in writeback mode show).
 //! 3. The result becomes both the live and the durable state: the disk is rebooted and usable.
+//!
+//! ## Why this suffices
+//!
+//! For file contents POSIX promises only that `fsync` (here `fdatasync`) makes earlier writes
+//! durable; until then a write may reach the medium in whole, in part or not at all, in any
+//! order with other unsynced writes, because the page cache writes back pages in any order and
+//! the device reorders its queue. The smallest unit a device writes atomically is a sector
+//! (512 bytes on the drives that promise anything; 4 KiB on many), which is why tears happen at
+//! sector granularity and never inside a sector. A model that tore at byte granularity would
+//! be harsher, but only a little: code that is correct at the 512-byte default is correct at
+//! any larger sector, since a larger sector is a union of smaller pieces landing together.
+//! Tests can lower the sector size ([`MemDisk::with_sector_bytes`]) to make tears likelier in
+//! small files. What the model leaves out is corruption that no crash causes (bit rot, stale
+//! data of other files exposed by `data=writeback`): that is the job of checksums, and tests
+//! inject it with [`MemDisk::edit_file`].
+//!
+//! For the namespace the model is *stronger* than POSIX, which promises nothing about the
+//! order in which unsynced creates, renames and removes persist. Linux's journaling file
+//! systems (ext4, XFS, btrfs) do commit them in order, and more to the point thor never
+//! depends on the order: every namespace change that a later step relies on is followed by
+//! `sync_dir` before that step (the log syncs the directory after creating a segment and after
+//! each removal; the server's superblock is written to a temporary file, synced, renamed and
+//! the directory synced). A prefix of the namespace operations is therefore all a crash can do
+//! to a correct thor, and keeping the model at prefixes keeps the outcomes few enough for the
+//! seeded tests to cover.
 //!
 //! Every [`DiskFile`] opened before the crash, and every clone of the disk other than the one
 //! `crash` was called on, then fails every [`Disk`]/[`DiskFile`] operation with
@@ -70,7 +105,7 @@ use parking_lot::Mutex;
 
 use crate::disk::{Disk, DiskFile, validate_name};
 use crate::error::StorageError;
-use crate::limits::MEM_FILE_BYTES_MAX;
+use crate::limits::{MEM_FILE_BYTES_MAX, MEM_SECTOR_BYTES_DEFAULT};
 use crate::rng::SplitMix64;
 
 /// Which operations of a [`MemDisk`]/[`FaultDisk`] fail. See the module documentation.
@@ -99,14 +134,14 @@ pub struct DiskCounters {
     pub faults_injected: u64,
 }
 
-/// An unsynced change to a file, kept so that a crash can apply a prefix of them.
+/// An unsynced change to a file, kept so that a crash can apply any subset of them.
 #[derive(Debug, Clone)]
 enum PendingOp {
     /// `write_at(offset, data)`.
     Write {
         /// Where the write starts.
         offset: u64,
-        /// The bytes written, kept so a crash can land all, none or a prefix of them.
+        /// The bytes written, kept so a crash can land all, none or some sectors of them.
         data: Vec<u8>,
     },
     /// `set_len(len)`: the new length.
@@ -122,8 +157,12 @@ impl PendingOp {
     }
 }
 
-/// Writes `data` at `offset` of `image`, zero-filling any gap, as a file system does.
+/// Writes `data` at `offset` of `image`, zero-filling any gap, as a file system does. An empty
+/// write changes nothing, even past the end: `pwrite` of zero bytes does not extend a file.
 fn write_into(image: &mut Vec<u8>, offset: u64, data: &[u8]) {
+    if data.is_empty() {
+        return;
+    }
     let start = usize::try_from(offset).expect("in-memory file offset fits in usize");
     let end = start + data.len();
     if image.len() < end {
@@ -143,7 +182,8 @@ struct FileData {
     live: Vec<u8>,
     /// What survives a crash for certain.
     durable: Vec<u8>,
-    /// Changes since the last sync, in order; a crash keeps a prefix of them.
+    /// Changes since the last sync, in call order; a crash keeps any subset of them, in any
+    /// order (see the module documentation).
     pending: Vec<PendingOp>,
 }
 
@@ -266,7 +306,7 @@ impl Model {
     }
 
     /// The state a crash leaves; see the module documentation.
-    fn crash(&mut self, seed: u64) {
+    fn crash(&mut self, seed: u64, sector_bytes: usize) {
         let mut rng = SplitMix64::new(seed);
         let keep_ns = rng.up_to(self.ns_ops.len());
         let mut names = self.durable.clone();
@@ -288,20 +328,7 @@ impl Model {
         }
         let mut survivors = BTreeMap::new();
         for (name, inode) in names {
-            let data = inode.lock();
-            let mut image = data.durable.clone();
-            let keep = rng.up_to(data.pending.len());
-            for op in &data.pending[..keep] {
-                op.apply(&mut image);
-            }
-            if let Some(PendingOp::Write { offset, data: bytes }) = data.pending.get(keep)
-                && rng.coin()
-            {
-                let torn = rng.up_to(bytes.len());
-                if torn > 0 {
-                    write_into(&mut image, *offset, &bytes[..torn]);
-                }
-            }
+            let image = crashed_image(&inode.lock(), sector_bytes, &mut rng);
             let fresh = FileData { live: image.clone(), durable: image, pending: Vec::new() };
             survivors.insert(name, Arc::new(Mutex::new(fresh)));
         }
@@ -314,15 +341,94 @@ impl Model {
     }
 }
 
+/// A part of a pending op that a crash lets reach the medium.
+#[derive(Debug, Clone, Copy)]
+enum Landed<'a> {
+    /// One sector piece of a write: `bytes` at `offset`, within one sector.
+    Piece {
+        /// Where the piece starts.
+        offset: u64,
+        /// Its bytes.
+        bytes: &'a [u8],
+    },
+    /// A `set_len(n)`: zeroes everything from `n` on.
+    SetLen(u64),
+}
+
+/// What a crash leaves of one file: its durable image with a random subset of its pending ops
+/// (writes possibly torn into sector pieces) applied in a random order, cut or zero-extended
+/// to a length it had at some point since the last sync. See the module documentation.
+fn crashed_image(data: &FileData, sector_bytes: usize, rng: &mut SplitMix64) -> Vec<u8> {
+    let sector = sector_bytes as u64;
+    let mut landed = Vec::new();
+    // The lengths the file had: durable, then after each pending op.
+    let mut lengths = Vec::with_capacity(data.pending.len() + 1);
+    let mut len = data.durable.len() as u64;
+    lengths.push(len);
+    for op in &data.pending {
+        match op {
+            PendingOp::Write { offset, data: bytes } => {
+                if !bytes.is_empty() {
+                    len = len.max(offset + bytes.len() as u64);
+                }
+                // 0: lost, 1: lands whole, 2: torn (each sector piece lands or not).
+                let fate = rng.below(3);
+                let mut start = *offset;
+                let end = offset + bytes.len() as u64;
+                while start < end {
+                    // The piece ends at the next sector boundary of the file, or the write's end.
+                    let piece_end = ((start / sector + 1) * sector).min(end);
+                    if fate == 1 || (fate == 2 && rng.coin()) {
+                        // Both bounds lie within the write, whose bytes are in memory.
+                        let lo = (start - offset) as usize;
+                        let hi = (piece_end - offset) as usize;
+                        landed.push(Landed::Piece { offset: start, bytes: &bytes[lo..hi] });
+                    }
+                    start = piece_end;
+                }
+            }
+            PendingOp::SetLen(n) => {
+                len = *n;
+                if rng.coin() {
+                    landed.push(Landed::SetLen(*n));
+                }
+            }
+        }
+        lengths.push(len);
+    }
+    // Fisher-Yates: the order in which the landed parts reach the medium.
+    for i in (1..landed.len()).rev() {
+        let j = rng.up_to(i);
+        landed.swap(i, j);
+    }
+    let mut image = data.durable.clone();
+    for part in &landed {
+        match *part {
+            Landed::Piece { offset, bytes } => write_into(&mut image, offset, bytes),
+            Landed::SetLen(n) => {
+                // Zero from `n` on, keeping the image's extent: the length is decided below.
+                let n = usize::try_from(n).expect("in-memory file length fits in usize");
+                if n < image.len() {
+                    image[n..].fill(0);
+                }
+            }
+        }
+    }
+    let chosen = lengths[rng.below(lengths.len() as u64) as usize];
+    resize(&mut image, chosen);
+    image
+}
+
 fn injected(op: &'static str, name: &str) -> StorageError {
     StorageError::InjectedFault { op, name: name.to_string() }
 }
 
 /// The model shared by every clone of a disk and every handle opened on it.
-#[derive(Default)]
 struct Shared {
     /// The medium.
     model: Mutex<Model>,
+    /// The unit a crash tears writes into, aligned to file offsets; fixed at creation.
+    sector_bytes: usize,
 }
 
 /// An in-memory [`Disk`] with a live and a durable image per file and a durable namespace.
@@ -356,6 +462,7 @@ impl fmt::Debug for MemDisk {
         // `try_lock`: formatting must not deadlock when called while the model is locked.
         let mut d = f.debug_struct("MemDisk");
         d.field("epoch", &self.epoch.load(Ordering::Relaxed));
+        d.field("sector_bytes", &self.shared.sector_bytes);
         if let Some(m) = self.shared.model.try_lock() {
             d.field("files", &m.live.keys().collect::<Vec<_>>());
             d.field("unsynced_ns_ops", &m.ns_ops.len());
@@ -365,9 +472,27 @@ impl fmt::Debug for MemDisk {
 }
 
 impl MemDisk {
-    /// An empty disk.
+    /// An empty disk with sectors of [`MEM_SECTOR_BYTES_DEFAULT`] bytes.
     pub fn new() -> Self {
-        MemDisk { shared: Arc::new(Shared::default()), epoch: AtomicU64::new(0) }
+        Self::with_sector_bytes(MEM_SECTOR_BYTES_DEFAULT)
+    }
+
+    /// An empty disk whose crashes tear writes into sectors of `sector_bytes` bytes (aligned to
+    /// file offsets; see the module documentation). Small sectors make tears likelier in the
+    /// small files of tests.
+    ///
+    /// # Panics
+    ///
+    /// If `sector_bytes` is 0: a test's configuration mistake, not a condition to handle.
+    pub fn with_sector_bytes(sector_bytes: usize) -> Self {
+        assert!(sector_bytes > 0, "a sector holds at least one byte");
+        let shared = Shared { model: Mutex::new(Model::default()), sector_bytes };
+        MemDisk { shared: Arc::new(shared), epoch: AtomicU64::new(0) }
+    }
+
+    /// The unit a crash tears writes into.
+    pub fn sector_bytes(&self) -> usize {
+        self.shared.sector_bytes
     }
 
     fn lock_checked(&self) -> Result<parking_lot::MutexGuard<'_, Model>, StorageError> {
@@ -381,7 +506,7 @@ impl MemDisk {
     /// (and clones made from it) address the rebooted disk; every other handle is stale.
     pub fn crash(&self, seed: u64) {
         let mut m = self.shared.model.lock();
-        m.crash(seed);
+        m.crash(seed, self.shared.sector_bytes);
         self.epoch.store(m.epoch, Ordering::Release);
     }
 

@@ -1,67 +1,129 @@
 //! The transaction log: append-only, checksummed records in numbered segment files, made
-//! durable by group commit.
+//! durable by group commit, recovered by rules that tell a torn tail from corruption.
 //!
-//! # Record layout
-//!
-//! Every record is a 16-byte header followed by its payload. All integers are little-endian.
-//!
-//! ```text
-//!  0        4        8                16                 16 + len
-//!  +--------+--------+----------------+--------- ... ----+
-//!  |  len   | crc32c |      lsn       |     payload      |
-//!  |  u32   |  u32   |      u64       |    len bytes     |
-//!  +--------+--------+----------------+--------- ... ----+
-//!                    \________ covered by crc32c ________/
-//! ```
-//!
-//! - `len`: payload bytes, at most `LogOptions::record_bytes_max` (itself at most
-//!   [`RECORD_BYTES_MAX_LIMIT`]).
-//! - `crc32c`: CRC-32C (Castagnoli) of the 8 `lsn` bytes followed by the payload, computed
-//!   incrementally. Covering the LSN means a stale record left in a reused or misnamed file is
-//!   rejected even if its payload is intact; `len` is not covered but is checked by the
-//!   checksum indirectly (a wrong length selects the wrong bytes).
-//! - `lsn`: the record's log sequence number. LSNs start at 1 and increase by exactly 1 per
-//!   record, across segments, forever.
-//!
-//! Records are packed back to back with no padding; a segment holds whole records only, except
-//! for a torn tail after a crash. [`LOG_FORMAT_VERSION`] names this layout.
-//!
-//! # Segments
+//! # Segment layout
 //!
 //! The log is a sequence of files named `{prefix}.{first_lsn:016x}` (lowercase hex), where
 //! `first_lsn` is the LSN of the segment's first record: `log.0000000000000001`,
-//! `log.00000000000003e9`, ... A fresh log creates segment 1. Records are appended to the newest
-//! (*active*) segment; once it holds at least `segment_bytes`, the next flush starts a new one.
-//! Rotation order is what makes recovery's rules sound:
+//! `log.00000000000003e9`, ... Each starts with a 24-byte header, then records packed back to
+//! back with no padding. All integers are little-endian.
+//!
+//! ```text
+//!  0            8          12         16                 24
+//!  +------------+----------+----------+------------------+--------- ... ---------+
+//!  | "thor-log" | version  |  crc32c  |    first_lsn     |  records              |
+//!  |  8 bytes   |   u32    |   u32    |       u64        |                       |
+//!  +------------+----------+----------+------------------+--------- ... ---------+
+//!   crc32c covers bytes 0..12 and 16..24
+//! ```
+//!
+//! `version` is [`LOG_FORMAT_VERSION`]; a segment of another version is refused with
+//! [`StorageError::UnsupportedFormat`] (format 1, which had no header, is recognised by its
+//! first record). `first_lsn` must equal the name's.
+//!
+//! # Record layout
+//!
+//! ```text
+//!  0        4        8                16       20                  20 + len
+//!  +--------+--------+----------------+--------+--------- ... ------+
+//!  | crc32c |  len   |      lsn       | batch  |     payload        |
+//!  |  u32   |  u32   |      u64       |  u32   |    len bytes       |
+//!  +--------+--------+----------------+--------+--------- ... ------+
+//!           \____________________ covered by crc32c ________________/
+//! ```
+//!
+//! - `crc32c`: CRC-32C (Castagnoli) of everything after it: the rest of the header and the
+//!   payload. Covering the LSN means a stale record in a reused or misnamed file is rejected
+//!   even if its payload is intact; covering `len` and `batch` means no header field is taken
+//!   on trust once the record is accepted.
+//! - `len`: payload bytes, at most `LogOptions::record_bytes_max` (itself at most
+//!   [`RECORD_BYTES_MAX_LIMIT`]).
+//! - `lsn`: the record's log sequence number. LSNs start at 1 and increase by exactly 1 per
+//!   record, across segments, forever.
+//! - `batch`: the record's index in its *flush batch* (0 for the batch's first record), so the
+//!   batch's first LSN is `lsn - batch`. Recovery needs it to tell a torn tail from corruption
+//!   (below). Within a segment the indexes go 0, 1, 2, ... and restart at 0 with each batch;
+//!   a segment's first record has index 0.
+//!
+//! # Flush batches and segments
+//!
+//! A flush batch is what one group-commit flush writes: every record appended since the
+//! previous flush, in one `write_at` at the end of the active segment followed by one fsync.
+//! The next batch is written only after that fsync succeeded (one leader at a time; a failure
+//! poisons the log), so at any moment at most one batch is not yet durable: the last one.
+//!
+//! A batch goes to one segment: once the active segment holds at least `segment_bytes` (and
+//! at least one record), the next flush starts a new segment before writing. Rotation order:
 //!
 //! 1. the old segment is fully fsynced (every flush ends with an fsync of what it wrote, and
 //!    `open` fsyncs the segment it will append to), then
-//! 2. the new file is created and the directory fsynced, then
-//! 3. records are written to the new file and fsynced.
+//! 2. the new file is created, its header written and fsynced, and the directory fsynced, then
+//! 3. the batch is written to the new file and fsynced.
 //!
 //! So every segment but the newest is complete and durable, and a crash can damage only the
-//! newest one's tail. [`Log::truncate_before`] deletes whole segments whose records are all
-//! below the given LSN, oldest first, syncing the directory after each, so the surviving
-//! segments are always a contiguous suffix; it never deletes the active segment, which is why
-//! the next LSN survives even when everything has been truncated: it is derived from the
-//! newest segment's name plus its intact records.
+//! newest one's last batch (or leave the newest segment's header unfinished, with nothing after
+//! it). [`Log::truncate_before`] deletes whole segments whose records are all below the given
+//! LSN, oldest first, syncing the directory after each, so the surviving segments are always a
+//! contiguous suffix; it never deletes the active segment, which is why the next LSN survives
+//! even when everything has been truncated: it is derived from the newest segment's name plus
+//! its intact records.
 //!
 //! # Recovery
 //!
-//! [`Log::open`] reads the segments in LSN order and checks each record (length bound, length
-//! against the bytes left, CRC, LSN = previous + 1; see [`record::scan`]).
+//! [`Log::open_streaming`] checks the segments' names and headers, then streams the newest
+//! segment's records, checking each (length bound, length against the bytes left, CRC, LSN =
+//! previous + 1, batch index; see [`record::Checker`]). If it reaches the end, the log is
+//! intact. Otherwise let `b` be the offset of the first bad record and `e` the LSN it should
+//! carry. A crash leaves the last batch with any subset of its sectors written (see
+//! [`MemDisk`](crate::MemDisk)'s crash model), so intact records may *follow* a bad one; but
+//! only records of the same, unsynced batch. Recovery therefore scans the rest of the segment
+//! for intact records (at every offset, since the bad record's length cannot be trusted; a
+//! candidate needs a believable header and a good CRC):
 //!
-//! - A bad record in the **newest** segment is a torn tail: an unfinished flush that no
-//!   `wait_durable` reported durable. The file is cut at the last intact record (`set_len` +
-//!   fsync) and the cut bytes are counted in `Recovered::torn_bytes_cut`. (Bit rot inside the
-//!   newest segment cannot be told apart from a tear and is cut the same way.)
-//! - A bad record in an **older** segment, or a segment whose name does not continue the
-//!   previous segment's LSNs (a gap or an overlap), is corruption: those files were complete and
-//!   durable before the next was created. `open` fails with [`StorageError::Corrupt`] naming
-//!   the file and offset; nothing is skipped.
+//! - an intact record whose batch starts **after** `e` proves that the bad record's batch was
+//!   fsynced before a later one was written: it was damaged after it was durable. That is
+//!   **corruption**: `open` fails with [`StorageError::Corrupt`] naming the segment and `b`.
+//! - otherwise (nothing intact after `b`, or only records whose batch starts at or before `e`,
+//!   i.e. the bad record's own batch) it is a **torn tail**: that batch was never fsynced, so no
+//!   `wait_durable` reported any of it durable. The bytes from `b` on are copied to a file
+//!   `{prefix}.{e:016x}.torn` (`.torn.1`, ... if taken), which is fsynced with its directory
+//!   entry *before* the segment is cut at `b` (`set_len` + fsync), so a crash during recovery
+//!   never loses them. The cut is logged with `tracing::warn!` and described in
+//!   [`OpenReport::torn_tail`]; if it leaves the log without any record, that is logged with
+//!   `tracing::error!` and [`TornTail::log_emptied`] says so. Nothing is ever cut silently.
+//!   The `.torn` files are never read or deleted by the log: they are evidence for a human.
 //!
-//! `open` then fsyncs the active segment and the directory, so everything it returns is durable
-//! even if the previous process died before its own fsync.
+//! Every segment but the newest was complete and durable before the next was created, so a
+//! bad record anywhere else, or a segment whose name does not continue the previous segment's
+//! LSNs (a gap or an overlap), is corruption too; the [`LogReader`] finds those as it passes
+//! them (open does not read older segments' records, see below). A newest segment whose header
+//! is missing or incomplete and that holds nothing else is a creation a crash interrupted: its
+//! header is rewritten ([`OpenReport::header_rewritten`]). An older segment like that, or any
+//! other bad header, is corruption.
+//!
+//! What the rule cannot tell apart: damage to the **last** batch after it was fsynced (bit rot
+//! in the final records, with nothing written after them) looks exactly like a tear, and is cut
+//! as one; that is why the cut bytes are kept and the cut is loud. A candidate record in the
+//! garbage of a tear passes the checks only by a CRC-32C collision among headers that already
+//! carry a believable length, LSN and batch; even then it can only turn a tear into a refusal
+//! to open, never into accepted data.
+//!
+//! `open` then fsyncs the active segment and the directory, so everything the log reports is
+//! durable even if the previous process died before its own fsync.
+//!
+//! # Reading the log, and memory
+//!
+//! - [`Log::open_streaming`] returns the log and an [`OpenReport`]. It reads only the newest
+//!   segment (to find a torn tail) and the older segments' headers, through buffers of
+//!   `LogOptions::read_chunk_bytes`: its memory is about **2 × `read_chunk_bytes`**, whatever
+//!   the size of the log or of its records.
+//! - [`Log::reader`]`(from)` then streams the durable records with LSN ≥ `from` through a
+//!   [`LogReader`], checking every record it passes: memory is **`read_chunk_bytes` plus the
+//!   largest record returned** (at most `record_bytes_max` plus its 20-byte header). This is
+//!   what a server should use to replay from its checkpoint.
+//! - [`Log::open`] is the old convenience: `open_streaming` plus a reader from the oldest
+//!   record, collected into [`Recovered::records`]. It holds the whole log in memory; use it
+//!   for small logs and tests only.
 //!
 //! # Group commit
 //!
@@ -80,16 +142,19 @@
 //! Waiters whose LSN the flush covered return; the rest elect the next leader. Meanwhile new
 //! appends go to the fresh pending buffer, so appenders never wait for the disk unless the
 //! buffer bound is hit. With `n` committers and fsync latency `t`, each fsync carries roughly
-//! the records appended during the previous one: [`LogStats`] reports records per fsync.
+//! the records appended during the previous one: [`LogStats`] reports records per fsync. The
+//! pending buffer is the next flush batch, so `append` numbers records within it (`batch`).
 //!
 //! # Bounds
 //!
 //! - `buffer_bytes_max` bounds appended-but-unwritten bytes (pending + in flight). An append
 //!   that would exceed it waits for the flush in progress, or, when none is, performs one
 //!   itself. A single record larger than the bound is accepted once nothing else is unwritten
-//!   and goes to disk alone.
+//!   and goes to disk alone. It is at most [`BUFFER_BYTES_MAX_LIMIT`], so a batch's record
+//!   indexes fit the 32-bit `batch` field.
 //! - `record_bytes_max` rejects larger payloads with [`StorageError::RecordTooLarge`] before
 //!   anything is buffered; recovery treats a longer length field as a bad record.
+//! - `read_chunk_bytes` bounds the read buffers of recovery and readers (see above).
 //!
 //! # Failures
 //!
@@ -101,7 +166,10 @@
 //! what survived. A record is reported durable only after an fsync that covered it succeeded.
 //! Records appended but never made durable are simply lost when the log is dropped.
 
+mod reader;
 pub mod record;
+mod recovery;
+mod segment;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -113,12 +181,16 @@ use thor_core::ids::Lsn;
 use crate::disk::{Disk, DiskFile, validate_name};
 use crate::error::StorageError;
 use crate::limits::{
-    BUFFER_BYTES_MAX_DEFAULT, BUFFER_BYTES_MIN, BUFFER_KEEP_BYTES_MAX, LOG_PREFIX_BYTES_MAX,
-    RECORD_BYTES_MAX_DEFAULT, RECORD_BYTES_MAX_LIMIT, SEGMENT_BYTES_DEFAULT,
+    BUFFER_BYTES_MAX_DEFAULT, BUFFER_BYTES_MAX_LIMIT, BUFFER_BYTES_MIN, BUFFER_KEEP_BYTES_MAX,
+    LOG_PREFIX_BYTES_MAX, READ_CHUNK_BYTES_DEFAULT, READ_CHUNK_BYTES_MIN, RECORD_BYTES_MAX_DEFAULT,
+    RECORD_BYTES_MAX_LIMIT, SEGMENT_BYTES_DEFAULT, SEGMENT_HEADER_BYTES, TORN_FILES_PER_LSN_MAX,
 };
+pub use reader::LogReader;
+pub use segment::{SEGMENT_MAGIC, parse_segment_name, segment_name, torn_name};
 
-/// The version of the record and segment layout described in the module documentation.
-pub const LOG_FORMAT_VERSION: u32 = 1;
+/// The version of the segment and record layouts described in the module documentation.
+/// Version 1 had no segment header and no batch index; it is refused, not converted.
+pub const LOG_FORMAT_VERSION: u32 = 2;
 
 /// How a log is laid out and bounded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,12 +203,17 @@ pub struct LogOptions {
     /// [`SEGMENT_BYTES_DEFAULT`].
     pub segment_bytes: u64,
     /// Bound on appended-but-unwritten bytes; `append` blocks (or flushes) beyond it. At least
-    /// [`BUFFER_BYTES_MIN`]. Default [`BUFFER_BYTES_MAX_DEFAULT`].
+    /// [`BUFFER_BYTES_MIN`], at most [`BUFFER_BYTES_MAX_LIMIT`]. Default
+    /// [`BUFFER_BYTES_MAX_DEFAULT`].
     pub buffer_bytes_max: usize,
     /// The largest payload `append` accepts, and the largest length recovery believes. At most
     /// [`RECORD_BYTES_MAX_LIMIT`]. Reopening with a smaller value than records were written
     /// with makes those records corrupt. Default [`RECORD_BYTES_MAX_DEFAULT`].
     pub record_bytes_max: usize,
+    /// Bytes that recovery and [`LogReader`]s read at a time: with `record_bytes_max`, what
+    /// bounds their memory (see the module documentation). At least [`READ_CHUNK_BYTES_MIN`].
+    /// Default [`READ_CHUNK_BYTES_DEFAULT`].
+    pub read_chunk_bytes: usize,
 }
 
 impl Default for LogOptions {
@@ -146,6 +223,7 @@ impl Default for LogOptions {
             segment_bytes: SEGMENT_BYTES_DEFAULT,
             buffer_bytes_max: BUFFER_BYTES_MAX_DEFAULT,
             record_bytes_max: RECORD_BYTES_MAX_DEFAULT,
+            read_chunk_bytes: READ_CHUNK_BYTES_DEFAULT,
         }
     }
 }
@@ -157,20 +235,29 @@ impl LogOptions {
             return bad(format!("log prefix must be 1 to {LOG_PREFIX_BYTES_MAX} bytes"));
         }
         validate_name(&segment_name(&self.prefix, Lsn(1)))?;
+        validate_name(&torn_name(&self.prefix, Lsn(u64::MAX), TORN_FILES_PER_LSN_MAX - 1))?;
         if self.segment_bytes == 0 {
             return bad("segment_bytes must be positive".to_string());
         }
-        if self.buffer_bytes_max < BUFFER_BYTES_MIN {
-            return bad(format!("buffer_bytes_max must be at least {BUFFER_BYTES_MIN}"));
+        if self.buffer_bytes_max < BUFFER_BYTES_MIN
+            || self.buffer_bytes_max > BUFFER_BYTES_MAX_LIMIT
+        {
+            return bad(format!(
+                "buffer_bytes_max must be {BUFFER_BYTES_MIN} to {BUFFER_BYTES_MAX_LIMIT}"
+            ));
         }
         if self.record_bytes_max > RECORD_BYTES_MAX_LIMIT {
             return bad(format!("record_bytes_max must be at most {RECORD_BYTES_MAX_LIMIT}"));
+        }
+        if self.read_chunk_bytes < READ_CHUNK_BYTES_MIN {
+            return bad(format!("read_chunk_bytes must be at least {READ_CHUNK_BYTES_MIN}"));
         }
         Ok(())
     }
 }
 
-/// What [`Log::open`] found.
+/// What [`Log::open`] found: the whole log in memory (see the module documentation for when to
+/// prefer [`Log::open_streaming`] and a [`LogReader`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recovered {
     /// Every intact record still in the log, in LSN order (contiguous LSNs). Records below a
@@ -178,8 +265,57 @@ pub struct Recovered {
     pub records: Vec<(Lsn, Vec<u8>)>,
     /// The LSN the next `append` will get.
     pub next_lsn: Lsn,
-    /// Bytes of a torn tail cut off the newest segment (0 after a clean shutdown).
+    /// Bytes of a torn tail cut off the newest segment (0 after a clean shutdown); the details
+    /// are in [`Log::open_report`].
     pub torn_bytes_cut: u64,
+}
+
+/// What [`Log::open_streaming`] (and [`Log::open`]) found and did. Also kept by the log:
+/// [`Log::open_report`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OpenReport {
+    /// The LSN the next `append` will get.
+    pub next_lsn: Lsn,
+    /// The first LSN of the oldest segment: the log holds the records from here to `next_lsn`
+    /// (a reader checks that as it reads them).
+    pub first_lsn: Lsn,
+    /// Segment files in the log.
+    pub segments: u64,
+    /// Whether there was no segment and open created the first (a new log).
+    pub created: bool,
+    /// Intact records in the newest segment, after any cut.
+    pub newest_segment_records: u64,
+    /// The torn tail cut off the newest segment, if there was one.
+    pub torn_tail: Option<TornTail>,
+    /// The newest segment, if its header had never become durable (a crash interrupted its
+    /// creation) and open rewrote it. It held no records.
+    pub header_rewritten: Option<String>,
+}
+
+/// A torn tail that [`Log::open_streaming`] cut off the newest segment: the last flush batch,
+/// never fsynced, from its first damaged record on. See the module documentation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TornTail {
+    /// The segment that was cut.
+    pub segment: String,
+    /// Where it was cut: the offset of the first bad record, now the segment's length.
+    pub offset: u64,
+    /// How many bytes were cut.
+    pub bytes: u64,
+    /// The LSN the first cut record would have had; the next append gets it.
+    pub first_lost_lsn: Lsn,
+    /// The file in the log's directory that keeps the cut bytes, durably.
+    pub kept_in: String,
+    /// Why the first cut record failed its check.
+    pub defect: String,
+    /// Intact records of the same (unsynced) batch found after the bad one and cut with it:
+    /// sectors of the batch that landed while an earlier one did not.
+    pub intact_records_cut: u64,
+    /// Whether the cut left the log without any record at all (it is then also logged as an
+    /// error, not just a warning).
+    pub log_emptied: bool,
 }
 
 /// A snapshot of the log's counters.
@@ -193,7 +329,7 @@ pub struct LogStats {
     pub bytes_written: u64,
     /// Group-commit flushes: each is one `write_at` and one fsync.
     pub flushes: u64,
-    /// Fsyncs of segment files (flushes plus the one `open` does).
+    /// Fsyncs of segment files: flushes, segment headers, and the one `open` does.
     pub fsyncs: u64,
     /// Directory syncs (segment creation and deletion, open).
     pub dir_syncs: u64,
@@ -219,7 +355,8 @@ pub struct LogStats {
     pub segments_deleted: u64,
     /// Segment files the log currently consists of.
     pub segments_live: u64,
-    /// Records recovered by `open`.
+    /// Records read and checked at open: those of the newest segment for
+    /// [`Log::open_streaming`], every record for [`Log::open`].
     pub records_recovered: u64,
     /// Bytes of torn tail cut by `open`.
     pub torn_bytes_cut: u64,
@@ -227,19 +364,19 @@ pub struct LogStats {
 
 /// The segment being appended to.
 #[derive(Debug, Clone)]
-struct Active {
+pub(crate) struct Active {
     /// Its file name.
     name: String,
     /// The open file.
     file: Arc<dyn DiskFile>,
-    /// Bytes of whole records in it: where the next flush writes.
+    /// Bytes of header and whole records in it: where the next flush writes.
     len: u64,
 }
 
 /// A segment file of the log.
 #[derive(Debug, Clone)]
-struct SegmentInfo {
-    /// The LSN of its first record (also encoded in its name).
+pub(crate) struct SegmentInfo {
+    /// The LSN of its first record (also encoded in its name and header).
     first_lsn: Lsn,
     /// Its file name.
     name: String,
@@ -251,8 +388,13 @@ struct State {
     next_lsn: Lsn,
     /// Every record up to this LSN has been written and fsynced.
     durable_lsn: Lsn,
-    /// Encoded records not yet taken by a flush (LSNs after the in-flight batch's).
+    /// Encoded records not yet taken by a flush (LSNs after the in-flight batch's): the next
+    /// flush batch.
     pending: Vec<u8>,
+    /// Records in `pending`: the batch index the next append gets. Below 2^32 because
+    /// `pending` holds at most `buffer_bytes_max` bytes (or one record) of records of at least
+    /// a header each (see the assertions in [`crate::limits`]).
+    pending_records: u32,
     /// An empty buffer kept for the next swap, so steady-state flushing does not allocate.
     spare: Vec<u8>,
     /// Bytes of the batch a leader is writing now (0 when no flush is in progress); counts
@@ -278,6 +420,8 @@ pub struct Log {
     disk: Arc<dyn Disk>,
     /// Layout and bounds, fixed at open.
     opts: LogOptions,
+    /// What open found and did, for callers that used [`Log::open`].
+    report: OpenReport,
     /// Buffers, LSNs, the active segment and counters.
     state: Mutex<State>,
     /// Signalled after every flush (success or failure): wakes waiters for durability and
@@ -301,151 +445,101 @@ impl fmt::Debug for Log {
     }
 }
 
-/// The file name of the segment whose first record has LSN `first`.
-pub fn segment_name(prefix: &str, first: Lsn) -> String {
-    format!("{prefix}.{:016x}", first.0)
-}
-
-/// The first LSN encoded in `name` if it is a segment name of this prefix (exactly 16
-/// lowercase hex digits after `{prefix}.`), else `None`.
-pub fn parse_segment_name(prefix: &str, name: &str) -> Option<Lsn> {
-    let digits = name.strip_prefix(prefix)?.strip_prefix('.')?;
-    if digits.len() != 16
-        || !digits.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    {
-        return None;
-    }
-    u64::from_str_radix(digits, 16).ok().map(Lsn)
-}
-
-fn corrupt(what: &'static str, name: &str, offset: u64, why: String) -> StorageError {
-    StorageError::Corrupt { what, name: name.to_string(), offset, why }
-}
-
 impl Log {
-    /// Opens the log in `disk` (creating segment 1 if there is none) and returns every intact
-    /// record still in it, in LSN order. See the module documentation for recovery.
-    pub fn open(disk: Arc<dyn Disk>, opts: LogOptions) -> Result<(Log, Recovered), StorageError> {
+    /// Opens the log in `disk` (creating segment 1 if there is none), recovering as the module
+    /// documentation describes, without reading older segments' records: memory stays within
+    /// about two `read_chunk_bytes`. Read the records with [`Log::reader`].
+    ///
+    /// Fails with [`StorageError::Corrupt`] (naming the file and offset) for damage that no
+    /// crash explains, and [`StorageError::UnsupportedFormat`] for a log of another version.
+    pub fn open_streaming(
+        disk: Arc<dyn Disk>,
+        opts: LogOptions,
+    ) -> Result<(Log, OpenReport), StorageError> {
         opts.validate()?;
-        let mut stats = LogStats::default();
-        let mut found: Vec<SegmentInfo> = disk
-            .list()?
-            .into_iter()
-            .filter_map(|name| {
-                parse_segment_name(&opts.prefix, &name)
-                    .map(|first_lsn| SegmentInfo { first_lsn, name })
-            })
-            .collect();
-        found.sort_by_key(|s| s.first_lsn);
-
-        let mut records = Vec::new();
-        let mut torn_bytes_cut = 0;
-        let (active, next_lsn) = if found.is_empty() {
-            let first = SegmentInfo { first_lsn: Lsn(1), name: segment_name(&opts.prefix, Lsn(1)) };
-            let file = disk.open(&first.name, true)?;
-            disk.sync_dir()?;
-            stats.dir_syncs += 1;
-            stats.segments_created += 1;
-            let active = Active { name: first.name.clone(), file, len: 0 };
-            found.push(first);
-            (active, Lsn(1))
-        } else {
-            let mut expected: Option<Lsn> = None;
-            let mut active = None;
-            for (i, seg) in found.iter().enumerate() {
-                if seg.first_lsn == Lsn::ZERO {
-                    return Err(corrupt(
-                        "log segment",
-                        &seg.name,
-                        0,
-                        "segment named for LSN 0".to_string(),
-                    ));
-                }
-                if let Some(exp) = expected
-                    && exp != seg.first_lsn
-                {
-                    let why = format!(
-                        "segment starts at LSN {} but the previous segment ends before LSN {exp} (missing or overlapping segment)",
-                        seg.first_lsn
-                    );
-                    return Err(corrupt("log segment sequence", &seg.name, 0, why));
-                }
-                let newest = i + 1 == found.len();
-                let file = disk.open(&seg.name, false)?;
-                let file_len = file.len()?;
-                let len = usize::try_from(file_len).map_err(|_| {
-                    corrupt(
-                        "log segment",
-                        &seg.name,
-                        0,
-                        format!("{file_len} bytes do not fit in memory"),
-                    )
-                })?;
-                let mut bytes = vec![0u8; len];
-                file.read_exact_at(0, &mut bytes)?;
-                let scan = record::scan(&bytes, seg.first_lsn, opts.record_bytes_max);
-                if let Some((offset, defect)) = &scan.defect {
-                    if !newest {
-                        return Err(corrupt(
-                            "log record",
-                            &seg.name,
-                            *offset as u64,
-                            defect.to_string(),
-                        ));
-                    }
-                    // A torn tail: nothing past the last intact record was ever acknowledged.
-                    file.set_len(scan.intact_end as u64)?;
-                    torn_bytes_cut = file_len - scan.intact_end as u64;
-                }
-                if newest {
-                    // Make everything we are about to return durable, whoever wrote it.
-                    file.sync()?;
-                    stats.fsyncs += 1;
-                }
-                records.extend(
-                    scan.records.iter().map(|(lsn, range)| (*lsn, bytes[range.clone()].to_vec())),
-                );
-                expected = Some(scan.next_lsn);
-                if newest {
-                    active =
-                        Some(Active { name: seg.name.clone(), file, len: scan.intact_end as u64 });
-                }
-            }
-            // The newest segment's directory entry may never have been synced.
-            disk.sync_dir()?;
-            stats.dir_syncs += 1;
-            match (active, expected) {
-                (Some(active), Some(next)) => (active, next),
-                // `found` is non-empty, so the loop ran and set both.
-                _ => {
-                    return Err(StorageError::InvalidArgument(
-                        "log open: no segment scanned".to_string(),
-                    ));
-                }
-            }
-        };
-        stats.records_recovered = records.len() as u64;
-        stats.torn_bytes_cut = torn_bytes_cut;
+        let rec = recovery::recover(&*disk, &opts)?;
+        let next_lsn = rec.report.next_lsn;
         let state = State {
             next_lsn,
             durable_lsn: Lsn(next_lsn.0.saturating_sub(1)),
             pending: Vec::new(),
+            pending_records: 0,
             spare: Vec::new(),
             in_flight_bytes: 0,
             flushing: false,
             poisoned: None,
-            active,
-            segments: found.into(),
-            stats,
+            active: rec.active,
+            segments: rec.segments.into(),
+            stats: rec.stats,
         };
         let log = Log {
             disk,
             opts,
+            report: rec.report.clone(),
             state: Mutex::new(state),
             flushed: Condvar::new(),
             truncating: Mutex::new(()),
         };
-        Ok((log, Recovered { records, next_lsn, torn_bytes_cut }))
+        Ok((log, rec.report))
+    }
+
+    /// Opens the log like [`Log::open_streaming`] and returns every intact record still in it,
+    /// in LSN order, read and checked with a [`LogReader`]. Holds the whole log in memory:
+    /// prefer `open_streaming` and a reader for anything but small logs.
+    pub fn open(disk: Arc<dyn Disk>, opts: LogOptions) -> Result<(Log, Recovered), StorageError> {
+        let (log, report) = Log::open_streaming(disk, opts)?;
+        let mut records = Vec::new();
+        let mut reader = log.reader(log.first_lsn())?;
+        while let Some((lsn, payload)) = reader.next()? {
+            records.push((lsn, payload.to_vec()));
+        }
+        log.state.lock().stats.records_recovered = records.len() as u64;
+        let torn_bytes_cut = report.torn_tail.as_ref().map_or(0, |t| t.bytes);
+        Ok((log, Recovered { records, next_lsn: report.next_lsn, torn_bytes_cut }))
+    }
+
+    /// What open found and did (a torn tail cut, a header rewritten, ...).
+    pub fn open_report(&self) -> &OpenReport {
+        &self.report
+    }
+
+    /// A reader over the durable records with LSN ≥ `from`, as of now (see [`LogReader`]).
+    /// `from` must lie in `first_lsn()..=next_lsn()`: records below `first_lsn()` were
+    /// truncated, and asking for them is [`StorageError::InvalidArgument`], so that a caller
+    /// replaying from a checkpoint learns when records it needs are gone.
+    pub fn reader(&self, from: Lsn) -> Result<LogReader, StorageError> {
+        let st = self.state.lock();
+        let first = st.segments.front().map_or(st.next_lsn, |s| s.first_lsn);
+        if from < first {
+            return Err(StorageError::InvalidArgument(format!(
+                "log reader from LSN {from}: records below LSN {first} are no longer in the log"
+            )));
+        }
+        if from > st.next_lsn {
+            return Err(StorageError::InvalidArgument(format!(
+                "log reader from LSN {from}: not assigned yet (next is {})",
+                st.next_lsn
+            )));
+        }
+        // Start at the last segment whose first LSN is at most `from`.
+        let start = st.segments.iter().rposition(|s| s.first_lsn <= from).unwrap_or(0);
+        let segments: Vec<SegmentInfo> = st.segments.iter().skip(start).cloned().collect();
+        Ok(LogReader::new(
+            Arc::clone(&self.disk),
+            segments,
+            st.active.len,
+            Lsn(st.durable_lsn.0 + 1),
+            from,
+            self.opts.record_bytes_max,
+            self.opts.read_chunk_bytes,
+        ))
+    }
+
+    /// The first LSN of the oldest segment: the lowest LSN the log may still hold (equal to
+    /// `next_lsn()` when it holds none). Moves up as `truncate_before` deletes segments.
+    pub fn first_lsn(&self) -> Lsn {
+        let st = self.state.lock();
+        st.segments.front().map_or(st.next_lsn, |s| s.first_lsn)
     }
 
     /// The options the log was opened with.
@@ -492,7 +586,10 @@ impl Log {
         if lsn.0 == u64::MAX {
             return Err(StorageError::InvalidArgument("LSN space exhausted".to_string()));
         }
-        record::encode_into(lsn, payload, &mut st.pending);
+        let batch_index = st.pending_records;
+        record::encode_into(lsn, batch_index, payload, &mut st.pending);
+        // Below 2^32: see `State::pending_records`.
+        st.pending_records += 1;
         st.next_lsn = Lsn(lsn.0 + 1);
         st.stats.records_appended += 1;
         st.stats.payload_bytes_appended += payload.len() as u64;
@@ -607,10 +704,14 @@ impl Log {
         st.flushing = true;
         let spare = std::mem::take(&mut st.spare);
         let batch = std::mem::replace(&mut st.pending, spare);
+        st.pending_records = 0;
         st.in_flight_bytes = batch.len();
         let batch_first = Lsn(st.durable_lsn.0 + 1);
         let batch_last = Lsn(st.next_lsn.0 - 1);
-        let rotate = st.active.len >= self.opts.segment_bytes;
+        // Never rotate away from a segment without records: the reader would see the next
+        // segment overlap it (both would claim the same first LSN).
+        let rotate =
+            st.active.len >= self.opts.segment_bytes && st.active.len > SEGMENT_HEADER_BYTES as u64;
         let mut target = st.active.clone();
 
         let result =
@@ -636,7 +737,8 @@ impl Log {
                 st.active = target;
                 let s = &mut st.stats;
                 s.flushes += 1;
-                s.fsyncs += 1;
+                // The batch's fsync, and the new segment header's.
+                s.fsyncs += 1 + u64::from(rotate);
                 s.bytes_written += batch.len() as u64;
                 s.records_synced += records;
                 s.records_per_fsync_max = s.records_per_fsync_max.max(records);
@@ -667,21 +769,9 @@ impl Log {
     ) -> Result<(), StorageError> {
         if rotate {
             // The old segment was fsynced by the flush that wrote its last bytes (or by open),
-            // so it is complete before the new one exists.
-            let name = segment_name(&self.opts.prefix, first);
-            let file = self.disk.open(&name, true)?;
-            if !file.is_empty()? {
-                // Recovery listed every segment, so a non-empty file with the new name is not
-                // ours to overwrite.
-                return Err(corrupt(
-                    "log segment",
-                    &name,
-                    0,
-                    "new segment file already has contents".to_string(),
-                ));
-            }
-            self.disk.sync_dir()?;
-            *target = Active { name, file, len: 0 };
+            // so it is complete before the new one exists; the new one's header is durable
+            // before any record is written to it.
+            *target = recovery::create_segment(&*self.disk, &self.opts.prefix, first)?;
         }
         target.file.write_at(target.len, batch)?;
         target.file.sync()?;
@@ -695,31 +785,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn segment_names_roundtrip_and_reject_lookalikes() {
-        assert_eq!(segment_name("log", Lsn(1)), "log.0000000000000001");
-        assert_eq!(segment_name("log", Lsn(0x3e9)), "log.00000000000003e9");
-        for lsn in [1, 0x3e9, u64::MAX - 1] {
-            assert_eq!(parse_segment_name("log", &segment_name("log", Lsn(lsn))), Some(Lsn(lsn)));
-        }
-        for other in [
-            "log",
-            "log.",
-            "log.1",
-            "log.00000000000003E9",
-            "log.00000000000003e9.tmp",
-            "logx.0000000000000001",
-            "xlog.0000000000000001",
-            "log.+000000000000001",
-        ] {
-            assert_eq!(parse_segment_name("log", other), None, "{other}");
-        }
-        // A prefix with a dot in it still parses exactly.
-        assert_eq!(parse_segment_name("a.b", "a.b.0000000000000002"), Some(Lsn(2)));
-    }
-
-    #[test]
     fn default_options_are_valid() {
         LogOptions::default().validate().unwrap();
         assert_eq!(LogOptions::default().prefix, "log");
+    }
+
+    #[test]
+    fn the_longest_prefix_leaves_room_for_torn_file_names() {
+        let opts = LogOptions { prefix: "p".repeat(LOG_PREFIX_BYTES_MAX), ..LogOptions::default() };
+        opts.validate().unwrap();
+        let longer = LogOptions { prefix: "p".repeat(LOG_PREFIX_BYTES_MAX + 1), ..opts };
+        assert!(longer.validate().is_err());
     }
 }

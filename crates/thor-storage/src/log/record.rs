@@ -1,11 +1,16 @@
-//! Log records: encoding, and a scanner that never trusts the bytes it reads.
+//! Log records: encoding, and checks that never trust the bytes they read.
 //!
-//! The layout is documented in [`crate::log`]. [`scan`] walks a segment's bytes and stops at
-//! the first record that fails a check, reporting where and why; the caller decides whether
-//! that is a torn tail (the newest segment) or corruption (any older one). Every length read
-//! from the bytes is checked against the remaining bytes and `record_bytes_max` before use,
-//! and every LSN step is checked for overflow, so no input can make it panic or allocate
-//! more than the input's size.
+//! The layout is documented in [`crate::log`]. A [`Checker`] holds what the next record of a
+//! segment must look like (its LSN, and how its batch index may follow the previous one) and
+//! judges a record in two steps, so that a streaming reader can check a record without holding
+//! it: [`Checker::check_header`] before reading the payload (is the length believable, do the
+//! bytes left hold it?), [`Checker::accept`] once the checksum has been computed over it.
+//! [`scan`] runs the same checks over a segment held in memory; the unit tests and property
+//! tests below exercise the checks through it.
+//!
+//! Every length read from the bytes is checked against the bytes left and `record_bytes_max`
+//! before use, and every LSN step is checked for overflow, so no input can make the checks
+//! panic or allocate more than the input's size.
 
 use std::fmt;
 use std::ops::Range;
@@ -20,34 +25,81 @@ pub const fn encoded_len(payload_len: usize) -> usize {
     RECORD_HEADER_BYTES + payload_len
 }
 
-/// The checksum stored in a record: CRC-32C over the LSN (8 bytes, little-endian) and then the
-/// payload, fed incrementally so the payload is never copied for it.
-pub fn record_crc(lsn: Lsn, payload: &[u8]) -> u32 {
-    let mut crc = Crc32c::new();
-    crc.update(&lsn.0.to_le_bytes());
-    crc.update(payload);
-    crc.finish()
+/// A record header as stored (see [`crate::log`] for the layout). Nothing in it is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// CRC-32C of header bytes 4..20 and the payload.
+    pub crc: u32,
+    /// Payload bytes.
+    pub len: u32,
+    /// The record's LSN.
+    pub lsn: Lsn,
+    /// The record's position in its flush batch (0 for the batch's first record).
+    pub batch_index: u32,
 }
 
-/// Appends the record `(lsn, payload)` to `out`. The caller has checked that the payload fits
-/// in the `u32` length field (`record_bytes_max <= RECORD_BYTES_MAX_LIMIT`).
-pub fn encode_into(lsn: Lsn, payload: &[u8], out: &mut Vec<u8>) {
+impl Header {
+    /// Reads a header from its 20 bytes.
+    pub fn parse(bytes: &[u8; RECORD_HEADER_BYTES]) -> Header {
+        let u32_at =
+            |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+        let mut lsn = [0u8; 8];
+        lsn.copy_from_slice(&bytes[8..16]);
+        Header {
+            crc: u32_at(0),
+            len: u32_at(4),
+            lsn: Lsn(u64::from_le_bytes(lsn)),
+            batch_index: u32_at(16),
+        }
+    }
+
+    /// The 20 bytes of this header.
+    pub fn to_bytes(&self) -> [u8; RECORD_HEADER_BYTES] {
+        let mut out = [0u8; RECORD_HEADER_BYTES];
+        out[0..4].copy_from_slice(&self.crc.to_le_bytes());
+        out[4..8].copy_from_slice(&self.len.to_le_bytes());
+        out[8..16].copy_from_slice(&self.lsn.0.to_le_bytes());
+        out[16..20].copy_from_slice(&self.batch_index.to_le_bytes());
+        out
+    }
+
+    /// The LSN of the first record of this record's flush batch, if the index does not point
+    /// before LSN 1.
+    pub fn batch_first(&self) -> Option<Lsn> {
+        self.lsn.0.checked_sub(u64::from(self.batch_index)).filter(|&l| l > 0).map(Lsn)
+    }
+
+    /// A checksum started over the covered header fields (bytes 4..20); feed it the payload
+    /// and compare the result with [`Header::crc`].
+    pub fn crc_start(&self) -> Crc32c {
+        let bytes = self.to_bytes();
+        let mut crc = Crc32c::new();
+        crc.update(&bytes[4..]);
+        crc
+    }
+}
+
+/// Appends the record `(lsn, batch_index, payload)` to `out`. The caller has checked that the
+/// payload fits in the `u32` length field (`record_bytes_max <= RECORD_BYTES_MAX_LIMIT`).
+pub fn encode_into(lsn: Lsn, batch_index: u32, payload: &[u8], out: &mut Vec<u8>) {
     let len =
         u32::try_from(payload.len()).expect("payload length checked against record_bytes_max");
+    let mut header = Header { crc: 0, len, lsn, batch_index };
+    let mut crc = header.crc_start();
+    crc.update(payload);
+    header.crc = crc.finish();
     out.reserve(encoded_len(payload.len()));
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&record_crc(lsn, payload).to_le_bytes());
-    out.extend_from_slice(&lsn.0.to_le_bytes());
+    out.extend_from_slice(&header.to_bytes());
     out.extend_from_slice(payload);
 }
 
-/// Why the scan stopped before the end of the bytes.
+/// Why a record fails its checks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Defect {
     /// Fewer bytes remain than a header needs.
     ShortHeader {
         /// Bytes remaining.
-        have: usize,
+        have: u64,
     },
     /// The length field exceeds `record_bytes_max`.
     TooLong {
@@ -56,14 +108,14 @@ pub enum Defect {
         /// The bound in force.
         max: usize,
     },
-    /// The payload runs past the end of the bytes.
+    /// The payload runs past the end of the segment.
     ShortPayload {
         /// The stored length.
-        len: usize,
+        len: u64,
         /// Payload bytes remaining.
-        have: usize,
+        have: u64,
     },
-    /// The stored checksum does not match the LSN and payload.
+    /// The stored checksum does not match the header and payload.
     BadCrc {
         /// The checksum in the header.
         stored: u32,
@@ -76,6 +128,14 @@ pub enum Defect {
         expected: Lsn,
         /// The LSN stored.
         found: Lsn,
+    },
+    /// The record is intact but its batch index does not follow the previous record's (a
+    /// segment's first record starts a batch; later ones continue it or start the next).
+    WrongBatchIndex {
+        /// The previous record's index (`None` at the start of a segment).
+        previous: Option<u32>,
+        /// The index stored.
+        found: u32,
     },
     /// The record would need LSN `u64::MAX`, which is never assigned.
     LsnOverflow,
@@ -102,12 +162,92 @@ impl fmt::Display for Defect {
             Defect::WrongLsn { expected, found } => {
                 write!(f, "record has LSN {found}, expected {expected}")
             }
+            Defect::WrongBatchIndex { previous: None, found } => {
+                write!(f, "a segment's first record has batch index {found}, expected 0")
+            }
+            Defect::WrongBatchIndex { previous: Some(p), found } => {
+                write!(
+                    f,
+                    "record has batch index {found} after {p}, expected 0 or {}",
+                    *p as u64 + 1
+                )
+            }
             Defect::LsnOverflow => write!(f, "LSN space exhausted"),
         }
     }
 }
 
-/// What [`scan`] found in a segment.
+/// What the next record of a segment must look like. Feed it each record in order.
+#[derive(Debug, Clone)]
+pub struct Checker {
+    /// The LSN the next record must carry.
+    next_lsn: Lsn,
+    /// The previous record's batch index (`None` before the segment's first record).
+    previous_index: Option<u32>,
+    /// The largest payload believed.
+    record_bytes_max: usize,
+}
+
+impl Checker {
+    /// A checker for a segment whose first record must carry `first_lsn`.
+    pub fn new(first_lsn: Lsn, record_bytes_max: usize) -> Checker {
+        Checker { next_lsn: first_lsn, previous_index: None, record_bytes_max }
+    }
+
+    /// The LSN the next record must carry: after the last accepted record, the segment's next.
+    pub fn next_lsn(&self) -> Lsn {
+        self.next_lsn
+    }
+
+    /// Judges a header before its payload is read: `room` is the number of segment bytes after
+    /// the header. Returns the payload length to read.
+    pub fn check_header(&self, header: &Header, room: u64) -> Result<usize, Defect> {
+        // LSN u64::MAX is never assigned, so that "the next LSN" always exists.
+        if self.next_lsn.0 == u64::MAX {
+            return Err(Defect::LsnOverflow);
+        }
+        let too_long = Defect::TooLong { len: u64::from(header.len), max: self.record_bytes_max };
+        let len = usize::try_from(header.len).map_err(|_| too_long.clone())?;
+        if len > self.record_bytes_max {
+            return Err(too_long);
+        }
+        if u64::from(header.len) > room {
+            return Err(Defect::ShortPayload { len: u64::from(header.len), have: room });
+        }
+        Ok(len)
+    }
+
+    /// Judges a record whose header passed [`Checker::check_header`], given the checksum
+    /// computed over it; on success the record is accepted and the checker moves past it.
+    pub fn accept(&mut self, header: &Header, computed_crc: u32) -> Result<(), Defect> {
+        // Checked again (check_header does too) because the `+ 1` below relies on it: LSN
+        // u64::MAX is never assigned, so that "the next LSN" always exists.
+        if self.next_lsn.0 == u64::MAX {
+            return Err(Defect::LsnOverflow);
+        }
+        if computed_crc != header.crc {
+            return Err(Defect::BadCrc { stored: header.crc, computed: computed_crc });
+        }
+        if header.lsn != self.next_lsn {
+            return Err(Defect::WrongLsn { expected: self.next_lsn, found: header.lsn });
+        }
+        let follows = match self.previous_index {
+            None => header.batch_index == 0,
+            Some(p) => header.batch_index == 0 || Some(header.batch_index) == p.checked_add(1),
+        };
+        if !follows {
+            return Err(Defect::WrongBatchIndex {
+                previous: self.previous_index,
+                found: header.batch_index,
+            });
+        }
+        self.next_lsn = Lsn(self.next_lsn.0 + 1);
+        self.previous_index = Some(header.batch_index);
+        Ok(())
+    }
+}
+
+/// What [`scan`] found in a segment's records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scan {
     /// The intact records, in order: each LSN with its payload's byte range in the input.
@@ -120,52 +260,38 @@ pub struct Scan {
     pub defect: Option<(usize, Defect)>,
 }
 
-/// Reads the records of a segment whose first record should carry `first_lsn`. Never panics,
-/// whatever `bytes` holds.
+/// Checks the records held in `bytes` (a segment's bytes after its header), whose first record
+/// should carry `first_lsn`, stopping at the first defect. Never panics, whatever `bytes`
+/// holds. The log itself reads segments in a streaming way with the same [`Checker`].
 pub fn scan(bytes: &[u8], first_lsn: Lsn, record_bytes_max: usize) -> Scan {
     let mut records = Vec::new();
+    let mut checker = Checker::new(first_lsn, record_bytes_max);
     let mut off = 0usize;
-    let mut expected = first_lsn;
     let defect = loop {
         let rest = &bytes[off..];
         if rest.is_empty() {
             break None;
         }
-        // LSN u64::MAX is never assigned, so that "the next LSN" always exists.
-        if expected.0 == u64::MAX {
-            break Some((off, Defect::LsnOverflow));
-        }
         let Some((header, body)) = rest.split_first_chunk::<RECORD_HEADER_BYTES>() else {
-            break Some((off, Defect::ShortHeader { have: rest.len() }));
+            break Some((off, Defect::ShortHeader { have: rest.len() as u64 }));
         };
-        // `header` is a `[u8; 16]`, so these constant indices cannot fail.
-        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
-        let stored = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-        let mut lsn_bytes = [0u8; 8];
-        lsn_bytes.copy_from_slice(&header[8..16]);
-        let lsn = Lsn(u64::from_le_bytes(lsn_bytes));
-        let Ok(len) = usize::try_from(len) else {
-            break Some((off, Defect::TooLong { len: u64::from(len), max: record_bytes_max }));
+        let header = Header::parse(header);
+        let len = match checker.check_header(&header, body.len() as u64) {
+            Ok(len) => len,
+            Err(d) => break Some((off, d)),
         };
-        if len > record_bytes_max {
-            break Some((off, Defect::TooLong { len: len as u64, max: record_bytes_max }));
-        }
-        let Some(payload) = body.get(..len) else {
-            break Some((off, Defect::ShortPayload { len, have: body.len() }));
-        };
-        let computed = record_crc(lsn, payload);
-        if computed != stored {
-            break Some((off, Defect::BadCrc { stored, computed }));
-        }
-        if lsn != expected {
-            break Some((off, Defect::WrongLsn { expected, found: lsn }));
+        // check_header made sure the body holds `len` bytes.
+        let payload = &body[..len];
+        let mut crc = header.crc_start();
+        crc.update(payload);
+        if let Err(d) = checker.accept(&header, crc.finish()) {
+            break Some((off, d));
         }
         let start = off + RECORD_HEADER_BYTES;
-        records.push((lsn, start..start + len));
+        records.push((header.lsn, start..start + len));
         off = start + len;
-        expected = Lsn(expected.0 + 1);
     };
-    Scan { records, intact_end: off, next_lsn: expected, defect }
+    Scan { records, intact_end: off, next_lsn: checker.next_lsn(), defect }
 }
 
 #[cfg(test)]
@@ -173,10 +299,11 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn encode_all(first: u64, payloads: &[Vec<u8>]) -> Vec<u8> {
+    /// Records `first..` with the given payloads, in batches of `batch` records.
+    fn encode_all(first: u64, payloads: &[Vec<u8>], batch: usize) -> Vec<u8> {
         let mut out = Vec::new();
         for (i, p) in payloads.iter().enumerate() {
-            encode_into(Lsn(first + i as u64), p, &mut out);
+            encode_into(Lsn(first + i as u64), (i % batch.max(1)) as u32, p, &mut out);
         }
         out
     }
@@ -184,20 +311,22 @@ mod tests {
     #[test]
     fn layout_is_as_documented() {
         let mut out = Vec::new();
-        encode_into(Lsn(0x0102_0304_0506_0708), b"abc", &mut out);
-        assert_eq!(out.len(), 16 + 3);
-        assert_eq!(&out[0..4], &3u32.to_le_bytes());
-        let mut crc_input = 0x0102_0304_0506_0708u64.to_le_bytes().to_vec();
-        crc_input.extend_from_slice(b"abc");
-        assert_eq!(&out[4..8], &thor_core::checksum::crc32c(&crc_input).to_le_bytes());
+        encode_into(Lsn(0x0102_0304_0506_0708), 0x0a0b_0c0d, b"abc", &mut out);
+        assert_eq!(out.len(), 20 + 3);
+        assert_eq!(&out[4..8], &3u32.to_le_bytes());
         assert_eq!(&out[8..16], &[8, 7, 6, 5, 4, 3, 2, 1]);
-        assert_eq!(&out[16..], b"abc");
+        assert_eq!(&out[16..20], &[0x0d, 0x0c, 0x0b, 0x0a]);
+        assert_eq!(&out[20..], b"abc");
+        // The checksum covers everything after itself: the rest of the header and the payload.
+        assert_eq!(&out[0..4], &thor_core::checksum::crc32c(&out[4..]).to_le_bytes());
+        let h = Header::parse(out[..20].try_into().unwrap());
+        assert_eq!(h.batch_first(), Some(Lsn(0x0102_0304_0506_0708 - 0x0a0b_0c0d)));
     }
 
     #[test]
     fn roundtrip() {
         let payloads = vec![b"one".to_vec(), Vec::new(), vec![7u8; 1000]];
-        let bytes = encode_all(5, &payloads);
+        let bytes = encode_all(5, &payloads, 2);
         let s = scan(&bytes, Lsn(5), 1 << 20);
         assert_eq!(s.defect, None);
         assert_eq!(s.intact_end, bytes.len());
@@ -208,20 +337,26 @@ mod tests {
 
     #[test]
     fn each_defect_is_named() {
-        let bytes = encode_all(1, &[b"hello".to_vec()]);
+        let bytes = encode_all(1, &[b"hello".to_vec()], 1);
         // Short header.
         let s = scan(&bytes[..10], Lsn(1), 100);
         assert_eq!(s.defect, Some((0, Defect::ShortHeader { have: 10 })));
         // Short payload.
-        let s = scan(&bytes[..18], Lsn(1), 100);
+        let s = scan(&bytes[..22], Lsn(1), 100);
         assert_eq!(s.defect, Some((0, Defect::ShortPayload { len: 5, have: 2 })));
         // Length over the bound.
         let s = scan(&bytes, Lsn(1), 4);
         assert_eq!(s.defect, Some((0, Defect::TooLong { len: 5, max: 4 })));
-        // Flipped payload bit.
-        let mut bad = bytes.clone();
-        bad[17] ^= 0x10;
-        assert!(matches!(scan(&bad, Lsn(1), 100).defect, Some((0, Defect::BadCrc { .. }))));
+        // Flipped payload bit, flipped length bit, flipped batch-index bit: all checksummed.
+        for at in [21, 4, 16] {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x01;
+            let d = scan(&bad, Lsn(1), 100).defect;
+            assert!(
+                matches!(d, Some((0, Defect::BadCrc { .. } | Defect::ShortPayload { .. }))),
+                "{at}: {d:?}"
+            );
+        }
         // Intact record, wrong place in the sequence.
         let s = scan(&bytes, Lsn(2), 100);
         assert_eq!(s.defect, Some((0, Defect::WrongLsn { expected: Lsn(2), found: Lsn(1) })));
@@ -230,10 +365,40 @@ mod tests {
     }
 
     #[test]
+    fn batch_indexes_must_start_at_zero_and_count_up_or_restart() {
+        let mut ok = Vec::new();
+        for (lsn, idx) in [(1, 0), (2, 1), (3, 2), (4, 0), (5, 0), (6, 1)] {
+            encode_into(Lsn(lsn), idx, b"x", &mut ok);
+        }
+        assert_eq!(scan(&ok, Lsn(1), 10).defect, None);
+        let mut skip = Vec::new();
+        encode_into(Lsn(1), 0, b"x", &mut skip);
+        encode_into(Lsn(2), 2, b"x", &mut skip);
+        assert_eq!(
+            scan(&skip, Lsn(1), 10).defect.map(|d| d.1),
+            Some(Defect::WrongBatchIndex { previous: Some(0), found: 2 })
+        );
+        let mut mid = Vec::new();
+        encode_into(Lsn(1), 3, b"x", &mut mid);
+        assert_eq!(
+            scan(&mid, Lsn(1), 10).defect.map(|d| d.1),
+            Some(Defect::WrongBatchIndex { previous: None, found: 3 })
+        );
+    }
+
+    #[test]
+    fn batch_first_never_points_before_lsn_one() {
+        let h = Header { crc: 0, len: 0, lsn: Lsn(3), batch_index: 3 };
+        assert_eq!(h.batch_first(), None);
+        let h = Header { crc: 0, len: 0, lsn: Lsn(3), batch_index: 2 };
+        assert_eq!(h.batch_first(), Some(Lsn(1)));
+    }
+
+    #[test]
     fn lsn_overflow_is_a_defect_not_a_panic() {
         let mut bytes = Vec::new();
-        encode_into(Lsn(u64::MAX - 1), b"x", &mut bytes);
-        encode_into(Lsn(u64::MAX), b"y", &mut bytes);
+        encode_into(Lsn(u64::MAX - 1), 0, b"x", &mut bytes);
+        encode_into(Lsn(u64::MAX), 1, b"y", &mut bytes);
         let s = scan(&bytes, Lsn(u64::MAX - 1), 100);
         assert_eq!(s.records.len(), 1);
         assert_eq!(s.next_lsn, Lsn(u64::MAX));
@@ -249,9 +414,10 @@ mod tests {
             let s = scan(&bytes, Lsn(first), 256);
             prop_assert!(s.intact_end <= bytes.len());
             prop_assert_eq!(s.defect.is_none(), s.intact_end == bytes.len());
-            for (l, r) in &s.records {
+            for (_, r) in &s.records {
                 prop_assert!(r.end <= s.intact_end);
-                prop_assert_eq!(record_crc(*l, &bytes[r.clone()]), u32::from_le_bytes(bytes[r.start - 12..r.start - 8].try_into().unwrap()));
+                let stored = u32::from_le_bytes(bytes[r.start - 20..r.start - 16].try_into().unwrap());
+                prop_assert_eq!(thor_core::checksum::crc32c(&bytes[r.start - 16..r.end]), stored);
             }
         }
 
@@ -260,10 +426,11 @@ mod tests {
         #[test]
         fn bit_flips_are_caught(
             payloads in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 1..8),
+            batch in 1usize..4,
             flip in any::<proptest::sample::Index>(),
             bit in 0u8..8,
         ) {
-            let good = encode_all(1, &payloads);
+            let good = encode_all(1, &payloads, batch);
             let mut bad = good.clone();
             let at = flip.index(bad.len());
             bad[at] ^= 1 << bit;
@@ -284,7 +451,7 @@ mod tests {
             payloads in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..8),
             cut in any::<proptest::sample::Index>(),
         ) {
-            let good = encode_all(9, &payloads);
+            let good = encode_all(9, &payloads, 3);
             let cut = cut.index(good.len() + 1);
             let s = scan(&good[..cut], Lsn(9), 256);
             let mut end = 0;
