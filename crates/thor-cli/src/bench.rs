@@ -97,7 +97,7 @@ fn fresh_db(base: &Option<PathBuf>, name: &str, opts: EngineOptions) -> Result<D
             (Some(t), p)
         }
     };
-    let disk = Arc::new(FileDisk::open_dir(&path, true)?);
+    let disk = Arc::new(FileDisk::open_locked(&path, true, "thor bench")?);
     let engine = Arc::new(Engine::create(disk, opts)?);
     let class = engine
         .commit(CommitRequest { versions: vec![], created: vec![class().to_class_object()] })?

@@ -36,7 +36,7 @@ thor_client::class! {
 }
 
 fn server(path: &std::path::Path) -> Result<Arc<Engine>> {
-    let disk = Arc::new(FileDisk::open_dir(path, true)?);
+    let disk = Arc::new(FileDisk::open_locked(path, true, "thor demo")?);
     let opts = EngineOptions::default();
     let engine = match Engine::open(disk.clone(), opts.clone()) {
         Ok(e) => e,

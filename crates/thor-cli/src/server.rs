@@ -75,7 +75,7 @@ fn open_engine(args: &ServerArgs, protocol: ProtocolConfig) -> Result<Engine> {
         bail!("{} does not exist; pass --create to create a database there", args.dir.display());
     }
     let disk = Arc::new(
-        FileDisk::open_dir(&args.dir, args.create)
+        FileDisk::open_locked(&args.dir, args.create, "thor server")
             .with_context(|| format!("opening {}", args.dir.display()))?,
     );
     match Engine::open(disk.clone(), opts.clone()) {

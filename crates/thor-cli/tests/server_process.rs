@@ -60,3 +60,36 @@ fn thor_server_creates_serves_and_stops_on_sigterm() {
     drop(t);
     proc.stop(err);
 }
+
+#[test]
+fn second_opener_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let (proc, _addr, err) = start(&dir, &["--create", "--page-kb", "4"], None);
+    // A second server on the same directory is refused, and told who holds it.
+    let out = thor()
+        .args(["server", "--dir"])
+        .arg(&dir)
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let msg = String::from_utf8_lossy(&out.stderr);
+    let pid = proc.0.id().to_string();
+    assert!(msg.contains("in use") && msg.contains(&pid), "names the holder: {msg}");
+    assert!(msg.contains("thor server"), "names the program: {msg}");
+    // So is an embedded opener.
+    let out = thor()
+        .args(["oo7", "run", "--dir"])
+        .arg(&dir)
+        .args(["--traversal", "t1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(msg.contains("in use") && msg.contains(&pid), "names the holder: {msg}");
+    proc.stop(err);
+    // Once the holder is gone the directory opens again.
+    let (proc, _addr, err) = start(&dir, &[], None);
+    proc.stop(err);
+}

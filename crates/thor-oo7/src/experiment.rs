@@ -81,7 +81,7 @@ pub enum Endpoint {
 
 /// Opens the database in `dir` on an embedded server.
 pub fn open_embedded(dir: &Path) -> Result<Arc<Engine>, Oo7Error> {
-    let disk = Arc::new(FileDisk::open_dir(dir, false)?);
+    let disk = Arc::new(FileDisk::open_locked(dir, false, "thor oo7")?);
     Ok(Arc::new(Engine::open(disk, EngineOptions::default())?))
 }
 

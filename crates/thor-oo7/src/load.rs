@@ -153,7 +153,7 @@ pub fn load_dir(
     opts: LoadOptions,
     progress: impl FnMut(u64, u64),
 ) -> Result<LoadReport, Oo7Error> {
-    let disk = Arc::new(FileDisk::open_dir(dir, true)?);
+    let disk = Arc::new(FileDisk::open_locked(dir, true, "thor oo7 load")?);
     let eopts = EngineOptions {
         page_size: opts.page_size,
         background_flusher: false,

@@ -22,7 +22,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use thor_core::{Lsn, PageId, PageView, builtin, page};
 use thor_storage::{Disk, Log, LogOptions, PageFile, StorageError};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::core::install::{CheckpointJob, InstallJob, Installed};
 use crate::core::{Core, CoreConfig, Effect, Input, ReadError};
@@ -273,32 +273,30 @@ pub fn recover(
     let dwb = DoubleWrite::open(&*disk, page_size)?;
     restore_torn_pages(&pages, &dwb, page_size)?;
     let disk_side = DiskSide { disk: disk.clone(), page_size, pages, dwb };
-    let (log, recovered) = Log::open(disk.clone(), log_opts)?;
-    if recovered.torn_bytes_cut > 0 {
-        warn!(bytes = recovered.torn_bytes_cut, "cut a torn tail off the log");
-    }
+    // Streaming: the log is read a chunk at a time, so an open holds the MOB's budget of
+    // versions, not the log.
+    let (log, report) = Log::open_streaming(disk.clone(), log_opts)?;
     let log = Arc::new(log);
     let checkpoint = sb.checkpoint;
-    let mut core = Core::new(cfg, sb)?;
+    let next_lsn = report.next_lsn;
     // Every record from the checkpoint to the log's end must be there: the checkpoint never
     // passes a record that is not durable, and truncation removes only records below it.
-    if checkpoint > recovered.next_lsn {
+    if checkpoint > next_lsn {
         return Err(EngineError::CorruptRecord {
             lsn: checkpoint.0,
-            why: format!(
-                "the superblock's checkpoint is past the log's end (LSN {})",
-                recovered.next_lsn
-            ),
+            why: format!("the superblock's checkpoint is past the log's end (LSN {next_lsn})"),
         });
     }
-    let mut expected = checkpoint;
+    let mut core = Core::new(cfg, sb)?;
     let mut replayed = 0;
     let mut rounds = 0;
     let mut fx = Vec::new();
-    for (lsn, payload) in recovered.records {
-        if lsn < checkpoint {
-            continue;
-        }
+    let mut reader = log.reader(checkpoint).map_err(|e| EngineError::CorruptRecord {
+        lsn: checkpoint.0,
+        why: format!("the log no longer holds the records from the checkpoint on: {e}"),
+    })?;
+    let mut expected = checkpoint;
+    while let Some((lsn, payload)) = reader.next()? {
         if lsn != expected {
             return Err(EngineError::CorruptRecord {
                 lsn: expected.0,
@@ -306,13 +304,14 @@ pub fn recover(
             });
         }
         expected = lsn.next();
-        core.replay(lsn, Bytes::from(payload))?;
+        core.replay(lsn, Bytes::copy_from_slice(payload))?;
         replayed += 1;
         if core.mob_over_budget() {
             install_now(&mut core, &disk_side, &*log, &mut fx)?;
             rounds += 1;
         }
     }
+    drop(reader);
     let (tail, fresh) = core.tail_page();
     let image = if fresh {
         None
@@ -322,7 +321,7 @@ pub fn recover(
             ReadError::Storage(why) => EngineError::Read { page: tail, why },
         })?)
     };
-    core.finish_recovery(recovered.next_lsn, image)?;
+    core.finish_recovery(next_lsn, image)?;
     if replayed > 0 {
         info!(records = replayed, rounds, "recovered from the log");
     }

@@ -29,7 +29,7 @@ fn read(e: &Engine, oref: Oref) -> Vec<u8> {
 
 fn main() {
     let dir = std::env::args().nth(1).expect("usage: thor-commit-loop DIR");
-    let disk = Arc::new(FileDisk::open_dir(&dir, true).expect("open dir"));
+    let disk = Arc::new(FileDisk::open_locked(&dir, true, "thor-commit-loop").expect("open dir"));
     let opts = EngineOptions {
         page_size: 4096,
         mob_bytes: 256 * 1024,
