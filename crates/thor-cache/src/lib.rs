@@ -1,6 +1,6 @@
-//! thor's client cache managers and the page replacement policies they and the server's page
-//! cache are built on. No I/O: everything here is a pure data structure driven by its caller,
-//! so simulators (`thor-cachesim`, the OO7 experiments) run exactly the code that ships.
+//! thor's client cache managers. No I/O: everything here is a pure data structure driven by
+//! its caller, so the OO7 experiments run exactly the code that ships. The page replacement
+//! policies FPC orders its frames with are the `thor-policy` crate.
 //!
 //! - [`arena`]: the preallocated frames;
 //! - [`core`]: the indirection table, lazy installation, swizzling, pins, created and modified
@@ -9,8 +9,7 @@
 //!   [`ClientCache`], which runs the one a [`CacheConfig`] names;
 //! - [`hac`]: HAC, hybrid adaptive caching: pages, and only the hot objects of the pages
 //!   that are poorly used (the paper's client cache);
-//! - [`fpc`]: FPC, whole pages with perfect LRU;
-//! - [`policy`]: block replacement policies (LRU, MRU, CLOCK, ARC) for page-granularity caches.
+//! - [`fpc`]: FPC, whole pages with perfect LRU (`thor_policy::Lru`).
 //!
 //! *Architecture invariant:* no I/O, no clock except the replacement timer (a measurement).
 
@@ -21,7 +20,6 @@ pub mod fpc;
 pub mod hac;
 pub mod manager;
 pub mod orefindex;
-pub mod policy;
 pub mod readset;
 
 pub use error::CacheError;
