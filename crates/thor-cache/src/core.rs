@@ -47,6 +47,7 @@ use thor_core::{ClassDesc, Oref, PageId, PageView, RawRef, builtin};
 
 use crate::arena::Arena;
 use crate::error::CacheError;
+use crate::limits::{ENTRY_STEP_MAX, ENTRY_STEP_MIN, MIN_FRAMES, RENAMES_MAX};
 use crate::orefindex::OrefIndex;
 use crate::readset::ReadSet;
 
@@ -187,10 +188,6 @@ pub enum Need {
     Stale(PageId),
 }
 
-/// Renames of created objects kept after their commit, so that handles made before the commit
-/// still resolve: at most this many (12 bytes each, counted in the budget).
-pub const RENAMES_MAX: usize = 1 << 16;
-
 /// See the module documentation.
 #[derive(Debug)]
 pub struct CacheCore {
@@ -249,15 +246,6 @@ pub struct CacheCore {
     /// Counters.
     pub stats: CoreStats,
 }
-
-/// Fewest entries the indirection table grows by (a 4 KB step).
-const ENTRY_STEP_MIN: usize = 256;
-/// Most entries the indirection table grows by (1 MB).
-const ENTRY_STEP_MAX: usize = 1 << 16;
-
-/// The smallest number of usable frames a cache works with: one being filled by a fetch, one
-/// kept free for the next, one being compacted into.
-pub const MIN_FRAMES: usize = 3;
 
 impl CacheCore {
     /// A cache of `budget_bytes` (frames and tables) over pages of `page_size` bytes.

@@ -9,7 +9,8 @@
 //!   [`ClientCache`], which runs the one a [`CacheConfig`] names;
 //! - [`hac`]: HAC, hybrid adaptive caching: pages, and only the hot objects of the pages
 //!   that are poorly used (the paper's client cache);
-//! - [`fpc`]: FPC, whole pages with perfect LRU (`thor_policy::Lru`).
+//! - [`fpc`]: FPC, whole pages with perfect LRU (`thor_policy::Lru`);
+//! - [`limits`]: every bound, with its reason.
 //!
 //! *Architecture invariant:* no I/O, no clock except the replacement timer (a measurement).
 
@@ -18,6 +19,7 @@ pub mod core;
 pub mod error;
 pub mod fpc;
 pub mod hac;
+pub mod limits;
 pub mod manager;
 pub mod orefindex;
 pub mod readset;
