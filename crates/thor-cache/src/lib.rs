@@ -10,6 +10,8 @@
 //! - [`hac`]: HAC, hybrid adaptive caching: pages, and only the hot objects of the pages
 //!   that are poorly used (the paper's client cache);
 //! - [`fpc`]: FPC, whole pages with perfect LRU (`thor_policy::Lru`);
+//! - [`txn`]: the current transaction's cache state (undo copies, created objects, the read
+//!   set), the commit's export format, commit, abort and invalidation;
 //! - [`limits`]: every bound, with its reason.
 //!
 //! *Architecture invariant:* no I/O, no clock except the replacement timer (a measurement).
@@ -23,9 +25,11 @@ pub mod limits;
 pub mod manager;
 pub mod orefindex;
 pub mod readset;
+pub mod txn;
 
 pub use error::CacheError;
 pub use hac::{Fraction, Hac, HacParams};
 pub use manager::{
     CacheConfig, CacheManager, CacheStats, ClientCache, PolicyConfig, ReplacementStats,
 };
+pub use txn::{Invalidation, NewObject};

@@ -21,6 +21,12 @@ pub const ENTRY_STEP_MAX: usize = 1 << 16;
 /// back to an error naming the long-past transaction.
 pub const RENAMES_MAX: usize = 1 << 16;
 
+/// Bytes of undo-copy buffer kept between transactions. A transaction's undo copies live in
+/// one buffer ([`crate::txn`]); keeping its allocation saves a reallocation per transaction,
+/// but after a transaction that wrote most of the cache the buffer would hold that much memory
+/// outside the budget for good, so anything beyond this is given back.
+pub const UNDO_RETAINED_BYTES: usize = 1 << 20;
+
 /// Largest E (HAC): the candidate set's tree has E leaves rounded up to a power of two.
 pub const EPOCHS_MAX: u32 = 4096;
 /// Largest S (HAC): frames each pointer looks at per epoch (the paper studied 2 to 20).
