@@ -20,6 +20,15 @@
 //! object gets an entry (if it has none), its location is recorded, and its shape is checked
 //! against its class once.
 //!
+//! That check is where untrusted bytes become trusted ones. A page comes from the server and
+//! may be anything; `PageView::parse` checks its header and offset table when it is copied in,
+//! and installation checks each object before anything reads it as an object: its class word
+//! must be the oref of a stored object, its size must be what its class and count say, and each
+//! reference word must be null or an even oref naming a page. A word with the spare bit set
+//! would otherwise be taken for a swizzled reference, an index into the indirection table. A
+//! malformed object is a [`CacheError::MalformedPage`] naming the page and the byte, and is not
+//! installed; nothing of it is used.
+//!
 //! References inside cached objects are swizzled lazily and in place: the first time a reference
 //! field is read, its oref is replaced by the target's entry index with the oref's spare bit
 //! set, and the target entry's reference count goes up.
@@ -538,13 +547,27 @@ impl CacheCore {
         page: PageId,
         bytes: &[u8],
     ) -> Result<(), CacheError> {
+        let malformed = |offset: usize, why: String| CacheError::MalformedPage {
+            page: page.get(),
+            offset: offset as u32,
+            why,
+        };
         if bytes.len() != self.page_size {
-            return Err(CacheError::BadPage { page: page.get(), why: "wrong length".into() });
+            return Err(malformed(
+                0,
+                format!("{} bytes, not a page of {}", bytes.len(), self.page_size),
+            ));
         }
-        let view = PageView::parse(bytes)
-            .map_err(|e| CacheError::BadPage { page: page.get(), why: e.to_string() })?;
+        let view = PageView::parse(bytes).map_err(|e| {
+            // An offset-table entry gives the place; anything else is in the header.
+            let at = match e {
+                thor_core::FormatError::BadOffset { offset, .. } => offset as usize,
+                _ => 0,
+            };
+            malformed(at, e.to_string())
+        })?;
         if view.page_id() != page {
-            return Err(CacheError::BadPage { page: page.get(), why: "page id mismatch".into() });
+            return Err(malformed(0, format!("header names page {}", view.page_id().get())));
         }
         let objects = view.object_count() as u32;
         let base = self.frame_base(f);
@@ -759,14 +782,23 @@ impl CacheCore {
             }
         };
         let obj = self.arena.bytes(base + range.start, range.len());
+        let malformed = |at: usize, why: &str| CacheError::MalformedPage {
+            page: page.get(),
+            offset: (range.start + at) as u32,
+            why: format!("object {oref:?}: {why}"),
+        };
+        // The bytes are the server's, untrusted: before the object is installed (and so before
+        // anything reads its words as entry indices or its size from its class), its class
+        // word must name a stored class and every reference word must be a stored oref.
         let class_word = u32_at(obj, 0);
+        let class = Oref::from_raw(class_word)
+            .filter(|c| c.page().is_some())
+            .ok_or_else(|| malformed(0, "the class word is not the oref of a stored object"))?;
         let Some(desc) = self.classes.get(&class_word) else {
-            let class = Oref::from_raw(class_word)
-                .filter(|c| !c.is_null())
-                .ok_or(CacheError::BadObject { oref, why: "class word is not an oref" })?;
             return Ok(Need::Class(class));
         };
-        desc.check_shape(obj).map_err(|why| CacheError::BadObject { oref, why })?;
+        desc.check_shape(obj).map_err(|why| malformed(0, why))?;
+        check_stored_refs(desc, obj).map_err(|(at, why)| malformed(at, why))?;
         let loc = (base + range.start) as u32;
         let fm = &mut self.frames[f as usize];
         let e = &mut self.entries[i as usize];
@@ -1268,6 +1300,26 @@ impl CacheCore {
         }
         Ok(())
     }
+}
+
+/// Checks that every reference word of `obj` (an object of class `desc` that passed
+/// [`ClassDesc::check_shape`], straight from a fetched page) is a stored oref: null, or even
+/// and naming a page. An odd word would be taken for a swizzled reference, an entry index, by
+/// everything that reads installed objects. Returns the offending word's offset in `obj`.
+fn check_stored_refs(desc: &ClassDesc, obj: &[u8]) -> Result<(), (usize, &'static str)> {
+    let mut bad = Ok(());
+    desc.for_each_ref_offset(obj, |off| {
+        if bad.is_err() {
+            return;
+        }
+        let w = u32_at(obj, off);
+        if w & 1 == 1 {
+            bad = Err((off, "a reference word has the spare (swizzle) bit set"));
+        } else if w != 0 && Oref::from_raw(w).and_then(Oref::page).is_none() {
+            bad = Err((off, "a reference word names page 0"));
+        }
+    });
+    bad
 }
 
 #[cfg(test)]

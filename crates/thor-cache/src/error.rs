@@ -21,21 +21,19 @@ pub enum CacheError {
     /// The indirection table has 2^31 entries.
     #[error("the indirection table is full")]
     TableFull,
-    /// A page from the server is malformed: the server or the network is faulty.
-    #[error("page {page} from the server is malformed: {why}")]
-    BadPage {
+    /// A page from the server holds something no correct server sends: a malformed header or
+    /// offset table, a reference word with the spare (swizzle) bit set, a reference or class
+    /// word naming no page, an object whose size does not match its class. The page is refused
+    /// and nothing of it is used; the server or the network is faulty, so report it and make a
+    /// new session.
+    #[error("page {page} from the server is malformed at byte {offset}: {why}")]
+    MalformedPage {
         /// The page.
         page: u32,
+        /// Byte offset within the page of what is wrong (0 for the header).
+        offset: u32,
         /// What is wrong.
         why: String,
-    },
-    /// An object from the server does not match its class.
-    #[error("object {oref:?} is malformed: {why}")]
-    BadObject {
-        /// The object.
-        oref: Oref,
-        /// What is wrong.
-        why: &'static str,
     },
     /// The server described a class differently from the descriptor already registered under
     /// the same class word, which installed objects were checked against: class objects are

@@ -3,10 +3,13 @@
 
 use std::sync::Arc;
 
+use thor_cache::CacheError;
 use thor_client::{ClientError, PolicyConfig, Ref, Refs, Session, SessionConfig};
+use thor_core::{Oref, PageView};
 use thor_net::{ClientConfig, LocalTransport};
 use thor_server::{Engine, EngineOptions, Handler, HandlerConfig};
 use thor_storage::MemDisk;
+use thor_wire::{Reply, ReplyBody, Request, ServerInfo, Transport, TransportError};
 
 thor_client::class! {
     /// A person with a friend and a name.
@@ -238,5 +241,73 @@ fn a_view_of_a_created_object_may_outlive_an_abort() {
         assert!(s.cache_stats().core.frames_freed > free_before, "{policy}");
         s.commit().unwrap();
         check_ring(&s, 20);
+    }
+}
+
+/// A transport that hands the session a page the server never sent: the word at byte `at` of
+/// page `page` replaced by `word` in every copy fetched.
+struct CorruptingTransport {
+    inner: LocalTransport,
+    page: u32,
+    at: usize,
+    word: u32,
+}
+
+impl Transport for CorruptingTransport {
+    fn server(&self) -> &ServerInfo {
+        self.inner.server()
+    }
+    fn send(&mut self, req: &Request) -> Result<(), TransportError> {
+        self.inner.send(req)
+    }
+    fn recv(&mut self) -> Result<Reply, TransportError> {
+        let mut reply = self.inner.recv()?;
+        if let ReplyBody::Page { page, bytes } = &mut reply.body
+            && page.get() == self.page
+        {
+            let mut b = bytes.to_vec();
+            b[self.at..self.at + 4].copy_from_slice(&self.word.to_le_bytes());
+            *bytes = bytes::Bytes::from(b);
+        }
+        Ok(reply)
+    }
+}
+
+/// A server sends a page in which one person's `friend` reference has the spare (swizzle) bit
+/// set: taken as it is, the word would name an entry of the client's indirection table. The
+/// session refuses the object with an error naming the page and the byte; the other people
+/// of the page read as they were committed.
+#[test]
+fn malformed_reference_in_fetched_page() {
+    let h = server(8192);
+    let s = session(&h, PolicyConfig::HAC, 1 << 20);
+    let people = build_ring(&s, 10);
+    s.commit().unwrap();
+    let victim: Oref = s.canonical(people[3]).unwrap().oref().unwrap();
+    drop(s);
+    // Where the friend word of person 3 is in its page, as the server stores it.
+    let page = victim.page().unwrap();
+    let image = h.engine().fetch(page).unwrap();
+    let at =
+        PageView::parse(&image).unwrap().offset(victim.oid()).unwrap() + Person::friend.offset();
+    for policy in POLICIES {
+        let t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
+        let bad = CorruptingTransport { inner: t, page: page.get(), at, word: (5 << 1) | 1 };
+        let s = Session::new(
+            Box::new(bad),
+            SessionConfig { cache_bytes: 1 << 20, policy, background_replacement: true },
+        )
+        .unwrap();
+        let g = s.get(s.root::<Group>(0).unwrap()).unwrap();
+        let (p3, p4) = (g.var_ref(3), g.var_ref(4));
+        drop(g);
+        match s.get(p3) {
+            Err(ClientError::Cache(CacheError::MalformedPage { page: p, offset, why })) => {
+                assert_eq!((p, offset as usize), (page.get(), at), "{policy}: {why}");
+            }
+            other => panic!("{policy}: expected a malformed page, got {other:?}"),
+        }
+        assert_eq!(s.get(p4).unwrap().get(Person::age), 4, "{policy}");
+        s.check_cache().unwrap();
     }
 }
