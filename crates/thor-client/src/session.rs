@@ -43,7 +43,7 @@ use thor_core::{ClassDesc, FormatError, Oref, PageId, RawRef, VarKind, builtin, 
 use thor_wire::{Commit, Reply, ReplyBody, Request, RequestBody, ServerInfo, Transport};
 
 use crate::error::ClientError;
-use crate::limits::SLOW_PATH_ROUNDS_MAX;
+use crate::limits::{LARGE_PIECES_MAX, SLOW_PATH_ROUNDS_MAX};
 use crate::typed::{Any, Class, Field, FieldType, Ref, Refs, VarSpec};
 
 /// The root slot that holds the schema directory (the list of class objects). Applications
@@ -560,13 +560,20 @@ impl Session {
     }
 
     /// Reads a whole large object.
+    ///
+    /// The tree comes from the server and is not trusted: its shape is checked as it is read,
+    /// and the pieces visited are bounded by what a well-formed tree of the length its root
+    /// claims has, and by [`LARGE_PIECES_MAX`]. A tree whose references form a cycle, or name
+    /// the same piece over and over, is a [`ClientError::Format`] (`FormatError::BadLarge`)
+    /// after at most that many pieces, not a loop.
     pub fn read_large(&self, r: Ref<crate::typed::Any>) -> Result<Vec<u8>, ClientError> {
         let root = self.get(r)?;
         let inner = self.inner();
         let mut bytes = Vec::new();
         inner.cache.copy_unswizzled(root.loc, &mut bytes);
         drop(root);
-        large::read(&bytes, |word| self.piece_bytes(word))
+        let page_size = inner.info.page_size;
+        large::read(&bytes, page_size, LARGE_PIECES_MAX, |word| self.piece_bytes(word))
     }
 
     /// The bytes of the piece of a large object that the (unswizzled) reference word `word`

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use thor_cache::CacheError;
-use thor_client::{ClientError, PolicyConfig, Ref, Refs, Session, SessionConfig};
-use thor_core::{Oref, PageView};
+use thor_client::{Any, ClientError, Large, PolicyConfig, Ref, Refs, Session, SessionConfig};
+use thor_core::{FormatError, Oref, PageView, builtin};
 use thor_net::{ClientConfig, LocalTransport};
 use thor_server::{Engine, EngineOptions, Handler, HandlerConfig};
 use thor_storage::MemDisk;
@@ -310,4 +310,75 @@ fn malformed_reference_in_fetched_page() {
         assert_eq!(s.get(p4).unwrap().get(Person::age), 4, "{policy}");
         s.check_cache().unwrap();
     }
+}
+
+/// A large object whose one interior piece names itself at all its references: a reference
+/// value that never ends. Reading it fails after the pieces its claimed length needs, in the
+/// session that created it (pieces named by serial) and in a new one (pieces fetched).
+#[test]
+fn a_cyclic_large_object_is_refused_within_its_budget() {
+    let page = 8192;
+    let h = server(page);
+    let s = session(&h, PolicyConfig::HAC, 1 << 20);
+    let fanout = (thor_core::limits::max_object_bytes(page)
+        - builtin::desc(builtin::REFS).unwrap().var_offset())
+        / 4;
+    let node = s.create::<Refs<Any>>(fanout).unwrap();
+    let nr = node.as_ref();
+    for k in 0..fanout {
+        node.set_var_ref(k, nr.cast()).unwrap();
+    }
+    drop(node);
+    let root = s.create::<Large>(1).unwrap();
+    root.set(Large::length, 3 * fanout as u64).unwrap();
+    root.set(Large::leaf_kind, 2).unwrap();
+    root.set(Large::height, 8).unwrap();
+    root.set_var_ref(0, nr.cast()).unwrap();
+    let rr = root.as_ref().cast::<Any>();
+    drop(root);
+    assert!(over_budget(s.read_large(rr)), "before the commit");
+    s.set_root(0, rr).unwrap();
+    s.commit().unwrap();
+    let s2 = session(&h, PolicyConfig::Fpc, 1 << 20);
+    let r2 = s2.root::<Any>(0).unwrap();
+    assert!(over_budget(s2.read_large(r2)), "read back");
+}
+
+/// Whether a read of a large object stopped at its piece budget.
+fn over_budget(r: Result<Vec<u8>, ClientError>) -> bool {
+    matches!(r, Err(ClientError::Format(FormatError::BadLarge(why))) if why.contains("cycle"))
+}
+
+/// Seven interior pieces, each naming the next at all its references, over one empty leaf: a
+/// byte value of fanout^7 empty leaves, which no check on the bytes read would stop (this is
+/// what a read without a piece budget would fetch for ever). The read stops after the pieces
+/// the claimed length needs.
+#[test]
+fn shared_pieces_that_blow_up_a_large_object_are_refused_within_its_budget() {
+    let page = 1024;
+    let h = server(page);
+    let s = session(&h, PolicyConfig::HAC, 1 << 20);
+    let fanout = (thor_core::limits::max_object_bytes(page)
+        - builtin::desc(builtin::REFS).unwrap().var_offset())
+        / 4;
+    let mut below: Ref<Any> = s.create::<thor_client::Bytes>(0).unwrap().as_ref().cast();
+    for _ in 0..7 {
+        let node = s.create::<Refs<Any>>(fanout).unwrap();
+        for k in 0..fanout {
+            node.set_var_ref(k, below).unwrap();
+        }
+        below = node.as_ref().cast();
+    }
+    let root = s.create::<Large>(1).unwrap();
+    root.set(Large::length, 100).unwrap();
+    root.set(Large::leaf_kind, 1).unwrap();
+    root.set(Large::height, 8).unwrap();
+    root.set_var_ref(0, below).unwrap();
+    let rr = root.as_ref().cast::<Any>();
+    drop(root);
+    s.set_root(0, rr).unwrap();
+    s.commit().unwrap();
+    let s2 = session(&h, PolicyConfig::HAC, 1 << 20);
+    let r2 = s2.root::<Any>(0).unwrap();
+    assert!(over_budget(s2.read_large(r2)));
 }
