@@ -54,7 +54,7 @@ fn cache(policy: PolicyConfig, budget: usize) -> ClientCache {
     })
     .unwrap();
     let (cl, desc) = class();
-    c.core.register_class(cl.raw(), Arc::new(desc));
+    c.register_class(cl.raw(), Arc::new(desc)).unwrap();
     c
 }
 
@@ -71,7 +71,7 @@ fn access(c: &mut Criterion) {
         for p in 2..66 {
             cache.install_page(PageId::new(p).unwrap(), &page(p, 64)).unwrap();
             for o in 0..PER_PAGE {
-                let i = cache.core.entry_for(oref(p, o)).unwrap();
+                let i = cache.entry_for(oref(p, o)).unwrap();
                 assert!(matches!(cache.resolve(i).unwrap(), Need::Resident(_)));
                 handles.push((i, oref(p, o).raw()));
             }
@@ -105,9 +105,9 @@ fn replacement(c: &mut Criterion) {
             cache.while_fetching().unwrap();
             cache.install_page(PageId::new(p).unwrap(), &images[(p - 2) as usize]).unwrap();
             for o in (0..PER_PAGE).step_by(4) {
-                let i = cache.core.entry_for(oref(p, o)).unwrap();
+                let i = cache.entry_for(oref(p, o)).unwrap();
                 if let Need::Resident(loc) = cache.resolve(i).unwrap() {
-                    cache.core.follow(loc, 4).unwrap();
+                    cache.follow(loc, 4).unwrap();
                 }
             }
             next = next.wrapping_add(1);

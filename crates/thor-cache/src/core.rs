@@ -1,6 +1,10 @@
 //! The machinery every client cache manager shares: frames, the indirection table, lazy
 //! installation and swizzling, pins, modified and created objects, and the memory budget.
 //!
+//! Everything here is private to thor-cache: the client library reaches it only through
+//! [`ClientCache`](crate::ClientCache)'s methods, so the invariants below are the cache's to
+//! keep (and [`CacheCore::check_invariants`] checks them).
+//!
 //! ```text
 //!   Ref (entry index, oref) ──► indirection table ──► entry { oref, loc, link, refs, usage, flags }
 //!                                                              │ loc = byte offset in the arena
@@ -14,9 +18,20 @@
 //! the entry says where the object is. Objects are installed lazily: a fetched page is copied into
 //! a frame and nothing else happens until a reference to one of its objects is followed. Then the
 //! object gets an entry (if it has none), its location is recorded, and its shape is checked
-//! against its class once. References inside cached objects are swizzled lazily and in place: the
-//! first time a reference field is read, its oref is replaced by the target's entry index with the
-//! oref's spare bit set, and the target entry's reference count goes up.
+//! against its class once.
+//!
+//! That check is where untrusted bytes become trusted ones. A page comes from the server and
+//! may be anything; `PageView::parse` checks its header and offset table when it is copied in,
+//! and installation checks each object before anything reads it as an object: its class word
+//! must be the oref of a stored object, its size must be what its class and count say, and each
+//! reference word must be null or an even oref naming a page. A word with the spare bit set
+//! would otherwise be taken for a swizzled reference, an index into the indirection table. A
+//! malformed object is a [`CacheError::MalformedPage`] naming the page and the byte, and is not
+//! installed; nothing of it is used.
+//!
+//! References inside cached objects are swizzled lazily and in place: the first time a reference
+//! field is read, its oref is replaced by the target's entry index with the oref's spare bit
+//! set, and the target entry's reference count goes up.
 //!
 //! # Reference counts
 //!
@@ -31,6 +46,8 @@
 //!
 //! Objects created by the current transaction live in frames of kind `New`, with an entry whose
 //! oref is a tagged serial number (unique in the session) until the commit assigns their orefs.
+//! The transaction's bookkeeping around them (which objects it created and modified, the undo
+//! copies, commit and abort) is [`crate::txn`]'s.
 //!
 //! # The budget
 //!
@@ -47,6 +64,7 @@ use thor_core::{ClassDesc, Oref, PageId, PageView, RawRef, builtin};
 
 use crate::arena::Arena;
 use crate::error::CacheError;
+use crate::limits::{ENTRY_STEP_MAX, ENTRY_STEP_MIN, MIN_FRAMES, RENAMES_MAX};
 use crate::orefindex::OrefIndex;
 use crate::readset::ReadSet;
 
@@ -187,25 +205,21 @@ pub enum Need {
     Stale(PageId),
 }
 
-/// Renames of created objects kept after their commit, so that handles made before the commit
-/// still resolve: at most this many (12 bytes each, counted in the budget).
-pub const RENAMES_MAX: usize = 1 << 16;
-
 /// See the module documentation.
 #[derive(Debug)]
 pub struct CacheCore {
     /// The frames.
-    pub arena: Arena,
+    pub(crate) arena: Arena,
     /// Bytes per page and frame.
-    pub page_size: usize,
+    pub(crate) page_size: usize,
     /// log2(page_size).
     shift: u32,
     /// Per-frame bookkeeping, indexed by frame.
-    pub frames: Vec<FrameMeta>,
+    pub(crate) frames: Vec<FrameMeta>,
     /// Free frames.
-    pub free: Vec<u32>,
+    pub(crate) free: Vec<u32>,
     /// The indirection table.
-    pub entries: Vec<Entry>,
+    pub(crate) entries: Vec<Entry>,
     /// Head of the free-entry list.
     free_entry: u32,
     /// Allocated entries.
@@ -217,7 +231,7 @@ pub struct CacheCore {
     /// Class oref → descriptor, for shape checks and reference scans.
     classes: FxHashMap<u32, Arc<ClassDesc>>,
     /// Entries read by the current transaction.
-    pub reads: ReadSet,
+    pub(crate) reads: ReadSet,
     /// The frame created objects are being put in, or [`NIL`].
     new_frame: u32,
     /// Next serial number for a created object.
@@ -247,21 +261,12 @@ pub struct CacheCore {
     /// replacement path, so it must not allocate per object).
     ref_scratch: Vec<u32>,
     /// Counters.
-    pub stats: CoreStats,
+    pub(crate) stats: CoreStats,
 }
-
-/// Fewest entries the indirection table grows by (a 4 KB step).
-const ENTRY_STEP_MIN: usize = 256;
-/// Most entries the indirection table grows by (1 MB).
-const ENTRY_STEP_MAX: usize = 1 << 16;
-
-/// The smallest number of usable frames a cache works with: one being filled by a fetch, one
-/// kept free for the next, one being compacted into.
-pub const MIN_FRAMES: usize = 3;
 
 impl CacheCore {
     /// A cache of `budget_bytes` (frames and tables) over pages of `page_size` bytes.
-    pub fn new(budget_bytes: usize, page_size: usize) -> Result<CacheCore, CacheError> {
+    pub(crate) fn new(budget_bytes: usize, page_size: usize) -> Result<CacheCore, CacheError> {
         if !thor_core::limits::is_valid_page_size(page_size) {
             return Err(CacheError::BadConfig(format!("invalid page size {page_size}")));
         }
@@ -311,13 +316,13 @@ impl CacheCore {
 
     /// The frame holding arena offset `loc`.
     #[inline]
-    pub fn frame_of(&self, loc: u32) -> u32 {
+    pub(crate) fn frame_of(&self, loc: u32) -> u32 {
         loc >> self.shift
     }
 
     /// Byte offset of frame `f`.
     #[inline]
-    pub fn frame_base(&self, f: u32) -> usize {
+    pub(crate) fn frame_base(&self, f: u32) -> usize {
         (f as usize) << self.shift
     }
 
@@ -337,7 +342,7 @@ impl CacheCore {
 
     /// Records the size of the manager's tables, so the budget covers them. Call
     /// [`CacheCore::rebalance`] afterwards.
-    pub fn set_manager_bytes(&mut self, bytes: usize) {
+    pub(crate) fn set_manager_bytes(&mut self, bytes: usize) {
         self.manager_bytes = bytes;
     }
 
@@ -382,7 +387,7 @@ impl CacheCore {
 
     /// Retires free frames while the tables push the total over the budget. Returns how many
     /// more frames must be retired once they are freed (the caller asks replacement for them).
-    pub fn rebalance(&mut self) -> usize {
+    pub(crate) fn rebalance(&mut self) -> usize {
         let allowed = self.frames_allowed().max(MIN_FRAMES);
         while self.usable_frames > allowed {
             let Some(f) = self.free.pop() else { break };
@@ -397,12 +402,12 @@ impl CacheCore {
 
     /// The entry for `oref_word` (an oref, or a tagged serial of a created object), if any.
     #[inline]
-    pub fn lookup(&self, oref_word: u32) -> Option<u32> {
+    pub(crate) fn lookup(&self, oref_word: u32) -> Option<u32> {
         self.index.get(oref_word, &self.entries)
     }
 
     /// The entry for `oref`, allocating a non-resident one if there is none.
-    pub fn entry_for(&mut self, oref: Oref) -> Result<u32, CacheError> {
+    pub(crate) fn entry_for(&mut self, oref: Oref) -> Result<u32, CacheError> {
         if let Some(i) = self.index.get(oref.raw(), &self.entries) {
             return Ok(i);
         }
@@ -459,7 +464,7 @@ impl CacheCore {
     /// modified by the current transaction, not being resolved by the slow path. The read set
     /// does not keep entries: it records orefs ([`ReadSet`]), so a transaction may read more
     /// objects than the cache holds.
-    pub fn maybe_free_entry(&mut self, i: u32) {
+    pub(crate) fn maybe_free_entry(&mut self, i: u32) {
         let e = self.entries[i as usize];
         if e.flags & F_LIVE != 0
             && e.loc == NOT_RESIDENT
@@ -479,25 +484,40 @@ impl CacheCore {
 
     /// Registers the descriptor of the class named by `class_word`: a class object's oref, or
     /// the tagged serial of a class object created by the current transaction.
-    pub fn register_class(&mut self, class_word: u32, desc: Arc<ClassDesc>) {
-        self.classes.insert(class_word, desc);
+    ///
+    /// A class word keeps its first descriptor: installed objects were checked against it and
+    /// their sizes are computed from it, so a different one (a server that changed a class
+    /// object, which is immutable) is refused rather than letting those sizes change.
+    pub(crate) fn register_class(
+        &mut self,
+        class_word: u32,
+        desc: Arc<ClassDesc>,
+    ) -> Result<(), CacheError> {
+        match self.classes.get(&class_word) {
+            Some(old) if **old != *desc => Err(CacheError::ClassChanged { class: class_word }),
+            Some(_) => Ok(()),
+            None => {
+                self.classes.insert(class_word, desc);
+                Ok(())
+            }
+        }
     }
 
     /// The descriptor of class `class_word`, if loaded.
     #[inline]
-    pub fn class(&self, class_word: u32) -> Option<&Arc<ClassDesc>> {
+    pub(crate) fn class(&self, class_word: u32) -> Option<&Arc<ClassDesc>> {
         self.classes.get(&class_word)
     }
 
     /// The class word of the resident object at `loc`.
     #[inline]
-    pub fn class_word(&self, loc: u32) -> u32 {
+    pub(crate) fn class_word(&self, loc: u32) -> u32 {
         self.arena.read_u32(loc as usize)
     }
 
     /// The size of the resident object at `loc` (its class is loaded: it was checked at
     /// installation).
-    pub fn object_size(&self, loc: u32) -> usize {
+    pub(crate) fn object_size(&self, loc: u32) -> usize {
         let desc =
             self.classes.get(&self.class_word(loc)).expect("installed objects have loaded classes");
         let count = match desc.var() {
@@ -510,25 +530,44 @@ impl CacheCore {
     // ----- pages and installation -----
 
     /// The frame holding page `page`, if resident.
-    pub fn page_frame(&self, page: PageId) -> Option<u32> {
+    pub(crate) fn page_frame(&self, page: PageId) -> Option<u32> {
         self.pages.get(&page.get()).copied()
     }
 
     /// Takes a free frame.
-    pub fn take_free_frame(&mut self) -> Option<u32> {
+    pub(crate) fn take_free_frame(&mut self) -> Option<u32> {
         self.free.pop()
     }
 
     /// Copies a fetched page into free frame `f` and checks its structure. The page must not be
     /// resident already.
-    pub fn install_page(&mut self, f: u32, page: PageId, bytes: &[u8]) -> Result<(), CacheError> {
+    pub(crate) fn install_page(
+        &mut self,
+        f: u32,
+        page: PageId,
+        bytes: &[u8],
+    ) -> Result<(), CacheError> {
+        let malformed = |offset: usize, why: String| CacheError::MalformedPage {
+            page: page.get(),
+            offset: offset as u32,
+            why,
+        };
         if bytes.len() != self.page_size {
-            return Err(CacheError::BadPage { page: page.get(), why: "wrong length".into() });
+            return Err(malformed(
+                0,
+                format!("{} bytes, not a page of {}", bytes.len(), self.page_size),
+            ));
         }
-        let view = PageView::parse(bytes)
-            .map_err(|e| CacheError::BadPage { page: page.get(), why: e.to_string() })?;
+        let view = PageView::parse(bytes).map_err(|e| {
+            // An offset-table entry gives the place; anything else is in the header.
+            let at = match e {
+                thor_core::FormatError::BadOffset { offset, .. } => offset as usize,
+                _ => 0,
+            };
+            malformed(at, e.to_string())
+        })?;
         if view.page_id() != page {
-            return Err(CacheError::BadPage { page: page.get(), why: "page id mismatch".into() });
+            return Err(malformed(0, format!("header names page {}", view.page_id().get())));
         }
         let objects = view.object_count() as u32;
         let base = self.frame_base(f);
@@ -549,7 +588,7 @@ impl CacheCore {
 
     /// Forgets that frame `f` holds its page (the frame is being emptied or compacted), unless
     /// a newer copy of the page superseded it there already.
-    pub fn unmap_page(&mut self, f: u32) {
+    pub(crate) fn unmap_page(&mut self, f: u32) {
         let fm = self.frames[f as usize];
         if fm.kind == FrameKind::Intact && self.pages.get(&fm.page) == Some(&f) {
             self.pages.remove(&fm.page);
@@ -562,7 +601,7 @@ impl CacheCore {
     /// hold a copy of an object that is installed elsewhere; that copy is never installed, so
     /// the slot is free for the installed copy when its own frame is compacted. A slot of
     /// another size belongs to a version of another size: the object is compacted as usual.
-    pub fn home_slot(&self, oref_word: u32, size: usize, except: u32) -> Option<u32> {
+    pub(crate) fn home_slot(&self, oref_word: u32, size: usize, except: u32) -> Option<u32> {
         let oref = Oref::from_raw(oref_word).filter(|o| !o.is_null())?;
         let page = oref.page()?;
         let f = *self.pages.get(&page.get())?;
@@ -580,7 +619,7 @@ impl CacheCore {
     /// version into the page's slot, with its references unswizzled (uninstalled copies hold
     /// orefs; their swizzled words would not be counted), or if the slot has another size, stop
     /// using the page copy for installation.
-    pub fn refresh_page_copy(&mut self, i: u32) {
+    pub(crate) fn refresh_page_copy(&mut self, i: u32) {
         let e = self.entries[i as usize];
         let Some(oref) = Oref::from_raw(e.oref).filter(|o| !o.is_null()) else { return };
         let Some(page) = oref.page() else { return };
@@ -623,7 +662,7 @@ impl CacheCore {
     /// `objects` and `used` too; the source frame's list and counts are the caller's business
     /// (compaction detaches the whole list first). The object must not be pinned: views point
     /// at it.
-    pub fn move_object(&mut self, i: u32, to: u32, size: usize) {
+    pub(crate) fn move_object(&mut self, i: u32, to: u32, size: usize) {
         let from = self.entries[i as usize].loc;
         debug_assert_ne!(from, NOT_RESIDENT);
         if from != to {
@@ -663,7 +702,7 @@ impl CacheCore {
     ///   doomed anyway.
     ///
     /// Returns whether the object left the cache now.
-    pub fn invalidate(&mut self, oref: Oref) -> bool {
+    pub(crate) fn invalidate(&mut self, oref: Oref) -> bool {
         if let Some(&f) = oref.page().and_then(|p| self.pages.get(&p.get())) {
             self.unmap_page(f);
         }
@@ -710,7 +749,7 @@ impl CacheCore {
 
     /// At the end of a transaction: evicts the invalidated objects that had to stay (see
     /// [`CacheCore::invalidate`]) and are free to go now.
-    pub fn retry_invalidations(&mut self) {
+    pub(crate) fn retry_invalidations(&mut self) {
         let mut pending = std::mem::take(&mut self.pending_invalid);
         pending.retain(|&(i, oref)| {
             let e = self.entries[i as usize];
@@ -720,7 +759,7 @@ impl CacheCore {
     }
 
     /// Slow path of an access to entry `i`: where the object is, or what is missing.
-    pub fn locate(&mut self, i: u32) -> Result<Need, CacheError> {
+    pub(crate) fn locate(&mut self, i: u32) -> Result<Need, CacheError> {
         let e = self.entries[i as usize];
         if e.loc != NOT_RESIDENT {
             return Ok(Need::Resident(e.loc));
@@ -743,14 +782,23 @@ impl CacheCore {
             }
         };
         let obj = self.arena.bytes(base + range.start, range.len());
+        let malformed = |at: usize, why: &str| CacheError::MalformedPage {
+            page: page.get(),
+            offset: (range.start + at) as u32,
+            why: format!("object {oref:?}: {why}"),
+        };
+        // The bytes are the server's, untrusted: before the object is installed (and so before
+        // anything reads its words as entry indices or its size from its class), its class
+        // word must name a stored class and every reference word must be a stored oref.
         let class_word = u32_at(obj, 0);
+        let class = Oref::from_raw(class_word)
+            .filter(|c| c.page().is_some())
+            .ok_or_else(|| malformed(0, "the class word is not the oref of a stored object"))?;
         let Some(desc) = self.classes.get(&class_word) else {
-            let class = Oref::from_raw(class_word)
-                .filter(|c| !c.is_null())
-                .ok_or(CacheError::BadObject { oref, why: "class word is not an oref" })?;
             return Ok(Need::Class(class));
         };
-        desc.check_shape(obj).map_err(|why| CacheError::BadObject { oref, why })?;
+        desc.check_shape(obj).map_err(|why| malformed(0, why))?;
+        check_stored_refs(desc, obj).map_err(|(at, why)| malformed(at, why))?;
         let loc = (base + range.start) as u32;
         let fm = &mut self.frames[f as usize];
         let e = &mut self.entries[i as usize];
@@ -766,7 +814,11 @@ impl CacheCore {
     /// Follows the reference word at byte `off` of the resident object at `loc`, swizzling it
     /// in place. Returns the target's entry and the oref word it was made for, or `None` for a
     /// null reference.
-    pub fn follow(&mut self, loc: u32, off: usize) -> Result<Option<(u32, u32)>, CacheError> {
+    pub(crate) fn follow(
+        &mut self,
+        loc: u32,
+        off: usize,
+    ) -> Result<Option<(u32, u32)>, CacheError> {
         let at = loc as usize + off;
         let w = self.arena.read_u32(at);
         if w & 1 == 1 {
@@ -787,9 +839,25 @@ impl CacheCore {
 
     /// The reference word at byte `off` of the object at `loc`, unswizzled: an oref word, or a
     /// tagged serial for a created object.
-    pub fn ref_word(&self, loc: u32, off: usize) -> u32 {
+    pub(crate) fn ref_word(&self, loc: u32, off: usize) -> u32 {
         let w = self.arena.read_u32(loc as usize + off);
         if w & 1 == 1 { self.entries[(w >> 1) as usize].oref } else { w }
+    }
+
+    /// Copies the resident object at `loc` into `out` (replacing its contents) with every
+    /// swizzled reference word replaced by the oref word of the entry it names: the object as
+    /// the server stores it, except that references to objects created by the current
+    /// transaction hold their tagged serials.
+    pub(crate) fn copy_unswizzled(&self, loc: u32, out: &mut Vec<u8>) {
+        let size = self.object_size(loc);
+        self.arena.copy_out(loc as usize, size, out);
+        let Some(desc) = self.classes.get(&self.class_word(loc)) else { return };
+        desc.for_each_ref_offset(self.arena.bytes(loc as usize, size), |off| {
+            let w = u32_at(out, off);
+            if w & 1 == 1 {
+                thor_core::le::put_u32(out, off, self.entries[(w >> 1) as usize].oref);
+            }
+        });
     }
 
     /// Stores a reference to entry `target` (or null) at byte `off` of the object at `loc`,
@@ -800,7 +868,7 @@ impl CacheCore {
     /// still name that entry, and if the count reached 0 now the entry could be freed and
     /// reused before an abort put the undo copy back. This is the HAC paper's lazy correction
     /// of reference counts at commit (section 2.3), for the decrements.
-    pub fn store_ref(&mut self, loc: u32, off: usize, target: Option<u32>) {
+    pub(crate) fn store_ref(&mut self, loc: u32, off: usize, target: Option<u32>) {
         let at = loc as usize + off;
         let old = self.arena.read_u32(at);
         if old & 1 == 1 {
@@ -819,7 +887,7 @@ impl CacheCore {
 
     /// At the end of a transaction (after an abort has put the undo copies back): applies the
     /// decrements [`CacheCore::store_ref`] deferred, freeing entries nothing keeps any more.
-    pub fn apply_deferred_releases(&mut self) {
+    pub(crate) fn apply_deferred_releases(&mut self) {
         let mut pending = std::mem::take(&mut self.deferred_releases);
         for &i in &pending {
             let e = &mut self.entries[i as usize];
@@ -839,7 +907,7 @@ impl CacheCore {
     /// Puts `undo` (the bytes entry `i` had before the transaction) back in place of its
     /// current bytes, fixing reference counts: the undo copy's references are counted before
     /// the current bytes' are released, so an entry both name never drops to 0 on the way.
-    pub fn restore_object(&mut self, i: u32, undo: &[u8]) {
+    pub(crate) fn restore_object(&mut self, i: u32, undo: &[u8]) {
         let loc = self.entries[i as usize].loc;
         debug_assert_ne!(loc, NOT_RESIDENT, "modified objects stay resident (no-steal)");
         let Some(desc) = self.classes.get(&self.class_word(loc)).cloned() else {
@@ -859,7 +927,7 @@ impl CacheCore {
 
     /// Decrements the counts of every entry the object at `loc` references (it is leaving the
     /// cache or being overwritten), freeing entries that nothing keeps.
-    pub fn release_refs(&mut self, loc: u32) {
+    pub(crate) fn release_refs(&mut self, loc: u32) {
         let mut targets = std::mem::take(&mut self.ref_scratch);
         self.swizzled_targets(loc, &mut targets);
         for &i in &targets {
@@ -896,7 +964,7 @@ impl CacheCore {
 
     /// The object of entry `i` leaves the cache (its frame is being reused): its references are
     /// released and the entry freed if nothing keeps it. The caller fixes the frame's lists.
-    pub fn discard(&mut self, i: u32) {
+    pub(crate) fn discard(&mut self, i: u32) {
         let loc = self.entries[i as usize].loc;
         debug_assert_ne!(loc, NOT_RESIDENT);
         self.release_refs(loc);
@@ -910,7 +978,7 @@ impl CacheCore {
 
     /// Empties frame `f` (an intact, compacted or new frame that is neither pinned nor holds
     /// modified objects): discards its installed objects and puts it on the free list.
-    pub fn evict_frame(&mut self, f: u32) {
+    pub(crate) fn evict_frame(&mut self, f: u32) {
         let fm = self.frames[f as usize];
         debug_assert!(fm.pins == 0 && fm.modified == 0, "evicting a pinned or modified frame");
         let mut i = fm.installed_head;
@@ -928,7 +996,7 @@ impl CacheCore {
     }
 
     /// Puts an emptied frame back on the free list (or retires it if the tables need room).
-    pub fn release_frame(&mut self, f: u32) {
+    pub(crate) fn release_frame(&mut self, f: u32) {
         self.frames[f as usize] = FrameMeta::FREE;
         self.stats.frames_freed += 1;
         if self.usable_frames > self.frames_allowed().max(MIN_FRAMES) {
@@ -944,14 +1012,14 @@ impl CacheCore {
 
     /// Pins the frame holding `loc`: it will not be reused or compacted until unpinned.
     #[inline]
-    pub fn pin(&mut self, loc: u32) {
+    pub(crate) fn pin(&mut self, loc: u32) {
         let f = self.frame_of(loc);
         self.frames[f as usize].pins += 1;
     }
 
     /// Undoes one [`CacheCore::pin`].
     #[inline]
-    pub fn unpin(&mut self, loc: u32) {
+    pub(crate) fn unpin(&mut self, loc: u32) {
         let f = self.frame_of(loc);
         let fm = &mut self.frames[f as usize];
         debug_assert!(fm.pins > 0);
@@ -960,7 +1028,7 @@ impl CacheCore {
 
     /// Frees the dead frames (kept for views of an aborted transaction's created objects) that
     /// no pin holds any more. Call with every live view's pin in place.
-    pub fn release_dead_frames(&mut self) {
+    pub(crate) fn release_dead_frames(&mut self) {
         let mut dead = std::mem::take(&mut self.dead);
         dead.retain(|&f| {
             if self.frames[f as usize].pins == 0 {
@@ -975,7 +1043,7 @@ impl CacheCore {
 
     /// Marks frame `f` (an aborted transaction's created objects, which views still point at)
     /// dead: it holds nothing and is freed by [`CacheCore::release_dead_frames`] once unpinned.
-    pub fn mark_dead(&mut self, f: u32) {
+    pub(crate) fn mark_dead(&mut self, f: u32) {
         let pins = self.frames[f as usize].pins;
         self.frames[f as usize] = FrameMeta { kind: FrameKind::Dead, pins, ..FrameMeta::FREE };
         self.dead.push(f);
@@ -984,7 +1052,7 @@ impl CacheCore {
     // ----- transactions -----
 
     /// Records the first write of entry `i` in the current transaction.
-    pub fn mark_modified(&mut self, i: u32) {
+    pub(crate) fn mark_modified(&mut self, i: u32) {
         let e = &mut self.entries[i as usize];
         if e.flags & F_MODIFIED == 0 {
             e.flags |= F_MODIFIED;
@@ -994,7 +1062,7 @@ impl CacheCore {
     }
 
     /// Clears the modified mark of entry `i` (commit or abort).
-    pub fn clear_modified(&mut self, i: u32) {
+    pub(crate) fn clear_modified(&mut self, i: u32) {
         let e = &mut self.entries[i as usize];
         if e.flags & F_MODIFIED != 0 {
             e.flags &= !F_MODIFIED;
@@ -1006,7 +1074,7 @@ impl CacheCore {
     /// Clears the read set and the read marks of the entries still holding them (entries freed
     /// since lost their marks with them). Entries a failed slow path left marked as being
     /// resolved are released too.
-    pub fn clear_reads(&mut self) {
+    pub(crate) fn clear_reads(&mut self) {
         let reads = std::mem::take(&mut self.reads);
         if reads.len() * 8 > self.live_entries {
             // A large read set: one sequential pass over the table is cheaper than a random
@@ -1036,7 +1104,7 @@ impl CacheCore {
 
     /// Room for a created object of `size` bytes: the location, or `None` if a fresh frame is
     /// needed (the caller frees one and calls [`CacheCore::start_new_frame`]).
-    pub fn new_object_room(&mut self, size: usize) -> Option<u32> {
+    pub(crate) fn new_object_room(&mut self, size: usize) -> Option<u32> {
         if self.new_frame == NIL {
             return None;
         }
@@ -1048,7 +1116,7 @@ impl CacheCore {
     }
 
     /// Makes free frame `f` the frame for created objects.
-    pub fn start_new_frame(&mut self, f: u32) {
+    pub(crate) fn start_new_frame(&mut self, f: u32) {
         self.frames[f as usize] = FrameMeta { kind: FrameKind::New, ..FrameMeta::FREE };
         self.arena.zero(self.frame_base(f), self.page_size);
         self.new_frame = f;
@@ -1056,11 +1124,14 @@ impl CacheCore {
 
     /// Creates an object from `bytes` at `loc` (from [`CacheCore::new_object_room`]); returns
     /// its entry and tagged serial. References in `bytes` must already be swizzled or null.
-    pub fn create_at(&mut self, loc: u32, bytes: &[u8]) -> Result<(u32, u32), CacheError> {
+    pub(crate) fn create_at(&mut self, loc: u32, bytes: &[u8]) -> Result<(u32, u32), CacheError> {
         let serial = self.next_serial;
-        self.next_serial = (self.next_serial + 1) & RawRef::TAG_MAX;
         let word = RawRef::tagged_word(serial);
         let i = self.alloc_entry(word)?;
+        // Only a created object consumes a serial: a transaction's serials are consecutive, so
+        // a created object's place in the commit is its serial's distance from the first
+        // (`crate::txn`).
+        self.next_serial = (self.next_serial + 1) & RawRef::TAG_MAX;
         self.arena.copy_in(loc as usize, bytes);
         let f = self.frame_of(loc);
         let fm = &mut self.frames[f as usize];
@@ -1079,7 +1150,7 @@ impl CacheCore {
     }
 
     /// After a commit: created entry `i` is object `oref` now.
-    pub fn rename(&mut self, i: u32, oref: Oref) {
+    pub(crate) fn rename(&mut self, i: u32, oref: Oref) {
         let old = self.entries[i as usize].oref;
         // The index finds entries by the oref in them: out under the old key, in under the new.
         if self.index.get(old, &self.entries) == Some(i) {
@@ -1101,22 +1172,17 @@ impl CacheCore {
     }
 
     /// The oref a created object got at its commit, if remembered.
-    pub fn renamed(&self, serial_word: u32) -> Option<u32> {
+    pub(crate) fn renamed(&self, serial_word: u32) -> Option<u32> {
         self.renames.get(&serial_word).copied()
     }
 
-    /// The frame created objects are going into, if any.
-    pub fn new_frame(&self) -> Option<u32> {
-        (self.new_frame != NIL).then_some(self.new_frame)
-    }
-
     /// Forgets the current new-object frame (after commit or abort).
-    pub fn close_new_frame(&mut self) {
+    pub(crate) fn close_new_frame(&mut self) {
         self.new_frame = NIL;
     }
 
     /// Drops a created object of an aborted transaction: its entry is freed.
-    pub fn drop_created(&mut self, i: u32) {
+    pub(crate) fn drop_created(&mut self, i: u32) {
         let loc = self.entries[i as usize].loc;
         self.release_refs(loc);
         let e = &mut self.entries[i as usize];
@@ -1236,6 +1302,26 @@ impl CacheCore {
     }
 }
 
+/// Checks that every reference word of `obj` (an object of class `desc` that passed
+/// [`ClassDesc::check_shape`], straight from a fetched page) is a stored oref: null, or even
+/// and naming a page. An odd word would be taken for a swizzled reference, an entry index, by
+/// everything that reads installed objects. Returns the offending word's offset in `obj`.
+fn check_stored_refs(desc: &ClassDesc, obj: &[u8]) -> Result<(), (usize, &'static str)> {
+    let mut bad = Ok(());
+    desc.for_each_ref_offset(obj, |off| {
+        if bad.is_err() {
+            return;
+        }
+        let w = u32_at(obj, off);
+        if w & 1 == 1 {
+            bad = Err((off, "a reference word has the spare (swizzle) bit set"));
+        } else if w != 0 && Oref::from_raw(w).and_then(Oref::page).is_none() {
+            bad = Err((off, "a reference word names page 0"));
+        }
+    });
+    bad
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1260,7 +1346,7 @@ mod tests {
         // A class with one reference slot, registered as the class at 1.7.
         let class = oref(1, 7);
         let desc = ClassDesc::new("T", 4, &[0], VarKind::None).unwrap();
-        c.register_class(class.raw(), Arc::new(desc.clone()));
+        c.register_class(class.raw(), Arc::new(desc.clone())).unwrap();
         let mut a = desc.new_object(class.raw(), 0);
         thor_core::le::put_u32(&mut a, 4, oref(3, 0).raw());
         let b = desc.new_object(class.raw(), 0);

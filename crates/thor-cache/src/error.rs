@@ -21,22 +21,33 @@ pub enum CacheError {
     /// The indirection table has 2^31 entries.
     #[error("the indirection table is full")]
     TableFull,
-    /// A page from the server is malformed: the server or the network is faulty.
-    #[error("page {page} from the server is malformed: {why}")]
-    BadPage {
+    /// A page from the server holds something no correct server sends: a malformed header or
+    /// offset table, a reference word with the spare (swizzle) bit set, a reference or class
+    /// word naming no page, an object whose size does not match its class. The page is refused
+    /// and nothing of it is used; the server or the network is faulty, so report it and make a
+    /// new session.
+    #[error("page {page} from the server is malformed at byte {offset}: {why}")]
+    MalformedPage {
         /// The page.
         page: u32,
+        /// Byte offset within the page of what is wrong (0 for the header).
+        offset: u32,
         /// What is wrong.
         why: String,
     },
-    /// An object from the server does not match its class.
-    #[error("object {oref:?} is malformed: {why}")]
-    BadObject {
-        /// The object.
-        oref: Oref,
-        /// What is wrong.
-        why: &'static str,
+    /// The server described a class differently from the descriptor already registered under
+    /// the same class word, which installed objects were checked against: class objects are
+    /// immutable, so the server is faulty.
+    #[error("class {class:#x} changed its layout")]
+    ClassChanged {
+        /// The class word.
+        class: u32,
     },
+    /// The server's reply to a commit gave the created objects orefs that cannot be theirs
+    /// (null, repeated, already naming another cached object, or not one per created object).
+    /// The server is faulty; the transaction's outcome there is unknown.
+    #[error("commit reply with impossible orefs: {0}")]
+    BadCommitReply(&'static str),
     /// A reference names an object its page does not hold.
     #[error("no object {0:?} in its page")]
     NoSuchObject(Oref),
@@ -46,7 +57,14 @@ pub enum CacheError {
         /// Its size.
         size: usize,
     },
-    /// A broken internal invariant: a bug in thor.
+    /// An object handed to [`ClientCache::create`](crate::ClientCache::create) is not a fresh
+    /// instance of a registered class (unknown class, wrong shape, a non-null reference): a bug
+    /// in the caller.
+    #[error("cannot create this object: {0}")]
+    BadCreate(&'static str),
+    /// A broken internal invariant, or a transaction call out of order (a write to an object
+    /// not resident, a reference stored into an object the transaction did not write): a bug in
+    /// thor.
     #[error("internal error in the client cache: {0}")]
     Internal(&'static str),
 }

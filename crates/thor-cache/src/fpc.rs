@@ -15,7 +15,7 @@
 use crate::core::{CacheCore, Entry, FrameKind};
 use crate::error::CacheError;
 use crate::manager::{CacheManager, ReplacementStats};
-use crate::policy::{DenseSlots, Lru, Placement, Policy};
+use thor_policy::{DenseSlots, Lru, Placement, Policy};
 
 /// See the module documentation.
 #[derive(Debug)]

@@ -1,6 +1,6 @@
-//! thor's client cache managers and the page replacement policies they and the server's page
-//! cache are built on. No I/O: everything here is a pure data structure driven by its caller,
-//! so simulators (`thor-cachesim`, the OO7 experiments) run exactly the code that ships.
+//! thor's client cache managers. No I/O: everything here is a pure data structure driven by
+//! its caller, so the OO7 experiments run exactly the code that ships. The page replacement
+//! policies FPC orders its frames with are the `thor-policy` crate.
 //!
 //! - [`arena`]: the preallocated frames;
 //! - [`core`]: the indirection table, lazy installation, swizzling, pins, created and modified
@@ -9,8 +9,10 @@
 //!   [`ClientCache`], which runs the one a [`CacheConfig`] names;
 //! - [`hac`]: HAC, hybrid adaptive caching: pages, and only the hot objects of the pages
 //!   that are poorly used (the paper's client cache);
-//! - [`fpc`]: FPC, whole pages with perfect LRU;
-//! - [`policy`]: block replacement policies (LRU, MRU, CLOCK, ARC) for page-granularity caches.
+//! - [`fpc`]: FPC, whole pages with perfect LRU (`thor_policy::Lru`);
+//! - [`txn`]: the current transaction's cache state (undo copies, created objects, the read
+//!   set), the commit's export format, commit, abort and invalidation;
+//! - [`limits`]: every bound, with its reason.
 //!
 //! *Architecture invariant:* no I/O, no clock except the replacement timer (a measurement).
 
@@ -19,13 +21,15 @@ pub mod core;
 pub mod error;
 pub mod fpc;
 pub mod hac;
+pub mod limits;
 pub mod manager;
 pub mod orefindex;
-pub mod policy;
 pub mod readset;
+pub mod txn;
 
 pub use error::CacheError;
 pub use hac::{Fraction, Hac, HacParams};
 pub use manager::{
     CacheConfig, CacheManager, CacheStats, ClientCache, PolicyConfig, ReplacementStats,
 };
+pub use txn::{Invalidation, NewObject};

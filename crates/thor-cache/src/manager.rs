@@ -15,12 +15,15 @@
 
 use std::time::Duration;
 
-use thor_core::{Oref, PageId, RawRef};
+use std::sync::Arc;
 
-use crate::core::{CacheCore, CoreStats, Entry, F_READ, F_RESOLVING, NOT_RESIDENT, Need};
+use thor_core::{ClassDesc, Oref, PageId, RawRef};
+
+use crate::core::{CacheCore, CoreStats, Entry, F_LIVE, F_READ, F_RESOLVING, NOT_RESIDENT, Need};
 use crate::error::CacheError;
 use crate::fpc::Fpc;
 use crate::hac::{Hac, HacParams};
+use crate::txn::Transaction;
 
 /// Counters a replacement strategy keeps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -134,7 +137,7 @@ pub struct CacheConfig {
 /// The manager chosen at run time, dispatched by `match` (cheaper than a trait object on the
 /// hit path).
 #[derive(Debug)]
-enum Manager {
+pub(crate) enum Manager {
     Fpc(Fpc),
     Hac(Hac),
 }
@@ -146,6 +149,18 @@ macro_rules! with_manager {
             Manager::Hac($m) => $e,
         }
     };
+}
+
+impl Manager {
+    /// See [`CacheManager::new_frame_committed`].
+    pub(crate) fn new_frame_committed(&mut self, core: &mut CacheCore, frame: u32) {
+        with_manager!(self, m => m.new_frame_committed(core, frame));
+    }
+
+    /// See [`CacheManager::frame_released`].
+    pub(crate) fn frame_released(&mut self, frame: u32) {
+        with_manager!(self, m => m.frame_released(frame));
+    }
 }
 
 /// Adds an object to the read set on its first access in a transaction: out of line, so the
@@ -196,21 +211,32 @@ pub fn per(total: Duration, n: u64) -> Duration {
     if n == 0 { Duration::ZERO } else { total.div_f64(n as f64) }
 }
 
-/// A client cache: the shared core and its manager.
+/// A client cache: the shared core, its manager and the current transaction's state.
+///
+/// # The boundary
+///
+/// The client library sees only this type's methods; the core's tables, the arena and the
+/// transaction's undo copies are private to thor-cache, so every change to them keeps the
+/// cache's invariants (reference counts, no-steal, the read set, the budget). Objects are named
+/// by their *entry* (an index into the indirection table, what a swizzled reference holds) or,
+/// while a view holds one still, by their *location* (an offset into the arena): views read and
+/// write scalar fields through [`ClientCache::object_ptr`], and everything else (references,
+/// the first write, commit and abort) goes through a method. The transaction's half of the
+/// interface is in [`crate::txn`].
 #[derive(Debug)]
 pub struct ClientCache {
-    /// The shared machinery (public for the client library and tests).
-    pub core: CacheCore,
+    /// The shared machinery.
+    pub(crate) core: CacheCore,
     /// The replacement strategy.
-    manager: Manager,
+    pub(crate) manager: Manager,
     /// log2 of the page size: a location's frame is `loc >> frame_shift`.
     frame_shift: u32,
     /// Whether frames are freed while fetches are on the wire.
     background: bool,
     /// Time spent in replacement.
     replacement_time: Duration,
-    /// Frames of created objects in the current transaction.
-    new_frames: Vec<u32>,
+    /// The current transaction: its undo copies, created objects and their frames.
+    pub(crate) tx: Transaction,
 }
 
 impl ClientCache {
@@ -231,7 +257,7 @@ impl ClientCache {
             manager,
             background: cfg.background_replacement,
             replacement_time: Duration::ZERO,
-            new_frames: Vec::new(),
+            tx: Transaction::default(),
         })
     }
 
@@ -306,7 +332,7 @@ impl ClientCache {
         Ok(need)
     }
 
-    fn free_frames_until(&mut self, n: usize) -> Result<(), CacheError> {
+    pub(crate) fn free_frames_until(&mut self, n: usize) -> Result<(), CacheError> {
         let start = std::time::Instant::now();
         let mut extra = self.core.rebalance();
         let mut result = Ok(());
@@ -356,99 +382,131 @@ impl ClientCache {
         self.core.page_frame(page).is_some()
     }
 
-    /// Creates an object (its references already swizzled or null); returns its entry and the
-    /// tagged serial that names it until commit.
-    pub fn create(&mut self, bytes: &[u8]) -> Result<(u32, u32), CacheError> {
-        thor_core::page::check_object_bytes(bytes, self.core.page_size)
-            .map_err(|_| CacheError::TooLarge { size: bytes.len() })?;
-        // Created objects are laid out like a compacted frame: no page header.
-        if bytes.len() > self.core.page_size {
-            return Err(CacheError::TooLarge { size: bytes.len() });
-        }
-        let loc = match self.core.new_object_room(bytes.len()) {
-            Some(loc) => loc,
-            None => {
-                self.free_frames_until(2)?;
-                let f = self.core.take_free_frame().ok_or(CacheError::Internal("no free frame"))?;
-                self.core.start_new_frame(f);
-                self.new_frames.push(f);
-                self.core
-                    .new_object_room(bytes.len())
-                    .ok_or(CacheError::Internal("new frame full"))?
-            }
+    // ----- objects, for views -----
+
+    /// The class word (header) of the resident object at `loc`: its class's oref, or the tagged
+    /// serial of a class created by the current transaction.
+    #[inline(always)]
+    pub fn class_word(&self, loc: u32) -> u32 {
+        self.core.class_word(loc)
+    }
+
+    /// The descriptor registered for class word `class_word`, if any.
+    #[inline]
+    pub fn class(&self, class_word: u32) -> Option<&Arc<ClassDesc>> {
+        self.core.class(class_word)
+    }
+
+    /// Registers the descriptor of class `class_word` (a class object's oref, or the serial of
+    /// one created by the current transaction). Fails if another descriptor is registered under
+    /// that word already (see [`CacheError::ClassChanged`]).
+    pub fn register_class(
+        &mut self,
+        class_word: u32,
+        desc: Arc<ClassDesc>,
+    ) -> Result<(), CacheError> {
+        self.core.register_class(class_word, desc)
+    }
+
+    /// The bytes of the resident object at `loc`, as cached (swizzled words included), for the
+    /// duration of the borrow.
+    pub fn object(&self, loc: u32) -> &[u8] {
+        self.core.arena.bytes(loc as usize, self.core.object_size(loc))
+    }
+
+    /// Copies the resident object at `loc` into `out` (replacing its contents) with its
+    /// references unswizzled: orefs, and tagged serials for objects created by the current
+    /// transaction.
+    pub fn copy_unswizzled(&self, loc: u32, out: &mut Vec<u8>) {
+        self.core.copy_unswizzled(loc, out);
+    }
+
+    /// A pointer to the first byte of the resident object at `loc`, for views that read and
+    /// write its scalar fields without a call per field. It stays valid while the object stays
+    /// where it is: while a pin ([`ClientCache::pin`]) holds its frame or no cache call runs
+    /// that may move objects (fetching, creating, commit, abort). Writes through it must be
+    /// preceded by [`ClientCache::before_write`] and must not touch reference words (those go
+    /// through [`ClientCache::store_ref`]) or the count of a variable part.
+    #[inline(always)]
+    pub fn object_ptr(&self, loc: u32) -> *mut u8 {
+        self.core.arena.base().wrapping_add(loc as usize)
+    }
+
+    /// The oref word (or, for an object created by the current transaction, the tagged serial)
+    /// of entry `i`, which a swizzled reference word `(i << 1) | 1` names. `i` must come from
+    /// such a word: a swizzled word keeps its entry alive.
+    #[inline(always)]
+    pub fn oref_of(&self, i: u32) -> u32 {
+        self.core.entries[i as usize].oref
+    }
+
+    /// Follows the reference word at byte `off` of the resident object at `loc` (an offset of a
+    /// reference word of its class), swizzling it in place: the target's entry and the oref
+    /// word it was made for, or `None` for null.
+    pub fn follow(&mut self, loc: u32, off: usize) -> Result<Option<(u32, u32)>, CacheError> {
+        self.core.follow(loc, off)
+    }
+
+    /// The reference word at byte `off` of the resident object at `loc`, unswizzled: an oref
+    /// word, or the tagged serial of an object created by the current transaction.
+    pub fn ref_word(&self, loc: u32, off: usize) -> u32 {
+        self.core.ref_word(loc, off)
+    }
+
+    /// The entry for `oref`, allocating a non-resident one if there is none.
+    pub fn entry_for(&mut self, oref: Oref) -> Result<u32, CacheError> {
+        self.core.entry_for(oref)
+    }
+
+    /// The entry for `oref_word` (an oref, or the tagged serial of a created object), if any.
+    pub fn lookup(&self, oref_word: u32) -> Option<u32> {
+        self.core.lookup(oref_word)
+    }
+
+    /// Where the object a handle `(i, oref)` names is resident, if it is, without counting an
+    /// access (no usage bit, no read set) and without fetching. For tests and diagnostics.
+    pub fn location(&self, i: u32, oref: u32) -> Option<u32> {
+        let core = &self.core;
+        let i = match core.entries.get(i as usize) {
+            Some(e) if e.oref == oref && e.flags & F_LIVE != 0 => i,
+            _ => core.lookup(oref).or_else(|| core.renamed(oref).and_then(|w| core.lookup(w)))?,
         };
-        self.core.create_at(loc, bytes)
+        let loc = core.entries[i as usize].loc;
+        (loc != NOT_RESIDENT).then_some(loc)
     }
 
-    /// The transaction committed: created entries get their orefs, modified marks and the read
-    /// set are cleared, and the manager decides what becomes of the created objects' frames.
-    pub fn commit_done(&mut self, created: &[(u32, Oref)], modified: &[u32]) {
-        // Class words are never swizzled: a created object whose class was created by the same
-        // transaction names it by its serial, which must become the class's oref now.
-        let serials: rustc_hash::FxHashMap<u32, Oref> =
-            created.iter().map(|&(i, oref)| (self.core.entries[i as usize].oref, oref)).collect();
-        for &(i, _) in created {
-            let loc = self.core.entries[i as usize].loc;
-            if loc != NOT_RESIDENT {
-                let w = self.core.class_word(loc);
-                if let Some(class) = serials.get(&w) {
-                    self.core.arena.write_u32(loc as usize, class.raw());
-                }
-            }
-        }
-        for (&serial, &oref) in &serials {
-            if let Some(desc) = self.core.class(serial).cloned() {
-                self.core.register_class(oref.raw(), desc);
-            }
-        }
-        for &(i, oref) in created {
-            self.core.rename(i, oref);
-        }
-        for &i in modified {
-            self.core.refresh_page_copy(i);
-            self.core.clear_modified(i);
-        }
-        self.core.apply_deferred_releases();
-        self.core.clear_reads();
-        self.core.close_new_frame();
-        for f in std::mem::take(&mut self.new_frames) {
-            with_manager!(&mut self.manager, m => m.new_frame_committed(&mut self.core, f));
-        }
-        self.core.retry_invalidations();
+    // ----- pins -----
+
+    /// Pins the frame holding `loc`: nothing in it moves or leaves until [`ClientCache::unpin`].
+    #[inline]
+    pub fn pin(&mut self, loc: u32) {
+        self.core.pin(loc);
     }
 
-    /// The server says object `oref` has a newer committed version: see
-    /// [`CacheCore::invalidate`]. Returns whether the object left the cache now (otherwise it
-    /// leaves when the transaction ends; a transaction that read or modified it is doomed).
-    pub fn invalidate(&mut self, oref: Oref) -> bool {
-        self.core.invalidate(oref)
+    /// Undoes one [`ClientCache::pin`].
+    #[inline]
+    pub fn unpin(&mut self, loc: u32) {
+        self.core.unpin(loc);
     }
 
-    /// The transaction aborted: `undo` holds the pre-transaction bytes of each modified entry;
-    /// created objects are dropped.
-    pub fn abort_done(&mut self, undo: &[(u32, Vec<u8>)], created: &[u32]) {
-        for (i, bytes) in undo {
-            self.core.restore_object(*i, bytes);
-            self.core.clear_modified(*i);
-        }
-        // The undo copies are back: the decrements deferred during the transaction apply
-        // now, before created objects (which some of them may concern) are dropped.
-        self.core.apply_deferred_releases();
-        for &i in created {
-            self.core.drop_created(i);
-        }
-        self.core.clear_reads();
-        self.core.close_new_frame();
-        for f in std::mem::take(&mut self.new_frames) {
-            with_manager!(&mut self.manager, m => m.frame_released(f));
-            if self.core.frames[f as usize].pins > 0 {
-                // A view of a dropped object still points here: keep the memory until it goes.
-                self.core.mark_dead(f);
-            } else {
-                self.core.release_frame(f);
-            }
-        }
-        self.core.retry_invalidations();
+    /// Frees the frames kept for views of an aborted transaction's created objects that no pin
+    /// holds any more. Call with every live view's pin in place.
+    pub fn release_dead_frames(&mut self) {
+        self.core.release_dead_frames();
+    }
+
+    /// Frames not retired.
+    pub fn usable_frames(&self) -> usize {
+        self.core.usable_frames()
+    }
+
+    /// Checks the cache's invariants: the core's (lists, counts, exact reference counts, the
+    /// budget; see `CacheCore::check_invariants`) and the transaction's (every undo copy
+    /// belongs to a resident object marked modified, and only those are marked; every created
+    /// object is resident and marked created). It walks everything: for tests.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.core.check_invariants()?;
+        self.check_transaction()
     }
 
     /// Counters.

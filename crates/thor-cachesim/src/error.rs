@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use thor_cache::policy::PolicyError;
+use thor_policy::PolicyError;
 
 /// What can go wrong setting up or running a simulation.
 #[derive(Debug, thiserror::Error)]

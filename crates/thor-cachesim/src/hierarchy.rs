@@ -71,13 +71,13 @@
 //! - *Disk reads* are charged whether the array can keep the block or not; the sequential-versus-
 //!   random distinction is made by the runner ([`crate::run`]), from the order of disk reads.
 //!
-//! [`Policy::touch`]: thor_cache::policy::Policy::touch
+//! [`Policy::touch`]: thor_policy::Policy::touch
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
-use thor_cache::policy::{
+use thor_policy::{
     AnyPolicy, BlockId, DenseSlots, HashSlots, Placement, Policy, PolicyKind, SlotIndex,
 };
 

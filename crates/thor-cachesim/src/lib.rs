@@ -14,7 +14,7 @@
 //! ```
 //!
 //! - [`hierarchy`]: the semantics of each design (where reads and demotions go), the heart of the
-//!   study; the replacement policies themselves are `thor_cache::policy`, the code that ships.
+//!   study; the replacement policies themselves are `thor_policy`, the code that ships.
 //! - [`workload`] and [`trace`]: RANDOM, SEQUENTIAL, ZIPF for one or many clients, and the CSV
 //!   block-trace format.
 //! - [`run`]: warm-up, the disk head, counting by class.

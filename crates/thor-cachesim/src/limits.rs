@@ -36,5 +36,5 @@ pub const MAX_SWEEP_POINTS: usize = 10_000;
 
 const _: () = assert!(MAX_CLIENTS <= u16::MAX as usize + 1, "clients are stored as u16");
 const _: () = assert!(MAX_DISTINCT_BLOCKS <= u32::MAX as u64, "blocks are stored as u32");
-const _: () = assert!(MAX_CACHE_BLOCKS <= thor_cache::policy::MAX_CAPACITY);
+const _: () = assert!(MAX_CACHE_BLOCKS <= thor_policy::MAX_CAPACITY);
 const _: () = assert!(MAX_STACK_DEPTH as u64 <= MAX_DISTINCT_BLOCKS);

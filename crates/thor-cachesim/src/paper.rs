@@ -94,7 +94,7 @@ pub struct Table2Row {
 /// The synthetic rows of Table 2. (The TRACE row, 5.92 ms / 5.59 ms / 1.06, needs the 1992 HP
 /// `snake` trace, which is not available; see `docs/sim.md`.)
 pub const TABLE2: [Table2Row; 4] = {
-    use thor_cache::policy::PolicyKind::{Lru, Mru};
+    use thor_policy::PolicyKind::{Lru, Mru};
     [
         Table2Row {
             label: "RANDOM",

@@ -6,7 +6,7 @@
 //! the disk head (whether a disk read follows the previous one).
 
 use serde::{Deserialize, Serialize};
-use thor_cache::policy::{DenseSlots, SlotIndex};
+use thor_policy::{DenseSlots, SlotIndex};
 
 use crate::SimError;
 use crate::cost::Served;
@@ -34,7 +34,8 @@ pub struct RunConfig {
     pub index: IndexKind,
 }
 
-/// How the simulated caches map block ids to their slots (see `thor_cache::policy::index`).
+/// How the simulated caches map block ids to their slots (see `thor_policy::DenseSlots` and
+/// `thor_policy::HashSlots`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IndexKind {

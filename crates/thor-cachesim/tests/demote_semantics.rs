@@ -1,10 +1,10 @@
 //! The semantics of each design, pinned on small hand-worked cases. Blocks are letters
 //! (`A` = 0, `B` = 1, ...); cache contents are listed from the evict-next end, as in the paper.
 
-use thor_cache::policy::PolicyKind::{self, Lru, Mru};
 use thor_cachesim::hierarchy::{
     Demotion, Design, Hierarchy, HierarchyConfig, Level, Outcome, Step,
 };
+use thor_policy::PolicyKind::{self, Lru, Mru};
 
 fn design(client: PolicyKind, array: PolicyKind, demote: bool) -> Design {
     Design { client, array, demote }

@@ -3,13 +3,13 @@
 //! simulator to the stack-depth analysis.
 
 use proptest::prelude::*;
-use thor_cache::policy::PolicyKind::{Lru, Mru};
 use thor_cachesim::cost::Served;
 use thor_cachesim::hierarchy::{Demotion, Design};
 use thor_cachesim::run::{IndexKind, RunConfig, RunCounts, simulate};
 use thor_cachesim::stack::StackDepths;
 use thor_cachesim::trace::{Request, Trace};
 use thor_cachesim::workload::{Pattern, Sharing, WorkloadSpec};
+use thor_policy::PolicyKind::{Lru, Mru};
 
 fn run(trace: &Trace, design: Design, nc: usize, na: usize, warmup: u64) -> RunCounts {
     let config = RunConfig {

@@ -4,6 +4,7 @@
 //!   current transaction; fetches pages on misses and ships object versions at commit.
 //! - [`typed`]: classes declared once with [`class!`], typed references [`Ref`], and
 //!   [`View`]s that read fields straight from the cached bytes.
+//! - [`limits`]: every bound on what a session does for one request of the application.
 //!
 //! ```no_run
 //! # fn demo(transport: Box<dyn thor_wire::Transport>) -> Result<(), thor_client::ClientError> {
@@ -28,6 +29,7 @@
 //! transport.
 
 pub mod error;
+pub mod limits;
 pub mod session;
 pub mod typed;
 

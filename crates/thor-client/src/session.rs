@@ -13,11 +13,13 @@
 //!                                                           modified objects + created objects
 //! ```
 //!
-//! The transaction records its read set (entries read), its modified objects with an undo copy
-//! of each taken at the first write, and the objects it created. Commit ships only objects, never
-//! pages: the new versions of modified objects and the created objects, with references to created
-//! objects tagged by their index in the commit. Abort puts the undo copies back and drops the
-//! created objects.
+//! The transaction's state lives in the cache (`thor_cache::txn`): its read set, its modified
+//! objects with an undo copy of each taken at the first write ([`ClientCache::before_write`]),
+//! and the objects it created. The session drives it through that small interface and never
+//! touches the cache's tables. Commit ships only objects, never pages: the new versions of
+//! modified objects and the created objects as [`ClientCache::export`] writes them, with
+//! references to created objects tagged by their index in the commit. Abort puts the undo
+//! copies back and drops the created objects ([`ClientCache::abort_done`]).
 //!
 //! # Single-threaded by construction
 //!
@@ -34,12 +36,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
-use thor_cache::core::{F_MODIFIED, F_NEW, Need, USAGE_TOP};
-use thor_cache::{CacheConfig, CacheStats, ClientCache, PolicyConfig};
-use thor_core::{ClassDesc, Oref, PageId, RawRef, VarKind, builtin, large};
+use thor_cache::core::Need;
+use thor_cache::{CacheConfig, CacheError, CacheStats, ClientCache, PolicyConfig};
+use thor_core::le::u32_at;
+use thor_core::{ClassDesc, FormatError, Oref, PageId, RawRef, VarKind, builtin, large};
 use thor_wire::{Commit, Reply, ReplyBody, Request, RequestBody, ServerInfo, Transport};
 
 use crate::error::ClientError;
+use crate::limits::{LARGE_PIECES_MAX, SLOW_PATH_ROUNDS_MAX};
 use crate::typed::{Any, Class, Field, FieldType, Ref, Refs, VarSpec};
 
 /// The root slot that holds the schema directory (the list of class objects). Applications
@@ -112,19 +116,6 @@ pub struct CommitInfo {
     pub modified: usize,
 }
 
-/// The current transaction's bookkeeping.
-#[derive(Debug, Default)]
-struct TxState {
-    /// Entries of existing objects modified, in first-write order.
-    modified: Vec<u32>,
-    /// Pre-transaction bytes of each modified entry (as they were in the cache).
-    undo: Vec<(u32, Vec<u8>)>,
-    /// Entries of created objects, in creation order.
-    created: Vec<u32>,
-    /// Class slots registered with classes created by this transaction.
-    new_class_slots: Vec<(usize, u32)>,
-}
-
 /// The session's state. See the module documentation for how it is borrowed.
 struct Inner {
     transport: Box<dyn Transport>,
@@ -134,10 +125,10 @@ struct Inner {
     class_words: Vec<u32>,
     /// The schema directory as read: class name → (class word, descriptor).
     schema: Option<FxHashMap<String, (u32, ClassDesc)>>,
-    tx: TxState,
+    /// Class slots the current transaction pointed at classes it created, with the created
+    /// class's serial: at commit they take the class's oref, at abort they are looked up again.
+    new_class_slots: Vec<(usize, u32)>,
     stats: ClientStats,
-    /// Reused buffer for object bytes.
-    scratch: Vec<u8>,
     /// Locations of the live views, in creation order ([`DEAD_VIEW`] for one dropped out of
     /// order). A view's object must not move or leave the cache; rather than counting a pin in
     /// the object's frame on every access (a cache miss per `get`), the session keeps this
@@ -149,10 +140,6 @@ struct Inner {
     /// it is above zero.
     pinned_depth: u32,
 }
-
-/// Most fetch or class-load rounds one access may take (the object's page, its class's page,
-/// a stale page refetched, with slack): beyond, the cache cannot hold what it needs.
-const SLOW_PATH_ROUNDS_MAX: u32 = 16;
 
 /// A slot of [`Inner::views`] whose view was dropped while later ones live.
 const DEAD_VIEW: u32 = u32::MAX;
@@ -258,7 +245,7 @@ impl<T: ?Sized + 'static> Access for Ref<T> {
         v.ref_at(off)
     }
     fn store<C: Class + ?Sized>(self, v: &View<'_, C>, off: usize) -> Result<(), ClientError> {
-        v.s.inner().store_ref(v.loc, off, self.idx, self.oref)
+        v.s.inner().store_ref(v.idx, off, self.idx, self.oref)
     }
 }
 
@@ -271,7 +258,7 @@ impl<'s, C: Class + ?Sized> View<'s, C> {
         let w = u32::from_le(unsafe { self.ptr.add(off).cast::<u32>().read_unaligned() });
         if w & 1 == 1 {
             let i = w >> 1;
-            return Ref::new(i, self.s.inner().cache.core.entries[i as usize].oref);
+            return Ref::new(i, self.s.inner().cache.oref_of(i));
         }
         if w == 0 {
             return Ref::NULL;
@@ -288,7 +275,7 @@ impl<'s, C: Class + ?Sized> View<'s, C> {
     /// Writes a field through the transaction (the first write of an object takes its undo
     /// copy).
     pub fn set<F: Access>(&self, field: Field<C, F>, value: F) -> Result<(), ClientError> {
-        self.s.inner().before_write(self.idx, self.loc)?;
+        self.s.inner().cache.before_write(self.idx)?;
         value.store(self, field.offset())
     }
 
@@ -305,20 +292,20 @@ impl<'s, C: Class + ?Sized> View<'s, C> {
 
     /// The name of the object's class (for untyped views).
     pub fn class_name(&self) -> String {
-        let inner = self.s.inner();
-        let w = inner.cache.core.class_word(self.loc);
-        inner.cache.core.class(w).map_or_else(|| "?".to_string(), |d| d.name().to_string())
+        let cache = &self.s.inner().cache;
+        let w = cache.class_word(self.loc);
+        cache.class(w).map_or_else(|| "?".to_string(), |d| d.name().to_string())
     }
 
     /// The class word of the object (its class's oref once stored).
     pub fn class_word(&self) -> u32 {
-        self.s.inner().cache.core.class_word(self.loc)
+        self.s.inner().cache.class_word(self.loc)
     }
 
     fn desc(&self) -> Arc<ClassDesc> {
-        let inner = self.s.inner();
-        let w = inner.cache.core.class_word(self.loc);
-        inner.cache.core.class(w).cloned().expect("installed objects have loaded classes")
+        let cache = &self.s.inner().cache;
+        let w = cache.class_word(self.loc);
+        cache.class(w).cloned().expect("installed objects have loaded classes")
     }
 
     /// The kind of the object's variable part and the offset of its count word. For a typed
@@ -367,7 +354,7 @@ impl<'s, C: Class + ?Sized> View<'s, C> {
         if kind != VarKind::Bytes || bytes.len() != self.var_len() {
             return Err(ClientError::Usage("set_var_bytes needs a byte part of the same length"));
         }
-        self.s.inner().before_write(self.idx, self.loc)?;
+        self.s.inner().cache.before_write(self.idx)?;
         // SAFETY: as for `var_bytes`.
         unsafe {
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(count + 4), bytes.len())
@@ -399,8 +386,8 @@ where
             return Err(ClientError::Usage("reference index out of range"));
         }
         let inner = self.s.inner();
-        inner.before_write(self.idx, self.loc)?;
-        inner.store_ref(self.loc, count + 4 + 4 * i, r.idx, r.oref)
+        inner.cache.before_write(self.idx)?;
+        inner.store_ref(self.idx, count + 4 + 4 * i, r.idx, r.oref)
     }
 }
 
@@ -434,9 +421,8 @@ impl Session {
                 cache,
                 class_words: Vec::new(),
                 schema: None,
-                tx: TxState::default(),
+                new_class_slots: Vec::new(),
                 stats: ClientStats::default(),
-                scratch: Vec::new(),
                 views: Vec::new(),
                 pinned_depth: 0,
             }),
@@ -469,13 +455,13 @@ impl Session {
         };
         if !C::ANY {
             let want = inner.class_word::<C>()?;
-            let got = inner.cache.core.class_word(loc);
+            let got = inner.cache.class_word(loc);
             if got != want {
                 return Err(inner.type_mismatch::<C>(got));
             }
         }
         let slot = inner.push_view(loc);
-        let ptr = inner.cache.core.arena.base().wrapping_add(loc as usize);
+        let ptr = inner.cache.object_ptr(loc);
         Ok(View { s: self, idx, oref, loc, ptr, slot, _c: PhantomData })
     }
 
@@ -493,12 +479,18 @@ impl Session {
             return Err(ClientError::Usage("class has no variable part"));
         }
         let bytes = desc.new_object(class_word, var_len);
-        let (idx, serial) = inner.pinned(|inner| inner.cache.create(&bytes))?;
-        inner.tx.created.push(idx);
-        let loc = inner.cache.core.entries[idx as usize].loc;
-        let slot = inner.push_view(loc);
-        let ptr = inner.cache.core.arena.base().wrapping_add(loc as usize);
-        Ok(View { s: self, idx, oref: serial, loc, ptr, slot, _c: PhantomData })
+        let made = inner.pinned(|inner| inner.cache.create(&bytes))?;
+        let slot = inner.push_view(made.loc);
+        let ptr = inner.cache.object_ptr(made.loc);
+        Ok(View {
+            s: self,
+            idx: made.entry,
+            oref: made.serial,
+            loc: made.loc,
+            ptr,
+            slot,
+            _c: PhantomData,
+        })
     }
 
     /// The current form of `r`: after the commit of the transaction that created an object,
@@ -510,7 +502,7 @@ impl Session {
         }
         let inner = self.inner();
         let i = inner.cache.rebind(r.idx, r.oref)?;
-        Ok(Ref::new(i, inner.cache.core.entries[i as usize].oref))
+        Ok(Ref::new(i, inner.cache.oref_of(i)))
     }
 
     /// The reference in root slot `slot` (`0..SCHEMA_SLOT`), seen as class `C`.
@@ -534,7 +526,7 @@ impl Session {
     fn root_ref(&self) -> Result<Ref<Refs<Any>>, ClientError> {
         let inner = self.inner();
         let root = inner.info.root;
-        let idx = inner.cache.core.entry_for(root)?;
+        let idx = inner.cache.entry_for(root)?;
         Ok(Ref::new(idx, root.raw()))
     }
 
@@ -557,44 +549,52 @@ impl Session {
                 pending.push((made.len(), off, thor_core::le::u32_at(obj, off)));
                 bytes[off..off + 4].fill(0);
             }
-            let (idx, serial) = inner.pinned(|inner| inner.cache.create(&bytes))?;
-            inner.tx.created.push(idx);
-            made.push((idx, serial));
+            let obj = inner.pinned(|inner| inner.cache.create(&bytes))?;
+            made.push((obj.entry, obj.serial));
         }
         for (owner, off, word) in pending {
             let RawRef::Tagged(j) = RawRef::decode(word) else { continue };
-            let loc = inner.cache.core.entries[made[owner].0 as usize].loc;
-            inner.cache.core.store_ref(loc, off, Some(made[j as usize].0));
+            inner.cache.store_ref(made[owner].0, off, Some(made[j as usize].0))?;
         }
         Ok(Ref::new(made[0].0, made[0].1))
     }
 
     /// Reads a whole large object.
+    ///
+    /// The tree comes from the server and is not trusted: its shape is checked as it is read,
+    /// and the pieces visited are bounded by what a well-formed tree of the length its root
+    /// claims has, and by [`LARGE_PIECES_MAX`]. A tree whose references form a cycle, or name
+    /// the same piece over and over, is a [`ClientError::Format`] (`FormatError::BadLarge`)
+    /// after at most that many pieces, not a loop.
     pub fn read_large(&self, r: Ref<crate::typed::Any>) -> Result<Vec<u8>, ClientError> {
         let root = self.get(r)?;
         let inner = self.inner();
-        let size = inner.cache.core.object_size(root.loc);
         let mut bytes = Vec::new();
-        inner.cache.core.arena.copy_out(root.loc as usize, size, &mut bytes);
+        inner.cache.copy_unswizzled(root.loc, &mut bytes);
         drop(root);
-        large::read(&bytes, |word| self.object_bytes_by_word(word))
+        let page_size = inner.info.page_size;
+        large::read(&bytes, page_size, LARGE_PIECES_MAX, |word| self.piece_bytes(word))
     }
 
-    /// The bytes of the object a reference word names (swizzled or not), unswizzled.
-    fn object_bytes_by_word(&self, word: u32) -> Result<Vec<u8>, ClientError> {
+    /// The bytes of the piece of a large object that the (unswizzled) reference word `word`
+    /// names, unswizzled.
+    fn piece_bytes(&self, word: u32) -> Result<Vec<u8>, ClientError> {
         let inner = self.inner();
-        let (idx, oref) = match RawRef::decode(word) {
-            RawRef::Tagged(i) => {
-                (i, inner.cache.core.entries.get(i as usize).map_or(0, |e| e.oref))
+        let idx = match RawRef::decode(word) {
+            // An object the current transaction created: its serial names it.
+            RawRef::Tagged(_) => inner
+                .cache
+                .lookup(word)
+                .ok_or(ClientError::Cache(CacheError::Internal("unknown created piece")))?,
+            RawRef::Oref(o) if !o.is_null() => inner.cache.entry_for(o)?,
+            RawRef::Oref(_) => {
+                return Err(FormatError::BadLarge("a piece reference is null").into());
             }
-            RawRef::Oref(o) if !o.is_null() => (inner.cache.core.entry_for(o)?, o.raw()),
-            RawRef::Oref(_) => return Err(ClientError::Usage("null reference in a large object")),
         };
-        let v = self.get::<Any>(Ref::new(idx, oref))?;
+        let v = self.get::<Any>(Ref::new(idx, word))?;
         let inner = self.inner();
-        let size = inner.cache.core.object_size(v.loc);
         let mut out = Vec::new();
-        inner.cache.core.arena.copy_out(v.loc as usize, size, &mut out);
+        inner.cache.copy_unswizzled(v.loc, &mut out);
         Ok(out)
     }
 
@@ -634,21 +634,14 @@ impl Session {
     /// Where the object `r` names sits in the cache's arena, if it is resident. Counts no
     /// access (no usage bit, no read set) and fetches nothing. For tests and diagnostics.
     pub fn resident_location<C: ?Sized>(&self, r: Ref<C>) -> Option<u32> {
-        let core = &self.inner().cache.core;
-        let i = match core.entries.get(r.idx as usize) {
-            Some(e) if e.oref == r.oref && e.flags != 0 => r.idx,
-            _ => {
-                core.lookup(r.oref).or_else(|| core.renamed(r.oref).and_then(|w| core.lookup(w)))?
-            }
-        };
-        let loc = core.entries[i as usize].loc;
-        (loc != thor_cache::core::NOT_RESIDENT).then_some(loc)
+        self.inner().cache.location(r.idx, r.oref)
     }
 
-    /// Checks the cache's internal invariants (`CacheCore::check_invariants`: lists, counts,
-    /// reference counts, the budget). It walks the whole cache; for tests.
+    /// Checks the cache's internal invariants (`ClientCache::check_invariants`: lists, counts,
+    /// reference counts, the budget, the transaction's undo copies and created objects). It
+    /// walks the whole cache; for tests.
     pub fn check_cache(&self) -> Result<(), String> {
-        self.inner().cache.core.check_invariants()
+        self.inner().cache.check_invariants()
     }
 
     /// The server's counters.
@@ -706,11 +699,11 @@ impl Inner {
         if self.pinned_depth == 0 {
             for &loc in &self.views {
                 if loc != DEAD_VIEW {
-                    self.cache.core.pin(loc);
+                    self.cache.pin(loc);
                 }
             }
             // Frames kept only for views that are gone can go now.
-            self.cache.core.release_dead_frames();
+            self.cache.release_dead_frames();
         }
         self.pinned_depth += 1;
         let r = f(self);
@@ -718,7 +711,7 @@ impl Inner {
         if self.pinned_depth == 0 {
             for &loc in &self.views {
                 if loc != DEAD_VIEW {
-                    self.cache.core.unpin(loc);
+                    self.cache.unpin(loc);
                 }
             }
         }
@@ -728,7 +721,6 @@ impl Inner {
     fn type_mismatch<C: Class + ?Sized>(&self, got: u32) -> ClientError {
         let found = self
             .cache
-            .core
             .class(got)
             .map_or_else(|| format!("class {got:#x}"), |d| d.name().to_string());
         ClientError::TypeMismatch { expected: C::NAME, found }
@@ -755,17 +747,14 @@ impl Inner {
             rounds += 1;
             if rounds > SLOW_PATH_ROUNDS_MAX {
                 return Err(ClientError::Cache(thor_cache::CacheError::Full {
-                    frames: self.cache.core.usable_frames(),
+                    frames: self.cache.usable_frames(),
                 }));
             }
             let t = Instant::now();
             let need = self.cache.resolve(i)?;
             self.stats.conversion_time += t.elapsed();
             match need {
-                Need::Resident(loc) => {
-                    let oref = self.cache.core.entries[i as usize].oref;
-                    return Ok((i, oref, loc));
-                }
+                Need::Resident(loc) => return Ok((i, self.cache.oref_of(i), loc)),
                 Need::Page(p) => self.fetch(p)?,
                 Need::Class(c) => self.load_class(c)?,
                 Need::Stale(p) if !refetched => {
@@ -773,8 +762,7 @@ impl Inner {
                     self.fetch(p)?;
                 }
                 Need::Stale(_) => {
-                    let o = thor_core::Oref::from_raw(self.cache.core.entries[i as usize].oref)
-                        .unwrap_or(Oref::NULL);
+                    let o = Oref::from_raw(self.cache.oref_of(i)).unwrap_or(Oref::NULL);
                     return Err(ClientError::Cache(thor_cache::CacheError::NoSuchObject(o)));
                 }
             }
@@ -808,16 +796,14 @@ impl Inner {
     }
 
     fn load_class(&mut self, class: Oref) -> Result<(), ClientError> {
-        let idx = self.cache.core.entry_for(class)?;
+        let idx = self.cache.entry_for(class)?;
         let (_, _, loc) = self.slow_get(idx, class.raw())?;
-        if self.cache.core.class_word(loc) != builtin::META.raw() {
+        if self.cache.class_word(loc) != builtin::META.raw() {
             return Err(ClientError::BadClass(format!("{class:?} is not a class object")));
         }
-        let size = self.cache.core.object_size(loc);
-        self.cache.core.arena.copy_out(loc as usize, size, &mut self.scratch);
-        let desc = ClassDesc::from_class_object(&self.scratch)
+        let desc = ClassDesc::from_class_object(self.cache.object(loc))
             .map_err(|e| ClientError::BadClass(e.to_string()))?;
-        self.cache.core.register_class(class.raw(), Arc::new(desc));
+        self.cache.register_class(class.raw(), Arc::new(desc))?;
         Ok(())
     }
 
@@ -853,7 +839,7 @@ impl Inner {
         }
         self.class_words[slot] = word;
         if RawRef::decode(word) != RawRef::Oref(Oref::from_raw(word).unwrap_or(Oref::NULL)) {
-            self.tx.new_class_slots.push((slot, word));
+            self.new_class_slots.push((slot, word));
         }
         Ok(word)
     }
@@ -869,20 +855,17 @@ impl Inner {
             let (di, doref) = self.word_handle(dir)?;
             let (_, _, first) = self.resolve_handle(di, doref)?;
             let refs = builtin::desc(builtin::REFS).expect("builtin");
-            let n = self.cache.core.arena.read_u32(first as usize + refs.count_offset()) as usize;
+            let n = u32_at(self.cache.object(first), refs.count_offset()) as usize;
             for k in 0..n {
                 // Loading a class may fetch pages and evict the directory's page: find it again.
                 let (_, _, dloc) = self.resolve_handle(di, doref)?;
-                let Some((ci, coref)) = self.cache.core.follow(dloc, refs.var_offset() + 4 * k)?
-                else {
+                let Some((ci, coref)) = self.cache.follow(dloc, refs.var_offset() + 4 * k)? else {
                     continue;
                 };
                 let (_, _, cloc) = self.resolve_handle(ci, coref)?;
-                let size = self.cache.core.object_size(cloc);
-                self.cache.core.arena.copy_out(cloc as usize, size, &mut self.scratch);
-                let desc = ClassDesc::from_class_object(&self.scratch)
+                let desc = ClassDesc::from_class_object(self.cache.object(cloc))
                     .map_err(|e| ClientError::BadClass(e.to_string()))?;
-                self.cache.core.register_class(coref, Arc::new(desc.clone()));
+                self.cache.register_class(coref, Arc::new(desc.clone()))?;
                 schema.insert(desc.name().to_string(), (coref, desc));
             }
         }
@@ -893,21 +876,18 @@ impl Inner {
     /// The (unswizzled) word in root slot `slot`.
     fn root_slot_word(&mut self, slot: usize) -> Result<u32, ClientError> {
         let root = self.info.root;
-        let ri = self.cache.core.entry_for(root)?;
+        let ri = self.cache.entry_for(root)?;
         let (_, _, loc) = self.resolve_handle(ri, root.raw())?;
         let refs = builtin::desc(builtin::REFS).expect("builtin");
-        Ok(self.cache.core.ref_word(loc, refs.var_offset() + 4 * slot))
+        Ok(self.cache.ref_word(loc, refs.var_offset() + 4 * slot))
     }
 
     fn word_handle(&mut self, word: u32) -> Result<(u32, u32), ClientError> {
         match RawRef::decode(word) {
-            RawRef::Oref(o) => Ok((self.cache.core.entry_for(o)?, word)),
+            RawRef::Oref(o) => Ok((self.cache.entry_for(o)?, word)),
             RawRef::Tagged(_) => {
-                let i = self
-                    .cache
-                    .core
-                    .lookup(word)
-                    .ok_or(ClientError::Usage("unknown created object"))?;
+                let i =
+                    self.cache.lookup(word).ok_or(ClientError::Usage("unknown created object"))?;
                 Ok((i, word))
             }
         }
@@ -924,9 +904,9 @@ impl Inner {
     /// tagged serial.
     fn create_class(&mut self, desc: &ClassDesc) -> Result<u32, ClientError> {
         let obj = desc.to_class_object();
-        let (ci, cword) = self.pinned(|inner| inner.cache.create(&obj))?;
-        self.tx.created.push(ci);
-        self.cache.core.register_class(cword, Arc::new(desc.clone()));
+        let class = self.pinned(|inner| inner.cache.create(&obj))?;
+        let (ci, cword) = (class.entry, class.serial);
+        self.cache.register_class(cword, Arc::new(desc.clone()))?;
 
         // The directory grows by copying: objects keep their size.
         let refs = builtin::desc(builtin::REFS).expect("builtin");
@@ -935,32 +915,31 @@ impl Inner {
         if old != 0 {
             let (oi, ooref) = self.word_handle(old)?;
             let (_, _, oloc) = self.resolve_handle(oi, ooref)?;
-            let n = self.cache.core.arena.read_u32(oloc as usize + refs.count_offset()) as usize;
+            let n = u32_at(self.cache.object(oloc), refs.count_offset()) as usize;
             for k in 0..n {
                 let (_, _, oloc) = self.resolve_handle(oi, ooref)?;
-                if let Some((ti, _)) = self.cache.core.follow(oloc, refs.var_offset() + 4 * k)? {
+                if let Some((ti, _)) = self.cache.follow(oloc, refs.var_offset() + 4 * k)? {
                     entries.push(ti);
                 }
             }
         }
         entries.push(ci);
         let bytes = refs.new_object(builtin::REFS.raw(), entries.len());
-        let (di, dword) = self.pinned(|inner| inner.cache.create(&bytes))?;
-        self.tx.created.push(di);
-        let dloc = self.cache.core.entries[di as usize].loc;
+        let dir = self.pinned(|inner| inner.cache.create(&bytes))?;
+        let (di, dword) = (dir.entry, dir.serial);
         for (k, t) in entries.iter().enumerate() {
-            self.cache.core.store_ref(dloc, refs.var_offset() + 4 * k, Some(*t));
+            self.cache.store_ref(di, refs.var_offset() + 4 * k, Some(*t))?;
         }
         // Point the root at the new directory.
         let root = self.info.root;
-        let ri = self.cache.core.entry_for(root)?;
-        let (_, _, rloc) = self.resolve_handle(ri, root.raw())?;
-        self.before_write(ri, rloc)?;
-        self.cache.core.store_ref(rloc, refs.var_offset() + 4 * SCHEMA_SLOT, Some(di));
+        let ri = self.cache.entry_for(root)?;
+        self.resolve_handle(ri, root.raw())?;
+        self.cache.before_write(ri)?;
+        self.cache.store_ref(ri, refs.var_offset() + 4 * SCHEMA_SLOT, Some(di))?;
         if let Some(s) = self.schema.as_mut() {
             s.insert(desc.name().to_string(), (cword, desc.clone()));
         }
-        debug_assert_eq!(self.cache.core.lookup(dword), Some(di));
+        debug_assert_eq!(self.cache.lookup(dword), Some(di));
         Ok(cword)
     }
 
@@ -970,7 +949,7 @@ impl Inner {
     #[inline(never)]
     fn swizzle<T: ?Sized>(&mut self, loc: u32, off: usize, w: u32) -> Ref<T> {
         let t = Instant::now();
-        let r = match self.cache.core.follow(loc, off) {
+        let r = match self.cache.follow(loc, off) {
             Ok(Some((i, o))) => Ref::new(i, o),
             Ok(None) => Ref::NULL,
             // The table is full: hand out an unbound handle; it resolves by oref on use.
@@ -980,86 +959,59 @@ impl Inner {
         r
     }
 
-    /// Stores a reference (handle `(idx, oref)`, or null) at byte `off` of the object at `loc`.
-    fn store_ref(&mut self, loc: u32, off: usize, idx: u32, oref: u32) -> Result<(), ClientError> {
+    /// Stores a reference (handle `(idx, oref)`, or null) at byte `off` of the object of entry
+    /// `obj`, which the transaction has written ([`ClientCache::before_write`]) or created.
+    fn store_ref(&mut self, obj: u32, off: usize, idx: u32, oref: u32) -> Result<(), ClientError> {
         let target = if oref == 0 { None } else { Some(self.cache.rebind(idx, oref)?) };
-        self.cache.core.store_ref(loc, off, target);
+        self.cache.store_ref(obj, off, target)?;
         Ok(())
     }
 
-    /// Records the first write of an existing object in this transaction: its undo copy and
-    /// modified mark (which keeps it in the cache until commit or abort).
-    fn before_write(&mut self, idx: u32, loc: u32) -> Result<(), ClientError> {
-        let flags = self.cache.core.entries[idx as usize].flags;
-        if flags & (F_NEW | F_MODIFIED) != 0 {
-            return Ok(());
+    /// The commit request for the current transaction: its read set, the new versions of the
+    /// objects it modified and the objects it created, as the cache exports them.
+    fn commit_request(&self) -> Result<(Commit, u64), ClientError> {
+        let cache = &self.cache;
+        let mut reads: Vec<Oref> = Vec::with_capacity(cache.read_count());
+        cache.for_each_read(|o| reads.push(o));
+        let mut shipped = 0u64;
+        let mut versions = Vec::with_capacity(cache.modified().len());
+        for i in cache.modified() {
+            let oref = Oref::from_raw(cache.oref_of(i))
+                .ok_or(CacheError::Internal("a modified object without an oref"))?;
+            let mut bytes = Vec::new();
+            cache.export(i, &mut bytes)?;
+            shipped += bytes.len() as u64;
+            versions.push((oref, Bytes::from(bytes)));
         }
-        let size = self.cache.core.object_size(loc);
-        let mut undo = Vec::new();
-        self.cache.core.arena.copy_out(loc as usize, size, &mut undo);
-        self.tx.undo.push((idx, undo));
-        self.cache.core.mark_modified(idx);
-        self.cache.core.entries[idx as usize].usage |= USAGE_TOP;
-        self.tx.modified.push(idx);
-        Ok(())
-    }
-
-    /// The bytes of entry `i` as they go to the server: references unswizzled, references to
-    /// created objects tagged with their index in the commit.
-    fn export(&self, i: u32, serials: &FxHashMap<u32, u32>) -> Vec<u8> {
-        let core = &self.cache.core;
-        let loc = core.entries[i as usize].loc;
-        let size = core.object_size(loc);
-        let mut out = Vec::new();
-        core.arena.copy_out(loc as usize, size, &mut out);
-        let desc = core.class(core.class_word(loc)).expect("loaded class");
-        let tag = |w: u32| match serials.get(&w) {
-            Some(&k) => RawRef::tagged_word(k),
-            None => w,
-        };
-        let header = thor_core::le::u32_at(&out, 0);
-        thor_core::le::put_u32(&mut out, 0, tag(header));
-        // The reference offsets come from the cached object (same layout as the copy).
-        let obj = core.arena.bytes(loc as usize, size);
-        desc.for_each_ref_offset(obj, |off| {
-            thor_core::le::put_u32(&mut out, off, tag(core.ref_word(loc, off)));
-        });
-        out
+        let mut created = Vec::with_capacity(cache.created().len());
+        for &i in cache.created() {
+            let mut bytes = Vec::new();
+            cache.export(i, &mut bytes)?;
+            shipped += bytes.len() as u64;
+            created.push(Bytes::from(bytes));
+        }
+        Ok((Commit { reads, versions, created }, shipped))
     }
 
     fn commit(&mut self) -> Result<CommitInfo, ClientError> {
         let t = Instant::now();
-        let serials: FxHashMap<u32, u32> = self
-            .tx
-            .created
+        let (commit, shipped) = match self.commit_request() {
+            Ok(c) => c,
+            Err(e) => {
+                self.abort_local();
+                return Err(e);
+            }
+        };
+        // Where the classes this transaction created are among its created objects, for their
+        // slots to take the orefs the server gives them.
+        let class_slots: Vec<(usize, Option<u32>)> = self
+            .new_class_slots
             .iter()
-            .enumerate()
-            .map(|(k, &i)| (self.cache.core.entries[i as usize].oref, k as u32))
+            .map(|&(slot, serial)| (slot, self.cache.created_index(serial)))
             .collect();
-        let mut reads: Vec<Oref> = Vec::with_capacity(self.cache.core.reads.len());
-        self.cache.core.reads.for_each(|o| reads.push(o));
-        let mut versions = Vec::with_capacity(self.tx.modified.len());
-        let modified = std::mem::take(&mut self.tx.modified);
-        let mut shipped = 0u64;
-        for &i in &modified {
-            let bytes = self.export(i, &serials);
-            shipped += bytes.len() as u64;
-            let oref =
-                Oref::from_raw(self.cache.core.entries[i as usize].oref).expect("stored object");
-            versions.push((oref, Bytes::from(bytes)));
-        }
-        let created_entries = std::mem::take(&mut self.tx.created);
-        let mut created = Vec::with_capacity(created_entries.len());
-        for &i in &created_entries {
-            let bytes = self.export(i, &serials);
-            shipped += bytes.len() as u64;
-            created.push(Bytes::from(bytes));
-        }
-        self.tx.modified = modified;
-        self.tx.created = created_entries;
-        let n_created = created.len();
-        let n_modified = versions.len();
-        let req = Request::new(RequestBody::Commit(Commit { reads, versions, created }));
+        let n_created = commit.created.len();
+        let n_modified = commit.versions.len();
+        let req = Request::new(RequestBody::Commit(commit));
         let reply = match self.transport.round_trip(&req) {
             Ok(r) => r,
             Err(e) => {
@@ -1069,13 +1021,17 @@ impl Inner {
         };
         self.handle_invalidations(&reply);
         match reply.body {
-            ReplyBody::CommitOk { lsn, created: orefs } if orefs.len() == n_created => {
-                let pairs: Vec<(u32, Oref)> =
-                    self.tx.created.iter().copied().zip(orefs.iter().copied()).collect();
-                self.cache.commit_done(&pairs, &self.tx.modified);
+            ReplyBody::CommitOk { lsn, created: orefs } => {
+                if let Err(e) = self.cache.commit_done(&orefs) {
+                    // The server says it committed, with orefs that cannot be right: its
+                    // outcome is unknown; the cache goes back to before the transaction.
+                    self.abort_local();
+                    return Err(ClientError::CommitUnknown(Box::new(e.into())));
+                }
                 // Classes created by this transaction now have orefs.
-                for (slot, serial) in std::mem::take(&mut self.tx.new_class_slots) {
-                    if let Some(&k) = serials.get(&serial) {
+                self.new_class_slots.clear();
+                for (slot, k) in class_slots {
+                    if let Some(k) = k {
                         self.class_words[slot] = orefs[k as usize].raw();
                     }
                 }
@@ -1083,15 +1039,10 @@ impl Inner {
                     // Re-read lazily: class words in it were serials.
                     self.schema = None;
                 }
-                self.tx = TxState::default();
                 self.stats.commits += 1;
                 self.stats.commit_time += t.elapsed();
                 self.stats.bytes_shipped += shipped;
                 Ok(CommitInfo { lsn, created: n_created, modified: n_modified })
-            }
-            ReplyBody::CommitOk { .. } => {
-                self.abort_local();
-                Err(ClientError::Unexpected("CommitOk with the wrong number of orefs"))
             }
             ReplyBody::CommitRefused { code, message } => {
                 self.abort_local();
@@ -1105,12 +1056,12 @@ impl Inner {
     }
 
     fn abort_local(&mut self) {
-        let tx = std::mem::take(&mut self.tx);
-        self.cache.abort_done(&tx.undo, &tx.created);
-        for (slot, _) in tx.new_class_slots {
+        let created_any = !self.cache.created().is_empty();
+        self.cache.abort_done();
+        for (slot, _) in std::mem::take(&mut self.new_class_slots) {
             self.class_words[slot] = 0;
         }
-        if !tx.created.is_empty() {
+        if created_any {
             self.schema = None;
         }
         self.stats.aborts += 1;

@@ -3,10 +3,13 @@
 
 use std::sync::Arc;
 
-use thor_client::{ClientError, PolicyConfig, Ref, Refs, Session, SessionConfig};
+use thor_cache::CacheError;
+use thor_client::{Any, ClientError, Large, PolicyConfig, Ref, Refs, Session, SessionConfig};
+use thor_core::{FormatError, Oref, PageView, builtin};
 use thor_net::{ClientConfig, LocalTransport};
 use thor_server::{Engine, EngineOptions};
 use thor_storage::MemDisk;
+use thor_wire::{Reply, ReplyBody, Request, ServerInfo, Transport, TransportError};
 
 thor_client::class! {
     /// A person with a friend and a name.
@@ -238,4 +241,143 @@ fn a_view_of_a_created_object_may_outlive_an_abort() {
         s.commit().unwrap();
         check_ring(&s, 20);
     }
+}
+
+/// A transport that hands the session a page the server never sent: the word at byte `at` of
+/// page `page` replaced by `word` in every copy fetched.
+struct CorruptingTransport {
+    inner: LocalTransport,
+    page: u32,
+    at: usize,
+    word: u32,
+}
+
+impl Transport for CorruptingTransport {
+    fn server(&self) -> &ServerInfo {
+        self.inner.server()
+    }
+    fn send(&mut self, req: &Request) -> Result<(), TransportError> {
+        self.inner.send(req)
+    }
+    fn recv(&mut self) -> Result<Reply, TransportError> {
+        let mut reply = self.inner.recv()?;
+        if let ReplyBody::Page { page, bytes } = &mut reply.body
+            && page.get() == self.page
+        {
+            let mut b = bytes.to_vec();
+            b[self.at..self.at + 4].copy_from_slice(&self.word.to_le_bytes());
+            *bytes = bytes::Bytes::from(b);
+        }
+        Ok(reply)
+    }
+}
+
+/// A server sends a page in which one person's `friend` reference has the spare (swizzle) bit
+/// set: taken as it is, the word would name an entry of the client's indirection table. The
+/// session refuses the object with an error naming the page and the byte; the other people
+/// of the page read as they were committed.
+#[test]
+fn malformed_reference_in_fetched_page() {
+    let h = server(8192);
+    let s = session(&h, PolicyConfig::HAC, 1 << 20);
+    let people = build_ring(&s, 10);
+    s.commit().unwrap();
+    let victim: Oref = s.canonical(people[3]).unwrap().oref().unwrap();
+    drop(s);
+    // Where the friend word of person 3 is in its page, as the server stores it.
+    let page = victim.page().unwrap();
+    let image = h.engine().fetch(page).unwrap();
+    let at =
+        PageView::parse(&image).unwrap().offset(victim.oid()).unwrap() + Person::friend.offset();
+    for policy in POLICIES {
+        let t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
+        let bad = CorruptingTransport { inner: t, page: page.get(), at, word: (5 << 1) | 1 };
+        let s = Session::new(
+            Box::new(bad),
+            SessionConfig { cache_bytes: 1 << 20, policy, background_replacement: true },
+        )
+        .unwrap();
+        let g = s.get(s.root::<Group>(0).unwrap()).unwrap();
+        let (p3, p4) = (g.var_ref(3), g.var_ref(4));
+        drop(g);
+        match s.get(p3) {
+            Err(ClientError::Cache(CacheError::MalformedPage { page: p, offset, why })) => {
+                assert_eq!((p, offset as usize), (page.get(), at), "{policy}: {why}");
+            }
+            other => panic!("{policy}: expected a malformed page, got {other:?}"),
+        }
+        assert_eq!(s.get(p4).unwrap().get(Person::age), 4, "{policy}");
+        s.check_cache().unwrap();
+    }
+}
+
+/// A large object whose one interior piece names itself at all its references: a reference
+/// value that never ends. Reading it fails after the pieces its claimed length needs, in the
+/// session that created it (pieces named by serial) and in a new one (pieces fetched).
+#[test]
+fn a_cyclic_large_object_is_refused_within_its_budget() {
+    let page = 8192;
+    let h = server(page);
+    let s = session(&h, PolicyConfig::HAC, 1 << 20);
+    let fanout = (thor_core::limits::max_object_bytes(page)
+        - builtin::desc(builtin::REFS).unwrap().var_offset())
+        / 4;
+    let node = s.create::<Refs<Any>>(fanout).unwrap();
+    let nr = node.as_ref();
+    for k in 0..fanout {
+        node.set_var_ref(k, nr.cast()).unwrap();
+    }
+    drop(node);
+    let root = s.create::<Large>(1).unwrap();
+    root.set(Large::length, 3 * fanout as u64).unwrap();
+    root.set(Large::leaf_kind, 2).unwrap();
+    root.set(Large::height, 8).unwrap();
+    root.set_var_ref(0, nr.cast()).unwrap();
+    let rr = root.as_ref().cast::<Any>();
+    drop(root);
+    assert!(over_budget(s.read_large(rr)), "before the commit");
+    s.set_root(0, rr).unwrap();
+    s.commit().unwrap();
+    let s2 = session(&h, PolicyConfig::Fpc, 1 << 20);
+    let r2 = s2.root::<Any>(0).unwrap();
+    assert!(over_budget(s2.read_large(r2)), "read back");
+}
+
+/// Whether a read of a large object stopped at its piece budget.
+fn over_budget(r: Result<Vec<u8>, ClientError>) -> bool {
+    matches!(r, Err(ClientError::Format(FormatError::BadLarge(why))) if why.contains("cycle"))
+}
+
+/// Seven interior pieces, each naming the next at all its references, over one empty leaf: a
+/// byte value of fanout^7 empty leaves, which no check on the bytes read would stop (this is
+/// what a read without a piece budget would fetch for ever). The read stops after the pieces
+/// the claimed length needs.
+#[test]
+fn shared_pieces_that_blow_up_a_large_object_are_refused_within_its_budget() {
+    let page = 1024;
+    let h = server(page);
+    let s = session(&h, PolicyConfig::HAC, 1 << 20);
+    let fanout = (thor_core::limits::max_object_bytes(page)
+        - builtin::desc(builtin::REFS).unwrap().var_offset())
+        / 4;
+    let mut below: Ref<Any> = s.create::<thor_client::Bytes>(0).unwrap().as_ref().cast();
+    for _ in 0..7 {
+        let node = s.create::<Refs<Any>>(fanout).unwrap();
+        for k in 0..fanout {
+            node.set_var_ref(k, below).unwrap();
+        }
+        below = node.as_ref().cast();
+    }
+    let root = s.create::<Large>(1).unwrap();
+    root.set(Large::length, 100).unwrap();
+    root.set(Large::leaf_kind, 1).unwrap();
+    root.set(Large::height, 8).unwrap();
+    root.set_var_ref(0, below).unwrap();
+    let rr = root.as_ref().cast::<Any>();
+    drop(root);
+    s.set_root(0, rr).unwrap();
+    s.commit().unwrap();
+    let s2 = session(&h, PolicyConfig::HAC, 1 << 20);
+    let r2 = s2.root::<Any>(0).unwrap();
+    assert!(over_budget(s2.read_large(r2)));
 }

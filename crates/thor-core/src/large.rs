@@ -17,12 +17,22 @@
 //! [`encode`] lays a value out in pre-order (root, first subtree, second subtree, ...), so that
 //! allocating the objects in that order stores the value's pieces in consecutive pages and a
 //! sequential read touches pages in order.
+//!
+//! # Reading an untrusted tree
+//!
+//! A tree read back comes from a server, which may be faulty. Its depth is bounded by the
+//! height in the root (at most 8), but not its breadth: an interior node may name the same
+//! child a thousand times, or itself, and a tree of height 8 would then take a thousand to the
+//! seventh fetches to read. So [`read`] visits at most as many pieces as a well-formed tree of
+//! the length the root claims has ([`pieces_below_root`], exactly what [`encode`] makes), and at
+//! most the caller's limit, checked before the first fetch: a tree with cycles or shared
+//! pieces fails with [`FormatError::BadLarge`] after that many fetches.
 
 use crate::class::{ClassDesc, VarKind, builtin};
 use crate::error::FormatError;
 use crate::ids::RawRef;
 use crate::le::{put_u32, put_u64, u32_at, u64_at};
-use crate::limits::max_object_bytes;
+use crate::limits::{is_valid_page_size, max_object_bytes};
 
 /// What the leaves of a large object hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,30 +181,55 @@ pub fn children<'o>(desc: &ClassDesc, obj: &'o [u8]) -> impl Iterator<Item = u32
     (0..count).map(move |i| u32_at(obj, start + 4 * i))
 }
 
+/// The pieces below the root of a well-formed tree of `height` holding `len` elements of
+/// `kind` in pages of `page_size` bytes: what [`encode`] makes (at its height; a taller tree
+/// adds a chain of single-child nodes per extra level). `None` if the count overflows.
+pub fn pieces_below_root(len: u64, kind: LeafKind, height: u32, page_size: usize) -> Option<u64> {
+    let s = shape(page_size, kind);
+    let leaves = len.div_ceil(s.leaf_elems as u64).max(1);
+    // Subtrees are aligned to their span, so the level whose nodes each cover `span` leaves
+    // has ceil(leaves / span) of them.
+    let mut total = 0u64;
+    let mut span = 1u64;
+    for _ in 0..height {
+        total = total.checked_add(leaves.div_ceil(span))?;
+        span = span.saturating_mul(s.node_fanout as u64);
+    }
+    Some(total)
+}
+
 /// Reads a whole large value, fetching each child through `get` (given a child's reference
 /// word, it returns that object's bytes). Checks the tree's shape as it goes: a malformed or
 /// truncated tree is an error, never a wrong value. Returns the bytes of the value (for
 /// [`LeafKind::Refs`], the reference words little-endian).
+///
+/// At most [`pieces_below_root`] pieces are fetched for the length the root claims, and a root
+/// whose length needs more than `pieces_max` is refused before any fetch (see the module
+/// documentation); `page_size` is the database's.
 pub fn read<E: From<FormatError>>(
     root: &[u8],
+    page_size: usize,
+    pieces_max: usize,
     mut get: impl FnMut(u32) -> Result<Vec<u8>, E>,
 ) -> Result<Vec<u8>, E> {
+    if !is_valid_page_size(page_size) {
+        return Err(FormatError::BadPageSize(page_size).into());
+    }
     let h = header(root)?;
+    let mut budget = pieces_below_root(h.len, h.kind, h.height, page_size)
+        .filter(|&n| n <= pieces_max as u64)
+        .ok_or(FormatError::BadLarge("the length needs more pieces than a read may fetch"))?;
+    // Within the piece limit, the length fits in memory: each piece holds at most a page.
     let elem = if h.kind == LeafKind::Bytes { 1 } else { 4 };
     let total = usize::try_from(h.len)
         .ok()
         .and_then(|n| n.checked_mul(elem))
         .ok_or(FormatError::BadLarge("length overflows memory"))?;
-    // Refuse absurd lengths before allocating: a tree of height h cannot hold more than
-    // fanout^h leaves of at most a page each.
-    if total > (1usize << 40) {
-        return Err(FormatError::BadLarge("length too large").into());
-    }
     let mut out = Vec::with_capacity(total.min(1 << 24));
     let large = builtin::desc(builtin::LARGE).expect("builtin");
     let kids: Vec<u32> = children(large, root).collect();
     for k in kids {
-        read_node(k, h.height - 1, h.kind, &mut get, &mut out, total)?;
+        read_node(k, h.height - 1, h.kind, &mut get, &mut out, total, &mut budget)?;
     }
     if out.len() != total {
         return Err(FormatError::BadLarge("leaves do not add up to the length").into());
@@ -202,6 +237,7 @@ pub fn read<E: From<FormatError>>(
     Ok(out)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn read_node<E: From<FormatError>>(
     word: u32,
     below: u32,
@@ -209,7 +245,15 @@ fn read_node<E: From<FormatError>>(
     get: &mut impl FnMut(u32) -> Result<Vec<u8>, E>,
     out: &mut Vec<u8>,
     total: usize,
+    budget: &mut u64,
 ) -> Result<(), E> {
+    if *budget == 0 {
+        return Err(FormatError::BadLarge(
+            "more pieces than its length needs: the tree has a cycle or shared pieces",
+        )
+        .into());
+    }
+    *budget -= 1;
     let obj = get(word)?;
     let refs = builtin::desc(builtin::REFS).expect("builtin");
     if below == 0 {
@@ -232,7 +276,7 @@ fn read_node<E: From<FormatError>>(
     refs.check_shape(&obj).map_err(FormatError::BadLarge)?;
     let kids: Vec<u32> = children(refs, &obj).collect();
     for k in kids {
-        read_node(k, below - 1, kind, get, out, total)?;
+        read_node(k, below - 1, kind, get, out, total, budget)?;
     }
     Ok(())
 }
@@ -270,7 +314,13 @@ mod tests {
         for o in &objs {
             assert!(o.len() <= max_object_bytes(page));
         }
-        let got = read::<FormatError>(&objs[0], |w| match RawRef::decode(w) {
+        let h = header(&objs[0]).unwrap();
+        assert_eq!(
+            pieces_below_root(h.len, kind, h.height, page),
+            Some(objs.len() as u64 - 1),
+            "encode makes exactly the pieces a read allows"
+        );
+        let got = read::<FormatError>(&objs[0], page, usize::MAX, |w| match RawRef::decode(w) {
             RawRef::Tagged(i) => Ok(objs[i as usize].clone()),
             RawRef::Oref(_) => Err(FormatError::BadLarge("untagged")),
         })
@@ -325,7 +375,7 @@ mod tests {
     fn truncated_trees_are_errors() {
         let data = vec![1u8; 30_000];
         let objs = encode(&data, LeafKind::Bytes, 8192);
-        let r = read::<FormatError>(&objs[0], |w| match RawRef::decode(w) {
+        let r = read::<FormatError>(&objs[0], 8192, usize::MAX, |w| match RawRef::decode(w) {
             RawRef::Tagged(1) => Ok(objs[1][..objs[1].len() - 4].to_vec()),
             RawRef::Tagged(i) => Ok(objs[i as usize].clone()),
             RawRef::Oref(_) => Err(FormatError::BadLarge("untagged")),
@@ -333,10 +383,101 @@ mod tests {
         assert!(r.is_err());
         let mut bad_root = objs[0].clone();
         put_u64(&mut bad_root, 4, 40_000);
-        let r = read::<FormatError>(&bad_root, |w| match RawRef::decode(w) {
+        let r = read::<FormatError>(&bad_root, 8192, usize::MAX, |w| match RawRef::decode(w) {
             RawRef::Tagged(i) => Ok(objs[i as usize].clone()),
             RawRef::Oref(_) => Err(FormatError::BadLarge("untagged")),
         });
         assert!(r.is_err());
+    }
+
+    /// A root of height 8, its pieces `tagged(k)` for `k` in `1..`, for the tests below.
+    fn root_of(len: u64, kind: LeafKind, child: u32) -> Vec<u8> {
+        let large = builtin::desc(builtin::LARGE).expect("builtin");
+        let mut root = large.new_object(builtin::LARGE.raw(), 1);
+        put_u64(&mut root, 4, len);
+        put_u32(&mut root, 12, if kind == LeafKind::Bytes { 1 } else { 2 });
+        put_u32(&mut root, 16, 8);
+        put_u32(&mut root, large.var_offset(), RawRef::tagged_word(child));
+        root
+    }
+
+    /// An interior node (or, for reference values, a leaf) with `n` children, all `child`.
+    fn node_of(n: usize, child: u32) -> Vec<u8> {
+        let refs = builtin::desc(builtin::REFS).expect("builtin");
+        let mut node = refs.new_object(builtin::REFS.raw(), n);
+        for k in 0..n {
+            put_u32(&mut node, refs.var_offset() + 4 * k, RawRef::tagged_word(child));
+        }
+        node
+    }
+
+    fn fanout(page: usize) -> usize {
+        (max_object_bytes(page) - builtin::desc(builtin::REFS).expect("builtin").var_offset()) / 4
+    }
+
+    /// A reference value whose one piece names itself at every reference: it is at once an
+    /// interior node and a full leaf, at every level. Read naively it is a value as long as
+    /// the reads go on; the read stops after the pieces the claimed length needs.
+    #[test]
+    fn a_cyclic_tree_is_refused_within_its_budget() {
+        let page = 8192;
+        let f = fanout(page);
+        let len = 3 * f as u64;
+        let root = root_of(len, LeafKind::Refs, 1);
+        let node = node_of(f, 1);
+        let budget = pieces_below_root(len, LeafKind::Refs, 8, page).unwrap();
+        assert_eq!(budget, 3 + 7, "three leaves under a chain of seven interior nodes");
+        let mut fetches = 0u64;
+        let r = read::<FormatError>(&root, page, usize::MAX, |_| {
+            fetches += 1;
+            Ok(node.clone())
+        });
+        assert!(matches!(r, Err(FormatError::BadLarge(why)) if why.contains("cycle")), "{r:?}");
+        assert_eq!(fetches, budget, "every piece the length allows, and not one more");
+    }
+
+    /// Interior nodes that each name the next one at all their references, over an empty leaf:
+    /// fanout^7 leaves of nothing, which no check on the value's bytes would ever stop.
+    #[test]
+    fn shared_pieces_that_blow_up_are_refused_within_the_budget() {
+        let page = 1024;
+        let f = fanout(page);
+        // Pieces tagged 1..=7 are interior nodes (1 the highest), 8 the empty leaf.
+        let empty_leaf =
+            builtin::desc(builtin::BYTES).expect("builtin").new_object(builtin::BYTES.raw(), 0);
+        let len = 100u64;
+        let root = root_of(len, LeafKind::Bytes, 1);
+        let mut fetches = 0u64;
+        let r = read::<FormatError>(&root, page, usize::MAX, |w| {
+            fetches += 1;
+            match RawRef::decode(w) {
+                RawRef::Tagged(k @ 1..=7) => Ok(node_of(f, k + 1)),
+                _ => Ok(empty_leaf.clone()),
+            }
+        });
+        assert!(matches!(r, Err(FormatError::BadLarge(_))), "{r:?}");
+        assert_eq!(fetches, pieces_below_root(len, LeafKind::Bytes, 8, page).unwrap());
+    }
+
+    #[test]
+    fn a_length_beyond_the_piece_limit_is_refused_before_any_fetch() {
+        let mut root = encode(&[1, 2, 3], LeafKind::Bytes, 8192).swap_remove(0);
+        put_u64(&mut root, 4, u64::MAX / 2);
+        let mut fetches = 0;
+        let r = read::<FormatError>(&root, 8192, 1 << 18, |_| {
+            fetches += 1;
+            Err(FormatError::BadLarge("no fetch expected"))
+        });
+        assert!(matches!(r, Err(FormatError::BadLarge(_))), "{r:?}");
+        assert_eq!(fetches, 0);
+        // A real value of 20,000 bytes needs 3 leaves: a limit of 2 refuses it, 3 reads it.
+        let data = vec![9u8; 20_000];
+        let objs = encode(&data, LeafKind::Bytes, 8192);
+        let get = |w: u32| match RawRef::decode(w) {
+            RawRef::Tagged(i) => Ok(objs[i as usize].clone()),
+            RawRef::Oref(_) => Err(FormatError::BadLarge("untagged")),
+        };
+        assert!(read::<FormatError>(&objs[0], 8192, 2, get).is_err());
+        assert_eq!(read::<FormatError>(&objs[0], 8192, 3, get).unwrap(), data);
     }
 }

@@ -10,8 +10,8 @@
 
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
-use thor_cache::policy::{Lru, Placement, Policy};
 use thor_core::PageId;
+use thor_policy::{Lru, Placement, Policy};
 
 /// Hit and miss counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

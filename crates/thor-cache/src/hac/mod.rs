@@ -113,27 +113,11 @@ mod tests;
 
 use crate::core::{CacheCore, Entry, F_MODIFIED, FrameKind, FrameMeta, NIL, USAGE_TOP};
 use crate::error::CacheError;
+use crate::limits;
 use crate::manager::{CacheManager, ReplacementStats};
 
 use candidates::{Candidate, CandidateSet};
 use usage::{FrameUsage, UsageHistogram, decayed};
-
-/// Bounds on HAC's settings and work.
-pub mod limits {
-    /// Largest E: the candidate set's tree has E leaves rounded up to a power of two.
-    pub const EPOCHS_MAX: u32 = 4096;
-    /// Largest S: frames each pointer looks at per epoch (the paper studied 2 to 20).
-    pub const SCAN_FRAMES_MAX: u32 = 64;
-    /// Largest N (the paper studied 0 to 20).
-    pub const SECONDARY_POINTERS_MAX: u32 = 64;
-    /// Largest denominator of R.
-    pub const RETENTION_DENOMINATOR_MAX: u32 = 10_000;
-    /// Victims one call to free a frame may compact, per frame of the cache, before it gives up
-    /// with `CacheError::Full`. Each victim either frees a frame or becomes the target after
-    /// dropping its cold objects; a cache whose candidates keep everything (all modified, or
-    /// all hotter than their thresholds) would otherwise move objects round forever.
-    pub const VICTIMS_PER_FRAME_MAX: usize = 2;
-}
 
 /// A fraction `num / den` in (0, 1], exact (R = 2/3 is not a binary float).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -56,7 +56,7 @@ impl Rig {
         // Room for the tables besides `frames` frames.
         let mut core = CacheCore::new((frames + 2) * PAGE, PAGE).unwrap();
         let (c, desc) = class();
-        core.register_class(c.raw(), Arc::new(desc));
+        core.register_class(c.raw(), Arc::new(desc)).unwrap();
         let hac = Hac::new(core.frames.len(), params).unwrap();
         Rig { core, hac }
     }
@@ -543,7 +543,7 @@ fn cache(frames: usize, policy: PolicyConfig, background: bool) -> ClientCache {
     })
     .unwrap();
     let (cl, desc) = class();
-    c.core.register_class(cl.raw(), Arc::new(desc));
+    c.register_class(cl.raw(), Arc::new(desc)).unwrap();
     c
 }
 
@@ -593,25 +593,24 @@ fn created_objects_are_kept_after_commit_as_a_compacted_frame() {
     let mut c = cache(16, PolicyConfig::HAC, true);
     let mut made = Vec::new();
     for k in 0..20u32 {
-        made.push(c.create(&obj(k, 40, None)).unwrap().0);
+        made.push(c.create(&obj(k, 40, None)).unwrap().entry);
     }
     let f = c.core.frame_of(c.core.entries[made[0] as usize].loc);
     assert_eq!(c.core.frames[f as usize].kind, FrameKind::New);
-    let orefs: Vec<(u32, Oref)> =
-        made.iter().enumerate().map(|(k, &i)| (i, oref(30, k as u16))).collect();
-    c.commit_done(&orefs, &[]);
+    let orefs: Vec<Oref> = (0..made.len()).map(|k| oref(30, k as u16)).collect();
+    c.commit_done(&orefs).unwrap();
     assert_eq!(c.core.frames[f as usize].kind, FrameKind::Compacted);
-    for &(i, o) in &orefs {
+    for (&i, &o) in made.iter().zip(&orefs) {
         assert_eq!(c.core.lookup(o.raw()), Some(i));
         assert_ne!(c.core.entries[i as usize].loc, NOT_RESIDENT, "kept");
     }
     assert!(c.stats().replacement.candidates_added > 0);
-    c.core.check_invariants().unwrap();
+    c.check_invariants().unwrap();
 
     // FPC drops them (they are fetched again in their pages when used).
     let mut c = cache(16, PolicyConfig::Fpc, true);
-    let (i, _) = c.create(&obj(1, 40, None)).unwrap();
-    c.commit_done(&[(i, oref(30, 0))], &[]);
+    c.create(&obj(1, 40, None)).unwrap();
+    c.commit_done(&[oref(30, 0)]).unwrap();
     assert_eq!(c.core.lookup(oref(30, 0).raw()).map(|i| c.core.entries[i as usize].loc), None);
 }
 
@@ -711,8 +710,8 @@ proptest! {
                         // Too much is pinned or modified for this small cache: end the
                         // transaction and let go of the pins, as an application would.
                         Err(CacheError::Full { .. }) => {
-                            let m: Vec<u32> = modified.drain(..).map(|m| m.0).collect();
-                            c.commit_done(&[], &m);
+                            modified.clear();
+                            c.commit_done(&[]).unwrap();
                             committed = tags.clone();
                             for (_, l) in pins.drain(..) { c.core.unpin(l); }
                             continue;
@@ -724,9 +723,9 @@ proptest! {
                     match op {
                         Op::Modify(_, _, t) => {
                             if c.core.entries[i as usize].flags & F_MODIFIED == 0 {
-                                c.core.mark_modified(i);
                                 modified.push((i, o));
                             }
+                            c.before_write(i).unwrap();
                             c.core.arena.write_u32(loc as usize + TAG_AT, t);
                             tags.insert(o, t);
                         }
@@ -746,12 +745,12 @@ proptest! {
                     }
                 }
                 Op::Commit => {
-                    let m: Vec<u32> = modified.drain(..).map(|m| m.0).collect();
-                    c.commit_done(&[], &m);
+                    modified.clear();
+                    c.commit_done(&[]).unwrap();
                     committed = tags.clone();
                 }
             }
-            c.core.check_invariants().map_err(TestCaseError::fail)?;
+            c.check_invariants().map_err(TestCaseError::fail)?;
             for &(i, o) in &modified {
                 prop_assert_eq!(c.core.lookup(o.raw()), Some(i));
                 prop_assert!(c.core.entries[i as usize].loc != NOT_RESIDENT, "modified {:?} evicted", o);

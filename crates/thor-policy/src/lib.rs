@@ -1,5 +1,11 @@
 //! Block (page) replacement policies: the order in which a fixed-size cache gives up blocks.
 //!
+//! This crate is the one copy of LRU, MRU, CLOCK and ARC in thor. The server's page cache keeps
+//! its order in [`Lru`], the client's FPC cache manager (`thor-cache`) in an [`Lru`] over a
+//! [`DenseSlots`] index, and the cache-hierarchy simulator (`thor-cachesim`) runs every
+//! [`PolicyKind`] through [`AnyPolicy`]: the simulator evaluates exactly the code that ships.
+//! A policy knows nothing of pages, objects or I/O; it orders `u64` block ids.
+//!
 //! # The vocabulary: two ends of a queue
 //!
 //! Every policy here is described as a queue with two ends, following the DEMOTE paper
@@ -55,6 +61,7 @@
 mod arc;
 mod clock;
 mod index;
+pub mod limits;
 mod list;
 mod lru;
 
@@ -64,14 +71,11 @@ use std::str::FromStr;
 pub use arc::Arc;
 pub use clock::Clock;
 pub use index::{DenseSlots, HashSlots, SlotIndex};
+pub use limits::MAX_CAPACITY;
 pub use lru::{Lru, Mru};
 
 /// The name of a block (a page id, a disk block number). Policies only compare and hash it.
 pub type BlockId = u64;
-
-/// The largest capacity a policy accepts: slots are named by `u32` with one value reserved as
-/// the null link, and ARC needs twice its capacity in slots (for its history lists).
-pub const MAX_CAPACITY: usize = (u32::MAX / 2 - 1) as usize;
 
 /// Where [`Policy::insert`] or [`Policy::place`] puts a block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -86,7 +90,7 @@ pub enum Placement {
     EvictLast,
 }
 
-/// The policies this module provides, by name (for command lines and reports).
+/// The policies this crate provides, by name (for command lines and reports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PolicyKind {
     /// Least recently used: [`Lru`].
@@ -181,7 +185,7 @@ pub enum PolicyError {
     },
 }
 
-/// A block replacement policy: the bookkeeping of a fixed-capacity cache (see the module
+/// A block replacement policy: the bookkeeping of a fixed-capacity cache (see the crate
 /// documentation for the contract).
 pub trait Policy: fmt::Debug {
     /// Which policy this is.
@@ -234,7 +238,7 @@ pub trait Policy: fmt::Debug {
     fn snapshot(&self, out: &mut Vec<BlockId>);
 }
 
-/// One of the policies of this module, chosen at run time, with match dispatch (cheaper than a
+/// One of the policies of this crate, chosen at run time, with match dispatch (cheaper than a
 /// `Box<dyn Policy>` and without an allocation per cache).
 #[derive(Debug, Clone)]
 pub enum AnyPolicy<I: SlotIndex = HashSlots> {

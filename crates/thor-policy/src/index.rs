@@ -80,9 +80,8 @@ pub struct DenseSlots {
 }
 
 impl DenseSlots {
-    /// The largest id space a dense index accepts: four bytes per id, so this is 16 GiB of index.
-    /// Beyond that a hash map is the better choice anyway.
-    pub const MAX_BOUND: u64 = 1 << 32;
+    /// The largest id space a dense index accepts ([`crate::limits::DENSE_ID_BOUND_MAX`]).
+    pub const MAX_BOUND: u64 = crate::limits::DENSE_ID_BOUND_MAX;
 
     /// An index for ids `0..bound`.
     pub fn new(bound: u64) -> Result<Self, PolicyError> {

@@ -1,6 +1,6 @@
 //! Intrusive doubly-linked lists over one preallocated slab of nodes.
 //!
-//! Every policy in this module keeps its replacement order in one or more lists whose nodes live
+//! Every policy in this crate keeps its replacement order in one or more lists whose nodes live
 //! in a single `Vec` allocated up front. A node is named by its slot number (`u32`), so links are
 //! four bytes and a node (block id plus two links) is sixteen: a 16,384-block cache keeps its whole
 //! order in 256 KiB, and moving a block to either end is four stores.

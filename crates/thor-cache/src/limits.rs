@@ -1,0 +1,48 @@
+//! Every bound of the client cache, with the reason for it.
+//!
+//! The cache's memory is one budget that covers frames and tables ([`crate::core`]); the bounds
+//! here are the shapes of that budget (how the tables grow, how many frames a cache needs) and
+//! the bounds of the work HAC does per call. The settings HAC accepts (E, N, S, R) are bounded
+//! here too, so a configuration from a command line cannot make a table absurdly large.
+
+/// The smallest number of usable frames a cache works with: one being filled by a fetch, one
+/// kept free for the next, one being compacted into.
+pub const MIN_FRAMES: usize = 3;
+
+/// Fewest entries the indirection table grows by: a 4 KB step, so that a small cache does not
+/// reallocate its table on every few objects.
+pub const ENTRY_STEP_MIN: usize = 256;
+/// Most entries the indirection table grows by (1 MB): growth is covered by headroom kept in
+/// the budget, so a large step would keep that many frames' worth of memory idle.
+pub const ENTRY_STEP_MAX: usize = 1 << 16;
+
+/// Renames of created objects kept after their commit, so that handles made before the commit
+/// still resolve: at most this many (12 bytes each, counted in the budget). Older handles fall
+/// back to an error naming the long-past transaction.
+pub const RENAMES_MAX: usize = 1 << 16;
+
+/// Bytes of undo-copy buffer kept between transactions. A transaction's undo copies live in
+/// one buffer ([`crate::txn`]); keeping its allocation saves a reallocation per transaction,
+/// but after a transaction that wrote most of the cache the buffer would hold that much memory
+/// outside the budget for good, so anything beyond this is given back.
+pub const UNDO_RETAINED_BYTES: usize = 1 << 20;
+
+/// Largest E (HAC): the candidate set's tree has E leaves rounded up to a power of two.
+pub const EPOCHS_MAX: u32 = 4096;
+/// Largest S (HAC): frames each pointer looks at per epoch (the paper studied 2 to 20).
+pub const SCAN_FRAMES_MAX: u32 = 64;
+/// Largest N (HAC; the paper studied 0 to 20).
+pub const SECONDARY_POINTERS_MAX: u32 = 64;
+/// Largest denominator of R (HAC): fractions are compared exactly in 64-bit products of a
+/// count and a denominator.
+pub const RETENTION_DENOMINATOR_MAX: u32 = 10_000;
+/// Victims one call to free a frame may compact, per frame of the cache, before it gives up
+/// with `CacheError::Full`. Each victim either frees a frame or becomes the target after
+/// dropping its cold objects; a cache whose candidates keep everything (all modified, or all
+/// hotter than their thresholds) would otherwise move objects round forever.
+pub const VICTIMS_PER_FRAME_MAX: usize = 2;
+
+// The entry table's growth step is a range.
+const _: () = assert!(ENTRY_STEP_MIN <= ENTRY_STEP_MAX);
+// Entry indices are swizzled into 31-bit tagged words; a step never overshoots that space.
+const _: () = assert!(ENTRY_STEP_MAX < thor_core::RawRef::TAG_MAX as usize);

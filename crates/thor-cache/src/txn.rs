@@ -1,0 +1,515 @@
+//! The current transaction as the cache holds it: what it read, wrote and created, how it is
+//! shipped, and how it ends.
+//!
+//! # Why the cache owns it
+//!
+//! A transaction's state is made of the cache's own things. Its read set is kept beside the
+//! indirection table (an entry flag and per-page bitmaps, [`crate::readset`]); a modified object
+//! must not leave the cache before the transaction ends (no-steal) and its undo copy names
+//! other entries by index, so the decrements of their reference counts wait for the end of the
+//! transaction; created objects live in frames of their own and are named by serial numbers
+//! until the commit gives them orefs. If the client library kept the list of modified objects
+//! and their undo copies, every one of those invariants would rest on it calling the right core
+//! functions in the right order. Here the library calls a handful of methods on
+//! [`ClientCache`], and the cache keeps the invariants; `ClientCache::check_invariants` checks
+//! them (tests run it after every step).
+//!
+//! # The state
+//!
+//! ```text
+//!   read set    ReadSet (orefs, bitmaps per page) + F_READ on the entry     set on access
+//!   modified    F_MODIFIED on the entry + an undo record, in first-write order
+//!   created     F_NEW on the entry, in creation order = their order in the commit
+//!   new frames  the frames the created objects are in
+//!
+//!   undo log    records [ (entry 17, bytes 0..40) (entry 3, bytes 40..88) ... ]
+//!               bytes   [ 17 before the transaction | 3 before the transaction | ... ]
+//! ```
+//!
+//! Undo copies are kept in one buffer rather than one allocation per object (a transaction of
+//! OO7's T2b writes 100,000 objects). They are the objects' bytes as cached, swizzled words
+//! included, so restoring one restores its reference counts exactly (`CacheCore::restore_object`).
+//! They are outside the cache's memory budget; modified objects themselves are inside it.
+//!
+//! # The life of a transaction
+//!
+//! - An access ([`ClientCache::access`], [`ClientCache::resolve`]) adds the object to the read
+//!   set.
+//! - [`ClientCache::before_write`] comes before any write of an object: the first one in the
+//!   transaction takes the undo copy, marks the object modified (so it stays) and sets its
+//!   usage as an access does. Scalar fields are then written through
+//!   [`ClientCache::object_ptr`]; references through [`ClientCache::store_ref`], which counts
+//!   the new target now and defers the old one's decrement to the end of the transaction.
+//! - [`ClientCache::create`] makes an object in a frame of created objects.
+//! - The commit request is built from [`ClientCache::for_each_read`],
+//!   [`ClientCache::modified`], [`ClientCache::created`] and [`ClientCache::export`]; when the
+//!   server answers, [`ClientCache::commit_done`] gives the created objects their orefs, or
+//!   [`ClientCache::abort_done`] puts the undo copies back and drops the created objects.
+//!
+//! # Exported objects
+//!
+//! [`ClientCache::export`] writes an object as a commit carries it: its references unswizzled
+//! to orefs, and a reference to an object created by the same transaction (or the class word of
+//! an object whose class it created) *tagged* with that object's index among the commit's
+//! created objects, which the server replaces by the oref it allocates. A transaction's serial
+//! numbers are consecutive (only a created object takes one), so the index is the serial's
+//! distance from the transaction's first: no map is built per commit.
+//!
+//! # What concurrency control will add
+//!
+//! CLOCC (`papers/thor-ecoop99.txt` section 4) adds two things, and this interface is shaped so
+//! that neither changes it:
+//!
+//! - *Invalidations* arrive piggybacked on replies. [`ClientCache::invalidate`] discards the
+//!   object (or, if the transaction holds it in place, discards it when the transaction ends),
+//!   sets its usage to 0, and answers whether the current transaction read or wrote it: if so,
+//!   the transaction cannot commit and the library aborts it.
+//! - *Undo copies under memory pressure.* The cache may drop undo copies to make room; a record
+//!   then stays without bytes (the object is still modified and still shipped at commit), and
+//!   an abort discards such an object instead of restoring it: its entry stops pointing at the
+//!   aborted bytes and the next access fetches the committed version. Only the undo log and
+//!   `abort_done` change; the library sees neither.
+
+use rustc_hash::FxHashSet;
+use thor_core::le::{put_u32, u32_at};
+use thor_core::limits::OBJECT_HEADER_BYTES;
+use thor_core::{ClassDesc, FormatError, Oref, RawRef, VarKind};
+
+use crate::core::{F_LIVE, F_MODIFIED, F_NEW, NOT_RESIDENT, USAGE_TOP};
+use crate::error::CacheError;
+use crate::limits::UNDO_RETAINED_BYTES;
+use crate::manager::ClientCache;
+
+/// The current transaction's part of a [`ClientCache`] (the read set is in the core). See the
+/// module documentation.
+#[derive(Debug, Default)]
+pub(crate) struct Transaction {
+    /// Undo copies of the modified objects, in first-write order.
+    undo: UndoLog,
+    /// Entries of created objects, in creation order: their order in the commit.
+    created: Vec<u32>,
+    /// The serial number of the first object created (meaningful when `created` is not empty).
+    first_serial: u32,
+    /// Frames of created objects.
+    new_frames: Vec<u32>,
+}
+
+/// The undo copies of one transaction: one record per modified object, the bytes in one buffer.
+#[derive(Debug, Default)]
+struct UndoLog {
+    /// One per modified object, in first-write order.
+    records: Vec<UndoRecord>,
+    /// The copies, back to back.
+    bytes: Vec<u8>,
+}
+
+/// The undo copy of one modified object.
+#[derive(Debug, Clone, Copy)]
+struct UndoRecord {
+    /// The object's entry.
+    entry: u32,
+    /// Its size (objects keep their size, so the copy has the current object's).
+    len: u32,
+    /// Where the copy starts in [`UndoLog::bytes`].
+    start: usize,
+}
+
+impl UndoLog {
+    fn push(&mut self, entry: u32, old: &[u8]) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(old);
+        self.records.push(UndoRecord { entry, len: old.len() as u32, start });
+    }
+
+    fn copy(&self, r: &UndoRecord) -> &[u8] {
+        &self.bytes[r.start..r.start + r.len as usize]
+    }
+
+    /// Empties the log for the next transaction, keeping a bounded allocation.
+    fn clear(&mut self) {
+        self.records.clear();
+        self.bytes.clear();
+        let records_kept = UNDO_RETAINED_BYTES / std::mem::size_of::<UndoRecord>();
+        self.records.shrink_to(records_kept);
+        self.bytes.shrink_to(UNDO_RETAINED_BYTES);
+    }
+}
+
+/// What an invalidation did ([`ClientCache::invalidate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Invalidation {
+    /// The object left the cache now. Otherwise it was not cached, or it leaves when the
+    /// current transaction ends (the transaction modified it, or a view pins its frame).
+    pub evicted: bool,
+    /// The current transaction read or modified the object: it saw a version that is no longer
+    /// the latest, so it cannot commit. Abort it.
+    pub conflict: bool,
+}
+
+/// An object made by [`ClientCache::create`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewObject {
+    /// Its entry.
+    pub entry: u32,
+    /// The tagged serial that names it until the commit gives it an oref.
+    pub serial: u32,
+    /// Where it is in the arena (it does not move before the transaction ends).
+    pub loc: u32,
+}
+
+/// Whether `off` is the offset of a reference word in `obj`, an object of class `desc`: one of
+/// its fixed reference slots or an element of a variable part of references.
+fn is_ref_offset(desc: &ClassDesc, obj: &[u8], off: usize) -> bool {
+    if !off.is_multiple_of(4) || off < OBJECT_HEADER_BYTES {
+        return false;
+    }
+    if off < desc.count_offset() {
+        let slot = (off - OBJECT_HEADER_BYTES) / 4;
+        return u16::try_from(slot).is_ok_and(|s| desc.ref_slots().binary_search(&s).is_ok());
+    }
+    desc.var() == VarKind::Refs
+        && off >= desc.var_offset()
+        && (off - desc.var_offset()) / 4 < u32_at(obj, desc.count_offset()) as usize
+}
+
+impl ClientCache {
+    /// Creates an object from `bytes`, a fresh instance of a registered class whose references
+    /// are all null (store them afterwards with [`ClientCache::store_ref`]). It belongs to the
+    /// current transaction: it is shipped at commit and dropped at abort.
+    pub fn create(&mut self, bytes: &[u8]) -> Result<NewObject, CacheError> {
+        thor_core::page::check_object_bytes(bytes, self.core.page_size).map_err(|e| match e {
+            FormatError::ObjectTooLarge { size, .. } => CacheError::TooLarge { size },
+            _ => CacheError::BadCreate("shorter than an object header or misaligned"),
+        })?;
+        let desc = self
+            .core
+            .class(u32_at(bytes, 0))
+            .ok_or(CacheError::BadCreate("its class is not registered"))?;
+        desc.check_shape(bytes).map_err(CacheError::BadCreate)?;
+        let mut refs_null = true;
+        desc.for_each_ref_offset(bytes, |off| refs_null &= u32_at(bytes, off) == 0);
+        if !refs_null {
+            return Err(CacheError::BadCreate("a reference is not null"));
+        }
+        let loc = match self.core.new_object_room(bytes.len()) {
+            Some(loc) => loc,
+            None => {
+                self.free_frames_until(2)?;
+                let f = self.core.take_free_frame().ok_or(CacheError::Internal("no free frame"))?;
+                self.core.start_new_frame(f);
+                self.tx.new_frames.push(f);
+                self.core
+                    .new_object_room(bytes.len())
+                    .ok_or(CacheError::Internal("new frame full"))?
+            }
+        };
+        let (entry, serial) = self.core.create_at(loc, bytes)?;
+        if self.tx.created.is_empty() {
+            self.tx.first_serial = serial >> 1;
+        }
+        self.tx.created.push(entry);
+        Ok(NewObject { entry, serial, loc })
+    }
+
+    /// Call before writing the resident object of entry `i` (a field, a reference, its byte
+    /// part). The first write in a transaction takes the object's undo copy and marks it
+    /// modified, which keeps it in the cache until the transaction ends; later writes, and
+    /// writes to objects the transaction created, cost one flag test.
+    #[inline]
+    pub fn before_write(&mut self, i: u32) -> Result<(), CacheError> {
+        match self.core.entries.get(i as usize) {
+            Some(e) if e.flags & (F_NEW | F_MODIFIED) != 0 => Ok(()),
+            _ => self.first_write(i),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn first_write(&mut self, i: u32) -> Result<(), CacheError> {
+        let e = *self
+            .core
+            .entries
+            .get(i as usize)
+            .ok_or(CacheError::Internal("write through an unknown entry"))?;
+        if e.flags & F_LIVE == 0 || e.loc == NOT_RESIDENT {
+            return Err(CacheError::Internal("write to an object that is not resident"));
+        }
+        let size = self.core.object_size(e.loc);
+        self.tx.undo.push(i, self.core.arena.bytes(e.loc as usize, size));
+        self.core.mark_modified(i);
+        // Writing an object uses it.
+        self.core.entries[i as usize].usage |= USAGE_TOP;
+        Ok(())
+    }
+
+    /// Stores a reference to entry `target` (or null) in the reference word at byte `off` of
+    /// the object of entry `i`, which the transaction wrote ([`ClientCache::before_write`]) or
+    /// created. Reference counts stay exact: the target's goes up now, the old target's when
+    /// the transaction ends (the undo copy may still name it).
+    pub fn store_ref(&mut self, i: u32, off: usize, target: Option<u32>) -> Result<(), CacheError> {
+        let e = *self
+            .core
+            .entries
+            .get(i as usize)
+            .ok_or(CacheError::Internal("store through an unknown entry"))?;
+        if e.flags & (F_NEW | F_MODIFIED) == 0 || e.loc == NOT_RESIDENT {
+            return Err(CacheError::Internal("reference stored into an object not written"));
+        }
+        if let Some(t) = target
+            && self.core.entries.get(t as usize).is_none_or(|t| t.flags & F_LIVE == 0)
+        {
+            return Err(CacheError::Internal("reference to a free entry"));
+        }
+        let desc = self
+            .core
+            .class(self.core.class_word(e.loc))
+            .ok_or(CacheError::Internal("resident object of an unknown class"))?;
+        if !is_ref_offset(desc, self.object(e.loc), off) {
+            return Err(CacheError::Internal("store_ref at an offset that is not a reference"));
+        }
+        self.core.store_ref(e.loc, off, target);
+        Ok(())
+    }
+
+    /// The entries of the objects the current transaction modified (not those it created), in
+    /// first-write order.
+    pub fn modified(&self) -> impl ExactSizeIterator<Item = u32> + '_ {
+        self.tx.undo.records.iter().map(|r| r.entry)
+    }
+
+    /// The entries of the objects the current transaction created, in creation order: the
+    /// order the commit ships them in.
+    pub fn created(&self) -> &[u32] {
+        &self.tx.created
+    }
+
+    /// Objects in the current transaction's read set.
+    pub fn read_count(&self) -> usize {
+        self.core.reads.len()
+    }
+
+    /// Calls `f` with every object the current transaction read (page by page, oids ascending
+    /// within a page). Created objects are not in the read set.
+    pub fn for_each_read(&self, f: impl FnMut(Oref)) {
+        self.core.reads.for_each(f);
+    }
+
+    /// The index among the commit's created objects of the object named by `word`, if it is
+    /// the tagged serial of an object the current transaction created.
+    pub fn created_index(&self, word: u32) -> Option<u32> {
+        let RawRef::Tagged(serial) = RawRef::decode(word) else { return None };
+        let k = serial.wrapping_sub(self.tx.first_serial) & RawRef::TAG_MAX;
+        let &i = self.tx.created.get(k as usize)?;
+        (self.core.entries[i as usize].oref == word).then_some(k)
+    }
+
+    /// Writes the object of entry `i`, which the current transaction modified or created, into
+    /// `out` (replacing its contents) as the commit ships it: references unswizzled, references
+    /// to objects the transaction created (and a class word naming a class it created) tagged
+    /// with their index among the commit's created objects.
+    pub fn export(&self, i: u32, out: &mut Vec<u8>) -> Result<(), CacheError> {
+        let core = &self.core;
+        let e = *core.entries.get(i as usize).ok_or(CacheError::Internal("export of no entry"))?;
+        if e.flags & (F_NEW | F_MODIFIED) == 0 || e.loc == NOT_RESIDENT {
+            return Err(CacheError::Internal("export of an object the transaction did not write"));
+        }
+        let loc = e.loc;
+        let size = core.object_size(loc);
+        core.arena.copy_out(loc as usize, size, out);
+        let tag = |w: u32| match RawRef::decode(w) {
+            RawRef::Oref(_) => Ok(w),
+            RawRef::Tagged(_) => self.created_index(w).map(RawRef::tagged_word).ok_or(
+                CacheError::Internal("reference to an object created by another transaction"),
+            ),
+        };
+        let header = tag(u32_at(out, 0))?;
+        put_u32(out, 0, header);
+        let desc = core
+            .class(core.class_word(loc))
+            .ok_or(CacheError::Internal("resident object of an unknown class"))?;
+        let mut result = Ok(());
+        desc.for_each_ref_offset(core.arena.bytes(loc as usize, size), |off| {
+            if result.is_ok() {
+                result = tag(core.ref_word(loc, off)).map(|w| put_u32(out, off, w));
+            }
+        });
+        result
+    }
+
+    /// The server committed the transaction and gave its created objects `orefs`, in creation
+    /// order. Created objects take their orefs (handles made before keep working: the cache
+    /// remembers the renames), modified marks and the read set are cleared, deferred
+    /// reference-count decrements apply, and the manager decides what becomes of the created
+    /// objects' frames (HAC keeps them; FPC drops them).
+    ///
+    /// `orefs` are the server's, untrusted: if they cannot be the created objects' (not one per
+    /// object, null, repeated, or naming an object the cache already has), nothing changes and
+    /// the error says so; abort the transaction locally.
+    pub fn commit_done(&mut self, orefs: &[Oref]) -> Result<(), CacheError> {
+        self.check_commit_orefs(orefs)?;
+        // Class words are never swizzled: a created object whose class was created by the same
+        // transaction names it by its serial, which must become the class's oref now (while
+        // the serials still name the created objects).
+        for k in 0..self.tx.created.len() {
+            let loc = self.core.entries[self.tx.created[k] as usize].loc;
+            if let Some(c) = self.created_index(self.core.class_word(loc)) {
+                self.core.arena.write_u32(loc as usize, orefs[c as usize].raw());
+            }
+        }
+        let created = std::mem::take(&mut self.tx.created);
+        for (&i, &oref) in created.iter().zip(orefs) {
+            let serial = self.core.entries[i as usize].oref;
+            if let Some(desc) = self.core.class(serial).cloned() {
+                let registered = self.core.register_class(oref.raw(), desc);
+                debug_assert!(registered.is_ok(), "checked: no class is registered at a new oref");
+            }
+        }
+        for (&i, &oref) in created.iter().zip(orefs) {
+            self.core.rename(i, oref);
+        }
+        let mut undo = std::mem::take(&mut self.tx.undo);
+        for r in &undo.records {
+            self.core.refresh_page_copy(r.entry);
+            self.core.clear_modified(r.entry);
+        }
+        undo.clear();
+        self.tx.undo = undo;
+        self.end(created, true);
+        Ok(())
+    }
+
+    /// Checks the orefs a commit reply gave the created objects (see
+    /// [`ClientCache::commit_done`]).
+    fn check_commit_orefs(&self, orefs: &[Oref]) -> Result<(), CacheError> {
+        if orefs.len() != self.tx.created.len() {
+            return Err(CacheError::BadCommitReply("not one oref per created object"));
+        }
+        let mut seen = FxHashSet::with_capacity_and_hasher(orefs.len(), Default::default());
+        for &o in orefs {
+            if o.page().is_none() {
+                return Err(CacheError::BadCommitReply("an oref names no page"));
+            }
+            if !seen.insert(o.raw()) {
+                return Err(CacheError::BadCommitReply("an oref is given twice"));
+            }
+            // An entry for it would be a reference to the object from before it existed.
+            if self.core.lookup(o.raw()).is_some() || self.core.class(o.raw()).is_some() {
+                return Err(CacheError::BadCommitReply("an oref names an object already cached"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The transaction aborted (by the application, or refused by the server): modified
+    /// objects get their undo copies back, created objects are dropped (their frames freed, or
+    /// kept dead while a view still points into them), and the read set is cleared.
+    pub fn abort_done(&mut self) {
+        let mut undo = std::mem::take(&mut self.tx.undo);
+        for r in &undo.records {
+            self.core.restore_object(r.entry, undo.copy(r));
+            self.core.clear_modified(r.entry);
+        }
+        undo.clear();
+        self.tx.undo = undo;
+        // The undo copies are back: the decrements deferred during the transaction apply now,
+        // before created objects (which some of them may concern) are dropped.
+        self.core.apply_deferred_releases();
+        let created = std::mem::take(&mut self.tx.created);
+        for &i in &created {
+            self.core.drop_created(i);
+        }
+        self.end(created, false);
+    }
+
+    /// What commit and abort share once the objects are settled: the read set cleared, the
+    /// created objects' frames handed on, invalidations that had to wait applied.
+    fn end(&mut self, mut created: Vec<u32>, committed: bool) {
+        if committed {
+            self.core.apply_deferred_releases();
+        }
+        self.core.clear_reads();
+        self.core.close_new_frame();
+        for f in std::mem::take(&mut self.tx.new_frames) {
+            if committed {
+                self.manager.new_frame_committed(&mut self.core, f);
+            } else {
+                self.manager.frame_released(f);
+                if self.core.frames[f as usize].pins > 0 {
+                    // A view of a dropped object still points here: keep the memory until it
+                    // goes.
+                    self.core.mark_dead(f);
+                } else {
+                    self.core.release_frame(f);
+                }
+            }
+        }
+        self.core.retry_invalidations();
+        // Keep the list's allocation for the next transaction.
+        created.clear();
+        self.tx.created = created;
+    }
+
+    /// The server says object `oref` has a newer committed version than the cached one. The
+    /// object leaves the cache (now, or when the transaction ends if the transaction modified
+    /// it or a view pins its frame), its usage drops to 0 and its page stops being a source of
+    /// installation. Returns what happened, and whether the current transaction used the
+    /// object, in which case it must abort.
+    pub fn invalidate(&mut self, oref: Oref) -> Invalidation {
+        let modified = self
+            .core
+            .lookup(oref.raw())
+            .is_some_and(|i| self.core.entries[i as usize].flags & F_MODIFIED != 0);
+        let conflict = modified || self.core.reads.contains(oref);
+        let evicted = self.core.invalidate(oref);
+        Invalidation { evicted, conflict }
+    }
+
+    /// The transaction's invariants (see [`ClientCache::check_invariants`]).
+    pub(crate) fn check_transaction(&self) -> Result<(), String> {
+        let core = &self.core;
+        let mut undo_bytes = 0usize;
+        let mut seen = FxHashSet::default();
+        for r in &self.tx.undo.records {
+            let e = core.entries.get(r.entry as usize).ok_or("undo copy of no entry")?;
+            if e.flags & F_LIVE == 0 || e.flags & F_MODIFIED == 0 || e.flags & F_NEW != 0 {
+                return Err(format!("undo copy of entry {} with flags {:#x}", r.entry, e.flags));
+            }
+            if e.loc == NOT_RESIDENT {
+                return Err(format!("modified entry {} left the cache", r.entry));
+            }
+            if core.object_size(e.loc) != r.len as usize || r.start != undo_bytes {
+                return Err(format!("undo copy of entry {} has the wrong extent", r.entry));
+            }
+            if !seen.insert(r.entry) {
+                return Err(format!("entry {} has two undo copies", r.entry));
+            }
+            undo_bytes += r.len as usize;
+        }
+        if undo_bytes != self.tx.undo.bytes.len() {
+            return Err("undo bytes do not add up".into());
+        }
+        for (k, &i) in self.tx.created.iter().enumerate() {
+            let e = core.entries.get(i as usize).ok_or("created object of no entry")?;
+            if e.flags & (F_LIVE | F_NEW) != F_LIVE | F_NEW || e.loc == NOT_RESIDENT {
+                return Err(format!("created entry {i} is not a resident created object"));
+            }
+            if self.created_index(e.oref) != Some(k as u32) {
+                return Err(format!("created entry {i} is not number {k} of the commit"));
+            }
+        }
+        let (mut modified, mut new) = (0, 0);
+        for e in core.entries.iter().filter(|e| e.flags & F_LIVE != 0) {
+            modified += usize::from(e.flags & F_MODIFIED != 0);
+            new += usize::from(e.flags & F_NEW != 0);
+        }
+        if modified != self.tx.undo.records.len() || new != self.tx.created.len() {
+            return Err(format!(
+                "{modified} entries marked modified and {new} created; the transaction has {} \
+                 undo copies and {} created objects",
+                self.tx.undo.records.len(),
+                self.tx.created.len()
+            ));
+        }
+        Ok(())
+    }
+}

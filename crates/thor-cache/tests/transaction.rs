@@ -1,0 +1,281 @@
+//! The cache's transaction interface as the client library uses it, through `ClientCache`'s
+//! public methods only: first writes and undo copies, stores of references, creation, the
+//! exported form of objects, commit, abort and invalidation, for both managers.
+//!
+//! The test class `test.Node`: `[class | ref | tag: u32 | count | refs...]`.
+
+use std::sync::Arc;
+
+use thor_cache::core::Need;
+use thor_cache::{CacheConfig, CacheError, ClientCache, Invalidation, PolicyConfig};
+use thor_core::le::{put_u32, u32_at};
+use thor_core::{ClassDesc, Oid, Oref, PageId, PageMut, RawRef, VarKind, builtin};
+
+const PAGE: usize = 4096;
+const REF_AT: usize = 4;
+const TAG_AT: usize = 8;
+const VAR_AT: usize = 16;
+
+fn oref(p: u32, o: u16) -> Oref {
+    Oref::new(PageId::new(p).unwrap(), Oid::new(o).unwrap())
+}
+
+fn class() -> (Oref, ClassDesc) {
+    (oref(1, 9), ClassDesc::new("test.Node", 8, &[0], VarKind::Refs).unwrap())
+}
+
+/// A node with tag `tag`, its fixed reference to `to` and `refs` references in its variable
+/// part, all to `to`.
+fn node(tag: u32, to: Option<Oref>, refs: usize) -> Vec<u8> {
+    let (c, desc) = class();
+    let mut o = desc.new_object(c.raw(), refs);
+    for k in 0..=refs {
+        let at = if k == 0 { REF_AT } else { VAR_AT + 4 * (k - 1) };
+        put_u32(&mut o, at, to.map_or(0, Oref::raw));
+    }
+    put_u32(&mut o, TAG_AT, tag);
+    o
+}
+
+fn page_of(page: u32, objs: &[Vec<u8>]) -> Vec<u8> {
+    let mut b = vec![0u8; PAGE];
+    let mut p = PageMut::init(&mut b, PageId::new(page).unwrap()).unwrap();
+    for o in objs {
+        p.append(o).unwrap();
+    }
+    b
+}
+
+fn managers() -> [PolicyConfig; 2] {
+    [PolicyConfig::HAC, PolicyConfig::Fpc]
+}
+
+/// A cache holding page 2: objects 2.0 → 2.1 → 2.2 → null, each with one variable reference
+/// like its fixed one.
+fn cache(policy: PolicyConfig) -> ClientCache {
+    let mut c = ClientCache::new(CacheConfig {
+        budget_bytes: 32 * PAGE,
+        page_size: PAGE,
+        policy,
+        background_replacement: true,
+    })
+    .unwrap();
+    let (cl, desc) = class();
+    c.register_class(cl.raw(), Arc::new(desc)).unwrap();
+    let objs = [node(0, Some(oref(2, 1)), 1), node(1, Some(oref(2, 2)), 1), node(2, None, 1)];
+    c.install_page(PageId::new(2).unwrap(), &page_of(2, &objs)).unwrap();
+    c
+}
+
+/// Accesses `o` (installing it): its entry and location.
+fn get(c: &mut ClientCache, o: Oref) -> (u32, u32) {
+    let i = c.entry_for(o).unwrap();
+    match c.resolve(i).unwrap() {
+        Need::Resident(loc) => (i, loc),
+        other => panic!("{o:?}: {other:?}"),
+    }
+}
+
+fn tag(c: &ClientCache, loc: u32) -> u32 {
+    u32_at(c.object(loc), TAG_AT)
+}
+
+/// Writes tag `t` into the object at `loc` the way a view does, through its pointer.
+fn write_tag(c: &mut ClientCache, loc: u32, t: u32) {
+    // SAFETY: the object is resident at `loc` and no cache call runs while the pointer is used;
+    // the tag is a scalar field within the object.
+    unsafe { c.object_ptr(loc).add(TAG_AT).cast::<u32>().write_unaligned(t.to_le()) };
+}
+
+#[test]
+fn abort_puts_back_the_undo_copy_taken_at_the_first_write() {
+    for policy in managers() {
+        let mut c = cache(policy);
+        let (a, la) = get(&mut c, oref(2, 0));
+        let (b, _) = get(&mut c, oref(2, 1));
+        c.follow(la, REF_AT).unwrap();
+        c.before_write(a).unwrap();
+        write_tag(&mut c, la, 100);
+        // A second write takes no second copy: the undo copy is the object before the first.
+        c.before_write(a).unwrap();
+        write_tag(&mut c, la, 200);
+        c.store_ref(a, REF_AT, None).unwrap();
+        assert_eq!(c.modified().collect::<Vec<_>>(), vec![a]);
+        c.check_invariants().unwrap();
+        c.abort_done();
+        assert_eq!(tag(&c, la), 0);
+        assert_eq!(c.follow(la, REF_AT).unwrap().map(|(t, _)| t), Some(b));
+        assert_eq!(c.modified().len(), 0);
+        assert_eq!(c.read_count(), 0, "the read set ends with the transaction");
+        c.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn export_unswizzles_references_and_tags_created_objects() {
+    for policy in managers() {
+        let mut c = cache(policy);
+        let (a, la) = get(&mut c, oref(2, 0));
+        get(&mut c, oref(2, 1));
+        let x = c.create(&node(7, None, 2)).unwrap();
+        let y = c.create(&node(8, None, 0)).unwrap();
+        assert_eq!(c.created(), &[x.entry, y.entry]);
+        assert_eq!(c.created_index(y.serial), Some(1));
+        assert_eq!(c.created_index(oref(2, 0).raw()), None);
+        // x → y and 2.1; 2.0 → x.
+        let (b, _) = c.follow(la, REF_AT).unwrap().unwrap();
+        c.store_ref(x.entry, REF_AT, Some(y.entry)).unwrap();
+        c.store_ref(x.entry, VAR_AT, Some(b)).unwrap();
+        c.before_write(a).unwrap();
+        c.store_ref(a, REF_AT, Some(x.entry)).unwrap();
+        let mut out = Vec::new();
+        c.export(a, &mut out).unwrap();
+        assert_eq!(u32_at(&out, REF_AT), RawRef::tagged_word(0), "x is created object 0");
+        assert_eq!(u32_at(&out, VAR_AT), oref(2, 1).raw(), "never swizzled: as stored");
+        c.export(x.entry, &mut out).unwrap();
+        assert_eq!(u32_at(&out, 0), class().0.raw());
+        assert_eq!(u32_at(&out, REF_AT), RawRef::tagged_word(1), "y is created object 1");
+        assert_eq!(u32_at(&out, VAR_AT), oref(2, 1).raw(), "swizzled, then unswizzled");
+        assert_eq!(u32_at(&out, VAR_AT + 4), 0);
+        // Objects the transaction did not write are not exported.
+        assert!(matches!(
+            c.export(c.lookup(oref(2, 1).raw()).unwrap(), &mut out),
+            Err(CacheError::Internal(_))
+        ));
+        c.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn commit_gives_created_objects_their_orefs_and_ends_the_transaction() {
+    for policy in managers() {
+        let mut c = cache(policy);
+        let (a, la) = get(&mut c, oref(2, 0));
+        // A class created by the transaction, and an instance of it that names it by serial.
+        let desc = ClassDesc::new("test.Leaf", 4, &[], VarKind::None).unwrap();
+        let k = c.create(&desc.to_class_object()).unwrap();
+        c.register_class(k.serial, Arc::new(desc.clone())).unwrap();
+        let leaf = c.create(&desc.new_object(k.serial, 0)).unwrap();
+        let mut out = Vec::new();
+        c.export(leaf.entry, &mut out).unwrap();
+        assert_eq!(u32_at(&out, 0), RawRef::tagged_word(0), "its class is created object 0");
+        c.before_write(a).unwrap();
+        c.store_ref(a, REF_AT, Some(leaf.entry)).unwrap();
+        write_tag(&mut c, la, 5);
+        let orefs = [oref(9, 0), oref(9, 1)];
+        c.commit_done(&orefs).unwrap();
+        assert_eq!(c.modified().len() + c.created().len() + c.read_count(), 0);
+        assert_eq!(tag(&c, la), 5, "committed writes stay");
+        assert_eq!(c.ref_word(la, REF_AT), oref(9, 1).raw(), "the reference names the new oref");
+        assert!(c.class(oref(9, 0).raw()).is_some(), "the class is known by its oref");
+        // Handles made before the commit still find the objects.
+        let i = c.rebind(leaf.entry, leaf.serial).unwrap();
+        assert_eq!(c.oref_of(i), oref(9, 1).raw());
+        if let Some(loc) = c.location(i, oref(9, 1).raw()) {
+            assert_eq!(c.class_word(loc), oref(9, 0).raw(), "the class word is the oref");
+        }
+        c.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn a_commit_reply_with_impossible_orefs_changes_nothing() {
+    for policy in managers() {
+        let mut c = cache(policy);
+        let (_, _) = get(&mut c, oref(2, 0));
+        let x = c.create(&node(1, None, 0)).unwrap();
+        c.create(&node(2, None, 0)).unwrap();
+        for (orefs, what) in [
+            (vec![oref(9, 0)], "one oref for two objects"),
+            (vec![oref(9, 0), oref(9, 0)], "the same oref twice"),
+            (vec![oref(9, 0), Oref::NULL], "null"),
+            (vec![oref(9, 0), oref(2, 0)], "an oref the cache already has"),
+        ] {
+            let err = c.commit_done(&orefs).unwrap_err();
+            assert!(matches!(err, CacheError::BadCommitReply(_)), "{what}: {err:?}");
+            assert_eq!(c.created().len(), 2, "{what}");
+            assert_eq!(c.created_index(x.serial), Some(0), "{what}");
+            c.check_invariants().unwrap();
+        }
+        c.abort_done();
+        assert_eq!(c.lookup(x.serial), None, "created objects go with the abort");
+        c.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn invalidating_an_object_the_transaction_used_is_a_conflict() {
+    let mut c = cache(PolicyConfig::HAC);
+    get(&mut c, oref(2, 0));
+    let (b, _) = get(&mut c, oref(2, 1));
+    c.before_write(b).unwrap();
+    // Read: it leaves the cache now, and the transaction must abort.
+    assert_eq!(c.invalidate(oref(2, 0)), Invalidation { evicted: true, conflict: true });
+    // Modified: it stays until the transaction ends (no-steal).
+    assert_eq!(c.invalidate(oref(2, 1)), Invalidation { evicted: false, conflict: true });
+    // Neither read nor cached as an object: no conflict.
+    assert_eq!(c.invalidate(oref(2, 2)), Invalidation { evicted: false, conflict: false });
+    c.check_invariants().unwrap();
+    c.abort_done();
+    assert_eq!(c.location(b, oref(2, 1).raw()), None, "the modified object left at the abort");
+    let i = c.entry_for(oref(2, 1)).unwrap();
+    assert_eq!(c.resolve(i).unwrap(), Need::Page(PageId::new(2).unwrap()), "refetched");
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn writes_out_of_order_are_refused() {
+    let mut c = cache(PolicyConfig::HAC);
+    let (a, la) = get(&mut c, oref(2, 0));
+    let (b, _) = get(&mut c, oref(2, 1));
+    // A reference stored into an object the transaction has not written.
+    assert!(matches!(c.store_ref(a, REF_AT, Some(b)), Err(CacheError::Internal(_))));
+    c.before_write(a).unwrap();
+    // At the tag (not a reference), the count word, beyond the object, the class word.
+    for off in [TAG_AT, VAR_AT - 4, VAR_AT + 4, 0, 1 << 20] {
+        assert!(matches!(c.store_ref(a, off, Some(b)), Err(CacheError::Internal(_))), "{off}");
+    }
+    // To a free entry, or through one.
+    assert!(matches!(c.store_ref(a, REF_AT, Some(1 << 20)), Err(CacheError::Internal(_))));
+    assert!(matches!(c.before_write(1 << 20), Err(CacheError::Internal(_))));
+    c.store_ref(a, VAR_AT, Some(b)).unwrap();
+    assert_eq!(c.ref_word(la, VAR_AT), oref(2, 1).raw());
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn create_takes_fresh_instances_of_registered_classes_only() {
+    let mut c = cache(PolicyConfig::HAC);
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (node(1, Some(oref(2, 0)), 0), "a reference that is not null"),
+        (
+            {
+                let mut o = node(1, None, 1);
+                put_u32(&mut o, 0, oref(1, 30).raw());
+                o
+            },
+            "an unknown class",
+        ),
+        (node(1, None, 1)[..12].to_vec(), "a shape that is not its class's"),
+        (vec![0; 2], "shorter than a header"),
+    ];
+    for (bytes, what) in cases {
+        assert!(matches!(c.create(&bytes), Err(CacheError::BadCreate(_))), "{what}");
+    }
+    let big = builtin::desc(builtin::BYTES).unwrap().new_object(builtin::BYTES.raw(), PAGE);
+    assert!(matches!(c.create(&big), Err(CacheError::TooLarge { .. })));
+    assert!(c.created().is_empty());
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn a_class_keeps_its_first_descriptor() {
+    let mut c = cache(PolicyConfig::HAC);
+    let (cl, desc) = class();
+    c.register_class(cl.raw(), Arc::new(desc)).unwrap();
+    let other = ClassDesc::new("test.Node", 12, &[0], VarKind::Refs).unwrap();
+    assert_eq!(
+        c.register_class(cl.raw(), Arc::new(other)),
+        Err(CacheError::ClassChanged { class: cl.raw() })
+    );
+}

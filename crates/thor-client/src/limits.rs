@@ -1,0 +1,22 @@
+//! Every bound of the client library, with the reason for it.
+//!
+//! The client talks to a server it does not trust to be correct: whatever the server sends, a
+//! session does a bounded amount of work and holds a bounded amount of memory before it answers
+//! with an error. The cache's own bounds are in `thor_cache::limits`, the wire's in
+//! `thor_wire::limits`.
+
+/// Most fetch or class-load rounds one access may take (the object's page, its class's page, a
+/// stale page refetched, with slack): beyond, the cache cannot hold what it needs, or the
+/// server keeps answering with pages that do not hold the object.
+pub const SLOW_PATH_ROUNDS_MAX: u32 = 16;
+
+/// Most pieces [`Session::read_large`](crate::Session::read_large) visits for one large
+/// object, whatever length its root claims: 2^18 pieces, 2 GiB of value in 8 KiB pages (the
+/// whole value is read into memory). A well-formed tree visits exactly as many pieces as its
+/// length needs, which this bounds too; the limit is what keeps a root that claims an absurd
+/// length, or a tree whose references loop, from making a session read forever.
+pub const LARGE_PIECES_MAX: usize = 1 << 18;
+
+// A large value of a few megabytes (an OO7 manual is 1 MB) fits with room to spare even in the
+// smallest pages.
+const _: () = assert!(LARGE_PIECES_MAX * thor_core::limits::PAGE_SIZE_MIN / 2 >= 64 * 1024 * 1024);
