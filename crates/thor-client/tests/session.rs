@@ -286,7 +286,7 @@ fn malformed_reference_in_fetched_page() {
     drop(s);
     // Where the friend word of person 3 is in its page, as the server stores it.
     let page = victim.page().unwrap();
-    let image = h.engine().fetch(page).unwrap();
+    let image = h.fetch(page).unwrap();
     let at =
         PageView::parse(&image).unwrap().offset(victim.oid()).unwrap() + Person::friend.offset();
     for policy in POLICIES {
