@@ -391,7 +391,17 @@ impl Engine {
             None => self.flush_all(),
         };
         self.stop_threads();
-        result
+        result?;
+        // Everything is installed and the superblock says so: the whole log is history. Start
+        // a new segment and drop the old ones, so that the next open reads nothing and the
+        // directory does not keep up to a segment of dead records.
+        let checkpoint = self.shared.locked.lock().core.checkpoint();
+        let log = &self.shared.log;
+        if checkpoint == log.next_lsn() {
+            log.rotate()?;
+            log.truncate_before(checkpoint)?;
+        }
+        Ok(())
     }
 
     fn stop_threads(&mut self) {

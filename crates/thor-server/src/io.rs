@@ -63,6 +63,9 @@ pub trait CommitLog: Send + Sync + fmt::Debug {
     fn next_lsn(&self) -> Lsn;
     /// Records below `lsn` are no longer needed.
     fn truncate_before(&self, lsn: Lsn) -> Result<(), StorageError>;
+    /// Makes everything durable and starts a new, empty segment, so that a following
+    /// `truncate_before(next_lsn)` can drop the whole history (a clean shutdown).
+    fn rotate(&self) -> Result<(), StorageError>;
     /// Bytes written, fsyncs and records made durable so far.
     fn counters(&self) -> (u64, u64, u64);
 }
@@ -87,6 +90,10 @@ impl CommitLog for Log {
 
     fn truncate_before(&self, lsn: Lsn) -> Result<(), StorageError> {
         Log::truncate_before(self, lsn)
+    }
+
+    fn rotate(&self) -> Result<(), StorageError> {
+        Log::rotate(self)
     }
 
     fn counters(&self) -> (u64, u64, u64) {

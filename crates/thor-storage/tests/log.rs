@@ -193,6 +193,35 @@ fn truncating_everything_never_restarts_lsns() {
 }
 
 #[test]
+fn rotate_then_truncate_leaves_one_empty_segment_and_keeps_lsns() {
+    let disk = MemDisk::new();
+    let opts = LogOptions { segment_bytes: 1 << 20, ..small() };
+    let (log, _) = open(&disk, &opts);
+    // Appended but not flushed: rotate makes them durable first.
+    for i in 1..=20 {
+        log.append(&payload(i)).unwrap();
+    }
+    log.rotate().unwrap();
+    assert_eq!(log.durable_lsn(), Lsn(20));
+    assert_eq!(segments(&disk).len(), 2);
+    // A second rotate finds the active segment empty and does nothing.
+    log.rotate().unwrap();
+    assert_eq!(segments(&disk).len(), 2);
+    log.truncate_before(Lsn(21)).unwrap();
+    let segs = segments(&disk);
+    assert_eq!(segs, vec![segment_name("log", Lsn(21))]);
+    assert_eq!(disk.open(&segs[0], false).unwrap().len().unwrap(), SEGMENT_HEADER as u64);
+    drop(log);
+    let (log, rec) = open(&disk, &opts);
+    assert!(rec.records.is_empty());
+    assert_eq!(rec.next_lsn, Lsn(21));
+    fill(&log, 21, 25);
+    drop(log);
+    let (_, rec) = open(&disk, &opts);
+    check_records(&rec, 21, 25);
+}
+
+#[test]
 fn a_record_over_the_bound_is_refused_and_changes_nothing() {
     let disk = MemDisk::new();
     let (log, _) = open(&disk, &small());

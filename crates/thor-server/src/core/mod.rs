@@ -620,6 +620,12 @@ impl Core {
             && self.queue.is_empty()
     }
 
+    /// The checkpoint of the last superblock the core handed out: the log below it is no
+    /// longer needed.
+    pub fn checkpoint(&self) -> Lsn {
+        self.store.superblock.checkpoint
+    }
+
     /// The client a connection's session belongs to, once `Hello` succeeded.
     pub fn client_of(&self, conn: ConnId) -> Option<ClientId> {
         self.sessions.client_of(conn)

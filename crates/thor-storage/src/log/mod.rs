@@ -651,6 +651,55 @@ impl Log {
         self.state.lock().poisoned.is_some()
     }
 
+    /// Makes everything appended durable, then starts a new, empty active segment at the next
+    /// LSN, so that [`Log::truncate_before`] of that LSN can delete the whole history (it never
+    /// deletes the active segment). Does nothing when the active segment holds no records (a
+    /// segment without records must stay the last one: see `lead_flush`). A server calls this
+    /// at a clean shutdown, once everything in the log is installed.
+    pub fn rotate(&self) -> Result<(), StorageError> {
+        self.flush()?;
+        let mut st = self.state.lock();
+        loop {
+            if let Some(cause) = &st.poisoned {
+                return Err(StorageError::Poisoned { cause: cause.clone() });
+            }
+            if st.flushing {
+                self.flushed.wait(&mut st);
+            } else if !st.pending.is_empty() {
+                self.lead_flush(&mut st)?;
+            } else {
+                break;
+            }
+        }
+        if st.active.len <= SEGMENT_HEADER_BYTES as u64 {
+            return Ok(());
+        }
+        // Act as the flush leader, so that no append's flush writes to the old segment while
+        // the new one is created outside the lock.
+        st.flushing = true;
+        let first = st.next_lsn;
+        let created = MutexGuard::unlocked(&mut st, || {
+            recovery::create_segment(&*self.disk, &self.opts.prefix, first)
+        });
+        st.flushing = false;
+        self.flushed.notify_all();
+        match created {
+            Ok(active) => {
+                st.segments.push_back(SegmentInfo { first_lsn: first, name: active.name.clone() });
+                st.active = active;
+                st.stats.segments_created += 1;
+                st.stats.dir_syncs += 1;
+                st.stats.fsyncs += 1;
+                Ok(())
+            }
+            Err(e) => {
+                let cause = e.to_string();
+                st.poisoned = Some(cause.clone());
+                Err(StorageError::Poisoned { cause })
+            }
+        }
+    }
+
     /// Records with LSN < `lsn` are no longer needed: deletes, oldest first, every segment all
     /// of whose records are below `lsn`, syncing the directory after each. Never deletes the
     /// active segment. Records of a partly-needed segment stay (and are recovered by `open`).
