@@ -1,26 +1,24 @@
-//! thor-server: the storage engine of a thor server.
+//! thor-server: a thor server, as a sans-I/O core and the drivers around it.
 //!
 //! A server owns objects in pages. Clients fetch whole pages and commit by shipping the new
-//! versions of the objects they modified plus the objects they created. The engine:
+//! versions of the objects they modified plus the objects they created. The server:
 //!
 //! - validates each commit against the stored classes (shapes, references), allocates orefs for
-//!   created objects in creation order, and writes one log record, sharing fsyncs between
-//!   concurrent commits (group commit, in `thor-storage`);
-//! - keeps committed versions in the MOB ([`mob`]) instead of installing them at commit time;
+//!   created objects in creation order, and writes one log record per commit;
+//! - acknowledges a commit only once its record is durable, then keeps its versions in the MOB
+//!   ([`mob`]) instead of installing them at commit time;
 //! - serves fetches from a page cache ([`pagecache`]) and the page file, with the MOB's versions
 //!   applied;
-//! - installs MOB versions in the background (the flusher), many per page write, protected
-//!   against torn writes by a double-write buffer ([`dwb`]), then truncates the log;
-//! - recovers on open by replaying the log after the checkpoint recorded in the superblock
-//!   ([`superblock`]);
+//! - installs MOB versions in rounds, many per page write, protected against torn writes by a
+//!   double-write buffer ([`dwb`]), then checkpoints ([`superblock`]) and truncates the log;
+//! - recovers on open by streaming the log after the checkpoint, within the MOB's budget;
 //! - bulk-loads large databases straight into pages.
 //!
-//! [`server`] wraps the engine in the protocol: sessions, authentication, and the mapping of
-//! requests (`thor-wire`) to engine calls and of engine errors to wire codes. It is
-//! synchronous and does no I/O; `thor-net` puts it behind sockets.
-//!
-//! The engine is synchronous and takes its disk as an `Arc<dyn Disk>`, so tests run it over
-//! an in-memory, fault-injecting disk and crash it at chosen points.
+//! All of that logic is [`core`]: a synchronous state machine that reads no clock, spawns no
+//! thread and does no I/O. [`io`] holds what drivers share (the [`Clock`] and [`CommitLog`]
+//! traits, the page-file side, recovery); [`engine`] is the threaded embedded driver, which
+//! `thor-net`'s TCP server and in-process transport also use; `thor-sim` drives the same core
+//! deterministically in one thread.
 
 pub mod core;
 pub mod dwb;
