@@ -10,18 +10,22 @@
 //!      │ lock ─ Core::step ─ route effects ─ unlock
 //!      │   Reply ──────────► the connection's ReplySink (a queue; never blocks)
 //!      │   Done ───────────► the waiting caller's slot
-//!      │   Append ─────────► log.append (in memory: the core bounds unsynced bytes)
+//!      │   Append ─────────► log.append (in memory: the core bounds unsynced bytes),
+//!      │                     and the caller's Work says: sync the log
 //!      │   Read ───────────► returned to the caller as Work: it reads the page unlocked
 //!      │   Install/Checkpoint► the installer thread's queue
 //!      ▼
-//!   log writer thread:  wait for appends ─► log.sync (write + fsync) ─► step Durable
+//!   the caller, unlocked: page reads ─► step PageRead; log.sync ─► step Durable
 //!   installer thread:   install round or checkpoint ─► step Installed / Checkpointed;
 //!                       a Tick every 100 ms when idle (idle installation)
 //! ```
 //!
-//! *Group commit:* commits append under the lock and return; the one log writer thread syncs
-//! everything appended since its last fsync, so each fsync carries every commit that arrived
-//! during the previous one, and no committing client holds a thread while it waits.
+//! *Group commit:* whoever appends a record syncs the log after unlocking, through the log's
+//! own group commit: one caller leads the write and fsync, and everyone who appended meanwhile
+//! waits for it and shares it, so each fsync carries every commit that arrived during the
+//! previous one. The committer's own thread leads its fsync (no hand-off to another thread on
+//! the commit path); a TCP driver performs this work on its blocking pool. Every caller then
+//! reports what became durable; reports are idempotent (`publish` up to an LSN).
 //!
 //! *Without threads* ([`EngineOptions::background_flusher`] false) the caller performs every
 //! effect itself before the call returns: reads, install rounds, checkpoints and the log's
@@ -70,8 +74,8 @@ pub struct EngineOptions {
     pub flush_batch_pages: usize,
     /// Installation starts when the MOB exceeds this percentage of its budget.
     pub flush_start_percent: usize,
-    /// Whether to run the log writer and installer threads. Without them every call performs
-    /// its own I/O before returning (deterministic tests).
+    /// Whether to run the installer thread (install rounds, checkpoints, idle ticks). Without
+    /// it every call performs its own I/O before returning (deterministic tests).
     pub background_flusher: bool,
     /// Settings of the transaction log.
     pub log: LogOptions,
@@ -142,14 +146,14 @@ pub trait ReplySink: Send + Sync {
     fn deliver(&self, id: u64, reply: Reply, close: bool);
 }
 
-/// I/O a caller must perform after a step, without the lock: reads (and, without threads,
-/// install rounds, checkpoints and the log's fsync).
+/// I/O a caller must perform after a step, without the lock: reads, the log's sync after an
+/// append (and, without threads, install rounds and checkpoints).
 #[derive(Debug, Default)]
 #[must_use = "the work must be performed (Engine::settle) or handed to a thread that does"]
 pub struct Work {
     /// Effects to perform.
     effects: Vec<Effect>,
-    /// Whether records were appended that this caller must make durable (no log thread).
+    /// Whether records were appended that this caller must make durable.
     sync: bool,
 }
 
@@ -177,6 +181,11 @@ struct Locked {
     sinks: FxHashMap<ConnId, Arc<dyn ReplySink>>,
     /// Callers waiting for direct operations.
     slots: FxHashMap<Ticket, Arc<Slot>>,
+    /// The direct operation being stepped now, and its answer if the step gave it at once (a
+    /// page-cache hit): the caller then takes it without a slot, an allocation or a wake-up.
+    direct: (Ticket, Option<DirectResult>),
+    /// The last ticket handed out.
+    next_ticket: Ticket,
     /// Reused effect buffer.
     fx: Vec<Effect>,
 }
@@ -191,20 +200,19 @@ struct Shared {
     log: Arc<dyn CommitLog>,
     /// The time source.
     clock: Arc<dyn Clock>,
-    /// Whether the log writer and installer threads run.
+    /// Whether the installer thread runs.
     threaded: bool,
-    /// Set when records were appended that the log writer has not synced yet.
-    log_dirty: Mutex<bool>,
-    /// Wakes the log writer.
-    log_wake: Condvar,
     /// Install rounds and checkpoints for the installer thread.
     jobs: Mutex<VecDeque<Effect>>,
     /// Wakes the installer.
     jobs_wake: Condvar,
     /// Set to stop the threads.
     stop: AtomicBool,
-    /// The next ticket and connection id.
+    /// The next connection id.
     next_id: AtomicU64,
+    /// The last time read from `clock`, for inputs that do not read the time (see
+    /// [`Input::reads_time`]).
+    last_now: AtomicU64,
     /// Frame bytes received and sent by network drivers.
     traffic: (AtomicU64, AtomicU64),
 }
@@ -221,7 +229,7 @@ impl std::fmt::Debug for Shared {
 pub struct Engine {
     /// State shared with the threads.
     shared: Arc<Shared>,
-    /// The log writer and installer threads.
+    /// The installer thread.
     threads: Vec<JoinHandle<()>>,
     /// Whether `close` ran.
     closed: AtomicBool,
@@ -245,43 +253,40 @@ impl Engine {
         opts: EngineOptions,
         clock: Arc<dyn Clock>,
     ) -> Result<Engine, EngineError> {
+        let start_us = clock.now_us();
         let rec = io::recover(disk, opts.core_config(), opts.log.clone())?;
         let shared = Arc::new(Shared {
             locked: Mutex::new(Locked {
                 core: rec.core,
                 sinks: FxHashMap::default(),
                 slots: FxHashMap::default(),
+                direct: (0, None),
+                next_ticket: 0,
                 fx: Vec::new(),
             }),
             disk_side: rec.disk_side,
             log: rec.log,
             clock,
             threaded: opts.background_flusher,
-            log_dirty: Mutex::new(false),
-            log_wake: Condvar::new(),
             jobs: Mutex::new(VecDeque::new()),
             jobs_wake: Condvar::new(),
             stop: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
+            last_now: AtomicU64::new(start_us),
             traffic: (AtomicU64::new(0), AtomicU64::new(0)),
         });
         let mut threads = Vec::new();
         if shared.threaded {
-            for (name, f) in [
-                ("thor-log", log_writer as fn(&Shared)),
-                ("thor-installer", installer as fn(&Shared)),
-            ] {
-                let s = shared.clone();
-                let h = std::thread::Builder::new()
-                    .name(name.into())
-                    .spawn(move || f(&s))
-                    .map_err(|source| StorageError::Io {
-                        op: "spawn engine thread",
-                        name: name.to_string(),
-                        source,
-                    })?;
-                threads.push(h);
-            }
+            let s = shared.clone();
+            let h = std::thread::Builder::new()
+                .name("thor-installer".into())
+                .spawn(move || installer(&s))
+                .map_err(|source| StorageError::Io {
+                    op: "spawn engine thread",
+                    name: "thor-installer".to_string(),
+                    source,
+                })?;
+            threads.push(h);
         }
         Ok(Engine { shared, threads, closed: AtomicBool::new(false) })
     }
@@ -323,6 +328,10 @@ impl Engine {
     /// The current bytes of page `page`: its installed image with every published MOB version
     /// applied.
     pub fn fetch(&self, page: PageId) -> Result<Bytes, EngineError> {
+        // A hit needs no I/O and has no effects: answer it without a step.
+        if let Some(r) = self.shared.locked.lock().core.fetch_cached(page) {
+            return r;
+        }
         match self.direct(DirectOp::Fetch(page)) {
             DirectResult::Page(r) => r,
             other => unreachable!("fetch answered with {other:?}"),
@@ -406,7 +415,6 @@ impl Engine {
 
     fn stop_threads(&mut self) {
         self.shared.stop.store(true, Relaxed);
-        self.shared.log_wake.notify_all();
         self.shared.jobs_wake.notify_all();
         for h in self.threads.drain(..) {
             let _ = h.join();
@@ -435,14 +443,29 @@ impl Engine {
     /// Runs a direct operation to its answer, performing its I/O on this thread where the
     /// engine has no thread for it.
     fn direct(&self, op: DirectOp) -> DirectResult {
-        let ticket = self.shared.next_id.fetch_add(1, Relaxed);
-        let slot = Arc::new(Slot::default());
-        let work = {
+        let (work, slot) = {
             let mut l = self.shared.locked.lock();
-            l.slots.insert(ticket, slot.clone());
-            self.shared.step_locked(&mut l, Input::Direct { ticket, op })
+            // Tickets are counted under the lock (no atomic on the hit path); 0 means none.
+            l.next_ticket += 1;
+            let ticket = l.next_ticket;
+            l.direct = (ticket, None);
+            let work = self.shared.step_locked(&mut l, Input::Direct { ticket, op });
+            let answer = std::mem::take(&mut l.direct).1;
+            match answer {
+                Some(result) => (work, Err(result)),
+                None => {
+                    // Answered by a later step, on whichever thread performs its I/O.
+                    let slot = Arc::new(Slot::default());
+                    l.slots.insert(ticket, slot.clone());
+                    (work, Ok(slot))
+                }
+            }
         };
         self.settle(work);
+        let slot = match slot {
+            Ok(slot) => slot,
+            Err(result) => return result,
+        };
         let mut r = slot.result.lock();
         loop {
             if let Some(result) = r.take() {
@@ -518,7 +541,13 @@ impl Drop for Engine {
 impl Shared {
     /// Steps the core with `input` and routes its effects; returns the I/O left to the caller.
     fn step_locked(&self, l: &mut Locked, input: Input) -> Work {
-        let now = self.clock.now_us();
+        let now = if input.reads_time() {
+            let now = self.clock.now_us();
+            self.last_now.store(now, Relaxed);
+            now
+        } else {
+            self.last_now.load(Relaxed)
+        };
         let mut fx = std::mem::take(&mut l.fx);
         l.core.step(now, input, &mut fx);
         let mut work = Work::default();
@@ -531,6 +560,9 @@ impl Shared {
                             sink.deliver(id, reply, close);
                         }
                     }
+                    Effect::Done { ticket, result } if ticket == l.direct.0 => {
+                        l.direct.1 = Some(result);
+                    }
                     Effect::Done { ticket, result } => {
                         if let Some(slot) = l.slots.remove(&ticket) {
                             *slot.result.lock() = Some(result);
@@ -540,12 +572,7 @@ impl Shared {
                     Effect::Append { lsn, record } => match self.log.append(&record) {
                         Ok(got) => {
                             debug_assert_eq!(got, lsn, "the log and the core agree on LSNs");
-                            if self.threaded {
-                                *self.log_dirty.lock() = true;
-                                self.log_wake.notify_one();
-                            } else {
-                                work.sync = true;
-                            }
+                            work.sync = true;
                         }
                         Err(e) => followups.push(Input::LogFailed { why: e.to_string() }),
                     },
@@ -611,32 +638,6 @@ impl Shared {
             bytes_received: self.traffic.0.load(Relaxed),
             bytes_sent: self.traffic.1.load(Relaxed),
         });
-    }
-}
-
-/// The log writer thread: syncs whatever was appended, then reports it durable.
-fn log_writer(s: &Shared) {
-    loop {
-        {
-            let mut dirty = s.log_dirty.lock();
-            while !*dirty && !s.stop.load(Relaxed) {
-                s.log_wake.wait(&mut dirty);
-            }
-            if !*dirty && s.stop.load(Relaxed) {
-                return;
-            }
-            *dirty = false;
-        }
-        let input = match s.log.sync() {
-            Ok(lsn) => Input::Durable { lsn },
-            Err(e) => Input::LogFailed { why: e.to_string() },
-        };
-        let failed = matches!(input, Input::LogFailed { .. });
-        let work = s.report(input);
-        s.settle(work);
-        if failed {
-            return;
-        }
     }
 }
 

@@ -308,6 +308,21 @@ pub enum Input {
     Tick,
 }
 
+impl Input {
+    /// Whether the core reads the time of this input: commits (the time of the last commit
+    /// decides idle installation) and ticks. For other inputs a driver may pass the last time
+    /// it read instead of reading its clock again (the core keeps the largest time it has
+    /// seen, so a stale value changes nothing); a page-cache hit then costs no clock read.
+    pub fn reads_time(&self) -> bool {
+        match self {
+            Input::Request { req, .. } => matches!(req.body, thor_wire::RequestBody::Commit(_)),
+            Input::Direct { op, .. } => matches!(op, DirectOp::Commit(_)),
+            Input::Tick => true,
+            _ => false,
+        }
+    }
+}
+
 /// Something the driver must do.
 #[derive(Debug)]
 pub enum Effect {
@@ -842,18 +857,31 @@ impl Core {
     }
 
     fn fetch(&mut self, origin: Origin, page: PageId, fx: &mut Vec<Effect>) {
-        self.counters.fetches += 1;
-        match self.store.compose(page) {
-            Ok(Some((bytes, applied))) => {
-                self.counters.fetch_versions_applied += applied as u64;
-                self.answer_fetch(origin, page, Ok(bytes), fx);
-            }
-            Ok(None) => {
+        match self.fetch_cached(page) {
+            Some(r) => self.answer_fetch(origin, page, r, fx),
+            None => {
+                self.counters.fetches += 1;
                 self.counters.fetch_reads += 1;
                 self.want_read(page, Some(origin), fx);
             }
-            Err(e) => self.answer_fetch(origin, page, Err(e), fx),
         }
+    }
+
+    /// Fetches `page` if that needs no I/O (a page-cache hit, a fresh page, or an error), as
+    /// [`DirectOp::Fetch`] would answer it; `None` when the page must be read, and then the
+    /// caller steps [`DirectOp::Fetch`]. A query with no effects, so the embedded driver
+    /// answers hits without building and routing effects.
+    pub fn fetch_cached(&mut self, page: PageId) -> Option<Result<Bytes, EngineError>> {
+        let r = match self.store.compose(page) {
+            Ok(Some((bytes, applied))) => {
+                self.counters.fetch_versions_applied += applied as u64;
+                Ok(bytes)
+            }
+            Ok(None) => return None,
+            Err(e) => Err(e),
+        };
+        self.counters.fetches += 1;
+        Some(r)
     }
 
     /// Asks for `page` to be read (once, however many wait for it).
