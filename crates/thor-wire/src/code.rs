@@ -99,6 +99,11 @@ codes! {
         CorruptData = 14,
         /// A bug in the server. Closes the connection.
         Internal = 15,
+        /// The server dropped this session's concurrency-control state: its pending
+        /// invalidations passed the server's bound because the client did not acknowledge them.
+        /// Sent with request id 0; closes the connection. The client's cache can no longer be
+        /// trusted: start a new session (with an empty cache).
+        SessionExpired = 16,
     }
 }
 
@@ -139,6 +144,27 @@ codes! {
         RetryLater = 11,
         /// A reason newer than this protocol version's list; the message says what.
         Other = 12,
+        /// Concurrency control: the transaction used an object that a committed transaction
+        /// changed after the client's copy was sent (the object is in the client's invalid
+        /// set). The reply carries the invalidations: apply them, then run the transaction
+        /// again.
+        Stale = 13,
+        /// Concurrency control: the transaction conflicts with another committing or
+        /// committed transaction near it in the serial order (validation-queue rules 1, 2a,
+        /// 2b; the message names the rule and an object). Run the transaction again.
+        Conflict = 14,
+        /// Concurrency control: the transaction's timestamp is below the server's threshold
+        /// (its clock is far behind, or the commit took very long to arrive). Run it again.
+        TooOld = 15,
+    }
+}
+
+impl RefusedCode {
+    /// Whether the refusal is a concurrency-control conflict: the transaction was valid but
+    /// cannot take its place in the serial order; running it again (on fresh copies) may
+    /// succeed.
+    pub const fn is_conflict(self) -> bool {
+        matches!(self, RefusedCode::Stale | RefusedCode::Conflict | RefusedCode::TooOld)
     }
 }
 
