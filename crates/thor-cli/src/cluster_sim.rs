@@ -49,6 +49,8 @@ pub fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
                 sum.events += o.events;
                 sum.acked += o.acked;
                 sum.uncertain += o.uncertain;
+                sum.refused += o.refused;
+                sum.invalidations += o.invalidations;
                 sum.crashes += o.crashes;
                 sum.pages_checked += o.pages_checked;
                 sum.lost_connections += o.lost_connections;
@@ -72,6 +74,8 @@ fn print_outcome(o: &Outcome, runs: u64) {
     println!("  events                 {}", o.events);
     println!("  commits acknowledged   {}", o.acked);
     println!("  commits uncertain      {}", o.uncertain);
+    println!("  commits refused (CC)   {}", o.refused);
+    println!("  invalidations received {}", o.invalidations);
     println!("  server crashes         {}", o.crashes);
     println!("  connections lost       {}", o.lost_connections);
     println!("  install rounds         {}", o.install_rounds);

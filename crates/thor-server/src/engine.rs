@@ -81,6 +81,8 @@ pub struct EngineOptions {
     pub log: LogOptions,
     /// Sessions: token, connection limit, frame limit.
     pub protocol: ProtocolConfig,
+    /// Bounds of concurrency control (validation queue, directories, invalid sets).
+    pub cc: crate::core::cc::CcConfig,
 }
 
 impl Default for EngineOptions {
@@ -95,6 +97,7 @@ impl Default for EngineOptions {
             background_flusher: true,
             log: LogOptions::default(),
             protocol: ProtocolConfig::default(),
+            cc: crate::core::cc::CcConfig::default(),
         }
     }
 }
@@ -110,6 +113,7 @@ impl EngineOptions {
             log_buffer_bytes: self.log.buffer_bytes_max,
             record_bytes_max: self.log.record_bytes_max,
             protocol: self.protocol.clone(),
+            cc: self.cc,
         }
     }
 }
@@ -129,6 +133,8 @@ impl From<CommitRequest> for CommitIn {
         CommitIn {
             versions: r.versions.into_iter().map(|(o, v)| (o, Bytes::from(v))).collect(),
             created: r.created.into_iter().map(Bytes::from).collect(),
+            reads: Vec::new(),
+            ts: None,
         }
     }
 }

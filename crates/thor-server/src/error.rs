@@ -126,6 +126,10 @@ pub enum EngineError {
     #[error("the server stopped after a storage failure ({0}); reopen the database")]
     Failed(String),
     /// A page could not be read from the page file (the disk failed; nothing was changed).
+    /// Concurrency control refused the transaction: it cannot take a place in the serial
+    /// order. Run it again on fresh copies of the objects.
+    #[error("transaction conflict: {0}")]
+    Conflict(crate::core::cc::Refusal),
     #[error("reading page {page}: {why}")]
     Read {
         /// Which page.

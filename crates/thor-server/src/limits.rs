@@ -54,3 +54,21 @@ const _: () = assert!(
 /// while its commit waits for the log; 256 keeps that bounded on a small machine while being
 /// far more clients than the papers' experiments ran.
 pub const SESSIONS_MAX_DEFAULT: usize = 256;
+
+/// Most transactions in the validation queue (concurrency control). A transaction is at most a
+/// few hundred bytes of queue plus 4 bytes per object it read or wrote; beyond this many, the
+/// oldest committed ones leave and the threshold timestamp rises above them.
+pub const VQ_ENTRIES_MAX: usize = 16_384;
+
+/// Committed transactions older than this leave the validation queue, raising its threshold: a
+/// transaction must reach validation within this long of its timestamp (10 s; the paper
+/// suggests minutes for a wide-area system, where prepares travel between servers).
+pub const VQ_THRESHOLD_DELTA_US: u64 = 10_000_000;
+
+/// Most page entries of one client's directory before it is coarsened into page groups: 1 GiB
+/// of 8 KB pages, a large client cache.
+pub const DIRECTORY_PAGES_MAX: usize = 131_072;
+
+/// Most unacknowledged invalidations of one client before its session expires: far more than
+/// a client that reads its replies ever leaves, and 4 MiB of orefs at most.
+pub const INVALID_SET_MAX: usize = 1 << 20;

@@ -118,6 +118,10 @@ pub struct Outcome {
     pub acked: u64,
     /// Commits whose outcome their client never learned.
     pub uncertain: u64,
+    /// Commits refused by concurrency control.
+    pub refused: u64,
+    /// Invalidations clients received.
+    pub invalidations: u64,
     /// Server crashes (and recoveries).
     pub crashes: u64,
     /// Pages sent to clients (each checked).
@@ -222,6 +226,18 @@ struct Client {
     done: usize,
     /// The next request id on the connection.
     next_id: u64,
+    /// Invalidations received and not yet acknowledged (they ride on the next request).
+    acks: Vec<Oref>,
+}
+
+impl Client {
+    /// `req` with the pending acknowledgements piggybacked (this client caches nothing, so it
+    /// applies an invalidation by acknowledging it).
+    fn with_acks(&mut self, mut req: Request) -> Request {
+        let n = self.acks.len().min(thor_wire::limits::ACKS_MAX);
+        req.piggyback.acks = self.acks.drain(..n).collect();
+        req
+    }
 }
 
 /// The simulation. See the module documentation.
@@ -292,6 +308,7 @@ impl World {
                 next_txn: 1,
                 done: 0,
                 next_id: 1,
+                acks: Vec::new(),
             })
             .collect();
         let mut w = World {
@@ -372,7 +389,7 @@ impl World {
         }
         // The class's oref is not known until the commit: the checker learns the layout from
         // the outcome and the setup record is replayed to it then.
-        let op = DirectOp::Commit(CommitIn { versions: Vec::new(), created });
+        let op = DirectOp::Commit(CommitIn { created, ..CommitIn::default() });
         let answers = self.settle_now(Input::Direct { ticket: 1, op })?;
         let Some(DirectResult::Committed(Ok(out))) = answers.into_iter().next() else {
             return Err(Violation("the setup commit failed".into()));
@@ -390,7 +407,7 @@ impl World {
             versions.push((*oref, Bytes::from(c)));
             self.cells.push(*oref);
         }
-        let op = DirectOp::Commit(CommitIn { versions, created: Vec::new() });
+        let op = DirectOp::Commit(CommitIn { versions, ..CommitIn::default() });
         match self.settle_now(Input::Direct { ticket: 2, op })?.into_iter().next() {
             Some(DirectResult::Committed(Ok(_))) => Ok(()),
             other => Err(Violation(format!("the setup commit failed: {other:?}"))),
@@ -780,7 +797,8 @@ impl World {
             let client = &mut self.clients[c];
             client.waiting = Waiting::Fetch(page);
             client.next_id += 1;
-            self.send_to_server(conn, Msg::Request(id, Request::new(RequestBody::Fetch { page })));
+            let req = client.with_acks(Request::new(RequestBody::Fetch { page }));
+            self.send_to_server(conn, Msg::Request(id, req));
             return Ok(());
         }
         let commit = self.make_commit(c);
@@ -788,7 +806,8 @@ impl World {
         client.waiting = Waiting::Commit(client.next_txn);
         client.next_txn += 1;
         client.next_id += 1;
-        self.send_to_server(conn, Msg::Request(id, Request::new(RequestBody::Commit(commit))));
+        let req = client.with_acks(Request::new(RequestBody::Commit(commit)));
+        self.send_to_server(conn, Msg::Request(id, req));
         Ok(())
     }
 
@@ -853,6 +872,8 @@ impl World {
                 let client = &mut self.clients[c];
                 client.conn = None;
                 client.waiting = Waiting::Nothing;
+                // A new connection is a new session: nothing to acknowledge there.
+                client.acks.clear();
                 let d = 500 + self.rng.below(5_000);
                 self.at(d, Ev::ClientWake(c));
                 Ok(())
@@ -866,8 +887,19 @@ impl World {
                         "client {id} got the reply to request {rid}, waiting for {sent}"
                     )));
                 }
+                self.clients[c].acks.extend_from_slice(&reply.invalidations);
+                self.out.invalidations += reply.invalidations.len() as u64;
                 match (waiting, reply.body) {
                     (Waiting::Hello, ReplyBody::HelloOk(_)) => {}
+                    (Waiting::Commit(t), ReplyBody::CommitRefused { code, .. })
+                        if code.is_conflict() =>
+                    {
+                        // Refused by concurrency control: it never reached the log, so the
+                        // checker must never see it.
+                        self.trace(|| format!("client {id} txn {t} refused ({code})"));
+                        self.clients[c].done += 1;
+                        self.out.refused += 1;
+                    }
                     (Waiting::Fetch(_), ReplyBody::Page { .. }) => {}
                     (Waiting::Commit(t), ReplyBody::CommitOk { lsn, created }) => {
                         if !self.checker.is_acked((id, t)) {

@@ -51,6 +51,7 @@
 //! synchronised wall-clock time. The core uses it for idle installation, and (with concurrency
 //! control) for transaction timestamps. [`Input::Tick`] lets time pass without other input.
 
+pub mod cc;
 pub mod install;
 mod sessions;
 pub mod store;
@@ -99,6 +100,8 @@ pub struct CoreConfig {
     pub record_bytes_max: usize,
     /// Sessions: token, connection limit, frame limit.
     pub protocol: ProtocolConfig,
+    /// Bounds of concurrency control.
+    pub cc: cc::CcConfig,
 }
 
 impl Default for CoreConfig {
@@ -111,6 +114,7 @@ impl Default for CoreConfig {
             idle_flush_after_us: limits::IDLE_FLUSH_AFTER_US,
             log_buffer_bytes: thor_storage::limits::BUFFER_BYTES_MAX_DEFAULT,
             record_bytes_max: thor_storage::limits::RECORD_BYTES_MAX_DEFAULT,
+            cc: cc::CcConfig::default(),
             protocol: ProtocolConfig::default(),
         }
     }
@@ -373,6 +377,16 @@ enum Origin {
     Direct(Ticket),
 }
 
+impl Origin {
+    /// The connection, for a request.
+    fn conn(self) -> Option<ConnId> {
+        match self {
+            Origin::Conn { conn, .. } => Some(conn),
+            Origin::Direct(_) => None,
+        }
+    }
+}
+
 /// A commit waiting in the queue.
 #[derive(Debug)]
 struct Queued {
@@ -533,6 +547,10 @@ pub struct Core {
     prepared_origin: FxHashMap<Lsn, Origin>,
     /// Whether the log is still being replayed: rounds start only when recovery asks.
     recovering: bool,
+    /// Concurrency control: timestamps, validation queue, directories, invalid sets.
+    cc: cc::Cc,
+    /// The timestamp and the committing connection of each prepared commit, by LSN.
+    prepared_cc: FxHashMap<Lsn, (cc::Timestamp, Option<ConnId>)>,
 }
 
 impl Core {
@@ -544,7 +562,10 @@ impl Core {
             return Err(EngineError::BadOptions("budgets must be positive".into()));
         }
         let store = Store::new(sb, cfg.page_cache_bytes);
+        let cc = cc::Cc::new(cfg.cc, store.superblock.server_id.0);
         Ok(Core {
+            cc,
+            prepared_cc: FxHashMap::default(),
             sessions: Sessions::new(cfg.protocol.clone()),
             cfg,
             store,
@@ -568,7 +589,11 @@ impl Core {
 
     /// Replays one durable log record (recovery, before any other input).
     pub fn replay(&mut self, lsn: Lsn, record: Bytes) -> Result<(), EngineError> {
-        self.store.replay(lsn, record)
+        let r = self.store.replay(lsn, record)?;
+        if r.ts != cc::Timestamp::default() {
+            self.cc.restore(r.ts, &r.reads, &r.writes);
+        }
+        Ok(())
     }
 
     /// Whether the MOB is over its budget (during recovery the driver then runs an install
@@ -592,6 +617,8 @@ impl Core {
     ) -> Result<(), EngineError> {
         self.store.replayed_all(log_next);
         self.store.set_tail_from(image)?;
+        let floor = self.cc.last_ts();
+        self.cc.recovered(floor);
         self.recovering = false;
         Ok(())
     }
@@ -663,6 +690,27 @@ impl Core {
 
     /// Handles one input at time `now_us`, appending what the driver must do to `fx`.
     pub fn step(&mut self, now_us: u64, input: Input, fx: &mut Vec<Effect>) {
+        let first = fx.len();
+        self.step_inner(now_us, input, fx);
+        self.attach_invalidations(&mut fx[first..]);
+    }
+
+    /// Puts each connection's pending invalidations on its first reply of this step (every
+    /// reply carries them, paper section 4.2), at most [`thor_wire::limits::INVALIDATIONS_MAX`]
+    /// per reply; the rest go on later replies.
+    fn attach_invalidations(&mut self, fx: &mut [Effect]) {
+        for e in fx {
+            if let Effect::Reply { conn, reply, .. } = e
+                && self.cc.has_unsent(*conn)
+            {
+                let room = thor_wire::limits::INVALIDATIONS_MAX - reply.invalidations.len();
+                let more = self.cc.take_invalidations(*conn, room);
+                reply.invalidations.extend(more);
+            }
+        }
+    }
+
+    fn step_inner(&mut self, now_us: u64, input: Input, fx: &mut Vec<Effect>) {
         self.now_us = self.now_us.max(now_us);
         match input {
             Input::Connect { conn } => self.sessions.connect(conn, fx),
@@ -670,7 +718,10 @@ impl Core {
             Input::ProtocolError { conn, id, error } => {
                 self.sessions.protocol_error(conn, id, &error, fx)
             }
-            Input::Disconnect { conn } => self.sessions.disconnect(conn),
+            Input::Disconnect { conn } => {
+                self.sessions.disconnect(conn);
+                self.cc.disconnect(conn);
+            }
             Input::Direct { ticket, op } => self.direct(ticket, op, fx),
             Input::Durable { lsn } => self.durable(lsn, fx),
             Input::PageRead { page, result } => self.page_read(page, result, fx),
@@ -722,7 +773,12 @@ impl Core {
             }
             Origin::Conn { conn, id } => {
                 let (reply, close) = match r {
-                    Ok(bytes) => (Reply::new(ReplyBody::Page { page, bytes }), false),
+                    Ok(bytes) => {
+                        // From now on the client may cache this page's objects: commits that
+                        // change them must invalidate its copies.
+                        self.cc.page_sent(conn, page);
+                        (Reply::new(ReplyBody::Page { page, bytes }), false)
+                    }
                     Err(e) => error_reply(&e),
                 };
                 self.reply(conn, id, reply, close, fx);
@@ -762,8 +818,15 @@ impl Core {
     }
 
     /// Handles a request whose turn has come.
-    fn handle(&mut self, conn: ConnId, id: u64, req: Request, fx: &mut Vec<Effect>) {
+    fn handle(&mut self, conn: ConnId, id: u64, mut req: Request, fx: &mut Vec<Effect>) {
         use sessions::Action;
+        // Acks and discarded pages first: a commit in the same request is validated against
+        // the invalid set they leave.
+        if self.sessions.client_of(conn).is_some() {
+            let pb = std::mem::take(&mut req.piggyback);
+            self.sessions.count_piggyback(&pb);
+            self.cc.piggyback(conn, &pb.acks, &pb.discarded);
+        }
         match self.sessions.admit(conn, id, req, self.server_info_parts(), fx) {
             Action::Done => {}
             Action::Fetch(page) => {
@@ -951,12 +1014,21 @@ impl Core {
         }
         if c.is_read_only() {
             // A read-only transaction changes nothing, so there is nothing to make durable: no
-            // log record and no fsync. Everything it could have read was published, hence
-            // durable; its place in the serial order is after the last durable commit.
-            self.counters.commits += 1;
-            self.counters.read_only_commits += 1;
-            let out = CommitOutcome { lsn: self.store.durable_lsn, created: Vec::new() };
-            return self.answer_commit(origin, Ok(out), fx);
+            // log record and no fsync. It is validated like any other (it may have read a
+            // stale copy, or what a committing transaction is writing), and enters the
+            // validation queue as committed.
+            let conn = origin.conn();
+            match self.cc.validate(conn, &c.reads, &[], c.ts, self.now_us) {
+                Ok(ts) => {
+                    self.cc.insert(ts, &c.reads, &[], true, self.now_us);
+                    self.counters.commits += 1;
+                    self.counters.read_only_commits += 1;
+                    let out = CommitOutcome { lsn: self.store.durable_lsn, created: Vec::new() };
+                    self.answer_commit(origin, Ok(out), fx);
+                }
+                Err(r) => self.refuse(origin, r, fx),
+            }
+            return;
         }
         self.queue.push_back(Queued {
             origin,
@@ -965,6 +1037,13 @@ impl Core {
             waiting_for: Vec::new(),
             counted_waits: (false, false),
         });
+    }
+
+    /// Answers a commit that concurrency control refused.
+    fn refuse(&mut self, origin: Origin, r: cc::Refusal, fx: &mut Vec<Effect>) {
+        self.cc.count_refusal(&r);
+        self.counters.commits_refused += 1;
+        self.answer_commit(origin, Err(EngineError::Conflict(r)), fx);
     }
 
     /// Prepares queued commits, in order, until one must wait.
@@ -1014,11 +1093,34 @@ impl Core {
             }
             let allow_create = self.bulk == Bulk::Idle;
             let head = self.queue.front().expect("checked");
-            match self.store.prepare(&head.commit, &head.images, allow_create) {
+            let conn = head.origin.conn();
+            let writes: Vec<thor_core::Oref> = head.commit.versions.iter().map(|v| v.0).collect();
+            let ts = match self.cc.validate(
+                conn,
+                &head.commit.reads,
+                &writes,
+                head.commit.ts,
+                self.now_us,
+            ) {
+                Ok(ts) => ts,
+                Err(r) => {
+                    let q = self.queue.pop_front().expect("checked");
+                    self.refuse(q.origin, r, fx);
+                    continue;
+                }
+            };
+            match self.store.prepare(
+                &head.commit,
+                &head.images,
+                allow_create,
+                (ts.time_us, ts.server),
+            ) {
                 Ok(p) => {
                     fx.push(Effect::Append { lsn: p.lsn, record: p.record.clone() });
                     let q = self.queue.pop_front().expect("checked");
                     let lsn = self.store.pending.back().expect("just prepared").lsn;
+                    self.cc.insert(ts, &q.commit.reads, &writes, false, self.now_us);
+                    self.prepared_cc.insert(lsn, (ts, conn));
                     self.prepared_origin.insert(lsn, q.origin);
                 }
                 Err(Stop::Need(pages)) => {
@@ -1048,6 +1150,11 @@ impl Core {
             self.counters.versions_committed += versions;
             self.counters.objects_created += p.objects.len() as u64 - versions;
             self.counters.commits += 1;
+            if let Some((ts, committer)) = self.prepared_cc.remove(&p.lsn) {
+                for conn in self.cc.committed(ts, committer) {
+                    self.sessions.expire(conn, fx);
+                }
+            }
             if let Some(origin) = self.prepared_origin.remove(&p.lsn) {
                 let out = CommitOutcome { lsn: p.lsn, created: p.created };
                 self.answer_commit(origin, Ok(out), fx);
@@ -1368,6 +1475,14 @@ pub fn error_reply(e: &EngineError) -> (Reply, bool) {
         EngineError::Invalid(ic) => (Reply::refused(refused_code(ic), &msg), false),
         EngineError::Full => (Reply::refused(RefusedCode::DatabaseFull, &msg), false),
         EngineError::BulkLoadActive => (Reply::refused(RefusedCode::RetryLater, &msg), false),
+        EngineError::Conflict(r) => {
+            let code = match r {
+                cc::Refusal::Stale(_) => RefusedCode::Stale,
+                cc::Refusal::TooOld { .. } => RefusedCode::TooOld,
+                _ => RefusedCode::Conflict,
+            };
+            (Reply::refused(code, &msg), false)
+        }
         EngineError::NoSuchPage(_) => (Reply::error(ErrorCode::NoSuchPage, &msg), false),
         EngineError::CorruptPage { .. } | EngineError::CorruptRecord { .. } => {
             (Reply::error(ErrorCode::CorruptData, &msg), false)
@@ -1396,7 +1511,7 @@ pub fn refused_code(e: &InvalidCommit) -> RefusedCode {
 
 impl From<Commit> for CommitIn {
     fn from(c: Commit) -> CommitIn {
-        CommitIn { versions: c.versions, created: c.created }
+        CommitIn { versions: c.versions, created: c.created, reads: c.reads, ts: None }
     }
 }
 

@@ -37,9 +37,10 @@
 //! | `Storage`, `Read`, `Failed`            | `Error(ServerFailed)`, session stays open     |
 //! | anything else                          | `Error(Internal)`, session closed             |
 //!
-//! The read set and the piggybacked acks and discarded pages are accepted and counted but not
-//! used yet: concurrency control (CLOCC) will validate with them. Replies carry no
-//! invalidations yet for the same reason.
+//! | `Conflict(Stale)`, `(TooOld)`, rules    | `CommitRefused(Stale / TooOld / Conflict)`    |
+//!
+//! The read set, the piggybacked acks and discarded pages, and the invalidations on replies
+//! are concurrency control's ([`super::cc`]); the core hands them over.
 //!
 //! *Authentication* compares the token in `Hello` with the configured one in time independent
 //! of where they differ; an empty configured token admits everyone.
@@ -274,8 +275,6 @@ impl Sessions {
         fx: &mut Vec<Effect>,
     ) -> Action {
         self.counters.requests += 1;
-        self.counters.acks_received += req.piggyback.acks.len() as u64;
-        self.counters.discarded_pages_received += req.piggyback.discarded.len() as u64;
         let Some(s) = self.conns.get(&conn) else { return Action::Done };
         let (reply, close) = match (&s.state, req.body) {
             (State::Closed, _) => {
@@ -293,7 +292,6 @@ impl Sessions {
             }
             (State::Open { .. }, RequestBody::Fetch { page }) => return Action::Fetch(page),
             (State::Open { .. }, RequestBody::Commit(commit)) => {
-                // The read set is for concurrency control, which does not exist yet.
                 return Action::Commit(CommitIn::from(commit));
             }
             (State::Open { .. }, RequestBody::Abort) => (Reply::new(ReplyBody::Ack), false),
@@ -336,6 +334,31 @@ impl Sessions {
             max_frame_bytes: self.cfg.max_frame_bytes,
         };
         (Reply::new(ReplyBody::HelloOk(info)), false)
+    }
+
+    /// Counts a request's piggybacked acks and discarded pages (the core hands them to
+    /// concurrency control).
+    pub fn count_piggyback(&mut self, pb: &thor_wire::Piggyback) {
+        self.counters.acks_received += pb.acks.len() as u64;
+        self.counters.discarded_pages_received += pb.discarded.len() as u64;
+    }
+
+    /// Ends `conn`'s session because concurrency control dropped its state: it is told
+    /// `Error(SessionExpired)` (request id 0) and closed.
+    pub fn expire(&mut self, conn: ConnId, fx: &mut Vec<Effect>) {
+        let Some(s) = self.conns.get_mut(&conn) else { return };
+        if s.state == State::Closed {
+            return;
+        }
+        s.state = State::Closed;
+        s.held.clear();
+        let msg = "too many unacknowledged invalidations; start a new session";
+        fx.push(Effect::Reply {
+            conn,
+            id: 0,
+            reply: Reply::error(ErrorCode::SessionExpired, msg),
+            close: true,
+        });
     }
 
     /// The client id of a connection's open session.

@@ -58,6 +58,12 @@ pub struct CommitIn {
     pub versions: Vec<(Oref, Bytes)>,
     /// Created objects in creation order (which is their clustering order).
     pub created: Vec<Bytes>,
+    /// The objects the transaction read (its ROS, for concurrency control; the objects it
+    /// writes count as read whether listed or not).
+    pub reads: Vec<Oref>,
+    /// The timestamp to validate at; `None` (every client commit): a fresh one from the
+    /// server's clock. Set by a coordinator's prepare, and by tests.
+    pub ts: Option<super::cc::Timestamp>,
 }
 
 impl CommitIn {
@@ -79,7 +85,7 @@ impl CommitIn {
 
     /// The record this commit becomes.
     pub fn record_bytes(&self) -> usize {
-        record::encoded_len(self.objects(), self.data_bytes())
+        record::encoded_len(self.reads.len(), self.objects(), self.data_bytes())
     }
 }
 
@@ -90,6 +96,17 @@ pub struct CommitOutcome {
     pub lsn: Lsn,
     /// The orefs given to the created objects, in request order.
     pub created: Vec<Oref>,
+}
+
+/// What replaying a record tells concurrency control.
+#[derive(Debug, Clone)]
+pub struct Replayed {
+    /// The transaction's timestamp (zero for records written before concurrency control).
+    pub ts: super::cc::Timestamp,
+    /// Its read set.
+    pub reads: Vec<Oref>,
+    /// The objects it modified (not created).
+    pub writes: Vec<Oref>,
 }
 
 /// A commit in the log, not yet known durable, not yet visible.
@@ -221,15 +238,22 @@ impl Store {
     }
 
     /// Replays one durable log record into the MOB (recovery).
-    pub fn replay(&mut self, lsn: Lsn, rec: Bytes) -> Result<(), EngineError> {
+    /// Returns the transaction's timestamp, read set and modified objects (not the created
+    /// ones), for the validation queue.
+    pub fn replay(&mut self, lsn: Lsn, rec: Bytes) -> Result<Replayed, EngineError> {
         let len = rec.len();
         let base = rec.as_ptr() as usize;
         let mut objects = Vec::new();
-        record::decode(&rec, |o| {
+        let cc = record::decode(&rec, |o| {
             let start = o.data.as_ptr() as usize - base;
             objects.push((o.oref, o.created, start..start + o.data.len()));
         })
         .map_err(|e| EngineError::CorruptRecord { lsn: lsn.0, why: e.to_string() })?;
+        let replayed = Replayed {
+            ts: super::cc::Timestamp { time_us: cc.ts_us, server: cc.ts_server },
+            reads: cc.reads().collect(),
+            writes: objects.iter().filter(|(_, c, _)| !c).map(|(o, _, _)| *o).collect(),
+        };
         for (oref, created, range) in objects {
             let page = oref.page().expect("the record decoder checks orefs");
             if created && page > self.tail.page {
@@ -245,7 +269,7 @@ impl Store {
         }
         self.next_lsn = self.next_lsn.max(lsn.next());
         self.durable_lsn = self.durable_lsn.max(lsn);
-        Ok(())
+        Ok(replayed)
     }
 
     /// Recovery replayed every record: the log continues at `log_next`.
@@ -417,11 +441,13 @@ impl Store {
     /// Checks a commit against the store and, if it passes, allocates its created objects,
     /// builds its record (each object copied once, tagged references patched) and records it
     /// as prepared with the next LSN. The caller appends the record to the log.
+    /// `ts` (clock microseconds, server id) is the timestamp concurrency control gave it.
     pub fn prepare(
         &mut self,
         c: &CommitIn,
         images: &Images,
         allow_create: bool,
+        ts: (u64, u32),
     ) -> Result<&Prepared, Stop> {
         let n_objects = c.objects();
         if n_objects > limits::COMMIT_OBJECTS_MAX {
@@ -448,7 +474,7 @@ impl Store {
         let lsn = self.next_lsn;
         let created = self.allocate(c.created.len(), c.created.iter().map(Bytes::len), lsn)?;
 
-        let mut rec = RecordBuilder::with_capacity(record::encoded_len(n_objects, n_bytes));
+        let mut rec = RecordBuilder::with_capacity(c.record_bytes(), ts, &c.reads);
         let mut objects = Vec::with_capacity(n_objects);
         // Reference offsets of the object being patched; one buffer for the whole commit.
         let mut offs: Vec<usize> = Vec::new();
