@@ -166,6 +166,36 @@ server_stats! {
     bytes_received: u64,
     /// Frame bytes sent to clients over the network.
     bytes_sent: u64,
+    /// Commits refused by concurrency control: an object used was in the client's invalid set.
+    refused_stale: u64,
+    /// Refused: timestamp below the validation queue's threshold.
+    refused_threshold: u64,
+    /// Refused by validation-queue rule 1 (an earlier committing transaction wrote a read object).
+    refused_rule1: u64,
+    /// Refused by rule 2a (a later transaction read a written object).
+    refused_rule2a: u64,
+    /// Refused by rule 2b (a later transaction wrote a read object).
+    refused_rule2b: u64,
+    /// Transactions that failed rule 2 at their first timestamp and passed at a later one.
+    retried_passed: u64,
+    /// Read-only transactions validated (and committed without a log record).
+    read_only_validated: u64,
+    /// Objects added to clients' invalid sets.
+    invalidations_added: u64,
+    /// Invalidations sent on replies.
+    invalidations_sent: u64,
+    /// Invalidations acknowledged.
+    invalidations_acked: u64,
+    /// Unacknowledged invalidations now, all clients.
+    invalid_entries: u64,
+    /// Page entries in all clients' directories now.
+    directory_entries: u64,
+    /// Times a directory was coarsened.
+    directories_coarsened: u64,
+    /// Transactions in the validation queue now.
+    vq_len: u64,
+    /// Sessions expired for too many unacknowledged invalidations.
+    sessions_expired: u64,
 }
 
 const _: () = assert!(ServerStats::FIELDS.len() <= STATS_FIELDS_MAX);

@@ -1429,6 +1429,7 @@ impl Core {
     pub fn server_stats(&self) -> ServerStats {
         let e = self.stats();
         let s = self.sessions.counters();
+        let c = self.cc.counters();
         ServerStats {
             commits: e.commits,
             versions_committed: e.versions_committed,
@@ -1463,6 +1464,21 @@ impl Core {
             discarded_pages_received: s.discarded_pages_received,
             bytes_received: self.driver.bytes_received,
             bytes_sent: self.driver.bytes_sent,
+            refused_stale: c.refused_stale,
+            refused_threshold: c.refused_threshold,
+            refused_rule1: c.refused_rule1,
+            refused_rule2a: c.refused_rule2a,
+            refused_rule2b: c.refused_rule2b,
+            retried_passed: c.retried_passed,
+            read_only_validated: c.read_only_validated,
+            invalidations_added: c.invalidations_added,
+            invalidations_sent: c.invalidations_sent,
+            invalidations_acked: c.invalidations_acked,
+            invalid_entries: self.cc.invalid_entries() as u64,
+            directory_entries: self.cc.directory_entries() as u64,
+            directories_coarsened: c.directories_coarsened,
+            vq_len: self.cc.vq_len() as u64,
+            sessions_expired: c.sessions_expired,
         }
     }
 }

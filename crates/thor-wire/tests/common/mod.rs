@@ -50,7 +50,7 @@ pub fn request() -> impl Strategy<Value = Request> {
 }
 
 fn stats() -> impl Strategy<Value = ServerStats> {
-    (vec(any::<u64>(), 40), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
+    (vec(any::<u64>(), 46), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
         commits: w[0],
         versions_committed: w[1],
         objects_created: w[2],
@@ -84,6 +84,21 @@ fn stats() -> impl Strategy<Value = ServerStats> {
         discarded_pages_received: w[28],
         bytes_received: w[29],
         bytes_sent: w[30],
+        refused_stale: w[31],
+        refused_threshold: w[32],
+        refused_rule1: w[33],
+        refused_rule2a: w[34],
+        refused_rule2b: w[35],
+        retried_passed: w[36],
+        read_only_validated: w[37],
+        invalidations_added: w[38],
+        invalidations_sent: w[39],
+        invalidations_acked: w[40],
+        invalid_entries: w[41],
+        directory_entries: w[42],
+        directories_coarsened: w[43],
+        vq_len: w[44],
+        sessions_expired: w[45],
     })
 }
 
