@@ -41,6 +41,8 @@ enum BenchWhat {
     Engine(EngineBench),
     /// Fetch and commit round trips over loopback TCP, against the in-process transport.
     Net(NetBench),
+    /// Many clients transferring between accounts over TCP: throughput, aborts, latency.
+    Clients(crate::bench_clients::ClientsBench),
 }
 
 #[derive(Debug, Args)]
@@ -63,6 +65,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     match args.what {
         BenchWhat::Engine(b) => engine(b),
         BenchWhat::Net(b) => net(b),
+        BenchWhat::Clients(b) => crate::bench_clients::run(b),
     }
 }
 

@@ -6,6 +6,7 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_clients;
 mod cluster_sim;
 mod demo;
 mod oo7;
