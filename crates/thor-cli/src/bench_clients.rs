@@ -151,7 +151,6 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
     let mut threads = Vec::new();
     for c in 0..clients {
         let stop = stop.clone();
-        let connect = connect;
         let n = b.accounts;
         threads.push(std::thread::spawn(move || -> Result<Tally> {
             let s = connect(format!("bench client {c}"))?;
