@@ -24,8 +24,13 @@
 //! every acknowledged commit (so every acknowledged commit is present, and no unacknowledged one
 //! is partly visible), and every page a client is sent must show exactly the commits that were
 //! durable when it was composed.
+//!
+//! [`serial`] is a second, independent judge, of isolation rather than durability: given the
+//! transactions the clients committed (what each read and wrote) it proves the history
+//! serializable, or names the anomaly (a lost update, a dirty read, a dependency cycle).
 
 pub mod check;
+pub mod serial;
 pub mod world;
 
 pub use check::Violation;
