@@ -816,6 +816,9 @@ impl<'h> Checker<'h> {
         // it so each depends on the one before.
         let mut cycle: Vec<usize> = path[at_step[s]..].to_vec();
         cycle.reverse();
+        // Start at the member added first, as the graph's cycles do.
+        let first = (0..cycle.len()).min_by_key(|&k| ws[cycle[k]].txn).unwrap_or(0);
+        cycle.rotate_left(first);
         let txns: Vec<TxnId> = cycle.iter().map(|&s| self.id(ws[s].txn)).collect();
         let edges = (0..txns.len())
             .map(|k| Edge {
