@@ -270,7 +270,13 @@ fn non_repeatable_read_is_a_cycle() {
     let mut h = History::new();
     h.add_committed(Txn::new(1, 1).read(X, INITIAL).read(X, 201).ordered(1));
     h.add_committed(Txn::new(2, 2).read(X, INITIAL).write(X, 201).ordered(2));
-    assert!(matches!(check(&h, None), Err(Anomaly::Cycle { txns, .. }) if txns.len() == 2));
+    assert_eq!(
+        check(&h, None),
+        Err(Anomaly::Cycle {
+            txns: vec![1, 2],
+            edges: vec![edge(1, EdgeKind::ReadWrite, X, 2), edge(2, EdgeKind::WriteRead, X, 1)],
+        })
+    );
 }
 
 #[test]
