@@ -535,6 +535,7 @@ struct Checker<'h> {
 }
 
 impl<'h> Checker<'h> {
+    /// A checker of `h`, with nothing computed yet.
     fn new(h: &'h History) -> Self {
         Checker {
             h,
@@ -551,6 +552,7 @@ impl<'h> Checker<'h> {
         self.h.txns[i as usize].id
     }
 
+    /// Runs every check in turn; the first anomaly found is the answer.
     fn run(
         mut self,
         final_state: Option<&[(ObjId, Version)]>,
@@ -816,6 +818,9 @@ impl<'h> Checker<'h> {
         // it so each depends on the one before.
         let mut cycle: Vec<usize> = path[at_step[s]..].to_vec();
         cycle.reverse();
+        // Start at the member added first, as the graph's cycles do.
+        let first = (0..cycle.len()).min_by_key(|&k| ws[cycle[k]].txn).unwrap_or(0);
+        cycle.rotate_left(first);
         let txns: Vec<TxnId> = cycle.iter().map(|&s| self.id(ws[s].txn)).collect();
         let edges = (0..txns.len())
             .map(|k| Edge {
@@ -968,6 +973,7 @@ const NONE: u32 = u32::MAX;
 const CYCLE_SEARCHES: usize = 32;
 
 impl Graph {
+    /// The graph of `n` nodes with `edges`, each `(source, arc)`.
     fn new(n: usize, edges: &[(u32, Arc)]) -> Self {
         let mut start = vec![0u32; n + 1];
         for &(from, _) in edges {
@@ -986,6 +992,7 @@ impl Graph {
         Graph { start, arcs }
     }
 
+    /// The arcs leaving `v`.
     fn out(&self, v: u32) -> &[Arc] {
         &self.arcs[self.start[v as usize] as usize..self.start[v as usize + 1] as usize]
     }
