@@ -187,8 +187,11 @@ def client(cid, addr, args, barrier, results):
 
     txn = None
     first_begin = None
+    cpu_start = None
     while True:
         now = time.monotonic()
+        if cpu_start is None and now >= w_start:
+            cpu_start = time.process_time()
         if now >= w_end:
             break
         if txn is None:
@@ -229,9 +232,11 @@ def client(cid, addr, args, barrier, results):
             txn_lat.append(c1 - first_begin)
         txn = None
 
+    cpu = time.process_time() - (cpu_start if cpu_start is not None
+                                 else time.process_time())
     conn.close()
     db.close()
-    results.put(dict(
+    results.put(dict(cpu_s=cpu,
         client=cid, commits=commits, aborts=aborts, ro_commits=ro_commits,
         commit_lat=commit_lat, txn_lat=txn_lat,
         total_commits=total_commits, total_aborts=total_aborts,
@@ -239,6 +244,21 @@ def client(cid, addr, args, barrier, results):
 
 
 # --------------------------------------------------------------------------
+# CPU accounting: the machine is shared, so say how much CPU others took.
+
+def system_busy_s():
+    """CPU seconds all CPUs spent not idle since boot (from /proc/stat)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    return (sum(v[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_s(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        v = f.read().rsplit(")", 1)[1].split()
+    return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+
 
 def pct(xs, p):
     if not xs:
@@ -287,13 +307,20 @@ def main():
         populate(addr, args.counters)
 
         ctx = mp.get_context("spawn")
-        barrier = ctx.Barrier(args.clients)
+        barrier = ctx.Barrier(args.clients + 1)
         results = ctx.Queue()
         procs = [ctx.Process(target=client,
                              args=(c, addr, args, barrier, results))
                  for c in range(args.clients)]
         for p in procs:
             p.start()
+        # Sample the machine's and the server's CPU over the measured window.
+        barrier.wait(timeout=120)
+        t0 = time.monotonic()
+        time.sleep(args.warmup)
+        sys0, srv0, wall0 = system_busy_s(), proc_cpu_s(server.pid), time.monotonic()
+        time.sleep(max(0.0, t0 + args.warmup + args.seconds - time.monotonic()))
+        sys1, srv1, wall1 = system_busy_s(), proc_cpu_s(server.pid), time.monotonic()
         rs = []
         deadline = time.monotonic() + args.warmup + args.seconds + 120
         while len(rs) < args.clients:
@@ -329,6 +356,14 @@ def main():
     increments = sum(r["total_increments"] for r in rs)
     total = sum(values)
     ok = total == increments
+    window = wall1 - wall0
+    server_cpu = srv1 - srv0
+    clients_cpu = sum(r["cpu_s"] for r in rs)
+    other_cpu = max(0.0, (sys1 - sys0) - server_cpu - clients_cpu)
+    cpu = dict(cores=os.cpu_count(),
+               server=server_cpu / window, clients=clients_cpu / window,
+               other=other_cpu / window,
+               loadavg_1m=os.getloadavg()[0])
     out = dict(
         clients=args.clients, seconds=args.seconds, warmup=args.warmup,
         counters=args.counters, read_current=args.read_current,
@@ -340,6 +375,7 @@ def main():
                                p99=pct(commit_lat, 99) * 1e3),
         txn_latency_ms=dict(p50=pct(txn_lat, 50) * 1e3,
                             p99=pct(txn_lat, 99) * 1e3),
+        cpu_cores_used=cpu,
         per_client_commits=[r["commits"] for r in rs],
         per_client_aborts=[r["aborts"] for r in rs],
         counter_sum=total, committed_increments=increments,
@@ -367,6 +403,9 @@ def main():
               % (out["txn_latency_ms"]["p50"], out["txn_latency_ms"]["p99"]))
         print("per-client commits %s" % out["per_client_commits"])
         print("per-client aborts  %s" % out["per_client_aborts"])
+        print("CPU over the window, in cores of %d: ZEO server %.2f, clients "
+              "%.2f, everything else on the machine %.2f"
+              % (cpu["cores"], cpu["server"], cpu["clients"], cpu["other"]))
         print("check: sum of counters %d, committed increments %d: %s"
               % (total, increments, "OK" if ok else "MISMATCH"))
     if not ok:
