@@ -51,6 +51,7 @@ pub fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
                 sum.uncertain += o.uncertain;
                 sum.refused += o.refused;
                 sum.invalidations += o.invalidations;
+                sum.history_txns += o.history_txns;
                 sum.crashes += o.crashes;
                 sum.pages_checked += o.pages_checked;
                 sum.lost_connections += o.lost_connections;
@@ -76,6 +77,7 @@ fn print_outcome(o: &Outcome, runs: u64) {
     println!("  commits uncertain      {}", o.uncertain);
     println!("  commits refused (CC)   {}", o.refused);
     println!("  invalidations received {}", o.invalidations);
+    println!("  history txns checked   {}", o.history_txns);
     println!("  server crashes         {}", o.crashes);
     println!("  connections lost       {}", o.lost_connections);
     println!("  install rounds         {}", o.install_rounds);

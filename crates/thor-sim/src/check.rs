@@ -244,6 +244,16 @@ impl Checker {
     pub fn published(&self) -> Lsn {
         self.published
     }
+
+    /// The LSN of `txn`'s record, if the log holds it (after the last recovery).
+    pub fn lsn_of(&self, txn: TxnId) -> Option<Lsn> {
+        self.log.iter().find(|r| r.txn == txn).map(|r| r.lsn)
+    }
+
+    /// The transaction whose write each of `objects` holds in the durable state.
+    pub fn writers(&self, objects: &[Oref]) -> Vec<(Oref, Option<TxnId>)> {
+        objects.iter().map(|o| (*o, self.state.get(o).and_then(|b| self.txn_of(b)))).collect()
+    }
 }
 
 /// Every oref of `page`.

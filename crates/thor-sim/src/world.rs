@@ -28,24 +28,38 @@
 //!
 //! # The clients
 //!
-//! Each client speaks the wire protocol directly (connect, `Hello`, then fetches and commits):
-//! a commit writes 0 to 3 existing cells and creates 0 to 2 new ones, every object carrying the
-//! client's number and the transaction's, so that the [`Checker`] can tell which commit wrote
-//! what. Cells reference other cells (existing ones, or created ones in the same commit through
-//! tagged references), so reference validation and oref allocation are exercised too.
+//! Each client speaks the wire protocol directly (connect, `Hello`, then fetches and commits),
+//! every object it writes carrying the client's number and the transaction's, so that the
+//! [`Checker`] can tell which commit wrote what, and so that every write is a unique version.
+//! Most transactions are *read-modify-write* under concurrency control: fetch the pages of 1 to
+//! 3 cells, read their versions, commit writes of some of them (none: a read-only transaction)
+//! with the cells as the read set. The others are blind: they write 0 to 3 cells and create 0
+//! to 2, referencing other cells (existing ones, or created ones through tagged references), so
+//! reference validation and oref allocation are exercised too. Clients acknowledge the
+//! invalidations that arrive on replies; a commit refused by concurrency control is aborted.
+//!
+//! # Serializability
+//!
+//! Every transaction that reached its commit goes into a [`serial::History`] with what it read
+//! (each cell and the version it saw) and wrote: committed ones with their LSN (at one server
+//! the log order is CLOCC's timestamp order), refused ones as aborted, and those whose outcome
+//! the client never learned decided by the recovered log. At the end, [`serial::check_with`]
+//! must find the history conflict-serializable in LSN order, with no lost update and no read
+//! of an uncommitted or aborted write, ending in the state the server recovered.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use thor_core::le::put_u32;
-use thor_core::{ClassDesc, Lsn, Oref, PageId, RawRef, ServerId, VarKind};
+use thor_core::le::{put_u32, u32_at};
+use thor_core::{ClassDesc, Lsn, Oref, PageId, PageView, RawRef, ServerId, VarKind};
 use thor_server::io::{self, CommitLog, DiskSide};
 use thor_server::{CommitIn, ConnId, Core, CoreConfig, DirectOp, DirectResult, Effect, Input};
 use thor_storage::{FaultPlan, Log, LogOptions, MemDisk, SplitMix64};
 use thor_wire::{Commit, Hello, Reply, ReplyBody, Request, RequestBody};
 
 use crate::check::{CellLayout, Checker, Violation};
+use crate::serial;
 
 /// Virtual microseconds between ticks of the server.
 pub const TICK_US: u64 = 20_000;
@@ -122,6 +136,8 @@ pub struct Outcome {
     pub refused: u64,
     /// Invalidations clients received.
     pub invalidations: u64,
+    /// Committed transactions in the checked history.
+    pub history_txns: u64,
     /// Server crashes (and recoveries).
     pub crashes: u64,
     /// Pages sent to clients (each checked).
@@ -208,7 +224,27 @@ enum Waiting {
     Nothing,
     Hello,
     Fetch(PageId),
+    /// A page a transaction reads cells from.
+    TxnFetch(PageId),
     Commit(u32),
+}
+
+/// A transaction in progress at a client: it fetches the pages of the cells it reads, reads
+/// their versions, then commits writes of some of them (read-modify-write), with its read set.
+#[derive(Debug, Default)]
+struct Plan {
+    /// The cells to read.
+    cells: Vec<Oref>,
+    /// Pages still to fetch.
+    to_fetch: Vec<PageId>,
+    /// What it read: each cell and the version it saw.
+    read: Vec<(Oref, serial::Version)>,
+}
+
+/// The version a cell written by `writer`'s transaction `txn` holds: unique per write, as the
+/// history checker requires, and never `serial::INITIAL`.
+fn version_of(writer: u32, txn: u32) -> serial::Version {
+    (u64::from(writer) + 1) << 32 | u64::from(txn)
 }
 
 /// A simulated client.
@@ -228,6 +264,10 @@ struct Client {
     next_id: u64,
     /// Invalidations received and not yet acknowledged (they ride on the next request).
     acks: Vec<Oref>,
+    /// The transaction being prepared.
+    plan: Option<Plan>,
+    /// The transaction whose commit is in flight, for the history.
+    in_flight: Option<serial::Txn>,
 }
 
 impl Client {
@@ -257,6 +297,13 @@ struct World {
     checker: Checker,
     /// Cells known to exist durably (every client may write them).
     cells: Vec<Oref>,
+    /// What clients observed: every transaction that reached a commit, with its reads and
+    /// writes, for the serializability check.
+    history: serial::History,
+    /// Commit requests of read-only transactions (their `CommitOk` names no record).
+    read_only: BTreeSet<(ConnId, u64)>,
+    /// Transactions whose outcome their client never learned: the log decides at the end.
+    uncertain: Vec<(crate::check::TxnId, serial::Txn)>,
     layout: CellLayout,
     desc: ClassDesc,
     out: Outcome,
@@ -309,6 +356,8 @@ impl World {
                 done: 0,
                 next_id: 1,
                 acks: Vec::new(),
+                plan: None,
+                in_flight: None,
             })
             .collect();
         let mut w = World {
@@ -324,6 +373,9 @@ impl World {
             next_conn: 1,
             clients,
             checker: Checker::new(Lsn(1)),
+            history: serial::History::new(),
+            read_only: BTreeSet::new(),
+            uncertain: Vec::new(),
             cells: Vec::new(),
             layout: CellLayout {
                 class: Oref::NULL,
@@ -407,9 +459,16 @@ impl World {
             versions.push((*oref, Bytes::from(c)));
             self.cells.push(*oref);
         }
+        let mut txn = serial::Txn::new(0, 0);
+        for (o, _) in &versions {
+            txn = txn.write(u64::from(o.raw()), version_of(0, 0));
+        }
         let op = DirectOp::Commit(CommitIn { versions, ..CommitIn::default() });
         match self.settle_now(Input::Direct { ticket: 2, op })?.into_iter().next() {
-            Some(DirectResult::Committed(Ok(_))) => Ok(()),
+            Some(DirectResult::Committed(Ok(out))) => {
+                self.history.add_committed(txn.ordered(out.lsn.0));
+                Ok(())
+            }
             other => Err(Violation(format!("the setup commit failed: {other:?}"))),
         }
     }
@@ -511,8 +570,36 @@ impl World {
         self.check_everything()?;
         self.crash("at the end");
         self.start_server()?;
+        self.check_history()?;
         self.out.acked = self.checker.acked() as u64;
         self.out.trace_hash = self.hash;
+        Ok(())
+    }
+
+    /// The serializability check of what clients observed: uncertain commits are decided by
+    /// the recovered log, then the history (every read with the version it saw, every write
+    /// with its unique version, committed ones in log order) must have an acyclic dependency
+    /// graph and end in the state the server holds.
+    fn check_history(&mut self) -> Result<(), Violation> {
+        for ((id, t), txn) in std::mem::take(&mut self.uncertain) {
+            match self.checker.lsn_of((id, t)) {
+                Some(lsn) => self.history.add_committed(txn.ordered(lsn.0)),
+                None => self.history.add_aborted(txn),
+            }
+        }
+        let mut fin = Vec::new();
+        for (o, writer) in self.checker.writers(&self.cells) {
+            let Some((w, t)) = writer else {
+                return Err(Violation(format!("cell {o:?} is not in the recovered state")));
+            };
+            fin.push((u64::from(o.raw()), version_of(w, t)));
+        }
+        // The log order is CLOCC's timestamp order at one server, so it must itself be a
+        // serial order: every dependency goes forward in it.
+        let opts = serial::Options { order_must_serialize: true };
+        let summary = serial::check_with(&self.history, Some(&fin), &opts)
+            .map_err(|a| Violation(format!("the history is not serializable: {a}")))?;
+        self.out.history_txns += summary.committed as u64;
         Ok(())
     }
 
@@ -580,7 +667,7 @@ impl World {
                             self.out.pages_checked += 1;
                             self.checker.page(*page, bytes)?;
                         }
-                        ReplyBody::CommitOk { lsn, .. } => {
+                        ReplyBody::CommitOk { lsn, .. } if !self.read_only.remove(&(conn, id)) => {
                             self.checker.commit_ok(*lsn)?;
                         }
                         _ => {}
@@ -789,6 +876,25 @@ impl World {
         }
         let conn = client.conn.expect("checked");
         let id = client.next_id;
+        if self.clients[c].plan.is_some() {
+            return self.advance_plan(c, conn, id);
+        }
+        if !self.cells.is_empty() && self.rng.below(10) < 6 {
+            // A read-modify-write transaction over 1 to 3 cells.
+            let k = 1 + self.rng.below(3) as usize;
+            let mut cells: Vec<Oref> = Vec::new();
+            for _ in 0..k {
+                let o = self.cells[self.rng.below(self.cells.len() as u64) as usize];
+                if !cells.contains(&o) {
+                    cells.push(o);
+                }
+            }
+            let mut to_fetch: Vec<PageId> = cells.iter().filter_map(|o| o.page()).collect();
+            to_fetch.sort();
+            to_fetch.dedup();
+            self.clients[c].plan = Some(Plan { cells, to_fetch, read: Vec::new() });
+            return self.advance_plan(c, conn, id);
+        }
         if self.rng.below(10) < 3 {
             let max_page =
                 self.cells.iter().filter_map(|o| o.page()).max().unwrap_or(PageId::FIRST);
@@ -802,12 +908,86 @@ impl World {
             return Ok(());
         }
         let commit = self.make_commit(c);
+        let (writer, t) = (self.clients[c].id, self.clients[c].next_txn);
+        let mut txn = serial::Txn::new(u64::from(writer) << 32 | u64::from(t), writer);
+        for (o, _) in &commit.versions {
+            txn = txn.write(u64::from(o.raw()), version_of(writer, t));
+        }
+        self.clients[c].in_flight = Some(txn);
         let client = &mut self.clients[c];
         client.waiting = Waiting::Commit(client.next_txn);
         client.next_txn += 1;
         client.next_id += 1;
         let req = client.with_acks(Request::new(RequestBody::Commit(commit)));
         self.send_to_server(conn, Msg::Request(id, req));
+        Ok(())
+    }
+
+    /// The next request of client `c`'s transaction: a fetch of a page it reads from, or, once
+    /// everything is read, its commit: each cell read is written with probability 1/2 (none: a
+    /// read-only transaction), and with probability 1/4 a cell is created too.
+    fn advance_plan(&mut self, c: usize, conn: ConnId, id: u64) -> Result<(), Violation> {
+        let plan = self.clients[c].plan.as_mut().expect("a plan");
+        if let Some(page) = plan.to_fetch.pop() {
+            let client = &mut self.clients[c];
+            client.waiting = Waiting::TxnFetch(page);
+            client.next_id += 1;
+            let req = client.with_acks(Request::new(RequestBody::Fetch { page }));
+            self.send_to_server(conn, Msg::Request(id, req));
+            return Ok(());
+        }
+        let plan = self.clients[c].plan.take().expect("a plan");
+        let (writer, t) = (self.clients[c].id, self.clients[c].next_txn);
+        let mut txn = serial::Txn::new(u64::from(writer) << 32 | u64::from(t), writer);
+        for (o, v) in &plan.read {
+            txn = txn.read(u64::from(o.raw()), *v);
+        }
+        let mut versions = Vec::new();
+        for (i, (o, _)) in plan.read.iter().enumerate() {
+            if self.rng.below(2) == 0 {
+                let mut b = self.desc.new_object(self.layout.class.raw(), 0);
+                put_u32(&mut b, CELL_WRITER_AT, writer);
+                put_u32(&mut b, CELL_TXN_AT, t);
+                put_u32(&mut b, CELL_SERIAL_AT, i as u32);
+                versions.push((*o, Bytes::from(b)));
+                txn = txn.write(u64::from(o.raw()), version_of(writer, t));
+            }
+        }
+        let mut created = Vec::new();
+        if self.rng.below(4) == 0 {
+            let mut b = self.desc.new_object(self.layout.class.raw(), 0);
+            put_u32(&mut b, CELL_WRITER_AT, writer);
+            put_u32(&mut b, CELL_TXN_AT, t);
+            put_u32(&mut b, CELL_SERIAL_AT, 1000);
+            created.push(Bytes::from(b));
+        }
+        let read_only = versions.is_empty() && created.is_empty();
+        let reads = plan.read.iter().map(|(o, _)| *o).collect();
+        let commit = Commit { reads, versions, created };
+        if read_only {
+            self.read_only.insert((conn, id));
+        }
+        let client = &mut self.clients[c];
+        client.waiting = Waiting::Commit(t);
+        client.in_flight = Some(txn);
+        client.next_txn += 1;
+        client.next_id += 1;
+        let req = client.with_acks(Request::new(RequestBody::Commit(commit)));
+        self.send_to_server(conn, Msg::Request(id, req));
+        Ok(())
+    }
+
+    /// A transaction's page arrived: read the versions of its cells on that page.
+    fn read_cells(&mut self, c: usize, page: PageId, bytes: &[u8]) -> Result<(), Violation> {
+        let v = PageView::parse(bytes).map_err(|e| Violation(format!("page {page}: {e}")))?;
+        let plan = self.clients[c].plan.as_mut().expect("a plan");
+        for o in plan.cells.iter().filter(|o| o.page() == Some(page)) {
+            let Some(obj) = v.object(o.oid()) else {
+                return Err(Violation(format!("cell {o:?} is missing from page {page}")));
+            };
+            let version = version_of(u32_at(obj, CELL_WRITER_AT), u32_at(obj, CELL_TXN_AT));
+            plan.read.push((*o, version));
+        }
         Ok(())
     }
 
@@ -868,7 +1048,12 @@ impl World {
                     self.trace(|| format!("client {id} txn {t} uncertain"));
                     self.clients[c].done += 1;
                     self.out.uncertain += 1;
+                    if let Some(txn) = self.clients[c].in_flight.take() {
+                        self.uncertain.push(((id, t), txn));
+                    }
                 }
+                // A transaction being prepared is abandoned with its session.
+                self.clients[c].plan = None;
                 let client = &mut self.clients[c];
                 client.conn = None;
                 client.waiting = Waiting::Nothing;
@@ -899,15 +1084,31 @@ impl World {
                         self.trace(|| format!("client {id} txn {t} refused ({code})"));
                         self.clients[c].done += 1;
                         self.out.refused += 1;
+                        if let Some(txn) = self.clients[c].in_flight.take() {
+                            self.history.add_aborted(txn);
+                        }
                     }
                     (Waiting::Fetch(_), ReplyBody::Page { .. }) => {}
+                    (Waiting::TxnFetch(p), ReplyBody::Page { page, bytes }) if p == page => {
+                        self.read_cells(c, page, &bytes)?;
+                    }
                     (Waiting::Commit(t), ReplyBody::CommitOk { lsn, created }) => {
-                        if !self.checker.is_acked((id, t)) {
+                        let mut txn = self.clients[c].in_flight.take().expect("a commit in flight");
+                        let read_only = txn.writes.is_empty() && created.is_empty();
+                        if !read_only && !self.checker.is_acked((id, t)) {
                             return Err(Violation(format!(
                                 "client {id} got CommitOk (LSN {lsn}) for txn {t}, which the log does not hold acknowledged"
                             )));
                         }
                         self.trace(|| format!("client {id} txn {t} committed at {lsn}"));
+                        for o in &created {
+                            txn = txn.write(u64::from(o.raw()), version_of(id, t));
+                        }
+                        if read_only {
+                            self.history.add_committed(txn);
+                        } else {
+                            self.history.add_committed(txn.ordered(lsn.0));
+                        }
                         self.cells.extend(created);
                         self.clients[c].done += 1;
                     }
