@@ -46,9 +46,16 @@
 //! the client never learned decided by the recovered log. At the end, [`serial::check_with`]
 //! must find the history conflict-serializable in LSN order, with no lost update and no read
 //! of an uncommitted or aborted write, ending in the state the server recovered.
+//!
+//! The first [`ACCOUNTS`] cells are a bank: a third of the read-modify-write transactions are
+//! transfers between two of them, and blind writes never touch them. Replaying the committed
+//! transactions in serial order ([`serial::check_conserved_total`]), the accounts' total must
+//! be the same after every one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 use bytes::Bytes;
 use thor_core::le::{put_u32, u32_at};
@@ -239,7 +246,16 @@ struct Plan {
     to_fetch: Vec<PageId>,
     /// What it read: each cell and the version it saw.
     read: Vec<(Oref, serial::Version)>,
+    /// A bank transfer: this amount moves from the first cell (an account) to the second.
+    transfer: Option<i64>,
 }
+
+/// The first cells of the setup are bank accounts: only read-modify-write transactions write
+/// them, and those keep the sum of their balances (a transfer moves an amount between two, any
+/// other write keeps the balance it read), so every committed state has the same total.
+const ACCOUNTS: usize = 3;
+/// Each account's balance before any transfer.
+const OPENING_BALANCE: i64 = 100;
 
 /// The version a cell written by `writer`'s transaction `txn` holds: unique per write, as the
 /// history checker requires, and never `serial::INITIAL`.
@@ -295,8 +311,12 @@ struct World {
     next_conn: ConnId,
     clients: Vec<Client>,
     checker: Checker,
-    /// Cells known to exist durably (every client may write them).
+    /// Cells known to exist durably (every client may write them). The first [`ACCOUNTS`] are
+    /// bank accounts.
     cells: Vec<Oref>,
+    /// The balance each write of an account stored, by `(account, version)`: the version is
+    /// unique per write, so it names the balance as well as the value would.
+    balances: FxHashMap<(u64, serial::Version), i64>,
     /// What clients observed: every transaction that reached a commit, with its reads and
     /// writes, for the serializability check.
     history: serial::History,
@@ -377,6 +397,7 @@ impl World {
             read_only: BTreeSet::new(),
             uncertain: Vec::new(),
             cells: Vec::new(),
+            balances: FxHashMap::default(),
             layout: CellLayout {
                 class: Oref::NULL,
                 writer_at: CELL_WRITER_AT,
@@ -457,6 +478,9 @@ impl World {
             put_u32(&mut c, CELL_TXN_AT, 0);
             put_u32(&mut c, CELL_SERIAL_AT, i as u32);
             versions.push((*oref, Bytes::from(c)));
+            if i < ACCOUNTS {
+                self.balances.insert((u64::from(oref.raw()), version_of(0, 0)), OPENING_BALANCE);
+            }
             self.cells.push(*oref);
         }
         let mut txn = serial::Txn::new(0, 0);
@@ -600,6 +624,25 @@ impl World {
         let summary = serial::check_with(&self.history, Some(&fin), &opts)
             .map_err(|a| Violation(format!("the history is not serializable: {a}")))?;
         self.out.history_txns += summary.committed as u64;
+        // The bank: the accounts' total is the same in every committed state, in serial order.
+        let accounts: Vec<u64> =
+            self.cells[..ACCOUNTS].iter().map(|o| u64::from(o.raw())).collect();
+        let unknown = std::cell::Cell::new(None);
+        let balance = |a: u64, v: serial::Version| {
+            if v == serial::INITIAL {
+                return OPENING_BALANCE;
+            }
+            self.balances.get(&(a, v)).copied().unwrap_or_else(|| {
+                unknown.set(Some((a, v)));
+                0
+            })
+        };
+        let total = serial::check_conserved_total(&self.history, &summary, &accounts, balance)
+            .map_err(|e| Violation(format!("a transfer broke the bank: {e}")))?;
+        if let Some((a, v)) = unknown.get() {
+            return Err(Violation(format!("account {a:#x} holds version {v:#x} of no transfer")));
+        }
+        debug_assert_eq!(total, i128::from(OPENING_BALANCE) * ACCOUNTS as i128);
         Ok(())
     }
 
@@ -879,20 +922,29 @@ impl World {
         if self.clients[c].plan.is_some() {
             return self.advance_plan(c, conn, id);
         }
-        if !self.cells.is_empty() && self.rng.below(10) < 6 {
-            // A read-modify-write transaction over 1 to 3 cells.
-            let k = 1 + self.rng.below(3) as usize;
+        if self.cells.len() > ACCOUNTS && self.rng.below(10) < 6 {
+            // A read-modify-write transaction over 1 to 3 cells, or a transfer between two
+            // accounts.
             let mut cells: Vec<Oref> = Vec::new();
-            for _ in 0..k {
-                let o = self.cells[self.rng.below(self.cells.len() as u64) as usize];
-                if !cells.contains(&o) {
-                    cells.push(o);
+            let mut transfer = None;
+            if self.rng.below(3) == 0 {
+                let from = self.rng.below(ACCOUNTS as u64) as usize;
+                let to = (from + 1 + self.rng.below(ACCOUNTS as u64 - 1) as usize) % ACCOUNTS;
+                cells.extend([self.cells[from], self.cells[to]]);
+                transfer = Some(1 + self.rng.below(50) as i64);
+            } else {
+                let k = 1 + self.rng.below(3) as usize;
+                for _ in 0..k {
+                    let o = self.cells[self.rng.below(self.cells.len() as u64) as usize];
+                    if !cells.contains(&o) {
+                        cells.push(o);
+                    }
                 }
             }
             let mut to_fetch: Vec<PageId> = cells.iter().filter_map(|o| o.page()).collect();
             to_fetch.sort();
             to_fetch.dedup();
-            self.clients[c].plan = Some(Plan { cells, to_fetch, read: Vec::new() });
+            self.clients[c].plan = Some(Plan { cells, to_fetch, read: Vec::new(), transfer });
             return self.advance_plan(c, conn, id);
         }
         if self.rng.below(10) < 3 {
@@ -943,8 +995,19 @@ impl World {
             txn = txn.read(u64::from(o.raw()), *v);
         }
         let mut versions = Vec::new();
-        for (i, (o, _)) in plan.read.iter().enumerate() {
-            if self.rng.below(2) == 0 {
+        // A transfer writes both accounts (the plan lists the source first); any other
+        // transaction writes each cell it read with probability 1/2, keeping its balance.
+        let moved = |i: usize| match (plan.transfer, i) {
+            (Some(x), 0) => -x,
+            (Some(x), _) => x,
+            (None, _) => 0,
+        };
+        for (i, (o, v)) in plan.read.iter().enumerate() {
+            if plan.transfer.is_some() || self.rng.below(2) == 0 {
+                if let Some(&b) = self.balances.get(&(u64::from(o.raw()), *v)) {
+                    let key = (u64::from(o.raw()), version_of(writer, t));
+                    self.balances.insert(key, b + moved(i));
+                }
                 let mut b = self.desc.new_object(self.layout.class.raw(), 0);
                 put_u32(&mut b, CELL_WRITER_AT, writer);
                 put_u32(&mut b, CELL_TXN_AT, t);
@@ -1022,7 +1085,9 @@ impl World {
         }
         let mut versions: Vec<(Oref, Bytes)> = Vec::new();
         for _ in 0..n_versions {
-            let o = self.cells[self.rng.below(self.cells.len() as u64) as usize];
+            // Accounts are written only by read-modify-write transactions (see [`ACCOUNTS`]).
+            let n = (self.cells.len() - ACCOUNTS) as u64;
+            let o = self.cells[ACCOUNTS + self.rng.below(n) as usize];
             if versions.iter().any(|(v, _)| *v == o) {
                 continue;
             }
