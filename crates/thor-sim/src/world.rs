@@ -47,7 +47,7 @@
 //! must find the history conflict-serializable in LSN order, with no lost update and no read
 //! of an uncommitted or aborted write, ending in the state the server recovered.
 //!
-//! The first [`ACCOUNTS`] cells are a bank: a third of the read-modify-write transactions are
+//! The first `ACCOUNTS` cells are a bank: a third of the read-modify-write transactions are
 //! transfers between two of them, and blind writes never touch them. Replaying the committed
 //! transactions in serial order ([`serial::check_conserved_total`]), the accounts' total must
 //! be the same after every one.
