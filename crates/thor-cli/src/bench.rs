@@ -43,6 +43,9 @@ enum BenchWhat {
     Net(NetBench),
     /// Many clients transferring between accounts over TCP: throughput, aborts, latency.
     Clients(crate::bench_clients::ClientsBench),
+    /// One client process running transfers against a running server, surviving restarts and
+    /// recording its history (the kill test's client).
+    TransferClient(crate::transfer_client::TransferClient),
 }
 
 #[derive(Debug, Args)]
@@ -66,6 +69,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         BenchWhat::Engine(b) => engine(b),
         BenchWhat::Net(b) => net(b),
         BenchWhat::Clients(b) => crate::bench_clients::run(b),
+        BenchWhat::TransferClient(b) => crate::transfer_client::run(b),
     }
 }
 

@@ -1,18 +1,24 @@
-//! `thor bench clients`: many clients transferring money between accounts, over TCP, under
-//! concurrency control.
+//! `thor bench clients`: many clients running short transactions on shared objects, over TCP,
+//! under concurrency control.
 //!
-//! A server (in this process, on loopback TCP, on a fresh database) holds `--accounts`
-//! accounts with 1,000 units each. Each of `--clients` client threads has its own session and
-//! connection and runs transactions for `--seconds`: pick two different accounts at random,
-//! read both balances, move a random amount (at most what the first holds) from the first to
-//! the second, commit. A conflict (the server's `Stale`, `Conflict` or `TooOld`, or an
-//! invalidation that hit the running transaction) aborts the attempt; the client retries the
-//! same transfer after a short jittered backoff. Few accounts mean high contention.
+//! A server (in this process, on loopback TCP, on a fresh database) holds `--accounts` objects
+//! (the bank of [`crate::bank`]). Each of `--clients` client threads has its own session and
+//! connection and runs transactions for `--seconds`:
 //!
-//! Figures: committed transfers per second, the abort rate (aborted attempts over all
-//! attempts), and the latency of a transfer from its first attempt to its commit (p50, p99).
-//! At the end one session reads every account: the total must be unchanged, or the command
-//! fails.
+//! - `--workload transfers`: pick two different accounts at random, read both balances, move a
+//!   random amount (at most what the first holds) from the first to the second, commit;
+//! - `--workload counters` (the ZODB comparison, `bench/zodb/counters.py`): read 1 to 4 distinct
+//!   counters; a quarter of the transactions commit there (read-only), the others increment a
+//!   random non-empty subset of what they read.
+//!
+//! A conflict (the server's `Stale`, `Conflict` or `TooOld`, or an invalidation that hit the
+//! running transaction) aborts the attempt; the client retries the same transaction after a
+//! short jittered backoff. Few accounts mean high contention.
+//!
+//! Figures: committed transactions per second, the abort rate (aborted attempts over all
+//! attempts), and the latency of a transaction from its first attempt to its commit (p50, p99).
+//! At the end one session reads every account: the total must be the opening total (transfers)
+//! or the number of committed increments (counters), or the command fails.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,37 +31,32 @@ use thor_net::{ClientConfig, NetConfig, Server, TcpTransport};
 use thor_server::{Engine, EngineOptions};
 use thor_storage::FileDisk;
 
-thor_client::class! {
-    /// A bank account of the benchmark.
-    pub class Account("bench.Account") {
-        balance: u64,
-    }
-}
+use crate::bank::{self, Account, is_conflict, version_of};
 
-thor_client::class! {
-    /// Up to [`CHUNK`] accounts.
-    pub class Accounts("bench.Accounts") {}
-    var refs<Account>;
-}
-
-thor_client::class! {
-    /// The chunks of accounts, from root slot 0.
-    pub class Bank("bench.Bank") {}
-    var refs<Accounts>;
-}
-
-/// Accounts per chunk object (4 KiB of references: fits any page size).
-const CHUNK: usize = 1000;
 /// Each account's opening balance.
 const OPENING: u64 = 1_000;
 
+/// What each client's transactions do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Workload {
+    /// Read two accounts, move money from the first to the second, commit.
+    Transfers,
+    /// Read 1 to 4 counters; a quarter of the transactions stop there (read-only), the others
+    /// increment a random non-empty subset of what they read (the ZODB comparison,
+    /// `bench/zodb/counters.py`).
+    Counters,
+}
 /// Options of `thor bench clients`.
 #[derive(Debug, Args)]
 pub struct ClientsBench {
     /// Client counts to run, comma-separated (one thread, session and connection each).
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     clients: Vec<usize>,
-    /// Accounts: few mean high contention.
+    /// The transactions each client runs.
+    #[arg(long, value_enum, default_value = "transfers")]
+    workload: Workload,
+    /// Accounts (counters, for `--workload counters`): few mean high contention.
     #[arg(long, default_value_t = 10_000)]
     accounts: usize,
     /// Seconds per run.
@@ -72,10 +73,13 @@ pub struct ClientsBench {
 /// One run's figures.
 #[derive(Debug, serde::Serialize)]
 struct Run {
+    workload: Workload,
     clients: usize,
     accounts: usize,
     seconds: f64,
     committed: u64,
+    /// Committed transactions that wrote nothing.
+    read_only: u64,
     aborted: u64,
     commits_per_s: f64,
     abort_rate: f64,
@@ -87,13 +91,23 @@ struct Run {
 #[derive(Debug, Default)]
 struct Tally {
     committed: u64,
+    read_only: u64,
     aborted: u64,
+    /// Units added to the counters by committed transactions.
+    increments: u64,
     latencies_us: Vec<f64>,
 }
 
 pub fn run(b: ClientsBench) -> Result<()> {
-    if b.accounts < 2 {
-        bail!("--accounts must be at least 2");
+    let least = match b.workload {
+        Workload::Transfers => 2,
+        Workload::Counters => 4,
+    };
+    if b.accounts < least {
+        bail!("--accounts must be at least {least} for {:?}", b.workload);
+    }
+    if b.clients.contains(&0) {
+        bail!("--clients must list counts of at least 1");
     }
     let mut runs = Vec::new();
     for &clients in &b.clients {
@@ -106,17 +120,35 @@ pub fn run(b: ClientsBench) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "runs": runs }))?);
         return Ok(());
     }
-    println!("\ntransfers between accounts (read two balances, write both), over loopback TCP");
+    match b.workload {
+        Workload::Transfers => {
+            println!(
+                "\ntransfers between accounts (read two balances, write both), over loopback TCP"
+            )
+        }
+        Workload::Counters => println!(
+            "\nshared counters (read 1 to 4, a quarter read-only, the others increment some), over loopback TCP"
+        ),
+    }
     println!(
-        "{:>8} {:>9} {:>10} {:>9} {:>11} {:>8} {:>9} {:>9}",
-        "clients", "accounts", "committed", "aborted", "commits/s", "aborts", "p50 us", "p99 us"
+        "{:>8} {:>9} {:>10} {:>9} {:>9} {:>11} {:>8} {:>9} {:>9}",
+        "clients",
+        "accounts",
+        "committed",
+        "read-only",
+        "aborted",
+        "commits/s",
+        "aborts",
+        "p50 us",
+        "p99 us"
     );
     for r in &runs {
         println!(
-            "{:>8} {:>9} {:>10} {:>9} {:>11.0} {:>7.1}% {:>9.0} {:>9.0}",
+            "{:>8} {:>9} {:>10} {:>9} {:>9} {:>11.0} {:>7.1}% {:>9.0} {:>9.0}",
             r.clients,
             r.accounts,
             r.committed,
+            r.read_only,
             r.aborted,
             r.commits_per_s,
             100.0 * r.abort_rate,
@@ -145,17 +177,21 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
         let t = TcpTransport::connect(addr, &cfg)?;
         Ok(Session::new(Box::new(t), SessionConfig::default())?)
     };
-    let accounts = open_bank(&connect("setup".into())?, b.accounts)?;
+    let opening = match b.workload {
+        Workload::Transfers => OPENING,
+        Workload::Counters => 0,
+    };
+    let accounts = bank::open_bank(&connect("setup".into())?, b.accounts, opening)?;
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
     let mut threads = Vec::new();
     for c in 0..clients {
         let stop = stop.clone();
-        let n = b.accounts;
+        let (n, workload) = (b.accounts, b.workload);
         threads.push(std::thread::spawn(move || -> Result<Tally> {
             let s = connect(format!("bench client {c}"))?;
-            let accounts = load_bank(&s, n)?;
-            transfers(&s, &accounts, c as u64, &stop)
+            let accounts = bank::load_bank_of(&s, n)?;
+            work(&s, workload, &accounts, c as u32, &stop)
         }));
     }
     std::thread::sleep(Duration::from_secs_f64(b.seconds));
@@ -164,14 +200,17 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
     for t in threads {
         let t = t.join().map_err(|_| anyhow::anyhow!("a client thread panicked"))??;
         all.committed += t.committed;
+        all.read_only += t.read_only;
         all.aborted += t.aborted;
+        all.increments += t.increments;
         all.latencies_us.extend(t.latencies_us);
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let total = total_balance(&connect("audit".into())?, &accounts)?;
-    let want = OPENING * b.accounts as u64;
+    let state = bank::read_all(&connect("audit".into())?, &accounts)?;
+    let total: u64 = state.iter().map(|(balance, _)| balance).sum();
+    let want = opening * b.accounts as u64 + all.increments;
     if total != want {
-        bail!("the accounts hold {total} units in all, not {want}: money was created or lost");
+        bail!("the accounts hold {total} units in all, not {want}: a committed update was lost");
     }
     server.shutdown()?;
     all.latencies_us.sort_by(f64::total_cmp);
@@ -181,10 +220,12 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
     };
     let attempts = all.committed + all.aborted;
     Ok(Run {
+        workload: b.workload,
         clients,
         accounts: b.accounts,
         seconds: elapsed,
         committed: all.committed,
+        read_only: all.read_only,
         aborted: all.aborted,
         commits_per_s: all.committed as f64 / elapsed,
         abort_rate: if attempts == 0 { 0.0 } else { all.aborted as f64 / attempts as f64 },
@@ -193,94 +234,98 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
     })
 }
 
-/// Creates the accounts and the directory to them, in one transaction; returns the accounts.
-fn open_bank(s: &Session, n: usize) -> Result<Vec<Ref<Account>>> {
-    let chunks = n.div_ceil(CHUNK);
-    let bank = s.create::<Bank>(chunks)?;
-    let mut accounts = Vec::with_capacity(n);
-    for c in 0..chunks {
-        let len = CHUNK.min(n - c * CHUNK);
-        let chunk = s.create::<Accounts>(len)?;
-        for i in 0..len {
-            let a = s.create::<Account>(0)?;
-            a.set(Account::balance, OPENING)?;
-            chunk.set_var_ref(i, a.as_ref())?;
-            accounts.push(a.as_ref());
+/// One transaction to run until it commits: the accounts it reads, and what it adds to each
+/// (transfers: the first gives, the second receives; counters: +1 or 0).
+struct Plan {
+    accounts: Vec<usize>,
+    transfer: Option<u64>,
+    increment: Vec<bool>,
+}
+
+fn draw(workload: Workload, n: usize, rng: &mut thor_storage::SplitMix64) -> Plan {
+    let n64 = n as u64;
+    match workload {
+        Workload::Transfers => {
+            let from = rng.below(n64) as usize;
+            let mut to = rng.below(n64 - 1) as usize;
+            if to >= from {
+                to += 1;
+            }
+            Plan { accounts: vec![from, to], transfer: Some(1 + rng.below(100)), increment: vec![] }
         }
-        bank.set_var_ref(c, chunk.as_ref())?;
-    }
-    let bank = bank.as_ref();
-    s.set_root(0, bank)?;
-    s.commit().context("committing the accounts")?;
-    // References made in the creating transaction name it; after the commit, their objects'
-    // stored names.
-    accounts.iter().map(|a| Ok(s.canonical(*a)?)).collect()
-}
-
-/// Reads the directory of accounts in a client's session.
-fn load_bank(s: &Session, n: usize) -> Result<Vec<Ref<Account>>> {
-    let bank = s.get(s.root::<Bank>(0)?)?;
-    let mut out = Vec::with_capacity(n);
-    for c in 0..bank.var_len() {
-        let chunk = s.get(bank.var_ref(c))?;
-        for i in 0..chunk.var_len() {
-            out.push(chunk.var_ref(i));
+        Workload::Counters => {
+            let k = 1 + rng.below(4) as usize;
+            let mut accounts = Vec::with_capacity(k);
+            while accounts.len() < k {
+                let i = rng.below(n64) as usize;
+                if !accounts.contains(&i) {
+                    accounts.push(i);
+                }
+            }
+            let increment = if rng.below(4) == 0 {
+                vec![false; k]
+            } else {
+                loop {
+                    let inc: Vec<bool> = (0..k).map(|_| rng.below(2) == 0).collect();
+                    if inc.contains(&true) {
+                        break inc;
+                    }
+                }
+            };
+            Plan { accounts, transfer: None, increment }
         }
     }
-    s.commit()?;
-    if out.len() != n {
-        bail!("the bank has {} accounts, expected {n}", out.len());
-    }
-    Ok(out)
 }
 
-fn total_balance(s: &Session, accounts: &[Ref<Account>]) -> Result<u64> {
-    let mut total = 0;
-    for a in accounts {
-        total += s.get(*a)?.get(Account::balance);
-    }
-    s.commit()?;
-    Ok(total)
-}
-
-/// Whether a failed attempt is a concurrency-control conflict (retry it) rather than an error.
-fn is_conflict(e: &ClientError) -> bool {
-    matches!(e, ClientError::Refused { code, .. } if code.is_conflict())
-}
-
-/// Runs transfers until `stop`; counts them.
-fn transfers(
+/// Runs transactions until `stop`; counts them. A conflict aborts the attempt and the same
+/// transaction is retried after a short jittered backoff.
+fn work(
     s: &Session,
+    workload: Workload,
     accounts: &[Ref<Account>],
-    seed: u64,
+    client: u32,
     stop: &AtomicBool,
 ) -> Result<Tally> {
-    let mut rng = thor_storage::SplitMix64::new(0x5EED ^ seed);
+    let mut rng = thor_storage::SplitMix64::new(0x5EED ^ u64::from(client));
     let mut t = Tally::default();
+    let mut attempt = 0u32;
     while !stop.load(Ordering::Relaxed) {
-        let n = accounts.len() as u64;
-        let from = rng.below(n) as usize;
-        let mut to = rng.below(n - 1) as usize;
-        if to >= from {
-            to += 1;
-        }
-        let want = 1 + rng.below(100);
+        let plan = draw(workload, accounts.len(), &mut rng);
         let began = Instant::now();
         let mut backoff_us = 50u64;
         loop {
-            let attempt = (|| -> Result<(), ClientError> {
-                let a = s.get(accounts[from])?;
-                let b = s.get(accounts[to])?;
-                let amount = want.min(a.get(Account::balance));
-                a.set(Account::balance, a.get(Account::balance) - amount)?;
-                b.set(Account::balance, b.get(Account::balance) + amount)?;
-                drop((a, b));
+            attempt += 1;
+            let version = version_of(client, attempt);
+            let result = (|| -> Result<u64, ClientError> {
+                let mut added = 0;
+                if let Some(want) = plan.transfer {
+                    let a = s.get(accounts[plan.accounts[0]])?;
+                    let b = s.get(accounts[plan.accounts[1]])?;
+                    let amount = want.min(a.get(Account::balance));
+                    a.set(Account::balance, a.get(Account::balance) - amount)?;
+                    b.set(Account::balance, b.get(Account::balance) + amount)?;
+                    a.set(Account::version, version)?;
+                    b.set(Account::version, version)?;
+                } else {
+                    for (&i, &inc) in plan.accounts.iter().zip(&plan.increment) {
+                        let c = s.get(accounts[i])?;
+                        if inc {
+                            c.set(Account::balance, c.get(Account::balance) + 1)?;
+                            c.set(Account::version, version)?;
+                            added += 1;
+                        }
+                    }
+                }
                 s.commit()?;
-                Ok(())
+                Ok(added)
             })();
-            match attempt {
-                Ok(()) => {
+            match result {
+                Ok(added) => {
                     t.committed += 1;
+                    t.increments += added;
+                    if plan.transfer.is_none() && added == 0 {
+                        t.read_only += 1;
+                    }
                     t.latencies_us.push(began.elapsed().as_secs_f64() * 1e6);
                     break;
                 }
@@ -294,7 +339,7 @@ fn transfers(
                     std::thread::sleep(Duration::from_micros(backoff_us / 2 + jitter));
                     backoff_us = (backoff_us * 2).min(20_000);
                 }
-                Err(e) => return Err(e).context("transfer"),
+                Err(e) => return Err(e).context("transaction"),
             }
         }
     }

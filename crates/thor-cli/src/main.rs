@@ -5,6 +5,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod bank;
 mod bench;
 mod bench_clients;
 mod cluster_sim;
@@ -13,6 +14,7 @@ mod oo7;
 mod plot;
 mod server;
 mod sim;
+mod transfer_client;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -1,0 +1,104 @@
+//! The bank the load drivers share: accounts (or counters) as objects, reached from root slot 0
+//! through chunks of references.
+//!
+//! Every write of an account stores a `version` never stored before (the writer's client number
+//! and attempt number), so a history of what clients read and wrote can be checked for
+//! serializability (`thor_sim::serial`): the version a read returns names the write it saw.
+
+use anyhow::{Context, Result, bail};
+use thor_client::{ClientError, Ref, Session};
+
+thor_client::class! {
+    /// A bank account, or a shared counter.
+    pub class Account("bench.Account") {
+        balance: u64,
+        /// The write that stored this state: `(client << 32) | attempt`, 0 for the opening.
+        version: u64,
+    }
+}
+
+thor_client::class! {
+    /// Up to [`CHUNK`] accounts.
+    pub class Accounts("bench.Accounts") {}
+    var refs<Account>;
+}
+
+thor_client::class! {
+    /// The chunks of accounts, from root slot 0.
+    pub class Bank("bench.Bank") {}
+    var refs<Accounts>;
+}
+
+/// Accounts per chunk object (4 KiB of references: fits any page size).
+const CHUNK: usize = 1000;
+
+/// The version a write by `client`'s attempt `attempt` stores: unique per write, never 0.
+pub fn version_of(client: u32, attempt: u32) -> u64 {
+    (u64::from(client) + 1) << 32 | u64::from(attempt)
+}
+
+/// Creates `n` accounts holding `opening` each, and the directory to them, in one
+/// transaction; returns the accounts.
+pub fn open_bank(s: &Session, n: usize, opening: u64) -> Result<Vec<Ref<Account>>> {
+    let chunks = n.div_ceil(CHUNK);
+    let bank = s.create::<Bank>(chunks)?;
+    let mut accounts = Vec::with_capacity(n);
+    for c in 0..chunks {
+        let len = CHUNK.min(n - c * CHUNK);
+        let chunk = s.create::<Accounts>(len)?;
+        for i in 0..len {
+            let a = s.create::<Account>(0)?;
+            a.set(Account::balance, opening)?;
+            chunk.set_var_ref(i, a.as_ref())?;
+            accounts.push(a.as_ref());
+        }
+        bank.set_var_ref(c, chunk.as_ref())?;
+    }
+    let bank = bank.as_ref();
+    s.set_root(0, bank)?;
+    s.commit().context("committing the accounts")?;
+    // References made in the creating transaction name it; after the commit, their objects'
+    // stored names.
+    accounts.iter().map(|a| Ok(s.canonical(*a)?)).collect()
+}
+
+/// Reads the directory of accounts in a session (one read-only transaction).
+pub fn load_bank(s: &Session) -> Result<Vec<Ref<Account>>, ClientError> {
+    let bank = s.get(s.root::<Bank>(0)?)?;
+    let mut out = Vec::new();
+    for c in 0..bank.var_len() {
+        let chunk = s.get(bank.var_ref(c))?;
+        for i in 0..chunk.var_len() {
+            out.push(chunk.var_ref(i));
+        }
+    }
+    drop(bank);
+    s.commit()?;
+    Ok(out)
+}
+
+/// Every account's `(balance, version)`, read in one transaction.
+pub fn read_all(s: &Session, accounts: &[Ref<Account>]) -> Result<Vec<(u64, u64)>> {
+    let mut out = Vec::with_capacity(accounts.len());
+    for a in accounts {
+        let v = s.get(*a)?;
+        out.push((v.get(Account::balance), v.get(Account::version)));
+    }
+    s.commit()?;
+    Ok(out)
+}
+
+/// Loads the bank and checks it has `n` accounts.
+pub fn load_bank_of(s: &Session, n: usize) -> Result<Vec<Ref<Account>>> {
+    let out = load_bank(s)?;
+    if out.len() != n {
+        bail!("the bank has {} accounts, expected {n}", out.len());
+    }
+    Ok(out)
+}
+
+/// Whether a failed attempt is a concurrency-control conflict (abort and retry it) rather than
+/// an error.
+pub fn is_conflict(e: &ClientError) -> bool {
+    matches!(e, ClientError::Refused { code, .. } if code.is_conflict())
+}

@@ -1,0 +1,250 @@
+//! `thor bench transfer-client`: one client process running bank transfers against a running
+//! server, surviving server restarts, and recording every transaction it sent for commit.
+//!
+//! It is the client side of the kill test (`tests/kill_transfers.rs`: eight of these while the
+//! server is SIGKILLed and restarted), and a load generator against any `thor server` whose
+//! root slot 0 holds a bank (`--setup` creates one in an empty database).
+//!
+//! Each transaction reads two accounts and either moves an amount from the first to the second
+//! (seven in eight) or only reads them (an audit, validated like any transaction). Every write
+//! stores a version unique to it ([`crate::bank::version_of`]), so the history is checkable:
+//! the history file gets one JSON line per transaction that reached its commit:
+//!
+//! ```text
+//! {"id":N,"client":C,"outcome":"committed"|"aborted"|"uncertain",
+//!  "reads":[[oref,version],...],"writes":[[oref,version,balance],...]}
+//! ```
+//!
+//! `uncertain` means the connection failed while the commit was in flight: it may or may not
+//! have happened (the checker decides from what later transactions and the final state saw).
+//! When the server goes away the client makes a new session (retrying the connection for up to
+//! `--reconnect-s`), reloads the bank and goes on.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use thor_client::{ClientError, Ref, Session, SessionConfig};
+use thor_net::{ClientConfig, TcpTransport};
+
+use crate::bank::{self, Account, is_conflict, version_of};
+
+/// Options of `thor bench transfer-client`.
+#[derive(Debug, Args)]
+pub struct TransferClient {
+    /// The server's address.
+    #[arg(long)]
+    connect: SocketAddr,
+    /// This client's number (0..2^31), unique among the clients of one history.
+    #[arg(long)]
+    client: u32,
+    /// File to append the history to (JSON lines).
+    #[arg(long)]
+    history: PathBuf,
+    /// Stop after this many seconds.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Stop as soon as this file exists (checked between transactions).
+    #[arg(long)]
+    stop_file: Option<PathBuf>,
+    /// Create the bank with this many accounts first (the database must have none).
+    #[arg(long)]
+    setup: Option<usize>,
+    /// Each account's opening balance (with `--setup`).
+    #[arg(long, default_value_t = 1_000)]
+    opening: u64,
+    /// How long to keep trying to reach the server before giving up.
+    #[arg(long, default_value_t = 30.0)]
+    reconnect_s: f64,
+    /// The server's token (as `thor server` was given it).
+    #[arg(long, default_value = "")]
+    token: String,
+}
+
+/// One line of the history.
+#[derive(Debug, serde::Serialize)]
+struct Record<'a> {
+    id: u64,
+    client: u32,
+    outcome: &'a str,
+    reads: &'a [(u32, u64)],
+    writes: &'a [(u32, u64, u64)],
+}
+
+/// What one session of the client ended with.
+enum SessionEnd {
+    /// The deadline passed or the stop file appeared.
+    Stopped,
+    /// The connection failed: make a new session.
+    Lost,
+}
+
+pub fn run(a: TransferClient) -> Result<()> {
+    if a.client >= 1 << 31 {
+        bail!("--client must be below 2^31");
+    }
+    let deadline = Instant::now() + Duration::from_secs_f64(a.seconds);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&a.history)
+        .with_context(|| format!("opening {}", a.history.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    let mut rng = thor_storage::SplitMix64::new(0x7A45 ^ u64::from(a.client));
+    let mut attempt = 0u32;
+    let (mut committed, mut aborted, mut uncertain, mut sessions) = (0u64, 0u64, 0u64, 0u64);
+    if let Some(n) = a.setup {
+        if n < 2 {
+            bail!("--setup needs at least 2 accounts");
+        }
+        let s = connect(&a)?;
+        if s.root::<bank::Bank>(0).is_ok_and(|r| !r.is_null()) {
+            bail!("the database already has a bank in root slot 0");
+        }
+        bank::open_bank(&s, n, a.opening)?;
+    }
+    loop {
+        if stopped(&a, deadline) {
+            break;
+        }
+        let s = match connect(&a) {
+            Ok(s) => s,
+            Err(e) => bail!("no server at {} for {} s: {e:#}", a.connect, a.reconnect_s),
+        };
+        sessions += 1;
+        let accounts = match bank::load_bank(&s) {
+            Ok(x) if x.len() >= 2 => x,
+            Ok(x) => bail!("the bank has {} accounts; transfers need 2", x.len()),
+            Err(e) if lost(&e) => continue,
+            Err(e) => return Err(e).context("loading the bank"),
+        };
+        let end = loop {
+            if stopped(&a, deadline) {
+                break SessionEnd::Stopped;
+            }
+            attempt = attempt.checked_add(1).context("attempt numbers ran out")?;
+            let id = u64::from(a.client) << 32 | u64::from(attempt);
+            let (mut reads, mut writes) = (Vec::new(), Vec::new());
+            let from = rng.below(accounts.len() as u64) as usize;
+            let to = (from + 1 + rng.below(accounts.len() as u64 - 1) as usize) % accounts.len();
+            let audit = rng.below(8) == 0;
+            let want = 1 + rng.below(100);
+            let version = version_of(a.client, attempt);
+            let before_commit = transfer(
+                &s,
+                [accounts[from], accounts[to]],
+                (!audit).then_some(want),
+                version,
+                &mut reads,
+                &mut writes,
+            );
+            if let Err(e) = before_commit {
+                // Not sent for commit: nobody saw it, nothing to record.
+                s.abort();
+                if lost(&e) {
+                    break SessionEnd::Lost;
+                }
+                return Err(e).context("transfer");
+            }
+            let outcome = match s.commit() {
+                Ok(_) => {
+                    committed += 1;
+                    "committed"
+                }
+                Err(e) if is_conflict(&e) => {
+                    s.abort();
+                    aborted += 1;
+                    "aborted"
+                }
+                Err(e) if lost(&e) || matches!(e, ClientError::CommitUnknown(_)) => {
+                    uncertain += 1;
+                    "uncertain"
+                }
+                Err(e) => return Err(e).context("commit"),
+            };
+            let r = Record { id, client: a.client, outcome, reads: &reads, writes: &writes };
+            serde_json::to_writer(&mut out, &r)?;
+            out.write_all(b"\n")?;
+            out.flush()?;
+            if outcome == "uncertain" {
+                break SessionEnd::Lost;
+            }
+        };
+        if matches!(end, SessionEnd::Stopped) {
+            break;
+        }
+    }
+    out.flush()?;
+    eprintln!(
+        "client {}: {committed} committed, {aborted} aborted, {uncertain} uncertain, {sessions} session(s)",
+        a.client
+    );
+    Ok(())
+}
+
+/// Reads both accounts and, for a transfer, moves up to `want` from the first to the second,
+/// writing `version` into both.
+fn transfer(
+    s: &Session,
+    pair: [Ref<Account>; 2],
+    want: Option<u64>,
+    version: u64,
+    reads: &mut Vec<(u32, u64)>,
+    writes: &mut Vec<(u32, u64, u64)>,
+) -> Result<(), ClientError> {
+    let a = s.get(pair[0])?;
+    let b = s.get(pair[1])?;
+    for (r, v) in pair.iter().zip([&a, &b]) {
+        reads.push((oref_of(*r), v.get(Account::version)));
+    }
+    let Some(want) = want else { return Ok(()) };
+    let amount = want.min(a.get(Account::balance));
+    let (to_a, to_b) = (a.get(Account::balance) - amount, b.get(Account::balance) + amount);
+    a.set(Account::balance, to_a)?;
+    b.set(Account::balance, to_b)?;
+    a.set(Account::version, version)?;
+    b.set(Account::version, version)?;
+    writes.push((oref_of(pair[0]), version, to_a));
+    writes.push((oref_of(pair[1]), version, to_b));
+    Ok(())
+}
+
+/// The account's stored name (a loaded reference is always stored).
+fn oref_of(r: Ref<Account>) -> u32 {
+    r.oref().map_or(0, |o| o.raw())
+}
+
+/// Whether an error means the connection is gone (make a new session).
+fn lost(e: &ClientError) -> bool {
+    matches!(e, ClientError::Transport(_) | ClientError::Unexpected(_))
+        || matches!(e, ClientError::Server { code, .. } if *code == thor_wire::ErrorCode::SessionExpired)
+}
+
+fn stopped(a: &TransferClient, deadline: Instant) -> bool {
+    Instant::now() >= deadline || a.stop_file.as_ref().is_some_and(|f| f.exists())
+}
+
+/// A new session, retrying the connection for up to `--reconnect-s`.
+fn connect(a: &TransferClient) -> Result<Session> {
+    let give_up = Instant::now() + Duration::from_secs_f64(a.reconnect_s);
+    let cfg = ClientConfig {
+        client_name: format!("transfer client {}", a.client),
+        token: a.token.as_bytes().to_vec(),
+        ..ClientConfig::default()
+    };
+    loop {
+        let tried = TcpTransport::connect(a.connect, &cfg)
+            .map_err(ClientError::from)
+            .and_then(|t| Session::new(Box::new(t), SessionConfig::default()));
+        match tried {
+            Ok(s) => return Ok(s),
+            Err(e) if Instant::now() < give_up && lost(&e) => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
