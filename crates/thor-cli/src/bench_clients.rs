@@ -85,6 +85,23 @@ struct Run {
     abort_rate: f64,
     p50_us: f64,
     p99_us: f64,
+    /// Why the server refused commits, and what else its concurrency control did.
+    server: ServerCc,
+}
+
+/// The server's concurrency-control counters over one run.
+#[derive(Debug, serde::Serialize)]
+struct ServerCc {
+    refused_stale: u64,
+    refused_threshold: u64,
+    refused_rule1: u64,
+    refused_rule2a: u64,
+    refused_rule2b: u64,
+    retried_passed: u64,
+    read_only_validated: u64,
+    invalidations_sent: u64,
+    invalidations_acked: u64,
+    commits_per_fsync: f64,
 }
 
 /// What one client did.
@@ -156,6 +173,39 @@ pub fn run(b: ClientsBench) -> Result<()> {
             r.p99_us
         );
     }
+    println!("\nat the server: refusals by cause, invalidations, group commit");
+    println!(
+        "{:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9} {:>10} {:>10} {:>8}",
+        "clients",
+        "stale",
+        "thresh",
+        "rule1",
+        "rule2a",
+        "rule2b",
+        "retried",
+        "inval sent",
+        "inval ack",
+        "c/fsync"
+    );
+    for r in &runs {
+        let c = &r.server;
+        println!(
+            "{:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9} {:>10} {:>10} {:>8.2}",
+            r.clients,
+            c.refused_stale,
+            c.refused_threshold,
+            c.refused_rule1,
+            c.refused_rule2a,
+            c.refused_rule2b,
+            c.retried_passed,
+            c.invalidations_sent,
+            c.invalidations_acked,
+            c.commits_per_fsync
+        );
+    }
+    println!(
+        "(aborts the client counted but the server did not refuse were doomed by an invalidation)"
+    );
     Ok(())
 }
 
@@ -212,6 +262,19 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
     if total != want {
         bail!("the accounts hold {total} units in all, not {want}: a committed update was lost");
     }
+    let st = engine.server_stats();
+    let server_cc = ServerCc {
+        refused_stale: st.refused_stale,
+        refused_threshold: st.refused_threshold,
+        refused_rule1: st.refused_rule1,
+        refused_rule2a: st.refused_rule2a,
+        refused_rule2b: st.refused_rule2b,
+        retried_passed: st.retried_passed,
+        read_only_validated: st.read_only_validated,
+        invalidations_sent: st.invalidations_sent,
+        invalidations_acked: st.invalidations_acked,
+        commits_per_fsync: st.commits_per_fsync,
+    };
     server.shutdown()?;
     all.latencies_us.sort_by(f64::total_cmp);
     let pct = |p: f64| {
@@ -231,6 +294,7 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
         abort_rate: if attempts == 0 { 0.0 } else { all.aborted as f64 / attempts as f64 },
         p50_us: pct(0.5),
         p99_us: pct(0.99),
+        server: server_cc,
     })
 }
 
