@@ -188,6 +188,9 @@ pub struct CoreStats {
     pub frames_retired: u64,
     /// Objects created by transactions.
     pub objects_created: u64,
+    /// Bytes of undo copies dropped to give memory back (an abort then discards the modified
+    /// objects instead of restoring them).
+    pub undo_bytes_dropped: u64,
 }
 
 /// Where the slow path of an access got to.
@@ -253,6 +256,18 @@ pub struct CacheCore {
     /// Entries and the oref each was invalidated for (an entry may be freed and reused for
     /// another object meanwhile).
     pending_invalid: Vec<(u32, u32)>,
+    /// Invalidations applied (the object left the cache, or was not in it), waiting for the
+    /// client library to acknowledge them to the server ([`CacheCore::take_acks`]). Outside the
+    /// budget, like the undo copies: at most the invalidations received since the last request.
+    acks: Vec<Oref>,
+    /// Resident installed objects per page (stored orefs only): with [`CacheCore::pages`],
+    /// what says whether anything of a page is still cached. A page leaves the cache, and is
+    /// reported as discarded, only when it is neither mapped nor has a resident object here.
+    resident: FxHashMap<u32, u32>,
+    /// Pages of which nothing may be cached any more, waiting to be reported to the server
+    /// ([`CacheCore::take_discarded`] checks again before reporting: a page may have come
+    /// back). Outside the budget: at most the pages dropped between two requests.
+    discarded: Vec<u32>,
     /// Frames not retired.
     usable_frames: usize,
     /// Dead frames waiting for their views to go.
@@ -302,6 +317,9 @@ impl CacheCore {
             manager_bytes: 0,
             deferred_releases: Vec::new(),
             pending_invalid: Vec::new(),
+            acks: Vec::new(),
+            resident: FxHashMap::default(),
+            discarded: Vec::new(),
             usable_frames: frames,
             dead: Vec::new(),
             ref_scratch: Vec::new(),
@@ -336,6 +354,7 @@ impl CacheCore {
             + self.rename_order.capacity() * 4
             + self.reads.memory_bytes()
             + self.pending_invalid.capacity() * 8
+            + self.resident.capacity() * 9
             + self.deferred_releases.capacity() * 4
             + self.manager_bytes
     }
@@ -382,7 +401,16 @@ impl CacheCore {
     fn headroom_bytes(&self) -> usize {
         // The index and the read set double when they fill.
         let index = self.index.next_memory_bytes() - self.index.memory_bytes();
-        self.entry_step() * std::mem::size_of::<Entry>() + index + self.reads.growth_bytes()
+        // The per-page resident counts grow on installation, after the slow path's rebalance.
+        let resident = if self.resident.len() * 8 >= self.resident.capacity() * 7 {
+            self.resident.capacity().max(4) * 9
+        } else {
+            0
+        };
+        self.entry_step() * std::mem::size_of::<Entry>()
+            + index
+            + self.reads.growth_bytes()
+            + resident
     }
 
     /// Retires free frames while the tables push the total over the budget. Returns how many
@@ -592,7 +620,103 @@ impl CacheCore {
         let fm = self.frames[f as usize];
         if fm.kind == FrameKind::Intact && self.pages.get(&fm.page) == Some(&f) {
             self.pages.remove(&fm.page);
+            self.maybe_page_gone(fm.page);
         }
+    }
+
+    // ----- what the server must be told -----
+
+    /// One more resident object of the page `oref_word` names (nothing for a created object).
+    fn count_resident(&mut self, oref_word: u32) {
+        if let Some(p) = Oref::from_raw(oref_word).and_then(|o| o.page()) {
+            *self.resident.entry(p.get()).or_insert(0) += 1;
+        }
+    }
+
+    /// One resident object fewer of the page `oref_word` names.
+    fn uncount_resident(&mut self, oref_word: u32) {
+        let Some(p) = Oref::from_raw(oref_word).and_then(|o| o.page()) else { return };
+        let page = p.get();
+        match self.resident.get_mut(&page) {
+            Some(n) if *n > 1 => *n -= 1,
+            Some(_) => {
+                self.resident.remove(&page);
+                self.maybe_page_gone(page);
+            }
+            None => debug_assert!(false, "uncounted resident object of page {page}"),
+        }
+    }
+
+    /// Whether anything of page `page` is cached: its intact copy is mapped (a source of
+    /// installation) or an object of it is resident somewhere (in its frame, a compacted one,
+    /// an older copy of the page).
+    pub(crate) fn page_cached(&self, page: u32) -> bool {
+        self.pages.contains_key(&page) || self.resident.contains_key(&page)
+    }
+
+    fn maybe_page_gone(&mut self, page: u32) {
+        if !self.page_cached(page) {
+            self.discarded.push(page);
+        }
+    }
+
+    /// Up to `max` pages of which nothing is cached, to report as discarded.
+    ///
+    /// A queued page is checked again here, since it may have come back (fetched again) after
+    /// it was queued; such a page is dropped from the queue. Two kinds wait in the queue
+    /// instead of being reported:
+    ///
+    /// - `except`, the page the request that carries the report fetches: the report must not
+    ///   race with that fetch (`docs/format.md`, "Concurrency control"). If the fetch fails
+    ///   the page is still not cached, and a later request reports it.
+    /// - a page the current transaction read an object of. Once the server drops a page from
+    ///   the client's directory it sends no invalidation for it, so a commit by another
+    ///   client of an object this transaction read would go unnoticed: neither the client nor
+    ///   the server's invalid-set check would see the stale read. Such a page is reported
+    ///   after the transaction ends.
+    pub(crate) fn take_discarded(&mut self, max: usize, except: Option<PageId>) -> Vec<PageId> {
+        let mut out = Vec::new();
+        if self.discarded.is_empty() {
+            return out;
+        }
+        let mut queue = std::mem::take(&mut self.discarded);
+        // A page is queued each time it may have gone; report it once.
+        queue.sort_unstable();
+        queue.dedup();
+        queue.retain(|&p| {
+            if self.page_cached(p) {
+                return false;
+            }
+            if Some(p) == except.map(PageId::get) || self.reads.contains_page(p) || out.len() >= max
+            {
+                return true;
+            }
+            out.push(PageId::new(p).expect("only stored pages are queued"));
+            false
+        });
+        self.discarded = queue;
+        out
+    }
+
+    /// Puts back pages taken by [`CacheCore::take_discarded`] whose report was not sent; they
+    /// are checked again when next taken.
+    pub(crate) fn requeue_discarded(&mut self, pages: &[PageId]) {
+        self.discarded.extend(pages.iter().map(|p| p.get()));
+    }
+
+    /// Up to `max` applied invalidations to acknowledge, oldest first.
+    pub(crate) fn take_acks(&mut self, max: usize) -> Vec<Oref> {
+        let n = self.acks.len().min(max);
+        self.acks.drain(..n).collect()
+    }
+
+    /// Puts back acknowledgements taken by [`CacheCore::take_acks`] that were not sent, ahead
+    /// of the others. An acknowledgement must not be lost: the server keeps an object in the
+    /// invalid set until every sending of it is acknowledged, and refuses every commit that
+    /// reads the object meanwhile.
+    pub(crate) fn requeue_acks(&mut self, acks: Vec<Oref>) {
+        let rest = std::mem::replace(&mut self.acks, acks);
+        self.acks.extend(rest);
     }
 
     /// Where the object named `oref_word` would go back into its page: its slot, if the page is
@@ -702,30 +826,47 @@ impl CacheCore {
     ///   doomed anyway.
     ///
     /// Returns whether the object left the cache now.
+    ///
+    /// The invalidation is queued for acknowledgement ([`CacheCore::take_acks`]) once it is
+    /// applied: now, or when the object finally leaves. Until then the server keeps it in the
+    /// client's invalid set and refuses any commit that reads the stale copy.
     pub(crate) fn invalidate(&mut self, oref: Oref) -> bool {
-        if let Some(&f) = oref.page().and_then(|p| self.pages.get(&p.get())) {
-            self.unmap_page(f);
-        }
-        let Some(i) = self.lookup(oref.raw()) else { return false };
+        self.unmap_page_of(oref);
+        let Some(i) = self.lookup(oref.raw()) else {
+            self.acks.push(oref);
+            return false;
+        };
         self.entries[i as usize].usage = 0;
         if self.entries[i as usize].loc == NOT_RESIDENT {
+            self.acks.push(oref);
             return false;
         }
-        if self.evict_invalid(i) {
+        if self.evict_invalid(i, false) {
+            self.acks.push(oref);
             return true;
         }
         self.pending_invalid.push((i, oref.raw()));
         false
     }
 
-    /// Evicts the invalidated object of entry `i` if nothing holds it in place.
-    fn evict_invalid(&mut self, i: u32) -> bool {
+    /// Stops using the resident copy of `oref`'s page as a source of installation.
+    pub(crate) fn unmap_page_of(&mut self, oref: Oref) {
+        if let Some(&f) = oref.page().and_then(|p| self.pages.get(&p.get())) {
+            self.unmap_page(f);
+        }
+    }
+
+    /// Evicts the object of entry `i` (invalidated, or modified by an aborted transaction whose
+    /// undo copy is gone) if nothing holds it in place: not modified or created by the current
+    /// transaction, and, unless `force`, not in a pinned frame. Its bytes stay where they are
+    /// as dead space, so forcing past a pin leaves a view reading the bytes it read before.
+    pub(crate) fn evict_invalid(&mut self, i: u32, force: bool) -> bool {
         let e = self.entries[i as usize];
         if e.loc == NOT_RESIDENT {
             return true;
         }
         let f = self.frame_of(e.loc);
-        if e.flags & (F_MODIFIED | F_NEW) != 0 || self.frames[f as usize].pins > 0 {
+        if e.flags & (F_MODIFIED | F_NEW) != 0 || (!force && self.frames[f as usize].pins > 0) {
             return false;
         }
         // Unlink `i` from its frame's installed list (a walk: invalidations are rare).
@@ -753,7 +894,12 @@ impl CacheCore {
         let mut pending = std::mem::take(&mut self.pending_invalid);
         pending.retain(|&(i, oref)| {
             let e = self.entries[i as usize];
-            e.flags & F_LIVE != 0 && e.oref == oref && !self.evict_invalid(i)
+            let stays = e.flags & F_LIVE != 0 && e.oref == oref && !self.evict_invalid(i, false);
+            if !stays {
+                // Gone now (or gone before, with its entry): applied.
+                self.acks.push(Oref::from_raw(oref).expect("stored orefs are invalidated"));
+            }
+            stays
         });
         self.pending_invalid = pending;
     }
@@ -808,6 +954,7 @@ impl CacheCore {
         fm.installed_head = i;
         fm.installed += 1;
         self.stats.objects_installed += 1;
+        self.count_resident(oref.raw());
         Ok(Need::Resident(loc))
     }
 
@@ -972,7 +1119,9 @@ impl CacheCore {
         e.loc = NOT_RESIDENT;
         e.usage = 0;
         e.link = NIL;
+        let oref = e.oref;
         self.stats.objects_discarded += 1;
+        self.uncount_resident(oref);
         self.maybe_free_entry(i);
     }
 
@@ -1159,7 +1308,12 @@ impl CacheCore {
         let e = &mut self.entries[i as usize];
         e.oref = oref.raw();
         e.flags &= !F_NEW;
+        let resident = e.loc != NOT_RESIDENT;
         self.index.insert(i, &self.entries);
+        if resident {
+            // A stored object of `oref`'s page is cached now.
+            self.count_resident(oref.raw());
+        }
         if RawRef::decode(old) != RawRef::Oref(oref) {
             if self.rename_order.len() == RENAMES_MAX
                 && let Some(o) = self.rename_order.pop_front()
@@ -1204,6 +1358,8 @@ impl CacheCore {
     /// - the page map names intact frames holding those pages;
     /// - every entry's reference count is the number of swizzled words naming it in resident
     ///   objects plus the releases deferred to the end of the transaction (unless saturated);
+    /// - the count of resident objects per page is exact (a page is reported as discarded only
+    ///   when it is unmapped and that count is 0);
     /// - memory stays within the budget.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut in_lists = vec![false; self.entries.len()];
@@ -1290,6 +1446,20 @@ impl CacheCore {
             if fm.kind != FrameKind::Intact || fm.page != page {
                 return Err(format!("page {page} maps to frame {f}, which is {fm:?}"));
             }
+        }
+        // Resident objects per page, counted again: what decides that a page may be reported
+        // as discarded.
+        let mut resident: FxHashMap<u32, u32> = FxHashMap::default();
+        for e in self.entries.iter().filter(|e| e.flags & F_LIVE != 0 && e.loc != NOT_RESIDENT) {
+            if let Some(p) = Oref::from_raw(e.oref).and_then(|o| o.page()) {
+                *resident.entry(p.get()).or_insert(0) += 1;
+            }
+        }
+        if resident != self.resident {
+            return Err(format!(
+                "resident objects per page: counted {resident:?}, recorded {:?}",
+                self.resident
+            ));
         }
         if self.memory_bytes() > self.budget_bytes {
             return Err(format!(

@@ -27,6 +27,12 @@ pub const RENAMES_MAX: usize = 1 << 16;
 /// outside the budget for good, so anything beyond this is given back.
 pub const UNDO_RETAINED_BYTES: usize = 1 << 20;
 
+/// Undo copies may hold up to `budget / UNDO_BUDGET_DIVISOR` bytes (outside the budget) before
+/// replacement drops them when it needs room (`ClientCache::drop_undo_copies`): the undo log is
+/// an optimization (`papers/thor-ecoop99.txt` section 4.1), and a transaction that writes most
+/// of the cache should not double the client's memory for it.
+pub const UNDO_BUDGET_DIVISOR: usize = 4;
+
 /// Largest E (HAC): the candidate set's tree has E leaves rounded up to a power of two.
 pub const EPOCHS_MAX: u32 = 4096;
 /// Largest S (HAC): frames each pointer looks at per epoch (the paper studied 2 to 20).

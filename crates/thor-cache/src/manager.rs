@@ -23,6 +23,7 @@ use crate::core::{CacheCore, CoreStats, Entry, F_LIVE, F_READ, F_RESOLVING, NOT_
 use crate::error::CacheError;
 use crate::fpc::Fpc;
 use crate::hac::{Hac, HacParams};
+use crate::limits::UNDO_BUDGET_DIVISOR;
 use crate::txn::Transaction;
 
 /// Counters a replacement strategy keeps.
@@ -318,10 +319,23 @@ impl ClientCache {
             self.core.reads.insert(oref);
         }
         if self.core.rebalance() > 0 {
-            // The tables outgrew their share (swizzling allocates entries on the hit path):
-            // free frames to retire now, before the object is located (replacement may move
-            // it).
-            self.free_frames_until(0)?;
+            // The tables outgrew their share (swizzling allocates entries on the hit path, the
+            // per-page counts of resident objects grow on installation): free frames to retire
+            // now, before the object is located (replacement may move it). The copy of its page
+            // is held in place meanwhile, so that the page a fetch just brought in is not the
+            // frame given up for the tables before its object is installed.
+            let page_frame = Oref::from_raw(self.core.entries[i as usize].oref)
+                .and_then(|o| o.page())
+                .and_then(|p| self.core.page_frame(p));
+            let base = page_frame.map(|f| self.core.frame_base(f) as u32);
+            if let Some(loc) = base {
+                self.core.pin(loc);
+            }
+            let freed = self.free_frames_until(0);
+            if let Some(loc) = base {
+                self.core.unpin(loc);
+            }
+            freed?;
         }
         let need = self.core.locate(i)?;
         if let Need::Resident(_) = need {
@@ -335,6 +349,14 @@ impl ClientCache {
     pub(crate) fn free_frames_until(&mut self, n: usize) -> Result<(), CacheError> {
         let start = std::time::Instant::now();
         let mut extra = self.core.rebalance();
+        if (self.core.free.len() < n || extra > 0)
+            && self.tx.undo_bytes_over(self.core.budget_bytes() / UNDO_BUDGET_DIVISOR)
+        {
+            // Room is needed and the undo log (outside the budget) holds a lot of memory: it
+            // goes first. The undo log is an optimization (`papers/thor-ecoop99.txt` section
+            // 4.1); an abort then discards the objects it cannot restore.
+            self.drop_undo_copies();
+        }
         let mut result = Ok(());
         while self.core.free.len() < n || extra > 0 {
             let freed = with_manager!(&mut self.manager, m => m.free_frame(&mut self.core));

@@ -90,6 +90,11 @@ impl ReadSet {
         self.bits[b as usize].0[oid / 64] & (1 << (oid % 64)) != 0
     }
 
+    /// Whether an object of page `page` is in the set.
+    pub fn contains_page(&self, page: u32) -> bool {
+        self.pages.contains_key(&page)
+    }
+
     /// Objects in the set.
     pub fn len(&self) -> usize {
         self.len

@@ -55,25 +55,38 @@
 //! numbers are consecutive (only a created object takes one), so the index is the serial's
 //! distance from the transaction's first: no map is built per commit.
 //!
-//! # What concurrency control will add
+//! # Concurrency control (CLOCC)
 //!
-//! CLOCC (`papers/thor-ecoop99.txt` section 4) adds two things, and this interface is shaped so
-//! that neither changes it:
+//! CLOCC (`papers/thor-ecoop99.txt` section 4.1) adds three things here:
 //!
 //! - *Invalidations* arrive piggybacked on replies. [`ClientCache::invalidate`] discards the
 //!   object (or, if the transaction holds it in place, discards it when the transaction ends),
-//!   sets its usage to 0, and answers whether the current transaction read or wrote it: if so,
-//!   the transaction cannot commit and the library aborts it.
-//! - *Undo copies under memory pressure.* The cache may drop undo copies to make room; a record
-//!   then stays without bytes (the object is still modified and still shipped at commit), and
-//!   an abort discards such an object instead of restoring it: its entry stops pointing at the
-//!   aborted bytes and the next access fetches the committed version. Only the undo log and
-//!   `abort_done` change; the library sees neither.
+//!   sets its usage to 0, stops using its page's cached copy for installation, and answers
+//!   whether the current transaction read or wrote it: if so, the transaction cannot commit and
+//!   the library aborts it. An invalidated object the transaction modified is not restored at
+//!   abort: its undo copy is the stale version, so the object is discarded instead. An
+//!   invalidation is queued for acknowledgement ([`ClientCache::take_acks`]) only once applied:
+//!   until the object has left, the server must keep refusing commits that read it.
+//! - *Discarded pages.* The server sends invalidations only for pages in the client's
+//!   directory, and drops a page from it when the client reports the page discarded. The cache
+//!   counts resident objects per page, queues a page when neither its copy nor any object of it
+//!   is cached any more, and [`ClientCache::take_discarded`] reports it, but never while the
+//!   current transaction has read an object of it: the server would not tell the client that
+//!   another transaction changed that object, and the stale read would commit.
+//! - *Undo copies under memory pressure.* The undo log is an optimization: when replacement
+//!   needs room and the undo copies hold more than [`UNDO_BUDGET_DIVISOR`]'s share of the
+//!   budget, the cache drops them ([`ClientCache::drop_undo_copies`]). A record then stays
+//!   without bytes (the object is still modified and still shipped at commit), and an abort
+//!   discards such an object instead of restoring it: its entry stops pointing at the aborted
+//!   bytes, its page's cached copy stops being a source of installation, and the next access
+//!   fetches the committed version.
+//!
+//! [`UNDO_BUDGET_DIVISOR`]: crate::limits::UNDO_BUDGET_DIVISOR
 
 use rustc_hash::FxHashSet;
 use thor_core::le::{put_u32, u32_at};
 use thor_core::limits::OBJECT_HEADER_BYTES;
-use thor_core::{ClassDesc, FormatError, Oref, RawRef, VarKind};
+use thor_core::{ClassDesc, FormatError, Oref, PageId, RawRef, VarKind};
 
 use crate::core::{F_LIVE, F_MODIFIED, F_NEW, NOT_RESIDENT, USAGE_TOP};
 use crate::error::CacheError;
@@ -92,6 +105,16 @@ pub(crate) struct Transaction {
     first_serial: u32,
     /// Frames of created objects.
     new_frames: Vec<u32>,
+    /// Modified objects that were invalidated: an abort discards them rather than putting
+    /// their (stale) undo copies back.
+    invalid_modified: FxHashSet<u32>,
+}
+
+impl Transaction {
+    /// Whether the undo copies hold more than `bytes`.
+    pub(crate) fn undo_bytes_over(&self, bytes: usize) -> bool {
+        self.undo.bytes.len() > bytes
+    }
 }
 
 /// The undo copies of one transaction: one record per modified object, the bytes in one buffer.
@@ -110,9 +133,13 @@ struct UndoRecord {
     entry: u32,
     /// Its size (objects keep their size, so the copy has the current object's).
     len: u32,
-    /// Where the copy starts in [`UndoLog::bytes`].
+    /// Where the copy starts in [`UndoLog::bytes`], or [`NO_COPY`] once the copy was dropped
+    /// ([`ClientCache::drop_undo_copies`]).
     start: usize,
 }
+
+/// [`UndoRecord::start`] of a record whose copy was dropped.
+const NO_COPY: usize = usize::MAX;
 
 impl UndoLog {
     fn push(&mut self, entry: u32, old: &[u8]) {
@@ -121,8 +148,19 @@ impl UndoLog {
         self.records.push(UndoRecord { entry, len: old.len() as u32, start });
     }
 
-    fn copy(&self, r: &UndoRecord) -> &[u8] {
-        &self.bytes[r.start..r.start + r.len as usize]
+    /// The record's copy, unless it was dropped.
+    fn copy(&self, r: &UndoRecord) -> Option<&[u8]> {
+        (r.start != NO_COPY).then(|| &self.bytes[r.start..r.start + r.len as usize])
+    }
+
+    /// Drops every copy (the records stay). Returns the bytes freed.
+    fn drop_copies(&mut self) -> usize {
+        let freed = self.bytes.len();
+        for r in &mut self.records {
+            r.start = NO_COPY;
+        }
+        self.bytes = Vec::new();
+        freed
     }
 
     /// Empties the log for the next transaction, keeping a bounded allocation.
@@ -403,14 +441,36 @@ impl ClientCache {
     /// The transaction aborted (by the application, or refused by the server): modified
     /// objects get their undo copies back, created objects are dropped (their frames freed, or
     /// kept dead while a view still points into them), and the read set is cleared.
+    ///
+    /// A modified object whose undo copy was dropped, or that was invalidated (its undo copy
+    /// is a stale version), is discarded instead (`papers/thor-ecoop99.txt` section 4.1): the
+    /// next access fetches the committed version.
     pub fn abort_done(&mut self) {
         let mut undo = std::mem::take(&mut self.tx.undo);
+        let mut discard = Vec::new();
         for r in &undo.records {
-            self.core.restore_object(r.entry, undo.copy(r));
-            self.core.clear_modified(r.entry);
+            match undo.copy(r) {
+                Some(copy) if !self.tx.invalid_modified.contains(&r.entry) => {
+                    self.core.restore_object(r.entry, copy);
+                    self.core.clear_modified(r.entry);
+                }
+                _ => {
+                    self.core.clear_modified(r.entry);
+                    discard.push(r.entry);
+                }
+            }
         }
         undo.clear();
         self.tx.undo = undo;
+        for i in discard {
+            // The aborted bytes must never be served: the object leaves (past a view's pin,
+            // which keeps reading the bytes it read), and so does its page's copy as a source
+            // of installation, since the object may sit in that very copy.
+            if let Some(oref) = Oref::from_raw(self.core.entries[i as usize].oref) {
+                self.core.unmap_page_of(oref);
+            }
+            self.core.evict_invalid(i, true);
+        }
         // The undo copies are back: the decrements deferred during the transaction apply now,
         // before created objects (which some of them may concern) are dropped.
         self.core.apply_deferred_releases();
@@ -444,6 +504,7 @@ impl ClientCache {
             }
         }
         self.core.retry_invalidations();
+        self.tx.invalid_modified.clear();
         // Keep the list's allocation for the next transaction.
         created.clear();
         self.tx.created = created;
@@ -458,10 +519,65 @@ impl ClientCache {
         let modified = self
             .core
             .lookup(oref.raw())
-            .is_some_and(|i| self.core.entries[i as usize].flags & F_MODIFIED != 0);
-        let conflict = modified || self.core.reads.contains(oref);
+            .filter(|&i| self.core.entries[i as usize].flags & F_MODIFIED != 0);
+        if let Some(i) = modified {
+            self.tx.invalid_modified.insert(i);
+        }
+        let conflict = modified.is_some() || self.core.reads.contains(oref);
         let evicted = self.core.invalidate(oref);
         Invalidation { evicted, conflict }
+    }
+
+    /// Up to `max` invalidations that have been applied (the object left the cache, or was not
+    /// in it), oldest first, for the next request to acknowledge. An invalidation of an object
+    /// the cache had to keep (modified by the current transaction, or pinned) is applied when
+    /// the object leaves, at the end of a transaction.
+    pub fn take_acks(&mut self, max: usize) -> Vec<Oref> {
+        self.core.take_acks(max)
+    }
+
+    /// Puts back acknowledgements from [`ClientCache::take_acks`] that could not be sent, ahead
+    /// of the others: an acknowledgement must reach the server, or the object stays in the
+    /// client's invalid set and every commit that reads it is refused.
+    pub fn requeue_acks(&mut self, acks: Vec<Oref>) {
+        self.core.requeue_acks(acks);
+    }
+
+    /// Up to `max` pages of which nothing is cached any more (no mapped copy of the page, no
+    /// resident object of it anywhere), for the next request to report as discarded; the
+    /// server then stops sending invalidations for them. Never `except` (the page that request
+    /// fetches) and never a page the current transaction read an object of: those wait for a
+    /// later request, while they stay uncached.
+    pub fn take_discarded(&mut self, max: usize, except: Option<PageId>) -> Vec<PageId> {
+        self.core.take_discarded(max, except)
+    }
+
+    /// Puts back pages from [`ClientCache::take_discarded`] whose report could not be sent.
+    /// They are checked again when next taken (a page fetched meanwhile is not reported).
+    pub fn requeue_discarded(&mut self, pages: &[PageId]) {
+        self.core.requeue_discarded(pages);
+    }
+
+    /// Whether anything of page `page` is cached: its copy, or any object of it.
+    pub fn page_cached(&self, page: PageId) -> bool {
+        self.core.page_cached(page.get())
+    }
+
+    /// Drops the current transaction's undo copies to give their memory back (the undo log is
+    /// an optimization, `papers/thor-ecoop99.txt` section 4.1): an abort then discards the
+    /// modified objects instead of restoring them, and their next access fetches the
+    /// committed versions. Replacement calls it when the copies hold more than
+    /// [`UNDO_BUDGET_DIVISOR`](crate::limits::UNDO_BUDGET_DIVISOR)'s share of the budget.
+    pub fn drop_undo_copies(&mut self) {
+        let freed = self.tx.undo.drop_copies();
+        if freed > 0 {
+            self.core.stats.undo_bytes_dropped += freed as u64;
+        }
+    }
+
+    /// Bytes the current transaction's undo copies hold (outside the budget).
+    pub fn undo_bytes(&self) -> usize {
+        self.tx.undo.bytes.len()
     }
 
     /// The transaction's invariants (see [`ClientCache::check_invariants`]).
@@ -477,13 +593,17 @@ impl ClientCache {
             if e.loc == NOT_RESIDENT {
                 return Err(format!("modified entry {} left the cache", r.entry));
             }
-            if core.object_size(e.loc) != r.len as usize || r.start != undo_bytes {
+            if core.object_size(e.loc) != r.len as usize
+                || (r.start != NO_COPY && r.start != undo_bytes)
+            {
                 return Err(format!("undo copy of entry {} has the wrong extent", r.entry));
             }
             if !seen.insert(r.entry) {
                 return Err(format!("entry {} has two undo copies", r.entry));
             }
-            undo_bytes += r.len as usize;
+            if r.start != NO_COPY {
+                undo_bytes += r.len as usize;
+            }
         }
         if undo_bytes != self.tx.undo.bytes.len() {
             return Err("undo bytes do not add up".into());

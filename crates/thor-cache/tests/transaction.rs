@@ -224,6 +224,119 @@ fn invalidating_an_object_the_transaction_used_is_a_conflict() {
 }
 
 #[test]
+fn an_invalidation_is_acknowledged_once_the_object_has_left() {
+    for policy in managers() {
+        let mut c = cache(policy);
+        get(&mut c, oref(2, 0));
+        let (b, _) = get(&mut c, oref(2, 1));
+        c.before_write(b).unwrap();
+        // Read: it leaves now. Never cached: nothing to drop. Both are applied at once.
+        c.invalidate(oref(2, 0));
+        c.invalidate(oref(5, 3));
+        // Modified: it stays until the transaction ends, and so does the server's entry, so
+        // that a commit reading it would still be refused.
+        c.invalidate(oref(2, 1));
+        assert_eq!(c.take_acks(usize::MAX), vec![oref(2, 0), oref(5, 3)]);
+        c.abort_done();
+        assert_eq!(c.take_acks(usize::MAX), vec![oref(2, 1)], "applied when it left");
+        assert!(c.take_acks(usize::MAX).is_empty(), "each once");
+        c.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn acknowledgements_not_sent_go_back_ahead_of_later_ones() {
+    let mut c = cache(PolicyConfig::HAC);
+    for o in 0..3 {
+        c.invalidate(oref(6, o));
+    }
+    let first = c.take_acks(2);
+    assert_eq!(first, vec![oref(6, 0), oref(6, 1)]);
+    c.invalidate(oref(6, 3));
+    c.requeue_acks(first);
+    assert_eq!(c.take_acks(usize::MAX), vec![oref(6, 0), oref(6, 1), oref(6, 2), oref(6, 3)]);
+}
+
+#[test]
+fn abort_after_the_undo_copies_were_dropped_discards_the_modified_objects() {
+    for policy in managers() {
+        let mut c = cache(policy);
+        let (a, la) = get(&mut c, oref(2, 0));
+        c.before_write(a).unwrap();
+        write_tag(&mut c, la, 100);
+        assert!(c.undo_bytes() > 0);
+        c.drop_undo_copies();
+        assert_eq!(c.undo_bytes(), 0);
+        assert!(c.stats().core.undo_bytes_dropped > 0);
+        // An object first written after the drop gets a copy again.
+        let (b, lb) = get(&mut c, oref(2, 1));
+        c.before_write(b).unwrap();
+        write_tag(&mut c, lb, 200);
+        c.check_invariants().unwrap();
+        c.abort_done();
+        // `a` cannot be restored: it leaves, and so does its page's copy (which it may sit
+        // in), so that the next access fetches the committed version.
+        assert_eq!(c.location(a, oref(2, 0).raw()), None);
+        let i = c.entry_for(oref(2, 0)).unwrap();
+        assert_eq!(c.resolve(i).unwrap(), Need::Page(PageId::new(2).unwrap()));
+        // `b` is restored in place.
+        assert_eq!(c.location(b, oref(2, 1).raw()), Some(lb));
+        assert_eq!(tag(&c, lb), 1);
+        c.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn undo_copies_are_dropped_when_replacement_needs_room() {
+    for policy in managers() {
+        // 16 frames. Each page holds a big object (2.8 KB) and a small one; the transaction
+        // writes the big objects of 6 pages, so its undo copies pass a quarter of the budget,
+        // then reads 20 more pages, so replacement must free frames.
+        let mut c = ClientCache::new(CacheConfig {
+            budget_bytes: 16 * PAGE,
+            page_size: PAGE,
+            policy,
+            background_replacement: true,
+        })
+        .unwrap();
+        let (cl, desc) = class();
+        c.register_class(cl.raw(), Arc::new(desc)).unwrap();
+        let objs = [node(0, None, 700), node(1, None, 0)];
+        let fetch_and_get = |c: &mut ClientCache, o: Oref| {
+            let p = o.page().unwrap();
+            if !c.has_page(p) {
+                c.while_fetching().unwrap();
+                c.install_page(p, &page_of(p.get(), &objs)).unwrap();
+            }
+            get(c, o)
+        };
+        let mut written = Vec::new();
+        for p in 2..8 {
+            let (i, loc) = fetch_and_get(&mut c, oref(p, 0));
+            c.before_write(i).unwrap();
+            write_tag(&mut c, loc, 1000);
+            written.push((i, oref(p, 0)));
+        }
+        assert!(c.undo_bytes() > 16 * PAGE / 4);
+        assert_eq!(c.stats().core.undo_bytes_dropped, 0, "{policy}: no room needed yet");
+        for p in 8..28 {
+            fetch_and_get(&mut c, oref(p, 1));
+        }
+        assert!(c.stats().core.undo_bytes_dropped > 0, "{policy}: copies dropped");
+        assert_eq!(c.undo_bytes(), 0, "{policy}");
+        c.check_invariants().unwrap();
+        c.abort_done();
+        // No copy to put back: every written object left, and its next access fetches it.
+        for (i, o) in written {
+            assert_eq!(c.location(i, o.raw()), None, "{policy}: {o:?}");
+            let i = c.entry_for(o).unwrap();
+            assert_eq!(c.resolve(i).unwrap(), Need::Page(o.page().unwrap()), "{policy}: {o:?}");
+        }
+        c.check_invariants().unwrap();
+    }
+}
+
+#[test]
 fn writes_out_of_order_are_refused() {
     let mut c = cache(PolicyConfig::HAC);
     let (a, la) = get(&mut c, oref(2, 0));

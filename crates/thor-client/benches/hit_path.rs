@@ -34,7 +34,7 @@ fn session(h: &Arc<Engine>, policy: PolicyConfig) -> Session {
     let t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
     Session::new(
         Box::new(t),
-        SessionConfig { cache_bytes: 64 << 20, policy, background_replacement: true },
+        SessionConfig { cache_bytes: 64 << 20, policy, ..SessionConfig::default() },
     )
     .unwrap()
 }

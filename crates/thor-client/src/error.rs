@@ -1,4 +1,10 @@
 //! Errors of the client library. Each variant says what the application should do.
+//!
+//! The one an application meets in normal operation under contention is
+//! [`ClientError::Conflict`]: concurrency control (CLOCC) decided that the transaction cannot
+//! commit as it ran. It was aborted when the error was returned; run it again, on fresh copies
+//! ([`Session::run`](crate::Session::run) does, with backoff). Every other error is not
+//! cured by running the transaction again.
 
 use thor_cache::CacheError;
 use thor_core::FormatError;
@@ -16,8 +22,21 @@ pub enum ClientError {
     /// The transaction was aborted locally; read its objects in a new session to find out.
     #[error("commit outcome unknown: {0}")]
     CommitUnknown(Box<ClientError>),
+    /// The transaction cannot commit under concurrency control: it used a copy that is no
+    /// longer current, or does not fit in the serial order. It had no effect and was aborted
+    /// when this error was returned (the cache dropped the stale copies it knows of). Run the
+    /// transaction again: [`Session::run`](crate::Session::run) does.
+    #[error("conflict ({cause}): {message}")]
+    Conflict {
+        /// What concurrency control found.
+        cause: ConflictCause,
+        /// Why, for humans: the server's message (the rule and an object), or the object an
+        /// invalidation named.
+        message: String,
+    },
     /// The server refused the commit (it had no effect); the transaction was aborted. The code
     /// says why: fix the program (it wrote something invalid) or retry later if it says so.
+    /// Concurrency-control refusals are [`ClientError::Conflict`] instead.
     #[error("commit refused: {code:?}: {message}")]
     Refused {
         /// Why, for programs.
@@ -65,4 +84,57 @@ pub enum ClientError {
     /// The program used the API wrongly (index out of range, wrong length).
     #[error("usage: {0}")]
     Usage(&'static str),
+}
+
+impl ClientError {
+    /// Whether this is a concurrency-control conflict ([`ClientError::Conflict`]): the
+    /// transaction was aborted and running it again may succeed.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, ClientError::Conflict { .. })
+    }
+
+    /// The error for a commit the server refused with `code`: a conflict if concurrency
+    /// control refused it, [`ClientError::Refused`] otherwise.
+    pub(crate) fn refused(code: RefusedCode, message: String) -> ClientError {
+        let cause = match code {
+            RefusedCode::Stale => ConflictCause::Stale,
+            RefusedCode::Conflict => ConflictCause::Conflict,
+            RefusedCode::TooOld => ConflictCause::TooOld,
+            _ => return ClientError::Refused { code, message },
+        };
+        ClientError::Conflict { cause, message }
+    }
+}
+
+/// What concurrency control found wrong with a transaction ([`ClientError::Conflict`]). All
+/// of them mean the same to the application: run the transaction again. The cause is for
+/// statistics and diagnosis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ConflictCause {
+    /// The server found an object the transaction used in this client's invalid set: another
+    /// transaction changed it after the copy was sent, and the invalidation had not reached
+    /// the client (it rides on the refusal).
+    Stale,
+    /// The server's validation found the transaction out of place in the serial order against
+    /// a transaction committing or committed near it (validation-queue rules 1, 2a, 2b).
+    Conflict,
+    /// The transaction's timestamp fell below the server's threshold: the server no longer
+    /// remembers enough to validate it (a very slow commit, or a clock far behind).
+    TooOld,
+    /// An invalidation arrived for an object the transaction read or wrote: it ran on a copy
+    /// that another transaction has changed, and cannot commit. Found by the client, without
+    /// asking the server.
+    Invalidated,
+}
+
+impl std::fmt::Display for ConflictCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ConflictCause::Stale => "stale copy",
+            ConflictCause::Conflict => "validation",
+            ConflictCause::TooOld => "too old",
+            ConflictCause::Invalidated => "invalidated",
+        })
+    }
 }

@@ -2,6 +2,8 @@
 //!
 //! - [`Session`]: a connection, a client cache (HAC or FPC, by [`SessionConfig`]) and the
 //!   current transaction; fetches pages on misses and ships object versions at commit.
+//!   Transactions are optimistic (CLOCC): [`Session::run`] runs one and retries it when
+//!   concurrency control refuses it ([`ClientError::Conflict`]).
 //! - [`typed`]: classes declared once with [`class!`], typed references [`Ref`], and
 //!   [`View`]s that read fields straight from the cached bytes.
 //! - [`limits`]: every bound on what a session does for one request of the application.
@@ -33,7 +35,7 @@ pub mod limits;
 pub mod session;
 pub mod typed;
 
-pub use error::ClientError;
+pub use error::{ClientError, ConflictCause};
 pub use session::{ClientStats, CommitInfo, SCHEMA_SLOT, Session, SessionConfig, View};
 pub use thor_cache::{HacParams, PolicyConfig};
 pub use typed::{Any, Bytes, Class, Field, Large, Ref, Refs};

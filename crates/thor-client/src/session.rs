@@ -21,6 +21,45 @@
 //! references to created objects tagged by their index in the commit. Abort puts the undo
 //! copies back and drops the created objects ([`ClientCache::abort_done`]).
 //!
+//! # Concurrency control (CLOCC)
+//!
+//! Transactions are optimistic (`papers/thor-ecoop99.txt` section 4): a transaction runs on
+//! cached copies without asking anyone, and the server validates it at commit against its read
+//! set (the cache's `reads`, which the hit path already keeps) and its writes. Read-only
+//! transactions are sent too: a read of a stale copy is as wrong as a write. The client's share:
+//!
+//! ```text
+//!   every request  ──► piggyback: acks (invalidations applied)  +  pages discarded
+//!   every reply    ◄── invalidations: applied before the body is used
+//!                        │ hit an object the open transaction read or wrote?
+//!                        ▼
+//!                      abort in the cache now (invalidated modified objects are discarded,
+//!                      not restored); the next slow-path access or commit returns
+//!                      ClientError::Conflict { cause: Invalidated }
+//! ```
+//!
+//! - **Invalidations** ride on every reply; the cache drops the objects and
+//!   says whether the open transaction used one. If it did, the transaction is *doomed*: it is
+//!   aborted in the cache at once (so its stale copies are gone and the acknowledgements can
+//!   go out), and the application learns of it at its next slow-path access or commit, which
+//!   return [`ClientError::Conflict`]; hits in between stay as cheap as ever. A commit reply
+//!   is the exception: a `CommitOk` means the server validated the transaction, so changes
+//!   announced with it come after it in the serial order.
+//! - **Acknowledgements and discarded pages** ride on every request, within
+//!   what the server's frame limit leaves after the body. If a request cannot be sent they go
+//!   back to the cache, to ride on the next one: an acknowledgement must not be lost, or the
+//!   object stays in the server's invalid set and every commit that reads it is refused. (Once
+//!   a request is sent, a transport failure ends the session: the server's state for it goes
+//!   with the connection.)
+//! - **Refusals** (`Stale`, `Conflict`, `TooOld`) become [`ClientError::Conflict`], the
+//!   transaction aborted. [`Session::run`] runs a transaction and retries it on conflicts,
+//!   with bounded, jittered exponential backoff.
+//! - **An idle client** would hear of invalidations only at its next request, so its next
+//!   transaction could run on copies long stale and be refused at commit. With
+//!   [`SessionConfig::refresh_after`], a transaction whose first access comes that long after
+//!   the last reply first makes a cheap round trip (an `Abort`, which the server answers with
+//!   `Ack` and nothing else) to collect them.
+//!
 //! # Single-threaded by construction
 //!
 //! A session is `Send` but not `Sync`: its state sits in an `UnsafeCell` and every method takes
@@ -40,9 +79,10 @@ use thor_cache::core::Need;
 use thor_cache::{CacheConfig, CacheError, CacheStats, ClientCache, PolicyConfig};
 use thor_core::le::u32_at;
 use thor_core::{ClassDesc, FormatError, Oref, PageId, RawRef, VarKind, builtin, large};
-use thor_wire::{Commit, Reply, ReplyBody, Request, RequestBody, ServerInfo, Transport};
+use thor_wire::limits::{ACKS_MAX, DISCARDED_PAGES_MAX};
+use thor_wire::{Commit, Piggyback, Reply, ReplyBody, Request, RequestBody, ServerInfo, Transport};
 
-use crate::error::ClientError;
+use crate::error::{ClientError, ConflictCause};
 use crate::limits::{LARGE_PIECES_MAX, SLOW_PATH_ROUNDS_MAX};
 use crate::typed::{Any, Class, Field, FieldType, Ref, Refs, VarSpec};
 
@@ -59,6 +99,26 @@ pub struct SessionConfig {
     pub policy: PolicyConfig,
     /// Free cache frames while fetches are on the wire (the default) or in the foreground.
     pub background_replacement: bool,
+    /// Most attempts [`Session::run`] makes at a transaction that keeps conflicting (0 counts
+    /// as 1). The default, 10, lets a transaction through contention that aborts most
+    /// attempts, and bounds what a hopeless one costs.
+    pub run_attempts_max: u32,
+    /// [`Session::run`]'s wait after the first conflict; it doubles with each further one, up to
+    /// `run_backoff_max`. Each wait is jittered: a random point in its upper half, so clients
+    /// that conflicted with each other do not retry in step. The default, 100 µs, is a few
+    /// round trips on a local network: a conflict with one other transaction usually clears in
+    /// that time.
+    pub run_backoff_min: Duration,
+    /// The longest wait between two attempts of [`Session::run`]. The default, 50 ms, caps the
+    /// ten default attempts at about 100 ms of waiting in all.
+    pub run_backoff_max: Duration,
+    /// How stale an idle client's copies may get: a transaction whose first access comes longer
+    /// than this after the last reply from the server first makes a round trip that brings the
+    /// invalidations pending for this client (`None`: never). A client that talks to the server
+    /// more often than this never pays for it. The default, 1 s, costs an idle client one round
+    /// trip per transaction that starts after a pause, and spares it running on copies that went
+    /// stale during the pause only to be refused at commit.
+    pub refresh_after: Option<Duration>,
 }
 
 impl Default for SessionConfig {
@@ -67,6 +127,10 @@ impl Default for SessionConfig {
             cache_bytes: 64 << 20,
             policy: PolicyConfig::Fpc,
             background_replacement: true,
+            run_attempts_max: 10,
+            run_backoff_min: Duration::from_micros(100),
+            run_backoff_max: Duration::from_millis(50),
+            refresh_after: Some(Duration::from_secs(1)),
         }
     }
 }
@@ -90,6 +154,15 @@ pub struct ClientStats {
     pub conversion_time: Duration,
     /// Bytes of object versions shipped at commit.
     pub bytes_shipped: u64,
+    /// Transactions aborted by concurrency control: refused by the server (`Stale`,
+    /// `Conflict`, `TooOld`) or hit by an invalidation. Also counted in `aborts`.
+    pub conflicts: u64,
+    /// Attempts [`Session::run`] made again after a conflict.
+    pub retries: u64,
+    /// Invalidations applied (objects the server said changed).
+    pub invalidations: u64,
+    /// Round trips made only to collect invalidations, after [`SessionConfig::refresh_after`].
+    pub refreshes: u64,
 }
 
 impl ClientStats {
@@ -139,6 +212,24 @@ struct Inner {
     /// Nesting depth of [`Inner::pinned`] sections: the views' pins are in their frames while
     /// it is above zero.
     pinned_depth: u32,
+    /// The settings ([`Session::run`]'s attempts and backoff, the refresh interval).
+    cfg: SessionConfig,
+    /// Whether a transaction is open: something was accessed or created since the last commit
+    /// or abort. The first access of a transaction checks for a refresh
+    /// ([`SessionConfig::refresh_after`]); [`Session::run`] refuses to start inside one.
+    in_transaction: bool,
+    /// Set when an invalidation hit the open transaction (the message names the object). The
+    /// transaction was aborted in the cache at once; the application learns of it at its next
+    /// slow-path access or commit ([`ClientError::Conflict`] with
+    /// [`ConflictCause::Invalidated`]), and a commit or abort clears it. Hits do not look at
+    /// it: they stay as cheap as before, and whatever the application does meanwhile is
+    /// thrown away by that commit or abort.
+    doomed: Option<String>,
+    /// When the last reply arrived (for [`SessionConfig::refresh_after`]).
+    last_reply: Instant,
+    /// State of the generator of [`Session::run`]'s backoff jitter (SplitMix64), seeded from
+    /// the session's client id so that clients do not retry in step.
+    jitter: u64,
 }
 
 /// A slot of [`Inner::views`] whose view was dropped while later ones live.
@@ -425,6 +516,11 @@ impl Session {
                 stats: ClientStats::default(),
                 views: Vec::new(),
                 pinned_depth: 0,
+                cfg,
+                in_transaction: false,
+                doomed: None,
+                last_reply: Instant::now(),
+                jitter: u64::from(info.client_id.0) << 32 | u64::from(info.server_id.0),
             }),
         })
     }
@@ -449,6 +545,9 @@ impl Session {
     #[inline(always)]
     pub fn get<C: Class + ?Sized>(&self, r: Ref<C>) -> Result<View<'_, C>, ClientError> {
         let inner = self.inner();
+        if !inner.in_transaction {
+            inner.begin()?;
+        }
         let (idx, oref, loc) = match inner.cache.access(r.idx, r.oref) {
             Some(loc) => (r.idx, r.oref, loc),
             None => inner.slow_get(r.idx, r.oref)?,
@@ -469,6 +568,9 @@ impl Session {
     /// zero (null references). It gets its oref when the transaction commits.
     pub fn create<C: Class + ?Sized>(&self, var_len: usize) -> Result<View<'_, C>, ClientError> {
         let inner = self.inner();
+        if !inner.in_transaction {
+            inner.begin()?;
+        }
         let class_word = inner.class_word::<C>()?;
         let desc = if let Some(b) = C::BUILTIN {
             builtin::desc(b).expect("builtin").clone()
@@ -534,6 +636,9 @@ impl Session {
     /// transaction.
     pub fn create_large(&self, data: &[u8]) -> Result<Ref<crate::typed::Any>, ClientError> {
         let inner = self.inner();
+        if !inner.in_transaction {
+            inner.begin()?;
+        }
         let objs = large::encode(data, large::LeafKind::Bytes, inner.info.page_size);
         let mut made: Vec<(u32, u32)> = Vec::with_capacity(objs.len());
         // Create every piece with its references null, then point them at each other.
@@ -598,21 +703,85 @@ impl Session {
         Ok(out)
     }
 
-    /// Commits the current transaction; the next access starts a new one. On a refusal the
-    /// transaction is aborted (its effects undone in the cache) and the error says why.
+    /// Commits the current transaction; the next access starts a new one. Read-only
+    /// transactions go to the server too, which validates their reads.
+    ///
+    /// On a refusal the transaction is aborted (its effects undone in the cache) and the error
+    /// says why: [`ClientError::Conflict`] if concurrency control refused it or an invalidation
+    /// hit it earlier (run it again), [`ClientError::Refused`] if it wrote something invalid.
     pub fn commit(&self) -> Result<CommitInfo, ClientError> {
         self.inner().pinned(Inner::commit)
     }
 
-    /// Aborts the current transaction: modified objects get their old bytes back, created
-    /// objects disappear.
+    /// Aborts the current transaction: modified objects get their old bytes back (those an
+    /// invalidation or memory pressure left without a valid old version leave the cache, to be
+    /// fetched again), created objects disappear.
     pub fn abort(&self) {
         let inner = self.inner();
-        inner.pinned(Inner::abort_local);
-        // Tell the server (it keeps no state for us yet, but the concurrency-control protocol
-        // will); a failure here changes nothing for the client.
-        if inner.transport.round_trip(&Request::new(RequestBody::Abort)).is_err() {
+        inner.end_aborted();
+        // A round trip, which brings the invalidations pending for this client before the next
+        // transaction; a failure here changes nothing for the client.
+        if inner.round_trip(RequestBody::Abort).is_err() {
             // The next request will report the broken connection.
+        }
+    }
+
+    /// Runs a transaction: calls `f`, then commits, and on a conflict
+    /// ([`ClientError::is_conflict`]) runs it again, up to
+    /// [`SessionConfig::run_attempts_max`] attempts in all, waiting between attempts with
+    /// jittered exponential backoff ([`SessionConfig::run_backoff_min`] to
+    /// [`SessionConfig::run_backoff_max`]). Returns what the successful attempt of `f`
+    /// returned, or the last conflict once the attempts are used up, or at once any other
+    /// error. An attempt that fails is aborted, whatever failed.
+    ///
+    /// `f` is the whole transaction: it must neither commit nor abort, and it must be safe to
+    /// run again (each attempt sees the database afresh; effects outside the database are the
+    /// caller's to undo). `run` starts a transaction, so it fails with
+    /// [`ClientError::Usage`] if one is open.
+    ///
+    /// ```no_run
+    /// # thor_client::class! { pub class Counter("demo.Counter") { value: u64 } }
+    /// # fn demo(
+    /// #     s: &thor_client::Session,
+    /// #     r: thor_client::Ref<Counter>,
+    /// # ) -> Result<(), thor_client::ClientError> {
+    /// let new = s.run(|s| {
+    ///     let c = s.get(r)?;
+    ///     let v = c.get(Counter::value) + 1;
+    ///     c.set(Counter::value, v)?;
+    ///     Ok(v)
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn run<T>(
+        &self,
+        mut f: impl FnMut(&Session) -> Result<T, ClientError>,
+    ) -> Result<T, ClientError> {
+        let inner = self.inner();
+        if inner.in_transaction {
+            return Err(ClientError::Usage("run starts a transaction: end the open one first"));
+        }
+        let attempts = inner.cfg.run_attempts_max.max(1);
+        let mut attempt = 1;
+        loop {
+            let result = match f(self) {
+                // A commit that fails has aborted the transaction.
+                Ok(v) => self.commit().map(|_| v),
+                Err(e) => {
+                    self.inner().end_aborted();
+                    Err(e)
+                }
+            };
+            match result {
+                Err(e) if e.is_conflict() && attempt < attempts => {
+                    let inner = self.inner();
+                    let wait = inner.backoff(attempt);
+                    inner.stats.retries += 1;
+                    std::thread::sleep(wait);
+                    attempt += 1;
+                }
+                result => return result,
+            }
         }
     }
 
@@ -646,9 +815,7 @@ impl Session {
 
     /// The server's counters.
     pub fn server_stats(&self) -> Result<thor_wire::stats::ServerStats, ClientError> {
-        let inner = self.inner();
-        let reply =
-            inner.transport.round_trip(&Request::new(RequestBody::Stats)).map_err(transport_err)?;
+        let reply = self.inner().round_trip(RequestBody::Stats)?;
         match reply.body {
             ReplyBody::Stats(s) => Ok(*s),
             other => Err(unexpected(other)),
@@ -657,9 +824,15 @@ impl Session {
 
     /// Ends the session politely.
     pub fn close(self) -> Result<(), ClientError> {
-        let inner = self.inner();
-        inner.transport.round_trip(&Request::new(RequestBody::Goodbye)).map_err(transport_err)?;
+        self.inner().round_trip(RequestBody::Goodbye)?;
         Ok(())
+    }
+
+    /// Whether a copy of page `page` is in the cache (a source of objects not yet installed).
+    /// Objects of a page may stay cached after its copy left (HAC keeps them). For tests and
+    /// diagnostics.
+    pub fn has_page(&self, page: PageId) -> bool {
+        self.inner().cache.has_page(page)
     }
 }
 
@@ -744,6 +917,9 @@ impl Inner {
         // that making room evicts what was just fetched: give up then instead of spinning.
         let mut rounds = 0;
         loop {
+            // An invalidation that arrived with the last round (or before) may have doomed the
+            // transaction: say so rather than go on.
+            self.check_doomed()?;
             rounds += 1;
             if rounds > SLOW_PATH_ROUNDS_MAX {
                 return Err(ClientError::Cache(thor_cache::CacheError::Full {
@@ -771,13 +947,13 @@ impl Inner {
 
     fn fetch(&mut self, page: PageId) -> Result<(), ClientError> {
         let t = Instant::now();
-        self.transport.send(&Request::new(RequestBody::Fetch { page })).map_err(transport_err)?;
+        self.send(RequestBody::Fetch { page }, Some(page))?;
         // Free the next frame while the request is on the wire; the reply must be read even if
         // that fails, to keep the connection in step.
         let room = self.cache.while_fetching();
-        let reply = self.transport.recv().map_err(transport_err)?;
+        let reply = self.recv_checked();
+        let reply = reply?;
         room?;
-        self.handle_invalidations(&reply);
         match reply.body {
             ReplyBody::Page { page: got, bytes } if got == page => {
                 self.cache.install_page(page, &bytes)?;
@@ -790,9 +966,135 @@ impl Inner {
         Ok(())
     }
 
-    fn handle_invalidations(&mut self, reply: &Reply) {
-        // Invalidations arrive with the concurrency-control protocol; nothing sends them yet.
-        debug_assert!(reply.invalidations.is_empty());
+    // ----- requests, replies and concurrency control -----
+
+    /// Sends a request with what rides on it: the acknowledgements of applied invalidations
+    /// and the pages discarded (never `fetching`, the page this request asks for), as many as
+    /// the server's frame limit leaves room for after the body. If the request cannot be
+    /// sent, they go back to the cache for the next one.
+    fn send(&mut self, body: RequestBody, fetching: Option<PageId>) -> Result<(), ClientError> {
+        let mut req = Request::new(body);
+        // A body over a limit fails in `send` below whatever rides on it.
+        let room = req.frame_bytes().map_or(0, |n| self.info.max_frame_bytes.saturating_sub(n) / 4);
+        let acks = self.cache.take_acks(ACKS_MAX.min(room));
+        let room = room - acks.len();
+        let discarded = self.cache.take_discarded(DISCARDED_PAGES_MAX.min(room), fetching);
+        req.piggyback = Piggyback { acks, discarded };
+        if let Err(e) = self.transport.send(&req) {
+            let Piggyback { acks, discarded } = req.piggyback;
+            self.cache.requeue_acks(acks);
+            self.cache.requeue_discarded(&discarded);
+            return Err(transport_err(e));
+        }
+        Ok(())
+    }
+
+    /// Waits for the reply to the request in flight and applies the invalidations on it,
+    /// before anything uses its body. Returns the reply and the first invalidated object that
+    /// the open transaction read or wrote, if any.
+    fn recv(&mut self) -> Result<(Reply, Option<Oref>), ClientError> {
+        let reply = self.transport.recv().map_err(transport_err)?;
+        self.last_reply = Instant::now();
+        if reply.invalidations.is_empty() {
+            return Ok((reply, None));
+        }
+        // Views' frames are pinned while invalidations apply: an object a view points at stays
+        // (it leaves when the transaction ends).
+        let hit = self.pinned(|inner| {
+            let mut hit = None;
+            for &o in &reply.invalidations {
+                if inner.cache.invalidate(o).conflict && hit.is_none() {
+                    hit = Some(o);
+                }
+            }
+            hit
+        });
+        self.stats.invalidations += reply.invalidations.len() as u64;
+        Ok((reply, hit))
+    }
+
+    /// [`Inner::recv`] for every request but a commit: an invalidation that hit the open
+    /// transaction dooms it.
+    fn recv_checked(&mut self) -> Result<Reply, ClientError> {
+        let (reply, hit) = self.recv()?;
+        if let Some(o) = hit {
+            self.doom(o);
+        }
+        Ok(reply)
+    }
+
+    /// Sends a request (not a fetch or commit) and waits for its reply.
+    fn round_trip(&mut self, body: RequestBody) -> Result<Reply, ClientError> {
+        self.send(body, None)?;
+        self.recv_checked()
+    }
+
+    /// An invalidation of `o` hit the open transaction: it cannot commit. Abort it in the cache
+    /// now (its stale copies leave, invalidated modified objects are discarded rather than
+    /// restored, and their acknowledgements can go out); the application hears of it at its
+    /// next slow-path access or commit.
+    fn doom(&mut self, o: Oref) {
+        if self.doomed.is_some() {
+            return;
+        }
+        self.pinned(Inner::abort_local);
+        self.stats.conflicts += 1;
+        self.doomed = Some(format!("object {o} changed after this client's copy was sent"));
+    }
+
+    /// The conflict error if the open transaction is doomed.
+    fn check_doomed(&self) -> Result<(), ClientError> {
+        match &self.doomed {
+            None => Ok(()),
+            Some(message) => Err(ClientError::Conflict {
+                cause: ConflictCause::Invalidated,
+                message: message.clone(),
+            }),
+        }
+    }
+
+    /// The first access or creation of a transaction: if the last reply is older than
+    /// [`SessionConfig::refresh_after`], first collect the invalidations pending for this
+    /// client with the cheapest round trip there is (`Abort` with no transaction open: the
+    /// server answers `Ack` and changes nothing).
+    #[cold]
+    #[inline(never)]
+    fn begin(&mut self) -> Result<(), ClientError> {
+        self.in_transaction = true;
+        if let Some(after) = self.cfg.refresh_after
+            && self.last_reply.elapsed() >= after
+        {
+            self.stats.refreshes += 1;
+            match self.round_trip(RequestBody::Abort)?.body {
+                ReplyBody::Ack => {}
+                other => return Err(unexpected(other)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the open transaction as aborted, locally: the cache's abort (unless an invalidation
+    /// did it already, in which case what was done since is undone), no message to the server.
+    fn end_aborted(&mut self) {
+        self.in_transaction = false;
+        if self.doomed.take().is_some() {
+            // Counted when the invalidation aborted it.
+            self.pinned(Inner::abort_cache);
+        } else {
+            self.pinned(Inner::abort_local);
+        }
+    }
+
+    /// How long [`Session::run`] waits after its `attempt`-th attempt (from 1) conflicted:
+    /// `run_backoff_min` doubled per earlier attempt, capped at `run_backoff_max`, then a
+    /// random point in the upper half of that.
+    fn backoff(&mut self, attempt: u32) -> Duration {
+        let min = self.cfg.run_backoff_min.as_nanos() as u64;
+        let max = (self.cfg.run_backoff_max.as_nanos() as u64).max(min);
+        let cap = min.saturating_mul(1u64 << (attempt - 1).min(63)).min(max);
+        let half = cap / 2;
+        let r = splitmix64(&mut self.jitter);
+        Duration::from_nanos(cap - half + r % (half + 1))
     }
 
     fn load_class(&mut self, class: Oref) -> Result<(), ClientError> {
@@ -995,6 +1297,11 @@ impl Inner {
 
     fn commit(&mut self) -> Result<CommitInfo, ClientError> {
         let t = Instant::now();
+        if let Err(e) = self.check_doomed() {
+            self.end_aborted();
+            return Err(e);
+        }
+        self.in_transaction = false;
         let (commit, shipped) = match self.commit_request() {
             Ok(c) => c,
             Err(e) => {
@@ -1011,15 +1318,16 @@ impl Inner {
             .collect();
         let n_created = commit.created.len();
         let n_modified = commit.versions.len();
-        let req = Request::new(RequestBody::Commit(commit));
-        let reply = match self.transport.round_trip(&req) {
-            Ok(r) => r,
+        // The invalidations on the reply are applied whatever it says, but they doom nothing: a
+        // refused transaction is aborted anyway, and a committed one was validated by the
+        // server, so the changes they announce come after it in the serial order.
+        let reply = match self.send(RequestBody::Commit(commit), None).and_then(|()| self.recv()) {
+            Ok((r, _)) => r,
             Err(e) => {
                 self.abort_local();
-                return Err(ClientError::CommitUnknown(Box::new(transport_err(e))));
+                return Err(ClientError::CommitUnknown(Box::new(e)));
             }
         };
-        self.handle_invalidations(&reply);
         match reply.body {
             ReplyBody::CommitOk { lsn, created: orefs } => {
                 if let Err(e) = self.cache.commit_done(&orefs) {
@@ -1046,7 +1354,11 @@ impl Inner {
             }
             ReplyBody::CommitRefused { code, message } => {
                 self.abort_local();
-                Err(ClientError::Refused { code, message })
+                let e = ClientError::refused(code, message);
+                if e.is_conflict() {
+                    self.stats.conflicts += 1;
+                }
+                Err(e)
             }
             other => {
                 self.abort_local();
@@ -1055,7 +1367,15 @@ impl Inner {
         }
     }
 
+    /// Aborts the transaction in the cache and counts it.
     fn abort_local(&mut self) {
+        self.abort_cache();
+        self.stats.aborts += 1;
+    }
+
+    /// Aborts the transaction in the cache: undo copies back, created objects and the class
+    /// slots pointed at created classes dropped.
+    fn abort_cache(&mut self) {
         let created_any = !self.cache.created().is_empty();
         self.cache.abort_done();
         for (slot, _) in std::mem::take(&mut self.new_class_slots) {
@@ -1064,8 +1384,17 @@ impl Inner {
         if created_any {
             self.schema = None;
         }
-        self.stats.aborts += 1;
     }
+}
+
+/// SplitMix64 (Steele, Lea and Flood, 2014): one 64-bit word of state, well mixed, enough for
+/// backoff jitter.
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 // `Session` must stay `!Sync` (its cell is not synchronised); it is `Send` when its transport

@@ -127,7 +127,12 @@ fn session(h: &Arc<Engine>, policy: PolicyConfig, cache_bytes: usize, background
     let t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
     Session::new(
         Box::new(t),
-        SessionConfig { cache_bytes, policy, background_replacement: background },
+        SessionConfig {
+            cache_bytes,
+            policy,
+            background_replacement: background,
+            ..SessionConfig::default()
+        },
     )
     .unwrap()
 }

@@ -37,7 +37,7 @@ fn server(page_size: usize) -> Arc<Engine> {
 
 fn session(h: &Arc<Engine>, policy: PolicyConfig, cache_bytes: usize) -> Session {
     let t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
-    Session::new(Box::new(t), SessionConfig { cache_bytes, policy, background_replacement: true })
+    Session::new(Box::new(t), SessionConfig { cache_bytes, policy, ..SessionConfig::default() })
         .unwrap()
 }
 
@@ -294,7 +294,7 @@ fn malformed_reference_in_fetched_page() {
         let bad = CorruptingTransport { inner: t, page: page.get(), at, word: (5 << 1) | 1 };
         let s = Session::new(
             Box::new(bad),
-            SessionConfig { cache_bytes: 1 << 20, policy, background_replacement: true },
+            SessionConfig { cache_bytes: 1 << 20, policy, ..SessionConfig::default() },
         )
         .unwrap();
         let g = s.get(s.root::<Group>(0).unwrap()).unwrap();

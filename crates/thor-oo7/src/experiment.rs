@@ -221,6 +221,7 @@ pub fn run<T: RunTrace>(
             cache_bytes: cfg.cache_bytes,
             policy: cfg.policy,
             background_replacement: cfg.background_replacement,
+            ..SessionConfig::default()
         },
     )?;
     let report = run_in(&s, cfg, trace)?;

@@ -63,6 +63,7 @@ fn cold(dir: &std::path::Path, op: Op) -> (u64, usize) {
             cache_bytes: 64 << 20,
             policy: PolicyConfig::Fpc,
             background_replacement: true,
+            ..SessionConfig::default()
         },
     )
     .unwrap();

@@ -28,6 +28,7 @@ pub fn session(e: &Endpoint) -> Session {
             cache_bytes: 64 << 20,
             policy: PolicyConfig::Fpc,
             background_replacement: true,
+            ..SessionConfig::default()
         },
     )
     .unwrap()
