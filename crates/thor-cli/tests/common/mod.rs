@@ -67,3 +67,28 @@ pub fn start(
         }
     }
 }
+
+/// A free loopback port (bound and released: a server started right after gets it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Starts `thor server --dir DIR --listen ADDR --create` on a fixed address (a restarted server
+/// must be found where its clients look) and waits until it listens.
+pub fn start_at(dir: &std::path::Path, addr: SocketAddr) -> ServerProcess {
+    let mut cmd = thor();
+    cmd.args(["server", "--create", "--dir"]).arg(dir).arg("--listen").arg(addr.to_string());
+    cmd.env_remove("THOR_TOKEN");
+    let mut server = ServerProcess(cmd.stderr(Stdio::piped()).spawn().unwrap());
+    let mut log = BufReader::new(server.0.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(log.read_line(&mut line).unwrap() > 0, "the server exited before listening");
+        if line.contains("listening on ") {
+            // Drain the rest of the log so the server never blocks writing it.
+            std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
+            return server;
+        }
+    }
+}

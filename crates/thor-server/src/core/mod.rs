@@ -1154,6 +1154,18 @@ impl Core {
                 for conn in self.cc.committed(ts, committer) {
                     self.sessions.expire(conn, fx);
                 }
+                // The committer keeps its created objects cached (HAC does), so their pages are
+                // in its directory from now on: a later change to them by another client must
+                // be announced to it like any change to a page it fetched.
+                if let Some(conn) = committer {
+                    let mut last = None;
+                    for page in p.created.iter().filter_map(|o| o.page()) {
+                        if last != Some(page) {
+                            self.cc.page_sent(conn, page);
+                            last = Some(page);
+                        }
+                    }
+                }
             }
             if let Some(origin) = self.prepared_origin.remove(&p.lsn) {
                 let out = CommitOutcome { lsn: p.lsn, created: p.created };

@@ -690,16 +690,34 @@ fn discarded_page_leaves_directory() {
     h.connect(2, b"");
     let (class, x, _) = two_items(&mut h, 1);
     h.request(2, 3, RequestBody::Fetch { page: x.page().unwrap() });
-    assert_eq!(h.core.cc.directory_entries(), 1, "client 1 fetched nothing");
+    assert_eq!(h.core.cc.directory_entries(), 2, "client 1 created on the page, 2 fetched it");
     let mut req = Request::new(RequestBody::Stats);
     req.piggyback.discarded = vec![x.page().unwrap()];
     h.step(Input::Request { conn: 2, id: 4, req });
     h.settle();
-    assert_eq!(h.core.cc.directory_entries(), 0);
+    assert_eq!(h.core.cc.directory_entries(), 1, "client 2's entry left");
     h.request(1, 4, txn(class, &[x], &[x], 1));
     let r = h.request(2, 5, RequestBody::Stats);
     assert!(r.invalidations.is_empty(), "no invalidation for a page the client dropped");
     assert_eq!(h.core.cc.counters().invalidations_added, 0);
+}
+
+#[test]
+fn creator_learns_of_changes_to_created_objects() {
+    // A client keeps the objects it created cached without ever fetching their page: the page
+    // enters its directory at the commit, so another client's change reaches it.
+    let mut h = Harness::new(config());
+    h.connect(1, b"");
+    h.connect(2, b"");
+    let (class, x, _) = two_items(&mut h, 1);
+    h.request(2, 3, RequestBody::Fetch { page: x.page().unwrap() });
+    let r = h.request(2, 4, txn(class, &[x], &[x], 7));
+    assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}");
+    let r = h.request(1, 60, RequestBody::Stats);
+    assert_eq!(r.invalidations, vec![x], "the creator hears of the change");
+    // And a commit of the creator that read its stale copy is refused.
+    let r = h.request(1, 61, txn(class, &[x], &[], 0));
+    assert!(matches!(r.body, ReplyBody::CommitRefused { code: RefusedCode::Stale, .. }), "{r:?}");
 }
 
 /// Commits through the embedded path at an explicit timestamp (as a coordinator's prepare
