@@ -100,5 +100,5 @@ pub fn load_bank_of(s: &Session, n: usize) -> Result<Vec<Ref<Account>>> {
 /// Whether a failed attempt is a concurrency-control conflict (abort and retry it) rather than
 /// an error.
 pub fn is_conflict(e: &ClientError) -> bool {
-    matches!(e, ClientError::Refused { code, .. } if code.is_conflict())
+    e.is_conflict()
 }

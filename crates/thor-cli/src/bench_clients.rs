@@ -26,13 +26,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use thor_client::{ClientError, Ref, Session, SessionConfig};
+use thor_client::{Ref, Session, SessionConfig};
 use thor_net::{ClientConfig, NetConfig, Server, TcpTransport};
 use thor_server::{Engine, EngineOptions};
 use thor_storage::FileDisk;
 
-use crate::bank::{self, Account, is_conflict, version_of};
+use crate::bank::{self, Account, version_of};
 
+/// Attempts a transaction may take before the run fails (`SessionConfig::run_attempts_max`).
+const RUN_ATTEMPTS: u32 = 10_000;
 /// Each account's opening balance.
 const OPENING: u64 = 1_000;
 
@@ -225,7 +227,9 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
     let connect = move |name: String| -> Result<Session> {
         let cfg = ClientConfig { client_name: name, ..ClientConfig::default() };
         let t = TcpTransport::connect(addr, &cfg)?;
-        Ok(Session::new(Box::new(t), SessionConfig::default())?)
+        // Under high contention a transfer may lose many times in a row: retry for long.
+        let cfg = SessionConfig { run_attempts_max: RUN_ATTEMPTS, ..SessionConfig::default() };
+        Ok(Session::new(Box::new(t), cfg)?)
     };
     let opening = match b.workload {
         Workload::Transfers => OPENING,
@@ -341,8 +345,8 @@ fn draw(workload: Workload, n: usize, rng: &mut thor_storage::SplitMix64) -> Pla
     }
 }
 
-/// Runs transactions until `stop`; counts them. A conflict aborts the attempt and the same
-/// transaction is retried after a short jittered backoff.
+/// Runs transactions until `stop`; counts them. Each goes through [`Session::run`]: a conflict
+/// aborts the attempt and the same transaction runs again after a jittered backoff.
 fn work(
     s: &Session,
     workload: Workload,
@@ -353,14 +357,14 @@ fn work(
     let mut rng = thor_storage::SplitMix64::new(0x5EED ^ u64::from(client));
     let mut t = Tally::default();
     let mut attempt = 0u32;
+    let conflicts_before = s.stats().conflicts;
     while !stop.load(Ordering::Relaxed) {
         let plan = draw(workload, accounts.len(), &mut rng);
         let began = Instant::now();
-        let mut backoff_us = 50u64;
-        loop {
-            attempt += 1;
-            let version = version_of(client, attempt);
-            let result = (|| -> Result<u64, ClientError> {
+        let added = s
+            .run(|s| {
+                attempt += 1;
+                let version = version_of(client, attempt);
                 let mut added = 0;
                 if let Some(want) = plan.transfer {
                     let a = s.get(accounts[plan.accounts[0]])?;
@@ -380,32 +384,16 @@ fn work(
                         }
                     }
                 }
-                s.commit()?;
                 Ok(added)
-            })();
-            match result {
-                Ok(added) => {
-                    t.committed += 1;
-                    t.increments += added;
-                    if plan.transfer.is_none() && added == 0 {
-                        t.read_only += 1;
-                    }
-                    t.latencies_us.push(began.elapsed().as_secs_f64() * 1e6);
-                    break;
-                }
-                Err(e) if is_conflict(&e) => {
-                    s.abort();
-                    t.aborted += 1;
-                    if stop.load(Ordering::Relaxed) {
-                        return Ok(t);
-                    }
-                    let jitter = rng.below(backoff_us + 1);
-                    std::thread::sleep(Duration::from_micros(backoff_us / 2 + jitter));
-                    backoff_us = (backoff_us * 2).min(20_000);
-                }
-                Err(e) => return Err(e).context("transaction"),
-            }
+            })
+            .context("transaction")?;
+        t.committed += 1;
+        t.increments += added;
+        if plan.transfer.is_none() && added == 0 {
+            t.read_only += 1;
         }
+        t.latencies_us.push(began.elapsed().as_secs_f64() * 1e6);
     }
+    t.aborted = s.stats().conflicts - conflicts_before;
     Ok(t)
 }

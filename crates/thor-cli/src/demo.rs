@@ -50,7 +50,7 @@ fn session(h: &Arc<Engine>, cache_bytes: usize, policy: PolicyConfig) -> Result<
     let t = LocalTransport::connect(h.clone(), &ClientConfig::default())?;
     Ok(Session::new(
         Box::new(t),
-        SessionConfig { cache_bytes, policy, background_replacement: true },
+        SessionConfig { cache_bytes, policy, ..SessionConfig::default() },
     )?)
 }
 

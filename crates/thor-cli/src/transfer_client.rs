@@ -142,10 +142,15 @@ pub fn run(a: TransferClient) -> Result<()> {
                 &mut writes,
             );
             if let Err(e) = before_commit {
-                // Not sent for commit: nobody saw it, nothing to record.
+                // Not sent for commit: nobody saw it, nothing to record. A conflict here is an
+                // invalidation of something it read; the next attempt reads afresh.
                 s.abort();
                 if lost(&e) {
                     break SessionEnd::Lost;
+                }
+                if is_conflict(&e) {
+                    aborted += 1;
+                    continue;
                 }
                 return Err(e).context("transfer");
             }
@@ -155,7 +160,7 @@ pub fn run(a: TransferClient) -> Result<()> {
                     "committed"
                 }
                 Err(e) if is_conflict(&e) => {
-                    s.abort();
+                    // Aborted already; nothing to undo.
                     aborted += 1;
                     "aborted"
                 }

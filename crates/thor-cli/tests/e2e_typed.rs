@@ -36,7 +36,7 @@ fn session(addr: SocketAddr, cache_bytes: usize) -> Session {
     let t = TcpTransport::connect(addr, &cfg).unwrap();
     Session::new(
         Box::new(t),
-        SessionConfig { cache_bytes, policy: PolicyConfig::Fpc, background_replacement: true },
+        SessionConfig { cache_bytes, policy: PolicyConfig::Fpc, ..SessionConfig::default() },
     )
     .unwrap()
 }
