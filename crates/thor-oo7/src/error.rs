@@ -30,6 +30,20 @@ pub enum Oo7Error {
     /// database).
     #[error("inconsistent database: {0}")]
     Inconsistent(String),
+    /// A multi-client run's traversal was refused for conflicts too many times in a row
+    /// (`limits::CONFLICTS_IN_A_ROW_MAX`): other clients keep changing what it reads. Run
+    /// fewer clients, or each on its own module.
+    #[error("client {client} gave up {op} after {aborts} conflicts in a row (the last: {last})")]
+    Conflicts {
+        /// The client (0-based).
+        client: usize,
+        /// The traversal.
+        op: &'static str,
+        /// Conflicts in a row.
+        aborts: u32,
+        /// The last conflict, as the client library reported it.
+        last: String,
+    },
     /// The traversal or query name is unknown.
     #[error("unknown operation {0:?}")]
     UnknownOperation(String),

@@ -87,12 +87,28 @@ pub fn open_embedded(dir: &Path) -> Result<Arc<Engine>, Oo7Error> {
 
 /// A new session at `endpoint`.
 pub fn connect(endpoint: &Endpoint, cfg: SessionConfig) -> Result<Session, Oo7Error> {
+    connect_with(endpoint, cfg, ClientConfig::default())
+}
+
+/// A new session at `endpoint` that names itself `client_name` in the server's logs.
+pub fn connect_as(
+    endpoint: &Endpoint,
+    cfg: SessionConfig,
+    client_name: &str,
+) -> Result<Session, Oo7Error> {
+    let c = ClientConfig { client_name: client_name.to_string(), ..ClientConfig::default() };
+    connect_with(endpoint, cfg, c)
+}
+
+fn connect_with(
+    endpoint: &Endpoint,
+    cfg: SessionConfig,
+    client: ClientConfig,
+) -> Result<Session, Oo7Error> {
     let t: Box<dyn Transport> = match endpoint {
-        Endpoint::Embedded(h) => {
-            Box::new(LocalTransport::connect(h.clone(), &ClientConfig::default())?)
-        }
+        Endpoint::Embedded(h) => Box::new(LocalTransport::connect(h.clone(), &client)?),
         Endpoint::Tcp { addr, token } => {
-            let c = ClientConfig { token: token.clone(), ..ClientConfig::default() };
+            let c = ClientConfig { token: token.clone(), ..client };
             Box::new(TcpTransport::connect(addr.as_str(), &c)?)
         }
     };
@@ -199,6 +215,19 @@ fn secs(d: Duration) -> f64 {
 pub fn thread_cpu() -> Option<Duration> {
     let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
     s.split_whitespace().next()?.parse().ok().map(Duration::from_nanos)
+}
+
+/// CPU time of the whole process so far (every thread, live or ended: user plus system), from
+/// Linux's `/proc/self/stat` (fields 14 and 15, in clock ticks of 1/100 s, the fixed `USER_HZ`
+/// of the kernel's interface). `None` elsewhere. Resolves 10 ms, so use it over seconds.
+pub fn process_cpu() -> Option<Duration> {
+    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    let rest = &s[s.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace().skip(11);
+    let utime: u64 = f.next()?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 10))
 }
 
 /// The mean of `xs` (which must not be empty). CPU time is averaged, not taken at the median:
@@ -490,4 +519,26 @@ pub fn run_native_on(
         cpu_s: (!cpus.is_empty()).then(|| secs(mean(cpus))),
         generate_s,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn process_cpu_counts_threads_that_ended() {
+        let (Some(before), Some(_)) = (super::process_cpu(), super::thread_cpu()) else { return };
+        std::thread::spawn(|| {
+            // Spin for 50 ms of this thread's own CPU time, however busy the machine is.
+            let start = super::thread_cpu().unwrap();
+            let mut x = 0u64;
+            while super::thread_cpu().unwrap() - start < std::time::Duration::from_millis(50) {
+                for _ in 0..10_000 {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+            }
+        })
+        .join()
+        .unwrap();
+        let after = super::process_cpu().unwrap();
+        assert!(after >= before + std::time::Duration::from_millis(20), "{before:?} -> {after:?}");
+    }
 }

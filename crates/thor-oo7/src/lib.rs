@@ -12,6 +12,8 @@
 //! - [`dynamic`]: the HAC paper's dynamic traversal.
 //! - [`experiment`]: opening a database, running operations hot or cold under a cache policy,
 //!   and measuring what the papers measure.
+//! - [`multi`]: several clients, each with its own session, traversing their own modules or
+//!   one shared module at once, with conflicts retried; per-client and total throughput.
 //!
 //! *Architecture invariant:* the thor and native builds of a database come from one
 //! [`plan::Plan`], and the traversals of both follow the same algorithm (an explicit-stack
@@ -24,6 +26,7 @@ pub mod error;
 pub mod experiment;
 pub mod limits;
 pub mod load;
+pub mod multi;
 pub mod native;
 pub mod ops;
 pub mod params;

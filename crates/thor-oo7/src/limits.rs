@@ -36,7 +36,23 @@ pub const BTREE_FANOUT: usize = 64;
 pub const STRUCTURAL_MAX: usize = 1_000;
 /// Operations of a dynamic traversal.
 pub const DYNAMIC_OPS_MAX: usize = 10_000_000;
+/// Clients of a multi-client run: a thread, a session and a connection each. OO7's large
+/// database has 10 modules and the bound on modules is 64; more clients than that could only
+/// share modules.
+pub const CLIENTS_MAX: usize = MODULES_MAX;
+/// The first backoff ceiling after a conflict in a multi-client run (1 ms: a hot small-module
+/// traversal takes milliseconds, so a shorter sleep would only retry into the same conflict).
+pub const BACKOFF_MIN_US: u64 = 1_000;
+/// The largest backoff ceiling (50 ms): long enough for a conflicting writer to commit a
+/// traversal of a small module, short enough that a timed run loses little to sleeping.
+pub const BACKOFF_MAX_US: u64 = 50_000;
+/// Conflicts in a row after which a multi-client traversal gives up and fails the run, so
+/// that a client that can never commit (for example one that cannot refresh its stale copies)
+/// reports it instead of retrying for ever: at the largest backoff, at least 5 s of sleeping.
+pub const CONFLICTS_IN_A_ROW_MAX: u32 = 200;
 
+const _: () = assert!(BACKOFF_MIN_US >= 2 && BACKOFF_MIN_US <= BACKOFF_MAX_US);
+const _: () = assert!(CONFLICTS_IN_A_ROW_MAX >= 1);
 const _: () = assert!(8 * BTREE_FANOUT + 8 <= thor_core::limits::CLASS_FIXED_MAX_BYTES);
 const _: () = assert!(ATOMIC_PARTS_MAX <= u32::MAX as usize);
 const _: () =

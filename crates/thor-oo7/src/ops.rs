@@ -136,6 +136,13 @@ impl Op {
         )
     }
 
+    /// Whether the operation walks each module's assembly tree and works on the composite
+    /// parts it reaches (T1 and its variants, T2a-c, T3a-c, T4, T5, T6), so that it can run on
+    /// one module alone ([`crate::traverse::Db::run_on_module`]).
+    pub fn walks_modules(self) -> bool {
+        crate::traverse::PartOp::of(self).is_some()
+    }
+
     /// How a traversal treats each atomic part it visits.
     pub(crate) fn graph_mode(self) -> Option<GraphMode> {
         let update =

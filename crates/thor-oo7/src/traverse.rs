@@ -236,6 +236,31 @@ impl<'s, T: Trace> Db<'s, T> {
         Ok(out)
     }
 
+    /// Runs traversal `op` on module `module` (0-based, in the root's module list) only: its
+    /// assembly tree and the private composite parts of its base assemblies, which belong to
+    /// that module alone (`oo7-spec.md`: each base assembly draws its private parts from its own
+    /// module). Clients running this on different modules therefore read and write disjoint
+    /// objects. Only the traversals that walk the assembly tree qualify
+    /// ([`Op::walks_modules`]); the others are an [`Oo7Error::UnknownOperation`].
+    pub fn run_on_module(&mut self, op: Op, module: usize) -> Result<OpResult, Oo7Error> {
+        let Some(p) = PartOp::of(op) else {
+            return Err(Oo7Error::UnknownOperation(format!(
+                "{} (it does not walk a module's assembly tree)",
+                op.name()
+            )));
+        };
+        let Some(&m) = self.modules.get(module) else {
+            return Err(Oo7Error::BadParams(format!(
+                "module {module} does not exist: the database has {}",
+                self.modules.len()
+            )));
+        };
+        let mut out = OpResult::default();
+        let root = self.get(m)?.get(Module::design_root);
+        self.walk_complex(root, 1, p, &mut out)?;
+        Ok(out)
+    }
+
     fn walk_complex(
         &mut self,
         r: Ref<ComplexAssembly>,

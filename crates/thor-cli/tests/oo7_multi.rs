@@ -1,0 +1,116 @@
+//! `thor oo7 multi` end to end on the tiny database loaded with two modules: clients on their
+//! own modules and on one shared module, counted and timed runs, the JSON report's shape and
+//! sums, and the error for a database with too few modules.
+//!
+//! The runs with two clients are read-only (T1). A writer's commit sends invalidations to the
+//! other clients that were sent its pages (neighbouring modules share a page at their
+//! boundary), and the client library does not apply invalidations yet: a debug build asserts
+//! that none arrive. T2b runs here with one client; two-client writers belong here once the
+//! client applies invalidations.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn thor(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_thor")).args(args).output().expect("thor runs")
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = thor(args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("valid JSON on stdout")
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+/// Checks one run of the report: its shape, every client's work, and that the totals are the
+/// sums of the clients' figures. Returns the total traversals.
+fn check_run(run: &Value, clients: u64, mode: &str, traversal: &str) -> u64 {
+    assert_eq!(run["clients"], clients);
+    assert_eq!(run["mode"], mode);
+    assert_eq!(run["traversal"], traversal);
+    assert_eq!(run["modules"], 2);
+    assert_eq!(run["warmup_excluded"], true);
+    let per = run["per_client"].as_array().unwrap();
+    assert_eq!(per.len() as u64, clients);
+    let mut sums = [0u64; 4];
+    let mut longest = 0f64;
+    for (i, c) in per.iter().enumerate() {
+        assert_eq!(c["client"], i);
+        let module = if mode == "private" { i } else { 0 };
+        assert_eq!(c["module"], module, "{c}");
+        assert!(u(&c["traversals"]) >= 1, "{c}");
+        // One transaction per traversal.
+        assert_eq!(c["commits"], c["traversals"], "{c}");
+        assert!(c["traversals_per_s"].as_f64().unwrap() > 0.0, "{c}");
+        assert!(c["warmup_s"].as_f64().unwrap() > 0.0, "{c}");
+        for (k, f) in ["traversals", "commits", "aborts", "fetches"].iter().enumerate() {
+            sums[k] += u(&c[f]);
+        }
+        longest = longest.max(c["elapsed_s"].as_f64().unwrap());
+    }
+    let t = &run["total"];
+    for (k, f) in ["traversals", "commits", "aborts", "fetches"].iter().enumerate() {
+        assert_eq!(u(&t[f]), sums[k], "total {f}");
+    }
+    assert_eq!(t["elapsed_s"].as_f64().unwrap(), longest);
+    let rate = t["traversals_per_s"].as_f64().unwrap();
+    assert!((rate - sums[0] as f64 / longest).abs() < 1e-6 * rate.max(1.0), "{t}");
+    sums[0]
+}
+
+#[test]
+fn oo7_multi_private_and_shared_on_the_tiny_database() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    let dir = db.to_str().unwrap();
+    let load = json(&["oo7", "load", "--dir", dir, "--size", "tiny", "--modules", "2", "--json"]);
+    assert_eq!(load["counts"]["Module"], 2);
+
+    let multi = |extra: &[&str]| {
+        let mut args = vec!["oo7", "multi", "--dir", dir, "--cache-mb", "8", "--json"];
+        args.extend_from_slice(extra);
+        json(&args)
+    };
+    for mode in ["private", "shared"] {
+        let v = multi(&["--traversal", "t1", "--clients", "1,2", "--mode", mode, "--repeat", "3"]);
+        let runs = v["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 2);
+        for (run, clients) in runs.iter().zip([1, 2]) {
+            assert_eq!(run["repeat"], 3);
+            assert_eq!(check_run(run, clients, mode, "t1"), 3 * clients);
+            // Read-only: nothing to conflict with.
+            assert_eq!(run["total"]["aborts"], 0);
+        }
+    }
+
+    // A timed run: every client completes at least one traversal in its window.
+    let v = multi(&["--traversal", "t1", "--clients", "2", "--seconds", "0.3"]);
+    let run = &v["runs"][0];
+    assert_eq!(run["seconds"], 0.3);
+    check_run(run, 2, "private", "t1");
+
+    // An update traversal commits its updates.
+    let v = multi(&["--traversal", "t2b", "--clients", "1", "--repeat", "2"]);
+    let run = &v["runs"][0];
+    check_run(run, 1, "private", "t2b");
+    let c = &run["per_client"][0];
+    assert!(u(&c["updates"]) > 0 && c["updates"] == c["parts_visited"], "{c}");
+
+    // Too few modules for private mode: a clear error, before any client runs.
+    let out = thor(&["oo7", "multi", "--dir", dir, "--traversal", "t1", "--clients", "3"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "the database has 2 modules; private mode with 3 clients needs 3: load it with \
+             --modules 3"
+        ),
+        "{err}"
+    );
+    let out = thor(&["oo7", "multi", "--dir", dir, "--traversal", "q1"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not walk"));
+}
