@@ -123,16 +123,19 @@ pub fn run(args: ServerArgs) -> Result<()> {
         ..NetConfig::default()
     };
     let server = Server::start(&args.listen, engine.clone(), net)?;
-    info!(
-        "listening on {} (database {}, server id {}, {} KiB pages, authentication {}, at most {} connections)",
-        server.local_addr(),
-        args.dir.display(),
-        engine.server_id().0,
-        engine.page_size() / 1024,
-        if auth { "on" } else { "off" },
-        args.max_connections,
-    );
-    server.wait_for_signal()?;
+    // "listening" is said once the signal handlers are in: a supervisor (or a test) that sends
+    // SIGTERM as soon as it reads it gets a clean shutdown.
+    server.wait_for_signal_after(|| {
+        info!(
+            "listening on {} (database {}, server id {}, {} KiB pages, authentication {}, at most {} connections)",
+            server.local_addr(),
+            args.dir.display(),
+            engine.server_id().0,
+            engine.page_size() / 1024,
+            if auth { "on" } else { "off" },
+            args.max_connections,
+        )
+    })?;
     info!("signal received: shutting down");
     server.shutdown()?;
     let s = engine.server_stats();

@@ -2,11 +2,9 @@
 //! own modules and on one shared module, counted and timed runs, the JSON report's shape and
 //! sums, and the error for a database with too few modules.
 //!
-//! The runs with two clients are read-only (T1). A writer's commit sends invalidations to the
-//! other clients that were sent its pages (neighbouring modules share a page at their
-//! boundary), and the client library does not apply invalidations yet: a debug build asserts
-//! that none arrive. T2b runs here with one client; two-client writers belong here once the
-//! client applies invalidations.
+//! Writers (T2b) run with two clients too, on their own modules and on one shared module: their
+//! commits invalidate each other's copies (neighbouring modules share a page at their
+//! boundary), and conflicts are aborted and retried until every traversal commits.
 
 use std::process::{Command, Output};
 
@@ -93,12 +91,16 @@ fn oo7_multi_private_and_shared_on_the_tiny_database() {
     assert_eq!(run["seconds"], 0.3);
     check_run(run, 2, "private", "t1");
 
-    // An update traversal commits its updates.
-    let v = multi(&["--traversal", "t2b", "--clients", "1", "--repeat", "2"]);
-    let run = &v["runs"][0];
-    check_run(run, 1, "private", "t2b");
-    let c = &run["per_client"][0];
-    assert!(u(&c["updates"]) > 0 && c["updates"] == c["parts_visited"], "{c}");
+    // Update traversals commit their updates, alone, side by side and on one module.
+    for (clients, mode) in [("1", "private"), ("2", "private"), ("2", "shared")] {
+        let v =
+            multi(&["--traversal", "t2b", "--clients", clients, "--mode", mode, "--repeat", "2"]);
+        let run = &v["runs"][0];
+        check_run(run, clients.parse().unwrap(), mode, "t2b");
+        for c in run["per_client"].as_array().unwrap() {
+            assert!(u(&c["updates"]) > 0 && c["updates"] == c["parts_visited"], "{c}");
+        }
+    }
 
     // Too few modules for private mode: a clear error, before any client runs.
     let out = thor(&["oo7", "multi", "--dir", dir, "--traversal", "t1", "--clients", "3"]);

@@ -42,4 +42,4 @@ pub use error::NetError;
 #[cfg(feature = "server")]
 pub use local::LocalTransport;
 #[cfg(feature = "server")]
-pub use server::{NetConfig, NetStats, Server, serve, shutdown_signal};
+pub use server::{NetConfig, NetStats, Server, ShutdownSignal, serve, shutdown_signal};

@@ -551,18 +551,51 @@ async fn serve_with_stats(
 
 /// Completes when the process receives Ctrl-C (SIGINT) or SIGTERM.
 pub async fn shutdown_signal() -> std::io::Result<()> {
+    ShutdownSignal::register()?.wait().await
+}
+
+/// SIGINT and SIGTERM handlers, installed when this is made: a signal that arrives after
+/// [`ShutdownSignal::register`] returns is seen by [`ShutdownSignal::wait`], however late the
+/// wait starts (a program may announce that it is ready in between).
+#[derive(Debug)]
+pub struct ShutdownSignal {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate())?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r,
-            _ = term.recv() => Ok(()),
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignal {
+    /// Installs the handlers. Must run inside a tokio runtime.
+    pub fn register() -> std::io::Result<ShutdownSignal> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(ShutdownSignal {
+                int: signal(SignalKind::interrupt())?,
+                term: signal(SignalKind::terminate())?,
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            Ok(ShutdownSignal {})
         }
     }
-    #[cfg(not(unix))]
-    {
-        tokio::signal::ctrl_c().await
+
+    /// Resolves at the first SIGINT or SIGTERM since [`ShutdownSignal::register`].
+    pub async fn wait(mut self) -> std::io::Result<()> {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.int.recv() => Ok(()),
+                _ = self.term.recv() => Ok(()),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = &mut self;
+            tokio::signal::ctrl_c().await
+        }
     }
 }
 
@@ -632,9 +665,25 @@ impl Server {
 
     /// Blocks until the process receives Ctrl-C or SIGTERM.
     pub fn wait_for_signal(&self) -> Result<(), NetError> {
+        self.wait_for_signal_after(|| {})
+    }
+
+    /// Installs the SIGINT and SIGTERM handlers, calls `ready` (say "listening" there: a signal
+    /// sent as soon as that is seen must stop the server cleanly, not kill it), then waits for
+    /// a signal.
+    pub fn wait_for_signal_after(&self, ready: impl FnOnce()) -> Result<(), NetError> {
         match &self.runtime {
-            Some(rt) => rt.block_on(shutdown_signal()).map_err(NetError::Signal),
-            None => Ok(()),
+            Some(rt) => rt
+                .block_on(async {
+                    let signal = ShutdownSignal::register()?;
+                    ready();
+                    signal.wait().await
+                })
+                .map_err(NetError::Signal),
+            None => {
+                ready();
+                Ok(())
+            }
         }
     }
 

@@ -68,7 +68,7 @@ use crate::traverse::Db;
 /// Whether a failed attempt is a concurrency-control conflict (abort and run it again) rather
 /// than an error. The one place that knows how the client library reports conflicts.
 fn is_conflict(e: &ClientError) -> bool {
-    matches!(e, ClientError::Refused { code, .. } if code.is_conflict())
+    e.is_conflict()
 }
 
 /// Which module each client traverses.
@@ -504,6 +504,7 @@ fn client(
         cache_bytes: cfg.cache_bytes,
         policy: cfg.policy,
         background_replacement: cfg.background_replacement,
+        ..SessionConfig::default()
     };
     let s = connect_as(endpoint, scfg, &format!("oo7 multi client {i}"))?;
     let mut db = Db::open(&s)?;

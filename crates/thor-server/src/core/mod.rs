@@ -545,6 +545,11 @@ pub struct Core {
     to_drain: Vec<ConnId>,
     /// Who waits for each prepared commit, by LSN.
     prepared_origin: FxHashMap<Lsn, Origin>,
+    /// Rule-1 refusals held until the log is durable up to the LSN given, which covers the
+    /// committing writer that caused them: answered then, they carry its invalidations, so the
+    /// client's next attempt reads the new version instead of failing again on its stale copy.
+    /// At most one per connection (a connection's later requests wait for its commit's answer).
+    held_refusals: Vec<(Lsn, Origin, cc::Refusal)>,
     /// Whether the log is still being replayed: rounds start only when recovery asks.
     recovering: bool,
     /// Concurrency control: timestamps, validation queue, directories, invalid sets.
@@ -583,6 +588,7 @@ impl Core {
             driver: DriverCounters::default(),
             to_drain: Vec::new(),
             prepared_origin: FxHashMap::default(),
+            held_refusals: Vec::new(),
             recovering: true,
         })
     }
@@ -1040,10 +1046,35 @@ impl Core {
     }
 
     /// Answers a commit that concurrency control refused.
+    ///
+    /// A rule-1 refusal (the transaction read what a committing transaction writes) waits
+    /// until the log is durable up to the newest prepared commit: the writer's invalidations
+    /// then ride on the refusal (`held_refusals`).
     fn refuse(&mut self, origin: Origin, r: cc::Refusal, fx: &mut Vec<Effect>) {
         self.cc.count_refusal(&r);
         self.counters.commits_refused += 1;
+        if matches!(r, cc::Refusal::Rule1(_))
+            && let Some(p) = self.store.pending.back()
+        {
+            self.held_refusals.push((p.lsn, origin, r));
+            return;
+        }
         self.answer_commit(origin, Err(EngineError::Conflict(r)), fx);
+    }
+
+    /// Answers the held refusals whose writers are durable (all of them with `all`).
+    fn release_refusals(&mut self, durable: Lsn, all: bool, fx: &mut Vec<Effect>) {
+        if self.held_refusals.is_empty() {
+            return;
+        }
+        let held = std::mem::take(&mut self.held_refusals);
+        for (lsn, origin, r) in held {
+            if all || lsn <= durable {
+                self.answer_commit(origin, Err(EngineError::Conflict(r)), fx);
+            } else {
+                self.held_refusals.push((lsn, origin, r));
+            }
+        }
     }
 
     /// Prepares queued commits, in order, until one must wait.
@@ -1172,6 +1203,7 @@ impl Core {
                 self.answer_commit(origin, Ok(out), fx);
             }
         }
+        self.release_refusals(lsn, false, fx);
     }
 
     /// Starts an install round when one is due.
@@ -1370,6 +1402,8 @@ impl Core {
         while let Some(q) = self.queue.pop_front() {
             self.answer_commit(q.origin, Err(EngineError::Failed(why.clone())), fx);
         }
+        // Refused either way: they need not wait for a durability that will not come.
+        self.release_refusals(Lsn(0), true, fx);
         if let Some(round) = self.round.take() {
             for t in round.waiters {
                 let r = DirectResult::Flushed(Err(EngineError::Failed(why.clone())));

@@ -630,6 +630,30 @@ fn write_skew_refused() {
 }
 
 #[test]
+fn rule1_refusal_waits_for_the_writer_and_carries_its_invalidation() {
+    // T2 read x, which T1 (prepared, not yet durable) writes. T2's refusal is held until T1 is
+    // durable, so that it carries x's invalidation: T2's next attempt reads the new x instead
+    // of failing again on its stale copy.
+    let mut h = Harness::new(config());
+    h.connect(1, b"");
+    h.connect(2, b"");
+    let (class, x, y) = two_items(&mut h, 1);
+    for conn in [1, 2] {
+        h.request(conn, 3, RequestBody::Fetch { page: x.page().unwrap() });
+    }
+    h.step(Input::Request { conn: 1, id: 4, req: Request::new(txn(class, &[x], &[x], 1)) });
+    h.step(Input::Request { conn: 2, id: 4, req: Request::new(txn(class, &[x], &[y], 2)) });
+    assert!(h.take_answers().is_empty(), "neither is answered before T1 is durable");
+    assert_eq!(h.core.cc.counters().refused_rule1, 1, "T2 was refused at validation");
+    let out = h.settle();
+    let r1 = &replies_to(&out, 1)[0].1;
+    let r2 = &replies_to(&out, 2)[0].1;
+    assert!(matches!(r1.body, ReplyBody::CommitOk { .. }), "{r1:?}");
+    assert_eq!(refusal(r2), Some(RefusedCode::Conflict), "{r2:?}");
+    assert_eq!(r2.invalidations, vec![x], "the refusal brings the writer's invalidation");
+}
+
+#[test]
 fn read_only_sees_one_snapshot() {
     // A read-only transaction that read x before and y after another transaction changed
     // both saw no serial state: refused. One that read current copies commits with no record.
