@@ -20,11 +20,32 @@ mod transfer_client;
 #[command(
     name = "thor",
     version,
-    about = "thor: a distributed, transactional, persistent object store"
+    about = "thor: a distributed, transactional, persistent object store",
+    after_help = "Logging goes to stderr: -v for debug, -vv for trace, -q for warnings only, -qq \
+                  for errors only; RUST_LOG (e.g. RUST_LOG=thor_server=debug) overrides them. \
+                  Errors print one line; RUST_BACKTRACE=1 adds a backtrace."
 )]
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// More log output (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Less log output (repeat for less).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "verbose")]
+    quiet: u8,
+    /// Log line format.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    /// One human-readable line per event, with a UTC timestamp.
+    Text,
+    /// One JSON object per event.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -41,13 +62,88 @@ enum Command {
     Sim(sim::SimArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    if !matches!(cli.command, Command::Server(_)) {
+        restore_default_sigpipe();
+    }
+    init_logging(&cli);
+    let result = match cli.command {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Oo7(a) => oo7::run(a),
         Command::Server(a) => server::run(a),
         Command::Sim(a) => sim::run(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", report(&e));
+            if std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0")
+                && e.backtrace().status() == std::backtrace::BacktraceStatus::Captured
+            {
+                eprintln!("{}", e.backtrace());
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line, each said once: a layer whose message already
+/// includes its cause's (`transport: connection refused` over `connection refused`) hides the
+/// repetition.
+fn report(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut prev = String::new();
+    for cause in e.chain() {
+        let msg = cause.to_string();
+        if prev.contains(&msg) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&msg);
+        prev = msg;
+    }
+    out
+}
+
+/// Logging to stderr at the level `-v`/`-q` ask for (info by default), or as `RUST_LOG` says.
+fn init_logging(cli: &Cli) {
+    use tracing_subscriber::EnvFilter;
+    let level = match i16::from(cli.verbose) - i16::from(cli.quiet) {
+        i16::MIN..=-2 => "error",
+        -1 => "warn",
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(spec) if !spec.is_empty() => EnvFilter::try_new(&spec).unwrap_or_else(|e| {
+            eprintln!("warning: RUST_LOG={spec:?} is not a valid filter ({e}); using {level}");
+            EnvFilter::new(level)
+        }),
+        _ => EnvFilter::new(level),
+    };
+    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
+    let _ = match cli.log_format {
+        LogFormat::Text => {
+            use std::io::IsTerminal;
+            builder.with_ansi(std::io::stderr().is_terminal()).try_init()
+        }
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// A command whose standard output is closed (`thor demo | head`) ends quietly, as Unix tools
+/// do, instead of panicking on the failed write. Not for `thor server`, which must survive a
+/// closed pipe.
+fn restore_default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called at the start of main, before any thread is spawned; setting a signal's
+    // disposition to SIG_DFL has no memory effects.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

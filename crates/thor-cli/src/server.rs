@@ -9,7 +9,6 @@
 //! the server stops accepting, answers the requests in flight, closes every connection, installs
 //! the MOB into the page file (so that the next start has no log to replay) and exits.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,9 +48,6 @@ pub struct ServerArgs {
     /// Seconds a connection may wait between requests before it is closed.
     #[arg(long, default_value_t = 300)]
     idle_timeout_s: u64,
-    /// Log every connection and protocol error.
-    #[arg(long, short)]
-    verbose: bool,
 }
 
 fn token(args: &ServerArgs) -> Result<Vec<u8>> {
@@ -101,14 +97,6 @@ fn open_engine(args: &ServerArgs, protocol: ProtocolConfig) -> Result<Engine> {
 }
 
 pub fn run(args: ServerArgs) -> Result<()> {
-    let level = if args.verbose { tracing::Level::DEBUG } else { tracing::Level::INFO };
-    // Timestamps (RFC 3339, UTC) on every line, to stderr.
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_max_level(level)
-        .try_init();
-
     let token = token(&args)?;
     let config = ProtocolConfig {
         token,
