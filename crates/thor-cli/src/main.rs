@@ -14,6 +14,7 @@ mod oo7;
 mod plot;
 mod server;
 mod sim;
+mod stats;
 mod transfer_client;
 
 #[derive(Debug, Parser)]
@@ -58,6 +59,8 @@ enum Command {
     Oo7(oo7::Oo7Args),
     /// Serve a database over TCP until Ctrl-C or SIGTERM.
     Server(server::ServerArgs),
+    /// Print a running server's counters.
+    Stats(stats::StatsArgs),
     /// Simulate client caches over a shared array cache (the DEMOTE study and more).
     Sim(sim::SimArgs),
 }
@@ -74,6 +77,7 @@ fn main() -> std::process::ExitCode {
         Command::Oo7(a) => oo7::run(a),
         Command::Server(a) => server::run(a),
         Command::Sim(a) => sim::run(a),
+        Command::Stats(a) => stats::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

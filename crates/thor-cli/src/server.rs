@@ -48,6 +48,9 @@ pub struct ServerArgs {
     /// Seconds a connection may wait between requests before it is closed.
     #[arg(long, default_value_t = 300)]
     idle_timeout_s: u64,
+    /// Serve the server's counters to Prometheus at http://ADDR/metrics (e.g. 127.0.0.1:9400).
+    #[arg(long)]
+    metrics_listen: Option<String>,
 }
 
 fn token(args: &ServerArgs) -> Result<Vec<u8>> {
@@ -105,12 +108,27 @@ pub fn run(args: ServerArgs) -> Result<()> {
     };
     config.validate()?;
     let auth = !config.token.is_empty();
+    // Both addresses are bound before the database is opened or created: a bad address fails
+    // with nothing made.
+    let listener = std::net::TcpListener::bind(&args.listen)
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let metrics = match &args.metrics_listen {
+        Some(a) => Some(
+            std::net::TcpListener::bind(a)
+                .with_context(|| format!("cannot listen for metrics on {a}"))?,
+        ),
+        None => None,
+    };
     let engine = Arc::new(open_engine(&args, config)?);
     let net = NetConfig {
         idle_timeout: Duration::from_secs(args.idle_timeout_s),
         ..NetConfig::default()
     };
-    let server = Server::start(&args.listen, engine.clone(), net)?;
+    let server = Server::start_on(listener, engine.clone(), net)?;
+    if let Some(listener) = metrics {
+        info!("metrics on http://{}/metrics", listener.local_addr()?);
+        crate::stats::serve_metrics(listener, engine.clone());
+    }
     // "listening" is said once the signal handlers are in: a supervisor (or a test) that sends
     // SIGTERM as soon as it reads it gets a clean shutdown.
     server.wait_for_signal_after(|| {

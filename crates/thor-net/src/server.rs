@@ -625,18 +625,33 @@ impl Server {
     /// Starts serving `engine` on `addr` (use port 0 for any free port; see
     /// [`Server::local_addr`]).
     pub fn start(addr: &str, engine: Arc<Engine>, config: NetConfig) -> Result<Server, NetError> {
+        let bind = |source| NetError::Bind { addr: addr.to_owned(), source };
+        let listener = std::net::TcpListener::bind(addr).map_err(bind)?;
+        Server::start_on(listener, engine, config)
+    }
+
+    /// [`Server::start`] on a listener the caller bound (so that a program can fail on a bad
+    /// address before it opens or creates anything).
+    pub fn start_on(
+        listener: std::net::TcpListener,
+        engine: Arc<Engine>,
+        config: NetConfig,
+    ) -> Result<Server, NetError> {
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| NetError::Bind { addr: "the given listener".into(), source })?;
+        let bind = |source| NetError::Bind { addr: local_addr.to_string(), source };
         let mut builder = tokio::runtime::Builder::new_multi_thread();
         builder.enable_all().thread_name("thor-net");
         if config.worker_threads > 0 {
             builder.worker_threads(config.worker_threads);
         }
         let runtime = builder.build().map_err(NetError::Runtime)?;
-        let listener = runtime
-            .block_on(TcpListener::bind(addr))
-            .map_err(|source| NetError::Bind { addr: addr.to_owned(), source })?;
-        let local_addr = listener
-            .local_addr()
-            .map_err(|source| NetError::Bind { addr: addr.to_owned(), source })?;
+        listener.set_nonblocking(true).map_err(bind)?;
+        let listener = {
+            let _guard = runtime.enter();
+            TcpListener::from_std(listener).map_err(bind)?
+        };
         let (stop, stopped) = oneshot::channel::<()>();
         let stats = Arc::new(NetStats::default());
         let task =

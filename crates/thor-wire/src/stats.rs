@@ -59,17 +59,20 @@ impl ToStatValue for f64 {
 }
 
 macro_rules! server_stats {
-    ($( $(#[$m:meta])* $field:ident : $ty:ident, )*) => {
+    ($( $(#[doc = $doc:literal])* $field:ident : $ty:ident, )*) => {
         /// Counters of a server: its engine's (`thor_server::EngineStats`) followed by its
         /// sessions' and connections'.
         #[derive(Debug, Clone, Default, PartialEq)]
         pub struct ServerStats {
-            $( $(#[$m])* pub $field: $ty, )*
+            $( $(#[doc = $doc])* pub $field: $ty, )*
         }
 
         impl ServerStats {
             /// Counters this version knows, in wire order.
             pub const FIELDS: &'static [&'static str] = &[$(stringify!($field)),*];
+
+            /// Each counter's documentation, in wire order (for metrics exporters' help text).
+            pub const HELP: &'static [&'static str] = &[$(concat!($($doc),*).trim_ascii()),*];
 
             /// Every counter with its name, in wire order.
             pub fn iter(&self) -> impl Iterator<Item = (&'static str, StatValue)> {
