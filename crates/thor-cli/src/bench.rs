@@ -54,7 +54,7 @@ struct EngineBench {
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Seconds per commit-throughput run.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, value_parser = crate::positive_seconds, allow_negative_numbers = true, default_value_t = 3.0)]
     seconds: f64,
     /// Megabytes of objects to bulk-load.
     #[arg(long, default_value_t = 256)]
@@ -364,7 +364,7 @@ struct NetBench {
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Seconds per run.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, value_parser = crate::positive_seconds, allow_negative_numbers = true, default_value_t = 2.0)]
     seconds: f64,
     /// Clients of the concurrent runs (one thread and one connection each).
     #[arg(long, default_value_t = 4)]

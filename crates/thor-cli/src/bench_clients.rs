@@ -62,7 +62,7 @@ pub struct ClientsBench {
     #[arg(long, default_value_t = 10_000)]
     accounts: usize,
     /// Seconds per run.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, value_parser = crate::positive_seconds, allow_negative_numbers = true, default_value_t = 3.0)]
     seconds: f64,
     /// Directory to create the database in (default: a temporary directory).
     #[arg(long)]

@@ -93,6 +93,15 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// A `--seconds` value: a positive, finite number of seconds (clap's value parser).
+pub fn positive_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(_) => Err(format!("{s} is not a positive number of seconds")),
+        Err(e) => Err(format!("{s}: {e}")),
+    }
+}
+
 /// The error and its causes on one line, each said once: a layer whose message already
 /// includes its cause's (`transport: connection refused` over `connection refused`) hides the
 /// repetition.

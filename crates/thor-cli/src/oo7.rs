@@ -166,7 +166,7 @@ struct SessionArgs {
     #[arg(long, required_unless_present = "server")]
     dir: Option<PathBuf>,
     /// A `thor server` address instead of the embedded server.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "dir")]
     server: Option<String>,
     /// The server's token.
     #[arg(long, default_value = "")]
@@ -893,7 +893,7 @@ struct MultiArgs {
     #[arg(long, required_unless_present = "server", conflicts_with = "server")]
     dir: Option<PathBuf>,
     /// The address of a running `thor server` instead of --dir.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "dir")]
     server: Option<String>,
     /// The server's token (with --server).
     #[arg(long, default_value = "")]

@@ -107,6 +107,14 @@ pub fn run(args: ServerArgs) -> Result<()> {
         max_frame_bytes: args.max_frame_mb << 20,
     };
     config.validate()?;
+    if !thor_core::limits::is_valid_page_size(args.page_kb.saturating_mul(1024)) {
+        bail!(
+            "--page-kb {} is not a page size: a power of two from {} to {} KiB",
+            args.page_kb,
+            thor_core::limits::PAGE_SIZE_MIN / 1024,
+            thor_core::limits::PAGE_SIZE_MAX / 1024
+        );
+    }
     let auth = !config.token.is_empty();
     // Both addresses are bound before the database is opened or created: a bad address fails
     // with nothing made.

@@ -49,3 +49,39 @@ fn a_closed_stdout_ends_the_command_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     assert_ne!(out.status.code(), Some(101), "{err}");
 }
+
+/// Runs `thor args`, expecting failure with `status`; returns stderr.
+fn fails(args: &[&str], status: i32) -> String {
+    let out = thor().args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(status), "thor {args:?}: {err}");
+    err
+}
+
+#[test]
+fn bad_inputs_get_clear_messages() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"not a database").unwrap();
+    let file = file.to_str().unwrap();
+    let none = tmp.path().join("none");
+    let none = none.to_str().unwrap();
+    let plain = tmp.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let plain = plain.to_str().unwrap();
+
+    let err = fails(&["server", "--create", "--listen", "127.0.0.1:0", "--dir", file], 1);
+    assert!(err.contains("is a file, not a database directory"), "{err}");
+    let err = fails(&["server", "--listen", "127.0.0.1:0", "--dir", plain], 1);
+    assert!(err.contains("holds no thor database; pass --create"), "{err}");
+    let err = fails(&["server", "--create", "--page-kb", "0", "--dir", none], 1);
+    assert!(err.contains("--page-kb 0 is not a page size"), "{err}");
+    assert!(!std::path::Path::new(none).exists(), "a refused size creates nothing");
+    // Clap's own usage errors exit with 2.
+    let err = fails(&["bench", "clients", "--seconds", "0"], 2);
+    assert!(err.contains("0 is not a positive number of seconds"), "{err}");
+    let err = fails(&["bench", "net", "--seconds", "-1"], 2);
+    assert!(err.contains("-1 is not a positive number of seconds"), "{err}");
+    let err = fails(&["oo7", "run", "--traversal", "t1", "--dir", plain, "--server", "h:1"], 2);
+    assert!(err.contains("cannot be used with"), "{err}");
+}

@@ -81,6 +81,11 @@ impl FileDisk {
     pub fn open_dir(path: impl AsRef<Path>, create: bool) -> Result<FileDisk, StorageError> {
         let dir = path.as_ref().to_path_buf();
         let shown = dir.display().to_string();
+        if dir.exists() && !dir.is_dir() {
+            return Err(StorageError::InvalidArgument(format!(
+                "{shown} is a file, not a database directory"
+            )));
+        }
         if create {
             std::fs::create_dir_all(&dir).map_err(|e| StorageError::io("create dir", &shown, e))?;
         }
