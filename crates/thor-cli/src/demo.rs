@@ -190,5 +190,20 @@ pub fn run(args: DemoArgs) -> Result<()> {
     );
 
     // 7. The OO7 experiments in miniature: HAC against FPC on the small database.
-    crate::oo7::demo_experiments(&path)
+    crate::oo7::demo_experiments(&path)?;
+    println!("{TERMS}");
+    Ok(())
 }
+
+/// What the demo's words mean.
+const TERMS: &str = "
+terms:
+  LSN        log sequence number: a commit's place in the server's log, durable before the reply
+  MOB        modified object buffer: committed versions kept at the server until the flusher
+             installs them into their pages, so a commit writes only its log record
+  FPC        a client cache of whole pages, least recently used page out first
+  HAC        hybrid adaptive caching: a page's frame is compacted to keep only its hot objects,
+             so the cache holds more of what is used (the ring walk uses every object of each
+             page, so there HAC and FPC do the same; the OO7 table is where they differ)
+  frame      a page-sized slot of the client cache; a fetch fills one
+  fetch      a round trip to the server for a page the cache lacks";
