@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod bank;
 mod bench;
 mod bench_clients;
+mod check;
 mod cluster_sim;
 mod demo;
 mod oo7;
@@ -37,6 +38,8 @@ enum Command {
     Oo7(oo7::Oo7Args),
     /// Serve a database over TCP until Ctrl-C or SIGTERM.
     Server(server::ServerArgs),
+    /// Check a database directory offline (exit status 0 healthy, 1 problems, 2 cannot check).
+    Check(check::CheckArgs),
     /// Simulate client caches over a shared array cache (the DEMOTE study and more).
     Sim(sim::SimArgs),
 }
@@ -49,5 +52,6 @@ fn main() -> anyhow::Result<()> {
         Command::Oo7(a) => oo7::run(a),
         Command::Server(a) => server::run(a),
         Command::Sim(a) => sim::run(a),
+        Command::Check(a) => check::run(a),
     }
 }
