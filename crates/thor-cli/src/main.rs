@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod bank;
 mod bench;
 mod bench_clients;
+mod check;
 mod cluster_sim;
 mod demo;
 mod oo7;
@@ -61,6 +62,8 @@ enum Command {
     Server(server::ServerArgs),
     /// Print a running server's counters.
     Stats(stats::StatsArgs),
+    /// Check a database directory offline (exit status 0 healthy, 1 problems, 2 cannot check).
+    Check(check::CheckArgs),
     /// Simulate client caches over a shared array cache (the DEMOTE study and more).
     Sim(sim::SimArgs),
 }
@@ -78,6 +81,7 @@ fn main() -> std::process::ExitCode {
         Command::Server(a) => server::run(a),
         Command::Sim(a) => sim::run(a),
         Command::Stats(a) => stats::run(a),
+        Command::Check(a) => check::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

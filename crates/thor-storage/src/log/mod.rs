@@ -124,6 +124,9 @@
 //! - [`Log::open`] is the old convenience: `open_streaming` plus a reader from the oldest
 //!   record, collected into [`Recovered::records`]. It holds the whole log in memory; use it
 //!   for small logs and tests only.
+//! - [`inspect::inspect`] is for offline checkers: it walks every segment with the same checks
+//!   without opening the log, and *reports* a torn tail or an unfinished header where open
+//!   would repair them, writing nothing (see [`inspect`]).
 //!
 //! # Group commit
 //!
@@ -166,6 +169,7 @@
 //! what survived. A record is reported durable only after an fsync that covered it succeeded.
 //! Records appended but never made durable are simply lost when the log is dropped.
 
+pub mod inspect;
 mod reader;
 pub mod record;
 mod recovery;

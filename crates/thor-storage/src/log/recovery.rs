@@ -247,7 +247,7 @@ pub(crate) fn recover(disk: &dyn Disk, opts: &LogOptions) -> Result<Recovery, St
 
 /// What follows a bad record in the newest segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum After {
+pub(crate) enum After {
     /// Only intact records of the bad record's own flush batch (this many), or none.
     SameBatch {
         /// How many intact records were found after the bad one.
@@ -269,7 +269,7 @@ enum After {
 /// cannot be trusted; a candidate must look plausible (see [`plausible`]) before its checksum
 /// is computed, and after an intact record the scan jumps over it, so the cost is one header
 /// test per byte plus one checksum per intact record.
-fn scan_after(
+pub(crate) fn scan_after(
     file: &dyn DiskFile,
     end: u64,
     bad: u64,
