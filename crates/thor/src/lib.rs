@@ -122,3 +122,9 @@ pub fn connect_with(
     })?;
     Ok(Session::new(Box::new(transport), config)?)
 }
+
+/// The README's Rust examples, compiled and run as doc tests (`cargo test -p thor --doc`), so
+/// that what the README shows works.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
