@@ -93,9 +93,13 @@ pub const SCHEMA_SLOT: usize = builtin::ROOT_SLOTS - 1;
 /// Settings of a session.
 #[derive(Debug, Clone, Copy)]
 pub struct SessionConfig {
-    /// Client cache size in bytes (frames and tables).
+    /// Client cache size in bytes (frames and tables). The default is 64 MiB, as in the `thor`
+    /// command.
     pub cache_bytes: usize,
-    /// The cache manager.
+    /// The cache manager. The default is HAC with the paper's settings
+    /// ([`PolicyConfig::HAC`]), as in the `thor` command: it keeps the hot objects of a page
+    /// rather than the whole page, so the same cache holds more of what a program uses
+    /// (`docs/oo7.md` has the measurements). [`PolicyConfig::Fpc`] keeps whole pages.
     pub policy: PolicyConfig,
     /// Free cache frames while fetches are on the wire (the default) or in the foreground.
     pub background_replacement: bool,
@@ -125,7 +129,7 @@ impl Default for SessionConfig {
     fn default() -> Self {
         SessionConfig {
             cache_bytes: 64 << 20,
-            policy: PolicyConfig::Fpc,
+            policy: PolicyConfig::HAC,
             background_replacement: true,
             run_attempts_max: 10,
             run_backoff_min: Duration::from_micros(100),

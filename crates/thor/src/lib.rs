@@ -1,0 +1,130 @@
+//! thor: a transactional, persistent object store. This is the crate a program depends on.
+//!
+//! A program keeps its data as a graph of small typed objects that outlives it. It declares
+//! its classes with [`class!`], and works in transactions through a [`Session`]. A session
+//! caches objects and ships the changed ones to a server at commit. The server validates the
+//! commit and makes it durable before it answers. There are two ways to reach a store:
+//!
+//! - [`open`]: the **embedded** store. A database directory runs in this process, on the same
+//!   engine `thor server` runs. [`Database`] does the same and makes more sessions, one per
+//!   thread.
+//! - [`connect`]: a **server** (`thor server --dir DB --listen ADDR --create`) over TCP,
+//!   shared by many processes.
+//!
+//! Either way the result is a [`Session`], with the defaults the `thor` command uses
+//! ([`SessionConfig::default`]: a 64 MiB client cache managed by HAC).
+//!
+//! ```
+//! thor::class! {
+//!     /// A counter.
+//!     pub class Counter("demo.Counter") { value: u64 }
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let path = dir.path().join("counters");
+//! let s = thor::open(&path)?;
+//! // One transaction creates the counter and points root slot 0 at it.
+//! s.run(|s| {
+//!     let c = s.create::<Counter>(0)?;
+//!     s.set_root(0, c.as_ref())
+//! })?;
+//! // Another adds one. `run` commits, and runs the closure again after a conflict.
+//! let n = s.run(|s| {
+//!     let c = s.get(s.root::<Counter>(0)?)?;
+//!     c.set(Counter::value, c.get(Counter::value) + 1)?;
+//!     Ok(c.get(Counter::value))
+//! })?;
+//! assert_eq!(n, 1);
+//! # Ok(()) }
+//! ```
+//!
+//! # What is here
+//!
+//! - Reaching a store: [`open`], [`Database`], [`connect`], [`connect_with`].
+//! - Declaring classes: [`class!`]; [`Ref`] (a typed reference, stored in fields and root
+//!   slots); the built-in classes [`Refs`] (a collection of references), [`Bytes`],
+//!   [`Large`] and [`Any`]; the [`Class`] trait, for code generic over classes.
+//! - Transactions: [`Session`] (`get`, `create`, `root`, `set_root`, `commit`, `abort`, and
+//!   [`Session::run`], which commits and retries on conflicts); [`View`], a pinned view of an
+//!   object that reads its fields straight from the cache; [`SessionConfig`],
+//!   [`PolicyConfig`].
+//! - Errors: [`Error`] (opening, connecting, closing, and a session's), [`ClientError`] (a
+//!   session's: what `run`'s closure returns), [`ConflictCause`] and [`TransportError`].
+//!
+//! The crates below (`thor-client`, `thor-net`, `thor-server`, ...) are the implementation;
+//! `ARCHITECTURE.md` maps them.
+//!
+//! # Features
+//!
+//! `embedded` (default): [`open`] and [`Database`]. It links the server engine and its storage.
+//! A program that only connects to servers can turn it off (`default-features = false`) and
+//! link neither the engine nor tokio.
+
+#[cfg(feature = "embedded")]
+mod embedded;
+mod error;
+
+use std::net::ToSocketAddrs;
+
+#[cfg(feature = "embedded")]
+pub use embedded::Database;
+pub use error::Error;
+pub use thor_client::class;
+pub use thor_client::{
+    Any, Bytes, Class, ClientError, ClientStats, CommitInfo, ConflictCause, Large, PolicyConfig,
+    Ref, Refs, SCHEMA_SLOT, Session, SessionConfig, View,
+};
+pub use thor_wire::TransportError;
+
+/// Opens the embedded database in directory `path`, creating it if absent, and returns a
+/// session on it. This is [`Database::open`] followed by [`Database::session`]. The session
+/// keeps the database open; when the session is dropped (or [`Session::close`]d), the database
+/// closes. Closing installs everything into the page file and truncates the log, so the next
+/// open replays nothing. For more than one session, or to see whether closing succeeded, use
+/// [`Database`].
+///
+/// Fails with [`Error::Locked`] if the database is open elsewhere (in another process, or in
+/// this one), [`Error::NotADirectory`] if `path` is a file, [`Error::NotADatabase`] if it is a
+/// directory that holds other files.
+#[cfg(feature = "embedded")]
+pub fn open(path: impl AsRef<std::path::Path>) -> Result<Session, Error> {
+    Database::open(path)?.session()
+}
+
+/// Connects to a thor server (`thor server --listen ADDR`) and opens a session, with the
+/// defaults the `thor` command uses. `token` is the secret the server was started with
+/// (`--token-file` or `THOR_TOKEN`); give an empty one (`""`) for a server without one.
+///
+/// Fails with [`Error::Connect`] if nothing answers at `addr`, or if the server refuses the
+/// session ([`TransportError::Refused`]: a wrong token, too many connections).
+pub fn connect(
+    addr: impl ToSocketAddrs + std::fmt::Debug,
+    token: impl AsRef<[u8]>,
+) -> Result<Session, Error> {
+    connect_with(addr, token, SessionConfig::default())
+}
+
+/// [`connect`] with session settings of the caller's (cache size and manager, retries).
+pub fn connect_with(
+    addr: impl ToSocketAddrs + std::fmt::Debug,
+    token: impl AsRef<[u8]>,
+    config: SessionConfig,
+) -> Result<Session, Error> {
+    let client = thor_net::ClientConfig {
+        token: token.as_ref().to_vec(),
+        ..thor_net::ClientConfig::default()
+    };
+    let transport = thor_net::TcpTransport::connect(&addr, &client).map_err(|source| {
+        // `"host:port"` shows as itself, a socket address as itself.
+        let addr = format!("{addr:?}").trim_matches('"').to_string();
+        Error::Connect { addr, source }
+    })?;
+    Ok(Session::new(Box::new(transport), config)?)
+}
+
+/// The README's Rust examples, compiled and run as doc tests (`cargo test -p thor --doc`), so
+/// that what the README shows works.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

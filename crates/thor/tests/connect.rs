@@ -1,0 +1,80 @@
+//! A server through the facade: `thor::connect` to a server in this process on loopback TCP,
+//! one behaviour per test.
+
+use std::sync::Arc;
+
+use thor::{Error, Ref, TransportError};
+use thor_net::{NetConfig, Server};
+use thor_server::{Engine, EngineOptions, ProtocolConfig};
+use thor_storage::MemDisk;
+
+thor::class! {
+    /// A counter.
+    pub class Counter("test.Counter") { value: u64 }
+}
+
+const TOKEN: &str = "facade-test-secret";
+
+/// A server with `TOKEN` over an in-memory disk, listening on a free loopback port.
+fn server() -> Server {
+    let opts = EngineOptions {
+        protocol: ProtocolConfig { token: TOKEN.as_bytes().to_vec(), ..ProtocolConfig::default() },
+        ..EngineOptions::default()
+    };
+    let engine = Arc::new(Engine::create(Arc::new(MemDisk::new()), opts).unwrap());
+    Server::start("127.0.0.1:0", engine, NetConfig::default()).unwrap()
+}
+
+#[test]
+fn clients_connect_with_the_token_and_see_each_others_commits() {
+    let server = server();
+    let a = thor::connect(server.local_addr(), TOKEN).unwrap();
+    assert_eq!(a.policy_name(), "hac", "the CLI's default cache");
+    let r: Ref<Counter> = a
+        .run(|s| {
+            let c = s.create::<Counter>(0)?;
+            c.set(Counter::value, 41)?;
+            s.set_root(0, c.as_ref())?;
+            Ok(c.as_ref())
+        })
+        .unwrap();
+    assert!(r.oref().is_none(), "made before the commit, the reference names a created object");
+    let b = thor::connect(server.local_addr().to_string(), TOKEN.as_bytes()).unwrap();
+    let seen = b
+        .run(|s| {
+            let c = s.get(s.root::<Counter>(0)?)?;
+            c.set(Counter::value, c.get(Counter::value) + 1)?;
+            Ok(c.get(Counter::value))
+        })
+        .unwrap();
+    assert_eq!(seen, 42);
+    let seen = a.run(|s| Ok(s.get(s.root::<Counter>(0)?)?.get(Counter::value))).unwrap();
+    assert_eq!(seen, 42, "A sees B's commit");
+}
+
+#[test]
+fn a_wrong_token_is_refused_with_a_typed_error() {
+    let server = server();
+    let err = thor::connect(server.local_addr(), "wrong").unwrap_err();
+    let Error::Connect { addr, source } = &err else { panic!("{err:?}") };
+    assert_eq!(*addr, server.local_addr().to_string());
+    assert!(matches!(source, TransportError::Refused { .. }), "{source:?}");
+}
+
+#[test]
+fn nothing_listening_is_a_connect_error_naming_the_address() {
+    // A port that was free a moment ago: bind one, note it, close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let err = thor::connect(addr.as_str(), "").unwrap_err();
+    assert!(matches!(&err, Error::Connect { addr: a, .. } if *a == addr), "{err:?}");
+    assert!(err.to_string().starts_with(&format!("connecting to {addr}: ")), "{err}");
+}
+
+#[test]
+fn connect_with_takes_the_callers_session_settings() {
+    let server = server();
+    let cfg = thor::SessionConfig { policy: thor::PolicyConfig::Fpc, ..Default::default() };
+    let s = thor::connect_with(server.local_addr(), TOKEN, cfg).unwrap();
+    assert_eq!(s.policy_name(), "fpc");
+}
