@@ -10,9 +10,12 @@ use thor_oo7::experiment::{RunConfig, Workload, connect, run_in};
 use thor_oo7::load::LoadOptions;
 use thor_oo7::{Op, Params};
 
+/// The database's files and their bytes, except the directory lock, which names the process
+/// that held it and when (two loads a second apart differ there, not in the database).
 fn files(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
     let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
         .unwrap()
+        .filter(|e| e.as_ref().map_or(true, |e| e.file_name() != "LOCK"))
         .map(|e| {
             let e = e.unwrap();
             (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap())
