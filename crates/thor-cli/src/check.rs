@@ -75,7 +75,7 @@
 //! The checker takes the directory lock (`FileDisk::open_locked`), so a running server (or
 //! another command) cannot change the files under it, and it refuses a database in use. Taking
 //! the lock writes the holder's description into the `LOCK` file, as every opener does; that
-//! is the only byte written. Every other file is read through [`ReadOnlyDisk`], a `Disk` that
+//! is the only byte written. Every other file is read through [`thor_storage::ReadOnlyDisk`], a `Disk` that
 //! opens files with `File::open` (read-only descriptors) and refuses every create, write,
 //! truncate, sync, rename and remove with an error; the log is read with
 //! `thor_storage::log::inspect`, which reports a torn tail instead of cutting it. The
@@ -99,9 +99,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::fs::File;
 use std::io::{ErrorKind, IsTerminal, Write};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -114,10 +112,8 @@ use thor_server::dwb::DoubleWrite;
 use thor_server::io::PAGE_FILE;
 use thor_server::record;
 use thor_server::superblock::{self, Superblock, SuperblockError};
-use thor_storage::disk::validate_name;
-use thor_storage::file_disk::LOCK_FILE;
 use thor_storage::log::inspect::{Finding, Inspection, RecordAt, inspect};
-use thor_storage::{Disk, DiskFile, FileDisk, LogOptions, PageFile, StorageError};
+use thor_storage::{Disk, FileDisk, LogOptions, PageFile, ReadOnlyDisk, StorageError};
 
 const EXIT_STATUS_HELP: &str = "\
 Exit status:
@@ -415,116 +411,6 @@ impl Report {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The read-only disk.
-
-/// A [`Disk`] over a locked directory that can only read: files are opened with `File::open`
-/// (read-only descriptors), and every change is refused with an error. See "Nothing is
-/// written" in the module documentation.
-#[derive(Debug)]
-struct ReadOnlyDisk {
-    /// The directory.
-    dir: PathBuf,
-    /// The same directory, opened with its lock: holds the lock while the check runs, and
-    /// lists and stats files (neither writes).
-    locked: FileDisk,
-}
-
-fn refused(op: &str, name: &str) -> StorageError {
-    StorageError::InvalidArgument(format!("thor check writes nothing: refused to {op} {name}"))
-}
-
-impl Disk for ReadOnlyDisk {
-    fn open(&self, name: &str, create: bool) -> Result<Arc<dyn DiskFile>, StorageError> {
-        validate_name(name)?;
-        if name == LOCK_FILE {
-            return Err(StorageError::InvalidName {
-                name: name.to_string(),
-                why: "reserved for the directory lock",
-            });
-        }
-        match File::open(self.dir.join(name)) {
-            Ok(file) => Ok(Arc::new(ReadOnlyFile { file, name: name.to_string() })),
-            Err(e) if e.kind() == ErrorKind::NotFound && create => Err(refused("create", name)),
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                Err(StorageError::NotFound { name: name.to_string() })
-            }
-            Err(source) => Err(StorageError::Io { op: "open", name: name.to_string(), source }),
-        }
-    }
-
-    fn exists(&self, name: &str) -> Result<bool, StorageError> {
-        self.locked.exists(name)
-    }
-
-    fn remove(&self, name: &str) -> Result<(), StorageError> {
-        Err(refused("remove", name))
-    }
-
-    fn rename(&self, from: &str, _to: &str) -> Result<(), StorageError> {
-        Err(refused("rename", from))
-    }
-
-    fn list(&self) -> Result<Vec<String>, StorageError> {
-        self.locked.list()
-    }
-
-    fn sync_dir(&self) -> Result<(), StorageError> {
-        Err(refused("sync", "the directory"))
-    }
-}
-
-/// A file opened read-only.
-#[derive(Debug)]
-struct ReadOnlyFile {
-    /// A descriptor opened without write access.
-    file: File,
-    /// Its name in the directory, for errors.
-    name: String,
-}
-
-impl DiskFile for ReadOnlyFile {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StorageError> {
-        let mut done = 0;
-        while done < buf.len() {
-            match self.file.read_at(&mut buf[done..], offset + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(source) => {
-                    return Err(StorageError::Io { op: "read", name: self.name.clone(), source });
-                }
-            }
-        }
-        Ok(done)
-    }
-
-    fn write_at(&self, _offset: u64, _data: &[u8]) -> Result<(), StorageError> {
-        Err(refused("write", &self.name))
-    }
-
-    fn sync(&self) -> Result<(), StorageError> {
-        Err(refused("sync", &self.name))
-    }
-
-    fn len(&self) -> Result<u64, StorageError> {
-        let meta = self.file.metadata().map_err(|source| StorageError::Io {
-            op: "stat",
-            name: self.name.clone(),
-            source,
-        })?;
-        Ok(meta.len())
-    }
-
-    fn set_len(&self, _len: u64) -> Result<(), StorageError> {
-        Err(refused("truncate", &self.name))
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // The check.
 
 /// Checks the database in `dir`; see the module documentation.
@@ -553,7 +439,7 @@ fn check_dir(dir: &Path, max: usize, show_progress: bool) -> Result<Report, Cann
         )),
         other => CannotCheck(other.to_string()),
     })?;
-    let disk = ReadOnlyDisk { dir: dir.to_path_buf(), locked };
+    let disk = locked.read_only();
     let mut report = Report { dir: shown, max, ..Report::default() };
     let Some(sb) = read_superblock(&disk, &mut report)? else { return Ok(report) };
     let progress = Progress { show: show_progress };

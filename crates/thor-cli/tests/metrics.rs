@@ -4,11 +4,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::Stdio;
 
-use common::{ServerProcess, thor};
+use common::{ServerProcess, drain, spawn_server, thor};
 use thor_client::{Session, SessionConfig};
 use thor_net::{ClientConfig, TcpTransport};
 
@@ -24,21 +23,14 @@ fn start(dir: &std::path::Path) -> (ServerProcess, SocketAddr, SocketAddr) {
         .arg(dir)
         .env_remove("THOR_TOKEN")
         .env_remove("RUST_LOG");
-    let mut server = ServerProcess(cmd.stderr(Stdio::piped()).spawn().unwrap());
-    let mut log = BufReader::new(server.0.stderr.take().unwrap());
-    let (mut metrics, mut line) = (None, String::new());
-    loop {
-        line.clear();
-        assert!(log.read_line(&mut line).unwrap() > 0, "the server exited before listening");
+    let mut metrics = None;
+    let (server, addr, log) = spawn_server(cmd, |line| {
         if let Some(rest) = line.split("metrics on http://").nth(1) {
             metrics = Some(rest.split('/').next().unwrap().parse().unwrap());
         }
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            let addr = rest.split_whitespace().next().unwrap().parse().unwrap();
-            std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
-            return (server, addr, metrics.expect("the metrics address is logged first"));
-        }
-    }
+    });
+    drain(log);
+    (server, addr, metrics.expect("the metrics address is logged first"))
 }
 
 /// `GET path` on `addr`; the status line and the body.

@@ -326,18 +326,7 @@ impl DiskFile for RealFile {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StorageError> {
-        // `pread` may return fewer bytes than asked before the end of the file (signals, some
-        // file systems); loop so that callers only see short reads at the end.
-        let mut done = 0;
-        while done < buf.len() {
-            match self.file.read_at(&mut buf[done..], offset + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(StorageError::io("read", &self.name, e)),
-            }
-        }
-        Ok(done)
+        read_full_at(&self.file, &self.name, offset, buf)
     }
 
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), StorageError> {
@@ -354,6 +343,122 @@ impl DiskFile for RealFile {
 
     fn set_len(&self, len: u64) -> Result<(), StorageError> {
         self.file.set_len(len).map_err(|e| StorageError::io("truncate", &self.name, e))
+    }
+}
+
+/// Reads up to `buf.len()` bytes of `file` at `offset`. `pread` may return fewer bytes than
+/// asked before the end of the file (signals, some file systems); this loops so that callers
+/// only see short reads at the end.
+fn read_full_at(
+    file: &File,
+    name: &str,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<usize, StorageError> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(StorageError::io("read", name, e)),
+        }
+    }
+    Ok(done)
+}
+
+impl FileDisk {
+    /// This directory as a [`Disk`] that can only read (for offline checkers): see
+    /// [`ReadOnlyDisk`]. The lock, if held, stays held.
+    pub fn read_only(self) -> ReadOnlyDisk {
+        ReadOnlyDisk { disk: self }
+    }
+}
+
+/// A [`Disk`] over a directory that can only read: files are opened with `File::open`
+/// (read-only descriptors), [`LOCK_FILE`] cannot be opened, and every change (create, write,
+/// sync, truncate, rename, remove) is refused with an error. Listing and existence checks go
+/// to the underlying [`FileDisk`], which neither writes.
+#[derive(Debug)]
+pub struct ReadOnlyDisk {
+    disk: FileDisk,
+}
+
+fn refused(op: &str, name: &str) -> StorageError {
+    StorageError::InvalidArgument(format!("read-only disk: refused to {op} {name}"))
+}
+
+impl Disk for ReadOnlyDisk {
+    fn open(&self, name: &str, create: bool) -> Result<Arc<dyn DiskFile>, StorageError> {
+        validate_name(name)?;
+        if name == LOCK_FILE {
+            return Err(StorageError::InvalidName {
+                name: name.to_string(),
+                why: "reserved for the directory lock",
+            });
+        }
+        match File::open(self.disk.dir.join(name)) {
+            Ok(file) => Ok(Arc::new(ReadOnlyFile { file, name: name.to_string() })),
+            Err(e) if e.kind() == ErrorKind::NotFound && create => Err(refused("create", name)),
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                Err(StorageError::NotFound { name: name.to_string() })
+            }
+            Err(e) => Err(StorageError::io("open", name, e)),
+        }
+    }
+
+    fn exists(&self, name: &str) -> Result<bool, StorageError> {
+        self.disk.exists(name)
+    }
+
+    fn remove(&self, name: &str) -> Result<(), StorageError> {
+        Err(refused("remove", name))
+    }
+
+    fn rename(&self, from: &str, _to: &str) -> Result<(), StorageError> {
+        Err(refused("rename", from))
+    }
+
+    fn list(&self) -> Result<Vec<String>, StorageError> {
+        self.disk.list()
+    }
+
+    fn sync_dir(&self) -> Result<(), StorageError> {
+        Err(refused("sync", "the directory"))
+    }
+}
+
+/// A file of a [`ReadOnlyDisk`]: a descriptor opened without write access.
+#[derive(Debug)]
+struct ReadOnlyFile {
+    file: File,
+    /// Its name within the disk, for error messages.
+    name: String,
+}
+
+impl DiskFile for ReadOnlyFile {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StorageError> {
+        read_full_at(&self.file, &self.name, offset, buf)
+    }
+
+    fn write_at(&self, _offset: u64, _data: &[u8]) -> Result<(), StorageError> {
+        Err(refused("write", &self.name))
+    }
+
+    fn sync(&self) -> Result<(), StorageError> {
+        Err(refused("sync", &self.name))
+    }
+
+    fn len(&self) -> Result<u64, StorageError> {
+        Ok(self.file.metadata().map_err(|e| StorageError::io("stat", &self.name, e))?.len())
+    }
+
+    fn set_len(&self, _len: u64) -> Result<(), StorageError> {
+        Err(refused("truncate", &self.name))
     }
 }
 

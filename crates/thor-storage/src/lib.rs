@@ -33,7 +33,7 @@ pub mod rng;
 pub use disk::{Disk, DiskFile};
 pub use error::StorageError;
 #[cfg(unix)]
-pub use file_disk::FileDisk;
+pub use file_disk::{FileDisk, ReadOnlyDisk};
 pub use log::{
     LOG_FORMAT_VERSION, Log, LogOptions, LogReader, LogStats, OpenReport, Recovered, TornTail,
 };

@@ -55,6 +55,16 @@ pub fn start(
         Some(t) => cmd.env("THOR_TOKEN", t),
         None => cmd.env_remove("THOR_TOKEN"),
     };
+    spawn_server(cmd, |_| {})
+}
+
+/// Spawns `cmd`, a `thor server` command, and waits until it logs that it listens, showing
+/// `seen` every log line before that one; returns it with the address it logged and the rest
+/// of its log.
+pub fn spawn_server(
+    mut cmd: Command,
+    mut seen: impl FnMut(&str),
+) -> (ServerProcess, SocketAddr, BufReader<ChildStderr>) {
     let mut server = ServerProcess(cmd.stderr(Stdio::piped()).spawn().unwrap());
     let mut log = BufReader::new(server.0.stderr.take().unwrap());
     let mut line = String::new();
@@ -65,7 +75,13 @@ pub fn start(
             let addr = rest.split_whitespace().next().unwrap().parse().unwrap();
             return (server, addr, log);
         }
+        seen(&line);
     }
+}
+
+/// Drains the rest of a server's log on a thread, so the server never blocks writing it.
+pub fn drain(mut log: BufReader<ChildStderr>) {
+    std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
 }
 
 /// A free loopback port (bound and released: a server started right after gets it).
@@ -79,16 +95,7 @@ pub fn start_at(dir: &std::path::Path, addr: SocketAddr) -> ServerProcess {
     let mut cmd = thor();
     cmd.args(["server", "--create", "--dir"]).arg(dir).arg("--listen").arg(addr.to_string());
     cmd.env_remove("THOR_TOKEN");
-    let mut server = ServerProcess(cmd.stderr(Stdio::piped()).spawn().unwrap());
-    let mut log = BufReader::new(server.0.stderr.take().unwrap());
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(log.read_line(&mut line).unwrap() > 0, "the server exited before listening");
-        if line.contains("listening on ") {
-            // Drain the rest of the log so the server never blocks writing it.
-            std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
-            return server;
-        }
-    }
+    let (server, _, log) = spawn_server(cmd, |_| {});
+    drain(log);
+    server
 }
