@@ -57,7 +57,7 @@ struct EngineBench {
     #[arg(long, value_parser = crate::positive_seconds, allow_negative_numbers = true, default_value_t = 3.0)]
     seconds: f64,
     /// Megabytes of objects to bulk-load.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, value_parser = crate::at_least_one::<u64>, allow_negative_numbers = true, default_value_t = 256)]
     bulk_mb: u64,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -367,10 +367,10 @@ struct NetBench {
     #[arg(long, value_parser = crate::positive_seconds, allow_negative_numbers = true, default_value_t = 2.0)]
     seconds: f64,
     /// Clients of the concurrent runs (one thread and one connection each).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, value_parser = crate::at_least_one::<usize>, allow_negative_numbers = true, default_value_t = 4)]
     clients: usize,
     /// Pages of objects to load (all of them fit the server's page cache).
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, value_parser = crate::at_least_one::<usize>, allow_negative_numbers = true, default_value_t = 2000)]
     pages: usize,
     /// Worker threads of the server's runtime (0: one per core).
     #[arg(long, default_value_t = 0)]

@@ -152,7 +152,7 @@ struct LoadArgs {
     #[command(flatten)]
     params: ParamArgs,
     /// Page size in KiB (the papers use 8; 4 for the GOM comparison).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, value_parser = crate::page_kb, allow_negative_numbers = true, default_value_t = 8)]
     page_kb: usize,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -182,16 +182,28 @@ struct SessionArgs {
     commit_every: u32,
 }
 
+/// Opens the OO7 database in `dir`, saying how to make one if there is none.
+fn open_database(dir: &Path) -> anyhow::Result<std::sync::Arc<thor_server::Engine>> {
+    let load = || format!("load one with `thor oo7 load --dir {}`", dir.display());
+    if !dir.exists() {
+        bail!("{} does not exist: {}", dir.display(), load());
+    }
+    match open_embedded(dir) {
+        Ok(e) => Ok(e),
+        Err(thor_oo7::Oo7Error::Engine(thor_server::EngineError::NotADatabase)) => {
+            bail!("{} holds no thor database: {}", dir.display(), load())
+        }
+        Err(e) => Err(e).with_context(|| format!("opening the database in {}", dir.display())),
+    }
+}
+
 impl SessionArgs {
     fn endpoint(&self) -> anyhow::Result<Endpoint> {
         match (&self.server, &self.dir) {
             (Some(addr), _) => {
                 Ok(Endpoint::Tcp { addr: addr.clone(), token: self.token.as_bytes().to_vec() })
             }
-            (None, Some(dir)) => Ok(Endpoint::Embedded(
-                open_embedded(dir)
-                    .with_context(|| format!("opening the database in {}", dir.display()))?,
-            )),
+            (None, Some(dir)) => Ok(Endpoint::Embedded(open_database(dir)?)),
             (None, None) => bail!("give --dir or --server"),
         }
     }
@@ -208,7 +220,7 @@ struct RunArgs {
     #[arg(long, default_value = "hac")]
     policy: String,
     /// Client cache size in MiB (frames and tables; may be fractional).
-    #[arg(long, default_value_t = 64.0)]
+    #[arg(long, value_parser = crate::positive_size, allow_negative_numbers = true, default_value_t = 64.0)]
     cache_mb: f64,
     /// Warm the cache with one run and measure the second.
     #[arg(long)]
@@ -217,7 +229,7 @@ struct RunArgs {
     #[arg(long)]
     trace_out: Option<PathBuf>,
     /// Measured runs (after the warm-up if --hot); the report is the median run.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, value_parser = crate::at_least_one::<u32>, allow_negative_numbers = true, default_value_t = 1)]
     repeat: u32,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -235,7 +247,7 @@ struct NativeArgs {
     #[arg(long, default_value_t = 1)]
     run_seed: u64,
     /// Measured runs after the warm-up; the report is the median run.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, value_parser = crate::at_least_one::<u32>, allow_negative_numbers = true, default_value_t = 1)]
     repeat: u32,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -256,16 +268,16 @@ struct SweepArgs {
     #[arg(long)]
     out: PathBuf,
     /// Cache sizes in MiB, comma-separated (default: --points sizes from --min-mb to --max-mb).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = crate::positive_size, allow_negative_numbers = true)]
     sizes_mb: Vec<f64>,
     /// Smallest cache of the default range.
-    #[arg(long, default_value_t = 0.25)]
+    #[arg(long, value_parser = crate::positive_size, allow_negative_numbers = true, default_value_t = 0.25)]
     min_mb: f64,
     /// Largest cache of the default range (default: 1.2 times the database).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::positive_size, allow_negative_numbers = true)]
     max_mb: Option<f64>,
     /// Points of the default range.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, value_parser = crate::at_least_one::<usize>, allow_negative_numbers = true, default_value_t = 16)]
     points: usize,
     /// Space the default range logarithmically instead of linearly.
     #[arg(long)]
@@ -919,16 +931,16 @@ struct MultiArgs {
     /// Length of each run's timed phase in seconds, after every client's cold warm-up
     /// traversal (default 5 unless --repeat is given). The traversal running at the end is
     /// finished and counted.
-    #[arg(long, conflicts_with = "repeat")]
+    #[arg(long, conflicts_with = "repeat", value_parser = crate::positive_seconds, allow_negative_numbers = true)]
     seconds: Option<f64>,
     /// Timed traversals per client instead of a time (after the cold warm-up traversal).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::at_least_one::<u32>, allow_negative_numbers = true)]
     repeat: Option<u32>,
     /// Each client's cache manager: hac or fpc.
     #[arg(long, default_value = "hac")]
     policy: String,
     /// Each client's cache size in MiB (frames and tables; may be fractional).
-    #[arg(long, default_value_t = 64.0)]
+    #[arg(long, value_parser = crate::positive_size, allow_negative_numbers = true, default_value_t = 64.0)]
     cache_mb: f64,
     /// Replace in the foreground (HAC-FG) instead of while fetches are on the wire.
     #[arg(long)]
@@ -975,8 +987,7 @@ fn multi(a: MultiArgs) -> anyhow::Result<()> {
             (Endpoint::Tcp { addr: addr.clone(), token: a.token.as_bytes().to_vec() }, None)
         }
         (None, Some(dir)) => {
-            let engine = open_embedded(dir)
-                .with_context(|| format!("opening the database in {}", dir.display()))?;
+            let engine = open_database(dir)?;
             let server = thor_net::Server::start("127.0.0.1:0", engine, Default::default())
                 .context("starting the loopback server")?;
             let addr = server.local_addr().to_string();

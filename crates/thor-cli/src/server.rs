@@ -34,7 +34,7 @@ pub struct ServerArgs {
     #[arg(long)]
     create: bool,
     /// Page size in KiB of a database created now (a power of two from 1 to 32).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, value_parser = crate::page_kb, allow_negative_numbers = true, default_value_t = 8)]
     page_kb: usize,
     /// A file holding the token clients must present (default: $THOR_TOKEN, else none).
     #[arg(long)]
@@ -43,7 +43,7 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = SESSIONS_MAX_DEFAULT)]
     max_connections: usize,
     /// The largest request frame a client may send, in MiB.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, value_parser = crate::at_least_one::<usize>, allow_negative_numbers = true, default_value_t = 64)]
     max_frame_mb: usize,
     /// Seconds a connection may wait between requests before it is closed.
     #[arg(long, default_value_t = 300)]
@@ -107,14 +107,6 @@ pub fn run(args: ServerArgs) -> Result<()> {
         max_frame_bytes: args.max_frame_mb << 20,
     };
     config.validate()?;
-    if !thor_core::limits::is_valid_page_size(args.page_kb.saturating_mul(1024)) {
-        bail!(
-            "--page-kb {} is not a page size: a power of two from {} to {} KiB",
-            args.page_kb,
-            thor_core::limits::PAGE_SIZE_MIN / 1024,
-            thor_core::limits::PAGE_SIZE_MAX / 1024
-        );
-    }
     let auth = !config.token.is_empty();
     // Both addresses are bound before the database is opened or created: a bad address fails
     // with nothing made.

@@ -74,8 +74,8 @@ fn bad_inputs_get_clear_messages() {
     assert!(err.contains("is a file, not a database directory"), "{err}");
     let err = fails(&["server", "--listen", "127.0.0.1:0", "--dir", plain], 1);
     assert!(err.contains("holds no thor database; pass --create"), "{err}");
-    let err = fails(&["server", "--create", "--page-kb", "0", "--dir", none], 1);
-    assert!(err.contains("--page-kb 0 is not a page size"), "{err}");
+    let err = fails(&["server", "--create", "--page-kb", "0", "--dir", none], 2);
+    assert!(err.contains("0 is not a page size: a power of two from 1 to 32 KiB"), "{err}");
     assert!(!std::path::Path::new(none).exists(), "a refused size creates nothing");
     // Clap's own usage errors exit with 2.
     let err = fails(&["bench", "clients", "--seconds", "0"], 2);
@@ -84,4 +84,59 @@ fn bad_inputs_get_clear_messages() {
     assert!(err.contains("-1 is not a positive number of seconds"), "{err}");
     let err = fails(&["oo7", "run", "--traversal", "t1", "--dir", plain, "--server", "h:1"], 2);
     assert!(err.contains("cannot be used with"), "{err}");
+
+    // Zero, negative and NaN sizes and counts, refused by name before anything runs.
+    for (args, says) in [
+        (
+            &["oo7", "run", "--traversal", "t1", "--dir", none, "--cache-mb", "0"][..],
+            "0 is not a positive size",
+        ),
+        (
+            &["oo7", "run", "--traversal", "t1", "--dir", none, "--cache-mb", "-3"],
+            "-3 is not a positive size",
+        ),
+        (
+            &["oo7", "run", "--traversal", "t1", "--dir", none, "--cache-mb", "nan"],
+            "nan is not a positive size",
+        ),
+        (
+            &["oo7", "run", "--traversal", "t1", "--dir", none, "--repeat", "0"],
+            "0 is not a count of at least 1",
+        ),
+        (
+            &[
+                "oo7",
+                "sweep",
+                "--traversal",
+                "t1",
+                "--out",
+                none,
+                "--dir",
+                none,
+                "--sizes-mb",
+                "1,-1",
+            ],
+            "-1 is not a positive size",
+        ),
+        (&["oo7", "load", "--dir", none, "--page-kb", "3"], "3 is not a page size"),
+        (&["bench", "net", "--clients", "0"], "0 is not a count of at least 1"),
+        (&["bench", "engine", "--bulk-mb", "-5"], "-5 is not a count of at least 1"),
+        (
+            &["server", "--dir", none, "--create", "--max-frame-mb", "0"],
+            "0 is not a count of at least 1",
+        ),
+        (&["demo", "--small-cache-kb", "0"], "0 is not a count of at least 1"),
+    ] {
+        let err = fails(args, 2);
+        assert!(err.contains(says), "thor {args:?}: {err}");
+    }
+    assert!(!std::path::Path::new(none).exists(), "a refused size creates nothing");
+
+    // A database to run on that is missing or is not one says how to make one.
+    let err = fails(&["oo7", "run", "--traversal", "t1", "--dir", none], 1);
+    assert!(err.contains("does not exist: load one with `thor oo7 load --dir"), "{err}");
+    let err = fails(&["oo7", "run", "--traversal", "t1", "--dir", plain], 1);
+    assert!(err.contains("holds no thor database: load one with"), "{err}");
+    let err = fails(&["oo7", "run", "--traversal", "t1", "--dir", file], 1);
+    assert!(err.contains("is a file, not a database directory"), "{err}");
 }
