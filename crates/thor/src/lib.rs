@@ -128,3 +128,8 @@ pub fn connect_with(
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The user guide's Rust examples (`docs/guide.md`), compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide.md")]
+pub struct GuideDoctests;
