@@ -5,6 +5,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod backup;
 mod bank;
 mod bench;
 mod bench_clients;
@@ -62,6 +63,8 @@ enum Command {
     Server(server::ServerArgs),
     /// Print a running server's counters.
     Stats(stats::StatsArgs),
+    /// Copy a database, live through its server or offline, into a new directory.
+    Backup(backup::BackupArgs),
     /// Check a database directory offline (exit status 0 healthy, 1 problems, 2 cannot check).
     Check(check::CheckArgs),
     /// Simulate client caches over a shared array cache (the DEMOTE study and more).
@@ -82,6 +85,7 @@ fn main() -> std::process::ExitCode {
         Command::Sim(a) => sim::run(a),
         Command::Stats(a) => stats::run(a),
         Command::Check(a) => check::run(a),
+        Command::Backup(a) => backup::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

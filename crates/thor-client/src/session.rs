@@ -826,6 +826,19 @@ impl Session {
         }
     }
 
+    /// Asks the server to write a consistent copy of its database into `path`, a new directory
+    /// on the *server's* machine; returns once the copy is complete and durable. The copy holds
+    /// every commit up to the returned LSN, and opens as a database. Fails with
+    /// [`ClientError::Server`] if the server could not make it (the path exists, its parent
+    /// does not, the disk failed); nothing is left at `path` then.
+    pub fn server_backup(&self, path: &str) -> Result<thor_wire::BackupInfo, ClientError> {
+        let reply = self.inner().round_trip(RequestBody::Backup { path: path.to_string() })?;
+        match reply.body {
+            ReplyBody::BackupDone(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Ends the session politely.
     pub fn close(self) -> Result<(), ClientError> {
         self.inner().round_trip(RequestBody::Goodbye)?;

@@ -370,6 +370,20 @@ impl Engine {
         l.core.stats()
     }
 
+    /// Writes a consistent copy of the live database into the new directory `dest` (which must
+    /// not exist): see [`DiskSide::backup_to_dir`]. Commits go on meanwhile; install rounds
+    /// and checkpoints wait. The copy opens as a database (`thor check` passes it) and holds
+    /// exactly the commits up to the returned LSN, which include every commit acknowledged
+    /// before this call.
+    pub fn backup(&self, dest: &std::path::Path) -> Result<thor_wire::BackupInfo, EngineError> {
+        self.shared.disk_side.backup_to_dir(&*self.shared.log, dest)
+    }
+
+    /// [`Engine::backup`] into a disk of the caller's (which must hold no database).
+    pub fn backup_into(&self, dest: &dyn Disk) -> Result<thor_wire::BackupInfo, EngineError> {
+        self.shared.disk_side.backup_into(&*self.shared.log, dest)
+    }
+
     /// The counters as the wire's `Stats` reply carries them (engine and sessions).
     pub fn server_stats(&self) -> thor_wire::ServerStats {
         let mut l = self.shared.locked.lock();
@@ -582,7 +596,8 @@ impl Shared {
                         }
                         Err(e) => followups.push(Input::LogFailed { why: e.to_string() }),
                     },
-                    e @ Effect::Read { .. } => work.effects.push(e),
+                    // A backup copies whole files: outside the lock, by the caller.
+                    e @ (Effect::Read { .. } | Effect::Backup { .. }) => work.effects.push(e),
                     e @ (Effect::Install(_) | Effect::Checkpoint(_)) => {
                         if self.threaded {
                             self.jobs.lock().push_back(e);

@@ -14,14 +14,25 @@
 //!   ([`crate::core::Effect::Checkpoint`]: superblock, then log truncation).
 //! - [`create`] and [`recover`]: making a database, and opening one by replaying its log into a
 //!   new core within the MOB's budget (installing as it goes).
+//! - [`DiskSide::backup_into`] and [`DiskSide::backup_to_dir`]: a consistent copy of a live
+//!   database ([`crate::core::Effect::Backup`]). A backup is what a crash would leave with
+//!   everything synced: the superblock, the page file and the log's durable records. Opening it
+//!   runs ordinary recovery, whose replay from the checkpoint is idempotent over pages that
+//!   already hold later installs (the crash case `docs/format.md` analyses), so it holds
+//!   exactly the commits durable when the log's extent was taken. Install rounds and
+//!   checkpoints wait while it copies (`quiesce`), so the page file does not change under the
+//!   copy and the log keeps every segment from the checkpoint on; commits go on, and wait only
+//!   if the MOB fills before the copy ends.
 
 use std::fmt;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use parking_lot::RwLock;
 use thor_core::{Lsn, PageId, PageView, builtin, page};
-use thor_storage::{Disk, Log, LogOptions, PageFile, StorageError};
+use thor_storage::{Disk, FileDisk, Log, LogExtent, LogOptions, PageFile, StorageError};
 use tracing::info;
 
 use crate::core::install::{CheckpointJob, InstallJob, Installed};
@@ -66,6 +77,8 @@ pub trait CommitLog: Send + Sync + fmt::Debug {
     /// Makes everything durable and starts a new, empty segment, so that a following
     /// `truncate_before(next_lsn)` can drop the whole history (a clean shutdown).
     fn rotate(&self) -> Result<(), StorageError>;
+    /// The files and bytes that hold every durable record and nothing else, for a backup.
+    fn durable_extent(&self) -> Result<LogExtent, StorageError>;
     /// Bytes written, fsyncs and records made durable so far.
     fn counters(&self) -> (u64, u64, u64);
 }
@@ -96,6 +109,10 @@ impl CommitLog for Log {
         Log::rotate(self)
     }
 
+    fn durable_extent(&self) -> Result<LogExtent, StorageError> {
+        Log::durable_extent(self)
+    }
+
     fn counters(&self) -> (u64, u64, u64) {
         let s = self.stats();
         (s.bytes_written, s.flushes, s.records_synced)
@@ -114,7 +131,13 @@ pub struct DiskSide {
     pub pages: PageFile,
     /// Torn-write protection for in-place page writes.
     pub dwb: DoubleWrite,
+    /// Install rounds and checkpoints hold it shared; a backup holds it exclusively, so that
+    /// neither the page file nor the log's older segments change while it copies them.
+    quiesce: RwLock<()>,
 }
+
+/// Bytes a backup copies per read and write: bounded memory whatever the database's size.
+const BACKUP_CHUNK_BYTES: usize = 1 << 20;
 
 impl DiskSide {
     /// Reads and checks the installed image of `page`.
@@ -181,17 +204,135 @@ impl DiskSide {
             Effect::Read { page } => {
                 Some(Input::PageRead { page: *page, result: self.read_page(*page) })
             }
-            Effect::Install(job) => Some(Input::Installed {
-                job: job.id,
-                result: self.install(job).map_err(|e| e.to_string()),
-            }),
-            Effect::Checkpoint(job) => Some(Input::Checkpointed {
-                job: job.id,
-                result: self.checkpoint(job, log).map_err(|e| e.to_string()),
+            Effect::Install(job) => {
+                let _shared = self.quiesce.read();
+                Some(Input::Installed {
+                    job: job.id,
+                    result: self.install(job).map_err(|e| e.to_string()),
+                })
+            }
+            Effect::Checkpoint(job) => {
+                let _shared = self.quiesce.read();
+                Some(Input::Checkpointed {
+                    job: job.id,
+                    result: self.checkpoint(job, log).map_err(|e| e.to_string()),
+                })
+            }
+            Effect::Backup { conn, id, path } => Some(Input::BackedUp {
+                conn: *conn,
+                id: *id,
+                result: self.backup_to_dir(log, Path::new(path)).map_err(|e| e.to_string()),
             }),
             Effect::Append { .. } | Effect::Reply { .. } | Effect::Done { .. } => None,
         }
     }
+}
+
+impl DiskSide {
+    /// Copies the database into `dest`, which must hold no database: the superblock, the page
+    /// file and the log's durable extent, each synced, then `dest`'s directory. Waits for an
+    /// install round or checkpoint in progress and holds new ones off until done; commits go
+    /// on. The copy opens as a database holding exactly the commits up to the returned LSN.
+    pub fn backup_into(
+        &self,
+        log: &dyn CommitLog,
+        dest: &dyn Disk,
+    ) -> Result<thor_wire::BackupInfo, EngineError> {
+        if dest.exists(superblock::FILE)? {
+            return Err(EngineError::AlreadyExists);
+        }
+        let _exclusive = self.quiesce.write();
+        // The log's extent first: the page file can only hold installs of commits at or below
+        // it (installs wait for us, and only durable commits are ever installed).
+        let extent = log.durable_extent()?;
+        let mut buf = vec![0u8; BACKUP_CHUNK_BYTES];
+        let page_bytes = copy_file(&*self.disk, dest, PAGE_FILE, None, &mut buf)?;
+        let mut log_bytes = 0;
+        for (name, bytes) in &extent.segments {
+            log_bytes += copy_file(&*self.disk, dest, name, Some(*bytes), &mut buf)?;
+        }
+        // The superblock last, as `create` does: a copy cut short is not a database.
+        copy_file(&*self.disk, dest, superblock::FILE, None, &mut buf)?;
+        dest.sync_dir()?;
+        Ok(thor_wire::BackupInfo { lsn: extent.durable_lsn, page_bytes, log_bytes })
+    }
+
+    /// [`DiskSide::backup_into`] a new directory `path`: the copy is made in a sibling
+    /// directory named `.NAME.partial` and renamed to `path` once complete and synced, so that
+    /// `path` is either absent or a whole backup, never a partial one. Refuses a `path` that
+    /// exists, or a leftover `.NAME.partial` (an interrupted backup: remove it).
+    pub fn backup_to_dir(
+        &self,
+        log: &dyn CommitLog,
+        path: &Path,
+    ) -> Result<thor_wire::BackupInfo, EngineError> {
+        let bad =
+            |why: &str| EngineError::BadOptions(format!("backup to {}: {why}", path.display()));
+        if path.exists() {
+            return Err(bad("it exists; give a new path"));
+        }
+        let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| bad("no file name"))?;
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => std::path::PathBuf::from("."),
+        };
+        if !parent.is_dir() {
+            return Err(bad("its parent directory does not exist"));
+        }
+        let partial = parent.join(format!(".{name}.partial"));
+        if partial.exists() {
+            return Err(bad(&format!(
+                "{} is left from an interrupted backup; remove it first",
+                partial.display()
+            )));
+        }
+        let io = |op: &'static str, e: std::io::Error| {
+            EngineError::from(StorageError::Io { op, name: path.display().to_string(), source: e })
+        };
+        std::fs::create_dir(&partial).map_err(|e| io("create backup dir", e))?;
+        let info = {
+            let dest = FileDisk::open_dir(&partial, false)?;
+            self.backup_into(log, &dest)
+        };
+        let info = match info {
+            Ok(info) => info,
+            Err(e) => {
+                // Nothing at `path`; the partial copy is no use to anyone.
+                let _ = std::fs::remove_dir_all(&partial);
+                return Err(e);
+            }
+        };
+        std::fs::rename(&partial, path).map_err(|e| io("rename backup dir", e))?;
+        std::fs::File::open(&parent).and_then(|d| d.sync_all()).map_err(|e| io("fsync dir", e))?;
+        Ok(info)
+    }
+}
+
+/// Copies the first `len` bytes of `name` (all of it for `None`) from `src` to a new file of
+/// the same name in `dest` through `buf`, and syncs it; returns the bytes copied.
+fn copy_file(
+    src: &dyn Disk,
+    dest: &dyn Disk,
+    name: &str,
+    len: Option<u64>,
+    buf: &mut [u8],
+) -> Result<u64, StorageError> {
+    let from = src.open(name, false)?;
+    let len = match len {
+        Some(n) => n,
+        None => from.len()?,
+    };
+    let to = dest.open(name, true)?;
+    to.set_len(0)?;
+    let mut off = 0u64;
+    while off < len {
+        let n = buf.len().min((len - off) as usize);
+        from.read_exact_at(off, &mut buf[..n])?;
+        to.write_at(off, &buf[..n])?;
+        off += n as u64;
+    }
+    to.sync()?;
+    Ok(len)
 }
 
 /// Writes a superblock atomically: a temporary file, synced, renamed over the old one, and the
@@ -279,7 +420,8 @@ pub fn recover(
     let pages = PageFile::open(&*disk, PAGE_FILE, page_size, false)?;
     let dwb = DoubleWrite::open(&*disk, page_size)?;
     restore_torn_pages(&pages, &dwb, page_size)?;
-    let disk_side = DiskSide { disk: disk.clone(), page_size, pages, dwb };
+    let disk_side =
+        DiskSide { disk: disk.clone(), page_size, pages, dwb, quiesce: RwLock::new(()) };
     // Streaming: the log is read a chunk at a time, so an open holds the MOB's budget of
     // versions, not the log.
     let (log, report) = Log::open_streaming(disk.clone(), log_opts)?;

@@ -734,6 +734,11 @@ impl World {
                     }
                 }
                 Effect::Done { .. } => {}
+                // The simulated clients never ask for one (backups are tested against the
+                // threaded engine, `thor-server/tests/backup.rs`).
+                Effect::Backup { .. } => {
+                    return Err(Violation("a backup nobody asked for".to_string()));
+                }
                 e @ (Effect::Read { .. } | Effect::Install(_) | Effect::Checkpoint(_)) => {
                     let d = self.disk_latency();
                     self.at(d, Ev::Io(self.epoch, e));

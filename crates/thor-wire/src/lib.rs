@@ -56,8 +56,8 @@ pub use error::WireError;
 pub use frame::{Frame, frame_size};
 pub use limits::{WIRE_VERSION, WIRE_VERSION_MIN};
 pub use message::{
-    Commit, HELLO_MAGIC, Hello, Piggyback, Reply, ReplyBody, Request, RequestBody, ServerInfo,
-    decode_reply, decode_request, kind, truncate_message,
+    BackupInfo, Commit, HELLO_MAGIC, Hello, Piggyback, Reply, ReplyBody, Request, RequestBody,
+    ServerInfo, decode_reply, decode_request, kind, truncate_message,
 };
 pub use stats::{ServerStats, StatValue};
 pub use transport::{Transport, TransportError};

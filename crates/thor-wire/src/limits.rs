@@ -32,6 +32,8 @@ pub const TOKEN_BYTES_MAX: usize = 1024;
 
 /// The longest client name (free text for logs and statistics).
 pub const CLIENT_NAME_BYTES_MAX: usize = 256;
+/// The longest path in a `Backup` request, in bytes of UTF-8 (Linux's `PATH_MAX`).
+pub const PATH_BYTES_MAX: usize = 4096;
 
 /// The longest human-readable message in an error or refusal reply. Senders truncate longer
 /// text at a character boundary (see [`crate::truncate_message`]).
@@ -90,5 +92,6 @@ const _: () = assert!(FRAME_HEADER_BYTES + 16 + MESSAGE_BYTES_MAX < FRAME_BYTES_
 const _: () = assert!(WIRE_VERSION_MIN <= WIRE_VERSION);
 const _: () = assert!(TOKEN_BYTES_MAX <= u16::MAX as usize);
 const _: () = assert!(CLIENT_NAME_BYTES_MAX <= u16::MAX as usize);
+const _: () = assert!(PATH_BYTES_MAX <= u16::MAX as usize);
 const _: () = assert!(MESSAGE_BYTES_MAX <= u16::MAX as usize);
 const _: () = assert!(STATS_FIELDS_MAX <= u16::MAX as usize);

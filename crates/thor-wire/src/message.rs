@@ -46,6 +46,10 @@
 //! Abort    0x0004  (empty)     the client abandoned its transaction
 //! Stats    0x0005  (empty)     asks for the server's counters
 //! Goodbye  0x0006  (empty)     the client is leaving; the server acks and closes
+//!
+//! Backup   0x0007  +--------+-----------+
+//!                  | P: u16 | path (P)  |  a directory on the server's machine, which must not
+//!                  +--------+-----------+  exist; P <= 4096, UTF-8
 //! ```
 //!
 //! Object bytes in a commit are complete objects in the format of `thor_core::class`; reference
@@ -78,6 +82,10 @@
 //!                        | F: u16 | F x u64 counters |  see ServerStats for the order
 //!                        +--------+------------------+
 //!
+//! BackupDone     0x0087  +----------+-------------+------------+
+//!                        | lsn: u64 | pages: u64  | log: u64   |  the backup holds every
+//!                        +----------+-------------+------------+  commit up to lsn; bytes copied
+//!
 //! Error          0x00ff  +-----------+--------+--------------+
 //!                        | code: u16 | M: u16 | message (M)  |  ErrorCode; M <= 4096, UTF-8
 //!                        +-----------+--------+--------------+
@@ -96,7 +104,8 @@ use crate::frame::{self, Frame};
 use crate::limits::{
     ACKS_MAX, CLIENT_NAME_BYTES_MAX, COMMIT_OBJECTS_MAX, DISCARDED_PAGES_MAX, FRAME_BYTES_MAX,
     FRAME_BYTES_SETTING_MIN, FRAME_HEADER_BYTES, INVALIDATIONS_MAX, MESSAGE_BYTES_MAX,
-    OBJECT_BYTES_MAX, READ_SET_MAX, TOKEN_BYTES_MAX, WIRE_VERSION, WIRE_VERSION_MIN,
+    OBJECT_BYTES_MAX, PATH_BYTES_MAX, READ_SET_MAX, TOKEN_BYTES_MAX, WIRE_VERSION,
+    WIRE_VERSION_MIN,
 };
 use crate::stats::ServerStats;
 
@@ -119,6 +128,8 @@ pub mod kind {
     pub const STATS: u16 = 0x0005;
     /// [`crate::RequestBody::Goodbye`].
     pub const GOODBYE: u16 = 0x0006;
+    /// [`crate::RequestBody::Backup`].
+    pub const BACKUP: u16 = 0x0007;
     /// [`crate::ReplyBody::HelloOk`].
     pub const HELLO_OK: u16 = 0x0081;
     /// [`crate::ReplyBody::Page`].
@@ -131,6 +142,8 @@ pub mod kind {
     pub const ACK: u16 = 0x0085;
     /// [`crate::ReplyBody::Stats`].
     pub const STATS_REPLY: u16 = 0x0086;
+    /// [`crate::ReplyBody::BackupDone`].
+    pub const BACKUP_DONE: u16 = 0x0087;
     /// [`crate::ReplyBody::Error`].
     pub const ERROR: u16 = 0x00ff;
 
@@ -241,6 +254,12 @@ pub enum RequestBody {
     Stats,
     /// Ends the session.
     Goodbye,
+    /// Asks the server to write a consistent copy of its database into `path`, a directory on
+    /// the *server's* machine that must not exist yet.
+    Backup {
+        /// Where, as the server's file system names it.
+        path: String,
+    },
 }
 
 impl RequestBody {
@@ -253,6 +272,7 @@ impl RequestBody {
             RequestBody::Abort => kind::ABORT,
             RequestBody::Stats => kind::STATS,
             RequestBody::Goodbye => kind::GOODBYE,
+            RequestBody::Backup { .. } => kind::BACKUP,
         }
     }
 
@@ -265,6 +285,7 @@ impl RequestBody {
             RequestBody::Abort => "Abort",
             RequestBody::Stats => "Stats",
             RequestBody::Goodbye => "Goodbye",
+            RequestBody::Backup { .. } => "Backup",
         }
     }
 }
@@ -327,6 +348,8 @@ pub enum ReplyBody {
     Ack,
     /// Answers `Stats`.
     Stats(Box<ServerStats>),
+    /// Answers `Backup`: the copy is complete and durable.
+    BackupDone(BackupInfo),
     /// A request or the connection failed (see [`ErrorCode`] for which codes close it).
     Error {
         /// What went wrong, for programs.
@@ -346,6 +369,7 @@ impl ReplyBody {
             ReplyBody::CommitRefused { .. } => kind::COMMIT_REFUSED,
             ReplyBody::Ack => kind::ACK,
             ReplyBody::Stats(_) => kind::STATS_REPLY,
+            ReplyBody::BackupDone(_) => kind::BACKUP_DONE,
             ReplyBody::Error { .. } => kind::ERROR,
         }
     }
@@ -359,9 +383,21 @@ impl ReplyBody {
             ReplyBody::CommitRefused { .. } => "CommitRefused",
             ReplyBody::Ack => "Ack",
             ReplyBody::Stats(_) => "Stats",
+            ReplyBody::BackupDone(_) => "BackupDone",
             ReplyBody::Error { .. } => "Error",
         }
     }
+}
+
+/// What a finished backup holds ([`ReplyBody::BackupDone`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackupInfo {
+    /// Every commit up to this LSN is in the copy, and none after it.
+    pub lsn: Lsn,
+    /// Bytes of the page file copied.
+    pub page_bytes: u64,
+    /// Bytes of the log copied.
+    pub log_bytes: u64,
 }
 
 /// Appends one frame of `size` payload bytes (already checked against every limit), written by
@@ -465,6 +501,10 @@ impl Request {
                 n
             }
             RequestBody::Abort | RequestBody::Stats | RequestBody::Goodbye => 0,
+            RequestBody::Backup { path } => {
+                check_limit("backup path", path.len(), PATH_BYTES_MAX)?;
+                2 + path.len()
+            }
         };
         Ok(n)
     }
@@ -523,6 +563,7 @@ impl Request {
                 }
             }
             RequestBody::Abort | RequestBody::Stats | RequestBody::Goodbye => {}
+            RequestBody::Backup { path } => put_short(out, path.as_bytes()),
         }
     }
 
@@ -576,6 +617,7 @@ impl Request {
             kind::ABORT => RequestBody::Abort,
             kind::STATS => RequestBody::Stats,
             kind::GOODBYE => RequestBody::Goodbye,
+            kind::BACKUP => RequestBody::Backup { path: r.string(PATH_BYTES_MAX, "backup path")? },
             other => return Err(WireError::UnknownType(other)),
         };
         r.finish()?;
@@ -627,6 +669,7 @@ impl Reply {
             }
             ReplyBody::Ack => 0,
             ReplyBody::Stats(_) => 2 + 8 * ServerStats::FIELDS.len(),
+            ReplyBody::BackupDone(_) => 24,
         })
     }
 
@@ -680,6 +723,11 @@ impl Reply {
             }
             ReplyBody::Ack => {}
             ReplyBody::Stats(s) => s.encode(out),
+            ReplyBody::BackupDone(b) => {
+                out.put_u64(b.lsn.0);
+                out.put_u64(b.page_bytes);
+                out.put_u64(b.log_bytes);
+            }
             ReplyBody::Error { code, message } => {
                 out.put_u16(code.to_u16());
                 put_short(out, message.as_bytes());
@@ -738,6 +786,11 @@ impl Reply {
             }
             kind::ACK => ReplyBody::Ack,
             kind::STATS_REPLY => ReplyBody::Stats(Box::new(ServerStats::decode(&mut r)?)),
+            kind::BACKUP_DONE => ReplyBody::BackupDone(BackupInfo {
+                lsn: Lsn(r.u64("backup lsn")?),
+                page_bytes: r.u64("backup page bytes")?,
+                log_bytes: r.u64("backup log bytes")?,
+            }),
             kind::ERROR => {
                 let code = ErrorCode::from_u16(r.u16("error code")?)
                     .ok_or(WireError::BadValue { what: "error code", why: "unknown code" })?;

@@ -94,6 +94,22 @@ impl Database {
         Ok(Session::new(Box::new(transport), config)?)
     }
 
+    /// Writes a consistent copy of the database into `dest`, a new directory, while sessions
+    /// go on committing: the superblock, the page file and the log's durable records, copied
+    /// while install rounds and checkpoints wait (commits wait only if the modified object
+    /// buffer fills first). `dest` appears only once the copy is complete and synced. The copy
+    /// opens as a database (`thor::open(dest)`) holding every commit up to the returned LSN (`BackupInfo::lsn`),
+    /// which includes every commit acknowledged before this call.
+    ///
+    /// Fails with [`Error::Backup`] if `dest` exists, its parent does not, or the disk fails;
+    /// nothing is left at `dest` then.
+    pub fn backup(&self, dest: impl AsRef<Path>) -> Result<crate::BackupInfo, Error> {
+        let dest = dest.as_ref();
+        self.engine
+            .backup(dest)
+            .map_err(|source| Error::Backup { path: dest.to_path_buf(), source })
+    }
+
     /// The database's directory.
     pub fn path(&self) -> &Path {
         &self.path

@@ -63,6 +63,17 @@ pub enum Error {
         #[source]
         source: thor_server::EngineError,
     },
+    /// [`Database::backup`](crate::Database::backup) could not make the copy: `path` exists,
+    /// its parent does not, or the disk failed. Nothing was left at `path`.
+    #[cfg(feature = "embedded")]
+    #[error("backing up to {}: {source}", path.display())]
+    Backup {
+        /// The destination given.
+        path: std::path::PathBuf,
+        /// The engine's reason.
+        #[source]
+        source: thor_server::EngineError,
+    },
     /// [`Database::close`](crate::Database::close) was called while sessions or other
     /// handles of the database were alive. The database stays open, and closes (the same
     /// way) when the last of them is dropped.

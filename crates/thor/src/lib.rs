@@ -75,7 +75,7 @@ pub use thor_client::{
     Any, Bytes, Class, ClientError, ClientStats, CommitInfo, ConflictCause, Large, PolicyConfig,
     Ref, Refs, SCHEMA_SLOT, Session, SessionConfig, View,
 };
-pub use thor_wire::TransportError;
+pub use thor_wire::{BackupInfo, TransportError};
 
 /// Opens the embedded database in directory `path`, creating it if absent, and returns a
 /// session on it. This is [`Database::open`] followed by [`Database::session`]. The session

@@ -206,3 +206,20 @@ fn sessions_use_the_cli_defaults() {
     let d = thor::SessionConfig::default();
     assert_eq!((d.cache_bytes, d.policy), (64 << 20, thor::PolicyConfig::HAC));
 }
+
+#[test]
+fn a_backup_taken_while_a_session_is_open_opens_with_what_was_committed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Database::open(tmp.path().join("db")).unwrap();
+    let s = db.session().unwrap();
+    write_notes(&s, 300, 100);
+    let dest = tmp.path().join("copy");
+    let info = db.backup(&dest).unwrap();
+    assert!(info.lsn.0 >= 1 && info.page_bytes > 0 && info.log_bytes > 0, "{info:?}");
+    // A commit after the backup is not in it.
+    s.run(|s| s.set_root(1, s.root::<Note>(0)?)).unwrap();
+    assert!(matches!(db.backup(&dest), Err(Error::Backup { .. })), "the destination exists");
+    let copy = thor::open(&dest).unwrap();
+    assert_eq!(read_notes(&copy), (0..300).collect::<Vec<u64>>());
+    assert!(copy.run(|s| s.root::<Note>(1)).unwrap().is_null());
+}

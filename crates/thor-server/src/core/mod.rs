@@ -308,6 +308,15 @@ pub enum Input {
         /// Why.
         why: String,
     },
+    /// A backup the core asked for ([`Effect::Backup`]) is complete and durable (or failed).
+    BackedUp {
+        /// The connection that asked.
+        conn: ConnId,
+        /// Its request id.
+        id: u64,
+        /// What the copy holds, or why it failed.
+        result: Result<thor_wire::BackupInfo, String>,
+    },
     /// Time passed.
     Tick,
 }
@@ -366,6 +375,18 @@ pub enum Effect {
     Install(InstallJob),
     /// Write a superblock (and truncate the log) and report it with [`Input::Checkpointed`].
     Checkpoint(CheckpointJob),
+    /// Copy the database into the new directory `path` (superblock, page file, the log's
+    /// durable records) with no install round or checkpoint running meanwhile, and report it
+    /// with [`Input::BackedUp`]. The connection is busy until then, so its replies stay in
+    /// request order.
+    Backup {
+        /// The connection that asked.
+        conn: ConnId,
+        /// Its request id.
+        id: u64,
+        /// Where, on the server's machine.
+        path: String,
+    },
 }
 
 /// Who is waiting for an answer.
@@ -734,6 +755,13 @@ impl Core {
             Input::Installed { job, result } => self.installed(job, result, fx),
             Input::Checkpointed { job, result } => self.checkpointed(job, result, fx),
             Input::LogFailed { why } => self.fail(why, fx),
+            Input::BackedUp { conn, id, result } => {
+                let reply = match result {
+                    Ok(info) => Reply::new(ReplyBody::BackupDone(info)),
+                    Err(why) => Reply::error(ErrorCode::ServerFailed, &format!("backup: {why}")),
+                };
+                self.reply(conn, id, reply, false, fx);
+            }
             Input::Tick => {}
         }
         self.pump(fx);
@@ -842,6 +870,10 @@ impl Core {
             Action::Commit(c) => {
                 self.sessions.set_busy(conn);
                 self.commit(Origin::Conn { conn, id }, c, fx);
+            }
+            Action::Backup(path) => {
+                self.sessions.set_busy(conn);
+                fx.push(Effect::Backup { conn, id, path });
             }
             Action::Stats => {
                 let stats = Box::new(self.server_stats());

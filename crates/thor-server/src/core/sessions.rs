@@ -128,6 +128,8 @@ pub enum Action {
     Commit(CommitIn),
     /// Answer with the counters.
     Stats,
+    /// Have the driver write a backup to this path (on the server's machine).
+    Backup(String),
 }
 
 /// Every session of a core.
@@ -296,6 +298,7 @@ impl Sessions {
             }
             (State::Open { .. }, RequestBody::Abort) => (Reply::new(ReplyBody::Ack), false),
             (State::Open { .. }, RequestBody::Stats) => return Action::Stats,
+            (State::Open { .. }, RequestBody::Backup { path }) => return Action::Backup(path),
             (State::Open { .. }, RequestBody::Goodbye) => (Reply::new(ReplyBody::Ack), true),
         };
         if close && let Some(s) = self.conns.get_mut(&conn) {

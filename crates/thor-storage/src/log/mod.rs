@@ -322,6 +322,15 @@ pub struct TornTail {
     pub log_emptied: bool,
 }
 
+/// The durable part of a log, as [`Log::durable_extent`] found it: what a backup copies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogExtent {
+    /// Every record up to this LSN is in the extent, and no later one.
+    pub durable_lsn: Lsn,
+    /// Segment files, oldest first, with the bytes of each to copy from its start.
+    pub segments: Vec<(String, u64)>,
+}
+
 /// A snapshot of the log's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LogStats {
@@ -648,6 +657,32 @@ impl Log {
     /// The LSN the next `append` will get.
     pub fn next_lsn(&self) -> Lsn {
         self.state.lock().next_lsn
+    }
+
+    /// What a copy of the log must hold to have every durable record and nothing else: each
+    /// segment file, oldest first, with the bytes of it to copy. Every segment but the active
+    /// one is complete and durable (module documentation), so all of it; the active one up to
+    /// the end of its last fsynced batch (its `len` only moves once a flush's fsync succeeded,
+    /// and a flush in progress writes after it). Appends after this call do not change those
+    /// bytes; a concurrent [`Log::truncate_before`] can delete the oldest segments, so a caller
+    /// that copies them holds truncation off (the server pauses checkpoints).
+    pub fn durable_extent(&self) -> Result<LogExtent, StorageError> {
+        let (durable_lsn, names, active_len) = {
+            let st = self.state.lock();
+            if let Some(cause) = &st.poisoned {
+                return Err(StorageError::Poisoned { cause: cause.clone() });
+            }
+            let names: Vec<String> = st.segments.iter().map(|s| s.name.clone()).collect();
+            debug_assert_eq!(names.last(), Some(&st.active.name), "the active segment is last");
+            (st.durable_lsn, names, st.active.len)
+        };
+        let mut segments = Vec::with_capacity(names.len());
+        let last = names.len().saturating_sub(1);
+        for (i, name) in names.into_iter().enumerate() {
+            let bytes = if i == last { active_len } else { self.disk.open(&name, false)?.len()? };
+            segments.push((name, bytes));
+        }
+        Ok(LogExtent { durable_lsn, segments })
     }
 
     /// Whether a failed write or fsync has poisoned the log.

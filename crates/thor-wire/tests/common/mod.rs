@@ -8,8 +8,8 @@ use thor_core::ids::PAGE_ID_MAX;
 use thor_core::{ClientId, Lsn, Oid, Oref, PageId, ServerId};
 use thor_wire::limits::{FRAME_BYTES_MAX, FRAME_BYTES_SETTING_MIN};
 use thor_wire::{
-    Commit, ErrorCode, Hello, Piggyback, RefusedCode, Reply, ReplyBody, Request, RequestBody,
-    ServerInfo, ServerStats,
+    BackupInfo, Commit, ErrorCode, Hello, Piggyback, RefusedCode, Reply, ReplyBody, Request,
+    RequestBody, ServerInfo, ServerStats,
 };
 
 pub fn oref() -> impl Strategy<Value = Oref> {
@@ -42,6 +42,7 @@ pub fn request_body() -> impl Strategy<Value = RequestBody> {
         Just(RequestBody::Abort),
         Just(RequestBody::Stats),
         Just(RequestBody::Goodbye),
+        "\\PC{0,40}".prop_map(|path| RequestBody::Backup { path }),
     ]
 }
 
@@ -130,6 +131,9 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
             .prop_map(|(code, message)| ReplyBody::CommitRefused { code, message }),
         Just(ReplyBody::Ack),
         stats().prop_map(|s| ReplyBody::Stats(Box::new(s))),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(l, p, g)| {
+            ReplyBody::BackupDone(BackupInfo { lsn: Lsn(l), page_bytes: p, log_bytes: g })
+        }),
         (proptest::sample::select(ErrorCode::ALL), "\\PC{0,40}")
             .prop_map(|(code, message)| ReplyBody::Error { code, message }),
     ]
