@@ -56,6 +56,7 @@ pub fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
                 sum.pages_checked += o.pages_checked;
                 sum.lost_connections += o.lost_connections;
                 sum.install_rounds += o.install_rounds;
+                sum.backups += o.backups;
             }
             Err(f) => {
                 bar.abandon();
@@ -82,6 +83,7 @@ fn print_outcome(o: &Outcome, runs: u64) {
     println!("  connections lost       {}", o.lost_connections);
     println!("  install rounds         {}", o.install_rounds);
     println!("  pages checked          {}", o.pages_checked);
+    println!("  backups checked        {}", o.backups);
     if runs == 1 {
         println!("  trace hash             {:016x}", o.trace_hash);
     }

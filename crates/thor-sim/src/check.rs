@@ -182,9 +182,43 @@ impl Checker {
         Ok(())
     }
 
+    /// The state a backup that holds the log up to `last` must have: every acknowledged commit
+    /// is at or below `last` (a backup holds everything acknowledged before it was taken), and
+    /// the objects are the fold of the records up to `last`. Returns that state, to check the
+    /// backup's pages against with [`Checker::page_of`].
+    pub fn backup_state(&self, last: Lsn) -> Result<BTreeMap<Oref, Bytes>, Violation> {
+        if last > self.log.last().map_or(last, |r| r.lsn) {
+            return violation(format!("a backup claims LSN {last}, beyond the log"));
+        }
+        let mut state = BTreeMap::new();
+        for r in &self.log {
+            if r.lsn <= last {
+                for (o, b) in &r.writes {
+                    state.insert(*o, b.clone());
+                }
+            } else if self.acked.contains(&r.txn) {
+                return violation(format!(
+                    "a backup up to LSN {last} misses acknowledged txn {:?} (LSN {})",
+                    r.txn, r.lsn
+                ));
+            }
+        }
+        Ok(state)
+    }
+
     /// Checks a page the server composed: every simulation object in it has exactly its
     /// durable value, and every durable simulation object of the page is in it.
     pub fn page(&self, page: PageId, bytes: &[u8]) -> Result<(), Violation> {
+        self.page_of(&self.state, page, bytes)
+    }
+
+    /// [`Checker::page`] against `state` (the durable state, or a backup's).
+    pub fn page_of(
+        &self,
+        state: &BTreeMap<Oref, Bytes>,
+        page: PageId,
+        bytes: &[u8],
+    ) -> Result<(), Violation> {
         let v = PageView::parse(bytes)
             .map_err(|e| Violation(format!("page {page} sent malformed: {e}")))?;
         if v.page_id() != page {
@@ -197,7 +231,7 @@ impl Checker {
             }
             let oref = Oref::new(page, oid);
             seen += 1;
-            match self.state.get(&oref) {
+            match state.get(&oref) {
                 Some(want) if &want[..] == obj => {}
                 Some(want) => {
                     return violation(format!(
@@ -216,7 +250,7 @@ impl Checker {
                 }
             }
         }
-        let expected = self.state.range(page_range(page)).count();
+        let expected = state.range(page_range(page)).count();
         if seen != expected {
             return violation(format!(
                 "page {page} shows {seen} simulation objects, the durable state has {expected}"

@@ -105,6 +105,8 @@ pub struct SimConfig {
     pub page_cache_bytes: usize,
     /// Print every event to stderr.
     pub trace: bool,
+    /// Backups taken of the live server at random times, each recovered and checked.
+    pub backups: usize,
 }
 
 impl SimConfig {
@@ -124,6 +126,9 @@ impl SimConfig {
             mob_bytes: [6 << 10, 16 << 10, 64 << 10][r.below(3) as usize],
             page_cache_bytes: [2, 4, 32][r.below(3) as usize] * 4096,
             trace: false,
+            // Drawn last, so the draws above (and the runs of seeds recorded before backups
+            // existed) stay as they were.
+            backups: r.below(3) as usize,
         }
     }
 }
@@ -153,6 +158,8 @@ pub struct Outcome {
     pub lost_connections: u64,
     /// Install rounds completed.
     pub install_rounds: u64,
+    /// Backups taken of the live server, recovered and checked.
+    pub backups: u64,
 }
 
 /// A run that found a violation.
@@ -197,6 +204,8 @@ enum Ev {
     LogSync(u32),
     /// The server performs a disk effect.
     Io(u32, Effect),
+    /// A backup of the live server is taken, recovered and checked.
+    Backup,
     /// Time passes at the server.
     Tick(u32),
     /// The crashed server restarts.
@@ -552,6 +561,10 @@ impl World {
             let d = self.rng.below(1_000);
             self.at(d, Ev::ClientWake(c));
         }
+        for _ in 0..self.cfg.backups {
+            let d = self.rng.below(BACKUP_WINDOW_US);
+            self.at(d, Ev::Backup);
+        }
         loop {
             if self.clients.iter().all(|c| c.done >= self.cfg.txns_per_client) {
                 break;
@@ -685,6 +698,10 @@ impl World {
                 }
                 Ok(())
             }
+            Ev::Backup => {
+                self.mix(&[self.now, 9]);
+                self.backup()
+            }
             Ev::Restart => {
                 self.mix(&[self.now, 7]);
                 self.trace(|| "server restarts".into());
@@ -796,6 +813,42 @@ impl World {
             Some(i) => self.step(i),
             None => Ok(()),
         }
+    }
+
+    /// Takes a backup of the live server into a fresh disk, loses that disk's unsynced writes
+    /// (a backup reports only what it synced), recovers it, and checks that it holds exactly
+    /// the log up to the LSN it claims, with every commit acknowledged so far.
+    fn backup(&mut self) -> Result<(), Violation> {
+        let Some(node) = self.node.as_ref() else { return Ok(()) };
+        // The backup only reads the live disk: a death armed for a later install or
+        // checkpoint waits until it is done.
+        let plan = self.disk.fault_plan();
+        self.disk.set_fault_plan(FaultPlan::default());
+        let dest = MemDisk::new();
+        let taken = node.disk_side.backup_into(&*node.log, &dest);
+        self.disk.set_fault_plan(plan);
+        let info = taken.map_err(|e| Violation(format!("a backup failed: {e}")))?;
+        self.trace(|| format!("backup up to LSN {}", info.lsn));
+        self.out.backups += 1;
+        dest.crash(self.rng.next_u64());
+        let r = io::recover(Arc::new(dest), core_config(&self.cfg), log_options())
+            .map_err(|e| Violation(format!("a backup does not open: {e}")))?;
+        if r.core.next_lsn().0 != info.lsn.0 + 1 {
+            return Err(Violation(format!(
+                "a backup claims LSN {} but recovers to {}",
+                info.lsn,
+                r.core.next_lsn()
+            )));
+        }
+        let state = self.checker.backup_state(info.lsn)?;
+        let mut copy =
+            Node { core: r.core, disk_side: r.disk_side, log: r.log, sync_scheduled: false };
+        let pages: BTreeSet<PageId> = state.keys().filter_map(|o| o.page()).collect();
+        for page in pages {
+            let bytes = fetch_from(&mut copy, self.now, page)?;
+            self.checker.page_of(&state, page, &bytes)?;
+        }
+        Ok(())
     }
 
     /// The server process dies: its connections break and the disk loses what it may.
@@ -1199,6 +1252,34 @@ impl World {
             Msg::Connect | Msg::Request(..) => Err(Violation("a request sent to a client".into())),
         }
     }
+}
+
+/// When backups may be taken: the first 200 ms of virtual time, where every run has load.
+const BACKUP_WINDOW_US: u64 = 200_000;
+
+/// Fetches `page` from a server that no client uses (a recovered backup), performing its
+/// page reads at once.
+fn fetch_from(node: &mut Node, now: u64, page: PageId) -> Result<Bytes, Violation> {
+    let mut inputs = vec![Input::Direct { ticket: 1, op: DirectOp::Fetch(page) }];
+    while let Some(input) = inputs.pop() {
+        let mut fx = Vec::new();
+        node.core.step(now, input, &mut fx);
+        for e in fx {
+            match e {
+                Effect::Done { result: DirectResult::Page(Ok(bytes)), .. } => return Ok(bytes),
+                Effect::Done { result, .. } => {
+                    return Err(Violation(format!("a backup's page {page}: {result:?}")));
+                }
+                Effect::Read { .. } => {
+                    if let Some(i) = node.disk_side.perform(&e, &*node.log) {
+                        inputs.push(i);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Err(Violation(format!("a backup's page {page} was never served")))
 }
 
 fn io_violation(e: thor_storage::StorageError) -> Violation {

@@ -29,6 +29,7 @@ fn quarter(part: u64) -> Outcome {
                 sum.pages_checked += o.pages_checked;
                 sum.lost_connections += o.lost_connections;
                 sum.install_rounds += o.install_rounds;
+                sum.backups += o.backups;
             }
             Err(f) => panic!("{f}"),
         }
@@ -56,10 +57,11 @@ fn seeds_fourth_quarter() {
     let sum = quarter(3);
     eprintln!("the last quarter of the seeds: {sum:?}");
     // The runs exercise what they claim to: crashes (and recoveries), broken connections,
-    // uncertain commits, install rounds, checked reads.
+    // uncertain commits, install rounds, checked reads, backups.
     if total_seeds() >= 400 {
         assert!(sum.crashes > 0 && sum.lost_connections > 0 && sum.uncertain > 0, "{sum:?}");
         assert!(sum.install_rounds > 0 && sum.pages_checked > 0 && sum.acked > 0, "{sum:?}");
+        assert!(sum.backups > 0, "{sum:?}");
     }
 }
 
