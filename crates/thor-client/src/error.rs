@@ -81,6 +81,22 @@ pub enum ClientError {
     /// A malformed large object.
     #[error("format: {0}")]
     Format(#[from] FormatError),
+    /// A stored value is malformed: a string that is not UTF-8, a sequence whose length
+    /// exceeds its storage or whose elements are of another type than the program reads. The
+    /// data does not match the program (or is damaged): `thor check` the database.
+    #[error("malformed value: {0}")]
+    BadValue(String),
+    /// A value is longer than thor can store in it: a string or sequence past the largest
+    /// object a page holds. Store it another way (a large object, or split it).
+    #[error("{what} of {len} is longer than the {max} a {what} can hold")]
+    TooLong {
+        /// What: "string", "sequence".
+        what: &'static str,
+        /// Its length (bytes of a string, elements of a sequence).
+        len: usize,
+        /// The most it can be.
+        max: usize,
+    },
     /// The program used the API wrongly (index out of range, wrong length).
     #[error("usage: {0}")]
     Usage(&'static str),

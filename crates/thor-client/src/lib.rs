@@ -34,11 +34,13 @@ pub mod error;
 pub mod limits;
 pub mod session;
 pub mod typed;
+pub mod values;
 
 pub use error::{ClientError, ConflictCause};
 pub use session::{ClientStats, CommitInfo, SCHEMA_SLOT, Session, SessionConfig, View};
 pub use thor_cache::{HacParams, PolicyConfig};
 pub use typed::{Any, Bytes, Class, Field, Large, Ref, Refs};
+pub use values::{Elem, Seq, SeqView, Str, max_str_bytes};
 
 #[doc(hidden)]
 pub use thor_core;

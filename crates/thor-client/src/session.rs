@@ -313,6 +313,54 @@ macro_rules! scalar_access {
         }
     };
 }
+/// `bool` is stored as a word: 0 is false, and any other value reads as true (a program writes
+/// 1), so no stored word makes a read fail.
+impl Access for bool {
+    #[inline]
+    fn load<C: Class + ?Sized>(v: &View<'_, C>, off: usize) -> Self {
+        u32::load(v, off) != 0
+    }
+    fn store<C: Class + ?Sized>(self, v: &View<'_, C>, off: usize) -> Result<(), ClientError> {
+        u32::from(self).store(v, off)
+    }
+}
+
+/// An optional value is a tag word and the value: tag 0 is `None` (the value's bytes are then
+/// zero), any other tag `Some` (a program writes 1). A new object's fields are zero: `None`.
+impl<T: crate::typed::OptionalValue + Access> Access for Option<T> {
+    #[inline]
+    fn load<C: Class + ?Sized>(v: &View<'_, C>, off: usize) -> Self {
+        if u32::load(v, off) == 0 { None } else { Some(T::load(v, off + 4)) }
+    }
+    fn store<C: Class + ?Sized>(self, v: &View<'_, C>, off: usize) -> Result<(), ClientError> {
+        match self {
+            None => {
+                0u32.store(v, off)?;
+                // SAFETY: as for the scalar fields: the value's bytes follow the tag within
+                // the field.
+                unsafe { std::ptr::write_bytes(v.ptr.add(off + 4), 0, T::SIZE) };
+                Ok(())
+            }
+            Some(x) => {
+                1u32.store(v, off)?;
+                x.store(v, off + 4)
+            }
+        }
+    }
+}
+
+/// An optional reference is a reference slot: null is `None`.
+impl<T: ?Sized + 'static> Access for Option<Ref<T>> {
+    #[inline]
+    fn load<C: Class + ?Sized>(v: &View<'_, C>, off: usize) -> Self {
+        let r: Ref<T> = Ref::load(v, off);
+        if r.is_null() { None } else { Some(r) }
+    }
+    fn store<C: Class + ?Sized>(self, v: &View<'_, C>, off: usize) -> Result<(), ClientError> {
+        self.unwrap_or(Ref::NULL).store(v, off)
+    }
+}
+
 scalar_access!(u32);
 scalar_access!(i32);
 scalar_access!(f32);
@@ -372,6 +420,11 @@ impl<'s, C: Class + ?Sized> View<'s, C> {
     pub fn set<F: Access>(&self, field: Field<C, F>, value: F) -> Result<(), ClientError> {
         self.s.inner().cache.before_write(self.idx)?;
         value.store(self, field.offset())
+    }
+
+    /// The session the view belongs to.
+    pub(crate) fn session(&self) -> &'s Session {
+        self.s
     }
 
     /// A reference to this object.
@@ -442,8 +495,40 @@ impl<'s, C: Class + ?Sized> View<'s, C> {
         out
     }
 
+    /// Copies bytes `at..at + out.len()` of the variable byte part into `out`, without
+    /// allocating. Fails with [`ClientError::Usage`] past the part's end or without a byte part.
+    pub fn read_var_bytes(&self, at: usize, out: &mut [u8]) -> Result<(), ClientError> {
+        let (kind, count) = self.var_layout();
+        if kind != VarKind::Bytes || at.checked_add(out.len()).is_none_or(|e| e > self.var_len()) {
+            return Err(ClientError::Usage("read_var_bytes past the end of the byte part"));
+        }
+        // SAFETY: the range lies within the byte part, which lies within the pinned object.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.add(count + 4 + at), out.as_mut_ptr(), out.len())
+        };
+        Ok(())
+    }
+
+    /// Overwrites bytes `at..at + bytes.len()` of the variable byte part through the
+    /// transaction. Fails with [`ClientError::Usage`] past the part's end (a byte part keeps
+    /// its length for the object's life).
+    pub fn write_var_bytes(&self, at: usize, bytes: &[u8]) -> Result<(), ClientError> {
+        let (kind, count) = self.var_layout();
+        if kind != VarKind::Bytes || at.checked_add(bytes.len()).is_none_or(|e| e > self.var_len())
+        {
+            return Err(ClientError::Usage("write_var_bytes past the end of the byte part"));
+        }
+        self.s.inner().cache.before_write(self.idx)?;
+        // SAFETY: as for `read_var_bytes`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(count + 4 + at), bytes.len())
+        };
+        Ok(())
+    }
+
     /// Replaces the variable byte part; `bytes` must have the object's length (objects keep
-    /// their size).
+    /// their size: the length chosen at `create` is the length for the object's life; a value
+    /// that grows belongs in a [`crate::Seq`] or a new object).
     pub fn set_var_bytes(&self, bytes: &[u8]) -> Result<(), ClientError> {
         let (kind, count) = self.var_layout();
         if kind != VarKind::Bytes || bytes.len() != self.var_len() {

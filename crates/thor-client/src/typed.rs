@@ -30,6 +30,10 @@
 //! | `u64`, `i64`, `f64` | 8 bytes (4-aligned, as two words) |
 //! | `[u8; N]` | N bytes, padded to a multiple of 4 |
 //! | `Ref<T>` | a 4-byte reference (swizzled in the cache) |
+//! | `bool` | 4 bytes: 0 false, anything else true |
+//! | `Option<T>` for the numbers and `bool` | a tag word (0: `None`), then the value |
+//! | `Option<Ref<T>>` | a reference; null is `None` |
+//! | `Ref<Str>` | a string: a reference to an immutable `thor.Str` object ([`crate::Str`]) |
 //!
 //! After the fields an object may have a variable part: `var bytes;` (a byte string) or
 //! `var refs<T>;` (an array of references to `T`).
@@ -138,6 +142,32 @@ impl<const N: usize> FieldType for [u8; N] {
 }
 
 impl<T: ?Sized + 'static> FieldType for Ref<T> {
+    const SIZE: usize = 4;
+    const IS_REF: bool = true;
+}
+
+impl FieldType for bool {
+    const SIZE: usize = 4;
+    const IS_REF: bool = false;
+}
+
+/// The value types an `Option` field can hold besides references: stored as a tag word and
+/// the value.
+pub trait OptionalValue: FieldType {}
+impl OptionalValue for u32 {}
+impl OptionalValue for i32 {}
+impl OptionalValue for f32 {}
+impl OptionalValue for u64 {}
+impl OptionalValue for i64 {}
+impl OptionalValue for f64 {}
+impl OptionalValue for bool {}
+
+impl<T: OptionalValue> FieldType for Option<T> {
+    const SIZE: usize = 4 + T::SIZE;
+    const IS_REF: bool = false;
+}
+
+impl<T: ?Sized + 'static> FieldType for Option<Ref<T>> {
     const SIZE: usize = 4;
     const IS_REF: bool = true;
 }

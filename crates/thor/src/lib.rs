@@ -45,6 +45,9 @@
 //! - Declaring classes: [`class!`]; [`Ref`] (a typed reference, stored in fields and root
 //!   slots); the built-in classes [`Refs`] (a collection of references), [`Bytes`],
 //!   [`Large`] and [`Any`]; the [`Class`] trait, for code generic over classes.
+//! - Values besides numbers and references: `bool` and `Option` fields, strings ([`Str`],
+//!   [`View::set_str`], [`View::get_str`]) and growable sequences ([`Seq`],
+//!   [`Session::create_seq`], [`Session::seq`], [`SeqView`]).
 //! - Transactions: [`Session`] (`get`, `create`, `root`, `set_root`, `commit`, `abort`, and
 //!   [`Session::run`], which commits and retries on conflicts); [`View`], a pinned view of an
 //!   object that reads its fields straight from the cache; [`SessionConfig`],
@@ -72,8 +75,9 @@ pub use embedded::Database;
 pub use error::Error;
 pub use thor_client::class;
 pub use thor_client::{
-    Any, Bytes, Class, ClientError, ClientStats, CommitInfo, ConflictCause, Large, PolicyConfig,
-    Ref, Refs, SCHEMA_SLOT, Session, SessionConfig, View,
+    Any, Bytes, Class, ClientError, ClientStats, CommitInfo, ConflictCause, Elem, Large,
+    PolicyConfig, Ref, Refs, SCHEMA_SLOT, Seq, SeqView, Session, SessionConfig, Str, View,
+    max_str_bytes,
 };
 pub use thor_wire::{BackupInfo, TransportError};
 
