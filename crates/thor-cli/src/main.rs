@@ -10,6 +10,7 @@ mod bench;
 mod bench_clients;
 mod check;
 mod cluster_sim;
+mod compact;
 mod demo;
 mod oo7;
 mod plot;
@@ -64,6 +65,8 @@ enum Command {
     Stats(stats::StatsArgs),
     /// Check a database directory offline (exit status 0 healthy, 1 problems, 2 cannot check).
     Check(check::CheckArgs),
+    /// Rewrite a closed database into a new directory without its unreachable objects.
+    Compact(compact::CompactArgs),
     /// Simulate client caches over a shared array cache (the DEMOTE study and more).
     Sim(sim::SimArgs),
 }
@@ -82,6 +85,7 @@ fn main() -> std::process::ExitCode {
         Command::Sim(a) => sim::run(a),
         Command::Stats(a) => stats::run(a),
         Command::Check(a) => check::run(a),
+        Command::Compact(a) => compact::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

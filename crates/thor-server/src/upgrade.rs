@@ -1021,8 +1021,10 @@ struct Temp {
     path: PathBuf,
     /// The locked directory.
     disk: FileDisk,
-    /// Whether it became the destination (otherwise it is removed on drop).
-    published: bool,
+    /// Whether to remove it on drop: once it is ours (created, or a leftover of an upgrade
+    /// cleared) and until it became the destination. A directory holding someone else's
+    /// files is never removed.
+    remove_on_drop: bool,
 }
 
 impl Temp {
@@ -1044,7 +1046,7 @@ impl Temp {
             },
             other => UpgradeError::Destination { path: dst.to_path_buf(), source: other.into() },
         })?;
-        let temp = Temp { path, disk, published: false };
+        let mut temp = Temp { path, disk, remove_on_drop: false };
         // A leftover of an interrupted upgrade (we hold its lock, so nobody writes it): clear
         // it, but only if it holds nothing but a database's files.
         let files = temp.disk.list().map_err(|e| temp.dest_err(dst, e))?;
@@ -1055,6 +1057,7 @@ impl Temp {
         for f in &files {
             temp.disk.remove(f).map_err(|e| temp.dest_err(dst, e))?;
         }
+        temp.remove_on_drop = true;
         if !files.is_empty() {
             temp.disk.sync_dir().map_err(|e| temp.dest_err(dst, e))?;
         }
@@ -1078,7 +1081,7 @@ impl Temp {
             path: dst.to_path_buf(),
             source,
         })?;
-        self.published = true;
+        self.remove_on_drop = false;
         let parent = match dst.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
@@ -1093,7 +1096,7 @@ impl Temp {
 
 impl Drop for Temp {
     fn drop(&mut self) {
-        if !self.published {
+        if self.remove_on_drop {
             // Best effort: a leftover is reclaimed by the next upgrade into the same place.
             let _ = std::fs::remove_dir_all(&self.path);
         }
