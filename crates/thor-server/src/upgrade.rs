@@ -176,6 +176,13 @@ pub enum UpgradeError {
         /// The destination path.
         path: PathBuf,
     },
+    /// The destination lies inside the source directory, where the upgrade would write (it
+    /// never writes into its source). Choose a path outside it.
+    #[error("{} is inside the database being read; choose a path outside it", path.display())]
+    DestinationInSource {
+        /// The destination path.
+        path: PathBuf,
+    },
     /// The temporary directory beside the destination holds files a database does not have,
     /// or another upgrade into the same destination is writing it. Wait for that upgrade, or
     /// remove the directory.
@@ -327,6 +334,9 @@ pub fn upgrade(
     if exists(dst)? {
         return Err(UpgradeError::DestinationExists { path: dst.to_path_buf() });
     }
+    if inside(src, dst) {
+        return Err(UpgradeError::DestinationInSource { path: dst.to_path_buf() });
+    }
     let source = Source::open(src)?;
     let mut walk = Walk::new(&source, targets);
     walk.mark()?;
@@ -344,11 +354,12 @@ pub fn upgrade(
     };
     let engine = Engine::create(Arc::new(temp.disk.clone()), opts).map_err(dst_err)?;
     let mut loader = engine.bulk_load().map_err(dst_err)?;
-    walk.plan(loader.first_page())?;
-    let root = walk.write(&mut loader).map_err(|e| match e {
+    let step_err = |e: Step| match e {
         Step::Source(e) => e,
         Step::Dest(e) => dst_err(e),
-    })?;
+    };
+    walk.plan(loader.first_page()).map_err(step_err)?;
+    let root = walk.write(&mut loader).map_err(step_err)?;
     let bulk = loader.finish().map_err(dst_err)?;
     engine
         .commit(CommitRequest { versions: vec![(builtin::ROOT, root)], created: Vec::new() })
@@ -441,6 +452,22 @@ pub fn check_prefix(old: &ClassDesc, new: &ClassDesc) -> Result<(), Incompatibil
         }
     }
     Ok(())
+}
+
+/// Whether the path `dst` (which does not exist) would lie inside the directory `src`: its
+/// nearest existing ancestor, resolved, is `src` resolved or below it. A path that cannot be
+/// resolved is not inside (opening it fails later, with its own error).
+fn inside(src: &Path, dst: &Path) -> bool {
+    let Ok(src) = src.canonicalize() else { return false };
+    let mut at = dst.parent();
+    while let Some(p) = at {
+        let p = if p.as_os_str().is_empty() { Path::new(".") } else { p };
+        if let Ok(resolved) = p.canonicalize() {
+            return resolved.starts_with(&src);
+        }
+        at = p.parent();
+    }
+    false
 }
 
 /// Whether anything (a file, a directory, a dangling link) is at `path`.
@@ -773,7 +800,7 @@ impl<'s> Walk<'s> {
 
     /// Gives every reachable object its new oref: pages in order, oids in order, packed from
     /// `first` as [`BulkLoader`] packs. Reads every page, to count the source's objects.
-    fn plan(&mut self, first: PageId) -> Result<(), UpgradeError> {
+    fn plan(&mut self, first: PageId) -> Result<(), Step> {
         let page_size = self.src.page_size;
         let max = max_object_bytes(page_size);
         let mut pack = Packer::new(first, page_size);
@@ -810,9 +837,7 @@ impl<'s> Walk<'s> {
                         // class object too, and it is not copied.
                         Some(new) => new,
                         None => {
-                            let new = pack.place(target.class_object.len()).map_err(|e| {
-                                UpgradeError::Destination { path: self.src.path.clone(), source: e }
-                            })?;
+                            let new = pack.place(target.class_object.len())?;
                             target.placed_at = Some(oref);
                             target.new_oref = Some(new);
                             self.written += 1;
@@ -830,18 +855,15 @@ impl<'s> Walk<'s> {
                     };
                     let size = obj.len() + grow;
                     if size > max {
-                        return Err(UpgradeError::ObjectTooLarge {
+                        return Err(Step::Source(UpgradeError::ObjectTooLarge {
                             oref,
                             class: info.desc.name().to_string(),
                             bytes: size,
                             max,
-                        });
+                        }));
                     }
                     self.written += 1;
-                    pack.place(size).map_err(|e| UpgradeError::Destination {
-                        path: self.src.path.clone(),
-                        source: e,
-                    })?
+                    pack.place(size)?
                 };
                 slots[oid.index()] = new.raw();
             }

@@ -250,3 +250,27 @@ fn damaged_objects_give_errors_never_panics() {
     }
     assert!(corrupt > 5, "most damage is found: {corrupt} of 40");
 }
+
+#[test]
+fn an_empty_database_compacts_to_an_empty_one() {
+    let (_tmp, src, dst) = dirs();
+    open(&src).close().unwrap();
+    let report = upgrade(&src, &dst, &[]).unwrap();
+    assert_eq!((report.source_objects, report.objects, report.dropped), (6, 6, 0));
+    assert_eq!(report.pages, 1);
+    let e = open(&dst);
+    assert_eq!(e.stats().pages_allocated, 1);
+    assert_eq!(read(&e, builtin::ROOT), read(&open(&src), builtin::ROOT));
+}
+
+#[test]
+fn a_destination_inside_the_source_is_refused() {
+    let (_tmp, src, _) = dirs();
+    chain_db(&src, 0).close().unwrap();
+    let before = snapshot(&src);
+    for dst in [src.join("new"), src.join("a").join("b")] {
+        let err = upgrade(&src, &dst, &[]).unwrap_err();
+        assert!(matches!(err, UpgradeError::DestinationInSource { .. }), "{err}");
+    }
+    assert_eq!(snapshot(&src), before);
+}
