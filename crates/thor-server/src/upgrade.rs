@@ -724,9 +724,9 @@ impl<'s> Walk<'s> {
             }
         };
         let page = oref.page_raw();
-        if page > self.src.last_page {
+        if page == 0 || page > self.src.last_page {
             return Err(self.src.corrupt(format!(
-                "object {from:?} refers to {oref:?}, past the last page ({})",
+                "object {from:?} refers to {oref:?}, outside pages 1 to the last page ({})",
                 self.src.last_page
             )));
         }
@@ -753,9 +753,9 @@ impl<'s> Walk<'s> {
                 )));
             }
         };
-        if class.page_raw() > self.src.last_page {
+        if class.page_raw() == 0 || class.page_raw() > self.src.last_page {
             return Err(self.src.corrupt(format!(
-                "object {oref:?} names {class:?} as its class, past the last page"
+                "object {oref:?} names {class:?} as its class, outside pages 1 to the last page"
             )));
         }
         self.make_grey(word, oref)?;

@@ -187,27 +187,47 @@ fn objects(dir: &Path) -> Vec<(Oref, usize)> {
     out
 }
 
+/// A copy of the closed database in `from`, in a new directory `to`.
+fn copy_db(from: &Path, to: &Path) {
+    std::fs::create_dir(to).unwrap();
+    for (name, bytes) in snapshot(from) {
+        std::fs::write(to.join(name), bytes).unwrap();
+    }
+}
+
 #[test]
 fn a_dangling_reference_is_reported_not_followed() {
-    let (_tmp, src, dst) = dirs();
-    chain_db(&src, 0).close().unwrap();
-    // The root's slot 0 names an item; make the first item's `next` name page 9999.
-    let e = open(&src);
+    let (tmp, healthy, _) = dirs();
+    chain_db(&healthy, 0).close().unwrap();
+    let e = open(&healthy);
     let first = Oref::from_raw(u32_at(&read(&e, builtin::ROOT), 8)).unwrap();
     e.close().unwrap();
-    poke(
-        &src,
-        first,
-        4,
-        Oref::new(PageId::new(9999).unwrap(), thor_core::Oid::new(0).unwrap()).raw(),
-    );
-    let err = upgrade(&src, &dst, &[]).unwrap_err();
-    assert!(
-        matches!(&err, UpgradeError::Corrupt { why, .. } if why.contains("past the last page")),
-        "{err}"
-    );
-    assert!(err.to_string().contains("thor check"), "{err}");
-    assert!(!dst.exists());
+    let oref = |page: u32, oid: u16| {
+        Oref::new(PageId::new(page).unwrap(), thor_core::Oid::new(oid).unwrap()).raw()
+    };
+    // The first item's `next` (byte 4), then its class word (byte 0), names each in turn.
+    let bad = [
+        (oref(9999, 0), "outside pages 1 to the last page"),
+        (2, "outside pages 1 to the last page"), // oid 1 of page 0
+        (oref(2, 500), "which does not exist"),
+        (0x31, "not a stored reference"), // a tagged word
+    ];
+    for (k, (word, why)) in bad.into_iter().enumerate() {
+        for at in [4, 0] {
+            let src = tmp.path().join(format!("src{k}-{at}"));
+            copy_db(&healthy, &src);
+            poke(&src, first, at, word);
+            let before = snapshot(&src);
+            let dst = tmp.path().join(format!("dst{k}-{at}"));
+            let err = upgrade(&src, &dst, &[]).unwrap_err();
+            let UpgradeError::Corrupt { why: got, .. } = &err else { panic!("{word:#x}: {err}") };
+            // A bad class word is a bad class: the message names the class check.
+            assert!(got.contains(why) || at == 0, "{word:#x} at {at}: {err}");
+            assert!(err.to_string().contains("thor check"), "{err}");
+            assert!(!dst.exists());
+            assert_eq!(snapshot(&src), before);
+        }
+    }
 }
 
 #[test]
@@ -216,22 +236,21 @@ fn damaged_objects_give_errors_never_panics() {
     chain_db(&healthy, 1).close().unwrap();
     let all = objects(&healthy);
     let mut corrupt = 0;
-    for seed in 0..40u64 {
+    for seed in 0..60u64 {
         let mut rng = SplitMix64::new(seed);
         let src = tmp.path().join(format!("src{seed}"));
-        std::fs::create_dir(&src).unwrap();
-        for (name, bytes) in snapshot(&healthy) {
-            std::fs::write(src.join(name), bytes).unwrap();
-        }
+        copy_db(&healthy, &src);
         // A word of a random object (class words included) becomes a random value, or one of
         // the values that trip each check.
         let (oref, len) = all[rng.next_u64() as usize % all.len()];
         let at = 4 * (rng.next_u64() as usize % (len / 4));
-        let value = match rng.next_u64() % 5 {
+        let value = match rng.next_u64() % 6 {
             0 => rng.next_u64() as u32,
             1 => rng.next_u64() as u32 | 1,
             2 => Oref::new(PageId::new(3).unwrap(), thor_core::Oid::new(500).unwrap()).raw(),
             3 => builtin::ROOT.raw(),
+            // Oid 1 of page 0, which does not exist (only the null word names page 0).
+            4 => 2,
             _ => 0,
         };
         poke(&src, oref, at, value);
@@ -248,7 +267,7 @@ fn damaged_objects_give_errors_never_panics() {
             Err(e) => panic!("seed {seed}: {e}"),
         }
     }
-    assert!(corrupt > 5, "most damage is found: {corrupt} of 40");
+    assert!(corrupt > 10, "most damage is found: {corrupt} of 60");
 }
 
 #[test]
