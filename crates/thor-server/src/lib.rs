@@ -13,7 +13,7 @@
 //!   double-write buffer ([`dwb`]), then checkpoints ([`superblock`]) and truncates the log;
 //! - recovers on open by streaming the log after the checkpoint, within the MOB's budget;
 //! - bulk-loads large databases straight into pages;
-//! - rewrites a closed database into a new directory ([`upgrade`]): classes with appended
+//! - rewrites a closed database into a new directory ([`upgrade()`](mod@upgrade)): classes with appended
 //!   fields, unreachable objects dropped.
 //!
 //! All of that logic is [`core`]: a synchronous state machine that reads no clock, spawns no

@@ -30,7 +30,7 @@ pub const BULK_WINDOW_PAGES: usize = 65_536;
 const _: () = assert!(FLUSH_START_PERCENT > 0 && FLUSH_START_PERCENT < 100);
 const _: () = assert!(COMMIT_BYTES_MAX <= u32::MAX as usize);
 
-/// The source engine's page cache during an upgrade ([`crate::upgrade`]). The walk reads
+/// The source engine's page cache during an upgrade ([`crate::upgrade`](mod@crate::upgrade)). The walk reads
 /// pages in order, and marking revisits a page only when a later page refers back to it, so a
 /// modest cache serves it; the upgrade's memory stays small beside the map it must keep.
 pub const UPGRADE_SOURCE_PAGE_CACHE_BYTES: usize = 16 << 20;

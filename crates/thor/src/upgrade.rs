@@ -75,9 +75,10 @@ use crate::Error;
 /// # Ok(()) }
 /// ```
 ///
-/// The work is [`thor_server::upgrade`]'s: how it reads the committed state (recovery runs in
-/// memory), its memory (about 6 MB per million objects) and its crash safety are described
-/// there.
+/// The work is [`thor_server::upgrade()`]'s. Its module,
+/// [`thor_server::upgrade`](mod@thor_server::upgrade), describes how it reads the committed
+/// state (recovery runs in memory), its memory (about 6 MB per million objects) and its crash
+/// safety.
 #[derive(Debug, Clone)]
 #[must_use = "an upgrade does nothing until `run`"]
 pub struct Upgrade {
