@@ -11,6 +11,7 @@ mod bench;
 mod bench_clients;
 mod check;
 mod cluster_sim;
+mod compact;
 mod demo;
 mod oo7;
 mod plot;
@@ -67,6 +68,8 @@ enum Command {
     Backup(backup::BackupArgs),
     /// Check a database directory offline (exit status 0 healthy, 1 problems, 2 cannot check).
     Check(check::CheckArgs),
+    /// Rewrite a closed database into a new directory without its unreachable objects.
+    Compact(compact::CompactArgs),
     /// Simulate client caches over a shared array cache (the DEMOTE study and more).
     Sim(sim::SimArgs),
 }
@@ -86,6 +89,7 @@ fn main() -> std::process::ExitCode {
         Command::Stats(a) => stats::run(a),
         Command::Check(a) => check::run(a),
         Command::Backup(a) => backup::run(a),
+        Command::Compact(a) => compact::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

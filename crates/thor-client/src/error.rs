@@ -66,8 +66,12 @@ pub enum ClientError {
         /// The class of the stored object.
         found: String,
     },
-    /// The database has a class of this name with a different layout than the program's.
-    #[error("class {class} is stored with a different layout than this program declares")]
+    /// The database has a class of this name with a different layout than the program's. If
+    /// the program appended fields, upgrade the database offline (`thor::Upgrade`).
+    #[error(
+        "class {class} is stored with a different layout than this program declares; if fields \
+         were appended, upgrade the database into a new directory with thor::Upgrade"
+    )]
     SchemaMismatch {
         /// The class name.
         class: &'static str,

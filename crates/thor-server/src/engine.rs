@@ -817,6 +817,24 @@ impl BulkLoader<'_> {
         Ok(())
     }
 
+    /// The page the load's first object goes to (the page after the allocation page when the
+    /// load began). Objects are packed from there in the order given, each into the last page
+    /// if it fits there (object bytes plus a 2-byte offset entry, at most
+    /// [`thor_core::ids::OIDS_PER_PAGE`] objects), else into the next page: a caller that
+    /// knows every size in advance knows every oref in advance.
+    pub fn first_page(&self) -> PageId {
+        PageId::new(self.window_first.get() - self.pages_written as u32)
+            .expect("the first loaded page is a page")
+    }
+
+    /// Writes every page in memory but the last out now (the last may still receive
+    /// objects). For loaders that patch nothing, so that their memory stays at a page or so
+    /// instead of [`limits::BULK_WINDOW_PAGES`]; objects in pages written out can no longer be
+    /// patched with [`BulkLoader::object_mut`].
+    pub fn write_out(&mut self) -> Result<(), EngineError> {
+        self.write_oldest(self.window.len().saturating_sub(1))
+    }
+
     /// Objects added so far.
     pub fn objects(&self) -> u64 {
         self.objects
@@ -830,8 +848,7 @@ impl BulkLoader<'_> {
     /// Writes the remaining pages, makes them durable and part of the database.
     pub fn finish(mut self) -> Result<BulkReport, EngineError> {
         self.finished = true;
-        let first = PageId::new(self.window_first.get() - self.pages_written as u32)
-            .expect("the first loaded page is a page");
+        let first = self.first_page();
         let last_free =
             self.window.back().map_or(0, |p| PageView::parse(p).expect("valid").free_bytes());
         self.write_oldest(self.window.len())?;

@@ -12,7 +12,9 @@
 //! - installs MOB versions in rounds, many per page write, protected against torn writes by a
 //!   double-write buffer ([`dwb`]), then checkpoints ([`superblock`]) and truncates the log;
 //! - recovers on open by streaming the log after the checkpoint, within the MOB's budget;
-//! - bulk-loads large databases straight into pages.
+//! - bulk-loads large databases straight into pages;
+//! - rewrites a closed database into a new directory ([`upgrade()`](mod@upgrade)): classes with appended
+//!   fields, unreachable objects dropped.
 //!
 //! All of that logic is [`core`]: a synchronous state machine that reads no clock, spawns no
 //! thread and does no I/O. [`io`] holds what drivers share (the [`Clock`] and [`CommitLog`]
@@ -30,6 +32,7 @@ pub mod mob;
 pub mod pagecache;
 pub mod record;
 pub mod superblock;
+pub mod upgrade;
 
 pub use crate::core::install::FlushReport;
 pub use crate::core::store::{CommitIn, CommitOutcome};
@@ -41,3 +44,4 @@ pub use engine::{
 };
 pub use error::{EngineError, InvalidCommit};
 pub use io::{Clock, CommitLog, DiskSide, SystemClock};
+pub use upgrade::{ClassUpgrade, Incompatibility, UpgradeError, UpgradeReport, upgrade};

@@ -6,6 +6,8 @@
 //!   exclusive lock on a database directory ([`FileDisk::open_locked`]).
 //! - [`MemDisk`] and [`FaultDisk`]: memory with an exact crash model (live and durable images,
 //!   durable namespace, seeded [`MemDisk::crash`]) and a fault plan; see [`mem_disk`].
+//! - [`OverlayDisk`]: a disk whose changes stay in memory over a disk that is only read, so
+//!   that an offline tool can run recovery on a database without changing it.
 //! - [`PageFile`]: fixed-size pages at `id * page_size`, with multi-page writes.
 //! - [`Log`]: the transaction log: checksummed records in numbered segments, group commit,
 //!   recovery that tells a torn tail (cut, kept aside, reported) from corruption (refused),
@@ -27,6 +29,7 @@ pub mod file_disk;
 pub mod limits;
 pub mod log;
 pub mod mem_disk;
+pub mod overlay;
 pub mod page_file;
 pub mod rng;
 
@@ -39,5 +42,6 @@ pub use log::{
     TornTail,
 };
 pub use mem_disk::{DiskCounters, FaultDisk, FaultPlan, MemDisk};
+pub use overlay::OverlayDisk;
 pub use page_file::{PageFile, PageFileStats};
 pub use rng::SplitMix64;

@@ -80,6 +80,11 @@ pub const MEM_FILE_BYTES_MAX: u64 = 1 << 30;
 /// code correct at the smallest unit is correct at every larger one.
 pub const MEM_SECTOR_BYTES_DEFAULT: usize = 512;
 
+/// The unit an [`OverlayDisk`](crate::OverlayDisk) copies a file in on its first write there:
+/// a page of the smallest database page size is never split across more than one write of it,
+/// the file system's usual block, and small enough that a scattered write costs little memory.
+pub const OVERLAY_BLOCK_BYTES: usize = 4096;
+
 /// The most bytes of a directory's `LOCK` file read to name its holder. The file is a few
 /// short lines; anything longer was not written by thor, and is not worth more memory.
 pub const LOCK_FILE_BYTES_MAX: usize = 4096;
@@ -90,6 +95,7 @@ pub const LOCK_FIELD_BYTES_MAX: usize = 256;
 
 const _: () = assert!(LOCK_FIELD_BYTES_MAX < LOCK_FILE_BYTES_MAX);
 const _: () = assert!(MEM_SECTOR_BYTES_DEFAULT > 0);
+const _: () = assert!(OVERLAY_BLOCK_BYTES.is_power_of_two());
 const _: () = assert!(RECORD_BYTES_MAX_DEFAULT <= RECORD_BYTES_MAX_LIMIT);
 const _: () = assert!(BUFFER_BYTES_MAX_DEFAULT >= BUFFER_BYTES_MIN);
 const _: () = assert!(BUFFER_BYTES_MAX_DEFAULT <= BUFFER_BYTES_MAX_LIMIT);

@@ -85,6 +85,11 @@ pub enum Error {
         /// Sessions and other handles alive.
         users: usize,
     },
+    /// An [`Upgrade`](crate::Upgrade) did not happen: nothing exists at its destination and
+    /// its source is unchanged. [`UpgradeError`](crate::UpgradeError) says why and what to do.
+    #[cfg(feature = "embedded")]
+    #[error(transparent)]
+    Upgrade(#[from] thor_server::UpgradeError),
     /// No connection to a server: nothing listens there, the name does not resolve, or the
     /// server refused the session (`TransportError::Refused`: a wrong token, a busy server).
     #[error("connecting to {addr}: {source}")]

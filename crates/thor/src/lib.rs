@@ -52,6 +52,8 @@
 //!   [`Session::run`], which commits and retries on conflicts); [`View`], a pinned view of an
 //!   object that reads its fields straight from the cache; [`SessionConfig`],
 //!   [`PolicyConfig`].
+//! - Changing a class: [`Upgrade`] rewrites a closed database into a new directory with
+//!   fields appended to classes (and its garbage dropped); [`UpgradeReport`] says what it did.
 //! - Errors: [`Error`] (opening, connecting, closing, and a session's), [`ClientError`] (a
 //!   session's: what `run`'s closure returns), [`ConflictCause`] and [`TransportError`].
 //!
@@ -60,13 +62,15 @@
 //!
 //! # Features
 //!
-//! `embedded` (default): [`open`] and [`Database`]. It links the server engine and its storage.
+//! `embedded` (default): [`open`], [`Database`] and [`Upgrade`]. It links the server engine and its storage.
 //! A program that only connects to servers can turn it off (`default-features = false`) and
 //! link neither the engine nor tokio.
 
 #[cfg(feature = "embedded")]
 mod embedded;
 mod error;
+#[cfg(feature = "embedded")]
+mod upgrade;
 
 use std::net::ToSocketAddrs;
 
@@ -80,6 +84,8 @@ pub use thor_client::{
     max_str_bytes,
 };
 pub use thor_wire::{BackupInfo, TransportError};
+#[cfg(feature = "embedded")]
+pub use upgrade::{ClassUpgrade, Incompatibility, Upgrade, UpgradeError, UpgradeReport};
 
 /// Opens the embedded database in directory `path`, creating it if absent, and returns a
 /// session on it. This is [`Database::open`] followed by [`Database::session`]. The session
