@@ -1,8 +1,10 @@
 //! `thor backup`: a consistent copy of a database that opens as a database.
 //!
-//! - `thor backup --server ADDR DEST` asks a running server to copy its database, while it
-//!   keeps serving commits, into `DEST`: a new directory on the **server's** machine (the
-//!   `Backup` request, authenticated by the session token like every other request).
+//! - `thor backup --server ADDR NAME` asks a running server to copy its database, while it
+//!   keeps serving commits, into `NAME` inside the directory its operator gave it (`thor server
+//!   --backup-dir DIR`), on the server's machine: the `Backup` request, authenticated by the
+//!   session token like every other request. NAME is a relative path of plain names, so a
+//!   client can write nowhere else; a server without `--backup-dir` takes no backups.
 //! - `thor backup --dir DB DEST` copies a database that no process has open.
 //!
 //! Either way the copy is what a crash would leave with everything synced (superblock, page
@@ -24,9 +26,10 @@ use thor_storage::{FileDisk, StorageError};
 
 /// Options of `thor backup`.
 #[derive(Debug, Args)]
-#[command(after_help = "DEST must not exist. With --server it is a path on the server's \
-                        machine; the server writes it while it goes on committing. The copy \
-                        opens as a database holding every commit up to the LSN printed.")]
+#[command(after_help = "DEST must not exist. With --server it is a name inside the server's \
+                        --backup-dir, on the server's machine; the server writes it while it \
+                        goes on committing. The copy opens as a database holding every commit \
+                        up to the LSN printed.")]
 pub struct BackupArgs {
     /// A running server's address: it writes the copy itself, on its own machine.
     #[arg(long, conflicts_with = "dir", required_unless_present = "dir")]
@@ -37,7 +40,8 @@ pub struct BackupArgs {
     /// A database directory that no process has open.
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// The new directory to write the copy into.
+    /// The new directory to write the copy into (with --server: a relative name inside the
+    /// server's --backup-dir).
     dest: PathBuf,
 }
 
@@ -48,8 +52,9 @@ pub fn run(a: BackupArgs) -> Result<()> {
         (None, Some(dir)) => offline(dir, &a.dest)?,
         (None, None) => bail!("give --server or --dir"),
     };
+    let place = if a.server.is_some() { " (in the server's backup directory)" } else { "" };
     println!(
-        "backed up to {}: commits up to LSN {}, {:.1} MB of pages and {:.1} MB of log in {:.2} s",
+        "backed up to {}{place}: commits up to LSN {}, {:.1} MB of pages and {:.1} MB of log in {:.2} s",
         a.dest.display(),
         info.lsn,
         info.page_bytes as f64 / 1e6,

@@ -51,6 +51,10 @@ pub struct ServerArgs {
     /// Serve the server's counters to Prometheus at http://ADDR/metrics (e.g. 127.0.0.1:9400).
     #[arg(long)]
     metrics_listen: Option<String>,
+    /// The directory `thor backup --server` writes backups into (each under the name the
+    /// client gives). Without it the server takes no backups over the network.
+    #[arg(long)]
+    backup_dir: Option<PathBuf>,
 }
 
 fn token(args: &ServerArgs) -> Result<Vec<u8>> {
@@ -68,8 +72,12 @@ fn token(args: &ServerArgs) -> Result<Vec<u8>> {
 }
 
 fn open_engine(args: &ServerArgs, protocol: ProtocolConfig) -> Result<Engine> {
-    let opts =
-        EngineOptions { page_size: args.page_kb * 1024, protocol, ..EngineOptions::default() };
+    let opts = EngineOptions {
+        page_size: args.page_kb * 1024,
+        protocol,
+        backup_dir: args.backup_dir.clone(),
+        ..EngineOptions::default()
+    };
     if !args.create && !args.dir.is_dir() {
         bail!("{} does not exist; pass --create to create a database there", args.dir.display());
     }

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::{free_port, start_at, thor};
+use common::{ServerProcess, drain, free_port, spawn_server, start_at, thor};
 use thor_client::{Session, SessionConfig};
 use thor_net::{ClientConfig, TcpTransport};
 
@@ -37,6 +37,16 @@ thor_client::class! {
 const CLIENTS: u32 = 4;
 const ACCOUNTS: usize = 16;
 const OPENING: u64 = 1_000;
+
+/// `thor server --create --dir DIR --listen ADDR --backup-dir BACKUPS`.
+fn start_with_backups(dir: &Path, addr: SocketAddr, backups: &Path) -> ServerProcess {
+    let mut cmd = thor();
+    cmd.args(["server", "--create", "--dir"]).arg(dir).arg("--listen").arg(addr.to_string());
+    cmd.arg("--backup-dir").arg(backups).env_remove("THOR_TOKEN");
+    let (server, _, log) = spawn_server(cmd, |_| {});
+    drain(log);
+    server
+}
 
 fn client(addr: SocketAddr, id: u32, history: &Path, extra: &[&str]) -> Child {
     thor()
@@ -118,7 +128,9 @@ fn a_live_backup_passes_check_and_holds_exactly_a_committed_prefix() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("db");
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let server = start_at(&dir, addr);
+    let backups = tmp.path().join("backups");
+    std::fs::create_dir(&backups).unwrap();
+    let server = start_with_backups(&dir, addr, &backups);
     let setup = tmp.path().join("setup.jsonl");
     finish(client(
         addr,
@@ -138,13 +150,12 @@ fn a_live_backup_passes_check_and_holds_exactly_a_committed_prefix() {
 
     // Everything acknowledged before the backup is asked for must be in it.
     let acknowledged_before = histories(&paths);
-    let backup = tmp.path().join("backup");
     let out = thor()
         .env_remove("RUST_BACKTRACE")
-        .args(["backup", "--server", &addr.to_string()])
-        .arg(&backup)
+        .args(["backup", "--server", &addr.to_string(), "nightly/1"])
         .output()
         .unwrap();
+    let backup = backups.join("nightly/1");
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
     assert!(said.starts_with("backed up to ") && said.contains("commits up to LSN"), "{said}");
@@ -230,7 +241,9 @@ fn backup_refuses_a_database_in_use_and_an_existing_destination() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("db");
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let server = start_at(&dir, addr);
+    let backups = tmp.path().join("backups");
+    std::fs::create_dir(&backups).unwrap();
+    let server = start_with_backups(&dir, addr, &backups);
     let fails = |args: &[&std::ffi::OsStr]| {
         let out = thor().env_remove("RUST_BACKTRACE").args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(1));
@@ -239,13 +252,25 @@ fn backup_refuses_a_database_in_use_and_an_existing_destination() {
     let dest = tmp.path().join("copy");
     let err = fails(&["backup".as_ref(), "--dir".as_ref(), dir.as_os_str(), dest.as_os_str()]);
     assert!(err.contains("is in use by") && err.contains("thor backup --server"), "{err}");
-    let taken = tmp.path().join("taken");
-    std::fs::create_dir(&taken).unwrap();
+    std::fs::create_dir(backups.join("taken")).unwrap();
     let a = addr.to_string();
-    let err = fails(&["backup".as_ref(), "--server".as_ref(), a.as_ref(), taken.as_os_str()]);
+    let err = fails(&["backup".as_ref(), "--server".as_ref(), a.as_ref(), "taken".as_ref()]);
     assert!(err.contains("it exists; give a new path"), "{err}");
-    // The server is unharmed and stops; then the offline backup works.
+    // A client writes only inside the server's backup directory.
+    for outside in ["/tmp/elsewhere", "../escape", "a/../../b", "./x"] {
+        let err = fails(&["backup".as_ref(), "--server".as_ref(), a.as_ref(), outside.as_ref()]);
+        assert!(err.contains("not a relative path of plain names"), "{outside}: {err}");
+    }
+    assert!(!tmp.path().join("escape").exists() && !Path::new("/tmp/elsewhere").exists());
+    // The server is unharmed and stops; one without --backup-dir takes no backups.
     drop(server);
+    let addr2: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let plain = start_at(&dir, addr2);
+    let a2 = addr2.to_string();
+    let err = fails(&["backup".as_ref(), "--server".as_ref(), a2.as_ref(), "x".as_ref()]);
+    assert!(err.contains("takes no backups over the network"), "{err}");
+    drop(plain);
+    // The offline backup works once no process holds the database.
     let out = thor().args(["backup", "--dir"]).arg(&dir).arg(&dest).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let check = thor().arg("check").arg(&dest).output().unwrap();

@@ -32,7 +32,8 @@
 //!   keeps, such as a commit waiting in the commit queue) is dropped. A connection whose frame
 //!   does not fit waits (its frame timeout has not started) until others' frames are done.
 //! - *Time:* a connection with no request for [`NetConfig::idle_timeout`] gets `Error(Timeout)`
-//!   and is closed; so does one whose frame takes longer than [`NetConfig::frame_timeout`] to
+//!   and is closed, unless it is waiting for a reply (a backup, or a commit behind one, may
+//!   take longer than the idle timeout; the client is not idle, the server is busy); so does one whose frame takes longer than [`NetConfig::frame_timeout`] to
 //!   arrive once started (slowloris), or that does not read a reply within
 //!   [`NetConfig::write_timeout`].
 //!
@@ -169,6 +170,9 @@ struct ReaderCtx {
     stats: Arc<NetStats>,
     /// The frame limit now: [`PRE_HELLO_FRAME_BYTES_MAX`] until the session opens.
     max_frame: Arc<AtomicUsize>,
+    /// Requests of this connection handed to the core and not answered yet: while there are
+    /// any, the connection is not idle.
+    owed: Arc<AtomicUsize>,
 }
 
 /// Reads the rest of a frame whose first byte has arrived.
@@ -237,13 +241,17 @@ async fn read_rest<R: AsyncBufRead + Unpin>(r: &mut R, ctx: &ReaderCtx) -> Read 
     }
 }
 
-/// Waits for the next frame under the idle timeout, then reads it.
+/// Waits for the next frame under the idle timeout (which does not run out while a reply is
+/// owed), then reads it.
 async fn read_frame<R: AsyncBufRead + Unpin>(r: &mut R, ctx: &ReaderCtx) -> Read {
-    match timeout(ctx.cfg.idle_timeout, r.fill_buf()).await {
-        Err(_) => return Read::Idle,
-        Ok(Err(e)) => return Read::Io(e),
-        Ok(Ok([])) => return Read::Eof,
-        Ok(Ok(_)) => {}
+    loop {
+        match timeout(ctx.cfg.idle_timeout, r.fill_buf()).await {
+            Err(_) if ctx.owed.load(Relaxed) > 0 => continue,
+            Err(_) => return Read::Idle,
+            Ok(Err(e)) => return Read::Io(e),
+            Ok(Ok([])) => return Read::Eof,
+            Ok(Ok(_)) => break,
+        }
     }
     // The frame timeout covers the length word and the body, not a wait for room under the
     // in-flight bound (see `read_rest`).
@@ -369,17 +377,18 @@ async fn connection(
     let mut conn =
         Conn { w, peer, engine: engine.clone(), id, cfg: shared.cfg.clone(), out: Vec::new() };
     let max_frame = Arc::new(AtomicUsize::new(PRE_HELLO_FRAME_BYTES_MAX));
+    // Requests handed to the core and not answered yet.
+    let owed = Arc::new(AtomicUsize::new(0));
     let ctx = ReaderCtx {
         cfg: shared.cfg.clone(),
         budget: shared.budget.clone(),
         stats: shared.stats.clone(),
         max_frame: max_frame.clone(),
+        owed: owed.clone(),
     };
     let (frames_tx, mut frames) = mpsc::channel(1);
     let reader =
         tokio::spawn(frame_reader(BufReader::with_capacity(READ_BUFFER_BYTES, rd), ctx, frames_tx));
-    // Requests handed to the core and not answered yet.
-    let mut owed = 0usize;
     let mut draining = false;
     let close = |conn: Conn, reply: Option<Reply>, reader: tokio::task::JoinHandle<()>| async move {
         let mut conn = conn;
@@ -398,7 +407,8 @@ async fn connection(
             biased;
             Some((rid, reply, close_after)) = replies.recv() => {
                 if rid != 0 {
-                    owed = owed.saturating_sub(1);
+                    // Only this task changes it; the reader reads it.
+                    let _ = owed.fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
                 }
                 if matches!(reply.body, ReplyBody::HelloOk(_)) {
                     max_frame.store(conn.engine.protocol().max_frame_bytes, Relaxed);
@@ -411,14 +421,14 @@ async fn connection(
                 if close_after {
                     return close(conn, None, reader).await;
                 }
-                if draining && owed == 0 {
+                if draining && owed.load(Relaxed) == 0 {
                     let r = Reply::error(ErrorCode::ShuttingDown, "the server is shutting down");
                     return close(conn, Some(r), reader).await;
                 }
             }
             () = stopping(&mut shutdown), if !draining => {
                 draining = true;
-                if owed == 0 {
+                if owed.load(Relaxed) == 0 {
                     let r = Reply::error(ErrorCode::ShuttingDown, "the server is shutting down");
                     return close(conn, Some(r), reader).await;
                 }
@@ -470,7 +480,7 @@ async fn connection(
                     }
                 };
                 drop(frame);
-                owed += 1;
+                owed.fetch_add(1, Relaxed);
                 let work = conn.engine.request(conn.id, rid, req);
                 if !work.is_empty() {
                     let engine = conn.engine.clone();
@@ -730,5 +740,50 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.stop_now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(idle_timeout: Duration, owed: Arc<AtomicUsize>) -> ReaderCtx {
+        ReaderCtx {
+            cfg: Arc::new(NetConfig { idle_timeout, ..NetConfig::default() }),
+            budget: Arc::new(Semaphore::new(1 << 20)),
+            stats: Arc::new(NetStats::default()),
+            max_frame: Arc::new(AtomicUsize::new(PRE_HELLO_FRAME_BYTES_MAX)),
+            owed,
+        }
+    }
+
+    /// Time is tokio's paused clock: it jumps to the next timer when every task waits.
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_waiting_for_a_reply_is_not_idle() {
+        let (_client, server) = tokio::io::duplex(64);
+        let mut r = tokio::io::BufReader::new(server);
+        let owed = Arc::new(AtomicUsize::new(1));
+        let ctx = ctx(Duration::from_secs(1), owed.clone());
+        let start = tokio::time::Instant::now();
+        // The reply (a long backup, say) goes out after an hour; only then does the idle
+        // timeout run.
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            owed.store(0, Relaxed);
+        });
+        assert!(matches!(read_frame(&mut r, &ctx).await, Read::Idle));
+        let waited = start.elapsed();
+        assert!(waited >= Duration::from_secs(3600), "{waited:?}");
+        assert!(waited <= Duration::from_secs(3602), "{waited:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_owed_nothing_times_out_when_idle() {
+        let (_client, server) = tokio::io::duplex(64);
+        let mut r = tokio::io::BufReader::new(server);
+        let ctx = ctx(Duration::from_secs(1), Arc::new(AtomicUsize::new(0)));
+        let start = tokio::time::Instant::now();
+        assert!(matches!(read_frame(&mut r, &ctx).await, Read::Idle));
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
     }
 }

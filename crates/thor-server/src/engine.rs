@@ -83,6 +83,10 @@ pub struct EngineOptions {
     pub protocol: ProtocolConfig,
     /// Bounds of concurrency control (validation queue, directories, invalid sets).
     pub cc: crate::core::cc::CcConfig,
+    /// Where backups asked for over the protocol go (`thor server --backup-dir`): a client
+    /// names a relative path inside it. `None` (the default) refuses them; [`Engine::backup`]
+    /// takes any path, being the program's own call.
+    pub backup_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for EngineOptions {
@@ -98,6 +102,7 @@ impl Default for EngineOptions {
             log: LogOptions::default(),
             protocol: ProtocolConfig::default(),
             cc: crate::core::cc::CcConfig::default(),
+            backup_dir: None,
         }
     }
 }
@@ -221,6 +226,8 @@ struct Shared {
     last_now: AtomicU64,
     /// Frame bytes received and sent by network drivers.
     traffic: (AtomicU64, AtomicU64),
+    /// Where backups asked for over the protocol go.
+    backup_dir: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -280,6 +287,7 @@ impl Engine {
             next_id: AtomicU64::new(1),
             last_now: AtomicU64::new(start_us),
             traffic: (AtomicU64::new(0), AtomicU64::new(0)),
+            backup_dir: opts.backup_dir.clone(),
         });
         let mut threads = Vec::new();
         if shared.threaded {
@@ -376,12 +384,12 @@ impl Engine {
     /// exactly the commits up to the returned LSN, which include every commit acknowledged
     /// before this call.
     pub fn backup(&self, dest: &std::path::Path) -> Result<thor_wire::BackupInfo, EngineError> {
-        self.shared.disk_side.backup_to_dir(&*self.shared.log, dest)
+        self.shared.disk_side.backup_to_dir(&*self.shared.log, dest, || self.shared.not_failed())
     }
 
     /// [`Engine::backup`] into a disk of the caller's (which must hold no database).
     pub fn backup_into(&self, dest: &dyn Disk) -> Result<thor_wire::BackupInfo, EngineError> {
-        self.shared.disk_side.backup_into(&*self.shared.log, dest)
+        self.shared.disk_side.backup_into(&*self.shared.log, dest, || self.shared.not_failed())
     }
 
     /// The counters as the wire's `Stats` reply carries them (engine and sessions).
@@ -623,15 +631,59 @@ impl Shared {
         self.step_locked(&mut l, input)
     }
 
+    /// Refuses a backup of a server that has failed: a failed install round or checkpoint may
+    /// have left the files as only recovery can repair them.
+    fn not_failed(&self) -> Result<(), EngineError> {
+        match self.locked.lock().core.failed() {
+            Some(why) => Err(EngineError::Failed(format!("no backup of a failed server: {why}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Performs one effect outside the core's lock and steps the core with its report. An
+    /// install round or checkpoint holds installs (`DiskSide::hold_installs`) until the core
+    /// knows its outcome; a backup asked for over the protocol goes where `backup_dir` allows.
+    fn perform(&self, effect: &Effect) -> Work {
+        let input = match effect {
+            Effect::Install(_) | Effect::Checkpoint(_) => {
+                let _held = self.disk_side.hold_installs();
+                return match self.disk_side.perform(effect, &*self.log) {
+                    Some(input) => self.report(input),
+                    None => Work::default(),
+                };
+            }
+            Effect::Backup { conn, id, path } => {
+                let result = io::resolve_backup_request(self.backup_dir.as_deref(), path)
+                    .and_then(|dest| {
+                        // A name like `2026/11/23` makes its directories, all inside the
+                        // backup directory (the name has no `..`).
+                        if let Some(parent) = dest.parent() {
+                            std::fs::create_dir_all(parent).map_err(|source| StorageError::Io {
+                                op: "create backup dirs",
+                                name: parent.display().to_string(),
+                                source,
+                            })?;
+                        }
+                        self.disk_side.backup_to_dir(&*self.log, &dest, || self.not_failed())
+                    })
+                    .map_err(|e| e.to_string());
+                Input::BackedUp { conn: *conn, id: *id, result }
+            }
+            other => match self.disk_side.perform(other, &*self.log) {
+                Some(input) => input,
+                None => return Work::default(),
+            },
+        };
+        self.report(input)
+    }
+
     fn settle(&self, mut work: Work) {
         loop {
             let mut next = Work::default();
             for effect in work.effects.drain(..) {
-                if let Some(input) = self.disk_side.perform(&effect, &*self.log) {
-                    let w = self.report(input);
-                    next.effects.extend(w.effects);
-                    next.sync |= w.sync;
-                }
+                let w = self.perform(&effect);
+                next.effects.extend(w.effects);
+                next.sync |= w.sync;
             }
             if work.sync {
                 let input = match self.log.sync() {
@@ -678,14 +730,10 @@ fn installer(s: &Shared) {
             }
             jobs.pop_front()
         };
-        let input = match job {
-            Some(effect) => match s.disk_side.perform(&effect, &*s.log) {
-                Some(input) => input,
-                None => continue,
-            },
-            None => Input::Tick,
+        let work = match job {
+            Some(effect) => s.perform(&effect),
+            None => s.report(Input::Tick),
         };
-        let work = s.report(input);
         s.settle(work);
     }
 }

@@ -204,24 +204,22 @@ impl DiskSide {
             Effect::Read { page } => {
                 Some(Input::PageRead { page: *page, result: self.read_page(*page) })
             }
-            Effect::Install(job) => {
-                let _shared = self.quiesce.read();
-                Some(Input::Installed {
-                    job: job.id,
-                    result: self.install(job).map_err(|e| e.to_string()),
-                })
-            }
-            Effect::Checkpoint(job) => {
-                let _shared = self.quiesce.read();
-                Some(Input::Checkpointed {
-                    job: job.id,
-                    result: self.checkpoint(job, log).map_err(|e| e.to_string()),
-                })
-            }
-            Effect::Backup { conn, id, path } => Some(Input::BackedUp {
+            // A threaded driver holds `hold_installs` around these and the core's report of
+            // them (see there); a single-threaded one needs nothing.
+            Effect::Install(job) => Some(Input::Installed {
+                job: job.id,
+                result: self.install(job).map_err(|e| e.to_string()),
+            }),
+            Effect::Checkpoint(job) => Some(Input::Checkpointed {
+                job: job.id,
+                result: self.checkpoint(job, log).map_err(|e| e.to_string()),
+            }),
+            // Where a backup may go, and whether the engine may take one, is the driver's to
+            // decide (`Engine` serves them; see `resolve_backup_request`).
+            Effect::Backup { conn, id, .. } => Some(Input::BackedUp {
                 conn: *conn,
                 id: *id,
-                result: self.backup_to_dir(log, Path::new(path)).map_err(|e| e.to_string()),
+                result: Err("this server takes no backups".to_string()),
             }),
             Effect::Append { .. } | Effect::Reply { .. } | Effect::Done { .. } => None,
         }
@@ -229,19 +227,32 @@ impl DiskSide {
 }
 
 impl DiskSide {
+    /// Held (shared) by a threaded driver from the start of an install round or checkpoint
+    /// until the core has stepped its outcome; a backup holds it exclusively. So a backup
+    /// never copies a page file that a round is writing, nor one a failed round left torn
+    /// before the core knew it failed (the backup's `ready` check then sees the failure).
+    pub fn hold_installs(&self) -> parking_lot::RwLockReadGuard<'_, ()> {
+        self.quiesce.read()
+    }
+
     /// Copies the database into `dest`, which must hold no database: the superblock, the page
     /// file and the log's durable extent, each synced, then `dest`'s directory. Waits for an
     /// install round or checkpoint in progress and holds new ones off until done; commits go
     /// on. The copy opens as a database holding exactly the commits up to the returned LSN.
+    ///
+    /// `ready` runs once installs are held off, before anything is copied: the driver refuses
+    /// there if its server has failed (only recovery may repair what a failure left).
     pub fn backup_into(
         &self,
         log: &dyn CommitLog,
         dest: &dyn Disk,
+        ready: impl FnOnce() -> Result<(), EngineError>,
     ) -> Result<thor_wire::BackupInfo, EngineError> {
         if dest.exists(superblock::FILE)? {
             return Err(EngineError::AlreadyExists);
         }
         let _exclusive = self.quiesce.write();
+        ready()?;
         // The log's extent first: the page file can only hold installs of commits at or below
         // it (installs wait for us, and only durable commits are ever installed).
         let extent = log.durable_extent()?;
@@ -265,6 +276,7 @@ impl DiskSide {
         &self,
         log: &dyn CommitLog,
         path: &Path,
+        ready: impl FnOnce() -> Result<(), EngineError>,
     ) -> Result<thor_wire::BackupInfo, EngineError> {
         let bad =
             |why: &str| EngineError::BadOptions(format!("backup to {}: {why}", path.display()));
@@ -292,7 +304,7 @@ impl DiskSide {
         std::fs::create_dir(&partial).map_err(|e| io("create backup dir", e))?;
         let info = {
             let dest = FileDisk::open_dir(&partial, false)?;
-            self.backup_into(log, &dest)
+            self.backup_into(log, &dest, ready)
         };
         let info = match info {
             Ok(info) => info,
@@ -306,6 +318,34 @@ impl DiskSide {
         std::fs::File::open(&parent).and_then(|d| d.sync_all()).map_err(|e| io("fsync dir", e))?;
         Ok(info)
     }
+}
+
+/// Where a backup asked for over the protocol goes: `name` under `dir`, the directory the
+/// server's operator chose (`thor server --backup-dir`). `name` must be a relative path of
+/// plain components (no `..`, no `.`, no root), so that a client can only ever write inside
+/// that directory; without one the server takes no backups over the network.
+pub fn resolve_backup_request(
+    dir: Option<&Path>,
+    name: &str,
+) -> Result<std::path::PathBuf, EngineError> {
+    let Some(dir) = dir else {
+        return Err(EngineError::BadOptions(
+            "this server takes no backups over the network (start it with a backup directory, \
+             `thor server --backup-dir DIR`)"
+                .to_string(),
+        ));
+    };
+    // Checked on the text, not on `Path::components` (which drops `.` and doubled slashes).
+    let plain = !name.is_empty()
+        && !name.contains('\0')
+        && name.split('/').all(|part| !part.is_empty() && part != "." && part != "..");
+    if !plain {
+        return Err(EngineError::BadOptions(format!(
+            "backup name {name:?} is not a relative path of plain names (no leading or trailing /, \
+             no . or ..): backups go inside the server's backup directory"
+        )));
+    }
+    Ok(dir.join(name))
 }
 
 /// Copies the first `len` bytes of `name` (all of it for `None`) from `src` to a new file of
@@ -527,4 +567,22 @@ fn restore_torn_pages(
         pages.sync()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod backup_tests {
+    use super::*;
+
+    #[test]
+    fn backup_requests_stay_inside_the_backup_directory() {
+        let dir = Path::new("/srv/backups");
+        let ok = |name| resolve_backup_request(Some(dir), name).unwrap();
+        assert_eq!(ok("nightly"), dir.join("nightly"));
+        assert_eq!(ok("2026/11/23"), dir.join("2026/11/23"));
+        for bad in ["", "/etc/x", "../x", "a/../../x", "./x", "a/./b", "a//b", "a/", "a\0b", ".."] {
+            assert!(resolve_backup_request(Some(dir), bad).is_err(), "{bad:?}");
+        }
+        let err = resolve_backup_request(None, "nightly").unwrap_err();
+        assert!(err.to_string().contains("--backup-dir"), "{err}");
+    }
 }

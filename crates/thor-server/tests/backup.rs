@@ -200,3 +200,22 @@ fn a_backup_refuses_an_existing_destination() {
     drop(Engine::create(arc(other.clone()), small_opts()).unwrap());
     assert!(matches!(engine.backup_into(&other), Err(EngineError::AlreadyExists)));
 }
+
+#[test]
+fn a_server_whose_install_round_failed_refuses_to_back_up() {
+    // Unthreaded: the round runs inside `flush_round`, so the failure is known when it returns.
+    let disk = thor_storage::FaultDisk::new();
+    let engine = Engine::create(arc(disk.clone()), small_opts()).unwrap();
+    let class = install_class(&engine);
+    setup(&engine, class, 0);
+    // The next write is the round's: the double-write buffer or a page.
+    let writes = disk.counters().writes;
+    disk.set_plan(thor_storage::FaultPlan {
+        fail_write_at: Some(writes + 1),
+        ..Default::default()
+    });
+    assert!(engine.flush_round().is_err(), "the round failed");
+    disk.set_plan(thor_storage::FaultPlan::default());
+    let err = engine.backup_into(&MemDisk::new()).unwrap_err();
+    assert!(matches!(err, EngineError::Failed(_)), "{err}");
+}

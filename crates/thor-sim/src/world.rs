@@ -825,7 +825,7 @@ impl World {
         let plan = self.disk.fault_plan();
         self.disk.set_fault_plan(FaultPlan::default());
         let dest = MemDisk::new();
-        let taken = node.disk_side.backup_into(&*node.log, &dest);
+        let taken = node.disk_side.backup_into(&*node.log, &dest, || Ok(()));
         self.disk.set_fault_plan(plan);
         let info = taken.map_err(|e| Violation(format!("a backup failed: {e}")))?;
         self.trace(|| format!("backup up to LSN {}", info.lsn));
