@@ -55,6 +55,22 @@ pub struct ServerArgs {
     /// client gives). Without it the server takes no backups over the network.
     #[arg(long)]
     backup_dir: Option<PathBuf>,
+    /// The page cache's size in MiB.
+    #[arg(long, value_parser = crate::positive_size, allow_negative_numbers = true)]
+    page_cache_mb: Option<f64>,
+    /// Where pages clients read go in the page cache: inclusive (LRU: the page becomes the
+    /// most recently used) or exclusive (DEMOTE: it goes next, since the client holds it).
+    #[arg(long, value_enum, default_value = "inclusive")]
+    page_cache: PageCacheMode,
+}
+
+/// `--page-cache`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum PageCacheMode {
+    /// LRU.
+    Inclusive,
+    /// DEMOTE's placement.
+    Exclusive,
 }
 
 fn token(args: &ServerArgs) -> Result<Vec<u8>> {
@@ -76,6 +92,13 @@ fn open_engine(args: &ServerArgs, protocol: ProtocolConfig) -> Result<Engine> {
         page_size: args.page_kb * 1024,
         protocol,
         backup_dir: args.backup_dir.clone(),
+        page_cache_bytes: args
+            .page_cache_mb
+            .map_or(EngineOptions::default().page_cache_bytes, |mb| (mb * 1048576.0) as usize),
+        page_cache_mode: match args.page_cache {
+            PageCacheMode::Inclusive => thor_server::pagecache::CacheMode::Inclusive,
+            PageCacheMode::Exclusive => thor_server::pagecache::CacheMode::Exclusive,
+        },
         ..EngineOptions::default()
     };
     if !args.create && !args.dir.is_dir() {
@@ -141,13 +164,14 @@ pub fn run(args: ServerArgs) -> Result<()> {
     // SIGTERM as soon as it reads it gets a clean shutdown.
     server.wait_for_signal_after(|| {
         info!(
-            "listening on {} (database {}, server id {}, {} KiB pages, authentication {}, at most {} connections)",
+            "listening on {} (database {}, server id {}, {} KiB pages, authentication {}, at most {} connections, {} page cache)",
             server.local_addr(),
             args.dir.display(),
             engine.server_id().0,
             engine.page_size() / 1024,
             if auth { "on" } else { "off" },
             args.max_connections,
+            if engine.server_stats().page_cache_exclusive == 1 { "exclusive" } else { "inclusive" },
         )
     })?;
     info!("signal received: shutting down");

@@ -87,6 +87,9 @@ pub struct EngineOptions {
     /// names a relative path inside it. `None` (the default) refuses them; [`Engine::backup`]
     /// takes any path, being the program's own call.
     pub backup_dir: Option<std::path::PathBuf>,
+    /// Where pages clients read go in the page cache: inclusive LRU (the default) or DEMOTE's
+    /// exclusive placement ([`crate::pagecache::CacheMode`]).
+    pub page_cache_mode: crate::pagecache::CacheMode,
 }
 
 impl Default for EngineOptions {
@@ -103,6 +106,7 @@ impl Default for EngineOptions {
             protocol: ProtocolConfig::default(),
             cc: crate::core::cc::CcConfig::default(),
             backup_dir: None,
+            page_cache_mode: crate::pagecache::CacheMode::Inclusive,
         }
     }
 }
@@ -119,6 +123,7 @@ impl EngineOptions {
             record_bytes_max: self.log.record_bytes_max,
             protocol: self.protocol.clone(),
             cc: self.cc,
+            page_cache_mode: self.page_cache_mode,
         }
     }
 }

@@ -107,6 +107,9 @@ pub struct SimConfig {
     pub trace: bool,
     /// Backups taken of the live server at random times, each recovered and checked.
     pub backups: usize,
+    /// The server's page cache places client reads and demotions as DEMOTE does
+    /// (`thor_server::pagecache::CacheMode::Exclusive`) instead of LRU.
+    pub exclusive_page_cache: bool,
 }
 
 impl SimConfig {
@@ -129,6 +132,7 @@ impl SimConfig {
             // Drawn last, so the draws above (and the runs of seeds recorded before backups
             // existed) stay as they were.
             backups: r.below(3) as usize,
+            exclusive_page_cache: r.below(2) == 1,
         }
     }
 }
@@ -345,6 +349,11 @@ fn core_config(cfg: &SimConfig) -> CoreConfig {
         page_cache_bytes: cfg.page_cache_bytes,
         flush_batch_pages: 3,
         log_buffer_bytes: 64 << 10,
+        page_cache_mode: if cfg.exclusive_page_cache {
+            thor_server::pagecache::CacheMode::Exclusive
+        } else {
+            thor_server::pagecache::CacheMode::Inclusive
+        },
         ..CoreConfig::default()
     }
 }

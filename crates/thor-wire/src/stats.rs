@@ -199,6 +199,12 @@ server_stats! {
     vq_len: u64,
     /// Sessions expired for too many unacknowledged invalidations.
     sessions_expired: u64,
+    /// 1 when the page cache is exclusive (DEMOTE), 0 when inclusive, as set now.
+    page_cache_exclusive: u64,
+    /// Demotions of pages the page cache held: reordered, no data.
+    demotions_reordered: u64,
+    /// Demotions that brought a page's image into the page cache.
+    demotions_stored: u64,
 }
 
 const _: () = assert!(ServerStats::FIELDS.len() <= STATS_FIELDS_MAX);

@@ -102,6 +102,9 @@ pub struct CoreConfig {
     pub protocol: ProtocolConfig,
     /// Bounds of concurrency control.
     pub cc: cc::CcConfig,
+    /// Where pages clients read and demote go in the page cache (inclusive LRU, or DEMOTE's
+    /// exclusive placement; see [`crate::pagecache`]).
+    pub page_cache_mode: crate::pagecache::CacheMode,
 }
 
 impl Default for CoreConfig {
@@ -116,6 +119,7 @@ impl Default for CoreConfig {
             record_bytes_max: thor_storage::limits::RECORD_BYTES_MAX_DEFAULT,
             cc: cc::CcConfig::default(),
             protocol: ProtocolConfig::default(),
+            page_cache_mode: crate::pagecache::CacheMode::Inclusive,
         }
     }
 }
@@ -587,7 +591,7 @@ impl Core {
         if cfg.mob_bytes == 0 || cfg.log_buffer_bytes == 0 {
             return Err(EngineError::BadOptions("budgets must be positive".into()));
         }
-        let store = Store::new(sb, cfg.page_cache_bytes);
+        let store = Store::new(sb, cfg.page_cache_bytes, cfg.page_cache_mode);
         let cc = cc::Cc::new(cfg.cc, store.superblock.server_id.0);
         Ok(Core {
             cc,
@@ -1002,7 +1006,13 @@ impl Core {
         let image = match result {
             Ok(img) => {
                 if issued == self.install_gen {
-                    self.store.cache.insert(page, img.clone());
+                    // Read for a client's fetch: the client holds it now (an exclusive cache
+                    // puts it at the evict-next end); for validation only, a reference.
+                    if waiters.is_empty() {
+                        self.store.cache.insert(page, img.clone());
+                    } else {
+                        self.store.cache.insert_for_client(page, img.clone());
+                    }
                     Ok(img)
                 } else if let Some(cached) = self.store.cache.peek(page) {
                     // An install round wrote the page while it was being read: the cached
@@ -1503,6 +1513,11 @@ impl Core {
         }
     }
 
+    /// The page cache's pages from its evict-next end (for tests and diagnostics).
+    pub fn page_cache_order(&self) -> Vec<PageId> {
+        self.store.cache.order()
+    }
+
     /// The counters as the wire's `Stats` reply carries them.
     pub fn server_stats(&self) -> ServerStats {
         let e = self.stats();
@@ -1557,6 +1572,11 @@ impl Core {
             directories_coarsened: c.directories_coarsened,
             vq_len: self.cc.vq_len() as u64,
             sessions_expired: c.sessions_expired,
+            page_cache_exclusive: u64::from(
+                self.store.cache.mode() == crate::pagecache::CacheMode::Exclusive,
+            ),
+            demotions_reordered: self.store.cache.stats().demotions_reordered,
+            demotions_stored: self.store.cache.stats().demotions_stored,
         }
     }
 }

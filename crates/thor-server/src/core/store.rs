@@ -214,14 +214,18 @@ impl Store {
     /// Until recovery ends, `next_lsn` is the next record to replay (the checkpoint, then one
     /// past each record replayed), not the log's end: an install round during replay must not
     /// move the checkpoint past records that are not replayed yet.
-    pub fn new(sb: Superblock, page_cache_bytes: usize) -> Store {
+    pub fn new(
+        sb: Superblock,
+        page_cache_bytes: usize,
+        page_cache_mode: crate::pagecache::CacheMode,
+    ) -> Store {
         let next_lsn = sb.checkpoint;
         let page_size = sb.page_size;
         let tail_page = sb.alloc_page.unwrap_or(PageId::FIRST);
         Store {
             page_size,
             mob: Mob::new(),
-            cache: PageCache::new(page_cache_bytes, page_size),
+            cache: PageCache::with_mode(page_cache_bytes, page_size, page_cache_mode),
             tail: Tail { page: tail_page, free: 0, slots: 0 },
             slots: Vec::new(),
             classes: FxHashMap::default(),
@@ -315,7 +319,7 @@ impl Store {
         }
         let base = if self.fresh.contains(&page) {
             Bytes::from(empty_page(page, self.page_size))
-        } else if let Some(img) = self.cache.get(page) {
+        } else if let Some(img) = self.cache.get_for_client(page) {
             img
         } else {
             return Ok(None);

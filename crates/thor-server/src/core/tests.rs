@@ -817,3 +817,41 @@ fn queue_restored_after_crash() {
     let r = direct_at(&mut h, 902, &[], &[(x, item_of(class, 9))], cc::Timestamp::default());
     assert!(matches!(r, Err(EngineError::Conflict(cc::Refusal::TooOld { .. }))), "{r:?}");
 }
+
+/// Two cold pages fetched by a client through a page cache of two pages, after an install
+/// round left its last two pages there: returns the cache's order (evict-next first), the two
+/// cold pages and the two installed ones.
+fn two_cold_fetches(mode: crate::pagecache::CacheMode) -> (Vec<PageId>, [PageId; 2], [PageId; 2]) {
+    let cfg = CoreConfig { page_cache_bytes: 2 * 4096, page_cache_mode: mode, ..config() };
+    let mut h = Harness::new(cfg);
+    h.connect(1, b"");
+    let big = ClassDesc::new("t.Big", 8, &[0], VarKind::Bytes).unwrap();
+    let r = h.commit(1, 60, vec![], vec![big.to_class_object()]);
+    let ReplyBody::CommitOk { created, .. } = r.body else { panic!() };
+    // One object per page: six pages.
+    let objs: Vec<Vec<u8>> = (0..6).map(|_| big.new_object(created[0].raw(), 3000)).collect();
+    let r = h.commit(1, 61, vec![], objs);
+    let ReplyBody::CommitOk { created: items, .. } = r.body else { panic!("{r:?}") };
+    h.step(Input::Direct { ticket: 1, op: DirectOp::FlushRound });
+    h.settle();
+    let page = |i: usize| items[i].page().unwrap();
+    let installed = h.core.page_cache_order();
+    assert_eq!(installed.len(), 2, "the round left two pages cached: {installed:?}");
+    for (id, i) in [(70, 1), (71, 2)] {
+        let r = h.request(1, id, RequestBody::Fetch { page: page(i) });
+        assert!(matches!(r.body, ReplyBody::Page { .. }));
+    }
+    (h.core.page_cache_order(), [page(1), page(2)], [installed[0], installed[1]])
+}
+
+#[test]
+fn an_exclusive_cache_puts_pages_read_for_clients_next() {
+    use crate::pagecache::CacheMode;
+    // Exclusive: each cold page goes to the evict-next end, so the second one replaces the
+    // first and the installed pages stay.
+    let (order, [a, b], [_, newest]) = two_cold_fetches(CacheMode::Exclusive);
+    assert_eq!(order, vec![b, newest], "{a:?} was read for the client and went first");
+    // Inclusive: the cold pages are the most recent and push the installed ones out.
+    let (order, [a, b], _) = two_cold_fetches(CacheMode::Inclusive);
+    assert_eq!(order, vec![a, b]);
+}

@@ -51,7 +51,7 @@ pub fn request() -> impl Strategy<Value = Request> {
 }
 
 fn stats() -> impl Strategy<Value = ServerStats> {
-    (vec(any::<u64>(), 46), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
+    (vec(any::<u64>(), 49), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
         commits: w[0],
         versions_committed: w[1],
         objects_created: w[2],
@@ -100,6 +100,9 @@ fn stats() -> impl Strategy<Value = ServerStats> {
         directories_coarsened: w[43],
         vq_len: w[44],
         sessions_expired: w[45],
+        page_cache_exclusive: w[46],
+        demotions_reordered: w[47],
+        demotions_stored: w[48],
     })
 }
 
