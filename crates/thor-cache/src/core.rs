@@ -64,7 +64,7 @@ use thor_core::{ClassDesc, Oref, PageId, PageView, RawRef, builtin};
 
 use crate::arena::Arena;
 use crate::error::CacheError;
-use crate::limits::{ENTRY_STEP_MAX, ENTRY_STEP_MIN, MIN_FRAMES, RENAMES_MAX};
+use crate::limits::{ENTRY_STEP_MAX, ENTRY_STEP_MIN, MIN_FRAMES, RELEASES_RETAINED, RENAMES_MAX};
 use crate::orefindex::OrefIndex;
 use crate::readset::ReadSet;
 
@@ -250,6 +250,13 @@ pub struct CacheCore {
     manager_bytes: usize,
     /// Entries whose reference counts [`CacheCore::store_ref`] will decrement when the
     /// transaction ends (one element per overwritten swizzled word).
+    ///
+    /// Outside the budget, like the undo copies: both are the transaction's record of what
+    /// to do at its end, and both grow with its writes to resident objects, where no frame
+    /// can be freed to make room (a transaction that clears a thousand references would
+    /// otherwise push the cache past its budget until its next slow path). The transaction's
+    /// own stores bound it, 4 bytes each; its allocation beyond [`RELEASES_RETAINED`] is given
+    /// back when the transaction ends.
     deferred_releases: Vec<u32>,
     /// Invalidated objects that could not leave the cache yet (modified by the current
     /// transaction, or in a pinned frame); see [`CacheCore::invalidate`].
@@ -355,7 +362,6 @@ impl CacheCore {
             + self.reads.memory_bytes()
             + self.pending_invalid.capacity() * 8
             + self.resident.capacity() * 9
-            + self.deferred_releases.capacity() * 4
             + self.manager_bytes
     }
 
@@ -1014,7 +1020,10 @@ impl CacheCore {
     /// transaction ends ([`CacheCore::apply_deferred_releases`]): the object's undo copy may
     /// still name that entry, and if the count reached 0 now the entry could be freed and
     /// reused before an abort put the undo copy back. This is the HAC paper's lazy correction
-    /// of reference counts at commit (section 2.3), for the decrements.
+    /// of reference counts at commit (section 2.3), for the decrements. (Not even a count
+    /// that stays above 0 may be decremented now: an abort restores objects one at a time,
+    /// and releasing the current words of an object restored early could take the count to 0
+    /// while the undo copy of one restored later still names the entry.)
     pub(crate) fn store_ref(&mut self, loc: u32, off: usize, target: Option<u32>) {
         let at = loc as usize + off;
         let old = self.arena.read_u32(at);
@@ -1048,6 +1057,7 @@ impl CacheCore {
             self.maybe_free_entry(i);
         }
         pending.clear();
+        pending.shrink_to(RELEASES_RETAINED);
         self.deferred_releases = pending;
     }
 

@@ -27,6 +27,12 @@ pub const RENAMES_MAX: usize = 1 << 16;
 /// outside the budget for good, so anything beyond this is given back.
 pub const UNDO_RETAINED_BYTES: usize = 1 << 20;
 
+/// Deferred reference-count decrements (`CacheCore::store_ref`, 4 bytes each) whose
+/// allocation is kept between transactions: 64 KiB. Like the undo copies' buffer they are
+/// outside the budget, so after a transaction that overwrote many references the list gives
+/// back what it holds beyond this.
+pub const RELEASES_RETAINED: usize = 1 << 14;
+
 /// Undo copies may hold up to `budget / UNDO_BUDGET_DIVISOR` bytes (outside the budget) before
 /// replacement drops them when it needs room (`ClientCache::drop_undo_copies`): the undo log is
 /// an optimization (`papers/thor-ecoop99.txt` section 4.1), and a transaction that writes most
