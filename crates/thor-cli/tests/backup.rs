@@ -9,30 +9,11 @@ mod common;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
+use common::bank::{accounts, finish, transfer_client as client};
 use common::{ServerProcess, drain, free_port, spawn_server, start_at, thor};
-use thor_client::{Session, SessionConfig};
-use thor_net::{ClientConfig, TcpTransport};
-
-thor_client::class! {
-    /// As `thor bench transfer-client` stores it.
-    pub class Account("bench.Account") {
-        balance: u64,
-        version: u64,
-    }
-}
-
-thor_client::class! {
-    pub class Accounts("bench.Accounts") {}
-    var refs<Account>;
-}
-
-thor_client::class! {
-    pub class Bank("bench.Bank") {}
-    var refs<Accounts>;
-}
 
 const CLIENTS: u32 = 4;
 const ACCOUNTS: usize = 16;
@@ -46,45 +27,6 @@ fn start_with_backups(dir: &Path, addr: SocketAddr, backups: &Path) -> ServerPro
     let (server, _, log) = spawn_server(cmd, |_| {});
     drain(log);
     server
-}
-
-fn client(addr: SocketAddr, id: u32, history: &Path, extra: &[&str]) -> Child {
-    thor()
-        .args(["bench", "transfer-client", "--connect", &addr.to_string()])
-        .args(["--client", &id.to_string(), "--history"])
-        .arg(history)
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-fn finish(c: Child) {
-    let out = c.wait_with_output().unwrap();
-    assert!(out.status.success(), "a client failed: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// Every account's `(oref, balance, version)` as a server at `addr` has it.
-fn accounts(addr: SocketAddr) -> Vec<(u64, u64, u64)> {
-    let cfg = ClientConfig { client_name: "audit".into(), ..ClientConfig::default() };
-    let t = TcpTransport::connect(addr, &cfg).unwrap();
-    let s = Session::new(Box::new(t), SessionConfig::default()).unwrap();
-    let bank = s.get(s.root::<Bank>(0).unwrap()).unwrap();
-    let mut out = Vec::new();
-    for c in 0..bank.var_len() {
-        let chunk = s.get(bank.var_ref(c)).unwrap();
-        for i in 0..chunk.var_len() {
-            let r = chunk.var_ref(i);
-            let a = s.get(r).unwrap();
-            out.push((
-                u64::from(r.oref().unwrap().raw()),
-                a.get(Account::balance),
-                a.get(Account::version),
-            ));
-        }
-    }
-    out
 }
 
 /// A transaction as `thor bench transfer-client` recorded it.
@@ -161,7 +103,7 @@ fn a_live_backup_passes_check_and_holds_exactly_a_committed_prefix() {
     assert!(said.starts_with("backed up to ") && said.contains("commits up to LSN"), "{said}");
     std::thread::sleep(Duration::from_millis(300));
     std::fs::write(&stop, b"").unwrap();
-    clients.into_iter().for_each(finish);
+    clients.into_iter().for_each(|c| drop(finish(c)));
     drop(server);
 
     // The copy passes the offline checker...

@@ -7,80 +7,18 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
-use common::{ServerProcess, free_port, start_at, thor};
+use common::bank::{accounts as final_state, finish, transfer_client as client};
+use common::{ServerProcess, free_port, start_at};
 use std::collections::HashMap;
-use thor_client::{Session, SessionConfig};
-use thor_net::{ClientConfig, TcpTransport};
 use thor_sim::serial::{self, History, INITIAL, Txn};
-
-thor_client::class! {
-    /// As `thor bench transfer-client` stores it.
-    pub class Account("bench.Account") {
-        balance: u64,
-        version: u64,
-    }
-}
-
-thor_client::class! {
-    pub class Accounts("bench.Accounts") {}
-    var refs<Account>;
-}
-
-thor_client::class! {
-    pub class Bank("bench.Bank") {}
-    var refs<Accounts>;
-}
 
 const CLIENTS: u32 = 8;
 const ACCOUNTS: usize = 16;
 const OPENING: u64 = 1_000;
 const KILLS: usize = 20;
-
-/// `thor bench transfer-client` with `extra` arguments.
-fn client(addr: SocketAddr, id: u32, history: &Path, extra: &[&str]) -> Child {
-    let mut cmd = thor();
-    cmd.args(["bench", "transfer-client", "--connect", &addr.to_string()])
-        .args(["--client", &id.to_string(), "--history"])
-        .arg(history)
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    cmd.spawn().unwrap()
-}
-
-/// Waits for a client process and fails the test, with its log, if it failed.
-fn finish(c: Child) -> String {
-    let out = c.wait_with_output().unwrap();
-    let log = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "a client failed ({}):\n{log}", out.status);
-    log
-}
-
-/// Every account's `(oref, balance, version)`, read in a new session.
-fn final_state(addr: SocketAddr) -> Vec<(u64, u64, u64)> {
-    let cfg = ClientConfig { client_name: "audit".into(), ..ClientConfig::default() };
-    let s = Session::new(
-        Box::new(TcpTransport::connect(addr, &cfg).unwrap()),
-        SessionConfig::default(),
-    )
-    .unwrap();
-    let bank = s.get(s.root::<Bank>(0).unwrap()).unwrap();
-    let mut out = Vec::new();
-    for c in 0..bank.var_len() {
-        let chunk = s.get(bank.var_ref(c)).unwrap();
-        for i in 0..chunk.var_len() {
-            let r = chunk.var_ref(i);
-            let a = s.get(r).unwrap();
-            let oref = u64::from(r.oref().unwrap().raw());
-            out.push((oref, a.get(Account::balance), a.get(Account::version)));
-        }
-    }
-    out
-}
 
 /// A deterministic pause between kills: 150 to 450 ms, so some kills land mid-commit and some
 /// between, and recovery runs with clients waiting to reconnect.

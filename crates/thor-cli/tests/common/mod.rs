@@ -1,6 +1,8 @@
 //! Fixtures shared by the tests that run `thor server` as a real process.
 #![allow(dead_code)]
 
+pub mod bank;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, ChildStderr, Command, Stdio};

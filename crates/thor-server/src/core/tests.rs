@@ -418,17 +418,9 @@ fn a_fetch_that_misses_the_cache_waits_for_the_read_alone() {
     let mut h = Harness::new(cfg);
     h.connect(1, b"");
     h.connect(2, b"");
-    let (class, _) = class_and_item(&mut h, 1);
+    class_and_item(&mut h, 1);
     // Fill several pages and install them so that the one-page cache holds only the last.
-    let big = ClassDesc::new("t.Big", 8, &[0], VarKind::Bytes).unwrap();
-    let r = h.commit(1, 60, vec![], vec![big.to_class_object()]);
-    let ReplyBody::CommitOk { created, .. } = r.body else { panic!() };
-    let objs: Vec<Vec<u8>> = (0..6).map(|_| big.new_object(created[0].raw(), 3000)).collect();
-    let r = h.commit(1, 61, vec![], objs);
-    let ReplyBody::CommitOk { created: items, .. } = r.body else { panic!("{r:?}") };
-    let _ = class;
-    h.step(Input::Direct { ticket: 1, op: DirectOp::FlushRound });
-    h.settle();
+    let items = six_installed_pages(&mut h);
     let cold = items[0].page().unwrap();
     h.step(Input::Request {
         conn: 1,
@@ -818,6 +810,20 @@ fn queue_restored_after_crash() {
     assert!(matches!(r, Err(EngineError::Conflict(cc::Refusal::TooOld { .. }))), "{r:?}");
 }
 
+/// Commits (as connection 1) six objects of 3,000 bytes, one per 4 KiB page, and installs
+/// them; returns their orefs.
+fn six_installed_pages(h: &mut Harness) -> Vec<Oref> {
+    let big = ClassDesc::new("t.Big", 8, &[0], VarKind::Bytes).unwrap();
+    let r = h.commit(1, 60, vec![], vec![big.to_class_object()]);
+    let ReplyBody::CommitOk { created, .. } = r.body else { panic!() };
+    let objs: Vec<Vec<u8>> = (0..6).map(|_| big.new_object(created[0].raw(), 3000)).collect();
+    let r = h.commit(1, 61, vec![], objs);
+    let ReplyBody::CommitOk { created: items, .. } = r.body else { panic!("{r:?}") };
+    h.step(Input::Direct { ticket: 1, op: DirectOp::FlushRound });
+    h.settle();
+    items
+}
+
 /// Two cold pages fetched by a client through a page cache of two pages, after an install
 /// round left its last two pages there: returns the cache's order (evict-next first), the two
 /// cold pages and the two installed ones.
@@ -825,15 +831,7 @@ fn two_cold_fetches(mode: crate::pagecache::CacheMode) -> (Vec<PageId>, [PageId;
     let cfg = CoreConfig { page_cache_bytes: 2 * 4096, page_cache_mode: mode, ..config() };
     let mut h = Harness::new(cfg);
     h.connect(1, b"");
-    let big = ClassDesc::new("t.Big", 8, &[0], VarKind::Bytes).unwrap();
-    let r = h.commit(1, 60, vec![], vec![big.to_class_object()]);
-    let ReplyBody::CommitOk { created, .. } = r.body else { panic!() };
-    // One object per page: six pages.
-    let objs: Vec<Vec<u8>> = (0..6).map(|_| big.new_object(created[0].raw(), 3000)).collect();
-    let r = h.commit(1, 61, vec![], objs);
-    let ReplyBody::CommitOk { created: items, .. } = r.body else { panic!("{r:?}") };
-    h.step(Input::Direct { ticket: 1, op: DirectOp::FlushRound });
-    h.settle();
+    let items = six_installed_pages(&mut h);
     let page = |i: usize| items[i].page().unwrap();
     let installed = h.core.page_cache_order();
     assert_eq!(installed.len(), 2, "the round left two pages cached: {installed:?}");
