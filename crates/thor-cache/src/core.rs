@@ -59,10 +59,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
-use thor_core::le::u32_at;
+use thor_core::le::{put_u32, u32_at};
 use thor_core::{ClassDesc, Oref, PageId, PageView, RawRef, builtin};
 
 use crate::arena::Arena;
+use crate::demote::DemoteBuffer;
 use crate::error::CacheError;
 use crate::limits::{ENTRY_STEP_MAX, ENTRY_STEP_MIN, MIN_FRAMES, RELEASES_RETAINED, RENAMES_MAX};
 use crate::orefindex::OrefIndex;
@@ -153,6 +154,9 @@ pub struct FrameMeta {
     pub pins: u32,
     /// Modified objects in this frame: no-steal keeps them until commit or abort.
     pub modified: u32,
+    /// An object of this frame was written since its page was installed: the frame's bytes
+    /// are no longer the page the server sent, so it is not demoted.
+    pub written: bool,
 }
 
 impl FrameMeta {
@@ -166,6 +170,7 @@ impl FrameMeta {
         used: 0,
         pins: 0,
         modified: 0,
+        written: false,
     };
 }
 
@@ -282,6 +287,8 @@ pub struct CacheCore {
     /// Reused buffer for the targets of an object's swizzled references (eviction is on the
     /// replacement path, so it must not allocate per object).
     ref_scratch: Vec<u32>,
+    /// Pages dropped intact, held for demotion (off unless the server takes demotions).
+    pub(crate) demote: DemoteBuffer,
     /// Counters.
     pub(crate) stats: CoreStats,
 }
@@ -330,6 +337,7 @@ impl CacheCore {
             usable_frames: frames,
             dead: Vec::new(),
             ref_scratch: Vec::new(),
+            demote: DemoteBuffer::default(),
             stats: CoreStats::default(),
         };
         for (oref, desc) in builtin::classes() {
@@ -616,6 +624,7 @@ impl CacheCore {
         // A page fetched again (its cached copy was stale) supersedes the old frame, which
         // stays until replacement empties it: objects installed from it keep their entries.
         self.pages.insert(page.get(), f);
+        self.demote.forget(page.get());
         self.stats.pages_installed += 1;
         Ok(())
     }
@@ -1135,11 +1144,51 @@ impl CacheCore {
         self.maybe_free_entry(i);
     }
 
+    /// Replacement is about to empty frame `f`: if it holds its page intact (the page's mapped
+    /// copy, nothing in it written since it came) and demotion is on, keep the page's stored
+    /// form, every reference swizzled in place turned back into its oref (`crate::demote`).
+    /// Must run before any object of the frame is discarded or moved: a swizzled word's
+    /// target entry is kept alive by the word's count until then.
+    pub(crate) fn capture_for_demotion(&mut self, f: u32) {
+        if !self.demote.enabled() {
+            return;
+        }
+        let fm = self.frames[f as usize];
+        if fm.kind != FrameKind::Intact || fm.written || self.pages.get(&fm.page) != Some(&f) {
+            return;
+        }
+        let Some(mut buf) = self.demote.buffer(fm.page, self.page_size) else { return };
+        let base = self.frame_base(f);
+        buf.copy_from_slice(self.arena.bytes(base, self.page_size));
+        let mut offs = std::mem::take(&mut self.ref_scratch);
+        let mut i = fm.installed_head;
+        while i != NIL {
+            let loc = self.entries[i as usize].loc;
+            i = self.entries[i as usize].link;
+            let Some(desc) = self.classes.get(&self.class_word(loc)) else { continue };
+            let at = loc as usize - base;
+            let size = desc.object_bytes(self.var_count(loc, desc));
+            offs.clear();
+            desc.for_each_ref_offset(&buf[at..at + size], |off| offs.push(off as u32));
+            for &off in &offs {
+                let w = u32_at(&buf, at + off as usize);
+                if w & 1 == 1 {
+                    // A live entry: the swizzled word holds a count on it.
+                    let oref = self.entries.get((w >> 1) as usize).map_or(w, |e| e.oref);
+                    put_u32(&mut buf, at + off as usize, oref);
+                }
+            }
+        }
+        self.ref_scratch = offs;
+        self.demote.captured(fm.page, buf);
+    }
+
     /// Empties frame `f` (an intact, compacted or new frame that is neither pinned nor holds
     /// modified objects): discards its installed objects and puts it on the free list.
     pub(crate) fn evict_frame(&mut self, f: u32) {
         let fm = self.frames[f as usize];
         debug_assert!(fm.pins == 0 && fm.modified == 0, "evicting a pinned or modified frame");
+        self.capture_for_demotion(f);
         let mut i = fm.installed_head;
         while i != NIL {
             let next = self.entries[i as usize].link;
@@ -1217,6 +1266,7 @@ impl CacheCore {
             e.flags |= F_MODIFIED;
             let f = e.loc >> self.shift;
             self.frames[f as usize].modified += 1;
+            self.frames[f as usize].written = true;
         }
     }
 

@@ -18,6 +18,7 @@
 
 pub mod arena;
 pub mod core;
+pub mod demote;
 pub mod error;
 pub mod fpc;
 pub mod hac;

@@ -58,3 +58,9 @@ pub const VICTIMS_PER_FRAME_MAX: usize = 2;
 const _: () = assert!(ENTRY_STEP_MIN <= ENTRY_STEP_MAX);
 // Entry indices are swizzled into 31-bit tagged words; a step never overshoots that space.
 const _: () = assert!(ENTRY_STEP_MAX < thor_core::RawRef::TAG_MAX as usize);
+
+/// Pages a client holds for demotion by default when its server takes demotions
+/// ([`crate::demote`]). A page is captured at a fetch, reported on the next request and sent
+/// on the one after, so two or three are in the buffer in the steady state; 16 (128 KiB of
+/// 8 KB pages, outside the budget) leaves room for bursts of replacement without holding much.
+pub const DEMOTE_PAGES_DEFAULT: usize = 16;

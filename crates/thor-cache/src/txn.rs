@@ -552,6 +552,40 @@ impl ClientCache {
         self.core.take_discarded(max, except)
     }
 
+    /// Up to `max` pages dropped intact whose stored bytes are held for demotion, to report as
+    /// demoted (see [`crate::demote`]), never `except` (the page the request fetches). This is
+    /// apart from the discarded-page report: a demoted page may still be in the server's
+    /// directory (the transaction read it), which does not stop the server caching it.
+    pub fn take_demoted(&mut self, max: usize, except: Option<PageId>) -> Vec<PageId> {
+        self.core.demote.notices(max, except)
+    }
+
+    /// Puts back pages from [`ClientCache::take_demoted`] whose report could not be sent.
+    pub fn requeue_demoted(&mut self, pages: &[PageId]) {
+        self.core.demote.unnotice(pages);
+    }
+
+    /// Demotes the pages it drops intact from now on, holding at most `max` of them until the
+    /// server answers (0: never). A session turns this on when its server takes demotions.
+    pub fn set_demotion(&mut self, max: usize) {
+        self.core.demote.set_max(max);
+    }
+
+    /// The server's answer to the last request: the demoted pages it wants.
+    pub fn demotions_answered(&mut self, wanted: &[PageId]) {
+        self.core.demote.answered(wanted);
+    }
+
+    /// Up to `max` wanted demoted pages and their stored bytes, to send on a request.
+    pub fn take_demoted_pages(&mut self, max: usize) -> Vec<(PageId, bytes::Bytes)> {
+        self.core.demote.take_wanted(max)
+    }
+
+    /// Demotion counters.
+    pub fn demote_stats(&self) -> crate::demote::DemoteStats {
+        self.core.demote.stats
+    }
+
     /// Puts back pages from [`ClientCache::take_discarded`] whose report could not be sent.
     /// They are checked again when next taken (a page fetched meanwhile is not reported).
     pub fn requeue_discarded(&mut self, pages: &[PageId]) {

@@ -79,7 +79,7 @@ use thor_cache::core::Need;
 use thor_cache::{CacheConfig, CacheError, CacheStats, ClientCache, PolicyConfig};
 use thor_core::le::u32_at;
 use thor_core::{ClassDesc, FormatError, Oref, PageId, RawRef, VarKind, builtin, large};
-use thor_wire::limits::{ACKS_MAX, DISCARDED_PAGES_MAX};
+use thor_wire::limits::{ACKS_MAX, DEMOTED_PAGES_MAX, DISCARDED_PAGES_MAX};
 use thor_wire::{Commit, Piggyback, Reply, ReplyBody, Request, RequestBody, ServerInfo, Transport};
 
 use crate::error::{ClientError, ConflictCause};
@@ -123,6 +123,11 @@ pub struct SessionConfig {
     /// trip per transaction that starts after a pause, and spares it running on copies that went
     /// stale during the pause only to be refused at commit.
     pub refresh_after: Option<Duration>,
+    /// Pages the cache may hold for demotion when the server takes demoted pages (its page
+    /// cache is exclusive): a page the cache drops intact is offered back to the server, and
+    /// sent if the server wants it (`thor_cache::demote`). 0 never demotes. The default is
+    /// [`thor_cache::limits::DEMOTE_PAGES_DEFAULT`].
+    pub demote_pages: usize,
 }
 
 impl Default for SessionConfig {
@@ -135,6 +140,7 @@ impl Default for SessionConfig {
             run_backoff_min: Duration::from_micros(100),
             run_backoff_max: Duration::from_millis(50),
             refresh_after: Some(Duration::from_secs(1)),
+            demote_pages: thor_cache::limits::DEMOTE_PAGES_DEFAULT,
         }
     }
 }
@@ -594,6 +600,10 @@ impl Session {
             policy: cfg.policy,
             background_replacement: cfg.background_replacement,
         })?;
+        let mut cache = cache;
+        if info.demotions {
+            cache.set_demotion(cfg.demote_pages);
+        }
         Ok(Session {
             inner: UnsafeCell::new(Inner {
                 transport,
@@ -879,6 +889,11 @@ impl Session {
         self.inner().stats
     }
 
+    /// The cache's demotion counters (pages given back to an exclusive server cache).
+    pub fn cache_demote_stats(&self) -> thor_cache::demote::DemoteStats {
+        self.inner().cache.demote_stats()
+    }
+
     /// The cache's counters.
     pub fn cache_stats(&self) -> CacheStats {
         self.inner().cache.stats()
@@ -1081,11 +1096,20 @@ impl Inner {
         let acks = self.cache.take_acks(ACKS_MAX.min(room));
         let room = room - acks.len();
         let discarded = self.cache.take_discarded(DISCARDED_PAGES_MAX.min(room), fetching);
-        req.piggyback = Piggyback { acks, discarded };
+        let room = room - discarded.len();
+        let demoted = self.cache.take_demoted(DISCARDED_PAGES_MAX.min(room), fetching);
+        // Demoted pages the server asked for, as many as fit in what is left of the frame
+        // (`room` is in 4-byte words; two go to the demotion sections' counts).
+        let room = room - demoted.len();
+        let fit = room.saturating_sub(2) * 4 / (self.info.page_size + 8);
+        let demoted_pages = self.cache.take_demoted_pages(DEMOTED_PAGES_MAX.min(fit));
+        req.piggyback = Piggyback { acks, discarded, demoted, demoted_pages };
         if let Err(e) = self.transport.send(&req) {
-            let Piggyback { acks, discarded } = req.piggyback;
+            // The pages' bytes are not kept: the server stops waiting for them by itself.
+            let Piggyback { acks, discarded, demoted, .. } = req.piggyback;
             self.cache.requeue_acks(acks);
             self.cache.requeue_discarded(&discarded);
+            self.cache.requeue_demoted(&demoted);
             return Err(transport_err(e));
         }
         Ok(())
@@ -1097,6 +1121,8 @@ impl Inner {
     fn recv(&mut self) -> Result<(Reply, Option<Oref>), ClientError> {
         let reply = self.transport.recv().map_err(transport_err)?;
         self.last_reply = Instant::now();
+        // Every demotion reported so far is answered by this reply (one request at a time).
+        self.cache.demotions_answered(&reply.wanted);
         if reply.invalidations.is_empty() {
             return Ok((reply, None));
         }

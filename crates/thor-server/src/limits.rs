@@ -84,3 +84,13 @@ pub const DIRECTORY_PAGES_MAX: usize = 131_072;
 /// Most unacknowledged invalidations of one client before its session expires: far more than
 /// a client that reads its replies ever leaves, and 4 MiB of orefs at most.
 pub const INVALID_SET_MAX: usize = 1 << 20;
+
+/// Most sent-page records kept for demotion, over all sessions (`core::demote`): a keyed hash
+/// and a generation, about 40 bytes each with the map, so at most 20 MiB. 2^19 pages of 8 KB
+/// is 4 GiB of client caches, far above what the sessions a server admits hold in practice.
+pub const DEMOTE_RECORDS_MAX: usize = 1 << 19;
+
+/// Most pages the demotion bookkeeping remembers as written since they were sent. Past it the
+/// marks are dropped and every earlier sending counts as stale: a commit stream that writes
+/// this many distinct pages between a fetch and its demotion makes the demotion useless anyway.
+pub const DEMOTE_CHANGED_MAX: usize = 1 << 16;

@@ -17,7 +17,10 @@
 //!   the checksum itself), so a damaged length is caught as well as a damaged payload.
 //! - `type` is the message type ([`crate::kind`]): requests are `0x0001..=0x007f`, replies
 //!   `0x0080..=0x00ff`.
-//! - `flags` are reserved and zero; a receiver refuses a frame with any flag set.
+//! - `flags`: bit 0 ([`FLAG_DEMOTION`], version 2) says the message's piggyback section carries
+//!   the demotion sections (see [`crate::message`]); it is set only when they are not empty,
+//!   so a version-1 peer, which never negotiates demotion, never sees it. The other bits are
+//!   reserved and zero; a receiver refuses a frame with any of them set.
 //! - `request id` is chosen by the client; the reply to a request carries the same id. The
 //!   server answers requests in the order they arrive. Errors that answer no request (a frame
 //!   that could not be parsed, a timeout, a refusal at connect, shutdown) carry id 0, so clients
@@ -33,8 +36,12 @@ use thor_core::checksum::Crc32c;
 use crate::error::WireError;
 use crate::limits::{FRAME_BYTES_MAX, FRAME_HEADER_BYTES, FRAME_PREFIX_BYTES};
 
-/// No flags: the only value this version sends or accepts.
+/// No flags.
 pub const FLAGS_NONE: u16 = 0;
+/// The piggyback section carries the demotion sections.
+pub const FLAG_DEMOTION: u16 = 1;
+/// Every flag this version knows.
+const FLAGS_KNOWN: u16 = FLAG_DEMOTION;
 
 /// A frame whose header has been checked: its length, checksum and flags. The payload is not
 /// decoded yet (see [`crate::Request::decode`] and [`crate::Reply::decode`]); a receiver that
@@ -45,6 +52,8 @@ pub struct Frame {
     pub kind: u16,
     /// The request id: chosen by the client, echoed by the server.
     pub id: u64,
+    /// The header's flags (only known ones: [`FLAG_DEMOTION`]).
+    pub flags: u16,
     /// The message's bytes after the header (a zero-copy slice of the frame).
     pub payload: Bytes,
 }
@@ -97,13 +106,13 @@ impl Frame {
         }
         let kind = u16::from_le_bytes([frame[8], frame[9]]);
         let flags = u16::from_le_bytes([frame[10], frame[11]]);
-        if flags != FLAGS_NONE {
+        if flags & !FLAGS_KNOWN != 0 {
             return Err(WireError::ReservedFlags(flags));
         }
         let mut id = [0u8; 8];
         id.copy_from_slice(&frame[12..20]);
         let id = u64::from_le_bytes(id);
-        Ok(Frame { kind, id, payload: frame.slice(FRAME_HEADER_BYTES..) })
+        Ok(Frame { kind, id, flags, payload: frame.slice(FRAME_HEADER_BYTES..) })
     }
 }
 
@@ -120,6 +129,7 @@ pub(crate) fn finish(
     out: &mut Vec<u8>,
     start: usize,
     kind: u16,
+    flags: u16,
     id: u64,
     max_frame_bytes: usize,
 ) -> Result<(), WireError> {
@@ -132,7 +142,7 @@ pub(crate) fn finish(
     let f = &mut out[start..];
     f[0..4].copy_from_slice(&((total - FRAME_PREFIX_BYTES) as u32).to_le_bytes());
     f[8..10].copy_from_slice(&kind.to_le_bytes());
-    f[10..12].copy_from_slice(&FLAGS_NONE.to_le_bytes());
+    f[10..12].copy_from_slice(&flags.to_le_bytes());
     f[12..20].copy_from_slice(&id.to_le_bytes());
     let crc = checksum(f);
     f[4..8].copy_from_slice(&crc.to_le_bytes());

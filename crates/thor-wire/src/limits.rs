@@ -22,7 +22,10 @@ pub const FRAME_BYTES_MAX: usize = 64 << 20;
 pub const FRAME_BYTES_SETTING_MIN: usize = 64 << 10;
 
 /// The protocol version this build speaks when it can choose.
-pub const WIRE_VERSION: u16 = 1;
+/// Version 2 added demotion: the `HelloOk` flag and the demotion sections of the piggyback,
+/// present only in frames with the demotion flag, which a server sends (and lets a client send)
+/// only on connections that agreed on version 2. Version 1's messages are unchanged.
+pub const WIRE_VERSION: u16 = 2;
 /// The oldest protocol version this build still speaks.
 pub const WIRE_VERSION_MIN: u16 = 1;
 
@@ -67,6 +70,16 @@ pub const ACKS_MAX: usize = INVALIDATIONS_MAX;
 /// dropping all of them between two requests. A client with more sends them over several
 /// requests.
 pub const DISCARDED_PAGES_MAX: usize = 1 << 16;
+
+/// Most demoted pages' bytes piggybacked on one request: what a client may make the server
+/// check and cache per request. A client drops a page per fetch at most, in the steady state,
+/// so 8 keeps up with any fetch stream while bounding a request's demotion bytes (256 KiB at
+/// the largest page size).
+pub const DEMOTED_PAGES_MAX: usize = 8;
+
+/// Most wanted pages on one reply: the server asks for at most this many demoted pages it has
+/// not received yet, per client (the client holds their bytes until it sends them).
+pub const DEMOTED_WANTED_MAX: usize = 64;
 
 /// Most counters in a statistics reply. Newer servers may send more counters than an older
 /// client knows; the client skips the extra ones, up to this bound.

@@ -10,9 +10,19 @@
 //! request:  +--------+---------------------+--------+------------------------+
 //!           | A: u32 | A acked orefs (u32) | D: u32 | D discarded pages (u32)|
 //!           +--------+---------------------+--------+------------------------+
+//!   then, if the frame has FLAG_DEMOTION (version 2):
+//!           +--------+----------------------+
+//!           | M: u32 | M demoted pages (u32)|
+//!           +--------+----------------------+---------------------------------+
+//!           | P: u32 | P x ( page: u32 | len: u32 | the page (len bytes) )    |
+//!           +--------+--------------------------------------------------------+
 //! reply:    +--------+---------------------------+
 //!           | I: u32 | I invalidated orefs (u32) |
 //!           +--------+---------------------------+
+//!   then, if the frame has FLAG_DEMOTION (version 2):
+//!           +--------+----------------------+
+//!           | W: u32 | W wanted pages (u32) |
+//!           +--------+----------------------+
 //! ```
 //!
 //! Acks confirm invalidations the client has applied; discarded pages are pages the client
@@ -20,6 +30,18 @@
 //! Invalidations name objects other clients have committed new versions of. `A <= ACKS_MAX`,
 //! `D <= DISCARDED_PAGES_MAX`, `I <= INVALIDATIONS_MAX`. Orefs here and everywhere below are
 //! stored orefs: not null, spare bit clear.
+//!
+//! Demotion (the DEMOTE protocol, `papers/demote-exclusive-caching.txt`, with a server whose
+//! page cache is exclusive, as `HelloOk` says): a *demoted page* is a page the client dropped
+//! intact, whose stored bytes it still holds. It is reported apart from the discarded pages
+//! (which wait while the client's transaction has read from the page, so that the server keeps
+//! sending its invalidations) and does not touch the directory. The server answers on the reply:
+//! the pages it *wants* are those it does not cache and would keep; the client sends their
+//! bytes (in their stored form, references unswizzled) as *demoted page data* on a later
+//! request, and the server keeps them only if they are the page's current version.
+//! `M <= DISCARDED_PAGES_MAX`, `P <= DEMOTED_PAGES_MAX`, `W <= DEMOTED_WANTED_MAX`. A sender
+//! sets the flag exactly when a demotion section is not empty, so messages without demotion
+//! keep version 1's bytes.
 //!
 //! # Request bodies
 //!
@@ -60,9 +82,10 @@
 //!
 //! ```text
 //! HelloOk        0x0081  +-------+------+---------+---------+------+--------+-----------+
-//!                        |version| 0    |server id|page size| root |client id| max frame|
+//!                        |version| flags|server id|page size| root |client id| max frame|
 //!                        +-------+------+---------+---------+------+--------+-----------+
 //!                          u16     u16     u32       u32      u32     u32       u32
+//!                        flags: bit 0 = the server takes demoted pages; other bits zero
 //!
 //! Page           0x0082  +--------+----------+---------------------+
 //!                        | page   | len: u32 | the page (len bytes)|  len is a valid page size
@@ -100,21 +123,24 @@ use thor_core::{ClientId, Lsn, Oref, PageId, ServerId};
 use crate::code::{ErrorCode, RefusedCode};
 use crate::codec::{Put, Reader, check_limit};
 use crate::error::WireError;
-use crate::frame::{self, Frame};
+use crate::frame::{self, FLAG_DEMOTION, FLAGS_NONE, Frame};
 use crate::limits::{
-    ACKS_MAX, CLIENT_NAME_BYTES_MAX, COMMIT_OBJECTS_MAX, DISCARDED_PAGES_MAX, FRAME_BYTES_MAX,
-    FRAME_BYTES_SETTING_MIN, FRAME_HEADER_BYTES, INVALIDATIONS_MAX, MESSAGE_BYTES_MAX,
-    OBJECT_BYTES_MAX, PATH_BYTES_MAX, READ_SET_MAX, TOKEN_BYTES_MAX, WIRE_VERSION,
-    WIRE_VERSION_MIN,
+    ACKS_MAX, CLIENT_NAME_BYTES_MAX, COMMIT_OBJECTS_MAX, DEMOTED_PAGES_MAX, DEMOTED_WANTED_MAX,
+    DISCARDED_PAGES_MAX, FRAME_BYTES_MAX, FRAME_BYTES_SETTING_MIN, FRAME_HEADER_BYTES,
+    INVALIDATIONS_MAX, MESSAGE_BYTES_MAX, OBJECT_BYTES_MAX, PATH_BYTES_MAX, READ_SET_MAX,
+    TOKEN_BYTES_MAX, WIRE_VERSION, WIRE_VERSION_MIN,
 };
 use crate::stats::ServerStats;
+
+/// `HelloOk` flag: the server takes demoted pages.
+const HELLO_FLAG_DEMOTIONS: u16 = 1;
 
 /// The first word of every `Hello` body: "THOR" in ASCII, read little-endian. It lets a server
 /// tell a thor client from something else that happened to send a well-formed frame.
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"THOR");
 
 /// Message type numbers. Requests are `0x0001..=0x007f`, replies `0x0080..=0x00ff`. Numbers not
-/// listed are reserved for later versions (demoted pages, two-phase commit between servers).
+/// listed are reserved for later versions (two-phase commit between servers).
 pub mod kind {
     /// [`crate::RequestBody::Hello`].
     pub const HELLO: u16 = 0x0001;
@@ -180,12 +206,26 @@ pub struct Piggyback {
     /// Pages the client dropped from its cache: the server's directory can stop sending
     /// invalidations for them.
     pub discarded: Vec<PageId>,
+    /// Pages the client dropped from its cache intact, whose stored bytes it still holds,
+    /// offered to the server's cache (it answers with the pages it wants). Not a discard:
+    /// the client reports that separately.
+    pub demoted: Vec<PageId>,
+    /// The bytes of demoted pages the server asked for, in their stored form.
+    pub demoted_pages: Vec<(PageId, Bytes)>,
 }
 
 impl Piggyback {
+    /// Whether the demotion sections are not empty (the frame then has [`FLAG_DEMOTION`]).
+    pub fn has_demotions(&self) -> bool {
+        !self.demoted.is_empty() || !self.demoted_pages.is_empty()
+    }
+
     /// Whether there is nothing to piggyback.
     pub fn is_empty(&self) -> bool {
-        self.acks.is_empty() && self.discarded.is_empty()
+        self.acks.is_empty()
+            && self.discarded.is_empty()
+            && self.demoted.is_empty()
+            && self.demoted_pages.is_empty()
     }
 }
 
@@ -305,6 +345,9 @@ pub struct ServerInfo {
     pub client_id: ClientId,
     /// The largest frame the server accepts on this connection.
     pub max_frame_bytes: usize,
+    /// Whether the server takes demoted pages (its page cache is exclusive): a client should
+    /// demote the pages it drops intact.
+    pub demotions: bool,
 }
 
 /// The server's answer to one request, and the invalidations riding on it.
@@ -315,6 +358,8 @@ pub struct Reply {
     /// Objects that other clients have committed new versions of since the last reply: the
     /// client must drop its copies (and abort a transaction that read one).
     pub invalidations: Vec<Oref>,
+    /// Demoted pages whose bytes the server asks for (see the module documentation).
+    pub wanted: Vec<PageId>,
 }
 
 /// What the server can answer.
@@ -405,6 +450,7 @@ pub struct BackupInfo {
 fn encode_frame(
     size: usize,
     kind: u16,
+    flags: u16,
     id: u64,
     max_frame_bytes: usize,
     out: &mut Vec<u8>,
@@ -415,7 +461,7 @@ fn encode_frame(
     let start = frame::begin(out);
     write(out);
     debug_assert_eq!(out.len() - start, size);
-    frame::finish(out, start, kind, id, max_frame_bytes)
+    frame::finish(out, start, kind, flags, id, max_frame_bytes)
 }
 
 fn put_orefs(out: &mut Vec<u8>, orefs: &[Oref]) {
@@ -430,6 +476,22 @@ fn get_orefs(r: &mut Reader, max: usize, what: &'static str) -> Result<Vec<Oref>
     let mut v = Vec::with_capacity(n);
     for _ in 0..n {
         v.push(r.oref(what)?);
+    }
+    Ok(v)
+}
+
+fn put_pages(out: &mut Vec<u8>, pages: &[PageId]) {
+    out.put_u32(pages.len() as u32);
+    for p in pages {
+        out.put_u32(p.get());
+    }
+}
+
+fn get_pages(r: &mut Reader, max: usize, what: &'static str) -> Result<Vec<PageId>, WireError> {
+    let n = r.count32(max, 4, what)?;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(r.page_id(what)?);
     }
     Ok(v)
 }
@@ -471,8 +533,19 @@ impl Request {
         let pb = &self.piggyback;
         check_limit("acks", pb.acks.len(), ACKS_MAX)?;
         check_limit("discarded pages", pb.discarded.len(), DISCARDED_PAGES_MAX)?;
+        check_limit("demoted pages", pb.demoted.len(), DISCARDED_PAGES_MAX)?;
+        check_limit("demoted page data", pb.demoted_pages.len(), DEMOTED_PAGES_MAX)?;
         check_orefs(&pb.acks, "acks")?;
         let mut n = FRAME_HEADER_BYTES + 8 + 4 * pb.acks.len() + 4 * pb.discarded.len();
+        if pb.has_demotions() {
+            n += 8 + 4 * pb.demoted.len();
+        }
+        for (_, bytes) in &pb.demoted_pages {
+            if !is_valid_page_size(bytes.len()) {
+                return Err(WireError::BadValue { what: "demoted page", why: "not a page size" });
+            }
+            n += 8 + bytes.len();
+        }
         n += match &self.body {
             RequestBody::Hello(h) => {
                 check_limit("token", h.token.len(), TOKEN_BYTES_MAX)?;
@@ -519,7 +592,8 @@ impl Request {
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
         let size = self.frame_bytes()?;
-        encode_frame(size, self.body.kind(), id, max_frame_bytes, out, |out| {
+        let flags = if self.piggyback.has_demotions() { FLAG_DEMOTION } else { FLAGS_NONE };
+        encode_frame(size, self.body.kind(), flags, id, max_frame_bytes, out, |out| {
             self.write_payload(out)
         })
     }
@@ -535,9 +609,15 @@ impl Request {
     fn write_payload(&self, out: &mut Vec<u8>) {
         let pb = &self.piggyback;
         put_orefs(out, &pb.acks);
-        out.put_u32(pb.discarded.len() as u32);
-        for p in &pb.discarded {
-            out.put_u32(p.get());
+        put_pages(out, &pb.discarded);
+        if pb.has_demotions() {
+            put_pages(out, &pb.demoted);
+            out.put_u32(pb.demoted_pages.len() as u32);
+            for (page, bytes) in &pb.demoted_pages {
+                out.put_u32(page.get());
+                out.put_u32(bytes.len() as u32);
+                out.extend_from_slice(bytes);
+            }
         }
         match &self.body {
             RequestBody::Hello(h) => {
@@ -579,12 +659,25 @@ impl Request {
         }
         let mut r = Reader::new(frame.payload.clone());
         let acks = get_orefs(&mut r, ACKS_MAX, "acks")?;
-        let n = r.count32(DISCARDED_PAGES_MAX, 4, "discarded pages")?;
-        let mut discarded = Vec::with_capacity(n);
-        for _ in 0..n {
-            discarded.push(r.page_id("discarded pages")?);
+        let discarded = get_pages(&mut r, DISCARDED_PAGES_MAX, "discarded pages")?;
+        let (mut demoted, mut demoted_pages) = (Vec::new(), Vec::new());
+        if frame.flags & FLAG_DEMOTION != 0 {
+            demoted = get_pages(&mut r, DISCARDED_PAGES_MAX, "demoted pages")?;
+            let n = r.count32(DEMOTED_PAGES_MAX, 8, "demoted page data")?;
+            demoted_pages.reserve_exact(n);
+            for _ in 0..n {
+                let page = r.page_id("demoted page")?;
+                let len = r.u32("demoted page length")? as usize;
+                if !is_valid_page_size(len) {
+                    return Err(WireError::BadValue {
+                        what: "demoted page length",
+                        why: "not a page size",
+                    });
+                }
+                demoted_pages.push((page, r.bytes(len, "demoted page bytes")?));
+            }
         }
-        let piggyback = Piggyback { acks, discarded };
+        let piggyback = Piggyback { acks, discarded, demoted, demoted_pages };
         let body = match frame.kind {
             kind::HELLO => {
                 if r.u32("hello magic")? != HELLO_MAGIC {
@@ -628,7 +721,7 @@ impl Request {
 impl Reply {
     /// A reply with no invalidations.
     pub fn new(body: ReplyBody) -> Reply {
-        Reply { body, invalidations: Vec::new() }
+        Reply { body, invalidations: Vec::new(), wanted: Vec::new() }
     }
 
     /// An `Error` reply; `message` is truncated to [`MESSAGE_BYTES_MAX`].
@@ -646,7 +739,11 @@ impl Reply {
     pub fn frame_bytes(&self) -> Result<usize, WireError> {
         check_limit("invalidations", self.invalidations.len(), INVALIDATIONS_MAX)?;
         check_orefs(&self.invalidations, "invalidations")?;
-        let n = FRAME_HEADER_BYTES + 4 + 4 * self.invalidations.len();
+        check_limit("wanted pages", self.wanted.len(), DEMOTED_WANTED_MAX)?;
+        let mut n = FRAME_HEADER_BYTES + 4 + 4 * self.invalidations.len();
+        if !self.wanted.is_empty() {
+            n += 4 + 4 * self.wanted.len();
+        }
         Ok(n + match &self.body {
             ReplyBody::HelloOk(i) => {
                 check_info(i)?;
@@ -683,7 +780,8 @@ impl Reply {
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
         let size = self.frame_bytes()?;
-        encode_frame(size, self.body.kind(), id, max_frame_bytes, out, |out| {
+        let flags = if self.wanted.is_empty() { FLAGS_NONE } else { FLAG_DEMOTION };
+        encode_frame(size, self.body.kind(), flags, id, max_frame_bytes, out, |out| {
             self.write_payload(out)
         })
     }
@@ -698,10 +796,13 @@ impl Reply {
     /// Writes the payload; [`Reply::frame_bytes`] has checked it.
     fn write_payload(&self, out: &mut Vec<u8>) {
         put_orefs(out, &self.invalidations);
+        if !self.wanted.is_empty() {
+            put_pages(out, &self.wanted);
+        }
         match &self.body {
             ReplyBody::HelloOk(i) => {
                 out.put_u16(i.version);
-                out.put_u16(0);
+                out.put_u16(u16::from(i.demotions) * HELLO_FLAG_DEMOTIONS);
                 out.put_u32(i.server_id.0);
                 out.put_u32(i.page_size as u32);
                 out.put_u32(i.root.raw());
@@ -746,19 +847,33 @@ impl Reply {
         }
         let mut r = Reader::new(frame.payload.clone());
         let invalidations = get_orefs(&mut r, INVALIDATIONS_MAX, "invalidations")?;
+        let wanted = if frame.flags & FLAG_DEMOTION != 0 {
+            get_pages(&mut r, DEMOTED_WANTED_MAX, "wanted pages")?
+        } else {
+            Vec::new()
+        };
         let body = match frame.kind {
             kind::HELLO_OK => {
                 let version = r.u16("version")?;
-                if r.u16("reserved")? != 0 {
-                    return Err(WireError::BadValue { what: "reserved", why: "not zero" });
+                let flags = r.u16("flags")?;
+                if flags & !HELLO_FLAG_DEMOTIONS != 0 {
+                    return Err(WireError::BadValue { what: "flags", why: "unknown bit set" });
                 }
+                let demotions = flags & HELLO_FLAG_DEMOTIONS != 0;
                 let server_id = ServerId(r.u32("server id")?);
                 let page_size = r.u32("page size")? as usize;
                 let root = r.oref("root")?;
                 let client_id = ClientId(r.u32("client id")?);
                 let max_frame_bytes = r.u32("max frame bytes")? as usize;
-                let info =
-                    ServerInfo { version, server_id, page_size, root, client_id, max_frame_bytes };
+                let info = ServerInfo {
+                    version,
+                    server_id,
+                    page_size,
+                    root,
+                    client_id,
+                    max_frame_bytes,
+                    demotions,
+                };
                 check_info(&info)?;
                 ReplyBody::HelloOk(info)
             }
@@ -800,7 +915,7 @@ impl Reply {
             other => return Err(WireError::UnknownType(other)),
         };
         r.finish()?;
-        Ok(Reply { body, invalidations })
+        Ok(Reply { body, invalidations, wanted })
     }
 }
 
@@ -844,15 +959,23 @@ mod tests {
 
     /// A frame around `payload` with a correct length and checksum.
     fn raw_frame(kind: u16, payload: &[u8]) -> Bytes {
+        raw_frame_flagged(kind, FLAGS_NONE, payload)
+    }
+
+    fn raw_frame_flagged(kind: u16, flags: u16, payload: &[u8]) -> Bytes {
         let mut f = Vec::new();
         let start = frame::begin(&mut f);
         f.extend_from_slice(payload);
-        frame::finish(&mut f, start, kind, 5, FRAME_BYTES_MAX).unwrap();
+        frame::finish(&mut f, start, kind, flags, 5, FRAME_BYTES_MAX).unwrap();
         Bytes::from(f)
     }
 
     fn req_err(kind: u16, payload: &[u8]) -> WireError {
-        decode_request(raw_frame(kind, payload), FRAME_BYTES_MAX).unwrap_err()
+        req_err_flagged(kind, FLAGS_NONE, payload)
+    }
+
+    fn req_err_flagged(kind: u16, flags: u16, payload: &[u8]) -> WireError {
+        decode_request(raw_frame_flagged(kind, flags, payload), FRAME_BYTES_MAX).unwrap_err()
     }
 
     #[test]
@@ -938,9 +1061,28 @@ mod tests {
         p.extend_from_slice(&3u32.to_le_bytes());
         p.extend_from_slice(&0u32.to_le_bytes());
         assert!(matches!(req_err(kind::ABORT, &p), WireError::BadValue { what: "acks", .. }));
+        // Demoted page data of a length that is no page size.
+        let mut p = [0u8; 12].to_vec();
+        p.extend_from_slice(&1u32.to_le_bytes());
+        p.extend_from_slice(&7u32.to_le_bytes());
+        p.extend_from_slice(&100u32.to_le_bytes());
+        p.extend_from_slice(&[0; 100]);
+        assert!(matches!(
+            req_err_flagged(kind::ABORT, FLAG_DEMOTION, &p),
+            WireError::BadValue { what: "demoted page length", .. }
+        ));
+        // More demoted page data than one request may carry.
+        let mut p = [0u8; 12].to_vec();
+        p.extend_from_slice(&(DEMOTED_PAGES_MAX as u32 + 1).to_le_bytes());
+        assert!(matches!(
+            req_err_flagged(kind::ABORT, FLAG_DEMOTION, &p),
+            WireError::LimitExceeded { what: "demoted page data", .. }
+        ));
+        // Without the flag the same bytes are trailing bytes of an Abort.
+        assert!(matches!(req_err(kind::ABORT, &p), WireError::TrailingBytes { .. }));
         let f = raw_frame(kind::STATS, &empty_pb);
         let mut bad = f.to_vec();
-        bad[10] = 1;
+        bad[10] = 2;
         let crc = {
             let mut c = Crc32c::new();
             c.update(&bad[0..4]);
@@ -950,7 +1092,7 @@ mod tests {
         bad[4..8].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(
             decode_request(Bytes::from(bad), FRAME_BYTES_MAX).unwrap_err(),
-            WireError::ReservedFlags(1)
+            WireError::ReservedFlags(2)
         );
     }
 

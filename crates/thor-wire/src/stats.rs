@@ -205,6 +205,15 @@ server_stats! {
     demotions_reordered: u64,
     /// Demotions that brought a page's image into the page cache.
     demotions_stored: u64,
+    /// Demoted-page notices received (each also a discarded page).
+    demote_notices: u64,
+    /// Demoted pages whose bytes the server asked for.
+    demotions_wanted: u64,
+    /// Demoted page data refused: the page changed since the client fetched it, the bytes are
+    /// not the ones sent, or they were not asked for.
+    demotions_refused: u64,
+    /// Bytes of demoted pages received.
+    demoted_bytes: u64,
 }
 
 const _: () = assert!(ServerStats::FIELDS.len() <= STATS_FIELDS_MAX);

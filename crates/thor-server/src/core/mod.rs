@@ -52,6 +52,7 @@
 //! control) for transaction timestamps. [`Input::Tick`] lets time pass without other input.
 
 pub mod cc;
+pub mod demote;
 pub mod install;
 mod sessions;
 pub mod store;
@@ -579,6 +580,8 @@ pub struct Core {
     recovering: bool,
     /// Concurrency control: timestamps, validation queue, directories, invalid sets.
     cc: cc::Cc,
+    /// Demotions from clients to an exclusive page cache.
+    demotions: demote::Demotions,
     /// The timestamp and the committing connection of each prepared commit, by LSN.
     prepared_cc: FxHashMap<Lsn, (cc::Timestamp, Option<ConnId>)>,
 }
@@ -595,6 +598,7 @@ impl Core {
         let cc = cc::Cc::new(cfg.cc, store.superblock.server_id.0);
         Ok(Core {
             cc,
+            demotions: demote::Demotions::new(),
             prepared_cc: FxHashMap::default(),
             sessions: Sessions::new(cfg.protocol.clone()),
             cfg,
@@ -728,15 +732,18 @@ impl Core {
 
     /// Puts each connection's pending invalidations on its first reply of this step (every
     /// reply carries them, paper section 4.2), at most [`thor_wire::limits::INVALIDATIONS_MAX`]
-    /// per reply; the rest go on later replies.
+    /// per reply; the rest go on later replies. The demoted pages the server wants ride the
+    /// same way.
     fn attach_invalidations(&mut self, fx: &mut [Effect]) {
         for e in fx {
-            if let Effect::Reply { conn, reply, .. } = e
-                && self.cc.has_unsent(*conn)
-            {
+            let Effect::Reply { conn, reply, .. } = e else { continue };
+            if self.cc.has_unsent(*conn) {
                 let room = thor_wire::limits::INVALIDATIONS_MAX - reply.invalidations.len();
                 let more = self.cc.take_invalidations(*conn, room);
                 reply.invalidations.extend(more);
+            }
+            if reply.wanted.is_empty() && self.demotions.has_wanted(*conn) {
+                reply.wanted = self.demotions.take_wanted(*conn);
             }
         }
     }
@@ -752,6 +759,7 @@ impl Core {
             Input::Disconnect { conn } => {
                 self.sessions.disconnect(conn);
                 self.cc.disconnect(conn);
+                self.demotions.disconnect(conn);
             }
             Input::Direct { ticket, op } => self.direct(ticket, op, fx),
             Input::Durable { lsn } => self.durable(lsn, fx),
@@ -815,6 +823,14 @@ impl Core {
                         // From now on the client may cache this page's objects: commits that
                         // change them must invalidate its copies.
                         self.cc.page_sent(conn, page);
+                        // The client may give the page back when it drops it, if these bytes
+                        // are the page's image (no MOB versions in them, not a fresh page).
+                        if self.sessions.demotes(conn)
+                            && !self.store.mob.has_page(page)
+                            && !self.store.fresh.contains(&page)
+                        {
+                            self.demotions.page_sent(conn, page, &bytes);
+                        }
                         (Reply::new(ReplyBody::Page { page, bytes }), false)
                     }
                     Err(e) => error_reply(&e),
@@ -864,6 +880,20 @@ impl Core {
             let pb = std::mem::take(&mut req.piggyback);
             self.sessions.count_piggyback(&pb);
             self.cc.piggyback(conn, &pb.acks, &pb.discarded);
+            // Demotion only from sessions invited to it. It does not touch the directory: the
+            // client reports a demoted page as discarded too, when CLOCC allows. Data first,
+            // then notices, then discards, so that none forgets what the one before needs.
+            if self.sessions.demotes(conn) {
+                for (page, bytes) in pb.demoted_pages {
+                    self.demotions.data(conn, page, bytes, &mut self.store.cache);
+                }
+                for &page in &pb.demoted {
+                    self.demotions.notice(conn, page, &mut self.store.cache);
+                }
+            }
+            for &page in &pb.discarded {
+                self.demotions.discarded(conn, page);
+            }
         }
         match self.sessions.admit(conn, id, req, self.server_info_parts(), fx) {
             Action::Done => {}
@@ -897,6 +927,7 @@ impl Core {
             server_id: self.store.superblock.server_id,
             page_size: self.store.page_size,
             root: self.store.superblock.root,
+            demotions: self.store.cache.mode() == crate::pagecache::CacheMode::Exclusive,
         }
     }
 
@@ -1219,6 +1250,8 @@ impl Core {
         let mut done = Vec::new();
         self.store.publish(lsn, |p| done.push(p));
         for p in done {
+            // A demoted copy of a page this commit wrote is stale from now on.
+            self.demotions.pages_written(p.objects.iter().filter_map(|(o, _, _)| o.page()));
             let versions = p.objects.iter().filter(|(_, c, _)| !c).count() as u64;
             self.counters.versions_committed += versions;
             self.counters.objects_created += p.objects.len() as u64 - versions;
@@ -1523,6 +1556,7 @@ impl Core {
         let e = self.stats();
         let s = self.sessions.counters();
         let c = self.cc.counters();
+        let d = self.demotions.counters();
         ServerStats {
             commits: e.commits,
             versions_committed: e.versions_committed,
@@ -1577,6 +1611,10 @@ impl Core {
             ),
             demotions_reordered: self.store.cache.stats().demotions_reordered,
             demotions_stored: self.store.cache.stats().demotions_stored,
+            demote_notices: d.notices,
+            demotions_wanted: d.wanted,
+            demotions_refused: d.refused,
+            demoted_bytes: d.bytes,
         }
     }
 }

@@ -69,6 +69,8 @@ enum State {
         client: ClientId,
         /// The name the client gave, for logs.
         name: String,
+        /// Whether `HelloOk` invited the client to demote pages (version 2, exclusive cache).
+        demotes: bool,
     },
     /// Nothing more is accepted; the connection is being closed.
     Closed,
@@ -115,6 +117,8 @@ pub struct InfoParts {
     pub page_size: usize,
     /// The root object.
     pub root: Oref,
+    /// Whether the page cache takes demoted pages (it is exclusive).
+    pub demotions: bool,
 }
 
 /// What the core must do with a request the sessions admitted.
@@ -325,8 +329,10 @@ impl Sessions {
         }
         let client = ClientId(self.next_client);
         self.next_client += 1;
+        // Demotion came with version 2; an older client never hears of it.
+        let demotes = info.demotions && hi >= 2;
         if let Some(s) = self.conns.get_mut(&conn) {
-            s.state = State::Open { client, name: h.client_name };
+            s.state = State::Open { client, name: h.client_name, demotes };
         }
         let info = ServerInfo {
             version: hi,
@@ -335,6 +341,7 @@ impl Sessions {
             root: info.root,
             client_id: client,
             max_frame_bytes: self.cfg.max_frame_bytes,
+            demotions: demotes,
         };
         (Reply::new(ReplyBody::HelloOk(info)), false)
     }
@@ -344,6 +351,11 @@ impl Sessions {
     pub fn count_piggyback(&mut self, pb: &thor_wire::Piggyback) {
         self.counters.acks_received += pb.acks.len() as u64;
         self.counters.discarded_pages_received += pb.discarded.len() as u64;
+    }
+
+    /// Whether `conn`'s session was invited to demote pages.
+    pub fn demotes(&self, conn: ConnId) -> bool {
+        self.conns.get(&conn).is_some_and(|s| matches!(s.state, State::Open { demotes: true, .. }))
     }
 
     /// Ends `conn`'s session because concurrency control dropped its state: it is told

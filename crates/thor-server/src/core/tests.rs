@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use thor_core::le::put_u32;
-use thor_core::{ClassDesc, ClientId, Oref, PageId, RawRef, VarKind, builtin};
+use thor_core::{ClassDesc, ClientId, Oref, PageId, PageView, RawRef, VarKind, builtin};
 use thor_storage::{LogOptions, MemDisk};
 use thor_wire::{
     Commit, ErrorCode, Hello, RefusedCode, Reply, ReplyBody, Request, RequestBody, WIRE_VERSION,
@@ -852,4 +852,163 @@ fn an_exclusive_cache_puts_pages_read_for_clients_next() {
     // Inclusive: the cold pages are the most recent and push the installed ones out.
     let (order, [a, b], _) = two_cold_fetches(CacheMode::Inclusive);
     assert_eq!(order, vec![a, b]);
+}
+
+impl Harness {
+    /// Sends a request carrying `pb` and settles; returns the one reply to it.
+    fn request_with(
+        &mut self,
+        conn: ConnId,
+        id: u64,
+        body: RequestBody,
+        pb: thor_wire::Piggyback,
+    ) -> Reply {
+        self.step(Input::Request { conn, id, req: Request { body, piggyback: pb } });
+        let out = self.settle();
+        let mut replies = replies_to(&out, conn);
+        assert_eq!(replies.len(), 1, "one reply: {out:?}");
+        replies.remove(0).1
+    }
+
+    fn fetch_bytes(&mut self, conn: ConnId, id: u64, page: PageId) -> Bytes {
+        match self.request(conn, id, RequestBody::Fetch { page }).body {
+            ReplyBody::Page { bytes, .. } => bytes,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn demote_notice(&mut self, conn: ConnId, id: u64, page: PageId) -> Vec<PageId> {
+        let pb = thor_wire::Piggyback { demoted: vec![page], ..Default::default() };
+        self.request_with(conn, id, RequestBody::Stats, pb).wanted
+    }
+
+    fn demote_data(&mut self, conn: ConnId, id: u64, page: PageId, bytes: Bytes) {
+        let pb = thor_wire::Piggyback { demoted_pages: vec![(page, bytes)], ..Default::default() };
+        self.request_with(conn, id, RequestBody::Stats, pb);
+    }
+}
+
+/// An exclusive core with a page cache of two pages over six installed pages, client 1
+/// connected and holding page `items[1]`'s page, which the cache no longer has (client 1
+/// fetched two more after it). Returns the harness, the items and the held page's bytes.
+fn a_client_holding_an_uncached_page() -> (Harness, Vec<Oref>, Bytes) {
+    let cfg = CoreConfig {
+        page_cache_bytes: 2 * 4096,
+        page_cache_mode: crate::pagecache::CacheMode::Exclusive,
+        ..config()
+    };
+    let mut h = Harness::new(cfg);
+    h.connect(1, b"");
+    let items = six_installed_pages(&mut h);
+    let page = |i: usize| items[i].page().unwrap();
+    let held = h.fetch_bytes(1, 70, page(1));
+    h.fetch_bytes(1, 71, page(2));
+    h.fetch_bytes(1, 72, page(3));
+    assert!(!h.core.page_cache_order().contains(&page(1)), "read for the client, evicted");
+    (h, items, held)
+}
+
+#[test]
+fn demoted_page_is_asked_for_and_lands_at_evict_last() {
+    let (mut h, items, held) = a_client_holding_an_uncached_page();
+    let p1 = items[1].page().unwrap();
+    assert_eq!(h.demote_notice(1, 80, p1), vec![p1], "not cached, current: the server asks");
+    h.demote_data(1, 81, p1, held.clone());
+    let order = h.core.page_cache_order();
+    assert_eq!(order.last(), Some(&p1), "at the evict-last end: {order:?}");
+    let s = h.core.server_stats();
+    assert_eq!((s.demote_notices, s.demotions_wanted, s.demotions_stored), (1, 1, 1));
+    assert_eq!(s.demotions_refused, 0);
+    // Another client now reads the page from the cache: the demoted bytes, exactly.
+    h.connect(2, b"");
+    assert_eq!(h.fetch_bytes(2, 90, p1), held);
+}
+
+/// A new version of `item` (a `t.Big` of `six_installed_pages`, whose page is `page`) with
+/// its last byte set, so that it differs from the installed one.
+fn a_new_version(page: &[u8], item: Oref) -> Vec<u8> {
+    let view = PageView::parse(page).unwrap();
+    let obj = view.object(item.oid()).unwrap();
+    let mut v = obj.to_vec();
+    *v.last_mut().unwrap() ^= 0x5a;
+    v
+}
+
+#[test]
+fn stale_demotion_refused() {
+    // Written after the fetch, before the notice: not even asked for.
+    let (mut h, items, held) = a_client_holding_an_uncached_page();
+    let p1 = items[1].page().unwrap();
+    h.connect(2, b"");
+    let r = h.commit(2, 92, vec![(items[1], a_new_version(&held, items[1]))], vec![]);
+    assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}");
+    // (Validating the commit read the page into the cache, where the notice reorders it.)
+    assert!(h.demote_notice(1, 80, p1).is_empty(), "stale at the notice");
+    h.demote_data(1, 81, p1, held.clone());
+    let s = h.core.server_stats();
+    assert_eq!((s.demotions_stored, s.demotions_refused), (0, 1), "unsolicited data is refused");
+    assert_ne!(h.fetch_bytes(2, 93, p1), held);
+
+    // Written after the server asked, before the data came: refused.
+    let (mut h, items, held) = a_client_holding_an_uncached_page();
+    let p1 = items[1].page().unwrap();
+    h.connect(2, b"");
+    assert_eq!(h.demote_notice(1, 80, p1), vec![p1]);
+    let v = a_new_version(&held, items[1]);
+    let r = h.commit(2, 92, vec![(items[1], v.clone())], vec![]);
+    assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}");
+    h.demote_data(1, 81, p1, held);
+    let s = h.core.server_stats();
+    assert_eq!((s.demotions_stored, s.demotions_refused), (0, 1));
+    // A fetch returns the committed version, even after the version is installed.
+    h.step(Input::Direct { ticket: 1, op: DirectOp::FlushRound });
+    h.settle();
+    let now = h.fetch_bytes(2, 93, p1);
+    let view = PageView::parse(&now).unwrap();
+    assert_eq!(view.object(items[1].oid()).unwrap(), &v[..]);
+}
+
+#[test]
+fn demoted_bytes_other_than_those_sent_are_refused() {
+    let (mut h, items, held) = a_client_holding_an_uncached_page();
+    let p1 = items[1].page().unwrap();
+    assert_eq!(h.demote_notice(1, 80, p1), vec![p1]);
+    // A client that sent its frame with a reference swizzled in place, say: one bit off.
+    let mut forged = held.to_vec();
+    forged[200] ^= 1;
+    h.demote_data(1, 81, p1, Bytes::from(forged));
+    assert!(!h.core.page_cache_order().contains(&p1));
+    assert_eq!(h.core.server_stats().demotions_refused, 1);
+}
+
+#[test]
+fn demotion_of_a_page_the_cache_holds_is_control_only() {
+    let (mut h, items, _) = a_client_holding_an_uncached_page();
+    let p3 = items[3].page().unwrap();
+    let before = h.core.page_cache_order();
+    assert_eq!(before.first(), Some(&p3), "read for the client: evict-next");
+    assert!(h.demote_notice(1, 80, p3).is_empty(), "cached: no data wanted");
+    let after = h.core.page_cache_order();
+    assert_eq!(after.last(), Some(&p3), "reordered to evict-last: {after:?}");
+    let s = h.core.server_stats();
+    assert_eq!((s.demotions_reordered, s.demotions_wanted, s.demoted_bytes), (1, 0, 0));
+}
+
+#[test]
+fn an_inclusive_server_takes_no_demotions() {
+    let mut h = Harness::new(config());
+    h.step(Input::Connect { conn: 10 });
+    let r = h.request(10, 1, RequestBody::Hello(Hello::new(&b""[..], "test")));
+    let ReplyBody::HelloOk(info) = r.body else { panic!("{r:?}") };
+    assert!(!info.demotions);
+    let items = {
+        h.connect(1, b"");
+        six_installed_pages(&mut h)
+    };
+    let p1 = items[1].page().unwrap();
+    let held = h.fetch_bytes(10, 2, p1);
+    assert!(h.demote_notice(10, 3, p1).is_empty());
+    h.demote_data(10, 4, p1, held);
+    let s = h.core.server_stats();
+    assert_eq!((s.demotions_wanted, s.demotions_stored, s.demoted_bytes), (0, 0, 0));
 }

@@ -26,8 +26,18 @@ pub fn blob(max: usize) -> impl Strategy<Value = Bytes> {
 }
 
 pub fn piggyback() -> impl Strategy<Value = Piggyback> {
-    (vec(oref(), 0..8), vec(page_id(), 0..8))
-        .prop_map(|(acks, discarded)| Piggyback { acks, discarded })
+    (
+        vec(oref(), 0..8),
+        vec(page_id(), 0..8),
+        vec(page_id(), 0..8),
+        vec((page_id(), vec(any::<u8>(), 1024..=1024)), 0..3),
+    )
+        .prop_map(|(acks, discarded, demoted, data)| Piggyback {
+            acks,
+            discarded,
+            demoted,
+            demoted_pages: data.into_iter().map(|(p, b)| (p, Bytes::from(b))).collect(),
+        })
 }
 
 pub fn request_body() -> impl Strategy<Value = RequestBody> {
@@ -51,7 +61,7 @@ pub fn request() -> impl Strategy<Value = Request> {
 }
 
 fn stats() -> impl Strategy<Value = ServerStats> {
-    (vec(any::<u64>(), 49), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
+    (vec(any::<u64>(), 53), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
         commits: w[0],
         versions_committed: w[1],
         objects_created: w[2],
@@ -103,6 +113,10 @@ fn stats() -> impl Strategy<Value = ServerStats> {
         page_cache_exclusive: w[46],
         demotions_reordered: w[47],
         demotions_stored: w[48],
+        demote_notices: w[49],
+        demotions_wanted: w[50],
+        demotions_refused: w[51],
+        demoted_bytes: w[52],
     })
 }
 
@@ -114,9 +128,10 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
             10u32..=15,
             oref(),
             any::<u32>(),
-            FRAME_BYTES_SETTING_MIN..=FRAME_BYTES_MAX
+            FRAME_BYTES_SETTING_MIN..=FRAME_BYTES_MAX,
+            any::<bool>()
         )
-            .prop_map(|(version, s, shift, root, c, max)| {
+            .prop_map(|(version, s, shift, root, c, max, demotions)| {
                 ReplyBody::HelloOk(ServerInfo {
                     version,
                     server_id: ServerId(s),
@@ -124,6 +139,7 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
                     root,
                     client_id: ClientId(c),
                     max_frame_bytes: max,
+                    demotions,
                 })
             }),
         (page_id(), vec(any::<u8>(), 1024..=1024))
@@ -143,6 +159,6 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
 }
 
 pub fn reply() -> impl Strategy<Value = Reply> {
-    (reply_body(), vec(oref(), 0..8))
-        .prop_map(|(body, invalidations)| Reply { body, invalidations })
+    (reply_body(), vec(oref(), 0..8), vec(page_id(), 0..8))
+        .prop_map(|(body, invalidations, wanted)| Reply { body, invalidations, wanted })
 }

@@ -1,0 +1,329 @@
+//! Demotion: clients give the pages they drop back to an exclusive page cache
+//! (`papers/demote-exclusive-caching.txt`, with thor's server cache as the lower cache).
+//!
+//! A client that drops a page intact sends a *notice* on its next request. If the page cache
+//! holds the page, it only moves to the evict-last end: no data travels. Otherwise the server
+//! may *want* the page: it asks on the next reply, and the client sends the bytes on a later
+//! request. The server keeps them only if they are still the page's current image:
+//!
+//! - **The bytes are the ones sent.** When the server sends a page to a session it keeps a
+//!   keyed hash of it (SipHash with keys drawn at random when the server starts, so a client
+//!   cannot make a forged page match). Demoted bytes whose hash differs are refused: a client
+//!   that sent its swizzled frame, a buggy or hostile one, never puts wrong bytes in the cache.
+//!   The hash is kept only for pages sent exactly as installed (no MOB versions applied, not a
+//!   fresh page): only those bytes are a page *image*, what the cache holds.
+//! - **Nothing changed the page since.** Every published commit bumps a generation and marks
+//!   the pages it wrote with it; a page written after the generation it was sent at is stale.
+//!   Installs do not change what a page is (they move MOB versions into the image), so they do
+//!   not count; and as the page was sent without MOB versions, an unchanged page has an
+//!   unchanged image.
+//!
+//! # Bounds
+//!
+//! - Sent-page records: at most [`limits::DEMOTE_RECORDS_MAX`] over all sessions (a page sent
+//!   when the table is full is not recorded and so is never taken back, only reordered). A
+//!   session's records go when it ends, and a page's when the client discards it.
+//! - Written-page marks: at most [`limits::DEMOTE_CHANGED_MAX`]. When full they are dropped and
+//!   the generation at that moment becomes a floor: every page sent before it counts as
+//!   changed. Conservative (a demotion refused that could have been kept), never wrong.
+//! - Pages asked for and not yet received: at most [`DEMOTED_WANTED_MAX`] per session, so
+//!   what a client must hold for the server is bounded too.
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+
+use bytes::Bytes;
+use rustc_hash::FxHashMap;
+use thor_core::PageId;
+use thor_wire::limits::DEMOTED_WANTED_MAX;
+
+use super::ConnId;
+use crate::limits;
+use crate::pagecache::{Demoted, PageCache};
+
+/// What the server knows of a page it sent a session.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    /// Keyed hash of the bytes sent.
+    hash: u64,
+    /// The commit generation when it was sent.
+    generation: u64,
+    /// The server asked for its bytes.
+    asked: bool,
+}
+
+/// Demotion counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DemoteCounters {
+    /// Notices received.
+    pub notices: u64,
+    /// Pages asked for.
+    pub wanted: u64,
+    /// Page data refused (changed, wrong bytes, or not asked for).
+    pub refused: u64,
+    /// Bytes of page data received.
+    pub bytes: u64,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct Demotions {
+    keys: RandomState,
+    sent: FxHashMap<ConnId, FxHashMap<PageId, Sent>>,
+    records: usize,
+    /// Pages asked for, to go on the session's next reply.
+    wanted: FxHashMap<ConnId, Vec<PageId>>,
+    /// Asked-for pages not received yet, per session.
+    asked: FxHashMap<ConnId, usize>,
+    /// The generation of the last published commit that wrote each page.
+    changed: FxHashMap<PageId, u64>,
+    generation: u64,
+    /// Pages sent before this generation count as changed (see "Bounds").
+    floor: u64,
+    counters: DemoteCounters,
+}
+
+impl Default for Demotions {
+    fn default() -> Self {
+        Demotions::new()
+    }
+}
+
+impl Demotions {
+    /// No pages sent yet; fresh hash keys.
+    pub fn new() -> Demotions {
+        Demotions {
+            keys: RandomState::new(),
+            sent: FxHashMap::default(),
+            records: 0,
+            wanted: FxHashMap::default(),
+            asked: FxHashMap::default(),
+            changed: FxHashMap::default(),
+            generation: 0,
+            floor: 0,
+            counters: DemoteCounters::default(),
+        }
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> DemoteCounters {
+        self.counters
+    }
+
+    /// Sent-page records held now (all sessions).
+    pub fn records(&self) -> usize {
+        self.records
+    }
+
+    fn hash(&self, bytes: &[u8]) -> u64 {
+        self.keys.hash_one(bytes)
+    }
+
+    /// `conn` was sent `page` as `bytes`, its installed image.
+    pub fn page_sent(&mut self, conn: ConnId, page: PageId, bytes: &[u8]) {
+        // A page asked for and fetched again instead: the client holds it, and its bytes
+        // will not come (a client drops a demoted copy when the page returns).
+        self.forget(conn, page);
+        if self.records < limits::DEMOTE_RECORDS_MAX {
+            let s = Sent { hash: self.hash(bytes), generation: self.generation, asked: false };
+            self.sent.entry(conn).or_default().insert(page, s);
+            self.records += 1;
+        }
+    }
+
+    /// A commit that wrote objects of `pages` was published.
+    pub fn pages_written(&mut self, pages: impl IntoIterator<Item = PageId>) {
+        self.generation += 1;
+        for p in pages {
+            if self.changed.len() >= limits::DEMOTE_CHANGED_MAX {
+                self.changed.clear();
+                self.floor = self.generation;
+            }
+            self.changed.insert(p, self.generation);
+        }
+    }
+
+    fn unchanged(&self, page: PageId, s: &Sent) -> bool {
+        s.generation >= self.floor && self.changed.get(&page).is_none_or(|&g| g <= s.generation)
+    }
+
+    fn forget(&mut self, conn: ConnId, page: PageId) -> Option<Sent> {
+        let s = self.sent.get_mut(&conn)?.remove(&page)?;
+        self.records -= 1;
+        if s.asked
+            && let Some(n) = self.asked.get_mut(&conn)
+        {
+            *n -= 1;
+        }
+        Some(s)
+    }
+
+    fn drop_asked(&mut self, conn: ConnId) {
+        if let Some(m) = self.sent.get_mut(&conn) {
+            let before = m.len();
+            m.retain(|_, s| !s.asked);
+            self.records -= before - m.len();
+        }
+        self.asked.remove(&conn);
+        self.wanted.remove(&conn);
+    }
+
+    /// `conn` discarded `page`: unless the server asked for its bytes (which come on their
+    /// own), nothing of it will come back.
+    pub fn discarded(&mut self, conn: ConnId, page: PageId) {
+        if self.sent.get(&conn).and_then(|m| m.get(&page)).is_some_and(|s| !s.asked) {
+            self.forget(conn, page);
+        }
+    }
+
+    /// `conn` demoted `page`: reorder it if cached, else ask for it if it is worth keeping.
+    pub fn notice(&mut self, conn: ConnId, page: PageId, cache: &mut PageCache) {
+        self.counters.notices += 1;
+        match cache.demote(page, None) {
+            Demoted::Reordered | Demoted::Stored => {
+                self.forget(conn, page);
+            }
+            Demoted::NeedsData => {
+                if self.asked.get(&conn).copied().unwrap_or(0) >= DEMOTED_WANTED_MAX {
+                    // A client sends what was asked on its next request; one that has this
+                    // many outstanding lost them (or never meant to send them): stop waiting.
+                    self.drop_asked(conn);
+                }
+                let asked = self.asked.get(&conn).copied().unwrap_or(0);
+                let ok = self.sent.get(&conn).and_then(|m| m.get(&page)).is_some_and(|s| {
+                    !s.asked && self.unchanged(page, s) && asked < DEMOTED_WANTED_MAX
+                });
+                if !ok {
+                    self.forget(conn, page);
+                    return;
+                }
+                if let Some(s) = self.sent.get_mut(&conn).and_then(|m| m.get_mut(&page)) {
+                    s.asked = true;
+                }
+                *self.asked.entry(conn).or_insert(0) += 1;
+                self.wanted.entry(conn).or_default().push(page);
+                self.counters.wanted += 1;
+            }
+        }
+    }
+
+    /// `conn` sent the bytes of demoted `page`: keep them if they are its current image.
+    pub fn data(&mut self, conn: ConnId, page: PageId, bytes: Bytes, cache: &mut PageCache) {
+        self.counters.bytes += bytes.len() as u64;
+        let ok = match self.forget(conn, page) {
+            Some(s) if s.asked => self.unchanged(page, &s) && self.hash(&bytes) == s.hash,
+            _ => false,
+        };
+        if !ok {
+            self.counters.refused += 1;
+            return;
+        }
+        cache.demote(page, Some(bytes));
+    }
+
+    /// The pages to ask `conn` for on its next reply (at most [`DEMOTED_WANTED_MAX`]).
+    pub fn take_wanted(&mut self, conn: ConnId) -> Vec<PageId> {
+        self.wanted.remove(&conn).unwrap_or_default()
+    }
+
+    /// Whether `conn` has pages to ask for.
+    pub fn has_wanted(&self, conn: ConnId) -> bool {
+        self.wanted.contains_key(&conn)
+    }
+
+    /// `conn`'s session ended.
+    pub fn disconnect(&mut self, conn: ConnId) {
+        if let Some(m) = self.sent.remove(&conn) {
+            self.records -= m.len();
+        }
+        self.wanted.remove(&conn);
+        self.asked.remove(&conn);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(n: u32) -> PageId {
+        PageId::new(n).unwrap()
+    }
+
+    fn cache() -> PageCache {
+        PageCache::with_mode(4 * 1024, 1024, crate::pagecache::CacheMode::Exclusive)
+    }
+
+    #[test]
+    fn a_page_is_taken_back_only_as_sent_and_unchanged() {
+        let mut d = Demotions::new();
+        let mut c = cache();
+        let img = vec![7u8; 1024];
+        d.page_sent(1, p(3), &img);
+        d.notice(1, p(3), &mut c);
+        assert_eq!(d.take_wanted(1), vec![p(3)]);
+        // Other bytes: refused.
+        let mut other = img.clone();
+        other[100] ^= 1;
+        d.data(1, p(3), Bytes::from(other), &mut c);
+        assert_eq!(d.counters().refused, 1);
+        assert!(c.peek(p(3)).is_none());
+        // Asked again and sent right: kept.
+        d.page_sent(1, p(3), &img);
+        d.notice(1, p(3), &mut c);
+        assert_eq!(d.take_wanted(1), vec![p(3)]);
+        d.data(1, p(3), Bytes::from(img.clone()), &mut c);
+        assert_eq!(c.peek(p(3)).map(|b| b.to_vec()), Some(img.clone()));
+        assert_eq!(d.records(), 0);
+        // Unsolicited data: refused.
+        d.data(1, p(4), Bytes::from(img), &mut c);
+        assert_eq!(d.counters().refused, 2);
+    }
+
+    #[test]
+    fn a_page_written_after_it_was_sent_is_not_asked_for_or_kept() {
+        let mut d = Demotions::new();
+        let mut c = cache();
+        let img = vec![1u8; 1024];
+        d.page_sent(1, p(3), &img);
+        d.page_sent(1, p(4), &img);
+        d.pages_written([p(3)]);
+        d.notice(1, p(3), &mut c);
+        assert!(d.take_wanted(1).is_empty(), "stale at the notice");
+        d.notice(1, p(4), &mut c);
+        assert_eq!(d.take_wanted(1), vec![p(4)]);
+        d.pages_written([p(4)]);
+        d.data(1, p(4), Bytes::from(img), &mut c);
+        assert_eq!(d.counters().refused, 1, "stale when the data came");
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn the_written_marks_are_bounded_by_a_floor() {
+        let mut d = Demotions::new();
+        d.page_sent(1, p(1), &[0u8; 1024]);
+        for i in 0..=limits::DEMOTE_CHANGED_MAX as u32 {
+            d.pages_written([p(2 + i)]);
+        }
+        assert!(d.changed.len() <= limits::DEMOTE_CHANGED_MAX);
+        let s = d.sent[&1][&p(1)];
+        assert!(!d.unchanged(p(1), &s), "sent before the floor: counts as changed");
+    }
+
+    #[test]
+    fn a_session_asks_for_at_most_the_bound_and_forgets_all_at_disconnect() {
+        let mut d = Demotions::new();
+        let mut c = cache();
+        for i in 1..=DEMOTED_WANTED_MAX as u32 {
+            d.page_sent(1, p(i), &[0u8; 1024]);
+            d.notice(1, p(i), &mut c);
+        }
+        assert_eq!(d.take_wanted(1).len(), DEMOTED_WANTED_MAX);
+        // The next notice finds the session with the most outstanding: they are forgotten.
+        d.page_sent(1, p(500), &[0u8; 1024]);
+        d.notice(1, p(500), &mut c);
+        assert_eq!(d.take_wanted(1), vec![p(500)]);
+        assert_eq!(d.records(), 1);
+        d.disconnect(1);
+        assert_eq!(d.records(), 0);
+    }
+}
