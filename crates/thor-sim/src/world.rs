@@ -110,6 +110,9 @@ pub struct SimConfig {
     /// The server's page cache places client reads and demotions as DEMOTE does
     /// (`thor_server::pagecache::CacheMode::Exclusive`) instead of LRU.
     pub exclusive_page_cache: bool,
+    /// Payload bytes of every cell: with more than a few hundred, the database spans several
+    /// pages (the runs with an exclusive cache use that, so that demotions bring data).
+    pub cell_payload: usize,
 }
 
 impl SimConfig {
@@ -117,7 +120,7 @@ impl SimConfig {
     /// fault rates vary with the seed, so that many seeds cover many shapes of run.
     pub fn for_seed(seed: u64) -> SimConfig {
         let mut r = SplitMix64::new(seed ^ 0x5EED_C0FF_EE00_0000);
-        SimConfig {
+        let mut cfg = SimConfig {
             seed,
             clients: 2 + r.below(4) as usize,
             txns_per_client: 10 + r.below(30) as usize,
@@ -133,7 +136,16 @@ impl SimConfig {
             // existed) stay as they were.
             backups: r.below(3) as usize,
             exclusive_page_cache: r.below(2) == 1,
+            cell_payload: 0,
+        };
+        if cfg.exclusive_page_cache {
+            // The database of a run is a few pages: a cache smaller than that makes clients'
+            // demotions bring data, not only reorder pages the cache still holds. (Drawn after
+            // everything else, so other seeds run as before.)
+            cfg.page_cache_bytes = [1, 1, 2, 32][r.below(4) as usize] * 4096;
+            cfg.cell_payload = EXCLUSIVE_CELL_PAYLOAD;
         }
+        cfg
     }
 }
 
@@ -164,6 +176,10 @@ pub struct Outcome {
     pub install_rounds: u64,
     /// Backups taken of the live server, recovered and checked.
     pub backups: u64,
+    /// Demoted pages' bytes the clients sent.
+    pub demotions_sent: u64,
+    /// Of those, sent with a byte changed (the server must refuse them all).
+    pub demotions_forged: u64,
 }
 
 /// A run that found a violation.
@@ -293,19 +309,39 @@ struct Client {
     next_id: u64,
     /// Invalidations received and not yet acknowledged (they ride on the next request).
     acks: Vec<Oref>,
+    /// Invalidations of cells the open transaction read: acknowledged only once its commit is
+    /// answered, so that the server refuses the commit for the stale read (a client that
+    /// acknowledged them first would tell the server its copies were current).
+    held_acks: Vec<Oref>,
     /// The transaction being prepared.
     plan: Option<Plan>,
     /// The transaction whose commit is in flight, for the history.
     in_flight: Option<serial::Txn>,
+    /// Whether the session's server takes demoted pages.
+    demotes: bool,
+    /// The last pages fetched, which it may demote (at most [`HELD_PAGES`]).
+    held: Vec<(PageId, Bytes)>,
+    /// Pages reported as demoted on the request in flight.
+    noticed: Vec<(PageId, Bytes)>,
+    /// Demoted pages the server asked for, to send on the next request.
+    to_send: Vec<(PageId, Bytes)>,
 }
 
+/// Payload bytes of a cell when the page cache is exclusive: a few cells to a page of 4 KB.
+const EXCLUSIVE_CELL_PAYLOAD: usize = 900;
+
+/// Pages a simulated client keeps to demote.
+const HELD_PAGES: usize = 4;
+
 impl Client {
-    /// `req` with the pending acknowledgements piggybacked (this client caches nothing, so it
-    /// applies an invalidation by acknowledging it).
-    fn with_acks(&mut self, mut req: Request) -> Request {
-        let n = self.acks.len().min(thor_wire::limits::ACKS_MAX);
-        req.piggyback.acks = self.acks.drain(..n).collect();
-        req
+    /// A new session starts: nothing held for it.
+    fn new_session(&mut self) {
+        self.acks.clear();
+        self.held_acks.clear();
+        self.demotes = false;
+        self.held.clear();
+        self.noticed.clear();
+        self.to_send.clear();
     }
 }
 
@@ -341,10 +377,18 @@ struct World {
     desc: ClassDesc,
     out: Outcome,
     hash: u64,
+    /// Forged demoted pages sent to the server, checked after it handled them.
+    forged: Vec<(PageId, Bytes)>,
+    /// Payload bytes of every cell (their class's variable part).
+    payload: usize,
 }
 
 fn core_config(cfg: &SimConfig) -> CoreConfig {
     CoreConfig {
+        // With an exclusive cache, install at once: a page is taken back only if it was sent
+        // without MOB versions in it (`thor_server::core::demote`), so the MOB must often be
+        // empty of a page for demotions to bring data.
+        flush_start_percent: if cfg.exclusive_page_cache { 0 } else { 50 },
         mob_bytes: cfg.mob_bytes,
         page_cache_bytes: cfg.page_cache_bytes,
         flush_batch_pages: 3,
@@ -383,8 +427,11 @@ impl World {
         let disk = MemDisk::new();
         io::create(&disk, cfg.page_size, ServerId(1))
             .map_err(|e| Violation(format!("create: {e}")))?;
-        let desc = ClassDesc::new("sim.Cell", CELL_FIXED_BYTES, &[0], VarKind::None)
-            .expect("a valid class");
+        // With an exclusive page cache, cells carry a payload that spreads the database over
+        // several pages, so that the cache cannot hold all of it and demotions bring data.
+        let payload = cfg.cell_payload;
+        let var = if payload > 0 { VarKind::Bytes } else { VarKind::None };
+        let desc = ClassDesc::new("sim.Cell", CELL_FIXED_BYTES, &[0], var).expect("a valid class");
         let clients = (0..cfg.clients)
             .map(|i| Client {
                 id: i as u32 + 1,
@@ -394,8 +441,13 @@ impl World {
                 done: 0,
                 next_id: 1,
                 acks: Vec::new(),
+                held_acks: Vec::new(),
                 plan: None,
                 in_flight: None,
+                demotes: false,
+                held: Vec::new(),
+                noticed: Vec::new(),
+                to_send: Vec::new(),
             })
             .collect();
         let mut w = World {
@@ -424,6 +476,8 @@ impl World {
             desc,
             out: Outcome::default(),
             hash: 0xcbf2_9ce4_8422_2325,
+            forged: Vec::new(),
+            payload,
         };
         w.start_server()?;
         w.setup()?;
@@ -474,7 +528,7 @@ impl World {
     fn setup(&mut self) -> Result<(), Violation> {
         let mut created = vec![Bytes::from(self.desc.to_class_object())];
         for i in 0..self.cfg.clients + 3 {
-            let mut c = self.desc.new_object(RawRef::tagged_word(0), 0);
+            let mut c = self.desc.new_object(RawRef::tagged_word(0), self.payload);
             put_u32(&mut c, CELL_SERIAL_AT, i as u32);
             created.push(Bytes::from(c));
         }
@@ -491,7 +545,7 @@ impl World {
         // checker (the first record is not a simulation write).
         let mut versions = Vec::new();
         for (i, oref) in out.created[1..].iter().enumerate() {
-            let mut c = self.desc.new_object(self.layout.class.raw(), 0);
+            let mut c = self.desc.new_object(self.layout.class.raw(), self.payload);
             put_u32(&mut c, CELL_WRITER_AT, 0);
             put_u32(&mut c, CELL_TXN_AT, 0);
             put_u32(&mut c, CELL_SERIAL_AT, i as u32);
@@ -934,6 +988,68 @@ impl World {
         self.queue.insert((t, self.seq), Ev::ToClient(c, conn, msg));
     }
 
+    /// `req` of client `c` with what rides on it: the pending acknowledgements (this client
+    /// caches nothing, so it applies an invalidation by acknowledging it) and, when its server
+    /// takes demotions, demotion: it reports a page it holds as demoted now and then, and sends
+    /// the pages the server asked for, one in eight with a byte changed (a buggy or hostile
+    /// client, whose page the server must refuse), and now and then a page it was not asked
+    /// for. Draws from the seed only for a session that demotes, so other runs are unchanged.
+    fn outgoing(&mut self, c: usize, mut req: Request) -> Request {
+        let client = &mut self.clients[c];
+        let n = client.acks.len().min(thor_wire::limits::ACKS_MAX);
+        req.piggyback.acks = client.acks.drain(..n).collect();
+        if !client.demotes {
+            return req;
+        }
+        if !client.held.is_empty() && self.rng.below(2) == 0 {
+            let client = &mut self.clients[c];
+            let (page, bytes) = client.held.remove(0);
+            req.piggyback.demoted.push(page);
+            client.noticed.push((page, bytes));
+        }
+        let n = self.clients[c].to_send.len().min(thor_wire::limits::DEMOTED_PAGES_MAX);
+        let sending: Vec<(PageId, Bytes)> = self.clients[c].to_send.drain(..n).collect();
+        for (page, bytes) in sending {
+            let bytes = if self.rng.below(8) == 0 {
+                let mut forged = bytes.to_vec();
+                let at = self.rng.below(forged.len() as u64) as usize;
+                forged[at] ^= 1 << self.rng.below(8);
+                let forged = Bytes::from(forged);
+                self.forged.push((page, forged.clone()));
+                self.out.demotions_forged += 1;
+                forged
+            } else {
+                bytes
+            };
+            self.out.demotions_sent += 1;
+            req.piggyback.demoted_pages.push((page, bytes));
+        }
+        if self.rng.below(50) == 0
+            && let Some((page, bytes)) = self.clients[c].held.first().cloned()
+        {
+            // Not asked for: refused (the bytes are right, so they are not checked as forged).
+            req.piggyback.demoted_pages.push((page, bytes));
+        }
+        req
+    }
+
+    /// No page the server was sent forged (or unasked) bytes of holds them in its cache.
+    fn check_forged(&mut self) -> Result<(), Violation> {
+        let Some(node) = self.node.as_ref() else {
+            self.forged.clear();
+            return Ok(());
+        };
+        for (page, bytes) in self.forged.drain(..) {
+            if node.core.page_cache_image(page).as_ref() == Some(&bytes) {
+                return Err(Violation(format!(
+                    "the server cached forged or unasked demoted bytes of page {}",
+                    page.get()
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn at_server(&mut self, conn: ConnId, msg: Msg) -> Result<(), Violation> {
         if self.node.is_none() {
             return Ok(());
@@ -949,7 +1065,7 @@ impl World {
                 if self.links.get(&conn).is_some_and(|l| l.alive) {
                     self.step(Input::Request { conn, id, req })?;
                 }
-                Ok(())
+                self.check_forged()
             }
             Msg::Broken => self.step(Input::Disconnect { conn }),
             Msg::Reply(..) => Err(Violation("a reply sent to the server".into())),
@@ -1022,7 +1138,7 @@ impl World {
             let client = &mut self.clients[c];
             client.waiting = Waiting::Fetch(page);
             client.next_id += 1;
-            let req = client.with_acks(Request::new(RequestBody::Fetch { page }));
+            let req = self.outgoing(c, Request::new(RequestBody::Fetch { page }));
             self.send_to_server(conn, Msg::Request(id, req));
             return Ok(());
         }
@@ -1037,7 +1153,7 @@ impl World {
         client.waiting = Waiting::Commit(client.next_txn);
         client.next_txn += 1;
         client.next_id += 1;
-        let req = client.with_acks(Request::new(RequestBody::Commit(commit)));
+        let req = self.outgoing(c, Request::new(RequestBody::Commit(commit)));
         self.send_to_server(conn, Msg::Request(id, req));
         Ok(())
     }
@@ -1051,7 +1167,7 @@ impl World {
             let client = &mut self.clients[c];
             client.waiting = Waiting::TxnFetch(page);
             client.next_id += 1;
-            let req = client.with_acks(Request::new(RequestBody::Fetch { page }));
+            let req = self.outgoing(c, Request::new(RequestBody::Fetch { page }));
             self.send_to_server(conn, Msg::Request(id, req));
             return Ok(());
         }
@@ -1075,7 +1191,7 @@ impl World {
                     let key = (u64::from(o.raw()), version_of(writer, t));
                     self.balances.insert(key, b + moved(i));
                 }
-                let mut b = self.desc.new_object(self.layout.class.raw(), 0);
+                let mut b = self.desc.new_object(self.layout.class.raw(), self.payload);
                 put_u32(&mut b, CELL_WRITER_AT, writer);
                 put_u32(&mut b, CELL_TXN_AT, t);
                 put_u32(&mut b, CELL_SERIAL_AT, i as u32);
@@ -1085,7 +1201,7 @@ impl World {
         }
         let mut created = Vec::new();
         if self.rng.below(4) == 0 {
-            let mut b = self.desc.new_object(self.layout.class.raw(), 0);
+            let mut b = self.desc.new_object(self.layout.class.raw(), self.payload);
             put_u32(&mut b, CELL_WRITER_AT, writer);
             put_u32(&mut b, CELL_TXN_AT, t);
             put_u32(&mut b, CELL_SERIAL_AT, 1000);
@@ -1102,7 +1218,7 @@ impl World {
         client.in_flight = Some(txn);
         client.next_txn += 1;
         client.next_id += 1;
-        let req = client.with_acks(Request::new(RequestBody::Commit(commit)));
+        let req = self.outgoing(c, Request::new(RequestBody::Commit(commit)));
         self.send_to_server(conn, Msg::Request(id, req));
         Ok(())
     }
@@ -1132,7 +1248,7 @@ impl World {
         }
         let mut serial = 0u32;
         let mut cell = |w: &mut World, next: u32| {
-            let mut b = w.desc.new_object(w.layout.class.raw(), 0);
+            let mut b = w.desc.new_object(w.layout.class.raw(), w.payload);
             put_u32(&mut b, 4, next);
             put_u32(&mut b, CELL_WRITER_AT, writer);
             put_u32(&mut b, CELL_TXN_AT, txn);
@@ -1189,8 +1305,8 @@ impl World {
                 let client = &mut self.clients[c];
                 client.conn = None;
                 client.waiting = Waiting::Nothing;
-                // A new connection is a new session: nothing to acknowledge there.
-                client.acks.clear();
+                // A new connection is a new session: nothing to acknowledge or demote there.
+                client.new_session();
                 let d = 500 + self.rng.below(5_000);
                 self.at(d, Ev::ClientWake(c));
                 Ok(())
@@ -1204,10 +1320,39 @@ impl World {
                         "client {id} got the reply to request {rid}, waiting for {sent}"
                     )));
                 }
-                self.clients[c].acks.extend_from_slice(&reply.invalidations);
+                let client = &mut self.clients[c];
+                for &o in &reply.invalidations {
+                    let read =
+                        client.plan.as_ref().is_some_and(|p| p.read.iter().any(|r| r.0 == o));
+                    if read {
+                        client.held_acks.push(o);
+                    } else {
+                        client.acks.push(o);
+                    }
+                }
+                if matches!(waiting, Waiting::Commit(_)) {
+                    // The commit is answered: what its transaction read may be acknowledged.
+                    let held = std::mem::take(&mut client.held_acks);
+                    client.acks.extend(held);
+                }
                 self.out.invalidations += reply.invalidations.len() as u64;
+                // The reply answers the demotions reported on the request.
+                let client = &mut self.clients[c];
+                for (page, bytes) in std::mem::take(&mut client.noticed) {
+                    if reply.wanted.contains(&page) {
+                        client.to_send.push((page, bytes));
+                    }
+                }
+                if let ReplyBody::Page { page, bytes } = &reply.body {
+                    if client.held.len() >= HELD_PAGES {
+                        client.held.remove(0);
+                    }
+                    client.held.push((*page, bytes.clone()));
+                }
                 match (waiting, reply.body) {
-                    (Waiting::Hello, ReplyBody::HelloOk(_)) => {}
+                    (Waiting::Hello, ReplyBody::HelloOk(info)) => {
+                        self.clients[c].demotes = info.demotions;
+                    }
                     (Waiting::Commit(t), ReplyBody::CommitRefused { code, .. })
                         if code.is_conflict() =>
                     {

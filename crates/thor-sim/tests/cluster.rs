@@ -2,7 +2,9 @@
 //! with server crashes (at any step, and inside I/O), lost connections and every latency drawn
 //! from the seed. Every run is judged by the checker (`thor_sim::check`): after every crash and
 //! at the end, every acknowledged commit is present and no unacknowledged one is partly
-//! visible, and every page sent shows exactly what was durable.
+//! visible, and every page sent shows exactly what was durable. In half the seeds the server's
+//! page cache is exclusive and clients demote pages to it, some of them forged: a forged page
+//! must never be cached, and a stale one accepted would show as a stale read to the checker.
 //!
 //! `THOR_SIM_SEEDS` sets how many seeds the four `seeds_*` tests run between them (default
 //! 10,000); `THOR_SIM_SEED=N` with the `replay` test replays one seed with its trace printed.
@@ -30,6 +32,8 @@ fn quarter(part: u64) -> Outcome {
                 sum.lost_connections += o.lost_connections;
                 sum.install_rounds += o.install_rounds;
                 sum.backups += o.backups;
+                sum.demotions_sent += o.demotions_sent;
+                sum.demotions_forged += o.demotions_forged;
             }
             Err(f) => panic!("{f}"),
         }
@@ -62,6 +66,8 @@ fn seeds_fourth_quarter() {
         assert!(sum.crashes > 0 && sum.lost_connections > 0 && sum.uncertain > 0, "{sum:?}");
         assert!(sum.install_rounds > 0 && sum.pages_checked > 0 && sum.acked > 0, "{sum:?}");
         assert!(sum.backups > 0, "{sum:?}");
+        // Demotion to the exclusive page cache, forged pages included (all refused).
+        assert!(sum.demotions_sent > 0 && sum.demotions_forged > 0, "{sum:?}");
     }
 }
 

@@ -1403,6 +1403,16 @@ impl Core {
         let pages = std::mem::take(&mut round.pages);
         for (i, (page, versions)) in pages.iter().enumerate() {
             let img = done.images.slice(i * ps..(i + 1) * ps);
+            // The commit being validated may hold the page's image from before this round:
+            // with the round's versions leaving the MOB, that image would hide them (a
+            // created object would look absent, an old version current).
+            if let Some(head) = self.queue.front_mut() {
+                for (p, held) in head.images.iter_mut() {
+                    if p == page {
+                        *held = img.clone();
+                    }
+                }
+            }
             self.store.cache.insert(*page, img);
             self.store.fresh.remove(page);
             for (oid, lsn) in versions {
@@ -1549,6 +1559,11 @@ impl Core {
     /// The page cache's pages from its evict-next end (for tests and diagnostics).
     pub fn page_cache_order(&self) -> Vec<PageId> {
         self.store.cache.order()
+    }
+
+    /// The image the page cache holds for `page`, if any (for tests and the simulator).
+    pub fn page_cache_image(&self, page: PageId) -> Option<Bytes> {
+        self.store.cache.peek(page).cloned()
     }
 
     /// The counters as the wire's `Stats` reply carries them.
