@@ -1,7 +1,7 @@
 //! The errors of this crate, one enum per operation. Each variant says what the caller should
 //! do: a [`DiffError`] is a bug of the caller (the pre-image or the set of written objects does
 //! not describe the page), a [`RecordError`] is bytes that must be refused (a client's or a
-//! disk's).
+//! disk's), a [`BufferError`] a configuration or a write to fix.
 
 /// Why a page could not be diffed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -61,4 +61,19 @@ pub enum RecordError {
     /// Undo was asked of a record that carries no undo images (one sent at commit).
     #[error("page record carries no undo images")]
     NoUndo,
+}
+
+/// Why a recovery buffer could not be built or asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BufferError {
+    /// The configuration is inconsistent (see the message).
+    #[error("bad recovery buffer configuration: {0}")]
+    BadConfig(&'static str),
+    /// A write reaches outside the page or is empty.
+    #[error("write of bytes {start}..{end} is not inside a {page_size}-byte page")]
+    BadWrite { start: usize, end: usize, page_size: usize },
+    /// The page image passed in has the wrong size.
+    #[error("page image of {got} bytes, the buffer holds {page_size}-byte pages")]
+    PageSize { got: usize, page_size: usize },
 }

@@ -11,6 +11,7 @@
 //!   inside the objects the transaction wrote.
 //! - [`record`]: the page record, the byte layout of a page's changed regions (redo bytes, and
 //!   undo bytes for records sent before commit); encode, checked decode, apply and undo.
+//! - [`rbuf`]: the client's recovery buffer of saved pages or blocks, FIFO when full.
 //! - [`limits`]: every bound, with its reason.
 //!
 //! *Architecture invariant:* no I/O, no clock, no threads. Every buffer is bounded by a setting
@@ -20,10 +21,12 @@
 pub mod diff;
 pub mod error;
 pub mod limits;
+pub mod rbuf;
 pub mod record;
 
 pub use diff::{Differ, Images, MergeCost, Pieces, PreImage, Span};
-pub use error::{DiffError, RecordError};
+pub use error::{BufferError, DiffError, RecordError};
+pub use rbuf::{BeforeWrite, Copies, RecoveryBuffer, RecoveryBufferConfig};
 pub use record::{PageRecord, RecordHeader};
 
 use std::fmt;
