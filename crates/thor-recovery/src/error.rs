@@ -1,7 +1,12 @@
 //! The errors of this crate, one enum per operation. Each variant says what the caller should
 //! do: a [`DiffError`] is a bug of the caller (the pre-image or the set of written objects does
 //! not describe the page), a [`RecordError`] is bytes that must be refused (a client's or a
-//! disk's), a [`BufferError`] a configuration or a write to fix.
+//! disk's), a [`BufferError`] a configuration or a write to fix, a [`WplError`] either a
+//! misuse by the server driver (an order the protocol forbids) or a log restart cannot trust.
+
+use thor_core::PageId;
+
+use crate::TxnId;
 
 /// Why a page could not be diffed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,4 +81,44 @@ pub enum BufferError {
     /// The page image passed in has the wrong size.
     #[error("page image of {got} bytes, the buffer holds {page_size}-byte pages")]
     PageSize { got: usize, page_size: usize },
+}
+
+/// Why the WPL table refused an operation, or restart refused a log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WplError {
+    /// Another transaction holds an uncommitted copy of the page: whole pages carry every
+    /// object of the page, so two uncommitted copies cannot both be installed. The second
+    /// transaction must wait or abort (a page-level write conflict).
+    #[error("page {page} has an uncommitted copy from transaction {holder}")]
+    PageBusy { page: PageId, holder: TxnId },
+    /// A bound of the configuration is zero or above its limit.
+    #[error("bad WPL table configuration")]
+    BadConfig,
+    /// As many commits followed the last checkpoint as restart is allowed to read: write a
+    /// checkpoint, then commit.
+    #[error("checkpoint due before the next commit")]
+    CheckpointDue,
+    /// The table is at its configured size: install pages (or checkpoint and install) first.
+    #[error("WPL table full ({0} entries)")]
+    TableFull(usize),
+    /// Log positions must increase: a record was reported at or below the last one.
+    #[error("LSN {got} is not after the last logged LSN {last}")]
+    LsnOrder { got: u64, last: u64 },
+    /// The transaction holds no uncommitted copy (it committed, aborted or never logged one).
+    #[error("no active transaction {0}")]
+    NoSuchTxn(TxnId),
+    /// As many transactions hold uncommitted copies as the table is configured for.
+    #[error("too many transactions with uncommitted pages ({0})")]
+    TooManyTxns(usize),
+    /// The log does not reach back to a checkpoint but does not start at its beginning either:
+    /// a prefix restart needs was truncated.
+    #[error("log truncated before LSN {first} holds no checkpoint")]
+    NoCheckpoint { first: u64 },
+    /// A WPL log record does not decode.
+    #[error("malformed WPL record at LSN {lsn}: {why}")]
+    BadRecord { lsn: u64, why: &'static str },
+    /// Restart met a committed transaction or table entry beyond its configured bounds.
+    #[error("restart exceeded its bound: {0}")]
+    RestartBound(&'static str),
 }

@@ -12,6 +12,8 @@
 //! - [`record`]: the page record, the byte layout of a page's changed regions (redo bytes, and
 //!   undo bytes for records sent before commit); encode, checked decode, apply and undo.
 //! - [`rbuf`]: the client's recovery buffer of saved pages or blocks, FIFO when full.
+//! - [`wpl`]: whole-page logging's server side: the WPL table, its log records, checkpoints,
+//!   and restart by one backward pass to the last checkpoint.
 //! - [`limits`]: every bound, with its reason.
 //!
 //! *Architecture invariant:* no I/O, no clock, no threads. Every buffer is bounded by a setting
@@ -23,11 +25,13 @@ pub mod error;
 pub mod limits;
 pub mod rbuf;
 pub mod record;
+pub mod wpl;
 
 pub use diff::{Differ, Images, MergeCost, Pieces, PreImage, Span};
-pub use error::{BufferError, DiffError, RecordError};
+pub use error::{BufferError, DiffError, RecordError, WplError};
 pub use rbuf::{BeforeWrite, Copies, RecoveryBuffer, RecoveryBufferConfig};
 pub use record::{PageRecord, RecordHeader};
+pub use wpl::{WplConfig, WplTable};
 
 use std::fmt;
 

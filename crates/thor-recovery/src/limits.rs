@@ -34,6 +34,22 @@ pub const REGIONS_MAX: usize = PAGE_SIZE_MAX / 2;
 pub const PAGE_RECORD_BYTES_MAX: usize =
     PAGE_RECORD_HEADER_BYTES + REGIONS_MAX * REGION_HEADER_BYTES + 2 * PAGE_SIZE_MAX;
 
+/// Bytes of a WPL page-image record's header (kind, reserved, page id, transaction); the page
+/// follows.
+pub const WPL_IMAGE_HEADER_BYTES: usize = 16;
+/// Bytes of a WPL commit record.
+pub const WPL_COMMIT_BYTES: usize = 16;
+/// Bytes of a WPL checkpoint record's header (kind, reserved, entry count).
+pub const WPL_CHECKPOINT_HEADER_BYTES: usize = 8;
+/// Bytes of one entry of a WPL checkpoint record (page, status, LSN, transaction).
+pub const WPL_CHECKPOINT_ENTRY_BYTES: usize = 24;
+/// The most entries a WPL table, and so a checkpoint record, may hold: one per page a database
+/// can have (22-bit page ids), each possibly with one uncommitted copy beside its committed
+/// one. A checkpoint record is then at most 192 MiB, which a server writes only if every page
+/// of the largest database is waiting to be installed; a real bound is the table size a server
+/// is configured with ([`crate::wpl::WplConfig::entries_max`]).
+pub const WPL_ENTRIES_MAX: usize = 2 * (1 << 22);
+
 const _: () = assert!(REGIONS_MAX <= u16::MAX as usize);
 const _: () = assert!(PAGE_SIZE_MAX <= u16::MAX as usize + 1);
 const _: () = assert!(BLOCK_BYTES_MIN.is_power_of_two() && BLOCK_BYTES_DEFAULT.is_power_of_two());
