@@ -609,8 +609,9 @@ pub struct Restarted {
 
 /// Rebuilds the WPL table after a crash by one backward pass to the newest checkpoint (see the
 /// module documentation). The rebuilt table holds committed copies only (every uncommitted
-/// transaction died with the crash); it counts the log's newest LSN as reported, and the
-/// checkpoint it stopped at as durable, so that truncation stays safe until the next one.
+/// transaction died with the crash); it counts the log's newest LSN as reported, the
+/// checkpoint it stopped at as durable (so that truncation stays safe until the next one), and
+/// the commits after that checkpoint toward the next one.
 pub fn restart<L: BackwardLog>(
     log: &mut L,
     page_size: usize,
@@ -678,6 +679,9 @@ pub fn restart<L: BackwardLog>(
     }
     table.last_lsn = newest.unwrap_or(Lsn::ZERO);
     table.checkpoint = checkpoint;
+    // The commits read follow the checkpoint in the log: they count toward the next one, or a
+    // later restart could meet more than its bound.
+    table.commits_since_checkpoint = ctl.len();
     Ok(Restarted { table, checkpoint: checkpoint.map(|(lsn, _)| lsn), records_read })
 }
 

@@ -62,6 +62,9 @@ enum Op {
     Checkpoint,
     /// The log is truncated at the table's truncation point.
     Truncate,
+    /// The server crashes, losing an unsynced tail of the log at a point `cut` picks, restarts
+    /// and goes on with the restarted table.
+    Crash { cut: prop::sample::Index },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -73,6 +76,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => any::<prop::sample::Index>().prop_map(|pick| Op::Install { pick }),
         1 => Just(Op::Checkpoint),
         1 => Just(Op::Truncate),
+        1 => any::<prop::sample::Index>().prop_map(|cut| Op::Crash { cut }),
     ]
 }
 
@@ -191,6 +195,27 @@ impl Server {
                 if let Some(point) = self.table.truncation_point() {
                     assert!(point.0 as usize <= self.durable + 1);
                     self.first = self.first.max(point.0 as usize - 1);
+                }
+            }
+            Op::Crash { cut } => {
+                let from = self.durable.max(self.first);
+                let cut = from + cut.index(self.records.len() - from + 1);
+                self.crash_and_restart(cut);
+                self.records.truncate(cut);
+                let retained = &self.records[self.first..];
+                let mut log = SliceLog { records: retained, next: retained.len() };
+                self.table = restart(&mut log, PAGE, config()).unwrap().table;
+                // Every commit record that survived is a commit, acknowledged or not.
+                for (lsn, b) in &self.records {
+                    if let WplRecord::Commit { txn } = decode(b, *lsn, PAGE).unwrap()
+                        && !self.acknowledged.contains(&txn)
+                    {
+                        self.acknowledged.push(txn);
+                    }
+                }
+                self.durable = cut;
+                for slot in 0..SLOTS {
+                    self.fresh_txn(slot);
                 }
             }
         }
@@ -343,6 +368,26 @@ fn commits_beyond_the_checkpoint_interval_wait_for_a_checkpoint() {
     assert_eq!(t.commit_appended(TxnId(2), Lsn(4)), Err(WplError::CheckpointDue));
     t.checkpoint_record(Lsn(4), &mut Vec::new(), &mut Vec::new()).unwrap();
     t.commit_appended(TxnId(2), Lsn(5)).unwrap();
+}
+
+#[test]
+fn commits_read_at_restart_count_toward_the_next_checkpoint() {
+    let mut records = Vec::new();
+    for (i, txn) in [TxnId(1), TxnId(2)].into_iter().enumerate() {
+        let mut image = Vec::new();
+        encode_image(pid(i), txn, &[0; PAGE], &mut image);
+        records.push((Lsn(2 * i as u64 + 1), image));
+        let mut commit = Vec::new();
+        encode_commit(txn, &mut commit);
+        records.push((Lsn(2 * i as u64 + 2), commit));
+    }
+    let config = WplConfig { commits_per_checkpoint: 2, ..config() };
+    let mut log = SliceLog { records: &records, next: records.len() };
+    let restarted = restart(&mut log, PAGE, config).unwrap();
+    assert_eq!(restarted.records_read, 4);
+    assert_eq!(restarted.checkpoint, None);
+    assert_eq!(restarted.table.len(), 2);
+    assert!(restarted.table.checkpoint_due(), "two commits since the (absent) checkpoint");
 }
 
 #[test]
