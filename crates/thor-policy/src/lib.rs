@@ -1,6 +1,6 @@
 //! Block (page) replacement policies: the order in which a fixed-size cache gives up blocks.
 //!
-//! This crate is the one copy of LRU, MRU, CLOCK and ARC in thor. The server's page cache keeps
+//! This crate is the one copy of LRU, MRU, CLOCK, ARC, S3-FIFO and W-TinyLFU in thor. The server's page cache keeps
 //! its order in [`Lru`], the client's FPC cache manager (`thor-cache`) in an [`Lru`] over a
 //! [`DenseSlots`] index, and the cache-hierarchy simulator (`thor-cachesim`) runs every
 //! [`PolicyKind`] through [`AnyPolicy`]: the simulator evaluates exactly the code that ships.
@@ -25,6 +25,8 @@
 //! | MRU    | at the evict-next end: the most recently used block goes first    |
 //! | CLOCK  | sets its reference bit; the hand gives referenced blocks a second chance |
 //! | ARC    | into the recency (T1) or frequency (T2) list, adapting their split |
+//! | S3-FIFO | new blocks into a small FIFO, ghost hits into the main one; a hit bumps a 2-bit count |
+//! | W-TinyLFU | into an LRU window; its overflow enters the main SLRU only if seen more often than the victim |
 //!
 //! A caller can also place a block explicitly at either end ([`Placement::EvictNext`],
 //! [`Placement::EvictLast`]) without it counting as a reference. That is what DEMOTE needs: a disk
@@ -57,13 +59,19 @@
 //! a reference set) and allocation-free after construction: the order is kept in intrusive
 //! doubly-linked lists over one preallocated slab ([`list`]), and the block-to-slot map is either
 //! an `FxHashMap` reserved to its final size or a dense array ([`index`]).
+//!
+//! [`belady`] is the offline optimum on a recorded reference string: the floor under every
+//! policy's miss count.
 
 mod arc;
+pub mod belady;
 mod clock;
 mod index;
 pub mod limits;
 mod list;
 mod lru;
+mod s3fifo;
+mod tinylfu;
 
 use std::fmt;
 use std::str::FromStr;
@@ -73,6 +81,8 @@ pub use clock::Clock;
 pub use index::{DenseSlots, HashSlots, SlotIndex};
 pub use limits::MAX_CAPACITY;
 pub use lru::{Lru, Mru};
+pub use s3fifo::S3Fifo;
+pub use tinylfu::{FrequencySketch, WTinyLfu};
 
 /// The name of a block (a page id, a disk block number). Policies only compare and hash it.
 pub type BlockId = u64;
@@ -101,12 +111,22 @@ pub enum PolicyKind {
     Clock,
     /// Adaptive replacement cache: [`Arc`].
     Arc,
+    /// Three static FIFO queues: [`S3Fifo`].
+    S3Fifo,
+    /// A window LRU and a segmented LRU with frequency admission: [`WTinyLfu`].
+    WTinyLfu,
 }
 
 impl PolicyKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [PolicyKind; 4] =
-        [PolicyKind::Lru, PolicyKind::Mru, PolicyKind::Clock, PolicyKind::Arc];
+    pub const ALL: [PolicyKind; 6] = [
+        PolicyKind::Lru,
+        PolicyKind::Mru,
+        PolicyKind::Clock,
+        PolicyKind::Arc,
+        PolicyKind::S3Fifo,
+        PolicyKind::WTinyLfu,
+    ];
 
     /// The upper-case name used in the DEMOTE paper's design names ("LRU-MRU-demote").
     pub fn name(self) -> &'static str {
@@ -115,6 +135,8 @@ impl PolicyKind {
             PolicyKind::Mru => "MRU",
             PolicyKind::Clock => "CLOCK",
             PolicyKind::Arc => "ARC",
+            PolicyKind::S3Fifo => "S3FIFO",
+            PolicyKind::WTinyLfu => "WTINYLFU",
         }
     }
 }
@@ -178,7 +200,9 @@ pub enum PolicyError {
         max: u64,
     },
     /// A policy name that is not one of [`PolicyKind::ALL`].
-    #[error("unknown replacement policy {name:?} (expected LRU, MRU, CLOCK or ARC)")]
+    #[error(
+        "unknown replacement policy {name:?} (expected LRU, MRU, CLOCK, ARC, S3FIFO or WTINYLFU)"
+    )]
     UnknownPolicy {
         /// The name given (at most 32 characters of it).
         name: String,
@@ -250,6 +274,10 @@ pub enum AnyPolicy<I: SlotIndex = HashSlots> {
     Clock(Clock<I>),
     /// [`Arc`].
     Arc(Arc<I>),
+    /// [`S3Fifo`].
+    S3Fifo(S3Fifo<I>),
+    /// [`WTinyLfu`].
+    WTinyLfu(WTinyLfu<I>),
 }
 
 impl AnyPolicy<HashSlots> {
@@ -279,6 +307,10 @@ impl<I: SlotIndex> AnyPolicy<I> {
             PolicyKind::Mru => AnyPolicy::Mru(Mru::with_index(capacity, make_index())?),
             PolicyKind::Clock => AnyPolicy::Clock(Clock::with_index(capacity, make_index())?),
             PolicyKind::Arc => AnyPolicy::Arc(Arc::with_index(capacity, make_index())?),
+            PolicyKind::S3Fifo => AnyPolicy::S3Fifo(S3Fifo::with_index(capacity, make_index())?),
+            PolicyKind::WTinyLfu => {
+                AnyPolicy::WTinyLfu(WTinyLfu::with_index(capacity, make_index())?)
+            }
         })
     }
 }
@@ -291,6 +323,8 @@ macro_rules! dispatch {
             AnyPolicy::Mru($p) => $call,
             AnyPolicy::Clock($p) => $call,
             AnyPolicy::Arc($p) => $call,
+            AnyPolicy::S3Fifo($p) => $call,
+            AnyPolicy::WTinyLfu($p) => $call,
         }
     };
 }

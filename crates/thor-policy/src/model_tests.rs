@@ -323,6 +323,283 @@ impl ArcModel {
     }
 }
 
+/// S3-FIFO as three `VecDeque`s whose fronts leave first: S and M of (block, frequency), G of
+/// ids. A transcription of the paper's Algorithm 1 with the contract's choices (see `s3fifo.rs`).
+struct S3FifoModel {
+    s: VecDeque<(BlockId, u8)>,
+    m: VecDeque<(BlockId, u8)>,
+    g: VecDeque<BlockId>,
+    capacity: usize,
+}
+
+impl S3FifoModel {
+    fn new(capacity: usize) -> Self {
+        S3FifoModel { s: VecDeque::new(), m: VecDeque::new(), g: VecDeque::new(), capacity }
+    }
+
+    fn small_target(&self) -> usize {
+        if self.capacity == 0 { 0 } else { (self.capacity / 10).max(1) }
+    }
+
+    fn resident(&self, b: BlockId) -> Option<(bool, usize)> {
+        if let Some(i) = self.s.iter().position(|e| e.0 == b) {
+            return Some((true, i));
+        }
+        self.m.iter().position(|e| e.0 == b).map(|i| (false, i))
+    }
+
+    fn take_resident(&mut self, b: BlockId) -> bool {
+        match self.resident(b) {
+            Some((true, i)) => self.s.remove(i).is_some(),
+            Some((false, i)) => self.m.remove(i).is_some(),
+            None => false,
+        }
+    }
+
+    fn hit(&mut self, b: BlockId) -> bool {
+        let e = match self.resident(b) {
+            Some((true, i)) => &mut self.s[i],
+            Some((false, i)) => &mut self.m[i],
+            None => return false,
+        };
+        e.1 = (e.1 + 1).min(3);
+        true
+    }
+
+    fn evict_small(&mut self) -> Option<BlockId> {
+        while let Some((b, f)) = self.s.pop_front() {
+            if f > 1 {
+                self.m.push_back((b, 0));
+                continue;
+            }
+            let ghosts = self.capacity - self.small_target();
+            if ghosts > 0 {
+                if self.g.len() >= ghosts {
+                    self.g.pop_front();
+                }
+                self.g.push_back(b);
+            }
+            return Some(b);
+        }
+        self.evict_main()
+    }
+
+    fn evict_main(&mut self) -> Option<BlockId> {
+        if self.m.is_empty() {
+            return if self.s.is_empty() { None } else { self.evict_small() };
+        }
+        loop {
+            let (b, f) = self.m.pop_front()?;
+            if f == 0 {
+                return Some(b);
+            }
+            self.m.push_back((b, f - 1));
+        }
+    }
+
+    fn evict(&mut self) -> Option<BlockId> {
+        if self.s.len() >= self.small_target().max(1) {
+            self.evict_small()
+        } else {
+            self.evict_main()
+        }
+    }
+
+    fn insert(&mut self, b: BlockId, at: Placement) -> Result<(), PolicyError> {
+        if self.resident(b).is_some() {
+            return Err(PolicyError::AlreadyCached { id: b });
+        }
+        if self.s.len() + self.m.len() >= self.capacity {
+            return Err(PolicyError::Full { capacity: self.capacity });
+        }
+        let ghost = take(&mut self.g, b);
+        match at {
+            Placement::Referenced if ghost => self.m.push_back((b, 0)),
+            Placement::Referenced => self.s.push_back((b, 0)),
+            Placement::EvictNext => self.s.push_front((b, 0)),
+            Placement::EvictLast => self.m.push_back((b, 0)),
+        }
+        Ok(())
+    }
+}
+
+impl Model for S3FifoModel {
+    fn apply(&mut self, op: &Op) -> Answer {
+        match *op {
+            Op::Touch(b) | Op::Place(b, Placement::Referenced) => Answer::Bool(self.hit(b)),
+            Op::Insert(b, at) => Answer::Insert(self.insert(b, at)),
+            Op::Place(b, at) => {
+                let present = self.take_resident(b);
+                if present {
+                    match at {
+                        Placement::EvictNext => self.s.push_front((b, 0)),
+                        _ => self.m.push_back((b, 0)),
+                    }
+                }
+                Answer::Bool(present)
+            }
+            Op::Remove(b) => {
+                let present = self.take_resident(b);
+                take(&mut self.g, b);
+                Answer::Bool(present)
+            }
+            Op::Evict(_) => Answer::Evicted(self.evict()),
+            Op::Request(b) => {
+                if self.hit(b) {
+                    return Answer::Evicted(None);
+                }
+                let victim =
+                    if self.s.len() + self.m.len() >= self.capacity { self.evict() } else { None };
+                if self.capacity > 0 {
+                    self.insert(b, Placement::Referenced).unwrap();
+                }
+                Answer::Evicted(victim)
+            }
+        }
+    }
+
+    fn order(&self) -> Vec<BlockId> {
+        self.s.iter().chain(&self.m).map(|e| e.0).collect()
+    }
+}
+
+/// W-TinyLFU as three `VecDeque`s (window, probation, protected; fronts are LRU ends) over the
+/// same sketch as the policy (the sketch has its own tests in `tinylfu.rs`).
+struct TinyLfuModel {
+    lists: [VecDeque<BlockId>; 3],
+    sketch: FrequencySketch,
+    capacity: usize,
+}
+
+impl TinyLfuModel {
+    fn new(capacity: usize) -> Self {
+        TinyLfuModel {
+            lists: [VecDeque::new(), VecDeque::new(), VecDeque::new()],
+            sketch: FrequencySketch::new(capacity),
+            capacity,
+        }
+    }
+
+    fn window_target(&self) -> usize {
+        if self.capacity == 0 { 0 } else { (self.capacity / 100).max(1) }
+    }
+
+    fn protected_target(&self) -> usize {
+        (self.capacity - self.window_target()) * 8 / 10
+    }
+
+    fn find(&self, b: BlockId) -> Option<usize> {
+        (0..3).find(|&l| self.lists[l].contains(&b))
+    }
+
+    fn len(&self) -> usize {
+        self.lists.iter().map(VecDeque::len).sum()
+    }
+
+    fn trim_protected(&mut self) {
+        while self.lists[2].len() > self.protected_target() {
+            let b = self.lists[2].pop_front().unwrap();
+            self.lists[1].push_back(b);
+        }
+    }
+
+    fn hit(&mut self, b: BlockId) -> bool {
+        let Some(l) = self.find(b) else { return false };
+        self.sketch.increment(b);
+        take(&mut self.lists[l], b);
+        if l == 1 {
+            self.lists[2].push_back(b);
+            self.trim_protected();
+        } else {
+            self.lists[l].push_back(b);
+        }
+        true
+    }
+
+    fn put(&mut self, b: BlockId, at: Placement) {
+        match at {
+            Placement::Referenced => {
+                self.sketch.increment(b);
+                self.lists[0].push_back(b);
+                if self.lists[0].len() > self.window_target() {
+                    let lru = self.lists[0].pop_front().unwrap();
+                    self.lists[1].push_back(lru);
+                }
+            }
+            Placement::EvictNext => self.lists[1].push_front(b),
+            Placement::EvictLast => {
+                self.lists[2].push_back(b);
+                self.trim_protected();
+            }
+        }
+    }
+
+    fn evict(&mut self) -> Option<BlockId> {
+        if self.lists[0].len() >= self.window_target().max(1) {
+            let c = *self.lists[0].front()?;
+            let victim = self.lists[1].front().or(self.lists[2].front()).copied();
+            self.lists[0].pop_front();
+            let Some(v) = victim else { return Some(c) };
+            if self.sketch.estimate(c) > self.sketch.estimate(v) {
+                self.lists[1].push_back(c);
+                let l = self.find(v).unwrap();
+                take(&mut self.lists[l], v);
+                return Some(v);
+            }
+            return Some(c);
+        }
+        for l in [1, 2, 0] {
+            if let Some(b) = self.lists[l].pop_front() {
+                return Some(b);
+            }
+        }
+        None
+    }
+}
+
+impl Model for TinyLfuModel {
+    fn apply(&mut self, op: &Op) -> Answer {
+        match *op {
+            Op::Touch(b) | Op::Place(b, Placement::Referenced) => Answer::Bool(self.hit(b)),
+            Op::Insert(b, at) => Answer::Insert(if self.find(b).is_some() {
+                Err(PolicyError::AlreadyCached { id: b })
+            } else if self.len() >= self.capacity {
+                Err(PolicyError::Full { capacity: self.capacity })
+            } else {
+                self.put(b, at);
+                Ok(())
+            }),
+            Op::Place(b, at) => match self.find(b) {
+                Some(l) => {
+                    take(&mut self.lists[l], b);
+                    self.put(b, at);
+                    Answer::Bool(true)
+                }
+                None => Answer::Bool(false),
+            },
+            Op::Remove(b) => match self.find(b) {
+                Some(l) => Answer::Bool(take(&mut self.lists[l], b)),
+                None => Answer::Bool(false),
+            },
+            Op::Evict(_) => Answer::Evicted(self.evict()),
+            Op::Request(b) => {
+                if self.hit(b) {
+                    return Answer::Evicted(None);
+                }
+                let victim = if self.len() >= self.capacity { self.evict() } else { None };
+                if self.capacity > 0 {
+                    self.put(b, Placement::Referenced);
+                }
+                Answer::Evicted(victim)
+            }
+        }
+    }
+
+    fn order(&self) -> Vec<BlockId> {
+        self.lists.iter().flatten().copied().collect()
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -441,5 +718,53 @@ proptest! {
                 prop_assert!(!arc.contains(*b));
             }
         }
+    }
+
+    #[test]
+    fn s3fifo_matches_model(
+        capacity in 0usize..25,
+        ids in 4u64..40,
+        ops in proptest::collection::vec(op(40), 0..300),
+    ) {
+        // Keep ids within `ids` so that small id spaces (many hits) and large ones both occur.
+        let ops: Vec<Op> = ops.into_iter().map(|o| clamp(o, ids)).collect();
+        let mut model = S3FifoModel::new(capacity);
+        let mut policy = S3Fifo::new(capacity).unwrap();
+        check_against(&mut policy, &mut model, &ops);
+        let mut ghosts = Vec::new();
+        policy.ghosts(&mut ghosts);
+        prop_assert_eq!(ghosts, model.g.iter().copied().collect::<Vec<_>>());
+        for &(b, f) in model.s.iter().chain(&model.m) {
+            prop_assert_eq!(policy.frequency(b), Some(f));
+        }
+    }
+
+    #[test]
+    fn wtinylfu_matches_model(
+        capacity in 0usize..130,
+        ids in 4u64..200,
+        ops in proptest::collection::vec(op(200), 0..400),
+    ) {
+        let ops: Vec<Op> = ops.into_iter().map(|o| clamp(o, ids)).collect();
+        let mut model = TinyLfuModel::new(capacity);
+        let mut policy = WTinyLfu::new(capacity).unwrap();
+        check_against(&mut policy, &mut model, &ops);
+        for (l, list) in model.lists.iter().enumerate() {
+            for &b in list {
+                prop_assert_eq!(policy.segment(b), Some(l as u8));
+            }
+        }
+    }
+}
+
+/// `op` with its block ids taken modulo `ids`.
+fn clamp(op: Op, ids: BlockId) -> Op {
+    match op {
+        Op::Touch(b) => Op::Touch(b % ids),
+        Op::Insert(b, p) => Op::Insert(b % ids, p),
+        Op::Place(b, p) => Op::Place(b % ids, p),
+        Op::Remove(b) => Op::Remove(b % ids),
+        Op::Evict(x) => Op::Evict(x.map(|b| b % ids)),
+        Op::Request(b) => Op::Request(b % ids),
     }
 }
