@@ -129,6 +129,9 @@ pub enum FrameKind {
     New,
     /// Given up to the tables' share of the budget; never used again.
     Retired,
+    /// Held by the manager for data of its own that is not objects (QuickStore's mapping
+    /// objects, [`crate::paged`]): no objects, never installed from; the manager frees it.
+    Meta,
     /// Held created objects of an aborted transaction while views still pinned it: its objects
     /// are gone, and the frame is freed once no view points into it
     /// ([`CacheCore::release_dead_frames`]).
@@ -1449,7 +1452,9 @@ impl CacheCore {
                     "frame {f}: list has {n} installed, {modified} modified; meta says {fm:?}"
                 ));
             }
-            if matches!(fm.kind, FrameKind::Free | FrameKind::Retired) && n + fm.pins > 0 {
+            if matches!(fm.kind, FrameKind::Free | FrameKind::Retired | FrameKind::Meta)
+                && n + fm.pins > 0
+            {
                 return Err(format!("frame {f}: {:?} but holds objects or pins", fm.kind));
             }
             if fm.installed > fm.objects && fm.kind != FrameKind::Free {

@@ -10,6 +10,8 @@
 //! - [`hac`]: HAC, hybrid adaptive caching: pages, and only the hot objects of the pages
 //!   that are poorly used (the paper's client cache);
 //! - [`fpc`]: FPC, whole pages with perfect LRU (`thor_policy::Lru`);
+//! - [`paged`]: whole pages in any `thor_policy` order: QuickStore (CLOCK and its mapping
+//!   objects), CLOCK, ARC, S3-FIFO, W-TinyLFU;
 //! - [`txn`]: the current transaction's cache state (undo copies, created objects, the read
 //!   set), the commit's export format, commit, abort and invalidation;
 //! - [`limits`]: every bound, with its reason.
@@ -25,6 +27,7 @@ pub mod hac;
 pub mod limits;
 pub mod manager;
 pub mod orefindex;
+pub mod paged;
 pub mod readset;
 pub mod txn;
 
@@ -33,4 +36,5 @@ pub use hac::{Fraction, Hac, HacParams};
 pub use manager::{
     CacheConfig, CacheManager, CacheStats, ClientCache, PolicyConfig, ReplacementStats,
 };
+pub use paged::{Paged, PagedParams};
 pub use txn::{Invalidation, NewObject};

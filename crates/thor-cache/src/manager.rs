@@ -24,6 +24,7 @@ use crate::error::CacheError;
 use crate::fpc::Fpc;
 use crate::hac::{Hac, HacParams};
 use crate::limits::UNDO_BUDGET_DIVISOR;
+use crate::paged::{Paged, PagedParams};
 use crate::txn::Transaction;
 
 /// Counters a replacement strategy keeps.
@@ -48,11 +49,14 @@ pub struct ReplacementStats {
     pub candidates_added: u64,
     /// Compaction targets that filled up and joined the candidate set (HAC).
     pub targets_filled: u64,
+    /// Fetches the manager's model adds to the pages the client fetched: QuickStore's mapping
+    /// objects ([`crate::paged`]). Counted in [`CacheStats::fetches`].
+    pub extra_fetches: u64,
 }
 
 /// A replacement strategy: decides which frame to free and how. See the module documentation.
 pub trait CacheManager: std::fmt::Debug {
-    /// A short name ("fpc", "hac").
+    /// A short name ("fpc", "hac", "quickstore", ...).
     fn name(&self) -> &'static str;
 
     /// An access hit entry `entry` in frame `frame`: record the use. This is on the hit path of
@@ -87,6 +91,9 @@ pub enum PolicyConfig {
     Fpc,
     /// Hybrid adaptive caching with these settings.
     Hac(HacParams),
+    /// Whole pages in a `thor_policy` policy's order: QuickStore, CLOCK, ARC, S3-FIFO,
+    /// W-TinyLFU ([`crate::paged`]).
+    Paged(PagedParams),
 }
 
 impl PolicyConfig {
@@ -96,15 +103,20 @@ impl PolicyConfig {
 
 impl std::str::FromStr for PolicyConfig {
     type Err = CacheError;
-    /// `fpc`, `hac`, or `hac:` followed by HAC settings (`hac:r=2/3,e=20,n=2,s=3`, any subset).
+    /// `fpc`, `hac`, or `hac:` followed by HAC settings (`hac:r=2/3,e=20,n=2,s=3`, any subset);
+    /// `quickstore` (or `quickstore:m=N`, N mapping objects per mapping page), `clock`, `arc`,
+    /// `s3fifo`, `wtinylfu`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let lower = s.trim().to_ascii_lowercase();
         let (name, settings) = lower.split_once(':').unwrap_or((lower.as_str(), ""));
+        if let Some(p) = PagedParams::parse(name, settings) {
+            return p.map(PolicyConfig::Paged);
+        }
         match (name, settings) {
             ("fpc", "") => Ok(PolicyConfig::Fpc),
             ("hac", settings) => Ok(PolicyConfig::Hac(settings.parse()?)),
             _ => Err(CacheError::BadConfig(format!(
-                "unknown cache policy {s:?} (expected fpc, hac or hac:r=2/3,e=20,n=2,s=3)"
+                "unknown cache policy {s:?} (expected fpc, hac, hac:r=2/3,e=20,n=2,s=3, quickstore, quickstore:m=64, clock, arc, s3fifo or wtinylfu)"
             ))),
         }
     }
@@ -118,6 +130,7 @@ impl std::fmt::Display for PolicyConfig {
             PolicyConfig::Fpc => f.write_str("fpc"),
             PolicyConfig::Hac(p) if *p == HacParams::PAPER => f.write_str("hac"),
             PolicyConfig::Hac(p) => write!(f, "hac:{p}"),
+            PolicyConfig::Paged(p) => write!(f, "{p}"),
         }
     }
 }
@@ -141,6 +154,7 @@ pub struct CacheConfig {
 pub(crate) enum Manager {
     Fpc(Fpc),
     Hac(Hac),
+    Paged(Paged),
 }
 
 macro_rules! with_manager {
@@ -148,6 +162,7 @@ macro_rules! with_manager {
         match $self {
             Manager::Fpc($m) => $e,
             Manager::Hac($m) => $e,
+            Manager::Paged($m) => $e,
         }
     };
 }
@@ -190,9 +205,10 @@ pub struct CacheStats {
 }
 
 impl CacheStats {
-    /// Pages fetched into the cache (each fetch installs one).
+    /// Fetches: pages fetched into the cache (each installs one), plus those the manager
+    /// models beyond them (QuickStore's mapping objects).
     pub fn fetches(&self) -> u64 {
-        self.core.pages_installed
+        self.core.pages_installed + self.replacement.extra_fetches
     }
 
     /// Replacement time per fetch: with background replacement this is the work overlapped
@@ -248,6 +264,7 @@ impl ClientCache {
         let manager = match cfg.policy {
             PolicyConfig::Fpc => Manager::Fpc(Fpc::new(frames)?),
             PolicyConfig::Hac(params) => Manager::Hac(Hac::new(frames, params)?),
+            PolicyConfig::Paged(params) => Manager::Paged(Paged::new(frames, params)?),
         };
         // The manager's tables come out of the same budget: free frames make way for them.
         core.set_manager_bytes(with_manager!(&manager, m => m.table_bytes()));

@@ -5,7 +5,7 @@
 //!   thor oo7 run    --dir DIR --traversal NAME --policy hac|fpc --cache-mb X [--hot]
 //!                   [--server ADDR] [--trace-out FILE]
 //!   thor oo7 native --size S --traversal NAME
-//!   thor oo7 sweep  --dir DIR --traversal NAME --policies hac,fpc --out DIR [--find-min]
+//!   thor oo7 sweep  --dir DIR --traversal NAME --policies hac,fpc,quickstore,arc --out DIR [--find-min] [--no-belady]
 //!   thor oo7 multi  --dir DIR --traversal NAME --clients 1,2,3 --mode private|shared
 //!                   [--seconds S | --repeat R] [--server ADDR]
 //! ```
@@ -28,8 +28,8 @@ use serde::Serialize;
 use serde_json::json;
 use thor_client::PolicyConfig;
 use thor_oo7::experiment::{
-    Endpoint, NativeReport, NoRunTrace, RunConfig, RunReport, Workload, open_embedded,
-    run as run_workload, run_native_on,
+    Endpoint, NativeReport, NoRunTrace, RunConfig, RunReport, Workload, belady_fetches,
+    open_embedded, page_string, run as run_workload, run_native_on,
 };
 use thor_oo7::load::{LoadOptions, LoadReport, load_dir};
 use thor_oo7::multi::{
@@ -288,6 +288,9 @@ struct SweepArgs {
     /// Also find, per policy, the smallest cache with no misses (by bisection).
     #[arg(long)]
     find_min: bool,
+    /// Leave out Belady's optimum (recording the page string costs one more run).
+    #[arg(long)]
+    no_belady: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -579,6 +582,25 @@ struct Point {
     report: RunReport,
 }
 
+/// Belady's optimum at one size of a sweep: the fewest fetches any page cache with the frames
+/// the sweep's page caches had there.
+#[derive(Debug, Clone, Serialize)]
+struct BeladyPoint {
+    /// The cache size asked for, in MiB.
+    cache_mb: f64,
+    /// Frames of the optimal cache: the most any page-caching manager of the sweep had at this
+    /// size after its tables (so the count is a floor under each of them), or, with none in the
+    /// sweep, the budget in whole pages (a floor under any page cache of this budget).
+    frames: usize,
+    /// Its fetches.
+    fetches: u64,
+}
+
+/// Whether a manager caches whole pages (Belady's optimum is a floor under its fetches).
+fn pages_only(p: &PolicyConfig) -> bool {
+    matches!(p, PolicyConfig::Fpc | PolicyConfig::Paged(_))
+}
+
 /// The smallest cache without misses found for a policy.
 #[derive(Debug, Clone, Serialize)]
 struct MinCache {
@@ -600,6 +622,14 @@ fn database_bytes(e: &Endpoint) -> Option<u64> {
             Some(u64::from(st.pages_allocated) * h.page_size() as u64)
         }
         Endpoint::Tcp { .. } => None,
+    }
+}
+
+/// The server's page size (8 KiB, thor's default, for a remote server).
+fn endpoint_page_size(e: &Endpoint) -> usize {
+    match e {
+        Endpoint::Embedded(h) => h.page_size(),
+        Endpoint::Tcp { .. } => thor_core::limits::PAGE_SIZE_DEFAULT,
     }
 }
 
@@ -641,15 +671,48 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     };
     let bar = progress((sizes.len() * policies.len()) as u64, "sweeping");
     let mut points: Vec<Point> = Vec::new();
-    for (_, pc) in &policies {
+    // The name each point's series goes by (the one given, settings included).
+    let mut series_of: Vec<String> = Vec::new();
+    let mut kind_of: Vec<PolicyConfig> = Vec::new();
+    for (name, pc) in &policies {
         for &mb in &sizes {
             let r = run_workload(&endpoint, &cfg(*pc, (mb * MIB) as usize), NoRunTrace)
                 .with_context(|| format!("{} at {mb} MiB", workload.name()))?;
             points.push(Point { cache_mb: mb, report: r });
+            series_of.push(name.clone());
+            kind_of.push(*pc);
             bar.inc(1);
         }
     }
     bar.finish_and_clear();
+    let mut belady: Vec<BeladyPoint> = Vec::new();
+    if !a.no_belady {
+        // The traversal's page visits do not depend on the cache: one recording serves all.
+        let max_mb = sizes.iter().cloned().fold(0.0, f64::max);
+        let string = page_string(&endpoint, &cfg(PolicyConfig::Fpc, (max_mb * MIB) as usize))
+            .context("recording the page string")?;
+        for &mb in &sizes {
+            let paged = points
+                .iter()
+                .zip(&kind_of)
+                .filter(|(p, pc)| p.cache_mb == mb && pages_only(pc))
+                .map(|(p, _)| p.report.usable_frames)
+                .max();
+            let page = endpoint_page_size(&endpoint);
+            let frames = paged.unwrap_or((mb * MIB) as usize / page);
+            belady.push(BeladyPoint {
+                cache_mb: mb,
+                frames,
+                fetches: belady_fetches(&string, frames),
+            });
+        }
+        let path = a.out.join(format!("{}-belady.csv", file_stem(workload.name())));
+        let mut s = String::from("traversal,cache_mb,frames,fetches\n");
+        for b in &belady {
+            let _ = writeln!(s, "{},{},{},{}", workload.name(), b.cache_mb, b.frames, b.fetches);
+        }
+        std::fs::write(&path, s).with_context(|| format!("writing {}", path.display()))?;
+    }
     let stem = file_stem(workload.name());
     let csv = a.out.join(format!("{stem}.csv"));
     write_csv(&csv, &points)?;
@@ -659,17 +722,22 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
         ("fetches", "fetches", (|p: &Point| p.report.fetches as f64) as fn(&Point) -> f64),
         ("elapsed", "elapsed time (s, without commit)", |p: &Point| p.report.elapsed_s),
     ] {
-        let series: Vec<Series> = policies
+        let mut series: Vec<Series> = policies
             .iter()
             .map(|(name, _)| {
                 let pts = points
                     .iter()
-                    .filter(|p| p.report.policy == *name)
-                    .map(|p| (p.cache_mb, get(p)))
+                    .zip(&series_of)
+                    .filter(|(_, s)| *s == name)
+                    .map(|(p, _)| (p.cache_mb, get(p)))
                     .collect();
                 Series::line(name.to_uppercase(), pts)
             })
             .collect();
+        if what == "fetches" && !belady.is_empty() {
+            let pts = belady.iter().map(|b| (b.cache_mb, b.fetches as f64)).collect();
+            series.push(Series::line("BELADY".to_string(), pts));
+        }
         let spec = ChartSpec {
             title: format!(
                 "{} {} traversal: {what} against client cache size",
@@ -699,13 +767,16 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
         )?;
     }
     if a.json {
-        let v = json!({ "traversal": workload.name(), "hot": hot, "points": points, "min_cache": mins,
+        let v = json!({ "traversal": workload.name(), "hot": hot, "points": points, "belady": belady, "min_cache": mins,
             "csv": csv.display().to_string(), "charts": charts.iter().map(|c| c.display().to_string()).collect::<Vec<_>>() });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     let reports: Vec<RunReport> = points.iter().map(|p| p.report.clone()).collect();
     print!("{}", run_table(&reports));
+    for b in &belady {
+        println!("belady at {} MiB: {} fetches with {} frames", b.cache_mb, b.fetches, b.frames);
+    }
     for m in &mins {
         match m.min_cache_mb {
             Some(mb) => println!(

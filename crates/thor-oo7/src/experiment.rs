@@ -150,7 +150,8 @@ pub struct RunReport {
     pub cache_bytes: usize,
     /// Whether the cache was warmed first.
     pub hot: bool,
-    /// Pages fetched.
+    /// Pages fetched, plus the fetches the manager models beyond them (QuickStore's mapping
+    /// objects, `thor_cache::paged`).
     pub fetches: u64,
     /// Atomic parts visited.
     pub parts_visited: u64,
@@ -190,6 +191,9 @@ pub struct RunReport {
     pub table_bytes: usize,
     /// Bytes of object versions shipped at commit.
     pub bytes_shipped: u64,
+    /// Frames not retired at the end: what a page cache had to hold pages (Belady's capacity at
+    /// this budget, [`belady_fetches`]).
+    pub usable_frames: usize,
 }
 
 /// Counters of a session at one moment.
@@ -390,7 +394,8 @@ fn report(
         policy: s.policy_name().to_string(),
         cache_bytes: cfg.cache_bytes,
         hot: cfg.hot,
-        fetches: after.client.fetches - before.client.fetches,
+        fetches: after.client.fetches - before.client.fetches
+            + (after.cache.replacement.extra_fetches - before.cache.replacement.extra_fetches),
         parts_visited: result.parts_visited,
         updates: result.updates,
         result: result.result,
@@ -418,7 +423,85 @@ fn report(
             .memory_bytes
             .saturating_sub(after.cache.usable_frames * s.server().page_size),
         bytes_shipped: after.client.bytes_shipped - before.client.bytes_shipped,
+        usable_frames: after.cache.usable_frames,
     }
+}
+
+/// The page reference string of a run's measured part, for Belady's optimum.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageString {
+    /// The page of every object access of the measured run, consecutive repeats collapsed
+    /// (what the paged managers count as references, and what changes no page cache's misses).
+    pub refs: Vec<u64>,
+    /// Pages accessed before the measured run began (opening the database; a hot run's warm-up):
+    /// they may be cached when it starts. Sorted.
+    pub before: Vec<u64>,
+}
+
+/// A cache big enough to keep every page opening a database reads (schema, roots, parameters).
+const OPEN_CACHE_BYTES: usize = 64 << 20;
+
+/// The page string of `cfg`'s run. The traversal's accesses do not depend on the cache, so one
+/// recording serves every policy and size. At most [`crate::limits::PAGE_STRING_MAX`]
+/// references.
+pub fn page_string(endpoint: &Endpoint, cfg: &RunConfig) -> Result<PageString, Oo7Error> {
+    let mut refs: Vec<u64> = Vec::new();
+    let mut before: rustc_hash::FxHashSet<u64> = Default::default();
+    let mut overflow = false;
+    run(endpoint, cfg, |oref: Option<thor_core::Oref>, measured: bool| {
+        let Some(o) = oref else { return };
+        let page = u64::from(o.page_raw());
+        if !measured {
+            if before.len() < crate::limits::PAGE_STRING_MAX {
+                before.insert(page);
+            } else {
+                overflow = true;
+            }
+        } else if refs.last() != Some(&page) {
+            if refs.len() < crate::limits::PAGE_STRING_MAX {
+                refs.push(page);
+            } else {
+                overflow = true;
+            }
+        }
+    })?;
+    if overflow {
+        return Err(Oo7Error::BadParams(format!(
+            "the run visits more than {} pages: too long a page string to record",
+            crate::limits::PAGE_STRING_MAX
+        )));
+    }
+    // Opening the database reads the schema and the roots without tracing them: the pages it
+    // fetches are cached when any run starts. Open it again in a cache large enough to keep
+    // them all, and ask.
+    let s = connect(
+        endpoint,
+        SessionConfig {
+            cache_bytes: cfg.cache_bytes.max(OPEN_CACHE_BYTES),
+            policy: PolicyConfig::Fpc,
+            ..SessionConfig::default()
+        },
+    )?;
+    drop(Db::open(&s)?);
+    for &p in &refs {
+        if let Some(page) = u32::try_from(p).ok().and_then(thor_core::PageId::new)
+            && s.has_page(page)
+        {
+            before.insert(p);
+        }
+    }
+    let _ = s.close();
+    let mut before: Vec<u64> = before.into_iter().collect();
+    before.sort_unstable();
+    Ok(PageString { refs, before })
+}
+
+/// Belady's optimal page replacement on `s` with `frames` frames: a floor under the fetches of
+/// any page cache of that many frames whose run starts holding pages accessed before the
+/// measured run (`thor_policy::belady::min_misses_from`). For a hot run, whose warm-up accessed
+/// every page the measured run does, it is exact: the optimum from the best warm start.
+pub fn belady_fetches(s: &PageString, frames: usize) -> u64 {
+    thor_policy::belady::min_misses_from(&s.refs, frames, |p| s.before.binary_search(&p).is_ok())
 }
 
 /// What a native run did.

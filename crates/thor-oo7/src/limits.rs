@@ -51,6 +51,11 @@ pub const BACKOFF_MAX_US: u64 = 50_000;
 /// reports it instead of retrying for ever: at the largest backoff, at least 5 s of sleeping.
 pub const CONFLICTS_IN_A_ROW_MAX: u32 = 200;
 
+/// Page references a recorded page string may hold (8 bytes each, 256 MiB): a measured run's
+/// page visits, for Belady's optimum (`experiment::page_string`). Hot T1 on medium visits a few
+/// million pages; a run past this fails with a clear error rather than growing without bound.
+pub const PAGE_STRING_MAX: usize = 1 << 25;
+
 const _: () = assert!(BACKOFF_MIN_US >= 2 && BACKOFF_MIN_US <= BACKOFF_MAX_US);
 const _: () = assert!(CONFLICTS_IN_A_ROW_MAX >= 1);
 const _: () = assert!(8 * BTREE_FANOUT + 8 <= thor_core::limits::CLASS_FIXED_MAX_BYTES);

@@ -66,6 +66,39 @@ pub fn min_misses(refs: &[BlockId], capacity: usize) -> u64 {
     misses
 }
 
+/// The fewest misses on `refs` of a cache of `capacity` blocks that starts *warm*, holding
+/// whichever blocks are best: a hot run's floor. [`min_misses_from`] with every block a
+/// possible starting block, and then exact (see there).
+pub fn min_misses_warm(refs: &[BlockId], capacity: usize) -> u64 {
+    min_misses_from(refs, capacity, |_| true)
+}
+
+/// A floor under the misses on `refs` of a cache of `capacity` blocks that starts holding any
+/// blocks for which `may_start` is true (those referenced before, say).
+///
+/// It is [`min_misses`] less `min(capacity, k)`, where `k` counts the distinct blocks of `refs`
+/// that may start in the cache. A floor: a run from a starting set `S` with `m` misses becomes a
+/// cold run with at most `m + |S ∩ blocks(refs)|` misses by loading each block of `S` on its
+/// first use, and a cold run misses at least [`min_misses`]. Exact when every block may start
+/// ([`min_misses_warm`]): a start holding the first `capacity` distinct blocks replays the cold
+/// optimum's choices without its filling misses (MIN evicts nothing before the cache is full).
+pub fn min_misses_from(
+    refs: &[BlockId],
+    capacity: usize,
+    may_start: impl Fn(BlockId) -> bool,
+) -> u64 {
+    let mut startable: rustc_hash::FxHashSet<BlockId> = Default::default();
+    for &b in refs {
+        if startable.len() >= capacity {
+            break;
+        }
+        if may_start(b) {
+            startable.insert(b);
+        }
+    }
+    min_misses(refs, capacity) - startable.len().min(capacity) as u64
+}
+
 /// MIN as the definition reads, in O(n² c): on a miss with a full cache, look ahead from here
 /// for each cached block and evict the one seen last (or never). Obviously correct and slow: the
 /// reference [`min_misses`] is tested against, here and on recorded cache traces.
@@ -107,7 +140,58 @@ mod tests {
         assert_eq!(min_misses(&refs, 8), 6, "cold misses only");
     }
 
+    /// The warm optimum by brute force: the best of every starting set of `capacity` blocks,
+    /// each run with MIN's rule (optimal from any start).
+    fn warm_brute_force(refs: &[BlockId], capacity: usize) -> u64 {
+        let mut ids: Vec<BlockId> = refs.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut best = u64::MAX;
+        for mask in 0u32..(1 << ids.len()) {
+            if mask.count_ones() as usize != capacity.min(ids.len()) {
+                continue;
+            }
+            let mut cache: Vec<BlockId> = ids
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| mask >> i & 1 == 1)
+                .map(|(_, &b)| b)
+                .collect();
+            let mut misses = 0;
+            for (i, &b) in refs.iter().enumerate() {
+                if cache.contains(&b) {
+                    continue;
+                }
+                misses += 1;
+                if capacity == 0 {
+                    continue;
+                }
+                if cache.len() == capacity {
+                    let distance = |c: BlockId| {
+                        refs[i + 1..].iter().position(|&x| x == c).unwrap_or(usize::MAX)
+                    };
+                    if let Some((k, _)) =
+                        cache.iter().enumerate().max_by_key(|&(_, &c)| distance(c))
+                    {
+                        cache.swap_remove(k);
+                    }
+                }
+                cache.push(b);
+            }
+            best = best.min(misses);
+        }
+        best
+    }
+
     proptest! {
+        #[test]
+        fn a_warm_start_saves_exactly_the_filling_misses(
+            refs in proptest::collection::vec(0u64..7, 0..40),
+            capacity in 0usize..5,
+        ) {
+            prop_assert_eq!(min_misses_warm(&refs, capacity), warm_brute_force(&refs, capacity));
+        }
+
         #[test]
         fn matches_the_naive_definition(
             refs in proptest::collection::vec(0u64..12, 0..300),

@@ -109,7 +109,7 @@ pub mod candidates;
 pub mod usage;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use crate::core::{CacheCore, Entry, F_MODIFIED, FrameKind, FrameMeta, NIL, USAGE_TOP};
 use crate::error::CacheError;

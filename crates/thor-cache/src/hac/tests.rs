@@ -10,21 +10,21 @@ use super::*;
 use crate::core::{F_LIVE, NOT_RESIDENT, Need};
 use crate::manager::{CacheConfig, ClientCache, PolicyConfig};
 
-const PAGE: usize = 4096;
+pub(crate) const PAGE: usize = 4096;
 /// Offsets of the test class's fields within an object.
-const REF_AT: usize = 4;
-const TAG_AT: usize = 8;
+pub(crate) const REF_AT: usize = 4;
+pub(crate) const TAG_AT: usize = 8;
 
-fn oref(p: u32, o: u16) -> Oref {
+pub(crate) fn oref(p: u32, o: u16) -> Oref {
     Oref::new(PageId::new(p).unwrap(), Oid::new(o).unwrap())
 }
 
-fn class() -> (Oref, ClassDesc) {
+pub(crate) fn class() -> (Oref, ClassDesc) {
     (oref(1, 7), ClassDesc::new("test.T", 8, &[0], VarKind::Bytes).unwrap())
 }
 
 /// An object with tag `tag`, `payload` bytes of variable part, referencing `to`.
-fn obj(tag: u32, payload: usize, to: Option<Oref>) -> Vec<u8> {
+pub(crate) fn obj(tag: u32, payload: usize, to: Option<Oref>) -> Vec<u8> {
     let (c, desc) = class();
     let mut o = desc.new_object(c.raw(), payload);
     thor_core::le::put_u32(&mut o, REF_AT, to.map_or(0, Oref::raw));
@@ -36,7 +36,7 @@ fn obj(tag: u32, payload: usize, to: Option<Oref>) -> Vec<u8> {
     o
 }
 
-fn page_of(page: u32, objs: &[Vec<u8>]) -> Vec<u8> {
+pub(crate) fn page_of(page: u32, objs: &[Vec<u8>]) -> Vec<u8> {
     let mut b = vec![0u8; PAGE];
     let mut p = PageMut::init(&mut b, PageId::new(page).unwrap()).unwrap();
     for o in objs {
@@ -534,7 +534,7 @@ fn the_paper_parameters_are_the_defaults_and_parse() {
 
 // ----- through ClientCache -----
 
-fn cache(frames: usize, policy: PolicyConfig, background: bool) -> ClientCache {
+pub(crate) fn cache(frames: usize, policy: PolicyConfig, background: bool) -> ClientCache {
     let mut c = ClientCache::new(CacheConfig {
         budget_bytes: frames * PAGE,
         page_size: PAGE,
@@ -548,12 +548,12 @@ fn cache(frames: usize, policy: PolicyConfig, background: bool) -> ClientCache {
 }
 
 /// Fetches page `p` as the client does: send, replace while waiting, install.
-fn fetch(c: &mut ClientCache, p: u32, objs: &[Vec<u8>]) {
+pub(crate) fn fetch(c: &mut ClientCache, p: u32, objs: &[Vec<u8>]) {
     c.while_fetching().unwrap();
     c.install_page(PageId::new(p).unwrap(), &page_of(p, objs)).unwrap();
 }
 
-fn get(c: &mut ClientCache, o: Oref) -> u32 {
+pub(crate) fn get(c: &mut ClientCache, o: Oref) -> u32 {
     let i = c.core.entry_for(o).unwrap();
     match c.resolve(i).unwrap() {
         Need::Resident(loc) => loc,
@@ -616,7 +616,7 @@ fn created_objects_are_kept_after_commit_as_a_compacted_frame() {
 
 /// A step of the random cache workload.
 #[derive(Debug, Clone)]
-enum Op {
+pub(crate) enum Op {
     /// Fetch page `p` if it is not resident, then access object `o` of it.
     Access(u32, u16),
     /// Access and modify (rewrite the tag of) object `o` of page `p`.
@@ -630,7 +630,7 @@ enum Op {
     Commit,
 }
 
-fn op() -> impl Strategy<Value = Op> {
+pub(crate) fn op() -> impl Strategy<Value = Op> {
     let page = 2u32..30;
     let oid = 0u16..12;
     prop_oneof![
@@ -644,13 +644,13 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 /// The tag object `o` has before anyone changes it.
-fn initial_tag(o: Oref) -> u32 {
+pub(crate) fn initial_tag(o: Oref) -> u32 {
     o.page().unwrap().get() * 1000 + u32::from(o.oid().get())
 }
 
 /// Page `p` as the "server" has it: 12 objects of sizes depending on `p`, each referencing the
 /// same oid on the next page, with their committed tags.
-fn server_page(p: u32, committed: &std::collections::HashMap<Oref, u32>) -> Vec<u8> {
+pub(crate) fn server_page(p: u32, committed: &std::collections::HashMap<Oref, u32>) -> Vec<u8> {
     let objs: Vec<Vec<u8>> = (0..12u16)
         .map(|o| {
             let size = 20 + ((p as usize * 37 + o as usize * 53) % 220);
@@ -662,7 +662,7 @@ fn server_page(p: u32, committed: &std::collections::HashMap<Oref, u32>) -> Vec<
 }
 
 /// Accesses `o` as the client does, fetching its page from `committed` on a miss.
-fn access_fetching(
+pub(crate) fn access_fetching(
     c: &mut ClientCache,
     o: Oref,
     committed: &std::collections::HashMap<Oref, u32>,
@@ -695,72 +695,92 @@ proptest! {
         background in any::<bool>(),
     ) {
         let params = HacParams { secondary_pointers: n, scan_frames: s, ..HacParams::default() };
-        let mut c = cache(frames, PolicyConfig::Hac(params), background);
-        // Tags as the transaction sees them, and as committed (the "server").
-        let mut tags: std::collections::HashMap<Oref, u32> = Default::default();
-        let mut committed = tags.clone();
-        let mut modified: Vec<(u32, Oref)> = Vec::new();
-        let mut pins: std::collections::VecDeque<(Oref, u32)> = Default::default();
-        for op in ops {
-            match op {
-                Op::Access(p, o) | Op::Follow(p, o) | Op::Modify(p, o, _) | Op::Pin(p, o) => {
-                    let o = oref(p, o);
-                    let (i, loc) = match access_fetching(&mut c, o, &committed) {
-                        Ok(x) => x,
-                        // Too much is pinned or modified for this small cache: end the
-                        // transaction and let go of the pins, as an application would.
-                        Err(CacheError::Full { .. }) => {
-                            modified.clear();
-                            c.commit_done(&[]).unwrap();
-                            committed = tags.clone();
-                            for (_, l) in pins.drain(..) { c.core.unpin(l); }
-                            continue;
+        random_workload(PolicyConfig::Hac(params), ops, frames, background)?;
+    }
+}
+
+/// Runs `ops` on a cache of `frames` frames under `policy`: the cache's invariants hold after
+/// every step (the budget among them), every object reads back the tag last written (committed
+/// or by the current transaction), modified objects stay resident until the transaction ends
+/// (no-steal), and pinned objects do not move. Shared by every manager's model test.
+pub(crate) fn random_workload(
+    policy: PolicyConfig,
+    ops: Vec<Op>,
+    frames: usize,
+    background: bool,
+) -> Result<(), TestCaseError> {
+    let mut c = cache(frames, policy, background);
+    // Tags as the transaction sees them, and as committed (the "server").
+    let mut tags: std::collections::HashMap<Oref, u32> = Default::default();
+    let mut committed = tags.clone();
+    let mut modified: Vec<(u32, Oref)> = Vec::new();
+    let mut pins: std::collections::VecDeque<(Oref, u32)> = Default::default();
+    for op in ops {
+        match op {
+            Op::Access(p, o) | Op::Follow(p, o) | Op::Modify(p, o, _) | Op::Pin(p, o) => {
+                let o = oref(p, o);
+                let (i, loc) = match access_fetching(&mut c, o, &committed) {
+                    Ok(x) => x,
+                    // Too much is pinned or modified for this small cache: end the
+                    // transaction and let go of the pins, as an application would.
+                    Err(CacheError::Full { .. }) => {
+                        modified.clear();
+                        c.commit_done(&[]).unwrap();
+                        committed = tags.clone();
+                        for (_, l) in pins.drain(..) {
+                            c.core.unpin(l);
                         }
-                        Err(e) => panic!("{e}"),
-                    };
-                    let want = tags.get(&o).copied().unwrap_or(initial_tag(o));
-                    prop_assert_eq!(c.core.arena.read_u32(loc as usize + TAG_AT), want);
-                    match op {
-                        Op::Modify(_, _, t) => {
-                            if c.core.entries[i as usize].flags & F_MODIFIED == 0 {
-                                modified.push((i, o));
-                            }
-                            c.before_write(i).unwrap();
-                            c.core.arena.write_u32(loc as usize + TAG_AT, t);
-                            tags.insert(o, t);
-                        }
-                        Op::Pin(..) => {
-                            c.core.pin(loc);
-                            pins.push_back((o, loc));
-                        }
-                        Op::Follow(..) => {
-                            c.core.follow(loc, REF_AT).unwrap();
-                        }
-                        _ => {}
+                        continue;
                     }
-                }
-                Op::Unpin => {
-                    if let Some((_, l)) = pins.pop_front() {
-                        c.core.unpin(l);
+                    Err(e) => panic!("{e}"),
+                };
+                let want = tags.get(&o).copied().unwrap_or(initial_tag(o));
+                prop_assert_eq!(c.core.arena.read_u32(loc as usize + TAG_AT), want);
+                match op {
+                    Op::Modify(_, _, t) => {
+                        if c.core.entries[i as usize].flags & F_MODIFIED == 0 {
+                            modified.push((i, o));
+                        }
+                        c.before_write(i).unwrap();
+                        c.core.arena.write_u32(loc as usize + TAG_AT, t);
+                        tags.insert(o, t);
                     }
-                }
-                Op::Commit => {
-                    modified.clear();
-                    c.commit_done(&[]).unwrap();
-                    committed = tags.clone();
+                    Op::Pin(..) => {
+                        c.core.pin(loc);
+                        pins.push_back((o, loc));
+                    }
+                    Op::Follow(..) => {
+                        c.core.follow(loc, REF_AT).unwrap();
+                    }
+                    _ => {}
                 }
             }
-            c.check_invariants().map_err(TestCaseError::fail)?;
-            for &(i, o) in &modified {
-                prop_assert_eq!(c.core.lookup(o.raw()), Some(i));
-                prop_assert!(c.core.entries[i as usize].loc != NOT_RESIDENT, "modified {:?} evicted", o);
+            Op::Unpin => {
+                if let Some((_, l)) = pins.pop_front() {
+                    c.core.unpin(l);
+                }
             }
-            for &(o, l) in &pins {
-                let i = c.core.lookup(o.raw()).unwrap();
-                prop_assert_eq!(c.core.entries[i as usize].loc, l, "pinned {:?} moved", o);
+            Op::Commit => {
+                modified.clear();
+                c.commit_done(&[]).unwrap();
+                committed = tags.clone();
             }
         }
+        c.check_invariants().map_err(TestCaseError::fail)?;
+        for &(i, o) in &modified {
+            prop_assert_eq!(c.core.lookup(o.raw()), Some(i));
+            prop_assert!(
+                c.core.entries[i as usize].loc != NOT_RESIDENT,
+                "modified {:?} evicted",
+                o
+            );
+        }
+        for &(o, l) in &pins {
+            let i = c.core.lookup(o.raw()).unwrap();
+            prop_assert_eq!(c.core.entries[i as usize].loc, l, "pinned {:?} moved", o);
+        }
     }
+    Ok(())
 }
 
 /// The case HAC is for (the paper's T6-like traversals): pages holding one hot object among
