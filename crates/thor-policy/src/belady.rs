@@ -103,7 +103,11 @@ pub fn min_misses_from(
 /// for each cached block and evict the one seen last (or never). Obviously correct and slow: the
 /// reference [`min_misses`] is tested against, here and on recorded cache traces.
 pub fn min_misses_reference(refs: &[BlockId], capacity: usize) -> u64 {
-    let mut cache: Vec<BlockId> = Vec::new();
+    reference_from(Vec::new(), refs, capacity)
+}
+
+/// [`min_misses_reference`] starting with `cache` (at most `capacity` blocks) cached.
+fn reference_from(mut cache: Vec<BlockId>, refs: &[BlockId], capacity: usize) -> u64 {
     let mut misses = 0;
     for (i, &b) in refs.iter().enumerate() {
         if cache.contains(&b) {
@@ -151,33 +155,13 @@ mod tests {
             if mask.count_ones() as usize != capacity.min(ids.len()) {
                 continue;
             }
-            let mut cache: Vec<BlockId> = ids
+            let cache: Vec<BlockId> = ids
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| mask >> i & 1 == 1)
                 .map(|(_, &b)| b)
                 .collect();
-            let mut misses = 0;
-            for (i, &b) in refs.iter().enumerate() {
-                if cache.contains(&b) {
-                    continue;
-                }
-                misses += 1;
-                if capacity == 0 {
-                    continue;
-                }
-                if cache.len() == capacity {
-                    let distance = |c: BlockId| {
-                        refs[i + 1..].iter().position(|&x| x == c).unwrap_or(usize::MAX)
-                    };
-                    if let Some((k, _)) =
-                        cache.iter().enumerate().max_by_key(|&(_, &c)| distance(c))
-                    {
-                        cache.swap_remove(k);
-                    }
-                }
-                cache.push(b);
-            }
+            let misses = reference_from(cache, refs, capacity);
             best = best.min(misses);
         }
         best

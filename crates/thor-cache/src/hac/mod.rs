@@ -447,10 +447,8 @@ impl Hac {
     fn compact(&mut self, core: &mut CacheCore, v: u32, threshold: u8) -> bool {
         let fm = core.frames[v as usize];
         debug_assert!(fm.pins == 0, "pinned frames are never compacted");
-        // An intact victim is the page as the server sent it: it may go back down.
-        if fm.modified == 0 {
-            core.capture_for_demotion(v);
-        }
+        // An intact, unwritten victim is the page as the server sent it: it may go back down.
+        core.capture_for_demotion(v);
         let mut order = std::mem::take(&mut self.order);
         order.clear();
         let mut i = fm.installed_head;

@@ -189,11 +189,8 @@ impl Demotions {
                     // many outstanding lost them (or never meant to send them): stop waiting.
                     self.drop_asked(conn);
                 }
-                let asked = self.asked.get(&conn).copied().unwrap_or(0);
-                let ok = self.sent.get(&conn).and_then(|m| m.get(&page)).is_some_and(|s| {
-                    !s.asked && self.unchanged(page, s) && asked < DEMOTED_WANTED_MAX
-                });
-                if !ok {
+                let sent = self.sent.get(&conn).and_then(|m| m.get(&page)).copied();
+                if !sent.is_some_and(|s| !s.asked && self.unchanged(page, &s)) {
                     self.forget(conn, page);
                     return;
                 }
