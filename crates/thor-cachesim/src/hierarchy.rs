@@ -268,12 +268,37 @@ impl<I: SlotIndex> Hierarchy<I> {
     /// A hierarchy whose caches use indexes made by `make_index`.
     pub fn with_index(
         config: &HierarchyConfig,
+        make_index: impl FnMut() -> I,
+    ) -> Result<Self, SimError> {
+        let sizes = vec![config.client_blocks; usize::from(config.clients)];
+        Self::with_client_sizes(config, &sizes, make_index)
+    }
+
+    /// [`Hierarchy::with_index`] with client `i`'s cache holding `client_sizes[i]` blocks
+    /// instead of `config.client_blocks` (one size per client; replaying a live run whose
+    /// clients' caches had different numbers of frames).
+    pub fn with_client_sizes(
+        config: &HierarchyConfig,
+        client_sizes: &[usize],
         mut make_index: impl FnMut() -> I,
     ) -> Result<Self, SimError> {
         config.validate()?;
+        if client_sizes.len() != usize::from(config.clients) {
+            return Err(SimError::config(format!(
+                "{} client cache sizes for {} clients",
+                client_sizes.len(),
+                config.clients
+            )));
+        }
+        if let Some(&big) = client_sizes.iter().find(|&&b| b > MAX_CACHE_BLOCKS) {
+            return Err(SimError::config(format!(
+                "client cache of {big} blocks exceeds {MAX_CACHE_BLOCKS}"
+            )));
+        }
         let design = config.design;
-        let clients = (0..config.clients)
-            .map(|_| AnyPolicy::with_index(design.client, config.client_blocks, &mut make_index))
+        let clients = client_sizes
+            .iter()
+            .map(|&blocks| AnyPolicy::with_index(design.client, blocks, &mut make_index))
             .collect::<Result<_, _>>()?;
         let array = AnyPolicy::with_index(design.array, config.array_blocks, make_index)?;
         Ok(Hierarchy { clients, array, demote: design.demote })

@@ -6,7 +6,7 @@
 //! the disk head (whether a disk read follows the previous one).
 
 use serde::{Deserialize, Serialize};
-use thor_policy::{DenseSlots, SlotIndex};
+use thor_policy::{DenseSlots, HashSlots, SlotIndex};
 
 use crate::SimError;
 use crate::cost::Served;
@@ -66,6 +66,23 @@ pub fn simulate(
     config: &RunConfig,
     progress: &mut dyn FnMut(u64),
 ) -> Result<RunCounts, SimError> {
+    simulate_sized(
+        trace,
+        config,
+        &vec![config.client_blocks; usize::from(trace.clients())],
+        progress,
+    )
+}
+
+/// [`simulate`] with client `i`'s cache holding `client_sizes[i]` blocks (one size per client
+/// of the trace) instead of `config.client_blocks`: for replaying a live run whose clients had
+/// caches of different sizes.
+pub fn simulate_sized(
+    trace: &Trace,
+    config: &RunConfig,
+    client_sizes: &[usize],
+    progress: &mut dyn FnMut(u64),
+) -> Result<RunCounts, SimError> {
     let hierarchy = HierarchyConfig {
         design: config.design,
         clients: trace.clients(),
@@ -86,10 +103,13 @@ pub fn simulate(
         IndexKind::Hash => false,
     };
     if dense {
-        let h = Hierarchy::with_index(&hierarchy, || DenseSlots::new(bound).expect("bounded"))?;
+        let h = Hierarchy::with_client_sizes(&hierarchy, client_sizes, || {
+            DenseSlots::new(bound).expect("bounded")
+        })?;
         Ok(drive(h, trace, config, progress))
     } else {
-        Ok(drive(Hierarchy::new(&hierarchy)?, trace, config, progress))
+        let h = Hierarchy::with_client_sizes(&hierarchy, client_sizes, HashSlots::new)?;
+        Ok(drive(h, trace, config, progress))
     }
 }
 

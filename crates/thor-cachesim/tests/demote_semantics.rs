@@ -4,6 +4,7 @@
 use thor_cachesim::hierarchy::{
     Demotion, Design, Hierarchy, HierarchyConfig, Level, Outcome, Step,
 };
+use thor_policy::HashSlots;
 use thor_policy::PolicyKind::{self, Lru, Mru};
 
 fn design(client: PolicyKind, array: PolicyKind, demote: bool) -> Design {
@@ -190,4 +191,19 @@ fn design_names_round_trip() {
     assert!("LRU-MRU".parse::<Design>().is_err());
     assert!("LRU-FOO-demote".parse::<Design>().is_err());
     assert!("LRU-MRU-maybe".parse::<Design>().is_err());
+}
+
+#[test]
+fn each_client_cache_can_have_its_own_size() {
+    let d = design(PolicyKind::Lru, PolicyKind::Lru, false);
+    let config = HierarchyConfig { design: d, clients: 2, client_blocks: 9, array_blocks: 0 };
+    let mut h = Hierarchy::with_client_sizes(&config, &[1, 3], HashSlots::new).unwrap();
+    for b in ['a', 'b', 'c', 'd'] {
+        h.access(0, id(b));
+        h.access(1, id(b));
+    }
+    assert_eq!(letters(h.client_blocks(0)), "d");
+    assert_eq!(letters(h.client_blocks(1)), "bcd");
+    let e = Hierarchy::with_client_sizes(&config, &[1], HashSlots::new).unwrap_err();
+    assert!(e.to_string().contains("1 client cache sizes for 2 clients"), "{e}");
 }

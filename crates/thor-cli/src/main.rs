@@ -14,6 +14,7 @@ mod cluster_sim;
 mod compact;
 mod demo;
 mod oo7;
+mod oo7_multi;
 mod plot;
 mod server;
 mod sim;

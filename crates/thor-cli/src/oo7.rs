@@ -29,19 +29,16 @@ use serde_json::json;
 use thor_client::PolicyConfig;
 use thor_oo7::experiment::{
     Endpoint, NativeReport, NoRunTrace, RunConfig, RunReport, Workload, belady_fetches,
-    open_embedded, page_string, run as run_workload, run_native_on,
+    open_embedded, open_embedded_with, page_string, run as run_workload, run_native_on,
 };
 use thor_oo7::load::{LoadOptions, LoadReport, load_dir};
-use thor_oo7::multi::{
-    Length, MultiConfig, MultiReport, Progress, Sharing, check_modules, database_modules, run_multi,
-};
 use thor_oo7::native::NativeDb;
 use thor_oo7::{Op, Params};
 
 use crate::plot::{ChartSpec, Legend, Series, line_chart};
 
 /// Bytes in the MiB of `--cache-mb`.
-const MIB: f64 = 1024.0 * 1024.0;
+pub(crate) const MIB: f64 = 1024.0 * 1024.0;
 
 /// `thor oo7`.
 #[derive(Debug, Args)]
@@ -64,7 +61,7 @@ enum Oo7Command {
     Demo(DemoArgs),
     /// Several clients at once, each with its own session and connection, traversing their
     /// own modules (private) or one module (shared); per-client and total throughput.
-    Multi(MultiArgs),
+    Multi(crate::oo7_multi::MultiArgs),
 }
 
 /// `thor oo7 demo`.
@@ -184,11 +181,19 @@ struct SessionArgs {
 
 /// Opens the OO7 database in `dir`, saying how to make one if there is none.
 fn open_database(dir: &Path) -> anyhow::Result<std::sync::Arc<thor_server::Engine>> {
+    open_database_with(dir, thor_server::EngineOptions::default())
+}
+
+/// [`open_database`] with `opts` (the page cache's size and placement, say).
+pub(crate) fn open_database_with(
+    dir: &Path,
+    opts: thor_server::EngineOptions,
+) -> anyhow::Result<std::sync::Arc<thor_server::Engine>> {
     let load = || format!("load one with `thor oo7 load --dir {}`", dir.display());
     if !dir.exists() {
         bail!("{} does not exist: {}", dir.display(), load());
     }
-    match open_embedded(dir) {
+    match open_embedded_with(dir, opts) {
         Ok(e) => Ok(e),
         Err(thor_oo7::Oo7Error::Engine(thor_server::EngineError::NotADatabase)) => {
             bail!("{} holds no thor database: {}", dir.display(), load())
@@ -302,7 +307,7 @@ pub fn run(args: Oo7Args) -> anyhow::Result<()> {
         Oo7Command::Run(a) => run_cmd(a),
         Oo7Command::Native(a) => native(a),
         Oo7Command::Sweep(a) => sweep(a),
-        Oo7Command::Multi(a) => multi(a),
+        Oo7Command::Multi(a) => crate::oo7_multi::multi(a),
         Oo7Command::Demo(a) => match a.dir {
             Some(d) => demo_experiments(&d),
             None => demo_experiments(tempfile::tempdir()?.path()),
@@ -972,231 +977,4 @@ pub fn demo_experiments(dir: &Path) -> anyhow::Result<()> {
          in the smallest cache it can fetch a little more than FPC."
     );
     Ok(())
-}
-
-/// `thor oo7 multi`.
-#[derive(Debug, Args)]
-struct MultiArgs {
-    /// The database directory. A server is started in this process on a loopback TCP port,
-    /// and every client connects to it over TCP, as to a `thor server`.
-    #[arg(long, required_unless_present = "server", conflicts_with = "server")]
-    dir: Option<PathBuf>,
-    /// The address of a running `thor server` instead of --dir.
-    #[arg(long, conflicts_with = "dir")]
-    server: Option<String>,
-    /// The server's token (with --server).
-    #[arg(long, default_value = "")]
-    token: String,
-    /// The traversal every client runs, one transaction each time: t1, t1-, t1+, t2a, t2b,
-    /// t2c, t3a, t3b, t3c, t4, t5 or t6 (those that walk a module's assembly tree).
-    #[arg(long)]
-    traversal: String,
-    /// Client counts, comma-separated: one run per count, each client a thread with its own
-    /// session and connection.
-    #[arg(long, value_delimiter = ',', default_value = "1")]
-    clients: Vec<usize>,
-    /// private: client i traverses module i (the database needs as many modules as clients:
-    /// `thor oo7 load --modules N`); shared: every client traverses module 0.
-    #[arg(long, default_value = "private")]
-    mode: String,
-    /// Length of each run's timed phase in seconds, after every client's cold warm-up
-    /// traversal (default 5 unless --repeat is given). The traversal running at the end is
-    /// finished and counted.
-    #[arg(long, conflicts_with = "repeat", value_parser = crate::positive_seconds, allow_negative_numbers = true)]
-    seconds: Option<f64>,
-    /// Timed traversals per client instead of a time (after the cold warm-up traversal).
-    #[arg(long, value_parser = crate::at_least_one::<u32>, allow_negative_numbers = true)]
-    repeat: Option<u32>,
-    /// Each client's cache manager: hac or fpc.
-    #[arg(long, default_value = "hac")]
-    policy: String,
-    /// Each client's cache size in MiB (frames and tables; may be fractional).
-    #[arg(long, value_parser = crate::positive_size, allow_negative_numbers = true, default_value_t = 64.0)]
-    cache_mb: f64,
-    /// Replace in the foreground (HAC-FG) instead of while fetches are on the wire.
-    #[arg(long)]
-    foreground: bool,
-    /// Seed of the random backoff after conflicts (client i uses stream i).
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
-}
-
-/// Seconds of a run's timed phase when neither --seconds nor --repeat is given.
-const MULTI_SECONDS_DEFAULT: f64 = 5.0;
-
-fn multi(a: MultiArgs) -> anyhow::Result<()> {
-    let op: Op = a.traversal.parse()?;
-    let sharing: Sharing = a.mode.parse()?;
-    let length = match (a.seconds, a.repeat) {
-        (_, Some(r)) => Length::Repeat(r),
-        (Some(s), None) => Length::Seconds(s),
-        (None, None) => Length::Seconds(MULTI_SECONDS_DEFAULT),
-    };
-    let pc = policy(&a.policy)?;
-    let cfg = |clients| MultiConfig {
-        op,
-        clients,
-        sharing,
-        length,
-        policy: pc,
-        cache_bytes: (a.cache_mb * MIB) as usize,
-        background_replacement: !a.foreground,
-        seed: a.seed,
-    };
-    if a.clients.is_empty() {
-        bail!("--clients needs at least one count");
-    }
-    for &n in &a.clients {
-        cfg(n).validate()?;
-    }
-    // The database's server: the one given, or one in this process on a loopback port.
-    let (endpoint, server) = match (&a.server, &a.dir) {
-        (Some(addr), _) => {
-            (Endpoint::Tcp { addr: addr.clone(), token: a.token.as_bytes().to_vec() }, None)
-        }
-        (None, Some(dir)) => {
-            let engine = open_database(dir)?;
-            let server = thor_net::Server::start("127.0.0.1:0", engine, Default::default())
-                .context("starting the loopback server")?;
-            let addr = server.local_addr().to_string();
-            (Endpoint::Tcp { addr, token: Vec::new() }, Some(server))
-        }
-        (None, None) => bail!("give --dir or --server"),
-    };
-    let modules = database_modules(&endpoint).context("reading the database's modules")?;
-    let most = a.clients.iter().copied().max().unwrap_or(1);
-    check_modules(modules, most, sharing)?;
-    let mut reports = Vec::new();
-    for &n in &a.clients {
-        let bar = multi_progress(n, length);
-        let r = run_multi(&endpoint, &cfg(n), &mut |p| show_progress(&bar, length, p))
-            .with_context(|| format!("{} with {n} {} client(s)", op.name(), sharing.name()))?;
-        bar.finish_and_clear();
-        reports.push(r);
-    }
-    if let Some(s) = server {
-        s.shutdown().context("stopping the loopback server")?;
-    }
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&json!({ "runs": reports }))?);
-    } else {
-        print!("{}", multi_table(&reports));
-    }
-    Ok(())
-}
-
-/// The progress bar of one multi-client run: seconds of the timed phase, or traversals.
-fn multi_progress(clients: usize, length: Length) -> ProgressBar {
-    let (total, what) = match length {
-        Length::Seconds(s) => ((s * 10.0).ceil() as u64, "tenths of a second"),
-        Length::Repeat(r) => (clients as u64 * u64::from(r), "traversals"),
-    };
-    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-    bar.set_style(
-        ProgressStyle::with_template("{prefix:>12} [{bar:40}] {percent:>3}% {msg}")
-            .expect("static template")
-            .progress_chars("=> "),
-    );
-    bar.set_prefix(format!("{clients} client(s)"));
-    bar.set_message(format!("warming up (0 of {clients}); bar: {what}"));
-    bar
-}
-
-fn show_progress(bar: &ProgressBar, length: Length, p: &Progress) {
-    match p.timed {
-        None => bar.set_message(format!("warming up ({} of {} done)", p.warmed, p.clients)),
-        Some(t) => {
-            bar.set_position(match length {
-                Length::Seconds(_) => (t.as_secs_f64() * 10.0) as u64,
-                Length::Repeat(_) => p.traversals,
-            });
-            bar.set_message(format!("{} traversals, {} aborts", p.traversals, p.aborts));
-        }
-    }
-}
-
-/// The table of multi-client runs: one line per client, a total per run and the process's
-/// CPU time.
-fn multi_table(rs: &[MultiReport]) -> String {
-    let mut s = String::new();
-    let Some(first) = rs.first() else { return s };
-    let length = match (first.seconds, first.repeat) {
-        (Some(secs), _) => format!("{secs} s per run"),
-        (_, Some(r)) => format!("{r} traversals per client"),
-        _ => String::new(),
-    };
-    let _ = writeln!(
-        s,
-        "{} on {} modules ({} in the database), {} {:.1} MiB cache per client, {}; each \
-         client's cold first traversal excluded",
-        first.traversal,
-        first.mode.name(),
-        first.modules,
-        first.policy,
-        first.cache_bytes as f64 / MIB,
-        length
-    );
-    let opt = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |c| format!("{c:.2}"));
-    let _ = writeln!(
-        s,
-        "{:>7} {:>6} {:>6} {:>10} {:>8} {:>7} {:>8} {:>9} {:>9} {:>8} {:>8}",
-        "clients",
-        "client",
-        "module",
-        "traversals",
-        "commits",
-        "aborts",
-        "fetches",
-        "elapsed s",
-        "trav/s",
-        "cpu s",
-        "warmup s"
-    );
-    for r in rs {
-        for c in &r.per_client {
-            let _ = writeln!(
-                s,
-                "{:>7} {:>6} {:>6} {:>10} {:>8} {:>7} {:>8} {:>9.3} {:>9.2} {:>8} {:>8.3}",
-                r.clients,
-                c.client,
-                c.module,
-                c.traversals,
-                c.commits,
-                c.aborts,
-                c.fetches,
-                c.elapsed_s,
-                c.traversals_per_s,
-                opt(c.cpu_s),
-                c.warmup_s
-            );
-        }
-        let t = &r.total;
-        let _ = writeln!(
-            s,
-            "{:>7} {:>6} {:>6} {:>10} {:>8} {:>7} {:>8} {:>9.3} {:>9.2} {:>8}",
-            r.clients,
-            "total",
-            "",
-            t.traversals,
-            t.commits,
-            t.aborts,
-            t.fetches,
-            t.elapsed_s,
-            t.traversals_per_s,
-            opt(t.client_cpu_s),
-        );
-        let _ = writeln!(
-            s,
-            "{:>7} {:>6}   abort rate {:.1}%; process CPU {} s, {} cores busy",
-            "",
-            "",
-            100.0 * t.abort_rate,
-            opt(t.process_cpu_s),
-            opt(t.cores_busy)
-        );
-    }
-    s
 }

@@ -116,3 +116,104 @@ fn oo7_multi_private_and_shared_on_the_tiny_database() {
     let out = thor(&["oo7", "multi", "--dir", dir, "--traversal", "q1"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not walk"));
 }
+
+#[test]
+fn oo7_multi_compares_server_cache_placements_and_the_simulator_agrees_on_client_misses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    let dir = db.to_str().unwrap();
+    json(&["oo7", "load", "--dir", dir, "--size", "tiny", "--modules", "2", "--json"]);
+    let traces = tmp.path().join("traces");
+    let out = tmp.path().join("out");
+    // FPC client caches of a few frames and a server cache of 6 and 12 pages, below the
+    // clients' working sets: every traversal fetches, and some fetches hit the server cache.
+    let v = json(&[
+        "oo7",
+        "multi",
+        "--dir",
+        dir,
+        "--traversal",
+        "t1",
+        "--clients",
+        "2",
+        "--repeat",
+        "2",
+        "--policy",
+        "fpc",
+        "--cache-mb",
+        "0.1",
+        "--page-cache",
+        "inclusive,exclusive",
+        "--server-cache-mb",
+        "0.05,0.1",
+        "--runs",
+        "2",
+        "--sim",
+        "--trace-out",
+        traces.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    let points = v["points"].as_array().unwrap();
+    assert_eq!(points.len(), 4);
+    for p in points {
+        let exclusive = p["placement"] == "exclusive";
+        assert_eq!(p["runs"].as_array().unwrap().len(), 2, "{p}");
+        assert_eq!(p["ms_per_traversal"].as_array().unwrap().len(), 2);
+        for (run, sv) in p["runs"].as_array().unwrap().iter().zip(p["server"].as_array().unwrap()) {
+            check_run(run, 2, "private", "t1");
+            // Over the timed phase only the clients fetch: the server saw what they asked.
+            let fetches = u(&run["total"]["fetches"]);
+            assert!(fetches > 0, "{run}");
+            assert_eq!(u(&sv["fetches"]), fetches, "{sv}");
+            assert_eq!(u(&sv["hits"]) + u(&sv["reads"]), fetches, "{sv}");
+            assert_eq!(sv["demotions_refused"], 0, "{sv}");
+            if exclusive {
+                assert!(u(&sv["demoted_bytes"]) > 0 && u(&sv["demotions_stored"]) > 0, "{sv}");
+            } else {
+                assert_eq!((u(&sv["demote_notices"]), u(&sv["demoted_bytes"])), (0, 0), "{sv}");
+            }
+        }
+        // The simulator, replaying the first run's page visits at the live sizes, misses the
+        // client caches exactly as often as the live clients fetched (FPC is exact LRU).
+        let sim = &p["sim"];
+        assert_eq!(sim["design"], if exclusive { "LRU-MRU-demote" } else { "LRU-LRU-none" });
+        assert_eq!(sim["client_misses"], p["runs"][0]["total"]["fetches"], "{p}");
+        assert_eq!(
+            u(&sim["array_hits"]) + u(&sim["disk_reads"]),
+            u(&sim["client_misses"]),
+            "{sim}"
+        );
+        // The trace file replays through `thor sim demote`.
+        let file = p["trace_file"].as_str().unwrap();
+        let text = std::fs::read_to_string(file).unwrap();
+        let warmup = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("# warm-up visits (before every client's cold traversal ended): ")
+            })
+            .unwrap();
+        let replay = json(&[
+            "sim",
+            "demote",
+            "--trace",
+            file,
+            "--warmup",
+            warmup,
+            "--client-blocks",
+            &sim["client_blocks"].to_string(),
+            "--array-blocks",
+            &sim["array_blocks"].to_string(),
+            "--designs",
+            sim["design"].as_str().unwrap(),
+            "--json",
+        ]);
+        assert_eq!(replay["designs"].as_array().unwrap().len(), 1, "{replay}");
+    }
+    for f in ["multi.csv", "multi.json", "multi-hits.png", "multi-reads.svg", "multi-time.png"] {
+        assert!(out.join(f).is_file(), "{f} written");
+    }
+    let csv = std::fs::read_to_string(out.join("multi.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 4 * 2, "{csv}");
+}

@@ -81,8 +81,14 @@ pub enum Endpoint {
 
 /// Opens the database in `dir` on an embedded server.
 pub fn open_embedded(dir: &Path) -> Result<Arc<Engine>, Oo7Error> {
+    open_embedded_with(dir, EngineOptions::default())
+}
+
+/// Opens the database in `dir` on an embedded server with `opts` (a page cache's size and
+/// placement, say).
+pub fn open_embedded_with(dir: &Path, opts: EngineOptions) -> Result<Arc<Engine>, Oo7Error> {
     let disk = Arc::new(FileDisk::open_locked(dir, false, "thor oo7")?);
-    Ok(Arc::new(Engine::open(disk, EngineOptions::default())?))
+    Ok(Arc::new(Engine::open(disk, opts)?))
 }
 
 /// A new session at `endpoint`.

@@ -46,6 +46,14 @@
 //! window in which all of them were done. The cold warm-up is reported apart (its time and
 //! aborts) and counts in nothing else.
 //!
+//! With [`MultiConfig::record_pages`] the run also records every client's page visits (a
+//! visit is an access to an object on a page other than the one the client's previous access
+//! was on: repeating a visit changes nothing in an LRU cache) in one global order, the order in
+//! which the clients' threads made them ([`PageTrace`]). Written as a `client,block` CSV it is
+//! what `thor sim` replays, so the simulator can be run on the request streams the live clients
+//! issued ([`PageTrace::write_csv`]). The visits the clients made before the gate are counted
+//! apart ([`PageTrace::warmup`]): they warm the caches in the simulator too.
+//!
 //! On a machine shared with other work, elapsed time says little about the store; CPU time
 //! says more. On Linux each client reports its thread's CPU time over the timed phase, and the
 //! total the whole process's (the clients, and the server too when it runs in this process)
@@ -60,10 +68,12 @@ use thor_client::{ClientError, PolicyConfig, Session, SessionConfig};
 
 use crate::error::Oo7Error;
 use crate::experiment::{Endpoint, connect_as, process_cpu, thread_cpu};
-use crate::limits::{BACKOFF_MAX_US, BACKOFF_MIN_US, CLIENTS_MAX, CONFLICTS_IN_A_ROW_MAX};
+use crate::limits::{
+    BACKOFF_MAX_US, BACKOFF_MIN_US, CLIENTS_MAX, CONFLICTS_IN_A_ROW_MAX, PAGE_STRING_MAX,
+};
 use crate::ops::{Op, OpResult};
 use crate::rng::{Rng, tag};
-use crate::traverse::Db;
+use crate::traverse::{Db, Trace};
 
 /// Whether a failed attempt is a concurrency-control conflict (abort and run it again) rather
 /// than an error. The one place that knows how the client library reports conflicts.
@@ -140,6 +150,8 @@ pub struct MultiConfig {
     pub background_replacement: bool,
     /// Seed of the backoff's jitter (client `i` draws from stream `i`).
     pub seed: u64,
+    /// Record the clients' page visits ([`MultiReport::page_trace`]).
+    pub record_pages: bool,
 }
 
 impl MultiConfig {
@@ -223,6 +235,13 @@ pub struct ClientReport {
     pub warmup_s: f64,
     /// Conflicts of the warm-up traversal.
     pub warmup_aborts: u64,
+    /// Page frames the client's cache had when the timed phase started (its budget less its
+    /// tables; the tables only grow, so this is the most it had in the timed phase).
+    pub frames_start: usize,
+    /// Page frames the client's cache had at the end (the fewest in the timed phase).
+    pub frames: usize,
+    /// Demoted pages whose bytes the client sent its server in the timed phase.
+    pub demoted_pages: u64,
 }
 
 /// The sums over all clients.
@@ -301,6 +320,87 @@ pub struct MultiReport {
     pub per_client: Vec<ClientReport>,
     /// The sums.
     pub total: Totals,
+    /// The clients' page visits, when recorded ([`MultiConfig::record_pages`]).
+    #[serde(skip)]
+    pub page_trace: Option<PageTrace>,
+}
+
+/// The page visits of a recorded run, all clients, in the order they were made.
+#[derive(Debug, Clone, Default)]
+pub struct PageTrace {
+    /// `(client, page)`, in global order.
+    pub visits: Vec<(u16, u32)>,
+    /// Visits made before every client reached the gate (the warm-ups): these come first.
+    pub warmup: u64,
+}
+
+impl PageTrace {
+    /// Writes the visits as the `client,block` CSV that `thor sim --trace` reads, with comment
+    /// lines naming the run (`about`, one line each) and the warm-up count.
+    pub fn write_csv(&self, out: &mut dyn std::io::Write, about: &[String]) -> std::io::Result<()> {
+        use std::io::Write as _;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, out);
+        writeln!(w, "# thor-cachesim block trace v1")?;
+        for line in about {
+            writeln!(w, "# {line}")?;
+        }
+        writeln!(
+            w,
+            "# warm-up visits (before every client's cold traversal ended): {}",
+            self.warmup
+        )?;
+        writeln!(w, "client,block")?;
+        for &(c, p) in &self.visits {
+            writeln!(w, "{c},{p}")?;
+        }
+        w.flush()
+    }
+}
+
+/// Records one client's page visits with their global order, shared by all clients through
+/// [`Shared::visits`]: a run records at most [`PAGE_STRING_MAX`] visits in all.
+struct PageRecorder<'a> {
+    /// The run.
+    shared: &'a Shared,
+    /// The page of the client's previous access.
+    last: Option<u32>,
+    /// `(global order, page)`.
+    visits: Vec<(u64, u32)>,
+}
+
+impl Trace for PageRecorder<'_> {
+    #[inline]
+    fn access(&mut self, oref: Option<thor_core::Oref>) {
+        let Some(o) = oref else { return };
+        let page = o.page_raw();
+        if self.last == Some(page) {
+            return;
+        }
+        self.last = Some(page);
+        let seq = self.shared.visits.fetch_add(1, Ordering::Relaxed);
+        if seq < PAGE_STRING_MAX as u64 {
+            self.visits.push((seq, page));
+        }
+    }
+}
+
+/// Merges the clients' visits into one [`PageTrace`], or says that the run made too many.
+fn merge_visits(per_client: Vec<Vec<(u64, u32)>>, gate: u64) -> Result<PageTrace, Oo7Error> {
+    let total: usize = per_client.iter().map(Vec::len).sum();
+    if total >= PAGE_STRING_MAX {
+        return Err(Oo7Error::BadParams(format!(
+            "the run visited more than {PAGE_STRING_MAX} pages: too long to record; run fewer \
+             traversals (--repeat)"
+        )));
+    }
+    let mut all: Vec<(u64, u16, u32)> = Vec::with_capacity(total);
+    for (c, v) in per_client.into_iter().enumerate() {
+        // Clients are at most CLIENTS_MAX (64), so the number fits.
+        all.extend(v.into_iter().map(|(seq, p)| (seq, c as u16, p)));
+    }
+    all.sort_unstable_by_key(|v| v.0);
+    let warmup = all.iter().take_while(|v| v.0 < gate).count() as u64;
+    Ok(PageTrace { visits: all.into_iter().map(|(_, c, p)| (c, p)).collect(), warmup })
 }
 
 /// A snapshot of a run in progress, for a progress display.
@@ -369,15 +469,21 @@ struct Shared {
     aborts: AtomicU64,
     /// The process's CPU time at the common start.
     start_cpu: OnceLock<Option<Duration>>,
+    /// Page visits recorded so far, all clients: the next visit's global order.
+    visits: AtomicU64,
+    /// The value of `visits` when the gate opened: visits below it belong to the warm-ups.
+    gate_visits: OnceLock<u64>,
 }
 
 impl Shared {
     /// Waits until all `clients` have arrived; returns the common start, or `None` if the run
-    /// failed meanwhile.
-    fn arrive(&self, clients: usize) -> Option<Instant> {
+    /// failed meanwhile. The last to arrive calls `at_start` before it opens the gate.
+    fn arrive(&self, clients: usize, at_start: &AtStart<'_>) -> Option<Instant> {
         let mut g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
         g.0 += 1;
         if g.0 == clients {
+            at_start();
+            self.gate_visits.get_or_init(|| self.visits.load(Ordering::Relaxed));
             self.start_cpu.get_or_init(process_cpu);
             self.start.get_or_init(Instant::now);
             self.opened.notify_all();
@@ -413,6 +519,10 @@ impl Drop for FailGuard<'_> {
     }
 }
 
+/// What [`run_multi_with`] calls when every client has warmed up, just before the timed phase
+/// starts (to read a server's counters, say).
+pub type AtStart<'a> = dyn Fn() + Sync + 'a;
+
 /// Runs `cfg` against the database at `endpoint`, calling `on_progress` from this thread about
 /// ten times a second until every client is done.
 pub fn run_multi(
@@ -420,44 +530,59 @@ pub fn run_multi(
     cfg: &MultiConfig,
     on_progress: &mut dyn FnMut(&Progress),
 ) -> Result<MultiReport, Oo7Error> {
+    run_multi_with(endpoint, cfg, on_progress, &|| {})
+}
+
+/// [`run_multi`], calling `at_start` (from a client's thread) once every client has warmed up,
+/// before any of them starts its timed phase.
+pub fn run_multi_with(
+    endpoint: &Endpoint,
+    cfg: &MultiConfig,
+    on_progress: &mut dyn FnMut(&Progress),
+    at_start: &AtStart<'_>,
+) -> Result<MultiReport, Oo7Error> {
     cfg.validate()?;
     let modules = database_modules(endpoint)?;
     check_modules(modules, cfg.clients, cfg.sharing)?;
     let shared = Shared::default();
-    let results: Vec<std::thread::Result<Result<ClientReport, Oo7Error>>> =
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..cfg.clients)
-                .map(|i| {
-                    let shared = &shared;
-                    std::thread::Builder::new()
-                        .name(format!("oo7 client {i}"))
-                        .spawn_scoped(scope, move || {
-                            let mut guard = FailGuard { shared, disarmed: false };
-                            let r = client(endpoint, cfg, i, shared);
-                            guard.disarmed = r.is_ok();
-                            r
-                        })
-                        .expect("spawning a client thread")
-                })
-                .collect();
-            while !handles.iter().all(|h| h.is_finished()) {
-                on_progress(&Progress {
-                    clients: cfg.clients,
-                    warmed: shared.warmed.load(Ordering::Relaxed),
-                    traversals: shared.traversals.load(Ordering::Relaxed),
-                    aborts: shared.aborts.load(Ordering::Relaxed),
-                    timed: shared.start.get().map(Instant::elapsed),
-                });
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            handles.into_iter().map(|h| h.join()).collect()
-        });
+    type Outcome = Result<(ClientReport, Vec<(u64, u32)>), Oo7Error>;
+    let results: Vec<std::thread::Result<Outcome>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..cfg.clients)
+            .map(|i| {
+                let shared = &shared;
+                std::thread::Builder::new()
+                    .name(format!("oo7 client {i}"))
+                    .spawn_scoped(scope, move || {
+                        let mut guard = FailGuard { shared, disarmed: false };
+                        let r = client(endpoint, cfg, i, shared, at_start);
+                        guard.disarmed = r.is_ok();
+                        r
+                    })
+                    .expect("spawning a client thread")
+            })
+            .collect();
+        while !handles.iter().all(|h| h.is_finished()) {
+            on_progress(&Progress {
+                clients: cfg.clients,
+                warmed: shared.warmed.load(Ordering::Relaxed),
+                traversals: shared.traversals.load(Ordering::Relaxed),
+                aborts: shared.aborts.load(Ordering::Relaxed),
+                timed: shared.start.get().map(Instant::elapsed),
+            });
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        handles.into_iter().map(|h| h.join()).collect()
+    });
     let end_cpu = process_cpu();
     let mut per_client = Vec::with_capacity(cfg.clients);
+    let mut visits = Vec::with_capacity(cfg.clients);
     let mut first_err = None;
     for r in results {
         match r {
-            Ok(Ok(c)) => per_client.push(c),
+            Ok(Ok((c, v))) => {
+                per_client.push(c);
+                visits.push(v);
+            }
             Ok(Err(e)) => {
                 first_err.get_or_insert(e);
             }
@@ -470,6 +595,12 @@ pub fn run_multi(
     let (seconds, repeat) = match cfg.length {
         Length::Seconds(s) => (Some(s), None),
         Length::Repeat(r) => (None, Some(r)),
+    };
+    let page_trace = if cfg.record_pages {
+        let gate = shared.gate_visits.get().copied().unwrap_or(u64::MAX);
+        Some(merge_visits(visits, gate)?)
+    } else {
+        None
     };
     let mut total = Totals::of(&per_client);
     if let (Some(Some(a)), Some(b)) = (shared.start_cpu.get(), end_cpu) {
@@ -489,17 +620,19 @@ pub fn run_multi(
         modules,
         total,
         per_client,
+        page_trace,
     })
 }
 
-/// One client of the run (its thread's body). See the module documentation.
+/// One client of the run (its thread's body), with its recorded page visits (empty unless
+/// the run records them). See the module documentation.
 fn client(
     endpoint: &Endpoint,
     cfg: &MultiConfig,
     i: usize,
     shared: &Shared,
-) -> Result<ClientReport, Oo7Error> {
-    let module = cfg.sharing.module_of(i);
+    at_start: &AtStart<'_>,
+) -> Result<(ClientReport, Vec<(u64, u32)>), Oo7Error> {
     let scfg = SessionConfig {
         cache_bytes: cfg.cache_bytes,
         policy: cfg.policy,
@@ -507,9 +640,35 @@ fn client(
         ..SessionConfig::default()
     };
     let s = connect_as(endpoint, scfg, &format!("oo7 multi client {i}"))?;
-    let mut db = Db::open(&s)?;
+    if cfg.record_pages {
+        let rec = PageRecorder { shared, last: None, visits: Vec::new() };
+        let mut db = Db::with_trace(&s, rec)?;
+        let rep = client_runs(&s, &mut db, cfg, i, shared, at_start)?;
+        let visits = std::mem::take(&mut db.trace_mut().visits);
+        drop(db);
+        let _ = s.close();
+        Ok((rep, visits))
+    } else {
+        let mut db = Db::open(&s)?;
+        let rep = client_runs(&s, &mut db, cfg, i, shared, at_start)?;
+        drop(db);
+        let _ = s.close();
+        Ok((rep, Vec::new()))
+    }
+}
+
+/// A client's warm-up and timed traversals on its open database.
+fn client_runs<T: Trace>(
+    s: &Session,
+    db: &mut Db<'_, T>,
+    cfg: &MultiConfig,
+    i: usize,
+    shared: &Shared,
+    at_start: &AtStart<'_>,
+) -> Result<ClientReport, Oo7Error> {
+    let module = cfg.sharing.module_of(i);
     let mut w = Worker {
-        s: &s,
+        s,
         op: cfg.op,
         module,
         client: i,
@@ -521,15 +680,17 @@ fn client(
 
     let t = Instant::now();
     let stop_never = || false;
-    if w.traverse(&mut db, &stop_never)?.is_none() {
+    if w.traverse(db, &stop_never)?.is_none() {
         return Ok(rep);
     }
     rep.warmup_s = t.elapsed().as_secs_f64();
     rep.warmup_aborts = std::mem::take(&mut w.aborts);
     shared.warmed.fetch_add(1, Ordering::Relaxed);
 
-    let Some(start) = shared.arrive(cfg.clients) else { return Ok(rep) };
+    let Some(start) = shared.arrive(cfg.clients, at_start) else { return Ok(rep) };
     let before = s.stats();
+    let demoted_before = s.cache_demote_stats().sent;
+    rep.frames_start = s.cache_stats().usable_frames;
     let cpu_before = thread_cpu();
     let deadline = match cfg.length {
         Length::Seconds(secs) => Some(start + Duration::from_secs_f64(secs)),
@@ -546,7 +707,7 @@ fn client(
         if past_deadline() || shared.failed.load(Ordering::Relaxed) {
             break;
         }
-        let Some(r) = w.traverse(&mut db, &past_deadline)? else { break };
+        let Some(r) = w.traverse(db, &past_deadline)? else { break };
         last_end = Instant::now();
         rep.traversals += 1;
         rep.parts_visited += r.parts_visited;
@@ -563,8 +724,8 @@ fn client(
     rep.commit_s = after.commit_time.saturating_sub(before.commit_time).as_secs_f64();
     rep.elapsed_s = last_end.duration_since(start).as_secs_f64();
     rep.traversals_per_s = rate(rep.traversals, rep.elapsed_s);
-    drop(db);
-    let _ = s.close();
+    rep.frames = s.cache_stats().usable_frames;
+    rep.demoted_pages = s.cache_demote_stats().sent - demoted_before;
     Ok(rep)
 }
 
@@ -589,9 +750,9 @@ struct Worker<'a> {
 impl Worker<'_> {
     /// Runs the traversal as one transaction until it commits; `None` if `stop` said so (or
     /// another client failed) after a conflict.
-    fn traverse(
+    fn traverse<T: Trace>(
         &mut self,
-        db: &mut Db<'_>,
+        db: &mut Db<'_, T>,
         stop: &dyn Fn() -> bool,
     ) -> Result<Option<OpResult>, Oo7Error> {
         let mut in_a_row = 0u32;
@@ -663,6 +824,7 @@ mod tests {
             cache_bytes: 1 << 20,
             background_replacement: true,
             seed: 1,
+            record_pages: false,
         };
         for op in [Op::T1, Op::T1Minus, Op::T2b, Op::T3a, Op::T4, Op::T5, Op::T6] {
             cfg(op).validate().unwrap();
@@ -720,14 +882,14 @@ mod tests {
     fn the_gate_opens_for_the_last_client_and_on_failure() {
         let s = Shared::default();
         std::thread::scope(|sc| {
-            let h = sc.spawn(|| s.arrive(2));
-            let mine = s.arrive(2);
+            let h = sc.spawn(|| s.arrive(2, &|| {}));
+            let mine = s.arrive(2, &|| {});
             assert!(mine.is_some());
             assert_eq!(h.join().unwrap(), mine);
         });
         let s = Shared::default();
         std::thread::scope(|sc| {
-            let h = sc.spawn(|| s.arrive(2));
+            let h = sc.spawn(|| s.arrive(2, &|| {}));
             s.fail();
             assert_eq!(h.join().unwrap(), None);
         });

@@ -57,6 +57,7 @@ fn clients_traverse_their_own_module_or_the_shared_one() {
         cache_bytes: 16 << 20,
         background_replacement: true,
         seed: 1,
+        record_pages: false,
     };
     for sharing in [Sharing::Private, Sharing::Shared] {
         let mut ticks = 0;
@@ -75,4 +76,75 @@ fn clients_traverse_their_own_module_or_the_shared_one() {
     }
     let e3 = run_multi(&e, &cfg(Sharing::Private, 3), &mut |_| {}).unwrap_err().to_string();
     assert!(e3.contains("load it with --modules 3"), "{e3}");
+}
+
+/// The misses of an LRU cache of `blocks` pages on `visits`, counting those after `skip`
+/// visits.
+fn lru_misses(visits: &[u32], blocks: usize, skip: usize) -> u64 {
+    let mut cache: std::collections::VecDeque<u32> = Default::default();
+    let mut misses = 0;
+    for (i, &p) in visits.iter().enumerate() {
+        if let Some(at) = cache.iter().position(|&q| q == p) {
+            cache.remove(at);
+        } else {
+            misses += u64::from(i >= skip);
+            if cache.len() == blocks {
+                cache.pop_back();
+            }
+        }
+        cache.push_front(p);
+    }
+    misses
+}
+
+#[test]
+fn a_recorded_run_is_each_clients_page_string_and_fpc_misses_it_like_lru() {
+    let params = Params { modules: 2, ..Params::tiny() };
+    let dir = tempfile::tempdir().unwrap();
+    common::load(dir.path(), &params, LoadOptions::default());
+    let e = common::endpoint(dir.path());
+    for background_replacement in [true, false] {
+        let cfg = MultiConfig {
+            op: Op::T1,
+            clients: 2,
+            sharing: Sharing::Private,
+            length: Length::Repeat(2),
+            policy: PolicyConfig::Fpc,
+            // A few frames, fewer than a module's pages: the clients miss in every traversal.
+            cache_bytes: 100 << 10,
+            background_replacement,
+            seed: 1,
+            record_pages: true,
+        };
+        let r = run_multi(&e, &cfg, &mut |_| {}).unwrap();
+        let t = r.page_trace.as_ref().expect("the run was recorded");
+        assert!(t.warmup > 0 && (t.warmup as usize) < t.visits.len());
+        let mut csv = Vec::new();
+        t.write_csv(&mut csv, &["a test".to_string()]).unwrap();
+        let text = String::from_utf8(csv).unwrap();
+        assert!(text.contains("\n# a test\n") && text.contains("\nclient,block\n"), "{text}");
+        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), t.visits.len() + 1);
+        for (i, c) in r.per_client.iter().enumerate() {
+            assert!(c.fetches > 0, "{c:?}");
+            let mine: Vec<(usize, u32)> = t
+                .visits
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| usize::from(v.0) == i)
+                .map(|(k, v)| (k, v.1))
+                .collect();
+            // A visit is a change of page: never the same page twice in a row.
+            assert!(mine.windows(2).all(|w| w[0].1 != w[1].1));
+            let skip = mine.iter().take_while(|(k, _)| (*k as u64) < t.warmup).count();
+            let pages: Vec<u32> = mine.iter().map(|v| v.1).collect();
+            // FPC is exact LRU over the frames it lets pages occupy: all of them, less the one
+            // kept free for the next fetch when replacement runs while fetches are on the wire.
+            let blocks = c.frames - usize::from(background_replacement);
+            assert_eq!(
+                lru_misses(&pages, blocks, skip),
+                c.fetches,
+                "client {i}, {blocks} frames, background {background_replacement}"
+            );
+        }
+    }
 }
