@@ -226,6 +226,10 @@ pub fn multi(a: MultiArgs) -> anyhow::Result<()> {
             }
         }
     }
+    let even: Vec<Option<f64>> = points.iter().map(|p| break_even_mbit_s(p, &points)).collect();
+    for (p, e) in points.iter_mut().zip(even) {
+        p.break_even_mbit_s = e;
+    }
     if a.json {
         let v = if grid {
             json!({ "points": points })
@@ -404,6 +408,9 @@ struct GridPoint {
     sim: Option<SimCounts>,
     /// The first run's trace file (with --trace-out).
     trace_file: Option<String>,
+    /// For an exclusive point with an inclusive one at the same size and client count: the
+    /// link bandwidth (Mbit/s) below which demotion stops paying ([`break_even_mbit_s`]).
+    break_even_mbit_s: Option<f64>,
     /// The runs.
     runs: Vec<MultiReport>,
 }
@@ -418,6 +425,7 @@ impl GridPoint {
             server: Vec::new(),
             sim: None,
             trace_file: None,
+            break_even_mbit_s: None,
             runs: Vec::new(),
         }
     }
@@ -542,6 +550,39 @@ impl GridPoint {
     }
 }
 
+/// The inclusive point at `p`'s size and client count, if `p` is exclusive.
+fn inclusive_twin<'a>(p: &GridPoint, points: &'a [GridPoint]) -> Option<&'a GridPoint> {
+    if p.placement != Some(Placement::Exclusive) {
+        return None;
+    }
+    points.iter().find(|q| {
+        q.placement == Some(Placement::Inclusive)
+            && q.server_cache_mb == p.server_cache_mb
+            && q.clients == p.clients
+    })
+}
+
+/// The link bandwidth below which demotion stops paying at exclusive point `p`, in Mbit/s.
+///
+/// Demotion costs link time: each demoted page's bytes cross the client's link, on a request
+/// the client waits for. It saves the server reads it turns into cache hits. Measured here on
+/// loopback, where the link is nearly free, the traversal's time saving `dt` (inclusive's
+/// median time less exclusive's) is what the saved reads are worth; the `d` bytes a traversal
+/// demotes take `8 d / B` seconds at `B` bit/s. Demotion pays while `8 d / B < dt`, so the
+/// break-even is `B = 8 d / dt`. `None` when exclusive is not faster (it never pays here) or
+/// without a twin; the model assumes the demoted bytes' wire time adds to the traversal's.
+fn break_even_mbit_s(p: &GridPoint, points: &[GridPoint]) -> Option<f64> {
+    let q = inclusive_twin(p, points)?;
+    let dt_s = (q.time().0 - p.time().0) / 1000.0;
+    let r = p.runs.first()?;
+    let demoted = p.server.first()?.demoted_bytes as f64;
+    if dt_s <= 0.0 || r.total.traversals == 0 {
+        return None;
+    }
+    let per_traversal = demoted / r.total.traversals as f64;
+    Some(8.0 * per_traversal / dt_s / 1e6)
+}
+
 /// A run's mean time per traversal over its clients (each client's elapsed time over its
 /// traversals), in ms.
 fn ms_per_traversal(r: &MultiReport) -> f64 {
@@ -563,7 +604,7 @@ fn grid_table(points: &[GridPoint]) -> String {
     );
     let _ = writeln!(
         s,
-        "{:>9} {:>9} {:>7} {:>8} {:>8} {:>6} {:>8} {:>10} {:>26} {:>8}",
+        "{:>9} {:>9} {:>7} {:>8} {:>8} {:>6} {:>8} {:>10} {:>26} {:>8} {:>11}",
         "cache MiB",
         "placement",
         "clients",
@@ -573,25 +614,20 @@ fn grid_table(points: &[GridPoint]) -> String {
         "reads",
         "demoted MB",
         "ms per traversal",
-        "speedup"
+        "speedup",
+        "even Mbit/s"
     );
     for p in points {
         let (med, lo, hi) = p.time();
         let sv = p.server.first().cloned().unwrap_or_default();
-        let inclusive = points.iter().find(|q| {
-            q.placement == Some(Placement::Inclusive)
-                && q.server_cache_mb == p.server_cache_mb
-                && q.clients == p.clients
-        });
-        let speedup = match (p.placement, inclusive) {
-            (Some(Placement::Exclusive), Some(q)) if med > 0.0 => {
-                format!("{:.2}", q.time().0 / med)
-            }
+        let speedup = match inclusive_twin(p, points) {
+            Some(q) if med > 0.0 => format!("{:.2}", q.time().0 / med),
             _ => "-".into(),
         };
+        let even = p.break_even_mbit_s.map_or_else(|| "-".into(), |b| format!("{b:.0}"));
         let _ = writeln!(
             s,
-            "{:>9} {:>9} {:>7} {:>8} {:>8} {:>6.1} {:>8} {:>10.2} {:>26} {:>8}",
+            "{:>9} {:>9} {:>7} {:>8} {:>8} {:>6.1} {:>8} {:>10.2} {:>26} {:>8} {:>11}",
             p.server_cache_mb.map_or_else(|| "default".into(), |m| format!("{m}")),
             p.placement.map_or("default", Placement::name),
             p.clients,
@@ -601,7 +637,8 @@ fn grid_table(points: &[GridPoint]) -> String {
             sv.reads,
             sv.demoted_bytes as f64 / 1e6,
             format!("{med:.2} [{lo:.2}-{hi:.2}] ({})", p.ms_per_traversal.len()),
-            speedup
+            speedup,
+            even
         );
     }
     s
