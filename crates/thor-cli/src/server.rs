@@ -1,13 +1,18 @@
 //! `thor server`: serve one database over TCP until Ctrl-C or SIGTERM.
 //!
 //! ```text
-//! thor server --dir DIR --listen ADDR [--create] [--page-kb K] [--token-file F]
+//! thor server --dir DIR --listen ADDR [--create] [--page-kb K] [--token-file F] [--direct-io]
 //! ```
 //!
 //! The token comes from `--token-file` (the file's bytes, without a trailing newline) or else
 //! from the `THOR_TOKEN` environment variable; with neither, clients need no token. On a signal
 //! the server stops accepting, answers the requests in flight, closes every connection, installs
 //! the MOB into the page file (so that the next start has no log to replay) and exits.
+//!
+//! `--direct-io` reads the database's files with `O_DIRECT` (`FileDisk::with_direct_reads`), so
+//! that a page the server's page cache misses is read from the device, not copied from the OS
+//! page cache: what the DEMOTE experiment needs a miss to cost. At shutdown the server logs
+//! how many direct reads it made.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -62,6 +67,12 @@ pub struct ServerArgs {
     /// most recently used) or exclusive (DEMOTE: it goes next, since the client holds it).
     #[arg(long, value_enum, default_value = "inclusive")]
     page_cache: PageCacheMode,
+    /// Read the database's files with direct I/O (O_DIRECT), around the operating system's
+    /// page cache, so that a page the server's page cache misses is a real device read (for
+    /// experiments such as DEMOTE; slower otherwise). Writes stay buffered. Needs a file system
+    /// that supports O_DIRECT, such as ext4 or xfs; one that refuses it is an error at start.
+    #[arg(long)]
+    direct_io: bool,
 }
 
 /// `--page-cache`.
@@ -87,7 +98,9 @@ fn token(args: &ServerArgs) -> Result<Vec<u8>> {
     Ok(t)
 }
 
-fn open_engine(args: &ServerArgs, protocol: ProtocolConfig) -> Result<Engine> {
+/// Opens the database; returns the engine and (a clone of) its disk, whose direct-read
+/// counters are the engine's.
+fn open_engine(args: &ServerArgs, protocol: ProtocolConfig) -> Result<(Engine, FileDisk)> {
     let opts = EngineOptions {
         page_size: args.page_kb * 1024,
         protocol,
@@ -104,11 +117,11 @@ fn open_engine(args: &ServerArgs, protocol: ProtocolConfig) -> Result<Engine> {
     if !args.create && !args.dir.is_dir() {
         bail!("{} does not exist; pass --create to create a database there", args.dir.display());
     }
-    let disk = Arc::new(
-        FileDisk::open_locked(&args.dir, args.create, "thor server")
-            .with_context(|| format!("opening {}", args.dir.display()))?,
-    );
-    match Engine::open(disk.clone(), opts.clone()) {
+    let file_disk = FileDisk::open_locked(&args.dir, args.create, "thor server")
+        .and_then(|d| d.with_direct_reads(args.direct_io))
+        .with_context(|| format!("opening {}", args.dir.display()))?;
+    let disk = Arc::new(file_disk.clone());
+    let engine = match Engine::open(disk.clone(), opts.clone()) {
         Ok(e) => {
             if args.create {
                 info!(
@@ -127,7 +140,8 @@ fn open_engine(args: &ServerArgs, protocol: ProtocolConfig) -> Result<Engine> {
             bail!("{} holds no thor database; pass --create to create one", args.dir.display())
         }
         Err(e) => Err(e).with_context(|| format!("opening the database in {}", args.dir.display())),
-    }
+    }?;
+    Ok((engine, file_disk))
 }
 
 pub fn run(args: ServerArgs) -> Result<()> {
@@ -150,7 +164,8 @@ pub fn run(args: ServerArgs) -> Result<()> {
         ),
         None => None,
     };
-    let engine = Arc::new(open_engine(&args, config)?);
+    let (engine, disk) = open_engine(&args, config)?;
+    let engine = Arc::new(engine);
     let net = NetConfig {
         idle_timeout: Duration::from_secs(args.idle_timeout_s),
         ..NetConfig::default()
@@ -164,7 +179,7 @@ pub fn run(args: ServerArgs) -> Result<()> {
     // SIGTERM as soon as it reads it gets a clean shutdown.
     server.wait_for_signal_after(|| {
         info!(
-            "listening on {} (database {}, server id {}, {} KiB pages, authentication {}, at most {} connections, {} page cache)",
+            "listening on {} (database {}, server id {}, {} KiB pages, authentication {}, at most {} connections, {} page cache, {} reads)",
             server.local_addr(),
             args.dir.display(),
             engine.server_id().0,
@@ -172,6 +187,7 @@ pub fn run(args: ServerArgs) -> Result<()> {
             if auth { "on" } else { "off" },
             args.max_connections,
             if engine.server_stats().page_cache_exclusive == 1 { "exclusive" } else { "inclusive" },
+            if disk.direct_reads() { "direct (O_DIRECT)" } else { "buffered" },
         )
     })?;
     info!("signal received: shutting down");
@@ -181,6 +197,13 @@ pub fn run(args: ServerArgs) -> Result<()> {
         "served {} sessions: {} requests, {} commits, {} fetches, {} protocol errors",
         s.sessions_opened, s.requests, s.commits, s.fetches, s.protocol_errors
     );
+    if disk.direct_reads() {
+        let d = disk.direct_read_stats();
+        info!(
+            "direct reads: {} ({} bytes asked, {} bytes read from the device)",
+            d.reads, d.bytes, d.device_bytes
+        );
+    }
     // Every connection is closed, so this is the last reference: close checkpoints (installs
     // the MOB, truncates the log) so that the next start replays nothing.
     match Arc::try_unwrap(engine) {

@@ -93,3 +93,34 @@ fn second_opener_is_refused() {
     let (proc, _addr, err) = start(&dir, &[], None);
     proc.stop(err);
 }
+
+#[test]
+fn direct_io_server_serves_the_same_pages_and_counts_device_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let (proc, addr, err) = start(&dir, &["--create", "--page-kb", "4"], None);
+    let fetch_first = |addr| {
+        let mut t = TcpTransport::connect(addr, &config("")).unwrap();
+        match t.round_trip(&Request::new(RequestBody::Fetch { page: PageId::FIRST })).unwrap().body
+        {
+            ReplyBody::Page { bytes, .. } => bytes,
+            other => panic!("{other:?}"),
+        }
+    };
+    let buffered = fetch_first(addr);
+    let log = proc.stop(err);
+    assert!(!log.contains("direct reads:"), "buffered servers count no direct reads: {log}");
+
+    // A fresh process has nothing cached: its page comes from the device, and it says how
+    // many direct reads it made (recovery's reads of the superblock and page file among them).
+    let (proc, addr, err) = start(&dir, &["--direct-io"], None);
+    assert_eq!(fetch_first(addr), buffered);
+    let log = proc.stop(err);
+    let reads: u64 = log
+        .split("direct reads: ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the shutdown log counts direct reads: {log}"));
+    assert!(reads > 0, "{log}");
+}

@@ -11,6 +11,9 @@
 //! - [`UnsupportedFormat`](StorageError::UnsupportedFormat): the files were written by another
 //!   version of thor in a layout this build does not read. Use the matching build; never
 //!   "repair".
+//! - [`DirectIoUnsupported`](StorageError::DirectIoUnsupported): direct reads were asked for
+//!   on a file system that refuses `O_DIRECT`. Put the database on one that supports it (ext4,
+//!   xfs, btrfs), or run without direct reads.
 //! - [`Locked`](StorageError::Locked): another process (or another open in this one) holds
 //!   the database directory. Stop it, or use another directory.
 //! - [`Poisoned`](StorageError::Poisoned): an earlier write or fsync of the log failed, so what
@@ -76,6 +79,19 @@ pub enum StorageError {
         /// The version this build reads.
         supported: u32,
     },
+    /// The file system refuses direct I/O (`open` with `O_DIRECT` failed with `EINVAL`) for a
+    /// file of a [`FileDisk`](crate::FileDisk) opened with direct reads.
+    #[error(
+        "{path}: the file system does not support direct I/O (O_DIRECT): {source}; put the \
+         database on one that does (ext4, xfs, btrfs), or run without direct reads"
+    )]
+    DirectIoUnsupported {
+        /// The file (or directory) that could not be opened for direct reads.
+        path: String,
+        /// What the operating system said.
+        #[source]
+        source: std::io::Error,
+    },
     /// The database directory is locked by another holder.
     #[error("database {path} is in use by {holder}")]
     Locked {
@@ -137,6 +153,11 @@ impl StorageError {
     /// Whether this is [`StorageError::Locked`].
     pub fn is_locked(&self) -> bool {
         matches!(self, StorageError::Locked { .. })
+    }
+
+    /// Whether this is [`StorageError::DirectIoUnsupported`].
+    pub fn is_direct_io_unsupported(&self) -> bool {
+        matches!(self, StorageError::DirectIoUnsupported { .. })
     }
 
     /// Whether this is [`StorageError::Poisoned`].

@@ -35,17 +35,70 @@
 //! and opening, removing or renaming it is [`StorageError::InvalidName`], so that no code
 //! going through the disk (a cleanup of unknown files, say) can delete the lock from under
 //! its holder and let a second opener in.
+//!
+//! # Direct reads
+//!
+//! A server's page cache is the point of the DEMOTE experiment (issue 13): a page the server
+//! cache misses should cost a read from the device. With ordinary reads it does not: the OS
+//! page cache below keeps every page the server wrote or read recently, so a "miss" is a
+//! memory copy of a few microseconds, and the experiment measures nothing. Dropping the OS
+//! cache needs root; [`FileDisk::with_direct_reads`] goes around it instead. Each file the disk
+//! opens then has two descriptors:
+//!
+//! ```text
+//!   write_at, set_len, sync, len ──> buffered fd (O_RDWR)  ──> OS page cache ──> device
+//!   read_at ───────────────────────> direct fd (O_RDONLY | O_DIRECT) ──────────> device
+//! ```
+//!
+//! Writes stay buffered, so the log's group commit, the flusher's runs and `fdatasync` behave
+//! exactly as without the option. Reads never come from the OS cache: a read finds the bytes
+//! on the device. They are nevertheless up to date: before a direct read Linux writes back the
+//! dirty page-cache pages in its range (`filemap_write_and_wait_range`), so a read after an
+//! unsynced buffered write sees that write, like a buffered read would. That writeback is a
+//! cost (a read of a page the flusher just wrote, before its sync, waits for the device
+//! write), never a durability promise: only [`DiskFile::sync`] makes a write durable.
+//!
+//! *Which files.* The option applies to every file the disk opens (not to [`LOCK_FILE`]).
+//! While a server runs, the page file is the only file it reads (a fetch that misses the
+//! server cache); the log, the double-write buffer and the superblock are read at open and
+//! recovery only, where reading them directly is correct and merely slower. So "every file" is
+//! "the page file" in the steady state, without this crate knowing the server's file names.
+//!
+//! *Alignment.* `O_DIRECT` needs the file offset, the length and the buffer address aligned
+//! to the device's logical block size. Callers' reads are not (a page at any offset, a log
+//! chunk of any length, a `Vec` buffer), so a direct read reads the enclosing range of
+//! [`DIRECT_IO_ALIGN_BYTES`]-aligned blocks into an aligned bounce buffer (a `Vec` one block
+//! longer than needed, used from its first aligned byte: no `unsafe`) and copies the asked
+//! bytes out. An 8 KiB page at an 8 KiB offset is one aligned 8 KiB device read. At the end of
+//! the file the device read comes back short (the kernel stops at the file's length), and the
+//! caller gets the same short count a buffered read gives.
+//!
+//! *Cost.* Each direct read is a device read (tens of microseconds on an SSD, more on a disk,
+//! versus a few microseconds from the OS cache), plus an allocation and a copy of the bounce
+//! buffer (noise next to the device). There is no read-ahead. That is the point for the
+//! experiment and a loss for everything else: leave the option off outside experiments.
+//!
+//! *Refusal.* A file system that does not support `O_DIRECT` makes `open` fail with `EINVAL`;
+//! that is [`StorageError::DirectIoUnsupported`], naming the path. A locked disk checks at
+//! [`FileDisk::with_direct_reads`] (on its lock file), so the error comes before anything is
+//! opened; an unlocked one finds out at its first [`Disk::open`]. There is no silent fallback
+//! to buffered reads. Note that tmpfs accepts `O_DIRECT` since Linux 6.6 (reads are memory
+//! copies there: there is no device to go to), so an accepted flag does not prove a device.
+//!
+//! [`FileDisk::direct_read_stats`] counts the direct reads and their bytes (atomics shared by
+//! the disk, its clones and its files), so an experiment can report device reads.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::ErrorKind;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::disk::{Disk, DiskFile, validate_name};
 use crate::error::StorageError;
-use crate::limits::{LOCK_FIELD_BYTES_MAX, LOCK_FILE_BYTES_MAX};
+use crate::limits::{DIRECT_IO_ALIGN_BYTES, LOCK_FIELD_BYTES_MAX, LOCK_FILE_BYTES_MAX};
 
 /// The name of the lock file in a directory opened with [`FileDisk::open_locked`].
 pub const LOCK_FILE: &str = "LOCK";
@@ -58,6 +111,34 @@ pub struct FileDisk {
     /// The directory lock, if this disk was opened with [`FileDisk::open_locked`]; shared by
     /// clones, so that it is released when the last of them is dropped.
     lock: Option<Arc<DirLock>>,
+    /// With direct reads on (see the module documentation), their counters: shared by clones
+    /// and by every file opened, so that one snapshot counts all of them. `None`: buffered.
+    direct: Option<Arc<DirectCounters>>,
+}
+
+/// A snapshot of a [`FileDisk`]'s direct-read counters ([`FileDisk::direct_read_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DirectReadStats {
+    /// Reads served by the direct descriptor: each is one device read in practice (more only
+    /// if the kernel returns a short count before the end of the file). Reads at or past the
+    /// end of the file count too, though the kernel answers them without the device.
+    pub reads: u64,
+    /// Bytes handed to callers.
+    pub bytes: u64,
+    /// Bytes the device read: `bytes` rounded out to whole aligned blocks at both ends
+    /// ([`DIRECT_IO_ALIGN_BYTES`]), up to the end of the file.
+    pub device_bytes: u64,
+}
+
+/// Counters updated without a lock by concurrent readers; see [`DirectReadStats`].
+#[derive(Debug, Default)]
+struct DirectCounters {
+    /// See [`DirectReadStats::reads`].
+    reads: AtomicU64,
+    /// See [`DirectReadStats::bytes`].
+    bytes: AtomicU64,
+    /// See [`DirectReadStats::device_bytes`].
+    device_bytes: AtomicU64,
 }
 
 /// A held `flock` on a directory's [`LOCK_FILE`]: closing the file releases it.
@@ -93,7 +174,7 @@ impl FileDisk {
         if !meta.is_dir() {
             return Err(StorageError::InvalidArgument(format!("{shown} is not a directory")));
         }
-        Ok(FileDisk { dir, lock: None })
+        Ok(FileDisk { dir, lock: None, direct: None })
     }
 
     /// Uses directory `path` like [`FileDisk::open_dir`], holding an exclusive lock on it until
@@ -129,6 +210,50 @@ impl FileDisk {
             .map_err(|e| StorageError::io("write lock file", &shown, e))?;
         disk.lock = Some(Arc::new(DirLock { file }));
         Ok(disk)
+    }
+
+    /// This disk with direct reads on or off: with `on`, every file it opens from now on reads
+    /// with `O_DIRECT`, around the OS page cache, while writes stay buffered (see the module
+    /// documentation). Files opened before keep the mode they were opened with, so call this
+    /// right after opening the directory:
+    ///
+    /// ```no_run
+    /// # use thor_storage::FileDisk;
+    /// let disk = FileDisk::open_locked("/data/db", false, "thor server")?.with_direct_reads(true)?;
+    /// # Ok::<(), thor_storage::StorageError>(())
+    /// ```
+    ///
+    /// A locked disk checks at once that its file system accepts `O_DIRECT` (by opening its
+    /// lock file so) and fails with [`StorageError::DirectIoUnsupported`] if not; an unlocked
+    /// one reports that at its first [`Disk::open`]. Turning direct reads on again keeps the
+    /// counters; off drops them.
+    pub fn with_direct_reads(mut self, on: bool) -> Result<FileDisk, StorageError> {
+        if !on {
+            self.direct = None;
+            return Ok(self);
+        }
+        if self.lock.is_some() {
+            open_direct(&self.dir.join(LOCK_FILE), LOCK_FILE)?;
+        }
+        if self.direct.is_none() {
+            self.direct = Some(Arc::new(DirectCounters::default()));
+        }
+        Ok(self)
+    }
+
+    /// Whether files opened now read with `O_DIRECT` ([`FileDisk::with_direct_reads`]).
+    pub fn direct_reads(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// The direct reads made so far by the files of this disk and of its clones (all zero
+    /// with direct reads off). Subtract two snapshots to count a phase.
+    pub fn direct_read_stats(&self) -> DirectReadStats {
+        self.direct.as_ref().map_or_else(DirectReadStats::default, |c| DirectReadStats {
+            reads: c.reads.load(Ordering::Relaxed),
+            bytes: c.bytes.load(Ordering::Relaxed),
+            device_bytes: c.device_bytes.load(Ordering::Relaxed),
+        })
     }
 
     /// Whether this disk holds its directory's lock (was opened with
@@ -257,7 +382,25 @@ impl Disk for FileDisk {
             .truncate(false)
             .open(&path)
             .map_err(|e| StorageError::io("open", name, e))?;
-        Ok(Arc::new(RealFile { file, name: name.to_string() }))
+        let direct = match &self.direct {
+            None => None,
+            Some(counters) => {
+                // Opened after the buffered descriptor, so that `create` has made the file.
+                let direct = open_direct(&path, name)?;
+                // Two opens by path could reach two files if the name was renamed over in
+                // between; the direct descriptor must read what the buffered one writes.
+                let (a, b) = (stat(&file, name)?, stat(&direct, name)?);
+                if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
+                    return Err(StorageError::io(
+                        "open direct",
+                        name,
+                        std::io::Error::other("the file was replaced while being opened"),
+                    ));
+                }
+                Some(DirectFile { file: direct, counters: counters.clone() })
+            }
+        };
+        Ok(Arc::new(RealFile { file, direct, name: name.to_string() }))
     }
 
     fn exists(&self, name: &str) -> Result<bool, StorageError> {
@@ -316,8 +459,19 @@ impl Disk for FileDisk {
 struct RealFile {
     /// The open file; positional I/O needs no lock.
     file: File,
+    /// With direct reads on, the `O_DIRECT` descriptor that serves every read.
+    direct: Option<DirectFile>,
     /// Its name within the disk, for error messages.
     name: String,
+}
+
+/// The read side of a file of a disk with direct reads.
+#[derive(Debug)]
+struct DirectFile {
+    /// The same file opened read-only with `O_DIRECT`.
+    file: File,
+    /// The disk's counters.
+    counters: Arc<DirectCounters>,
 }
 
 impl DiskFile for RealFile {
@@ -326,7 +480,10 @@ impl DiskFile for RealFile {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StorageError> {
-        read_full_at(&self.file, &self.name, offset, buf)
+        match &self.direct {
+            Some(d) => direct_read_at(&d.file, &d.counters, &self.name, offset, buf),
+            None => read_full_at(&self.file, &self.name, offset, buf),
+        }
     }
 
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), StorageError> {
@@ -367,9 +524,93 @@ fn read_full_at(
     Ok(done)
 }
 
+/// Opens `path` read-only with `O_DIRECT`; a refusal of the flag (`EINVAL`) is
+/// [`StorageError::DirectIoUnsupported`].
+fn open_direct(path: &Path, name: &str) -> Result<File, StorageError> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .map_err(|e| direct_open_error(path, name, e))
+}
+
+/// The error for a failed `O_DIRECT` open: `EINVAL` there means the file system does not do
+/// direct I/O (the other arguments are fixed and valid); anything else is an ordinary failure.
+fn direct_open_error(path: &Path, name: &str, e: std::io::Error) -> StorageError {
+    if e.raw_os_error() == Some(libc::EINVAL) {
+        StorageError::DirectIoUnsupported { path: path.display().to_string(), source: e }
+    } else {
+        StorageError::io("open direct", name, e)
+    }
+}
+
+fn stat(file: &File, name: &str) -> Result<std::fs::Metadata, StorageError> {
+    file.metadata().map_err(|e| StorageError::io("stat", name, e))
+}
+
+/// Reads up to `buf.len()` bytes at `offset` through `file`, an `O_DIRECT` descriptor: reads
+/// the enclosing aligned blocks into an aligned bounce buffer and copies the asked bytes out
+/// (see the module documentation). Returns what a buffered read returns: short only at the
+/// end of the file.
+fn direct_read_at(
+    file: &File,
+    counters: &DirectCounters,
+    name: &str,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<usize, StorageError> {
+    if buf.is_empty() {
+        return Ok(0);
+    }
+    let align = DIRECT_IO_ALIGN_BYTES as u64;
+    let start = offset - offset % align;
+    // An end beyond u64 cannot be read by any path; say so as pread would (EINVAL).
+    let Some(end) =
+        offset.checked_add(buf.len() as u64).and_then(|e| e.checked_next_multiple_of(align))
+    else {
+        return Err(StorageError::io(
+            "direct read",
+            name,
+            std::io::Error::from(ErrorKind::InvalidInput),
+        ));
+    };
+    let span = usize::try_from(end - start).map_err(|_| {
+        StorageError::InvalidArgument(format!("direct read of {} bytes", buf.len()))
+    })?;
+    // One block more than needed, so that an aligned `span` fits from the first aligned byte.
+    let mut raw = vec![0u8; span + DIRECT_IO_ALIGN_BYTES];
+    let skew = (DIRECT_IO_ALIGN_BYTES - raw.as_ptr() as usize % DIRECT_IO_ALIGN_BYTES)
+        % DIRECT_IO_ALIGN_BYTES;
+    let bounce = &mut raw[skew..skew + span];
+    let mut done = 0;
+    while done < span {
+        match file.read_at(&mut bounce[done..], start + done as u64) {
+            Ok(0) => break,
+            Ok(n) => {
+                done += n;
+                // A count that is not whole blocks means the file ended inside the last one;
+                // reading on from an unaligned offset would be refused anyway.
+                if done % DIRECT_IO_ALIGN_BYTES != 0 {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(StorageError::io("direct read", name, e)),
+        }
+    }
+    let head = (offset - start) as usize;
+    let got = done.saturating_sub(head).min(buf.len());
+    buf[..got].copy_from_slice(&bounce[head..head + got]);
+    counters.reads.fetch_add(1, Ordering::Relaxed);
+    counters.bytes.fetch_add(got as u64, Ordering::Relaxed);
+    counters.device_bytes.fetch_add(done as u64, Ordering::Relaxed);
+    Ok(got)
+}
+
 impl FileDisk {
     /// This directory as a [`Disk`] that can only read (for offline checkers): see
-    /// [`ReadOnlyDisk`]. The lock, if held, stays held.
+    /// [`ReadOnlyDisk`]. The lock, if held, stays held. Its reads are buffered whatever
+    /// [`FileDisk::with_direct_reads`] says: offline checkers have no use for device reads.
     pub fn read_only(self) -> ReadOnlyDisk {
         ReadOnlyDisk { disk: self }
     }
@@ -465,6 +706,190 @@ impl DiskFile for ReadOnlyFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::page_file::PageFile;
+
+    /// A fresh directory with direct reads on, and the same directory read buffered, or `None`
+    /// (test skipped, said on stderr) where the file system refuses `O_DIRECT` (a tmpfs
+    /// `TMPDIR` on Linux before 6.6).
+    fn direct_and_buffered() -> Option<(tempfile::TempDir, FileDisk, FileDisk)> {
+        let dir = tempfile::tempdir().unwrap();
+        let buffered = FileDisk::open_dir(dir.path(), false).unwrap();
+        let direct = buffered.clone().with_direct_reads(true).unwrap();
+        match direct.open("probe", true) {
+            Ok(_) => {}
+            Err(e) if e.is_direct_io_unsupported() => {
+                eprintln!("skipped: {e}");
+                return None;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        direct.remove("probe").unwrap();
+        assert!(direct.direct_reads() && !buffered.direct_reads());
+        Some((dir, direct, buffered))
+    }
+
+    /// Bytes that differ at every offset within a block and from block to block, so that a
+    /// copy from the wrong place shows.
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(31) ^ ((i / 4096) as u8) ^ seed).collect()
+    }
+
+    #[test]
+    fn direct_reads_return_what_was_written() {
+        let Some((_dir, direct, buffered)) = direct_and_buffered() else { return };
+        let len = 3 * 4096 + 1234;
+        let data = pattern(len, 7);
+        let w = buffered.open("f", true).unwrap();
+        w.write_at(0, &data).unwrap();
+        w.sync().unwrap();
+        let d = direct.open("f", false).unwrap();
+        let b = buffered.open("f", false).unwrap();
+        // (offset, length): aligned, unaligned, within one block, across one and several
+        // block boundaries, a page at a page offset, up to the end, across it, past it.
+        let cases: [(u64, usize); 14] = [
+            (0, 4096),
+            (0, 1),
+            (1, 10),
+            (4095, 2),
+            (4000, 200),
+            (100, 8192),
+            (4096, 8192),
+            (5000, 3 * 4096),
+            (0, len),
+            (len as u64 - 1, 1),
+            (len as u64 - 100, 500),
+            (3 * 4096, 4096),
+            (len as u64, 10),
+            (len as u64 + 5000, 4096),
+        ];
+        for (offset, n) in cases {
+            let mut got = vec![0xAA; n];
+            let mut want = vec![0xAA; n];
+            let got_n = d.read_at(offset, &mut got).unwrap();
+            let want_n = b.read_at(offset, &mut want).unwrap();
+            assert_eq!(got_n, want_n, "count of ({offset}, {n})");
+            assert_eq!(got, want, "bytes of ({offset}, {n})");
+            let end = (offset as usize).min(len)..(offset as usize + n).min(len);
+            assert_eq!(&got[..got_n], &data[end], "({offset}, {n}) against what was written");
+        }
+        // read_exact_at goes through read_at: the end of the file is the same error.
+        let mut page = [0u8; 8192];
+        assert!(matches!(
+            d.read_exact_at(len as u64 - 100, &mut page),
+            Err(StorageError::UnexpectedEof { .. })
+        ));
+        assert_eq!(d.read_at(0, &mut []).unwrap(), 0);
+    }
+
+    #[test]
+    fn direct_read_sees_unsynced_buffered_writes() {
+        let Some((_dir, direct, _buffered)) = direct_and_buffered() else { return };
+        let f = direct.open("f", true).unwrap();
+        let first = pattern(20_000, 1);
+        f.write_at(0, &first).unwrap();
+        f.sync().unwrap();
+        // Overwrite in place and extend, without a sync: the dirty pages are in the OS cache
+        // only, and the direct read must still see them (the kernel writes them back first).
+        let second = pattern(6000, 2);
+        f.write_at(3000, &second).unwrap();
+        let tail = pattern(5000, 3);
+        f.write_at(30_000, &tail).unwrap();
+        let mut want = first.clone();
+        want[3000..9000].copy_from_slice(&second);
+        want.resize(30_000, 0);
+        want.extend_from_slice(&tail);
+        let mut got = vec![0u8; want.len() + 100];
+        assert_eq!(f.read_at(0, &mut got).unwrap(), want.len());
+        assert_eq!(&got[..want.len()], &want[..]);
+        assert_eq!(f.len().unwrap(), want.len() as u64);
+        // A cut made with set_len, also unsynced, is seen too.
+        f.set_len(4000).unwrap();
+        assert_eq!(f.read_at(0, &mut got).unwrap(), 4000);
+        assert_eq!(&got[..4000], &want[..4000]);
+    }
+
+    #[test]
+    fn direct_read_counters_count_reads_and_blocks() {
+        let Some((_dir, direct, buffered)) = direct_and_buffered() else { return };
+        let f = direct.open("f", true).unwrap();
+        f.write_at(0, &pattern(10_000, 4)).unwrap();
+        assert_eq!(direct.direct_read_stats(), DirectReadStats::default(), "writes are not reads");
+        let mut buf = vec![0u8; 8192];
+        // The file is 10_000 bytes: blocks 0 and 1, and 1808 bytes of block 2.
+        assert_eq!(f.read_at(0, &mut buf).unwrap(), 8192); // aligned: blocks 0 and 1
+        assert_eq!(f.read_at(4000, &mut buf[..200]).unwrap(), 200); // across: blocks 0 and 1
+        assert_eq!(f.read_at(9000, &mut buf).unwrap(), 1000); // the end: part of block 2
+        let want = DirectReadStats {
+            reads: 3,
+            bytes: 8192 + 200 + 1000,
+            device_bytes: 8192 + 8192 + 1808,
+        };
+        assert_eq!(direct.direct_read_stats(), want);
+        // Clones and the files they open share the counters.
+        let clone = direct.clone();
+        clone.open("f", false).unwrap().read_at(0, &mut buf[..1]).unwrap();
+        assert_eq!(direct.direct_read_stats().reads, 4);
+        // A buffered disk over the same directory counts nothing, and reads the same bytes.
+        buffered.open("f", false).unwrap().read_at(0, &mut buf).unwrap();
+        assert_eq!(buffered.direct_read_stats(), DirectReadStats::default());
+        assert_eq!(direct.direct_read_stats().reads, 4);
+        // Off drops the mode and the counters; files opened before keep reading directly.
+        let off = clone.with_direct_reads(false).unwrap();
+        assert!(!off.direct_reads());
+        off.open("f", false).unwrap().read_at(0, &mut buf).unwrap();
+        f.read_at(0, &mut buf).unwrap();
+        assert_eq!(direct.direct_read_stats().reads, 5);
+    }
+
+    #[test]
+    fn page_file_over_direct_reads() {
+        let Some((_dir, direct, _buffered)) = direct_and_buffered() else { return };
+        let pages = PageFile::open(&direct, "pages", 8192, true).unwrap();
+        let run: Vec<u8> = pattern(3 * 8192, 5);
+        pages.write_run(2, &run).unwrap();
+        let mut page = vec![0u8; 8192];
+        for (i, id) in (2..5).enumerate() {
+            assert!(pages.read(id, &mut page).unwrap());
+            assert_eq!(page, run[i * 8192..(i + 1) * 8192]);
+        }
+        assert!(pages.read(1, &mut page).unwrap(), "a gap reads as zeros");
+        assert!(page.iter().all(|b| *b == 0));
+        assert!(!pages.read(5, &mut page).unwrap(), "beyond the end: never written");
+        let s = direct.direct_read_stats();
+        assert_eq!((s.reads, s.bytes, s.device_bytes), (5, 4 * 8192, 4 * 8192));
+    }
+
+    #[test]
+    fn a_refused_direct_open_is_typed_and_names_the_path() {
+        // No file system on a current Linux test machine refuses O_DIRECT (tmpfs accepts it
+        // since 6.6), so this checks the mapping of the refusal the kernel gives (EINVAL).
+        let path = Path::new("/db/pages");
+        let e = direct_open_error(path, "pages", std::io::Error::from_raw_os_error(libc::EINVAL));
+        assert!(e.is_direct_io_unsupported());
+        let text = e.to_string();
+        assert!(
+            text.starts_with("/db/pages: the file system does not support direct I/O"),
+            "{text}"
+        );
+        // Other failures stay what they are.
+        let e = direct_open_error(path, "pages", std::io::Error::from_raw_os_error(libc::EACCES));
+        assert!(matches!(e, StorageError::Io { op: "open direct", .. }), "{e}");
+        let e = direct_open_error(path, "pages", std::io::Error::from_raw_os_error(libc::ENOENT));
+        assert!(e.is_not_found());
+    }
+
+    #[test]
+    fn a_locked_disk_checks_direct_io_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = FileDisk::open_locked(dir.path(), false, "test").unwrap();
+        match disk.with_direct_reads(true) {
+            Ok(disk) => {
+                assert!(disk.direct_reads() && disk.is_locked());
+                assert!(disk.list().unwrap().is_empty(), "the check leaves no file behind");
+            }
+            Err(e) => assert!(e.is_direct_io_unsupported(), "{e}"),
+        }
+    }
 
     #[test]
     fn timestamps_are_utc_civil_dates() {

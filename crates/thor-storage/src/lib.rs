@@ -3,7 +3,8 @@
 //! - [`disk`]: the [`Disk`] / [`DiskFile`] traits (a flat directory of named files with
 //!   positional I/O) and their durability contract.
 //! - [`FileDisk`]: real files (`pread`/`pwrite`, `fdatasync`, directory fsync), and an
-//!   exclusive lock on a database directory ([`FileDisk::open_locked`]).
+//!   exclusive lock on a database directory ([`FileDisk::open_locked`]); optionally reads
+//!   with `O_DIRECT`, around the OS page cache ([`FileDisk::with_direct_reads`]).
 //! - [`MemDisk`] and [`FaultDisk`]: memory with an exact crash model (live and durable images,
 //!   durable namespace, seeded [`MemDisk::crash`]) and a fault plan; see [`mem_disk`].
 //! - [`OverlayDisk`]: a disk whose changes stay in memory over a disk that is only read, so
@@ -36,7 +37,7 @@ pub mod rng;
 pub use disk::{Disk, DiskFile};
 pub use error::StorageError;
 #[cfg(unix)]
-pub use file_disk::{FileDisk, ReadOnlyDisk};
+pub use file_disk::{DirectReadStats, FileDisk, ReadOnlyDisk};
 pub use log::{
     LOG_FORMAT_VERSION, Log, LogExtent, LogOptions, LogReader, LogStats, OpenReport, Recovered,
     TornTail,

@@ -34,6 +34,13 @@ pub const BUFFER_BYTES_MAX_LIMIT: usize = u32::MAX as usize;
 /// (two such buffers) however large the log.
 pub const READ_CHUNK_BYTES_DEFAULT: usize = 1024 * 1024;
 
+/// The alignment of a direct read (`O_DIRECT`) of a [`FileDisk`](crate::FileDisk): its file
+/// offset, length and buffer address are multiples of this. `O_DIRECT` needs the device's
+/// logical block size (512 on most disks, 4096 on "4Kn" ones); 4096 is a multiple of both and
+/// the page size, so one constant serves every device thor expects. A device with larger
+/// logical blocks makes direct reads fail with `EINVAL` (an I/O error naming the file).
+pub const DIRECT_IO_ALIGN_BYTES: usize = 4096;
+
 /// The smallest `LogOptions::read_chunk_bytes`: a few headers' worth. Tests use small chunks
 /// to exercise records that span reads.
 pub const READ_CHUNK_BYTES_MIN: usize = 64;
@@ -96,6 +103,8 @@ pub const LOCK_FIELD_BYTES_MAX: usize = 256;
 const _: () = assert!(LOCK_FIELD_BYTES_MAX < LOCK_FILE_BYTES_MAX);
 const _: () = assert!(MEM_SECTOR_BYTES_DEFAULT > 0);
 const _: () = assert!(OVERLAY_BLOCK_BYTES.is_power_of_two());
+const _: () =
+    assert!(DIRECT_IO_ALIGN_BYTES.is_power_of_two() && DIRECT_IO_ALIGN_BYTES.is_multiple_of(512));
 const _: () = assert!(RECORD_BYTES_MAX_DEFAULT <= RECORD_BYTES_MAX_LIMIT);
 const _: () = assert!(BUFFER_BYTES_MAX_DEFAULT >= BUFFER_BYTES_MIN);
 const _: () = assert!(BUFFER_BYTES_MAX_DEFAULT <= BUFFER_BYTES_MAX_LIMIT);
