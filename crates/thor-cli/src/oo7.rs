@@ -181,19 +181,21 @@ struct SessionArgs {
 
 /// Opens the OO7 database in `dir`, saying how to make one if there is none.
 fn open_database(dir: &Path) -> anyhow::Result<std::sync::Arc<thor_server::Engine>> {
-    open_database_with(dir, thor_server::EngineOptions::default())
+    Ok(open_database_with(dir, thor_server::EngineOptions::default(), false)?.0)
 }
 
-/// [`open_database`] with `opts` (the page cache's size and placement, say).
+/// [`open_database`] with `opts` (the page cache's size and placement, say), and reading
+/// around the OS page cache with `direct_reads`; returns the disk too, for its counters.
 pub(crate) fn open_database_with(
     dir: &Path,
     opts: thor_server::EngineOptions,
-) -> anyhow::Result<std::sync::Arc<thor_server::Engine>> {
+    direct_reads: bool,
+) -> anyhow::Result<(std::sync::Arc<thor_server::Engine>, thor_storage::FileDisk)> {
     let load = || format!("load one with `thor oo7 load --dir {}`", dir.display());
     if !dir.exists() {
         bail!("{} does not exist: {}", dir.display(), load());
     }
-    match open_embedded_with(dir, opts) {
+    match open_embedded_with(dir, opts, direct_reads) {
         Ok(e) => Ok(e),
         Err(thor_oo7::Oo7Error::Engine(thor_server::EngineError::NotADatabase)) => {
             bail!("{} holds no thor database: {}", dir.display(), load())

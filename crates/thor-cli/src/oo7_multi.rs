@@ -123,6 +123,11 @@ pub struct MultiArgs {
     /// `thor sim demote --trace` replays, into this directory (created if missing).
     #[arg(long, value_name = "DIR", requires = "dir")]
     trace_out: Option<PathBuf>,
+    /// Read the database around the OS page cache (O_DIRECT), so that a server page-cache miss
+    /// is a device read, as the study assumes; needs a file system that supports it (ext4,
+    /// xfs; not tmpfs). With --dir only.
+    #[arg(long, requires = "dir")]
+    direct_io: bool,
     /// Record every client's page visits and replay each point's (first run's) through the
     /// cache-hierarchy simulator at the live sizes; print its counts beside the live ones.
     #[arg(long, requires = "dir")]
@@ -287,26 +292,34 @@ fn run_point(
         opts.page_cache_mode = p.mode();
     }
     let cache_bytes = opts.page_cache_bytes;
-    let engine = open_database_with(dir, opts)?;
+    let (engine, disk) = open_database_with(dir, opts, a.direct_io)?;
     let server = thor_net::Server::start("127.0.0.1:0", engine.clone(), Default::default())
         .context("starting the loopback server")?;
     let endpoint = Endpoint::Tcp { addr: server.local_addr().to_string(), token: Vec::new() };
     let modules = database_modules(&endpoint).context("reading the database's modules")?;
     check_modules(modules, cfg.clients, cfg.sharing)?;
-    let at_gate: Mutex<Option<ServerStats>> = Mutex::new(None);
+    let at_gate: Mutex<Option<(ServerStats, u64)>> = Mutex::new(None);
     let at_start = || {
-        *at_gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(engine.server_stats());
+        let now = (engine.server_stats(), disk.direct_read_stats().reads);
+        *at_gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
     };
     let r = run_multi_with(&endpoint, cfg, &mut |p| show_progress(&bar, length, p), &at_start)
         .with_context(context)?;
     bar.finish_and_clear();
     let after = engine.server_stats();
+    let device_after = disk.direct_read_stats().reads;
     server.shutdown().context("stopping the loopback server")?;
     let before = at_gate.into_inner().unwrap_or_else(|e| e.into_inner());
     let cache_pages = cache_bytes / engine.page_size();
     // The engine (and with it the directory lock) goes when the last handle does: here.
     drop(engine);
-    Ok((r, before.map(|b| ServerDelta::between(&b, &after, cache_pages))))
+    drop(disk);
+    let delta = before.map(|(b, device_before)| {
+        let mut d = ServerDelta::between(&b, &after, cache_pages);
+        d.device_reads = a.direct_io.then(|| device_after.saturating_sub(device_before));
+        d
+    });
+    Ok((r, delta))
 }
 
 /// What the server did over a run's timed phase: its counters at the end less those at the
@@ -317,8 +330,12 @@ struct ServerDelta {
     cache_pages: usize,
     /// Fetches the server answered.
     fetches: u64,
-    /// Pages read from the page file for fetches (device reads with --direct-io).
+    /// Fetches that missed the page cache and waited for a read of the page file (a fetch
+    /// that finds the page being read for another client joins that read).
     reads: u64,
+    /// Reads the disk made around the OS page cache (with --direct-io): device reads, all
+    /// files. Fewer than `reads` when fetches joined reads in flight.
+    device_reads: Option<u64>,
     /// Fetches answered from the page cache: `fetches - reads`.
     hits: u64,
     /// `hits / fetches` (0 without fetches).
@@ -349,6 +366,7 @@ impl ServerDelta {
             cache_pages,
             fetches,
             reads,
+            device_reads: None,
             hits,
             hit_fraction: if fetches == 0 { 0.0 } else { hits as f64 / fetches as f64 },
             demote_notices: d(|s| s.demote_notices),
@@ -604,14 +622,15 @@ fn grid_table(points: &[GridPoint]) -> String {
     );
     let _ = writeln!(
         s,
-        "{:>9} {:>9} {:>7} {:>8} {:>8} {:>6} {:>8} {:>10} {:>26} {:>8} {:>11}",
+        "{:>9} {:>9} {:>7} {:>8} {:>8} {:>6} {:>8} {:>9} {:>10} {:>26} {:>8} {:>11}",
         "cache MiB",
         "placement",
         "clients",
         "fetches",
         "hits",
         "hit %",
-        "reads",
+        "misses",
+        "dev reads",
         "demoted MB",
         "ms per traversal",
         "speedup",
@@ -627,7 +646,7 @@ fn grid_table(points: &[GridPoint]) -> String {
         let even = p.break_even_mbit_s.map_or_else(|| "-".into(), |b| format!("{b:.0}"));
         let _ = writeln!(
             s,
-            "{:>9} {:>9} {:>7} {:>8} {:>8} {:>6.1} {:>8} {:>10.2} {:>26} {:>8} {:>11}",
+            "{:>9} {:>9} {:>7} {:>8} {:>8} {:>6.1} {:>8} {:>9} {:>10.2} {:>26} {:>8} {:>11}",
             p.server_cache_mb.map_or_else(|| "default".into(), |m| format!("{m}")),
             p.placement.map_or("default", Placement::name),
             p.clients,
@@ -635,6 +654,7 @@ fn grid_table(points: &[GridPoint]) -> String {
             sv.hits,
             100.0 * sv.hit_fraction,
             sv.reads,
+            sv.device_reads.map_or_else(|| "-".into(), |d| d.to_string()),
             sv.demoted_bytes as f64 / 1e6,
             format!("{med:.2} [{lo:.2}-{hi:.2}] ({})", p.ms_per_traversal.len()),
             speedup,
@@ -662,7 +682,7 @@ fn sim_table(points: &[GridPoint]) -> String {
         "pages",
         "fetches",
         "srv hits",
-        "reads",
+        "misses",
         "demoted/reord",
         "sim miss",
         "sim hits",
@@ -701,7 +721,7 @@ type Metric = fn(&GridPoint) -> f64;
 fn write_grid(out: &Path, points: &[GridPoint], op: Op, sharing: Sharing) -> anyhow::Result<()> {
     let mut csv = String::from(
         "server_cache_mb,placement,clients,run,traversals,aborts,client_fetches,server_fetches,\
-         server_hits,hit_fraction,reads,demote_notices,demotions_stored,demotions_reordered,\
+         server_hits,hit_fraction,misses,device_reads,demote_notices,demotions_stored,demotions_reordered,\
          demotions_refused,demoted_bytes,ms_per_traversal\n",
     );
     for p in points {
@@ -709,7 +729,7 @@ fn write_grid(out: &Path, points: &[GridPoint], op: Op, sharing: Sharing) -> any
             let sv = p.server.get(i).cloned().unwrap_or_default();
             let _ = writeln!(
                 csv,
-                "{},{},{},{},{},{},{},{},{},{:.6},{},{},{},{},{},{},{:.4}",
+                "{},{},{},{},{},{},{},{},{},{:.6},{},{},{},{},{},{},{},{:.4}",
                 p.server_cache_mb.map_or_else(String::new, |m| m.to_string()),
                 p.placement.map_or("", Placement::name),
                 p.clients,
@@ -721,6 +741,7 @@ fn write_grid(out: &Path, points: &[GridPoint], op: Op, sharing: Sharing) -> any
                 sv.hits,
                 sv.hit_fraction,
                 sv.reads,
+                sv.device_reads.map_or_else(String::new, |d| d.to_string()),
                 sv.demote_notices,
                 sv.demotions_stored,
                 sv.demotions_reordered,
@@ -754,8 +775,8 @@ fn write_grid(out: &Path, points: &[GridPoint], op: Op, sharing: Sharing) -> any
         ("hits", "server page cache hits (% of fetches)", |p| {
             100.0 * p.server.first().map_or(0.0, |s| s.hit_fraction)
         }),
-        ("reads", "pages read from the page file", |p| {
-            p.server.first().map_or(0.0, |s| s.reads as f64)
+        ("reads", "device reads (--direct-io), else page-cache misses", |p| {
+            p.server.first().map_or(0.0, |s| s.device_reads.unwrap_or(s.reads) as f64)
         }),
         ("time", "ms per traversal (median over runs)", |p| p.time().0),
     ];

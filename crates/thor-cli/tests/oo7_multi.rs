@@ -148,6 +148,7 @@ fn oo7_multi_compares_server_cache_placements_and_the_simulator_agrees_on_client
         "0.05,0.1",
         "--runs",
         "2",
+        "--direct-io",
         "--sim",
         "--trace-out",
         traces.to_str().unwrap(),
@@ -168,6 +169,9 @@ fn oo7_multi_compares_server_cache_placements_and_the_simulator_agrees_on_client
             assert!(fetches > 0, "{run}");
             assert_eq!(u(&sv["fetches"]), fetches, "{sv}");
             assert_eq!(u(&sv["hits"]) + u(&sv["reads"]), fetches, "{sv}");
+            // Every miss waited for a device read, its own or one in flight it joined.
+            let device = u(&sv["device_reads"]);
+            assert!(device > 0 && device <= u(&sv["reads"]), "{sv}");
             assert_eq!(sv["demotions_refused"], 0, "{sv}");
             if exclusive {
                 assert!(u(&sv["demoted_bytes"]) > 0 && u(&sv["demotions_stored"]) > 0, "{sv}");

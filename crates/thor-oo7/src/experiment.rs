@@ -81,14 +81,21 @@ pub enum Endpoint {
 
 /// Opens the database in `dir` on an embedded server.
 pub fn open_embedded(dir: &Path) -> Result<Arc<Engine>, Oo7Error> {
-    open_embedded_with(dir, EngineOptions::default())
+    Ok(open_embedded_with(dir, EngineOptions::default(), false)?.0)
 }
 
 /// Opens the database in `dir` on an embedded server with `opts` (a page cache's size and
-/// placement, say).
-pub fn open_embedded_with(dir: &Path, opts: EngineOptions) -> Result<Arc<Engine>, Oo7Error> {
-    let disk = Arc::new(FileDisk::open_locked(dir, false, "thor oo7")?);
-    Ok(Arc::new(Engine::open(disk, opts)?))
+/// placement, say), reading its files around the OS page cache with `direct_reads` (so that a
+/// server page-cache miss is a device read). Returns the disk too, for its direct-read
+/// counters.
+pub fn open_embedded_with(
+    dir: &Path,
+    opts: EngineOptions,
+    direct_reads: bool,
+) -> Result<(Arc<Engine>, FileDisk), Oo7Error> {
+    let disk = FileDisk::open_locked(dir, false, "thor oo7")?.with_direct_reads(direct_reads)?;
+    let engine = Engine::open(Arc::new(disk.clone()), opts)?;
+    Ok((Arc::new(engine), disk))
 }
 
 /// A new session at `endpoint`.
