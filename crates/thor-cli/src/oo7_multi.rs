@@ -669,11 +669,12 @@ fn sim_table(points: &[GridPoint]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "\nthe simulator on the same page visits and sizes (live: the first run's timed phase)"
+        "\nthe simulator on the same page visits and sizes (live: the first run's timed phase; a \
+         miss that joins a read in flight is one device read, and the simulator's array hit)"
     );
     let _ = writeln!(
         s,
-        "{:>9} {:>9} {:>7} {:>16} {:>7} {:>7} | {:>9} {:>9} {:>9} {:>15} | {:>9} {:>9} {:>9} {:>15}",
+        "{:>9} {:>9} {:>7} {:>16} {:>7} {:>7} | {:>9} {:>9} {:>9} {:>9} {:>15} | {:>9} {:>9} {:>9} {:>15}",
         "cache MiB",
         "placement",
         "clients",
@@ -683,6 +684,7 @@ fn sim_table(points: &[GridPoint]) -> String {
         "fetches",
         "srv hits",
         "misses",
+        "dev reads",
         "demoted/reord",
         "sim miss",
         "sim hits",
@@ -694,7 +696,7 @@ fn sim_table(points: &[GridPoint]) -> String {
         let live_fetches: u64 = p.runs.first().map_or(0, |r| r.total.fetches);
         let _ = writeln!(
             s,
-            "{:>9} {:>9} {:>7} {:>16} {:>7} {:>7} | {:>9} {:>9} {:>9} {:>15} | {:>9} {:>9} {:>9} {:>15}",
+            "{:>9} {:>9} {:>7} {:>16} {:>7} {:>7} | {:>9} {:>9} {:>9} {:>9} {:>15} | {:>9} {:>9} {:>9} {:>15}",
             p.server_cache_mb.map_or_else(|| "default".into(), |m| format!("{m}")),
             p.placement.map_or("default", Placement::name),
             p.clients,
@@ -704,6 +706,7 @@ fn sim_table(points: &[GridPoint]) -> String {
             live_fetches,
             sv.hits,
             sv.reads,
+            sv.device_reads.map_or_else(|| "-".into(), |d| d.to_string()),
             format!("{}/{}", sv.demotions_stored, sv.demotions_reordered),
             sim.client_misses,
             sim.array_hits,
