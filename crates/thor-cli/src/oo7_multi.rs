@@ -50,6 +50,7 @@ use thor_oo7::multi::{
 };
 use thor_server::EngineOptions;
 use thor_server::pagecache::CacheMode;
+use thor_storage::DirectReadStats;
 use thor_wire::ServerStats;
 
 use crate::oo7::{MIB, open_database_with, policy};
@@ -231,9 +232,13 @@ pub fn multi(a: MultiArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let even: Vec<Option<f64>> = points.iter().map(|p| break_even_mbit_s(p, &points)).collect();
-    for (p, e) in points.iter_mut().zip(even) {
-        p.break_even_mbit_s = e;
+    let even: Vec<(Option<f64>, Option<f64>)> = points
+        .iter()
+        .map(|p| (break_even_mbit_s(p, &points), break_even_from_reads(p, &points)))
+        .collect();
+    for (p, (t, r)) in points.iter_mut().zip(even) {
+        p.break_even_mbit_s = t;
+        p.break_even_reads_mbit_s = r;
     }
     if a.json {
         let v = if grid {
@@ -298,16 +303,16 @@ fn run_point(
     let endpoint = Endpoint::Tcp { addr: server.local_addr().to_string(), token: Vec::new() };
     let modules = database_modules(&endpoint).context("reading the database's modules")?;
     check_modules(modules, cfg.clients, cfg.sharing)?;
-    let at_gate: Mutex<Option<(ServerStats, u64)>> = Mutex::new(None);
+    let at_gate: Mutex<Option<(ServerStats, DirectReadStats)>> = Mutex::new(None);
     let at_start = || {
-        let now = (engine.server_stats(), disk.direct_read_stats().reads);
+        let now = (engine.server_stats(), disk.direct_read_stats());
         *at_gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
     };
     let r = run_multi_with(&endpoint, cfg, &mut |p| show_progress(&bar, length, p), &at_start)
         .with_context(context)?;
     bar.finish_and_clear();
     let after = engine.server_stats();
-    let device_after = disk.direct_read_stats().reads;
+    let device_after = disk.direct_read_stats();
     server.shutdown().context("stopping the loopback server")?;
     let before = at_gate.into_inner().unwrap_or_else(|e| e.into_inner());
     let cache_pages = cache_bytes / engine.page_size();
@@ -316,7 +321,12 @@ fn run_point(
     drop(disk);
     let delta = before.map(|(b, device_before)| {
         let mut d = ServerDelta::between(&b, &after, cache_pages);
-        d.device_reads = a.direct_io.then(|| device_after.saturating_sub(device_before));
+        if a.direct_io {
+            let reads = device_after.reads.saturating_sub(device_before.reads);
+            let ns = device_after.read_ns.saturating_sub(device_before.read_ns);
+            d.device_reads = Some(reads);
+            d.device_read_us = (reads > 0).then(|| ns as f64 / reads as f64 / 1000.0);
+        }
         d
     });
     Ok((r, delta))
@@ -336,6 +346,8 @@ struct ServerDelta {
     /// Reads the disk made around the OS page cache (with --direct-io): device reads, all
     /// files. Fewer than `reads` when fetches joined reads in flight.
     device_reads: Option<u64>,
+    /// The mean time of those device reads, in microseconds.
+    device_read_us: Option<f64>,
     /// Fetches answered from the page cache: `fetches - reads`.
     hits: u64,
     /// `hits / fetches` (0 without fetches).
@@ -367,6 +379,7 @@ impl ServerDelta {
             fetches,
             reads,
             device_reads: None,
+            device_read_us: None,
             hits,
             hit_fraction: if fetches == 0 { 0.0 } else { hits as f64 / fetches as f64 },
             demote_notices: d(|s| s.demote_notices),
@@ -429,6 +442,9 @@ struct GridPoint {
     /// For an exclusive point with an inclusive one at the same size and client count: the
     /// link bandwidth (Mbit/s) below which demotion stops paying ([`break_even_mbit_s`]).
     break_even_mbit_s: Option<f64>,
+    /// The same from the device reads demotion saved and their measured cost, not from the
+    /// traversal times ([`break_even_from_reads`]; with --direct-io).
+    break_even_reads_mbit_s: Option<f64>,
     /// The runs.
     runs: Vec<MultiReport>,
 }
@@ -444,6 +460,7 @@ impl GridPoint {
             sim: None,
             trace_file: None,
             break_even_mbit_s: None,
+            break_even_reads_mbit_s: None,
             runs: Vec::new(),
         }
     }
@@ -601,6 +618,30 @@ fn break_even_mbit_s(p: &GridPoint, points: &[GridPoint]) -> Option<f64> {
     Some(8.0 * per_traversal / dt_s / 1e6)
 }
 
+/// The link bandwidth below which demotion stops paying at exclusive point `p`, in Mbit/s,
+/// from counts rather than times: the device reads exclusive saved against inclusive (first
+/// runs) at the mean device read time measured in both, against the demoted bytes' wire time.
+/// Demotion pays while `8 d / B < saved * t_read`. Steadier than [`break_even_mbit_s`] on a
+/// busy machine, but it credits a saved read with its device time only (no queueing).
+fn break_even_from_reads(p: &GridPoint, points: &[GridPoint]) -> Option<f64> {
+    let q = inclusive_twin(p, points)?;
+    let (e, i) = (p.server.first()?, q.server.first()?);
+    let saved = i.device_reads?.checked_sub(e.device_reads?)?;
+    let reads = i.device_reads? + e.device_reads?;
+    let us = match (i.device_read_us, e.device_read_us) {
+        (Some(a), Some(b)) if reads > 0 => {
+            (a * i.device_reads? as f64 + b * e.device_reads? as f64) / reads as f64
+        }
+        (Some(a), None) => a,
+        (None, Some(b)) => b,
+        _ => return None,
+    };
+    if saved == 0 {
+        return None;
+    }
+    Some(8.0 * e.demoted_bytes as f64 / (saved as f64 * us / 1e6) / 1e6)
+}
+
 /// A run's mean time per traversal over its clients (each client's elapsed time over its
 /// traversals), in ms.
 fn ms_per_traversal(r: &MultiReport) -> f64 {
@@ -618,11 +659,13 @@ fn grid_table(points: &[GridPoint]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "\nserver page cache over the timed phase (first run; time: median [min-max] over runs)"
+        "\nserver page cache over the timed phase (first run; time: median [min-max] over runs; \
+         even: the link Mbit/s below which demotion stops paying, from the times / from the \
+         device reads saved)"
     );
     let _ = writeln!(
         s,
-        "{:>9} {:>9} {:>7} {:>8} {:>8} {:>6} {:>8} {:>9} {:>10} {:>26} {:>8} {:>11}",
+        "{:>9} {:>9} {:>7} {:>8} {:>8} {:>6} {:>8} {:>9} {:>7} {:>10} {:>26} {:>8} {:>11}",
         "cache MiB",
         "placement",
         "clients",
@@ -631,6 +674,7 @@ fn grid_table(points: &[GridPoint]) -> String {
         "hit %",
         "misses",
         "dev reads",
+        "read us",
         "demoted MB",
         "ms per traversal",
         "speedup",
@@ -643,10 +687,17 @@ fn grid_table(points: &[GridPoint]) -> String {
             Some(q) if med > 0.0 => format!("{:.2}", q.time().0 / med),
             _ => "-".into(),
         };
-        let even = p.break_even_mbit_s.map_or_else(|| "-".into(), |b| format!("{b:.0}"));
+        let even = match (p.break_even_mbit_s, p.break_even_reads_mbit_s) {
+            (None, None) => "-".to_string(),
+            (t, r) => format!(
+                "{}/{}",
+                t.map_or_else(|| "-".into(), |b| format!("{b:.0}")),
+                r.map_or_else(|| "-".into(), |b| format!("{b:.0}"))
+            ),
+        };
         let _ = writeln!(
             s,
-            "{:>9} {:>9} {:>7} {:>8} {:>8} {:>6.1} {:>8} {:>9} {:>10.2} {:>26} {:>8} {:>11}",
+            "{:>9} {:>9} {:>7} {:>8} {:>8} {:>6.1} {:>8} {:>9} {:>7} {:>10.2} {:>26} {:>8} {:>11}",
             p.server_cache_mb.map_or_else(|| "default".into(), |m| format!("{m}")),
             p.placement.map_or("default", Placement::name),
             p.clients,
@@ -655,6 +706,7 @@ fn grid_table(points: &[GridPoint]) -> String {
             100.0 * sv.hit_fraction,
             sv.reads,
             sv.device_reads.map_or_else(|| "-".into(), |d| d.to_string()),
+            sv.device_read_us.map_or_else(|| "-".into(), |u| format!("{u:.0}")),
             sv.demoted_bytes as f64 / 1e6,
             format!("{med:.2} [{lo:.2}-{hi:.2}] ({})", p.ms_per_traversal.len()),
             speedup,

@@ -172,6 +172,7 @@ fn oo7_multi_compares_server_cache_placements_and_the_simulator_agrees_on_client
             // Every miss waited for a device read, its own or one in flight it joined.
             let device = u(&sv["device_reads"]);
             assert!(device > 0 && device <= u(&sv["reads"]), "{sv}");
+            assert!(sv["device_read_us"].as_f64().unwrap() > 0.0, "{sv}");
             assert_eq!(sv["demotions_refused"], 0, "{sv}");
             if exclusive {
                 assert!(u(&sv["demoted_bytes"]) > 0 && u(&sv["demotions_stored"]) > 0, "{sv}");

@@ -128,6 +128,10 @@ pub struct DirectReadStats {
     /// Bytes the device read: `bytes` rounded out to whole aligned blocks at both ends
     /// ([`DIRECT_IO_ALIGN_BYTES`]), up to the end of the file.
     pub device_bytes: u64,
+    /// Nanoseconds spent waiting for the device reads (summed over concurrent readers): with
+    /// `reads`, the mean cost of a device read on this machine, which an experiment needs
+    /// beside its counts (a clock read costs tens of ns against a read's ~100 us).
+    pub read_ns: u64,
 }
 
 /// Counters updated without a lock by concurrent readers; see [`DirectReadStats`].
@@ -139,6 +143,8 @@ struct DirectCounters {
     bytes: AtomicU64,
     /// See [`DirectReadStats::device_bytes`].
     device_bytes: AtomicU64,
+    /// See [`DirectReadStats::read_ns`].
+    read_ns: AtomicU64,
 }
 
 /// A held `flock` on a directory's [`LOCK_FILE`]: closing the file releases it.
@@ -253,6 +259,7 @@ impl FileDisk {
             reads: c.reads.load(Ordering::Relaxed),
             bytes: c.bytes.load(Ordering::Relaxed),
             device_bytes: c.device_bytes.load(Ordering::Relaxed),
+            read_ns: c.read_ns.load(Ordering::Relaxed),
         })
     }
 
@@ -583,6 +590,7 @@ fn direct_read_at(
         % DIRECT_IO_ALIGN_BYTES;
     let bounce = &mut raw[skew..skew + span];
     let mut done = 0;
+    let t = std::time::Instant::now();
     while done < span {
         match file.read_at(&mut bounce[done..], start + done as u64) {
             Ok(0) => break,
@@ -604,6 +612,7 @@ fn direct_read_at(
     counters.reads.fetch_add(1, Ordering::Relaxed);
     counters.bytes.fetch_add(got as u64, Ordering::Relaxed);
     counters.device_bytes.fetch_add(done as u64, Ordering::Relaxed);
+    counters.read_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
     Ok(got)
 }
 
@@ -819,12 +828,15 @@ mod tests {
         assert_eq!(f.read_at(0, &mut buf).unwrap(), 8192); // aligned: blocks 0 and 1
         assert_eq!(f.read_at(4000, &mut buf[..200]).unwrap(), 200); // across: blocks 0 and 1
         assert_eq!(f.read_at(9000, &mut buf).unwrap(), 1000); // the end: part of block 2
+        let got = direct.direct_read_stats();
         let want = DirectReadStats {
             reads: 3,
             bytes: 8192 + 200 + 1000,
             device_bytes: 8192 + 8192 + 1808,
+            read_ns: got.read_ns,
         };
-        assert_eq!(direct.direct_read_stats(), want);
+        assert_eq!(got, want);
+        assert!(got.read_ns > 0, "three reads took some time");
         // Clones and the files they open share the counters.
         let clone = direct.clone();
         clone.open("f", false).unwrap().read_at(0, &mut buf[..1]).unwrap();
