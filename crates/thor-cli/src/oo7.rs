@@ -298,6 +298,10 @@ struct SweepArgs {
     /// Leave out Belady's optimum (recording the page string costs one more run).
     #[arg(long)]
     no_belady: bool,
+    /// Measured runs per point (each its own transaction, after the warm-up if hot); a point
+    /// reports the run with the median elapsed time.
+    #[arg(long, value_parser = crate::at_least_one::<u32>, allow_negative_numbers = true, default_value_t = 1)]
+    repeat: u32,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -314,6 +318,26 @@ pub fn run(args: Oo7Args) -> anyhow::Result<()> {
             Some(d) => demo_experiments(&d),
             None => demo_experiments(tempfile::tempdir()?.path()),
         },
+    }
+}
+
+/// The endpoint one sweep point runs on: `endpoint` itself, or with `fresh` (an update
+/// traversal on an embedded database) a copy of its database taken now, in a scratch directory
+/// that lives as long as the first element of the pair (declare it first, so that it is
+/// dropped after the endpoint).
+fn point_endpoint(
+    endpoint: &Endpoint,
+    fresh: bool,
+) -> anyhow::Result<(Option<tempfile::TempDir>, Endpoint)> {
+    match endpoint {
+        Endpoint::Embedded(engine) if fresh => {
+            let scratch = tempfile::tempdir().context("a scratch directory for the copy")?;
+            let copy = scratch.path().join("db");
+            engine.backup(&copy).context("copying the database for an update run")?;
+            let e = Endpoint::Embedded(open_database(&copy)?);
+            Ok((Some(scratch), e))
+        }
+        _ => Ok((None, endpoint.clone())),
     }
 }
 
@@ -673,9 +697,14 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
         hot,
         seed: a.session.seed,
         background_replacement: !a.session.foreground,
-        repeat: 1,
+        repeat: a.repeat,
         commit_every: a.session.commit_every,
     };
+    // An update traversal changes the database it runs on. On an embedded database every point
+    // (and Belady's recording) runs on a fresh copy of it, so all start from the same state; a
+    // remote server's database cannot be copied from here, and the output says it was changed.
+    let writes = matches!(workload, Workload::Op(op) if op.writes());
+    let fresh = writes && matches!(endpoint, Endpoint::Embedded(_));
     let bar = progress((sizes.len() * policies.len()) as u64, "sweeping");
     let mut points: Vec<Point> = Vec::new();
     // The name each point's series goes by (the one given, settings included).
@@ -683,7 +712,8 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     let mut kind_of: Vec<PolicyConfig> = Vec::new();
     for (name, pc) in &policies {
         for &mb in &sizes {
-            let r = run_workload(&endpoint, &cfg(*pc, (mb * MIB) as usize), NoRunTrace)
+            let (_scratch, e) = point_endpoint(&endpoint, fresh)?;
+            let r = run_workload(&e, &cfg(*pc, (mb * MIB) as usize), NoRunTrace)
                 .with_context(|| format!("{} at {mb} MiB", workload.name()))?;
             points.push(Point { cache_mb: mb, report: r });
             series_of.push(name.clone());
@@ -696,7 +726,8 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     if !a.no_belady {
         // The traversal's page visits do not depend on the cache: one recording serves all.
         let max_mb = sizes.iter().cloned().fold(0.0, f64::max);
-        let string = page_string(&endpoint, &cfg(PolicyConfig::Fpc, (max_mb * MIB) as usize))
+        let (_scratch, e) = point_endpoint(&endpoint, fresh)?;
+        let string = page_string(&e, &cfg(PolicyConfig::Fpc, (max_mb * MIB) as usize))
             .context("recording the page string")?;
         for &mb in &sizes {
             let paged = points
@@ -764,7 +795,10 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
         let max_bytes = (sizes.iter().cloned().fold(0.0, f64::max) * MIB) as usize;
         let bar = progress(policies.len() as u64, "bisecting");
         for (name, pc) in &policies {
-            mins.push(find_min(&endpoint, |b| cfg(*pc, b), name, max_bytes)?);
+            // An update traversal's bisection runs on one fresh copy per policy: its probes
+            // see the updates of the probes before them.
+            let (_scratch, e) = point_endpoint(&endpoint, fresh)?;
+            mins.push(find_min(&e, |b| cfg(*pc, b), name, max_bytes)?);
             bar.inc(1);
         }
         bar.finish_and_clear();
@@ -773,14 +807,31 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
             serde_json::to_string_pretty(&mins)?,
         )?;
     }
+    let changed = (writes && !fresh).then(|| {
+        format!(
+            "{} changes the database and the server's could not be copied: each point ran on \
+             the database the points before it left",
+            workload.name()
+        )
+    });
     if a.json {
-        let v = json!({ "traversal": workload.name(), "hot": hot, "points": points, "belady": belady, "min_cache": mins,
+        let v = json!({ "traversal": workload.name(), "hot": hot, "repeat": a.repeat,
+            "fresh_copies": fresh, "database_changed": changed, "points": points, "belady": belady, "min_cache": mins,
             "csv": csv.display().to_string(), "charts": charts.iter().map(|c| c.display().to_string()).collect::<Vec<_>>() });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     let reports: Vec<RunReport> = points.iter().map(|p| p.report.clone()).collect();
     print!("{}", run_table(&reports));
+    if fresh {
+        println!(
+            "every point ran on a fresh copy of the database ({} updates it)",
+            workload.name()
+        );
+    }
+    if let Some(c) = &changed {
+        println!("note: {c}");
+    }
     for b in &belady {
         println!("belady at {} MiB: {} fetches with {} frames", b.cache_mb, b.fetches, b.frames);
     }

@@ -97,3 +97,54 @@ fn load_run_native_and_sweep_the_tiny_database() {
     let mins = sweep["min_cache"].as_array().unwrap();
     assert!(mins.iter().all(|m| m["min_cache_bytes"].as_u64().is_some()), "{mins:?}");
 }
+
+/// The bytes of every file of the database in `dir` but its lock file (which names its last
+/// holder).
+fn database_files(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap() != "LOCK")
+        .map(|p| {
+            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn a_sweep_of_an_update_traversal_runs_every_point_on_a_fresh_copy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    let dir = db.to_str().unwrap();
+    json(&["oo7", "load", "--dir", dir, "--size", "tiny", "--json"]);
+    let before = database_files(&db);
+    let out = tmp.path().join("sweep");
+    let sweep = json(&[
+        "oo7",
+        "sweep",
+        "--dir",
+        dir,
+        "--traversal",
+        "t2b",
+        "--policies",
+        "hac,fpc",
+        "--sizes-mb",
+        "1,2",
+        "--repeat",
+        "3",
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!((sweep["repeat"].as_u64(), sweep["fresh_copies"].as_bool()), (Some(3), Some(true)));
+    assert!(sweep["database_changed"].is_null(), "{sweep}");
+    let points = sweep["points"].as_array().unwrap();
+    assert_eq!(points.len(), 4);
+    // Every point updated the same parts, from the same database.
+    assert!(points.iter().all(|p| p["updates"] == points[0]["updates"]), "{points:?}");
+    assert!(points[0]["updates"].as_u64().unwrap() > 0);
+    // ... and none of them touched the one the sweep was given.
+    assert!(database_files(&db) == before, "the sweep changed the database it was given");
+}
