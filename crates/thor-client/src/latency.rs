@@ -76,6 +76,8 @@ pub struct LatencyHistogram {
     total: u64,
     /// The largest sample in nanoseconds, exact (a p100 that is not rounded to a bucket).
     max_ns: u64,
+    /// The sum of the samples in nanoseconds, exact (for the mean), saturating.
+    sum_ns: u64,
 }
 
 impl std::fmt::Debug for LatencyHistogram {
@@ -99,7 +101,7 @@ impl Default for LatencyHistogram {
 impl LatencyHistogram {
     /// An empty histogram (one allocation of [`BUCKETS`] counters, the only one it makes).
     pub fn new() -> Self {
-        LatencyHistogram { counts: Box::new([0; BUCKETS]), total: 0, max_ns: 0 }
+        LatencyHistogram { counts: Box::new([0; BUCKETS]), total: 0, max_ns: 0, sum_ns: 0 }
     }
 
     /// Adds one sample. Durations beyond `u64::MAX` nanoseconds (584 years) count as that.
@@ -109,11 +111,17 @@ impl LatencyHistogram {
         self.counts[bucket_of(ns)] += 1;
         self.total += 1;
         self.max_ns = self.max_ns.max(ns);
+        self.sum_ns = self.sum_ns.saturating_add(ns);
     }
 
     /// Samples recorded.
     pub fn count(&self) -> u64 {
         self.total
+    }
+
+    /// The sum of the samples (exact; the mean is this over [`count`](Self::count)).
+    pub fn sum(&self) -> Duration {
+        Duration::from_nanos(self.sum_ns)
     }
 
     /// The largest sample (zero if none).
@@ -161,6 +169,7 @@ impl LatencyHistogram {
             *c = c.saturating_sub(*e);
         }
         out.total = out.counts.iter().sum();
+        out.sum_ns = self.sum_ns.saturating_sub(earlier.sum_ns);
         if out.total == 0 {
             out.max_ns = 0;
         }
@@ -174,6 +183,7 @@ impl LatencyHistogram {
         }
         self.total += other.total;
         self.max_ns = self.max_ns.max(other.max_ns);
+        self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
     }
 
     /// The cumulative distribution: for every non-empty bucket, its upper end and the fraction
@@ -247,6 +257,7 @@ mod tests {
         }
         let d = h.since(&before);
         assert_eq!(d.count(), 5);
+        assert_eq!(d.sum(), Duration::from_micros(500));
         let p = d.percentile(0.0).as_nanos() as f64;
         assert!((p - 100_000.0).abs() <= 100_000.0 / 64.0, "{p}");
         assert_eq!(h.since(&h).count(), 0);
