@@ -10,7 +10,9 @@
 //!   fetch, and conversion over fetch time (Figure 9's proportion; the goal is at most 10%);
 //! - the floor, measured in the same run ([`crate::floor`]): a blocking ping-pong of a page
 //!   sized reply over loopback TCP and over a Unix socket, p50 and p99; and thor's fetch p50
-//!   and p99 over the TCP floor's (the goal is at most 1.5).
+//!   and p99 over the TCP floor's (the goal is at most 1.5);
+//! - with `--clients N`, the same for N clients running the traversal at once, beside a floor
+//!   of N ping-pongs at once.
 //!
 //! Each of `--runs` runs measures the floor, then every traversal once, cold (a new session
 //! with an empty cache); the table gives the median and the range over the runs, so that a
@@ -71,6 +73,10 @@ pub struct PenaltyArgs {
     /// Untimed round trips before them.
     #[arg(long, default_value_t = 1_000)]
     warmup: u32,
+    /// Also run this many clients at once (each its own session and connection, the same cold
+    /// traversal) after the single client, with a floor of as many ping-pongs at once; 1: no.
+    #[arg(long, value_parser = crate::at_least_one::<usize>, allow_negative_numbers = true, default_value_t = 1)]
+    clients: usize,
     /// Seed of the operations' random choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -162,6 +168,31 @@ fn sample(
     Sample { traversal: traversal.to_string(), run, report: r, values }
 }
 
+/// Several clients running one cold traversal at once, with the floor of as many ping-pongs.
+#[derive(Debug, Clone, Serialize)]
+struct Concurrent {
+    /// The traversal.
+    traversal: String,
+    /// Which run (from 1).
+    run: u32,
+    /// Clients at once.
+    clients: usize,
+    /// Fetches of all clients.
+    fetches: u64,
+    /// The clients' fetch latencies together: median, microseconds.
+    fetch_us_p50: f64,
+    /// And 99th percentile.
+    fetch_us_p99: f64,
+    /// The floor with as many clients over TCP: median and 99th percentile, microseconds.
+    floor_tcp_us_p50: f64,
+    /// The floor's 99th percentile.
+    floor_tcp_us_p99: f64,
+    /// `fetch_us_p50 / floor_tcp_us_p50` (goal <= 1.5).
+    fetch_p50_to_tcp_floor: f64,
+    /// `fetch_us_p99 / floor_tcp_us_p99` (goal <= 1.5).
+    fetch_p99_to_tcp_floor: f64,
+}
+
 /// The median and range of a figure over the runs.
 #[derive(Debug, Clone, Copy, Serialize)]
 struct Spread {
@@ -246,27 +277,41 @@ pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
         traverse(w)?;
     }
     eprintln!("warm in {:.1} s", t.elapsed().as_secs_f64());
-    let floor = |socket| {
+    let floor = |socket, clients| {
         crate::floor::measure(&FloorConfig {
             socket,
             reply_bytes: page_bytes,
             round_trips: a.round_trips,
             warmup: a.warmup,
-            clients: 1,
+            clients,
         })
         .with_context(|| format!("measuring the {} floor", socket.name()))
     };
     let mut floors = Vec::new();
     let mut samples = Vec::new();
+    let mut concurrent = Vec::new();
     for r in 1..=a.runs {
         eprintln!("run {r}/{}: floor ({} round trips each) ...", a.runs, a.round_trips);
-        let tcp = floor(Socket::Tcp)?;
-        let unix = floor(Socket::Unix)?;
+        let tcp = floor(Socket::Tcp, 1)?;
+        let unix = floor(Socket::Unix, 1)?;
         for &w in &workloads {
             eprintln!("run {r}/{}: cold {} ...", a.runs, w.name());
             samples.push(sample(w.name(), r, traverse(w)?, &tcp, &unix));
         }
         floors.push(json!({ "run": r, "tcp": tcp, "unix": unix }));
+        if a.clients > 1 {
+            eprintln!("run {r}/{}: floor with {} clients ...", a.runs, a.clients);
+            let tcp_n = floor(Socket::Tcp, a.clients)?;
+            for &w in &workloads {
+                eprintln!(
+                    "run {r}/{}: cold {}, {} clients at once ...",
+                    a.runs,
+                    w.name(),
+                    a.clients
+                );
+                concurrent.push(at_once(w, r, a.clients, &traverse, &tcp_n)?);
+            }
+        }
     }
     if let Some(s) = server {
         s.shutdown().context("stopping the loopback server")?;
@@ -298,13 +343,91 @@ pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
             "floors": floors,
             "samples": samples,
             "summary": summaries,
+            "concurrent": concurrent,
             "reports": reports,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{}", table(&a, page_bytes, &summaries));
+        print!("{}", concurrent_table(&concurrent));
     }
     Ok(())
+}
+
+/// Runs `w` cold in `clients` sessions at once (one thread each) and merges their fetch
+/// latencies.
+fn at_once(
+    w: Workload,
+    run: u32,
+    clients: usize,
+    traverse: &(dyn Fn(Workload) -> anyhow::Result<RunReport> + Sync),
+    floor: &FloorReport,
+) -> anyhow::Result<Concurrent> {
+    let reports = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..clients).map(|_| scope.spawn(|| traverse(w))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| anyhow::anyhow!("a client thread panicked"))?)
+            .collect::<anyhow::Result<Vec<RunReport>>>()
+    })?;
+    let mut all = thor_client::LatencyHistogram::new();
+    for r in &reports {
+        all.merge(&r.fetch_latency);
+    }
+    let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
+    let (p50, p99) = (us(all.percentile(0.5)), us(all.percentile(0.99)));
+    Ok(Concurrent {
+        traversal: w.name().to_string(),
+        run,
+        clients,
+        fetches: reports.iter().map(|r| r.fetches).sum(),
+        fetch_us_p50: p50,
+        fetch_us_p99: p99,
+        floor_tcp_us_p50: floor.p50_us,
+        floor_tcp_us_p99: floor.p99_us,
+        fetch_p50_to_tcp_floor: ratio(p50, floor.p50_us),
+        fetch_p99_to_tcp_floor: ratio(p99, floor.p99_us),
+    })
+}
+
+/// The several-clients section: median (min-max) over the runs per traversal.
+fn concurrent_table(c: &[Concurrent]) -> String {
+    let mut out = String::new();
+    let Some(first) = c.first() else { return out };
+    let _ = writeln!(
+        out,
+        "\n{} clients at once, each its own session and connection; TCP floor with {} ping-pongs at once",
+        first.clients, first.clients
+    );
+    let _ = writeln!(
+        out,
+        "{:<10} {:>24} {:>24} {:>24} {:>24} {:>20}",
+        "traversal", "fetch p50 us", "fetch p99 us", "floor p50 us", "floor p99 us", "p50/floor"
+    );
+    // The traversals in the order they ran.
+    let mut names: Vec<&str> = Vec::new();
+    for x in c {
+        if !names.contains(&x.traversal.as_str()) {
+            names.push(&x.traversal);
+        }
+    }
+    for t in names {
+        let mine: Vec<&Concurrent> = c.iter().filter(|x| x.traversal == t).collect();
+        let n = mine.len();
+        let col = |f: fn(&Concurrent) -> f64, prec| {
+            cell(&spread(mine.iter().map(|x| f(x)).collect()), prec, n)
+        };
+        let _ = writeln!(
+            out,
+            "{t:<10} {:>24} {:>24} {:>24} {:>24} {:>20}",
+            col(|x| x.fetch_us_p50, 1),
+            col(|x| x.fetch_us_p99, 1),
+            col(|x| x.floor_tcp_us_p50, 1),
+            col(|x| x.floor_tcp_us_p99, 1),
+            col(|x| x.fetch_p50_to_tcp_floor, 2),
+        );
+    }
+    out
 }
 
 /// A cell: the median, and the range when there was more than one run.
@@ -321,10 +444,13 @@ fn table(a: &PenaltyArgs, page_bytes: usize, sums: &[Summary]) -> String {
     let runs = sums.first().map_or(0, |s| s.runs);
     let _ = writeln!(
         out,
-        "cold traversals, {} {} MiB, over {:?}, {} KiB pages; median (min-max) of {} run(s)",
+        "cold traversals, {} {} MiB, over {}, {} KiB pages; median (min-max) of {} run(s)",
         a.policy,
         a.cache_mb,
-        a.over,
+        match a.over {
+            Over::Tcp => "loopback TCP",
+            Over::Embedded => "the in-process transport",
+        },
         page_bytes / 1024,
         runs
     );

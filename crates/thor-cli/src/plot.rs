@@ -148,18 +148,28 @@ pub fn line_chart(
         true,
     )
     .context("y axis")?;
+    struct Lines<'a>(&'a ChartSpec, &'a [Series], (f64, f64), (f64, f64));
+    impl Drawing for Lines<'_> {
+        fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> anyhow::Result<()> {
+            draw_scaled(root, self.0, self.1, self.2, self.3)
+        }
+    }
+    write_png_and_svg(out_stem, &Lines(spec, series, x, y))
+}
+
+/// A picture drawn the same way on any backend, so that one function writes it as PNG and SVG.
+trait Drawing {
+    fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> anyhow::Result<()>;
+}
+
+/// Draws `d` as `<out_stem>.png` and `<out_stem>.svg` and returns the two paths.
+fn write_png_and_svg(out_stem: &Path, d: &impl Drawing) -> anyhow::Result<[PathBuf; 2]> {
     let png = out_stem.with_extension("png");
     let svg = out_stem.with_extension("svg");
-    {
-        let root = BitMapBackend::new(&png, SIZE).into_drawing_area();
-        draw_scaled(root, spec, series, x, y)
-            .with_context(|| format!("drawing {}", png.display()))?;
-    }
-    {
-        let root = SVGBackend::new(&svg, SIZE).into_drawing_area();
-        draw_scaled(root, spec, series, x, y)
-            .with_context(|| format!("drawing {}", svg.display()))?;
-    }
+    d.draw(BitMapBackend::new(&png, SIZE).into_drawing_area())
+        .with_context(|| format!("drawing {}", png.display()))?;
+    d.draw(SVGBackend::new(&svg, SIZE).into_drawing_area())
+        .with_context(|| format!("drawing {}", svg.display()))?;
     Ok([png, svg])
 }
 
@@ -186,19 +196,13 @@ pub fn bar_chart(
     }
     let y = range(series.iter().flat_map(|(_, v)| v.iter().copied()), spec.y_range, false, true)
         .context("y axis")?;
-    let png = out_stem.with_extension("png");
-    let svg = out_stem.with_extension("svg");
-    {
-        let root = BitMapBackend::new(&png, SIZE).into_drawing_area();
-        draw_bars(root, spec, groups, series, y)
-            .with_context(|| format!("drawing {}", png.display()))?;
+    struct Bars<'a>(&'a ChartSpec, &'a [String], &'a [(String, Vec<f64>)], (f64, f64));
+    impl Drawing for Bars<'_> {
+        fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> anyhow::Result<()> {
+            draw_bars(root, self.0, self.1, self.2, self.3)
+        }
     }
-    {
-        let root = SVGBackend::new(&svg, SIZE).into_drawing_area();
-        draw_bars(root, spec, groups, series, y)
-            .with_context(|| format!("drawing {}", svg.display()))?;
-    }
-    Ok([png, svg])
+    write_png_and_svg(out_stem, &Bars(spec, groups, series, y))
 }
 
 /// Draws [`bar_chart`]'s bars on `root`. Groups sit at x = 0, 1, ...; their names are drawn

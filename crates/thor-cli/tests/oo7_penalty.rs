@@ -31,6 +31,8 @@ fn penalty_reports_every_figure_beside_the_floor() {
         "300",
         "--warmup",
         "20",
+        "--clients",
+        "2",
         "--json",
         "--out",
         charts.to_str().unwrap(),
@@ -80,6 +82,18 @@ fn penalty_reports_every_figure_beside_the_floor() {
             );
             assert!(lo <= mid && mid <= hi, "{name}: {lo} {mid} {hi}");
         }
+    }
+    let concurrent = v["concurrent"].as_array().unwrap();
+    assert_eq!(concurrent.len(), 4, "two traversals, two runs, two clients at once");
+    for c in concurrent {
+        let f = |name: &str| c[name].as_f64().unwrap_or_else(|| panic!("{name} missing in {c}"));
+        assert_eq!(c["clients"], 2);
+        assert!(f("fetches") > 0.0 && f("fetch_us_p50") > 0.0, "{c}");
+        assert!(
+            f("fetch_us_p50") <= f("fetch_us_p99")
+                && f("floor_tcp_us_p50") <= f("floor_tcp_us_p99")
+        );
+        assert!(f("fetch_p50_to_tcp_floor").is_finite() && f("fetch_p50_to_tcp_floor") > 0.0);
     }
     for f in v["floors"].as_array().unwrap() {
         for socket in ["tcp", "unix"] {

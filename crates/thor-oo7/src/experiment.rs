@@ -188,6 +188,10 @@ pub struct RunReport {
     pub fetch_us_p50: f64,
     /// 99th percentile of the fetch latency, in microseconds (as `fetch_us_p50`).
     pub fetch_us_p99: f64,
+    /// The measured run's fetch latencies, to merge with other clients' (not serialized: the
+    /// percentiles above say what a reader needs).
+    #[serde(skip)]
+    pub fetch_latency: thor_client::LatencyHistogram,
     /// Time freeing frames.
     pub replacement_s: f64,
     /// Time installing objects and swizzling.
@@ -427,6 +431,7 @@ fn report(
         fetch_s: secs(after.client.fetch_time.saturating_sub(before.client.fetch_time)),
         fetch_us_p50: secs(fetch_latency.percentile(0.5)) * 1e6,
         fetch_us_p99: secs(fetch_latency.percentile(0.99)) * 1e6,
+        fetch_latency,
         replacement_s: secs(
             after.cache.replacement_time.saturating_sub(before.cache.replacement_time),
         ),
