@@ -8,6 +8,8 @@
 //!   thor oo7 sweep  --dir DIR --traversal NAME --policies hac,fpc,quickstore,arc --out DIR [--find-min] [--no-belady]
 //!   thor oo7 multi  --dir DIR --traversal NAME --clients 1,2,3 --mode private|shared
 //!                   [--seconds S | --repeat R] [--server ADDR]
+//!   thor oo7 penalty --dir DIR [--traversals t6,t1-,t1] [--cache-mb 256] [--over tcp|embedded]
+//!                   [--runs N] [--out DIR]
 //! ```
 //!
 //! Every command prints a readable table, or JSON with `--json`. Traversal names are those of
@@ -62,6 +64,10 @@ enum Oo7Command {
     /// Several clients at once, each with its own session and connection, traversing their
     /// own modules (private) or one module (shared); per-client and total throughput.
     Multi(crate::oo7_multi::MultiArgs),
+    /// The miss penalty of cold traversals (fetches, fetch p50/p99, conversion per page,
+    /// replacement per fetch) beside the loopback floor measured in the same run: 8 KiB
+    /// ping-pongs over TCP and a Unix socket. Median and range over --runs.
+    Penalty(crate::oo7_penalty::PenaltyArgs),
 }
 
 /// `thor oo7 demo`.
@@ -314,6 +320,7 @@ pub fn run(args: Oo7Args) -> anyhow::Result<()> {
         Oo7Command::Native(a) => native(a),
         Oo7Command::Sweep(a) => sweep(a),
         Oo7Command::Multi(a) => crate::oo7_multi::multi(a),
+        Oo7Command::Penalty(a) => crate::oo7_penalty::penalty(a),
         Oo7Command::Demo(a) => match a.dir {
             Some(d) => demo_experiments(&d),
             None => demo_experiments(tempfile::tempdir()?.path()),

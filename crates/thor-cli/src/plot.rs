@@ -1,9 +1,10 @@
-//! Line charts for experiment commands, written as PNG and SVG side by side.
+//! Line and bar charts for experiment commands, written as PNG and SVG side by side.
 //!
-//! One entry point, [`line_chart`]: a title, axis labels, optional log scales, and any number of
+//! Two entry points. [`line_chart`]: a title, axis labels, optional log scales, and any number of
 //! named series, each a polyline or a staircase (for distributions). Axis ranges are taken from
 //! the data unless the spec fixes them. Colours come from a fixed palette in series order, so the
-//! same series order always gets the same colours across charts.
+//! same series order always gets the same colours across charts. [`bar_chart`]: grouped bars,
+//! one group per category (a traversal, say) and one bar per series in each.
 //!
 //! Text is drawn with a bundled DejaVu Sans (`assets/`, with its licence), registered with
 //! plotters' `ab_glyph` renderer on first use: plotters' default font path needs the system's
@@ -147,19 +148,129 @@ pub fn line_chart(
         true,
     )
     .context("y axis")?;
+    struct Lines<'a>(&'a ChartSpec, &'a [Series], (f64, f64), (f64, f64));
+    impl Drawing for Lines<'_> {
+        fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> anyhow::Result<()> {
+            draw_scaled(root, self.0, self.1, self.2, self.3)
+        }
+    }
+    write_png_and_svg(out_stem, &Lines(spec, series, x, y))
+}
+
+/// A picture drawn the same way on any backend, so that one function writes it as PNG and SVG.
+trait Drawing {
+    fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> anyhow::Result<()>;
+}
+
+/// Draws `d` as `<out_stem>.png` and `<out_stem>.svg` and returns the two paths.
+fn write_png_and_svg(out_stem: &Path, d: &impl Drawing) -> anyhow::Result<[PathBuf; 2]> {
     let png = out_stem.with_extension("png");
     let svg = out_stem.with_extension("svg");
-    {
-        let root = BitMapBackend::new(&png, SIZE).into_drawing_area();
-        draw_scaled(root, spec, series, x, y)
-            .with_context(|| format!("drawing {}", png.display()))?;
-    }
-    {
-        let root = SVGBackend::new(&svg, SIZE).into_drawing_area();
-        draw_scaled(root, spec, series, x, y)
-            .with_context(|| format!("drawing {}", svg.display()))?;
-    }
+    d.draw(BitMapBackend::new(&png, SIZE).into_drawing_area())
+        .with_context(|| format!("drawing {}", png.display()))?;
+    d.draw(SVGBackend::new(&svg, SIZE).into_drawing_area())
+        .with_context(|| format!("drawing {}", svg.display()))?;
     Ok([png, svg])
+}
+
+/// Draws grouped bars as `<out_stem>.png` and `<out_stem>.svg` and returns the two paths: one
+/// group per name in `groups` along the x axis, in each group one bar per series (the series'
+/// value at the group's index), coloured and named in the legend as [`line_chart`]'s series
+/// are. `spec`'s x label, log and range settings other than `y_range` are not used. The
+/// directory must exist.
+pub fn bar_chart(
+    out_stem: &Path,
+    spec: &ChartSpec,
+    groups: &[String],
+    series: &[(String, Vec<f64>)],
+) -> anyhow::Result<[PathBuf; 2]> {
+    register_font()?;
+    if series.is_empty() || series.len() > MAX_SERIES {
+        bail!("a chart takes 1 to {MAX_SERIES} series, not {}", series.len());
+    }
+    if groups.is_empty() || groups.len() > MAX_POINTS {
+        bail!("a bar chart takes 1 to {MAX_POINTS} groups, not {}", groups.len());
+    }
+    if let Some((name, _)) = series.iter().find(|(_, v)| v.len() != groups.len()) {
+        bail!("series {name:?} has not one value per group");
+    }
+    let y = range(series.iter().flat_map(|(_, v)| v.iter().copied()), spec.y_range, false, true)
+        .context("y axis")?;
+    struct Bars<'a>(&'a ChartSpec, &'a [String], &'a [(String, Vec<f64>)], (f64, f64));
+    impl Drawing for Bars<'_> {
+        fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> anyhow::Result<()> {
+            draw_bars(root, self.0, self.1, self.2, self.3)
+        }
+    }
+    write_png_and_svg(out_stem, &Bars(spec, groups, series, y))
+}
+
+/// Draws [`bar_chart`]'s bars on `root`. Groups sit at x = 0, 1, ...; their names are drawn
+/// under the axis by hand, since a numeric axis labels round numbers, not groups.
+fn draw_bars<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    spec: &ChartSpec,
+    groups: &[String],
+    series: &[(String, Vec<f64>)],
+    (y0, y1): (f64, f64),
+) -> anyhow::Result<()> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{e:?}");
+    root.fill(&WHITE).map_err(err)?;
+    let n = groups.len() as f64;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(&spec.title, (FONT, 24))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(72)
+        .build_cartesian_2d(-0.5..n - 0.5, y0..y1)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_desc(spec.y_label.as_str())
+        .label_style((FONT, 15))
+        .axis_desc_style((FONT, 17))
+        .y_label_formatter(&|v| compact(*v))
+        .light_line_style(RGBColor(0xee, 0xee, 0xee))
+        .draw()
+        .map_err(err)?;
+    // Each group is 0.8 wide, shared equally by its bars.
+    let width = 0.8 / series.len() as f64;
+    for (k, (name, values)) in series.iter().enumerate() {
+        let color = PALETTE[k % PALETTE.len()];
+        let style = ShapeStyle::from(&color).filled();
+        let left = |i: usize| i as f64 - 0.4 + k as f64 * width;
+        chart
+            .draw_series(values.iter().enumerate().map(|(i, &v)| {
+                Rectangle::new([(left(i), y0.max(0.0)), (left(i) + width * 0.9, v)], style)
+            }))
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(lx, ly)| Rectangle::new([(lx, ly - 6), (lx + 16, ly + 6)], style));
+    }
+    for (i, g) in groups.iter().enumerate() {
+        let (px, py) = chart.backend_coord(&(i as f64, y0));
+        let text = Text::new(
+            g.clone(),
+            (px, py + 10),
+            TextStyle::from((FONT, 17).into_font()).pos(plotters::style::text_anchor::Pos::new(
+                plotters::style::text_anchor::HPos::Center,
+                plotters::style::text_anchor::VPos::Top,
+            )),
+        );
+        root.draw(&text).map_err(err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font((FONT, 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
 }
 
 /// Registers the bundled font once per process.
@@ -343,5 +454,21 @@ mod tests {
         assert!(line_chart(&dir.path().join("bad"), &spec, &[]).is_err());
         let bad = [Series::line("neg", vec![(-1.0, 1.0)])];
         assert!(line_chart(&dir.path().join("bad"), &spec, &bad).is_err(), "log axis of x <= 0");
+    }
+
+    #[test]
+    fn writes_bars() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = ChartSpec { title: "t".into(), y_label: "us".into(), ..ChartSpec::default() };
+        let groups = vec!["t6".to_string(), "t1".to_string()];
+        let series =
+            [("fetch".to_string(), vec![40.0, 45.0]), ("floor".to_string(), vec![20.0, 21.0])];
+        let [png, svg] = bar_chart(&dir.path().join("bars"), &spec, &groups, &series).unwrap();
+        assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+        let svg = std::fs::read_to_string(&svg).unwrap();
+        assert!(svg.contains("fetch") && svg.contains("floor") && svg.contains("t6"), "labels");
+        let ragged = [("x".to_string(), vec![1.0])];
+        assert!(bar_chart(&dir.path().join("bad"), &spec, &groups, &ragged).is_err());
+        assert!(bar_chart(&dir.path().join("bad"), &spec, &[], &[]).is_err());
     }
 }

@@ -83,6 +83,7 @@ use thor_wire::limits::{ACKS_MAX, DEMOTED_PAGES_MAX, DISCARDED_PAGES_MAX};
 use thor_wire::{Commit, Piggyback, Reply, ReplyBody, Request, RequestBody, ServerInfo, Transport};
 
 use crate::error::{ClientError, ConflictCause};
+use crate::latency::LatencyHistogram;
 use crate::limits::{LARGE_PIECES_MAX, SLOW_PATH_ROUNDS_MAX};
 use crate::typed::{Any, Class, Field, FieldType, Ref, Refs, VarSpec};
 
@@ -212,6 +213,9 @@ struct Inner {
     /// class's serial: at commit they take the class's oref, at abort they are looked up again.
     new_class_slots: Vec<(usize, u32)>,
     stats: ClientStats,
+    /// The latency of every fetch (request sent to page installed, as `stats.fetch_time`
+    /// sums), for its p50 and p99: fixed size, no allocation per fetch.
+    fetch_latency: LatencyHistogram,
     /// Locations of the live views, in creation order ([`DEAD_VIEW`] for one dropped out of
     /// order). A view's object must not move or leave the cache; rather than counting a pin in
     /// the object's frame on every access (a cache miss per `get`), the session keeps this
@@ -613,6 +617,7 @@ impl Session {
                 schema: None,
                 new_class_slots: Vec::new(),
                 stats: ClientStats::default(),
+                fetch_latency: LatencyHistogram::new(),
                 views: Vec::new(),
                 pinned_depth: 0,
                 cfg,
@@ -889,6 +894,12 @@ impl Session {
         self.inner().stats
     }
 
+    /// The distribution of the session's fetch latencies so far (a copy; take one before and
+    /// one after a run and use [`LatencyHistogram::since`] for the run's own).
+    pub fn fetch_latency(&self) -> LatencyHistogram {
+        self.inner().fetch_latency.clone()
+    }
+
     /// The cache's demotion counters (pages given back to an exclusive server cache).
     pub fn cache_demote_stats(&self) -> thor_cache::demote::DemoteStats {
         self.inner().cache.demote_stats()
@@ -1078,8 +1089,10 @@ impl Inner {
             ReplyBody::Page { .. } => return Err(ClientError::Unexpected("page other than asked")),
             other => return Err(unexpected(other)),
         }
+        let took = t.elapsed();
         self.stats.fetches += 1;
-        self.stats.fetch_time += t.elapsed();
+        self.stats.fetch_time += took;
+        self.fetch_latency.record(took);
         Ok(())
     }
 

@@ -183,6 +183,15 @@ pub struct RunReport {
     pub commit_s: f64,
     /// Time fetching (request to installed page, including overlapped replacement).
     pub fetch_s: f64,
+    /// Median latency of one fetch of the measured run, in microseconds (from the session's
+    /// histogram: within 1/64 of the exact value; 0 without fetches).
+    pub fetch_us_p50: f64,
+    /// 99th percentile of the fetch latency, in microseconds (as `fetch_us_p50`).
+    pub fetch_us_p99: f64,
+    /// The measured run's fetch latencies, to merge with other clients' (not serialized: the
+    /// percentiles above say what a reader needs).
+    #[serde(skip)]
+    pub fetch_latency: thor_client::LatencyHistogram,
     /// Time freeing frames.
     pub replacement_s: f64,
     /// Time installing objects and swizzling.
@@ -210,16 +219,18 @@ pub struct RunReport {
 }
 
 /// Counters of a session at one moment.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Snap {
     /// The session's counters.
     client: thor_client::ClientStats,
     /// The cache's counters.
     cache: thor_cache::CacheStats,
+    /// The fetch latencies so far (the measured run's are the difference of two snapshots).
+    fetch_latency: thor_client::LatencyHistogram,
 }
 
 fn snap(s: &Session) -> Snap {
-    Snap { client: s.stats(), cache: s.cache_stats() }
+    Snap { client: s.stats(), cache: s.cache_stats(), fetch_latency: s.fetch_latency() }
 }
 
 fn secs(d: Duration) -> f64 {
@@ -402,6 +413,7 @@ fn report(
     elapsed: Duration,
     commit: Duration,
 ) -> RunReport {
+    let fetch_latency = after.fetch_latency.since(&before.fetch_latency);
     RunReport {
         traversal: cfg.workload.name().to_string(),
         policy: s.policy_name().to_string(),
@@ -417,6 +429,9 @@ fn report(
         cpu_s: None,
         commit_s: secs(commit),
         fetch_s: secs(after.client.fetch_time.saturating_sub(before.client.fetch_time)),
+        fetch_us_p50: secs(fetch_latency.percentile(0.5)) * 1e6,
+        fetch_us_p99: secs(fetch_latency.percentile(0.99)) * 1e6,
+        fetch_latency,
         replacement_s: secs(
             after.cache.replacement_time.saturating_sub(before.cache.replacement_time),
         ),

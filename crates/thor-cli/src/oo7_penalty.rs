@@ -1,0 +1,574 @@
+//! `thor oo7 penalty`: the miss penalty of cold traversals beside the loopback floor.
+//!
+//! Issue 16 splits a miss into fetch time, replacement and conversion (the HAC paper's section
+//! 4.4, Figure 9) and asks for each at a stated proportion of what the machine allows. This
+//! command is the instrument: per traversal, run cold over a loopback TCP server started in
+//! this process (or the embedded server), it prints
+//!
+//! - fetches, fetch time in total and per fetch (mean, p50, p99, from the session's histogram);
+//! - conversion (installing and swizzling) per page and per object installed, replacement per
+//!   fetch, and conversion over fetch time (Figure 9's proportion; the goal is at most 10%);
+//! - the floor, measured in the same run ([`crate::floor`]): a blocking ping-pong of a page
+//!   sized reply over loopback TCP and over a Unix socket, p50 and p99; and thor's fetch p50
+//!   and p99 over the TCP floor's (the goal is at most 1.5);
+//! - with `--clients N`, the same for N clients running the traversal at once, beside a floor
+//!   of N ping-pongs at once.
+//!
+//! Each of `--runs` runs measures the floor, then every traversal once, cold (a new session
+//! with an empty cache); the table gives the median and the range over the runs, so that a
+//! figure taken on a busy machine shows its spread. Before the first run, every traversal runs
+//! once unmeasured so that the server's page cache (and the OS's) holds the pages: the figures
+//! are of the network and the client, which is what the floor measures, not of the disk.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use serde_json::json;
+use thor_oo7::experiment::{Endpoint, NoRunTrace, RunConfig, RunReport, Workload, run};
+
+use crate::floor::{FloorConfig, FloorReport, Socket};
+use crate::oo7::{MIB, open_database_with, policy};
+use crate::plot::{ChartSpec, bar_chart};
+
+/// Where the client's server is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Over {
+    /// A `thor_net` server on 127.0.0.1 in this process, over TCP.
+    Tcp,
+    /// The embedded server, through the in-process transport (no socket).
+    Embedded,
+}
+
+/// `thor oo7 penalty`.
+#[derive(Debug, Args)]
+pub struct PenaltyArgs {
+    /// The OO7 database (`thor oo7 load`).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Traversals, comma-separated, each run cold.
+    #[arg(long, value_delimiter = ',', default_value = "t6,t1-,t1")]
+    traversals: Vec<String>,
+    /// The client cache manager: hac or fpc.
+    #[arg(long, default_value = "hac")]
+    policy: String,
+    /// Client cache size in MiB (frames and tables).
+    #[arg(long, value_parser = crate::positive_size, allow_negative_numbers = true, default_value_t = 256.0)]
+    cache_mb: f64,
+    /// How the client reaches the server.
+    #[arg(long, value_enum, default_value_t = Over::Tcp)]
+    over: Over,
+    /// Runs, each measuring the floor and every traversal once; figures are the median and
+    /// range over them.
+    #[arg(long, value_parser = crate::at_least_one::<u32>, allow_negative_numbers = true, default_value_t = 3)]
+    runs: u32,
+    /// Timed round trips of each floor measurement.
+    #[arg(long, value_parser = crate::at_least_one::<u32>, allow_negative_numbers = true, default_value_t = 10_000)]
+    round_trips: u32,
+    /// Untimed round trips before them.
+    #[arg(long, default_value_t = 1_000)]
+    warmup: u32,
+    /// Also run this many clients at once (each its own session and connection, the same cold
+    /// traversal) after the single client, with a floor of as many ping-pongs at once; 1: no.
+    #[arg(long, value_parser = crate::at_least_one::<usize>, allow_negative_numbers = true, default_value_t = 1)]
+    clients: usize,
+    /// Seed of the operations' random choices.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Replace in the foreground (HAC-FG) instead of while fetches are on the wire.
+    #[arg(long)]
+    foreground: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Also write samples.csv, summary.csv and penalty.png/.svg (medians in microseconds)
+    /// into this directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// One traversal's measured cold run, with the floor of the same run.
+#[derive(Debug, Clone, Serialize)]
+struct Sample {
+    /// The traversal.
+    traversal: String,
+    /// Which run (from 1).
+    run: u32,
+    /// The run's figures (fetches, times in seconds, counters).
+    #[serde(skip)]
+    report: RunReport,
+    /// The derived figures, in [`FIELDS`] order.
+    #[serde(flatten)]
+    values: BTreeMap<&'static str, f64>,
+}
+
+/// The figures of a sample, in table and CSV order, with what each means.
+const FIELDS: [(&str, &str); 19] = [
+    ("fetches", "pages fetched"),
+    ("elapsed_s", "the traversal's time, without commit"),
+    ("fetch_s", "time fetching (request to page installed)"),
+    ("fetch_us_mean", "fetch time per fetch"),
+    ("fetch_us_p50", "median fetch latency"),
+    ("fetch_us_p99", "99th percentile fetch latency"),
+    ("conversion_s", "time installing objects and swizzling"),
+    ("conversion_us_per_page", "conversion per page fetched"),
+    ("conversion_ns_per_object", "conversion per object installed"),
+    ("replacement_s", "time freeing frames"),
+    ("replacement_us_per_fetch", "replacement per fetch"),
+    ("conversion_to_fetch", "conversion over fetch time (Figure 9; goal <= 0.10)"),
+    ("replacement_to_fetch", "replacement over fetch time (goal <= 0.16)"),
+    ("floor_tcp_us_p50", "loopback TCP ping-pong median, same run"),
+    ("floor_tcp_us_p99", "loopback TCP ping-pong 99th percentile"),
+    ("floor_unix_us_p50", "Unix socket ping-pong median, same run"),
+    ("floor_unix_us_p99", "Unix socket ping-pong 99th percentile"),
+    ("fetch_p50_to_tcp_floor", "fetch p50 over TCP floor p50 (goal <= 1.5)"),
+    ("fetch_p99_to_tcp_floor", "fetch p99 over TCP floor p99 (goal <= 1.5)"),
+];
+
+/// `a / b`, or 0 when `b` is 0 (a run without fetches has no per-fetch figures).
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}
+
+fn sample(
+    traversal: &str,
+    run: u32,
+    r: RunReport,
+    tcp: &FloorReport,
+    unix: &FloorReport,
+) -> Sample {
+    let fetches = r.fetches as f64;
+    let v = [
+        fetches,
+        r.elapsed_s,
+        r.fetch_s,
+        ratio(r.fetch_s * 1e6, fetches),
+        r.fetch_us_p50,
+        r.fetch_us_p99,
+        r.conversion_s,
+        ratio(r.conversion_s * 1e6, fetches),
+        ratio(r.conversion_s * 1e9, r.objects_installed as f64),
+        r.replacement_s,
+        ratio(r.replacement_s * 1e6, fetches),
+        ratio(r.conversion_s, r.fetch_s),
+        ratio(r.replacement_s, r.fetch_s),
+        tcp.p50_us,
+        tcp.p99_us,
+        unix.p50_us,
+        unix.p99_us,
+        ratio(r.fetch_us_p50, tcp.p50_us),
+        ratio(r.fetch_us_p99, tcp.p99_us),
+    ];
+    let values = FIELDS.iter().zip(v).map(|(&(name, _), x)| (name, x)).collect();
+    Sample { traversal: traversal.to_string(), run, report: r, values }
+}
+
+/// Several clients running one cold traversal at once, with the floor of as many ping-pongs.
+#[derive(Debug, Clone, Serialize)]
+struct Concurrent {
+    /// The traversal.
+    traversal: String,
+    /// Which run (from 1).
+    run: u32,
+    /// Clients at once.
+    clients: usize,
+    /// Fetches of all clients.
+    fetches: u64,
+    /// The clients' fetch latencies together: median, microseconds.
+    fetch_us_p50: f64,
+    /// And 99th percentile.
+    fetch_us_p99: f64,
+    /// The floor with as many clients over TCP: median and 99th percentile, microseconds.
+    floor_tcp_us_p50: f64,
+    /// The floor's 99th percentile.
+    floor_tcp_us_p99: f64,
+    /// `fetch_us_p50 / floor_tcp_us_p50` (goal <= 1.5).
+    fetch_p50_to_tcp_floor: f64,
+    /// `fetch_us_p99 / floor_tcp_us_p99` (goal <= 1.5).
+    fetch_p99_to_tcp_floor: f64,
+}
+
+/// The median and range of a figure over the runs.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct Spread {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+fn spread(mut xs: Vec<f64>) -> Spread {
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    let median = match n {
+        0 => 0.0,
+        n if n % 2 == 1 => xs[n / 2],
+        n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
+    };
+    Spread {
+        median,
+        min: xs.first().copied().unwrap_or(0.0),
+        max: xs.last().copied().unwrap_or(0.0),
+    }
+}
+
+/// A traversal's figures over the runs.
+#[derive(Debug, Clone, Serialize)]
+struct Summary {
+    traversal: String,
+    runs: usize,
+    #[serde(flatten)]
+    fields: BTreeMap<&'static str, Spread>,
+}
+
+fn summarize(traversal: &str, samples: &[Sample]) -> Summary {
+    let mine: Vec<&Sample> = samples.iter().filter(|s| s.traversal == traversal).collect();
+    let fields = FIELDS
+        .iter()
+        .map(|&(name, _)| (name, spread(mine.iter().map(|s| s.values[name]).collect())))
+        .collect();
+    Summary { traversal: traversal.to_string(), runs: mine.len(), fields }
+}
+
+pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
+    let policy = policy(&a.policy)?;
+    let workloads = a
+        .traversals
+        .iter()
+        .map(|t| t.parse::<Workload>().with_context(|| format!("traversal {t:?}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if workloads.is_empty() {
+        bail!("give at least one traversal");
+    }
+    let (engine, _disk) = open_database_with(&a.dir, thor_server::EngineOptions::default(), false)?;
+    let page_bytes = engine.page_size();
+    let server = match a.over {
+        Over::Tcp => Some(
+            thor_net::Server::start("127.0.0.1:0", engine.clone(), Default::default())
+                .context("starting the loopback server")?,
+        ),
+        Over::Embedded => None,
+    };
+    let endpoint = match &server {
+        Some(s) => Endpoint::Tcp { addr: s.local_addr().to_string(), token: Vec::new() },
+        None => Endpoint::Embedded(engine.clone()),
+    };
+    let cfg = |w: Workload| RunConfig {
+        workload: w,
+        policy,
+        cache_bytes: (a.cache_mb * MIB) as usize,
+        hot: false,
+        seed: a.seed,
+        background_replacement: !a.foreground,
+        repeat: 1,
+        commit_every: 0,
+    };
+    let traverse = |w: Workload| {
+        run(&endpoint, &cfg(w), NoRunTrace).with_context(|| format!("running {}", w.name()))
+    };
+    // Warm the server's page cache and the OS's with every page the traversals read.
+    let t = Instant::now();
+    for &w in &workloads {
+        eprintln!("warming the server with {} ...", w.name());
+        traverse(w)?;
+    }
+    eprintln!("warm in {:.1} s", t.elapsed().as_secs_f64());
+    let floor = |socket, clients| {
+        crate::floor::measure(&FloorConfig {
+            socket,
+            reply_bytes: page_bytes,
+            round_trips: a.round_trips,
+            warmup: a.warmup,
+            clients,
+        })
+        .with_context(|| format!("measuring the {} floor", socket.name()))
+    };
+    let mut floors = Vec::new();
+    let mut samples = Vec::new();
+    let mut concurrent = Vec::new();
+    for r in 1..=a.runs {
+        eprintln!("run {r}/{}: floor ({} round trips each) ...", a.runs, a.round_trips);
+        let tcp = floor(Socket::Tcp, 1)?;
+        let unix = floor(Socket::Unix, 1)?;
+        for &w in &workloads {
+            eprintln!("run {r}/{}: cold {} ...", a.runs, w.name());
+            samples.push(sample(w.name(), r, traverse(w)?, &tcp, &unix));
+        }
+        floors.push(json!({ "run": r, "tcp": tcp, "unix": unix }));
+        if a.clients > 1 {
+            eprintln!("run {r}/{}: floor with {} clients ...", a.runs, a.clients);
+            let tcp_n = floor(Socket::Tcp, a.clients)?;
+            for &w in &workloads {
+                eprintln!(
+                    "run {r}/{}: cold {}, {} clients at once ...",
+                    a.runs,
+                    w.name(),
+                    a.clients
+                );
+                concurrent.push(at_once(w, r, a.clients, &traverse, &tcp_n)?);
+            }
+        }
+    }
+    if let Some(s) = server {
+        s.shutdown().context("stopping the loopback server")?;
+    }
+    let names: Vec<&str> = workloads.iter().map(|w| w.name()).collect();
+    let summaries: Vec<Summary> = names.iter().map(|t| summarize(t, &samples)).collect();
+    let settings = json!({
+        "dir": a.dir.display().to_string(),
+        "policy": a.policy,
+        "cache_mb": a.cache_mb,
+        "over": a.over,
+        "runs": a.runs,
+        "page_bytes": page_bytes,
+        "round_trips": a.round_trips,
+        "warmup": a.warmup,
+        "seed": a.seed,
+        "background_replacement": !a.foreground,
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+    });
+    if let Some(dir) = &a.out {
+        write_out(dir, &samples, &summaries)?;
+    }
+    if a.json {
+        let reports: Vec<_> =
+            samples.iter().map(|s| json!({ "run": s.run, "report": s.report })).collect();
+        let v = json!({
+            "settings": settings,
+            "fields": FIELDS.iter().map(|(n, d)| json!({ "name": n, "meaning": d })).collect::<Vec<_>>(),
+            "floors": floors,
+            "samples": samples,
+            "summary": summaries,
+            "concurrent": concurrent,
+            "reports": reports,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", table(&a, page_bytes, &summaries));
+        print!("{}", concurrent_table(&concurrent));
+    }
+    Ok(())
+}
+
+/// Runs `w` cold in `clients` sessions at once (one thread each) and merges their fetch
+/// latencies.
+fn at_once(
+    w: Workload,
+    run: u32,
+    clients: usize,
+    traverse: &(dyn Fn(Workload) -> anyhow::Result<RunReport> + Sync),
+    floor: &FloorReport,
+) -> anyhow::Result<Concurrent> {
+    let reports = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..clients).map(|_| scope.spawn(|| traverse(w))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| anyhow::anyhow!("a client thread panicked"))?)
+            .collect::<anyhow::Result<Vec<RunReport>>>()
+    })?;
+    let mut all = thor_client::LatencyHistogram::new();
+    for r in &reports {
+        all.merge(&r.fetch_latency);
+    }
+    let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
+    let (p50, p99) = (us(all.percentile(0.5)), us(all.percentile(0.99)));
+    Ok(Concurrent {
+        traversal: w.name().to_string(),
+        run,
+        clients,
+        fetches: reports.iter().map(|r| r.fetches).sum(),
+        fetch_us_p50: p50,
+        fetch_us_p99: p99,
+        floor_tcp_us_p50: floor.p50_us,
+        floor_tcp_us_p99: floor.p99_us,
+        fetch_p50_to_tcp_floor: ratio(p50, floor.p50_us),
+        fetch_p99_to_tcp_floor: ratio(p99, floor.p99_us),
+    })
+}
+
+/// The several-clients section: median (min-max) over the runs per traversal.
+fn concurrent_table(c: &[Concurrent]) -> String {
+    let mut out = String::new();
+    let Some(first) = c.first() else { return out };
+    let _ = writeln!(
+        out,
+        "\n{} clients at once, each its own session and connection; TCP floor with {} ping-pongs at once",
+        first.clients, first.clients
+    );
+    let _ = writeln!(
+        out,
+        "{:<10} {:>24} {:>24} {:>24} {:>24} {:>20}",
+        "traversal", "fetch p50 us", "fetch p99 us", "floor p50 us", "floor p99 us", "p50/floor"
+    );
+    // The traversals in the order they ran.
+    let mut names: Vec<&str> = Vec::new();
+    for x in c {
+        if !names.contains(&x.traversal.as_str()) {
+            names.push(&x.traversal);
+        }
+    }
+    for t in names {
+        let mine: Vec<&Concurrent> = c.iter().filter(|x| x.traversal == t).collect();
+        let n = mine.len();
+        let col = |f: fn(&Concurrent) -> f64, prec| {
+            cell(&spread(mine.iter().map(|x| f(x)).collect()), prec, n)
+        };
+        let _ = writeln!(
+            out,
+            "{t:<10} {:>24} {:>24} {:>24} {:>24} {:>20}",
+            col(|x| x.fetch_us_p50, 1),
+            col(|x| x.fetch_us_p99, 1),
+            col(|x| x.floor_tcp_us_p50, 1),
+            col(|x| x.floor_tcp_us_p99, 1),
+            col(|x| x.fetch_p50_to_tcp_floor, 2),
+        );
+    }
+    out
+}
+
+/// A cell: the median, and the range when there was more than one run.
+fn cell(s: &Spread, prec: usize, runs: usize) -> String {
+    if runs > 1 {
+        format!("{:.prec$} ({:.prec$}-{:.prec$})", s.median, s.min, s.max)
+    } else {
+        format!("{:.prec$}", s.median)
+    }
+}
+
+fn table(a: &PenaltyArgs, page_bytes: usize, sums: &[Summary]) -> String {
+    let mut out = String::new();
+    let runs = sums.first().map_or(0, |s| s.runs);
+    let _ = writeln!(
+        out,
+        "cold traversals, {} {} MiB, over {}, {} KiB pages; median (min-max) of {} run(s)",
+        a.policy,
+        a.cache_mb,
+        match a.over {
+            Over::Tcp => "loopback TCP",
+            Over::Embedded => "the in-process transport",
+        },
+        page_bytes / 1024,
+        runs
+    );
+    // Columns: (header, field, decimals).
+    let cols: [(&str, &str, usize); 13] = [
+        ("fetches", "fetches", 0),
+        ("fetch ms", "fetch_s", 1),
+        ("fetch us", "fetch_us_mean", 1),
+        ("p50 us", "fetch_us_p50", 1),
+        ("p99 us", "fetch_us_p99", 1),
+        ("conv us/page", "conversion_us_per_page", 1),
+        ("conv ns/obj", "conversion_ns_per_object", 0),
+        ("repl us/fetch", "replacement_us_per_fetch", 1),
+        ("conv/fetch", "conversion_to_fetch", 2),
+        ("tcp floor p50", "floor_tcp_us_p50", 1),
+        ("unix floor p50", "floor_unix_us_p50", 1),
+        ("p50/floor", "fetch_p50_to_tcp_floor", 2),
+        ("p99/floor p99", "fetch_p99_to_tcp_floor", 2),
+    ];
+    let rows: Vec<Vec<String>> = sums
+        .iter()
+        .map(|s| {
+            let mut row = vec![s.traversal.clone()];
+            for &(_, f, prec) in &cols {
+                let mut sp = s.fields[f];
+                if f == "fetch_s" {
+                    sp = Spread { median: sp.median * 1e3, min: sp.min * 1e3, max: sp.max * 1e3 };
+                }
+                row.push(cell(&sp, prec, s.runs));
+            }
+            row
+        })
+        .collect();
+    let header: Vec<String> =
+        std::iter::once("traversal").chain(cols.iter().map(|c| c.0)).map(String::from).collect();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| rows.iter().map(|r| r[i].len()).chain([header[i].len()]).max().unwrap_or(0))
+        .collect();
+    for row in std::iter::once(&header).chain(rows.iter()) {
+        let line: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i == 0 {
+                    format!("{c:<w$}", w = widths[i])
+                } else {
+                    format!("{c:>w$}", w = widths[i])
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  "));
+    }
+    if let Some(s) = sums.first() {
+        let _ = writeln!(
+            out,
+            "\nloopback floor ({page_bytes}-byte reply to a 16-byte request, {} round trips, one client)",
+            a.round_trips
+        );
+        for (name, p50, p99) in [
+            ("tcp", "floor_tcp_us_p50", "floor_tcp_us_p99"),
+            ("unix", "floor_unix_us_p50", "floor_unix_us_p99"),
+        ] {
+            let _ = writeln!(
+                out,
+                "  {name:<5} p50 {} us   p99 {} us",
+                cell(&s.fields[p50], 1, s.runs),
+                cell(&s.fields[p99], 1, s.runs)
+            );
+        }
+    }
+    out
+}
+
+/// Writes samples.csv (every run), summary.csv (median, min and max per figure) and a bar
+/// chart of the medians that are microseconds.
+fn write_out(dir: &std::path::Path, samples: &[Sample], sums: &[Summary]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut csv = String::from("traversal,run");
+    for (f, _) in FIELDS {
+        let _ = write!(csv, ",{f}");
+    }
+    csv.push('\n');
+    for s in samples {
+        let _ = write!(csv, "{},{}", s.traversal, s.run);
+        for (f, _) in FIELDS {
+            let _ = write!(csv, ",{}", s.values[f]);
+        }
+        csv.push('\n');
+    }
+    let path = dir.join("samples.csv");
+    std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))?;
+    let mut csv = String::from("traversal,field,median,min,max\n");
+    for s in sums {
+        for (f, _) in FIELDS {
+            let sp = s.fields[f];
+            let _ = writeln!(csv, "{},{f},{},{},{}", s.traversal, sp.median, sp.min, sp.max);
+        }
+    }
+    let path = dir.join("summary.csv");
+    std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))?;
+    let bars = [
+        ("fetch p50", "fetch_us_p50"),
+        ("fetch p99", "fetch_us_p99"),
+        ("TCP floor p50", "floor_tcp_us_p50"),
+        ("Unix floor p50", "floor_unix_us_p50"),
+        ("conversion per page", "conversion_us_per_page"),
+        ("replacement per fetch", "replacement_us_per_fetch"),
+    ];
+    let series: Vec<(String, Vec<f64>)> = bars
+        .iter()
+        .map(|(n, f)| (n.to_string(), sums.iter().map(|s| s.fields[f].median).collect()))
+        .collect();
+    let groups: Vec<String> = sums.iter().map(|s| s.traversal.clone()).collect();
+    let spec = ChartSpec {
+        title: "Miss penalty per fetch against the loopback floor (medians)".into(),
+        y_label: "microseconds".into(),
+        ..ChartSpec::default()
+    };
+    bar_chart(&dir.join("penalty"), &spec, &groups, &series)?;
+    Ok(())
+}
