@@ -103,13 +103,15 @@ impl Default for GomParams {
 }
 
 impl GomParams {
-    /// A fifth of the cache for objects. OO7's traversals find most objects of a page useful
-    /// (the database is clustered by creation), so the page buffer deserves most of the cache;
-    /// the object buffer catches the used objects of pages the page buffer cannot hold, which
-    /// at small caches is most of what GOM saves over FPC. Measured on T1- of the small OO7
-    /// database (see ARCHITECTURE.md and the sweep in the commit adding GOM), 0.2 to 0.3 did
-    /// best across 1 to 6 MB; the paper tuned it per size.
-    pub const DEFAULT: GomParams = GomParams { object_permille: 200 };
+    /// Four fifths of the cache for objects, the best split measured on the paper's GOM
+    /// workload (T1- of the small OO7 database, 8 KB pages; `thor oo7 sweep --policies
+    /// gom:obj=0.1,...`): hot, 0.8 gave 2,542 / 14 / 0 fetches at 1 / 2 / 3 MB against 3,036 /
+    /// 1,563 / 488 for 0.2 and 3,080 / 831 / 0 for 0.5, and cold 2,458 / 878 / 751 against
+    /// 3,000 / 1,687 / 895 and 2,921 / 1,197 / 751; 0.9 starves the page buffer (2,936 hot at
+    /// 1 MB). Even T1, which uses most objects of a page, keeps few of a page's objects per
+    /// visit of it at these sizes, so the object buffer pays. The paper tuned the split per
+    /// size and traversal; so should a study.
+    pub const DEFAULT: GomParams = GomParams { object_permille: 800 };
 
     /// Parses the settings after `gom:` (`obj=0.3`; empty gives the default).
     pub(crate) fn parse(settings: &str) -> Result<GomParams, CacheError> {
@@ -408,7 +410,12 @@ impl Gom {
     /// Evicts least recently used objects until the frame of the last one evicted has room for
     /// `size` bytes, packs that frame and makes it the target. Objects that are modified or in
     /// a pinned frame are passed over (and become the most recently used: they are in use).
-    /// False if the whole buffer was passed over.
+    /// If the buffer runs out first, any unpinned frame with room will do. False if none has.
+    ///
+    /// Room is made per object, as a buddy system allocates per object: making room for the
+    /// rest of the evicted page at once packs a frame once per eviction instead of once per
+    /// object (six times less replacement time on OO7 T1- at 1 MB) but evicts more, since the
+    /// room freed is spread over frames (4% to 40% more fetches at 1 to 3 MB).
     fn make_room(&mut self, core: &mut CacheCore, size: usize) -> bool {
         let mut found = false;
         while self.tail != NIL {
@@ -439,12 +446,36 @@ impl Gom {
                 }
             }
         }
+        if !found {
+            // Everything evictable left (the rest is modified or pinned) without the last
+            // evicted object's frame having room: another unpinned frame may have it.
+            found = self.room_anywhere(core, size);
+        }
         let mut held = std::mem::take(&mut self.held);
         for i in held.drain(..) {
             self.lru_push_front(core, i);
         }
         self.held = held;
         found
+    }
+
+    /// Packs an unpinned object frame with room for `size` bytes, if any, and makes it the
+    /// target (after `make_room` ran out of objects to evict: a rare path, a scan of the
+    /// buffer's frames).
+    fn room_anywhere(&mut self, core: &mut CacheCore, size: usize) -> bool {
+        let Some(k) = (0..self.object_frames.len()).find(|&k| {
+            let f = self.object_frames[k] as usize;
+            core.frames[f].pins == 0 && core.page_size - self.live[f] as usize >= size
+        }) else {
+            return false;
+        };
+        let f = self.object_frames[k];
+        self.pack(core, f);
+        if core.frames[f as usize].used as usize + size > core.page_size {
+            return false;
+        }
+        self.target = f;
+        true
     }
 
     /// Empties an object frame (the one with the fewest live bytes among those neither pinned
@@ -520,6 +551,9 @@ impl Gom {
         }
         let quota = self.params.object_frames(core.usable_frames());
         let mut in_place = false;
+        // Once making room failed (everything left is modified or pinned), the rest of the
+        // page's objects are dropped rather than each walking the whole buffer again.
+        let mut no_room = quota == 0;
         for &(loc, i) in &order {
             let size = core.object_size(loc);
             let oref = core.entries[i as usize].oref;
@@ -544,7 +578,8 @@ impl Gom {
                     self.object_frames.push(v);
                     self.target = v;
                     in_place = true;
-                } else if quota == 0 || !self.make_room(core, size) {
+                } else if no_room || !self.make_room(core, size) {
+                    no_room = true;
                     core.discard(i);
                     dropped += 1;
                     continue;

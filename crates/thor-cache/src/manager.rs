@@ -31,17 +31,20 @@ use crate::txn::Transaction;
 /// Counters a replacement strategy keeps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReplacementStats {
-    /// Frames freed by evicting them whole (FPC; HAC: victims of which nothing was kept).
+    /// Frames freed by evicting them whole (FPC; HAC: victims of which nothing was kept; GOM:
+    /// pages evicted from its page buffer).
     pub frames_evicted: u64,
     /// Victims compacted: their hot objects moved elsewhere (HAC). Each either freed its frame
-    /// or became the compaction target.
+    /// or became the compaction target. GOM: object-buffer frames packed to reuse the room of
+    /// evicted objects.
     pub frames_compacted: u64,
-    /// Objects kept by compaction (HAC).
+    /// Objects kept by compaction (HAC), or copied from evicted pages into the object buffer
+    /// (GOM).
     pub objects_kept: u64,
     /// Objects dropped from the cache (installed or not).
     pub objects_dropped: u64,
     /// Kept objects that moved back into their resident page rather than to the target: the
-    /// duplicate case (HAC).
+    /// duplicate case (HAC); objects put back into their page when it was fetched again (GOM).
     pub objects_moved_home: u64,
     /// Frames whose usage the primary pointer computed (HAC).
     pub frames_scanned: u64,
@@ -123,7 +126,7 @@ impl std::str::FromStr for PolicyConfig {
             ("hac", settings) => Ok(PolicyConfig::Hac(settings.parse()?)),
             ("gom", settings) => Ok(PolicyConfig::Gom(GomParams::parse(settings)?)),
             _ => Err(CacheError::BadConfig(format!(
-                "unknown cache policy {s:?} (expected fpc, hac, hac:r=2/3,e=20,n=2,s=3, quickstore, quickstore:m=64, clock, arc, s3fifo, wtinylfu, gom or gom:obj=0.2)"
+                "unknown cache policy {s:?} (expected fpc, hac, hac:r=2/3,e=20,n=2,s=3, quickstore, quickstore:m=64, clock, arc, s3fifo, wtinylfu, gom or gom:obj=0.8)"
             ))),
         }
     }
