@@ -672,6 +672,12 @@ impl CacheCore {
         self.pages.contains_key(&page) || self.resident.contains_key(&page)
     }
 
+    /// Whether an object of page `page` is resident anywhere (installed from the page's copy or
+    /// kept elsewhere).
+    pub(crate) fn has_resident_objects(&self, page: u32) -> bool {
+        self.resident.contains_key(&page)
+    }
+
     fn maybe_page_gone(&mut self, page: u32) {
         if !self.page_cached(page) {
             self.discarded.push(page);
@@ -887,7 +893,18 @@ impl CacheCore {
         if e.flags & (F_MODIFIED | F_NEW) != 0 || (!force && self.frames[f as usize].pins > 0) {
             return false;
         }
-        // Unlink `i` from its frame's installed list (a walk: invalidations are rare).
+        // A walk of the frame's list: invalidations are rare.
+        self.unlink_installed(i);
+        self.discard(i);
+        true
+    }
+
+    /// Takes resident entry `i` out of its frame's installed list, fixing the frame's
+    /// `installed` and `modified` counts (the entry keeps its location: the caller moves or
+    /// discards it next). A walk of the list, so for paths that touch one object of a frame
+    /// now and then (invalidations; GOM's object buffer).
+    pub(crate) fn unlink_installed(&mut self, i: u32) {
+        let f = self.frame_of(self.entries[i as usize].loc);
         let mut prev = NIL;
         let mut cur = self.frames[f as usize].installed_head;
         while cur != NIL && cur != i {
@@ -901,9 +918,12 @@ impl CacheCore {
         } else {
             self.entries[prev as usize].link = next;
         }
-        self.frames[f as usize].installed -= 1;
-        self.discard(i);
-        true
+        let fm = &mut self.frames[f as usize];
+        fm.installed -= 1;
+        if self.entries[i as usize].flags & F_MODIFIED != 0 {
+            fm.modified -= 1;
+        }
+        self.entries[i as usize].link = NIL;
     }
 
     /// At the end of a transaction: evicts the invalidated objects that had to stay (see

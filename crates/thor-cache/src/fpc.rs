@@ -59,7 +59,7 @@ impl CacheManager for Fpc {
     }
 
     #[inline]
-    fn touch(&mut self, _entry: &mut Entry, frame: u32) {
+    fn touch(&mut self, _entry: &mut Entry, _index: u32, frame: u32) {
         if frame != self.last {
             self.lru.touch(frame as u64);
             self.last = frame;

@@ -10,6 +10,8 @@
 //! - [`hac`]: HAC, hybrid adaptive caching: pages, and only the hot objects of the pages
 //!   that are poorly used (the paper's client cache);
 //! - [`fpc`]: FPC, whole pages with perfect LRU (`thor_policy::Lru`);
+//! - [`gom`]: GOM, dual buffering: a page buffer and an object buffer split statically, each
+//!   perfect LRU, the used objects of evicted pages copied to the object buffer;
 //! - [`paged`]: whole pages in any `thor_policy` order: QuickStore (CLOCK and its mapping
 //!   objects), CLOCK, ARC, S3-FIFO, W-TinyLFU;
 //! - [`txn`]: the current transaction's cache state (undo copies, created objects, the read
@@ -23,6 +25,7 @@ pub mod core;
 pub mod demote;
 pub mod error;
 pub mod fpc;
+pub mod gom;
 pub mod hac;
 pub mod limits;
 pub mod manager;
@@ -32,6 +35,7 @@ pub mod readset;
 pub mod txn;
 
 pub use error::CacheError;
+pub use gom::{Gom, GomParams};
 pub use hac::{Fraction, Hac, HacParams};
 pub use manager::{
     CacheConfig, CacheManager, CacheStats, ClientCache, PolicyConfig, ReplacementStats,

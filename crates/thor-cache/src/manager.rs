@@ -22,6 +22,7 @@ use thor_core::{ClassDesc, Oref, PageId, RawRef};
 use crate::core::{CacheCore, CoreStats, Entry, F_LIVE, F_READ, F_RESOLVING, NOT_RESIDENT, Need};
 use crate::error::CacheError;
 use crate::fpc::Fpc;
+use crate::gom::{Gom, GomParams};
 use crate::hac::{Hac, HacParams};
 use crate::limits::UNDO_BUDGET_DIVISOR;
 use crate::paged::{Paged, PagedParams};
@@ -30,17 +31,20 @@ use crate::txn::Transaction;
 /// Counters a replacement strategy keeps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReplacementStats {
-    /// Frames freed by evicting them whole (FPC; HAC: victims of which nothing was kept).
+    /// Frames freed by evicting them whole (FPC; HAC: victims of which nothing was kept; GOM:
+    /// pages evicted from its page buffer).
     pub frames_evicted: u64,
     /// Victims compacted: their hot objects moved elsewhere (HAC). Each either freed its frame
-    /// or became the compaction target.
+    /// or became the compaction target. GOM: object-buffer frames packed to reuse the room of
+    /// evicted objects.
     pub frames_compacted: u64,
-    /// Objects kept by compaction (HAC).
+    /// Objects kept by compaction (HAC), or copied from evicted pages into the object buffer
+    /// (GOM).
     pub objects_kept: u64,
     /// Objects dropped from the cache (installed or not).
     pub objects_dropped: u64,
     /// Kept objects that moved back into their resident page rather than to the target: the
-    /// duplicate case (HAC).
+    /// duplicate case (HAC); objects put back into their page when it was fetched again (GOM).
     pub objects_moved_home: u64,
     /// Frames whose usage the primary pointer computed (HAC).
     pub frames_scanned: u64,
@@ -59,9 +63,11 @@ pub trait CacheManager: std::fmt::Debug {
     /// A short name ("fpc", "hac", "quickstore", ...).
     fn name(&self) -> &'static str;
 
-    /// An access hit entry `entry` in frame `frame`: record the use. This is on the hit path of
-    /// every object access, so it must be a few instructions.
-    fn touch(&mut self, entry: &mut Entry, frame: u32);
+    /// An access hit entry `entry` (index `index` in the indirection table) in frame `frame`:
+    /// record the use. This is on the hit path of every object access, so it must be a few
+    /// instructions. (The index is for managers that order objects, GOM's object buffer: it
+    /// names the object without a hash probe.)
+    fn touch(&mut self, entry: &mut Entry, index: u32, frame: u32);
 
     /// A fetched page was installed in `frame`.
     fn page_installed(&mut self, core: &mut CacheCore, frame: u32);
@@ -94,6 +100,9 @@ pub enum PolicyConfig {
     /// Whole pages in a `thor_policy` policy's order: QuickStore, CLOCK, ARC, S3-FIFO,
     /// W-TinyLFU ([`crate::paged`]).
     Paged(PagedParams),
+    /// GOM's dual buffering: a page buffer and an object buffer split statically
+    /// ([`crate::gom`]).
+    Gom(GomParams),
 }
 
 impl PolicyConfig {
@@ -105,7 +114,7 @@ impl std::str::FromStr for PolicyConfig {
     type Err = CacheError;
     /// `fpc`, `hac`, or `hac:` followed by HAC settings (`hac:r=2/3,e=20,n=2,s=3`, any subset);
     /// `quickstore` (or `quickstore:m=N`, N mapping objects per mapping page), `clock`, `arc`,
-    /// `s3fifo`, `wtinylfu`.
+    /// `s3fifo`, `wtinylfu`; `gom` (or `gom:obj=F`, the object buffer's share of the cache).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let lower = s.trim().to_ascii_lowercase();
         let (name, settings) = lower.split_once(':').unwrap_or((lower.as_str(), ""));
@@ -115,8 +124,9 @@ impl std::str::FromStr for PolicyConfig {
         match (name, settings) {
             ("fpc", "") => Ok(PolicyConfig::Fpc),
             ("hac", settings) => Ok(PolicyConfig::Hac(settings.parse()?)),
+            ("gom", settings) => Ok(PolicyConfig::Gom(GomParams::parse(settings)?)),
             _ => Err(CacheError::BadConfig(format!(
-                "unknown cache policy {s:?} (expected fpc, hac, hac:r=2/3,e=20,n=2,s=3, quickstore, quickstore:m=64, clock, arc, s3fifo or wtinylfu)"
+                "unknown cache policy {s:?} (expected fpc, hac, hac:r=2/3,e=20,n=2,s=3, quickstore, quickstore:m=64, clock, arc, s3fifo, wtinylfu, gom or gom:obj=0.8)"
             ))),
         }
     }
@@ -131,6 +141,7 @@ impl std::fmt::Display for PolicyConfig {
             PolicyConfig::Hac(p) if *p == HacParams::PAPER => f.write_str("hac"),
             PolicyConfig::Hac(p) => write!(f, "hac:{p}"),
             PolicyConfig::Paged(p) => write!(f, "{p}"),
+            PolicyConfig::Gom(p) => write!(f, "{p}"),
         }
     }
 }
@@ -155,6 +166,7 @@ pub(crate) enum Manager {
     Fpc(Fpc),
     Hac(Hac),
     Paged(Paged),
+    Gom(Gom),
 }
 
 macro_rules! with_manager {
@@ -163,6 +175,7 @@ macro_rules! with_manager {
             Manager::Fpc($m) => $e,
             Manager::Hac($m) => $e,
             Manager::Paged($m) => $e,
+            Manager::Gom($m) => $e,
         }
     };
 }
@@ -265,6 +278,7 @@ impl ClientCache {
             PolicyConfig::Fpc => Manager::Fpc(Fpc::new(frames)?),
             PolicyConfig::Hac(params) => Manager::Hac(Hac::new(frames, params)?),
             PolicyConfig::Paged(params) => Manager::Paged(Paged::new(frames, params)?),
+            PolicyConfig::Gom(params) => Manager::Gom(Gom::new(frames, params)?),
         };
         // The manager's tables come out of the same budget: free frames make way for them.
         core.set_manager_bytes(with_manager!(&manager, m => m.table_bytes()));
@@ -293,7 +307,7 @@ impl ClientCache {
             return None;
         }
         let loc = e.loc;
-        with_manager!(&mut self.manager, m => m.touch(e, loc >> self.frame_shift));
+        with_manager!(&mut self.manager, m => m.touch(e, i, loc >> self.frame_shift));
         if e.flags & F_READ == 0 {
             e.flags |= F_READ;
             first_read(&mut self.core.reads, oref);

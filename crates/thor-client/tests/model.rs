@@ -397,4 +397,15 @@ proptest! {
     ) {
         run(PolicyConfig::Fpc, g, ops, frames, background)?;
     }
+
+    #[test]
+    fn gom_matches_the_model(
+        g in graph(),
+        ops in prop::collection::vec(op(), 1..250),
+        frames in 16usize..32,
+        background in any::<bool>(),
+        split in prop_oneof![Just("gom:obj=0"), Just("gom"), Just("gom:obj=0.5"), Just("gom:obj=0.9")],
+    ) {
+        run(split.parse::<PolicyConfig>().unwrap(), g, ops, frames, background)?;
+    }
 }

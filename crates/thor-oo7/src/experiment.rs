@@ -416,7 +416,9 @@ fn report(
     let fetch_latency = after.fetch_latency.since(&before.fetch_latency);
     RunReport {
         traversal: cfg.workload.name().to_string(),
-        policy: s.policy_name().to_string(),
+        // The configuration, not just the manager's name: two splits of GOM (or two HAC
+        // settings) in one sweep are two series.
+        policy: cfg.policy.to_string(),
         cache_bytes: cfg.cache_bytes,
         hot: cfg.hot,
         fetches: after.client.fetches - before.client.fetches

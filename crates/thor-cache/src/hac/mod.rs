@@ -532,7 +532,7 @@ impl CacheManager for Hac {
     }
 
     #[inline]
-    fn touch(&mut self, entry: &mut Entry, _frame: u32) {
+    fn touch(&mut self, entry: &mut Entry, _index: u32, _frame: u32) {
         entry.usage |= USAGE_TOP;
     }
 

@@ -86,7 +86,7 @@ impl Rig {
             Need::Resident(loc) => {
                 let f = self.core.frame_of(loc);
                 let e = &mut self.core.entries[i as usize];
-                self.hac.touch(e, f);
+                self.hac.touch(e, i, f);
             }
             other => panic!("{o:?} not resident: {other:?}"),
         }
