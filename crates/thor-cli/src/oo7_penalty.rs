@@ -9,8 +9,10 @@
 //! - conversion (installing and swizzling) per page and per object installed, replacement per
 //!   fetch, and conversion over fetch time (Figure 9's proportion; the goal is at most 10%);
 //! - the floor, measured in the same run ([`crate::floor`]): a blocking ping-pong of a page
-//!   sized reply over loopback TCP and over a Unix socket, p50 and p99; and thor's fetch p50
-//!   and p99 over the TCP floor's (the goal is at most 1.5);
+//!   sized reply over loopback TCP and over a Unix socket, p50 and p99, with the two ends
+//!   placed by the scheduler (as thor's client and server are) and pinned to one CPU (no
+//!   cross-CPU wake-up: the transfer alone); and thor's fetch p50 and p99 over the TCP
+//!   floor's (the goal is at most 1.5), and its p50 over the pinned floor's;
 //! - with `--clients N`, the same for N clients running the traversal at once, beside a floor
 //!   of N ping-pongs at once.
 //!
@@ -108,7 +110,7 @@ struct Sample {
 }
 
 /// The figures of a sample, in table and CSV order, with what each means.
-const FIELDS: [(&str, &str); 19] = [
+const FIELDS: [(&str, &str); 24] = [
     ("fetches", "pages fetched"),
     ("elapsed_s", "the traversal's time, without commit"),
     ("fetch_s", "time fetching (request to page installed)"),
@@ -122,26 +124,38 @@ const FIELDS: [(&str, &str); 19] = [
     ("replacement_us_per_fetch", "replacement per fetch"),
     ("conversion_to_fetch", "conversion over fetch time (Figure 9; goal <= 0.10)"),
     ("replacement_to_fetch", "replacement over fetch time (goal <= 0.16)"),
-    ("floor_tcp_us_p50", "loopback TCP ping-pong median, same run"),
-    ("floor_tcp_us_p99", "loopback TCP ping-pong 99th percentile"),
-    ("floor_unix_us_p50", "Unix socket ping-pong median, same run"),
-    ("floor_unix_us_p99", "Unix socket ping-pong 99th percentile"),
+    ("floor_tcp_us_p50", "loopback TCP ping-pong median, same run, ends placed by the scheduler"),
+    ("floor_tcp_us_p99", "loopback TCP ping-pong 99th percentile, placed by the scheduler"),
+    ("floor_tcp_pinned_us_p50", "loopback TCP ping-pong median, both ends pinned to one CPU"),
+    ("floor_tcp_pinned_us_p99", "loopback TCP ping-pong 99th percentile, pinned"),
+    ("floor_unix_us_p50", "Unix socket ping-pong median, placed by the scheduler"),
+    ("floor_unix_us_p99", "Unix socket ping-pong 99th percentile, placed by the scheduler"),
+    ("floor_unix_pinned_us_p50", "Unix socket ping-pong median, pinned to one CPU"),
+    ("floor_unix_pinned_us_p99", "Unix socket ping-pong 99th percentile, pinned"),
     ("fetch_p50_to_tcp_floor", "fetch p50 over TCP floor p50 (goal <= 1.5)"),
     ("fetch_p99_to_tcp_floor", "fetch p99 over TCP floor p99 (goal <= 1.5)"),
+    ("fetch_p50_to_pinned_tcp_floor", "fetch p50 over pinned TCP floor p50"),
 ];
+
+/// The floor measurements of one run: TCP and Unix, placed by the scheduler and pinned.
+#[derive(Debug, Clone, Serialize)]
+struct Floors {
+    /// TCP, the ends placed by the scheduler.
+    tcp: FloorReport,
+    /// TCP, both ends on one CPU.
+    tcp_pinned: FloorReport,
+    /// Unix socket, placed by the scheduler.
+    unix: FloorReport,
+    /// Unix socket, both ends on one CPU.
+    unix_pinned: FloorReport,
+}
 
 /// `a / b`, or 0 when `b` is 0 (a run without fetches has no per-fetch figures).
 fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 { a / b } else { 0.0 }
 }
 
-fn sample(
-    traversal: &str,
-    run: u32,
-    r: RunReport,
-    tcp: &FloorReport,
-    unix: &FloorReport,
-) -> Sample {
+fn sample(traversal: &str, run: u32, r: RunReport, f: &Floors) -> Sample {
     let fetches = r.fetches as f64;
     let v = [
         fetches,
@@ -157,12 +171,17 @@ fn sample(
         ratio(r.replacement_s * 1e6, fetches),
         ratio(r.conversion_s, r.fetch_s),
         ratio(r.replacement_s, r.fetch_s),
-        tcp.p50_us,
-        tcp.p99_us,
-        unix.p50_us,
-        unix.p99_us,
-        ratio(r.fetch_us_p50, tcp.p50_us),
-        ratio(r.fetch_us_p99, tcp.p99_us),
+        f.tcp.p50_us,
+        f.tcp.p99_us,
+        f.tcp_pinned.p50_us,
+        f.tcp_pinned.p99_us,
+        f.unix.p50_us,
+        f.unix.p99_us,
+        f.unix_pinned.p50_us,
+        f.unix_pinned.p99_us,
+        ratio(r.fetch_us_p50, f.tcp.p50_us),
+        ratio(r.fetch_us_p99, f.tcp.p99_us),
+        ratio(r.fetch_us_p50, f.tcp_pinned.p50_us),
     ];
     let values = FIELDS.iter().zip(v).map(|(&(name, _), x)| (name, x)).collect();
     Sample { traversal: traversal.to_string(), run, report: r, values }
@@ -187,6 +206,8 @@ struct Concurrent {
     floor_tcp_us_p50: f64,
     /// The floor's 99th percentile.
     floor_tcp_us_p99: f64,
+    /// The same floor with each client and its server pinned to one CPU: median.
+    floor_tcp_pinned_us_p50: f64,
     /// `fetch_us_p50 / floor_tcp_us_p50` (goal <= 1.5).
     fetch_p50_to_tcp_floor: f64,
     /// `fetch_us_p99 / floor_tcp_us_p99` (goal <= 1.5).
@@ -277,13 +298,14 @@ pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
         traverse(w)?;
     }
     eprintln!("warm in {:.1} s", t.elapsed().as_secs_f64());
-    let floor = |socket, clients| {
+    let floor = |socket, clients, pin| {
         crate::floor::measure(&FloorConfig {
             socket,
             reply_bytes: page_bytes,
             round_trips: a.round_trips,
             warmup: a.warmup,
             clients,
+            pin,
         })
         .with_context(|| format!("measuring the {} floor", socket.name()))
     };
@@ -292,16 +314,21 @@ pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
     let mut concurrent = Vec::new();
     for r in 1..=a.runs {
         eprintln!("run {r}/{}: floor ({} round trips each) ...", a.runs, a.round_trips);
-        let tcp = floor(Socket::Tcp, 1)?;
-        let unix = floor(Socket::Unix, 1)?;
+        let f = Floors {
+            tcp: floor(Socket::Tcp, 1, false)?,
+            tcp_pinned: floor(Socket::Tcp, 1, true)?,
+            unix: floor(Socket::Unix, 1, false)?,
+            unix_pinned: floor(Socket::Unix, 1, true)?,
+        };
         for &w in &workloads {
             eprintln!("run {r}/{}: cold {} ...", a.runs, w.name());
-            samples.push(sample(w.name(), r, traverse(w)?, &tcp, &unix));
+            samples.push(sample(w.name(), r, traverse(w)?, &f));
         }
-        floors.push(json!({ "run": r, "tcp": tcp, "unix": unix }));
+        floors.push(json!({ "run": r, "floors": f }));
         if a.clients > 1 {
             eprintln!("run {r}/{}: floor with {} clients ...", a.runs, a.clients);
-            let tcp_n = floor(Socket::Tcp, a.clients)?;
+            let tcp_n = floor(Socket::Tcp, a.clients, false)?;
+            let pinned_n = floor(Socket::Tcp, a.clients, true)?;
             for &w in &workloads {
                 eprintln!(
                     "run {r}/{}: cold {}, {} clients at once ...",
@@ -309,7 +336,7 @@ pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
                     w.name(),
                     a.clients
                 );
-                concurrent.push(at_once(w, r, a.clients, &traverse, &tcp_n)?);
+                concurrent.push(at_once(w, r, a.clients, &traverse, &tcp_n, &pinned_n)?);
             }
         }
     }
@@ -362,6 +389,7 @@ fn at_once(
     clients: usize,
     traverse: &(dyn Fn(Workload) -> anyhow::Result<RunReport> + Sync),
     floor: &FloorReport,
+    pinned: &FloorReport,
 ) -> anyhow::Result<Concurrent> {
     let reports = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..clients).map(|_| scope.spawn(|| traverse(w))).collect();
@@ -385,6 +413,7 @@ fn at_once(
         fetch_us_p99: p99,
         floor_tcp_us_p50: floor.p50_us,
         floor_tcp_us_p99: floor.p99_us,
+        floor_tcp_pinned_us_p50: pinned.p50_us,
         fetch_p50_to_tcp_floor: ratio(p50, floor.p50_us),
         fetch_p99_to_tcp_floor: ratio(p99, floor.p99_us),
     })
@@ -401,8 +430,14 @@ fn concurrent_table(c: &[Concurrent]) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<10} {:>24} {:>24} {:>24} {:>24} {:>20}",
-        "traversal", "fetch p50 us", "fetch p99 us", "floor p50 us", "floor p99 us", "p50/floor"
+        "{:<10} {:>24} {:>24} {:>24} {:>24} {:>24} {:>20}",
+        "traversal",
+        "fetch p50 us",
+        "fetch p99 us",
+        "floor p50 us",
+        "floor p99 us",
+        "pinned floor p50 us",
+        "p50/floor"
     );
     // The traversals in the order they ran.
     let mut names: Vec<&str> = Vec::new();
@@ -419,11 +454,12 @@ fn concurrent_table(c: &[Concurrent]) -> String {
         };
         let _ = writeln!(
             out,
-            "{t:<10} {:>24} {:>24} {:>24} {:>24} {:>20}",
+            "{t:<10} {:>24} {:>24} {:>24} {:>24} {:>24} {:>20}",
             col(|x| x.fetch_us_p50, 1),
             col(|x| x.fetch_us_p99, 1),
             col(|x| x.floor_tcp_us_p50, 1),
             col(|x| x.floor_tcp_us_p99, 1),
+            col(|x| x.floor_tcp_pinned_us_p50, 1),
             col(|x| x.fetch_p50_to_tcp_floor, 2),
         );
     }
@@ -455,7 +491,7 @@ fn table(a: &PenaltyArgs, page_bytes: usize, sums: &[Summary]) -> String {
         runs
     );
     // Columns: (header, field, decimals).
-    let cols: [(&str, &str, usize); 13] = [
+    let cols: [(&str, &str, usize); 15] = [
         ("fetches", "fetches", 0),
         ("fetch ms", "fetch_s", 1),
         ("fetch us", "fetch_us_mean", 1),
@@ -466,9 +502,11 @@ fn table(a: &PenaltyArgs, page_bytes: usize, sums: &[Summary]) -> String {
         ("repl us/fetch", "replacement_us_per_fetch", 1),
         ("conv/fetch", "conversion_to_fetch", 2),
         ("tcp floor p50", "floor_tcp_us_p50", 1),
+        ("pinned p50", "floor_tcp_pinned_us_p50", 1),
         ("unix floor p50", "floor_unix_us_p50", 1),
         ("p50/floor", "fetch_p50_to_tcp_floor", 2),
         ("p99/floor p99", "fetch_p99_to_tcp_floor", 2),
+        ("p50/pinned", "fetch_p50_to_pinned_tcp_floor", 2),
     ];
     let rows: Vec<Vec<String>> = sums
         .iter()
@@ -511,11 +549,13 @@ fn table(a: &PenaltyArgs, page_bytes: usize, sums: &[Summary]) -> String {
         );
         for (name, p50, p99) in [
             ("tcp", "floor_tcp_us_p50", "floor_tcp_us_p99"),
+            ("tcp, pinned", "floor_tcp_pinned_us_p50", "floor_tcp_pinned_us_p99"),
             ("unix", "floor_unix_us_p50", "floor_unix_us_p99"),
+            ("unix, pinned", "floor_unix_pinned_us_p50", "floor_unix_pinned_us_p99"),
         ] {
             let _ = writeln!(
                 out,
-                "  {name:<5} p50 {} us   p99 {} us",
+                "  {name:<12} p50 {} us   p99 {} us",
                 cell(&s.fields[p50], 1, s.runs),
                 cell(&s.fields[p99], 1, s.runs)
             );
@@ -555,6 +595,7 @@ fn write_out(dir: &std::path::Path, samples: &[Sample], sums: &[Summary]) -> any
         ("fetch p50", "fetch_us_p50"),
         ("fetch p99", "fetch_us_p99"),
         ("TCP floor p50", "floor_tcp_us_p50"),
+        ("TCP floor p50, pinned", "floor_tcp_pinned_us_p50"),
         ("Unix floor p50", "floor_unix_us_p50"),
         ("conversion per page", "conversion_us_per_page"),
         ("replacement per fetch", "replacement_us_per_fetch"),

@@ -41,7 +41,7 @@ fn penalty_reports_every_figure_beside_the_floor() {
     let v: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
     let fields: Vec<&str> =
         v["fields"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
-    assert!(fields.len() >= 19, "{fields:?}");
+    assert!(fields.len() >= 24, "{fields:?}");
 
     let samples = v["samples"].as_array().unwrap();
     assert_eq!(samples.len(), 4, "two traversals, two runs");
@@ -58,6 +58,10 @@ fn penalty_reports_every_figure_beside_the_floor() {
         assert!(f("fetch_us_p50") > 0.0 && f("fetch_us_p50") <= f("fetch_us_p99"), "{s}");
         assert!(f("floor_tcp_us_p50") > 0.0 && f("floor_tcp_us_p50") <= f("floor_tcp_us_p99"));
         assert!(f("floor_unix_us_p50") > 0.0 && f("floor_unix_us_p50") <= f("floor_unix_us_p99"));
+        for pinned in ["floor_tcp_pinned_us", "floor_unix_pinned_us"] {
+            let (p50, p99) = (f(&format!("{pinned}_p50")), f(&format!("{pinned}_p99")));
+            assert!(p50 > 0.0 && p50 <= p99, "{pinned}");
+        }
         assert!(f("fetch_s") <= f("elapsed_s"), "fetching is part of the traversal: {s}");
         let per_fetch = f("fetch_s") * 1e6 / f("fetches");
         assert!((per_fetch - f("fetch_us_mean")).abs() <= 1e-6 * per_fetch.max(1.0));
@@ -96,9 +100,10 @@ fn penalty_reports_every_figure_beside_the_floor() {
         assert!(f("fetch_p50_to_tcp_floor").is_finite() && f("fetch_p50_to_tcp_floor") > 0.0);
     }
     for f in v["floors"].as_array().unwrap() {
-        for socket in ["tcp", "unix"] {
-            assert_eq!(f[socket]["round_trips"], 300);
-            assert_eq!(f[socket]["reply_bytes"], 8192);
+        for socket in ["tcp", "tcp_pinned", "unix", "unix_pinned"] {
+            assert_eq!(f["floors"][socket]["round_trips"], 300, "{socket}");
+            assert_eq!(f["floors"][socket]["reply_bytes"], 8192);
+            assert_eq!(f["floors"][socket]["pinned"], socket.ends_with("pinned"));
         }
     }
     for file in ["samples.csv", "summary.csv", "penalty.png", "penalty.svg"] {
