@@ -29,7 +29,6 @@
 //! command.
 
 use std::fmt::Write as _;
-use std::ops::Not as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -488,16 +487,18 @@ impl GridPoint {
 
     /// The median time per traversal, with min and max.
     fn time(&self) -> (f64, f64, f64) {
-        let mut v = self.ms_per_traversal.clone();
-        v.sort_by(f64::total_cmp);
-        let med = if v.is_empty() {
-            0.0
-        } else if v.len() % 2 == 1 {
-            v[v.len() / 2]
-        } else {
-            (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
-        };
-        (med, v.first().copied().unwrap_or(0.0), v.last().copied().unwrap_or(0.0))
+        let s = crate::oo7_penalty::spread(self.ms_per_traversal.clone());
+        (s.median, s.min, s.max)
+    }
+
+    /// The server cache size as the tables show it.
+    fn size_label(&self) -> String {
+        self.server_cache_mb.map_or_else(|| "default".into(), |m| format!("{m}"))
+    }
+
+    /// The placement as the tables show it.
+    fn placement_label(&self) -> &'static str {
+        self.placement.map_or("default", Placement::name)
     }
 
     /// Writes the first run's page visits as a trace file (with --trace-out) and replays them
@@ -509,7 +510,7 @@ impl GridPoint {
         // The pages a client's cache holds: its frames at the end of the timed phase (tables
         // grow, so the fewest it had), less the one a cache that replaces while fetches are on
         // the wire keeps free for the next fetch.
-        let reserve = usize::from(a.foreground.not());
+        let reserve = usize::from(!a.foreground);
         let sizes: Vec<usize> =
             first.per_client.iter().map(|c| c.frames.saturating_sub(reserve)).collect();
         let client_blocks = sizes.iter().copied().min().unwrap_or(0);
@@ -698,8 +699,8 @@ fn grid_table(points: &[GridPoint]) -> String {
         let _ = writeln!(
             s,
             "{:>9} {:>9} {:>7} {:>8} {:>8} {:>6.1} {:>8} {:>9} {:>7} {:>10.2} {:>26} {:>8} {:>11}",
-            p.server_cache_mb.map_or_else(|| "default".into(), |m| format!("{m}")),
-            p.placement.map_or("default", Placement::name),
+            p.size_label(),
+            p.placement_label(),
             p.clients,
             sv.fetches,
             sv.hits,
@@ -749,8 +750,8 @@ fn sim_table(points: &[GridPoint]) -> String {
         let _ = writeln!(
             s,
             "{:>9} {:>9} {:>7} {:>16} {:>7} {:>7} | {:>9} {:>9} {:>9} {:>9} {:>15} | {:>9} {:>9} {:>9} {:>15}",
-            p.server_cache_mb.map_or_else(|| "default".into(), |m| format!("{m}")),
-            p.placement.map_or("default", Placement::name),
+            p.size_label(),
+            p.placement_label(),
             p.clients,
             sim.design,
             sim.client_blocks,

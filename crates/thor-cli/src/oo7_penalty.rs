@@ -216,13 +216,14 @@ struct Concurrent {
 
 /// The median and range of a figure over the runs.
 #[derive(Debug, Clone, Copy, Serialize)]
-struct Spread {
-    median: f64,
-    min: f64,
-    max: f64,
+pub(crate) struct Spread {
+    pub(crate) median: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
 }
 
-fn spread(mut xs: Vec<f64>) -> Spread {
+/// The median and range of `xs` (all zero for none).
+pub(crate) fn spread(mut xs: Vec<f64>) -> Spread {
     xs.sort_by(f64::total_cmp);
     let n = xs.len();
     let median = match n {
