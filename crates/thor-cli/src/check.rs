@@ -39,7 +39,7 @@
 //!   the committed state (page in range, oid present);
 //! - the log: segment names, headers and LSN sequence, every record's length, checksum, LSN
 //!   and batch index (`thor_storage::log::inspect`, the rules of recovery), every commit
-//!   record's layout (`thor_server::record::decode`); that it still holds every record from the
+//!   record's layout (`thor_server::record::decode_any`, two-phase records included); that it still holds every record from the
 //!   checkpoint on; that the log's versions keep the class and size of the object they replace,
 //!   write only objects that exist, create no object twice and change no class or built-in.
 //!
@@ -722,7 +722,7 @@ impl<'d> Checker<'d> {
                 oref: None,
             };
             let mut objects = Vec::new();
-            if let Err(e) = record::decode(r.payload, |o| objects.push(o)) {
+            if let Err(e) = record::decode_any(r.payload, |o| objects.push(o)) {
                 problems.push((record_place(), format!("{e}")));
                 return;
             }
@@ -1207,7 +1207,7 @@ impl<'d> Checker<'d> {
                 return;
             }
             let mut objects = Vec::new();
-            if record::decode(r.payload, |o| objects.push(o)).is_err() {
+            if record::decode_any(r.payload, |o| objects.push(o)).is_err() {
                 return;
             }
             for o in &objects {

@@ -47,7 +47,7 @@ use rustc_hash::FxHashMap;
 use thor_core::{FormatError, Oref, PageId, PageMut, PageView, ServerId, page};
 use thor_storage::{Disk, LogOptions, StorageError};
 use thor_wire::{Reply, Request, RequestBody, WireError};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::core::install::FlushReport;
 use crate::core::store::{CommitIn, CommitOutcome, empty_page};
@@ -90,6 +90,19 @@ pub struct EngineOptions {
     /// Where pages clients read go in the page cache: inclusive LRU (the default) or DEMOTE's
     /// exclusive placement ([`crate::pagecache::CacheMode`]).
     pub page_cache_mode: crate::pagecache::CacheMode,
+    /// Timeouts and bounds of two-phase commit.
+    pub twopc: crate::core::twopc::TwoPcConfig,
+    /// Where messages to other servers go (two-phase commit). `None`: a server on its own;
+    /// its messages to peers are dropped (and transactions that name peers cannot commit).
+    pub peers: Option<Arc<dyn PeerSink>>,
+}
+
+/// Where an engine's messages to other servers go (two-phase commit).
+pub trait PeerSink: Send + Sync + std::fmt::Debug {
+    /// Sends `msg` to server `to`. Called outside the engine's lock, so an implementation may
+    /// deliver straight into another engine ([`Engine::peer_message`]); it should not block for
+    /// long. Delivery may fail silently: the protocol resends what matters on its timeouts.
+    fn send(&self, to: ServerId, msg: thor_wire::PeerMsg);
 }
 
 impl Default for EngineOptions {
@@ -107,6 +120,8 @@ impl Default for EngineOptions {
             cc: crate::core::cc::CcConfig::default(),
             backup_dir: None,
             page_cache_mode: crate::pagecache::CacheMode::Inclusive,
+            twopc: crate::core::twopc::TwoPcConfig::default(),
+            peers: None,
         }
     }
 }
@@ -123,6 +138,7 @@ impl EngineOptions {
             record_bytes_max: self.log.record_bytes_max,
             protocol: self.protocol.clone(),
             cc: self.cc,
+            twopc: self.twopc,
             page_cache_mode: self.page_cache_mode,
         }
     }
@@ -233,6 +249,8 @@ struct Shared {
     traffic: (AtomicU64, AtomicU64),
     /// Where backups asked for over the protocol go.
     backup_dir: Option<std::path::PathBuf>,
+    /// Where messages to other servers go.
+    peers: Option<Arc<dyn PeerSink>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -293,6 +311,7 @@ impl Engine {
             last_now: AtomicU64::new(start_us),
             traffic: (AtomicU64::new(0), AtomicU64::new(0)),
             backup_dir: opts.backup_dir.clone(),
+            peers: opts.peers.clone(),
         });
         let mut threads = Vec::new();
         if shared.threaded {
@@ -556,6 +575,19 @@ impl Engine {
         self.shared.settle(work);
     }
 
+    /// Delivers a message from another server (two-phase commit).
+    pub fn peer_message(&self, msg: thor_wire::PeerMsg) {
+        let work = self.shared.report(Input::Peer { msg });
+        self.settle(work);
+    }
+
+    /// Lets time pass for the core (timeouts of two-phase commit), for engines without the
+    /// installer thread, whose ticks do it otherwise.
+    pub fn tick(&self) {
+        let work = self.shared.report(Input::Tick);
+        self.settle(work);
+    }
+
     /// Counts frame bytes a network driver received and sent.
     pub fn note_traffic(&self, received: u64, sent: u64) {
         self.shared.traffic.0.fetch_add(received, Relaxed);
@@ -609,8 +641,11 @@ impl Shared {
                         }
                         Err(e) => followups.push(Input::LogFailed { why: e.to_string() }),
                     },
-                    // A backup copies whole files: outside the lock, by the caller.
-                    e @ (Effect::Read { .. } | Effect::Backup { .. }) => work.effects.push(e),
+                    // A backup copies whole files, and a peer may be another engine in this
+                    // process: outside the lock, by the caller.
+                    e @ (Effect::Read { .. } | Effect::Backup { .. } | Effect::Peer { .. }) => {
+                        work.effects.push(e)
+                    }
                     e @ (Effect::Install(_) | Effect::Checkpoint(_)) => {
                         if self.threaded {
                             self.jobs.lock().push_back(e);
@@ -650,6 +685,13 @@ impl Shared {
     /// knows its outcome; a backup asked for over the protocol goes where `backup_dir` allows.
     fn perform(&self, effect: &Effect) -> Work {
         let input = match effect {
+            Effect::Peer { to, msg } => {
+                match &self.peers {
+                    Some(p) => p.send(*to, *msg),
+                    None => debug!("no peers configured: dropped {msg:?} to server {}", to.0),
+                }
+                return Work::default();
+            }
             Effect::Install(_) | Effect::Checkpoint(_) => {
                 let _held = self.disk_side.hold_installs();
                 return match self.disk_side.perform(effect, &*self.log) {

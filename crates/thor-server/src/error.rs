@@ -130,6 +130,10 @@ pub enum EngineError {
     /// order. Run it again on fresh copies of the objects.
     #[error("transaction conflict: {0}")]
     Conflict(crate::core::cc::Refusal),
+    /// Two-phase commit aborted the transaction everywhere (another participant refused, or
+    /// did not vote in time). Run it again.
+    #[error("transaction aborted: {0}")]
+    Aborted(String),
     #[error("reading page {page}: {why}")]
     Read {
         /// Which page.

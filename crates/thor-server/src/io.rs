@@ -221,7 +221,10 @@ impl DiskSide {
                 id: *id,
                 result: Err("this server takes no backups".to_string()),
             }),
-            Effect::Append { .. } | Effect::Reply { .. } | Effect::Done { .. } => None,
+            Effect::Append { .. }
+            | Effect::Reply { .. }
+            | Effect::Done { .. }
+            | Effect::Peer { .. } => None,
         }
     }
 }

@@ -19,14 +19,39 @@
 //! Kind 2 is this layout. Kind 1 (written before concurrency control existed) has no
 //! timestamp, read count or reads: its objects follow the first 8 bytes. Both decode; only
 //! kind 2 is written.
+//!
+//! Two-phase commit (a transaction over several servers, `core::twopc`) adds three kinds:
+//!
+//! ```text
+//! kind 3, prepared: kind 2's layout (the timestamp is the client's stamp), then
+//!         coordinator u32 | P u16 | P × ( server u32 | writes u8 )
+//!         the part of a transaction prepared here, not yet decided: its created objects are
+//!         allocated (and published at once, unreachable until the commit), its versions are
+//!         held until a decision record
+//! kind 4, decision:  4 | flags u8 | 0 u16 | P u32 | time u64 | tie u32 | P × server u32
+//!         flags bit 0: commit (else abort); bit 1: written by the coordinator, with the
+//!         writing participants it must tell (P of them); a participant's has P = 0
+//! kind 5, end:       5 | 0 | 0 u16 | 0 u32 | time u64 | tie u32
+//!         the coordinator: every participant acknowledged the decision; forget it
+//! ```
 
 use thor_core::limits::{OBJECT_ALIGN, OBJECT_HEADER_BYTES};
-use thor_core::{Oref, le};
+use thor_core::{Oref, ServerId, le};
 
 /// A committed transaction without a concurrency-control section (old databases).
 pub const KIND_COMMIT_V1: u8 = 1;
 /// A committed transaction with its timestamp and read set.
 pub const KIND_COMMIT: u8 = 2;
+/// A transaction's part prepared here by two-phase commit, not yet decided.
+pub const KIND_PREPARE: u8 = 3;
+/// The decision on a prepared transaction.
+pub const KIND_DECIDE: u8 = 4;
+/// A coordinator's note that every participant applied its decision.
+pub const KIND_END: u8 = 5;
+const DECIDE_COMMIT: u8 = 1;
+const DECIDE_COORDINATOR: u8 = 2;
+/// Most participants a prepare or decision record lists (`thor_wire::limits::PARTICIPANTS_MAX`).
+const PARTICIPANTS_MAX: usize = thor_wire::limits::PARTICIPANTS_MAX;
 const HEADER_BYTES: usize = 8;
 /// Timestamp (12 bytes) and read count (4).
 const CC_BYTES: usize = 16;
@@ -80,6 +105,145 @@ pub fn encode<'a>(
         b.push(o.oref, o.created, o.data);
     }
     out.extend_from_slice(&b.finish());
+}
+
+/// The two-phase section of a prepare record.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PrepareSection {
+    /// The coordinator.
+    pub coordinator: ServerId,
+    /// Every participant and whether it writes.
+    pub participants: Vec<(ServerId, bool)>,
+}
+
+impl PrepareSection {
+    /// Bytes it adds to a record.
+    pub fn encoded_len(&self) -> usize {
+        6 + 5 * self.participants.len()
+    }
+
+    fn put(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.coordinator.0.to_le_bytes());
+        out.extend_from_slice(&(self.participants.len() as u16).to_le_bytes());
+        for (s, w) in &self.participants {
+            out.extend_from_slice(&s.0.to_le_bytes());
+            out.push(u8::from(*w));
+        }
+    }
+}
+
+/// A decision record's content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The transaction's stamp (time, tie).
+    pub ts: (u64, u32),
+    /// Commit or abort.
+    pub commit: bool,
+    /// Written by the coordinator (then `tell` lists the writing participants to inform).
+    pub coordinator: bool,
+    /// The participants the coordinator must tell.
+    pub tell: Vec<ServerId>,
+}
+
+/// The record of a decision.
+pub fn encode_decision(d: &Decision) -> Vec<u8> {
+    let flags = (if d.commit { DECIDE_COMMIT } else { 0 })
+        | (if d.coordinator { DECIDE_COORDINATOR } else { 0 });
+    let mut out = Vec::with_capacity(HEADER_BYTES + 12 + 4 * d.tell.len());
+    out.extend_from_slice(&[KIND_DECIDE, flags, 0, 0]);
+    out.extend_from_slice(&(d.tell.len() as u32).to_le_bytes());
+    out.extend_from_slice(&d.ts.0.to_le_bytes());
+    out.extend_from_slice(&d.ts.1.to_le_bytes());
+    for s in &d.tell {
+        out.extend_from_slice(&s.0.to_le_bytes());
+    }
+    out
+}
+
+/// The record of a coordinator's end of a transaction.
+pub fn encode_end(ts: (u64, u32)) -> Vec<u8> {
+    let mut out = vec![KIND_END, 0, 0, 0, 0, 0, 0, 0];
+    out.extend_from_slice(&ts.0.to_le_bytes());
+    out.extend_from_slice(&ts.1.to_le_bytes());
+    out
+}
+
+/// Any record, decoded (see [`decode_any`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record<'a> {
+    /// A commit (kinds 1 and 2).
+    Commit(RecordCc<'a>),
+    /// A prepared part of a transaction over several servers (kind 3).
+    Prepare(RecordCc<'a>, PrepareSection),
+    /// A decision (kind 4).
+    Decide(Decision),
+    /// A coordinator is done with a transaction (kind 5).
+    End((u64, u32)),
+}
+
+/// Decodes a record of any kind, checking every field; calls `f` for each object of a commit
+/// or prepare record, in order.
+pub fn decode_any<'a>(
+    rec: &'a [u8],
+    f: impl FnMut(RecordObject<'a>),
+) -> Result<Record<'a>, RecordError> {
+    match rec.first() {
+        Some(&KIND_DECIDE) => {
+            if rec.len() < HEADER_BYTES + 12 {
+                return Err(RecordError("decision shorter than its header"));
+            }
+            let flags = rec[1];
+            if flags & !(DECIDE_COMMIT | DECIDE_COORDINATOR) != 0 || rec[2..4] != [0, 0] {
+                return Err(RecordError("unknown decision flags"));
+            }
+            let n = le::u32_at(rec, 4) as usize;
+            let body = &rec[HEADER_BYTES + 12..];
+            if n > PARTICIPANTS_MAX || body.len() != 4 * n {
+                return Err(RecordError("decision participant count"));
+            }
+            Ok(Record::Decide(Decision {
+                ts: (le::u64_at(rec, HEADER_BYTES), le::u32_at(rec, HEADER_BYTES + 8)),
+                commit: flags & DECIDE_COMMIT != 0,
+                coordinator: flags & DECIDE_COORDINATOR != 0,
+                tell: body.chunks_exact(4).map(|w| ServerId(le::u32_at(w, 0))).collect(),
+            }))
+        }
+        Some(&KIND_END) => {
+            if rec.len() != HEADER_BYTES + 12 || rec[1..8].iter().any(|&b| b != 0) {
+                return Err(RecordError("end record layout"));
+            }
+            Ok(Record::End((le::u64_at(rec, HEADER_BYTES), le::u32_at(rec, HEADER_BYTES + 8))))
+        }
+        Some(&KIND_PREPARE) => {
+            let (cc, pos) = decode_objects(rec, f)?;
+            let rest = &rec[pos..];
+            if rest.len() < 6 {
+                return Err(RecordError("prepare section runs past the end"));
+            }
+            let coordinator = ServerId(le::u32_at(rest, 0));
+            let n = le::u16_at(rest, 4) as usize;
+            if n > PARTICIPANTS_MAX || rest.len() != 6 + 5 * n {
+                return Err(RecordError("prepare participant count"));
+            }
+            let mut participants = Vec::with_capacity(n);
+            for p in rest[6..].chunks_exact(5) {
+                let writes = match p[4] {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(RecordError("participant writes flag")),
+                };
+                participants.push((ServerId(le::u32_at(p, 0)), writes));
+            }
+            Ok(Record::Prepare(cc, PrepareSection { coordinator, participants }))
+        }
+        _ => {
+            let (cc, pos) = decode_objects(rec, f)?;
+            if pos != rec.len() {
+                return Err(RecordError("trailing bytes"));
+            }
+            Ok(Record::Commit(cc))
+        }
+    }
 }
 
 /// Bytes of a record that read `reads` objects and holds `objects` objects with `data_bytes`
@@ -140,6 +304,14 @@ impl RecordBuilder {
         self.buf[4..8].copy_from_slice(&self.count.to_le_bytes());
         self.buf
     }
+
+    /// The finished record of a prepared part (kind 3): the same layout with the two-phase
+    /// section after the objects.
+    pub fn finish_prepared(mut self, section: &PrepareSection) -> Vec<u8> {
+        self.buf[0] = KIND_PREPARE;
+        section.put(&mut self.buf);
+        self.finish()
+    }
 }
 
 /// Why a record could not be decoded. The log's CRC makes this mean a bug or a format from
@@ -148,21 +320,37 @@ impl RecordBuilder {
 #[error("malformed commit record: {0}")]
 pub struct RecordError(pub &'static str);
 
-/// Decodes a commit record, checking every field, calls `f` for each object in order, and
-/// returns the concurrency-control section.
+/// Decodes a commit record (kinds 1 and 2), checking every field, calls `f` for each object in
+/// order, and returns the concurrency-control section. Other kinds are refused; see
+/// [`decode_any`].
 pub fn decode<'a>(
     rec: &'a [u8],
-    mut f: impl FnMut(RecordObject<'a>),
+    f: impl FnMut(RecordObject<'a>),
 ) -> Result<RecordCc<'a>, RecordError> {
+    if !matches!(rec.first(), Some(&(KIND_COMMIT | KIND_COMMIT_V1))) {
+        return Err(RecordError("unknown kind"));
+    }
+    match decode_any(rec, f)? {
+        Record::Commit(cc) => Ok(cc),
+        _ => unreachable!("kinds 1 and 2 decode as commits"),
+    }
+}
+
+/// Decodes the header, the concurrency-control section and the objects of a record of kind 1,
+/// 2 or 3; returns the section and where the objects end.
+fn decode_objects<'a>(
+    rec: &'a [u8],
+    mut f: impl FnMut(RecordObject<'a>),
+) -> Result<(RecordCc<'a>, usize), RecordError> {
     if rec.len() < HEADER_BYTES {
         return Err(RecordError("shorter than its header"));
     }
-    if !matches!(rec[0], KIND_COMMIT | KIND_COMMIT_V1) || rec[1..4] != [0, 0, 0] {
+    if !matches!(rec[0], KIND_COMMIT | KIND_COMMIT_V1 | KIND_PREPARE) || rec[1..4] != [0, 0, 0] {
         return Err(RecordError("unknown kind"));
     }
     let mut cc = RecordCc::without_reads(0, 0);
     let mut pos = HEADER_BYTES;
-    if rec[0] == KIND_COMMIT {
+    if rec[0] != KIND_COMMIT_V1 {
         if rec.len() - pos < CC_BYTES {
             return Err(RecordError("timestamp runs past the end"));
         }
@@ -207,10 +395,7 @@ pub fn decode<'a>(
         f(RecordObject { oref, created: flags & FLAG_CREATED != 0, data: &rec[pos..pos + len] });
         pos += len;
     }
-    if pos != rec.len() {
-        return Err(RecordError("trailing bytes"));
-    }
-    Ok(cc)
+    Ok((cc, pos))
 }
 
 #[cfg(test)]
@@ -271,10 +456,61 @@ mod tests {
         assert_eq!((n, cc.ts_us, cc.reads().len()), (1, 0, 0));
     }
 
+    #[test]
+    fn two_phase_records_roundtrip() {
+        let a = [7u8, 0, 0, 0, 1, 0, 0, 0];
+        let oref = Oref::new(PageId::new(3).unwrap(), Oid::new(4).unwrap());
+        let section = PrepareSection {
+            coordinator: ServerId(2),
+            participants: vec![(ServerId(1), false), (ServerId(2), true), (ServerId(9), true)],
+        };
+        let mut b = RecordBuilder::with_capacity(0, (99, 0x8000_0005), &[oref]);
+        b.push(oref, false, &a);
+        let rec = b.finish_prepared(&section);
+        assert_eq!(rec.len(), encoded_len(1, 1, a.len()) + section.encoded_len());
+        let mut n = 0;
+        match decode_any(&rec, |o| {
+            assert_eq!((o.oref, o.created, o.data), (oref, false, &a[..]));
+            n += 1;
+        })
+        .unwrap()
+        {
+            Record::Prepare(cc, s) => {
+                assert_eq!((cc.ts_us, cc.ts_server, n), (99, 0x8000_0005, 1));
+                assert_eq!(s, section);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(decode(&rec, |_| {}).is_err(), "a prepare is not a commit");
+        assert!(decode_any(&rec[..rec.len() - 1], |_| {}).is_err());
+
+        for d in [
+            Decision { ts: (5, 6), commit: true, coordinator: true, tell: vec![ServerId(3)] },
+            Decision { ts: (5, 6), commit: false, coordinator: false, tell: vec![] },
+        ] {
+            let rec = encode_decision(&d);
+            assert_eq!(decode_any(&rec, |_| {}).unwrap(), Record::Decide(d));
+            assert!(decode_any(&rec[..rec.len() - 1], |_| {}).is_err());
+        }
+        let rec = encode_end((5, 6));
+        assert_eq!(decode_any(&rec, |_| {}).unwrap(), Record::End((5, 6)));
+    }
+
     proptest! {
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = decode(&bytes, |_| {});
+            let _ = decode_any(&bytes, |_| {});
+        }
+
+        #[test]
+        fn decode_any_never_panics_on_two_phase_kinds(
+            kind in 3u8..6,
+            bytes in proptest::collection::vec(any::<u8>(), 0..120),
+        ) {
+            let mut rec = bytes;
+            rec.insert(0, kind);
+            let _ = decode_any(&rec, |_| {});
         }
     }
 }

@@ -819,6 +819,11 @@ impl World {
                 Effect::Backup { .. } => {
                     return Err(Violation("a backup nobody asked for".to_string()));
                 }
+                // One server and clients that commit at it alone: two-phase commit has no one
+                // to talk to.
+                Effect::Peer { to, msg } => {
+                    return Err(Violation(format!("a message to server {} ({msg:?})", to.0)));
+                }
                 e @ (Effect::Read { .. } | Effect::Install(_) | Effect::Checkpoint(_)) => {
                     let d = self.disk_latency();
                     self.at(d, Ev::Io(self.epoch, e));

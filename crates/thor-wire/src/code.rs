@@ -156,6 +156,10 @@ codes! {
         /// Concurrency control: the transaction's timestamp is below the server's threshold
         /// (its clock is far behind, or the commit took very long to arrive). Run it again.
         TooOld = 15,
+        /// Two-phase commit (version 3): another participant refused its part, or did not
+        /// answer the coordinator in time, so the transaction was aborted everywhere. Run it
+        /// again.
+        Aborted = 16,
     }
 }
 
@@ -164,7 +168,10 @@ impl RefusedCode {
     /// cannot take its place in the serial order; running it again (on fresh copies) may
     /// succeed.
     pub const fn is_conflict(self) -> bool {
-        matches!(self, RefusedCode::Stale | RefusedCode::Conflict | RefusedCode::TooOld)
+        matches!(
+            self,
+            RefusedCode::Stale | RefusedCode::Conflict | RefusedCode::TooOld | RefusedCode::Aborted
+        )
     }
 }
 

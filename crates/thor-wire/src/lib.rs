@@ -50,6 +50,7 @@ pub mod limits;
 pub mod message;
 pub mod stats;
 pub mod transport;
+pub mod twopc;
 
 pub use code::{ErrorCode, RefusedCode};
 pub use error::WireError;
@@ -61,3 +62,4 @@ pub use message::{
 };
 pub use stats::{ServerStats, StatValue};
 pub use transport::{Transport, TransportError};
+pub use twopc::{CLIENT_TIE_BIT, Participant, PeerMsg, Prepare, Stamp};

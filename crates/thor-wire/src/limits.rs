@@ -25,7 +25,9 @@ pub const FRAME_BYTES_SETTING_MIN: usize = 64 << 10;
 /// Version 2 added demotion: the `HelloOk` flag and the demotion sections of the piggyback,
 /// present only in frames with the demotion flag, which a server sends (and lets a client send)
 /// only on connections that agreed on version 2. Version 1's messages are unchanged.
-pub const WIRE_VERSION: u16 = 2;
+/// Version 3 added commits across servers: `Prepare`, `Peer` and `Prepared` (`crate::twopc`)
+/// and the refusal code `Aborted`; a client sends them only on connections that agreed on 3.
+pub const WIRE_VERSION: u16 = 3;
 /// The oldest protocol version this build still speaks.
 pub const WIRE_VERSION_MIN: u16 = 1;
 
@@ -84,6 +86,11 @@ pub const DEMOTED_WANTED_MAX: usize = 64;
 /// Most counters in a statistics reply. Newer servers may send more counters than an older
 /// client knows; the client skips the extra ones, up to this bound.
 pub const STATS_FIELDS_MAX: usize = 256;
+
+/// Most servers one transaction may use (participants of a two-phase commit). Each one costs
+/// the coordinator a vote to wait for and a decision to deliver; 64 is far above any
+/// partitioning where cross-server references are rare, as Thor assumes.
+pub const PARTICIPANTS_MAX: usize = 64;
 
 /// Most requests a transport lets a caller send before reading their replies. The protocol
 /// answers in order, so pipelining a few requests hides latency; more would only let a client

@@ -72,6 +72,9 @@
 //! Backup   0x0007  +--------+-----------+
 //!                  | P: u16 | path (P)  |  a directory on the server's machine, which must not
 //!                  +--------+-----------+  exist; P <= 4096, UTF-8
+//!
+//! Prepare  0x0008  two-phase commit (version 3): see crate::twopc
+//! Peer     0x0009  a message between servers (version 3): see crate::twopc
 //! ```
 //!
 //! Object bytes in a commit are complete objects in the format of `thor_core::class`; reference
@@ -99,7 +102,9 @@
 //!                        | code: u16 | M: u16 | message (M)  |  RefusedCode; M <= 4096, UTF-8
 //!                        +-----------+--------+--------------+
 //!
-//! Ack            0x0085  (empty)     answers Abort and Goodbye
+//! Ack            0x0085  (empty)     answers Abort, Goodbye and Peer
+//!
+//! Prepared       0x0088  a participant's answer to Prepare (version 3): see crate::twopc
 //!
 //! Stats          0x0086  +--------+------------------+
 //!                        | F: u16 | F x u64 counters |  see ServerStats for the order
@@ -131,6 +136,7 @@ use crate::limits::{
     TOKEN_BYTES_MAX, WIRE_VERSION, WIRE_VERSION_MIN,
 };
 use crate::stats::ServerStats;
+use crate::twopc::{PeerMsg, Prepare};
 
 /// `HelloOk` flag: the server takes demoted pages.
 const HELLO_FLAG_DEMOTIONS: u16 = 1;
@@ -140,7 +146,7 @@ const HELLO_FLAG_DEMOTIONS: u16 = 1;
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"THOR");
 
 /// Message type numbers. Requests are `0x0001..=0x007f`, replies `0x0080..=0x00ff`. Numbers not
-/// listed are reserved for later versions (two-phase commit between servers).
+/// listed are reserved for later versions.
 pub mod kind {
     /// [`crate::RequestBody::Hello`].
     pub const HELLO: u16 = 0x0001;
@@ -156,6 +162,10 @@ pub mod kind {
     pub const GOODBYE: u16 = 0x0006;
     /// [`crate::RequestBody::Backup`].
     pub const BACKUP: u16 = 0x0007;
+    /// [`crate::RequestBody::Prepare`] (version 3).
+    pub const PREPARE: u16 = 0x0008;
+    /// [`crate::RequestBody::Peer`] (version 3).
+    pub const PEER: u16 = 0x0009;
     /// [`crate::ReplyBody::HelloOk`].
     pub const HELLO_OK: u16 = 0x0081;
     /// [`crate::ReplyBody::Page`].
@@ -170,6 +180,8 @@ pub mod kind {
     pub const STATS_REPLY: u16 = 0x0086;
     /// [`crate::ReplyBody::BackupDone`].
     pub const BACKUP_DONE: u16 = 0x0087;
+    /// [`crate::ReplyBody::Prepared`] (version 3).
+    pub const PREPARED: u16 = 0x0088;
     /// [`crate::ReplyBody::Error`].
     pub const ERROR: u16 = 0x00ff;
 
@@ -300,6 +312,11 @@ pub enum RequestBody {
         /// Where, as the server's file system names it.
         path: String,
     },
+    /// Asks to prepare this server's part of a transaction that used several servers
+    /// (two-phase commit, [`crate::twopc`]).
+    Prepare(Box<Prepare>),
+    /// A message from another server about a transaction ([`crate::twopc`]); answered `Ack`.
+    Peer(PeerMsg),
 }
 
 impl RequestBody {
@@ -313,6 +330,8 @@ impl RequestBody {
             RequestBody::Stats => kind::STATS,
             RequestBody::Goodbye => kind::GOODBYE,
             RequestBody::Backup { .. } => kind::BACKUP,
+            RequestBody::Prepare(_) => kind::PREPARE,
+            RequestBody::Peer(_) => kind::PEER,
         }
     }
 
@@ -326,6 +345,8 @@ impl RequestBody {
             RequestBody::Stats => "Stats",
             RequestBody::Goodbye => "Goodbye",
             RequestBody::Backup { .. } => "Backup",
+            RequestBody::Prepare(_) => "Prepare",
+            RequestBody::Peer(_) => "Peer",
         }
     }
 }
@@ -389,8 +410,15 @@ pub enum ReplyBody {
         /// Why, for humans.
         message: String,
     },
-    /// Answers `Abort` and `Goodbye`.
+    /// Answers `Abort`, `Goodbye` and `Peer`.
     Ack,
+    /// Answers `Prepare` at a participant that is not the coordinator: its part passed
+    /// validation (and, if it writes, is durable as prepared). The coordinator's `CommitOk` or
+    /// `CommitRefused` is the transaction's outcome.
+    Prepared {
+        /// The orefs given to the objects created here, in request order.
+        created: Vec<Oref>,
+    },
     /// Answers `Stats`.
     Stats(Box<ServerStats>),
     /// Answers `Backup`: the copy is complete and durable.
@@ -415,6 +443,7 @@ impl ReplyBody {
             ReplyBody::Ack => kind::ACK,
             ReplyBody::Stats(_) => kind::STATS_REPLY,
             ReplyBody::BackupDone(_) => kind::BACKUP_DONE,
+            ReplyBody::Prepared { .. } => kind::PREPARED,
             ReplyBody::Error { .. } => kind::ERROR,
         }
     }
@@ -429,6 +458,7 @@ impl ReplyBody {
             ReplyBody::Ack => "Ack",
             ReplyBody::Stats(_) => "Stats",
             ReplyBody::BackupDone(_) => "BackupDone",
+            ReplyBody::Prepared { .. } => "Prepared",
             ReplyBody::Error { .. } => "Error",
         }
     }
@@ -553,26 +583,12 @@ impl Request {
                 12 + h.token.len() + h.client_name.len()
             }
             RequestBody::Fetch { .. } => 4,
-            RequestBody::Commit(c) => {
-                check_limit("read set", c.reads.len(), READ_SET_MAX)?;
-                check_limit(
-                    "commit objects",
-                    c.versions.len().saturating_add(c.created.len()),
-                    COMMIT_OBJECTS_MAX,
-                )?;
-                check_orefs(&c.reads, "read set")?;
-                let mut n = 12 + 4 * c.reads.len();
-                for (oref, bytes) in &c.versions {
-                    check_oref(*oref, "version oref")?;
-                    check_limit("object bytes", bytes.len(), OBJECT_BYTES_MAX)?;
-                    n += 8 + bytes.len();
-                }
-                for bytes in &c.created {
-                    check_limit("object bytes", bytes.len(), OBJECT_BYTES_MAX)?;
-                    n += 4 + bytes.len();
-                }
-                n
+            RequestBody::Commit(c) => commit_bytes(c)?,
+            RequestBody::Prepare(p) => {
+                p.check()?;
+                p.header_bytes() + commit_bytes(&p.commit)?
             }
+            RequestBody::Peer(_) => PeerMsg::BYTES,
             RequestBody::Abort | RequestBody::Stats | RequestBody::Goodbye => 0,
             RequestBody::Backup { path } => {
                 check_limit("backup path", path.len(), PATH_BYTES_MAX)?;
@@ -628,20 +644,12 @@ impl Request {
                 put_short(out, h.client_name.as_bytes());
             }
             RequestBody::Fetch { page } => out.put_u32(page.get()),
-            RequestBody::Commit(c) => {
-                put_orefs(out, &c.reads);
-                out.put_u32(c.versions.len() as u32);
-                for (oref, bytes) in &c.versions {
-                    out.put_u32(oref.raw());
-                    out.put_u32(bytes.len() as u32);
-                    out.extend_from_slice(bytes);
-                }
-                out.put_u32(c.created.len() as u32);
-                for bytes in &c.created {
-                    out.put_u32(bytes.len() as u32);
-                    out.extend_from_slice(bytes);
-                }
+            RequestBody::Commit(c) => put_commit(out, c),
+            RequestBody::Prepare(p) => {
+                p.put_header(out);
+                put_commit(out, &p.commit);
             }
+            RequestBody::Peer(m) => m.put(out),
             RequestBody::Abort | RequestBody::Stats | RequestBody::Goodbye => {}
             RequestBody::Backup { path } => put_short(out, path.as_bytes()),
         }
@@ -690,23 +698,15 @@ impl Request {
                 RequestBody::Hello(Hello { min_version, max_version, token, client_name })
             }
             kind::FETCH => RequestBody::Fetch { page: r.page_id("page")? },
-            kind::COMMIT => {
-                let reads = get_orefs(&mut r, READ_SET_MAX, "read set")?;
-                let nv = r.count32(COMMIT_OBJECTS_MAX, 8, "versions")?;
-                let mut versions = Vec::with_capacity(nv);
-                for _ in 0..nv {
-                    let oref = r.oref("version oref")?;
-                    let len = r.count32(OBJECT_BYTES_MAX, 1, "object bytes")?;
-                    versions.push((oref, r.bytes(len, "object bytes")?));
-                }
-                let nc = r.count32(COMMIT_OBJECTS_MAX - nv, 4, "created objects")?;
-                let mut created = Vec::with_capacity(nc);
-                for _ in 0..nc {
-                    let len = r.count32(OBJECT_BYTES_MAX, 1, "object bytes")?;
-                    created.push(r.bytes(len, "object bytes")?);
-                }
-                RequestBody::Commit(Commit { reads, versions, created })
+            kind::COMMIT => RequestBody::Commit(get_commit(&mut r)?),
+            kind::PREPARE => {
+                let (stamp, coordinator, participants) = Prepare::get_header(&mut r)?;
+                let commit = get_commit(&mut r)?;
+                let p = Prepare { stamp, coordinator, participants, commit };
+                p.check()?;
+                RequestBody::Prepare(Box::new(p))
             }
+            kind::PEER => RequestBody::Peer(PeerMsg::get(&mut r)?),
             kind::ABORT => RequestBody::Abort,
             kind::STATS => RequestBody::Stats,
             kind::GOODBYE => RequestBody::Goodbye,
@@ -759,6 +759,11 @@ impl Reply {
                 check_limit("created orefs", created.len(), COMMIT_OBJECTS_MAX)?;
                 check_orefs(created, "created orefs")?;
                 12 + 4 * created.len()
+            }
+            ReplyBody::Prepared { created } => {
+                check_limit("created orefs", created.len(), COMMIT_OBJECTS_MAX)?;
+                check_orefs(created, "created orefs")?;
+                4 + 4 * created.len()
             }
             ReplyBody::CommitRefused { message, .. } | ReplyBody::Error { message, .. } => {
                 check_limit("message", message.len(), MESSAGE_BYTES_MAX)?;
@@ -823,6 +828,7 @@ impl Reply {
                 put_short(out, message.as_bytes());
             }
             ReplyBody::Ack => {}
+            ReplyBody::Prepared { created } => put_orefs(out, created),
             ReplyBody::Stats(s) => s.encode(out),
             ReplyBody::BackupDone(b) => {
                 out.put_u64(b.lsn.0);
@@ -900,6 +906,9 @@ impl Reply {
                 ReplyBody::CommitRefused { code, message }
             }
             kind::ACK => ReplyBody::Ack,
+            kind::PREPARED => ReplyBody::Prepared {
+                created: get_orefs(&mut r, COMMIT_OBJECTS_MAX, "created orefs")?,
+            },
             kind::STATS_REPLY => ReplyBody::Stats(Box::new(ServerStats::decode(&mut r)?)),
             kind::BACKUP_DONE => ReplyBody::BackupDone(BackupInfo {
                 lsn: Lsn(r.u64("backup lsn")?),
@@ -917,6 +926,61 @@ impl Reply {
         r.finish()?;
         Ok(Reply { body, invalidations, wanted })
     }
+}
+
+/// Checks a commit body and returns its size.
+fn commit_bytes(c: &Commit) -> Result<usize, WireError> {
+    check_limit("read set", c.reads.len(), READ_SET_MAX)?;
+    check_limit(
+        "commit objects",
+        c.versions.len().saturating_add(c.created.len()),
+        COMMIT_OBJECTS_MAX,
+    )?;
+    check_orefs(&c.reads, "read set")?;
+    let mut n = 12 + 4 * c.reads.len();
+    for (oref, bytes) in &c.versions {
+        check_oref(*oref, "version oref")?;
+        check_limit("object bytes", bytes.len(), OBJECT_BYTES_MAX)?;
+        n += 8 + bytes.len();
+    }
+    for bytes in &c.created {
+        check_limit("object bytes", bytes.len(), OBJECT_BYTES_MAX)?;
+        n += 4 + bytes.len();
+    }
+    Ok(n)
+}
+
+fn put_commit(out: &mut Vec<u8>, c: &Commit) {
+    put_orefs(out, &c.reads);
+    out.put_u32(c.versions.len() as u32);
+    for (oref, bytes) in &c.versions {
+        out.put_u32(oref.raw());
+        out.put_u32(bytes.len() as u32);
+        out.extend_from_slice(bytes);
+    }
+    out.put_u32(c.created.len() as u32);
+    for bytes in &c.created {
+        out.put_u32(bytes.len() as u32);
+        out.extend_from_slice(bytes);
+    }
+}
+
+fn get_commit(r: &mut Reader) -> Result<Commit, WireError> {
+    let reads = get_orefs(r, READ_SET_MAX, "read set")?;
+    let nv = r.count32(COMMIT_OBJECTS_MAX, 8, "versions")?;
+    let mut versions = Vec::with_capacity(nv);
+    for _ in 0..nv {
+        let oref = r.oref("version oref")?;
+        let len = r.count32(OBJECT_BYTES_MAX, 1, "object bytes")?;
+        versions.push((oref, r.bytes(len, "object bytes")?));
+    }
+    let nc = r.count32(COMMIT_OBJECTS_MAX - nv, 4, "created objects")?;
+    let mut created = Vec::with_capacity(nc);
+    for _ in 0..nc {
+        let len = r.count32(OBJECT_BYTES_MAX, 1, "object bytes")?;
+        created.push(r.bytes(len, "object bytes")?);
+    }
+    Ok(Commit { reads, versions, created })
 }
 
 fn check_info(i: &ServerInfo) -> Result<(), WireError> {

@@ -314,10 +314,89 @@ impl Cc {
         self.last_ts
     }
 
-    /// A timestamp for a transaction validated now: the clock, but always after the last one.
+    /// A timestamp for a transaction validated now: the clock, but always after the last one
+    /// and at or above the threshold (which a restart may have raised above the clock).
     pub fn fresh_ts(&self, now_us: u64) -> Timestamp {
         let t = Timestamp { time_us: now_us, server: self.server };
-        if t > self.last_ts { t } else { self.last_ts.successor() }
+        // After the last one, with this server's tie (the last may be a client's stamp).
+        let t = if t > self.last_ts {
+            t
+        } else {
+            Timestamp { time_us: self.last_ts.time_us + 1, server: self.server }
+        };
+        if t >= self.threshold {
+            t
+        } else {
+            Timestamp { time_us: self.threshold.time_us + 1, server: self.server }
+        }
+    }
+
+    /// Raises the threshold to `ts`: nothing below it validates from now on. After a restart
+    /// the validation queue has lost the read-only transactions validated before the crash
+    /// (they leave no log record); a timestamp a client chose may lie below one of them, so
+    /// every such timestamp the clock allowed before the crash is refused.
+    pub fn raise_threshold(&mut self, ts: Timestamp) {
+        self.threshold = self.threshold.max(ts);
+    }
+
+    /// Validates a transaction of a two-phase commit at exactly `ts` (the client's choice,
+    /// the same at every participant, so no retry at a later one). Changes nothing.
+    pub fn validate_at(
+        &mut self,
+        conn: Option<ConnId>,
+        reads: &[Oref],
+        writes: &[Oref],
+        ts: Timestamp,
+    ) -> Result<Timestamp, Refusal> {
+        if let Some(c) = conn.and_then(|c| self.clients.get(&c))
+            && !c.invalid.is_empty()
+            && let Some(o) = reads.iter().chain(writes).find(|o| c.invalid.contains_key(o))
+        {
+            return Err(Refusal::Stale(*o));
+        }
+        if ts < self.threshold {
+            return Err(Refusal::TooOld { ts, threshold: self.threshold });
+        }
+        if self.vq.contains_key(&ts) {
+            // Two transactions chose the same timestamp (a 2^-31 chance per microsecond):
+            // the second must choose again.
+            return Err(Refusal::TooOld { ts, threshold: self.threshold });
+        }
+        self.rules(reads, writes, ts).map_err(|(r, _)| r)?;
+        Ok(ts)
+    }
+
+    /// A committing transaction aborted (two-phase commit): its writes no longer hold back
+    /// others. Its reads stay counted in the per-object summary, which can only cause
+    /// refusals that were not needed, never accept one that was.
+    pub fn aborted(&mut self, ts: Timestamp) {
+        let Some(e) = self.vq.get(&ts) else { return };
+        if e.committed {
+            return;
+        }
+        let e = self.vq.remove(&ts).expect("checked");
+        for o in &e.mos {
+            if let Some(info) = self.objs.get_mut(o) {
+                info.uncommitted.retain(|&u| u != ts);
+            }
+        }
+    }
+
+    /// Restores a transaction prepared but not decided (two-phase commit) during recovery: it
+    /// is committing until its decision.
+    pub fn restore_committing(&mut self, ts: Timestamp, reads: &[Oref], writes: &[Oref]) {
+        if self.vq.is_empty() && self.threshold < ts {
+            self.threshold = ts;
+        }
+        for o in reads.iter().chain(writes) {
+            let info = self.objs.entry(*o).or_default();
+            info.max_read = info.max_read.max(ts);
+        }
+        for o in writes {
+            self.objs.entry(*o).or_default().uncommitted.push(ts);
+        }
+        self.last_ts = self.last_ts.max(ts);
+        self.vq.insert(ts, Entry { ros: reads.to_vec(), mos: writes.to_vec(), committed: false });
     }
 
     /// Forgets a session's state (its connection ended).

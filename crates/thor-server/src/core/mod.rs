@@ -56,6 +56,7 @@ pub mod demote;
 pub mod install;
 mod sessions;
 pub mod store;
+pub mod twopc;
 
 use std::collections::VecDeque;
 
@@ -103,6 +104,8 @@ pub struct CoreConfig {
     pub protocol: ProtocolConfig,
     /// Bounds of concurrency control.
     pub cc: cc::CcConfig,
+    /// Timeouts and bounds of two-phase commit.
+    pub twopc: twopc::TwoPcConfig,
     /// Where pages clients read and demote go in the page cache (inclusive LRU, or DEMOTE's
     /// exclusive placement; see [`crate::pagecache`]).
     pub page_cache_mode: crate::pagecache::CacheMode,
@@ -119,6 +122,7 @@ impl Default for CoreConfig {
             log_buffer_bytes: thor_storage::limits::BUFFER_BYTES_MAX_DEFAULT,
             record_bytes_max: thor_storage::limits::RECORD_BYTES_MAX_DEFAULT,
             cc: cc::CcConfig::default(),
+            twopc: twopc::TwoPcConfig::default(),
             protocol: ProtocolConfig::default(),
             page_cache_mode: crate::pagecache::CacheMode::Inclusive,
         }
@@ -322,6 +326,12 @@ pub enum Input {
         /// What the copy holds, or why it failed.
         result: Result<thor_wire::BackupInfo, String>,
     },
+    /// A message from another server (two-phase commit), delivered by a driver that talks to
+    /// peers directly. Peers may also send them as `Peer` requests over a session.
+    Peer {
+        /// The message.
+        msg: thor_wire::PeerMsg,
+    },
     /// Time passed.
     Tick,
 }
@@ -333,7 +343,10 @@ impl Input {
     /// seen, so a stale value changes nothing); a page-cache hit then costs no clock read.
     pub fn reads_time(&self) -> bool {
         match self {
-            Input::Request { req, .. } => matches!(req.body, thor_wire::RequestBody::Commit(_)),
+            Input::Request { req, .. } => matches!(
+                req.body,
+                thor_wire::RequestBody::Commit(_) | thor_wire::RequestBody::Prepare(_)
+            ),
             Input::Direct { op, .. } => matches!(op, DirectOp::Commit(_)),
             Input::Tick => true,
             _ => false,
@@ -380,6 +393,14 @@ pub enum Effect {
     Install(InstallJob),
     /// Write a superblock (and truncate the log) and report it with [`Input::Checkpointed`].
     Checkpoint(CheckpointJob),
+    /// Send a message to another server (two-phase commit). Delivery may fail: the protocol
+    /// resends what matters on [`Input::Tick`].
+    Peer {
+        /// The server.
+        to: ServerId,
+        /// The message.
+        msg: thor_wire::PeerMsg,
+    },
     /// Copy the database into the new directory `path` (superblock, page file, the log's
     /// durable records) with no install round or checkpoint running meanwhile, and report it
     /// with [`Input::BackedUp`]. The connection is busy until then, so its replies stay in
@@ -426,6 +447,8 @@ struct Queued {
     waiting_for: Vec<PageId>,
     /// Whether it was counted as waiting for MOB space, and for the log buffer.
     counted_waits: (bool, bool),
+    /// A part of a two-phase commit (a `Prepare`), or `None` for a commit.
+    twopc: Option<Box<twopc::TxnInfo>>,
 }
 
 /// Where a bulk load is.
@@ -584,6 +607,8 @@ pub struct Core {
     demotions: demote::Demotions,
     /// The timestamp and the committing connection of each prepared commit, by LSN.
     prepared_cc: FxHashMap<Lsn, (cc::Timestamp, Option<ConnId>)>,
+    /// Two-phase commit: parts in doubt, transactions coordinated here.
+    twopc: twopc::TwoPc,
 }
 
 impl Core {
@@ -598,6 +623,7 @@ impl Core {
         let cc = cc::Cc::new(cfg.cc, store.superblock.server_id.0);
         Ok(Core {
             cc,
+            twopc: twopc::TwoPc::new(cfg.twopc),
             demotions: demote::Demotions::new(),
             prepared_cc: FxHashMap::default(),
             sessions: Sessions::new(cfg.protocol.clone()),
@@ -624,9 +650,13 @@ impl Core {
 
     /// Replays one durable log record (recovery, before any other input).
     pub fn replay(&mut self, lsn: Lsn, record: Bytes) -> Result<(), EngineError> {
-        let r = self.store.replay(lsn, record)?;
-        if r.ts != cc::Timestamp::default() {
-            self.cc.restore(r.ts, &r.reads, &r.writes);
+        match self.store.replay(lsn, record)? {
+            store::Replay::Commit(r) => {
+                if r.ts != cc::Timestamp::default() {
+                    self.cc.restore(r.ts, &r.reads, &r.writes);
+                }
+            }
+            other => self.twopc_replay(other),
         }
         Ok(())
     }
@@ -654,6 +684,7 @@ impl Core {
         self.store.set_tail_from(image)?;
         let floor = self.cc.last_ts();
         self.cc.recovered(floor);
+        self.twopc.raise_after_recovery = true;
         self.recovering = false;
         Ok(())
     }
@@ -750,6 +781,13 @@ impl Core {
 
     fn step_inner(&mut self, now_us: u64, input: Input, fx: &mut Vec<Effect>) {
         self.now_us = self.now_us.max(now_us);
+        if self.twopc.raise_after_recovery {
+            // Read-only validations before the crash left no record; refuse every client
+            // timestamp that could lie below one of them (see `Cc::raise_threshold`).
+            self.twopc.raise_after_recovery = false;
+            let t = self.now_us.saturating_add(self.twopc.cfg.future_max_us);
+            self.cc.raise_threshold(cc::Timestamp { time_us: t, server: 0 });
+        }
         match input {
             Input::Connect { conn } => self.sessions.connect(conn, fx),
             Input::Request { conn, id, req } => self.request(conn, id, req, fx),
@@ -774,7 +812,8 @@ impl Core {
                 };
                 self.reply(conn, id, reply, false, fx);
             }
-            Input::Tick => {}
+            Input::Peer { msg } => self.peer_message(msg, fx),
+            Input::Tick => self.twopc_tick(fx),
         }
         self.pump(fx);
         self.maybe_start_round(fx);
@@ -904,6 +943,19 @@ impl Core {
             Action::Commit(c) => {
                 self.sessions.set_busy(conn);
                 self.commit(Origin::Conn { conn, id }, c, fx);
+            }
+            Action::Prepare(p) => {
+                self.sessions.set_busy(conn);
+                self.prepare_request(Origin::Conn { conn, id }, *p, fx);
+            }
+            Action::Peer(msg) => {
+                fx.push(Effect::Reply {
+                    conn,
+                    id,
+                    reply: Reply::new(ReplyBody::Ack),
+                    close: false,
+                });
+                self.peer_message(msg, fx);
             }
             Action::Backup(path) => {
                 self.sessions.set_busy(conn);
@@ -1115,6 +1167,7 @@ impl Core {
             images: Vec::new(),
             waiting_for: Vec::new(),
             counted_waits: (false, false),
+            twopc: None,
         });
     }
 
@@ -1199,30 +1252,50 @@ impl Core {
             let head = self.queue.front().expect("checked");
             let conn = head.origin.conn();
             let writes: Vec<thor_core::Oref> = head.commit.versions.iter().map(|v| v.0).collect();
-            let ts = match self.cc.validate(
-                conn,
-                &head.commit.reads,
-                &writes,
-                head.commit.ts,
-                self.now_us,
-            ) {
-                Ok(ts) => ts,
-                Err(r) => {
-                    let q = self.queue.pop_front().expect("checked");
-                    self.refuse(q.origin, r, fx);
-                    continue;
+            let two_phase = head.twopc.is_some();
+            let ts = if two_phase {
+                match self.twopc_validate(&writes) {
+                    Ok(ts) => ts,
+                    Err(e) => {
+                        let q = self.queue.pop_front().expect("checked");
+                        self.twopc_refused(q, e, fx);
+                        continue;
+                    }
+                }
+            } else {
+                match self.cc.validate(
+                    conn,
+                    &head.commit.reads,
+                    &writes,
+                    head.commit.ts,
+                    self.now_us,
+                ) {
+                    Ok(ts) => ts,
+                    Err(r) => {
+                        let q = self.queue.pop_front().expect("checked");
+                        self.refuse(q.origin, r, fx);
+                        continue;
+                    }
                 }
             };
+            let head = self.queue.front().expect("checked");
+            let section = head.twopc.as_deref().map(Core::twopc_section);
             match self.store.prepare(
                 &head.commit,
                 &head.images,
                 allow_create,
                 (ts.time_us, ts.server),
+                section.as_ref(),
             ) {
                 Ok(p) => {
                     fx.push(Effect::Append { lsn: p.lsn, record: p.record.clone() });
+                    let created = p.created.clone();
                     let q = self.queue.pop_front().expect("checked");
                     let lsn = self.store.pending.back().expect("just prepared").lsn;
+                    if two_phase {
+                        self.twopc_prepared(q, ts, &writes, lsn, created);
+                        continue;
+                    }
                     self.cc.insert(ts, &q.commit.reads, &writes, false, self.now_us);
                     self.prepared_cc.insert(lsn, (ts, conn));
                     self.prepared_origin.insert(lsn, q.origin);
@@ -1236,10 +1309,14 @@ impl Core {
                     return;
                 }
                 Err(Stop::Fail(e)) => {
+                    let q = self.queue.pop_front().expect("checked");
+                    if q.twopc.is_some() {
+                        self.twopc_refused(q, e, fx);
+                        continue;
+                    }
                     if matches!(e, EngineError::Invalid(_)) {
                         self.counters.commits_refused += 1;
                     }
-                    let q = self.queue.pop_front().expect("checked");
                     self.answer_commit(q.origin, Err(e), fx);
                 }
             }
@@ -1250,6 +1327,10 @@ impl Core {
         let mut done = Vec::new();
         self.store.publish(lsn, |p| done.push(p));
         for p in done {
+            if p.held {
+                self.twopc_durable(p, fx);
+                continue;
+            }
             // A demoted copy of a page this commit wrote is stale from now on.
             self.demotions.pages_written(p.objects.iter().filter_map(|(o, _, _)| o.page()));
             let versions = p.objects.iter().filter(|(_, c, _)| !c).count() as u64;
@@ -1278,6 +1359,7 @@ impl Core {
                 self.answer_commit(origin, Ok(out), fx);
             }
         }
+        self.twopc_records_durable(lsn, fx);
         self.release_refusals(lsn, false, fx);
     }
 
@@ -1339,7 +1421,7 @@ impl Core {
     /// would exceed the budget. A commit alone bigger than the budget waits only until nothing
     /// else is buffered or prepared.
     fn needs_room(&self, c: &CommitIn) -> bool {
-        let held = self.store.mob.bytes() + self.store.pending_mob_cost;
+        let held = self.store.mob.bytes() + self.store.pending_mob_cost + self.twopc.held_bytes;
         held > 0 && held + Store::mob_cost(c) > self.cfg.mob_bytes
     }
 
@@ -1420,7 +1502,11 @@ impl Core {
             }
         }
         self.install_gen += 1;
-        let checkpoint = self.store.checkpoint_lsn();
+        // Two-phase commit keeps the prepare records of transactions in doubt or being told.
+        let checkpoint = match self.twopc.log_floor() {
+            Some(f) => self.store.checkpoint_lsn().min(f),
+            None => self.store.checkpoint_lsn(),
+        };
         // The allocation page as of the checkpoint: the last page opened below it.
         while self.store.opened.front().is_some_and(|(l, _)| *l < checkpoint) {
             let (_, p) = self.store.opened.pop_front().expect("checked");
@@ -1642,6 +1728,7 @@ pub fn error_reply(e: &EngineError) -> (Reply, bool) {
         EngineError::Invalid(ic) => (Reply::refused(refused_code(ic), &msg), false),
         EngineError::Full => (Reply::refused(RefusedCode::DatabaseFull, &msg), false),
         EngineError::BulkLoadActive => (Reply::refused(RefusedCode::RetryLater, &msg), false),
+        EngineError::Aborted(_) => (Reply::refused(RefusedCode::Aborted, &msg), false),
         EngineError::Conflict(r) => {
             let code = match r {
                 cc::Refusal::Stale(_) => RefusedCode::Stale,
@@ -1687,3 +1774,5 @@ pub type Client = ClientId;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_twopc;

@@ -134,6 +134,10 @@ pub enum Action {
     Stats,
     /// Have the driver write a backup to this path (on the server's machine).
     Backup(String),
+    /// Prepare a part of a transaction over several servers.
+    Prepare(Box<thor_wire::Prepare>),
+    /// A message from another server (answered `Ack` at once).
+    Peer(thor_wire::PeerMsg),
 }
 
 /// Every session of a core.
@@ -303,6 +307,8 @@ impl Sessions {
             (State::Open { .. }, RequestBody::Abort) => (Reply::new(ReplyBody::Ack), false),
             (State::Open { .. }, RequestBody::Stats) => return Action::Stats,
             (State::Open { .. }, RequestBody::Backup { path }) => return Action::Backup(path),
+            (State::Open { .. }, RequestBody::Prepare(p)) => return Action::Prepare(p),
+            (State::Open { .. }, RequestBody::Peer(m)) => return Action::Peer(m),
             (State::Open { .. }, RequestBody::Goodbye) => (Reply::new(ReplyBody::Ack), true),
         };
         if close && let Some(s) = self.conns.get_mut(&conn) {

@@ -109,6 +109,19 @@ pub struct Replayed {
     pub writes: Vec<Oref>,
 }
 
+/// What one replayed record was.
+#[derive(Debug)]
+pub(crate) enum Replay {
+    /// A commit, now in the MOB.
+    Commit(Replayed),
+    /// A two-phase part: its created objects are in the MOB, its versions held.
+    Prepare(Replayed, record::PrepareSection, Held),
+    /// A two-phase decision.
+    Decide(record::Decision),
+    /// A coordinator's end of a transaction.
+    End((u64, u32)),
+}
+
 /// A commit in the log, not yet known durable, not yet visible.
 #[derive(Debug)]
 pub(crate) struct Prepared {
@@ -122,6 +135,22 @@ pub(crate) struct Prepared {
     pub created: Vec<Oref>,
     /// Bytes the log holds for it until it is durable (record plus log framing).
     pub log_bytes: usize,
+    /// A part of a two-phase commit (record kind 3): once durable, only its created objects
+    /// are published; its versions are held until the decision ([`Store::publish_held`]).
+    pub held: bool,
+}
+
+/// The versions of a prepared two-phase part, held from its prepare record's durability until
+/// its decision.
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    /// The prepare record's LSN: the MOB keeps the versions under it, so the checkpoint stays
+    /// below the record until they are installed.
+    pub lsn: Lsn,
+    /// The prepare record.
+    pub record: Bytes,
+    /// Each version: oref and where its bytes are in `record`.
+    pub versions: Vec<(Oref, Range<usize>)>,
 }
 
 /// Why `prepare` could not finish.
@@ -206,6 +235,9 @@ pub(crate) struct Store {
     pub unsynced_bytes: usize,
     /// What the prepared commits will add to the MOB when they are published.
     pub pending_mob_cost: usize,
+    /// Records appended that publish nothing (two-phase decisions and ends), not yet durable:
+    /// LSN and log bytes.
+    plain: VecDeque<(Lsn, usize)>,
 }
 
 impl Store {
@@ -238,27 +270,41 @@ impl Store {
             durable_lsn: Lsn(next_lsn.0.saturating_sub(1)),
             unsynced_bytes: 0,
             pending_mob_cost: 0,
+            plain: VecDeque::new(),
         }
     }
 
     /// Replays one durable log record into the MOB (recovery).
     /// Returns the transaction's timestamp, read set and modified objects (not the created
     /// ones), for the validation queue.
-    pub fn replay(&mut self, lsn: Lsn, rec: Bytes) -> Result<Replayed, EngineError> {
+    pub fn replay(&mut self, lsn: Lsn, rec: Bytes) -> Result<Replay, EngineError> {
         let len = rec.len();
         let base = rec.as_ptr() as usize;
         let mut objects = Vec::new();
-        let cc = record::decode(&rec, |o| {
+        let decoded = record::decode_any(&rec, |o| {
             let start = o.data.as_ptr() as usize - base;
             objects.push((o.oref, o.created, start..start + o.data.len()));
         })
         .map_err(|e| EngineError::CorruptRecord { lsn: lsn.0, why: e.to_string() })?;
+        self.next_lsn = self.next_lsn.max(lsn.next());
+        self.durable_lsn = self.durable_lsn.max(lsn);
+        let (cc, section) = match decoded {
+            record::Record::Commit(cc) => (cc, None),
+            record::Record::Prepare(cc, s) => (cc, Some(s)),
+            record::Record::Decide(d) => return Ok(Replay::Decide(d)),
+            record::Record::End(ts) => return Ok(Replay::End(ts)),
+        };
         let replayed = Replayed {
             ts: super::cc::Timestamp { time_us: cc.ts_us, server: cc.ts_server },
             reads: cc.reads().collect(),
             writes: objects.iter().filter(|(_, c, _)| !c).map(|(o, _, _)| *o).collect(),
         };
+        let mut held = Held { lsn, record: rec.clone(), versions: Vec::new() };
         for (oref, created, range) in objects {
+            if section.is_some() && !created {
+                held.versions.push((oref, range));
+                continue;
+            }
             let page = oref.page().expect("the record decoder checks orefs");
             if created && page > self.tail.page {
                 let mut p = self.tail.page;
@@ -271,9 +317,10 @@ impl Store {
             }
             self.mob.insert(oref, lsn, created, rec.slice(range), len);
         }
-        self.next_lsn = self.next_lsn.max(lsn.next());
-        self.durable_lsn = self.durable_lsn.max(lsn);
-        Ok(replayed)
+        Ok(match section {
+            None => Replay::Commit(replayed),
+            Some(s) => Replay::Prepare(replayed, s, held),
+        })
     }
 
     /// Recovery replayed every record: the log continues at `log_next`.
@@ -452,6 +499,7 @@ impl Store {
         images: &Images,
         allow_create: bool,
         ts: (u64, u32),
+        section: Option<&record::PrepareSection>,
     ) -> Result<&Prepared, Stop> {
         let n_objects = c.objects();
         if n_objects > limits::COMMIT_OBJECTS_MAX {
@@ -478,7 +526,8 @@ impl Store {
         let lsn = self.next_lsn;
         let created = self.allocate(c.created.len(), c.created.iter().map(Bytes::len), lsn)?;
 
-        let mut rec = RecordBuilder::with_capacity(c.record_bytes(), ts, &c.reads);
+        let extra = section.map_or(0, record::PrepareSection::encoded_len);
+        let mut rec = RecordBuilder::with_capacity(c.record_bytes() + extra, ts, &c.reads);
         let mut objects = Vec::with_capacity(n_objects);
         // Reference offsets of the object being patched; one buffer for the whole commit.
         let mut offs: Vec<usize> = Vec::new();
@@ -504,7 +553,10 @@ impl Store {
             patch(rec.bytes_mut(range.clone()), &descs.created[i], true);
             objects.push((created[i], true, range));
         }
-        let record = Bytes::from(rec.finish());
+        let record = Bytes::from(match section {
+            Some(s) => rec.finish_prepared(s),
+            None => rec.finish(),
+        });
         for (oref, _, range) in &objects {
             self.pending_objs.insert(*oref, (lsn, record.slice(range.clone())));
         }
@@ -512,13 +564,38 @@ impl Store {
         self.next_lsn = lsn.next();
         self.unsynced_bytes += log_bytes;
         self.pending_mob_cost += commit_cost(n_objects, record.len());
-        self.pending.push_back(Prepared { lsn, record, objects, created, log_bytes });
+        let held = section.is_some();
+        self.pending.push_back(Prepared { lsn, record, objects, created, log_bytes, held });
         Ok(self.pending.back().expect("just pushed"))
+    }
+
+    /// Appends a record that publishes nothing (a two-phase decision or end): returns its LSN.
+    /// The caller emits the append.
+    pub fn append_plain(&mut self, record: &[u8]) -> Lsn {
+        let lsn = self.next_lsn;
+        self.next_lsn = lsn.next();
+        let log_bytes = thor_storage::log::record::encoded_len(record.len());
+        self.unsynced_bytes += log_bytes;
+        self.plain.push_back((lsn, log_bytes));
+        lsn
+    }
+
+    /// Publishes the held versions of a two-phase part that committed: into the MOB under
+    /// the prepare record's LSN.
+    pub fn publish_held(&mut self, h: &Held) {
+        let len = h.record.len();
+        for (oref, range) in &h.versions {
+            self.mob.insert(*oref, h.lsn, false, h.record.slice(range.clone()), len);
+        }
     }
 
     /// Moves every durable prepared commit into the MOB, in LSN order, and hands each to `done`.
     pub fn publish(&mut self, durable: Lsn, mut done: impl FnMut(Prepared)) {
         self.durable_lsn = self.durable_lsn.max(durable);
+        while self.plain.front().is_some_and(|(l, _)| *l <= self.durable_lsn) {
+            let (_, log_bytes) = self.plain.pop_front().expect("checked");
+            self.unsynced_bytes -= log_bytes;
+        }
         while self.pending.front().is_some_and(|p| p.lsn <= self.durable_lsn) {
             let p = self.pending.pop_front().expect("checked");
             let len = p.record.len();
@@ -526,7 +603,12 @@ impl Store {
                 if self.pending_objs.get(oref).is_some_and(|(l, _)| *l == p.lsn) {
                     self.pending_objs.remove(oref);
                 }
-                self.mob.insert(*oref, p.lsn, *is_new, p.record.slice(range.clone()), len);
+                // A two-phase part publishes its created objects at once (their slots are
+                // allocated for good; unreachable until the commit, garbage if it aborts) and
+                // holds its versions until the decision.
+                if *is_new || !p.held {
+                    self.mob.insert(*oref, p.lsn, *is_new, p.record.slice(range.clone()), len);
+                }
             }
             self.unsynced_bytes -= p.log_bytes;
             self.pending_mob_cost -= commit_cost(p.objects.len(), len);
@@ -538,6 +620,9 @@ impl Store {
     /// recovery decides). Hands each to `failed`.
     pub fn abandon_pending(&mut self, mut failed: impl FnMut(Prepared)) {
         self.pending_objs.clear();
+        for (_, log_bytes) in self.plain.drain(..) {
+            self.unsynced_bytes -= log_bytes;
+        }
         while let Some(p) = self.pending.pop_front() {
             self.unsynced_bytes -= p.log_bytes;
             self.pending_mob_cost -= commit_cost(p.objects.len(), p.record.len());

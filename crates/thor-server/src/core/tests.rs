@@ -17,29 +17,34 @@ use super::*;
 use crate::io::{self, CommitLog, DiskSide};
 
 /// A core on an in-memory disk, whose effects the test performs when it chooses.
-struct Harness {
-    disk: Arc<dyn thor_storage::Disk>,
-    core: Core,
+pub(super) struct Harness {
+    pub disk: Arc<dyn thor_storage::Disk>,
+    pub core: Core,
     disk_side: DiskSide,
     log: Arc<thor_storage::Log>,
     /// Effects emitted and not yet performed or taken, in order.
     pending: VecDeque<Effect>,
-    now: u64,
+    pub now: u64,
 }
 
-fn config() -> CoreConfig {
+pub(super) fn config() -> CoreConfig {
     CoreConfig { page_cache_bytes: 64 * 4096, ..CoreConfig::default() }
 }
 
 impl Harness {
     fn new(cfg: CoreConfig) -> Harness {
+        Harness::with_id(cfg, ServerId(7))
+    }
+
+    /// A new database of server `id`.
+    pub(super) fn with_id(cfg: CoreConfig, id: ServerId) -> Harness {
         let disk: Arc<dyn thor_storage::Disk> = Arc::new(MemDisk::new());
-        io::create(&*disk, 4096, ServerId(7)).unwrap();
+        io::create(&*disk, 4096, id).unwrap();
         Harness::open(disk, cfg)
     }
 
     /// A core recovered from `disk` (as after a crash: whatever the log holds is replayed).
-    fn open(disk: Arc<dyn thor_storage::Disk>, cfg: CoreConfig) -> Harness {
+    pub(super) fn open(disk: Arc<dyn thor_storage::Disk>, cfg: CoreConfig) -> Harness {
         let r = io::recover(disk.clone(), cfg, LogOptions::default()).unwrap();
         Harness {
             disk,
@@ -51,7 +56,7 @@ impl Harness {
         }
     }
 
-    fn step(&mut self, input: Input) {
+    pub(super) fn step(&mut self, input: Input) {
         self.now += 1;
         let mut fx = Vec::new();
         self.core.step(self.now, input, &mut fx);
@@ -59,8 +64,8 @@ impl Harness {
     }
 
     /// Performs every I/O effect (appends, then syncs the log) until none is left; returns the
-    /// replies and answers, in order.
-    fn settle(&mut self) -> Vec<Effect> {
+    /// replies, answers and messages to other servers, in order.
+    pub(super) fn settle(&mut self) -> Vec<Effect> {
         let mut out = Vec::new();
         loop {
             let mut appended = false;
@@ -70,7 +75,7 @@ impl Harness {
                         assert_eq!(self.log.append(&record).unwrap(), lsn);
                         appended = true;
                     }
-                    Effect::Reply { .. } | Effect::Done { .. } => out.push(e),
+                    Effect::Reply { .. } | Effect::Done { .. } | Effect::Peer { .. } => out.push(e),
                     other => {
                         let input = self.disk_side.perform(&other, &*self.log).unwrap();
                         self.step(input);
@@ -95,7 +100,7 @@ impl Harness {
         answers
     }
 
-    fn connect(&mut self, conn: ConnId, token: &[u8]) -> ClientId {
+    pub(super) fn connect(&mut self, conn: ConnId, token: &[u8]) -> ClientId {
         self.step(Input::Connect { conn });
         let r = self.request(conn, 1, RequestBody::Hello(Hello::new(token.to_vec(), "test")));
         match r.body {
@@ -105,7 +110,7 @@ impl Harness {
     }
 
     /// Sends a request and settles; returns the one reply to it.
-    fn request(&mut self, conn: ConnId, id: u64, body: RequestBody) -> Reply {
+    pub(super) fn request(&mut self, conn: ConnId, id: u64, body: RequestBody) -> Reply {
         self.step(Input::Request { conn, id, req: Request::new(body) });
         let out = self.settle();
         let mut replies = replies_to(&out, conn);
@@ -134,7 +139,7 @@ fn commit_body(versions: Vec<(Oref, Vec<u8>)>, created: Vec<Vec<u8>>) -> Request
     })
 }
 
-fn replies_to(out: &[Effect], conn: ConnId) -> Vec<(u64, Reply, bool)> {
+pub(super) fn replies_to(out: &[Effect], conn: ConnId) -> Vec<(u64, Reply, bool)> {
     out.iter()
         .filter_map(|e| match e {
             Effect::Reply { conn: c, id, reply, close } if *c == conn => {
@@ -152,19 +157,19 @@ fn error_code(r: &Reply) -> Option<ErrorCode> {
     }
 }
 
-fn refusal(r: &Reply) -> Option<RefusedCode> {
+pub(super) fn refusal(r: &Reply) -> Option<RefusedCode> {
     match &r.body {
         ReplyBody::CommitRefused { code, .. } => Some(*code),
         _ => None,
     }
 }
 
-fn item_class() -> ClassDesc {
+pub(super) fn item_class() -> ClassDesc {
     ClassDesc::new("t.Item", 8, &[0], VarKind::None).unwrap()
 }
 
 /// Commits the item class and one item; returns their orefs.
-fn class_and_item(h: &mut Harness, conn: ConnId) -> (Oref, Oref) {
+pub(super) fn class_and_item(h: &mut Harness, conn: ConnId) -> (Oref, Oref) {
     let class_obj = item_class().to_class_object();
     let mut inst = item_class().new_object(RawRef::tagged_word(0), 0);
     put_u32(&mut inst, 4, RawRef::tagged_word(1)); // points at itself

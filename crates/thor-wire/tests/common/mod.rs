@@ -8,8 +8,8 @@ use thor_core::ids::PAGE_ID_MAX;
 use thor_core::{ClientId, Lsn, Oid, Oref, PageId, ServerId};
 use thor_wire::limits::{FRAME_BYTES_MAX, FRAME_BYTES_SETTING_MIN};
 use thor_wire::{
-    BackupInfo, Commit, ErrorCode, Hello, Piggyback, RefusedCode, Reply, ReplyBody, Request,
-    RequestBody, ServerInfo, ServerStats,
+    BackupInfo, CLIENT_TIE_BIT, Commit, ErrorCode, Hello, Participant, PeerMsg, Piggyback, Prepare,
+    RefusedCode, Reply, ReplyBody, Request, RequestBody, ServerInfo, ServerStats, Stamp,
 };
 
 pub fn oref() -> impl Strategy<Value = Oref> {
@@ -53,7 +53,48 @@ pub fn request_body() -> impl Strategy<Value = RequestBody> {
         Just(RequestBody::Stats),
         Just(RequestBody::Goodbye),
         "\\PC{0,40}".prop_map(|path| RequestBody::Backup { path }),
+        prepare().prop_map(|p| RequestBody::Prepare(Box::new(p))),
+        peer().prop_map(RequestBody::Peer),
     ]
+}
+
+pub fn stamp() -> impl Strategy<Value = Stamp> {
+    (any::<u64>(), any::<u32>())
+        .prop_map(|(time_us, tie)| Stamp { time_us, tie: tie | CLIENT_TIE_BIT })
+}
+
+/// A well-formed prepare: distinct participants, this server's part, a coordinator that writes
+/// (or none if nobody writes).
+pub fn prepare() -> impl Strategy<Value = Prepare> {
+    (
+        stamp(),
+        proptest::sample::subsequence((1u32..40).collect::<Vec<_>>(), 2..6),
+        vec(any::<bool>(), 6),
+        vec(oref(), 0..8),
+        vec((oref(), blob(24)), 0..4),
+    )
+        .prop_map(|(stamp, servers, writes, reads, versions)| {
+            let participants: Vec<Participant> = servers
+                .iter()
+                .zip(&writes)
+                .map(|(&s, &w)| Participant { server: ServerId(s), writes: w })
+                .collect();
+            let coordinator = participants.iter().find(|p| p.writes).map(|p| p.server);
+            let commit = Commit { reads, versions, created: Vec::new() };
+            Prepare { stamp, coordinator, participants, commit }
+        })
+}
+
+pub fn peer() -> impl Strategy<Value = PeerMsg> {
+    (0u8..4, stamp(), any::<u32>(), any::<bool>()).prop_map(|(op, stamp, from, flag)| {
+        let from = ServerId(from);
+        match op {
+            0 => PeerMsg::Vote { stamp, from, yes: flag },
+            1 => PeerMsg::Decide { stamp, from, commit: flag },
+            2 => PeerMsg::DecideAck { stamp, from },
+            _ => PeerMsg::Query { stamp, from },
+        }
+    })
 }
 
 pub fn request() -> impl Strategy<Value = Request> {
@@ -149,6 +190,7 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
         (proptest::sample::select(RefusedCode::ALL), "\\PC{0,40}")
             .prop_map(|(code, message)| ReplyBody::CommitRefused { code, message }),
         Just(ReplyBody::Ack),
+        vec(oref(), 0..8).prop_map(|created| ReplyBody::Prepared { created }),
         stats().prop_map(|s| ReplyBody::Stats(Box::new(s))),
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(l, p, g)| {
             ReplyBody::BackupDone(BackupInfo { lsn: Lsn(l), page_bytes: p, log_bytes: g })

@@ -1,0 +1,397 @@
+//! Scenario tests of two-phase commit between cores: two or three servers whose messages to
+//! each other the test routes (or drops), each crashed and recovered when the test says.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use thor_core::le::u32_at;
+use thor_core::{Oref, PageView};
+use thor_wire::{
+    CLIENT_TIE_BIT, Commit, Participant, PeerMsg, Prepare, RefusedCode, Reply, ReplyBody,
+    RequestBody, Stamp,
+};
+
+use super::tests::{Harness, class_and_item, config, item_class, refusal, replies_to};
+use super::*;
+
+/// The client's connection at every server.
+const CONN: ConnId = 1;
+
+/// Servers 1..=n, a client connected to each, and the messages between servers in flight.
+struct Cluster {
+    nodes: Vec<Harness>,
+    /// Messages to deliver: (to, message).
+    net: VecDeque<(ServerId, PeerMsg)>,
+    /// Replies to the client, per server, in order.
+    replies: Vec<Vec<(u64, Reply)>>,
+    /// Every message sent, for the tests that count them.
+    sent: Vec<(ServerId, PeerMsg)>,
+}
+
+fn cfg() -> CoreConfig {
+    config()
+}
+
+impl Cluster {
+    fn new(n: usize) -> Cluster {
+        let mut nodes = Vec::new();
+        for i in 1..=n {
+            let mut h = Harness::with_id(cfg(), ServerId(i as u32));
+            h.connect(CONN, b"");
+            // After an open, client timestamps up to this far ahead of the clock are refused
+            // (see `Cc::raise_threshold`); the tests start after that.
+            h.now += cfg().twopc.future_max_us;
+            nodes.push(h);
+        }
+        Cluster { nodes, net: VecDeque::new(), replies: vec![Vec::new(); n], sent: Vec::new() }
+    }
+
+    fn node(&mut self, s: ServerId) -> &mut Harness {
+        &mut self.nodes[s.0 as usize - 1]
+    }
+
+    /// Settles every node and collects what they send, without delivering it.
+    fn settle_all(&mut self) {
+        for i in 0..self.nodes.len() {
+            let out = self.nodes[i].settle();
+            for (id, r, _) in replies_to(&out, CONN) {
+                self.replies[i].push((id, r));
+            }
+            for e in out {
+                if let Effect::Peer { to, msg } = e {
+                    self.net.push_back((to, msg));
+                    self.sent.push((to, msg));
+                }
+            }
+        }
+    }
+
+    /// Delivers messages until none is in flight; `keep(to, msg)` says which arrive (the others
+    /// are lost).
+    fn run(&mut self, mut keep: impl FnMut(ServerId, &PeerMsg) -> bool) {
+        self.settle_all();
+        while let Some((to, msg)) = self.net.pop_front() {
+            if keep(to, &msg) {
+                self.node(to).step(Input::Peer { msg });
+            }
+            self.settle_all();
+        }
+    }
+
+    fn deliver_all(&mut self) {
+        self.run(|_, _| true);
+    }
+
+    /// Time passes at every node by `us`, with a tick.
+    fn tick(&mut self, us: u64) {
+        for n in &mut self.nodes {
+            n.now += us;
+            n.step(Input::Tick);
+        }
+    }
+
+    /// Server `s` crashes and recovers from its disk (everything it synced survives).
+    fn restart(&mut self, s: ServerId) {
+        let disk = self.node(s).disk.clone();
+        let now = self.node(s).now;
+        let mut h = Harness::open(disk, cfg());
+        h.now = now;
+        h.connect(CONN, b"");
+        self.nodes[s.0 as usize - 1] = h;
+        self.replies[s.0 as usize - 1].clear();
+    }
+
+    /// Sends a prepare to server `s` without delivering anything.
+    fn prepare(&mut self, s: ServerId, id: u64, p: Prepare) {
+        let req = thor_wire::Request::new(RequestBody::Prepare(Box::new(p)));
+        self.node(s).step(Input::Request { conn: CONN, id, req });
+    }
+
+    /// The reply to request `id` at server `s`.
+    fn reply(&self, s: ServerId, id: u64) -> Option<&Reply> {
+        self.replies[s.0 as usize - 1].iter().find(|(i, _)| *i == id).map(|(_, r)| r)
+    }
+
+    /// The reference word of item `o` as server `s` serves it now.
+    fn item_ref(&mut self, s: ServerId, o: Oref, id: u64) -> u32 {
+        let r = self.node(s).request(CONN, id, RequestBody::Fetch { page: o.page().unwrap() });
+        let ReplyBody::Page { bytes, .. } = r.body else { panic!("{r:?}") };
+        let view = PageView::parse(&bytes).unwrap();
+        u32_at(view.object(o.oid()).unwrap(), 4)
+    }
+
+    /// Peer messages sent to `s` so far.
+    fn sent_to(&self, s: ServerId) -> Vec<PeerMsg> {
+        self.sent.iter().filter(|(t, _)| *t == s).map(|(_, m)| *m).collect()
+    }
+}
+
+const S1: ServerId = ServerId(1);
+const S2: ServerId = ServerId(2);
+const S3: ServerId = ServerId(3);
+
+fn stamp(n: u64) -> Stamp {
+    Stamp { time_us: n, tie: CLIENT_TIE_BIT | 77 }
+}
+
+/// Each server gets the item class and an item pointing at itself; returns (class, item) per
+/// server.
+fn items(c: &mut Cluster) -> Vec<(Oref, Oref)> {
+    (0..c.nodes.len()).map(|i| class_and_item(&mut c.nodes[i], CONN)).collect()
+}
+
+/// A version of an item of class `class` whose reference is `target` (0: null).
+fn version(class: Oref, target: u32) -> Bytes {
+    let mut v = item_class().new_object(class.raw(), 0);
+    thor_core::le::put_u32(&mut v, 4, target);
+    Bytes::from(v)
+}
+
+fn part(reads: Vec<Oref>, versions: Vec<(Oref, Bytes)>) -> Commit {
+    Commit { reads, versions, created: Vec::new() }
+}
+
+fn prep(
+    stamp: Stamp,
+    coordinator: Option<ServerId>,
+    participants: &[(ServerId, bool)],
+    commit: Commit,
+) -> Prepare {
+    Prepare {
+        stamp,
+        coordinator,
+        participants: participants
+            .iter()
+            .map(|&(server, writes)| Participant { server, writes })
+            .collect(),
+        commit,
+    }
+}
+
+/// A transaction that writes the item at S1 and at S2, S1 coordinating, prepared at both.
+fn write_both(c: &mut Cluster, it: &[(Oref, Oref)], ts: Stamp, id: u64) {
+    let ps = [(S1, true), (S2, true)];
+    for (s, (class, item)) in [(S1, it[0]), (S2, it[1])] {
+        let p = prep(ts, Some(S1), &ps, part(vec![item], vec![(item, version(class, 0))]));
+        c.prepare(s, id, p);
+    }
+}
+
+#[test]
+fn two_server_commit_is_atomic() {
+    let mut c = Cluster::new(2);
+    let it = items(&mut c);
+    let now = c.node(S1).now;
+    write_both(&mut c, &it, stamp(now + 10), 100);
+    c.deliver_all();
+    let r1 = c.reply(S1, 100).expect("the coordinator answers");
+    assert!(matches!(r1.body, ReplyBody::CommitOk { .. }), "{r1:?}");
+    let r2 = c.reply(S2, 100).expect("the participant answers");
+    assert!(matches!(r2.body, ReplyBody::Prepared { .. }), "{r2:?}");
+    assert_eq!(c.item_ref(S1, it[0].1, 200), 0, "new version at S1");
+    assert_eq!(c.item_ref(S2, it[1].1, 200), 0, "new version at S2");
+    // The coordinator heard every acknowledgement and forgot the transaction; nothing is in
+    // doubt anywhere, so the log may be truncated past it.
+    assert_eq!(c.node(S1).core.twopc.coordinating(), 0);
+    assert_eq!(c.node(S2).core.twopc.in_doubt(), 0);
+    assert_eq!(c.node(S1).core.twopc.log_floor(), None);
+    // Phase two went to S2 only once, and S2 acknowledged it.
+    let to_s2 = c.sent_to(S2);
+    assert_eq!(
+        to_s2.iter().filter(|m| matches!(m, PeerMsg::Decide { commit: true, .. })).count(),
+        1
+    );
+    assert!(c.sent_to(S1).iter().any(|m| matches!(m, PeerMsg::DecideAck { .. })));
+}
+
+#[test]
+fn participant_refusal_aborts_everywhere() {
+    let mut c = Cluster::new(2);
+    let it = items(&mut c);
+    let now = c.node(S1).now;
+    let ts = stamp(now + 10);
+    let ps = [(S1, true), (S2, true)];
+    let (class1, item1) = it[0];
+    let item2 = it[1].1;
+    c.prepare(
+        S1,
+        100,
+        prep(ts, Some(S1), &ps, part(vec![item1], vec![(item1, version(class1, 0))])),
+    );
+    // S2's part reshapes its object: S2 refuses it.
+    let bad = Bytes::from(vec![0u8; 12]);
+    c.prepare(S2, 100, prep(ts, Some(S1), &ps, part(vec![item2], vec![(item2, bad)])));
+    c.deliver_all();
+    assert_eq!(c.reply(S2, 100).and_then(refusal), Some(RefusedCode::Reshape));
+    assert_eq!(c.reply(S1, 100).and_then(refusal), Some(RefusedCode::Aborted));
+    assert_eq!(c.item_ref(S1, item1, 200), item1.raw(), "S1 kept the old version");
+    assert_eq!(c.item_ref(S2, item2, 200), item2.raw(), "S2 kept the old version");
+    assert_eq!(c.node(S1).core.twopc.in_doubt(), 0, "the coordinator dropped its part");
+    assert_eq!(c.node(S1).core.twopc.log_floor(), None);
+    // The item can be written again at S1: the aborted part no longer holds it.
+    let ts2 = stamp(now + 50);
+    write_both(&mut c, &it, ts2, 101);
+    c.deliver_all();
+    assert!(matches!(c.reply(S1, 101).unwrap().body, ReplyBody::CommitOk { .. }));
+}
+
+#[test]
+fn read_only_participant_skips_phase_two() {
+    let mut c = Cluster::new(3);
+    let it = items(&mut c);
+    let now = c.node(S1).now;
+    let ts = stamp(now + 10);
+    let ps = [(S1, true), (S2, false), (S3, true)];
+    let (class1, item1) = it[0];
+    let (class3, item3) = it[2];
+    c.prepare(
+        S1,
+        100,
+        prep(ts, Some(S1), &ps, part(vec![item1], vec![(item1, version(class1, 0))])),
+    );
+    let s2_lsn = c.node(S2).core.next_lsn();
+    c.prepare(S2, 100, prep(ts, Some(S1), &ps, part(vec![it[1].1], vec![])));
+    c.prepare(
+        S3,
+        100,
+        prep(ts, Some(S1), &ps, part(vec![item3], vec![(item3, version(class3, 0))])),
+    );
+    c.deliver_all();
+    assert!(matches!(c.reply(S1, 100).unwrap().body, ReplyBody::CommitOk { .. }));
+    assert!(matches!(c.reply(S2, 100).unwrap().body, ReplyBody::Prepared { .. }));
+    assert!(matches!(c.reply(S3, 100).unwrap().body, ReplyBody::Prepared { .. }));
+    assert!(
+        c.sent_to(S2).is_empty(),
+        "the read-only participant hears nothing: {:?}",
+        c.sent_to(S2)
+    );
+    assert_eq!(
+        c.sent_to(S1).iter().filter(|m| matches!(m, PeerMsg::Vote { yes: true, .. })).count(),
+        2
+    );
+    assert_eq!(c.item_ref(S3, item3, 200), 0);
+    assert_eq!(c.node(S2).core.next_lsn(), s2_lsn, "a read-only part writes no record");
+}
+
+#[test]
+fn read_only_transaction_answers_the_client_from_every_server() {
+    let mut c = Cluster::new(2);
+    let it = items(&mut c);
+    let now = c.node(S1).now;
+    let ts = stamp(now + 10);
+    let ps = [(S1, false), (S2, false)];
+    c.prepare(S1, 100, prep(ts, None, &ps, part(vec![it[0].1], vec![])));
+    c.prepare(S2, 100, prep(ts, None, &ps, part(vec![it[1].1], vec![])));
+    c.deliver_all();
+    assert!(matches!(c.reply(S1, 100).unwrap().body, ReplyBody::Prepared { .. }));
+    assert!(matches!(c.reply(S2, 100).unwrap().body, ReplyBody::Prepared { .. }));
+    assert!(c.sent.is_empty(), "two message delays, no server-to-server message");
+}
+
+#[test]
+fn participant_restart_resolves_in_doubt() {
+    let mut c = Cluster::new(2);
+    let it = items(&mut c);
+    let now = c.node(S1).now;
+    write_both(&mut c, &it, stamp(now + 10), 100);
+    // S2's vote arrives; the coordinator's decision to S2 is lost.
+    c.run(|to, m| !(to == S2 && matches!(m, PeerMsg::Decide { .. })));
+    assert!(matches!(c.reply(S1, 100).unwrap().body, ReplyBody::CommitOk { .. }));
+    assert_eq!(c.node(S2).core.twopc.in_doubt(), 1);
+    assert_eq!(c.item_ref(S2, it[1].1, 200), it[1].1.raw(), "in doubt: not visible yet");
+    c.restart(S2);
+    assert_eq!(c.node(S2).core.twopc.in_doubt(), 1, "recovery restores the part in doubt");
+    // S2 asks (and the coordinator resends); the answer arrives.
+    c.tick(cfg().twopc.query_after_us);
+    c.deliver_all();
+    assert_eq!(c.node(S2).core.twopc.in_doubt(), 0);
+    assert_eq!(c.item_ref(S2, it[1].1, 201), 0, "committed after the restart");
+    assert_eq!(c.node(S1).core.twopc.coordinating(), 0, "acknowledged, ended");
+}
+
+#[test]
+fn coordinator_restart_finishes_decision() {
+    let mut c = Cluster::new(2);
+    let it = items(&mut c);
+    let now = c.node(S1).now;
+    write_both(&mut c, &it, stamp(now + 10), 100);
+    c.run(|to, m| !(to == S2 && matches!(m, PeerMsg::Decide { .. })));
+    assert!(matches!(c.reply(S1, 100).unwrap().body, ReplyBody::CommitOk { .. }));
+    assert!(c.node(S1).core.twopc.log_floor().is_some(), "the log keeps the undelivered decision");
+    c.restart(S1);
+    assert_eq!(c.item_ref(S1, it[0].1, 200), 0, "the commit survived the restart");
+    assert_eq!(c.node(S1).core.twopc.coordinating(), 1);
+    c.tick(cfg().twopc.resend_after_us);
+    c.deliver_all();
+    assert_eq!(c.item_ref(S2, it[1].1, 201), 0, "the restarted coordinator told S2");
+    assert_eq!(c.node(S1).core.twopc.coordinating(), 0);
+    c.restart(S1);
+    assert_eq!(c.node(S1).core.twopc.coordinating(), 0, "the end record is durable");
+}
+
+#[test]
+fn coordinator_restart_before_deciding_aborts() {
+    let mut c = Cluster::new(2);
+    let it = items(&mut c);
+    let now = c.node(S1).now;
+    write_both(&mut c, &it, stamp(now + 10), 100);
+    // Every vote is lost: the coordinator cannot decide; then it crashes.
+    c.run(|_, _| false);
+    assert_eq!(c.node(S2).core.twopc.in_doubt(), 1);
+    c.restart(S1);
+    c.tick(cfg().twopc.query_after_us);
+    c.deliver_all();
+    assert_eq!(c.node(S2).core.twopc.in_doubt(), 0, "S2 learned the abort");
+    assert_eq!(c.item_ref(S1, it[0].1, 200), it[0].1.raw());
+    assert_eq!(c.item_ref(S2, it[1].1, 200), it[1].1.raw());
+}
+
+#[test]
+fn missing_vote_times_out_and_a_late_prepare_is_refused() {
+    let mut c = Cluster::new(2);
+    let it = items(&mut c);
+    let now = c.node(S1).now;
+    let ts = stamp(now + 10);
+    let ps = [(S1, true), (S2, true)];
+    let (class1, item1) = it[0];
+    c.prepare(
+        S1,
+        100,
+        prep(ts, Some(S1), &ps, part(vec![item1], vec![(item1, version(class1, 0))])),
+    );
+    c.deliver_all();
+    assert!(c.reply(S1, 100).is_none(), "waiting for S2's vote");
+    c.tick(cfg().twopc.vote_timeout_us);
+    c.deliver_all();
+    assert_eq!(c.reply(S1, 100).and_then(refusal), Some(RefusedCode::Aborted));
+    // S2's part arrives late: it prepares and votes, and the coordinator's tombstone answers
+    // abort, so S2 does not stay in doubt.
+    let (class2, item2) = it[1];
+    c.prepare(
+        S2,
+        100,
+        prep(ts, Some(S1), &ps, part(vec![item2], vec![(item2, version(class2, 0))])),
+    );
+    c.deliver_all();
+    assert_eq!(c.reply(S2, 100).map(|r| matches!(r.body, ReplyBody::Prepared { .. })), Some(true));
+    assert_eq!(c.node(S2).core.twopc.in_doubt(), 0);
+    assert_eq!(c.item_ref(S2, item2, 200), item2.raw());
+}
+
+#[test]
+fn conflicting_single_server_commit_waits_out_the_doubt() {
+    // A part in doubt is committing: a single-server transaction that read the item with an
+    // earlier copy is refused (rule 1 or 2b), not allowed to overwrite it.
+    let mut c = Cluster::new(2);
+    let it = items(&mut c);
+    let now = c.node(S1).now;
+    write_both(&mut c, &it, stamp(now + 10), 100);
+    c.run(|to, m| !(to == S2 && matches!(m, PeerMsg::Decide { .. })));
+    let (class2, item2) = it[1];
+    let body = RequestBody::Commit(part(vec![item2], vec![(item2, version(class2, item2.raw()))]));
+    let r = c.node(S2).request(CONN, 300, body);
+    assert!(
+        matches!(refusal(&r), Some(RefusedCode::Conflict | RefusedCode::Stale)),
+        "a committing writer holds the object: {r:?}"
+    );
+}

@@ -1,0 +1,859 @@
+//! Two-phase commit: a transaction over several servers (thor-ecoop99 section 4.2).
+//!
+//! The client chose the transaction's timestamp (a [`Stamp`]) and sent a `Prepare` to every
+//! participant (`thor_wire::twopc` has the messages). This module is both roles of a server:
+//!
+//! - **Participant.** A read-only participant validates at once, enters the transaction in
+//!   its validation queue as committed, answers the client and votes to the coordinator; it
+//!   takes no part in phase two. A writing participant queues the part like a commit; at the
+//!   head of the queue it validates at exactly the client's timestamp and appends a *prepare*
+//!   record (kind 3: the versions, created objects and the participant list). When that record
+//!   is durable its created objects enter the MOB (their slots are allocated for good: they are
+//!   unreachable until the commit and stay as garbage if it aborts), its versions are *held*,
+//!   and it votes yes and answers the client `Prepared`. It is *in doubt* until the decision.
+//!   On commit it appends a decision record and, once that is durable, publishes the held
+//!   versions into the MOB, marks the transaction committed (invalidations to every client
+//!   that has the pages, the committer's included: it may have fetched a page while in doubt)
+//!   and acknowledges. On abort it drops the versions at once.
+//! - **Coordinator** (a writing participant the client named). Its own part is prepared like
+//!   any participant's; it collects the others' votes (a `Query` counts as a yes); when its
+//!   own part is durable and every vote is yes it appends the commit decision, and when that is
+//!   durable it publishes its part, answers the client `CommitOk` (three message delays after
+//!   the client's prepare) and tells the writing participants, resending until each
+//!   acknowledges, then appends an *end* record and forgets the transaction. A no vote, its own
+//!   refusal or [`TwoPcConfig::vote_timeout_us`] without every vote aborts: it answers the
+//!   client `Aborted`, tells the writing participants and remembers the answer (a
+//!   *tombstone*). Abort is presumed: a coordinator asked about a transaction it has no record
+//!   of answers abort and keeps a tombstone, so a prepare that arrives late is refused.
+//!
+//! # Restart
+//!
+//! Recovery replays the records from the checkpoint: a prepare without a decision is in doubt
+//! again (held versions, committing in the validation queue); the participant asks its
+//! coordinator ([`TwoPcConfig::query_after_us`]) until it learns the outcome. A coordinator
+//! that finds its own prepare undecided aborts it (nobody can have been told commit: the
+//! decision is sent only once durable); one that finds a commit decision without an end
+//! resends it. The checkpoint never passes the prepare record of a transaction still in doubt
+//! or still being told ([`TwoPc::log_floor`]), so the log keeps what restart needs.
+//!
+//! # What still blocks
+//!
+//! A participant in doubt whose coordinator is gone for good waits for ever: its held
+//! versions stay out of the MOB, its validation-queue entry refuses conflicting transactions,
+//! and the log cannot be truncated below its prepare record. Two-phase commit cannot do better;
+//! replicating the coordinator (a later issue) removes the case.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use rustc_hash::FxHashMap;
+use thor_core::{Lsn, Oref, ServerId};
+use thor_wire::{Participant, PeerMsg, Prepare, RefusedCode, Reply, ReplyBody, Stamp};
+
+use super::cc::Timestamp;
+use super::store::{CommitIn, Held, Replay};
+use super::{Core, Effect, Origin, Queued};
+use crate::error::EngineError;
+use crate::record::{self, PrepareSection};
+
+/// Timeouts and bounds of two-phase commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TwoPcConfig {
+    /// A coordinator that has not had every vote this long after the client's prepare (or the
+    /// first vote) aborts.
+    pub vote_timeout_us: u64,
+    /// A participant in doubt asks its coordinator for the decision this often.
+    pub query_after_us: u64,
+    /// A coordinator resends a commit decision to participants that did not acknowledge it
+    /// this often.
+    pub resend_after_us: u64,
+    /// Most transactions in doubt here at once; more prepares are refused (`RetryLater`).
+    pub parts_max: usize,
+    /// Most transactions this server coordinates at once (early votes included).
+    pub coords_max: usize,
+    /// Most presumed-abort answers remembered; the oldest are forgotten first (safe: a
+    /// transaction whose participants were told abort never gets every vote again).
+    pub tombstones_max: usize,
+    /// A prepare whose timestamp is further ahead of this server's clock is refused: after a
+    /// restart the threshold is raised this far above the clock (see `Cc::raise_threshold`).
+    pub future_max_us: u64,
+}
+
+impl Default for TwoPcConfig {
+    fn default() -> Self {
+        TwoPcConfig {
+            vote_timeout_us: 2_000_000,
+            query_after_us: 500_000,
+            resend_after_us: 500_000,
+            parts_max: 4096,
+            coords_max: 4096,
+            tombstones_max: 1 << 16,
+            future_max_us: 200_000,
+        }
+    }
+}
+
+/// Counters of two-phase commit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TwoPcCounters {
+    /// Parts prepared here (writing participant or coordinator).
+    pub prepared: u64,
+    /// Read-only parts validated here.
+    pub read_only: u64,
+    /// Transactions this server decided to commit, as coordinator.
+    pub decided_commit: u64,
+    /// Transactions this server decided to abort, as coordinator.
+    pub decided_abort: u64,
+    /// Parts committed here as participant.
+    pub parts_committed: u64,
+    /// Parts aborted here as participant.
+    pub parts_aborted: u64,
+    /// Queries sent while in doubt.
+    pub queries_sent: u64,
+    /// Presumed-abort answers (queries or votes about an unknown transaction).
+    pub presumed_aborts: u64,
+}
+
+/// What the client's prepare said about the transaction, kept with its queued part.
+#[derive(Debug, Clone)]
+pub(crate) struct TxnInfo {
+    pub stamp: Stamp,
+    pub coordinator: ServerId,
+    pub participants: Vec<Participant>,
+}
+
+/// A writing part prepared here (the coordinator's own included).
+#[derive(Debug)]
+struct Part {
+    coordinator: ServerId,
+    /// Its prepare record.
+    lsn: Lsn,
+    /// The versions, once the prepare record is durable.
+    held: Option<Held>,
+    /// A plain participant's client, answered `Prepared` once durable.
+    origin: Option<Origin>,
+    /// Orefs of the objects it created here.
+    created: Vec<Oref>,
+    /// When it last asked the coordinator.
+    last_query_us: u64,
+    /// The coordinator decided abort before the prepare record was durable.
+    aborted_early: bool,
+    /// A commit decision record is appended and not yet durable.
+    committing: bool,
+}
+
+/// Where a coordinated transaction is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CoordState {
+    /// Collecting votes.
+    Voting,
+    /// The commit decision record is appended, not yet durable.
+    Deciding,
+    /// Committed; these writing participants have not acknowledged.
+    Telling { unacked: Vec<ServerId>, last_send_us: u64 },
+}
+
+/// A transaction this server coordinates.
+#[derive(Debug)]
+struct Coord {
+    /// The other participants; `None` while only votes arrived, before the client's prepare.
+    others: Option<Vec<Participant>>,
+    /// Other participants that voted yes.
+    yes: Vec<ServerId>,
+    /// The client, answered with the outcome.
+    origin: Option<Origin>,
+    started_us: u64,
+    state: CoordState,
+    /// Restored by recovery undecided: it aborts.
+    recovered: bool,
+    /// Its own prepare record, which the log keeps until the end record.
+    lsn: Option<Lsn>,
+}
+
+/// What a durable record lets happen.
+#[derive(Debug, Clone, Copy)]
+enum AfterDurable {
+    /// A participant's commit decision.
+    PartCommitted(Stamp),
+    /// The coordinator's commit decision.
+    CoordCommitted(Stamp),
+}
+
+/// The two-phase commit state of a server. See the module documentation.
+#[derive(Debug, Default)]
+pub(crate) struct TwoPc {
+    pub cfg: TwoPcConfig,
+    parts: FxHashMap<Stamp, Part>,
+    /// Prepare records not yet durable, by LSN.
+    by_lsn: FxHashMap<Lsn, Stamp>,
+    coords: BTreeMap<Stamp, Coord>,
+    tombstones: BTreeSet<Stamp>,
+    after_durable: BTreeMap<Lsn, AfterDurable>,
+    /// Bytes of prepare records whose versions are held (outside the MOB).
+    pub held_bytes: usize,
+    pub counters: TwoPcCounters,
+    /// Raise the threshold at the first input after recovery (when the time is known).
+    pub raise_after_recovery: bool,
+}
+
+fn ts_of(s: Stamp) -> Timestamp {
+    Timestamp { time_us: s.time_us, server: s.tie }
+}
+
+fn stamp_of(ts: (u64, u32)) -> Stamp {
+    Stamp { time_us: ts.0, tie: ts.1 }
+}
+
+impl TwoPc {
+    pub fn new(cfg: TwoPcConfig) -> TwoPc {
+        TwoPc { cfg, ..TwoPc::default() }
+    }
+
+    /// The oldest log record two-phase commit still needs: the prepare record of every part in
+    /// doubt and of every transaction this server coordinates and has not ended.
+    pub fn log_floor(&self) -> Option<Lsn> {
+        let parts = self.parts.values().map(|p| p.lsn);
+        let coords = self.coords.values().filter_map(|c| c.lsn);
+        parts.chain(coords).min()
+    }
+
+    /// Parts in doubt (prepared, undecided) now.
+    pub fn in_doubt(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// Transactions coordinated now.
+    pub fn coordinating(&self) -> usize {
+        self.coords.len()
+    }
+}
+
+/// Two-phase commit at one server, as of one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TwoPcStats {
+    /// Counters since the core started.
+    pub counters: TwoPcCounters,
+    /// Parts prepared here and not decided.
+    pub in_doubt: usize,
+    /// Transactions this server coordinates now.
+    pub coordinating: usize,
+    /// Bytes of prepare records whose versions wait for a decision.
+    pub held_bytes: usize,
+}
+
+impl Core {
+    /// Two-phase commit's state and counters.
+    pub fn twopc_stats(&self) -> TwoPcStats {
+        TwoPcStats {
+            counters: self.twopc.counters,
+            in_doubt: self.twopc.in_doubt(),
+            coordinating: self.twopc.coordinating(),
+            held_bytes: self.twopc.held_bytes,
+        }
+    }
+
+    fn me(&self) -> ServerId {
+        self.store.superblock.server_id
+    }
+
+    fn peer(&self, to: ServerId, msg: PeerMsg, fx: &mut Vec<Effect>) {
+        debug_assert_ne!(to, self.me(), "a server never messages itself");
+        fx.push(Effect::Peer { to, msg });
+    }
+
+    fn refuse_prepare(
+        &mut self,
+        origin: Origin,
+        code: RefusedCode,
+        why: &str,
+        fx: &mut Vec<Effect>,
+    ) {
+        self.counters.commits_refused += 1;
+        if let Origin::Conn { conn, id } = origin {
+            self.reply(conn, id, Reply::refused(code, why), false, fx);
+        }
+    }
+
+    /// A client's `Prepare` (the session is busy until it is answered).
+    pub(super) fn prepare_request(&mut self, origin: Origin, p: Prepare, fx: &mut Vec<Effect>) {
+        self.last_commit_us = self.now_us;
+        let me = self.me();
+        let Prepare { stamp, coordinator, participants, commit } = p;
+        if let Some(why) = &self.failed {
+            let e = EngineError::Failed(why.clone());
+            return self.answer_commit(origin, Err(e), fx);
+        }
+        let Some(mine) = participants.iter().find(|q| q.server == me).copied() else {
+            let why = format!("server {} is not among the transaction's participants", me.0);
+            return self.refuse_prepare(origin, RefusedCode::Other, &why, fx);
+        };
+        let c = CommitIn::from(commit);
+        if !mine.writes && !c.is_read_only() {
+            let why = "the prepare carries objects for a participant it calls read-only";
+            return self.refuse_prepare(origin, RefusedCode::Other, why, fx);
+        }
+        if stamp.time_us > self.now_us.saturating_add(self.twopc.cfg.future_max_us) {
+            let why = format!(
+                "timestamp {stamp} is more than {} us ahead of this server's clock",
+                self.twopc.cfg.future_max_us
+            );
+            if let Some(co) = coordinator.filter(|&co| co != me) {
+                self.peer(co, PeerMsg::Vote { stamp, from: me, yes: false }, fx);
+            }
+            return self.refuse_prepare(origin, RefusedCode::TooOld, &why, fx);
+        }
+        if self.twopc.tombstones.contains(&stamp) {
+            return self.refuse_prepare(origin, RefusedCode::Aborted, "already aborted", fx);
+        }
+        let ts = ts_of(stamp);
+        if !mine.writes {
+            // Read-only: validate now, enter as committed, answer and vote. No phase two.
+            let conn = origin.conn();
+            match self.cc.validate_at(conn, &c.reads, &[], ts) {
+                Ok(ts) => {
+                    self.cc.insert(ts, &c.reads, &[], true, self.now_us);
+                    self.twopc.counters.read_only += 1;
+                    if let Some(co) = coordinator {
+                        self.peer(co, PeerMsg::Vote { stamp, from: me, yes: true }, fx);
+                    }
+                    if let Origin::Conn { conn, id } = origin {
+                        let r = Reply::new(ReplyBody::Prepared { created: Vec::new() });
+                        self.reply(conn, id, r, false, fx);
+                    }
+                }
+                Err(r) => {
+                    if let Some(co) = coordinator {
+                        self.peer(co, PeerMsg::Vote { stamp, from: me, yes: false }, fx);
+                    }
+                    self.cc.count_refusal(&r);
+                    self.counters.commits_refused += 1;
+                    self.answer_commit(origin, Err(EngineError::Conflict(r)), fx);
+                }
+            }
+            return;
+        }
+        let coordinator = coordinator.expect("Prepare::check: a writing transaction has one");
+        if self.twopc.parts.len() >= self.twopc.cfg.parts_max
+            || (coordinator == me
+                && self.twopc.coords.len() >= self.twopc.cfg.coords_max
+                && !self.twopc.coords.contains_key(&stamp))
+        {
+            if coordinator != me {
+                self.peer(coordinator, PeerMsg::Vote { stamp, from: me, yes: false }, fx);
+            }
+            let why = "too many transactions in two-phase commit here; retry";
+            return self.refuse_prepare(origin, RefusedCode::RetryLater, why, fx);
+        }
+        if coordinator == me {
+            let others: Vec<Participant> =
+                participants.iter().filter(|q| q.server != me).copied().collect();
+            let now = self.now_us;
+            let e = self.twopc.coords.entry(stamp).or_insert_with(|| Coord {
+                others: None,
+                yes: Vec::new(),
+                origin: None,
+                started_us: now,
+                state: CoordState::Voting,
+                recovered: false,
+                lsn: None,
+            });
+            e.others = Some(others);
+            e.origin = Some(origin);
+        }
+        let info = TxnInfo { stamp, coordinator, participants };
+        let mut c = c;
+        c.ts = Some(ts);
+        self.queue.push_back(Queued {
+            origin,
+            commit: c,
+            images: Vec::new(),
+            waiting_for: Vec::new(),
+            counted_waits: (false, false),
+            twopc: Some(Box::new(info)),
+        });
+    }
+
+    /// Validates and prepares the head of the queue, a two-phase part. Returns the refusal
+    /// or the section for `Store::prepare`; the caller handles page reads.
+    pub(super) fn twopc_validate(&mut self, writes: &[Oref]) -> Result<Timestamp, EngineError> {
+        let head = self.queue.front().expect("called on the head");
+        let info = head.twopc.as_ref().expect("a two-phase part");
+        if self.twopc.tombstones.contains(&info.stamp) {
+            return Err(EngineError::Aborted("the coordinator already aborted".into()));
+        }
+        let ts = ts_of(info.stamp);
+        let conn = head.origin.conn();
+        let reads = head.commit.reads.clone();
+        self.cc.validate_at(conn, &reads, writes, ts).map_err(EngineError::Conflict)
+    }
+
+    /// The section of the prepare record for the head of the queue.
+    pub(super) fn twopc_section(info: &TxnInfo) -> PrepareSection {
+        PrepareSection {
+            coordinator: info.coordinator,
+            participants: info.participants.iter().map(|p| (p.server, p.writes)).collect(),
+        }
+    }
+
+    /// A two-phase part at the head of the queue was refused (validation or checks).
+    pub(super) fn twopc_refused(&mut self, q: Queued, e: EngineError, fx: &mut Vec<Effect>) {
+        let info = q.twopc.expect("a two-phase part");
+        if let EngineError::Conflict(r) = &e {
+            self.cc.count_refusal(r);
+        }
+        self.counters.commits_refused += 1;
+        let me = self.me();
+        if info.coordinator == me {
+            if let Some(c) = self.twopc.coords.get_mut(&info.stamp) {
+                c.origin = None;
+            }
+            self.answer_commit(q.origin, Err(e), fx);
+            self.coord_abort(info.stamp, fx);
+        } else {
+            self.peer(
+                info.coordinator,
+                PeerMsg::Vote { stamp: info.stamp, from: me, yes: false },
+                fx,
+            );
+            self.answer_commit(q.origin, Err(e), fx);
+        }
+    }
+
+    /// A two-phase part was prepared and its record appended at `lsn`.
+    pub(super) fn twopc_prepared(
+        &mut self,
+        q: Queued,
+        ts: Timestamp,
+        writes: &[Oref],
+        lsn: Lsn,
+        created: Vec<Oref>,
+    ) {
+        let info = q.twopc.expect("a two-phase part");
+        self.cc.insert(ts, &q.commit.reads, writes, false, self.now_us);
+        let origin = (info.coordinator != self.me()).then_some(q.origin);
+        self.twopc.parts.insert(
+            info.stamp,
+            Part {
+                coordinator: info.coordinator,
+                lsn,
+                held: None,
+                origin,
+                created,
+                last_query_us: self.now_us,
+                aborted_early: false,
+                committing: false,
+            },
+        );
+        self.twopc.by_lsn.insert(lsn, info.stamp);
+        self.twopc.counters.prepared += 1;
+        if let Some(c) = self.twopc.coords.get_mut(&info.stamp) {
+            c.lsn = Some(lsn);
+        }
+    }
+
+    /// A two-phase part's prepare record is durable: its created objects are in the MOB, its
+    /// versions are held. Vote (or, at the coordinator, count its own vote).
+    pub(super) fn twopc_durable(&mut self, p: super::store::Prepared, fx: &mut Vec<Effect>) {
+        let Some(stamp) = self.twopc.by_lsn.remove(&p.lsn) else { return };
+        let versions: Vec<(Oref, std::ops::Range<usize>)> =
+            p.objects.iter().filter(|(_, c, _)| !c).map(|(o, _, r)| (*o, r.clone())).collect();
+        self.counters.objects_created += p.created.len() as u64;
+        let held = Held { lsn: p.lsn, record: p.record.clone(), versions };
+        self.twopc.held_bytes += held.record.len();
+        let me = self.me();
+        let part = self.twopc.parts.get_mut(&stamp).expect("parts outlive their prepare");
+        part.held = Some(held);
+        if part.aborted_early {
+            self.part_abort(stamp, fx);
+            return;
+        }
+        if part.coordinator == me {
+            self.maybe_decide(stamp, fx);
+        } else {
+            let co = part.coordinator;
+            let created = part.created.clone();
+            let origin = part.origin.take();
+            self.peer(co, PeerMsg::Vote { stamp, from: me, yes: true }, fx);
+            if let Some(Origin::Conn { conn, id }) = origin {
+                self.reply(conn, id, Reply::new(ReplyBody::Prepared { created }), false, fx);
+            }
+        }
+    }
+
+    /// Decides commit if every vote is in.
+    fn maybe_decide(&mut self, stamp: Stamp, fx: &mut Vec<Effect>) {
+        let own_ready = self.twopc.parts.get(&stamp).is_some_and(|p| p.held.is_some());
+        let Some(c) = self.twopc.coords.get_mut(&stamp) else { return };
+        if c.state != CoordState::Voting || c.recovered || !own_ready {
+            return;
+        }
+        let Some(others) = &c.others else { return };
+        if !others.iter().all(|o| c.yes.contains(&o.server)) {
+            return;
+        }
+        let tell: Vec<ServerId> = others.iter().filter(|o| o.writes).map(|o| o.server).collect();
+        c.state = CoordState::Deciding;
+        let d = record::Decision {
+            ts: (stamp.time_us, stamp.tie),
+            commit: true,
+            coordinator: true,
+            tell,
+        };
+        let lsn = self.append_plain(record::encode_decision(&d), fx);
+        self.twopc.after_durable.insert(lsn, AfterDurable::CoordCommitted(stamp));
+        if let Some(p) = self.twopc.parts.get_mut(&stamp) {
+            p.committing = true;
+        }
+    }
+
+    fn append_plain(&mut self, rec: Vec<u8>, fx: &mut Vec<Effect>) -> Lsn {
+        let lsn = self.store.append_plain(&rec);
+        fx.push(Effect::Append { lsn, record: Bytes::from(rec) });
+        lsn
+    }
+
+    /// The coordinator aborts `stamp` (before deciding): tells the client (if still waiting),
+    /// the writing participants, and drops its own part.
+    fn coord_abort(&mut self, stamp: Stamp, fx: &mut Vec<Effect>) {
+        let Some(c) = self.twopc.coords.get(&stamp) else { return };
+        if c.state != CoordState::Voting {
+            return;
+        }
+        let c = self.twopc.coords.remove(&stamp).expect("checked");
+        self.twopc.counters.decided_abort += 1;
+        self.tombstone(stamp);
+        let me = self.me();
+        for o in c.others.iter().flatten().filter(|o| o.writes) {
+            self.peer(o.server, PeerMsg::Decide { stamp, from: me, commit: false }, fx);
+        }
+        if let Some(origin) = c.origin {
+            self.counters.commits_refused += 1;
+            let e = EngineError::Aborted("another participant refused or did not vote".into());
+            self.answer_commit(origin, Err(e), fx);
+        }
+        self.part_abort(stamp, fx);
+    }
+
+    fn tombstone(&mut self, stamp: Stamp) {
+        self.twopc.tombstones.insert(stamp);
+        while self.twopc.tombstones.len() > self.twopc.cfg.tombstones_max {
+            self.twopc.tombstones.pop_first();
+        }
+    }
+
+    /// Aborts the part of `stamp` here, if any: drops the held versions (logging the abort so
+    /// that a restart does not ask again) or, if its prepare record is not yet durable, marks
+    /// it to be dropped then.
+    fn part_abort(&mut self, stamp: Stamp, fx: &mut Vec<Effect>) {
+        let Some(p) = self.twopc.parts.get_mut(&stamp) else { return };
+        if p.committing {
+            return;
+        }
+        if p.held.is_none() {
+            p.aborted_early = true;
+            return;
+        }
+        let p = self.twopc.parts.remove(&stamp).expect("checked");
+        if let Some(h) = &p.held {
+            self.twopc.held_bytes -= h.record.len();
+        }
+        self.cc.aborted(ts_of(stamp));
+        self.twopc.counters.parts_aborted += 1;
+        let coordinator = p.coordinator == self.me();
+        let d = record::Decision {
+            ts: (stamp.time_us, stamp.tie),
+            commit: false,
+            coordinator,
+            tell: Vec::new(),
+        };
+        self.append_plain(record::encode_decision(&d), fx);
+        if let Some(Origin::Conn { conn, id }) = p.origin {
+            self.counters.commits_refused += 1;
+            let r = Reply::refused(RefusedCode::Aborted, "the coordinator aborted the transaction");
+            self.reply(conn, id, r, false, fx);
+        }
+    }
+
+    /// Publishes a committed part's held versions and marks it committed.
+    fn part_publish(&mut self, stamp: Stamp, fx: &mut Vec<Effect>) -> Option<Part> {
+        let p = self.twopc.parts.remove(&stamp)?;
+        let h = p.held.as_ref().expect("a decided part is durable");
+        self.store.publish_held(h);
+        self.twopc.held_bytes -= h.record.len();
+        self.demotions.pages_written(h.versions.iter().filter_map(|(o, _)| o.page()));
+        self.counters.versions_committed += h.versions.len() as u64;
+        self.counters.commits += 1;
+        // Every client that has the pages is told, the committing one too: it may have fetched
+        // a page while the part was in doubt and hold the old version.
+        for conn in self.cc.committed(ts_of(stamp), None) {
+            self.sessions.expire(conn, fx);
+        }
+        Some(p)
+    }
+
+    /// A record appended by two-phase commit is durable up to `lsn`.
+    pub(super) fn twopc_records_durable(&mut self, lsn: Lsn, fx: &mut Vec<Effect>) {
+        while let Some((&l, _)) = self.twopc.after_durable.first_key_value() {
+            if l > lsn {
+                break;
+            }
+            let (l, what) = self.twopc.after_durable.pop_first().expect("checked");
+            match what {
+                AfterDurable::PartCommitted(stamp) => {
+                    if let Some(p) = self.part_publish(stamp, fx) {
+                        self.twopc.counters.parts_committed += 1;
+                        let me = self.me();
+                        self.peer(p.coordinator, PeerMsg::DecideAck { stamp, from: me }, fx);
+                    }
+                }
+                AfterDurable::CoordCommitted(stamp) => {
+                    let p = self.part_publish(stamp, fx);
+                    self.twopc.counters.decided_commit += 1;
+                    let Some(c) = self.twopc.coords.get_mut(&stamp) else { continue };
+                    let unacked: Vec<ServerId> =
+                        c.others.iter().flatten().filter(|o| o.writes).map(|o| o.server).collect();
+                    c.state =
+                        CoordState::Telling { unacked: unacked.clone(), last_send_us: self.now_us };
+                    if let Some(origin) = c.origin.take() {
+                        let created = p.map(|p| p.created).unwrap_or_default();
+                        let out = super::store::CommitOutcome { lsn: l, created };
+                        self.answer_commit(origin, Ok(out), fx);
+                    }
+                    let me = self.me();
+                    for s in &unacked {
+                        self.peer(*s, PeerMsg::Decide { stamp, from: me, commit: true }, fx);
+                    }
+                    if unacked.is_empty() {
+                        self.coord_end(stamp, fx);
+                    }
+                }
+            }
+        }
+    }
+
+    fn coord_end(&mut self, stamp: Stamp, fx: &mut Vec<Effect>) {
+        if self.twopc.coords.remove(&stamp).is_some() {
+            self.append_plain(record::encode_end((stamp.time_us, stamp.tie)), fx);
+        }
+    }
+
+    /// A message from another server.
+    pub(super) fn peer_message(&mut self, msg: PeerMsg, fx: &mut Vec<Effect>) {
+        let me = self.me();
+        match msg {
+            PeerMsg::Vote { stamp, from, yes } => {
+                if !yes {
+                    return self.coord_abort(stamp, fx);
+                }
+                self.vote_yes(stamp, from, fx);
+            }
+            PeerMsg::Query { stamp, from } => {
+                let committed = matches!(
+                    self.twopc.coords.get(&stamp).map(|c| &c.state),
+                    Some(CoordState::Telling { .. })
+                );
+                if committed {
+                    self.peer(from, PeerMsg::Decide { stamp, from: me, commit: true }, fx);
+                } else {
+                    self.vote_yes(stamp, from, fx);
+                }
+            }
+            PeerMsg::Decide { stamp, from: _, commit } => {
+                let Some(p) = self.twopc.parts.get_mut(&stamp) else {
+                    // Decided and forgotten (or never prepared here): acknowledge a commit so
+                    // that the coordinator can end.
+                    if commit {
+                        let co = msg.from();
+                        self.peer(co, PeerMsg::DecideAck { stamp, from: me }, fx);
+                    }
+                    return;
+                };
+                if !commit {
+                    return self.part_abort(stamp, fx);
+                }
+                if p.committing || p.held.is_none() {
+                    // A commit decision is only sent once every part is durable; a repeat
+                    // while the record is being written needs nothing.
+                    return;
+                }
+                p.committing = true;
+                let d = record::Decision {
+                    ts: (stamp.time_us, stamp.tie),
+                    commit: true,
+                    coordinator: false,
+                    tell: Vec::new(),
+                };
+                let lsn = self.append_plain(record::encode_decision(&d), fx);
+                self.twopc.after_durable.insert(lsn, AfterDurable::PartCommitted(stamp));
+            }
+            PeerMsg::DecideAck { stamp, from } => {
+                let Some(c) = self.twopc.coords.get_mut(&stamp) else { return };
+                let CoordState::Telling { unacked, .. } = &mut c.state else { return };
+                unacked.retain(|s| *s != from);
+                if unacked.is_empty() {
+                    self.coord_end(stamp, fx);
+                }
+            }
+        }
+    }
+
+    /// A yes vote (or a query, which repeats one) from `from`.
+    fn vote_yes(&mut self, stamp: Stamp, from: ServerId, fx: &mut Vec<Effect>) {
+        let refuse = self.twopc.tombstones.contains(&stamp)
+            || self.twopc.coords.len() >= self.twopc.cfg.coords_max
+            || self.twopc.parts.contains_key(&stamp);
+        match self.twopc.coords.get_mut(&stamp) {
+            Some(c) => {
+                if c.state == CoordState::Voting && !c.yes.contains(&from) {
+                    c.yes.push(from);
+                }
+                self.maybe_decide(stamp, fx);
+            }
+            None if refuse => self.presume_abort(stamp, from, fx),
+            None => {
+                // The client's prepare has not arrived yet: remember the vote (the vote
+                // timeout bounds how long).
+                let now = self.now_us;
+                self.twopc.coords.insert(
+                    stamp,
+                    Coord {
+                        others: None,
+                        yes: vec![from],
+                        origin: None,
+                        started_us: now,
+                        state: CoordState::Voting,
+                        recovered: false,
+                        lsn: None,
+                    },
+                );
+            }
+        }
+    }
+
+    fn presume_abort(&mut self, stamp: Stamp, to: ServerId, fx: &mut Vec<Effect>) {
+        self.twopc.counters.presumed_aborts += 1;
+        self.tombstone(stamp);
+        let me = self.me();
+        self.peer(to, PeerMsg::Decide { stamp, from: me, commit: false }, fx);
+    }
+
+    /// Time passed: queries, vote timeouts, resends, and the threshold after a restart.
+    pub(super) fn twopc_tick(&mut self, fx: &mut Vec<Effect>) {
+        let now = self.now_us;
+        let me = self.me();
+        let cfg = self.twopc.cfg;
+        let mut queries = Vec::new();
+        for (stamp, p) in self.twopc.parts.iter_mut() {
+            if p.coordinator != me
+                && p.held.is_some()
+                && !p.committing
+                && now.saturating_sub(p.last_query_us) >= cfg.query_after_us
+            {
+                p.last_query_us = now;
+                queries.push((*stamp, p.coordinator));
+            }
+        }
+        queries.sort_unstable();
+        for (stamp, co) in queries {
+            self.twopc.counters.queries_sent += 1;
+            self.peer(co, PeerMsg::Query { stamp, from: me }, fx);
+        }
+        let mut abort = Vec::new();
+        let mut resend = Vec::new();
+        for (stamp, c) in self.twopc.coords.iter_mut() {
+            match &mut c.state {
+                CoordState::Voting => {
+                    if c.recovered || now.saturating_sub(c.started_us) >= cfg.vote_timeout_us {
+                        abort.push(*stamp);
+                    }
+                }
+                CoordState::Deciding => {}
+                CoordState::Telling { unacked, last_send_us } => {
+                    if now.saturating_sub(*last_send_us) >= cfg.resend_after_us {
+                        *last_send_us = now;
+                        resend.extend(unacked.iter().map(|s| (*stamp, *s)));
+                    }
+                }
+            }
+        }
+        for stamp in abort {
+            self.coord_abort(stamp, fx);
+        }
+        for (stamp, s) in resend {
+            self.peer(s, PeerMsg::Decide { stamp, from: me, commit: true }, fx);
+        }
+    }
+
+    /// Replays a two-phase record (recovery). `r` is what the store made of it.
+    pub(super) fn twopc_replay(&mut self, r: Replay) {
+        let me = self.me();
+        match r {
+            Replay::Commit(_) => unreachable!("commits replay in Core::replay"),
+            Replay::Prepare(rep, section, held) => {
+                let stamp = stamp_of((rep.ts.time_us, rep.ts.server));
+                let held_lsn = held.lsn;
+                self.cc.restore_committing(rep.ts, &rep.reads, &rep.writes);
+                self.twopc.held_bytes += held.record.len();
+                self.twopc.parts.insert(
+                    stamp,
+                    Part {
+                        coordinator: section.coordinator,
+                        lsn: held.lsn,
+                        held: Some(held),
+                        origin: None,
+                        created: Vec::new(),
+                        last_query_us: 0,
+                        aborted_early: false,
+                        committing: false,
+                    },
+                );
+                if section.coordinator == me {
+                    let others = section
+                        .participants
+                        .iter()
+                        .filter(|(s, _)| *s != me)
+                        .map(|&(server, writes)| Participant { server, writes })
+                        .collect();
+                    self.twopc.coords.insert(
+                        stamp,
+                        Coord {
+                            others: Some(others),
+                            yes: Vec::new(),
+                            origin: None,
+                            started_us: 0,
+                            state: CoordState::Voting,
+                            recovered: true,
+                            lsn: Some(held_lsn),
+                        },
+                    );
+                }
+            }
+            Replay::Decide(d) => {
+                let stamp = stamp_of(d.ts);
+                if let Some(p) = self.twopc.parts.remove(&stamp) {
+                    let h = p.held.expect("replayed parts hold their versions");
+                    self.twopc.held_bytes -= h.record.len();
+                    if d.commit {
+                        self.store.publish_held(&h);
+                        self.cc.committed(ts_of(stamp), None);
+                    } else {
+                        self.cc.aborted(ts_of(stamp));
+                    }
+                }
+                if d.coordinator {
+                    if d.commit {
+                        if let Some(c) = self.twopc.coords.get_mut(&stamp) {
+                            c.recovered = false;
+                            c.state = CoordState::Telling { unacked: d.tell, last_send_us: 0 };
+                        }
+                    } else {
+                        self.twopc.coords.remove(&stamp);
+                    }
+                }
+            }
+            Replay::End(ts) => {
+                self.twopc.coords.remove(&stamp_of(ts));
+            }
+        }
+    }
+}
