@@ -31,6 +31,7 @@
 
 pub mod check;
 pub mod serial;
+pub mod twopc;
 pub mod world;
 
 pub use check::Violation;

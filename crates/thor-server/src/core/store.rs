@@ -827,10 +827,16 @@ impl Store {
 
     /// The checkpoint the current state allows: every record below it is installed.
     pub fn checkpoint_lsn(&self) -> Lsn {
-        [self.mob.oldest_lsn(), self.pending.front().map(|p| p.lsn)]
-            .into_iter()
-            .flatten()
-            .fold(self.next_lsn, Lsn::min)
+        // A record not yet durable (a two-phase decision or end too) stays above the
+        // checkpoint: the superblock never names a point the log may not reach after a crash.
+        [
+            self.mob.oldest_lsn(),
+            self.pending.front().map(|p| p.lsn),
+            self.plain.front().map(|p| p.0),
+        ]
+        .into_iter()
+        .flatten()
+        .fold(self.next_lsn, Lsn::min)
     }
 }
 

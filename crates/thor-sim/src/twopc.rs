@@ -1,0 +1,1000 @@
+//! The simulated cluster of several servers: two or three real cores, each over its own
+//! [`MemDisk`], clients whose transactions span them (two-phase commit, `thor_wire::twopc`),
+//! a network between everyone, and faults, advanced one event at a time from a queue ordered
+//! by virtual time and insertion, all from one seed.
+//!
+//! # What runs
+//!
+//! Every server holds a few *accounts* (objects with a writer, a transaction number and a
+//! balance). Each client runs transactions that fetch the accounts they use from their servers
+//! and then prepare at every server they touched, with a timestamp the client chooses:
+//!
+//! - *transfers* between two accounts on different servers (both servers write; the first
+//!   coordinates), sometimes with a third server read-only (it reads an account there);
+//! - *audits* that read one account on each of two servers (read-only: no coordinator; every
+//!   participant answers the client).
+//!
+//! Each server's core is driven as a real driver would: appends go to the log's buffer and a
+//! log-sync event reports durability (group commit); reads, install rounds and checkpoints are
+//! I/O events; a tick every [`TICK_US`] drives two-phase commit's timeouts.
+//!
+//! # Faults
+//!
+//! - *Server crash* at any event (within the run's budget) or halfway through a log sync,
+//!   install or checkpoint: its disk keeps any subset of unsynced writes (torn at sector
+//!   granularity), its connections break, messages to it are lost, and it recovers after a
+//!   delay, with its transactions in doubt.
+//! - *Lost client message:* the connection breaks (as over TCP); a transaction whose outcome
+//!   its client did not learn is *uncertain*.
+//! - *Lost, delayed or reordered server-to-server message*: dropped with the configured chance,
+//!   each delivered after its own latency (so they reorder freely).
+//!
+//! # The judgement
+//!
+//! At the end faults stop, crashed servers recover, and the run continues until no server has
+//! a transaction in doubt or one it still coordinates. Then the final state of every account
+//! is fetched, and:
+//!
+//! - the history (every transaction that reached its prepare, with what it read and wrote; a
+//!   transfer committed if its coordinator said so, aborted if refused, uncertain otherwise) is
+//!   conflict-serializable in the clients' timestamp order ([`serial::check_with`] with
+//!   `order_must_serialize`), ending in exactly the final state; an uncertain transaction whose
+//!   write anyone saw counts as committed and must then be installed at *every* server, so a
+//!   transaction committed at one server and not another is an anomaly;
+//! - replaying the committed transfers in that order keeps the total of all balances, and the
+//!   final balances add up to the opening total.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rustc_hash::FxHashMap;
+use thor_core::le::{put_u32, u32_at};
+use thor_core::{ClassDesc, Oref, PageView, RawRef, ServerId, VarKind};
+use thor_server::core::twopc::TwoPcConfig;
+use thor_server::io::{self, CommitLog, DiskSide};
+use thor_server::{CommitIn, ConnId, Core, CoreConfig, DirectOp, DirectResult, Effect, Input};
+use thor_storage::{FaultPlan, Log, LogOptions, MemDisk, SplitMix64};
+use thor_wire::{
+    CLIENT_TIE_BIT, Commit, Hello, Participant, PeerMsg, Prepare, Reply, ReplyBody, Request,
+    RequestBody, Stamp,
+};
+
+use crate::check::Violation;
+use crate::serial;
+
+/// Virtual microseconds between ticks of each server.
+pub const TICK_US: u64 = 10_000;
+
+/// Events a run may take before it is declared stuck.
+const EVENTS_MAX: u64 = 300_000;
+
+/// Where an account's fields are in its object.
+const WRITER_AT: usize = 4;
+const TXN_AT: usize = 8;
+const BALANCE_AT: usize = 12;
+/// Every account's balance before the first transfer.
+const OPENING: u32 = 1_000;
+
+/// What a run does. [`TwoPcSimConfig::for_seed`] derives one from a seed.
+#[derive(Debug, Clone)]
+pub struct TwoPcSimConfig {
+    /// The seed of every random choice.
+    pub seed: u64,
+    /// Servers (2 or 3).
+    pub servers: usize,
+    /// Clients (at most 15).
+    pub clients: usize,
+    /// Accounts per server.
+    pub accounts: usize,
+    /// Transactions each client runs to their end (or to an uncertain end).
+    pub txns_per_client: usize,
+    /// Most server crashes in the run.
+    pub crashes_max: usize,
+    /// Chance per event of a server crash, in parts per million.
+    pub crash_ppm: u64,
+    /// Chance per log sync, install or checkpoint that the disk dies halfway, in ppm.
+    pub io_death_ppm: u64,
+    /// Chance per client message that it is lost (its connection breaks), in ppm.
+    pub loss_ppm: u64,
+    /// Chance per server-to-server message that it is lost, in ppm.
+    pub peer_loss_ppm: u64,
+    /// Print every event to stderr.
+    pub trace: bool,
+}
+
+impl TwoPcSimConfig {
+    /// The configuration of seed `seed`.
+    pub fn for_seed(seed: u64) -> TwoPcSimConfig {
+        let mut r = SplitMix64::new(seed ^ 0x0002_9C00_2BC0_0000);
+        TwoPcSimConfig {
+            seed,
+            servers: 2 + r.below(2) as usize,
+            clients: 2 + r.below(3) as usize,
+            accounts: 2 + r.below(3) as usize,
+            txns_per_client: 4 + r.below(8) as usize,
+            crashes_max: r.below(4) as usize,
+            crash_ppm: [0, 2_000, 8_000][r.below(3) as usize],
+            io_death_ppm: [0, 50_000, 150_000][r.below(3) as usize],
+            loss_ppm: [0, 5_000, 20_000][r.below(3) as usize],
+            peer_loss_ppm: [0, 50_000, 200_000][r.below(3) as usize],
+            trace: false,
+        }
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TwoPcOutcome {
+    /// A hash of every event in order: equal for equal runs.
+    pub trace_hash: u64,
+    /// Events processed.
+    pub events: u64,
+    /// Transactions their client was told committed.
+    pub committed: u64,
+    /// Transactions refused or aborted.
+    pub aborted: u64,
+    /// Transactions whose outcome the client never learned.
+    pub uncertain: u64,
+    /// Transactions that used three servers.
+    pub three_server: u64,
+    /// Server crashes.
+    pub crashes: u64,
+    /// Server-to-server messages lost.
+    pub peer_lost: u64,
+    /// Client connections broken by lost messages.
+    pub lost_connections: u64,
+}
+
+/// A run that found a violation.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "seed {seed}: {violation} (at event {event}, virtual time {time_us} us)\n  replay: THOR_SIM_SEED={seed} cargo test -p thor-sim --test twopc replay -- --nocapture"
+)]
+pub struct TwoPcFailure {
+    /// The seed.
+    pub seed: u64,
+    /// What went wrong.
+    pub violation: Violation,
+    /// The event it was found at.
+    pub event: u64,
+    /// The virtual time then.
+    pub time_us: u64,
+}
+
+#[derive(Debug)]
+enum Ev {
+    /// A request arrives at a server on a connection.
+    ToServer(usize, ConnId, Request, u64),
+    /// A reply from a server (or the news that the connection broke: `None`) arrives at a
+    /// client.
+    ToClient(usize, usize, ConnId, Option<(u64, Reply)>),
+    /// A connection's break reaches its server.
+    Disconnect(usize, ConnId),
+    /// A message from another server arrives (if the receiver has not restarted since).
+    Peer(usize, u32, PeerMsg),
+    LogSync(usize, u32),
+    Io(usize, u32, Effect),
+    Tick(usize, u32),
+    Restart(usize),
+    /// A client starts its next step.
+    Wake(usize),
+}
+
+struct Node {
+    core: Core,
+    disk_side: DiskSide,
+    log: Arc<Log>,
+    sync_scheduled: bool,
+}
+
+struct Server {
+    disk: MemDisk,
+    node: Option<Node>,
+    epoch: u32,
+    accounts: Vec<Oref>,
+}
+
+/// A client's connection to one server.
+#[derive(Debug, Clone)]
+struct Link {
+    conn: ConnId,
+    /// Broken; the client has not learned it yet (it sends nothing more on it, and reconnects
+    /// only once it knows: what it read on this session is not to be used on another).
+    dead: bool,
+    /// Invalidations received and not yet acknowledged.
+    acks: Vec<Oref>,
+    last_to_server: u64,
+    last_to_client: u64,
+}
+
+/// One account a transaction uses.
+#[derive(Debug, Clone, Copy)]
+struct Use {
+    server: usize,
+    account: usize,
+    writes: bool,
+    /// What it read: (writer, txn, balance).
+    seen: Option<(u32, u32, u32)>,
+}
+
+#[derive(Debug, Default)]
+struct Txn {
+    id: u32,
+    uses: Vec<Use>,
+    amount: u32,
+    /// Request ids of the fetches, per use.
+    fetch_ids: Vec<u64>,
+    /// The servers still to answer the prepare (server, request id).
+    awaiting: Vec<(usize, u64)>,
+    stamp: Stamp,
+    coordinator: Option<usize>,
+    /// Known outcome: Some(true) committed, Some(false) aborted.
+    outcome: Option<bool>,
+    prepared: bool,
+    /// A connection broke before the outcome was known.
+    broken: bool,
+}
+
+struct Client {
+    links: Vec<Option<Link>>,
+    next_id: u64,
+    done: usize,
+    txn: Option<Txn>,
+    next_txn: u32,
+}
+
+struct World {
+    cfg: TwoPcSimConfig,
+    rng: SplitMix64,
+    now: u64,
+    seq: u64,
+    queue: BTreeMap<(u64, u64), Ev>,
+    servers: Vec<Server>,
+    clients: Vec<Client>,
+    /// Connection -> (client, server).
+    conns: FxHashMap<ConnId, (usize, usize)>,
+    next_conn: ConnId,
+    desc: ClassDesc,
+    class: Vec<Oref>,
+    history: serial::History,
+    /// (object, version) -> balance, for the conservation check.
+    balances: FxHashMap<(serial::ObjId, serial::Version), u32>,
+    out: TwoPcOutcome,
+    faults: bool,
+}
+
+fn core_config() -> CoreConfig {
+    CoreConfig {
+        flush_start_percent: 50,
+        mob_bytes: 8 << 10,
+        page_cache_bytes: 4 * 4096,
+        flush_batch_pages: 2,
+        log_buffer_bytes: 64 << 10,
+        twopc: TwoPcConfig {
+            vote_timeout_us: 200_000,
+            query_after_us: 40_000,
+            resend_after_us: 40_000,
+            future_max_us: 20_000,
+            ..TwoPcConfig::default()
+        },
+        ..CoreConfig::default()
+    }
+}
+
+fn log_options() -> LogOptions {
+    LogOptions { segment_bytes: 8 << 10, buffer_bytes_max: 64 << 10, ..LogOptions::default() }
+}
+
+fn obj_id(server: usize, o: Oref) -> serial::ObjId {
+    ((server as u64 + 1) << 32) | u64::from(o.raw())
+}
+
+fn version_of(writer: u32, txn: u32) -> serial::Version {
+    (u64::from(writer) << 32) | u64::from(txn)
+}
+
+fn io_violation(e: thor_storage::StorageError) -> Violation {
+    Violation(format!("storage: {e}"))
+}
+
+/// Runs one simulation of a cluster; returns what it did, or the first violation found.
+pub fn run_twopc(cfg: &TwoPcSimConfig) -> Result<TwoPcOutcome, TwoPcFailure> {
+    let fail = |w: &World, v: Violation| TwoPcFailure {
+        seed: cfg.seed,
+        violation: v,
+        event: w.out.events,
+        time_us: w.now,
+    };
+    let mut w = World::new(cfg.clone());
+    if let Err(v) = w.setup() {
+        return Err(fail(&w, v));
+    }
+    match w.run() {
+        Ok(()) => Ok(w.out),
+        Err(v) => Err(fail(&w, v)),
+    }
+}
+
+impl World {
+    fn new(cfg: TwoPcSimConfig) -> World {
+        let rng = SplitMix64::new(cfg.seed);
+        let desc = ClassDesc::new("sim.Account", 12, &[], VarKind::None).expect("a valid class");
+        let clients = (0..cfg.clients)
+            .map(|_| Client {
+                links: vec![None; cfg.servers],
+                next_id: 1,
+                done: 0,
+                txn: None,
+                next_txn: 1,
+            })
+            .collect();
+        let servers = (0..cfg.servers)
+            .map(|_| Server { disk: MemDisk::new(), node: None, epoch: 0, accounts: Vec::new() })
+            .collect();
+        World {
+            rng,
+            now: 1_000_000,
+            seq: 0,
+            queue: BTreeMap::new(),
+            servers,
+            clients,
+            conns: FxHashMap::default(),
+            next_conn: 1,
+            desc,
+            class: Vec::new(),
+            history: serial::History::new(),
+            balances: FxHashMap::default(),
+            out: TwoPcOutcome::default(),
+            faults: true,
+            cfg,
+        }
+    }
+
+    fn trace(&self, what: impl FnOnce() -> String) {
+        if self.cfg.trace {
+            eprintln!("{:>10} {}", self.now, what());
+        }
+    }
+
+    fn mix(&mut self, words: &[u64]) {
+        for w in words {
+            self.out.trace_hash = (self.out.trace_hash ^ w).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+
+    fn at(&mut self, delay: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.insert((self.now + delay, self.seq), ev);
+    }
+
+    fn chance(&mut self, ppm: u64) -> bool {
+        self.faults && ppm > 0 && self.rng.below(1_000_000) < ppm
+    }
+
+    fn latency(&mut self) -> u64 {
+        20 + self.rng.below(400)
+    }
+
+    fn disk_latency(&mut self) -> u64 {
+        50 + self.rng.below(2_000)
+    }
+
+    fn start(&mut self, s: usize) -> Result<(), Violation> {
+        let disk = Arc::new(self.servers[s].disk.clone());
+        let r = io::recover(disk, core_config(), log_options())
+            .map_err(|e| Violation(format!("server {} does not open: {e}", s + 1)))?;
+        self.servers[s].node =
+            Some(Node { core: r.core, disk_side: r.disk_side, log: r.log, sync_scheduled: false });
+        let e = self.servers[s].epoch;
+        self.at(TICK_US, Ev::Tick(s, e));
+        Ok(())
+    }
+
+    /// Creates each server's database, its account class and accounts.
+    fn setup(&mut self) -> Result<(), Violation> {
+        for s in 0..self.cfg.servers {
+            io::create(&self.servers[s].disk, 4096, ServerId(s as u32 + 1))
+                .map_err(|e| Violation(format!("create: {e}")))?;
+            self.start(s)?;
+            let mut created = vec![Bytes::from(self.desc.to_class_object())];
+            for _ in 0..self.cfg.accounts {
+                let mut a = self.desc.new_object(RawRef::tagged_word(0), 0);
+                put_u32(&mut a, BALANCE_AT, OPENING);
+                created.push(Bytes::from(a));
+            }
+            let op = DirectOp::Commit(CommitIn { created, ..CommitIn::default() });
+            let out = match self.settle_now(s, Input::Direct { ticket: 1, op })?.pop() {
+                Some(DirectResult::Committed(Ok(out))) => out,
+                other => return Err(Violation(format!("setup commit: {other:?}"))),
+            };
+            self.class.push(out.created[0]);
+            for &o in &out.created[1..] {
+                self.servers[s].accounts.push(o);
+                self.balances.insert((obj_id(s, o), serial::INITIAL), OPENING);
+            }
+        }
+        // The accounts start at version INITIAL (writer 0, txn 0), so the setup is not a
+        // transaction of the history.
+        // Clients start once the servers take timestamps near their clocks (after an open,
+        // those up to `future_max_us` ahead of the clock are refused).
+        let after = core_config().twopc.future_max_us + 1_000;
+        for c in 0..self.cfg.clients {
+            let d = after + self.rng.below(1_000);
+            self.at(d, Ev::Wake(c));
+        }
+        Ok(())
+    }
+
+    /// Steps server `s` and performs everything at once (setup and the final reads).
+    fn settle_now(&mut self, s: usize, input: Input) -> Result<Vec<DirectResult>, Violation> {
+        let mut answers = Vec::new();
+        let mut inputs = vec![input];
+        let now = self.now;
+        while let Some(input) = inputs.pop() {
+            let node = self.servers[s].node.as_mut().expect("the server is up");
+            let mut fx = Vec::new();
+            node.core.step(now, input, &mut fx);
+            let mut appended = false;
+            for e in fx {
+                match e {
+                    Effect::Append { record, .. } => {
+                        node.log.append(&record).map_err(io_violation)?;
+                        appended = true;
+                    }
+                    Effect::Done { result, .. } => answers.push(result),
+                    Effect::Reply { .. } | Effect::Peer { .. } => {}
+                    other => {
+                        if let Some(i) = node.disk_side.perform(&other, &*node.log) {
+                            inputs.push(i);
+                        }
+                    }
+                }
+            }
+            if appended {
+                let lsn = node.log.sync().map_err(io_violation)?;
+                inputs.push(Input::Durable { lsn });
+            }
+        }
+        Ok(answers)
+    }
+
+    fn run(&mut self) -> Result<(), Violation> {
+        let mut quiet_since: Option<u64> = None;
+        loop {
+            self.out.events += 1;
+            if self.out.events > EVENTS_MAX {
+                return Err(Violation("the run does not finish (stuck?)".into()));
+            }
+            let all_done = self.clients.iter().all(|c| c.done >= self.cfg.txns_per_client);
+            if all_done && self.faults {
+                // Faults stop; crashed servers come back; the protocol finishes.
+                self.faults = false;
+                self.trace(|| "clients done: faults stop".into());
+            }
+            if !self.faults {
+                let settled = self.servers.iter().all(|s| {
+                    s.node.as_ref().is_some_and(|n| {
+                        let t = n.core.twopc_stats();
+                        t.in_doubt == 0 && t.coordinating == 0
+                    })
+                });
+                if settled {
+                    let since = *quiet_since.get_or_insert(self.now);
+                    // A little longer, so that late messages land and change nothing.
+                    if self.now > since + 200_000 {
+                        return self.judge();
+                    }
+                } else {
+                    quiet_since = None;
+                }
+            }
+            let Some(((t, _), ev)) = self.queue.pop_first() else {
+                return Err(Violation("the event queue ran dry".into()));
+            };
+            self.now = self.now.max(t);
+            if self.out.crashes < self.cfg.crashes_max as u64 && self.chance(self.cfg.crash_ppm) {
+                let s = self.rng.below(self.cfg.servers as u64) as usize;
+                self.crash(s, "at a random event");
+            }
+            self.event(ev)?;
+        }
+    }
+
+    fn event(&mut self, ev: Ev) -> Result<(), Violation> {
+        match ev {
+            Ev::ToServer(s, conn, req, id) => {
+                self.mix(&[self.now, 1, s as u64, conn, id]);
+                if self.servers[s].node.is_none() || !self.conns.contains_key(&conn) {
+                    return Ok(());
+                }
+                self.step(s, Input::Request { conn, id, req })
+            }
+            Ev::Disconnect(s, conn) => {
+                if self.servers[s].node.is_some() {
+                    self.step(s, Input::Disconnect { conn })?;
+                }
+                Ok(())
+            }
+            Ev::ToClient(c, s, conn, msg) => {
+                self.mix(&[self.now, 2, c as u64, conn]);
+                self.at_client(c, s, conn, msg)
+            }
+            Ev::Peer(s, epoch, msg) => {
+                self.mix(&[self.now, 3, s as u64]);
+                if self.servers[s].epoch != epoch || self.servers[s].node.is_none() {
+                    return Ok(());
+                }
+                self.trace(|| format!("server {} gets {msg:?}", s + 1));
+                self.step(s, Input::Peer { msg })
+            }
+            Ev::LogSync(s, epoch) => self.log_sync(s, epoch),
+            Ev::Io(s, epoch, e) => self.io(s, epoch, e),
+            Ev::Tick(s, epoch) => {
+                if self.servers[s].epoch != epoch || self.servers[s].node.is_none() {
+                    return Ok(());
+                }
+                self.at(TICK_US, Ev::Tick(s, epoch));
+                self.step(s, Input::Tick)
+            }
+            Ev::Restart(s) => {
+                self.trace(|| format!("server {} restarts", s + 1));
+                self.start(s)
+            }
+            Ev::Wake(c) => self.wake(c),
+        }
+    }
+
+    fn step(&mut self, s: usize, input: Input) -> Result<(), Violation> {
+        let Some(node) = self.servers[s].node.as_mut() else { return Ok(()) };
+        let mut fx = Vec::new();
+        node.core.step(self.now, input, &mut fx);
+        self.route(s, fx)
+    }
+
+    fn route(&mut self, s: usize, fx: Vec<Effect>) -> Result<(), Violation> {
+        for e in fx {
+            match e {
+                Effect::Reply { conn, id, reply, close } => {
+                    self.send_to_client(conn, Some((id, reply)));
+                    if close {
+                        self.break_link(conn);
+                    }
+                }
+                Effect::Append { lsn, record } => {
+                    let node = self.servers[s].node.as_mut().expect("effects of a live server");
+                    let got = node.log.append(&record).map_err(io_violation)?;
+                    if got != lsn {
+                        return Err(Violation(format!("log gave {got}, core expected {lsn}")));
+                    }
+                    if !node.sync_scheduled {
+                        node.sync_scheduled = true;
+                        let d = self.disk_latency();
+                        let e = self.servers[s].epoch;
+                        self.at(d, Ev::LogSync(s, e));
+                    }
+                }
+                Effect::Peer { to, msg } => {
+                    let t = to.0 as usize;
+                    if t == 0 || t > self.cfg.servers || t == s + 1 {
+                        return Err(Violation(format!(
+                            "server {} messages server {}",
+                            s + 1,
+                            to.0
+                        )));
+                    }
+                    if self.chance(self.cfg.peer_loss_ppm) {
+                        self.out.peer_lost += 1;
+                        continue;
+                    }
+                    let d = self.latency();
+                    let e = self.servers[t - 1].epoch;
+                    self.at(d, Ev::Peer(t - 1, e, msg));
+                }
+                Effect::Done { .. } => {}
+                Effect::Backup { .. } => return Err(Violation("a backup nobody asked for".into())),
+                e @ (Effect::Read { .. } | Effect::Install(_) | Effect::Checkpoint(_)) => {
+                    let d = self.disk_latency();
+                    let ep = self.servers[s].epoch;
+                    self.at(d, Ev::Io(s, ep, e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn maybe_die_midway(&mut self, s: usize) -> bool {
+        if self.out.crashes >= self.cfg.crashes_max as u64 || !self.chance(self.cfg.io_death_ppm) {
+            return false;
+        }
+        let disk = &self.servers[s].disk;
+        let ops = disk.counters().ops + self.rng.below(12);
+        disk.set_fault_plan(FaultPlan { die_after_ops: Some(ops), ..FaultPlan::default() });
+        true
+    }
+
+    fn log_sync(&mut self, s: usize, epoch: u32) -> Result<(), Violation> {
+        if self.servers[s].epoch != epoch || self.servers[s].node.is_none() {
+            return Ok(());
+        }
+        let dies = self.maybe_die_midway(s);
+        let node = self.servers[s].node.as_mut().expect("checked");
+        node.sync_scheduled = false;
+        let r = node.log.sync();
+        if dies {
+            self.crash(s, "during a log sync");
+            return Ok(());
+        }
+        let lsn = r.map_err(io_violation)?;
+        self.step(s, Input::Durable { lsn })
+    }
+
+    fn io(&mut self, s: usize, epoch: u32, effect: Effect) -> Result<(), Violation> {
+        if self.servers[s].epoch != epoch || self.servers[s].node.is_none() {
+            return Ok(());
+        }
+        let dies = !matches!(effect, Effect::Read { .. }) && self.maybe_die_midway(s);
+        let node = self.servers[s].node.as_mut().expect("checked");
+        let input = node.disk_side.perform(&effect, &*node.log);
+        if dies {
+            self.crash(s, "during an install or checkpoint");
+            return Ok(());
+        }
+        match input {
+            Some(i) => self.step(s, i),
+            None => Ok(()),
+        }
+    }
+
+    fn crash(&mut self, s: usize, why: &str) {
+        if self.servers[s].node.is_none() {
+            return;
+        }
+        self.trace(|| format!("server {} crashes {why}", s + 1));
+        self.mix(&[self.now, 8, s as u64]);
+        self.servers[s].node = None;
+        self.servers[s].epoch += 1;
+        self.out.crashes += 1;
+        let seed = self.rng.next_u64();
+        self.servers[s].disk.crash(seed);
+        self.servers[s].disk.set_fault_plan(FaultPlan::default());
+        let broken: Vec<ConnId> =
+            self.conns.iter().filter(|(_, (_, sv))| *sv == s).map(|(c, _)| *c).collect();
+        for conn in broken {
+            self.break_link(conn);
+        }
+        let d = 1_000 + self.rng.below(30_000);
+        self.at(d, Ev::Restart(s));
+    }
+
+    /// Breaks a connection: the client learns it after a latency, the server too.
+    fn break_link(&mut self, conn: ConnId) {
+        let Some((c, s)) = self.conns.remove(&conn) else { return };
+        if let Some(l) = self.clients[c].links[s].as_mut().filter(|l| l.conn == conn) {
+            l.dead = true;
+        }
+        let d = self.latency();
+        self.at(d, Ev::ToClient(c, s, conn, None));
+        let d = self.latency();
+        self.at(d, Ev::Disconnect(s, conn));
+    }
+
+    fn send_to_client(&mut self, conn: ConnId, msg: Option<(u64, Reply)>) {
+        let Some(&(c, s)) = self.conns.get(&conn) else { return };
+        if self.chance(self.cfg.loss_ppm) {
+            self.out.lost_connections += 1;
+            self.break_link(conn);
+            return;
+        }
+        let d = self.latency();
+        let link = self.clients[c].links[s].as_mut().expect("a live connection has its link");
+        let t = (self.now + d).max(link.last_to_client + 1);
+        link.last_to_client = t;
+        let delay = t - self.now;
+        self.at(delay, Ev::ToClient(c, s, conn, msg));
+    }
+
+    /// Client `c` sends `body` to server `s` (connecting first if it must); returns the id.
+    fn send(&mut self, c: usize, s: usize, body: RequestBody) -> u64 {
+        if self.clients[c].links[s].is_none() {
+            let conn = self.next_conn;
+            self.next_conn += 1;
+            self.conns.insert(conn, (c, s));
+            self.clients[c].links[s] = Some(Link {
+                conn,
+                dead: false,
+                acks: Vec::new(),
+                last_to_server: 0,
+                last_to_client: 0,
+            });
+            if self.servers[s].node.is_some() {
+                // The connection opens at once (a model of the accept), then Hello travels.
+                let node = self.servers[s].node.as_mut().expect("checked");
+                let mut fx = Vec::new();
+                node.core.step(self.now, Input::Connect { conn }, &mut fx);
+            } else {
+                // Refused: the client learns that the connection is broken.
+                self.conns.remove(&conn);
+                self.clients[c].links[s] = None;
+                let d = self.latency();
+                self.at(d, Ev::ToClient(c, s, conn, None));
+                let id = self.clients[c].next_id;
+                self.clients[c].next_id += 1;
+                return id;
+            }
+            let hello = RequestBody::Hello(Hello::new(&b""[..], "sim"));
+            self.send_on_link(c, s, hello);
+        }
+        self.send_on_link(c, s, body)
+    }
+
+    fn send_on_link(&mut self, c: usize, s: usize, body: RequestBody) -> u64 {
+        let id = self.clients[c].next_id;
+        self.clients[c].next_id += 1;
+        let lost = self.chance(self.cfg.loss_ppm);
+        let d = self.latency();
+        // The connection broke a moment ago (its Hello was lost): the client hears of it.
+        let Some(link) = self.clients[c].links[s].as_mut().filter(|l| !l.dead) else { return id };
+        let conn = link.conn;
+        let mut req = Request::new(body);
+        if !matches!(req.body, RequestBody::Hello(_)) {
+            req.piggyback.acks = std::mem::take(&mut link.acks);
+        }
+        if lost {
+            self.out.lost_connections += 1;
+            self.break_link(conn);
+            return id;
+        }
+        let t = (self.now + d).max(link.last_to_server + 1);
+        link.last_to_server = t;
+        let delay = t - self.now;
+        self.at(delay, Ev::ToServer(s, conn, req, id));
+        id
+    }
+
+    /// Client `c` starts a transaction (or, done, stops).
+    fn wake(&mut self, c: usize) -> Result<(), Violation> {
+        if self.clients[c].txn.is_some() || self.clients[c].done >= self.cfg.txns_per_client {
+            return Ok(());
+        }
+        let n = self.cfg.servers as u64;
+        let a = self.rng.below(n) as usize;
+        let b = (a + 1 + self.rng.below(n - 1) as usize) % self.cfg.servers;
+        let pick =
+            |w: &mut World, s: usize| w.rng.below(w.servers[s].accounts.len() as u64) as usize;
+        let kind = self.rng.below(4);
+        let mut uses = Vec::new();
+        let (ua, ub) = (pick(self, a), pick(self, b));
+        if kind == 0 {
+            // An audit: read one account at each of two servers.
+            uses.push(Use { server: a, account: ua, writes: false, seen: None });
+            uses.push(Use { server: b, account: ub, writes: false, seen: None });
+        } else {
+            uses.push(Use { server: a, account: ua, writes: true, seen: None });
+            uses.push(Use { server: b, account: ub, writes: true, seen: None });
+            if kind == 1 && self.cfg.servers == 3 {
+                let third = 3 - a - b;
+                let u = pick(self, third);
+                uses.push(Use { server: third, account: u, writes: false, seen: None });
+                self.out.three_server += 1;
+            }
+        }
+        let id = self.clients[c].next_txn;
+        self.clients[c].next_txn += 1;
+        let amount = 1 + self.rng.below(50) as u32;
+        let mut txn = Txn { id, uses, amount, ..Txn::default() };
+        for i in 0..txn.uses.len() {
+            let u = txn.uses[i];
+            let page = self.servers[u.server].accounts[u.account].page().expect("a real page");
+            let rid = self.send(c, u.server, RequestBody::Fetch { page });
+            txn.fetch_ids.push(rid);
+        }
+        self.trace(|| format!("client {c} starts txn {id}: {:?}", txn.uses));
+        self.clients[c].txn = Some(txn);
+        Ok(())
+    }
+
+    fn at_client(
+        &mut self,
+        c: usize,
+        s: usize,
+        conn: ConnId,
+        msg: Option<(u64, Reply)>,
+    ) -> Result<(), Violation> {
+        let Some((id, reply)) = msg else {
+            // A connection to server `s` broke: the session is over (the next request opens
+            // another), and the transaction fails if it used the server: what it read there
+            // belongs to the old session, whose invalidations it will never hear.
+            if self.clients[c].links[s].as_ref().is_some_and(|l| l.conn == conn) {
+                self.clients[c].links[s] = None;
+            }
+            let Some(t) = self.clients[c].txn.as_mut() else { return Ok(()) };
+            if t.uses.iter().any(|u| u.server == s) {
+                t.broken = true;
+            }
+            return self.maybe_finish(c);
+        };
+        if let Some(l) = self.clients[c].links[s].as_mut() {
+            l.acks.extend(reply.invalidations.iter().copied());
+        }
+        let Some(t) = self.clients[c].txn.as_mut() else { return Ok(()) };
+        if let Some(i) = t.fetch_ids.iter().position(|&f| f == id) {
+            t.fetch_ids[i] = 0;
+            let ReplyBody::Page { bytes, .. } = &reply.body else {
+                t.broken = true;
+                return self.maybe_finish(c);
+            };
+            let u = t.uses[i];
+            let o = self.servers[u.server].accounts[u.account];
+            let view = PageView::parse(bytes).map_err(|e| Violation(format!("a page: {e}")))?;
+            let obj = view.object(o.oid()).ok_or_else(|| Violation(format!("{o} is missing")))?;
+            let t = self.clients[c].txn.as_mut().expect("checked");
+            t.uses[i].seen =
+                Some((u32_at(obj, WRITER_AT), u32_at(obj, TXN_AT), u32_at(obj, BALANCE_AT)));
+            if t.fetch_ids.iter().all(|&f| f == 0) {
+                self.prepare(c);
+            }
+            return Ok(());
+        }
+        if let Some(i) = t.awaiting.iter().position(|&(sv, rid)| sv == s && rid == id) {
+            t.awaiting.remove(i);
+            let coordinating = t.coordinator == Some(s);
+            match &reply.body {
+                ReplyBody::CommitOk { .. } if coordinating => t.outcome = Some(true),
+                ReplyBody::CommitRefused { .. } if coordinating || t.coordinator.is_none() => {
+                    t.outcome = Some(false)
+                }
+                ReplyBody::Prepared { .. } if t.coordinator.is_none() && t.awaiting.is_empty() => {
+                    if t.outcome.is_none() {
+                        t.outcome = Some(true);
+                    }
+                }
+                ReplyBody::Prepared { .. } | ReplyBody::CommitRefused { .. } => {}
+                ReplyBody::Error { .. } => t.broken = true,
+                other => {
+                    return Err(Violation(format!("unexpected answer to a prepare: {other:?}")));
+                }
+            }
+            return self.maybe_finish(c);
+        }
+        Ok(())
+    }
+
+    /// Every account of the transaction was read: prepare at every server it used.
+    fn prepare(&mut self, c: usize) {
+        let mut t = self.clients[c].txn.take().expect("a transaction");
+        if t.broken {
+            self.clients[c].txn = Some(t);
+            let _ = self.maybe_finish(c);
+            return;
+        }
+        let tie = CLIENT_TIE_BIT | ((c as u32 + 1) << 16) | (t.id & 0xffff);
+        t.stamp = Stamp { time_us: self.now, tie };
+        let participants: Vec<Participant> = {
+            let mut ps: Vec<Participant> = Vec::new();
+            for u in &t.uses {
+                match ps.iter_mut().find(|p| p.server.0 as usize == u.server + 1) {
+                    Some(p) => p.writes |= u.writes,
+                    None => ps.push(Participant {
+                        server: ServerId(u.server as u32 + 1),
+                        writes: u.writes,
+                    }),
+                }
+            }
+            ps
+        };
+        t.coordinator = t.uses.iter().find(|u| u.writes).map(|u| u.server);
+        let (from, to) = (t.uses[0].seen.expect("read").2, t.uses[1].seen.expect("read").2);
+        let amount = t.amount.min(from);
+        for p in &participants {
+            let s = p.server.0 as usize - 1;
+            let mut commit = Commit::default();
+            for (i, u) in t.uses.iter().enumerate().filter(|(_, u)| u.server == s) {
+                let o = self.servers[s].accounts[u.account];
+                commit.reads.push(o);
+                if u.writes {
+                    let balance = if i == 0 { from - amount } else { to + amount };
+                    let mut v = self.desc.new_object(self.class[s].raw(), 0);
+                    put_u32(&mut v, WRITER_AT, c as u32 + 1);
+                    put_u32(&mut v, TXN_AT, t.id);
+                    put_u32(&mut v, BALANCE_AT, balance);
+                    self.balances.insert((obj_id(s, o), version_of(c as u32 + 1, t.id)), balance);
+                    commit.versions.push((o, Bytes::from(v)));
+                }
+            }
+            let p = Prepare {
+                stamp: t.stamp,
+                coordinator: t.coordinator.map(|s| ServerId(s as u32 + 1)),
+                participants: participants.clone(),
+                commit,
+            };
+            let id = self.send(c, s, RequestBody::Prepare(Box::new(p)));
+            t.awaiting.push((s, id));
+        }
+        t.prepared = true;
+        self.clients[c].txn = Some(t);
+    }
+
+    /// Ends the client's transaction if its outcome is known (or cannot be), records it, and
+    /// schedules the next.
+    fn maybe_finish(&mut self, c: usize) -> Result<(), Violation> {
+        let Some(t) = self.clients[c].txn.as_ref() else { return Ok(()) };
+        let known = t.outcome.is_some() && (t.coordinator.is_some() || t.awaiting.is_empty());
+        let read_only_refused = t.coordinator.is_none() && t.outcome == Some(false);
+        if !(known || read_only_refused || t.broken) {
+            return Ok(());
+        }
+        let t = self.clients[c].txn.take().expect("checked");
+        if t.prepared {
+            let mut h =
+                serial::Txn::new((u64::from(c as u32 + 1) << 32) | u64::from(t.id), c as u32 + 1)
+                    .ordered((t.stamp.time_us << 20) | u64::from(t.stamp.tie & 0xf_ffff));
+            for u in &t.uses {
+                let o = self.servers[u.server].accounts[u.account];
+                let (w, x, _) = u.seen.expect("prepared transactions read everything");
+                h = h.read(obj_id(u.server, o), version_of(w, x));
+                if u.writes {
+                    h = h.write(obj_id(u.server, o), version_of(c as u32 + 1, t.id));
+                }
+            }
+            match t.outcome {
+                Some(true) => {
+                    self.out.committed += 1;
+                    self.history.add_committed(h);
+                }
+                Some(false) => {
+                    self.out.aborted += 1;
+                    self.history.add_aborted(h);
+                }
+                None => {
+                    self.out.uncertain += 1;
+                    self.history.add_uncertain(h);
+                }
+            }
+        }
+        self.trace(|| format!("client {c} ends txn {}: {:?}", t.id, t.outcome));
+        self.clients[c].done += 1;
+        let d = 100 + self.rng.below(3_000);
+        self.at(d, Ev::Wake(c));
+        Ok(())
+    }
+
+    /// The final judgement (see the module documentation).
+    fn judge(&mut self) -> Result<(), Violation> {
+        let mut state = Vec::new();
+        let mut total = 0u64;
+        for s in 0..self.cfg.servers {
+            for o in self.servers[s].accounts.clone() {
+                let page = o.page().expect("a real page");
+                let bytes = match self
+                    .settle_now(s, Input::Direct { ticket: 9, op: DirectOp::Fetch(page) })?
+                    .pop()
+                {
+                    Some(DirectResult::Page(Ok(b))) => b,
+                    other => return Err(Violation(format!("final fetch of {page}: {other:?}"))),
+                };
+                let view = PageView::parse(&bytes).map_err(|e| Violation(format!("{e}")))?;
+                let obj = view.object(o.oid()).ok_or_else(|| Violation(format!("{o} is gone")))?;
+                state.push((obj_id(s, o), version_of(u32_at(obj, WRITER_AT), u32_at(obj, TXN_AT))));
+                total += u64::from(u32_at(obj, BALANCE_AT));
+            }
+        }
+        self.trace(|| format!("final state: {state:x?}"));
+        let opts = serial::Options { order_must_serialize: true };
+        let summary = serial::check_with(&self.history, Some(&state), &opts)
+            .map_err(|a| Violation(format!("not serializable: {a}")))?;
+        let opening = u64::from(OPENING) * (self.cfg.servers * self.cfg.accounts) as u64;
+        if total != opening {
+            return Err(Violation(format!(
+                "the accounts hold {total} at the end, {opening} at the start: a transfer committed at one server only"
+            )));
+        }
+        let accounts: Vec<serial::ObjId> = state.iter().map(|(o, _)| *o).collect();
+        let balances = &self.balances;
+        serial::check_conserved_total(&self.history, &summary, &accounts, |o, v| {
+            i64::from(*balances.get(&(o, v)).unwrap_or(&OPENING))
+        })
+        .map_err(|e| Violation(format!("money is not conserved: {e:?}")))?;
+        Ok(())
+    }
+}
