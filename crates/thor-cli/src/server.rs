@@ -2,7 +2,13 @@
 //!
 //! ```text
 //! thor server --dir DIR --listen ADDR [--create] [--page-kb K] [--token-file F] [--direct-io]
+//!             [--server-id N] [--peer ID=HOST:PORT ...]
 //! ```
+//!
+//! Several servers form a cluster: each has its own directory and id (`--server-id` when it is
+//! created; the id is stored) and is told where the others listen (`--peer`, once per other
+//! server), so that two-phase commit's messages reach them. Every server of a cluster uses the
+//! same token, which also admits the servers' sessions to each other.
 //!
 //! The token comes from `--token-file` (the file's bytes, without a trailing newline) or else
 //! from the `THOR_TOKEN` environment variable; with neither, clients need no token. On a signal
@@ -73,6 +79,31 @@ pub struct ServerArgs {
     /// that supports O_DIRECT, such as ext4 or xfs; one that refuses it is an error at start.
     #[arg(long)]
     direct_io: bool,
+    /// The id of a database created now (objects at other servers name it). An existing
+    /// database keeps its id; giving a different one is an error.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    server_id: Option<u32>,
+    /// Where another server of the cluster listens, as ID=HOST:PORT (repeat for each). Needed
+    /// for transactions that use several servers (two-phase commit between them).
+    #[arg(long = "peer", value_parser = parse_peer)]
+    peers: Vec<(u32, std::net::SocketAddr)>,
+}
+
+/// `--peer ID=HOST:PORT`.
+fn parse_peer(s: &str) -> Result<(u32, std::net::SocketAddr), String> {
+    let (id, addr) = s.split_once('=').ok_or("expected ID=HOST:PORT, e.g. 2=127.0.0.1:7401")?;
+    let id: u32 = id.trim().parse().map_err(|_| format!("server id {id:?} is not a number"))?;
+    if id == 0 {
+        return Err("server ids start at 1".into());
+    }
+    use std::net::ToSocketAddrs;
+    let addr = addr
+        .trim()
+        .to_socket_addrs()
+        .map_err(|e| format!("{addr}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{addr} names no address"))?;
+    Ok((id, addr))
 }
 
 /// `--page-cache`.
@@ -101,8 +132,23 @@ fn token(args: &ServerArgs) -> Result<Vec<u8>> {
 /// Opens the database; returns the engine and (a clone of) its disk, whose direct-read
 /// counters are the engine's.
 fn open_engine(args: &ServerArgs, protocol: ProtocolConfig) -> Result<(Engine, FileDisk)> {
+    let peers = if args.peers.is_empty() {
+        None
+    } else {
+        let addrs: std::collections::HashMap<_, _> =
+            args.peers.iter().map(|&(id, a)| (thor_core::ServerId(id), a)).collect();
+        let cfg = thor_net::ClientConfig {
+            token: protocol.token.clone(),
+            client_name: format!("thor server at {}", args.listen),
+            ..thor_net::ClientConfig::default()
+        };
+        let p: Arc<dyn thor_server::PeerSink> = thor_net::TcpPeers::start(&addrs, &cfg)?;
+        Some(p)
+    };
     let opts = EngineOptions {
         page_size: args.page_kb * 1024,
+        server_id: thor_core::ServerId(args.server_id.unwrap_or(1)),
+        peers,
         protocol,
         backup_dir: args.backup_dir.clone(),
         page_cache_bytes: args
@@ -141,6 +187,18 @@ fn open_engine(args: &ServerArgs, protocol: ProtocolConfig) -> Result<(Engine, F
         }
         Err(e) => Err(e).with_context(|| format!("opening the database in {}", args.dir.display())),
     }?;
+    if let Some(id) = args.server_id
+        && engine.server_id().0 != id
+    {
+        bail!(
+            "{} holds the database of server {}, not {id} (a server's id is fixed when it is created)",
+            args.dir.display(),
+            engine.server_id().0
+        );
+    }
+    if let Some(&(id, _)) = args.peers.iter().find(|(id, _)| *id == engine.server_id().0) {
+        bail!("--peer {id}=... names this server itself");
+    }
     Ok((engine, file_disk))
 }
 

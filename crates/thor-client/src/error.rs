@@ -104,6 +104,18 @@ pub enum ClientError {
     /// The program used the API wrongly (index out of range, wrong length).
     #[error("usage: {0}")]
     Usage(&'static str),
+    /// A cluster was asked for a server it was not told of (a surrogate names it, or the
+    /// program did): add it to the cluster's servers.
+    #[error("server {0} is not one of this cluster's servers")]
+    UnknownServer(u32),
+    /// The connection for one server reached another: the cluster's addresses are wrong.
+    #[error("expected server {expected}, the connection reached server {got}")]
+    WrongServer {
+        /// The server asked for.
+        expected: u32,
+        /// The server that answered.
+        got: u32,
+    },
 }
 
 impl ClientError {
@@ -120,6 +132,7 @@ impl ClientError {
             RefusedCode::Stale => ConflictCause::Stale,
             RefusedCode::Conflict => ConflictCause::Conflict,
             RefusedCode::TooOld => ConflictCause::TooOld,
+            RefusedCode::Aborted => ConflictCause::Aborted,
             _ => return ClientError::Refused { code, message },
         };
         ClientError::Conflict { cause, message }
@@ -146,6 +159,9 @@ pub enum ConflictCause {
     /// that another transaction has changed, and cannot commit. Found by the client, without
     /// asking the server.
     Invalidated,
+    /// Two-phase commit aborted the transaction: another of its servers refused its part, or
+    /// did not vote in time.
+    Aborted,
 }
 
 impl std::fmt::Display for ConflictCause {
@@ -155,6 +171,7 @@ impl std::fmt::Display for ConflictCause {
             ConflictCause::Conflict => "validation",
             ConflictCause::TooOld => "too old",
             ConflictCause::Invalidated => "invalidated",
+            ConflictCause::Aborted => "aborted by another server",
         })
     }
 }

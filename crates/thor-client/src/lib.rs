@@ -6,6 +6,9 @@
 //!   concurrency control refuses it ([`ClientError::Conflict`]).
 //! - [`typed`]: classes declared once with [`class!`], typed references [`Ref`], and
 //!   [`View`]s that read fields straight from the cached bytes.
+//! - [`cluster`]: [`Cluster`], sessions with several servers, references across them through
+//!   surrogates ([`XRef`]), and transactions that commit at all of them or none (two-phase
+//!   commit).
 //! - [`limits`]: every bound on what a session does for one request of the application.
 //!
 //! ```no_run
@@ -30,6 +33,7 @@
 //! through a [`thor_wire::Transport`], so tests and embedded uses run it over an in-process
 //! transport.
 
+pub mod cluster;
 pub mod error;
 pub mod latency;
 pub mod limits;
@@ -37,6 +41,7 @@ pub mod session;
 pub mod typed;
 pub mod values;
 
+pub use cluster::{Cluster, ClusterStats, Connector, Surrogate, XRef};
 pub use error::{ClientError, ConflictCause};
 pub use latency::LatencyHistogram;
 pub use session::{ClientStats, CommitInfo, SCHEMA_SLOT, Session, SessionConfig, View};

@@ -78,7 +78,9 @@ use rustc_hash::FxHashMap;
 use thor_cache::core::Need;
 use thor_cache::{CacheConfig, CacheError, CacheStats, ClientCache, PolicyConfig};
 use thor_core::le::u32_at;
-use thor_core::{ClassDesc, FormatError, Oref, PageId, RawRef, VarKind, builtin, large};
+use thor_core::{
+    ClassDesc, FormatError, Lsn, Oref, PageId, RawRef, ServerId, VarKind, builtin, large,
+};
 use thor_wire::limits::{ACKS_MAX, DEMOTED_PAGES_MAX, DISCARDED_PAGES_MAX};
 use thor_wire::{Commit, Piggyback, Reply, ReplyBody, Request, RequestBody, ServerInfo, Transport};
 
@@ -1469,30 +1471,9 @@ impl Inner {
                 return Err(ClientError::CommitUnknown(Box::new(e)));
             }
         };
+        let part = Part { class_slots, n_created, n_modified, shipped, started: t };
         match reply.body {
-            ReplyBody::CommitOk { lsn, created: orefs } => {
-                if let Err(e) = self.cache.commit_done(&orefs) {
-                    // The server says it committed, with orefs that cannot be right: its
-                    // outcome is unknown; the cache goes back to before the transaction.
-                    self.abort_local();
-                    return Err(ClientError::CommitUnknown(Box::new(e.into())));
-                }
-                // Classes created by this transaction now have orefs.
-                self.new_class_slots.clear();
-                for (slot, k) in class_slots {
-                    if let Some(k) = k {
-                        self.class_words[slot] = orefs[k as usize].raw();
-                    }
-                }
-                if n_created > 0 && self.schema.is_some() {
-                    // Re-read lazily: class words in it were serials.
-                    self.schema = None;
-                }
-                self.stats.commits += 1;
-                self.stats.commit_time += t.elapsed();
-                self.stats.bytes_shipped += shipped;
-                Ok(CommitInfo { lsn, created: n_created, modified: n_modified })
-            }
+            ReplyBody::CommitOk { lsn, created: orefs } => self.committed(part, lsn, &orefs),
             ReplyBody::CommitRefused { code, message } => {
                 self.abort_local();
                 let e = ClientError::refused(code, message);
@@ -1506,6 +1487,83 @@ impl Inner {
                 Err(unexpected(other))
             }
         }
+    }
+
+    /// The server committed the transaction (`lsn`; the orefs of its created objects):
+    /// the cache makes it so.
+    fn committed(
+        &mut self,
+        part: Part,
+        lsn: Lsn,
+        orefs: &[Oref],
+    ) -> Result<CommitInfo, ClientError> {
+        if let Err(e) = self.cache.commit_done(orefs) {
+            // The server says it committed, with orefs that cannot be right: its outcome is
+            // unknown; the cache goes back to before the transaction.
+            self.abort_local();
+            return Err(ClientError::CommitUnknown(Box::new(e.into())));
+        }
+        // Classes created by this transaction now have orefs.
+        self.new_class_slots.clear();
+        for (slot, k) in part.class_slots {
+            if let Some(k) = k {
+                self.class_words[slot] = orefs[k as usize].raw();
+            }
+        }
+        if part.n_created > 0 && self.schema.is_some() {
+            // Re-read lazily: class words in it were serials.
+            self.schema = None;
+        }
+        self.stats.commits += 1;
+        self.stats.commit_time += part.started.elapsed();
+        self.stats.bytes_shipped += part.shipped;
+        Ok(CommitInfo { lsn, created: part.n_created, modified: part.n_modified })
+    }
+
+    /// Sends this session's part of a transaction over several servers (`Prepare`), without
+    /// waiting for the answer. On an error the part is aborted in the cache.
+    fn part_send(&mut self, header: PrepareHeader) -> Result<Part, ClientError> {
+        let t = Instant::now();
+        if let Err(e) = self.check_doomed() {
+            self.end_aborted();
+            return Err(e);
+        }
+        self.in_transaction = false;
+        let (commit, shipped) = match self.commit_request() {
+            Ok(c) => c,
+            Err(e) => {
+                self.abort_local();
+                return Err(e);
+            }
+        };
+        let class_slots: Vec<(usize, Option<u32>)> = self
+            .new_class_slots
+            .iter()
+            .map(|&(slot, serial)| (slot, self.cache.created_index(serial)))
+            .collect();
+        let part = Part {
+            class_slots,
+            n_created: commit.created.len(),
+            n_modified: commit.versions.len(),
+            shipped,
+            started: t,
+        };
+        let p = thor_wire::Prepare {
+            stamp: header.stamp,
+            coordinator: header.coordinator,
+            participants: header.participants,
+            commit,
+        };
+        if let Err(e) = self.send(RequestBody::Prepare(Box::new(p)), None) {
+            self.abort_local();
+            return Err(ClientError::CommitUnknown(Box::new(e)));
+        }
+        Ok(part)
+    }
+
+    /// Whether this session's part of the open transaction writes (modifies or creates).
+    fn part_writes(&self) -> bool {
+        self.cache.modified().len() > 0 || !self.cache.created().is_empty()
     }
 
     /// Aborts the transaction in the cache and counts it.
@@ -1525,6 +1583,96 @@ impl Inner {
         if created_any {
             self.schema = None;
         }
+    }
+}
+
+/// What a commit keeps while its answer is on the way.
+#[derive(Debug)]
+pub(crate) struct Part {
+    /// Where the classes the transaction created are among its created objects.
+    class_slots: Vec<(usize, Option<u32>)>,
+    n_created: usize,
+    n_modified: usize,
+    shipped: u64,
+    started: Instant,
+}
+
+/// The two-phase commit header of a part: the same for every participant.
+#[derive(Debug, Clone)]
+pub(crate) struct PrepareHeader {
+    pub stamp: thor_wire::Stamp,
+    pub coordinator: Option<ServerId>,
+    pub participants: Vec<thor_wire::Participant>,
+}
+
+/// What became of a part at its server.
+#[derive(Debug)]
+pub(crate) enum PartReply {
+    /// Prepared (a participant): the orefs of the objects it created there.
+    Prepared(Vec<Oref>),
+    /// Committed (the coordinator's answer, which decides the transaction).
+    Committed(Lsn, Vec<Oref>),
+    /// Refused; the error says why.
+    Refused(ClientError),
+    /// The connection failed: the outcome at this server is unknown.
+    Lost(ClientError),
+}
+
+impl Session {
+    /// Whether a transaction is open here (something was read, written or created since the
+    /// last commit or abort).
+    pub(crate) fn part_open(&self) -> bool {
+        self.inner().in_transaction
+    }
+
+    /// See [`Inner::part_writes`].
+    pub(crate) fn part_writes(&self) -> bool {
+        self.inner().part_writes()
+    }
+
+    /// Sends this session's part of a transaction over several servers.
+    pub(crate) fn part_send(&self, header: PrepareHeader) -> Result<Part, ClientError> {
+        self.inner().pinned(|i| i.part_send(header))
+    }
+
+    /// Waits for the answer to the part sent last.
+    pub(crate) fn part_recv(&self) -> PartReply {
+        let inner = self.inner();
+        match inner.recv() {
+            Ok((r, _)) => match r.body {
+                ReplyBody::Prepared { created } => PartReply::Prepared(created),
+                ReplyBody::CommitOk { lsn, created } => PartReply::Committed(lsn, created),
+                ReplyBody::CommitRefused { code, message } => {
+                    PartReply::Refused(ClientError::refused(code, message))
+                }
+                other => PartReply::Refused(unexpected(other)),
+            },
+            Err(e) => PartReply::Lost(e),
+        }
+    }
+
+    /// Ends a part: committed with the orefs its server gave the created objects, or aborted.
+    pub(crate) fn part_end(
+        &self,
+        part: Part,
+        outcome: Option<(Lsn, &[Oref])>,
+    ) -> Result<CommitInfo, ClientError> {
+        let inner = self.inner();
+        match outcome {
+            Some((lsn, orefs)) => inner.pinned(|i| i.committed(part, lsn, orefs)),
+            None => {
+                inner.pinned(Inner::abort_local);
+                Ok(CommitInfo { lsn: Lsn(0), created: 0, modified: 0 })
+            }
+        }
+    }
+
+    /// A reference to the object `oref` of this session's server, seen as class `C` (checked
+    /// when it is read).
+    pub fn ref_to<C: ?Sized>(&self, oref: Oref) -> Result<Ref<C>, ClientError> {
+        let inner = self.inner();
+        let idx = inner.cache.entry_for(oref)?;
+        Ok(Ref::new(idx, oref.raw()))
     }
 }
 

@@ -10,6 +10,8 @@
 //!   programs (`thor server`, tests, benchmarks); [`serve`] runs it on yours.
 //! - [`local`] (feature `server`): [`LocalTransport`], the in-process transport that steps the
 //!   engine's core directly.
+//! - [`peers`] (feature `server`): [`TcpPeers`], how a server sends two-phase commit's messages
+//!   to the other servers (a thread, a bounded queue and a client session per peer).
 //!
 //! A program that only connects to servers depends on this crate without the `server` feature
 //! and links neither the server engine nor tokio.
@@ -34,6 +36,8 @@ pub mod limits;
 #[cfg(feature = "server")]
 pub mod local;
 #[cfg(feature = "server")]
+pub mod peers;
+#[cfg(feature = "server")]
 pub mod server;
 
 pub use client::{ClientConfig, TcpTransport};
@@ -41,5 +45,7 @@ pub use client::{ClientConfig, TcpTransport};
 pub use error::NetError;
 #[cfg(feature = "server")]
 pub use local::LocalTransport;
+#[cfg(feature = "server")]
+pub use peers::TcpPeers;
 #[cfg(feature = "server")]
 pub use server::{NetConfig, NetStats, Server, ShutdownSignal, serve, shutdown_signal};

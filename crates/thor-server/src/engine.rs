@@ -105,6 +105,55 @@ pub trait PeerSink: Send + Sync + std::fmt::Debug {
     fn send(&self, to: ServerId, msg: thor_wire::PeerMsg);
 }
 
+/// Engines of one process that are each other's peers: a [`PeerSink`] that delivers straight
+/// into the engine registered under the destination's id (for tests, and for clusters run in
+/// one process). Messages to an unregistered server, or while [`LocalPeers::set_dropping`]
+/// is on, are lost, as they may be over a network.
+#[derive(Debug, Default)]
+pub struct LocalPeers {
+    engines: parking_lot::Mutex<FxHashMap<ServerId, std::sync::Weak<Engine>>>,
+    dropping: AtomicBool,
+    delivered: AtomicU64,
+    dropped: AtomicU64,
+}
+
+impl LocalPeers {
+    /// An empty registry.
+    pub fn new() -> Arc<LocalPeers> {
+        Arc::new(LocalPeers::default())
+    }
+
+    /// Messages to `engine`'s server go to `engine` from now on.
+    pub fn register(&self, engine: &Arc<Engine>) {
+        self.engines.lock().insert(engine.server_id(), Arc::downgrade(engine));
+    }
+
+    /// Loses every message while `on` (a partition, for tests).
+    pub fn set_dropping(&self, on: bool) {
+        self.dropping.store(on, Relaxed);
+    }
+
+    /// Messages delivered and lost so far.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.delivered.load(Relaxed), self.dropped.load(Relaxed))
+    }
+}
+
+impl PeerSink for LocalPeers {
+    fn send(&self, to: ServerId, msg: thor_wire::PeerMsg) {
+        let target = self.engines.lock().get(&to).and_then(std::sync::Weak::upgrade);
+        match target {
+            Some(e) if !self.dropping.load(Relaxed) => {
+                self.delivered.fetch_add(1, Relaxed);
+                e.peer_message(msg);
+            }
+            _ => {
+                self.dropped.fetch_add(1, Relaxed);
+            }
+        }
+    }
+}
+
 impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
@@ -275,7 +324,10 @@ impl Engine {
     /// Creates a database in `disk` (which must not hold one) and opens it.
     pub fn create(disk: Arc<dyn Disk>, opts: EngineOptions) -> Result<Engine, EngineError> {
         io::create(&*disk, opts.page_size, opts.server_id)?;
-        Engine::open(disk, opts)
+        let e = Engine::open(disk, opts)?;
+        // A new database has validated nothing: no reason to refuse early client timestamps.
+        e.shared.locked.lock().core.created_now();
+        Ok(e)
     }
 
     /// Opens the database in `disk`, recovering from the log.
@@ -579,6 +631,11 @@ impl Engine {
     pub fn peer_message(&self, msg: thor_wire::PeerMsg) {
         let work = self.shared.report(Input::Peer { msg });
         self.settle(work);
+    }
+
+    /// Two-phase commit's state and counters.
+    pub fn twopc_stats(&self) -> crate::core::twopc::TwoPcStats {
+        self.shared.locked.lock().core.twopc_stats()
     }
 
     /// Lets time pass for the core (timeouts of two-phase commit), for engines without the

@@ -36,11 +36,13 @@ pub mod upgrade;
 
 pub use crate::core::install::FlushReport;
 pub use crate::core::store::{CommitIn, CommitOutcome};
+pub use crate::core::twopc::{TwoPcConfig, TwoPcStats};
 pub use crate::core::{
     ConnId, Core, CoreConfig, CoreStats, DirectOp, DirectResult, Effect, Input, ProtocolConfig,
 };
 pub use engine::{
-    BulkLoader, BulkReport, CommitRequest, Engine, EngineOptions, EngineStats, ReplySink, Work,
+    BulkLoader, BulkReport, CommitRequest, Engine, EngineOptions, EngineStats, LocalPeers,
+    PeerSink, ReplySink, Work,
 };
 pub use error::{EngineError, InvalidCommit};
 pub use io::{Clock, CommitLog, DiskSide, SystemClock};

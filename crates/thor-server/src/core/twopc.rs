@@ -252,6 +252,12 @@ impl Core {
         }
     }
 
+    /// The database was created just now (it has never validated a transaction): the
+    /// threshold need not be raised above the clock as after a restart.
+    pub fn created_now(&mut self) {
+        self.twopc.raise_after_recovery = false;
+    }
+
     fn me(&self) -> ServerId {
         self.store.superblock.server_id
     }

@@ -1,0 +1,140 @@
+//! Messages between servers over TCP: the [`thor_server::PeerSink`] of a `thor server` that
+//! knows where its peers listen.
+//!
+//! Each peer gets a thread and a bounded queue. The thread opens a session to the peer like
+//! any client (`Hello` with the cluster's token) on first need, sends
+//! each message as a `Peer` request and reads its `Ack`. Two-phase commit resends what matters
+//! on its own timeouts, so this layer never retries: a message that cannot be sent now (queue
+//! full, peer unreachable, connection broken) is dropped and counted. After a failed connect
+//! the peer is left alone for [`PEER_RETRY_AFTER`], so a peer that is down costs one connect
+//! attempt per interval, not one per message.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::time::{Duration, Instant};
+
+use thor_core::ServerId;
+use thor_wire::{PeerMsg, ReplyBody, Request, RequestBody, Transport};
+use tracing::{debug, warn};
+
+use crate::client::{ClientConfig, TcpTransport};
+
+/// Messages queued per peer before new ones are dropped.
+pub const PEER_QUEUE_MAX: usize = 4096;
+/// How long a peer that refused a connection is left alone.
+pub const PEER_RETRY_AFTER: Duration = Duration::from_millis(200);
+
+/// Counters of the messages to peers.
+#[derive(Debug, Default)]
+pub struct PeerCounters {
+    /// Messages delivered (acknowledged by the peer).
+    pub sent: AtomicU64,
+    /// Messages dropped (queue full, peer unreachable, connection broken, unknown peer).
+    pub dropped: AtomicU64,
+}
+
+/// Where a server's messages to its peers go, over TCP. See the module documentation.
+#[derive(Debug)]
+pub struct TcpPeers {
+    queues: HashMap<ServerId, SyncSender<PeerMsg>>,
+    counters: Arc<PeerCounters>,
+}
+
+impl TcpPeers {
+    /// Peers at `addrs`, reached with `config` (the cluster's token and a name for the peers'
+    /// logs). Starts one thread per peer.
+    pub fn start(
+        addrs: &HashMap<ServerId, SocketAddr>,
+        config: &ClientConfig,
+    ) -> std::io::Result<Arc<TcpPeers>> {
+        let counters = Arc::new(PeerCounters::default());
+        let mut queues = HashMap::new();
+        for (&id, &addr) in addrs {
+            let (tx, rx) = sync_channel(PEER_QUEUE_MAX);
+            let cfg = ClientConfig { io_timeout: Some(Duration::from_secs(10)), ..config.clone() };
+            let c = counters.clone();
+            std::thread::Builder::new()
+                .name(format!("thor-peer-{}", id.0))
+                .spawn(move || peer_thread(id, addr, cfg, rx, c))?;
+            queues.insert(id, tx);
+        }
+        Ok(Arc::new(TcpPeers { queues, counters }))
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &PeerCounters {
+        &self.counters
+    }
+}
+
+impl thor_server::PeerSink for TcpPeers {
+    fn send(&self, to: ServerId, msg: PeerMsg) {
+        let Some(q) = self.queues.get(&to) else {
+            warn!(
+                "no address for server {}: dropped {msg:?} (pass --peer {}=HOST:PORT)",
+                to.0, to.0
+            );
+            self.counters.dropped.fetch_add(1, Relaxed);
+            return;
+        };
+        match q.try_send(msg) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.counters.dropped.fetch_add(1, Relaxed);
+            }
+        }
+    }
+}
+
+/// Sends the messages for one peer until the queue's sender is gone (the server stopped).
+fn peer_thread(
+    id: ServerId,
+    addr: SocketAddr,
+    cfg: ClientConfig,
+    rx: Receiver<PeerMsg>,
+    counters: Arc<PeerCounters>,
+) {
+    let mut conn: Option<TcpTransport> = None;
+    let mut down_until: Option<Instant> = None;
+    while let Ok(msg) = rx.recv() {
+        if conn.is_none() {
+            if down_until.is_some_and(|t| Instant::now() < t) {
+                counters.dropped.fetch_add(1, Relaxed);
+                continue;
+            }
+            match TcpTransport::connect(addr, &cfg) {
+                Ok(t) => {
+                    debug!("connected to server {} at {addr}", id.0);
+                    conn = Some(t);
+                    down_until = None;
+                }
+                Err(e) => {
+                    debug!("server {} at {addr} unreachable: {e}", id.0);
+                    down_until = Some(Instant::now() + PEER_RETRY_AFTER);
+                    counters.dropped.fetch_add(1, Relaxed);
+                    continue;
+                }
+            }
+        }
+        let t = conn.as_mut().expect("connected above");
+        let req = Request::new(RequestBody::Peer(msg));
+        match t.round_trip(&req) {
+            Ok(r) if matches!(r.body, ReplyBody::Ack) => {
+                counters.sent.fetch_add(1, Relaxed);
+            }
+            Ok(r) => {
+                warn!("server {} answered a peer message with {}", id.0, r.body.name());
+                counters.dropped.fetch_add(1, Relaxed);
+                conn = None;
+            }
+            Err(e) => {
+                debug!("lost the connection to server {}: {e}", id.0);
+                counters.dropped.fetch_add(1, Relaxed);
+                conn = None;
+            }
+        }
+    }
+}
