@@ -46,6 +46,9 @@ enum BenchWhat {
     /// One client process running transfers against a running server, surviving restarts and
     /// recording its history (the kill test's client).
     TransferClient(crate::transfer_client::TransferClient),
+    /// One client process running transfers between accounts at different servers of a
+    /// cluster (two-phase commit), surviving restarts and recording its history.
+    ClusterClient(crate::cluster_client::ClusterClient),
 }
 
 #[derive(Debug, Args)]
@@ -70,6 +73,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         BenchWhat::Net(b) => net(b),
         BenchWhat::Clients(b) => crate::bench_clients::run(b),
         BenchWhat::TransferClient(b) => crate::transfer_client::run(b),
+        BenchWhat::ClusterClient(b) => crate::cluster_client::run(b),
     }
 }
 

@@ -10,6 +10,7 @@ mod bank;
 mod bench;
 mod bench_clients;
 mod check;
+mod cluster_client;
 mod cluster_sim;
 mod compact;
 mod demo;

@@ -90,7 +90,7 @@ pub struct ServerArgs {
 }
 
 /// `--peer ID=HOST:PORT`.
-fn parse_peer(s: &str) -> Result<(u32, std::net::SocketAddr), String> {
+pub(crate) fn parse_peer(s: &str) -> Result<(u32, std::net::SocketAddr), String> {
     let (id, addr) = s.split_once('=').ok_or("expected ID=HOST:PORT, e.g. 2=127.0.0.1:7401")?;
     let id: u32 = id.trim().parse().map_err(|_| format!("server id {id:?} is not a number"))?;
     if id == 0 {

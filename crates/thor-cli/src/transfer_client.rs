@@ -223,7 +223,7 @@ fn oref_of(r: Ref<Account>) -> u32 {
 }
 
 /// Whether an error means the connection is gone (make a new session).
-fn lost(e: &ClientError) -> bool {
+pub(crate) fn lost(e: &ClientError) -> bool {
     matches!(e, ClientError::Transport(_) | ClientError::Unexpected(_))
         || matches!(e, ClientError::Server { code, .. } if *code == thor_wire::ErrorCode::SessionExpired)
 }

@@ -214,6 +214,24 @@ server_stats! {
     demotions_refused: u64,
     /// Bytes of demoted pages received.
     demoted_bytes: u64,
+    /// Two-phase commit: parts of transactions over several servers prepared here.
+    twopc_prepared: u64,
+    /// Two-phase commit: read-only parts validated here (no phase two).
+    twopc_read_only: u64,
+    /// Two-phase commit: transactions this server decided to commit, as coordinator.
+    twopc_decided_commit: u64,
+    /// Two-phase commit: transactions this server decided to abort, as coordinator.
+    twopc_decided_abort: u64,
+    /// Two-phase commit: parts committed here as a participant.
+    twopc_parts_committed: u64,
+    /// Two-phase commit: parts aborted here as a participant (or the coordinator's own).
+    twopc_parts_aborted: u64,
+    /// Two-phase commit: parts prepared here and not yet decided, now.
+    twopc_in_doubt: u64,
+    /// Two-phase commit: transactions this server coordinates now.
+    twopc_coordinating: u64,
+    /// Two-phase commit: presumed-abort answers about transactions unknown here.
+    twopc_presumed_aborts: u64,
 }
 
 const _: () = assert!(ServerStats::FIELDS.len() <= STATS_FIELDS_MAX);

@@ -1658,6 +1658,7 @@ impl Core {
         let s = self.sessions.counters();
         let c = self.cc.counters();
         let d = self.demotions.counters();
+        let t = self.twopc_stats();
         ServerStats {
             commits: e.commits,
             versions_committed: e.versions_committed,
@@ -1716,6 +1717,15 @@ impl Core {
             demotions_wanted: d.wanted,
             demotions_refused: d.refused,
             demoted_bytes: d.bytes,
+            twopc_prepared: t.counters.prepared,
+            twopc_read_only: t.counters.read_only,
+            twopc_decided_commit: t.counters.decided_commit,
+            twopc_decided_abort: t.counters.decided_abort,
+            twopc_parts_committed: t.counters.parts_committed,
+            twopc_parts_aborted: t.counters.parts_aborted,
+            twopc_in_doubt: t.in_doubt as u64,
+            twopc_coordinating: t.coordinating as u64,
+            twopc_presumed_aborts: t.counters.presumed_aborts,
         }
     }
 }

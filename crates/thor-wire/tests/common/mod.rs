@@ -102,7 +102,7 @@ pub fn request() -> impl Strategy<Value = Request> {
 }
 
 fn stats() -> impl Strategy<Value = ServerStats> {
-    (vec(any::<u64>(), 53), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
+    (vec(any::<u64>(), 62), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
         commits: w[0],
         versions_committed: w[1],
         objects_created: w[2],
@@ -158,6 +158,15 @@ fn stats() -> impl Strategy<Value = ServerStats> {
         demotions_wanted: w[50],
         demotions_refused: w[51],
         demoted_bytes: w[52],
+        twopc_prepared: w[53],
+        twopc_read_only: w[54],
+        twopc_decided_commit: w[55],
+        twopc_decided_abort: w[56],
+        twopc_parts_committed: w[57],
+        twopc_parts_aborted: w[58],
+        twopc_in_doubt: w[59],
+        twopc_coordinating: w[60],
+        twopc_presumed_aborts: w[61],
     })
 }
 

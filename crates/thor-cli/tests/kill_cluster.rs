@@ -1,0 +1,209 @@
+//! Two `thor server` processes form a cluster and four client processes run transfers between
+//! accounts at different servers (`thor bench cluster-client`: every transfer is a two-phase
+//! commit) while either server is SIGKILLed and restarted, at random moments, a dozen times.
+//! Afterwards, once neither server has a transaction in doubt, the money in both banks adds up
+//! to what it was, and the history every client recorded is serializable and ends in the state
+//! both servers hold: an acknowledged transfer missing at either server, or present at one only,
+//! fails the check (`thor_sim::serial`, the simulation's checker).
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::bank::{Account, Bank, finish};
+use common::{ServerProcess, drain, free_port, spawn_server, thor};
+use thor_client::{Session, SessionConfig};
+use thor_net::{ClientConfig, TcpTransport};
+use thor_sim::serial::{self, History, INITIAL, Txn};
+
+const CLIENTS: u32 = 4;
+const ACCOUNTS: usize = 8;
+const OPENING: u64 = 1_000;
+const KILLS: usize = 12;
+
+/// Server `id` of the cluster at `addrs` (ids 1 and 2), created in `dir` if it is not there.
+fn start(dir: &Path, id: u32, addrs: &[SocketAddr; 2]) -> ServerProcess {
+    let other = 3 - id;
+    let mut cmd = thor();
+    cmd.args(["server", "--create", "--dir"]).arg(dir);
+    cmd.args(["--listen", &addrs[id as usize - 1].to_string()]);
+    cmd.args(["--server-id", &id.to_string()]);
+    cmd.args(["--peer", &format!("{other}={}", addrs[other as usize - 1])]);
+    cmd.env_remove("THOR_TOKEN");
+    let (server, _, log) = spawn_server(cmd, |_| {});
+    drain(log);
+    server
+}
+
+fn client(addrs: &[SocketAddr; 2], id: u32, history: &Path, extra: &[&str]) -> Child {
+    thor()
+        .args(["bench", "cluster-client"])
+        .args(["--server", &format!("1={}", addrs[0]), "--server", &format!("2={}", addrs[1])])
+        .args(["--client", &id.to_string(), "--history"])
+        .arg(history)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn session(addr: SocketAddr) -> Session {
+    let cfg = ClientConfig { client_name: "audit".into(), ..ClientConfig::default() };
+    let t = TcpTransport::connect(addr, &cfg).unwrap();
+    Session::new(Box::new(t), SessionConfig::default()).unwrap()
+}
+
+/// Waits until the server at `addr` has no transaction in doubt and coordinates none.
+fn wait_settled(addr: SocketAddr) {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = session(addr).server_stats().unwrap();
+        if st.twopc_in_doubt == 0 && st.twopc_coordinating == 0 {
+            return;
+        }
+        assert!(Instant::now() < give_up, "server at {addr} stays in doubt: {st:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Every account's `(object, balance, version)` at server `id`, objects named as the clients
+/// name them (`server << 32 | oref`).
+fn accounts(addr: SocketAddr, id: u32) -> Vec<(u64, u64, u64)> {
+    let s = session(addr);
+    let bank = s.get(s.root::<Bank>(0).unwrap()).unwrap();
+    let mut out = Vec::new();
+    for c in 0..bank.var_len() {
+        let chunk = s.get(bank.var_ref(c)).unwrap();
+        for i in 0..chunk.var_len() {
+            let r = chunk.var_ref(i);
+            let a = s.get(r).unwrap();
+            let object = u64::from(id) << 32 | u64::from(r.oref().unwrap().raw());
+            out.push((object, a.get(Account::balance), a.get(Account::version)));
+        }
+    }
+    out
+}
+
+#[test]
+fn cross_server_transfers_survive_sigkills_of_either_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dirs = [tmp.path().join("s1"), tmp.path().join("s2")];
+    let addrs: [SocketAddr; 2] =
+        [0, 1].map(|_| format!("127.0.0.1:{}", free_port()).parse().unwrap());
+    let mut servers = [start(&dirs[0], 1, &addrs), start(&dirs[1], 2, &addrs)];
+
+    let setup = tmp.path().join("setup.jsonl");
+    let n = ACCOUNTS.to_string();
+    let o = OPENING.to_string();
+    finish(client(&addrs, 0, &setup, &["--setup", &n, "--opening", &o, "--seconds", "0"]));
+
+    let stop = tmp.path().join("stop");
+    let histories: Vec<_> =
+        (1..=CLIENTS).map(|i| tmp.path().join(format!("client-{i}.jsonl"))).collect();
+    let stop_arg = stop.to_str().unwrap();
+    let clients: Vec<Child> = (1..=CLIENTS)
+        .map(|i| {
+            client(
+                &addrs,
+                i,
+                &histories[i as usize - 1],
+                &["--seconds", "300", "--stop-file", stop_arg],
+            )
+        })
+        .collect();
+
+    // Deterministic "random" moments and victims: 150 to 450 ms apart, either server.
+    let mut rng = thor_storage::SplitMix64::new(0x4B11);
+    let mut kills = [0usize; 2];
+    for _ in 0..KILLS {
+        std::thread::sleep(Duration::from_millis(150 + rng.below(301)));
+        let v = rng.below(2) as usize;
+        kills[v] += 1;
+        let [a, b] = servers;
+        let (a, b) = if v == 0 {
+            a.kill();
+            (start(&dirs[0], 1, &addrs), b)
+        } else {
+            b.kill();
+            (a, start(&dirs[1], 2, &addrs))
+        };
+        servers = [a, b];
+    }
+    assert!(kills[0] > 0 && kills[1] > 0, "both servers were killed: {kills:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(&stop, b"").unwrap();
+    let logs: Vec<String> = clients.into_iter().map(finish).collect();
+
+    // One more crash of both, then the state once every transaction in doubt is decided.
+    let [a, b] = servers;
+    a.kill();
+    b.kill();
+    let _servers = [start(&dirs[0], 1, &addrs), start(&dirs[1], 2, &addrs)];
+    wait_settled(addrs[0]);
+    wait_settled(addrs[1]);
+    let mut state = accounts(addrs[0], 1);
+    state.extend(accounts(addrs[1], 2));
+    assert_eq!(state.len(), 2 * ACCOUNTS);
+    let total: u64 = state.iter().map(|&(_, balance, _)| balance).sum();
+    assert_eq!(
+        total,
+        OPENING * 2 * ACCOUNTS as u64,
+        "money was created or lost:\n{}",
+        logs.join("")
+    );
+
+    let mut h = History::new();
+    let mut balances: HashMap<(u64, u64), i64> = HashMap::new();
+    let (mut committed, mut uncertain) = (0, 0);
+    for path in &histories {
+        for line in std::fs::read_to_string(path).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let mut t = Txn::new(v["id"].as_u64().unwrap(), v["client"].as_u64().unwrap() as u32);
+            for r in v["reads"].as_array().unwrap() {
+                t = t.read(r[0].as_u64().unwrap(), r[1].as_u64().unwrap());
+            }
+            for w in v["writes"].as_array().unwrap() {
+                let (o, version) = (w[0].as_u64().unwrap(), w[1].as_u64().unwrap());
+                balances.insert((o, version), w[2].as_i64().unwrap());
+                t = t.write(o, version);
+            }
+            match v["outcome"].as_str().unwrap() {
+                "committed" => {
+                    committed += 1;
+                    h.add_committed(t)
+                }
+                "aborted" => h.add_aborted(t),
+                "uncertain" => {
+                    uncertain += 1;
+                    h.add_uncertain(t)
+                }
+                other => panic!("outcome {other}"),
+            }
+        }
+    }
+    let fin: Vec<(u64, u64)> = state.iter().map(|&(o, _, v)| (o, v)).collect();
+    let summary = serial::check(&h, Some(&fin)).unwrap_or_else(|a| {
+        panic!("the history is not serializable: {a}\nclient logs:\n{}", logs.join(""))
+    });
+    let objects: Vec<u64> = state.iter().map(|&(o, _, _)| o).collect();
+    let balance = |a: u64, v: u64| {
+        if v == INITIAL { OPENING as i64 } else { balances[&(a, v)] }
+    };
+    let kept = serial::check_conserved_total(&h, &summary, &objects, balance).unwrap();
+    assert_eq!(kept, i128::from(OPENING) * 2 * ACCOUNTS as i128);
+    assert!(committed >= 50, "only {committed} transfers acknowledged:\n{}", logs.join(""));
+    eprintln!(
+        "{KILLS} kills ({} of server 1, {} of server 2): {committed} cross-server commits \
+         acknowledged, {uncertain} uncertain ({} of them committed), {} aborted, {} reads checked",
+        kills[0],
+        kills[1],
+        summary.uncertain_committed.len(),
+        summary.aborted,
+        summary.reads
+    );
+}
