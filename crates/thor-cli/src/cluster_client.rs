@@ -140,7 +140,7 @@ pub fn run(a: ClusterClient) -> Result<()> {
         clusters += 1;
         let mut accounts: HashMap<ServerId, Vec<Ref<Account>>> = HashMap::new();
         for &id in &ids {
-            match c.session(id).map_err(ClientError::from).and_then(|s| bank::load_bank(s)) {
+            match c.session(id).and_then(bank::load_bank) {
                 Ok(x) if !x.is_empty() => {
                     accounts.insert(id, x);
                 }
