@@ -49,6 +49,8 @@ enum BenchWhat {
     /// One client process running transfers between accounts at different servers of a
     /// cluster (two-phase commit), surviving restarts and recording its history.
     ClusterClient(crate::cluster_client::ClusterClient),
+    /// Commit latency at one server against two, read-only against read-write, over TCP.
+    Twopc(crate::bench_twopc::TwoPcBench),
 }
 
 #[derive(Debug, Args)]
@@ -74,6 +76,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         BenchWhat::Clients(b) => crate::bench_clients::run(b),
         BenchWhat::TransferClient(b) => crate::transfer_client::run(b),
         BenchWhat::ClusterClient(b) => crate::cluster_client::run(b),
+        BenchWhat::Twopc(b) => crate::bench_twopc::run(b),
     }
 }
 

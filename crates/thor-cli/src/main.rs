@@ -9,6 +9,7 @@ mod backup;
 mod bank;
 mod bench;
 mod bench_clients;
+mod bench_twopc;
 mod check;
 mod cluster_client;
 mod cluster_sim;

@@ -36,7 +36,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use thor_core::{Lsn, Oref, ServerId};
 use thor_wire::{CLIENT_TIE_BIT, Participant, Stamp, Transport};
 
-use crate::error::ClientError;
+use crate::error::{ClientError, ConflictCause};
 use crate::session::{CommitInfo, PartReply, PrepareHeader, Session, SessionConfig, View};
 use crate::typed::{Class, Ref};
 
@@ -362,6 +362,14 @@ impl Cluster {
             Some(co) => match sent.iter().position(|(id, _, _)| *id == co) {
                 Some(i) => match (got[i].lsn, take_err(&mut got[i])) {
                     (Some(lsn), _) => Ok(lsn),
+                    // Aborted because another part was refused: that refusal says why.
+                    (
+                        None,
+                        Some(e @ ClientError::Conflict { cause: ConflictCause::Aborted, .. }),
+                    ) => match got.iter().position(|g| g.err.is_some() && !g.lost) {
+                        Some(j) => Err(take_err(&mut got[j]).expect("it has an error")),
+                        None => Err(e),
+                    },
                     (None, Some(e)) => Err(e),
                     (None, None) => {
                         Err(ClientError::Unexpected("the coordinator answered Prepared"))

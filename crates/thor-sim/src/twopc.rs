@@ -262,6 +262,8 @@ struct World {
     balances: FxHashMap<(serial::ObjId, serial::Version), u32>,
     out: TwoPcOutcome,
     faults: bool,
+    /// A violation found where it cannot be returned at once (reported by the next event).
+    deferred_violation: Option<Violation>,
 }
 
 fn core_config() -> CoreConfig {
@@ -347,6 +349,7 @@ impl World {
             balances: FxHashMap::default(),
             out: TwoPcOutcome::default(),
             faults: true,
+            deferred_violation: None,
             cfg,
         }
     }
@@ -502,9 +505,13 @@ impl World {
     }
 
     fn event(&mut self, ev: Ev) -> Result<(), Violation> {
+        if let Some(v) = self.deferred_violation.take() {
+            return Err(v);
+        }
         match ev {
             Ev::ToServer(s, conn, req, id) => {
                 self.mix(&[self.now, 1, s as u64, conn, id]);
+                self.trace(|| format!("server {} gets {} {id} on {conn}", s + 1, req.body.name()));
                 if self.servers[s].node.is_none() || !self.conns.contains_key(&conn) {
                     return Ok(());
                 }
@@ -518,6 +525,12 @@ impl World {
             }
             Ev::ToClient(c, s, conn, msg) => {
                 self.mix(&[self.now, 2, c as u64, conn]);
+                self.trace(|| match &msg {
+                    Some((id, r)) => {
+                        format!("client {c} gets {} for {id} from server {}", r.body.name(), s + 1)
+                    }
+                    None => format!("client {c} loses its connection to server {}", s + 1),
+                });
                 self.at_client(c, s, conn, msg)
             }
             Ev::Peer(s, epoch, msg) => {
@@ -556,6 +569,9 @@ impl World {
         for e in fx {
             match e {
                 Effect::Reply { conn, id, reply, close } => {
+                    self.trace(|| {
+                        format!("server {} replies {} to {id} on {conn}", s + 1, reply.body.name())
+                    });
                     self.send_to_client(conn, Some((id, reply)));
                     if close {
                         self.break_link(conn);
@@ -709,9 +725,10 @@ impl World {
             });
             if self.servers[s].node.is_some() {
                 // The connection opens at once (a model of the accept), then Hello travels.
-                let node = self.servers[s].node.as_mut().expect("checked");
-                let mut fx = Vec::new();
-                node.core.step(self.now, Input::Connect { conn }, &mut fx);
+                // Any step may emit effects for others (work that waited, timeouts): routed.
+                if let Err(v) = self.step(s, Input::Connect { conn }) {
+                    self.deferred_violation.get_or_insert(v);
+                }
             } else {
                 // Refused: the client learns that the connection is broken.
                 self.conns.remove(&conn);
@@ -818,6 +835,20 @@ impl World {
             l.acks.extend(reply.invalidations.iter().copied());
         }
         let Some(t) = self.clients[c].txn.as_mut() else { return Ok(()) };
+        // An invalidation of an account the open transaction read dooms it, as in the client
+        // library: its acknowledgement goes on the next request, after which the server no
+        // longer refuses the stale read, so the transaction must not be prepared.
+        if !t.prepared
+            && !reply.invalidations.is_empty()
+            && t.uses.iter().any(|u| {
+                u.server == s
+                    && u.seen.is_some()
+                    && reply.invalidations.contains(&self.servers[s].accounts[u.account])
+            })
+        {
+            t.broken = true;
+            return self.maybe_finish(c);
+        }
         if let Some(i) = t.fetch_ids.iter().position(|&f| f == id) {
             t.fetch_ids[i] = 0;
             let ReplyBody::Page { bytes, .. } = &reply.body else {

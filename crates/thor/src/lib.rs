@@ -79,9 +79,9 @@ pub use embedded::Database;
 pub use error::Error;
 pub use thor_client::class;
 pub use thor_client::{
-    Any, Bytes, Class, ClientError, ClientStats, Cluster, ClusterStats, CommitInfo,
-    ConflictCause, Connector, Elem, Large, PolicyConfig, Ref, Refs, SCHEMA_SLOT, Seq, SeqView,
-    Session, SessionConfig, Str, Surrogate, View, XRef, max_str_bytes,
+    Any, Bytes, Class, ClientError, ClientStats, Cluster, ClusterStats, CommitInfo, ConflictCause,
+    Connector, Elem, Large, PolicyConfig, Ref, Refs, SCHEMA_SLOT, Seq, SeqView, Session,
+    SessionConfig, Str, Surrogate, View, XRef, max_str_bytes,
 };
 pub use thor_wire::{BackupInfo, TransportError};
 #[cfg(feature = "embedded")]

@@ -520,6 +520,12 @@ impl Cc {
         Ok(())
     }
 
+    /// The earliest transaction still committing that writes `o`, if any: the writer a rule-1
+    /// refusal about `o` is waiting on.
+    pub fn uncommitted_writer(&self, o: Oref) -> Option<Timestamp> {
+        self.objs.get(&o)?.uncommitted.iter().min().copied()
+    }
+
     /// Counts a refusal that was answered.
     pub fn count_refusal(&mut self, r: &Refusal) {
         let c = &mut self.counters;

@@ -795,6 +795,11 @@ impl Core {
                 self.sessions.protocol_error(conn, id, &error, fx)
             }
             Input::Disconnect { conn } => {
+                // Commits of the session not yet validated go with it: validating them needs
+                // its invalid set, which leaves with the session (without it a transaction
+                // that read a copy invalidated meanwhile would pass). Its client treats them
+                // as of unknown outcome. Prepared ones complete.
+                self.drop_unvalidated(conn, fx);
                 self.sessions.disconnect(conn);
                 self.cc.disconnect(conn);
                 self.demotions.disconnect(conn);
@@ -815,6 +820,7 @@ impl Core {
             Input::Peer { msg } => self.peer_message(msg, fx),
             Input::Tick => self.twopc_tick(fx),
         }
+        self.run_unparked(fx);
         self.pump(fx);
         self.maybe_start_round(fx);
         self.drain(fx);
@@ -862,6 +868,7 @@ impl Core {
                         // From now on the client may cache this page's objects: commits that
                         // change them must invalidate its copies.
                         self.cc.page_sent(conn, page);
+                        self.twopc_page_sent(conn, page);
                         // The client may give the page back when it drops it, if these bytes
                         // are the page's image (no MOB versions in them, not a fresh page).
                         if self.sessions.demotes(conn)
@@ -1157,7 +1164,10 @@ impl Core {
                     let out = CommitOutcome { lsn: self.store.durable_lsn, created: Vec::new() };
                     self.answer_commit(origin, Ok(out), fx);
                 }
-                Err(r) => self.refuse(origin, r, fx),
+                Err(r) => match self.in_doubt_writer(&r) {
+                    Some(on) => self.park(on, r, twopc::ParkedWork::ReadOnly(origin, c)),
+                    None => self.refuse(origin, r, fx),
+                },
             }
             return;
         }
@@ -1169,6 +1179,30 @@ impl Core {
             counted_waits: (false, false),
             twopc: None,
         });
+    }
+
+    /// Drops the queued (and parked) commits of `conn`, whose session ends. The head of the
+    /// queue may be waiting for page reads; those complete into the page cache regardless.
+    fn drop_unvalidated(&mut self, conn: ConnId, fx: &mut Vec<Effect>) {
+        if !self.queue.iter().any(|q| q.origin.conn() == Some(conn)) && !self.twopc_parks(conn) {
+            return;
+        }
+        let mut dropped = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.queue.len());
+        for q in std::mem::take(&mut self.queue) {
+            if q.origin.conn() == Some(conn) {
+                dropped.push(q);
+            } else {
+                kept.push_back(q);
+            }
+        }
+        self.queue = kept;
+        dropped.extend(self.twopc_unpark_conn(conn));
+        for q in dropped {
+            if let Some(info) = q.twopc {
+                self.twopc_abandoned(&info, fx);
+            }
+        }
     }
 
     /// Answers a commit that concurrency control refused.
@@ -1258,6 +1292,12 @@ impl Core {
                     Ok(ts) => ts,
                     Err(e) => {
                         let q = self.queue.pop_front().expect("checked");
+                        if let EngineError::Conflict(r) = &e
+                            && let Some(on) = self.in_doubt_writer(r)
+                        {
+                            self.park(on, *r, twopc::ParkedWork::Queued(q));
+                            continue;
+                        }
                         self.twopc_refused(q, e, fx);
                         continue;
                     }
@@ -1273,7 +1313,10 @@ impl Core {
                     Ok(ts) => ts,
                     Err(r) => {
                         let q = self.queue.pop_front().expect("checked");
-                        self.refuse(q.origin, r, fx);
+                        match self.in_doubt_writer(&r) {
+                            Some(on) => self.park(on, r, twopc::ParkedWork::Queued(q)),
+                            None => self.refuse(q.origin, r, fx),
+                        }
                         continue;
                     }
                 }

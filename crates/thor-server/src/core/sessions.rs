@@ -266,6 +266,12 @@ impl Sessions {
     /// there to receive the reply.
     pub fn deferred_answered(&mut self, conn: ConnId, close: bool) -> bool {
         let Some(s) = self.conns.get_mut(&conn) else { return false };
+        if !s.busy {
+            // No request of this connection is waiting: a second answer to one request would
+            // break the client's reply order. (A core bug; the reply is not sent.)
+            debug_assert!(false, "an answer for connection {conn}, which waits for none");
+            return false;
+        }
         s.busy = false;
         if close {
             s.state = State::Closed;

@@ -11,7 +11,7 @@ use thor_wire::{
     RequestBody, Stamp,
 };
 
-use super::tests::{Harness, class_and_item, config, item_class, refusal, replies_to};
+use super::tests::{Harness, class_and_item, config, item_class, refusal};
 use super::*;
 
 /// The client's connection at every server.
@@ -22,8 +22,8 @@ struct Cluster {
     nodes: Vec<Harness>,
     /// Messages to deliver: (to, message).
     net: VecDeque<(ServerId, PeerMsg)>,
-    /// Replies to the client, per server, in order.
-    replies: Vec<Vec<(u64, Reply)>>,
+    /// Replies to clients, per server, in order: (connection, request id, reply).
+    replies: Vec<Vec<(ConnId, u64, Reply)>>,
     /// Every message sent, for the tests that count them.
     sent: Vec<(ServerId, PeerMsg)>,
 }
@@ -54,8 +54,10 @@ impl Cluster {
     fn settle_all(&mut self) {
         for i in 0..self.nodes.len() {
             let out = self.nodes[i].settle();
-            for (id, r, _) in replies_to(&out, CONN) {
-                self.replies[i].push((id, r));
+            for e in &out {
+                if let Effect::Reply { conn, id, reply, .. } = e {
+                    self.replies[i].push((*conn, *id, reply.clone()));
+                }
             }
             for e in out {
                 if let Effect::Peer { to, msg } = e {
@@ -107,9 +109,15 @@ impl Cluster {
         self.node(s).step(Input::Request { conn: CONN, id, req });
     }
 
-    /// The reply to request `id` at server `s`.
+    /// The reply to request `id` of the client at server `s`.
     fn reply(&self, s: ServerId, id: u64) -> Option<&Reply> {
-        self.replies[s.0 as usize - 1].iter().find(|(i, _)| *i == id).map(|(_, r)| r)
+        self.reply_on(s, CONN, id)
+    }
+
+    /// The reply to request `id` of connection `conn` at server `s`.
+    fn reply_on(&self, s: ServerId, conn: ConnId, id: u64) -> Option<&Reply> {
+        let replies = &self.replies[s.0 as usize - 1];
+        replies.iter().find(|(c, i, _)| *c == conn && *i == id).map(|(_, _, r)| r)
     }
 
     /// The reference word of item `o` as server `s` serves it now.
@@ -379,19 +387,39 @@ fn missing_vote_times_out_and_a_late_prepare_is_refused() {
 }
 
 #[test]
-fn conflicting_single_server_commit_waits_out_the_doubt() {
-    // A part in doubt is committing: a single-server transaction that read the item with an
-    // earlier copy is refused (rule 1 or 2b), not allowed to overwrite it.
+fn a_commit_that_read_an_object_in_doubt_waits_for_the_decision() {
+    // A part in doubt is committing. A transaction that read its object waits for the
+    // decision instead of being refused (rule 1) at once: another client's, which read the old
+    // version, is then refused as stale; the committer's own next one commits.
     let mut c = Cluster::new(2);
     let it = items(&mut c);
+    let (class2, item2) = it[1];
+    const OTHER: ConnId = 2;
+    c.node(S2).connect(OTHER, b"");
+    let page = RequestBody::Fetch { page: item2.page().unwrap() };
+    assert!(matches!(c.node(S2).request(OTHER, 10, page).body, ReplyBody::Page { .. }));
     let now = c.node(S1).now;
     write_both(&mut c, &it, stamp(now + 10), 100);
     c.run(|to, m| !(to == S2 && matches!(m, PeerMsg::Decide { .. })));
-    let (class2, item2) = it[1];
-    let body = RequestBody::Commit(part(vec![item2], vec![(item2, version(class2, item2.raw()))]));
-    let r = c.node(S2).request(CONN, 300, body);
-    assert!(
-        matches!(refusal(&r), Some(RefusedCode::Conflict | RefusedCode::Stale)),
-        "a committing writer holds the object: {r:?}"
-    );
+    assert_eq!(c.node(S2).core.twopc.in_doubt(), 1);
+
+    let write = |target: u32| {
+        let versions = vec![(item2, version(class2, target))];
+        thor_wire::Request::new(RequestBody::Commit(part(vec![item2], versions)))
+    };
+    // The other client read the old version (a reference to itself) and writes null; the
+    // committer, which holds the new version (null), points it back at itself.
+    c.node(S2).step(Input::Request { conn: OTHER, id: 11, req: write(0) });
+    c.node(S2).step(Input::Request { conn: CONN, id: 300, req: write(item2.raw()) });
+    c.settle_all();
+    assert!(c.reply_on(S2, OTHER, 11).is_none() && c.reply(S2, 300).is_none(), "both wait");
+    assert_eq!(c.node(S2).core.twopc_stats().counters.parked, 2);
+
+    // S2 asks the coordinator, learns the commit, and the waiting transactions run.
+    c.tick(cfg().twopc.query_after_us);
+    c.deliver_all();
+    assert_eq!(c.reply_on(S2, OTHER, 11).and_then(refusal), Some(RefusedCode::Stale));
+    let r = c.reply(S2, 300).unwrap();
+    assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}");
+    assert_eq!(c.item_ref(S2, item2, 301), item2.raw(), "after the part in doubt");
 }

@@ -50,7 +50,7 @@ use rustc_hash::FxHashMap;
 use thor_core::{Lsn, Oref, ServerId};
 use thor_wire::{Participant, PeerMsg, Prepare, RefusedCode, Reply, ReplyBody, Stamp};
 
-use super::cc::Timestamp;
+use super::cc::{Refusal, Timestamp};
 use super::store::{CommitIn, Held, Replay};
 use super::{Core, Effect, Origin, Queued};
 use crate::error::EngineError;
@@ -112,6 +112,8 @@ pub struct TwoPcCounters {
     pub queries_sent: u64,
     /// Presumed-abort answers (queries or votes about an unknown transaction).
     pub presumed_aborts: u64,
+    /// Transactions that waited for a part in doubt here instead of being refused (rule 1).
+    pub parked: u64,
 }
 
 /// What the client's prepare said about the transaction, kept with its queued part.
@@ -132,6 +134,11 @@ struct Part {
     held: Option<Held>,
     /// A plain participant's client, answered `Prepared` once durable.
     origin: Option<Origin>,
+    /// The committing client's connection here: it holds the new versions once the
+    /// transaction commits, so its copies are not invalidated (unless it refetched).
+    committer: Option<super::ConnId>,
+    /// The objects it writes (the pages a refetch would bring old versions of).
+    writes: Vec<Oref>,
     /// Orefs of the objects it created here.
     created: Vec<Oref>,
     /// When it last asked the coordinator.
@@ -170,6 +177,36 @@ struct Coord {
     lsn: Option<Lsn>,
 }
 
+/// Work held back until a part in doubt here is decided (see [`Core::park`]).
+#[derive(Debug)]
+pub(super) enum ParkedWork {
+    /// A commit or two-phase part that was at the head of the commit queue.
+    Queued(Queued),
+    /// A read-only commit.
+    ReadOnly(Origin, CommitIn),
+    /// A read-only part of a two-phase commit.
+    Prepare(Origin, Prepare),
+}
+
+/// The connection a parked piece of work came on.
+fn parked_conn(w: &ParkedWork) -> Option<super::ConnId> {
+    match w {
+        ParkedWork::Queued(q) => q.origin.conn(),
+        ParkedWork::ReadOnly(o, _) | ParkedWork::Prepare(o, _) => o.conn(),
+    }
+}
+
+#[derive(Debug)]
+struct Parked {
+    /// The part in doubt it waits for.
+    on: Stamp,
+    /// When it gives up waiting (and is refused as it would have been).
+    until_us: u64,
+    /// The refusal it got.
+    refusal: Refusal,
+    work: ParkedWork,
+}
+
 /// What a durable record lets happen.
 #[derive(Debug, Clone, Copy)]
 enum AfterDurable {
@@ -194,6 +231,15 @@ pub(crate) struct TwoPc {
     pub counters: TwoPcCounters,
     /// Raise the threshold at the first input after recovery (when the time is known).
     pub raise_after_recovery: bool,
+    /// Transactions that read what a part in doubt here writes, waiting for its decision.
+    parked: Vec<Parked>,
+    /// Parked work to run at the end of the step: `Some(refusal)` if its wait ran out.
+    unparked: Vec<(ParkedWork, Option<Refusal>)>,
+    /// Set while parked work is retried after its wait ran out: it is refused, not parked again.
+    no_park: bool,
+    /// Parts whose committing client fetched a page they write while they were in doubt (its
+    /// copy may be the old version: it is invalidated too when the part commits).
+    refetched: Vec<Stamp>,
 }
 
 fn ts_of(s: Stamp) -> Timestamp {
@@ -328,6 +374,15 @@ impl Core {
                     }
                 }
                 Err(r) => {
+                    if let Some(on) = self.in_doubt_writer(&r) {
+                        let commit = thor_wire::Commit {
+                            reads: c.reads,
+                            versions: Vec::new(),
+                            created: Vec::new(),
+                        };
+                        let p = Prepare { stamp, coordinator, participants, commit };
+                        return self.park(on, r, ParkedWork::Prepare(origin, p));
+                    }
                     if let Some(co) = coordinator {
                         self.peer(co, PeerMsg::Vote { stamp, from: me, yes: false }, fx);
                     }
@@ -410,10 +465,12 @@ impl Core {
         self.counters.commits_refused += 1;
         let me = self.me();
         if info.coordinator == me {
-            if let Some(c) = self.twopc.coords.get_mut(&info.stamp) {
-                c.origin = None;
+            // The client waits on the coordinator's answer; if the transaction was aborted
+            // already (the part waited past the vote timeout), it has had it.
+            let waiting = self.twopc.coords.get_mut(&info.stamp).and_then(|c| c.origin.take());
+            if let Some(origin) = waiting {
+                self.answer_commit(origin, Err(e), fx);
             }
-            self.answer_commit(q.origin, Err(e), fx);
             self.coord_abort(info.stamp, fx);
         } else {
             self.peer(
@@ -444,6 +501,8 @@ impl Core {
                 lsn,
                 held: None,
                 origin,
+                committer: q.origin.conn(),
+                writes: writes.to_vec(),
                 created,
                 last_query_us: self.now_us,
                 aborted_early: false,
@@ -564,6 +623,8 @@ impl Core {
             self.twopc.held_bytes -= h.record.len();
         }
         self.cc.aborted(ts_of(stamp));
+        self.twopc.refetched.retain(|s| *s != stamp);
+        self.unpark(stamp);
         self.twopc.counters.parts_aborted += 1;
         let coordinator = p.coordinator == self.me();
         let d = record::Decision {
@@ -589,12 +650,147 @@ impl Core {
         self.demotions.pages_written(h.versions.iter().filter_map(|(o, _)| o.page()));
         self.counters.versions_committed += h.versions.len() as u64;
         self.counters.commits += 1;
-        // Every client that has the pages is told, the committing one too: it may have fetched
-        // a page while the part was in doubt and hold the old version.
-        for conn in self.cc.committed(ts_of(stamp), None) {
+        // Every client that has the pages is told, except the committing one, which holds the
+        // new versions, unless it fetched one of the pages while the part was in doubt (then
+        // its copy may be the old version).
+        let refetched = self.twopc.refetched.iter().position(|s| *s == stamp);
+        let committer = match refetched {
+            Some(i) => {
+                self.twopc.refetched.swap_remove(i);
+                None
+            }
+            None => p.committer,
+        };
+        for conn in self.cc.committed(ts_of(stamp), committer) {
             self.sessions.expire(conn, fx);
         }
+        self.unpark(stamp);
         Some(p)
+    }
+
+    /// A page goes to `conn`: if `conn` committed a part still in doubt that writes an object
+    /// on it, its copy of that object may be the old version.
+    pub(super) fn twopc_page_sent(&mut self, conn: super::ConnId, page: thor_core::PageId) {
+        if self.twopc.parts.is_empty() {
+            return;
+        }
+        for (stamp, p) in &self.twopc.parts {
+            let writes_page = p.writes.iter().any(|o| o.page() == Some(page));
+            if p.committer == Some(conn) && writes_page && !self.twopc.refetched.contains(stamp) {
+                self.twopc.refetched.push(*stamp);
+            }
+        }
+    }
+
+    /// Whether a refusal is rule 1 against a part in doubt here: then the transaction waits
+    /// for the part's decision instead (the paper aborts it; but a client that commits over
+    /// two servers and goes on with the same objects would then fail its next transaction
+    /// every time, since the participants learn the decision a message later than it does).
+    /// Returns the part's stamp.
+    pub(super) fn in_doubt_writer(&self, r: &Refusal) -> Option<Stamp> {
+        if self.twopc.no_park || self.twopc.parts.is_empty() {
+            return None;
+        }
+        let Refusal::Rule1(o) = r else { return None };
+        let w = self.cc.uncommitted_writer(*o)?;
+        let stamp = Stamp { time_us: w.time_us, tie: w.server };
+        self.twopc.parts.get(&stamp).is_some_and(|p| p.held.is_some()).then_some(stamp)
+    }
+
+    /// Whether `conn` has parked work.
+    pub(super) fn twopc_parks(&self, conn: super::ConnId) -> bool {
+        self.twopc.parked.iter().any(|p| parked_conn(&p.work) == Some(conn))
+    }
+
+    /// Takes `conn`'s parked work away (its session ended); returns the queued commits among it
+    /// (read-only work needs nothing more: it wrote nothing and nobody waits for it).
+    pub(super) fn twopc_unpark_conn(&mut self, conn: super::ConnId) -> Vec<Queued> {
+        let (mine, rest): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut self.twopc.parked)
+            .into_iter()
+            .partition(|p| parked_conn(&p.work) == Some(conn));
+        self.twopc.parked = rest;
+        mine.into_iter()
+            .filter_map(|p| match p.work {
+                ParkedWork::Queued(q) => Some(q),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A two-phase part whose session ended before it was validated: it will never be
+    /// prepared here, so the transaction cannot commit. Tell the coordinator (or, here, abort).
+    pub(super) fn twopc_abandoned(&mut self, info: &TxnInfo, fx: &mut Vec<Effect>) {
+        let me = self.me();
+        if info.coordinator == me {
+            if let Some(c) = self.twopc.coords.get_mut(&info.stamp) {
+                c.origin = None;
+            }
+            self.coord_abort(info.stamp, fx);
+        } else {
+            self.peer(
+                info.coordinator,
+                PeerMsg::Vote { stamp: info.stamp, from: me, yes: false },
+                fx,
+            );
+        }
+    }
+
+    /// Holds `work` until the part `on` is decided (or its wait runs out).
+    pub(super) fn park(&mut self, on: Stamp, refusal: Refusal, work: ParkedWork) {
+        let until_us = self.now_us.saturating_add(self.twopc.cfg.vote_timeout_us);
+        self.twopc.counters.parked += 1;
+        self.twopc.parked.push(Parked { on, until_us, refusal, work });
+    }
+
+    /// The part `stamp` was decided: what waited for it runs again at the end of the step
+    /// (commits go back to the front of the queue in their order; read-only ones are
+    /// validated again).
+    fn unpark(&mut self, stamp: Stamp) {
+        if self.twopc.parked.is_empty() {
+            return;
+        }
+        let (ready, rest): (Vec<Parked>, Vec<Parked>) =
+            std::mem::take(&mut self.twopc.parked).into_iter().partition(|p| p.on == stamp);
+        self.twopc.parked = rest;
+        self.twopc.unparked.extend(ready.into_iter().map(|p| (p.work, None)));
+    }
+
+    /// Runs the work that was unparked, and refuses what waited too long.
+    pub(super) fn run_unparked(&mut self, fx: &mut Vec<Effect>) {
+        let now = self.now_us;
+        if self.twopc.parked.iter().any(|p| p.until_us <= now) {
+            let (late, rest): (Vec<Parked>, Vec<Parked>) =
+                std::mem::take(&mut self.twopc.parked).into_iter().partition(|p| p.until_us <= now);
+            self.twopc.parked = rest;
+            self.twopc.unparked.extend(late.into_iter().map(|p| (p.work, Some(p.refusal))));
+        }
+        if self.twopc.unparked.is_empty() {
+            return;
+        }
+        let work = std::mem::take(&mut self.twopc.unparked);
+        let mut front = Vec::new();
+        for (w, refusal) in work {
+            // Waited too long: refused as it would have been at first.
+            self.twopc.no_park = refusal.is_some();
+            match w {
+                ParkedWork::Queued(q) => match refusal {
+                    Some(r) if q.twopc.is_some() => {
+                        self.twopc_refused(q, EngineError::Conflict(r), fx)
+                    }
+                    Some(r) => self.refuse(q.origin, r, fx),
+                    None => front.push(q),
+                },
+                ParkedWork::ReadOnly(origin, c) => match refusal {
+                    Some(r) => self.refuse(origin, r, fx),
+                    None => self.commit(origin, c, fx),
+                },
+                ParkedWork::Prepare(origin, p) => self.prepare_request(origin, p, fx),
+            }
+            self.twopc.no_park = false;
+        }
+        for q in front.into_iter().rev() {
+            self.queue.push_front(q);
+        }
     }
 
     /// A record appended by two-phase commit is durable up to `lsn`.
@@ -807,6 +1003,8 @@ impl Core {
                         lsn: held.lsn,
                         held: Some(held),
                         origin: None,
+                        committer: None,
+                        writes: rep.writes.clone(),
                         created: Vec::new(),
                         last_query_us: 0,
                         aborted_early: false,
