@@ -201,6 +201,67 @@ pub struct CoreStats {
     pub undo_bytes_dropped: u64,
 }
 
+/// Where a cache's budget goes: what [`CacheCore::occupancy`] reports, to find why a cache
+/// needs more memory than the objects in use and their entries (issue 15's "bare minimum").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Occupancy {
+    /// The budget: frames (not retired) plus tables plus the headroom kept for their growth.
+    pub budget_bytes: usize,
+    /// Bytes per frame.
+    pub page_bytes: usize,
+    /// Frames holding a page as fetched.
+    pub intact_frames: usize,
+    /// Of those, frames whose page a newer copy superseded (kept for their installed objects).
+    pub superseded_frames: usize,
+    /// Objects in intact frames, installed or not.
+    pub intact_objects: usize,
+    /// Installed objects in intact frames.
+    pub intact_installed: usize,
+    /// Their bytes.
+    pub intact_installed_bytes: usize,
+    /// Frames of objects kept by compaction.
+    pub compacted_frames: usize,
+    /// Installed objects in compacted frames (and in frames of created objects).
+    pub compacted_installed: usize,
+    /// Their bytes.
+    pub compacted_installed_bytes: usize,
+    /// Bytes filled in compacted frames (installed objects and dead space of objects that left).
+    pub compacted_used_bytes: usize,
+    /// Free frames (one is kept free for the next fetch, one more freed during it).
+    pub free_frames: usize,
+    /// Frames given up to the tables.
+    pub retired_frames: usize,
+    /// Frames of created objects, mapping pages, and dead frames.
+    pub other_frames: usize,
+    /// Installed objects with usage 0 (not used since the primary pointer decayed them, or
+    /// since their installation by the slow path without an access).
+    pub installed_unused: usize,
+    /// Live indirection-table entries.
+    pub entries: usize,
+    /// Bytes of the indirection table (its capacity).
+    pub entry_bytes: usize,
+    /// Bytes of the oref index.
+    pub index_bytes: usize,
+    /// Bytes of the read set.
+    pub read_set_bytes: usize,
+    /// Bytes of the manager's own tables.
+    pub manager_bytes: usize,
+    /// Bytes of all tables ([`CacheCore::table_bytes`]).
+    pub table_bytes: usize,
+    /// Bytes kept free in the budget for the tables' next growth.
+    pub headroom_bytes: usize,
+}
+
+impl Occupancy {
+    /// Installed objects' bytes plus 16 bytes of entry each: what an ideal cache of these
+    /// objects would need.
+    pub fn bare_minimum_bytes(&self) -> usize {
+        self.intact_installed_bytes
+            + self.compacted_installed_bytes
+            + (self.intact_installed + self.compacted_installed) * std::mem::size_of::<Entry>()
+    }
+}
+
 /// Where the slow path of an access got to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Need {
@@ -376,6 +437,62 @@ impl CacheCore {
             + self.manager_bytes
     }
 
+    /// Where the budget goes now, frame by frame and table by table (see [`Occupancy`]).
+    /// A walk of every frame's installed list: for reports, not for the hit path.
+    pub fn occupancy(&self) -> Occupancy {
+        let mut o = Occupancy {
+            budget_bytes: self.budget_bytes,
+            page_bytes: self.page_size,
+            entries: self.live_entries,
+            entry_bytes: self.entries.capacity() * std::mem::size_of::<Entry>(),
+            index_bytes: self.index.memory_bytes(),
+            read_set_bytes: self.reads.memory_bytes(),
+            table_bytes: self.table_bytes(),
+            manager_bytes: self.manager_bytes,
+            headroom_bytes: self.headroom_bytes(),
+            ..Occupancy::default()
+        };
+        for (f, fm) in self.frames.iter().enumerate() {
+            let mut bytes = 0;
+            let mut i = fm.installed_head;
+            while i != NIL {
+                let e = self.entries[i as usize];
+                bytes += self.object_size(e.loc);
+                if e.usage == 0 {
+                    o.installed_unused += 1;
+                }
+                i = e.link;
+            }
+            let fm_installed = fm.installed as usize;
+            match fm.kind {
+                FrameKind::Intact => {
+                    o.intact_frames += 1;
+                    o.intact_objects += fm.objects as usize;
+                    o.intact_installed += fm_installed;
+                    o.intact_installed_bytes += bytes;
+                    if self.pages.get(&fm.page) != Some(&(f as u32)) {
+                        o.superseded_frames += 1;
+                    }
+                }
+                FrameKind::Compacted => {
+                    o.compacted_frames += 1;
+                    o.compacted_installed += fm_installed;
+                    o.compacted_installed_bytes += bytes;
+                    o.compacted_used_bytes += fm.used as usize;
+                }
+                FrameKind::New => {
+                    o.other_frames += 1;
+                    o.compacted_installed += fm_installed;
+                    o.compacted_installed_bytes += bytes;
+                }
+                FrameKind::Free => o.free_frames += 1,
+                FrameKind::Retired => o.retired_frames += 1,
+                FrameKind::Meta | FrameKind::Dead => o.other_frames += 1,
+            }
+        }
+        o
+    }
+
     /// Records the size of the manager's tables, so the budget covers them. Call
     /// [`CacheCore::rebalance`] afterwards.
     pub(crate) fn set_manager_bytes(&mut self, bytes: usize) {
@@ -461,6 +578,7 @@ impl CacheCore {
     }
 
     fn alloc_entry(&mut self, oref_word: u32) -> Result<u32, CacheError> {
+        let entries_cap = self.entries.capacity();
         let i = if self.free_entry != NIL {
             let i = self.free_entry;
             self.free_entry = self.entries[i as usize].link;
@@ -485,10 +603,17 @@ impl CacheCore {
             usage: 0,
             flags: F_LIVE,
         };
+        let index_bytes = self.index.memory_bytes();
         self.index.insert(i, &self.entries);
         self.live_entries += 1;
-        // Restore the headroom right away if a free frame can give it.
-        self.rebalance();
+        // Restore the headroom right away if a free frame can give it, when this allocation
+        // used it (the table or the index grew). Otherwise the tables are as they were and
+        // the next slow path rebalances for any other growth (the read set's, the resident
+        // counts'), which the headroom covers meanwhile: a rebalance per swizzle was 6-8% of
+        // conversion (`cargo bench -p thor-cache --bench cache -- conversion`).
+        if self.entries.capacity() != entries_cap || self.index.memory_bytes() != index_bytes {
+            self.rebalance();
+        }
         Ok(i)
     }
 

@@ -12,9 +12,14 @@ pub const MIN_FRAMES: usize = 3;
 /// Fewest entries the indirection table grows by: a 4 KB step, so that a small cache does not
 /// reallocate its table on every few objects.
 pub const ENTRY_STEP_MIN: usize = 256;
-/// Most entries the indirection table grows by (1 MB): growth is covered by headroom kept in
-/// the budget, so a large step would keep that many frames' worth of memory idle.
-pub const ENTRY_STEP_MAX: usize = 1 << 16;
+/// Most entries the indirection table grows by (128 KiB): growth is covered by headroom kept
+/// in the budget, and the step is also the table's unused capacity after a growth, so a large
+/// step keeps that many frames' worth of memory idle twice over. With 65,536 (1 MiB) hot T1-
+/// on OO7 medium held 1.0 MiB of headroom and 0.87 MiB of unused entries at its zero-fetch
+/// point (17.8 MiB; `cargo run --release -p thor-oo7 --example occupancy`). A growth of a
+/// large table is a `realloc` that the allocator does by remapping pages, not copying, so
+/// smaller steps cost little (`cargo bench -p thor-cache --bench cache -- conversion`).
+pub const ENTRY_STEP_MAX: usize = 1 << 13;
 
 /// Renames of created objects kept after their commit, so that handles made before the commit
 /// still resolve: at most this many (12 bytes each, counted in the budget). Older handles fall

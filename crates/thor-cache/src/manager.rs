@@ -562,6 +562,11 @@ impl ClientCache {
         self.check_transaction()
     }
 
+    /// Where the budget goes now (a walk of every frame: for reports).
+    pub fn occupancy(&self) -> crate::core::Occupancy {
+        self.core.occupancy()
+    }
+
     /// Counters.
     pub fn stats(&self) -> CacheStats {
         CacheStats {
