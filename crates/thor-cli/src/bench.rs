@@ -10,7 +10,12 @@
 //! against the tokio server, in this process) and through the in-process transport:
 //!
 //! - fetch round trip p50/p99 and pages per second, with one client and with several;
-//! - commit latency p50/p99 of a small transaction (one new version, one created object).
+//! - commit latency p50/p99 of a small transaction (one new version, one created object);
+//! - with `--unix`, fetches over a Unix-domain socket server too ([`thor_net::UnixTransport`]);
+//! - with `--floor`, the loopback floor with as many clients, measured in the same run
+//!   ([`crate::floor`]: a blocking ping-pong of a page-sized reply over TCP, and over a Unix
+//!   socket with `--unix`), so that each fetch row has the floor it is held to beside it
+//!   (issue 16: fetch p50 within 1.5x of it).
 //!
 //! Each measurement runs on a fresh database in a temporary directory (or `--dir`).
 
@@ -23,7 +28,7 @@ use bytes::Bytes;
 use clap::{Args, Subcommand};
 use thor_core::le::put_u32;
 use thor_core::{ClassDesc, Oref, PageId, VarKind};
-use thor_net::{ClientConfig, LocalTransport, NetConfig, Server, TcpTransport};
+use thor_net::{ClientConfig, LocalTransport, NetConfig, Server, TcpTransport, UnixTransport};
 use thor_server::{CommitRequest, Engine, EngineOptions};
 use thor_storage::FileDisk;
 use thor_wire::{Commit, ReplyBody, Request, RequestBody};
@@ -382,10 +387,26 @@ struct NetBench {
     /// Worker threads of the server's runtime (0: one per core).
     #[arg(long, default_value_t = 0)]
     server_threads: usize,
+    /// Also fetch over a Unix-domain socket (a second server on a socket in a temporary
+    /// directory, serving the same engine).
+    #[arg(long)]
+    unix: bool,
+    /// Also measure the loopback floor with each number of clients, in this run.
+    #[arg(long)]
+    floor: bool,
+    /// Fetches only: skip the commit runs.
+    #[arg(long)]
+    fetch_only: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
 }
+
+/// Timed round trips per client of a floor measurement in `thor bench net --floor`.
+const FLOOR_ROUND_TRIPS: u32 = 5_000;
+
+/// Untimed round trips before them.
+const FLOOR_WARMUP: u32 = 500;
 
 #[derive(Debug, serde::Serialize)]
 struct NetRun {
@@ -541,7 +562,7 @@ fn net(b: NetBench) -> Result<()> {
     }
     let handler = db.engine.clone();
     let net = NetConfig { worker_threads: b.server_threads, ..NetConfig::default() };
-    let server = Server::start("127.0.0.1:0", handler.clone(), net)?;
+    let server = Server::start("127.0.0.1:0", handler.clone(), net.clone())?;
     let addr = server.local_addr();
     let cfg = ClientConfig { client_name: "thor bench net".into(), ..ClientConfig::default() };
     let tcp = || TcpTransport::connect(addr, &cfg).map_err(anyhow::Error::from);
@@ -553,15 +574,60 @@ fn net(b: NetBench) -> Result<()> {
             eprintln!("{what}, {} s ...", b.seconds);
         }
     };
+    let socket_dir = tempfile::tempdir().context("creating a directory for the socket")?;
+    let socket = socket_dir.path().join("thor.sock");
+    let unix_server = match b.unix {
+        true => Some(Server::start_unix(&socket, handler.clone(), net.clone())?),
+        false => None,
+    };
+    let unix = || UnixTransport::connect(&socket, &cfg).map_err(anyhow::Error::from);
+    let floor = |socket, clients| -> Result<NetRun> {
+        let r = crate::floor::measure(&crate::floor::FloorConfig {
+            socket,
+            reply_bytes: db.engine.page_size(),
+            round_trips: FLOOR_ROUND_TRIPS,
+            warmup: FLOOR_WARMUP,
+            clients,
+            pin: false,
+        })?;
+        Ok(NetRun {
+            op: "floor",
+            transport: socket.name(),
+            clients,
+            ops: r.round_trips,
+            ops_per_s: 0.0,
+            latency_us_p50: r.p50_us,
+            latency_us_p99: r.p99_us,
+        })
+    };
     for clients in [1, b.clients] {
+        if b.floor {
+            say(&format!("floor over TCP, {clients} client(s)"));
+            runs.push(floor(crate::floor::Socket::Tcp, clients)?);
+        }
         say(&format!("fetch over TCP, {clients} client(s)"));
         let lat = drive(clients, b.seconds, tcp, seed, fetch_op(&pages))?;
         runs.push(summarize("fetch", "tcp", clients, b.seconds, lat));
+        if b.unix {
+            if b.floor {
+                say(&format!("floor over a Unix socket, {clients} client(s)"));
+                runs.push(floor(crate::floor::Socket::Unix, clients)?);
+            }
+            say(&format!("fetch over a Unix socket, {clients} client(s)"));
+            let lat = drive(clients, b.seconds, unix, seed, fetch_op(&pages))?;
+            runs.push(summarize("fetch", "unix", clients, b.seconds, lat));
+        }
         say(&format!("fetch in process, {clients} client(s)"));
         let lat = drive(clients, b.seconds, local, seed, fetch_op(&pages))?;
         runs.push(summarize("fetch", "in-process", clients, b.seconds, lat));
     }
+    if let Some(s) = unix_server {
+        s.shutdown()?;
+    }
     for clients in [1, b.clients] {
+        if b.fetch_only {
+            break;
+        }
         say(&format!("commit over TCP, {clients} client(s)"));
         let lat = drive(clients, b.seconds, tcp, commit_setup(db.class), commit_op(db.class))?;
         runs.push(summarize("commit", "tcp", clients, b.seconds, lat));
