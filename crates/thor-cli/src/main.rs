@@ -17,6 +17,7 @@ mod compact;
 mod demo;
 mod floor;
 mod oo7;
+mod oo7_cluster;
 mod oo7_multi;
 mod oo7_penalty;
 mod plot;

@@ -68,6 +68,9 @@ enum Oo7Command {
     /// replacement per fetch) beside the loopback floor measured in the same run: 8 KiB
     /// ping-pongs over TCP and a Unix socket. Median and range over --runs.
     Penalty(crate::oo7_penalty::PenaltyArgs),
+    /// OO7's two modules at two servers against both at one: cold traversals and the dynamic
+    /// traversal through one client (two-phase commit where a transaction spans both).
+    Cluster(crate::oo7_cluster::ClusterArgs),
 }
 
 /// `thor oo7 demo`.
@@ -321,6 +324,7 @@ pub fn run(args: Oo7Args) -> anyhow::Result<()> {
         Oo7Command::Sweep(a) => sweep(a),
         Oo7Command::Multi(a) => crate::oo7_multi::multi(a),
         Oo7Command::Penalty(a) => crate::oo7_penalty::penalty(a),
+        Oo7Command::Cluster(a) => crate::oo7_cluster::run(a),
         Oo7Command::Demo(a) => match a.dir {
             Some(d) => demo_experiments(&d),
             None => demo_experiments(tempfile::tempdir()?.path()),

@@ -324,10 +324,8 @@ impl Engine {
     /// Creates a database in `disk` (which must not hold one) and opens it.
     pub fn create(disk: Arc<dyn Disk>, opts: EngineOptions) -> Result<Engine, EngineError> {
         io::create(&*disk, opts.page_size, opts.server_id)?;
-        let e = Engine::open(disk, opts)?;
         // A new database has validated nothing: no reason to refuse early client timestamps.
-        e.shared.locked.lock().core.created_now();
-        Ok(e)
+        Engine::open_inner(disk, opts, Arc::new(SystemClock), true)
     }
 
     /// Opens the database in `disk`, recovering from the log.
@@ -341,8 +339,23 @@ impl Engine {
         opts: EngineOptions,
         clock: Arc<dyn Clock>,
     ) -> Result<Engine, EngineError> {
+        Engine::open_inner(disk, opts, clock, false)
+    }
+
+    /// Opens; `created` says the database was made just now (see [`Core::created_now`]).
+    fn open_inner(
+        disk: Arc<dyn Disk>,
+        opts: EngineOptions,
+        clock: Arc<dyn Clock>,
+        created: bool,
+    ) -> Result<Engine, EngineError> {
         let start_us = clock.now_us();
-        let rec = io::recover(disk, opts.core_config(), opts.log.clone())?;
+        let mut rec = io::recover(disk, opts.core_config(), opts.log.clone())?;
+        if created {
+            rec.core.created_now();
+        } else {
+            rec.core.recovered_at(start_us);
+        }
         let shared = Arc::new(Shared {
             locked: Mutex::new(Locked {
                 core: rec.core,
