@@ -793,9 +793,10 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
             all.iter().map(|(name, pts)| Series::line(name.clone(), pts.clone())).collect();
         let spec = ChartSpec {
             title: format!(
-                "{} {} traversal: {what} against client cache size",
+                "{} {} traversal, {} KiB pages: {what} against client cache size",
                 kind,
-                workload.name().to_uppercase()
+                workload.name().to_uppercase(),
+                page_size / 1024
             ),
             x_label: "client cache size, frames and tables (MiB)".into(),
             y_label: y_label.into(),

@@ -422,7 +422,7 @@ fn table(c: &FiguresConfig<'_>, sums: &Summaries, server: bool, disk: bool) -> S
             cell(get(f, "fetch_us"), 1, c.runs),
             cell(get(f, "replacement_us"), 1, c.runs),
             cell(get(f, "conversion_us"), 1, c.runs),
-            per(get(f, "replacement_us").median, 1) / fe.max(f64::MIN_POSITIVE),
+            get(f, "replacement_us").median / fe.max(f64::MIN_POSITIVE),
             get(f, "conversion_us").median / fe.max(f64::MIN_POSITIVE),
         );
     }
