@@ -20,6 +20,7 @@ mod oo7;
 mod oo7_cluster;
 mod oo7_multi;
 mod oo7_penalty;
+mod oo7_penalty_figures;
 mod plot;
 mod server;
 mod sim;
