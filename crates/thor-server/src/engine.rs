@@ -90,6 +90,11 @@ pub struct EngineOptions {
     /// Where pages clients read go in the page cache: inclusive LRU (the default) or DEMOTE's
     /// exclusive placement ([`crate::pagecache::CacheMode`]).
     pub page_cache_mode: crate::pagecache::CacheMode,
+    /// How clients' commits are made recoverable (`thor server --commit-mode`): thor's own
+    /// `obj` (the default) or one of the QuickStore study's page-based modes
+    /// (`core::pagecommit`), told to every client in `HelloOk`. A server setting: the log and
+    /// the page file are the same in every mode, so a database can be served in any.
+    pub commit_mode: thor_wire::CommitMode,
 }
 
 impl Default for EngineOptions {
@@ -107,6 +112,7 @@ impl Default for EngineOptions {
             cc: crate::core::cc::CcConfig::default(),
             backup_dir: None,
             page_cache_mode: crate::pagecache::CacheMode::Inclusive,
+            commit_mode: thor_wire::CommitMode::Obj,
         }
     }
 }
@@ -272,7 +278,8 @@ impl Engine {
         clock: Arc<dyn Clock>,
     ) -> Result<Engine, EngineError> {
         let start_us = clock.now_us();
-        let rec = io::recover(disk, opts.core_config(), opts.log.clone())?;
+        let mut rec = io::recover(disk, opts.core_config(), opts.log.clone())?;
+        rec.core.set_commit_mode(opts.commit_mode);
         let shared = Arc::new(Shared {
             locked: Mutex::new(Locked {
                 core: rec.core,

@@ -37,6 +37,10 @@ impl Reader {
         Ok(a)
     }
 
+    pub(crate) fn u8(&mut self, what: &'static str) -> Result<u8, WireError> {
+        self.take::<1>(what).map(|[b]| b)
+    }
+
     pub(crate) fn u16(&mut self, what: &'static str) -> Result<u16, WireError> {
         self.take::<2>(what).map(u16::from_le_bytes)
     }

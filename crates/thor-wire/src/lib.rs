@@ -48,6 +48,7 @@ pub mod error;
 pub mod frame;
 pub mod limits;
 pub mod message;
+pub mod pagecommit;
 pub mod stats;
 pub mod transport;
 
@@ -59,5 +60,6 @@ pub use message::{
     BackupInfo, Commit, HELLO_MAGIC, Hello, Piggyback, Reply, ReplyBody, Request, RequestBody,
     ServerInfo, decode_reply, decode_request, kind, truncate_message,
 };
+pub use pagecommit::{CommitMode, PageCommit, PageRecords};
 pub use stats::{ServerStats, StatValue};
 pub use transport::{Transport, TransportError};

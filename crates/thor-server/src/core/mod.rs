@@ -54,6 +54,7 @@
 pub mod cc;
 pub mod demote;
 pub mod install;
+pub mod pagecommit;
 mod sessions;
 pub mod store;
 
@@ -584,6 +585,8 @@ pub struct Core {
     demotions: demote::Demotions,
     /// The timestamp and the committing connection of each prepared commit, by LSN.
     prepared_cc: FxHashMap<Lsn, (cc::Timestamp, Option<ConnId>)>,
+    /// The page-based commit modes' state (`pagecommit`).
+    pages: pagecommit::PageCommits,
 }
 
 impl Core {
@@ -600,6 +603,7 @@ impl Core {
             cc,
             demotions: demote::Demotions::new(),
             prepared_cc: FxHashMap::default(),
+            pages: pagecommit::PageCommits::default(),
             sessions: Sessions::new(cfg.protocol.clone()),
             cfg,
             store,
@@ -760,6 +764,7 @@ impl Core {
                 self.sessions.disconnect(conn);
                 self.cc.disconnect(conn);
                 self.demotions.disconnect(conn);
+                self.pages.disconnect(conn);
             }
             Input::Direct { ticket, op } => self.direct(ticket, op, fx),
             Input::Durable { lsn } => self.durable(lsn, fx),
@@ -909,6 +914,11 @@ impl Core {
                 self.sessions.set_busy(conn);
                 fx.push(Effect::Backup { conn, id, path });
             }
+            Action::PageRecords(r) => self.page_records(conn, id, r, fx),
+            Action::PageCommit(c) => {
+                self.sessions.set_busy(conn);
+                self.page_commit(Origin::Conn { conn, id }, c, fx);
+            }
             Action::Stats => {
                 let stats = Box::new(self.server_stats());
                 fx.push(Effect::Reply {
@@ -928,6 +938,7 @@ impl Core {
             page_size: self.store.page_size,
             root: self.store.superblock.root,
             demotions: self.store.cache.mode() == crate::pagecache::CacheMode::Exclusive,
+            commit_mode: self.pages.mode(),
         }
     }
 
@@ -1072,6 +1083,7 @@ impl Core {
             };
             self.answer_fetch(w, page, r, fx);
         }
+        self.page_commit_read(page, image.as_ref().map_err(failure), fx);
         // Only the head of the commit queue is validated, so only it can wait for a page.
         let Some(head) = self.queue.front_mut() else { return };
         let Some(i) = head.waiting_for.iter().position(|p| *p == page) else { return };
@@ -1630,6 +1642,7 @@ impl Core {
             demotions_wanted: d.wanted,
             demotions_refused: d.refused,
             demoted_bytes: d.bytes,
+            ..self.page_stats()
         }
     }
 }
@@ -1673,6 +1686,7 @@ pub fn refused_code(e: &InvalidCommit) -> RefusedCode {
         InvalidCommit::ClassIsImmutable(_) => RefusedCode::ClassIsImmutable,
         InvalidCommit::Duplicate(_) => RefusedCode::Duplicate,
         InvalidCommit::ObjectTooLarge { .. } => RefusedCode::ObjectTooLarge,
+        InvalidCommit::BadPageRecord(_) => RefusedCode::Other,
     }
 }
 

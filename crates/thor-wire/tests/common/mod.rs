@@ -61,7 +61,7 @@ pub fn request() -> impl Strategy<Value = Request> {
 }
 
 fn stats() -> impl Strategy<Value = ServerStats> {
-    (vec(any::<u64>(), 53), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
+    (vec(any::<u64>(), 60), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
         commits: w[0],
         versions_committed: w[1],
         objects_created: w[2],
@@ -117,6 +117,13 @@ fn stats() -> impl Strategy<Value = ServerStats> {
         demotions_wanted: w[50],
         demotions_refused: w[51],
         demoted_bytes: w[52],
+        commit_mode: w[53],
+        page_commits: w[54],
+        page_records: w[55],
+        page_records_early: w[56],
+        page_record_bytes: w[57],
+        pages_shipped: w[58],
+        redo_reads: w[59],
     })
 }
 
@@ -140,6 +147,7 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
                     client_id: ClientId(c),
                     max_frame_bytes: max,
                     demotions,
+                    commit_mode: thor_wire::CommitMode::Obj,
                 })
             }),
         (page_id(), vec(any::<u8>(), 1024..=1024))
