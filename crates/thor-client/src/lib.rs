@@ -33,12 +33,14 @@
 pub mod error;
 pub mod latency;
 pub mod limits;
+pub mod pagemode;
 pub mod session;
 pub mod typed;
 pub mod values;
 
 pub use error::{ClientError, ConflictCause};
 pub use latency::LatencyHistogram;
+pub use pagemode::{PageModeStats, RecoveryConfig};
 pub use session::{ClientStats, CommitInfo, SCHEMA_SLOT, Session, SessionConfig, View};
 pub use thor_cache::{HacParams, PolicyConfig};
 pub use typed::{Any, Bytes, Class, Field, Large, Ref, Refs};

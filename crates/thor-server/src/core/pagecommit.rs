@@ -382,6 +382,19 @@ fn expand(p: &Parked, page_size: usize) -> Result<Vec<(Oref, Bytes)>, EngineErro
         let range = view.object_range(o.oid()).ok_or(InvalidCommit::NoSuchObject(*o))?;
         writes.entry(page).or_default().push(range);
     }
+    // Touching objects form one writable range: the client's merging may join regions of
+    // neighbours written both (a region never covers a byte of an object not written).
+    for spans in writes.values_mut() {
+        spans.sort_unstable_by_key(|r| r.start);
+        let mut joined: Vec<std::ops::Range<usize>> = Vec::with_capacity(spans.len());
+        for r in spans.drain(..) {
+            match joined.last_mut() {
+                Some(last) if last.end >= r.start => last.end = last.end.max(r.end),
+                _ => joined.push(r),
+            }
+        }
+        *spans = joined;
+    }
     for rec in &p.records {
         let r = PageRecord::parse(rec, page_size).map_err(|e| bad(e.to_string()))?;
         let page = r.header().page;
