@@ -73,6 +73,20 @@ pub struct ServerArgs {
     /// that supports O_DIRECT, such as ext4 or xfs; one that refuses it is an error at start.
     #[arg(long)]
     direct_io: bool,
+    /// How commits are made recoverable: obj (thor's own: objects shipped, logged, kept in the
+    /// MOB) or one of the QuickStore recovery study's page-based modes: pd-redo, pd-esm,
+    /// sd-esm, sl-esm (clients diff pages against a recovery buffer and ship page records, and
+    /// in the ESM modes the dirty pages too). Clients follow the server's mode.
+    #[arg(long, default_value = "obj", value_parser = parse_commit_mode)]
+    commit_mode: thor_wire::CommitMode,
+}
+
+/// `--commit-mode`.
+fn parse_commit_mode(s: &str) -> Result<thor_wire::CommitMode, String> {
+    thor_wire::CommitMode::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = thor_wire::CommitMode::ALL.iter().map(|m| m.name()).collect();
+        format!("unknown commit mode {s:?}; one of {}", names.join(", "))
+    })
 }
 
 /// `--page-cache`.
@@ -112,6 +126,7 @@ fn open_engine(args: &ServerArgs, protocol: ProtocolConfig) -> Result<(Engine, F
             PageCacheMode::Inclusive => thor_server::pagecache::CacheMode::Inclusive,
             PageCacheMode::Exclusive => thor_server::pagecache::CacheMode::Exclusive,
         },
+        commit_mode: args.commit_mode,
         ..EngineOptions::default()
     };
     if !args.create && !args.dir.is_dir() {
@@ -179,7 +194,7 @@ pub fn run(args: ServerArgs) -> Result<()> {
     // SIGTERM as soon as it reads it gets a clean shutdown.
     server.wait_for_signal_after(|| {
         info!(
-            "listening on {} (database {}, server id {}, {} KiB pages, authentication {}, at most {} connections, {} page cache, {} reads)",
+            "listening on {} (database {}, server id {}, {} KiB pages, authentication {}, at most {} connections, {} page cache, {} reads, commit mode {})",
             server.local_addr(),
             args.dir.display(),
             engine.server_id().0,
@@ -188,6 +203,7 @@ pub fn run(args: ServerArgs) -> Result<()> {
             args.max_connections,
             if engine.server_stats().page_cache_exclusive == 1 { "exclusive" } else { "inclusive" },
             if disk.direct_reads() { "direct (O_DIRECT)" } else { "buffered" },
+            args.commit_mode,
         )
     })?;
     info!("signal received: shutting down");

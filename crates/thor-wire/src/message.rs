@@ -831,8 +831,8 @@ impl Reply {
             ReplyBody::HelloOk(i) => {
                 out.put_u16(i.version);
                 out.put_u16(
-                    u16::from(i.demotions) * HELLO_FLAG_DEMOTIONS
-                        | u16::from(i.commit_mode.code()) << HELLO_COMMIT_MODE_SHIFT,
+                    (u16::from(i.demotions) * HELLO_FLAG_DEMOTIONS)
+                        | (u16::from(i.commit_mode.code()) << HELLO_COMMIT_MODE_SHIFT),
                 );
                 out.put_u32(i.server_id.0);
                 out.put_u32(i.page_size as u32);

@@ -53,6 +53,25 @@ pub fn request_body() -> impl Strategy<Value = RequestBody> {
         Just(RequestBody::Stats),
         Just(RequestBody::Goodbye),
         "\\PC{0,40}".prop_map(|path| RequestBody::Backup { path }),
+        (any::<u64>(), vec(blob(64), 0..4)).prop_map(|(txn, records)| {
+            RequestBody::PageRecords(thor_wire::PageRecords { txn, records })
+        }),
+        (
+            (any::<u64>(), any::<u8>(), vec(oref(), 0..8), vec(oref(), 0..8)),
+            (vec(blob(48), 0..4), vec(blob(64), 0..4), vec(page_id(), 0..3)),
+        )
+            .prop_map(|((txn, mode, reads, writes), (created, records, pages))| {
+                let pages = pages.into_iter().map(|p| (p, Bytes::from(vec![7u8; 1024]))).collect();
+                RequestBody::PageCommit(thor_wire::PageCommit {
+                    txn,
+                    mode,
+                    reads,
+                    writes,
+                    created,
+                    records,
+                    pages,
+                })
+            }),
     ]
 }
 
@@ -136,9 +155,9 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
             oref(),
             any::<u32>(),
             FRAME_BYTES_SETTING_MIN..=FRAME_BYTES_MAX,
-            any::<bool>()
+            (any::<bool>(), proptest::sample::select(thor_wire::CommitMode::ALL.to_vec()))
         )
-            .prop_map(|(version, s, shift, root, c, max, demotions)| {
+            .prop_map(|(version, s, shift, root, c, max, (demotions, commit_mode))| {
                 ReplyBody::HelloOk(ServerInfo {
                     version,
                     server_id: ServerId(s),
@@ -147,7 +166,7 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
                     client_id: ClientId(c),
                     max_frame_bytes: max,
                     demotions,
-                    commit_mode: thor_wire::CommitMode::Obj,
+                    commit_mode,
                 })
             }),
         (page_id(), vec(any::<u8>(), 1024..=1024))
