@@ -448,3 +448,6 @@ impl Core {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
