@@ -17,6 +17,7 @@ mod floor;
 mod oo7;
 mod oo7_multi;
 mod oo7_penalty;
+mod oo7_recovery;
 mod plot;
 mod server;
 mod sim;

@@ -68,6 +68,10 @@ enum Oo7Command {
     /// replacement per fetch) beside the loopback floor measured in the same run: 8 KiB
     /// ping-pongs over TCP and a Unix socket. Median and range over --runs.
     Penalty(crate::oo7_penalty::PenaltyArgs),
+    /// The QuickStore recovery study: T2A/T2B/T2C on private modules with one to five
+    /// clients, in every commit mode (obj and the page-based ones) and recovery buffer size;
+    /// response time, throughput and client writes per transaction.
+    RecoveryStudy(crate::oo7_recovery::RecoveryArgs),
 }
 
 /// `thor oo7 demo`.
@@ -321,6 +325,7 @@ pub fn run(args: Oo7Args) -> anyhow::Result<()> {
         Oo7Command::Sweep(a) => sweep(a),
         Oo7Command::Multi(a) => crate::oo7_multi::multi(a),
         Oo7Command::Penalty(a) => crate::oo7_penalty::penalty(a),
+        Oo7Command::RecoveryStudy(a) => crate::oo7_recovery::recovery_study(a),
         Oo7Command::Demo(a) => match a.dir {
             Some(d) => demo_experiments(&d),
             None => demo_experiments(tempfile::tempdir()?.path()),
