@@ -220,7 +220,8 @@ impl Core {
                 Reply::error(thor_wire::ErrorCode::Malformed, &why)
             }
         };
-        self.reply(conn, id, reply, false, fx);
+        // Answered at once, like `Stats`: the session was never busy with it.
+        fx.push(Effect::Reply { conn, id, reply, close: false });
     }
 
     /// `PageCommit`: gathers the records and the images they apply to (parking for reads),
@@ -276,7 +277,10 @@ impl Core {
         }
         need.sort_unstable();
         need.dedup();
-        for (p, bytes) in &c.pages {
+        for (i, (p, bytes)) in c.pages.iter().enumerate() {
+            if c.pages[..i].iter().any(|(q, _)| q == p) {
+                return self.answer_commit(origin, Err(bad(format!("page {p} shipped twice"))), fx);
+            }
             if bytes.len() != page_size {
                 return self.answer_commit(origin, Err(bad("a shipped page of another size")), fx);
             }

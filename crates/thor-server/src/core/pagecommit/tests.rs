@@ -333,3 +333,24 @@ fn a_record_naming_another_transaction_is_refused() {
     let (rec, _) = record_of(&img, it[1], 12, 99, Images::Redo);
     assert!(refused(&h.request(1, 5, page_commit(&h, 8, &[it[1]], vec![rec]))));
 }
+
+#[test]
+fn a_page_shipped_twice_or_of_another_id_is_refused() {
+    let mut h = Harness::new(CommitMode::PdEsm, 16);
+    h.connect(1);
+    let it = items(&mut h, 1, 2);
+    let page = it[0].page().unwrap();
+    let img = h.fetch(1, 3, page);
+    let (rec, mut cur) = record_of(&img, it[1], 5, 5, Images::Redo);
+    thor_core::page::seal(&mut cur);
+    let other = PageId::new(page.get() + 1).unwrap();
+    let shipped = [vec![(page, cur.clone()), (page, cur.clone())], vec![(other, cur)]];
+    for (i, pages) in shipped.into_iter().enumerate() {
+        let RequestBody::PageCommit(mut c) = page_commit(&h, 5, &[it[1]], vec![rec.clone()]) else {
+            unreachable!()
+        };
+        c.pages = pages.into_iter().map(|(p, b)| (p, Bytes::from(b))).collect();
+        assert!(refused(&h.request(1, 10 + i as u64, RequestBody::PageCommit(c))));
+    }
+    assert_eq!(payload(&h.fetch(1, 20, page), it[1]), 1);
+}
