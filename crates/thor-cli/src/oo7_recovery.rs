@@ -18,8 +18,9 @@
 //! Per point: the response time (mean over clients of their time per traversal), the
 //! throughput (traversals per second, all clients), and per committed transaction the bytes the
 //! clients shipped, the page records (and those sent early) and their bytes, the pages shipped
-//! whole, and the server's log bytes and REDO page reads. The machine is whatever it is: the
-//! times are one run's; the counts are what a run does.
+//! whole, and the server's log bytes and REDO page reads. Each point runs `--runs` times
+//! (a fresh server each time): the times are the median with the range, the counts the first
+//! run's.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -67,6 +68,9 @@ pub struct RecoveryArgs {
     /// Each client's cache manager.
     #[arg(long, default_value = "hac")]
     policy: String,
+    /// Runs per point: the response time and throughput are the median, with the range.
+    #[arg(long, default_value_t = 3)]
+    runs: u32,
     /// Write CSV, JSON and plots here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -80,10 +84,17 @@ struct Point {
     buffer_mb: Option<f64>,
     traversal: String,
     clients: usize,
-    /// Mean over clients of their milliseconds per traversal.
+    /// Mean over clients of their milliseconds per traversal: the median over the runs, and
+    /// the lowest and highest.
     response_ms: f64,
-    /// Traversals per second, all clients.
+    response_ms_min: f64,
+    response_ms_max: f64,
+    /// Traversals per second, all clients: the median over the runs, the lowest, the highest.
     throughput: f64,
+    throughput_min: f64,
+    throughput_max: f64,
+    /// Runs of the point.
+    runs: u32,
     /// Transactions committed in the timed phase.
     commits: u64,
     /// Conflicts (aborted and run again).
@@ -138,7 +149,10 @@ pub fn recovery_study(a: RecoveryArgs) -> anyhow::Result<()> {
             };
             for buffer_mb in buffers {
                 for &clients in &a.clients {
-                    let p = run_point(&a, op, mode, buffer_mb, clients, policy)?;
+                    let runs: Vec<Point> = (0..a.runs.max(1))
+                        .map(|_| run_point(&a, op, mode, buffer_mb, clients, policy))
+                        .collect::<Result<_, _>>()?;
+                    let p = summary(runs);
                     eprintln!(
                         "{} {}{} {} client(s): {:.1} ms, {:.2}/s, {:.0} B shipped/txn",
                         p.traversal,
@@ -155,7 +169,10 @@ pub fn recovery_study(a: RecoveryArgs) -> anyhow::Result<()> {
         }
     }
     print!("{}", table(&points));
-    println!("(one run per point on a machine shared with other work: times are indicative)");
+    println!(
+        "(times: median and range over {} run(s) per point, on a machine that may be shared)",
+        a.runs.max(1)
+    );
     if let Some(out) = &a.out {
         write_out(out, &points)?;
     }
@@ -209,6 +226,25 @@ fn run_point(
     Ok(point(mode, buffer_mb, clients, &r, &before, &after))
 }
 
+/// The first run's counts (a run's counts vary only with conflicts and timing of installs)
+/// with the median and range of the times.
+fn summary(runs: Vec<Point>) -> Point {
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let m = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+        (m, v[0], v[n - 1])
+    };
+    let (r, r_min, r_max) = median(runs.iter().map(|p| p.response_ms).collect());
+    let (t, t_min, t_max) = median(runs.iter().map(|p| p.throughput).collect());
+    let n = runs.len() as u32;
+    let mut p = runs.into_iter().next().expect("at least one run");
+    (p.response_ms, p.response_ms_min, p.response_ms_max) = (r, r_min, r_max);
+    (p.throughput, p.throughput_min, p.throughput_max) = (t, t_min, t_max);
+    p.runs = n;
+    p
+}
+
 fn point(
     mode: CommitMode,
     buffer_mb: Option<f64>,
@@ -234,7 +270,12 @@ fn point(
         traversal: r.traversal.clone(),
         clients,
         response_ms: times.iter().sum::<f64>() / times.len().max(1) as f64,
+        response_ms_min: 0.0,
+        response_ms_max: 0.0,
         throughput: r.total.traversals_per_s,
+        throughput_min: 0.0,
+        throughput_max: 0.0,
+        runs: 1,
         commits,
         aborts: r.total.aborts,
         shipped_bytes_per_txn: per(sum(|c| c.bytes_shipped)),
@@ -262,11 +303,11 @@ fn table(points: &[Point]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<5} {:<16} {:>3} {:>10} {:>9} {:>12} {:>8} {:>8} {:>10} {:>8} {:>10} {:>8}",
+        "{:<5} {:<16} {:>3} {:>22} {:>9} {:>12} {:>8} {:>8} {:>10} {:>8} {:>10} {:>8}",
         "trav",
         "mode",
         "cl",
-        "resp ms",
+        "resp ms (min-max)",
         "trav/s",
         "shipped/txn",
         "rec/txn",
@@ -279,11 +320,11 @@ fn table(points: &[Point]) -> String {
     for p in points {
         let _ = writeln!(
             s,
-            "{:<5} {:<16} {:>3} {:>10.1} {:>9.2} {:>12.0} {:>8.1} {:>8.1} {:>10.0} {:>8.1} {:>10.0} {:>8.1}",
+            "{:<5} {:<16} {:>3} {:>22} {:>9.2} {:>12.0} {:>8.1} {:>8.1} {:>10.0} {:>8.1} {:>10.0} {:>8.1}",
             p.traversal,
             label(p),
             p.clients,
-            p.response_ms,
+            format!("{:.1} ({:.1}-{:.1})", p.response_ms, p.response_ms_min, p.response_ms_max),
             p.throughput,
             p.shipped_bytes_per_txn,
             p.records_per_txn,
@@ -300,20 +341,26 @@ fn table(points: &[Point]) -> String {
 fn write_out(out: &Path, points: &[Point]) -> anyhow::Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let mut csv = String::from(
-        "traversal,mode,buffer_mb,clients,response_ms,throughput,commits,aborts,\
+        "traversal,mode,buffer_mb,clients,runs,response_ms,response_ms_min,response_ms_max,\
+         throughput,throughput_min,throughput_max,commits,aborts,\
          shipped_bytes_per_txn,records_per_txn,early_records_per_txn,record_bytes_per_txn,\
          record_pages_per_txn,pages_per_txn,log_bytes_per_txn,redo_reads_per_txn\n",
     );
     for p in points {
         let _ = writeln!(
             csv,
-            "{},{},{},{},{:.3},{:.3},{},{},{:.1},{:.3},{:.3},{:.1},{:.4},{:.3},{:.1},{:.3}",
+            "{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.1},{:.3},{:.3},{:.1},{:.4},{:.3},{:.1},{:.3}",
             p.traversal,
             p.mode,
             p.buffer_mb.map(|b| b.to_string()).unwrap_or_default(),
             p.clients,
+            p.runs,
             p.response_ms,
+            p.response_ms_min,
+            p.response_ms_max,
             p.throughput,
+            p.throughput_min,
+            p.throughput_max,
             p.commits,
             p.aborts,
             p.shipped_bytes_per_txn,
