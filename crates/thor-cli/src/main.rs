@@ -21,6 +21,7 @@ mod oo7_cluster;
 mod oo7_multi;
 mod oo7_penalty;
 mod oo7_penalty_figures;
+mod oo7_recovery;
 mod plot;
 mod server;
 mod sim;

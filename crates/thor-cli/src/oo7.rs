@@ -72,6 +72,10 @@ enum Oo7Command {
     /// OO7's two modules at two servers against both at one: cold traversals and the dynamic
     /// traversal through one client (two-phase commit where a transaction spans both).
     Cluster(crate::oo7_cluster::ClusterArgs),
+    /// The QuickStore recovery study: T2A/T2B/T2C on private modules with one to five
+    /// clients, in every commit mode (obj and the page-based ones) and recovery buffer size;
+    /// response time, throughput and client writes per transaction.
+    RecoveryStudy(crate::oo7_recovery::RecoveryArgs),
 }
 
 /// `thor oo7 demo`.
@@ -332,6 +336,7 @@ pub fn run(args: Oo7Args) -> anyhow::Result<()> {
         Oo7Command::Multi(a) => crate::oo7_multi::multi(a),
         Oo7Command::Penalty(a) => crate::oo7_penalty::penalty(a),
         Oo7Command::Cluster(a) => crate::oo7_cluster::run(a),
+        Oo7Command::RecoveryStudy(a) => crate::oo7_recovery::recovery_study(a),
         Oo7Command::Demo(a) => match a.dir {
             Some(d) => demo_experiments(&d),
             None => demo_experiments(tempfile::tempdir()?.path()),

@@ -171,6 +171,9 @@ struct Sample {
     elapsed_s: f64,
 }
 
+/// A traversal, its cache size and the spread of each part of its miss penalty.
+type Summed = (String, f64, Vec<(&'static str, Spread)>);
+
 /// Parses `t1=12,t6=0.5` entries.
 fn parse_at(at: &[String]) -> anyhow::Result<Vec<(Workload, f64)>> {
     let mut v = Vec::new();
@@ -228,7 +231,7 @@ pub fn figures(c: &FiguresConfig<'_>) -> anyhow::Result<()> {
     }
     let names: Vec<(String, f64)> =
         points.iter().map(|(w, mb)| (w.name().to_string(), *mb)).collect();
-    let sums: Vec<(String, f64, Vec<(&'static str, Spread)>)> = names
+    let sums: Vec<Summed> = names
         .iter()
         .map(|(t, mb)| {
             let mine: Vec<&Sample> = samples.iter().filter(|s| &s.traversal == t).collect();

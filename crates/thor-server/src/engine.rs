@@ -95,6 +95,11 @@ pub struct EngineOptions {
     /// Where messages to other servers go (two-phase commit). `None`: a server on its own;
     /// its messages to peers are dropped (and transactions that name peers cannot commit).
     pub peers: Option<Arc<dyn PeerSink>>,
+    /// How clients' commits are made recoverable (`thor server --commit-mode`): thor's own
+    /// `obj` (the default) or one of the QuickStore study's page-based modes
+    /// (`core::pagecommit`), told to every client in `HelloOk`. A server setting: the log and
+    /// the page file are the same in every mode, so a database can be served in any.
+    pub commit_mode: thor_wire::CommitMode,
 }
 
 /// Where an engine's messages to other servers go (two-phase commit).
@@ -171,6 +176,7 @@ impl Default for EngineOptions {
             page_cache_mode: crate::pagecache::CacheMode::Inclusive,
             twopc: crate::core::twopc::TwoPcConfig::default(),
             peers: None,
+            commit_mode: thor_wire::CommitMode::Obj,
         }
     }
 }
@@ -356,6 +362,7 @@ impl Engine {
         } else {
             rec.core.recovered_at(start_us);
         }
+        rec.core.set_commit_mode(opts.commit_mode);
         let shared = Arc::new(Shared {
             locked: Mutex::new(Locked {
                 core: rec.core,
