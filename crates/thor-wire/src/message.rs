@@ -69,7 +69,8 @@
 //! Stats    0x0005  (empty)     asks for the server's counters
 //! Goodbye  0x0006  (empty)     the client is leaving; the server acks and closes
 //!
-//! PageRecords 0x000a, PageCommit 0x000b: the page-based commit modes, see `crate::pagecommit`.
+//! PageRecords 0x0040, PageCommit 0x0041: the page-based commit modes, see `crate::pagecommit`
+//! (numbered apart from the sequence above, which other additions continue).
 //!
 //! Backup   0x0007  +--------+-----------+
 //!                  | P: u16 | path (P)  |  a directory on the server's machine, which must not
@@ -174,9 +175,9 @@ pub mod kind {
     /// [`crate::RequestBody::Peer`] (version 3).
     pub const PEER: u16 = 0x0009;
     /// [`crate::RequestBody::PageRecords`] (`crate::pagecommit`).
-    pub const PAGE_RECORDS: u16 = 0x000a;
+    pub const PAGE_RECORDS: u16 = 0x0040;
     /// [`crate::RequestBody::PageCommit`] (`crate::pagecommit`).
-    pub const PAGE_COMMIT: u16 = 0x000b;
+    pub const PAGE_COMMIT: u16 = 0x0041;
     /// [`crate::ReplyBody::HelloOk`].
     pub const HELLO_OK: u16 = 0x0081;
     /// [`crate::ReplyBody::Page`].

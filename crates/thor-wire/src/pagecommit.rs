@@ -7,11 +7,11 @@
 //! `PageCommit`; ESM modes also ship each dirty page whole.
 //!
 //! ```text
-//! PageRecords 0x000a  +----------+--------+---------------------------------+
+//! PageRecords 0x0040  +----------+--------+---------------------------------+
 //!                     | txn: u64 | N: u32 | N x ( len: u32 | page record )  |   sent before
 //!                     +----------+--------+---------------------------------+   commit (undo)
 //!
-//! PageCommit  0x000b  +----------+---------+--------+--------------------+
+//! PageCommit  0x0041  +----------+---------+--------+--------------------+
 //!                     | txn: u64 | mode u8 | R: u32 | R read orefs (u32) |      the read set
 //!                     +----------+---------+--------+--------------------+
 //!                     | W: u32 | W written orefs (u32) |                       the write set
