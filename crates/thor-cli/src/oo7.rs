@@ -11,6 +11,8 @@
 //!                   [--seconds S | --repeat R] [--server ADDR]
 //!   thor oo7 penalty --dir DIR [--traversals t6,t1-,t1] [--cache-mb 256] [--over tcp|embedded]
 //!                   [--runs N] [--out DIR]
+//!   thor oo7 penalty --dir DIR --figures --at t6=0.25,t1=20 [--over tcp|embedded]
+//!                   [--direct-reads] [--server-cache-mb M] [--runs N] [--out DIR]
 //! ```
 //!
 //! Every command prints a readable table, or JSON with `--json`. Traversal names are those of

@@ -171,9 +171,6 @@ struct Sample {
     elapsed_s: f64,
 }
 
-/// A traversal, its cache size and the spread of each part of its miss penalty.
-type Summed = (String, f64, Vec<(&'static str, Spread)>);
-
 /// Parses `t1=12,t6=0.5` entries.
 fn parse_at(at: &[String]) -> anyhow::Result<Vec<(Workload, f64)>> {
     let mut v = Vec::new();
@@ -231,7 +228,7 @@ pub fn figures(c: &FiguresConfig<'_>) -> anyhow::Result<()> {
     }
     let names: Vec<(String, f64)> =
         points.iter().map(|(w, mb)| (w.name().to_string(), *mb)).collect();
-    let sums: Vec<Summed> = names
+    let sums: Vec<Summary> = names
         .iter()
         .map(|(t, mb)| {
             let mine: Vec<&Sample> = samples.iter().filter(|s| &s.traversal == t).collect();
@@ -257,7 +254,7 @@ pub fn figures(c: &FiguresConfig<'_>) -> anyhow::Result<()> {
                 ("objects_moved_home", col(&|s| Some(s.objects_moved_home))),
                 ("objects_dropped", col(&|s| Some(s.objects_dropped))),
             ];
-            (t.clone(), *mb, fields)
+            Summary { traversal: t.clone(), cache_mb: *mb, fields }
         })
         .collect();
     let measured_server = c.over == Over::Embedded;
@@ -393,7 +390,17 @@ fn cell(s: Spread, prec: usize, runs: u32) -> String {
     }
 }
 
-type Summaries = [(String, f64, Vec<(&'static str, Spread)>)];
+/// One traversal's figures over the runs: (field, median and range), in table order.
+struct Summary {
+    /// The traversal.
+    traversal: String,
+    /// The cache size it ran at.
+    cache_mb: f64,
+    /// Every figure.
+    fields: Vec<(&'static str, Spread)>,
+}
+
+type Summaries = [Summary];
 
 fn table(c: &FiguresConfig<'_>, sums: &Summaries, server: bool, disk: bool) -> String {
     let mut o = String::new();
@@ -414,7 +421,7 @@ fn table(c: &FiguresConfig<'_>, sums: &Summaries, server: bool, disk: bool) -> S
         "{:<6} {:>8} {:>9} {:>22} {:>22} {:>22} {:>9} {:>9}",
         "trav", "MiB", "fetches", "fetch us", "replacement us", "conversion us", "repl/f", "conv/f"
     );
-    for (t, mb, f) in sums {
+    for Summary { traversal: t, cache_mb: mb, fields: f } in sums {
         let fe = get(f, "fetch_us").median;
         let _ = writeln!(
             o,
@@ -446,7 +453,7 @@ fn table(c: &FiguresConfig<'_>, sums: &Summaries, server: bool, disk: bool) -> S
         "moved home",
         "dropped"
     );
-    for (t, _, f) in sums {
+    for Summary { traversal: t, fields: f, .. } in sums {
         let m = |n| get(f, n).median;
         let _ = writeln!(
             o,
@@ -469,7 +476,7 @@ fn table(c: &FiguresConfig<'_>, sums: &Summaries, server: bool, disk: bool) -> S
         "trav", "client us", "network us", "server us", "network+server us", "disk us"
     );
     let na = "not measured".to_string();
-    for (t, _, f) in sums {
+    for Summary { traversal: t, fields: f, .. } in sums {
         let _ = writeln!(
             o,
             "{:<6} {:>20} {:>20} {:>20} {:>20} {:>20}",
@@ -538,14 +545,15 @@ fn write_out(
         );
     }
     std::fs::write(dir.join("samples.csv"), s)?;
-    let groups: Vec<String> = sums.iter().map(|(t, mb, _)| format!("{t} ({mb} MiB)")).collect();
+    let groups: Vec<String> =
+        sums.iter().map(|s| format!("{} ({} MiB)", s.traversal, s.cache_mb)).collect();
     let csv = |name: &str, cols: &[&str]| -> anyhow::Result<()> {
         let mut s = String::from("traversal,cache_mb");
         for c in cols {
             let _ = write!(s, ",{c},{c}_min,{c}_max");
         }
         s.push('\n');
-        for (t, mb, f) in sums {
+        for Summary { traversal: t, cache_mb: mb, fields: f } in sums {
             let _ = write!(s, "{t},{mb}");
             for c in cols {
                 let v = get(f, c);
@@ -579,7 +587,7 @@ fn write_out(
         f11.push("disk_us");
     }
     csv("figure11.csv", &f11)?;
-    let med = |c: &str| -> Vec<f64> { sums.iter().map(|(_, _, f)| get(f, c).median).collect() };
+    let med = |c: &str| -> Vec<f64> { sums.iter().map(|s| get(&s.fields, c).median).collect() };
     let spec = |title: &str, y: &str| ChartSpec {
         title: title.into(),
         y_label: y.into(),

@@ -5,6 +5,7 @@ set -e
 T=${T:-target/release/thor}
 R=docs/results/oo7/fig9-11
 AT=t6=0.25,t1-=10,t1=20,t1+=48
+[ -d /tmp/figs-medP ] || $T oo7 load --dir /tmp/figs-medP --size medium > /dev/null
 # In-process transport, the server reading around the OS cache; its page cache (64 MiB) holds
 # the whole database after the warm-up run, so the measured runs' fetches are server hits.
 $T oo7 penalty --dir /tmp/figs-medP --figures --at $AT --over embedded --direct-reads --runs 3 --out $R/embedded
