@@ -96,9 +96,12 @@ fn item(class_word: u32, seq: u32, len: usize) -> Vec<u8> {
 }
 
 struct Db {
-    _tmp: Option<tempfile::TempDir>,
+    // Fields drop in order: the engine closes (installing into its files) before the
+    // temporary directory is deleted; the other way round it found its files gone and
+    // logged a storage failure at every benchmark's end.
     engine: Arc<Engine>,
     class: Oref,
+    _tmp: Option<tempfile::TempDir>,
 }
 
 fn fresh_db(base: &Option<PathBuf>, name: &str, opts: EngineOptions) -> Result<Db> {

@@ -46,6 +46,16 @@ pub struct TwoPcBench {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Where the servers are: over loopback TCP (each behind its TCP server, peers over TCP) or
+    /// in this process (in-process transport, peers delivered directly).
+    #[arg(long, value_enum, default_value = "tcp")]
+    over: Over,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Over {
+    Tcp,
+    Embedded,
 }
 
 const S1: ServerId = ServerId(1);
@@ -89,11 +99,11 @@ fn range(v: &[f64]) -> (f64, f64) {
     (v.iter().copied().fold(f64::MAX, f64::min), v.iter().copied().fold(0.0, f64::max))
 }
 
-/// A server of the bench: its engine, TCP server and peers.
+/// A server of the bench: its engine and, over TCP, its TCP server and peers.
 struct Node {
     engine: Arc<Engine>,
-    server: Server,
-    peers: Arc<TcpPeers>,
+    server: Option<Server>,
+    peers: Option<Arc<TcpPeers>>,
 }
 
 pub fn run(b: TwoPcBench) -> Result<()> {
@@ -102,6 +112,7 @@ pub fn run(b: TwoPcBench) -> Result<()> {
     let listeners = [TcpListener::bind("127.0.0.1:0")?, TcpListener::bind("127.0.0.1:0")?];
     let addrs: [SocketAddr; 2] = [listeners[0].local_addr()?, listeners[1].local_addr()?];
     let mut nodes = Vec::new();
+    let local = thor_server::LocalPeers::new();
     for (i, listener) in listeners.into_iter().enumerate() {
         let id = ServerId(i as u32 + 1);
         let other = ServerId(2 - i as u32);
@@ -109,23 +120,43 @@ pub fn run(b: TwoPcBench) -> Result<()> {
         if dir.exists() {
             std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
         }
-        let peers = TcpPeers::start(
-            &HashMap::from([(other, addrs[1 - i])]),
-            &ClientConfig { client_name: format!("bench server {}", id.0), ..Default::default() },
-        )?;
-        let sink: Arc<dyn PeerSink> = peers.clone();
+        let peers = match b.over {
+            Over::Tcp => Some(TcpPeers::start(
+                &HashMap::from([(other, addrs[1 - i])]),
+                &ClientConfig {
+                    client_name: format!("bench server {}", id.0),
+                    ..Default::default()
+                },
+            )?),
+            Over::Embedded => None,
+        };
+        let sink: Arc<dyn PeerSink> = match &peers {
+            Some(p) => p.clone(),
+            None => local.clone(),
+        };
         let opts = EngineOptions { server_id: id, peers: Some(sink), ..EngineOptions::default() };
         let disk = Arc::new(FileDisk::open_locked(&dir, true, "thor bench twopc")?);
         let engine = Arc::new(Engine::create(disk, opts)?);
-        let server = Server::start_on(listener, engine.clone(), NetConfig::default())?;
+        local.register(&engine);
+        let server = match b.over {
+            Over::Tcp => Some(Server::start_on(listener, engine.clone(), NetConfig::default())?),
+            Over::Embedded => None,
+        };
         nodes.push(Node { engine, server, peers });
     }
-    let connect_addrs: HashMap<ServerId, SocketAddr> =
-        nodes.iter().map(|n| (n.engine.server_id(), n.server.local_addr())).collect();
+    let targets: HashMap<ServerId, (Arc<Engine>, Option<SocketAddr>)> = nodes
+        .iter()
+        .map(|n| {
+            (n.engine.server_id(), (n.engine.clone(), n.server.as_ref().map(|s| s.local_addr())))
+        })
+        .collect();
     let connect = Box::new(move |id: ServerId| {
         let cfg = ClientConfig { client_name: "thor bench twopc".into(), ..Default::default() };
-        let t = TcpTransport::connect(connect_addrs[&id], &cfg)?;
-        Ok(Box::new(t) as Box<dyn thor_wire::Transport>)
+        let (engine, addr) = &targets[&id];
+        Ok(match addr {
+            Some(a) => Box::new(TcpTransport::connect(*a, &cfg)?) as Box<dyn thor_wire::Transport>,
+            None => Box::new(thor_net::LocalTransport::connect(engine.clone(), &cfg)?),
+        })
     });
     let c = Cluster::new(&[S1, S2], S1, connect, SessionConfig::default())?;
     // An account at each server, in root slot 0.
@@ -150,7 +181,7 @@ pub fn run(b: TwoPcBench) -> Result<()> {
             peer_messages_per_txn: 0.0,
         };
         for _ in 0..b.runs {
-            let sent_before: u64 = nodes.iter().map(|n| peer_count(&n.peers)).sum();
+            let sent_before = peer_total(&nodes, &local);
             let mut lat = LatencyHistogram::new();
             for i in 0..(b.txns + b.txns / 10) {
                 let mut value = 0;
@@ -172,7 +203,7 @@ pub fn run(b: TwoPcBench) -> Result<()> {
                     lat.record(t.elapsed());
                 }
             }
-            let sent: u64 = nodes.iter().map(|n| peer_count(&n.peers)).sum::<u64>() - sent_before;
+            let sent = peer_total(&nodes, &local) - sent_before;
             r.peer_messages_per_txn = sent as f64 / (b.txns + b.txns / 10) as f64;
             r.p50_us.push(us(lat.percentile(0.50)));
             r.p99_us.push(us(lat.percentile(0.99)));
@@ -184,8 +215,12 @@ pub fn run(b: TwoPcBench) -> Result<()> {
     if b.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
+        let over = match b.over {
+            Over::Tcp => "over loopback TCP",
+            Over::Embedded => "in process",
+        };
         println!(
-            "commit latency over loopback TCP, fsync on each server's log ({} runs of {} transactions per kind)",
+            "commit latency {over}, fsync on each server's log ({} runs of {} transactions per kind)",
             b.runs, b.txns
         );
         println!(
@@ -214,14 +249,22 @@ pub fn run(b: TwoPcBench) -> Result<()> {
         write_out(dir, &results)?;
     }
     for n in nodes {
-        n.server.shutdown()?;
+        if let Some(s) = n.server {
+            s.shutdown()?;
+        }
         drop(n.engine);
     }
     Ok(())
 }
 
-fn peer_count(p: &TcpPeers) -> u64 {
-    p.counters().sent.load(std::sync::atomic::Ordering::Relaxed)
+/// Messages between the servers so far.
+fn peer_total(nodes: &[Node], local: &thor_server::LocalPeers) -> u64 {
+    let tcp: u64 = nodes
+        .iter()
+        .filter_map(|n| n.peers.as_ref())
+        .map(|p| p.counters().sent.load(std::sync::atomic::Ordering::Relaxed))
+        .sum();
+    tcp + local.counts().0
 }
 
 fn us(d: Duration) -> f64 {

@@ -5,11 +5,14 @@
 //!   thor oo7 run    --dir DIR --traversal NAME --policy hac|fpc --cache-mb X [--hot]
 //!                   [--server ADDR] [--trace-out FILE]
 //!   thor oo7 native --size S --traversal NAME
-//!   thor oo7 sweep  --dir DIR --traversal NAME --policies hac,fpc,quickstore,arc --out DIR [--find-min] [--no-belady]
+//!   thor oo7 sweep  --dir DIR --traversal NAME --policies hac,hac-fg,fpc,gom,quickstore,arc --out DIR
+//!                   [--find-min] [--no-belady] [--cold] [--repeat N]
 //!   thor oo7 multi  --dir DIR --traversal NAME --clients 1,2,3 --mode private|shared
 //!                   [--seconds S | --repeat R] [--server ADDR]
 //!   thor oo7 penalty --dir DIR [--traversals t6,t1-,t1] [--cache-mb 256] [--over tcp|embedded]
 //!                   [--runs N] [--out DIR]
+//!   thor oo7 penalty --dir DIR --figures --at t6=0.25,t1=20 [--over tcp|embedded]
+//!                   [--direct-reads] [--server-cache-mb M] [--runs N] [--out DIR]
 //! ```
 //!
 //! Every command prints a readable table, or JSON with `--json`. Traversal names are those of
@@ -68,6 +71,13 @@ enum Oo7Command {
     /// replacement per fetch) beside the loopback floor measured in the same run: 8 KiB
     /// ping-pongs over TCP and a Unix socket. Median and range over --runs.
     Penalty(crate::oo7_penalty::PenaltyArgs),
+    /// OO7's two modules at two servers against both at one: cold traversals and the dynamic
+    /// traversal through one client (two-phase commit where a transaction spans both).
+    Cluster(crate::oo7_cluster::ClusterArgs),
+    /// The QuickStore recovery study: T2A/T2B/T2C on private modules with one to five
+    /// clients, in every commit mode (obj and the page-based ones) and recovery buffer size;
+    /// response time, throughput and client writes per transaction.
+    RecoveryStudy(crate::oo7_recovery::RecoveryArgs),
 }
 
 /// `thor oo7 demo`.
@@ -274,7 +284,13 @@ struct SweepArgs {
     /// The operation.
     #[arg(long)]
     traversal: String,
-    /// Cache managers, comma-separated.
+    /// Cache managers, comma-separated. A name ending in `-fg` (`hac-fg`) runs that manager
+    /// with replacement in the foreground (the HAC paper's HAC-FG); the others replace while
+    /// fetches are on the wire unless `--foreground` is given. With `fpc` in the list, the
+    /// elapsed chart adds FPC-NO (FPC's elapsed time less its replacement and conversion, as
+    /// the paper defines it); with two or more `gom:obj=F` splits, the fetches chart adds
+    /// GOM-BEST (the fewest fetches of any split at each size: GOM tuned per size, as the
+    /// paper's GOM figures were).
     #[arg(long, default_value = "hac,fpc")]
     policies: String,
     /// Output directory for the CSV and the plots.
@@ -321,6 +337,8 @@ pub fn run(args: Oo7Args) -> anyhow::Result<()> {
         Oo7Command::Sweep(a) => sweep(a),
         Oo7Command::Multi(a) => crate::oo7_multi::multi(a),
         Oo7Command::Penalty(a) => crate::oo7_penalty::penalty(a),
+        Oo7Command::Cluster(a) => crate::oo7_cluster::run(a),
+        Oo7Command::RecoveryStudy(a) => crate::oo7_recovery::recovery_study(a),
         Oo7Command::Demo(a) => match a.dir {
             Some(d) => demo_experiments(&d),
             None => demo_experiments(tempfile::tempdir()?.path()),
@@ -679,11 +697,8 @@ pub fn file_stem(name: &str) -> String {
 fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     let endpoint = a.session.endpoint()?;
     let workload: Workload = a.traversal.parse()?;
-    let policies: Vec<(String, PolicyConfig)> = a
-        .policies
-        .split(',')
-        .map(|p| Ok((p.trim().to_string(), policy(p.trim())?)))
-        .collect::<anyhow::Result<_>>()?;
+    let policies: Vec<(String, PolicyConfig, bool)> =
+        a.policies.split(',').map(|p| series_policy(p.trim())).collect::<anyhow::Result<_>>()?;
     let sizes: Vec<f64> = if a.sizes_mb.is_empty() {
         let max = match a.max_mb {
             Some(m) => m,
@@ -696,14 +711,15 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
         a.sizes_mb.clone()
     };
     std::fs::create_dir_all(&a.out)?;
+    let page_size = endpoint_page_size(&endpoint);
     let hot = !a.cold;
-    let cfg = |policy, cache_bytes| RunConfig {
+    let cfg = |policy, cache_bytes, foreground: bool| RunConfig {
         workload,
         policy,
         cache_bytes,
         hot,
         seed: a.session.seed,
-        background_replacement: !a.session.foreground,
+        background_replacement: !(a.session.foreground || foreground),
         repeat: a.repeat,
         commit_every: a.session.commit_every,
     };
@@ -717,11 +733,15 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     // The name each point's series goes by (the one given, settings included).
     let mut series_of: Vec<String> = Vec::new();
     let mut kind_of: Vec<PolicyConfig> = Vec::new();
-    for (name, pc) in &policies {
+    for (name, pc, fg) in &policies {
         for &mb in &sizes {
             let (_scratch, e) = point_endpoint(&endpoint, fresh)?;
-            let r = run_workload(&e, &cfg(*pc, (mb * MIB) as usize), NoRunTrace)
+            let mut r = run_workload(&e, &cfg(*pc, (mb * MIB) as usize, *fg), NoRunTrace)
                 .with_context(|| format!("{} at {mb} MiB", workload.name()))?;
+            if *fg {
+                // The report names the configuration; the replacement mode is part of it here.
+                r.policy = format!("{}-fg", r.policy);
+            }
             points.push(Point { cache_mb: mb, report: r });
             series_of.push(name.clone());
             kind_of.push(*pc);
@@ -734,7 +754,7 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
         // The traversal's page visits do not depend on the cache: one recording serves all.
         let max_mb = sizes.iter().cloned().fold(0.0, f64::max);
         let (_scratch, e) = point_endpoint(&endpoint, fresh)?;
-        let string = page_string(&e, &cfg(PolicyConfig::Fpc, (max_mb * MIB) as usize))
+        let string = page_string(&e, &cfg(PolicyConfig::Fpc, (max_mb * MIB) as usize, false))
             .context("recording the page string")?;
         for &mb in &sizes {
             let paged = points
@@ -743,8 +763,7 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
                 .filter(|(p, pc)| p.cache_mb == mb && pages_only(pc))
                 .map(|(p, _)| p.report.usable_frames)
                 .max();
-            let page = endpoint_page_size(&endpoint);
-            let frames = paged.unwrap_or((mb * MIB) as usize / page);
+            let frames = paged.unwrap_or((mb * MIB) as usize / page_size);
             belady.push(BeladyPoint {
                 cache_mb: mb,
                 frames,
@@ -763,31 +782,32 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     write_csv(&csv, &points)?;
     let mut charts = Vec::new();
     let kind = if hot { "hot" } else { "cold" };
-    for (what, y_label, get) in [
-        ("fetches", "fetches", (|p: &Point| p.report.fetches as f64) as fn(&Point) -> f64),
-        ("elapsed", "elapsed time (s, without commit)", |p: &Point| p.report.elapsed_s),
+    let names: Vec<&str> = policies.iter().map(|(n, _, _)| n.as_str()).collect();
+    let plotted = plotted_series(&names, &series_of, &points, &belady);
+    let mut derived = serde_json::Map::new();
+    for (what, y_label, all) in [
+        ("fetches", "fetches", &plotted.fetches),
+        ("elapsed", "elapsed time (s, without commit)", &plotted.elapsed),
     ] {
-        let mut series: Vec<Series> = policies
-            .iter()
-            .map(|(name, _)| {
-                let pts = points
-                    .iter()
-                    .zip(&series_of)
-                    .filter(|(_, s)| *s == name)
-                    .map(|(p, _)| (p.cache_mb, get(p)))
-                    .collect();
-                Series::line(name.to_uppercase(), pts)
-            })
-            .collect();
-        if what == "fetches" && !belady.is_empty() {
-            let pts = belady.iter().map(|b| (b.cache_mb, b.fetches as f64)).collect();
-            series.push(Series::line("BELADY".to_string(), pts));
+        let path = a.out.join(format!("{stem}-{what}.csv"));
+        let mut s = format!("series,cache_mb,{what}\n");
+        for (name, pts) in all {
+            for (x, y) in pts {
+                let _ = writeln!(s, "{name},{x},{y}");
+            }
         }
+        std::fs::write(&path, s).with_context(|| format!("writing {}", path.display()))?;
+        for (name, pts) in all.iter().filter(|(n, _)| plotted.derived.contains(n)) {
+            derived.insert(format!("{name} {what}"), json!(pts));
+        }
+        let series: Vec<Series> =
+            all.iter().map(|(name, pts)| Series::line(name.clone(), pts.clone())).collect();
         let spec = ChartSpec {
             title: format!(
-                "{} {} traversal: {what} against client cache size",
+                "{} {} traversal, {} KiB pages: {what} against client cache size",
                 kind,
-                workload.name().to_uppercase()
+                workload.name().to_uppercase(),
+                page_size / 1024
             ),
             x_label: "client cache size, frames and tables (MiB)".into(),
             y_label: y_label.into(),
@@ -801,11 +821,11 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     if a.find_min {
         let max_bytes = (sizes.iter().cloned().fold(0.0, f64::max) * MIB) as usize;
         let bar = progress(policies.len() as u64, "bisecting");
-        for (name, pc) in &policies {
+        for (name, pc, fg) in &policies {
             // An update traversal's bisection runs on one fresh copy per policy: its probes
             // see the updates of the probes before them.
             let (_scratch, e) = point_endpoint(&endpoint, fresh)?;
-            mins.push(find_min(&e, |b| cfg(*pc, b), name, max_bytes)?);
+            mins.push(find_min(&e, |b| cfg(*pc, b, *fg), name, max_bytes, page_size)?);
             bar.inc(1);
         }
         bar.finish_and_clear();
@@ -821,10 +841,14 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
             workload.name()
         )
     });
+    let v = json!({ "traversal": workload.name(), "hot": hot, "repeat": a.repeat,
+        "page_bytes": page_size, "fresh_copies": fresh, "database_changed": changed,
+        "points": points, "belady": belady, "derived": derived, "min_cache": mins,
+        "csv": csv.display().to_string(), "charts": charts.iter().map(|c| c.display().to_string()).collect::<Vec<_>>() });
+    let json_path = a.out.join(format!("{stem}.json"));
+    std::fs::write(&json_path, serde_json::to_string_pretty(&v)?)
+        .with_context(|| format!("writing {}", json_path.display()))?;
     if a.json {
-        let v = json!({ "traversal": workload.name(), "hot": hot, "repeat": a.repeat,
-            "fresh_copies": fresh, "database_changed": changed, "points": points, "belady": belady, "min_cache": mins,
-            "csv": csv.display().to_string(), "charts": charts.iter().map(|c| c.display().to_string()).collect::<Vec<_>>() });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
@@ -868,6 +892,79 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A `--policies` entry: the series name, the manager, and whether it replaces in the
+/// foreground (a name ending in `-fg`).
+fn series_policy(name: &str) -> anyhow::Result<(String, PolicyConfig, bool)> {
+    match name.strip_suffix("-fg") {
+        Some(base) => Ok((name.to_string(), policy(base)?, true)),
+        None => Ok((name.to_string(), policy(name)?, false)),
+    }
+}
+
+/// The series a sweep plots, as (legend name, points), in legend order.
+struct Plotted {
+    /// Fetches against cache size: every series, then GOM-BEST and BELADY if present.
+    fetches: Vec<(String, Vec<(f64, f64)>)>,
+    /// Elapsed time against cache size: every series, then FPC-NO if FPC ran.
+    elapsed: Vec<(String, Vec<(f64, f64)>)>,
+    /// Names of the series computed from others (not run themselves).
+    derived: Vec<String>,
+}
+
+/// The plotted series of a sweep's points: one per `--policies` entry, and the derived ones.
+/// FPC-NO is FPC's elapsed time less its replacement and conversion times (the HAC paper's
+/// "unrealistic system that incurs no overheads", section 4.3); GOM-BEST is, at each size, the
+/// fewest fetches of any GOM split run (a split tuned per size, as the paper's GOM figures
+/// were tuned by hand).
+fn plotted_series(
+    names: &[&str],
+    series_of: &[String],
+    points: &[Point],
+    belady: &[BeladyPoint],
+) -> Plotted {
+    let of = |name: &str, get: &dyn Fn(&RunReport) -> f64| -> Vec<(f64, f64)> {
+        points
+            .iter()
+            .zip(series_of)
+            .filter(|(_, s)| *s == name)
+            .map(|(p, _)| (p.cache_mb, get(&p.report)))
+            .collect()
+    };
+    let mut fetches: Vec<(String, Vec<(f64, f64)>)> =
+        names.iter().map(|n| (n.to_uppercase(), of(n, &|r| r.fetches as f64))).collect();
+    let mut elapsed: Vec<(String, Vec<(f64, f64)>)> =
+        names.iter().map(|n| (n.to_uppercase(), of(n, &|r| r.elapsed_s))).collect();
+    let mut derived = Vec::new();
+    let goms: Vec<&str> = names.iter().copied().filter(|n| n.starts_with("gom")).collect();
+    if goms.len() >= 2 {
+        let mut best: Vec<(f64, f64)> = Vec::new();
+        for g in &goms {
+            for (x, y) in of(g, &|r| r.fetches as f64) {
+                match best.iter_mut().find(|(bx, _)| *bx == x) {
+                    Some(b) => b.1 = b.1.min(y),
+                    None => best.push((x, y)),
+                }
+            }
+        }
+        best.sort_by(|a, b| a.0.total_cmp(&b.0));
+        fetches.push(("GOM-BEST".into(), best));
+        derived.push("GOM-BEST".to_string());
+    }
+    if !belady.is_empty() {
+        fetches.push((
+            "BELADY".into(),
+            belady.iter().map(|b| (b.cache_mb, b.fetches as f64)).collect(),
+        ));
+        derived.push("BELADY".to_string());
+    }
+    if names.contains(&"fpc") {
+        let no = of("fpc", &|r| (r.elapsed_s - r.replacement_s - r.conversion_s).max(0.0));
+        elapsed.push(("FPC-NO".into(), no));
+        derived.push("FPC-NO".to_string());
+    }
+    Plotted { fetches, elapsed, derived }
+}
+
 /// `points` sizes from `lo` to `hi` MiB, linearly or logarithmically spaced.
 fn spaced(lo: f64, hi: f64, points: usize, log: bool) -> anyhow::Result<Vec<f64>> {
     if !(lo > 0.0 && hi > lo && points >= 2) {
@@ -889,8 +986,8 @@ fn find_min(
     cfg: impl Fn(usize) -> RunConfig,
     policy: &str,
     max_bytes: usize,
+    page: usize,
 ) -> anyhow::Result<MinCache> {
-    let page = 8192usize;
     let mut probes = 0;
     let mut misses = |bytes: usize| -> anyhow::Result<bool> {
         probes += 1;

@@ -192,6 +192,7 @@ pub fn multi(a: MultiArgs) -> anyhow::Result<()> {
         background_replacement: !a.foreground,
         seed: a.seed,
         record_pages,
+        recovery: Default::default(),
     };
     if a.clients.is_empty() {
         bail!("--clients needs at least one count");

@@ -89,9 +89,26 @@ pub struct PenaltyArgs {
     #[arg(long)]
     json: bool,
     /// Also write samples.csv, summary.csv and penalty.png/.svg (medians in microseconds)
-    /// into this directory.
+    /// into this directory (with --figures: figure9/10/11.csv and .png/.svg, samples.csv,
+    /// figures.json and figures.txt).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Instead of cold runs against the floor: the HAC paper's Figures 9, 10 and 11, each
+    /// traversal hot at the size --at gives it, with replacement in the foreground (HAC-FG).
+    #[arg(long, requires = "at")]
+    figures: bool,
+    /// With --figures: TRAVERSAL=MIB for each traversal, the cache size of its worst-case
+    /// replacement point (the paper's: t6=0.16,t1-=5,t1=12,t1+=20, with its smaller tables).
+    #[arg(long, value_delimiter = ',')]
+    at: Vec<String>,
+    /// With --figures: the server reads its database around the OS page cache, so that disk
+    /// time is measured (Figure 11's disk).
+    #[arg(long)]
+    direct_reads: bool,
+    /// With --figures: the server's page cache in MiB (small, with --direct-reads, for the
+    /// server misses of the paper's configuration; default: the engine's).
+    #[arg(long, value_parser = crate::positive_size, allow_negative_numbers = true)]
+    server_cache_mb: Option<f64>,
 }
 
 /// One traversal's measured cold run, with the floor of the same run.
@@ -258,6 +275,23 @@ fn summarize(traversal: &str, samples: &[Sample]) -> Summary {
 
 pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
     let policy = policy(&a.policy)?;
+    if a.figures {
+        return crate::oo7_penalty_figures::figures(&crate::oo7_penalty_figures::FiguresConfig {
+            at: &a.at,
+            policy,
+            policy_name: &a.policy,
+            // The paper's Figure 9 is of foreground replacement (HAC-FG): the worst case.
+            foreground: true,
+            runs: a.runs,
+            seed: a.seed,
+            over: a.over,
+            direct_reads: a.direct_reads,
+            server_cache_mb: a.server_cache_mb,
+            out: a.out.as_deref(),
+            json: a.json,
+            dir: &a.dir,
+        });
+    }
     let workloads = a
         .traversals
         .iter()

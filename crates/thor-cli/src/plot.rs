@@ -184,6 +184,31 @@ pub fn bar_chart(
     groups: &[String],
     series: &[(String, Vec<f64>)],
 ) -> anyhow::Result<[PathBuf; 2]> {
+    bars(out_stem, spec, groups, series, false)
+}
+
+/// [`bar_chart`] with the series stacked: one bar per group, made of one segment per series
+/// (the first at the bottom), as a breakdown of a total (the HAC paper's Figures 9 to 11).
+/// Values must not be negative.
+pub fn stacked_bar_chart(
+    out_stem: &Path,
+    spec: &ChartSpec,
+    groups: &[String],
+    series: &[(String, Vec<f64>)],
+) -> anyhow::Result<[PathBuf; 2]> {
+    if series.iter().any(|(_, v)| v.iter().any(|&x| x < 0.0)) {
+        bail!("a stacked bar takes no negative values");
+    }
+    bars(out_stem, spec, groups, series, true)
+}
+
+fn bars(
+    out_stem: &Path,
+    spec: &ChartSpec,
+    groups: &[String],
+    series: &[(String, Vec<f64>)],
+    stacked: bool,
+) -> anyhow::Result<[PathBuf; 2]> {
     register_font()?;
     if series.is_empty() || series.len() > MAX_SERIES {
         bail!("a chart takes 1 to {MAX_SERIES} series, not {}", series.len());
@@ -194,15 +219,21 @@ pub fn bar_chart(
     if let Some((name, _)) = series.iter().find(|(_, v)| v.len() != groups.len()) {
         bail!("series {name:?} has not one value per group");
     }
-    let y = range(series.iter().flat_map(|(_, v)| v.iter().copied()), spec.y_range, false, true)
-        .context("y axis")?;
-    struct Bars<'a>(&'a ChartSpec, &'a [String], &'a [(String, Vec<f64>)], (f64, f64));
+    let totals: Vec<f64> =
+        (0..groups.len()).map(|i| series.iter().map(|(_, v)| v[i]).sum()).collect();
+    let values: Box<dyn Iterator<Item = f64>> = if stacked {
+        Box::new(totals.iter().copied())
+    } else {
+        Box::new(series.iter().flat_map(|(_, v)| v.iter().copied()))
+    };
+    let y = range(values, spec.y_range, false, true).context("y axis")?;
+    struct Bars<'a>(&'a ChartSpec, &'a [String], &'a [(String, Vec<f64>)], (f64, f64), bool);
     impl Drawing for Bars<'_> {
         fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> anyhow::Result<()> {
-            draw_bars(root, self.0, self.1, self.2, self.3)
+            draw_bars(root, self.0, self.1, self.2, self.3, self.4)
         }
     }
-    write_png_and_svg(out_stem, &Bars(spec, groups, series, y))
+    write_png_and_svg(out_stem, &Bars(spec, groups, series, y, stacked))
 }
 
 /// Draws [`bar_chart`]'s bars on `root`. Groups sit at x = 0, 1, ...; their names are drawn
@@ -213,6 +244,7 @@ fn draw_bars<DB: DrawingBackend>(
     groups: &[String],
     series: &[(String, Vec<f64>)],
     (y0, y1): (f64, f64),
+    stacked: bool,
 ) -> anyhow::Result<()> {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{e:?}");
     root.fill(&WHITE).map_err(err)?;
@@ -235,16 +267,27 @@ fn draw_bars<DB: DrawingBackend>(
         .light_line_style(RGBColor(0xee, 0xee, 0xee))
         .draw()
         .map_err(err)?;
-    // Each group is 0.8 wide, shared equally by its bars.
-    let width = 0.8 / series.len() as f64;
+    // Each group is 0.8 wide, shared equally by its bars (or taken by its one stacked bar).
+    let width = if stacked { 0.8 } else { 0.8 / series.len() as f64 };
+    // Where each group's next stacked segment starts.
+    let mut base = vec![y0.max(0.0); groups.len()];
     for (k, (name, values)) in series.iter().enumerate() {
         let color = PALETTE[k % PALETTE.len()];
         let style = ShapeStyle::from(&color).filled();
-        let left = |i: usize| i as f64 - 0.4 + k as f64 * width;
+        let left = |i: usize| i as f64 - 0.4 + if stacked { 0.0 } else { k as f64 * width };
+        let rects: Vec<_> = values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let (lo, hi) = if stacked { (base[i], base[i] + v) } else { (y0.max(0.0), v) };
+                if stacked {
+                    base[i] = hi;
+                }
+                Rectangle::new([(left(i), lo), (left(i) + width * 0.9, hi)], style)
+            })
+            .collect();
         chart
-            .draw_series(values.iter().enumerate().map(|(i, &v)| {
-                Rectangle::new([(left(i), y0.max(0.0)), (left(i) + width * 0.9, v)], style)
-            }))
+            .draw_series(rects)
             .map_err(err)?
             .label(name.as_str())
             .legend(move |(lx, ly)| Rectangle::new([(lx, ly - 6), (lx + 16, ly + 6)], style));
@@ -470,5 +513,11 @@ mod tests {
         let ragged = [("x".to_string(), vec![1.0])];
         assert!(bar_chart(&dir.path().join("bad"), &spec, &groups, &ragged).is_err());
         assert!(bar_chart(&dir.path().join("bad"), &spec, &[], &[]).is_err());
+        let [png, svg] =
+            stacked_bar_chart(&dir.path().join("stacked"), &spec, &groups, &series).unwrap();
+        assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+        assert!(std::fs::read_to_string(&svg).unwrap().contains("floor"), "legend");
+        let negative = [("x".to_string(), vec![1.0, -1.0])];
+        assert!(stacked_bar_chart(&dir.path().join("bad"), &spec, &groups, &negative).is_err());
     }
 }

@@ -92,6 +92,12 @@ pub struct ServerArgs {
     /// for transactions that use several servers (two-phase commit between them).
     #[arg(long = "peer", value_parser = parse_peer)]
     peers: Vec<(u32, std::net::SocketAddr)>,
+    /// How commits are made recoverable: obj (thor's own: objects shipped, logged, kept in the
+    /// MOB) or one of the QuickStore recovery study's page-based modes: pd-redo, pd-esm,
+    /// sd-esm, sl-esm (clients diff pages against a recovery buffer and ship page records, and
+    /// in the ESM modes the dirty pages too). Clients follow the server's mode.
+    #[arg(long, default_value = "obj", value_parser = parse_commit_mode)]
+    commit_mode: thor_wire::CommitMode,
 }
 
 /// `--peer ID=HOST:PORT`.
@@ -109,6 +115,14 @@ pub(crate) fn parse_peer(s: &str) -> Result<(u32, std::net::SocketAddr), String>
         .next()
         .ok_or_else(|| format!("{addr} names no address"))?;
     Ok((id, addr))
+}
+
+/// `--commit-mode`.
+fn parse_commit_mode(s: &str) -> Result<thor_wire::CommitMode, String> {
+    thor_wire::CommitMode::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = thor_wire::CommitMode::ALL.iter().map(|m| m.name()).collect();
+        format!("unknown commit mode {s:?}; one of {}", names.join(", "))
+    })
 }
 
 /// `--page-cache`.
@@ -163,6 +177,7 @@ fn open_engine(args: &ServerArgs, protocol: ProtocolConfig) -> Result<(Engine, F
             PageCacheMode::Inclusive => thor_server::pagecache::CacheMode::Inclusive,
             PageCacheMode::Exclusive => thor_server::pagecache::CacheMode::Exclusive,
         },
+        commit_mode: args.commit_mode,
         ..EngineOptions::default()
     };
     if !args.create && !args.dir.is_dir() {
@@ -269,7 +284,7 @@ pub fn run(args: ServerArgs) -> Result<()> {
     // SIGTERM as soon as it reads it gets a clean shutdown.
     server.wait_for_signal_after(|| {
         info!(
-            "listening on {} (database {}, server id {}, {} KiB pages, authentication {}, at most {} connections, {} page cache, {} reads)",
+            "listening on {} (database {}, server id {}, {} KiB pages, authentication {}, at most {} connections, {} page cache, {} reads, commit mode {})",
             listening,
             args.dir.display(),
             engine.server_id().0,
@@ -278,6 +293,7 @@ pub fn run(args: ServerArgs) -> Result<()> {
             args.max_connections,
             if engine.server_stats().page_cache_exclusive == 1 { "exclusive" } else { "inclusive" },
             if disk.direct_reads() { "direct (O_DIRECT)" } else { "buffered" },
+            args.commit_mode,
         )
     })?;
     info!("signal received: shutting down");

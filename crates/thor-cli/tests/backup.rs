@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Child;
 use std::time::Duration;
 
-use common::bank::{accounts, finish, transfer_client as client};
+use common::bank::{accounts, finish, transfer_client as client, wait_for_commits};
 use common::{ServerProcess, drain, free_port, spawn_server, start_at, thor};
 
 const CLIENTS: u32 = 4;
@@ -88,7 +88,8 @@ fn a_live_backup_passes_check_and_holds_exactly_a_committed_prefix() {
             client(addr, i, h, &["--seconds", "120", "--stop-file", stop.to_str().unwrap()])
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(700));
+    // The backup is taken under load: after some commits, however slow the machine.
+    wait_for_commits(&paths, 20, Duration::from_secs(60));
 
     // Everything acknowledged before the backup is asked for must be in it.
     let acknowledged_before = histories(&paths);

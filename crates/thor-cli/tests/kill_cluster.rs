@@ -8,17 +8,16 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::bank::{Account, Bank, finish};
+use common::bank::{Account, Bank, finish, load_histories, wait_for_commits};
 use common::{ServerProcess, drain, free_port, spawn_server, thor};
 use thor_client::{Session, SessionConfig};
 use thor_net::{ClientConfig, TcpTransport};
-use thor_sim::serial::{self, History, INITIAL, Txn};
+use thor_sim::serial::{self, INITIAL};
 
 const CLIENTS: u32 = 4;
 const ACCOUNTS: usize = 8;
@@ -135,7 +134,8 @@ fn cross_server_transfers_survive_sigkills_of_either_server() {
         servers = [a, b];
     }
     assert!(kills[0] > 0 && kills[1] > 0, "both servers were killed: {kills:?}");
-    std::thread::sleep(Duration::from_millis(500));
+    // Enough acknowledged commits for the check to mean something, however slow the machine.
+    wait_for_commits(&histories, 50, Duration::from_secs(120));
     std::fs::write(&stop, b"").unwrap();
     let logs: Vec<String> = clients.into_iter().map(finish).collect();
 
@@ -157,44 +157,18 @@ fn cross_server_transfers_survive_sigkills_of_either_server() {
         logs.join("")
     );
 
-    let mut h = History::new();
-    let mut balances: HashMap<(u64, u64), i64> = HashMap::new();
-    let (mut committed, mut uncertain) = (0, 0);
-    for path in &histories {
-        for line in std::fs::read_to_string(path).unwrap().lines() {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            let mut t = Txn::new(v["id"].as_u64().unwrap(), v["client"].as_u64().unwrap() as u32);
-            for r in v["reads"].as_array().unwrap() {
-                t = t.read(r[0].as_u64().unwrap(), r[1].as_u64().unwrap());
-            }
-            for w in v["writes"].as_array().unwrap() {
-                let (o, version) = (w[0].as_u64().unwrap(), w[1].as_u64().unwrap());
-                balances.insert((o, version), w[2].as_i64().unwrap());
-                t = t.write(o, version);
-            }
-            match v["outcome"].as_str().unwrap() {
-                "committed" => {
-                    committed += 1;
-                    h.add_committed(t)
-                }
-                "aborted" => h.add_aborted(t),
-                "uncertain" => {
-                    uncertain += 1;
-                    h.add_uncertain(t)
-                }
-                other => panic!("outcome {other}"),
-            }
-        }
-    }
+    let rec = load_histories(&histories);
+    let (h, balances) = (&rec.history, &rec.balances);
+    let (committed, uncertain) = (rec.committed, rec.uncertain);
     let fin: Vec<(u64, u64)> = state.iter().map(|&(o, _, v)| (o, v)).collect();
-    let summary = serial::check(&h, Some(&fin)).unwrap_or_else(|a| {
+    let summary = serial::check(h, Some(&fin)).unwrap_or_else(|a| {
         panic!("the history is not serializable: {a}\nclient logs:\n{}", logs.join(""))
     });
     let objects: Vec<u64> = state.iter().map(|&(o, _, _)| o).collect();
     let balance = |a: u64, v: u64| {
         if v == INITIAL { OPENING as i64 } else { balances[&(a, v)] }
     };
-    let kept = serial::check_conserved_total(&h, &summary, &objects, balance).unwrap();
+    let kept = serial::check_conserved_total(h, &summary, &objects, balance).unwrap();
     assert_eq!(kept, i128::from(OPENING) * 2 * ACCOUNTS as i128);
     assert!(committed >= 50, "only {committed} transfers acknowledged:\n{}", logs.join(""));
     eprintln!(

@@ -10,10 +10,11 @@ use std::net::SocketAddr;
 use std::process::Child;
 use std::time::Duration;
 
-use common::bank::{accounts as final_state, finish, transfer_client as client};
+use common::bank::{
+    accounts as final_state, finish, load_histories, transfer_client as client, wait_for_commits,
+};
 use common::{ServerProcess, free_port, start_at};
-use std::collections::HashMap;
-use thor_sim::serial::{self, History, INITIAL, Txn};
+use thor_sim::serial::{self, INITIAL};
 
 const CLIENTS: u32 = 8;
 const ACCOUNTS: usize = 16;
@@ -58,7 +59,8 @@ fn transfers_stay_serializable_across_server_sigkills() {
         server.kill();
         server = start_at(&dir, addr);
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // Enough acknowledged commits for the check to mean something, however slow the machine.
+    wait_for_commits(&histories, 100, Duration::from_secs(120));
     std::fs::write(&stop, b"").unwrap();
     let logs: Vec<String> = clients.into_iter().map(finish).collect();
 
@@ -72,47 +74,21 @@ fn transfers_stay_serializable_across_server_sigkills() {
     assert_eq!(total, OPENING * ACCOUNTS as u64, "money was created or lost");
 
     // The history of every client, and the balance each write stored.
-    let mut h = History::new();
-    let mut balances: HashMap<(u64, u64), i64> = HashMap::new();
-    let (mut committed, mut uncertain) = (0, 0);
-    for path in &histories {
-        for line in std::fs::read_to_string(path).unwrap().lines() {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            let mut t = Txn::new(v["id"].as_u64().unwrap(), v["client"].as_u64().unwrap() as u32);
-            for r in v["reads"].as_array().unwrap() {
-                t = t.read(r[0].as_u64().unwrap(), r[1].as_u64().unwrap());
-            }
-            for w in v["writes"].as_array().unwrap() {
-                let (o, version) = (w[0].as_u64().unwrap(), w[1].as_u64().unwrap());
-                balances.insert((o, version), w[2].as_i64().unwrap());
-                t = t.write(o, version);
-            }
-            match v["outcome"].as_str().unwrap() {
-                "committed" => {
-                    committed += 1;
-                    h.add_committed(t)
-                }
-                "aborted" => h.add_aborted(t),
-                "uncertain" => {
-                    uncertain += 1;
-                    h.add_uncertain(t)
-                }
-                other => panic!("outcome {other}"),
-            }
-        }
-    }
+    let rec = load_histories(&histories);
+    let (h, balances) = (&rec.history, &rec.balances);
+    let (committed, uncertain) = (rec.committed, rec.uncertain);
     // Every acknowledged commit is present: a committed write missing from the recovered
     // state shows as a lost update (a later transfer read the version before it) or as a final
     // state that is not the last committed version.
     let fin: Vec<(u64, u64)> = state.iter().map(|&(o, _, v)| (o, v)).collect();
-    let summary = serial::check(&h, Some(&fin)).unwrap_or_else(|a| {
+    let summary = serial::check(h, Some(&fin)).unwrap_or_else(|a| {
         panic!("the history is not serializable: {a}\nclient logs:\n{}", logs.join(""))
     });
     let accounts: Vec<u64> = state.iter().map(|&(o, _, _)| o).collect();
     let balance = |a: u64, v: u64| {
         if v == INITIAL { OPENING as i64 } else { balances[&(a, v)] }
     };
-    let kept = serial::check_conserved_total(&h, &summary, &accounts, balance).unwrap();
+    let kept = serial::check_conserved_total(h, &summary, &accounts, balance).unwrap();
     assert_eq!(kept, i128::from(OPENING) * ACCOUNTS as i128);
     // The run must have done real work across the crashes, not aborted everything.
     assert!(committed >= 100, "only {committed} commits acknowledged:\n{}", logs.join(""));

@@ -148,3 +148,66 @@ fn a_sweep_of_an_update_traversal_runs_every_point_on_a_fresh_copy() {
     // ... and none of them touched the one the sweep was given.
     assert!(database_files(&db) == before, "the sweep changed the database it was given");
 }
+
+/// The series a sweep derives: HAC-FG runs with foreground replacement and is named so in the
+/// CSV, FPC-NO is FPC's elapsed time less its replacement and conversion, GOM-BEST the fewest
+/// fetches of the GOM splits at each size, and the JSON is written beside the plots.
+#[test]
+fn a_sweep_plots_hac_fg_fpc_no_gom_best_and_belady() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    let dir = db.to_str().unwrap();
+    json(&["oo7", "load", "--dir", dir, "--size", "tiny", "--json"]);
+    let out = tmp.path().join("sweep");
+    let sweep = json(&[
+        "oo7",
+        "sweep",
+        "--dir",
+        dir,
+        "--traversal",
+        "t1",
+        "--cold",
+        "--policies",
+        "hac,hac-fg,fpc,gom:obj=0.5,gom",
+        "--out",
+        out.to_str().unwrap(),
+        "--sizes-mb",
+        "0.06,0.1",
+        "--json",
+    ]);
+    let points = sweep["points"].as_array().unwrap();
+    assert_eq!(points.len(), 10);
+    let policies: Vec<&str> = points.iter().map(|p| p["policy"].as_str().unwrap()).collect();
+    assert!(policies.contains(&"hac-fg") && policies.contains(&"gom:obj=0.5"), "{policies:?}");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("t1.json")).unwrap()).unwrap();
+    assert_eq!(written["points"], sweep["points"]);
+    let rows = |file: &str| -> Vec<(String, f64, f64)> {
+        let csv = std::fs::read_to_string(out.join(file)).unwrap();
+        csv.lines()
+            .skip(1)
+            .map(|l| {
+                let f: Vec<&str> = l.split(',').collect();
+                (f[0].to_string(), f[1].parse().unwrap(), f[2].parse().unwrap())
+            })
+            .collect()
+    };
+    let point = |policy: &str, mb: f64| {
+        points.iter().find(|p| p["policy"] == policy && p["cache_mb"].as_f64() == Some(mb)).unwrap()
+    };
+    for mb in [0.06, 0.1] {
+        let fetches = rows("t1-fetches.csv");
+        let of = |s: &str| fetches.iter().find(|r| r.0 == s && r.1 == mb).unwrap().2;
+        assert_eq!(of("GOM-BEST"), of("GOM:OBJ=0.5").min(of("GOM")));
+        assert!(of("BELADY") <= of("FPC"), "Belady is a floor under a page cache");
+        let elapsed = rows("t1-elapsed.csv");
+        let no = elapsed.iter().find(|r| r.0 == "FPC-NO" && r.1 == mb).unwrap().2;
+        let fpc = point("fpc", mb);
+        let f = |n: &str| fpc[n].as_f64().unwrap();
+        let want = (f("elapsed_s") - f("replacement_s") - f("conversion_s")).max(0.0);
+        assert!((no - want).abs() <= 1e-9, "FPC-NO {no} against {want}");
+    }
+    for f in ["t1-fetches.png", "t1-elapsed.svg", "t1-belady.csv", "t1.csv"] {
+        assert!(out.join(f).exists(), "{f}");
+    }
+}

@@ -121,3 +121,71 @@ fn penalty_reports_every_figure_beside_the_floor() {
     assert!(!out.status.success());
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
 }
+
+/// `--figures` (the HAC paper's Figures 9-11): every traversal of `--at` is measured in every
+/// run, the same fetches each time, and the parts of the fetch time add up to it: client,
+/// in-process hop, server and disk over the in-process transport (with direct reads, so disk
+/// is measured), client and network-and-server over TCP (where the split is not measured and
+/// says so). Relations only; no timing decides.
+#[test]
+fn penalty_figures_split_the_miss_and_the_fetch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    let dir = db.to_str().unwrap();
+    let out = thor(&["oo7", "load", "--dir", dir, "--size", "tiny"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for over in ["embedded", "tcp"] {
+        let charts = tmp.path().join(over);
+        let out = thor(&[
+            "oo7",
+            "penalty",
+            "--dir",
+            dir,
+            "--figures",
+            "--at",
+            "t6=0.05,t1=0.06",
+            "--over",
+            over,
+            "--direct-reads",
+            "--server-cache-mb",
+            "0.1",
+            "--runs",
+            "2",
+            "--json",
+            "--out",
+            charts.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+        assert_eq!(v["settings"]["foreground"], true, "Figure 9 is of HAC-FG");
+        assert_eq!(v["settings"]["server_time_measured"], over == "embedded");
+        let samples = v["samples"].as_array().unwrap();
+        assert_eq!(samples.len(), 4, "two traversals, two runs");
+        let t1: Vec<&Value> = samples.iter().filter(|s| s["traversal"] == "t1").collect();
+        assert_eq!(t1[0]["fetches"], t1[1]["fetches"], "the same fetches each run");
+        assert!(t1[0]["fetches"].as_u64().unwrap() > 0, "hot T1 misses in 0.06 MiB");
+        for s in t1 {
+            let f = |n: &str| s[n].as_f64().unwrap_or_else(|| panic!("{n} missing in {s}"));
+            let parts = if over == "embedded" {
+                f("client_us") + f("network_us") + f("server_us") + f("disk_us")
+            } else {
+                assert!(s["server_us"].is_null() && s["network_us"].is_null(), "{s}");
+                f("client_us") + f("network_and_server_us") + f("disk_us")
+            };
+            assert!((parts - f("fetch_us")).abs() <= 1e-6 * f("fetch_us").max(1.0), "{s}");
+            assert!(f("disk_reads_per_fetch") > 0.0, "a 0.1 MiB server cache misses: {s}");
+            assert!(f("replacement_us") > 0.0 && f("frames_compacted") + f("frames_evicted") > 0.0);
+        }
+        for file in ["figure9", "figure10", "figure11"] {
+            for ext in ["csv", "png", "svg"] {
+                assert!(charts.join(format!("{file}.{ext}")).exists(), "{file}.{ext}");
+            }
+        }
+        let csv = std::fs::read_to_string(charts.join("figure11.csv")).unwrap();
+        assert_eq!(csv.lines().count(), 3, "a header and one line per traversal");
+        assert_eq!(csv.contains(",server_us,"), over == "embedded", "{csv}");
+    }
+    let out = thor(&["oo7", "penalty", "--dir", dir, "--figures", "--at", "t1"]);
+    assert!(!out.status.success(), "a point without a size is refused");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("TRAVERSAL=MIB"));
+}

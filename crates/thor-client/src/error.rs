@@ -52,6 +52,10 @@ pub enum ClientError {
         /// Why, for humans.
         message: String,
     },
+    /// A page-based commit mode's client side failed (the recovery buffer's settings, or a
+    /// diff that found a change outside the objects written, which is a bug).
+    #[error("page mode: {0}")]
+    PageMode(String),
     /// The server answered something that does not answer the request: make a new session.
     #[error("unexpected reply: {0}")]
     Unexpected(&'static str),

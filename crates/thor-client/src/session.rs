@@ -81,12 +81,17 @@ use thor_core::le::u32_at;
 use thor_core::{
     ClassDesc, FormatError, Lsn, Oref, PageId, RawRef, ServerId, VarKind, builtin, large,
 };
+use thor_recovery::Images;
 use thor_wire::limits::{ACKS_MAX, DEMOTED_PAGES_MAX, DISCARDED_PAGES_MAX};
-use thor_wire::{Commit, Piggyback, Reply, ReplyBody, Request, RequestBody, ServerInfo, Transport};
+use thor_wire::{
+    Commit, PageCommit, PageRecords, Piggyback, Reply, ReplyBody, Request, RequestBody, ServerInfo,
+    Transport,
+};
 
 use crate::error::{ClientError, ConflictCause};
 use crate::latency::LatencyHistogram;
 use crate::limits::{LARGE_PIECES_MAX, SLOW_PATH_ROUNDS_MAX};
+use crate::pagemode::{PageModeStats, PageState, RecoveryConfig};
 use crate::typed::{Any, Class, Field, FieldType, Ref, Refs, VarSpec};
 
 /// The root slot that holds the schema directory (the list of class objects). Applications
@@ -131,6 +136,9 @@ pub struct SessionConfig {
     /// sent if the server wants it (`thor_cache::demote`). 0 never demotes. The default is
     /// [`thor_cache::limits::DEMOTE_PAGES_DEFAULT`].
     pub demote_pages: usize,
+    /// The recovery buffer and page images of the page-based commit modes
+    /// ([`crate::pagemode`]), used when the server's commit mode is one of them.
+    pub recovery: RecoveryConfig,
 }
 
 impl Default for SessionConfig {
@@ -144,6 +152,7 @@ impl Default for SessionConfig {
             run_backoff_max: Duration::from_millis(50),
             refresh_after: Some(Duration::from_secs(1)),
             demote_pages: thor_cache::limits::DEMOTE_PAGES_DEFAULT,
+            recovery: RecoveryConfig::default(),
         }
     }
 }
@@ -291,6 +300,8 @@ struct Inner {
     /// it: they stay as cheap as before, and whatever the application does meanwhile is
     /// thrown away by that commit or abort.
     doomed: Option<String>,
+    /// The page-based commit modes' state, when the server runs one ([`crate::pagemode`]).
+    pm: Option<PageState>,
     /// When the last reply arrived (for [`SessionConfig::refresh_after`]).
     last_reply: Instant,
     /// State of the generator of [`Session::run`]'s backoff jitter (SplitMix64), seeded from
@@ -480,7 +491,7 @@ impl<'s, C: Class + ?Sized> View<'s, C> {
     /// Writes a field through the transaction (the first write of an object takes its undo
     /// copy).
     pub fn set<F: Access>(&self, field: Field<C, F>, value: F) -> Result<(), ClientError> {
-        self.s.inner().cache.before_write(self.idx)?;
+        self.s.inner().before_write(self.idx)?;
         value.store(self, field.offset())
     }
 
@@ -580,7 +591,7 @@ impl<'s, C: Class + ?Sized> View<'s, C> {
         {
             return Err(ClientError::Usage("write_var_bytes past the end of the byte part"));
         }
-        self.s.inner().cache.before_write(self.idx)?;
+        self.s.inner().before_write(self.idx)?;
         // SAFETY: as for `read_var_bytes`.
         unsafe {
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(count + 4 + at), bytes.len())
@@ -596,7 +607,7 @@ impl<'s, C: Class + ?Sized> View<'s, C> {
         if kind != VarKind::Bytes || bytes.len() != self.var_len() {
             return Err(ClientError::Usage("set_var_bytes needs a byte part of the same length"));
         }
-        self.s.inner().cache.before_write(self.idx)?;
+        self.s.inner().before_write(self.idx)?;
         // SAFETY: as for `var_bytes`.
         unsafe {
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(count + 4), bytes.len())
@@ -628,7 +639,7 @@ where
             return Err(ClientError::Usage("reference index out of range"));
         }
         let inner = self.s.inner();
-        inner.cache.before_write(self.idx)?;
+        inner.before_write(self.idx)?;
         inner.store_ref(self.idx, count + 4 + 4 * i, r.idx, r.oref)
     }
 }
@@ -660,6 +671,11 @@ impl Session {
         if info.demotions {
             cache.set_demotion(cfg.demote_pages);
         }
+        let pm = if info.commit_mode.is_page_based() {
+            Some(PageState::new(info.commit_mode, info.page_size, cfg.cache_bytes, cfg.recovery)?)
+        } else {
+            None
+        };
         Ok(Session {
             inner: UnsafeCell::new(Inner {
                 transport,
@@ -676,6 +692,7 @@ impl Session {
                 cfg,
                 in_transaction: false,
                 doomed: None,
+                pm,
                 last_reply: Instant::now(),
                 jitter: u64::from(info.client_id.0) << 32 | u64::from(info.server_id.0),
             }),
@@ -959,6 +976,16 @@ impl Session {
         self.inner().cache.demote_stats()
     }
 
+    /// What the page-based commit modes did (`None` in `obj` mode).
+    pub fn page_mode_stats(&self) -> Option<PageModeStats> {
+        self.inner().pm.as_ref().map(|pm| pm.stats)
+    }
+
+    /// The server's commit mode, as `HelloOk` said.
+    pub fn commit_mode(&self) -> thor_wire::CommitMode {
+        self.inner().info.commit_mode
+    }
+
     /// The cache's counters.
     pub fn cache_stats(&self) -> CacheStats {
         self.inner().cache.stats()
@@ -1146,6 +1173,9 @@ impl Inner {
         match reply.body {
             ReplyBody::Page { page: got, bytes } if got == page => {
                 self.cache.install_page(page, &bytes)?;
+                if let Some(pm) = &mut self.pm {
+                    pm.put_image(page, &bytes);
+                }
             }
             ReplyBody::Page { .. } => return Err(ClientError::Unexpected("page other than asked")),
             other => return Err(unexpected(other)),
@@ -1438,7 +1468,7 @@ impl Inner {
         let root = self.info.root;
         let ri = self.cache.entry_for(root)?;
         self.resolve_handle(ri, root.raw())?;
-        self.cache.before_write(ri)?;
+        self.before_write(ri)?;
         self.cache.store_ref(ri, refs.var_offset() + 4 * SCHEMA_SLOT, Some(di))?;
         if let Some(s) = self.schema.as_mut() {
             s.insert(desc.name().to_string(), (cword, desc.clone()));
@@ -1497,6 +1527,155 @@ impl Inner {
         Ok((Commit { reads, versions, created }, shipped))
     }
 
+    /// The cache's `before_write` and, in a page mode, the recovery buffer's copy on the
+    /// object's first write ([`crate::pagemode`]).
+    fn before_write(&mut self, i: u32) -> Result<(), ClientError> {
+        self.cache.before_write(i)?;
+        if self.pm.is_some() && self.doomed.is_none() {
+            self.page_first_write(i)?;
+        }
+        Ok(())
+    }
+
+    fn page_first_write(&mut self, i: u32) -> Result<(), ClientError> {
+        let word = self.cache.oref_of(i);
+        // Created objects (tagged serials) travel whole, as in `obj` mode.
+        let Some(oref) = Oref::from_raw(word).filter(|o| !o.is_null()) else { return Ok(()) };
+        let Some(page) = oref.page() else { return Ok(()) };
+        let pm = self.pm.as_ref().expect("page mode");
+        if pm.is_written(word) {
+            return Ok(());
+        }
+        let span = match pm.object_span(page, oref.oid()) {
+            Some(s) => s,
+            None => {
+                self.fetch_image(page)?;
+                let pm = self.pm.as_ref().expect("page mode");
+                pm.object_span(page, oref.oid()).ok_or(CacheError::NoSuchObject(oref))?
+            }
+        };
+        // Each round either copies or sends one page's records and releases it; the buffer
+        // holds at least a page's worth, so a write fits once the others are gone.
+        loop {
+            let pm = self.pm.as_mut().expect("page mode");
+            match pm.first_write(word, i, page, span)? {
+                None => break,
+                Some(oldest) => self.send_early(oldest)?,
+            }
+        }
+        self.check_doomed()
+    }
+
+    /// Fetches `page`'s image for the page mode without installing it in the cache.
+    fn fetch_image(&mut self, page: PageId) -> Result<(), ClientError> {
+        self.send(RequestBody::Fetch { page }, Some(page))?;
+        let reply = self.recv_checked()?;
+        match reply.body {
+            ReplyBody::Page { page: got, bytes } if got == page => {
+                let pm = self.pm.as_mut().expect("page mode");
+                pm.put_image(page, &bytes);
+                pm.stats.image_fetches += 1;
+                Ok(())
+            }
+            ReplyBody::Page { .. } => Err(ClientError::Unexpected("page other than asked")),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The written objects of `page` with their new bytes, as the cache exports them.
+    fn written_objects(
+        &self,
+        page: PageId,
+    ) -> Result<Vec<(thor_recovery::Span, Vec<u8>)>, ClientError> {
+        let pm = self.pm.as_ref().expect("page mode");
+        let mut out = Vec::with_capacity(pm.written_on(page).len());
+        for w in pm.written_on(page) {
+            let mut bytes = Vec::with_capacity(w.span.len());
+            self.cache.export(w.entry, &mut bytes)?;
+            out.push((w.span, bytes));
+        }
+        Ok(out)
+    }
+
+    /// Makes room in the recovery buffer: `page`'s records so far go to the server now, with
+    /// undo bytes, and its saved units are released.
+    fn send_early(&mut self, page: PageId) -> Result<(), ClientError> {
+        let objects = self.written_objects(page)?;
+        let pm = self.pm.as_mut().expect("page mode");
+        let cur = pm.current(page, &objects)?;
+        let rec = pm.record(page, &cur, Images::RedoUndo)?;
+        let had_record = rec.is_some();
+        if let Some(rec) = rec {
+            let txn = pm.txn;
+            self.stats.bytes_shipped += rec.len() as u64;
+            let body =
+                RequestBody::PageRecords(PageRecords { txn, records: vec![Bytes::from(rec)] });
+            match self.round_trip(body)?.body {
+                ReplyBody::Ack => {}
+                ReplyBody::Error { code, message } => {
+                    return Err(ClientError::Server { code, message });
+                }
+                other => return Err(unexpected(other)),
+            }
+        }
+        self.pm.as_mut().expect("page mode").sent_early(page, cur, had_record);
+        Ok(())
+    }
+
+    /// The `PageCommit` of the open transaction: read set, write set, created objects, each
+    /// written page's record (and, ESM, the page), and the pages' final images.
+    #[allow(clippy::type_complexity)]
+    fn page_commit_request(
+        &mut self,
+    ) -> Result<(PageCommit, u64, Vec<(PageId, Vec<u8>)>), ClientError> {
+        let mut reads: Vec<Oref> = Vec::with_capacity(self.cache.read_count());
+        self.cache.for_each_read(|o| reads.push(o));
+        let mut writes = Vec::with_capacity(self.cache.modified().len());
+        for i in self.cache.modified() {
+            let oref = Oref::from_raw(self.cache.oref_of(i))
+                .ok_or(CacheError::Internal("a modified object without an oref"))?;
+            writes.push(oref);
+        }
+        let mut shipped = 4 * writes.len() as u64;
+        let mut created = Vec::with_capacity(self.cache.created().len());
+        for &i in self.cache.created() {
+            let mut bytes = Vec::new();
+            self.cache.export(i, &mut bytes)?;
+            shipped += bytes.len() as u64;
+            created.push(Bytes::from(bytes));
+        }
+        let pages_written = self.pm.as_ref().expect("page mode").written_pages();
+        let (mut records, mut pages, mut images) = (Vec::new(), Vec::new(), Vec::new());
+        for page in pages_written {
+            let objects = self.written_objects(page)?;
+            let pm = self.pm.as_mut().expect("page mode");
+            let cur = pm.current(page, &objects)?;
+            if let Some(rec) = pm.record(page, &cur, Images::Redo)? {
+                shipped += rec.len() as u64;
+                records.push(Bytes::from(rec));
+            }
+            if pm.mode().ships_pages() {
+                let mut p = cur.clone();
+                thor_core::page::seal(&mut p);
+                shipped += p.len() as u64;
+                pm.shipped(p.len());
+                pages.push((page, Bytes::from(p)));
+            }
+            images.push((page, cur));
+        }
+        let pm = self.pm.as_ref().expect("page mode");
+        let commit = PageCommit {
+            txn: pm.txn,
+            mode: pm.mode().code(),
+            reads,
+            writes,
+            created,
+            records,
+            pages,
+        };
+        Ok((commit, shipped, images))
+    }
+
     fn commit(&mut self) -> Result<CommitInfo, ClientError> {
         let t = Instant::now();
         if let Err(e) = self.check_doomed() {
@@ -1504,7 +1683,18 @@ impl Inner {
             return Err(e);
         }
         self.in_transaction = false;
-        let (commit, shipped) = match self.commit_request() {
+        let built = if self.pm.is_some() {
+            self.page_commit_request().map(|(c, shipped, images)| {
+                let (m, k) = (c.writes.len(), c.created.len());
+                (RequestBody::PageCommit(c), shipped, images, m, k)
+            })
+        } else {
+            self.commit_request().map(|(c, shipped)| {
+                let (m, k) = (c.versions.len(), c.created.len());
+                (RequestBody::Commit(c), shipped, Vec::new(), m, k)
+            })
+        };
+        let (body, shipped, images, n_modified, n_created) = match built {
             Ok(c) => c,
             Err(e) => {
                 self.abort_local();
@@ -1518,12 +1708,10 @@ impl Inner {
             .iter()
             .map(|&(slot, serial)| (slot, self.cache.created_index(serial)))
             .collect();
-        let n_created = commit.created.len();
-        let n_modified = commit.versions.len();
         // The invalidations on the reply are applied whatever it says, but they doom nothing: a
         // refused transaction is aborted anyway, and a committed one was validated by the
         // server, so the changes they announce come after it in the serial order.
-        let reply = match self.send(RequestBody::Commit(commit), None).and_then(|()| self.recv()) {
+        let reply = match self.send(body, None).and_then(|()| self.recv()) {
             Ok((r, _)) => r,
             Err(e) => {
                 self.abort_local();
@@ -1532,7 +1720,16 @@ impl Inner {
         };
         let part = Part { class_slots, n_created, n_modified, shipped, started: t };
         match reply.body {
-            ReplyBody::CommitOk { lsn, created: orefs } => self.committed(part, lsn, &orefs),
+            ReplyBody::CommitOk { lsn, created: orefs } => {
+                let r = self.committed(part, lsn, &orefs);
+                // The recovery buffer's copies of this transaction are released (page modes).
+                if r.is_ok()
+                    && let Some(pm) = &mut self.pm
+                {
+                    pm.committed(images);
+                }
+                r
+            }
             ReplyBody::CommitRefused { code, message } => {
                 self.abort_local();
                 let e = ClientError::refused(code, message);
@@ -1636,6 +1833,9 @@ impl Inner {
     fn abort_cache(&mut self) {
         let created_any = !self.cache.created().is_empty();
         self.cache.abort_done();
+        if let Some(pm) = &mut self.pm {
+            pm.aborted();
+        }
         for (slot, _) in std::mem::take(&mut self.new_class_slots) {
             self.class_words[slot] = 0;
         }

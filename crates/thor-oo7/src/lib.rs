@@ -33,6 +33,7 @@ pub mod params;
 pub mod plan;
 pub mod rng;
 pub mod schema;
+pub mod split;
 pub mod traverse;
 pub mod visited;
 

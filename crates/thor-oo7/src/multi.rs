@@ -152,6 +152,9 @@ pub struct MultiConfig {
     pub seed: u64,
     /// Record the clients' page visits ([`MultiReport::page_trace`]).
     pub record_pages: bool,
+    /// Each client's recovery buffer and page images, used when the server runs a page-based
+    /// commit mode (issue 14's study, `thor oo7 recovery-study`).
+    pub recovery: thor_client::RecoveryConfig,
 }
 
 impl MultiConfig {
@@ -242,6 +245,17 @@ pub struct ClientReport {
     pub frames: usize,
     /// Demoted pages whose bytes the client sent its server in the timed phase.
     pub demoted_pages: u64,
+    /// Bytes the client's commits shipped in the timed phase (objects, or page records and
+    /// pages in a page-based commit mode).
+    pub bytes_shipped: u64,
+    /// Page records sent in the timed phase (page-based commit modes).
+    pub page_records: u64,
+    /// Of those, the ones sent before commit because the recovery buffer was full.
+    pub page_records_early: u64,
+    /// Bytes of those page records.
+    pub page_record_bytes: u64,
+    /// Dirty pages shipped whole in the timed phase (ESM modes).
+    pub pages_shipped: u64,
 }
 
 /// The sums over all clients.
@@ -637,6 +651,7 @@ fn client(
         cache_bytes: cfg.cache_bytes,
         policy: cfg.policy,
         background_replacement: cfg.background_replacement,
+        recovery: cfg.recovery,
         ..SessionConfig::default()
     };
     let s = connect_as(endpoint, scfg, &format!("oo7 multi client {i}"))?;
@@ -689,6 +704,7 @@ fn client_runs<T: Trace>(
 
     let Some(start) = shared.arrive(cfg.clients, at_start) else { return Ok(rep) };
     let before = s.stats();
+    let pages_before = s.page_mode_stats().unwrap_or_default();
     let demoted_before = s.cache_demote_stats().sent;
     rep.frames_start = s.cache_stats().usable_frames;
     let cpu_before = thread_cpu();
@@ -726,6 +742,12 @@ fn client_runs<T: Trace>(
     rep.traversals_per_s = rate(rep.traversals, rep.elapsed_s);
     rep.frames = s.cache_stats().usable_frames;
     rep.demoted_pages = s.cache_demote_stats().sent - demoted_before;
+    rep.bytes_shipped = after.bytes_shipped - before.bytes_shipped;
+    let pages_after = s.page_mode_stats().unwrap_or_default();
+    rep.page_records = pages_after.records - pages_before.records;
+    rep.page_records_early = pages_after.records_early - pages_before.records_early;
+    rep.page_record_bytes = pages_after.record_bytes - pages_before.record_bytes;
+    rep.pages_shipped = pages_after.pages_shipped - pages_before.pages_shipped;
     Ok(rep)
 }
 
@@ -825,6 +847,7 @@ mod tests {
             background_replacement: true,
             seed: 1,
             record_pages: false,
+            recovery: Default::default(),
         };
         for op in [Op::T1, Op::T1Minus, Op::T2b, Op::T3a, Op::T4, Op::T5, Op::T6] {
             cfg(op).validate().unwrap();

@@ -58,6 +58,7 @@ fn clients_traverse_their_own_module_or_the_shared_one() {
         background_replacement: true,
         seed: 1,
         record_pages: false,
+        recovery: Default::default(),
     };
     for sharing in [Sharing::Private, Sharing::Shared] {
         let mut ticks = 0;
@@ -115,6 +116,7 @@ fn a_recorded_run_is_each_clients_page_string_and_fpc_misses_it_like_lru() {
             background_replacement,
             seed: 1,
             record_pages: true,
+            recovery: Default::default(),
         };
         let r = run_multi(&e, &cfg, &mut |_| {}).unwrap();
         let t = r.page_trace.as_ref().expect("the run was recorded");

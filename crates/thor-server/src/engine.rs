@@ -95,6 +95,11 @@ pub struct EngineOptions {
     /// Where messages to other servers go (two-phase commit). `None`: a server on its own;
     /// its messages to peers are dropped (and transactions that name peers cannot commit).
     pub peers: Option<Arc<dyn PeerSink>>,
+    /// How clients' commits are made recoverable (`thor server --commit-mode`): thor's own
+    /// `obj` (the default) or one of the QuickStore study's page-based modes
+    /// (`core::pagecommit`), told to every client in `HelloOk`. A server setting: the log and
+    /// the page file are the same in every mode, so a database can be served in any.
+    pub commit_mode: thor_wire::CommitMode,
 }
 
 /// Where an engine's messages to other servers go (two-phase commit).
@@ -171,6 +176,7 @@ impl Default for EngineOptions {
             page_cache_mode: crate::pagecache::CacheMode::Inclusive,
             twopc: crate::core::twopc::TwoPcConfig::default(),
             peers: None,
+            commit_mode: thor_wire::CommitMode::Obj,
         }
     }
 }
@@ -324,10 +330,8 @@ impl Engine {
     /// Creates a database in `disk` (which must not hold one) and opens it.
     pub fn create(disk: Arc<dyn Disk>, opts: EngineOptions) -> Result<Engine, EngineError> {
         io::create(&*disk, opts.page_size, opts.server_id)?;
-        let e = Engine::open(disk, opts)?;
         // A new database has validated nothing: no reason to refuse early client timestamps.
-        e.shared.locked.lock().core.created_now();
-        Ok(e)
+        Engine::open_inner(disk, opts, Arc::new(SystemClock), true)
     }
 
     /// Opens the database in `disk`, recovering from the log.
@@ -341,8 +345,24 @@ impl Engine {
         opts: EngineOptions,
         clock: Arc<dyn Clock>,
     ) -> Result<Engine, EngineError> {
+        Engine::open_inner(disk, opts, clock, false)
+    }
+
+    /// Opens; `created` says the database was made just now (see [`Core::created_now`]).
+    fn open_inner(
+        disk: Arc<dyn Disk>,
+        opts: EngineOptions,
+        clock: Arc<dyn Clock>,
+        created: bool,
+    ) -> Result<Engine, EngineError> {
         let start_us = clock.now_us();
-        let rec = io::recover(disk, opts.core_config(), opts.log.clone())?;
+        let mut rec = io::recover(disk, opts.core_config(), opts.log.clone())?;
+        if created {
+            rec.core.created_now();
+        } else {
+            rec.core.recovered_at(start_us);
+        }
+        rec.core.set_commit_mode(opts.commit_mode);
         let shared = Arc::new(Shared {
             locked: Mutex::new(Locked {
                 core: rec.core,

@@ -69,6 +69,10 @@ pub enum InvalidCommit {
         /// Details.
         source: FormatError,
     },
+    /// A page-based commit (issue 14's modes) is not well formed: a record that does not
+    /// parse, a region outside the objects written, a mode not the server's.
+    #[error("page-based commit refused: {0}")]
+    BadPageRecord(String),
 }
 
 /// What went wrong in the engine.

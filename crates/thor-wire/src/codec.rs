@@ -38,7 +38,7 @@ impl Reader {
     }
 
     pub(crate) fn u8(&mut self, what: &'static str) -> Result<u8, WireError> {
-        self.take::<1>(what).map(|b| b[0])
+        self.take::<1>(what).map(|[b]| b)
     }
 
     pub(crate) fn u16(&mut self, what: &'static str) -> Result<u16, WireError> {

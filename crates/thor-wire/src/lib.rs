@@ -48,6 +48,7 @@ pub mod error;
 pub mod frame;
 pub mod limits;
 pub mod message;
+pub mod pagecommit;
 pub mod stats;
 pub mod transport;
 pub mod twopc;
@@ -60,6 +61,7 @@ pub use message::{
     BackupInfo, Commit, HELLO_MAGIC, Hello, Piggyback, Reply, ReplyBody, Request, RequestBody,
     ServerInfo, decode_reply, decode_request, kind, truncate_message,
 };
+pub use pagecommit::{CommitMode, PageCommit, PageRecords};
 pub use stats::{ServerStats, StatValue};
 pub use transport::{Transport, TransportError};
 pub use twopc::{CLIENT_TIE_BIT, Participant, PeerMsg, Prepare, Stamp};

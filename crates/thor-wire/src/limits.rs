@@ -115,3 +115,16 @@ const _: () = assert!(CLIENT_NAME_BYTES_MAX <= u16::MAX as usize);
 const _: () = assert!(PATH_BYTES_MAX <= u16::MAX as usize);
 const _: () = assert!(MESSAGE_BYTES_MAX <= u16::MAX as usize);
 const _: () = assert!(STATS_FIELDS_MAX <= u16::MAX as usize);
+
+/// Most page records in one `PageCommit` or `PageRecords` (issue 14's page-based commit modes):
+/// one per page a transaction wrote, as many as a commit may write objects.
+pub const PAGE_RECORDS_MAX: usize = COMMIT_OBJECTS_MAX;
+
+/// The largest page record: `thor_recovery::limits::PAGE_RECORD_BYTES_MAX` (a header, the most
+/// regions of the largest page, both images of every byte) rounded up to five pages; the
+/// server asserts at compile time that it covers that bound.
+pub const PAGE_RECORD_BYTES_MAX: usize = 5 * PAGE_SIZE_MAX;
+
+/// Most dirty pages one ESM `PageCommit` ships whole. Shipped pages are bounded by the frame
+/// limit anyway (64 MiB is 8,192 pages of 8 KiB); this bounds the count before any is read.
+pub const PAGES_SHIPPED_MAX: usize = 1 << 16;

@@ -69,6 +69,9 @@
 //! Stats    0x0005  (empty)     asks for the server's counters
 //! Goodbye  0x0006  (empty)     the client is leaving; the server acks and closes
 //!
+//! PageRecords 0x0040, PageCommit 0x0041: the page-based commit modes, see `crate::pagecommit`
+//! (numbered apart from the sequence above, which other additions continue).
+//!
 //! Backup   0x0007  +--------+-----------+
 //!                  | P: u16 | path (P)  |  a directory on the server's machine, which must not
 //!                  +--------+-----------+  exist; P <= 4096, UTF-8
@@ -88,7 +91,8 @@
 //!                        |version| flags|server id|page size| root |client id| max frame|
 //!                        +-------+------+---------+---------+------+--------+-----------+
 //!                          u16     u16     u32       u32      u32     u32       u32
-//!                        flags: bit 0 = the server takes demoted pages; other bits zero
+//!                        flags: bit 0 = the server takes demoted pages; bits 1-3 = the
+//!                        commit mode (`pagecommit::CommitMode`, 0 = obj); other bits zero
 //!
 //! Page           0x0082  +--------+----------+---------------------+
 //!                        | page   | len: u32 | the page (len bytes)|  len is a valid page size
@@ -140,6 +144,10 @@ use crate::twopc::{PeerMsg, Prepare};
 
 /// `HelloOk` flag: the server takes demoted pages.
 const HELLO_FLAG_DEMOTIONS: u16 = 1;
+/// `HelloOk` flags bits 1-3: the server's commit mode (`CommitMode::code`; 0 is `obj`, so a
+/// server of an older build sends `obj`).
+const HELLO_COMMIT_MODE_SHIFT: u16 = 1;
+const HELLO_COMMIT_MODE_MASK: u16 = 0b111 << HELLO_COMMIT_MODE_SHIFT;
 
 /// The first word of every `Hello` body: "THOR" in ASCII, read little-endian. It lets a server
 /// tell a thor client from something else that happened to send a well-formed frame.
@@ -166,6 +174,10 @@ pub mod kind {
     pub const PREPARE: u16 = 0x0008;
     /// [`crate::RequestBody::Peer`] (version 3).
     pub const PEER: u16 = 0x0009;
+    /// [`crate::RequestBody::PageRecords`] (`crate::pagecommit`).
+    pub const PAGE_RECORDS: u16 = 0x0040;
+    /// [`crate::RequestBody::PageCommit`] (`crate::pagecommit`).
+    pub const PAGE_COMMIT: u16 = 0x0041;
     /// [`crate::ReplyBody::HelloOk`].
     pub const HELLO_OK: u16 = 0x0081;
     /// [`crate::ReplyBody::Page`].
@@ -317,6 +329,10 @@ pub enum RequestBody {
     Prepare(Box<Prepare>),
     /// A message from another server about a transaction ([`crate::twopc`]); answered `Ack`.
     Peer(PeerMsg),
+    /// Page records sent before commit, with undo bytes (page-based commit modes).
+    PageRecords(crate::pagecommit::PageRecords),
+    /// Asks to commit a transaction in a page-based commit mode.
+    PageCommit(crate::pagecommit::PageCommit),
 }
 
 impl RequestBody {
@@ -326,6 +342,8 @@ impl RequestBody {
             RequestBody::Hello(_) => kind::HELLO,
             RequestBody::Fetch { .. } => kind::FETCH,
             RequestBody::Commit(_) => kind::COMMIT,
+            RequestBody::PageRecords(_) => kind::PAGE_RECORDS,
+            RequestBody::PageCommit(_) => kind::PAGE_COMMIT,
             RequestBody::Abort => kind::ABORT,
             RequestBody::Stats => kind::STATS,
             RequestBody::Goodbye => kind::GOODBYE,
@@ -341,6 +359,8 @@ impl RequestBody {
             RequestBody::Hello(_) => "Hello",
             RequestBody::Fetch { .. } => "Fetch",
             RequestBody::Commit(_) => "Commit",
+            RequestBody::PageRecords(_) => "PageRecords",
+            RequestBody::PageCommit(_) => "PageCommit",
             RequestBody::Abort => "Abort",
             RequestBody::Stats => "Stats",
             RequestBody::Goodbye => "Goodbye",
@@ -369,6 +389,9 @@ pub struct ServerInfo {
     /// Whether the server takes demoted pages (its page cache is exclusive): a client should
     /// demote the pages it drops intact.
     pub demotions: bool,
+    /// How the server makes commits recoverable (`HelloOk` flags bits 1-3): in a page-based
+    /// mode the client commits with `PageCommit`.
+    pub commit_mode: crate::pagecommit::CommitMode,
 }
 
 /// The server's answer to one request, and the invalidations riding on it.
@@ -590,6 +613,8 @@ impl Request {
             }
             RequestBody::Peer(_) => PeerMsg::BYTES,
             RequestBody::Abort | RequestBody::Stats | RequestBody::Goodbye => 0,
+            RequestBody::PageRecords(r) => crate::pagecommit::records_bytes(r)?,
+            RequestBody::PageCommit(c) => crate::pagecommit::commit_bytes(c)?,
             RequestBody::Backup { path } => {
                 check_limit("backup path", path.len(), PATH_BYTES_MAX)?;
                 2 + path.len()
@@ -651,6 +676,8 @@ impl Request {
             }
             RequestBody::Peer(m) => m.put(out),
             RequestBody::Abort | RequestBody::Stats | RequestBody::Goodbye => {}
+            RequestBody::PageRecords(r) => crate::pagecommit::put_records(out, r),
+            RequestBody::PageCommit(c) => crate::pagecommit::put_commit(out, c),
             RequestBody::Backup { path } => put_short(out, path.as_bytes()),
         }
     }
@@ -711,6 +738,8 @@ impl Request {
             kind::STATS => RequestBody::Stats,
             kind::GOODBYE => RequestBody::Goodbye,
             kind::BACKUP => RequestBody::Backup { path: r.string(PATH_BYTES_MAX, "backup path")? },
+            kind::PAGE_RECORDS => RequestBody::PageRecords(crate::pagecommit::get_records(&mut r)?),
+            kind::PAGE_COMMIT => RequestBody::PageCommit(crate::pagecommit::get_commit(&mut r)?),
             other => return Err(WireError::UnknownType(other)),
         };
         r.finish()?;
@@ -807,7 +836,10 @@ impl Reply {
         match &self.body {
             ReplyBody::HelloOk(i) => {
                 out.put_u16(i.version);
-                out.put_u16(u16::from(i.demotions) * HELLO_FLAG_DEMOTIONS);
+                out.put_u16(
+                    (u16::from(i.demotions) * HELLO_FLAG_DEMOTIONS)
+                        | (u16::from(i.commit_mode.code()) << HELLO_COMMIT_MODE_SHIFT),
+                );
                 out.put_u32(i.server_id.0);
                 out.put_u32(i.page_size as u32);
                 out.put_u32(i.root.raw());
@@ -862,10 +894,13 @@ impl Reply {
             kind::HELLO_OK => {
                 let version = r.u16("version")?;
                 let flags = r.u16("flags")?;
-                if flags & !HELLO_FLAG_DEMOTIONS != 0 {
+                if flags & !(HELLO_FLAG_DEMOTIONS | HELLO_COMMIT_MODE_MASK) != 0 {
                     return Err(WireError::BadValue { what: "flags", why: "unknown bit set" });
                 }
                 let demotions = flags & HELLO_FLAG_DEMOTIONS != 0;
+                let mode = ((flags & HELLO_COMMIT_MODE_MASK) >> HELLO_COMMIT_MODE_SHIFT) as u8;
+                let commit_mode = crate::pagecommit::CommitMode::from_code(mode)
+                    .ok_or(WireError::BadValue { what: "commit mode", why: "unknown mode" })?;
                 let server_id = ServerId(r.u32("server id")?);
                 let page_size = r.u32("page size")? as usize;
                 let root = r.oref("root")?;
@@ -879,6 +914,7 @@ impl Reply {
                     client_id,
                     max_frame_bytes,
                     demotions,
+                    commit_mode,
                 };
                 check_info(&info)?;
                 ReplyBody::HelloOk(info)

@@ -232,6 +232,21 @@ server_stats! {
     twopc_coordinating: u64,
     /// Two-phase commit: presumed-abort answers about transactions unknown here.
     twopc_presumed_aborts: u64,
+    /// The server's commit mode (`CommitMode::code`: 0 obj, 1 pd-redo, 2 pd-esm, 3 sd-esm,
+    /// 4 sl-esm).
+    commit_mode: u64,
+    /// Page-based commits acknowledged.
+    page_commits: u64,
+    /// Page records received (at commit and before).
+    page_records: u64,
+    /// Page records received before commit (the client's recovery buffer made room).
+    page_records_early: u64,
+    /// Bytes of page records received.
+    page_record_bytes: u64,
+    /// Dirty pages received whole (ESM).
+    pages_shipped: u64,
+    /// Pages read from disk to apply page records to (REDO).
+    redo_reads: u64,
 }
 
 const _: () = assert!(ServerStats::FIELDS.len() <= STATS_FIELDS_MAX);

@@ -1,11 +1,14 @@
 //! The bank that `thor bench transfer-client` keeps, as tests drive and audit it.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
 
 use thor_client::{Session, SessionConfig};
 use thor_net::{ClientConfig, TcpTransport};
+use thor_sim::serial::{History, Txn};
 
 use super::thor;
 
@@ -67,4 +70,66 @@ pub fn accounts(addr: SocketAddr) -> Vec<(u64, u64, u64)> {
         }
     }
     out
+}
+
+/// The histories the bank clients recorded, as the checker takes them.
+pub struct Recorded {
+    pub history: History,
+    /// The balance each `(account, version)` write stored.
+    pub balances: HashMap<(u64, u64), i64>,
+    pub committed: usize,
+    pub uncertain: usize,
+}
+
+/// Reads the JSON-lines histories at `paths` (one line per transaction that reached commit).
+pub fn load_histories(paths: &[PathBuf]) -> Recorded {
+    let mut r =
+        Recorded { history: History::new(), balances: HashMap::new(), committed: 0, uncertain: 0 };
+    for path in paths {
+        for line in std::fs::read_to_string(path).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let mut t = Txn::new(v["id"].as_u64().unwrap(), v["client"].as_u64().unwrap() as u32);
+            for x in v["reads"].as_array().unwrap() {
+                t = t.read(x[0].as_u64().unwrap(), x[1].as_u64().unwrap());
+            }
+            for w in v["writes"].as_array().unwrap() {
+                let (o, version) = (w[0].as_u64().unwrap(), w[1].as_u64().unwrap());
+                r.balances.insert((o, version), w[2].as_i64().unwrap());
+                t = t.write(o, version);
+            }
+            match v["outcome"].as_str().unwrap() {
+                "committed" => {
+                    r.committed += 1;
+                    r.history.add_committed(t)
+                }
+                "aborted" => r.history.add_aborted(t),
+                "uncertain" => {
+                    r.uncertain += 1;
+                    r.history.add_uncertain(t)
+                }
+                other => panic!("outcome {other}"),
+            }
+        }
+    }
+    r
+}
+
+/// Waits until the histories at `paths` hold at least `want` acknowledged commits, so a crash
+/// test checks a history with real work in it however slow the machine is (a fixed running
+/// time gave 37 commits on a loaded CI machine and 150 on a quiet one). Returns how many there
+/// are; gives up after `give_up` and returns fewer, for the caller's assertion to report.
+pub fn wait_for_commits(paths: &[PathBuf], want: usize, give_up: Duration) -> usize {
+    let end = Instant::now() + give_up;
+    loop {
+        // A line still being written lacks its outcome and is not counted.
+        let n: usize = paths
+            .iter()
+            .filter_map(|p| std::fs::read_to_string(p).ok())
+            .map(|s| s.matches("\"outcome\":\"committed\"").count())
+            .sum();
+        if n >= want || Instant::now() >= end {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -54,6 +54,7 @@
 pub mod cc;
 pub mod demote;
 pub mod install;
+pub mod pagecommit;
 mod sessions;
 pub mod store;
 pub mod twopc;
@@ -609,6 +610,8 @@ pub struct Core {
     prepared_cc: FxHashMap<Lsn, (cc::Timestamp, Option<ConnId>)>,
     /// Two-phase commit: parts in doubt, transactions coordinated here.
     twopc: twopc::TwoPc,
+    /// The page-based commit modes' state (`pagecommit`).
+    pages: pagecommit::PageCommits,
 }
 
 impl Core {
@@ -626,6 +629,7 @@ impl Core {
             twopc: twopc::TwoPc::new(cfg.twopc),
             demotions: demote::Demotions::new(),
             prepared_cc: FxHashMap::default(),
+            pages: pagecommit::PageCommits::default(),
             sessions: Sessions::new(cfg.protocol.clone()),
             cfg,
             store,
@@ -803,6 +807,7 @@ impl Core {
                 self.sessions.disconnect(conn);
                 self.cc.disconnect(conn);
                 self.demotions.disconnect(conn);
+                self.pages.disconnect(conn);
             }
             Input::Direct { ticket, op } => self.direct(ticket, op, fx),
             Input::Durable { lsn } => self.durable(lsn, fx),
@@ -968,6 +973,11 @@ impl Core {
                 self.sessions.set_busy(conn);
                 fx.push(Effect::Backup { conn, id, path });
             }
+            Action::PageRecords(r) => self.page_records(conn, id, r, fx),
+            Action::PageCommit(c) => {
+                self.sessions.set_busy(conn);
+                self.page_commit(Origin::Conn { conn, id }, c, fx);
+            }
             Action::Stats => {
                 let stats = Box::new(self.server_stats());
                 fx.push(Effect::Reply {
@@ -987,6 +997,7 @@ impl Core {
             page_size: self.store.page_size,
             root: self.store.superblock.root,
             demotions: self.store.cache.mode() == crate::pagecache::CacheMode::Exclusive,
+            commit_mode: self.pages.mode(),
         }
     }
 
@@ -1131,6 +1142,7 @@ impl Core {
             };
             self.answer_fetch(w, page, r, fx);
         }
+        self.page_commit_read(page, image.as_ref().map_err(failure), fx);
         // Only the head of the commit queue is validated, so only it can wait for a page.
         let Some(head) = self.queue.front_mut() else { return };
         let Some(i) = head.waiting_for.iter().position(|p| *p == page) else { return };
@@ -1769,6 +1781,7 @@ impl Core {
             twopc_in_doubt: t.in_doubt as u64,
             twopc_coordinating: t.coordinating as u64,
             twopc_presumed_aborts: t.counters.presumed_aborts,
+            ..self.page_stats()
         }
     }
 }
@@ -1813,6 +1826,7 @@ pub fn refused_code(e: &InvalidCommit) -> RefusedCode {
         InvalidCommit::ClassIsImmutable(_) => RefusedCode::ClassIsImmutable,
         InvalidCommit::Duplicate(_) => RefusedCode::Duplicate,
         InvalidCommit::ObjectTooLarge { .. } => RefusedCode::ObjectTooLarge,
+        InvalidCommit::BadPageRecord(_) => RefusedCode::Other,
     }
 }
 

@@ -119,6 +119,8 @@ pub struct InfoParts {
     pub root: Oref,
     /// Whether the page cache takes demoted pages (it is exclusive).
     pub demotions: bool,
+    /// The server's commit mode.
+    pub commit_mode: thor_wire::CommitMode,
 }
 
 /// What the core must do with a request the sessions admitted.
@@ -132,6 +134,10 @@ pub enum Action {
     Commit(CommitIn),
     /// Answer with the counters.
     Stats,
+    /// Stage page records sent before commit (`super::pagecommit`).
+    PageRecords(thor_wire::PageRecords),
+    /// Serve a page-based commit (`super::pagecommit`).
+    PageCommit(thor_wire::PageCommit),
     /// Have the driver write a backup to this path (on the server's machine).
     Backup(String),
     /// Prepare a part of a transaction over several servers.
@@ -310,6 +316,8 @@ impl Sessions {
             (State::Open { .. }, RequestBody::Commit(commit)) => {
                 return Action::Commit(CommitIn::from(commit));
             }
+            (State::Open { .. }, RequestBody::PageRecords(r)) => return Action::PageRecords(r),
+            (State::Open { .. }, RequestBody::PageCommit(c)) => return Action::PageCommit(c),
             (State::Open { .. }, RequestBody::Abort) => (Reply::new(ReplyBody::Ack), false),
             (State::Open { .. }, RequestBody::Stats) => return Action::Stats,
             (State::Open { .. }, RequestBody::Backup { path }) => return Action::Backup(path),
@@ -354,6 +362,7 @@ impl Sessions {
             client_id: client,
             max_frame_bytes: self.cfg.max_frame_bytes,
             demotions: demotes,
+            commit_mode: info.commit_mode,
         };
         (Reply::new(ReplyBody::HelloOk(info)), false)
     }

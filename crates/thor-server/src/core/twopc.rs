@@ -304,6 +304,17 @@ impl Core {
         self.twopc.raise_after_recovery = false;
     }
 
+    /// Recovery ended at `now_us` (the driver's clock at the open): the threshold is raised
+    /// from then, not from the first input, which may come much later.
+    pub fn recovered_at(&mut self, now_us: u64) {
+        if self.twopc.raise_after_recovery {
+            self.twopc.raise_after_recovery = false;
+            self.now_us = self.now_us.max(now_us);
+            let t = now_us.saturating_add(self.twopc.cfg.future_max_us);
+            self.cc.raise_threshold(Timestamp { time_us: t, server: 0 });
+        }
+    }
+
     fn me(&self) -> ServerId {
         self.store.superblock.server_id
     }

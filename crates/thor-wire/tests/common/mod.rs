@@ -55,6 +55,25 @@ pub fn request_body() -> impl Strategy<Value = RequestBody> {
         "\\PC{0,40}".prop_map(|path| RequestBody::Backup { path }),
         prepare().prop_map(|p| RequestBody::Prepare(Box::new(p))),
         peer().prop_map(RequestBody::Peer),
+        (any::<u64>(), vec(blob(64), 0..4)).prop_map(|(txn, records)| {
+            RequestBody::PageRecords(thor_wire::PageRecords { txn, records })
+        }),
+        (
+            (any::<u64>(), any::<u8>(), vec(oref(), 0..8), vec(oref(), 0..8)),
+            (vec(blob(48), 0..4), vec(blob(64), 0..4), vec(page_id(), 0..3)),
+        )
+            .prop_map(|((txn, mode, reads, writes), (created, records, pages))| {
+                let pages = pages.into_iter().map(|p| (p, Bytes::from(vec![7u8; 1024]))).collect();
+                RequestBody::PageCommit(thor_wire::PageCommit {
+                    txn,
+                    mode,
+                    reads,
+                    writes,
+                    created,
+                    records,
+                    pages,
+                })
+            }),
     ]
 }
 
@@ -102,7 +121,7 @@ pub fn request() -> impl Strategy<Value = Request> {
 }
 
 fn stats() -> impl Strategy<Value = ServerStats> {
-    (vec(any::<u64>(), 62), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
+    (vec(any::<u64>(), 69), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
         commits: w[0],
         versions_committed: w[1],
         objects_created: w[2],
@@ -167,6 +186,13 @@ fn stats() -> impl Strategy<Value = ServerStats> {
         twopc_in_doubt: w[59],
         twopc_coordinating: w[60],
         twopc_presumed_aborts: w[61],
+        commit_mode: w[62],
+        page_commits: w[63],
+        page_records: w[64],
+        page_records_early: w[65],
+        page_record_bytes: w[66],
+        pages_shipped: w[67],
+        redo_reads: w[68],
     })
 }
 
@@ -179,9 +205,9 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
             oref(),
             any::<u32>(),
             FRAME_BYTES_SETTING_MIN..=FRAME_BYTES_MAX,
-            any::<bool>()
+            (any::<bool>(), proptest::sample::select(thor_wire::CommitMode::ALL.to_vec()))
         )
-            .prop_map(|(version, s, shift, root, c, max, demotions)| {
+            .prop_map(|(version, s, shift, root, c, max, (demotions, commit_mode))| {
                 ReplyBody::HelloOk(ServerInfo {
                     version,
                     server_id: ServerId(s),
@@ -190,6 +216,7 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
                     client_id: ClientId(c),
                     max_frame_bytes: max,
                     demotions,
+                    commit_mode,
                 })
             }),
         (page_id(), vec(any::<u8>(), 1024..=1024))

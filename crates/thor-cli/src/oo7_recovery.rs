@@ -1,0 +1,414 @@
+//! `thor oo7 recovery-study`: the QuickStore recovery study (issue 14,
+//! `papers/quickstore-recovery-sigmod95.txt`) run inside thor, every commit mode beside `obj`.
+//!
+//! ```text
+//!   thor oo7 recovery-study --dir DIR [--modes obj,pd-redo,pd-esm,sd-esm,sl-esm]
+//!        [--traversals t2a,t2b,t2c] [--clients 1,2,3,4,5] [--repeat R]
+//!        [--buffer-mb 8,4] [--block-bytes 64] [--cache-mb M] [--out DIR]
+//! ```
+//!
+//! `DIR` holds an OO7 database with a module per client (the paper's small database:
+//! `thor oo7 load --dir DIR --size qs-small`). Every point gets a freshly opened server in this
+//! process, in the point's commit mode, on a loopback TCP port; each client (a thread with its
+//! own session and connection) runs its traversal on its private module once to warm its
+//! cache, then `--repeat` times as separate transactions, as in the paper (caches warm across
+//! transactions). The page modes run once per recovery buffer size (`--buffer-mb`: the paper's
+//! unconstrained case and, e.g., PD-ESM-4's 4 MB); `obj` has no recovery buffer.
+//!
+//! Per point: the response time (mean over clients of their time per traversal), the
+//! throughput (traversals per second, all clients), and per committed transaction the bytes the
+//! clients shipped, the page records (and those sent early) and their bytes, the pages shipped
+//! whole, and the server's log bytes and REDO page reads. Each point runs `--runs` times
+//! (a fresh server each time): the times are the median with the range, the counts the first
+//! run's.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde::Serialize;
+use thor_client::RecoveryConfig;
+use thor_oo7::Op;
+use thor_oo7::experiment::Endpoint;
+use thor_oo7::multi::{Length, MultiConfig, MultiReport, Sharing, check_modules, database_modules};
+use thor_server::EngineOptions;
+use thor_wire::{CommitMode, ServerStats};
+
+use crate::oo7::{MIB, open_database_with, policy};
+use crate::plot::{ChartSpec, Legend, Series, line_chart};
+
+/// `thor oo7 recovery-study`.
+#[derive(Debug, Args)]
+pub struct RecoveryArgs {
+    /// The database directory (an OO7 database with at least as many modules as clients).
+    #[arg(long)]
+    dir: PathBuf,
+    /// The commit modes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "obj,pd-redo,pd-esm,sd-esm,sl-esm")]
+    modes: Vec<String>,
+    /// The traversals, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "t2a,t2b,t2c")]
+    traversals: Vec<String>,
+    /// Client counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5")]
+    clients: Vec<usize>,
+    /// Timed traversals per client (each its own transaction), after one warm-up.
+    #[arg(long, default_value_t = 5)]
+    repeat: u32,
+    /// Recovery buffer sizes in MiB for the page modes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "8")]
+    buffer_mb: Vec<f64>,
+    /// SD's and SL's block size in bytes.
+    #[arg(long, default_value_t = 64)]
+    block_bytes: usize,
+    /// Each client's cache in MiB.
+    #[arg(long, default_value_t = 64.0)]
+    cache_mb: f64,
+    /// Each client's cache manager.
+    #[arg(long, default_value = "hac")]
+    policy: String,
+    /// Runs per point: the response time and throughput are the median, with the range.
+    #[arg(long, default_value_t = 3)]
+    runs: u32,
+    /// Write CSV, JSON and plots here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// One point of the grid.
+#[derive(Debug, Clone, Serialize)]
+struct Point {
+    mode: String,
+    /// The recovery buffer in MiB (page modes), or `None` (`obj`).
+    buffer_mb: Option<f64>,
+    traversal: String,
+    clients: usize,
+    /// Mean over clients of their milliseconds per traversal: the median over the runs, and
+    /// the lowest and highest.
+    response_ms: f64,
+    response_ms_min: f64,
+    response_ms_max: f64,
+    /// Traversals per second, all clients: the median over the runs, the lowest, the highest.
+    throughput: f64,
+    throughput_min: f64,
+    throughput_max: f64,
+    /// Runs of the point.
+    runs: u32,
+    /// Transactions committed in the timed phase.
+    commits: u64,
+    /// Conflicts (aborted and run again).
+    aborts: u64,
+    /// Bytes the clients shipped per committed transaction (objects, records, pages).
+    shipped_bytes_per_txn: f64,
+    /// Page records per transaction, and those sent before commit.
+    records_per_txn: f64,
+    early_records_per_txn: f64,
+    /// Bytes of page records per transaction, and in 8 KiB pages' worth (the paper's
+    /// "log-record pages").
+    record_bytes_per_txn: f64,
+    record_pages_per_txn: f64,
+    /// Dirty pages shipped whole per transaction (ESM).
+    pages_per_txn: f64,
+    /// Server log bytes per transaction.
+    log_bytes_per_txn: f64,
+    /// Pages the server read to apply records to (REDO), per transaction.
+    redo_reads_per_txn: f64,
+}
+
+fn parse_mode(name: &str) -> anyhow::Result<CommitMode> {
+    CommitMode::from_name(name).with_context(|| {
+        let names: Vec<&str> = CommitMode::ALL.iter().map(|m| m.name()).collect();
+        format!("unknown commit mode {name:?}; one of {}", names.join(", "))
+    })
+}
+
+fn parse_op(name: &str) -> anyhow::Result<Op> {
+    Op::ALL
+        .iter()
+        .copied()
+        .find(|o| o.name() == name)
+        .with_context(|| format!("unknown traversal {name:?}"))
+}
+
+/// `thor oo7 recovery-study`.
+pub fn recovery_study(a: RecoveryArgs) -> anyhow::Result<()> {
+    let modes: Vec<CommitMode> = a.modes.iter().map(|m| parse_mode(m)).collect::<Result<_, _>>()?;
+    let ops: Vec<Op> = a.traversals.iter().map(|t| parse_op(t)).collect::<Result<_, _>>()?;
+    if a.clients.is_empty() || a.buffer_mb.iter().any(|b| !(b.is_finite() && *b > 0.0)) {
+        bail!("give at least one client count and positive recovery buffer sizes");
+    }
+    let policy = policy(&a.policy)?;
+    let mut points = Vec::new();
+    for &op in &ops {
+        for &mode in &modes {
+            let buffers: Vec<Option<f64>> = if mode.is_page_based() {
+                a.buffer_mb.iter().map(|b| Some(*b)).collect()
+            } else {
+                vec![None]
+            };
+            for buffer_mb in buffers {
+                for &clients in &a.clients {
+                    let runs: Vec<Point> = (0..a.runs.max(1))
+                        .map(|_| run_point(&a, op, mode, buffer_mb, clients, policy))
+                        .collect::<Result<_, _>>()?;
+                    let p = summary(runs);
+                    eprintln!(
+                        "{} {}{} {} client(s): {:.1} ms, {:.2}/s, {:.0} B shipped/txn",
+                        p.traversal,
+                        p.mode,
+                        buffer_mb.map(|b| format!("-{b}MB")).unwrap_or_default(),
+                        p.clients,
+                        p.response_ms,
+                        p.throughput,
+                        p.shipped_bytes_per_txn
+                    );
+                    points.push(p);
+                }
+            }
+        }
+    }
+    print!("{}", table(&points));
+    println!(
+        "(times: median and range over {} run(s) per point, on a machine that may be shared)",
+        a.runs.max(1)
+    );
+    if let Some(out) = &a.out {
+        write_out(out, &points)?;
+    }
+    Ok(())
+}
+
+fn run_point(
+    a: &RecoveryArgs,
+    op: Op,
+    mode: CommitMode,
+    buffer_mb: Option<f64>,
+    clients: usize,
+    policy: thor_client::PolicyConfig,
+) -> anyhow::Result<Point> {
+    let opts = EngineOptions { commit_mode: mode, ..EngineOptions::default() };
+    let (engine, disk) = open_database_with(&a.dir, opts, false)?;
+    let page_size = engine.page_size();
+    let server = thor_net::Server::start("127.0.0.1:0", engine.clone(), Default::default())
+        .context("starting the loopback server")?;
+    let endpoint = Endpoint::Tcp { addr: server.local_addr().to_string(), token: Vec::new() };
+    let modules = database_modules(&endpoint).context("reading the database's modules")?;
+    check_modules(modules, clients, Sharing::Private)?;
+    let recovery = RecoveryConfig {
+        buffer_pages: buffer_mb.map_or(1, |mb| ((mb * MIB) as usize / page_size).max(1)),
+        block_bytes: a.block_bytes,
+        shadow_pages: 0,
+    };
+    let cfg = MultiConfig {
+        op,
+        clients,
+        sharing: Sharing::Private,
+        length: Length::Repeat(a.repeat),
+        policy,
+        cache_bytes: (a.cache_mb * MIB) as usize,
+        background_replacement: true,
+        seed: 14,
+        record_pages: false,
+        recovery,
+    };
+    let before = std::sync::Mutex::new(None::<ServerStats>);
+    let at_start = || {
+        *before.lock().unwrap_or_else(|e| e.into_inner()) = Some(engine.server_stats());
+    };
+    let r = thor_oo7::multi::run_multi_with(&endpoint, &cfg, &mut |_| {}, &at_start)
+        .with_context(|| format!("{} in mode {mode} with {clients} client(s)", op.name()))?;
+    let after = engine.server_stats();
+    server.shutdown().context("stopping the loopback server")?;
+    drop(engine);
+    drop(disk);
+    let before = before.into_inner().unwrap_or_else(|e| e.into_inner()).unwrap_or_default();
+    Ok(point(mode, buffer_mb, clients, &r, &before, &after))
+}
+
+/// The first run's counts (a run's counts vary only with conflicts and timing of installs)
+/// with the median and range of the times.
+fn summary(runs: Vec<Point>) -> Point {
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let m = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+        (m, v[0], v[n - 1])
+    };
+    let (r, r_min, r_max) = median(runs.iter().map(|p| p.response_ms).collect());
+    let (t, t_min, t_max) = median(runs.iter().map(|p| p.throughput).collect());
+    let n = runs.len() as u32;
+    let mut p = runs.into_iter().next().expect("at least one run");
+    (p.response_ms, p.response_ms_min, p.response_ms_max) = (r, r_min, r_max);
+    (p.throughput, p.throughput_min, p.throughput_max) = (t, t_min, t_max);
+    p.runs = n;
+    p
+}
+
+fn point(
+    mode: CommitMode,
+    buffer_mb: Option<f64>,
+    clients: usize,
+    r: &MultiReport,
+    before: &ServerStats,
+    after: &ServerStats,
+) -> Point {
+    let commits = r.total.commits;
+    let per = |x: u64| if commits == 0 { 0.0 } else { x as f64 / commits as f64 };
+    let sum =
+        |f: fn(&thor_oo7::multi::ClientReport) -> u64| r.per_client.iter().map(f).sum::<u64>();
+    let times: Vec<f64> = r
+        .per_client
+        .iter()
+        .filter(|c| c.traversals > 0)
+        .map(|c| c.elapsed_s * 1000.0 / c.traversals as f64)
+        .collect();
+    let record_bytes = sum(|c| c.page_record_bytes);
+    Point {
+        mode: mode.name().to_string(),
+        buffer_mb,
+        traversal: r.traversal.clone(),
+        clients,
+        response_ms: times.iter().sum::<f64>() / times.len().max(1) as f64,
+        response_ms_min: 0.0,
+        response_ms_max: 0.0,
+        throughput: r.total.traversals_per_s,
+        throughput_min: 0.0,
+        throughput_max: 0.0,
+        runs: 1,
+        commits,
+        aborts: r.total.aborts,
+        shipped_bytes_per_txn: per(sum(|c| c.bytes_shipped)),
+        records_per_txn: per(sum(|c| c.page_records)),
+        early_records_per_txn: per(sum(|c| c.page_records_early)),
+        record_bytes_per_txn: per(record_bytes),
+        record_pages_per_txn: per(record_bytes) / 8192.0,
+        pages_per_txn: per(sum(|c| c.pages_shipped)),
+        log_bytes_per_txn: per(after.log_bytes.saturating_sub(before.log_bytes)),
+        redo_reads_per_txn: per(after.redo_reads.saturating_sub(before.redo_reads)),
+    }
+}
+
+/// A chart's file stem, y label, and y value of a point.
+type Chart = (&'static str, &'static str, fn(&Point) -> f64);
+
+fn label(p: &Point) -> String {
+    match p.buffer_mb {
+        Some(b) => format!("{}-{b}MB", p.mode),
+        None => p.mode.clone(),
+    }
+}
+
+fn table(points: &[Point]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<5} {:<16} {:>3} {:>22} {:>9} {:>12} {:>8} {:>8} {:>10} {:>8} {:>10} {:>8}",
+        "trav",
+        "mode",
+        "cl",
+        "resp ms (min-max)",
+        "trav/s",
+        "shipped/txn",
+        "rec/txn",
+        "early",
+        "recB/txn",
+        "pg/txn",
+        "logB/txn",
+        "redo/txn"
+    );
+    for p in points {
+        let _ = writeln!(
+            s,
+            "{:<5} {:<16} {:>3} {:>22} {:>9.2} {:>12.0} {:>8.1} {:>8.1} {:>10.0} {:>8.1} {:>10.0} {:>8.1}",
+            p.traversal,
+            label(p),
+            p.clients,
+            format!("{:.1} ({:.1}-{:.1})", p.response_ms, p.response_ms_min, p.response_ms_max),
+            p.throughput,
+            p.shipped_bytes_per_txn,
+            p.records_per_txn,
+            p.early_records_per_txn,
+            p.record_bytes_per_txn,
+            p.pages_per_txn,
+            p.log_bytes_per_txn,
+            p.redo_reads_per_txn
+        );
+    }
+    s
+}
+
+fn write_out(out: &Path, points: &[Point]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut csv = String::from(
+        "traversal,mode,buffer_mb,clients,runs,response_ms,response_ms_min,response_ms_max,\
+         throughput,throughput_min,throughput_max,commits,aborts,\
+         shipped_bytes_per_txn,records_per_txn,early_records_per_txn,record_bytes_per_txn,\
+         record_pages_per_txn,pages_per_txn,log_bytes_per_txn,redo_reads_per_txn\n",
+    );
+    for p in points {
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.1},{:.3},{:.3},{:.1},{:.4},{:.3},{:.1},{:.3}",
+            p.traversal,
+            p.mode,
+            p.buffer_mb.map(|b| b.to_string()).unwrap_or_default(),
+            p.clients,
+            p.runs,
+            p.response_ms,
+            p.response_ms_min,
+            p.response_ms_max,
+            p.throughput,
+            p.throughput_min,
+            p.throughput_max,
+            p.commits,
+            p.aborts,
+            p.shipped_bytes_per_txn,
+            p.records_per_txn,
+            p.early_records_per_txn,
+            p.record_bytes_per_txn,
+            p.record_pages_per_txn,
+            p.pages_per_txn,
+            p.log_bytes_per_txn,
+            p.redo_reads_per_txn
+        );
+    }
+    std::fs::write(out.join("recovery-study.csv"), csv)?;
+    std::fs::write(out.join("recovery-study.json"), serde_json::to_string_pretty(points)?)?;
+    let mut traversals: Vec<&str> = points.iter().map(|p| p.traversal.as_str()).collect();
+    traversals.dedup();
+    for t in traversals {
+        let of_t: Vec<&Point> = points.iter().filter(|p| p.traversal == t).collect();
+        let mut labels: Vec<String> = of_t.iter().map(|p| label(p)).collect();
+        labels.dedup();
+        let series = |y: fn(&Point) -> f64| -> Vec<Series> {
+            labels
+                .iter()
+                .map(|l| {
+                    let pts =
+                        of_t.iter().filter(|p| label(p) == *l).map(|p| (p.clients as f64, y(p)));
+                    Series::line(l.clone(), pts.collect())
+                })
+                .collect()
+        };
+        let charts: [Chart; 3] = [
+            ("response", "response time (ms per traversal)", |p| p.response_ms),
+            ("throughput", "throughput (traversals/s)", |p| p.throughput),
+            ("shipped", "client writes (KiB per transaction)", |p| {
+                p.shipped_bytes_per_txn / 1024.0
+            }),
+        ];
+        for (stem, y_label, y) in charts {
+            let spec = ChartSpec {
+                title: format!("{t}: {y_label} against clients"),
+                x_label: "clients".into(),
+                y_label: y_label.into(),
+                legend: Legend::UpperRight,
+                ..ChartSpec::default()
+            };
+            line_chart(&out.join(format!("recovery-{t}-{stem}")), &spec, &series(y))?;
+        }
+    }
+    eprintln!("wrote {}", out.display());
+    Ok(())
+}

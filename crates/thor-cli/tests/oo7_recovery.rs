@@ -1,0 +1,76 @@
+//! `thor oo7 recovery-study` end to end on the tiny database: every mode runs, and the counts
+//! relate as the modes are built (timing never decides): `obj` sends no page records, the
+//! page modes send records, ESM ships the written pages whole and REDO none, a recovery
+//! buffer of one page sends PD's records early and SD's 64-byte blocks need room no more
+//! often, and every mode writes the same log bytes (thor's commit record).
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn thor(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_thor")).args(args).output().expect("thor runs")
+}
+
+#[test]
+fn every_mode_runs_and_its_counts_relate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    let dir = db.to_str().unwrap();
+    let out = thor(&["oo7", "load", "--dir", dir, "--size", "tiny", "--modules", "2"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let results = tmp.path().join("out");
+    let out = thor(&[
+        "oo7",
+        "recovery-study",
+        "--dir",
+        dir,
+        "--traversals",
+        "t2b",
+        "--clients",
+        "1,2",
+        "--repeat",
+        "2",
+        "--runs",
+        "1",
+        // 8 KiB: one page of PD copies, 128 blocks of SD.
+        "--buffer-mb",
+        "0.0078125",
+        "--out",
+        results.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for f in ["recovery-study.csv", "recovery-t2b-response.svg", "recovery-t2b-shipped.png"] {
+        assert!(results.join(f).exists(), "{f}");
+    }
+    let json = std::fs::read(results.join("recovery-study.json")).unwrap();
+    let points: Vec<Value> = serde_json::from_slice(&json).unwrap();
+    assert_eq!(points.len(), 5 * 2, "five modes, two client counts");
+    let get = |mode: &str, clients: u64, field: &str| -> f64 {
+        let p = points
+            .iter()
+            .find(|p| p["mode"] == mode && p["clients"] == clients)
+            .unwrap_or_else(|| panic!("{mode} with {clients} missing"));
+        p[field].as_f64().unwrap_or_else(|| panic!("{field} of {mode}"))
+    };
+    for clients in [1, 2] {
+        assert!(get("obj", clients, "commits") > 0.0);
+        assert_eq!(get("obj", clients, "records_per_txn"), 0.0);
+        let log = get("obj", clients, "log_bytes_per_txn");
+        for mode in ["pd-redo", "pd-esm", "sd-esm", "sl-esm"] {
+            assert!(get(mode, clients, "records_per_txn") > 0.0, "{mode}");
+            assert_eq!(get(mode, clients, "log_bytes_per_txn"), log, "{mode}: thor's record");
+        }
+        assert_eq!(get("pd-redo", clients, "pages_per_txn"), 0.0);
+        for mode in ["pd-esm", "sd-esm", "sl-esm"] {
+            assert!(get(mode, clients, "pages_per_txn") > 0.0, "{mode}");
+        }
+        // One page of PD copies holds one written page; the same bytes of SD's blocks hold at
+        // least that page's written blocks, usually several pages'.
+        let (pd, sd) = (
+            get("pd-redo", clients, "early_records_per_txn"),
+            get("sd-esm", clients, "early_records_per_txn"),
+        );
+        assert!(pd > 0.0 && sd <= pd, "early records: pd {pd}, sd {sd}");
+    }
+}

@@ -1,0 +1,457 @@
+//! The page-based commit modes at the server (issue 14, `papers/quickstore-recovery-sigmod95.txt`):
+//! PD-REDO, PD-ESM, SD-ESM and SL-ESM beside thor's own `obj` mode.
+//!
+//! # What arrives
+//!
+//! A client in a page mode describes its updates as *page records* (`thor_recovery::record`):
+//! the changed regions of one page, found by diffing the page against the copy its recovery
+//! buffer took at the first update. Records the recovery buffer had to send before commit come
+//! in `PageRecords` requests, with undo bytes; the rest come with `PageCommit`, which also
+//! carries the read set, the write set (the objects the regions lie in) and the created
+//! objects, and in the ESM modes every dirty page whole.
+//!
+//! ```text
+//!  PageRecords (undo) ──► staged per connection (bounded), never applied before commit
+//!  PageCommit ──► mode checked ──► records parsed (staged ones of the same txn first)
+//!                  │
+//!                  ├─ ESM: the written objects' bytes come from the shipped pages
+//!                  └─ REDO: each page's committed image (page cache + MOB, or read from
+//!                     disk: the head parks until the read comes) with the records' redo
+//!                     applied in order
+//!                  ▼
+//!      every region inside a written object, else refused (`BadPageRecord`)
+//!                  ▼
+//!      CommitIn { reads, versions: the written objects' new bytes, created }
+//!                  ▼
+//!      thor's commit path: CLOCC validation per object, the commit record forced to the log,
+//!      CommitOk once durable, the versions into the MOB, installed later
+//! ```
+//!
+//! # Why records are staged, not applied, before commit
+//!
+//! The paper's ESM server applies a record sent before commit to its cached page at once and
+//! keeps its undo bytes to take it back on abort (the page may be stolen to disk meanwhile).
+//! thor's invariant is stronger: no fetch ever sees a transaction before its commit record is
+//! durable (other clients fetch the same pages, and CLOCC validates per object). So early
+//! records wait, per connection and bounded by [`STAGED_BYTES_MAX`], and are applied in the
+//! same step as the commit's own records. Their undo bytes travel (the study counts them) and
+//! are checked by the decoder, but are never needed: an abort, a refusal, a newer transaction
+//! number or a disconnect drops what is staged, and nothing of it ever reached a page or the
+//! log. A crash loses the staging, which held nothing acknowledged.
+//!
+//! # Why the result is thor's commit record
+//!
+//! The records are applied at commit to the committed image, which yields the complete new
+//! bytes of every written object; those are logged as thor's commit record (kind 2) and go
+//! through the MOB. A region logged as such could not be replayed without its page (the log is
+//! replayed into the MOB, before any page is read); the whole object can. So recovery, the
+//! install rounds and the double-write buffer are `obj` mode's and the crash analysis of
+//! `docs/format.md` covers every page mode unchanged, while what the client produces and ships
+//! (the study's subject) is the paper's.
+//!
+//! # Why a stale base is harmless
+//!
+//! A region overwrites bytes of one written object; the object's other bytes come from the
+//! server's committed image. If that image's version of the object is not the one the client
+//! diffed against, some commit wrote the object after the client's copy was sent, and CLOCC,
+//! which validates every written object as read, refuses the transaction. A commit that passes
+//! validation was diffed against exactly the image its records are applied to.
+
+use bytes::Bytes;
+use rustc_hash::FxHashMap;
+use thor_core::{Oref, PageId, PageView};
+use thor_recovery::{Images, PageRecord};
+use thor_wire::{CommitMode, PageCommit, PageRecords, Reply, ReplyBody};
+
+use super::store::CommitIn;
+use super::{ConnId, Core, Effect, Origin};
+use crate::error::{EngineError, InvalidCommit};
+
+/// Most bytes of page records staged for one connection's open transaction. The client's
+/// recovery buffer sends early records only when it is full, so a transaction stages about as
+/// much as it writes; 64 MiB is a frame's worth, above OO7 T2B on the small database (about
+/// 8 MB of records with undo) and far below a server's memory.
+pub const STAGED_BYTES_MAX: usize = 64 << 20;
+
+// The wire admits every record the recovery crate can encode.
+const _: () = assert!(
+    thor_wire::limits::PAGE_RECORD_BYTES_MAX >= thor_recovery::limits::PAGE_RECORD_BYTES_MAX
+);
+
+/// Counters of the page modes (reported in `ServerStats`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PageCounters {
+    /// Page-based commits handed to the commit path.
+    pub page_commits: u64,
+    /// Page records received (at commit and before).
+    pub records: u64,
+    /// Page records received before commit.
+    pub records_early: u64,
+    /// Bytes of page records received.
+    pub record_bytes: u64,
+    /// Dirty pages received whole.
+    pub pages_shipped: u64,
+    /// Pages read from disk to apply records to.
+    pub redo_reads: u64,
+}
+
+/// Early records of one connection's open transaction.
+#[derive(Debug, Default)]
+struct Staged {
+    /// The transaction they belong to.
+    txn: u64,
+    /// The records, in arrival order (each checked by the decoder).
+    records: Vec<Bytes>,
+    /// Their bytes, against [`STAGED_BYTES_MAX`].
+    bytes: usize,
+}
+
+/// A page-based commit waiting for page images.
+#[derive(Debug)]
+struct Parked {
+    origin: Origin,
+    commit: PageCommit,
+    /// Every record to apply, early ones first, in order.
+    records: Vec<Bytes>,
+    /// The images at hand: the committed image of each page to apply records to.
+    images: Vec<(PageId, Bytes)>,
+    /// Pages still being read.
+    waiting: Vec<PageId>,
+}
+
+/// The page modes' state in a core.
+#[derive(Debug, Default)]
+pub struct PageCommits {
+    /// The server's commit mode.
+    mode: CommitMode,
+    /// Early records per connection (removed at commit, refusal and disconnect).
+    staged: FxHashMap<ConnId, Staged>,
+    /// Commits waiting for page reads: at most one per connection (a session's later
+    /// requests wait for its commit's answer), so bounded by the connection limit.
+    parked: Vec<Parked>,
+    /// Counters.
+    pub counters: PageCounters,
+}
+
+impl PageCommits {
+    /// The state of a server in `mode`.
+    pub fn new(mode: CommitMode) -> PageCommits {
+        PageCommits { mode, ..PageCommits::default() }
+    }
+
+    /// The server's commit mode.
+    pub fn mode(&self) -> CommitMode {
+        self.mode
+    }
+
+    /// Forgets a connection's staged records.
+    pub fn disconnect(&mut self, conn: ConnId) {
+        self.staged.remove(&conn);
+    }
+}
+
+fn bad(why: impl Into<String>) -> EngineError {
+    EngineError::Invalid(InvalidCommit::BadPageRecord(why.into()))
+}
+
+impl Core {
+    /// Sets the commit mode (before any client connects; `Engine` does it from its options).
+    pub fn set_commit_mode(&mut self, mode: CommitMode) {
+        self.pages.mode = mode;
+    }
+
+    /// The server's commit mode.
+    pub fn commit_mode(&self) -> CommitMode {
+        self.pages.mode
+    }
+
+    /// `PageRecords`: checks and stages early records and answers `Ack`. A malformed record,
+    /// or staging beyond [`STAGED_BYTES_MAX`], is answered with an error (the session stays
+    /// open) and poisons the transaction's staging, so that its commit is refused rather than
+    /// applied without the records that were dropped.
+    pub(super) fn page_records(
+        &mut self,
+        conn: ConnId,
+        id: u64,
+        r: PageRecords,
+        fx: &mut Vec<Effect>,
+    ) {
+        let page_size = self.store.page_size;
+        let result = (|| {
+            if !self.pages.mode.is_page_based() {
+                return Err(format!("the server's commit mode is {}", self.pages.mode));
+            }
+            for rec in &r.records {
+                let p = PageRecord::parse(rec, page_size).map_err(|e| e.to_string())?;
+                let h = p.header();
+                if h.txn.0 != r.txn || h.images != Images::RedoUndo {
+                    return Err("an early record must name its transaction and carry undo".into());
+                }
+            }
+            Ok(())
+        })();
+        let staged = self.pages.staged.entry(conn).or_default();
+        if staged.txn != r.txn {
+            *staged = Staged { txn: r.txn, ..Staged::default() };
+        }
+        let added: usize = r.records.iter().map(Bytes::len).sum();
+        let reply = match result {
+            Ok(()) if staged.bytes + added <= STAGED_BYTES_MAX => {
+                staged.bytes += added;
+                self.pages.counters.records += r.records.len() as u64;
+                self.pages.counters.records_early += r.records.len() as u64;
+                self.pages.counters.record_bytes += added as u64;
+                staged.records.extend(r.records);
+                Reply::new(ReplyBody::Ack)
+            }
+            Ok(()) => {
+                // Poisoned: the commit of this transaction is refused (its txn matches a
+                // staging marked over the bound).
+                staged.bytes = usize::MAX;
+                staged.records.clear();
+                Reply::error(
+                    thor_wire::ErrorCode::Malformed,
+                    "page records staged beyond the bound",
+                )
+            }
+            Err(why) => {
+                staged.bytes = usize::MAX;
+                staged.records.clear();
+                Reply::error(thor_wire::ErrorCode::Malformed, &why)
+            }
+        };
+        // Answered at once, like `Stats`: the session was never busy with it.
+        fx.push(Effect::Reply { conn, id, reply, close: false });
+    }
+
+    /// `PageCommit`: gathers the records and the images they apply to (parking for reads),
+    /// then hands the commit to thor's commit path.
+    pub(super) fn page_commit(&mut self, origin: Origin, c: PageCommit, fx: &mut Vec<Effect>) {
+        let staged = origin.conn().and_then(|conn| self.pages.staged.remove(&conn));
+        if c.mode != self.pages.mode.code() || !self.pages.mode.is_page_based() {
+            let why = format!(
+                "the client committed in mode {}, the server's is {}",
+                c.mode, self.pages.mode
+            );
+            return self.answer_commit(origin, Err(bad(why)), fx);
+        }
+        let mut records = Vec::new();
+        if let Some(s) = staged
+            && s.txn == c.txn
+        {
+            if s.bytes == usize::MAX {
+                let why = "early records of this transaction were refused";
+                return self.answer_commit(origin, Err(bad(why)), fx);
+            }
+            records = s.records;
+        }
+        self.pages.counters.records += c.records.len() as u64;
+        self.pages.counters.record_bytes += c.records.iter().map(|r| r.len() as u64).sum::<u64>();
+        self.pages.counters.pages_shipped += c.pages.len() as u64;
+        let page_size = self.store.page_size;
+        for rec in &c.records {
+            match PageRecord::parse(rec, page_size) {
+                Ok(p) if p.header().txn.0 == c.txn => {}
+                Ok(_) => {
+                    return self.answer_commit(
+                        origin,
+                        Err(bad("a record of another transaction")),
+                        fx,
+                    );
+                }
+                Err(e) => return self.answer_commit(origin, Err(bad(e.to_string())), fx),
+            }
+        }
+        records.extend(c.records.iter().cloned());
+        // The pages whose committed image is needed: every page with a written object or a
+        // record that was not shipped whole.
+        let mut need: Vec<PageId> = Vec::new();
+        for o in &c.writes {
+            match o.page() {
+                Some(p) => need.push(p),
+                None => return self.answer_commit(origin, Err(bad("a write of oref 0")), fx),
+            }
+        }
+        for rec in &records {
+            need.push(PageRecord::parse(rec, page_size).expect("checked").header().page);
+        }
+        need.sort_unstable();
+        need.dedup();
+        for (i, (p, bytes)) in c.pages.iter().enumerate() {
+            if c.pages[..i].iter().any(|(q, _)| q == p) {
+                return self.answer_commit(origin, Err(bad(format!("page {p} shipped twice"))), fx);
+            }
+            if bytes.len() != page_size {
+                return self.answer_commit(origin, Err(bad("a shipped page of another size")), fx);
+            }
+            if let Err(e) = PageView::parse_stored(bytes, *p) {
+                return self.answer_commit(origin, Err(bad(format!("shipped page {p}: {e}"))), fx);
+            }
+        }
+        need.retain(|p| !c.pages.iter().any(|(q, _)| q == p));
+        let mut parked =
+            Parked { origin, commit: c, records, images: Vec::new(), waiting: Vec::new() };
+        for page in need {
+            match self.store.compose(page) {
+                Ok(Some((img, applied))) => {
+                    self.counters.fetch_versions_applied += applied as u64;
+                    parked.images.push((page, img));
+                }
+                Ok(None) => {
+                    self.pages.counters.redo_reads += 1;
+                    parked.waiting.push(page);
+                    self.want_read(page, None, fx);
+                }
+                Err(e) => return self.answer_commit(parked.origin, Err(e), fx),
+            }
+        }
+        if parked.waiting.is_empty() {
+            self.finish_page_commit(parked, fx);
+        } else {
+            self.pages.parked.push(parked);
+        }
+    }
+
+    /// A page read completed: parked commits waiting for it take its committed image (the
+    /// read with the MOB's versions applied), and those with every image go on.
+    pub(super) fn page_commit_read(
+        &mut self,
+        page: PageId,
+        image: Result<&Bytes, EngineError>,
+        fx: &mut Vec<Effect>,
+    ) {
+        if self.pages.parked.is_empty() {
+            return;
+        }
+        let composed = match image {
+            Ok(img) => self.store.with_mob(page, img.clone()).map(|(b, _)| b),
+            Err(e) => Err(e),
+        };
+        let mut i = 0;
+        while i < self.pages.parked.len() {
+            let Some(w) = self.pages.parked[i].waiting.iter().position(|p| *p == page) else {
+                i += 1;
+                continue;
+            };
+            let mut parked = self.pages.parked.swap_remove(i);
+            parked.waiting.swap_remove(w);
+            match &composed {
+                Ok(img) => parked.images.push((page, img.clone())),
+                Err(e) => {
+                    let e = EngineError::Read { page, why: e.to_string() };
+                    self.answer_commit(parked.origin, Err(e), fx);
+                    continue;
+                }
+            }
+            if parked.waiting.is_empty() {
+                self.finish_page_commit(parked, fx);
+            } else {
+                self.pages.parked.push(parked);
+            }
+        }
+    }
+
+    /// Applies the records, extracts the written objects and commits them.
+    fn finish_page_commit(&mut self, p: Parked, fx: &mut Vec<Effect>) {
+        match expand(&p, self.store.page_size) {
+            Ok(versions) => {
+                self.pages.counters.page_commits += 1;
+                let Parked { origin, commit, .. } = p;
+                let c =
+                    CommitIn { versions, created: commit.created, reads: commit.reads, ts: None };
+                self.commit(origin, c, fx);
+            }
+            Err(e) => self.answer_commit(p.origin, Err(e), fx),
+        }
+    }
+}
+
+/// The new bytes of every written object: records applied to the committed images (REDO), or
+/// taken from the shipped pages (ESM). Every region must lie inside a written object.
+fn expand(p: &Parked, page_size: usize) -> Result<Vec<(Oref, Bytes)>, EngineError> {
+    let c = &p.commit;
+    // Working copies of the pages records apply to; shipped pages are final already.
+    let mut work: FxHashMap<PageId, Vec<u8>> = FxHashMap::default();
+    for (page, img) in &p.images {
+        work.insert(*page, img.to_vec());
+    }
+    let mut writes: FxHashMap<PageId, Vec<std::ops::Range<usize>>> = FxHashMap::default();
+    for o in &c.writes {
+        let page = o.page().expect("checked");
+        let img: &[u8] = match c.pages.iter().find(|(q, _)| *q == page) {
+            Some((_, b)) => b,
+            None => work.get(&page).expect("every written page has an image"),
+        };
+        let view = PageView::parse(img).map_err(|e| bad(format!("page {page}: {e}")))?;
+        let range = view.object_range(o.oid()).ok_or(InvalidCommit::NoSuchObject(*o))?;
+        writes.entry(page).or_default().push(range);
+    }
+    // Touching objects form one writable range: the client's merging may join regions of
+    // neighbours written both (a region never covers a byte of an object not written).
+    for spans in writes.values_mut() {
+        spans.sort_unstable_by_key(|r| r.start);
+        let mut joined: Vec<std::ops::Range<usize>> = Vec::with_capacity(spans.len());
+        for r in spans.drain(..) {
+            match joined.last_mut() {
+                Some(last) if last.end >= r.start => last.end = last.end.max(r.end),
+                _ => joined.push(r),
+            }
+        }
+        *spans = joined;
+    }
+    for rec in &p.records {
+        let r = PageRecord::parse(rec, page_size).map_err(|e| bad(e.to_string()))?;
+        let page = r.header().page;
+        let spans = writes.get(&page).map(Vec::as_slice).unwrap_or(&[]);
+        for region in r.regions() {
+            let s = region.span();
+            if !spans.iter().any(|w| w.start <= s.start && s.end <= w.end) {
+                return Err(bad(format!(
+                    "a region of page {page} ({}..{}) outside the objects written",
+                    s.start, s.end
+                )));
+            }
+        }
+        if c.pages.iter().any(|(q, _)| *q == page) {
+            // ESM: the shipped page holds the result; the record is the log's and the
+            // study's, checked but not applied.
+            continue;
+        }
+        let buf = work.get_mut(&page).expect("every record's page has an image");
+        r.apply_redo(buf).map_err(|e| bad(e.to_string()))?;
+    }
+    let mut versions = Vec::with_capacity(c.writes.len());
+    for o in &c.writes {
+        let page = o.page().expect("checked");
+        let img: &[u8] = match c.pages.iter().find(|(q, _)| *q == page) {
+            Some((_, b)) => b,
+            None => &work[&page],
+        };
+        // Ranges were found on this image (records change object bytes, never the offset
+        // table, which lies outside every object).
+        let view = PageView::assume_parsed(img);
+        let bytes = view.object(o.oid()).ok_or(InvalidCommit::NoSuchObject(*o))?;
+        versions.push((*o, Bytes::copy_from_slice(bytes)));
+    }
+    Ok(versions)
+}
+
+impl Core {
+    /// The page modes' counters as `ServerStats` fields (the others default).
+    pub(super) fn page_stats(&self) -> thor_wire::ServerStats {
+        let p = &self.pages.counters;
+        thor_wire::ServerStats {
+            commit_mode: u64::from(self.pages.mode.code()),
+            page_commits: p.page_commits,
+            page_records: p.records,
+            page_records_early: p.records_early,
+            page_record_bytes: p.record_bytes,
+            pages_shipped: p.pages_shipped,
+            redo_reads: p.redo_reads,
+            ..thor_wire::ServerStats::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

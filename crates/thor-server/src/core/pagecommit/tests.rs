@@ -1,0 +1,356 @@
+//! Scenario tests of the page modes in the core, one behaviour each: records applied to the
+//! committed image (read from disk when it is not cached), shipped pages, and every way a
+//! page-based commit can be malformed, refused before anything is logged.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use thor_core::le::{put_u32, u32_at};
+use thor_core::{ClassDesc, Oref, PageId, PageView, RawRef, ServerId, VarKind};
+use thor_recovery::diff::Span;
+use thor_recovery::record::{self, RecordHeader};
+use thor_recovery::{Images, Pieces, TxnId};
+use thor_storage::{LogOptions, MemDisk};
+use thor_wire::{
+    Commit, CommitMode, Hello, PageCommit, PageRecords, RefusedCode, Reply, ReplyBody, Request,
+    RequestBody,
+};
+
+use super::super::{ConnId, Core, CoreConfig, Effect, Input};
+use crate::io::{self, CommitLog, DiskSide};
+
+/// A core on an in-memory disk whose effects are all performed at once.
+struct Harness {
+    core: Core,
+    disk_side: DiskSide,
+    log: Arc<thor_storage::Log>,
+    pending: VecDeque<Effect>,
+    now: u64,
+    /// Page reads performed (to see REDO read a page).
+    reads: usize,
+}
+
+impl Harness {
+    fn new(mode: CommitMode, cache_pages: usize) -> Harness {
+        let disk: Arc<dyn thor_storage::Disk> = Arc::new(MemDisk::new());
+        io::create(&*disk, 4096, ServerId(7)).unwrap();
+        let cfg = CoreConfig { page_cache_bytes: cache_pages * 4096, ..CoreConfig::default() };
+        let r = io::recover(disk, cfg, LogOptions::default()).unwrap();
+        let mut core = r.core;
+        core.set_commit_mode(mode);
+        Harness {
+            core,
+            disk_side: r.disk_side,
+            log: r.log,
+            pending: VecDeque::new(),
+            now: 1,
+            reads: 0,
+        }
+    }
+
+    fn step(&mut self, input: Input) {
+        self.now += 1;
+        let mut fx = Vec::new();
+        self.core.step(self.now, input, &mut fx);
+        self.pending.extend(fx);
+    }
+
+    fn settle(&mut self) -> Vec<Effect> {
+        let mut out = Vec::new();
+        loop {
+            let mut appended = false;
+            while let Some(e) = self.pending.pop_front() {
+                match e {
+                    Effect::Append { lsn, record } => {
+                        assert_eq!(self.log.append(&record).unwrap(), lsn);
+                        appended = true;
+                    }
+                    Effect::Reply { .. } | Effect::Done { .. } => out.push(e),
+                    other => {
+                        self.reads += usize::from(matches!(other, Effect::Read { .. }));
+                        let input = self.disk_side.perform(&other, &*self.log).unwrap();
+                        self.step(input);
+                    }
+                }
+            }
+            if !appended {
+                return out;
+            }
+            let lsn = self.log.sync().unwrap();
+            self.step(Input::Durable { lsn });
+        }
+    }
+
+    fn connect(&mut self, conn: ConnId) -> CommitMode {
+        self.step(Input::Connect { conn });
+        match self.request(conn, 1, RequestBody::Hello(Hello::new(Vec::new(), "test"))).body {
+            ReplyBody::HelloOk(info) => info.commit_mode,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn request(&mut self, conn: ConnId, id: u64, body: RequestBody) -> Reply {
+        self.step(Input::Request { conn, id, req: Request::new(body) });
+        let out = self.settle();
+        let mut replies: Vec<Reply> = out
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::Reply { conn: c, id: i, reply, .. } if c == conn && i == id => Some(reply),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(replies.len(), 1);
+        replies.remove(0)
+    }
+
+    fn fetch(&mut self, conn: ConnId, id: u64, page: PageId) -> Bytes {
+        match self.request(conn, id, RequestBody::Fetch { page }).body {
+            ReplyBody::Page { bytes, .. } => bytes,
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+fn item_class() -> ClassDesc {
+    ClassDesc::new("t.Item", 8, &[0], VarKind::None).unwrap()
+}
+
+/// Commits (as `obj` does: creation travels whole in every mode) the item class and `n`
+/// items with payload words 0..n; returns the items.
+fn items(h: &mut Harness, conn: ConnId, n: u32) -> Vec<Oref> {
+    let mut created = vec![Bytes::from(item_class().to_class_object())];
+    for v in 0..n {
+        let mut o = item_class().new_object(RawRef::tagged_word(0), 0);
+        put_u32(&mut o, 8, v);
+        created.push(Bytes::from(o));
+    }
+    let body = RequestBody::PageCommit(PageCommit {
+        txn: 1,
+        mode: h.core.commit_mode().code(),
+        created,
+        ..PageCommit::default()
+    });
+    let r = h.request(conn, 2, body);
+    let ReplyBody::CommitOk { created, .. } = r.body else { panic!("{r:?}") };
+    created[1..].to_vec()
+}
+
+/// The record of `oref`'s payload word becoming `v`, on `page` (its current image).
+fn record_of(page: &[u8], oref: Oref, v: u32, txn: u64, images: Images) -> (Vec<u8>, Vec<u8>) {
+    let view = PageView::parse(page).unwrap();
+    let r = view.object_range(oref.oid()).unwrap();
+    let mut cur = page.to_vec();
+    put_u32(&mut cur[r.start..r.end], 8, v);
+    let span = Span::new(r.start + 8, r.start + 12);
+    let pre_piece = [(0usize, page)];
+    let pre = Pieces { page_bytes: page.len(), pieces: &pre_piece };
+    let header = RecordHeader { page: oref.page().unwrap(), txn: TxnId(txn), images };
+    let mut out = Vec::new();
+    record::encode(&header, &[span], &cur, &pre, &mut out).unwrap();
+    (out, cur)
+}
+
+fn payload(page: &[u8], oref: Oref) -> u32 {
+    let view = PageView::parse(page).unwrap();
+    u32_at(view.object(oref.oid()).unwrap(), 8)
+}
+
+fn page_commit(h: &Harness, txn: u64, writes: &[Oref], records: Vec<Vec<u8>>) -> RequestBody {
+    RequestBody::PageCommit(PageCommit {
+        txn,
+        mode: h.core.commit_mode().code(),
+        reads: writes.to_vec(),
+        writes: writes.to_vec(),
+        records: records.into_iter().map(Bytes::from).collect(),
+        ..PageCommit::default()
+    })
+}
+
+fn refused(r: &Reply) -> bool {
+    matches!(r.body, ReplyBody::CommitRefused { .. })
+}
+
+#[test]
+fn hello_tells_the_mode() {
+    for mode in CommitMode::ALL {
+        let mut h = Harness::new(mode, 16);
+        assert_eq!(h.connect(1), mode);
+    }
+}
+
+#[test]
+fn redo_applies_records_to_the_committed_image_read_from_disk() {
+    let mut h = Harness::new(CommitMode::PdRedo, 1);
+    h.connect(1);
+    // Items on several pages, so that fetching a far one pushes the first out of the cache.
+    let it = items(&mut h, 1, 600);
+    let page = it[0].page().unwrap();
+    assert_ne!(it[599].page(), Some(page));
+    let img = h.fetch(1, 3, page);
+    // Install everything: the committed image is then the page file's alone.
+    for _ in 0..100 {
+        if h.core.stats().mob_entries == 0 {
+            break;
+        }
+        let mut fx = Vec::new();
+        h.core.start_round(&mut fx);
+        h.pending.extend(fx);
+        h.settle();
+    }
+    assert_eq!(h.core.stats().mob_entries, 0);
+    h.fetch(1, 4, it[599].page().unwrap());
+    let reads = h.reads;
+    let (rec, _) = record_of(&img, it[1], 77, 5, Images::Redo);
+    let r = h.request(1, 5, page_commit(&h, 5, &[it[1]], vec![rec]));
+    assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}");
+    assert!(h.reads > reads, "the page was read to apply the record");
+    assert_eq!(h.core.server_stats().redo_reads, 1);
+    let now = h.fetch(1, 6, page);
+    assert_eq!((payload(&now, it[0]), payload(&now, it[1]), payload(&now, it[2])), (0, 77, 2));
+}
+
+#[test]
+fn esm_takes_the_written_objects_from_the_shipped_page_and_nothing_else() {
+    let mut h = Harness::new(CommitMode::PdEsm, 16);
+    h.connect(1);
+    let it = items(&mut h, 1, 3);
+    let page = it[0].page().unwrap();
+    let img = h.fetch(1, 3, page);
+    let (rec, mut cur) = record_of(&img, it[1], 55, 5, Images::Redo);
+    // The shipped page also changes item 2, which the transaction did not write: ignored.
+    let r2 = PageView::parse(&img).unwrap().object_range(it[2].oid()).unwrap();
+    put_u32(&mut cur[r2.start..r2.end], 8, 999);
+    thor_core::page::seal(&mut cur);
+    let RequestBody::PageCommit(mut c) = page_commit(&h, 5, &[it[1]], vec![rec]) else {
+        unreachable!()
+    };
+    c.pages = vec![(page, Bytes::from(cur))];
+    let r = h.request(1, 5, RequestBody::PageCommit(c));
+    assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}");
+    let now = h.fetch(1, 6, page);
+    assert_eq!((payload(&now, it[1]), payload(&now, it[2])), (55, 2));
+    assert_eq!(h.core.server_stats().pages_shipped, 1);
+}
+
+#[test]
+fn a_region_outside_the_written_objects_is_refused_and_nothing_is_logged() {
+    let mut h = Harness::new(CommitMode::PdRedo, 16);
+    h.connect(1);
+    let it = items(&mut h, 1, 3);
+    let img = h.fetch(1, 3, it[0].page().unwrap());
+    let (rec, _) = record_of(&img, it[2], 9, 5, Images::Redo);
+    let before = h.core.next_lsn();
+    // The record changes item 2; the write set names item 1 only.
+    let r = h.request(1, 5, page_commit(&h, 5, &[it[1]], vec![rec]));
+    assert!(matches!(r.body, ReplyBody::CommitRefused { code: RefusedCode::Other, .. }), "{r:?}");
+    assert_eq!(h.core.next_lsn(), before);
+    assert_eq!(payload(&h.fetch(1, 6, it[0].page().unwrap()), it[2]), 2);
+}
+
+#[test]
+fn a_commit_in_another_mode_is_refused() {
+    let mut h = Harness::new(CommitMode::Obj, 16);
+    h.connect(1);
+    let body = RequestBody::PageCommit(PageCommit { txn: 1, mode: 1, ..PageCommit::default() });
+    assert!(refused(&h.request(1, 2, body)));
+    let mut h = Harness::new(CommitMode::PdEsm, 16);
+    h.connect(1);
+    let body = RequestBody::PageCommit(PageCommit { txn: 1, mode: 1, ..PageCommit::default() });
+    assert!(refused(&h.request(1, 2, body)));
+    // An obj-mode commit is still taken by a page-mode server (creation, tools).
+    let body = RequestBody::Commit(Commit::default());
+    assert!(matches!(h.request(1, 3, body).body, ReplyBody::CommitOk { .. }));
+}
+
+#[test]
+fn early_records_are_staged_and_applied_only_with_their_commit() {
+    let mut h = Harness::new(CommitMode::PdRedo, 16);
+    h.connect(1);
+    h.connect(2);
+    let it = items(&mut h, 1, 3);
+    let page = it[0].page().unwrap();
+    let img = h.fetch(1, 3, page);
+    let (early, cur) = record_of(&img, it[0], 10, 7, Images::RedoUndo);
+    let body = RequestBody::PageRecords(PageRecords { txn: 7, records: vec![Bytes::from(early)] });
+    assert!(matches!(h.request(1, 4, body).body, ReplyBody::Ack));
+    // Staged, not applied: another client sees the committed value.
+    assert_eq!(payload(&h.fetch(2, 2, page), it[0]), 0);
+    let (late, _) = record_of(&cur, it[1], 11, 7, Images::Redo);
+    let r = h.request(1, 5, page_commit(&h, 7, &[it[0], it[1]], vec![late]));
+    assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}");
+    let now = h.fetch(2, 3, page);
+    assert_eq!((payload(&now, it[0]), payload(&now, it[1])), (10, 11));
+    assert_eq!(h.core.server_stats().page_records_early, 1);
+}
+
+#[test]
+fn early_records_of_an_abandoned_transaction_are_dropped() {
+    let mut h = Harness::new(CommitMode::PdRedo, 16);
+    h.connect(1);
+    let it = items(&mut h, 1, 2);
+    let page = it[0].page().unwrap();
+    let img = h.fetch(1, 3, page);
+    let (early, _) = record_of(&img, it[0], 10, 7, Images::RedoUndo);
+    let body = RequestBody::PageRecords(PageRecords { txn: 7, records: vec![Bytes::from(early)] });
+    assert!(matches!(h.request(1, 4, body).body, ReplyBody::Ack));
+    // The client aborted transaction 7 locally; transaction 8 writes item 1 only.
+    let (rec, _) = record_of(&img, it[1], 12, 8, Images::Redo);
+    let r = h.request(1, 5, page_commit(&h, 8, &[it[1]], vec![rec]));
+    assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}");
+    let now = h.fetch(1, 6, page);
+    assert_eq!((payload(&now, it[0]), payload(&now, it[1])), (0, 12));
+}
+
+#[test]
+fn a_malformed_early_record_poisons_its_transaction_only() {
+    let mut h = Harness::new(CommitMode::PdRedo, 16);
+    h.connect(1);
+    let it = items(&mut h, 1, 2);
+    let page = it[0].page().unwrap();
+    let img = h.fetch(1, 3, page);
+    // Redo-only records may not come early; nor may bytes that are no record.
+    let (redo_only, _) = record_of(&img, it[0], 10, 7, Images::Redo);
+    for bad in [redo_only, vec![1, 2, 3]] {
+        let body =
+            RequestBody::PageRecords(PageRecords { txn: 7, records: vec![Bytes::from(bad)] });
+        let r = h.request(1, 4, body);
+        assert!(matches!(r.body, ReplyBody::Error { .. }), "{r:?}");
+    }
+    let (rec, _) = record_of(&img, it[1], 12, 7, Images::Redo);
+    assert!(refused(&h.request(1, 5, page_commit(&h, 7, &[it[1]], vec![rec]))));
+    let (rec, _) = record_of(&img, it[1], 13, 8, Images::Redo);
+    let r = h.request(1, 6, page_commit(&h, 8, &[it[1]], vec![rec]));
+    assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}");
+}
+
+#[test]
+fn a_record_naming_another_transaction_is_refused() {
+    let mut h = Harness::new(CommitMode::PdRedo, 16);
+    h.connect(1);
+    let it = items(&mut h, 1, 2);
+    let img = h.fetch(1, 3, it[0].page().unwrap());
+    let (rec, _) = record_of(&img, it[1], 12, 99, Images::Redo);
+    assert!(refused(&h.request(1, 5, page_commit(&h, 8, &[it[1]], vec![rec]))));
+}
+
+#[test]
+fn a_page_shipped_twice_or_of_another_id_is_refused() {
+    let mut h = Harness::new(CommitMode::PdEsm, 16);
+    h.connect(1);
+    let it = items(&mut h, 1, 2);
+    let page = it[0].page().unwrap();
+    let img = h.fetch(1, 3, page);
+    let (rec, mut cur) = record_of(&img, it[1], 5, 5, Images::Redo);
+    thor_core::page::seal(&mut cur);
+    let other = PageId::new(page.get() + 1).unwrap();
+    let shipped = [vec![(page, cur.clone()), (page, cur.clone())], vec![(other, cur)]];
+    for (i, pages) in shipped.into_iter().enumerate() {
+        let RequestBody::PageCommit(mut c) = page_commit(&h, 5, &[it[1]], vec![rec.clone()]) else {
+            unreachable!()
+        };
+        c.pages = pages.into_iter().map(|(p, b)| (p, Bytes::from(b))).collect();
+        assert!(refused(&h.request(1, 10 + i as u64, RequestBody::PageCommit(c))));
+    }
+    assert_eq!(payload(&h.fetch(1, 20, page), it[1]), 1);
+}
