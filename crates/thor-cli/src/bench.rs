@@ -28,7 +28,9 @@ use bytes::Bytes;
 use clap::{Args, Subcommand};
 use thor_core::le::put_u32;
 use thor_core::{ClassDesc, Oref, PageId, VarKind};
-use thor_net::{ClientConfig, LocalTransport, NetConfig, Server, TcpTransport, UnixTransport};
+use thor_net::{
+    ClientConfig, LocalTransport, NetConfig, Server, TcpTransport, Threading, UnixTransport,
+};
 use thor_server::{CommitRequest, Engine, EngineOptions};
 use thor_storage::FileDisk;
 use thor_wire::{Commit, ReplyBody, Request, RequestBody};
@@ -390,6 +392,10 @@ struct NetBench {
     /// Worker threads of the server's runtime (0: one per core).
     #[arg(long, default_value_t = 0)]
     server_threads: usize,
+    /// Run the server on tokio's work-stealing runtime instead of a single-threaded runtime
+    /// per thread (`thor_net::Threading`).
+    #[arg(long)]
+    work_stealing: bool,
     /// Also fetch over a Unix-domain socket (a second server on a socket in a temporary
     /// directory, serving the same engine).
     #[arg(long)]
@@ -564,7 +570,11 @@ fn net(b: NetBench) -> Result<()> {
         db.engine.fetch(*p)?;
     }
     let handler = db.engine.clone();
-    let net = NetConfig { worker_threads: b.server_threads, ..NetConfig::default() };
+    let threading = match b.work_stealing {
+        true => Threading::WorkStealing,
+        false => Threading::PerThread,
+    };
+    let net = NetConfig { worker_threads: b.server_threads, threading, ..NetConfig::default() };
     let server = Server::start("127.0.0.1:0", handler.clone(), net.clone())?;
     let addr = server.local_addr();
     let cfg = ClientConfig { client_name: "thor bench net".into(), ..ClientConfig::default() };

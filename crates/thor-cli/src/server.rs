@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use thor_net::{NetConfig, Server};
+use thor_net::{NetConfig, Server, Threading};
 use thor_server::limits::SESSIONS_MAX_DEFAULT;
 use thor_server::{Engine, EngineError, EngineOptions, ProtocolConfig};
 use thor_storage::FileDisk;
@@ -98,6 +98,13 @@ pub struct ServerArgs {
     /// in the ESM modes the dirty pages too). Clients follow the server's mode.
     #[arg(long, default_value = "obj", value_parser = parse_commit_mode)]
     commit_mode: thor_wire::CommitMode,
+    /// Threads serving connections (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    net_threads: usize,
+    /// Serve connections on tokio's work-stealing runtime instead of a single-threaded runtime
+    /// per thread (the default, which answers a fetch without waking another thread).
+    #[arg(long)]
+    work_stealing: bool,
 }
 
 /// `--peer ID=HOST:PORT`.
@@ -264,6 +271,11 @@ pub fn run(args: ServerArgs) -> Result<()> {
     let engine = Arc::new(engine);
     let net = NetConfig {
         idle_timeout: Duration::from_secs(args.idle_timeout_s),
+        worker_threads: args.net_threads,
+        threading: match args.work_stealing {
+            true => Threading::WorkStealing,
+            false => Threading::PerThread,
+        },
         ..NetConfig::default()
     };
     let (server, listening, socket_file) = match listener {

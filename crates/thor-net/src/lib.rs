@@ -52,4 +52,4 @@ pub use peers::TcpPeers;
 #[cfg(feature = "server")]
 #[cfg(all(feature = "server", unix))]
 pub use server::serve_unix;
-pub use server::{NetConfig, NetStats, Server, ShutdownSignal, serve, shutdown_signal};
+pub use server::{NetConfig, NetStats, Server, ShutdownSignal, Threading, serve, shutdown_signal};

@@ -93,8 +93,11 @@ pub struct NetConfig {
     pub frame_timeout: Duration,
     /// How long writing one reply may take.
     pub write_timeout: Duration,
-    /// Worker threads of the runtime [`Server::start`] builds; 0 means one per core.
+    /// Threads serving connections in the runtime(s) [`Server::start`] builds; 0 means one
+    /// per core.
     pub worker_threads: usize,
+    /// How [`Server::start`] spreads connections over its threads.
+    pub threading: Threading,
     /// Most bytes of received frames held at once across all connections (see the module
     /// documentation). At least the core's maximum frame size, so that every frame fits.
     pub in_flight_bytes_max: usize,
@@ -107,9 +110,24 @@ impl Default for NetConfig {
             frame_timeout: FRAME_TIMEOUT_DEFAULT,
             write_timeout: WRITE_TIMEOUT_DEFAULT,
             worker_threads: 0,
+            threading: Threading::default(),
             in_flight_bytes_max: IN_FLIGHT_BYTES_MAX_DEFAULT,
         }
     }
+}
+
+/// How [`Server::start`] runs its connections (see the module documentation, *Threads*).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Threading {
+    /// A single-threaded tokio runtime per thread, connections dealt out to them in turn: a
+    /// connection stays on its thread, which waits in its own `epoll` and is woken by the
+    /// kernel for its sockets alone, with no other worker to notify or steal from.
+    #[default]
+    PerThread,
+    /// tokio's multi-threaded, work-stealing runtime: busy threads' connections move to idle
+    /// ones, at the price of waking other workers to look for work.
+    WorkStealing,
 }
 
 /// Counters of the network server.
@@ -630,7 +648,7 @@ pub async fn serve(
     config: NetConfig,
     shutdown: impl Future<Output = ()>,
 ) {
-    serve_with_stats(listener, engine, config, Arc::new(NetStats::default()), shutdown).await
+    serve_with_stats(listener, engine, config, Arc::new(NetStats::default()), &[], shutdown).await
 }
 
 /// [`serve`] on a Unix-domain socket: for clients on the same machine, which skip TCP's
@@ -642,16 +660,20 @@ pub async fn serve_unix(
     config: NetConfig,
     shutdown: impl Future<Output = ()>,
 ) {
-    serve_with_stats(listener, engine, config, Arc::new(NetStats::default()), shutdown).await
+    serve_with_stats(listener, engine, config, Arc::new(NetStats::default()), &[], shutdown).await
 }
 
+/// The accept loop. Connections run on `spread`'s runtimes in turn, or on the caller's when it
+/// is empty.
 async fn serve_with_stats<L: Listen>(
     listener: L,
     engine: Arc<Engine>,
     config: NetConfig,
     stats: Arc<NetStats>,
+    spread: &[tokio::runtime::Handle],
     shutdown: impl Future<Output = ()>,
 ) {
+    let mut next = 0usize;
     let max_frame = engine.protocol().max_frame_bytes;
     let budget = config.in_flight_bytes_max.max(max_frame).min(Semaphore::MAX_PERMITS);
     let shared = Arc::new(ConnShared {
@@ -674,7 +696,16 @@ async fn serve_with_stats<L: Listen>(
             accepted = listener.accept_one() => match accepted {
                 Ok((stream, peer)) => {
                     debug!(%peer, "connection accepted");
-                    tasks.spawn(connection(stream, peer, shared.clone(), stop_rx.clone()));
+                    let conn = connection(stream, peer, shared.clone(), stop_rx.clone());
+                    match spread.get(next % spread.len().max(1)) {
+                        Some(rt) => {
+                            tasks.spawn_on(conn, rt);
+                            next = next.wrapping_add(1);
+                        }
+                        None => {
+                            tasks.spawn(conn);
+                        }
+                    }
                 }
                 Err(e) => {
                     warn!("accept failed: {e}");
@@ -753,8 +784,16 @@ impl ShutdownSignal {
 /// and each closing connection has lingered (at most [`CLOSE_LINGER`]).
 #[derive(Debug)]
 pub struct Server {
-    /// The runtime the server's tasks run on.
-    runtime: Option<tokio::runtime::Runtime>,
+    /// The runtime the accept loop runs on (and with [`Threading::WorkStealing`] every
+    /// connection); with [`Threading::PerThread`], the first of `more`.
+    runtime: Option<Arc<tokio::runtime::Runtime>>,
+    /// With [`Threading::PerThread`]: every single-threaded runtime (the first is `runtime`),
+    /// each driven by a thread of `drivers`.
+    more: Vec<Arc<tokio::runtime::Runtime>>,
+    /// The threads driving `more`; they return when `halt` fires.
+    drivers: Vec<std::thread::JoinHandle<()>>,
+    /// Stops the driver threads, after the accept loop and every connection have ended.
+    halt: Option<watch::Sender<bool>>,
     /// The address it listens on (with the port the system chose for port 0).
     local_addr: SocketAddr,
     /// The socket file of a Unix-socket server.
@@ -839,24 +878,66 @@ impl Server {
         unix_path: Option<std::path::PathBuf>,
         listener: impl FnOnce(&tokio::runtime::Runtime) -> Result<L, NetError>,
     ) -> Result<Server, NetError> {
-        let mut builder = tokio::runtime::Builder::new_multi_thread();
-        builder.enable_all().thread_name("thor-net");
-        if config.worker_threads > 0 {
-            builder.worker_threads(config.worker_threads);
-        }
-        let runtime = builder.build().map_err(NetError::Runtime)?;
+        let threads = match config.worker_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let (runtime, more, drivers, halt) = match config.threading {
+            Threading::WorkStealing => {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .thread_name("thor-net")
+                    .worker_threads(threads)
+                    .build()
+                    .map_err(NetError::Runtime)?;
+                (Arc::new(runtime), Vec::new(), Vec::new(), None)
+            }
+            Threading::PerThread => {
+                let (halt, halted) = watch::channel(false);
+                let mut more = Vec::with_capacity(threads);
+                let mut drivers = Vec::with_capacity(threads);
+                for i in 0..threads {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .thread_name("thor-net-blocking")
+                        .build()
+                        .map(Arc::new)
+                        .map_err(NetError::Runtime)?;
+                    let (driven, mut halted) = (rt.clone(), halted.clone());
+                    let driver = std::thread::Builder::new()
+                        .name(format!("thor-net-{i}"))
+                        .spawn(move || {
+                            driven.block_on(async move {
+                                let _ = halted.wait_for(|h| *h).await;
+                            })
+                        })
+                        .map_err(NetError::Runtime)?;
+                    more.push(rt);
+                    drivers.push(driver);
+                }
+                (more[0].clone(), more, drivers, Some(halt))
+            }
+        };
         let listener = {
             let _guard = runtime.enter();
             listener(&runtime)?
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let stats = Arc::new(NetStats::default());
-        let task =
-            runtime.spawn(serve_with_stats(listener, engine, config, stats.clone(), async move {
+        let spread: Vec<tokio::runtime::Handle> =
+            more.iter().map(|rt| rt.handle().clone()).collect();
+        let serving = stats.clone();
+        let task = runtime.spawn(async move {
+            serve_with_stats(listener, engine, config, serving, &spread, async move {
                 let _ = stopped.await;
-            }));
+            })
+            .await
+        });
         Ok(Server {
             runtime: Some(runtime),
+            more,
+            drivers,
+            halt,
             local_addr,
             unix_path,
             stop: Some(stop),
@@ -923,9 +1004,19 @@ impl Server {
         if let (Some(rt), Some(task)) = (&self.runtime, self.task.take()) {
             result = rt.block_on(task).map_err(|e| NetError::Task(e.to_string()));
         }
-        if let Some(rt) = self.runtime.take() {
-            // Every connection task has ended; only blocking reads may remain.
-            rt.shutdown_timeout(Duration::from_secs(1));
+        if let Some(halt) = self.halt.take() {
+            let _ = halt.send(true);
+        }
+        for driver in self.drivers.drain(..) {
+            if driver.join().is_err() {
+                result = Err(NetError::Task("a server thread panicked".into()));
+            }
+        }
+        // Every connection task has ended; only blocking reads may remain.
+        for rt in self.runtime.take().into_iter().chain(self.more.drain(..)) {
+            if let Ok(rt) = Arc::try_unwrap(rt) {
+                rt.shutdown_timeout(Duration::from_secs(1));
+            }
         }
         result
     }
