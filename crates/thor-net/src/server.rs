@@ -1,23 +1,38 @@
-//! The TCP server: tokio around the server core's embedded driver ([`thor_server::Engine`]).
+//! The network server: tokio around the server core's embedded driver ([`thor_server::Engine`]),
+//! on loopback or remote TCP and on Unix-domain sockets.
 //!
 //! ```text
-//!  accept loop ──► engine.connect(sink) ──► connection task (one per connection)
-//!                                              │
-//!   frame reader task ── read, check, decode ──┤ frames (a channel of one)
-//!   (idle and frame timeouts, size limits,     │
-//!    server-wide in-flight bytes)              ▼
-//!                          connection task:  select {
-//!                              shutdown,
-//!                              a reply from the core (its sink)  ── write it (close after it?)
-//!                              a frame ── engine.request(conn, id, req) ── work (disk reads)
-//!                                         on the blocking pool
-//!                          }
+//!  accept loop ──► engine.connect(sink) ──► connection task (one per connection, one thread)
+//!                                             loop {
+//!                                               write every reply in the outbox
+//!                                               select {
+//!                                                 shutdown,
+//!                                                 the outbox woken (a reply from another thread),
+//!                                                 a frame read (idle and frame timeouts, size
+//!                                                   limits, server-wide in-flight bytes)
+//!                                                   ── check, decode ── engine.request(...)
+//!                                                   ── work (disk reads) to the blocking pool
+//!                                               }
+//!                                             }
 //! ```
 //!
 //! The core answers through the connection's sink, now (a page-cache hit) or later (a commit,
 //! once the log's fsync made it durable; a fetch that read the disk). It keeps each
 //! connection's replies in request order and holds back a connection's later requests while
-//! one is deferred, so the connection task only moves frames.
+//! one is deferred. A reply delivered while the connection's own task is inside
+//! `Engine::request` is written by that task as soon as the call returns, before it yields:
+//! a fetch that hits the page cache crosses no channel and wakes no other task or thread, and
+//! its reply is first written with `try_write` (one system call, no timer). The next frame's
+//! read is started before the reply goes out, so a frame half read is never lost.
+//!
+//! # Threads
+//!
+//! [`Threading::PerThread`] (the default) runs one single-threaded runtime per thread and deals
+//! connections out to them in turn: a connection stays on its thread, which waits in its own
+//! `epoll` and is woken by the kernel for its sockets alone. [`Threading::WorkStealing`] is
+//! tokio's multi-threaded runtime, which balances busy connections across threads at the price
+//! of waking other workers on every readiness event. `thor bench net --work-stealing` measures
+//! one against the other; the figures are in `docs/net.md`.
 //!
 //! # Limits
 //!
@@ -299,6 +314,14 @@ pub(crate) trait Stream: Send + 'static {
     fn split(self) -> (Self::R, Self::W);
     /// Writes what the socket accepts now, without waiting (`WouldBlock` if nothing).
     fn try_write(w: &Self::W, buf: &[u8]) -> std::io::Result<usize>;
+    /// The socket, no longer registered with the reactor of the runtime that accepted it.
+    type Std: Send + 'static;
+    /// Takes the socket out of its runtime's reactor.
+    fn into_std(self) -> std::io::Result<Self::Std>;
+    /// Registers the socket with the reactor of the runtime this is called in.
+    fn from_std(s: Self::Std) -> std::io::Result<Self>
+    where
+        Self: Sized;
 }
 
 impl Stream for TcpStream {
@@ -309,6 +332,13 @@ impl Stream for TcpStream {
     }
     fn try_write(w: &Self::W, buf: &[u8]) -> std::io::Result<usize> {
         w.try_write(buf)
+    }
+    type Std = std::net::TcpStream;
+    fn into_std(self) -> std::io::Result<Self::Std> {
+        TcpStream::into_std(self)
+    }
+    fn from_std(s: Self::Std) -> std::io::Result<Self> {
+        TcpStream::from_std(s)
     }
 }
 
@@ -321,6 +351,13 @@ impl Stream for tokio::net::UnixStream {
     }
     fn try_write(w: &Self::W, buf: &[u8]) -> std::io::Result<usize> {
         w.try_write(buf)
+    }
+    type Std = std::os::unix::net::UnixStream;
+    fn into_std(self) -> std::io::Result<Self::Std> {
+        tokio::net::UnixStream::into_std(self)
+    }
+    fn from_std(s: Self::Std) -> std::io::Result<Self> {
+        tokio::net::UnixStream::from_std(s)
     }
 }
 
@@ -696,14 +733,33 @@ async fn serve_with_stats<L: Listen>(
             accepted = listener.accept_one() => match accepted {
                 Ok((stream, peer)) => {
                     debug!(%peer, "connection accepted");
-                    let conn = connection(stream, peer, shared.clone(), stop_rx.clone());
+                    let (shared, stop) = (shared.clone(), stop_rx.clone());
                     match spread.get(next % spread.len().max(1)) {
                         Some(rt) => {
-                            tasks.spawn_on(conn, rt);
                             next = next.wrapping_add(1);
+                            // A socket's readiness is reported by the reactor of the runtime
+                            // that registered it: moved as it is, every request would wake
+                            // the accepting thread, which would wake the connection's. So it
+                            // leaves this reactor and joins the one of the thread it runs on.
+                            let std = match stream.into_std() {
+                                Ok(s) => s,
+                                Err(e) => {
+                                    warn!(%peer, "cannot hand the connection to a thread: {e}");
+                                    continue;
+                                }
+                            };
+                            tasks.spawn_on(
+                                async move {
+                                    match L::S::from_std(std) {
+                                        Ok(s) => connection(s, peer, shared, stop).await,
+                                        Err(e) => warn!(%peer, "cannot serve the connection: {e}"),
+                                    }
+                                },
+                                rt,
+                            );
                         }
                         None => {
-                            tasks.spawn(conn);
+                            tasks.spawn(connection(stream, peer, shared, stop));
                         }
                     }
                 }
