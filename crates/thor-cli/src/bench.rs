@@ -35,6 +35,8 @@ use thor_server::{CommitRequest, Engine, EngineOptions};
 use thor_storage::FileDisk;
 use thor_wire::{Commit, ReplyBody, Request, RequestBody};
 
+use crate::oo7_penalty::{Spread, spread};
+
 /// Benchmarks of thor's components.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -406,6 +408,11 @@ struct NetBench {
     /// Fetches only: skip the commit runs.
     #[arg(long)]
     fetch_only: bool,
+    /// Rounds of the fetch measurements (floor and fetches, each number of clients); with
+    /// `--floor`, each fetch's ratio to the floor of its own round is summarised as median and
+    /// range over the rounds, so that a busy moment moves both sides of a ratio.
+    #[arg(long, value_parser = crate::at_least_one::<usize>, allow_negative_numbers = true, default_value_t = 1)]
+    runs: usize,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -419,6 +426,8 @@ const FLOOR_WARMUP: u32 = 500;
 
 #[derive(Debug, serde::Serialize)]
 struct NetRun {
+    /// Which round of `--runs` (0 for the commit runs).
+    round: usize,
     op: &'static str,
     transport: &'static str,
     clients: usize,
@@ -485,6 +494,7 @@ fn summarize(
 ) -> NetRun {
     lat.sort();
     NetRun {
+        round: 0,
         op,
         transport,
         clients,
@@ -604,6 +614,7 @@ fn net(b: NetBench) -> Result<()> {
             pin: false,
         })?;
         Ok(NetRun {
+            round: 0,
             op: "floor",
             transport: socket.name(),
             clients,
@@ -615,7 +626,11 @@ fn net(b: NetBench) -> Result<()> {
             latency_us_p99: r.p99_us,
         })
     };
-    for clients in [1, b.clients] {
+    for (round, clients) in (0..b.runs).flat_map(|r| [(r, 1), (r, b.clients)]) {
+        let first = runs.len();
+        if b.runs > 1 && !b.json {
+            eprintln!("round {} of {}:", round + 1, b.runs);
+        }
         if b.floor {
             say(&format!("floor over TCP, {clients} client(s)"));
             runs.push(floor(crate::floor::Socket::Tcp, clients)?);
@@ -635,6 +650,9 @@ fn net(b: NetBench) -> Result<()> {
         say(&format!("fetch in process, {clients} client(s)"));
         let lat = drive(clients, b.seconds, local, seed, fetch_op(&pages))?;
         runs.push(summarize("fetch", "in-process", clients, b.seconds, lat));
+        for r in &mut runs[first..] {
+            r.round = round;
+        }
     }
     if let Some(s) = unix_server {
         s.shutdown()?;
@@ -651,8 +669,10 @@ fn net(b: NetBench) -> Result<()> {
         runs.push(summarize("commit", "in-process", clients, b.seconds, lat));
     }
     server.shutdown()?;
+    let ratios = floor_ratios(&runs);
     if b.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "runs": runs }))?);
+        let v = serde_json::json!({ "runs": runs, "against_floor": ratios });
+        println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     println!(
@@ -669,5 +689,72 @@ fn net(b: NetBench) -> Result<()> {
             r.op, r.transport, r.clients, r.ops, r.ops_per_s, r.latency_us_p50, r.latency_us_p99
         );
     }
+    if !ratios.is_empty() {
+        println!("\nfetch / floor of the same round, median (min-max) over {} round(s)", b.runs);
+        println!(
+            "{:<11} {:>8} {:>11} {:>11} {:>22} {:>22}",
+            "transport", "clients", "floor p50", "fetch p50", "p50 ratio", "p99 ratio"
+        );
+        for r in &ratios {
+            let range = |s: &Spread| format!("{:.2} ({:.2}-{:.2})", s.median, s.min, s.max);
+            println!(
+                "{:<11} {:>8} {:>11.1} {:>11.1} {:>22} {:>22}",
+                r.transport,
+                r.clients,
+                r.floor_p50_us.median,
+                r.fetch_p50_us.median,
+                range(&r.p50),
+                range(&r.p99)
+            );
+        }
+    }
     Ok(())
+}
+
+/// A fetch row against the floor: each round's fetch over the same round's floor.
+#[derive(Debug, serde::Serialize)]
+struct AgainstFloor {
+    transport: &'static str,
+    clients: usize,
+    floor_p50_us: Spread,
+    fetch_p50_us: Spread,
+    p50: Spread,
+    p99: Spread,
+}
+
+/// Every fetch over a socket that has a floor measured in its round, by transport and
+/// clients.
+fn floor_ratios(runs: &[NetRun]) -> Vec<AgainstFloor> {
+    let mut keys: Vec<(&'static str, usize)> = Vec::new();
+    for r in runs.iter().filter(|r| r.op == "floor") {
+        if !keys.contains(&(r.transport, r.clients)) {
+            keys.push((r.transport, r.clients));
+        }
+    }
+    let mut out = Vec::new();
+    for (transport, clients) in keys {
+        let (mut floor, mut fetch, mut p50, mut p99) = (vec![], vec![], vec![], vec![]);
+        let rows = |op: &'static str| {
+            runs.iter()
+                .filter(move |r| r.op == op && r.transport == transport && r.clients == clients)
+        };
+        for f in rows("floor") {
+            let Some(x) = rows("fetch").find(|x| x.round == f.round) else { continue };
+            floor.push(f.latency_us_p50);
+            fetch.push(x.latency_us_p50);
+            p50.push(x.latency_us_p50 / f.latency_us_p50.max(f64::MIN_POSITIVE));
+            p99.push(x.latency_us_p99 / f.latency_us_p99.max(f64::MIN_POSITIVE));
+        }
+        if !p50.is_empty() {
+            out.push(AgainstFloor {
+                transport,
+                clients,
+                floor_p50_us: spread(floor),
+                fetch_p50_us: spread(fetch),
+                p50: spread(p50),
+                p99: spread(p99),
+            });
+        }
+    }
+    out
 }
