@@ -10,7 +10,12 @@
 //! against the tokio server, in this process) and through the in-process transport:
 //!
 //! - fetch round trip p50/p99 and pages per second, with one client and with several;
-//! - commit latency p50/p99 of a small transaction (one new version, one created object).
+//! - commit latency p50/p99 of a small transaction (one new version, one created object);
+//! - with `--unix`, fetches over a Unix-domain socket server too ([`thor_net::UnixTransport`]);
+//! - with `--floor`, the loopback floor with as many clients, measured in the same run
+//!   ([`crate::floor`]: a blocking ping-pong of a page-sized reply over TCP, and over a Unix
+//!   socket with `--unix`), so that each fetch row has the floor it is held to beside it
+//!   (issue 16: fetch p50 within 1.5x of it).
 //!
 //! Each measurement runs on a fresh database in a temporary directory (or `--dir`).
 
@@ -23,10 +28,14 @@ use bytes::Bytes;
 use clap::{Args, Subcommand};
 use thor_core::le::put_u32;
 use thor_core::{ClassDesc, Oref, PageId, VarKind};
-use thor_net::{ClientConfig, LocalTransport, NetConfig, Server, TcpTransport};
+use thor_net::{
+    ClientConfig, LocalTransport, NetConfig, Server, TcpTransport, Threading, UnixTransport,
+};
 use thor_server::{CommitRequest, Engine, EngineOptions};
 use thor_storage::FileDisk;
 use thor_wire::{Commit, ReplyBody, Request, RequestBody};
+
+use crate::oo7_penalty::{Spread, spread};
 
 /// Benchmarks of thor's components.
 #[derive(Debug, Args)]
@@ -385,13 +394,40 @@ struct NetBench {
     /// Worker threads of the server's runtime (0: one per core).
     #[arg(long, default_value_t = 0)]
     server_threads: usize,
+    /// Run the server on tokio's work-stealing runtime instead of a single-threaded runtime
+    /// per thread (`thor_net::Threading`).
+    #[arg(long)]
+    work_stealing: bool,
+    /// Also fetch over a Unix-domain socket (a second server on a socket in a temporary
+    /// directory, serving the same engine).
+    #[arg(long)]
+    unix: bool,
+    /// Also measure the loopback floor with each number of clients, in this run.
+    #[arg(long)]
+    floor: bool,
+    /// Fetches only: skip the commit runs.
+    #[arg(long)]
+    fetch_only: bool,
+    /// Rounds of the fetch measurements (floor and fetches, each number of clients); with
+    /// `--floor`, each fetch's ratio to the floor of its own round is summarised as median and
+    /// range over the rounds, so that a busy moment moves both sides of a ratio.
+    #[arg(long, value_parser = crate::at_least_one::<usize>, allow_negative_numbers = true, default_value_t = 1)]
+    runs: usize,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
 }
 
+/// Timed round trips per client of a floor measurement in `thor bench net --floor`.
+const FLOOR_ROUND_TRIPS: u32 = 5_000;
+
+/// Untimed round trips before them.
+const FLOOR_WARMUP: u32 = 500;
+
 #[derive(Debug, serde::Serialize)]
 struct NetRun {
+    /// Which round of `--runs` (0 for the commit runs).
+    round: usize,
     op: &'static str,
     transport: &'static str,
     clients: usize,
@@ -458,6 +494,7 @@ fn summarize(
 ) -> NetRun {
     lat.sort();
     NetRun {
+        round: 0,
         op,
         transport,
         clients,
@@ -543,8 +580,12 @@ fn net(b: NetBench) -> Result<()> {
         db.engine.fetch(*p)?;
     }
     let handler = db.engine.clone();
-    let net = NetConfig { worker_threads: b.server_threads, ..NetConfig::default() };
-    let server = Server::start("127.0.0.1:0", handler.clone(), net)?;
+    let threading = match b.work_stealing {
+        true => Threading::WorkStealing,
+        false => Threading::PerThread,
+    };
+    let net = NetConfig { worker_threads: b.server_threads, threading, ..NetConfig::default() };
+    let server = Server::start("127.0.0.1:0", handler.clone(), net.clone())?;
     let addr = server.local_addr();
     let cfg = ClientConfig { client_name: "thor bench net".into(), ..ClientConfig::default() };
     let tcp = || TcpTransport::connect(addr, &cfg).map_err(anyhow::Error::from);
@@ -556,15 +597,70 @@ fn net(b: NetBench) -> Result<()> {
             eprintln!("{what}, {} s ...", b.seconds);
         }
     };
-    for clients in [1, b.clients] {
+    let socket_dir = tempfile::tempdir().context("creating a directory for the socket")?;
+    let socket = socket_dir.path().join("thor.sock");
+    let unix_server = match b.unix {
+        true => Some(Server::start_unix(&socket, handler.clone(), net.clone())?),
+        false => None,
+    };
+    let unix = || UnixTransport::connect(&socket, &cfg).map_err(anyhow::Error::from);
+    let floor = |socket, clients| -> Result<NetRun> {
+        let r = crate::floor::measure(&crate::floor::FloorConfig {
+            socket,
+            reply_bytes: db.engine.page_size(),
+            round_trips: FLOOR_ROUND_TRIPS,
+            warmup: FLOOR_WARMUP,
+            clients,
+            pin: false,
+        })?;
+        Ok(NetRun {
+            round: 0,
+            op: "floor",
+            transport: socket.name(),
+            clients,
+            ops: r.round_trips,
+            // Each client runs its round trips back to back: throughput is clients over the
+            // mean round trip.
+            ops_per_s: clients as f64 * 1e6 / r.mean_us.max(f64::MIN_POSITIVE),
+            latency_us_p50: r.p50_us,
+            latency_us_p99: r.p99_us,
+        })
+    };
+    for (round, clients) in (0..b.runs).flat_map(|r| [(r, 1), (r, b.clients)]) {
+        let first = runs.len();
+        if b.runs > 1 && !b.json {
+            eprintln!("round {} of {}:", round + 1, b.runs);
+        }
+        if b.floor {
+            say(&format!("floor over TCP, {clients} client(s)"));
+            runs.push(floor(crate::floor::Socket::Tcp, clients)?);
+        }
         say(&format!("fetch over TCP, {clients} client(s)"));
         let lat = drive(clients, b.seconds, tcp, seed, fetch_op(&pages))?;
         runs.push(summarize("fetch", "tcp", clients, b.seconds, lat));
+        if b.unix {
+            if b.floor {
+                say(&format!("floor over a Unix socket, {clients} client(s)"));
+                runs.push(floor(crate::floor::Socket::Unix, clients)?);
+            }
+            say(&format!("fetch over a Unix socket, {clients} client(s)"));
+            let lat = drive(clients, b.seconds, unix, seed, fetch_op(&pages))?;
+            runs.push(summarize("fetch", "unix", clients, b.seconds, lat));
+        }
         say(&format!("fetch in process, {clients} client(s)"));
         let lat = drive(clients, b.seconds, local, seed, fetch_op(&pages))?;
         runs.push(summarize("fetch", "in-process", clients, b.seconds, lat));
+        for r in &mut runs[first..] {
+            r.round = round;
+        }
+    }
+    if let Some(s) = unix_server {
+        s.shutdown()?;
     }
     for clients in [1, b.clients] {
+        if b.fetch_only {
+            break;
+        }
         say(&format!("commit over TCP, {clients} client(s)"));
         let lat = drive(clients, b.seconds, tcp, commit_setup(db.class), commit_op(db.class))?;
         runs.push(summarize("commit", "tcp", clients, b.seconds, lat));
@@ -573,8 +669,10 @@ fn net(b: NetBench) -> Result<()> {
         runs.push(summarize("commit", "in-process", clients, b.seconds, lat));
     }
     server.shutdown()?;
+    let ratios = floor_ratios(&runs);
     if b.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "runs": runs }))?);
+        let v = serde_json::json!({ "runs": runs, "against_floor": ratios });
+        println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     println!(
@@ -591,5 +689,72 @@ fn net(b: NetBench) -> Result<()> {
             r.op, r.transport, r.clients, r.ops, r.ops_per_s, r.latency_us_p50, r.latency_us_p99
         );
     }
+    if !ratios.is_empty() {
+        println!("\nfetch / floor of the same round, median (min-max) over {} round(s)", b.runs);
+        println!(
+            "{:<11} {:>8} {:>11} {:>11} {:>22} {:>22}",
+            "transport", "clients", "floor p50", "fetch p50", "p50 ratio", "p99 ratio"
+        );
+        for r in &ratios {
+            let range = |s: &Spread| format!("{:.2} ({:.2}-{:.2})", s.median, s.min, s.max);
+            println!(
+                "{:<11} {:>8} {:>11.1} {:>11.1} {:>22} {:>22}",
+                r.transport,
+                r.clients,
+                r.floor_p50_us.median,
+                r.fetch_p50_us.median,
+                range(&r.p50),
+                range(&r.p99)
+            );
+        }
+    }
     Ok(())
+}
+
+/// A fetch row against the floor: each round's fetch over the same round's floor.
+#[derive(Debug, serde::Serialize)]
+struct AgainstFloor {
+    transport: &'static str,
+    clients: usize,
+    floor_p50_us: Spread,
+    fetch_p50_us: Spread,
+    p50: Spread,
+    p99: Spread,
+}
+
+/// Every fetch over a socket that has a floor measured in its round, by transport and
+/// clients.
+fn floor_ratios(runs: &[NetRun]) -> Vec<AgainstFloor> {
+    let mut keys: Vec<(&'static str, usize)> = Vec::new();
+    for r in runs.iter().filter(|r| r.op == "floor") {
+        if !keys.contains(&(r.transport, r.clients)) {
+            keys.push((r.transport, r.clients));
+        }
+    }
+    let mut out = Vec::new();
+    for (transport, clients) in keys {
+        let (mut floor, mut fetch, mut p50, mut p99) = (vec![], vec![], vec![], vec![]);
+        let rows = |op: &'static str| {
+            runs.iter()
+                .filter(move |r| r.op == op && r.transport == transport && r.clients == clients)
+        };
+        for f in rows("floor") {
+            let Some(x) = rows("fetch").find(|x| x.round == f.round) else { continue };
+            floor.push(f.latency_us_p50);
+            fetch.push(x.latency_us_p50);
+            p50.push(x.latency_us_p50 / f.latency_us_p50.max(f64::MIN_POSITIVE));
+            p99.push(x.latency_us_p99 / f.latency_us_p99.max(f64::MIN_POSITIVE));
+        }
+        if !p50.is_empty() {
+            out.push(AgainstFloor {
+                transport,
+                clients,
+                floor_p50_us: spread(floor),
+                fetch_p50_us: spread(fetch),
+                p50: spread(p50),
+                p99: spread(p99),
+            });
+        }
+    }
+    out
 }

@@ -10,6 +10,9 @@
 //! server), so that two-phase commit's messages reach them. Every server of a cluster uses the
 //! same token, which also admits the servers' sessions to each other.
 //!
+//! `--listen unix:PATH` serves a Unix-domain socket instead of TCP (`thor_net::UnixTransport`
+//! connects to it).
+//!
 //! The token comes from `--token-file` (the file's bytes, without a trailing newline) or else
 //! from the `THOR_TOKEN` environment variable; with neither, clients need no token. On a signal
 //! the server stops accepting, answers the requests in flight, closes every connection, installs
@@ -26,7 +29,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use thor_net::{NetConfig, Server};
+use thor_net::{NetConfig, Server, Threading};
 use thor_server::limits::SESSIONS_MAX_DEFAULT;
 use thor_server::{Engine, EngineError, EngineOptions, ProtocolConfig};
 use thor_storage::FileDisk;
@@ -38,7 +41,9 @@ pub struct ServerArgs {
     /// The database directory.
     #[arg(long)]
     dir: PathBuf,
-    /// The address to listen on (port 0 picks a free port).
+    /// The address to listen on: HOST:PORT for TCP (port 0 picks a free port), or
+    /// unix:PATH for a Unix-domain socket created at PATH, for clients on this machine (it
+    /// skips TCP's loopback path; the file must not exist, and is removed at shutdown).
     #[arg(long, default_value = "127.0.0.1:7400")]
     listen: String,
     /// Create the database if the directory holds none.
@@ -93,6 +98,13 @@ pub struct ServerArgs {
     /// in the ESM modes the dirty pages too). Clients follow the server's mode.
     #[arg(long, default_value = "obj", value_parser = parse_commit_mode)]
     commit_mode: thor_wire::CommitMode,
+    /// Threads serving connections (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    net_threads: usize,
+    /// Serve connections on tokio's work-stealing runtime instead of a single-threaded runtime
+    /// per thread (the default, which answers a fetch without waking another thread).
+    #[arg(long)]
+    work_stealing: bool,
 }
 
 /// `--peer ID=HOST:PORT`.
@@ -217,6 +229,14 @@ fn open_engine(args: &ServerArgs, protocol: ProtocolConfig) -> Result<(Engine, F
     Ok((engine, file_disk))
 }
 
+/// The socket `thor server` listens on.
+enum Listener {
+    /// `--listen HOST:PORT`.
+    Tcp(std::net::TcpListener),
+    /// `--listen unix:PATH`, with the path (removed at shutdown).
+    Unix(std::os::unix::net::UnixListener, PathBuf),
+}
+
 pub fn run(args: ServerArgs) -> Result<()> {
     let token = token(&args)?;
     let config = ProtocolConfig {
@@ -228,8 +248,18 @@ pub fn run(args: ServerArgs) -> Result<()> {
     let auth = !config.token.is_empty();
     // Both addresses are bound before the database is opened or created: a bad address fails
     // with nothing made.
-    let listener = std::net::TcpListener::bind(&args.listen)
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let listener = match args.listen.strip_prefix("unix:") {
+        Some(path) => {
+            let path = PathBuf::from(path);
+            let l = std::os::unix::net::UnixListener::bind(&path)
+                .with_context(|| format!("cannot listen on {}", args.listen))?;
+            Listener::Unix(l, path)
+        }
+        None => Listener::Tcp(
+            std::net::TcpListener::bind(&args.listen)
+                .with_context(|| format!("cannot listen on {}", args.listen))?,
+        ),
+    };
     let metrics = match &args.metrics_listen {
         Some(a) => Some(
             std::net::TcpListener::bind(a)
@@ -241,9 +271,23 @@ pub fn run(args: ServerArgs) -> Result<()> {
     let engine = Arc::new(engine);
     let net = NetConfig {
         idle_timeout: Duration::from_secs(args.idle_timeout_s),
+        worker_threads: args.net_threads,
+        threading: match args.work_stealing {
+            true => Threading::WorkStealing,
+            false => Threading::PerThread,
+        },
         ..NetConfig::default()
     };
-    let server = Server::start_on(listener, engine.clone(), net)?;
+    let (server, listening, socket_file) = match listener {
+        Listener::Tcp(l) => {
+            let server = Server::start_on(l, engine.clone(), net)?;
+            let at = server.local_addr().to_string();
+            (server, at, None)
+        }
+        Listener::Unix(l, path) => {
+            (Server::start_unix_on(l, engine.clone(), net)?, args.listen.clone(), Some(path))
+        }
+    };
     if let Some(listener) = metrics {
         info!("metrics on http://{}/metrics", listener.local_addr()?);
         crate::stats::serve_metrics(listener, engine.clone());
@@ -253,7 +297,7 @@ pub fn run(args: ServerArgs) -> Result<()> {
     server.wait_for_signal_after(|| {
         info!(
             "listening on {} (database {}, server id {}, {} KiB pages, authentication {}, at most {} connections, {} page cache, {} reads, commit mode {})",
-            server.local_addr(),
+            listening,
             args.dir.display(),
             engine.server_id().0,
             engine.page_size() / 1024,
@@ -266,6 +310,11 @@ pub fn run(args: ServerArgs) -> Result<()> {
     })?;
     info!("signal received: shutting down");
     server.shutdown()?;
+    if let Some(path) = socket_file
+        && let Err(e) = std::fs::remove_file(&path)
+    {
+        warn!("cannot remove the socket file {}: {e}", path.display());
+    }
     let s = engine.server_stats();
     info!(
         "served {} sessions: {} requests, {} commits, {} fetches, {} protocol errors",

@@ -124,3 +124,38 @@ fn direct_io_server_serves_the_same_pages_and_counts_device_reads() {
         .unwrap_or_else(|| panic!("the shutdown log counts direct reads: {log}"));
     assert!(reads > 0, "{log}");
 }
+
+#[test]
+fn thor_server_listens_on_a_unix_socket_and_removes_it_at_exit() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let sock = tmp.path().join("thor.sock");
+    let mut cmd = thor();
+    cmd.args(["server", "--create", "--page-kb", "4", "--dir"])
+        .arg(&dir)
+        .arg("--listen")
+        .arg(format!("unix:{}", sock.display()))
+        .env_remove("THOR_TOKEN")
+        .stderr(std::process::Stdio::piped());
+    let mut proc = common::ServerProcess(cmd.spawn().unwrap());
+    let mut log = std::io::BufReader::new(proc.0.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(log.read_line(&mut line).unwrap() > 0, "the server exited before listening");
+        if line.contains("listening on unix:") {
+            break;
+        }
+    }
+    let mut t = thor_net::UnixTransport::connect(&sock, &config("")).unwrap();
+    assert_eq!(t.server().page_size, 4096);
+    match t.round_trip(&Request::new(RequestBody::Fetch { page: PageId::FIRST })).unwrap().body {
+        ReplyBody::Page { page, .. } => assert_eq!(page, PageId::FIRST),
+        other => panic!("{other:?}"),
+    }
+    drop(t);
+    let rest = proc.stop(log);
+    assert!(rest.contains("shutting down"), "{rest}");
+    assert!(!sock.exists(), "the socket file is removed at exit");
+}

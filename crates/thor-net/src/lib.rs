@@ -40,7 +40,9 @@ pub mod peers;
 #[cfg(feature = "server")]
 pub mod server;
 
-pub use client::{ClientConfig, TcpTransport};
+#[cfg(unix)]
+pub use client::UnixTransport;
+pub use client::{ClientConfig, StreamTransport, TcpTransport};
 #[cfg(feature = "server")]
 pub use error::NetError;
 #[cfg(feature = "server")]
@@ -48,4 +50,6 @@ pub use local::LocalTransport;
 #[cfg(feature = "server")]
 pub use peers::TcpPeers;
 #[cfg(feature = "server")]
-pub use server::{NetConfig, NetStats, Server, ShutdownSignal, serve, shutdown_signal};
+#[cfg(all(feature = "server", unix))]
+pub use server::serve_unix;
+pub use server::{NetConfig, NetStats, Server, ShutdownSignal, Threading, serve, shutdown_signal};

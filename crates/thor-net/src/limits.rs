@@ -23,9 +23,6 @@ pub const WRITE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 /// turn into a reset that destroys the error reply before the client reads it.
 pub const CLOSE_LINGER: Duration = Duration::from_secs(2);
 
-/// Most bytes read and discarded while lingering on a closing connection.
-pub const CLOSE_LINGER_BYTES_MAX: u64 = 1 << 20;
-
 /// Default bound on frame bytes held at once across all connections: four of the largest
 /// frames the protocol allows (64 MiB each), so that a few huge commits proceed side by side
 /// while hundreds of connections cannot make the server hold hundreds of frames.

@@ -1,23 +1,38 @@
-//! The TCP server: tokio around the server core's embedded driver ([`thor_server::Engine`]).
+//! The network server: tokio around the server core's embedded driver ([`thor_server::Engine`]),
+//! on loopback or remote TCP and on Unix-domain sockets.
 //!
 //! ```text
-//!  accept loop ──► engine.connect(sink) ──► connection task (one per connection)
-//!                                              │
-//!   frame reader task ── read, check, decode ──┤ frames (a channel of one)
-//!   (idle and frame timeouts, size limits,     │
-//!    server-wide in-flight bytes)              ▼
-//!                          connection task:  select {
-//!                              shutdown,
-//!                              a reply from the core (its sink)  ── write it (close after it?)
-//!                              a frame ── engine.request(conn, id, req) ── work (disk reads)
-//!                                         on the blocking pool
-//!                          }
+//!  accept loop ──► engine.connect(sink) ──► connection task (one per connection, one thread)
+//!                                             loop {
+//!                                               write every reply in the outbox
+//!                                               select {
+//!                                                 shutdown,
+//!                                                 the outbox woken (a reply from another thread),
+//!                                                 a frame read (idle and frame timeouts, size
+//!                                                   limits, server-wide in-flight bytes)
+//!                                                   ── check, decode ── engine.request(...)
+//!                                                   ── work (disk reads) to the blocking pool
+//!                                               }
+//!                                             }
 //! ```
 //!
 //! The core answers through the connection's sink, now (a page-cache hit) or later (a commit,
 //! once the log's fsync made it durable; a fetch that read the disk). It keeps each
 //! connection's replies in request order and holds back a connection's later requests while
-//! one is deferred, so the connection task only moves frames.
+//! one is deferred. A reply delivered while the connection's own task is inside
+//! `Engine::request` is written by that task as soon as the call returns, before it yields:
+//! a fetch that hits the page cache crosses no channel and wakes no other task or thread, and
+//! its reply is first written with `try_write` (one system call, no timer). The next frame's
+//! read is started before the reply goes out, so a frame half read is never lost.
+//!
+//! # Threads
+//!
+//! [`Threading::PerThread`] (the default) runs one single-threaded runtime per thread and deals
+//! connections out to them in turn: a connection stays on its thread, which waits in its own
+//! `epoll` and is woken by the kernel for its sockets alone. [`Threading::WorkStealing`] is
+//! tokio's multi-threaded runtime, which balances busy connections across threads at the price
+//! of waking other workers on every readiness event. `thor bench net --work-stealing` measures
+//! one against the other; the figures are in `docs/net.md`.
 //!
 //! # Limits
 //!
@@ -55,10 +70,11 @@
 //! is still owed for requests already handed to the core, then `Error(ShuttingDown)` (id 0),
 //! and closes. A frame half received when shutdown begins is dropped unanswered.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -66,19 +82,20 @@ use thor_server::limits::PRE_HELLO_FRAME_BYTES_MAX;
 use thor_server::{ConnId, Engine, ReplySink};
 use thor_wire::limits::FRAME_BYTES_MAX;
 use thor_wire::{ErrorCode, Frame, Reply, ReplyBody, Request, WireError, frame_size};
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
+};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tokio::task::JoinSet;
 use tokio::time::timeout;
 use tracing::{debug, info, warn};
 
 use crate::error::NetError;
 use crate::limits::{
-    ACCEPT_ERROR_PAUSE, CLOSE_LINGER, CLOSE_LINGER_BYTES_MAX, FRAME_BUFFER_INITIAL_BYTES,
-    FRAME_TIMEOUT_DEFAULT, IDLE_TIMEOUT_DEFAULT, IN_FLIGHT_BYTES_MAX_DEFAULT, READ_BUFFER_BYTES,
-    REPLY_BUFFER_KEEP_BYTES, WRITE_TIMEOUT_DEFAULT,
+    ACCEPT_ERROR_PAUSE, CLOSE_LINGER, FRAME_BUFFER_INITIAL_BYTES, FRAME_TIMEOUT_DEFAULT,
+    IDLE_TIMEOUT_DEFAULT, IN_FLIGHT_BYTES_MAX_DEFAULT, READ_BUFFER_BYTES, REPLY_BUFFER_KEEP_BYTES,
+    WRITE_TIMEOUT_DEFAULT,
 };
 
 /// Settings of the network server. The connection limit and the maximum frame size are the
@@ -91,8 +108,11 @@ pub struct NetConfig {
     pub frame_timeout: Duration,
     /// How long writing one reply may take.
     pub write_timeout: Duration,
-    /// Worker threads of the runtime [`Server::start`] builds; 0 means one per core.
+    /// Threads serving connections in the runtime(s) [`Server::start`] builds; 0 means one
+    /// per core.
     pub worker_threads: usize,
+    /// How [`Server::start`] spreads connections over its threads.
+    pub threading: Threading,
     /// Most bytes of received frames held at once across all connections (see the module
     /// documentation). At least the core's maximum frame size, so that every frame fits.
     pub in_flight_bytes_max: usize,
@@ -105,9 +125,24 @@ impl Default for NetConfig {
             frame_timeout: FRAME_TIMEOUT_DEFAULT,
             write_timeout: WRITE_TIMEOUT_DEFAULT,
             worker_threads: 0,
+            threading: Threading::default(),
             in_flight_bytes_max: IN_FLIGHT_BYTES_MAX_DEFAULT,
         }
     }
+}
+
+/// How [`Server::start`] runs its connections (see the module documentation, *Threads*).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Threading {
+    /// A single-threaded tokio runtime per thread, connections dealt out to them in turn: a
+    /// connection stays on its thread, which waits in its own `epoll` and is woken by the
+    /// kernel for its sockets alone, with no other worker to notify or steal from.
+    #[default]
+    PerThread,
+    /// tokio's multi-threaded, work-stealing runtime: busy threads' connections move to idle
+    /// ones, at the price of waking other workers to look for work.
+    WorkStealing,
 }
 
 /// Counters of the network server.
@@ -258,34 +293,141 @@ async fn read_frame<R: AsyncBufRead + Unpin>(r: &mut R, ctx: &ReaderCtx) -> Read
     read_rest(r, ctx).await
 }
 
-/// The frame reader of one connection: reads frames one after the other and hands each to the
-/// connection task (a channel of one, so it reads ahead by at most one frame).
-async fn frame_reader(mut r: BufReader<OwnedReadHalf>, ctx: ReaderCtx, tx: mpsc::Sender<Read>) {
-    loop {
-        let read = read_frame(&mut r, &ctx).await;
-        let last = !matches!(read, Read::Frame(_));
-        if tx.send(read).await.is_err() || last {
-            return;
+/// Reads the next frame of a connection, taking its reader and giving it back with the frame:
+/// the connection task keeps this future across its `select!` (a frame half read when a reply
+/// goes out is not lost) and starts the next one once a frame is in.
+async fn next_frame<R: AsyncRead + Unpin>(
+    mut r: BufReader<R>,
+    ctx: Arc<ReaderCtx>,
+) -> (BufReader<R>, Read) {
+    let read = read_frame(&mut r, &ctx).await;
+    (r, read)
+}
+
+/// A connected byte stream the server serves: loopback or remote TCP, or a Unix-domain socket.
+pub(crate) trait Stream: Send + 'static {
+    /// The receiving half.
+    type R: AsyncRead + Unpin + Send + 'static;
+    /// The sending half.
+    type W: AsyncWrite + Unpin + Send + 'static;
+    /// Splits the stream so that a frame can be half read while a reply is written.
+    fn split(self) -> (Self::R, Self::W);
+    /// Writes what the socket accepts now, without waiting (`WouldBlock` if nothing).
+    fn try_write(w: &Self::W, buf: &[u8]) -> std::io::Result<usize>;
+    /// The socket, no longer registered with the reactor of the runtime that accepted it.
+    type Std: Send + 'static;
+    /// Takes the socket out of its runtime's reactor.
+    fn into_std(self) -> std::io::Result<Self::Std>;
+    /// Registers the socket with the reactor of the runtime this is called in.
+    fn from_std(s: Self::Std) -> std::io::Result<Self>
+    where
+        Self: Sized;
+}
+
+impl Stream for TcpStream {
+    type R = tokio::net::tcp::OwnedReadHalf;
+    type W = tokio::net::tcp::OwnedWriteHalf;
+    fn split(self) -> (Self::R, Self::W) {
+        self.into_split()
+    }
+    fn try_write(w: &Self::W, buf: &[u8]) -> std::io::Result<usize> {
+        w.try_write(buf)
+    }
+    type Std = std::net::TcpStream;
+    fn into_std(self) -> std::io::Result<Self::Std> {
+        TcpStream::into_std(self)
+    }
+    fn from_std(s: Self::Std) -> std::io::Result<Self> {
+        TcpStream::from_std(s)
+    }
+}
+
+#[cfg(unix)]
+impl Stream for tokio::net::UnixStream {
+    type R = tokio::net::unix::OwnedReadHalf;
+    type W = tokio::net::unix::OwnedWriteHalf;
+    fn split(self) -> (Self::R, Self::W) {
+        self.into_split()
+    }
+    fn try_write(w: &Self::W, buf: &[u8]) -> std::io::Result<usize> {
+        w.try_write(buf)
+    }
+    type Std = std::os::unix::net::UnixStream;
+    fn into_std(self) -> std::io::Result<Self::Std> {
+        tokio::net::UnixStream::into_std(self)
+    }
+    fn from_std(s: Self::Std) -> std::io::Result<Self> {
+        tokio::net::UnixStream::from_std(s)
+    }
+}
+
+/// A listening socket the server accepts connections on.
+pub(crate) trait Listen: Send + 'static {
+    /// What it accepts.
+    type S: Stream;
+    /// The next connection and the peer's name for logs.
+    fn accept_one(&self) -> impl Future<Output = std::io::Result<(Self::S, String)>> + Send + '_;
+}
+
+impl Listen for TcpListener {
+    type S = TcpStream;
+    async fn accept_one(&self) -> std::io::Result<(TcpStream, String)> {
+        let (s, peer) = self.accept().await?;
+        // Every request is one small write the client waits on: do not hold replies back.
+        let _ = s.set_nodelay(true);
+        Ok((s, peer.to_string()))
+    }
+}
+
+#[cfg(unix)]
+impl Listen for tokio::net::UnixListener {
+    type S = tokio::net::UnixStream;
+    async fn accept_one(&self) -> std::io::Result<(tokio::net::UnixStream, String)> {
+        let (s, peer) = self.accept().await?;
+        let name = match peer.as_pathname() {
+            Some(p) => format!("unix:{}", p.display()),
+            None => "unix client".to_owned(),
+        };
+        Ok((s, name))
+    }
+}
+
+/// The replies the core delivered to one connection and its task has not written yet.
+///
+/// Bounded by the core: at most one reply per request received and at most `IN_FLIGHT_MAX`
+/// requests in flight per connection, plus one final error.
+#[derive(Default)]
+struct Outbox {
+    /// The replies, oldest first: (request id, reply, close after it).
+    queue: parking_lot::Mutex<VecDeque<(u64, Reply, bool)>>,
+    /// Set while the connection's own task is inside `Engine::request`: it writes what the
+    /// core delivered as soon as that returns, so a page-cache hit wakes nobody.
+    inline: AtomicBool,
+    /// Wakes the connection task for a reply delivered from another thread (a commit made
+    /// durable by the log writer, a page read on the blocking pool). A wake-up that finds the
+    /// task busy is kept as a permit, so none is lost.
+    notify: Notify,
+}
+
+/// The sink of a connection: the core's replies go into its [`Outbox`].
+struct OutboxSink(Arc<Outbox>);
+
+impl ReplySink for OutboxSink {
+    fn deliver(&self, id: u64, reply: Reply, close: bool) {
+        // Called with the core locked: a push and at most one wake-up, never a write.
+        self.0.queue.lock().push_back((id, reply, close));
+        if !self.0.inline.load(SeqCst) {
+            self.0.notify.notify_one();
         }
     }
 }
 
-/// The sink of a TCP connection: replies queue for its task (see [`ReplySink`] for the bound).
-struct TcpSink(mpsc::UnboundedSender<(u64, Reply, bool)>);
-
-impl ReplySink for TcpSink {
-    fn deliver(&self, id: u64, reply: Reply, close: bool) {
-        // The task is gone only when the connection is closed: nobody is left to answer.
-        let _ = self.0.send((id, reply, close));
-    }
-}
-
 /// One connection's writing side.
-struct Conn {
+struct Conn<W> {
     /// The socket's sending half.
-    w: OwnedWriteHalf,
-    /// The client's address, for logs.
-    peer: SocketAddr,
+    w: W,
+    /// The client's name, for logs.
+    peer: String,
     /// The engine.
     engine: Arc<Engine>,
     /// The core's name for this connection.
@@ -296,13 +438,17 @@ struct Conn {
     out: Vec<u8>,
 }
 
-impl Conn {
+impl<W: AsyncWrite + Unpin> Conn<W> {
     /// Sends `reply` as the answer to request `id`. Returns false if the connection failed.
     ///
     /// Replies are bounded by the protocol's frame limit, not by the connection's (which bounds
     /// what the server accepts); every reply is smaller than the request it answers anyway,
     /// except a page, which fits the smallest frame setting.
-    async fn send(&mut self, id: u64, reply: &Reply) -> bool {
+    ///
+    /// The reply is first written without waiting (`try_write`): a page fits the socket's
+    /// send buffer, so the usual reply costs one system call and no timer. Only what the socket
+    /// does not take now is written under the write timeout.
+    async fn send<S: Stream<W = W>>(&mut self, id: u64, reply: &Reply) -> bool {
         if self.out.capacity() > REPLY_BUFFER_KEEP_BYTES {
             // Do not keep a large reply's buffer for the life of the connection.
             self.out = Vec::new();
@@ -316,36 +462,44 @@ impl Conn {
                 return false;
             }
         }
-        match timeout(self.cfg.write_timeout, self.w.write_all(&self.out)).await {
-            Ok(Ok(())) => {
-                self.engine.note_traffic(0, self.out.len() as u64);
-                true
-            }
-            Ok(Err(e)) => {
-                debug!(peer = %self.peer, "write failed: {e}");
-                false
-            }
-            Err(_) => {
-                debug!(peer = %self.peer, "write timed out");
-                false
+        let mut done = 0;
+        while done < self.out.len() {
+            match S::try_write(&self.w, &self.out[done..]) {
+                Ok(0) => {
+                    debug!(peer = %self.peer, "write failed: the socket took nothing");
+                    return false;
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    debug!(peer = %self.peer, "write failed: {e}");
+                    return false;
+                }
             }
         }
+        if done < self.out.len() {
+            match timeout(self.cfg.write_timeout, self.w.write_all(&self.out[done..])).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    debug!(peer = %self.peer, "write failed: {e}");
+                    return false;
+                }
+                Err(_) => {
+                    debug!(peer = %self.peer, "write timed out");
+                    return false;
+                }
+            }
+        }
+        self.engine.note_traffic(0, self.out.len() as u64);
+        true
     }
 }
 
-/// Shuts down the sending side, then discards input until the client closes, for a bounded time
-/// and number of bytes.
-async fn linger_close(mut w: OwnedWriteHalf, r: Option<BufReader<OwnedReadHalf>>) {
-    let _ = timeout(CLOSE_LINGER, async {
-        if w.shutdown().await.is_err() {
-            return;
-        }
-        if let Some(mut r) = r {
-            let mut sink = tokio::io::sink();
-            let _ = tokio::io::copy(&mut (&mut r).take(CLOSE_LINGER_BYTES_MAX), &mut sink).await;
-        }
-    })
-    .await;
+/// Shuts down the sending side, for a bounded time, so that the client reads the last reply
+/// and then the end of the stream.
+async fn linger_close<W: AsyncWrite + Unpin>(mut w: W) {
+    let _ = timeout(CLOSE_LINGER, w.shutdown()).await;
 }
 
 /// Completes once shutdown has begun. (The guard `wait_for` returns is dropped here, not held
@@ -364,103 +518,117 @@ struct ConnShared {
     stats: Arc<NetStats>,
 }
 
-async fn connection(
-    stream: TcpStream,
-    peer: SocketAddr,
+/// How a connection ends.
+enum End {
+    /// At once: the client left or the socket failed.
+    Drop,
+    /// After sending this error (if any) and shutting down the sending side.
+    Close(Option<Reply>),
+}
+
+/// The reply that tells a client the server is going away.
+fn shutting_down() -> Reply {
+    Reply::error(ErrorCode::ShuttingDown, "the server is shutting down")
+}
+
+/// Writes every reply in `outbox`, in order. Returns how the connection ends if it must.
+async fn flush<S: Stream>(
+    conn: &mut Conn<S::W>,
+    outbox: &Outbox,
+    owed: &AtomicUsize,
+    max_frame: &AtomicUsize,
+) -> Option<End> {
+    loop {
+        let next = outbox.queue.lock().pop_front();
+        let (rid, reply, close_after) = next?;
+        if rid != 0 {
+            // Only this task changes it; the reader reads it.
+            let _ = owed.fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
+        }
+        if matches!(reply.body, ReplyBody::HelloOk(_)) {
+            max_frame.store(conn.engine.protocol().max_frame_bytes, Relaxed);
+        }
+        if !conn.send::<S>(rid, &reply).await {
+            return Some(End::Drop);
+        }
+        if close_after {
+            return Some(End::Close(None));
+        }
+    }
+}
+
+/// One connection, start to end, in one task: it reads a frame, hands the request to the core
+/// and writes the reply, with no hop to another task or thread on the way (on a page-cache
+/// hit the core answers inside `Engine::request`, and the reply goes out before the task
+/// yields). Replies the core delivers later, from other threads, wake it through its outbox.
+async fn connection<S: Stream>(
+    stream: S,
+    peer: String,
     shared: Arc<ConnShared>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let (rd, w) = stream.into_split();
-    let (reply_tx, mut replies) = mpsc::unbounded_channel();
+    let (rd, w) = stream.split();
+    let outbox = Arc::new(Outbox::default());
     let engine = shared.engine.clone();
-    let id = engine.connect(Arc::new(TcpSink(reply_tx)));
+    let id = engine.connect(Arc::new(OutboxSink(outbox.clone())));
     let mut conn =
         Conn { w, peer, engine: engine.clone(), id, cfg: shared.cfg.clone(), out: Vec::new() };
     let max_frame = Arc::new(AtomicUsize::new(PRE_HELLO_FRAME_BYTES_MAX));
     // Requests handed to the core and not answered yet.
     let owed = Arc::new(AtomicUsize::new(0));
-    let ctx = ReaderCtx {
+    let ctx = Arc::new(ReaderCtx {
         cfg: shared.cfg.clone(),
         budget: shared.budget.clone(),
         stats: shared.stats.clone(),
         max_frame: max_frame.clone(),
         owed: owed.clone(),
-    };
-    let (frames_tx, mut frames) = mpsc::channel(1);
-    let reader =
-        tokio::spawn(frame_reader(BufReader::with_capacity(READ_BUFFER_BYTES, rd), ctx, frames_tx));
+    });
+    let mut reading =
+        Box::pin(next_frame(BufReader::with_capacity(READ_BUFFER_BYTES, rd), ctx.clone()));
+    // No more frames are read: shutdown began, or the stream's framing is lost (a bad frame;
+    // the core answers it with an error that closes the connection).
+    let mut reading_done = false;
     let mut draining = false;
-    let close = |conn: Conn, reply: Option<Reply>, reader: tokio::task::JoinHandle<()>| async move {
-        let mut conn = conn;
-        reader.abort();
-        let sent = match reply {
-            Some(r) => conn.send(0, &r).await,
-            None => true,
-        };
-        conn.engine.disconnect(conn.id);
-        if sent {
-            linger_close(conn.w, None).await;
+    let end = loop {
+        if let Some(end) = flush::<S>(&mut conn, &outbox, &owed, &max_frame).await {
+            break end;
         }
-    };
-    loop {
+        if draining && owed.load(Relaxed) == 0 {
+            break End::Close(Some(shutting_down()));
+        }
         tokio::select! {
             biased;
-            Some((rid, reply, close_after)) = replies.recv() => {
-                if rid != 0 {
-                    // Only this task changes it; the reader reads it.
-                    let _ = owed.fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
-                }
-                if matches!(reply.body, ReplyBody::HelloOk(_)) {
-                    max_frame.store(conn.engine.protocol().max_frame_bytes, Relaxed);
-                }
-                if !conn.send(rid, &reply).await {
-                    reader.abort();
-                    conn.engine.disconnect(conn.id);
-                    return;
-                }
-                if close_after {
-                    return close(conn, None, reader).await;
-                }
-                if draining && owed.load(Relaxed) == 0 {
-                    let r = Reply::error(ErrorCode::ShuttingDown, "the server is shutting down");
-                    return close(conn, Some(r), reader).await;
-                }
-            }
-            () = stopping(&mut shutdown), if !draining => {
-                draining = true;
-                if owed.load(Relaxed) == 0 {
-                    let r = Reply::error(ErrorCode::ShuttingDown, "the server is shutting down");
-                    return close(conn, Some(r), reader).await;
-                }
-            }
-            Some(read) = frames.recv(), if !draining => {
+            () = outbox.notify.notified() => {}
+            () = stopping(&mut shutdown), if !draining => draining = true,
+            (r, read) = &mut reading, if !draining && !reading_done => {
                 let bytes = match read {
                     Read::Frame(b) => b,
-                    Read::Eof => {
-                        reader.abort();
-                        conn.engine.disconnect(conn.id);
-                        return;
-                    }
+                    Read::Eof => break End::Drop,
                     Read::Idle => {
-                        let r = Reply::error(ErrorCode::Timeout, "no request within the idle timeout");
-                        return close(conn, Some(r), reader).await;
+                        break End::Close(Some(Reply::error(
+                            ErrorCode::Timeout,
+                            "no request within the idle timeout",
+                        )));
                     }
                     Read::Slow => {
-                        let r = Reply::error(ErrorCode::Timeout, "the frame did not arrive in time");
-                        return close(conn, Some(r), reader).await;
+                        break End::Close(Some(Reply::error(
+                            ErrorCode::Timeout,
+                            "the frame did not arrive in time",
+                        )));
                     }
                     Read::Bad(e) => {
                         debug!(peer = %conn.peer, "bad frame: {e}");
+                        reading_done = true;
                         conn.engine.protocol_error(conn.id, 0, e);
                         continue;
                     }
                     Read::Io(e) => {
                         debug!(peer = %conn.peer, "read failed: {e}");
-                        reader.abort();
-                        conn.engine.disconnect(conn.id);
-                        return;
+                        break End::Drop;
                     }
                 };
+                // Read ahead: the next frame's future starts now and runs while replies go out.
+                reading.set(next_frame(r, ctx.clone()));
                 conn.engine.note_traffic(bytes.len() as u64, 0);
                 let frame = match Frame::parse(bytes, max_frame.load(Relaxed)) {
                     Ok(f) => f,
@@ -481,16 +649,28 @@ async fn connection(
                 };
                 drop(frame);
                 owed.fetch_add(1, Relaxed);
+                outbox.inline.store(true, SeqCst);
                 let work = conn.engine.request(conn.id, rid, req);
+                outbox.inline.store(false, SeqCst);
                 if !work.is_empty() {
                     let engine = conn.engine.clone();
                     tokio::task::spawn_blocking(move || engine.settle(work));
                 }
             }
-            else => {
-                // The reader ended and no reply is pending.
-                conn.engine.disconnect(conn.id);
-                return;
+        }
+    };
+    // A frame half received is dropped unanswered.
+    drop(reading);
+    match end {
+        End::Drop => conn.engine.disconnect(conn.id),
+        End::Close(reply) => {
+            let sent = match reply {
+                Some(r) => conn.send::<S>(0, &r).await,
+                None => true,
+            };
+            conn.engine.disconnect(conn.id);
+            if sent {
+                linger_close(conn.w).await;
             }
         }
     }
@@ -505,16 +685,32 @@ pub async fn serve(
     config: NetConfig,
     shutdown: impl Future<Output = ()>,
 ) {
-    serve_with_stats(listener, engine, config, Arc::new(NetStats::default()), shutdown).await
+    serve_with_stats(listener, engine, config, Arc::new(NetStats::default()), &[], shutdown).await
 }
 
-async fn serve_with_stats(
-    listener: TcpListener,
+/// [`serve`] on a Unix-domain socket: for clients on the same machine, which skip TCP's
+/// loopback path (see the module documentation). The socket file is the caller's to remove.
+#[cfg(unix)]
+pub async fn serve_unix(
+    listener: tokio::net::UnixListener,
+    engine: Arc<Engine>,
+    config: NetConfig,
+    shutdown: impl Future<Output = ()>,
+) {
+    serve_with_stats(listener, engine, config, Arc::new(NetStats::default()), &[], shutdown).await
+}
+
+/// The accept loop. Connections run on `spread`'s runtimes in turn, or on the caller's when it
+/// is empty.
+async fn serve_with_stats<L: Listen>(
+    listener: L,
     engine: Arc<Engine>,
     config: NetConfig,
     stats: Arc<NetStats>,
+    spread: &[tokio::runtime::Handle],
     shutdown: impl Future<Output = ()>,
 ) {
+    let mut next = 0usize;
     let max_frame = engine.protocol().max_frame_bytes;
     let budget = config.in_flight_bytes_max.max(max_frame).min(Semaphore::MAX_PERMITS);
     let shared = Arc::new(ConnShared {
@@ -534,11 +730,38 @@ async fn serve_with_stats(
                     warn!("a connection task failed: {e}");
                 }
             }
-            accepted = listener.accept() => match accepted {
+            accepted = listener.accept_one() => match accepted {
                 Ok((stream, peer)) => {
-                    let _ = stream.set_nodelay(true);
                     debug!(%peer, "connection accepted");
-                    tasks.spawn(connection(stream, peer, shared.clone(), stop_rx.clone()));
+                    let (shared, stop) = (shared.clone(), stop_rx.clone());
+                    match spread.get(next % spread.len().max(1)) {
+                        Some(rt) => {
+                            next = next.wrapping_add(1);
+                            // A socket's readiness is reported by the reactor of the runtime
+                            // that registered it: moved as it is, every request would wake
+                            // the accepting thread, which would wake the connection's. So it
+                            // leaves this reactor and joins the one of the thread it runs on.
+                            let std = match stream.into_std() {
+                                Ok(s) => s,
+                                Err(e) => {
+                                    warn!(%peer, "cannot hand the connection to a thread: {e}");
+                                    continue;
+                                }
+                            };
+                            tasks.spawn_on(
+                                async move {
+                                    match L::S::from_std(std) {
+                                        Ok(s) => connection(s, peer, shared, stop).await,
+                                        Err(e) => warn!(%peer, "cannot serve the connection: {e}"),
+                                    }
+                                },
+                                rt,
+                            );
+                        }
+                        None => {
+                            tasks.spawn(connection(stream, peer, shared, stop));
+                        }
+                    }
                 }
                 Err(e) => {
                     warn!("accept failed: {e}");
@@ -617,10 +840,20 @@ impl ShutdownSignal {
 /// and each closing connection has lingered (at most [`CLOSE_LINGER`]).
 #[derive(Debug)]
 pub struct Server {
-    /// The runtime the server's tasks run on.
-    runtime: Option<tokio::runtime::Runtime>,
+    /// The runtime the accept loop runs on (and with [`Threading::WorkStealing`] every
+    /// connection); with [`Threading::PerThread`], the first of `more`.
+    runtime: Option<Arc<tokio::runtime::Runtime>>,
+    /// With [`Threading::PerThread`]: every single-threaded runtime (the first is `runtime`),
+    /// each driven by a thread of `drivers`.
+    more: Vec<Arc<tokio::runtime::Runtime>>,
+    /// The threads driving `more`; they return when `halt` fires.
+    drivers: Vec<std::thread::JoinHandle<()>>,
+    /// Stops the driver threads, after the accept loop and every connection have ended.
+    halt: Option<watch::Sender<bool>>,
     /// The address it listens on (with the port the system chose for port 0).
     local_addr: SocketAddr,
+    /// The socket file of a Unix-socket server.
+    unix_path: Option<std::path::PathBuf>,
     /// Fired to begin a graceful shutdown.
     stop: Option<oneshot::Sender<()>>,
     /// The accept loop; completes when every connection is closed.
@@ -651,26 +884,118 @@ impl Server {
             .local_addr()
             .map_err(|source| NetError::Bind { addr: "the given listener".into(), source })?;
         let bind = |source| NetError::Bind { addr: local_addr.to_string(), source };
-        let mut builder = tokio::runtime::Builder::new_multi_thread();
-        builder.enable_all().thread_name("thor-net");
-        if config.worker_threads > 0 {
-            builder.worker_threads(config.worker_threads);
-        }
-        let runtime = builder.build().map_err(NetError::Runtime)?;
         listener.set_nonblocking(true).map_err(bind)?;
+        Server::start_with(engine, config, local_addr, None, |_| {
+            TcpListener::from_std(listener).map_err(bind)
+        })
+    }
+
+    /// Starts serving `engine` on a Unix-domain socket created at `path` (which must not
+    /// exist; the caller removes it after shutdown): `thor server --listen unix:PATH`, for
+    /// clients on this machine ([`crate::UnixTransport`]).
+    #[cfg(unix)]
+    pub fn start_unix(
+        path: impl AsRef<std::path::Path>,
+        engine: Arc<Engine>,
+        config: NetConfig,
+    ) -> Result<Server, NetError> {
+        let path = path.as_ref();
+        let bind = |source| NetError::Bind { addr: format!("unix:{}", path.display()), source };
+        let listener = std::os::unix::net::UnixListener::bind(path).map_err(bind)?;
+        Server::start_unix_on(listener, engine, config)
+    }
+
+    /// [`Server::start_unix`] on a listener the caller bound.
+    #[cfg(unix)]
+    pub fn start_unix_on(
+        listener: std::os::unix::net::UnixListener,
+        engine: Arc<Engine>,
+        config: NetConfig,
+    ) -> Result<Server, NetError> {
+        let path =
+            listener.local_addr().ok().and_then(|a| a.as_pathname().map(|p| p.to_path_buf()));
+        let name = match &path {
+            Some(p) => format!("unix:{}", p.display()),
+            None => "an unnamed unix socket".to_owned(),
+        };
+        let bind = |source| NetError::Bind { addr: name.clone(), source };
+        listener.set_nonblocking(true).map_err(bind)?;
+        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+        Server::start_with(engine, config, unspecified, path, |_| {
+            tokio::net::UnixListener::from_std(listener).map_err(bind)
+        })
+    }
+
+    /// Builds the runtime, makes the listener inside it and spawns the accept loop.
+    fn start_with<L: Listen>(
+        engine: Arc<Engine>,
+        config: NetConfig,
+        local_addr: SocketAddr,
+        unix_path: Option<std::path::PathBuf>,
+        listener: impl FnOnce(&tokio::runtime::Runtime) -> Result<L, NetError>,
+    ) -> Result<Server, NetError> {
+        let threads = match config.worker_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let (runtime, more, drivers, halt) = match config.threading {
+            Threading::WorkStealing => {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .thread_name("thor-net")
+                    .worker_threads(threads)
+                    .build()
+                    .map_err(NetError::Runtime)?;
+                (Arc::new(runtime), Vec::new(), Vec::new(), None)
+            }
+            Threading::PerThread => {
+                let (halt, halted) = watch::channel(false);
+                let mut more = Vec::with_capacity(threads);
+                let mut drivers = Vec::with_capacity(threads);
+                for i in 0..threads {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .thread_name("thor-net-blocking")
+                        .build()
+                        .map(Arc::new)
+                        .map_err(NetError::Runtime)?;
+                    let (driven, mut halted) = (rt.clone(), halted.clone());
+                    let driver = std::thread::Builder::new()
+                        .name(format!("thor-net-{i}"))
+                        .spawn(move || {
+                            driven.block_on(async move {
+                                let _ = halted.wait_for(|h| *h).await;
+                            })
+                        })
+                        .map_err(NetError::Runtime)?;
+                    more.push(rt);
+                    drivers.push(driver);
+                }
+                (more[0].clone(), more, drivers, Some(halt))
+            }
+        };
         let listener = {
             let _guard = runtime.enter();
-            TcpListener::from_std(listener).map_err(bind)?
+            listener(&runtime)?
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let stats = Arc::new(NetStats::default());
-        let task =
-            runtime.spawn(serve_with_stats(listener, engine, config, stats.clone(), async move {
+        let spread: Vec<tokio::runtime::Handle> =
+            more.iter().map(|rt| rt.handle().clone()).collect();
+        let serving = stats.clone();
+        let task = runtime.spawn(async move {
+            serve_with_stats(listener, engine, config, serving, &spread, async move {
                 let _ = stopped.await;
-            }));
+            })
+            .await
+        });
         Ok(Server {
             runtime: Some(runtime),
+            more,
+            drivers,
+            halt,
             local_addr,
+            unix_path,
             stop: Some(stop),
             task: Some(task),
             stats,
@@ -678,9 +1003,15 @@ impl Server {
         })
     }
 
-    /// The address the server listens on.
+    /// The address the server listens on (for a Unix-socket server, the unspecified address
+    /// 0.0.0.0:0: see [`Server::unix_path`]).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The path of the Unix-domain socket the server listens on, if it is one.
+    pub fn unix_path(&self) -> Option<&std::path::Path> {
+        self.unix_path.as_deref()
     }
 
     /// The network counters.
@@ -729,9 +1060,19 @@ impl Server {
         if let (Some(rt), Some(task)) = (&self.runtime, self.task.take()) {
             result = rt.block_on(task).map_err(|e| NetError::Task(e.to_string()));
         }
-        if let Some(rt) = self.runtime.take() {
-            // Every connection task has ended; only blocking reads may remain.
-            rt.shutdown_timeout(Duration::from_secs(1));
+        if let Some(halt) = self.halt.take() {
+            let _ = halt.send(true);
+        }
+        for driver in self.drivers.drain(..) {
+            if driver.join().is_err() {
+                result = Err(NetError::Task("a server thread panicked".into()));
+            }
+        }
+        // Every connection task has ended; only blocking reads may remain.
+        for rt in self.runtime.take().into_iter().chain(self.more.drain(..)) {
+            if let Ok(rt) = Arc::try_unwrap(rt) {
+                rt.shutdown_timeout(Duration::from_secs(1));
+            }
         }
         result
     }

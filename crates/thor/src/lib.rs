@@ -133,6 +133,34 @@ pub fn connect_with(
     Ok(Session::new(Box::new(transport), config)?)
 }
 
+/// Connects to a thor server on the same machine through its Unix-domain socket
+/// (`thor server --listen unix:PATH`), which skips TCP's loopback path; otherwise as
+/// [`connect`].
+#[cfg(unix)]
+pub fn connect_unix(
+    path: impl AsRef<std::path::Path>,
+    token: impl AsRef<[u8]>,
+) -> Result<Session, Error> {
+    connect_unix_with(path, token, SessionConfig::default())
+}
+
+/// [`connect_unix`] with session settings of the caller's.
+#[cfg(unix)]
+pub fn connect_unix_with(
+    path: impl AsRef<std::path::Path>,
+    token: impl AsRef<[u8]>,
+    config: SessionConfig,
+) -> Result<Session, Error> {
+    let client = thor_net::ClientConfig {
+        token: token.as_ref().to_vec(),
+        ..thor_net::ClientConfig::default()
+    };
+    let path = path.as_ref();
+    let transport = thor_net::UnixTransport::connect(path, &client)
+        .map_err(|source| Error::Connect { addr: format!("unix:{}", path.display()), source })?;
+    Ok(Session::new(Box::new(transport), config)?)
+}
+
 /// The README's Rust examples, compiled and run as doc tests (`cargo test -p thor --doc`), so
 /// that what the README shows works.
 #[cfg(doctest)]

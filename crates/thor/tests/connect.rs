@@ -78,3 +78,34 @@ fn connect_with_takes_the_callers_session_settings() {
     let s = thor::connect_with(server.local_addr(), TOKEN, cfg).unwrap();
     assert_eq!(s.policy_name(), "fpc");
 }
+
+#[cfg(unix)]
+#[test]
+fn a_local_client_connects_through_the_unix_socket_and_shares_the_database_with_tcp() {
+    let opts = EngineOptions {
+        protocol: ProtocolConfig { token: TOKEN.as_bytes().to_vec(), ..ProtocolConfig::default() },
+        ..EngineOptions::default()
+    };
+    let engine = Arc::new(Engine::create(Arc::new(MemDisk::new()), opts).unwrap());
+    let tcp = Server::start("127.0.0.1:0", engine.clone(), NetConfig::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("thor.sock");
+    let unix = Server::start_unix(&path, engine, NetConfig::default()).unwrap();
+
+    let local = thor::connect_unix(&path, TOKEN).unwrap();
+    local
+        .run(|s| {
+            let c = s.create::<Counter>(0)?;
+            c.set(Counter::value, 7)?;
+            s.set_root(0, c.as_ref())
+        })
+        .unwrap();
+    let remote = thor::connect(tcp.local_addr(), TOKEN).unwrap();
+    let seen = remote.run(|s| Ok(s.get(s.root::<Counter>(0)?)?.get(Counter::value))).unwrap();
+    assert_eq!(seen, 7, "a commit over the Unix socket is seen over TCP");
+
+    let err = thor::connect_unix(&path, "wrong").unwrap_err();
+    assert!(matches!(&err, Error::Connect { source: TransportError::Refused { .. }, .. }));
+    assert!(err.to_string().starts_with(&format!("connecting to unix:{}", path.display())));
+    drop(unix);
+}
