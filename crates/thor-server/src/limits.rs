@@ -72,6 +72,13 @@ pub const SESSIONS_MAX_DEFAULT: usize = 256;
 /// oldest committed ones leave and the threshold timestamp rises above them.
 pub const VQ_ENTRIES_MAX: usize = 16_384;
 
+/// Most objects a transaction's reads are recorded for one by one in concurrency control's
+/// per-object index (`CcConfig::reads_tracked_max`); a transaction that read more raises the
+/// validation threshold to its timestamp instead. 65,536 objects: a few MB of index at most per
+/// transaction, far above what interactive transactions read, while a traversal of a whole
+/// database (OO7's T1 reads 437,000) costs no index of its size.
+pub const READS_TRACKED_MAX: usize = 65_536;
+
 /// Committed transactions older than this leave the validation queue, raising its threshold: a
 /// transaction must reach validation within this long of its timestamp (10 s; the paper
 /// suggests minutes for a wide-area system, where prepares travel between servers).

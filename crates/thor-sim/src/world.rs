@@ -113,6 +113,9 @@ pub struct SimConfig {
     /// Payload bytes of every cell: with more than a few hundred, the database spans several
     /// pages (the runs with an exclusive cache use that, so that demotions bring data).
     pub cell_payload: usize,
+    /// Concurrency control's `reads_tracked_max`: small in a quarter of the seeds, so that
+    /// transactions' reads raise the threshold instead of being recorded one by one.
+    pub reads_tracked_max: usize,
 }
 
 impl SimConfig {
@@ -137,6 +140,7 @@ impl SimConfig {
             backups: r.below(3) as usize,
             exclusive_page_cache: r.below(2) == 1,
             cell_payload: 0,
+            reads_tracked_max: thor_server::limits::READS_TRACKED_MAX,
         };
         if cfg.exclusive_page_cache {
             // The database of a run is a few pages: a cache smaller than that makes clients'
@@ -144,6 +148,10 @@ impl SimConfig {
             // everything else, so other seeds run as before.)
             cfg.page_cache_bytes = [1, 1, 2, 32][r.below(4) as usize] * 4096;
             cfg.cell_payload = EXCLUSIVE_CELL_PAYLOAD;
+        }
+        // Drawn last too.
+        if r.below(4) == 0 {
+            cfg.reads_tracked_max = 1 + r.below(4) as usize;
         }
         cfg
     }
@@ -397,6 +405,10 @@ fn core_config(cfg: &SimConfig) -> CoreConfig {
             thor_server::pagecache::CacheMode::Exclusive
         } else {
             thor_server::pagecache::CacheMode::Inclusive
+        },
+        cc: thor_server::core::cc::CcConfig {
+            reads_tracked_max: cfg.reads_tracked_max,
+            ..Default::default()
         },
         ..CoreConfig::default()
     }

@@ -94,6 +94,13 @@ pub struct CcConfig {
     pub directory_pages_max: usize,
     /// Most unacknowledged invalidations of one client before its session expires.
     pub invalid_max: usize,
+    /// Most objects a transaction's reads are recorded for one by one in the per-object
+    /// index. A transaction that read more (a traversal of a whole database) raises the
+    /// threshold to its timestamp instead: the only thing its reads are kept for is refusing
+    /// writers of them validated later with earlier timestamps (rule 2a), and the threshold
+    /// refuses every such writer. The index stays bounded, and a read-only traversal of 437,000
+    /// objects costs no table of that size.
+    pub reads_tracked_max: usize,
 }
 
 impl Default for CcConfig {
@@ -103,6 +110,7 @@ impl Default for CcConfig {
             threshold_delta_us: crate::limits::VQ_THRESHOLD_DELTA_US,
             directory_pages_max: crate::limits::DIRECTORY_PAGES_MAX,
             invalid_max: crate::limits::INVALID_SET_MAX,
+            reads_tracked_max: crate::limits::READS_TRACKED_MAX,
         }
     }
 }
@@ -160,6 +168,9 @@ pub struct CcCounters {
     pub retried_passed: u64,
     /// Read-only transactions validated.
     pub read_only_validated: u64,
+    /// Transactions whose reads raised the threshold instead of being recorded one by one
+    /// ([`CcConfig::reads_tracked_max`]).
+    pub reads_by_threshold: u64,
     /// Invalidations added to invalid sets.
     pub invalidations_added: u64,
     /// Invalidations sent on replies (an object sent twice counts twice).
@@ -391,20 +402,31 @@ impl Cc {
         if self.vq.is_empty() && self.threshold < ts {
             self.threshold = ts;
         }
-        // At most one new entry per object named: grown once, not by doubling through a
-        // large commit's objects.
-        self.objs.reserve(reads.len() + writes.len());
-        for o in reads {
-            let info = self.objs.entry(*o).or_default();
-            info.max_read = info.max_read.max(ts);
-        }
+        let ros = self.note_reads(ts, reads, writes);
         for o in writes {
-            let info = self.objs.entry(*o).or_default();
-            info.max_read = info.max_read.max(ts);
-            info.uncommitted.push(ts);
+            self.objs.entry(*o).or_default().uncommitted.push(ts);
         }
         self.last_ts = self.last_ts.max(ts);
-        self.vq.insert(ts, Entry { ros: reads.to_vec(), mos: writes.to_vec(), committed: false });
+        self.vq.insert(ts, Entry { ros, mos: writes.to_vec(), committed: false });
+    }
+
+    /// Records that the transaction at `ts` read `reads` and wrote `writes` (rule 2a's
+    /// `max_read`), one by one if they are at most [`CcConfig::reads_tracked_max`], else by
+    /// raising the threshold to `ts`. Returns the reads its queue entry keeps (for truncation
+    /// to forget): none when the threshold stands for them.
+    fn note_reads(&mut self, ts: Timestamp, reads: &[Oref], writes: &[Oref]) -> Vec<Oref> {
+        if reads.len() + writes.len() > self.cfg.reads_tracked_max {
+            self.threshold = self.threshold.max(ts);
+            self.counters.reads_by_threshold += 1;
+            return Vec::new();
+        }
+        // At most one new entry per object named: grown once, not by doubling.
+        self.objs.reserve(reads.len() + writes.len());
+        for o in reads.iter().chain(writes) {
+            let info = self.objs.entry(*o).or_default();
+            info.max_read = info.max_read.max(ts);
+        }
+        reads.to_vec()
     }
 
     /// Forgets a session's state (its connection ended).
@@ -561,15 +583,12 @@ impl Cc {
         if committed {
             self.counters.read_only_validated += 1;
         }
-        for o in reads.iter().chain(writes) {
-            let info = self.objs.entry(*o).or_default();
-            info.max_read = info.max_read.max(ts);
-        }
+        let ros = self.note_reads(ts, reads, writes);
         for o in writes {
             self.objs.entry(*o).or_default().uncommitted.push(ts);
         }
         self.last_ts = self.last_ts.max(ts);
-        self.vq.insert(ts, Entry { ros: reads.to_vec(), mos: writes.to_vec(), committed });
+        self.vq.insert(ts, Entry { ros, mos: writes.to_vec(), committed });
         self.truncate(now_us);
     }
 
@@ -617,16 +636,13 @@ impl Cc {
             // Entries before the first restored one went with the truncated log.
             self.threshold = ts;
         }
-        for o in reads.iter().chain(writes) {
-            let info = self.objs.entry(*o).or_default();
-            info.max_read = info.max_read.max(ts);
-        }
+        let ros = self.note_reads(ts, reads, writes);
         for o in writes {
             let info = self.objs.entry(*o).or_default();
             info.max_write = info.max_write.max(ts);
         }
         self.last_ts = self.last_ts.max(ts);
-        self.vq.insert(ts, Entry { ros: reads.to_vec(), mos: writes.to_vec(), committed: true });
+        self.vq.insert(ts, Entry { ros, mos: writes.to_vec(), committed: true });
     }
 
     /// After recovery: timestamps continue above `floor` (the latest known before the crash)
@@ -713,6 +729,33 @@ mod tests {
             c.validate(None, &[o(1, 0)], &[], Some(early2), 102),
             Err(Refusal::Rule2b(o(1, 0)))
         );
+    }
+
+    #[test]
+    fn a_transaction_reading_more_than_the_bound_raises_the_threshold_instead_of_the_index() {
+        let mut c = Cc::new(CcConfig { reads_tracked_max: 4, ..CcConfig::default() }, 1);
+        let reads: Vec<Oref> = (0..10).map(|i| o(1, i)).collect();
+        // A big reader that also writes one object: its reads leave no index entries, its
+        // write still holds back readers until it commits.
+        let big = c.validate(None, &reads, &[o(2, 0)], None, 100).unwrap();
+        c.insert(big, &reads, &[o(2, 0)], false, 100);
+        assert_eq!(c.threshold(), big);
+        assert_eq!(c.objs.len(), 1, "only the write is indexed");
+        assert_eq!(c.counters().reads_by_threshold, 1);
+        // A writer of something it read, at an earlier timestamp: refused (rule 2a would have
+        // retried it; the threshold refuses it), never accepted.
+        let early = Timestamp { time_us: 50, server: 1 };
+        let r = c.validate(None, &[], &[o(1, 3)], Some(early), 101);
+        assert!(matches!(r, Err(Refusal::TooOld { .. })), "{r:?}");
+        // A later reader of its write while it commits: rule 1, as before.
+        assert_eq!(c.validate(None, &[o(2, 0)], &[], None, 102), Err(Refusal::Rule1(o(2, 0))));
+        // Later writers of what it read pass: they follow it in the serial order.
+        let after = c.validate(None, &[], &[o(1, 3)], None, 103).unwrap();
+        assert!(after > big);
+        // A small transaction is indexed one object at a time, as before.
+        c.insert(after, &[], &[o(1, 3)], false, 103);
+        assert_eq!(c.objs.len(), 2);
+        assert_eq!(c.counters().reads_by_threshold, 1);
     }
 
     #[test]
