@@ -36,6 +36,10 @@ fn all_seeds(mode: CommitMode) -> Outcome {
                 sum.pages_checked += o.pages_checked;
                 sum.lost_connections += o.lost_connections;
                 sum.history_txns += o.history_txns;
+                sum.install_rounds += o.install_rounds;
+                sum.backups += o.backups;
+                sum.demotions_sent += o.demotions_sent;
+                sum.demotions_forged += o.demotions_forged;
                 sum.page_commits += o.page_commits;
                 sum.records_early += o.records_early;
             }
@@ -44,11 +48,13 @@ fn all_seeds(mode: CommitMode) -> Outcome {
     }
     eprintln!("{mode}, {n} seeds: {sum:?}");
     // The runs exercise what they claim to: page commits acknowledged across crashes and
-    // broken connections, uncertain ones, refusals, records sent before their commit.
+    // broken connections, uncertain ones, refusals, records sent before their commit, install
+    // rounds, backups, and forged demotions to the exclusive page cache.
     if n >= 200 {
         assert!(sum.page_commits > 0 && sum.acked > 0 && sum.crashes > 0, "{sum:?}");
         assert!(sum.lost_connections > 0 && sum.uncertain > 0 && sum.refused > 0, "{sum:?}");
-        assert!(sum.records_early > 0, "{sum:?}");
+        assert!(sum.records_early > 0 && sum.install_rounds > 0, "{sum:?}");
+        assert!(sum.backups > 0 && sum.demotions_forged > 0, "{sum:?}");
     }
     sum
 }
