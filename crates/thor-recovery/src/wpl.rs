@@ -40,12 +40,13 @@
 //! # Records
 //!
 //! ```text
-//! page image  | kind=1 u8 | 0 u8 | 0 u16 | page id u32 | txn u64 | the page (page size bytes) |
-//! commit      | kind=2 u8 | 0 u8 | 0 u16 | 0 u32       | txn u64 |
-//! checkpoint  | kind=3 u8 | 0 u8 | 0 u16 | count u32   | count × entry |
+//! page image  | kind=6 u8 | 0 u8 | 0 u16 | page id u32 | txn u64 | the page (page size bytes) |
+//! commit      | kind=7 u8 | 0 u8 | 0 u16 | 0 u32       | txn u64 |
+//! checkpoint  | kind=8 u8 | 0 u8 | 0 u16 | count u32   | count × entry |
 //!   entry     | page id u32 | status u32 (bit 0: committed) | lsn u64 | txn u64 |
 //! ```
 //!
+//! Kinds 6 to 8 follow thor-server's record kinds (1 to 5) so that both can share one log.
 //! A record's LSN is its position in the log (the log's own header carries it). A checkpoint
 //! lists the whole table, committed and uncommitted copies alike, sorted by page and LSN, every
 //! entry's LSN below the checkpoint's own.
@@ -84,9 +85,20 @@ use crate::limits::{
     WPL_IMAGE_HEADER_BYTES,
 };
 
-const KIND_IMAGE: u8 = 1;
-const KIND_COMMIT: u8 = 2;
-const KIND_CHECKPOINT: u8 = 3;
+/// The kind byte of a page-image record. WPL's records share a server's log with its own
+/// records, and a record's first byte says whose it is: thor-server's are kinds 1 to 5 (commit
+/// records, two-phase commit), so WPL's are 6 to 8 (thor-server checks at compile time that
+/// they stay apart).
+pub const KIND_IMAGE: u8 = 6;
+/// The kind byte of a commit record.
+pub const KIND_COMMIT: u8 = 7;
+/// The kind byte of a checkpoint record.
+pub const KIND_CHECKPOINT: u8 = 8;
+
+/// Whether a log record's first byte makes it one of WPL's.
+pub const fn is_wpl_kind(kind: u8) -> bool {
+    matches!(kind, KIND_IMAGE | KIND_COMMIT | KIND_CHECKPOINT)
+}
 const STATUS_COMMITTED: u32 = 1;
 
 /// The bounds of a WPL table.

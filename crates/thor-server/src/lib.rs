@@ -33,6 +33,7 @@ pub mod pagecache;
 pub mod record;
 pub mod superblock;
 pub mod upgrade;
+pub mod wpl_log;
 
 pub use crate::core::install::FlushReport;
 pub use crate::core::store::{CommitIn, CommitOutcome};

@@ -48,6 +48,16 @@ pub const KIND_PREPARE: u8 = 3;
 pub const KIND_DECIDE: u8 = 4;
 /// A coordinator's note that every participant applied its decision.
 pub const KIND_END: u8 = 5;
+
+// Whole-page logging's records (`thor_recovery::wpl`) may share this log: their kinds must
+// not be any of this module's.
+const _: () = {
+    let mut k = KIND_COMMIT_V1;
+    while k <= KIND_END {
+        assert!(!thor_recovery::wpl::is_wpl_kind(k));
+        k += 1;
+    }
+};
 const DECIDE_COMMIT: u8 = 1;
 const DECIDE_COORDINATOR: u8 = 2;
 /// Most participants a prepare or decision record lists (`thor_wire::limits::PARTICIPANTS_MAX`).

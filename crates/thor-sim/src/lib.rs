@@ -30,9 +30,11 @@
 //! serializable, or names the anomaly (a lost update, a dirty read, a dependency cycle).
 
 pub mod check;
+pub mod pagemode;
 pub mod serial;
 pub mod twopc;
 pub mod world;
 
 pub use check::Violation;
-pub use world::{Outcome, SimConfig, run};
+pub use pagemode::PageClientConfig;
+pub use world::{Outcome, SimConfig, SimFailure, run};

@@ -63,9 +63,12 @@ use thor_core::{ClassDesc, Lsn, Oref, PageId, PageView, RawRef, ServerId, VarKin
 use thor_server::io::{self, CommitLog, DiskSide};
 use thor_server::{CommitIn, ConnId, Core, CoreConfig, DirectOp, DirectResult, Effect, Input};
 use thor_storage::{FaultPlan, Log, LogOptions, MemDisk, SplitMix64};
-use thor_wire::{Commit, Hello, Reply, ReplyBody, Request, RequestBody};
+use thor_wire::{
+    Commit, CommitMode, Hello, PageCommit, PageRecords, Reply, ReplyBody, Request, RequestBody,
+};
 
 use crate::check::{CellLayout, Checker, Violation};
+use crate::pagemode::{self, PageClientConfig};
 use crate::serial;
 
 /// Virtual microseconds between ticks of the server.
@@ -116,6 +119,11 @@ pub struct SimConfig {
     /// Concurrency control's `reads_tracked_max`: small in a quarter of the seeds, so that
     /// transactions' reads raise the threshold instead of being recorded one by one.
     pub reads_tracked_max: usize,
+    /// The server's commit mode; in a page mode every client commits with `PageCommit` (and
+    /// `PageRecords` before it when its recovery buffer is full), see [`crate::pagemode`].
+    pub commit_mode: CommitMode,
+    /// The page-mode clients' recovery buffer (unused in `obj` mode).
+    pub page_client: PageClientConfig,
 }
 
 impl SimConfig {
@@ -141,6 +149,8 @@ impl SimConfig {
             exclusive_page_cache: r.below(2) == 1,
             cell_payload: 0,
             reads_tracked_max: thor_server::limits::READS_TRACKED_MAX,
+            commit_mode: CommitMode::Obj,
+            page_client: PageClientConfig { buffer_pages: 1, block_bytes: 64 },
         };
         if cfg.exclusive_page_cache {
             // The database of a run is a few pages: a cache smaller than that makes clients'
@@ -152,6 +162,27 @@ impl SimConfig {
         // Drawn last too.
         if r.below(4) == 0 {
             cfg.reads_tracked_max = 1 + r.below(4) as usize;
+        }
+        cfg
+    }
+
+    /// The configuration of seed `seed` with the server in `mode`: [`SimConfig::for_seed`]'s,
+    /// plus, in a page mode, the clients' recovery buffer and the cells' size drawn from a
+    /// stream of their own (so the draws above are the same in every mode). Small buffers and
+    /// large cells spread transactions over several pages and make records go before the
+    /// commit.
+    pub fn for_seed_in(seed: u64, mode: CommitMode) -> SimConfig {
+        let mut cfg = SimConfig::for_seed(seed);
+        cfg.commit_mode = mode;
+        if mode.is_page_based() {
+            let mut r = SplitMix64::new(seed ^ 0x9A6E_D0DE_0000_0000);
+            cfg.page_client = PageClientConfig {
+                buffer_pages: [1, 1, 2, 64][r.below(4) as usize],
+                block_bytes: [8, 64, 512][r.below(3) as usize],
+            };
+            if !cfg.exclusive_page_cache {
+                cfg.cell_payload = [0, 900, 1800][r.below(3) as usize];
+            }
         }
         cfg
     }
@@ -188,16 +219,24 @@ pub struct Outcome {
     pub demotions_sent: u64,
     /// Of those, sent with a byte changed (the server must refuse them all).
     pub demotions_forged: u64,
+    /// Page-based commits sent (page modes).
+    pub page_commits: u64,
+    /// Page records sent before their commit (`PageRecords`, page modes).
+    pub records_early: u64,
 }
 
 /// A run that found a violation.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
-    "seed {seed}: {violation} (at event {event}, virtual time {time_us} us)\n  replay: THOR_SIM_SEED={seed} cargo test -p thor-sim --test cluster replay -- --nocapture\n     or: thor sim cluster --seed {seed} --trace"
+    "seed {seed} (commit mode {mode}): {violation} (at event {event}, virtual time {time_us} us)\n  replay: {replay}\n     or: thor sim cluster --seed {seed} --commit-mode {mode} --trace"
 )]
 pub struct SimFailure {
     /// The seed.
     pub seed: u64,
+    /// The server's commit mode.
+    pub mode: CommitMode,
+    /// The test command that replays it.
+    pub replay: String,
     /// What went wrong.
     pub violation: Violation,
     /// The event it was found at.
@@ -270,6 +309,8 @@ enum Waiting {
     Fetch(PageId),
     /// A page a transaction reads cells from.
     TxnFetch(PageId),
+    /// The `Ack` of page records sent before the commit of this transaction (page modes).
+    Early(u32),
     Commit(u32),
 }
 
@@ -285,6 +326,9 @@ struct Plan {
     read: Vec<(Oref, serial::Version)>,
     /// A bank transfer: this amount moves from the first cell (an account) to the second.
     transfer: Option<i64>,
+    /// A blind commit waiting for the pages it writes (page modes: the client diffs against
+    /// them).
+    blind: Option<Commit>,
 }
 
 /// The first cells of the setup are bank accounts: only read-modify-write transactions write
@@ -333,6 +377,13 @@ struct Client {
     noticed: Vec<(PageId, Bytes)>,
     /// Demoted pages the server asked for, to send on the next request.
     to_send: Vec<(PageId, Bytes)>,
+    /// Page modes: the pages the open transaction fetched, as fetched (its records are diffs
+    /// against them). An invalidation of an object on one of them is held until the commit
+    /// is answered, so that the server refuses a commit built on a stale image.
+    images: Vec<(PageId, Bytes)>,
+    /// Page modes: records still to send before the commit, and the commit.
+    early: std::collections::VecDeque<PageRecords>,
+    page_commit: Option<PageCommit>,
 }
 
 /// Payload bytes of a cell when the page cache is exclusive: a few cells to a page of 4 KB.
@@ -350,6 +401,21 @@ impl Client {
         self.held.clear();
         self.noticed.clear();
         self.to_send.clear();
+        self.end_page_txn();
+    }
+
+    /// The page-mode transaction ended (answered, or abandoned with its session).
+    fn end_page_txn(&mut self) {
+        self.images.clear();
+        self.early.clear();
+        self.page_commit = None;
+    }
+
+    /// Whether an invalidation of `o` must wait for the open transaction's commit answer: it
+    /// read `o`, or (page modes) it holds an image of `o`'s page.
+    fn holds(&self, o: Oref) -> bool {
+        self.plan.as_ref().is_some_and(|p| p.read.iter().any(|r| r.0 == o))
+            || self.images.iter().any(|(p, _)| Some(*p) == o.page())
     }
 }
 
@@ -420,17 +486,29 @@ fn log_options() -> LogOptions {
 
 /// Runs one simulation; returns what it did, or the first violation found.
 pub fn run(cfg: &SimConfig) -> Result<Outcome, SimFailure> {
-    let mut w = World::new(cfg.clone()).map_err(|v| SimFailure {
+    let replay = if cfg.commit_mode == CommitMode::Obj {
+        format!(
+            "THOR_SIM_SEED={} cargo test -p thor-sim --test cluster replay -- --nocapture",
+            cfg.seed
+        )
+    } else {
+        format!(
+            "THOR_SIM_SEED={} THOR_SIM_MODE={} cargo test -p thor-sim --test page_modes replay -- --nocapture",
+            cfg.seed, cfg.commit_mode
+        )
+    };
+    let fail = |violation, event, time_us| SimFailure {
         seed: cfg.seed,
-        violation: v,
-        event: 0,
-        time_us: 0,
-    })?;
+        mode: cfg.commit_mode,
+        replay: replay.clone(),
+        violation,
+        event,
+        time_us,
+    };
+    let mut w = World::new(cfg.clone()).map_err(|v| fail(v, 0, 0))?;
     match w.run() {
         Ok(()) => Ok(w.out),
-        Err(violation) => {
-            Err(SimFailure { seed: cfg.seed, violation, event: w.out.events, time_us: w.now })
-        }
+        Err(violation) => Err(fail(violation, w.out.events, w.now)),
     }
 }
 
@@ -460,6 +538,9 @@ impl World {
                 held: Vec::new(),
                 noticed: Vec::new(),
                 to_send: Vec::new(),
+                images: Vec::new(),
+                early: std::collections::VecDeque::new(),
+                page_commit: None,
             })
             .collect();
         let mut w = World {
@@ -528,8 +609,9 @@ impl World {
             .map_err(|e| Violation(format!("the database does not open after a crash: {e}")))?;
         self.out.install_rounds += r.rounds;
         let next = r.core.next_lsn();
-        self.node =
-            Some(Node { core: r.core, disk_side: r.disk_side, log: r.log, sync_scheduled: false });
+        let mut core = r.core;
+        core.set_commit_mode(self.cfg.commit_mode);
+        self.node = Some(Node { core, disk_side: r.disk_side, log: r.log, sync_scheduled: false });
         self.checker.recovered(next)?;
         self.check_everything()?;
         self.at(TICK_US, Ev::Tick(self.epoch));
@@ -913,6 +995,8 @@ impl World {
         dest.crash(self.rng.next_u64());
         let r = io::recover(Arc::new(dest), core_config(&self.cfg), log_options())
             .map_err(|e| Violation(format!("a backup does not open: {e}")))?;
+        let mut r = r;
+        r.core.set_commit_mode(self.cfg.commit_mode);
         if r.core.next_lsn().0 != info.lsn.0 + 1 {
             return Err(Violation(format!(
                 "a backup claims LSN {} but recovers to {}",
@@ -1144,7 +1228,8 @@ impl World {
             let mut to_fetch: Vec<PageId> = cells.iter().filter_map(|o| o.page()).collect();
             to_fetch.sort();
             to_fetch.dedup();
-            self.clients[c].plan = Some(Plan { cells, to_fetch, read: Vec::new(), transfer });
+            self.clients[c].plan =
+                Some(Plan { cells, to_fetch, read: Vec::new(), transfer, blind: None });
             return self.advance_plan(c, conn, id);
         }
         if self.rng.below(10) < 3 {
@@ -1160,19 +1245,99 @@ impl World {
             return Ok(());
         }
         let commit = self.make_commit(c);
+        if self.cfg.commit_mode.is_page_based() {
+            // A page-mode client diffs against the pages it writes: it fetches them first.
+            let mut to_fetch: Vec<PageId> =
+                commit.versions.iter().filter_map(|(o, _)| o.page()).collect();
+            to_fetch.sort();
+            to_fetch.dedup();
+            self.clients[c].plan = Some(Plan { to_fetch, blind: Some(commit), ..Plan::default() });
+            return self.advance_plan(c, conn, id);
+        }
+        let txn = self.blind_txn(c, &commit);
+        self.send_commit(c, conn, id, txn, commit)
+    }
+
+    /// The history's entry of client `c`'s blind commit (its next transaction).
+    fn blind_txn(&self, c: usize, commit: &Commit) -> serial::Txn {
         let (writer, t) = (self.clients[c].id, self.clients[c].next_txn);
         let mut txn = serial::Txn::new(u64::from(writer) << 32 | u64::from(t), writer);
         for (o, _) in &commit.versions {
             txn = txn.write(u64::from(o.raw()), version_of(writer, t));
         }
-        self.clients[c].in_flight = Some(txn);
+        txn
+    }
+
+    /// Sends client `c`'s commit (request `id`), whose history entry is `txn`: as `Commit` in
+    /// `obj` mode; in a page mode as the records its recovery buffer sends first, one
+    /// `PageRecords` at a time, then `PageCommit` ([`pagemode::build`]).
+    fn send_commit(
+        &mut self,
+        c: usize,
+        conn: ConnId,
+        id: u64,
+        txn: serial::Txn,
+        commit: Commit,
+    ) -> Result<(), Violation> {
+        let mode = self.cfg.commit_mode;
+        let t = self.clients[c].next_txn;
+        if !mode.is_page_based() {
+            if commit.versions.is_empty() && commit.created.is_empty() {
+                self.read_only.insert((conn, id));
+            }
+            let client = &mut self.clients[c];
+            client.waiting = Waiting::Commit(t);
+            client.in_flight = Some(txn);
+            client.next_txn += 1;
+            client.next_id += 1;
+            let req = self.outgoing(c, Request::new(RequestBody::Commit(commit)));
+            self.send_to_server(conn, Msg::Request(id, req));
+            return Ok(());
+        }
+        let Commit { reads, versions, created } = commit;
+        let built = pagemode::build(
+            mode,
+            self.cfg.page_client,
+            self.cfg.page_size,
+            u64::from(t),
+            reads,
+            &versions,
+            created,
+            &self.clients[c].images,
+        )?;
+        self.out.page_commits += 1;
+        self.out.records_early += built.early.len() as u64;
         let client = &mut self.clients[c];
-        client.waiting = Waiting::Commit(client.next_txn);
+        client.in_flight = Some(txn);
         client.next_txn += 1;
-        client.next_id += 1;
-        let req = self.outgoing(c, Request::new(RequestBody::Commit(commit)));
-        self.send_to_server(conn, Msg::Request(id, req));
+        client.early = built.early.into();
+        client.page_commit = Some(built.commit);
+        self.send_page_request(c, conn, t);
         Ok(())
+    }
+
+    /// Sends the next request of client `c`'s page-mode transaction `t`: its next early
+    /// records, or its commit.
+    fn send_page_request(&mut self, c: usize, conn: ConnId, t: u32) {
+        let client = &mut self.clients[c];
+        let id = client.next_id;
+        client.next_id += 1;
+        let body = match client.early.pop_front() {
+            Some(r) => {
+                client.waiting = Waiting::Early(t);
+                RequestBody::PageRecords(r)
+            }
+            None => {
+                let pc = client.page_commit.take().expect("a page commit to send");
+                if pc.writes.is_empty() && pc.created.is_empty() {
+                    self.read_only.insert((conn, id));
+                }
+                client.waiting = Waiting::Commit(t);
+                RequestBody::PageCommit(pc)
+            }
+        };
+        let req = self.outgoing(c, Request::new(body));
+        self.send_to_server(conn, Msg::Request(id, req));
     }
 
     /// The next request of client `c`'s transaction: a fetch of a page it reads from, or, once
@@ -1188,7 +1353,11 @@ impl World {
             self.send_to_server(conn, Msg::Request(id, req));
             return Ok(());
         }
-        let plan = self.clients[c].plan.take().expect("a plan");
+        let mut plan = self.clients[c].plan.take().expect("a plan");
+        if let Some(commit) = plan.blind.take() {
+            let txn = self.blind_txn(c, &commit);
+            return self.send_commit(c, conn, id, txn, commit);
+        }
         let (writer, t) = (self.clients[c].id, self.clients[c].next_txn);
         let mut txn = serial::Txn::new(u64::from(writer) << 32 | u64::from(t), writer);
         for (o, v) in &plan.read {
@@ -1224,20 +1393,9 @@ impl World {
             put_u32(&mut b, CELL_SERIAL_AT, 1000);
             created.push(Bytes::from(b));
         }
-        let read_only = versions.is_empty() && created.is_empty();
         let reads = plan.read.iter().map(|(o, _)| *o).collect();
         let commit = Commit { reads, versions, created };
-        if read_only {
-            self.read_only.insert((conn, id));
-        }
-        let client = &mut self.clients[c];
-        client.waiting = Waiting::Commit(t);
-        client.in_flight = Some(txn);
-        client.next_txn += 1;
-        client.next_id += 1;
-        let req = self.outgoing(c, Request::new(RequestBody::Commit(commit)));
-        self.send_to_server(conn, Msg::Request(id, req));
-        Ok(())
+        self.send_commit(c, conn, id, txn, commit)
     }
 
     /// A transaction's page arrived: read the versions of its cells on that page.
@@ -1307,6 +1465,11 @@ impl World {
         let think = 10 + self.rng.below(1_500);
         match msg {
             Msg::Broken => {
+                if let Waiting::Early(_) = self.clients[c].waiting {
+                    // Records sent before a commit that was never sent: the server drops
+                    // them with the session, and nothing of the transaction was logged.
+                    self.clients[c].in_flight = None;
+                }
                 if let Waiting::Commit(t) = self.clients[c].waiting {
                     // Uncertain: it may or may not have committed.
                     let id = self.clients[c].id;
@@ -1339,9 +1502,7 @@ impl World {
                 }
                 let client = &mut self.clients[c];
                 for &o in &reply.invalidations {
-                    let read =
-                        client.plan.as_ref().is_some_and(|p| p.read.iter().any(|r| r.0 == o));
-                    if read {
+                    if client.holds(o) {
                         client.held_acks.push(o);
                     } else {
                         client.acks.push(o);
@@ -1351,6 +1512,7 @@ impl World {
                     // The commit is answered: what its transaction read may be acknowledged.
                     let held = std::mem::take(&mut client.held_acks);
                     client.acks.extend(held);
+                    client.end_page_txn();
                 }
                 self.out.invalidations += reply.invalidations.len() as u64;
                 // The reply answers the demotions reported on the request.
@@ -1385,6 +1547,12 @@ impl World {
                     (Waiting::Fetch(_), ReplyBody::Page { .. }) => {}
                     (Waiting::TxnFetch(p), ReplyBody::Page { page, bytes }) if p == page => {
                         self.read_cells(c, page, &bytes)?;
+                        if self.cfg.commit_mode.is_page_based() {
+                            self.clients[c].images.push((page, bytes));
+                        }
+                    }
+                    (Waiting::Early(t), ReplyBody::Ack) => {
+                        self.send_page_request(c, conn, t);
                     }
                     (Waiting::Commit(t), ReplyBody::CommitOk { lsn, created }) => {
                         let mut txn = self.clients[c].in_flight.take().expect("a commit in flight");

@@ -39,8 +39,8 @@ pub use error::StorageError;
 #[cfg(unix)]
 pub use file_disk::{DirectReadStats, FileDisk, ReadOnlyDisk};
 pub use log::{
-    LOG_FORMAT_VERSION, Log, LogExtent, LogOptions, LogReader, LogStats, OpenReport, Recovered,
-    TornTail,
+    LOG_FORMAT_VERSION, Log, LogBackReader, LogExtent, LogOptions, LogReader, LogStats, OpenReport,
+    Recovered, TornTail,
 };
 pub use mem_disk::{DiskCounters, FaultDisk, FaultPlan, MemDisk};
 pub use overlay::OverlayDisk;

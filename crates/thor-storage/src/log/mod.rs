@@ -124,6 +124,11 @@
 //! - [`Log::open`] is the old convenience: `open_streaming` plus a reader from the oldest
 //!   record, collected into [`Recovered::records`]. It holds the whole log in memory; use it
 //!   for small logs and tests only.
+//! - [`Log::backward_reader`] returns the durable records newest first through a
+//!   [`LogBackReader`] (for a restart that reads back to a checkpoint, as whole-page logging's
+//!   does), with the same checks: it indexes one segment at a time with a forward pass, then
+//!   reads each record again by its offset and checks it again. Memory: `read_chunk_bytes`,
+//!   8 bytes per record of one segment, and the record returned.
 //! - [`inspect::inspect`] is for offline checkers: it walks every segment with the same checks
 //!   without opening the log, and *reports* a torn tail or an unfinished header where open
 //!   would repair them, writing nothing (see [`inspect`]).
@@ -169,6 +174,7 @@
 //! what survived. A record is reported durable only after an fsync that covered it succeeded.
 //! Records appended but never made durable are simply lost when the log is dropped.
 
+mod backward;
 pub mod inspect;
 mod reader;
 pub mod record;
@@ -189,6 +195,7 @@ use crate::limits::{
     LOG_PREFIX_BYTES_MAX, READ_CHUNK_BYTES_DEFAULT, READ_CHUNK_BYTES_MIN, RECORD_BYTES_MAX_DEFAULT,
     RECORD_BYTES_MAX_LIMIT, SEGMENT_BYTES_DEFAULT, SEGMENT_HEADER_BYTES, TORN_FILES_PER_LSN_MAX,
 };
+pub use backward::LogBackReader;
 pub use reader::LogReader;
 pub use segment::{SEGMENT_MAGIC, parse_segment_name, segment_name, torn_name};
 
@@ -546,6 +553,20 @@ impl Log {
             self.opts.record_bytes_max,
             self.opts.read_chunk_bytes,
         ))
+    }
+
+    /// A reader of the durable records from the newest to the oldest, as of now (see
+    /// [`LogBackReader`]): what a restart that reads back to a checkpoint uses.
+    pub fn backward_reader(&self) -> LogBackReader {
+        let st = self.state.lock();
+        LogBackReader::new(
+            Arc::clone(&self.disk),
+            st.segments.iter().cloned().collect(),
+            st.active.len,
+            Lsn(st.durable_lsn.0 + 1),
+            self.opts.record_bytes_max,
+            self.opts.read_chunk_bytes,
+        )
     }
 
     /// The first LSN of the oldest segment: the lowest LSN the log may still hold (equal to

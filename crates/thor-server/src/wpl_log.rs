@@ -1,0 +1,160 @@
+//! Whole-page logging's restart over a server's real log (issue 14, the QuickStore paper's
+//! WPL): [`thor_recovery::wpl::restart`]'s one backward pass, read from thor-storage's log
+//! with its backward reader, and the committed copies the rebuilt table names, read back.
+//!
+//! ```text
+//!   Log::backward_reader ──► WplBackward (skips the server's own records, kinds 1-5)
+//!        ──► wpl::restart: newest record back to the newest WPL checkpoint ──► table
+//!   table's committed copies (LSNs) ──► one forward read from the oldest ──► their images
+//! ```
+//!
+//! *Why the images are read again:* the table names each committed copy by LSN; the pass
+//! learns which copies are committed only as it goes (a commit record is met before its
+//! transaction's images), and copies listed by the checkpoint lie below it, where the pass
+//! does not read. So the images are read after the pass, in one forward read from the oldest
+//! copy named (a reader of the log from an LSN), keeping only the copies named: memory is one
+//! page per table entry, which the table's `entries_max` bounds.
+//!
+//! Every image read back is checked: it must decode as a WPL page image (`wpl::decode`) of the
+//! page and transaction the table names, and be a page that parses as stored for that page
+//! id. A log that fails any check is an error naming the LSN, never a panic.
+//!
+//! *Status:* this is the restart half of a `wpl` commit mode that is not wired into the core
+//! yet (see `docs/format.md`, "What is built"); it is tested against generated histories over
+//! a crashing [`thor_storage::MemDisk`] (`tests/wpl_restart.rs`).
+
+use bytes::Bytes;
+use rustc_hash::{FxBuildHasher, FxHashMap};
+use thor_core::{Lsn, PageId, PageView};
+use thor_recovery::WplTable;
+use thor_recovery::wpl::{self, BackwardLog, LogCopy, RestartError, WplConfig, WplRecord};
+use thor_storage::{Log, LogBackReader, StorageError};
+
+/// The log read backward, WPL's records only: the server's own records (commit records and
+/// two-phase commit's, kinds 1 to 5) share the log and are passed over.
+#[derive(Debug)]
+pub struct WplBackward {
+    reader: LogBackReader,
+    /// Records passed over because they are not WPL's.
+    pub skipped: u64,
+}
+
+impl WplBackward {
+    /// A backward reader of `log`'s durable records as of now.
+    pub fn new(log: &Log) -> WplBackward {
+        WplBackward { reader: log.backward_reader(), skipped: 0 }
+    }
+}
+
+impl BackwardLog for WplBackward {
+    type Error = StorageError;
+
+    fn first_lsn(&self) -> Lsn {
+        self.reader.first_lsn()
+    }
+
+    fn prev(&mut self, buf: &mut Vec<u8>) -> Result<Option<Lsn>, StorageError> {
+        loop {
+            match self.reader.prev(buf)? {
+                None => return Ok(None),
+                Some(lsn) if buf.first().is_some_and(|k| wpl::is_wpl_kind(*k)) => {
+                    return Ok(Some(lsn));
+                }
+                Some(_) => self.skipped += 1,
+            }
+        }
+    }
+}
+
+/// Why WPL's restart failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WplRestartError {
+    /// The log could not be read, or the pass met records restart cannot trust.
+    #[error("WPL restart: {0}")]
+    Restart(#[from] RestartError<StorageError>),
+    /// Reading the committed copies back failed.
+    #[error("WPL restart, reading the committed copies back: {0}")]
+    Log(#[from] StorageError),
+    /// A committed copy the table names is not the page image it should be.
+    #[error(
+        "WPL restart: the record at LSN {lsn} is not the copy of page {page} the table names: {why}"
+    )]
+    BadCopy {
+        /// Where.
+        lsn: u64,
+        /// The page the table names.
+        page: u32,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+/// What WPL's restart rebuilt from a server's log.
+#[derive(Debug)]
+pub struct WplRestarted {
+    /// The table: every page's newest committed copy not known to be home.
+    pub table: WplTable,
+    /// The bytes of each copy the table names, by page, with the copy.
+    pub copies: FxHashMap<PageId, (LogCopy, Bytes)>,
+    /// The checkpoint the pass stopped at, if the log has one.
+    pub checkpoint: Option<Lsn>,
+    /// WPL records the pass read.
+    pub records_read: usize,
+    /// The server's records it passed over.
+    pub records_skipped: u64,
+}
+
+/// Rebuilds the WPL table of a server's log (see the module documentation) and reads back the
+/// image of every committed copy it names.
+pub fn restart(
+    log: &Log,
+    page_size: usize,
+    config: WplConfig,
+) -> Result<WplRestarted, WplRestartError> {
+    let mut back = WplBackward::new(log);
+    let r = wpl::restart(&mut back, page_size, config)?;
+    let mut wanted: Vec<(Lsn, PageId, LogCopy)> =
+        r.table.install_candidates().map(|(p, c)| (c.lsn, p, c)).collect();
+    wanted.sort_unstable_by_key(|w| w.0);
+    let mut copies = FxHashMap::with_capacity_and_hasher(wanted.len(), FxBuildHasher);
+    if let Some(&(oldest, _, _)) = wanted.first() {
+        let mut reader = log.reader(oldest)?;
+        let mut next = wanted.iter().peekable();
+        while let Some(&&(want, page, copy)) = next.peek() {
+            let Some((lsn, payload)) = reader.next()? else { break };
+            if lsn < want {
+                continue;
+            }
+            next.next();
+            let bad = |why: String| WplRestartError::BadCopy { lsn: lsn.0, page: page.get(), why };
+            if lsn != want {
+                return Err(bad(format!("the log skipped from LSN {want} to {lsn}")));
+            }
+            match wpl::decode(payload, lsn, page_size) {
+                Ok(WplRecord::PageImage { page: p, txn, image })
+                    if p == page && txn == copy.txn =>
+                {
+                    PageView::parse_stored(image, page).map_err(|e| bad(e.to_string()))?;
+                    copies.insert(page, (copy, Bytes::copy_from_slice(image)));
+                }
+                Ok(other) => return Err(bad(format!("found {other:?}"))),
+                Err(e) => return Err(bad(e.to_string())),
+            }
+        }
+        if let Some(&&(lsn, page, _)) = next.peek() {
+            return Err(WplRestartError::BadCopy {
+                lsn: lsn.0,
+                page: page.get(),
+                why: "the log ends before it".to_string(),
+            });
+        }
+    }
+    Ok(WplRestarted {
+        table: r.table,
+        copies,
+        checkpoint: r.checkpoint,
+        records_read: r.records_read,
+        records_skipped: back.skipped,
+    })
+}
