@@ -596,18 +596,17 @@ impl CacheCore {
             usage: 0,
             flags: F_LIVE,
         };
-        let index_bytes = self.index.memory_bytes();
-        match vacant {
+        let index_grew = match vacant {
             Some(v) => self.index.fill(v, i),
             None => self.index.insert(oref_word, i),
-        }
+        };
         self.live_entries += 1;
         // Restore the headroom right away if a free frame can give it, when this allocation
         // used it (the table or the index grew). Otherwise the tables are as they were and
-        // the next slow path rebalances for any other growth (the read set's, the resident
-        // counts'), which the headroom covers meanwhile: a rebalance per swizzle was 6-8% of
-        // conversion (`cargo bench -p thor-cache --bench cache -- conversion`).
-        if self.entries.capacity() != entries_cap || self.index.memory_bytes() != index_bytes {
+        // the next slow path rebalances for any other growth (the read set's), which the
+        // headroom covers meanwhile: a rebalance per swizzle was 6-8% of conversion
+        // (`cargo bench -p thor-cache --bench cache -- conversion`).
+        if self.entries.capacity() != entries_cap || index_grew {
             self.rebalance();
         }
         Ok(i)
@@ -1528,7 +1527,9 @@ impl CacheCore {
         e.oref = oref.raw();
         e.flags &= !F_NEW;
         let resident = e.loc != NOT_RESIDENT;
-        self.index.insert(oref.raw(), i);
+        if self.index.insert(oref.raw(), i) {
+            self.rebalance();
+        }
         if resident {
             // A stored object of `oref`'s page is cached now.
             self.count_resident(oref.raw());

@@ -221,9 +221,9 @@ impl OrefIndex {
     }
 
     /// Maps the key [`OrefIndex::find`] did not find to entry `idx`. Nothing may have changed
-    /// the index since the `find`.
+    /// the index since the `find`. Returns whether the index's memory grew.
     #[inline]
-    pub fn fill(&mut self, v: Vacant, idx: u32) {
+    pub fn fill(&mut self, v: Vacant, idx: u32) -> bool {
         if v.slot == u32::MAX {
             return self.insert(v.key, idx);
         }
@@ -231,13 +231,15 @@ impl OrefIndex {
         let d = self.dirs[v.slot as usize].as_deref_mut().expect("mapped directories exist");
         debug_assert!(!d.has(oid) && d.rank(oid) == v.rank as usize);
         d.flip(oid, true);
-        if d.entries.len() == d.entries.capacity() {
+        let grew = d.entries.len() == d.entries.capacity();
+        if grew {
             let n = d.entries.len();
             d.entries.reserve_exact((n / 2).clamp(GROW_MIN, GROW_MAX));
             self.slots += d.entries.capacity() - n;
         }
         d.entries.insert(v.rank as usize, idx);
         self.len += 1;
+        grew
     }
 
     /// The directory slot of `group`, made if missing.
@@ -249,6 +251,11 @@ impl OrefIndex {
             Some(s) => s,
             None => {
                 self.dirs.push(None);
+                // Room for every slot on the free list, so that removals never allocate (the
+                // growth is an insertion's, which the cache's headroom covers).
+                if self.free.capacity() < self.dirs.len() {
+                    self.free.reserve_exact(self.dirs.capacity() - self.free.len());
+                }
                 (self.dirs.len() - 1) as u32
             }
         };
@@ -258,17 +265,21 @@ impl OrefIndex {
         s
     }
 
-    /// Maps `key` to entry `idx` (replacing what it was mapped to, if anything).
-    pub fn insert(&mut self, key: u32, idx: u32) {
+    /// Maps `key` to entry `idx` (replacing what it was mapped to, if anything). Returns
+    /// whether the index's memory grew.
+    pub fn insert(&mut self, key: u32, idx: u32) -> bool {
         let (group, oid) = split(key);
+        let pages = self.map.len();
         let s = self.slot_or_insert(group);
+        let new_dir = self.map.len() != pages;
         let d = self.dirs[s as usize].as_deref_mut().expect("mapped directories exist");
         let r = d.rank(oid);
         if d.has(oid) {
             d.entries[r] = idx;
-            return;
+            return false;
         }
         d.flip(oid, true);
+        let grew = new_dir || d.entries.len() == d.entries.capacity();
         if d.entries.len() == d.entries.capacity() {
             // Grow by half, in bounded steps: bounded slack and few reallocations.
             let n = d.entries.len();
@@ -277,6 +288,7 @@ impl OrefIndex {
         }
         d.entries.insert(r, idx);
         self.len += 1;
+        grew
     }
 
     /// Unmaps `key`; returns the entry it was mapped to.
@@ -416,7 +428,20 @@ mod tests {
                 match op {
                     Op::Insert(p, o) => {
                         next += 1;
-                        idx.insert(key(p, o), next);
+                        let (before, room) = (idx.memory_bytes(), idx.growth_bytes());
+                        // Half the inserts go through find and fill, as swizzles do.
+                        let grew = match idx.find(key(p, o)) {
+                            Err(v) if next % 2 == 0 => idx.fill(v, next),
+                            Ok(i) => {
+                                prop_assert_eq!(Some(i), model.get(&key(p, o)).copied());
+                                idx.insert(key(p, o), next)
+                            }
+                            Err(_) => idx.insert(key(p, o), next),
+                        };
+                        // What the budget relies on: a growth is reported (the cache then
+                        // rebalances) and is within the headroom kept for it.
+                        prop_assert_eq!(grew, idx.memory_bytes() > before);
+                        prop_assert!(idx.memory_bytes() <= before + room);
                         model.insert(key(p, o), next);
                     }
                     Op::Remove(p, o) => {
@@ -470,7 +495,9 @@ mod tests {
             }
             // Everything removed: nothing held but the page map's and the list's capacity.
             for (k, _) in model.drain() {
+                let before = idx.memory_bytes();
                 idx.remove(k);
+                prop_assert!(idx.memory_bytes() <= before, "a removal never allocates");
             }
             for (g, n) in resident.drain() {
                 for _ in 0..n {
