@@ -51,7 +51,7 @@
 //!
 //! # The budget
 //!
-//! The configured size covers the frames *and* the tables (indirection table, oref map, frame
+//! The configured size covers the frames *and* the tables (indirection table, oref index, frame
 //! table). When the tables grow, frames are retired so that the sum stays within the budget; a
 //! retired frame holds nothing and is never used again.
 
@@ -528,7 +528,7 @@ impl CacheCore {
     }
 
     /// Memory kept in reserve for the next growth of the tables that can grow when the cache
-    /// cannot free a frame: the indirection table and oref map (swizzling a reference allocates
+    /// cannot free a frame: the indirection table and oref index (swizzling a reference allocates
     /// an entry) and the read set (the hit path appends to it). Growth is then covered by the
     /// reserve, so the budget holds at every moment; [`CacheCore::rebalance`], run after each
     /// allocation and by the client cache on its slow path, restores the reserve.
@@ -1574,7 +1574,7 @@ impl CacheCore {
     ///   in that frame, with `modified` of them modified; free and retired frames hold nothing;
     /// - the objects of a frame do not overlap, and those of compacted and new frames lie
     ///   within the frame's `used` bytes;
-    /// - every resident entry is in its frame's list, and the oref map leads back to it;
+    /// - every resident entry is in its frame's list, and the oref index leads back to it;
     /// - the page map names intact frames holding those pages;
     /// - every entry's reference count is the number of swizzled words naming it in resident
     ///   objects plus the releases deferred to the end of the transaction (unless saturated);
