@@ -3,34 +3,36 @@
 //! Installing an object or swizzling a reference must find the object's entry if it has one
 //! (an object has at most one entry). An oref is a page id and an object number below 512, and
 //! a traversal converts a fetched page's objects together, so the index follows the
-//! clustering: one *directory* per page that has entries, holding a 512-bit map of the object
-//! numbers that have an entry and the entries' indices in object-number order.
+//! clustering: a page map from page id to the page's record, which holds up to three keys
+//! inline and otherwise names the page's *directory*: a 512-bit map of the object numbers that
+//! have an entry and the entries' indices in object-number order.
 //!
 //! ```text
-//!   page map: page 17 ──► dir { oids: 0010 0110 0000 ...   (oids 2, 5, 6 have entries)
-//!                               entries: [ 40, 41, 97 ] }  (oid 5's entry is the rank of
-//!                                                          bit 5 among the set bits: 41)
+//!   page map: page 17 ──► dir { oids: 0010 0110 0010 ...   (oids 2, 5, 6, 10 have entries)
+//!                               entries: [ 40, 41, 97, 98 ] }  (oid 5's entry is at the rank
+//!                                                              of bit 5: 41)
+//!             page 90 ──► inline { (oid 4, entry 7), (oid 300, entry 12) }
 //! ```
 //!
-//! A lookup finds the page's directory (a hash of the page id, skipped when the page is the
-//! one looked up last, as it is for most swizzles of a page being converted), tests the oid's
-//! bit, and reads the entry index at the bit's rank: no probing, no key comparison, no hash of
-//! the object number, and the words it touches are the page's, which the page's other lookups
-//! have just touched. An entry's own line is touched only on a hit (where a swizzle counts the
-//! reference in it anyway).
+//! A lookup in a page with a directory finds it through the page map (skipped when the page is
+//! the one looked up last, as it is for most swizzles of a page being converted), tests the
+//! oid's bit, and reads the entry index at the bit's rank: no probing, no key comparison, no
+//! hash of the object number, and the words it touches are the page's, which the page's other
+//! lookups have just touched. An entry's own line is touched only on a hit (where a swizzle
+//! counts the reference in it anyway).
 //!
-//! Memory: 4 bytes an entry in the directory's array (grown by half when full, at most 64
-//! slots at a time, so at most a third of it, and at most 256 bytes, is slack), plus about 130
-//! bytes a page that has entries (the directory's maps and header, its slots in the page map
-//! and the directory list). On hot T1- on OO7 medium (about 80 entries a page) that is 6.4
-//! bytes an entry, against 7.5 for the open-addressed table of 4-byte slots at most 70% full
-//! it replaced (5.7 to 11.4 as it filled and doubled); a page with a single entry costs about
-//! 130 bytes.
+//! Memory: a page map slot of 29 bytes per page with keys (a hash table at most 7/8 full),
+//! which is all a page of one to three keys costs (T6 reads a few objects of each of many
+//! pages); a page with more has a directory of 112 bytes plus 4 bytes an entry in its array
+//! (grown by half when full, at most 64 slots at a time, so at most a third of it, and at most
+//! 256 bytes, is slack). A directory left with two keys goes back inline. On hot T1 on OO7
+//! medium (about 140 entries a page) that is about 6 bytes an entry, against 5.7 to 11.4 for
+//! the open-addressed table of 4-byte slots at most 70% full that it replaced.
 //!
-//! The directory also counts the page's resident installed objects
+//! The page's record also counts its resident installed objects
 //! ([`OrefIndex::add_resident`]): what tells the cache whether anything of the page is still
-//! cached. An object with a resident copy has an entry, so its page has a directory; a
-//! directory goes when it has neither entries nor resident objects.
+//! cached. An object with a resident copy has an entry, so its page has a record; a record
+//! goes when it has neither entries nor resident objects.
 //!
 //! Keys are oref words (page id above bit 10, oid in bits 1-9, bit 0 clear) and tagged serial
 //! words of created objects (bit 0 set). A serial word's "page" is its bits above bit 10 with
@@ -47,8 +49,41 @@ const GROW_MIN: usize = 8;
 /// Most entry slots a directory's array grows by: the headroom the budget keeps for the
 /// index's next growth covers one such step.
 const GROW_MAX: usize = 64;
+/// Keys a page holds inline in its record of the page map, before it needs a directory.
+const SMALL: usize = 3;
+/// A directory left with this many keys or fewer goes back inline (below [`SMALL`], so that a
+/// page hovering at the boundary does not make and drop a directory on every change).
+const DEMOTE_AT: usize = SMALL - 1;
+/// `Page::n` of a page with a directory.
+const BIG: u16 = u16::MAX;
 
-/// The directory of one page's entries.
+/// A page's record in the page map: its few keys inline, or its directory's slot.
+#[derive(Debug, Clone, Copy, Default)]
+struct Page {
+    /// Resident installed objects of the page (stored orefs only), while it has no directory
+    /// (a directory holds its own count, reached without the page map).
+    resident: u32,
+    /// Keys held inline (at most [`SMALL`]), or [`BIG`].
+    n: u16,
+    /// The inline keys' object numbers.
+    oids: [u16; SMALL],
+    /// The inline keys' entries; for a page with a directory, `entries[0]` is its slot.
+    entries: [u32; SMALL],
+}
+
+impl Page {
+    #[inline]
+    fn is_big(&self) -> bool {
+        self.n == BIG
+    }
+
+    #[inline]
+    fn small_pos(&self, oid: usize) -> Option<usize> {
+        self.oids[..self.n as usize].iter().position(|&o| o as usize == oid)
+    }
+}
+
+/// The directory of one page's entries, once it has more than [`SMALL`].
 #[derive(Debug, Clone, Default)]
 struct Dir {
     /// Bit `oid` is set when the object has an entry.
@@ -87,6 +122,21 @@ impl Dir {
     fn has(&self, oid: usize) -> bool {
         self.oids[oid / 64] & (1 << (oid % 64)) != 0
     }
+
+    /// Adds `oid` (absent, of rank `rank`) → `idx`; returns the slots the array grew by.
+    #[inline]
+    fn add(&mut self, oid: usize, rank: usize, idx: u32) -> usize {
+        self.flip(oid, true);
+        let n = self.entries.len();
+        let mut grew = 0;
+        if n == self.entries.capacity() {
+            // Grow by half, in bounded steps: bounded slack and few reallocations.
+            self.entries.reserve_exact((n / 2).clamp(GROW_MIN, GROW_MAX));
+            grew = self.entries.capacity() - n;
+        }
+        self.entries.insert(rank, idx);
+        grew
+    }
 }
 
 /// The group (page, or block of 512 serials) and object number of a key.
@@ -96,35 +146,44 @@ fn split(key: u32) -> (u32, usize) {
     (group, ((key >> 1) & 0x1FF) as usize)
 }
 
+/// The key of object number `oid` of group `group`.
+#[inline]
+fn join(group: u32, oid: usize) -> u32 {
+    ((group & !(1 << 31)) << 10) | ((oid as u32) << 1) | (group >> 31)
+}
+
 /// Where [`OrefIndex::find`] did not find a key: what [`OrefIndex::fill`] needs to add it.
 #[derive(Debug, Clone, Copy)]
 pub struct Vacant {
     key: u32,
-    /// The directory's slot, or `u32::MAX` if the page has none yet.
+    /// The page's directory slot, or `u32::MAX` if it has none.
     slot: u32,
-    /// The rank of the key's bit.
+    /// The rank of the key's bit in the directory.
     rank: u32,
 }
 
 /// See the module documentation.
 #[derive(Debug, Clone, Default)]
 pub struct OrefIndex {
-    /// Group → its slot in `dirs`.
-    map: FxHashMap<u32, u32>,
+    /// Group → its keys inline, or its directory.
+    map: FxHashMap<u32, Page>,
     /// The directories; `None` for a slot on the free list.
     dirs: Vec<Option<Box<Dir>>>,
     /// Free slots of `dirs`.
     free: Vec<u32>,
-    /// The group looked up last and its slot (`u32::MAX` group: none).
+    /// The group with a directory looked up last and the directory's slot (`u32::MAX` group:
+    /// none).
     last: Cell<(u32, u32)>,
     /// Keys held.
     len: usize,
+    /// Directories held.
+    bigs: usize,
     /// Entry slots allocated in the directories' arrays.
     slots: usize,
 }
 
-/// Bytes a directory's map slot costs: key, value and hashbrown's control byte.
-const MAP_SLOT_BYTES: usize = 9;
+/// Bytes a page map slot costs: key, record and hashbrown's control byte.
+const MAP_SLOT_BYTES: usize = 4 + std::mem::size_of::<Page>() + 1;
 
 impl OrefIndex {
     /// An empty index.
@@ -142,9 +201,14 @@ impl OrefIndex {
         self.len == 0
     }
 
-    /// Pages (and blocks of serials) with a directory.
+    /// Pages (and blocks of serials) with keys or resident objects.
     pub fn pages(&self) -> usize {
         self.map.len()
+    }
+
+    /// Pages with a directory.
+    pub fn directories(&self) -> usize {
+        self.bigs
     }
 
     /// Bytes of memory held (as the budget counts them: allocations' sizes).
@@ -152,12 +216,12 @@ impl OrefIndex {
         self.map.capacity() * MAP_SLOT_BYTES
             + self.dirs.capacity() * std::mem::size_of::<Option<Box<Dir>>>()
             + self.free.capacity() * 4
-            + self.map.len() * std::mem::size_of::<Dir>()
+            + self.bigs * std::mem::size_of::<Dir>()
             + self.slots * 4
     }
 
-    /// Bytes the next insertion may add at most: a new directory, a growth of the page map and
-    /// of the directory list, and the largest growth of a directory's array.
+    /// Bytes the next insertion may add at most: a growth of the page map and of the
+    /// directory list, a new directory, and the largest growth of a directory's array.
     pub fn growth_bytes(&self) -> usize {
         let map = if self.map.len() == self.map.capacity() {
             self.map.capacity().max(4) * MAP_SLOT_BYTES
@@ -172,15 +236,20 @@ impl OrefIndex {
         map + dirs + std::mem::size_of::<Dir>() + GROW_MAX * 4
     }
 
+    /// The directory slot of `group` if it has one (through the last-looked-up cache), or its
+    /// record.
     #[inline]
-    fn slot_of(&self, group: u32) -> Option<u32> {
+    fn locate(&self, group: u32) -> Option<Result<u32, &Page>> {
         let (g, s) = self.last.get();
         if g == group {
-            return Some(s);
+            return Some(Ok(s));
         }
-        let s = *self.map.get(&group)?;
-        self.last.set((group, s));
-        Some(s)
+        let p = self.map.get(&group)?;
+        if p.is_big() {
+            self.last.set((group, p.entries[0]));
+            return Some(Ok(p.entries[0]));
+        }
+        Some(Err(p))
     }
 
     #[inline]
@@ -197,11 +266,13 @@ impl OrefIndex {
     #[inline]
     pub fn get(&self, key: u32) -> Option<u32> {
         let (group, oid) = split(key);
-        let d = self.dir(self.slot_of(group)?);
-        if !d.has(oid) {
-            return None;
+        match self.locate(group)? {
+            Ok(s) => {
+                let d = self.dir(s);
+                d.has(oid).then(|| d.entries[d.rank(oid)])
+            }
+            Err(p) => p.small_pos(oid).map(|k| p.entries[k]),
         }
-        Some(d.entries[d.rank(oid)])
     }
 
     /// The entry whose oref (or serial word) is `key`, or where it would go: one lookup for
@@ -209,15 +280,19 @@ impl OrefIndex {
     #[inline]
     pub fn find(&self, key: u32) -> Result<u32, Vacant> {
         let (group, oid) = split(key);
-        let Some(s) = self.slot_of(group) else {
-            return Err(Vacant { key, slot: u32::MAX, rank: 0 });
-        };
-        let d = self.dir(s);
-        let rank = d.rank(oid);
-        if d.has(oid) {
-            return Ok(d.entries[rank]);
+        let none = Vacant { key, slot: u32::MAX, rank: 0 };
+        match self.locate(group) {
+            None => Err(none),
+            Some(Ok(s)) => {
+                let d = self.dir(s);
+                let rank = d.rank(oid);
+                if d.has(oid) {
+                    return Ok(d.entries[rank]);
+                }
+                Err(Vacant { key, slot: s, rank: rank as u32 })
+            }
+            Some(Err(p)) => p.small_pos(oid).map(|k| p.entries[k]).ok_or(none),
         }
-        Err(Vacant { key, slot: s, rank: rank as u32 })
     }
 
     /// Maps the key [`OrefIndex::find`] did not find to entry `idx`. Nothing may have changed
@@ -228,149 +303,214 @@ impl OrefIndex {
             return self.insert(v.key, idx);
         }
         let (_, oid) = split(v.key);
-        let d = self.dirs[v.slot as usize].as_deref_mut().expect("mapped directories exist");
+        let d = self.dir_mut(v.slot);
         debug_assert!(!d.has(oid) && d.rank(oid) == v.rank as usize);
-        d.flip(oid, true);
-        let grew = d.entries.len() == d.entries.capacity();
-        if grew {
-            let n = d.entries.len();
-            d.entries.reserve_exact((n / 2).clamp(GROW_MIN, GROW_MAX));
-            self.slots += d.entries.capacity() - n;
-        }
-        d.entries.insert(v.rank as usize, idx);
+        let grew = d.add(oid, v.rank as usize, idx);
+        self.slots += grew;
         self.len += 1;
-        grew
+        grew > 0
     }
 
-    /// The directory slot of `group`, made if missing.
-    fn slot_or_insert(&mut self, group: u32) -> u32 {
-        if let Some(s) = self.slot_of(group) {
+    /// A free slot of `dirs` (the free list keeps room for every slot, so that removals never
+    /// allocate: the growth is an insertion's, which the cache's headroom covers).
+    fn take_slot(&mut self) -> u32 {
+        if let Some(s) = self.free.pop() {
             return s;
         }
-        let s = match self.free.pop() {
-            Some(s) => s,
-            None => {
-                self.dirs.push(None);
-                // Room for every slot on the free list, so that removals never allocate (the
-                // growth is an insertion's, which the cache's headroom covers).
-                if self.free.capacity() < self.dirs.len() {
-                    self.free.reserve_exact(self.dirs.capacity() - self.free.len());
-                }
-                (self.dirs.len() - 1) as u32
-            }
-        };
-        self.dirs[s as usize] = Some(Box::default());
-        self.map.insert(group, s);
-        self.last.set((group, s));
-        s
+        self.dirs.push(None);
+        if self.free.capacity() < self.dirs.len() {
+            self.free.reserve_exact(self.dirs.capacity() - self.free.len());
+        }
+        (self.dirs.len() - 1) as u32
     }
 
     /// Maps `key` to entry `idx` (replacing what it was mapped to, if anything). Returns
     /// whether the index's memory grew.
     pub fn insert(&mut self, key: u32, idx: u32) -> bool {
         let (group, oid) = split(key);
-        let pages = self.map.len();
-        let s = self.slot_or_insert(group);
-        let new_dir = self.map.len() != pages;
-        let d = self.dirs[s as usize].as_deref_mut().expect("mapped directories exist");
-        let r = d.rank(oid);
-        if d.has(oid) {
-            d.entries[r] = idx;
+        let map_cap = self.map.capacity();
+        let p = self.map.entry(group).or_default();
+        if p.is_big() {
+            let s = p.entries[0];
+            let d = self.dirs[s as usize].as_deref_mut().expect("mapped directories exist");
+            let rank = d.rank(oid);
+            if d.has(oid) {
+                d.entries[rank] = idx;
+                return false;
+            }
+            let grew = d.add(oid, rank, idx);
+            self.slots += grew;
+            self.len += 1;
+            return grew > 0;
+        }
+        if let Some(k) = p.small_pos(oid) {
+            p.entries[k] = idx;
             return false;
         }
-        d.flip(oid, true);
-        let grew = new_dir || d.entries.len() == d.entries.capacity();
-        if d.entries.len() == d.entries.capacity() {
-            // Grow by half, in bounded steps: bounded slack and few reallocations.
-            let n = d.entries.len();
-            d.entries.reserve_exact((n / 2).clamp(GROW_MIN, GROW_MAX));
-            self.slots += d.entries.capacity() - n;
-        }
-        d.entries.insert(r, idx);
         self.len += 1;
-        grew
+        if (p.n as usize) < SMALL {
+            p.oids[p.n as usize] = oid as u16;
+            p.entries[p.n as usize] = idx;
+            p.n += 1;
+            return self.map.capacity() != map_cap;
+        }
+        // The page outgrows its record: a directory for its keys.
+        let mut d = Box::new(Dir { entries: Vec::with_capacity(GROW_MIN), ..Dir::default() });
+        d.resident = p.resident;
+        let mut keys = [(0u16, 0u32); SMALL + 1];
+        for (k, key) in keys.iter_mut().enumerate().take(SMALL) {
+            *key = (p.oids[k], p.entries[k]);
+        }
+        keys[SMALL] = (oid as u16, idx);
+        keys.sort_unstable();
+        for &(o, e) in &keys {
+            d.flip(o as usize, true);
+            d.entries.push(e);
+        }
+        let record = Page { n: BIG, ..Page::default() };
+        *p = record;
+        self.slots += d.entries.capacity();
+        self.bigs += 1;
+        let s = self.take_slot();
+        self.dirs[s as usize] = Some(d);
+        self.map.get_mut(&group).expect("just inserted").entries[0] = s;
+        self.last.set((group, s));
+        true
     }
 
-    /// Unmaps `key`; returns the entry it was mapped to.
+    /// Unmaps `key`; returns the entry it was mapped to. Never allocates.
     pub fn remove(&mut self, key: u32) -> Option<u32> {
         let (group, oid) = split(key);
-        let s = self.slot_of(group)?;
-        let d = self.dir_mut(s);
+        let p = self.map.get_mut(&group)?;
+        if !p.is_big() {
+            let k = p.small_pos(oid)?;
+            let idx = p.entries[k];
+            let last = p.n as usize - 1;
+            p.oids[k] = p.oids[last];
+            p.entries[k] = p.entries[last];
+            p.n -= 1;
+            self.len -= 1;
+            if p.n == 0 && p.resident == 0 {
+                self.map.remove(&group);
+            }
+            return Some(idx);
+        }
+        let s = p.entries[0];
+        let d = self.dirs[s as usize].as_deref_mut().expect("mapped directories exist");
         if !d.has(oid) {
             return None;
         }
-        let r = d.rank(oid);
+        let rank = d.rank(oid);
         d.flip(oid, false);
-        let idx = d.entries.remove(r);
+        let idx = d.entries.remove(rank);
         self.len -= 1;
-        self.maybe_drop(group, s);
+        if d.entries.len() <= DEMOTE_AT {
+            // Few keys left: back into the page's record, and the directory goes.
+            let mut record = Page { resident: d.resident, ..Page::default() };
+            let mut r = 0;
+            for (w, &bits) in d.oids.iter().enumerate() {
+                let mut bits = bits;
+                while bits != 0 {
+                    let o = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    record.oids[r] = o as u16;
+                    record.entries[r] = d.entries[r];
+                    r += 1;
+                }
+            }
+            record.n = r as u16;
+            self.slots -= d.entries.capacity();
+            self.bigs -= 1;
+            self.dirs[s as usize] = None;
+            self.free.push(s);
+            if self.last.get().0 == group {
+                self.last.set((u32::MAX, 0));
+            }
+            if record.n == 0 && record.resident == 0 {
+                self.map.remove(&group);
+            } else {
+                *p = record;
+            }
+        }
         Some(idx)
     }
 
-    /// Drops the directory of `group` (in slot `s`) if it holds nothing.
-    fn maybe_drop(&mut self, group: u32, s: u32) {
-        let d = self.dir(s);
-        if !d.entries.is_empty() || d.resident > 0 {
-            return;
+    /// The resident count of `group`, if it has a record.
+    #[inline]
+    fn resident_mut(&mut self, group: u32) -> Option<&mut u32> {
+        let (g, s) = self.last.get();
+        if g == group {
+            return Some(&mut self.dir_mut(s).resident);
         }
-        let cap = d.entries.capacity();
-        self.slots -= cap;
-        self.dirs[s as usize] = None;
-        self.free.push(s);
-        self.map.remove(&group);
-        if self.last.get().0 == group {
-            self.last.set((u32::MAX, 0));
+        let p = self.map.get_mut(&group)?;
+        if p.is_big() {
+            let s = p.entries[0];
+            self.last.set((group, s));
+            let d = self.dirs[s as usize].as_deref_mut().expect("mapped directories exist");
+            return Some(&mut d.resident);
         }
+        Some(&mut p.resident)
     }
 
     /// One more resident installed object of `key`'s page. `key` must be in the index.
     #[inline]
     pub fn add_resident(&mut self, key: u32) {
         let (group, _) = split(key);
-        let s = self.slot_of(group).expect("a resident object has an entry");
-        self.dir_mut(s).resident += 1;
+        *self.resident_mut(group).expect("a resident object has an entry") += 1;
     }
 
     /// One resident installed object of `key`'s page fewer; returns whether none is left.
     pub fn sub_resident(&mut self, key: u32) -> bool {
         let (group, _) = split(key);
-        let Some(s) = self.slot_of(group) else {
+        let Some(n) = self.resident_mut(group) else {
             debug_assert!(false, "uncounted resident object {key:#x}");
             return true;
         };
-        let d = self.dir_mut(s);
-        debug_assert!(d.resident > 0, "uncounted resident object {key:#x}");
-        d.resident = d.resident.saturating_sub(1);
-        let none = d.resident == 0;
-        self.maybe_drop(group, s);
-        none
+        debug_assert!(*n > 0, "uncounted resident object {key:#x}");
+        *n = n.saturating_sub(1);
+        if *n > 0 {
+            return false;
+        }
+        if self.map.get(&group).is_some_and(|p| p.n == 0 && p.resident == 0) {
+            self.map.remove(&group);
+        }
+        true
     }
 
     /// Resident installed objects of page `page` (a page id).
     pub fn resident(&self, page: u32) -> u32 {
-        self.slot_of(page).map_or(0, |s| self.dir(s).resident)
+        match self.locate(page) {
+            None => 0,
+            Some(Ok(s)) => self.dir(s).resident,
+            Some(Err(p)) => p.resident,
+        }
     }
 
     /// Every page with resident installed objects, and their number (for invariant checks).
     pub fn resident_pages(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
-        self.map.iter().filter_map(|(&g, &s)| {
-            let n = self.dir(s).resident;
+        self.map.iter().filter_map(|(&g, p)| {
+            let n = if p.is_big() { self.dir(p.entries[0]).resident } else { p.resident };
             (n > 0).then_some((g, n))
         })
     }
 
     /// Every key and its entry, page by page (for tests and invariant checks).
     pub fn for_each(&self, mut f: impl FnMut(u32, u32)) {
-        for (&g, &s) in &self.map {
-            let d = self.dir(s);
+        for (&g, p) in &self.map {
+            if !p.is_big() {
+                for k in 0..p.n as usize {
+                    f(join(g, p.oids[k] as usize), p.entries[k]);
+                }
+                continue;
+            }
+            let d = self.dir(p.entries[0]);
             let mut r = 0;
-            for (k, &w) in d.oids.iter().enumerate() {
-                let mut w = w;
-                while w != 0 {
-                    let oid = (k * 64 + w.trailing_zeros() as usize) as u32;
-                    w &= w - 1;
-                    let key = ((g & !(1 << 31)) << 10) | (oid << 1) | (g >> 31);
-                    f(key, d.entries[r]);
+            for (w, &bits) in d.oids.iter().enumerate() {
+                let mut bits = bits;
+                while bits != 0 {
+                    let oid = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    f(join(g, oid), d.entries[r]);
                     r += 1;
                 }
             }
@@ -501,12 +641,36 @@ mod tests {
             }
             for (g, n) in resident.drain() {
                 for _ in 0..n {
-                    idx.sub_resident(((g & !(1 << 31)) << 10) | (g >> 31));
+                    idx.sub_resident(join(g, 0));
                 }
             }
             prop_assert_eq!(idx.pages(), 0);
+            prop_assert_eq!(idx.directories(), 0);
             prop_assert_eq!(idx.slots, 0);
         }
+    }
+
+    #[test]
+    fn sparse_pages_stay_inline() {
+        // T6's shape: a few objects of each of many pages.
+        let mut idx = OrefIndex::new();
+        for p in 1..=1000 {
+            for o in [3, 200, 511] {
+                idx.insert(oref(p, o), p * 1000 + o);
+            }
+        }
+        assert_eq!(idx.directories(), 0);
+        assert!(idx.memory_bytes() <= 1000 * 2 * MAP_SLOT_BYTES, "{}", idx.memory_bytes());
+        // A fourth key makes a directory; going back to two drops it.
+        idx.insert(oref(7, 9), 1);
+        assert_eq!(idx.directories(), 1);
+        assert_eq!(idx.get(oref(7, 200)), Some(7200));
+        idx.remove(oref(7, 9));
+        assert_eq!(idx.directories(), 1, "three keys keep it (hysteresis)");
+        idx.remove(oref(7, 3));
+        assert_eq!(idx.directories(), 0);
+        assert_eq!(idx.get(oref(7, 511)), Some(7511));
+        assert_eq!(idx.slots, 0);
     }
 
     #[test]
