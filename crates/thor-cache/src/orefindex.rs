@@ -571,7 +571,7 @@ mod tests {
                         let (before, room) = (idx.memory_bytes(), idx.growth_bytes());
                         // Half the inserts go through find and fill, as swizzles do.
                         let grew = match idx.find(key(p, o)) {
-                            Err(v) if next % 2 == 0 => idx.fill(v, next),
+                            Err(v) if next.is_multiple_of(2) => idx.fill(v, next),
                             Ok(i) => {
                                 prop_assert_eq!(Some(i), model.get(&key(p, o)).copied());
                                 idx.insert(key(p, o), next)
