@@ -51,7 +51,7 @@
 //!
 //! # The budget
 //!
-//! The configured size covers the frames *and* the tables (indirection table, oref map, frame
+//! The configured size covers the frames *and* the tables (indirection table, oref index, frame
 //! table). When the tables grow, frames are retired so that the sum stays within the budget; a
 //! retired frame holds nothing and is never used again.
 
@@ -66,7 +66,7 @@ use crate::arena::Arena;
 use crate::demote::DemoteBuffer;
 use crate::error::CacheError;
 use crate::limits::{ENTRY_STEP_MAX, ENTRY_STEP_MIN, MIN_FRAMES, RELEASES_RETAINED, RENAMES_MAX};
-use crate::orefindex::OrefIndex;
+use crate::orefindex::{OrefIndex, Vacant};
 use crate::readset::ReadSet;
 
 /// `Entry::loc` of an object that is not in the cache.
@@ -300,6 +300,11 @@ pub struct CacheCore {
     index: OrefIndex,
     /// Resident intact pages → frame.
     pages: FxHashMap<u32, u32>,
+    /// The page [`CacheCore::locate`] found last and its frame (page 0: none): installing a
+    /// page's objects looks the same page up again and again.
+    last_page: std::cell::Cell<(u32, u32)>,
+    /// The class [`CacheCore::locate`] checked an object against last, likewise.
+    last_class: Option<(u32, Arc<ClassDesc>)>,
     /// Class oref → descriptor, for shape checks and reference scans.
     classes: FxHashMap<u32, Arc<ClassDesc>>,
     /// Entries read by the current transaction.
@@ -336,10 +341,6 @@ pub struct CacheCore {
     /// client library to acknowledge them to the server ([`CacheCore::take_acks`]). Outside the
     /// budget, like the undo copies: at most the invalidations received since the last request.
     acks: Vec<Oref>,
-    /// Resident installed objects per page (stored orefs only): with [`CacheCore::pages`],
-    /// what says whether anything of a page is still cached. A page leaves the cache, and is
-    /// reported as discarded, only when it is neither mapped nor has a resident object here.
-    resident: FxHashMap<u32, u32>,
     /// Pages of which nothing may be cached any more, waiting to be reported to the server
     /// ([`CacheCore::take_discarded`] checks again before reporting: a page may have come
     /// back). Outside the budget: at most the pages dropped between two requests.
@@ -382,9 +383,11 @@ impl CacheCore {
             entries: Vec::new(),
             free_entry: NIL,
             live_entries: 0,
-            index: OrefIndex::default(),
+            index: OrefIndex::new(),
             // At most one page per frame: never grows.
             pages: FxHashMap::with_capacity_and_hasher(frames, Default::default()),
+            last_page: std::cell::Cell::new((0, 0)),
+            last_class: None,
             classes: FxHashMap::default(),
             reads: ReadSet::new(),
             new_frame: NIL,
@@ -396,7 +399,6 @@ impl CacheCore {
             deferred_releases: Vec::new(),
             pending_invalid: Vec::new(),
             acks: Vec::new(),
-            resident: FxHashMap::default(),
             discarded: Vec::new(),
             usable_frames: frames,
             dead: Vec::new(),
@@ -433,7 +435,6 @@ impl CacheCore {
             + self.rename_order.capacity() * 4
             + self.reads.memory_bytes()
             + self.pending_invalid.capacity() * 8
-            + self.resident.capacity() * 9
             + self.manager_bytes
     }
 
@@ -517,8 +518,7 @@ impl CacheCore {
     /// Frames the tables' share of the budget still allows, keeping room for the next growth
     /// of the tables that grow between two chances to free frames.
     fn frames_allowed(&self) -> usize {
-        self.budget_bytes.saturating_sub(self.table_bytes() + self.headroom_bytes())
-            / self.page_size
+        self.budget_bytes.saturating_sub(self.table_bytes() + self.headroom_bytes()) >> self.shift
     }
 
     /// Entries the indirection table grows by when full: a quarter of its size, bounded so
@@ -528,23 +528,15 @@ impl CacheCore {
     }
 
     /// Memory kept in reserve for the next growth of the tables that can grow when the cache
-    /// cannot free a frame: the indirection table and oref map (swizzling a reference allocates
+    /// cannot free a frame: the indirection table and oref index (swizzling a reference allocates
     /// an entry) and the read set (the hit path appends to it). Growth is then covered by the
     /// reserve, so the budget holds at every moment; [`CacheCore::rebalance`], run after each
     /// allocation and by the client cache on its slow path, restores the reserve.
     fn headroom_bytes(&self) -> usize {
-        // The index and the read set double when they fill.
-        let index = self.index.next_memory_bytes() - self.index.memory_bytes();
-        // The per-page resident counts grow on installation, after the slow path's rebalance.
-        let resident = if self.resident.len() * 8 >= self.resident.capacity() * 7 {
-            self.resident.capacity().max(4) * 9
-        } else {
-            0
-        };
+        // The index grows by at most a directory and its maps; the read set doubles.
         self.entry_step() * std::mem::size_of::<Entry>()
-            + index
+            + self.index.growth_bytes()
             + self.reads.growth_bytes()
-            + resident
     }
 
     /// Retires free frames while the tables push the total over the budget. Returns how many
@@ -565,19 +557,20 @@ impl CacheCore {
     /// The entry for `oref_word` (an oref, or a tagged serial of a created object), if any.
     #[inline]
     pub(crate) fn lookup(&self, oref_word: u32) -> Option<u32> {
-        self.index.get(oref_word, &self.entries)
+        self.index.get(oref_word)
     }
 
     /// The entry for `oref`, allocating a non-resident one if there is none.
     pub(crate) fn entry_for(&mut self, oref: Oref) -> Result<u32, CacheError> {
-        if let Some(i) = self.index.get(oref.raw(), &self.entries) {
-            return Ok(i);
+        match self.index.find(oref.raw()) {
+            Ok(i) => Ok(i),
+            Err(vacant) => self.alloc_entry(oref.raw(), Some(vacant)),
         }
-        let i = self.alloc_entry(oref.raw())?;
-        Ok(i)
     }
 
-    fn alloc_entry(&mut self, oref_word: u32) -> Result<u32, CacheError> {
+    /// Allocates an entry for `oref_word` and adds it to the index (where `vacant` says, if the
+    /// caller looked it up).
+    fn alloc_entry(&mut self, oref_word: u32, vacant: Option<Vacant>) -> Result<u32, CacheError> {
         let entries_cap = self.entries.capacity();
         let i = if self.free_entry != NIL {
             let i = self.free_entry;
@@ -603,15 +596,17 @@ impl CacheCore {
             usage: 0,
             flags: F_LIVE,
         };
-        let index_bytes = self.index.memory_bytes();
-        self.index.insert(i, &self.entries);
+        let index_grew = match vacant {
+            Some(v) => self.index.fill(v, i),
+            None => self.index.insert(oref_word, i),
+        };
         self.live_entries += 1;
         // Restore the headroom right away if a free frame can give it, when this allocation
         // used it (the table or the index grew). Otherwise the tables are as they were and
-        // the next slow path rebalances for any other growth (the read set's, the resident
-        // counts'), which the headroom covers meanwhile: a rebalance per swizzle was 6-8% of
-        // conversion (`cargo bench -p thor-cache --bench cache -- conversion`).
-        if self.entries.capacity() != entries_cap || self.index.memory_bytes() != index_bytes {
+        // the next slow path rebalances for any other growth (the read set's), which the
+        // headroom covers meanwhile: a rebalance per swizzle was 6-8% of conversion
+        // (`cargo bench -p thor-cache --bench cache -- conversion`).
+        if self.entries.capacity() != entries_cap || index_grew {
             self.rebalance();
         }
         Ok(i)
@@ -621,8 +616,8 @@ impl CacheCore {
     fn free_entry_at(&mut self, i: u32) {
         let e = self.entries[i as usize];
         debug_assert!(e.loc == NOT_RESIDENT && e.refs == 0);
-        if self.index.get(e.oref, &self.entries) == Some(i) {
-            self.index.remove(i, &self.entries);
+        if self.index.get(e.oref) == Some(i) {
+            self.index.remove(e.oref);
         }
         self.entries[i as usize] = Entry { link: self.free_entry, ..Entry::FREE };
         self.free_entry = i;
@@ -752,6 +747,7 @@ impl CacheCore {
         // A page fetched again (its cached copy was stale) supersedes the old frame, which
         // stays until replacement empties it: objects installed from it keep their entries.
         self.pages.insert(page.get(), f);
+        self.last_page.set((page.get(), f));
         self.demote.forget(page.get());
         self.stats.pages_installed += 1;
         Ok(())
@@ -763,6 +759,9 @@ impl CacheCore {
         let fm = self.frames[f as usize];
         if fm.kind == FrameKind::Intact && self.pages.get(&fm.page) == Some(&f) {
             self.pages.remove(&fm.page);
+            if self.last_page.get().0 == fm.page {
+                self.last_page.set((0, 0));
+            }
             self.maybe_page_gone(fm.page);
         }
     }
@@ -770,23 +769,19 @@ impl CacheCore {
     // ----- what the server must be told -----
 
     /// One more resident object of the page `oref_word` names (nothing for a created object).
+    /// The count lives in the page's directory of the oref index, which the object's entry
+    /// keeps: no hash of its own ([`OrefIndex::add_resident`]).
     fn count_resident(&mut self, oref_word: u32) {
-        if let Some(p) = Oref::from_raw(oref_word).and_then(|o| o.page()) {
-            *self.resident.entry(p.get()).or_insert(0) += 1;
+        if oref_word & 1 == 0 && Oref::from_raw(oref_word).and_then(|o| o.page()).is_some() {
+            self.index.add_resident(oref_word);
         }
     }
 
     /// One resident object fewer of the page `oref_word` names.
     fn uncount_resident(&mut self, oref_word: u32) {
         let Some(p) = Oref::from_raw(oref_word).and_then(|o| o.page()) else { return };
-        let page = p.get();
-        match self.resident.get_mut(&page) {
-            Some(n) if *n > 1 => *n -= 1,
-            Some(_) => {
-                self.resident.remove(&page);
-                self.maybe_page_gone(page);
-            }
-            None => debug_assert!(false, "uncounted resident object of page {page}"),
+        if self.index.sub_resident(oref_word) {
+            self.maybe_page_gone(p.get());
         }
     }
 
@@ -794,13 +789,13 @@ impl CacheCore {
     /// installation) or an object of it is resident somewhere (in its frame, a compacted one,
     /// an older copy of the page).
     pub(crate) fn page_cached(&self, page: u32) -> bool {
-        self.pages.contains_key(&page) || self.resident.contains_key(&page)
+        self.pages.contains_key(&page) || self.index.resident(page) > 0
     }
 
     /// Whether an object of page `page` is resident anywhere (installed from the page's copy or
     /// kept elsewhere).
     pub(crate) fn has_resident_objects(&self, page: u32) -> bool {
-        self.resident.contains_key(&page)
+        self.index.resident(page) > 0
     }
 
     fn maybe_page_gone(&mut self, page: u32) {
@@ -1079,8 +1074,15 @@ impl CacheCore {
         let oref =
             Oref::from_raw(e.oref).ok_or(CacheError::Internal("tagged oref on a stored entry"))?;
         let page = oref.page().ok_or(CacheError::Internal("null oref in the table"))?;
-        let Some(&f) = self.pages.get(&page.get()) else {
-            return Ok(Need::Page(page));
+        let f = match self.last_page.get() {
+            (p, f) if p == page.get() => f,
+            _ => {
+                let Some(&f) = self.pages.get(&page.get()) else {
+                    return Ok(Need::Page(page));
+                };
+                self.last_page.set((page.get(), f));
+                f
+            }
         };
         let base = self.frame_base(f);
         let range = {
@@ -1103,8 +1105,16 @@ impl CacheCore {
         let class = Oref::from_raw(class_word)
             .filter(|c| c.page().is_some())
             .ok_or_else(|| malformed(0, "the class word is not the oref of a stored object"))?;
-        let Some(desc) = self.classes.get(&class_word) else {
-            return Ok(Need::Class(class));
+        let desc = match &self.last_class {
+            Some((w, d)) if *w == class_word => d,
+            _ => {
+                let Some(desc) = self.classes.get(&class_word) else {
+                    return Ok(Need::Class(class));
+                };
+                // Classes are never unregistered: the cached descriptor stays right.
+                self.last_class = Some((class_word, desc.clone()));
+                &self.last_class.as_ref().expect("just set").1
+            }
         };
         desc.check_shape(obj).map_err(|why| malformed(0, why))?;
         check_stored_refs(desc, obj).map_err(|(at, why)| malformed(at, why))?;
@@ -1448,7 +1458,7 @@ impl CacheCore {
             }
         } else {
             reads.for_each(|oref| {
-                if let Some(i) = self.index.get(oref.raw(), &self.entries) {
+                if let Some(i) = self.index.get(oref.raw()) {
                     self.entries[i as usize].flags &= !(F_READ | F_RESOLVING);
                     self.maybe_free_entry(i);
                 }
@@ -1484,7 +1494,7 @@ impl CacheCore {
     pub(crate) fn create_at(&mut self, loc: u32, bytes: &[u8]) -> Result<(u32, u32), CacheError> {
         let serial = self.next_serial;
         let word = RawRef::tagged_word(serial);
-        let i = self.alloc_entry(word)?;
+        let i = self.alloc_entry(word, None)?;
         // Only a created object consumes a serial: a transaction's serials are consecutive, so
         // a created object's place in the commit is its serial's distance from the first
         // (`crate::txn`).
@@ -1510,14 +1520,16 @@ impl CacheCore {
     pub(crate) fn rename(&mut self, i: u32, oref: Oref) {
         let old = self.entries[i as usize].oref;
         // The index finds entries by the oref in them: out under the old key, in under the new.
-        if self.index.get(old, &self.entries) == Some(i) {
-            self.index.remove(i, &self.entries);
+        if self.index.get(old) == Some(i) {
+            self.index.remove(old);
         }
         let e = &mut self.entries[i as usize];
         e.oref = oref.raw();
         e.flags &= !F_NEW;
         let resident = e.loc != NOT_RESIDENT;
-        self.index.insert(i, &self.entries);
+        if self.index.insert(oref.raw(), i) {
+            self.rebalance();
+        }
         if resident {
             // A stored object of `oref`'s page is cached now.
             self.count_resident(oref.raw());
@@ -1562,7 +1574,7 @@ impl CacheCore {
     ///   in that frame, with `modified` of them modified; free and retired frames hold nothing;
     /// - the objects of a frame do not overlap, and those of compacted and new frames lie
     ///   within the frame's `used` bytes;
-    /// - every resident entry is in its frame's list, and the oref map leads back to it;
+    /// - every resident entry is in its frame's list, and the oref index leads back to it;
     /// - the page map names intact frames holding those pages;
     /// - every entry's reference count is the number of swizzled words naming it in resident
     ///   objects plus the releases deferred to the end of the transaction (unless saturated);
@@ -1628,7 +1640,7 @@ impl CacheCore {
             if e.loc != NOT_RESIDENT && !in_lists[i] {
                 return Err(format!("entry {i} is resident but in no frame's list"));
             }
-            if e.flags & F_NEW == 0 && self.index.get(e.oref, &self.entries) != Some(i as u32) {
+            if e.flags & F_NEW == 0 && self.index.get(e.oref) != Some(i as u32) {
                 return Err(format!("entry {i} ({:#x}) is not the map's entry", e.oref));
             }
             if e.loc == NOT_RESIDENT {
@@ -1665,10 +1677,10 @@ impl CacheCore {
                 *resident.entry(p.get()).or_insert(0) += 1;
             }
         }
-        if resident != self.resident {
+        let recorded: FxHashMap<u32, u32> = self.index.resident_pages().collect();
+        if resident != recorded {
             return Err(format!(
-                "resident objects per page: counted {resident:?}, recorded {:?}",
-                self.resident
+                "resident objects per page: counted {resident:?}, recorded {recorded:?}"
             ));
         }
         if self.memory_bytes() > self.budget_bytes {

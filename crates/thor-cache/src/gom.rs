@@ -957,9 +957,10 @@ mod tests {
     #[test]
     fn object_buffer_evicts_least_recently_used_object() {
         // Pages of one object of 1,300 bytes: three fit in a frame. A share that gives the
-        // object buffer exactly one frame.
+        // object buffer exactly one frame (34 usable frames, once the tables have theirs).
         let committed = HashMap::new();
-        let mut c = cache(40, gom(30), true);
+        let mut c = cache(41, gom(30), true);
+        assert_eq!(manager(&c).params.object_frames(c.usable_frames()), 1);
         let big = |p: u32| oref(p, 0);
         let fetch_big = |c: &mut ClientCache, p: u32| {
             let objs = [obj(initial_tag(big(p)), 1300, None)];
@@ -971,6 +972,7 @@ mod tests {
         let mut p = 2;
         // Fill the buffer: 2.0, 3.0, 4.0 evicted with their pages, in that order.
         while in_buffer(&c, big(4)).is_none() {
+            assert!(p < 200, "4.0 never reached the object buffer");
             fetch_big(&mut c, p);
             p += 1;
         }

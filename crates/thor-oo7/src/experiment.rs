@@ -208,7 +208,7 @@ pub struct RunReport {
     pub entries: usize,
     /// Bytes of frames and tables at the end.
     pub memory_bytes: usize,
-    /// Bytes of the tables at the end (indirection table, oref map, read set, manager's
+    /// Bytes of the tables at the end (indirection table, oref index, read set, manager's
     /// tables): `memory_bytes` less the usable frames.
     pub table_bytes: usize,
     /// Bytes of object versions shipped at commit.
