@@ -10,14 +10,13 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use common::bank::{Account, Bank, finish, load_histories, wait_for_commits};
+use common::bank::{Account, Bank, bench_client, finish, load_histories, wait_for_commits};
 use common::{ServerProcess, drain, free_port, spawn_server, thor};
 use thor_client::{Session, SessionConfig};
 use thor_net::{ClientConfig, TcpTransport};
-use thor_sim::serial::{self, INITIAL};
 
 const CLIENTS: u32 = 4;
 const ACCOUNTS: usize = 8;
@@ -39,16 +38,8 @@ fn start(dir: &Path, id: u32, addrs: &[SocketAddr; 2]) -> ServerProcess {
 }
 
 fn client(addrs: &[SocketAddr; 2], id: u32, history: &Path, extra: &[&str]) -> Child {
-    thor()
-        .args(["bench", "cluster-client"])
-        .args(["--server", &format!("1={}", addrs[0]), "--server", &format!("2={}", addrs[1])])
-        .args(["--client", &id.to_string(), "--history"])
-        .arg(history)
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    let (one, two) = (format!("1={}", addrs[0]), format!("2={}", addrs[1]));
+    bench_client(&["cluster-client", "--server", &one, "--server", &two], id, history, extra)
 }
 
 fn session(addr: SocketAddr) -> Session {
@@ -158,18 +149,8 @@ fn cross_server_transfers_survive_sigkills_of_either_server() {
     );
 
     let rec = load_histories(&histories);
-    let (h, balances) = (&rec.history, &rec.balances);
     let (committed, uncertain) = (rec.committed, rec.uncertain);
-    let fin: Vec<(u64, u64)> = state.iter().map(|&(o, _, v)| (o, v)).collect();
-    let summary = serial::check(h, Some(&fin)).unwrap_or_else(|a| {
-        panic!("the history is not serializable: {a}\nclient logs:\n{}", logs.join(""))
-    });
-    let objects: Vec<u64> = state.iter().map(|&(o, _, _)| o).collect();
-    let balance = |a: u64, v: u64| {
-        if v == INITIAL { OPENING as i64 } else { balances[&(a, v)] }
-    };
-    let kept = serial::check_conserved_total(h, &summary, &objects, balance).unwrap();
-    assert_eq!(kept, i128::from(OPENING) * 2 * ACCOUNTS as i128);
+    let summary = rec.audit(&state, OPENING, &logs.join(""));
     assert!(committed >= 50, "only {committed} transfers acknowledged:\n{}", logs.join(""));
     eprintln!(
         "{KILLS} kills ({} of server 1, {} of server 2): {committed} cross-server commits \

@@ -14,7 +14,6 @@ use common::bank::{
     accounts as final_state, finish, load_histories, transfer_client as client, wait_for_commits,
 };
 use common::{ServerProcess, free_port, start_at};
-use thor_sim::serial::{self, INITIAL};
 
 const CLIENTS: u32 = 8;
 const ACCOUNTS: usize = 16;
@@ -75,21 +74,11 @@ fn transfers_stay_serializable_across_server_sigkills() {
 
     // The history of every client, and the balance each write stored.
     let rec = load_histories(&histories);
-    let (h, balances) = (&rec.history, &rec.balances);
     let (committed, uncertain) = (rec.committed, rec.uncertain);
     // Every acknowledged commit is present: a committed write missing from the recovered
     // state shows as a lost update (a later transfer read the version before it) or as a final
     // state that is not the last committed version.
-    let fin: Vec<(u64, u64)> = state.iter().map(|&(o, _, v)| (o, v)).collect();
-    let summary = serial::check(h, Some(&fin)).unwrap_or_else(|a| {
-        panic!("the history is not serializable: {a}\nclient logs:\n{}", logs.join(""))
-    });
-    let accounts: Vec<u64> = state.iter().map(|&(o, _, _)| o).collect();
-    let balance = |a: u64, v: u64| {
-        if v == INITIAL { OPENING as i64 } else { balances[&(a, v)] }
-    };
-    let kept = serial::check_conserved_total(h, &summary, &accounts, balance).unwrap();
-    assert_eq!(kept, i128::from(OPENING) * ACCOUNTS as i128);
+    let summary = rec.audit(&state, OPENING, &logs.join(""));
     // The run must have done real work across the crashes, not aborted everything.
     assert!(committed >= 100, "only {committed} commits acknowledged:\n{}", logs.join(""));
     eprintln!(

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use thor_client::{Session, SessionConfig};
 use thor_net::{ClientConfig, TcpTransport};
-use thor_sim::serial::{History, Txn};
+use thor_sim::serial::{self, History, INITIAL, Summary, Txn};
 
 use super::thor;
 
@@ -33,8 +33,16 @@ thor_client::class! {
 /// `thor bench transfer-client` against `addr` as client `id`, recording its history in
 /// `history`, with `extra` arguments.
 pub fn transfer_client(addr: SocketAddr, id: u32, history: &Path, extra: &[&str]) -> Child {
+    let connect = ["transfer-client", "--connect", &addr.to_string()];
+    bench_client(&connect, id, history, extra)
+}
+
+/// `thor bench` with `command` (the subcommand and where it connects) as client `id`,
+/// recording its history in `history`, with `extra` arguments; its log on a pipe.
+pub fn bench_client(command: &[&str], id: u32, history: &Path, extra: &[&str]) -> Child {
     thor()
-        .args(["bench", "transfer-client", "--connect", &addr.to_string()])
+        .arg("bench")
+        .args(command)
         .args(["--client", &id.to_string(), "--history"])
         .arg(history)
         .args(extra)
@@ -112,6 +120,27 @@ pub fn load_histories(paths: &[PathBuf]) -> Recorded {
         }
     }
     r
+}
+
+impl Recorded {
+    /// Checks the histories against the servers' final `state` (`(object, balance, version)`
+    /// per account, each opened with `opening`): serializable and ending in that state (so no
+    /// acknowledged commit is missing), and the money of the committed transfers adds up.
+    /// Fails the test with the clients' `logs` otherwise.
+    pub fn audit(&self, state: &[(u64, u64, u64)], opening: u64, logs: &str) -> Summary {
+        let fin: Vec<(u64, u64)> = state.iter().map(|&(o, _, v)| (o, v)).collect();
+        let summary = serial::check(&self.history, Some(&fin)).unwrap_or_else(|a| {
+            panic!("the history is not serializable: {a}\nclient logs:\n{logs}")
+        });
+        let accounts: Vec<u64> = state.iter().map(|&(o, _, _)| o).collect();
+        let balance = |a: u64, v: u64| {
+            if v == INITIAL { opening as i64 } else { self.balances[&(a, v)] }
+        };
+        let kept =
+            serial::check_conserved_total(&self.history, &summary, &accounts, balance).unwrap();
+        assert_eq!(kept, i128::from(opening) * state.len() as i128);
+        summary
+    }
 }
 
 /// Waits until the histories at `paths` hold at least `want` acknowledged commits, so a crash
