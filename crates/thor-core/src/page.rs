@@ -55,6 +55,18 @@ fn entry_pos(page_size: usize, oid: usize) -> usize {
     page_size - OFFSET_ENTRY_BYTES * (oid + 1)
 }
 
+/// Where object `i` ends: at the next present offset after entry `i`, or at `data_end` if
+/// none of the `slots` entries after it is present (objects are contiguous, in oid order).
+/// Reads only offset-table entries below `slots`, which the caller has checked fit the page.
+#[inline]
+fn object_end(bytes: &[u8], i: usize, slots: usize, data_end: usize) -> usize {
+    let page_size = bytes.len();
+    (i + 1..slots)
+        .map(|j| u16_at(bytes, entry_pos(page_size, j)))
+        .find(|&n| n != 0)
+        .map_or(data_end, usize::from)
+}
+
 /// The checksum a sealed page should carry.
 pub fn compute_checksum(bytes: &[u8]) -> u32 {
     crc32c(&bytes[OFF_PAGE_ID..])
@@ -151,14 +163,7 @@ impl<'a> PageView<'a> {
             // requiring the next start to be at least a header further on.
             expect = o + OBJECT_HEADER_BYTES;
             // Advance `expect` to the actual end: the next present entry or data_end.
-            let mut next = data_end;
-            for j in i + 1..slots {
-                let n = u16_at(bytes, entry_pos(page_size, j));
-                if n != 0 {
-                    next = n as usize;
-                    break;
-                }
-            }
+            let next = object_end(bytes, i, slots, data_end);
             if next < expect || !next.is_multiple_of(OBJECT_ALIGN) {
                 return Err(FormatError::BadOffset { oid, offset: off, why: "object too small" });
             }
@@ -209,14 +214,7 @@ impl<'a> PageView<'a> {
             0 => return Ok(None),
             o => o as usize,
         };
-        let mut end = data_end;
-        for j in i + 1..slots {
-            let n = u16_at(bytes, entry_pos(page_size, j));
-            if n != 0 {
-                end = n as usize;
-                break;
-            }
-        }
+        let end = object_end(bytes, i, slots, data_end);
         if start < PAGE_HEADER_BYTES
             || !start.is_multiple_of(OBJECT_ALIGN)
             || end < start + OBJECT_HEADER_BYTES
@@ -300,16 +298,7 @@ impl<'a> PageView<'a> {
     /// The byte range `start..end` of object `oid` within the page, if present.
     pub fn object_range(&self, oid: Oid) -> Option<std::ops::Range<usize>> {
         let start = self.offset(oid)?;
-        let size = self.bytes.len();
-        let mut end = self.data_end();
-        for j in oid.index() + 1..self.slot_count() {
-            let n = u16_at(self.bytes, entry_pos(size, j));
-            if n != 0 {
-                end = n as usize;
-                break;
-            }
-        }
-        Some(start..end)
+        Some(start..object_end(self.bytes, oid.index(), self.slot_count(), self.data_end()))
     }
 
     /// The bytes of object `oid` (header included), if present.
@@ -321,7 +310,6 @@ impl<'a> PageView<'a> {
     pub fn objects(&self) -> impl Iterator<Item = (Oid, &'a [u8])> + 'a {
         let view = *self;
         let bytes = self.bytes;
-        let size = bytes.len();
         let slots = self.slot_count();
         let data_end = self.data_end();
         // Walk the table backwards-free: remember each present entry and emit the previous one
@@ -332,14 +320,7 @@ impl<'a> PageView<'a> {
                 let oid = Oid::new(i as u16).expect("slots <= OIDS_PER_PAGE");
                 i += 1;
                 if let Some(start) = view.offset(oid) {
-                    let mut end = data_end;
-                    for j in i..slots {
-                        let n = u16_at(bytes, entry_pos(size, j));
-                        if n != 0 {
-                            end = n as usize;
-                            break;
-                        }
-                    }
+                    let end = object_end(bytes, oid.index(), slots, data_end);
                     return Some((oid, &bytes[start..end]));
                 }
             }
