@@ -115,16 +115,18 @@ pub fn connect(
     connect_with(addr, token, SessionConfig::default())
 }
 
+/// The transport settings the `thor` command uses, with `token`.
+fn client_config(token: &[u8]) -> thor_net::ClientConfig {
+    thor_net::ClientConfig { token: token.to_vec(), ..thor_net::ClientConfig::default() }
+}
+
 /// [`connect`] with session settings of the caller's (cache size and manager, retries).
 pub fn connect_with(
     addr: impl ToSocketAddrs + std::fmt::Debug,
     token: impl AsRef<[u8]>,
     config: SessionConfig,
 ) -> Result<Session, Error> {
-    let client = thor_net::ClientConfig {
-        token: token.as_ref().to_vec(),
-        ..thor_net::ClientConfig::default()
-    };
+    let client = client_config(token.as_ref());
     let transport = thor_net::TcpTransport::connect(&addr, &client).map_err(|source| {
         // `"host:port"` shows as itself, a socket address as itself.
         let addr = format!("{addr:?}").trim_matches('"').to_string();
@@ -151,10 +153,7 @@ pub fn connect_unix_with(
     token: impl AsRef<[u8]>,
     config: SessionConfig,
 ) -> Result<Session, Error> {
-    let client = thor_net::ClientConfig {
-        token: token.as_ref().to_vec(),
-        ..thor_net::ClientConfig::default()
-    };
+    let client = client_config(token.as_ref());
     let path = path.as_ref();
     let transport = thor_net::UnixTransport::connect(path, &client)
         .map_err(|source| Error::Connect { addr: format!("unix:{}", path.display()), source })?;
