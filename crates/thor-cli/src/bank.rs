@@ -29,6 +29,47 @@ thor_client::class! {
     var refs<Accounts>;
 }
 
+/// The arguments every history-recording bank client takes (`thor bench transfer-client`
+/// and `thor bench cluster-client`).
+#[derive(Debug, clap::Args)]
+pub struct HistoryArgs {
+    /// This client's number (0..2^31), unique among the clients of one history.
+    #[arg(long)]
+    pub client: u32,
+    /// File to append the history to (JSON lines).
+    #[arg(long)]
+    pub history: std::path::PathBuf,
+    /// Stop after this many seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Stop as soon as this file exists (checked between transactions).
+    #[arg(long)]
+    pub stop_file: Option<std::path::PathBuf>,
+    /// Create the bank with this many accounts first (at every server; there must be none).
+    #[arg(long)]
+    pub setup: Option<usize>,
+    /// Each account's opening balance (with `--setup`).
+    #[arg(long, default_value_t = 1_000)]
+    pub opening: u64,
+    /// How long to keep trying to reach a server before giving up.
+    #[arg(long, default_value_t = 30.0)]
+    pub reconnect_s: f64,
+    /// The servers' token (as `thor server` was given it).
+    #[arg(long, default_value = "")]
+    pub token: String,
+}
+
+/// One line of a history: a transaction that reached its commit, with what it read and
+/// wrote (`O` names an account: an oref, or a server and an oref).
+#[derive(Debug, serde::Serialize)]
+pub struct Record<'a, O> {
+    pub id: u64,
+    pub client: u32,
+    pub outcome: &'a str,
+    pub reads: &'a [(O, u64)],
+    pub writes: &'a [(O, u64, u64)],
+}
+
 /// Accounts per chunk object (4 KiB of references: fits any page size).
 const CHUNK: usize = 1000;
 

@@ -19,7 +19,6 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -37,39 +36,8 @@ pub struct ClusterClient {
     /// A server of the cluster, as ID=HOST:PORT (repeat for each; two at least).
     #[arg(long = "server", value_parser = crate::server::parse_peer, required = true)]
     servers: Vec<(u32, SocketAddr)>,
-    /// This client's number (0..2^31), unique among the clients of one history.
-    #[arg(long)]
-    client: u32,
-    /// File to append the history to (JSON lines).
-    #[arg(long)]
-    history: PathBuf,
-    /// Stop after this many seconds.
-    #[arg(long, default_value_t = 10.0)]
-    seconds: f64,
-    /// Stop as soon as this file exists (checked between transactions).
-    #[arg(long)]
-    stop_file: Option<PathBuf>,
-    /// Create a bank with this many accounts at every server first (they must have none).
-    #[arg(long)]
-    setup: Option<usize>,
-    /// Each account's opening balance (with `--setup`).
-    #[arg(long, default_value_t = 1_000)]
-    opening: u64,
-    /// How long to keep trying to reach a server before giving up.
-    #[arg(long, default_value_t = 30.0)]
-    reconnect_s: f64,
-    /// The cluster's token.
-    #[arg(long, default_value = "")]
-    token: String,
-}
-
-#[derive(Debug, serde::Serialize)]
-struct Record<'a> {
-    id: u64,
-    client: u32,
-    outcome: &'a str,
-    reads: &'a [(u64, u64)],
-    writes: &'a [(u64, u64, u64)],
+    #[command(flatten)]
+    h: crate::bank::HistoryArgs,
 }
 
 /// The name of account `r` at `server` in the history.
@@ -82,11 +50,11 @@ fn cluster(a: &ClusterClient) -> Result<Cluster> {
         a.servers.iter().map(|&(id, addr)| (ServerId(id), addr)).collect();
     let ids: Vec<ServerId> = a.servers.iter().map(|&(id, _)| ServerId(id)).collect();
     let cfg = ClientConfig {
-        client_name: format!("cluster client {}", a.client),
-        token: a.token.as_bytes().to_vec(),
+        client_name: format!("cluster client {}", a.h.client),
+        token: a.h.token.as_bytes().to_vec(),
         ..ClientConfig::default()
     };
-    let patience = Duration::from_secs_f64(a.reconnect_s);
+    let patience = Duration::from_secs_f64(a.h.reconnect_s);
     let connect = Box::new(move |id: ServerId| {
         let addr = addrs[&id];
         let give_up = Instant::now() + patience;
@@ -105,22 +73,22 @@ fn cluster(a: &ClusterClient) -> Result<Cluster> {
 }
 
 pub fn run(a: ClusterClient) -> Result<()> {
-    if a.client >= 1 << 31 {
+    if a.h.client >= 1 << 31 {
         bail!("--client must be below 2^31");
     }
     if a.servers.len() < 2 {
         bail!("a cluster needs two --server at least");
     }
     let ids: Vec<ServerId> = a.servers.iter().map(|&(id, _)| ServerId(id)).collect();
-    let deadline = Instant::now() + Duration::from_secs_f64(a.seconds);
+    let deadline = Instant::now() + Duration::from_secs_f64(a.h.seconds);
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&a.history)
-        .with_context(|| format!("opening {}", a.history.display()))?;
+        .open(&a.h.history)
+        .with_context(|| format!("opening {}", a.h.history.display()))?;
     let mut out = std::io::BufWriter::new(file);
-    let mut rng = thor_storage::SplitMix64::new(0xC1A5 ^ u64::from(a.client));
-    if let Some(n) = a.setup {
+    let mut rng = thor_storage::SplitMix64::new(0xC1A5 ^ u64::from(a.h.client));
+    if let Some(n) = a.h.setup {
         if n < 1 {
             bail!("--setup needs at least 1 account per server");
         }
@@ -130,12 +98,12 @@ pub fn run(a: ClusterClient) -> Result<()> {
             if s.root::<bank::Bank>(0).is_ok_and(|r| !r.is_null()) {
                 bail!("server {} already has a bank in root slot 0", id.0);
             }
-            bank::open_bank(s, n, a.opening)?;
+            bank::open_bank(s, n, a.h.opening)?;
         }
     }
     let mut attempt = 0u32;
     let (mut committed, mut aborted, mut uncertain, mut clusters) = (0u64, 0u64, 0u64, 0u64);
-    'outer: while Instant::now() < deadline && !a.stop_file.as_ref().is_some_and(|f| f.exists()) {
+    'outer: while Instant::now() < deadline && !a.h.stop_file.as_ref().is_some_and(|f| f.exists()) {
         let c = cluster(&a)?;
         clusters += 1;
         let mut accounts: HashMap<ServerId, Vec<Ref<Account>>> = HashMap::new();
@@ -150,11 +118,11 @@ pub fn run(a: ClusterClient) -> Result<()> {
             }
         }
         loop {
-            if Instant::now() >= deadline || a.stop_file.as_ref().is_some_and(|f| f.exists()) {
+            if Instant::now() >= deadline || a.h.stop_file.as_ref().is_some_and(|f| f.exists()) {
                 break 'outer;
             }
             attempt = attempt.checked_add(1).context("attempt numbers ran out")?;
-            let id = u64::from(a.client) << 32 | u64::from(attempt);
+            let id = u64::from(a.h.client) << 32 | u64::from(attempt);
             let i = rng.below(ids.len() as u64) as usize;
             let j = (i + 1 + rng.below(ids.len() as u64 - 1) as usize) % ids.len();
             let (si, sj) = (ids[i], ids[j]);
@@ -162,7 +130,7 @@ pub fn run(a: ClusterClient) -> Result<()> {
             let to = accounts[&sj][rng.below(accounts[&sj].len() as u64) as usize];
             let audit = rng.below(8) == 0;
             let want = 1 + rng.below(100);
-            let version = version_of(a.client, attempt);
+            let version = version_of(a.h.client, attempt);
             let (mut reads, mut writes) = (Vec::new(), Vec::new());
             let before = transfer(
                 &c,
@@ -198,7 +166,13 @@ pub fn run(a: ClusterClient) -> Result<()> {
                 }
                 Err(e) => return Err(e).context("commit"),
             };
-            let r = Record { id, client: a.client, outcome, reads: &reads, writes: &writes };
+            let r = crate::bank::Record {
+                id,
+                client: a.h.client,
+                outcome,
+                reads: &reads,
+                writes: &writes,
+            };
             serde_json::to_writer(&mut out, &r)?;
             out.write_all(b"\n")?;
             out.flush()?;
@@ -210,7 +184,7 @@ pub fn run(a: ClusterClient) -> Result<()> {
     out.flush()?;
     eprintln!(
         "client {}: {committed} committed, {aborted} aborted, {uncertain} uncertain, {clusters} cluster session(s)",
-        a.client
+        a.h.client
     );
     Ok(())
 }

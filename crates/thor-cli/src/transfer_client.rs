@@ -22,7 +22,6 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -38,40 +37,8 @@ pub struct TransferClient {
     /// The server's address.
     #[arg(long)]
     connect: SocketAddr,
-    /// This client's number (0..2^31), unique among the clients of one history.
-    #[arg(long)]
-    client: u32,
-    /// File to append the history to (JSON lines).
-    #[arg(long)]
-    history: PathBuf,
-    /// Stop after this many seconds.
-    #[arg(long, default_value_t = 10.0)]
-    seconds: f64,
-    /// Stop as soon as this file exists (checked between transactions).
-    #[arg(long)]
-    stop_file: Option<PathBuf>,
-    /// Create the bank with this many accounts first (the database must have none).
-    #[arg(long)]
-    setup: Option<usize>,
-    /// Each account's opening balance (with `--setup`).
-    #[arg(long, default_value_t = 1_000)]
-    opening: u64,
-    /// How long to keep trying to reach the server before giving up.
-    #[arg(long, default_value_t = 30.0)]
-    reconnect_s: f64,
-    /// The server's token (as `thor server` was given it).
-    #[arg(long, default_value = "")]
-    token: String,
-}
-
-/// One line of the history.
-#[derive(Debug, serde::Serialize)]
-struct Record<'a> {
-    id: u64,
-    client: u32,
-    outcome: &'a str,
-    reads: &'a [(u32, u64)],
-    writes: &'a [(u32, u64, u64)],
+    #[command(flatten)]
+    h: crate::bank::HistoryArgs,
 }
 
 /// What one session of the client ended with.
@@ -83,20 +50,20 @@ enum SessionEnd {
 }
 
 pub fn run(a: TransferClient) -> Result<()> {
-    if a.client >= 1 << 31 {
+    if a.h.client >= 1 << 31 {
         bail!("--client must be below 2^31");
     }
-    let deadline = Instant::now() + Duration::from_secs_f64(a.seconds);
+    let deadline = Instant::now() + Duration::from_secs_f64(a.h.seconds);
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&a.history)
-        .with_context(|| format!("opening {}", a.history.display()))?;
+        .open(&a.h.history)
+        .with_context(|| format!("opening {}", a.h.history.display()))?;
     let mut out = std::io::BufWriter::new(file);
-    let mut rng = thor_storage::SplitMix64::new(0x7A45 ^ u64::from(a.client));
+    let mut rng = thor_storage::SplitMix64::new(0x7A45 ^ u64::from(a.h.client));
     let mut attempt = 0u32;
     let (mut committed, mut aborted, mut uncertain, mut sessions) = (0u64, 0u64, 0u64, 0u64);
-    if let Some(n) = a.setup {
+    if let Some(n) = a.h.setup {
         if n < 2 {
             bail!("--setup needs at least 2 accounts");
         }
@@ -104,7 +71,7 @@ pub fn run(a: TransferClient) -> Result<()> {
         if s.root::<bank::Bank>(0).is_ok_and(|r| !r.is_null()) {
             bail!("the database already has a bank in root slot 0");
         }
-        bank::open_bank(&s, n, a.opening)?;
+        bank::open_bank(&s, n, a.h.opening)?;
     }
     loop {
         if stopped(&a, deadline) {
@@ -112,7 +79,7 @@ pub fn run(a: TransferClient) -> Result<()> {
         }
         let s = match connect(&a) {
             Ok(s) => s,
-            Err(e) => bail!("no server at {} for {} s: {e:#}", a.connect, a.reconnect_s),
+            Err(e) => bail!("no server at {} for {} s: {e:#}", a.connect, a.h.reconnect_s),
         };
         sessions += 1;
         let accounts = match bank::load_bank(&s) {
@@ -126,13 +93,13 @@ pub fn run(a: TransferClient) -> Result<()> {
                 break SessionEnd::Stopped;
             }
             attempt = attempt.checked_add(1).context("attempt numbers ran out")?;
-            let id = u64::from(a.client) << 32 | u64::from(attempt);
+            let id = u64::from(a.h.client) << 32 | u64::from(attempt);
             let (mut reads, mut writes) = (Vec::new(), Vec::new());
             let from = rng.below(accounts.len() as u64) as usize;
             let to = (from + 1 + rng.below(accounts.len() as u64 - 1) as usize) % accounts.len();
             let audit = rng.below(8) == 0;
             let want = 1 + rng.below(100);
-            let version = version_of(a.client, attempt);
+            let version = version_of(a.h.client, attempt);
             let before_commit = transfer(
                 &s,
                 [accounts[from], accounts[to]],
@@ -170,7 +137,13 @@ pub fn run(a: TransferClient) -> Result<()> {
                 }
                 Err(e) => return Err(e).context("commit"),
             };
-            let r = Record { id, client: a.client, outcome, reads: &reads, writes: &writes };
+            let r = crate::bank::Record {
+                id,
+                client: a.h.client,
+                outcome,
+                reads: &reads,
+                writes: &writes,
+            };
             serde_json::to_writer(&mut out, &r)?;
             out.write_all(b"\n")?;
             out.flush()?;
@@ -185,7 +158,7 @@ pub fn run(a: TransferClient) -> Result<()> {
     out.flush()?;
     eprintln!(
         "client {}: {committed} committed, {aborted} aborted, {uncertain} uncertain, {sessions} session(s)",
-        a.client
+        a.h.client
     );
     Ok(())
 }
@@ -229,15 +202,15 @@ pub(crate) fn lost(e: &ClientError) -> bool {
 }
 
 fn stopped(a: &TransferClient, deadline: Instant) -> bool {
-    Instant::now() >= deadline || a.stop_file.as_ref().is_some_and(|f| f.exists())
+    Instant::now() >= deadline || a.h.stop_file.as_ref().is_some_and(|f| f.exists())
 }
 
 /// A new session, retrying the connection for up to `--reconnect-s`.
 fn connect(a: &TransferClient) -> Result<Session> {
-    let give_up = Instant::now() + Duration::from_secs_f64(a.reconnect_s);
+    let give_up = Instant::now() + Duration::from_secs_f64(a.h.reconnect_s);
     let cfg = ClientConfig {
-        client_name: format!("transfer client {}", a.client),
-        token: a.token.as_bytes().to_vec(),
+        client_name: format!("transfer client {}", a.h.client),
+        token: a.h.token.as_bytes().to_vec(),
         ..ClientConfig::default()
     };
     loop {
