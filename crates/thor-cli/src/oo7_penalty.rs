@@ -231,6 +231,23 @@ struct Concurrent {
     fetch_p99_to_tcp_floor: f64,
 }
 
+/// Where the traversals reach `engine`: a loopback TCP server in this process (returned, to
+/// keep it running) or the engine itself.
+pub(crate) fn serve_over(
+    over: Over,
+    engine: &std::sync::Arc<thor_server::Engine>,
+) -> anyhow::Result<(Option<thor_net::Server>, Endpoint)> {
+    Ok(match over {
+        Over::Tcp => {
+            let s = thor_net::Server::start("127.0.0.1:0", engine.clone(), Default::default())
+                .context("starting the loopback server")?;
+            let addr = s.local_addr().to_string();
+            (Some(s), Endpoint::Tcp { addr, token: Vec::new() })
+        }
+        Over::Embedded => (None, Endpoint::Embedded(engine.clone())),
+    })
+}
+
 /// The median and range of a figure over the runs.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub(crate) struct Spread {
@@ -302,17 +319,7 @@ pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
     }
     let (engine, _disk) = open_database_with(&a.dir, thor_server::EngineOptions::default(), false)?;
     let page_bytes = engine.page_size();
-    let server = match a.over {
-        Over::Tcp => Some(
-            thor_net::Server::start("127.0.0.1:0", engine.clone(), Default::default())
-                .context("starting the loopback server")?,
-        ),
-        Over::Embedded => None,
-    };
-    let endpoint = match &server {
-        Some(s) => Endpoint::Tcp { addr: s.local_addr().to_string(), token: Vec::new() },
-        None => Endpoint::Embedded(engine.clone()),
-    };
+    let (server, endpoint) = serve_over(a.over, &engine)?;
     let cfg = |w: Workload| RunConfig {
         workload: w,
         policy,

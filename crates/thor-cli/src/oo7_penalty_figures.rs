@@ -205,17 +205,7 @@ pub fn figures(c: &FiguresConfig<'_>) -> anyhow::Result<()> {
         opts.page_cache_bytes = (mb * MIB) as usize;
     }
     let (engine, disk) = crate::oo7::open_database_with(c.dir, opts, c.direct_reads)?;
-    let server = match c.over {
-        Over::Tcp => Some(
-            thor_net::Server::start("127.0.0.1:0", engine.clone(), Default::default())
-                .context("starting the loopback server")?,
-        ),
-        Over::Embedded => None,
-    };
-    let endpoint = match &server {
-        Some(s) => Endpoint::Tcp { addr: s.local_addr().to_string(), token: Vec::new() },
-        None => Endpoint::Embedded(engine.clone()),
-    };
+    let (server, endpoint) = crate::oo7_penalty::serve_over(c.over, &engine)?;
     let mut samples = Vec::new();
     for r in 1..=c.runs {
         for &(w, mb) in &points {
