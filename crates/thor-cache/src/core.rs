@@ -91,6 +91,49 @@ pub const USAGE_TOP: u8 = 0b1000;
 /// The largest usage value.
 pub const USAGE_MAX: u8 = 0b1111;
 
+/// `USAGE_DECAY[d][u]`: usage value `u` after `d` decays (HAC's `u := (u + 1) >> 1`). Four
+/// decays take every value to its floor (1, or 0 for 0), so `d` saturates at 4.
+const USAGE_DECAY: [[u8; 16]; 5] = {
+    let mut t = [[0u8; 16]; 5];
+    let mut d = 0;
+    while d < 5 {
+        let mut u = 0;
+        while u < 16 {
+            let mut v = u as u8;
+            let mut k = 0;
+            while k < d {
+                v = (v + 1) >> 1;
+                k += 1;
+            }
+            t[d][u] = v;
+            u += 1;
+        }
+        d += 1;
+    }
+    t
+};
+
+/// The usage value now of an entry whose stored usage byte is `stored`, in a frame decayed
+/// `decays` times (mod 256).
+///
+/// An entry's `usage` byte holds the value in its low 4 bits and, in its high 4 bits, the
+/// frame's decay count (mod 16) when the value was last written. Decaying a frame only counts
+/// (`FrameMeta::decays`) and shifts the frame's histogram; each entry's value catches up when
+/// it is next read. The count since the write is exact as long as it stays below 16, which HAC
+/// keeps by rewriting the frame's entries on every 16th decay (`Hac::frame_usage`).
+#[inline]
+pub const fn usage_now(stored: u8, decays: u8) -> u8 {
+    let d = (decays.wrapping_sub(stored >> 4) & 15) as usize;
+    let d = if d > 4 { 4 } else { d };
+    USAGE_DECAY[d][(stored & USAGE_MAX) as usize]
+}
+
+/// The usage byte of value `value` written in a frame decayed `decays` times.
+#[inline]
+pub const fn usage_stored(value: u8, decays: u8) -> u8 {
+    (value & USAGE_MAX) | (decays << 4)
+}
+
 /// An indirection-table entry: 16 bytes.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,7 +146,8 @@ pub struct Entry {
     pub link: u32,
     /// Swizzled references to this entry (saturating).
     pub refs: u16,
-    /// HAC usage: 4 bits of recency and frequency.
+    /// HAC usage: 4 bits of recency and frequency, and 4 bits of the frame's decay count when
+    /// they were written (read it with [`usage_now`], [`CacheCore::usage`]).
     pub usage: u8,
     /// `F_*` flags.
     pub flags: u8,
@@ -160,6 +204,12 @@ pub struct FrameMeta {
     /// An object of this frame was written since its page was installed: the frame's bytes
     /// are no longer the page the server sent, so it is not demoted.
     pub written: bool,
+    /// Times HAC's primary pointer decayed this frame's objects (mod 256; see [`usage_now`]).
+    pub decays: u8,
+    /// The frame's installed, unmodified entries by usage value now: kept up to date wherever
+    /// `installed` and `modified` change and wherever a usage changes, so that HAC computes a
+    /// frame's usage without visiting its entries.
+    pub by_usage: [u16; 16],
 }
 
 impl FrameMeta {
@@ -174,7 +224,34 @@ impl FrameMeta {
         pins: 0,
         modified: 0,
         written: false,
+        decays: 0,
+        by_usage: [0; 16],
     };
+
+    /// Counts installed, unmodified entry `e` (of this frame) in `by_usage`.
+    #[inline]
+    pub(crate) fn count_usage(&mut self, e: &Entry) {
+        if e.flags & F_MODIFIED == 0 {
+            self.by_usage[usize::from(usage_now(e.usage, self.decays))] += 1;
+        }
+    }
+
+    /// Takes installed entry `e` (of this frame) out of `by_usage`.
+    #[inline]
+    pub(crate) fn uncount_usage(&mut self, e: &Entry) {
+        if e.flags & F_MODIFIED == 0 {
+            self.by_usage[usize::from(usage_now(e.usage, self.decays))] -= 1;
+        }
+    }
+
+    /// Empties the frame's installed list (the caller re-links or discards its entries).
+    #[inline]
+    pub(crate) fn detach_installed(&mut self) {
+        self.installed_head = NIL;
+        self.installed = 0;
+        self.modified = 0;
+        self.by_usage = [0; 16];
+    }
 }
 
 /// Counters of the shared machinery.
@@ -345,6 +422,12 @@ pub struct CacheCore {
     /// ([`CacheCore::take_discarded`] checks again before reporting: a page may have come
     /// back). Outside the budget: at most the pages dropped between two requests.
     discarded: Vec<u32>,
+    /// Discarded pages the current transaction read an object of: not reported before it ends
+    /// ([`CacheCore::take_discarded`]), and kept apart so that each request does not check
+    /// them again (a long transaction holds thousands). Back in `discarded` when the
+    /// transaction ends. At most a few times the pages of the read set: deduplicated when it
+    /// grows past that.
+    discarded_held: Vec<u32>,
     /// Frames not retired.
     usable_frames: usize,
     /// Dead frames waiting for their views to go.
@@ -400,6 +483,7 @@ impl CacheCore {
             pending_invalid: Vec::new(),
             acks: Vec::new(),
             discarded: Vec::new(),
+            discarded_held: Vec::new(),
             usable_frames: frames,
             dead: Vec::new(),
             ref_scratch: Vec::new(),
@@ -459,7 +543,7 @@ impl CacheCore {
             while i != NIL {
                 let e = self.entries[i as usize];
                 bytes += self.object_size(e.loc);
-                if e.usage == 0 {
+                if usage_now(e.usage, fm.decays) == 0 {
                     o.installed_unused += 1;
                 }
                 i = e.link;
@@ -827,18 +911,28 @@ impl CacheCore {
         // A page is queued each time it may have gone; report it once.
         queue.sort_unstable();
         queue.dedup();
+        let mut held = std::mem::take(&mut self.discarded_held);
         queue.retain(|&p| {
             if self.page_cached(p) {
                 return false;
             }
-            if Some(p) == except.map(PageId::get) || self.reads.contains_page(p) || out.len() >= max
-            {
+            if self.reads.contains_page(p) {
+                held.push(p);
+                return false;
+            }
+            if Some(p) == except.map(PageId::get) || out.len() >= max {
                 return true;
             }
             out.push(PageId::new(p).expect("only stored pages are queued"));
             false
         });
+        if held.len() > 2 * self.reads.pages() + 64 {
+            // Pages dropped, fetched and dropped again queue again: keep one each.
+            held.sort_unstable();
+            held.dedup();
+        }
         self.discarded = queue;
+        self.discarded_held = held;
         out
     }
 
@@ -928,25 +1022,33 @@ impl CacheCore {
     /// are, swizzled words included, so no reference count changes. The destination's
     /// `installed` and `modified` counts follow the object, and for a compacted destination
     /// `objects` and `used` too; the source frame's list and counts are the caller's business
-    /// (compaction detaches the whole list first). The object must not be pinned: views point
-    /// at it.
+    /// (compaction detaches the whole list first). The object keeps its usage value, read
+    /// against the source frame's decay count, which must still be the one the entry was
+    /// written under (a frame compacted in place keeps its count). The object must not be
+    /// pinned: views point at it.
     pub(crate) fn move_object(&mut self, i: u32, to: u32, size: usize) {
         let from = self.entries[i as usize].loc;
         debug_assert_ne!(from, NOT_RESIDENT);
         if from != to {
             self.arena.move_within(from as usize, to as usize, size);
         }
+        let value = usage_now(
+            self.entries[i as usize].usage,
+            self.frames[self.frame_of(from) as usize].decays,
+        );
         let f = self.frame_of(to);
         let base = self.frame_base(f);
         let fm = &mut self.frames[f as usize];
         let e = &mut self.entries[i as usize];
         e.loc = to;
+        e.usage = usage_stored(value, fm.decays);
         e.link = fm.installed_head;
         fm.installed_head = i;
         fm.installed += 1;
         if e.flags & F_MODIFIED != 0 {
             fm.modified += 1;
         }
+        fm.count_usage(e);
         if fm.kind == FrameKind::Compacted {
             debug_assert_eq!(to as usize, base + fm.used as usize, "appends go at the end");
             debug_assert!(fm.used as usize + size <= self.page_size, "the object fits");
@@ -980,7 +1082,7 @@ impl CacheCore {
             self.acks.push(oref);
             return false;
         };
-        self.entries[i as usize].usage = 0;
+        self.set_usage(i, 0);
         if self.entries[i as usize].loc == NOT_RESIDENT {
             self.acks.push(oref);
             return false;
@@ -1043,6 +1145,7 @@ impl CacheCore {
         if self.entries[i as usize].flags & F_MODIFIED != 0 {
             fm.modified -= 1;
         }
+        fm.uncount_usage(&self.entries[i as usize]);
         self.entries[i as usize].link = NIL;
     }
 
@@ -1122,10 +1225,11 @@ impl CacheCore {
         let fm = &mut self.frames[f as usize];
         let e = &mut self.entries[i as usize];
         e.loc = loc;
-        e.usage = 0;
+        e.usage = usage_stored(0, fm.decays);
         e.link = fm.installed_head;
         fm.installed_head = i;
         fm.installed += 1;
+        fm.count_usage(e);
         self.stats.objects_installed += 1;
         self.count_resident(oref.raw());
         Ok(Need::Resident(loc))
@@ -1417,14 +1521,44 @@ impl CacheCore {
 
     // ----- transactions -----
 
+    /// The usage value now of entry `i` (0 if it is not resident).
+    pub fn usage(&self, i: u32) -> u8 {
+        let e = &self.entries[i as usize];
+        if e.loc == NOT_RESIDENT {
+            return 0;
+        }
+        usage_now(e.usage, self.frames[self.frame_of(e.loc) as usize].decays)
+    }
+
+    /// Sets the usage value of entry `i`, keeping its frame's counts by usage.
+    pub(crate) fn set_usage(&mut self, i: u32, value: u8) {
+        let e = &mut self.entries[i as usize];
+        if e.loc == NOT_RESIDENT {
+            e.usage = value & USAGE_MAX;
+            return;
+        }
+        let fm = &mut self.frames[(e.loc >> self.shift) as usize];
+        fm.uncount_usage(e);
+        e.usage = usage_stored(value, fm.decays);
+        fm.count_usage(e);
+    }
+
+    /// Records a use of resident entry `i` (HAC's access: the top usage bit set).
+    pub(crate) fn mark_used(&mut self, i: u32) {
+        let value = self.usage(i) | USAGE_TOP;
+        self.set_usage(i, value);
+    }
+
     /// Records the first write of entry `i` in the current transaction.
     pub(crate) fn mark_modified(&mut self, i: u32) {
         let e = &mut self.entries[i as usize];
         if e.flags & F_MODIFIED == 0 {
-            e.flags |= F_MODIFIED;
             let f = e.loc >> self.shift;
-            self.frames[f as usize].modified += 1;
-            self.frames[f as usize].written = true;
+            let fm = &mut self.frames[f as usize];
+            fm.uncount_usage(e);
+            e.flags |= F_MODIFIED;
+            fm.modified += 1;
+            fm.written = true;
         }
     }
 
@@ -1434,7 +1568,9 @@ impl CacheCore {
         if e.flags & F_MODIFIED != 0 {
             e.flags &= !F_MODIFIED;
             let f = e.loc >> self.shift;
-            self.frames[f as usize].modified -= 1;
+            let fm = &mut self.frames[f as usize];
+            fm.modified -= 1;
+            fm.count_usage(e);
         }
     }
 
@@ -1467,6 +1603,8 @@ impl CacheCore {
         // Keep the allocation: it is counted in the budget and reused by the next transaction.
         self.reads = reads;
         self.reads.clear();
+        // The pages held back for the transaction may be reported now (checked again first).
+        self.discarded.append(&mut self.discarded_held);
     }
 
     /// Room for a created object of `size` bytes: the location, or `None` if a fresh frame is
@@ -1509,9 +1647,10 @@ impl CacheCore {
         e.loc = loc;
         e.flags |= F_NEW;
         // Creating an object uses it: it starts as recently used as an accessed one.
-        e.usage = USAGE_TOP;
+        e.usage = usage_stored(USAGE_TOP, fm.decays);
         e.link = fm.installed_head;
         fm.installed_head = i;
+        fm.count_usage(e);
         self.stats.objects_created += 1;
         Ok((i, word))
     }
@@ -1587,6 +1726,7 @@ impl CacheCore {
             let base = self.frame_base(f as u32);
             let mut objs: Vec<(usize, usize)> = Vec::new();
             let (mut n, mut modified) = (0u32, 0u32);
+            let mut by_usage = [0u16; 16];
             let mut i = fm.installed_head;
             while i != NIL {
                 let e = self.entries.get(i as usize).ok_or(format!("frame {f}: bad entry {i}"))?;
@@ -1601,12 +1741,20 @@ impl CacheCore {
                 }
                 n += 1;
                 modified += u32::from(e.flags & F_MODIFIED != 0);
+                if e.flags & F_MODIFIED == 0 {
+                    by_usage[usize::from(usage_now(e.usage, fm.decays))] += 1;
+                }
                 objs.push((e.loc as usize, self.object_size(e.loc)));
                 i = e.link;
             }
             if n != fm.installed || modified != fm.modified {
                 return Err(format!(
                     "frame {f}: list has {n} installed, {modified} modified; meta says {fm:?}"
+                ));
+            }
+            if by_usage != fm.by_usage {
+                return Err(format!(
+                    "frame {f}: its unmodified entries by usage are {by_usage:?}; meta says {fm:?}"
                 ));
             }
             if matches!(fm.kind, FrameKind::Free | FrameKind::Retired | FrameKind::Meta)

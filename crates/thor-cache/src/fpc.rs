@@ -12,7 +12,7 @@
 //! end, so moving it there again changes nothing. Accesses follow the clustering, so this
 //! removes most list moves from the hit path without making LRU any less exact.
 
-use crate::core::{CacheCore, Entry, FrameKind};
+use crate::core::{CacheCore, Entry, FrameKind, FrameMeta};
 use crate::error::CacheError;
 use crate::manager::{CacheManager, ReplacementStats};
 use thor_policy::{DenseSlots, Lru, Placement, Policy};
@@ -59,7 +59,7 @@ impl CacheManager for Fpc {
     }
 
     #[inline]
-    fn touch(&mut self, _entry: &mut Entry, _index: u32, frame: u32) {
+    fn touch(&mut self, _entry: &mut Entry, _index: u32, _meta: &mut FrameMeta, frame: u32) {
         if frame != self.last {
             self.lru.touch(frame as u64);
             self.last = frame;

@@ -394,7 +394,10 @@ impl Gom {
             i = core.entries[i as usize].link;
         }
         order.sort_unstable();
-        core.frames[f as usize] = FrameMeta { kind: FrameKind::Compacted, ..FrameMeta::FREE };
+        // Compacted in place: it keeps its decay count, against which its objects' usage is read.
+        let decays = core.frames[f as usize].decays;
+        core.frames[f as usize] =
+            FrameMeta { kind: FrameKind::Compacted, decays, ..FrameMeta::FREE };
         let base = core.frame_base(f);
         for &(loc, i) in &order {
             let size = core.object_size(loc);
@@ -543,12 +546,7 @@ impl Gom {
         let mut dropped = u64::from(fm.objects.saturating_sub(fm.installed));
         let (mut kept, mut home) = (0u64, 0u64);
         core.unmap_page(v);
-        {
-            let m = &mut core.frames[v as usize];
-            m.installed_head = NIL;
-            m.installed = 0;
-            m.modified = 0;
-        }
+        core.frames[v as usize].detach_installed();
         let quota = self.params.object_frames(core.usable_frames());
         let mut in_place = false;
         // Once making room failed (everything left is modified or pinned), the rest of the
@@ -571,8 +569,13 @@ impl Gom {
                 if self.object_frames.len() < quota {
                     // The buffer is below its share: this frame joins it, and the rest of the
                     // page's used objects are packed inside it (they fit: they were in it).
-                    core.frames[v as usize] =
-                        FrameMeta { kind: FrameKind::Compacted, ..FrameMeta::FREE };
+                    // It keeps its decay count: the usage of the objects still to move is
+                    // read against it.
+                    core.frames[v as usize] = FrameMeta {
+                        kind: FrameKind::Compacted,
+                        decays: fm.decays,
+                        ..FrameMeta::FREE
+                    };
                     self.role[v as usize] = Role::Object;
                     self.live[v as usize] = 0;
                     self.object_frames.push(v);
@@ -657,7 +660,7 @@ impl CacheManager for Gom {
     }
 
     #[inline]
-    fn touch(&mut self, _entry: &mut Entry, index: u32, frame: u32) {
+    fn touch(&mut self, _entry: &mut Entry, index: u32, _meta: &mut FrameMeta, frame: u32) {
         match self.role[frame as usize] {
             Role::Object => {
                 // Every object placed in the buffer is in the list; the check keeps a stray

@@ -19,7 +19,9 @@ use std::sync::Arc;
 
 use thor_core::{ClassDesc, Oref, PageId, RawRef};
 
-use crate::core::{CacheCore, CoreStats, Entry, F_LIVE, F_READ, F_RESOLVING, NOT_RESIDENT, Need};
+use crate::core::{
+    CacheCore, CoreStats, Entry, F_LIVE, F_READ, F_RESOLVING, FrameMeta, NOT_RESIDENT, Need,
+};
 use crate::error::CacheError;
 use crate::fpc::Fpc;
 use crate::gom::{Gom, GomParams};
@@ -67,7 +69,7 @@ pub trait CacheManager: std::fmt::Debug {
     /// record the use. This is on the hit path of every object access, so it must be a few
     /// instructions. (The index is for managers that order objects, GOM's object buffer: it
     /// names the object without a hash probe.)
-    fn touch(&mut self, entry: &mut Entry, index: u32, frame: u32);
+    fn touch(&mut self, entry: &mut Entry, index: u32, meta: &mut FrameMeta, frame: u32);
 
     /// A fetched page was installed in `frame`.
     fn page_installed(&mut self, core: &mut CacheCore, frame: u32);
@@ -307,7 +309,10 @@ impl ClientCache {
             return None;
         }
         let loc = e.loc;
-        with_manager!(&mut self.manager, m => m.touch(e, i, loc >> self.frame_shift));
+        let f = loc >> self.frame_shift;
+        // In bounds: a resident entry's location is in the arena, which the frames cover.
+        let meta = &mut self.core.frames[f as usize];
+        with_manager!(&mut self.manager, m => m.touch(e, i, meta, f));
         if e.flags & F_READ == 0 {
             e.flags |= F_READ;
             first_read(&mut self.core.reads, oref);

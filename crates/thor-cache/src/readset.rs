@@ -95,6 +95,11 @@ impl ReadSet {
         self.pages.contains_key(&page)
     }
 
+    /// Pages with an object in the set.
+    pub fn pages(&self) -> usize {
+        self.pages.len()
+    }
+
     /// Objects in the set.
     pub fn len(&self) -> usize {
         self.len

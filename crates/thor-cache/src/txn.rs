@@ -88,7 +88,7 @@ use thor_core::le::{put_u32, u32_at};
 use thor_core::limits::OBJECT_HEADER_BYTES;
 use thor_core::{ClassDesc, FormatError, Oref, PageId, RawRef, VarKind};
 
-use crate::core::{F_LIVE, F_MODIFIED, F_NEW, NOT_RESIDENT, USAGE_TOP};
+use crate::core::{F_LIVE, F_MODIFIED, F_NEW, NOT_RESIDENT};
 use crate::error::CacheError;
 use crate::limits::UNDO_RETAINED_BYTES;
 use crate::manager::ClientCache;
@@ -276,7 +276,7 @@ impl ClientCache {
         self.tx.undo.push(i, self.core.arena.bytes(e.loc as usize, size));
         self.core.mark_modified(i);
         // Writing an object uses it.
-        self.core.entries[i as usize].usage |= USAGE_TOP;
+        self.core.mark_used(i);
         Ok(())
     }
 

@@ -86,7 +86,8 @@ impl Rig {
             Need::Resident(loc) => {
                 let f = self.core.frame_of(loc);
                 let e = &mut self.core.entries[i as usize];
-                self.hac.touch(e, i, f);
+                let meta = &mut self.core.frames[f as usize];
+                self.hac.touch(e, i, meta, f);
             }
             other => panic!("{o:?} not resident: {other:?}"),
         }
@@ -96,7 +97,7 @@ impl Rig {
     /// Installs `o` and sets its usage.
     fn with_usage(&mut self, o: Oref, usage: u8) -> u32 {
         let i = self.access(o);
-        self.core.entries[i as usize].usage = usage;
+        self.core.set_usage(i, usage);
         i
     }
 
@@ -132,22 +133,59 @@ fn access_sets_the_top_bit_and_the_primary_scan_decays() {
     let mut r = Rig::new(8, params(0, 1));
     let f = r.install(2, &[obj(0, 8, None), obj(1, 8, None), obj(2, 8, None)]);
     let a = r.access(oref(2, 0));
-    assert_eq!(r.core.entries[a as usize].usage, USAGE_TOP);
-    r.core.entries[a as usize].usage = 0b0101;
+    assert_eq!(r.core.usage(a), USAGE_TOP);
+    r.core.set_usage(a, 0b0101);
     r.access(oref(2, 0));
-    assert_eq!(r.core.entries[a as usize].usage, 0b1101);
+    assert_eq!(r.core.usage(a), 0b1101);
     let b = r.with_usage(oref(2, 1), 15);
     // Point the primary pointer at the frame: one scan decays and adds it.
     r.hac.primary = f as usize;
     r.hac.scan(&mut r.core);
-    assert_eq!(r.core.entries[a as usize].usage, 7, "(13 + 1) >> 1");
-    assert_eq!(r.core.entries[b as usize].usage, 8, "(15 + 1) >> 1");
+    assert_eq!(r.core.usage(a), 7, "(13 + 1) >> 1");
+    assert_eq!(r.core.usage(b), 8, "(15 + 1) >> 1");
     let c = r.hac.candidates.peek().unwrap();
     assert_eq!(c.frame, f);
     // Usages 7, 8 and an uninstalled 0: T = 7 keeps one of three (1/3 < 2/3).
     assert_eq!(c.usage, FrameUsage { threshold: 7, hot: 1, objects: 3 });
     assert_eq!(r.hac.primary_pointer(), f as usize + 1);
     assert_eq!(r.hac.stats.frames_scanned, 1);
+}
+
+#[test]
+fn usage_decays_exactly_over_many_scans_without_visiting_entries() {
+    // The frame counts its decays and shifts its counts by usage; entries catch up when read,
+    // and every 16th decay rewrites them. Over 70 decays, with objects used at different
+    // times, every entry's usage and the frame's counts match decaying each entry by hand.
+    let mut r = Rig::new(8, params(0, 1));
+    let f = r.install(2, &[obj(0, 8, None), obj(1, 8, None), obj(2, 8, None), obj(3, 8, None)]);
+    let entries: Vec<u32> = (0..4).map(|k| r.access(oref(2, k))).collect();
+    let mut model = [USAGE_TOP; 4];
+    for round in 0..70u32 {
+        // Objects 0 and 1 are used every 2 and 3 decays, object 2 every 20, object 3 only
+        // just before the 16th decay (it then stays unused for more than 16).
+        for (k, &i) in entries.iter().enumerate() {
+            let used = match k {
+                0 => round % 2 == 0,
+                1 => round % 3 == 0,
+                2 => round % 20 == 0,
+                _ => round == 15,
+            };
+            if used {
+                r.access(oref(2, k as u16));
+                model[k] |= USAGE_TOP;
+            }
+            assert_eq!(r.core.usage(i), model[k], "object {k} before decay {round}");
+        }
+        let usage = r.hac.frame_usage(&mut r.core, f, true);
+        for u in &mut model {
+            *u = (*u + 1) >> 1;
+        }
+        let mut h = UsageHistogram::default();
+        model.iter().for_each(|&u| h.add(u, 0));
+        assert_eq!(usage, h.frame_usage(4, r.hac.params.retention), "after decay {round}");
+        r.check();
+    }
+    assert_eq!(r.core.frames[f as usize].decays, 70);
 }
 
 #[test]
@@ -186,7 +224,7 @@ fn secondary_pointers_add_frames_with_few_installed_objects() {
     ];
     want.sort_by_key(|a| a.0);
     assert_eq!(added, want);
-    assert_eq!(r.core.entries[u as usize].usage, 15, "secondary pointers do not decay");
+    assert_eq!(r.core.usage(u), 15, "secondary pointers do not decay");
     assert_eq!(r.hac.primary_pointer(), primary + 1);
     r.check();
 }
@@ -281,8 +319,8 @@ fn a_target_that_overflows_gives_way_to_the_victim() {
     // Freeing a frame now picks the old target and empties it into the new one.
     let (i20, i30) =
         (r.core.lookup(oref(2, 0).raw()).unwrap(), r.core.lookup(oref(3, 0).raw()).unwrap());
-    r.core.entries[i20 as usize].usage = 0;
-    r.core.entries[i30 as usize].usage = 15;
+    r.core.set_usage(i20, 0);
+    r.core.set_usage(i30, 15);
     r.hac.candidates = CandidateSet::new(20);
     r.hac.primary = x as usize;
     r.hac.free_frame(&mut r.core).unwrap();
@@ -315,7 +353,7 @@ fn duplicate_copies_the_installed_copy_wins_and_goes_home() {
     // The compacted frame stops being the target and is compacted: object 0 is kept and goes
     // back into its slot in page 5 rather than to a target.
     r.hac.target = NIL;
-    r.core.entries[o as usize].usage = 15;
+    r.core.set_usage(o, 15);
     r.only_candidate(c, false);
     assert!(r.hac.compact(&mut r.core, c, 0), "nothing left in place");
     let home = r.loc(oref(5, 0)).unwrap();
@@ -343,7 +381,7 @@ fn duplicate_copies_compacting_the_page_drops_the_uninstalled_copy() {
     let u = r.only_candidate(g2, false);
     assert_eq!(u, FrameUsage { threshold: 0, hot: 1, objects: 2 });
     let dropped = r.hac.stats.objects_dropped;
-    r.core.entries[b as usize].usage = 0;
+    r.core.set_usage(b, 0);
     assert!(r.hac.compact(&mut r.core, g2, u.threshold));
     assert_eq!(r.hac.stats.objects_dropped - dropped, 2);
     assert_eq!(r.loc(oref(6, 0)), Some(kept));
@@ -446,7 +484,7 @@ fn discarding_an_object_releases_its_references() {
     assert_eq!(r.core.entries[t as usize].refs, 1);
     r.check();
     // b goes too: the target entry (not resident, unreferenced) is reclaimed.
-    r.core.entries[b as usize].usage = 0;
+    r.core.set_usage(b, 0);
     r.hac.target = NIL;
     r.only_candidate(v, false);
     assert!(r.hac.compact(&mut r.core, v, 0));
@@ -464,12 +502,12 @@ fn invalid_objects_get_usage_zero_and_leave() {
     r.core.mark_modified(b);
     assert!(r.core.invalidate(oref(2, 0)));
     assert_eq!(r.loc(oref(2, 0)), None);
-    assert_eq!(r.core.entries[a as usize].usage, 0);
+    assert_eq!(r.core.usage(a), 0);
     assert_eq!(r.core.page_frame(PageId::new(2).unwrap()), None, "the page is stale");
     assert_eq!(r.core.frames[f as usize].installed, 1);
     // A modified object stays until the transaction ends, with usage 0.
     assert!(!r.core.invalidate(oref(2, 1)));
-    assert_eq!(r.core.entries[b as usize].usage, 0);
+    assert_eq!(r.core.usage(b), 0);
     assert!(r.loc(oref(2, 1)).is_some());
     r.check();
     r.core.clear_modified(b);
