@@ -6,7 +6,7 @@
 //! keep (and [`CacheCore::check_invariants`] checks them).
 //!
 //! ```text
-//!   Ref (entry index, oref) ──► indirection table ──► entry { oref, loc, link, refs, usage, flags }
+//!   Ref (entry index, oref) ──► indirection table ──► entry { oref, loc, refs, usage, flags }
 //!                                                              │ loc = byte offset in the arena
 //!                                                              ▼
 //!   arena:  [ frame 0: intact page 17 ][ frame 1: compacted ][ frame 2: free ] ...
@@ -66,6 +66,7 @@ use crate::arena::Arena;
 use crate::demote::DemoteBuffer;
 use crate::error::CacheError;
 use crate::limits::{ENTRY_STEP_MAX, ENTRY_STEP_MIN, MIN_FRAMES, RELEASES_RETAINED, RENAMES_MAX};
+use crate::lists::FrameLists;
 use crate::orefindex::{OrefIndex, Vacant};
 use crate::readset::ReadSet;
 
@@ -134,7 +135,7 @@ pub const fn usage_stored(value: u8, decays: u8) -> u8 {
     (value & USAGE_MAX) | (decays << 4)
 }
 
-/// An indirection-table entry: 16 bytes.
+/// An indirection-table entry: 12 bytes. (A free entry's `oref` links the free list.)
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
@@ -142,8 +143,6 @@ pub struct Entry {
     pub oref: u32,
     /// Byte offset of the object in the arena, or [`NOT_RESIDENT`].
     pub loc: u32,
-    /// Next entry installed in the same frame (or next free entry), or [`NIL`].
-    pub link: u32,
     /// Swizzled references to this entry (saturating).
     pub refs: u16,
     /// HAC usage: 4 bits of recency and frequency, and 4 bits of the frame's decay count when
@@ -153,11 +152,10 @@ pub struct Entry {
     pub flags: u8,
 }
 
-const _: () = assert!(std::mem::size_of::<Entry>() == 16);
+const _: () = assert!(std::mem::size_of::<Entry>() == 12);
 
 impl Entry {
-    const FREE: Entry =
-        Entry { oref: 0, loc: NOT_RESIDENT, link: NIL, refs: 0, usage: 0, flags: 0 };
+    const FREE: Entry = Entry { oref: 0, loc: NOT_RESIDENT, refs: 0, usage: 0, flags: 0 };
 }
 
 /// What a frame holds.
@@ -189,8 +187,6 @@ pub struct FrameMeta {
     pub kind: FrameKind,
     /// The page, for an intact frame.
     pub page: u32,
-    /// First entry installed in this frame (list through `Entry::link`).
-    pub installed_head: u32,
     /// Entries installed in this frame.
     pub installed: u32,
     /// Objects in the frame (installed or not).
@@ -217,7 +213,6 @@ impl FrameMeta {
     pub const FREE: FrameMeta = FrameMeta {
         kind: FrameKind::Free,
         page: 0,
-        installed_head: NIL,
         installed: 0,
         objects: 0,
         used: 0,
@@ -242,15 +237,6 @@ impl FrameMeta {
         if e.flags & F_MODIFIED == 0 {
             self.by_usage[usize::from(usage_now(e.usage, self.decays))] -= 1;
         }
-    }
-
-    /// Empties the frame's installed list (the caller re-links or discards its entries).
-    #[inline]
-    pub(crate) fn detach_installed(&mut self) {
-        self.installed_head = NIL;
-        self.installed = 0;
-        self.modified = 0;
-        self.by_usage = [0; 16];
     }
 }
 
@@ -365,6 +351,9 @@ pub struct CacheCore {
     shift: u32,
     /// Per-frame bookkeeping, indexed by frame.
     pub(crate) frames: Vec<FrameMeta>,
+    /// Per frame, the entries installed in it ([`FrameLists`]: blocks of indices, so that
+    /// replacement's visits of a frame's entries overlap their cache misses).
+    pub(crate) installed: FrameLists,
     /// Free frames.
     pub(crate) free: Vec<u32>,
     /// The indirection table.
@@ -435,6 +424,8 @@ pub struct CacheCore {
     /// Reused buffer for the targets of an object's swizzled references (eviction is on the
     /// replacement path, so it must not allocate per object).
     ref_scratch: Vec<u32>,
+    /// Reused buffer for the entries of a frame being evicted.
+    list_scratch: Vec<u32>,
     /// Pages dropped intact, held for demotion (off unless the server takes demotions).
     pub(crate) demote: DemoteBuffer,
     /// Counters.
@@ -462,6 +453,7 @@ impl CacheCore {
             page_size,
             shift: page_size.trailing_zeros(),
             frames: vec![FrameMeta::FREE; frames],
+            installed: FrameLists::new(frames),
             free: (0..frames as u32).rev().collect(),
             entries: Vec::new(),
             free_entry: NIL,
@@ -487,6 +479,7 @@ impl CacheCore {
             usable_frames: frames,
             dead: Vec::new(),
             ref_scratch: Vec::new(),
+            list_scratch: Vec::new(),
             demote: DemoteBuffer::default(),
             stats: CoreStats::default(),
         };
@@ -515,6 +508,7 @@ impl CacheCore {
             + self.index.memory_bytes()
             + self.pages.capacity() * 9
             + self.frames.capacity() * std::mem::size_of::<FrameMeta>()
+            + self.installed.memory_bytes()
             + self.renames.capacity() * 9
             + self.rename_order.capacity() * 4
             + self.reads.memory_bytes()
@@ -539,14 +533,12 @@ impl CacheCore {
         };
         for (f, fm) in self.frames.iter().enumerate() {
             let mut bytes = 0;
-            let mut i = fm.installed_head;
-            while i != NIL {
+            for i in self.installed.iter(f as u32) {
                 let e = self.entries[i as usize];
                 bytes += self.object_size(e.loc);
                 if usage_now(e.usage, fm.decays) == 0 {
                     o.installed_unused += 1;
                 }
-                i = e.link;
             }
             let fm_installed = fm.installed as usize;
             match fm.kind {
@@ -617,10 +609,13 @@ impl CacheCore {
     /// reserve, so the budget holds at every moment; [`CacheCore::rebalance`], run after each
     /// allocation and by the client cache on its slow path, restores the reserve.
     fn headroom_bytes(&self) -> usize {
-        // The index grows by at most a directory and its maps; the read set doubles.
+        // The index grows by at most a directory and its maps; the read set doubles; the
+        // installed lists' pool by a
+        // thirty-second.
         self.entry_step() * std::mem::size_of::<Entry>()
             + self.index.growth_bytes()
             + self.reads.growth_bytes()
+            + self.installed.growth_bytes()
     }
 
     /// Retires free frames while the tables push the total over the budget. Returns how many
@@ -630,6 +625,7 @@ impl CacheCore {
         while self.usable_frames > allowed {
             let Some(f) = self.free.pop() else { break };
             self.frames[f as usize] = FrameMeta { kind: FrameKind::Retired, ..FrameMeta::FREE };
+            self.installed.clear(f);
             self.usable_frames -= 1;
             self.stats.frames_retired += 1;
         }
@@ -658,7 +654,7 @@ impl CacheCore {
         let entries_cap = self.entries.capacity();
         let i = if self.free_entry != NIL {
             let i = self.free_entry;
-            self.free_entry = self.entries[i as usize].link;
+            self.free_entry = self.entries[i as usize].oref;
             i
         } else {
             if self.entries.len() >= RawRef::TAG_MAX as usize {
@@ -672,14 +668,8 @@ impl CacheCore {
             self.entries.push(Entry::FREE);
             (self.entries.len() - 1) as u32
         };
-        self.entries[i as usize] = Entry {
-            oref: oref_word,
-            loc: NOT_RESIDENT,
-            link: NIL,
-            refs: 0,
-            usage: 0,
-            flags: F_LIVE,
-        };
+        self.entries[i as usize] =
+            Entry { oref: oref_word, loc: NOT_RESIDENT, refs: 0, usage: 0, flags: F_LIVE };
         let index_grew = match vacant {
             Some(v) => self.index.fill(v, i),
             None => self.index.insert(oref_word, i),
@@ -703,7 +693,9 @@ impl CacheCore {
         if self.index.get(e.oref) == Some(i) {
             self.index.remove(e.oref);
         }
-        self.entries[i as usize] = Entry { link: self.free_entry, ..Entry::FREE };
+        // A free entry is never resident and has no flags, so no handle's hit path (which
+        // compares the oref and checks the location) takes it for an object.
+        self.entries[i as usize] = Entry { oref: self.free_entry, ..Entry::FREE };
         self.free_entry = i;
         self.live_entries -= 1;
         self.stats.entries_freed += 1;
@@ -1042,8 +1034,6 @@ impl CacheCore {
         let e = &mut self.entries[i as usize];
         e.loc = to;
         e.usage = usage_stored(value, fm.decays);
-        e.link = fm.installed_head;
-        fm.installed_head = i;
         fm.installed += 1;
         if e.flags & F_MODIFIED != 0 {
             fm.modified += 1;
@@ -1055,6 +1045,29 @@ impl CacheCore {
             fm.objects += 1;
             fm.used += size as u32;
         }
+        self.link_installed(f, i);
+    }
+
+    /// Adds entry `i` to frame `f`'s installed list (the caller counts it in the frame's meta).
+    #[inline]
+    fn link_installed(&mut self, f: u32, i: u32) {
+        if self.installed.push(f, i) {
+            // Covered by the headroom until now; retire frames if the tables outgrew their share.
+            self.rebalance();
+        }
+    }
+
+    /// Empties frame `f`'s installed list into `out` as `(location, entry)` pairs and zeroes
+    /// its counts (`installed`, `modified`, `by_usage`); the caller moves or discards every
+    /// entry.
+    pub(crate) fn detach_installed(&mut self, f: u32, out: &mut Vec<(u32, u32)>) {
+        let entries = &self.entries;
+        out.extend(self.installed.iter(f).map(|i| (entries[i as usize].loc, i)));
+        self.installed.clear(f);
+        let fm = &mut self.frames[f as usize];
+        fm.installed = 0;
+        fm.modified = 0;
+        fm.by_usage = [0; 16];
     }
 
     /// The server says object `oref` has a newer committed version than the cached one (an
@@ -1127,26 +1140,14 @@ impl CacheCore {
     /// now and then (invalidations; GOM's object buffer).
     pub(crate) fn unlink_installed(&mut self, i: u32) {
         let f = self.frame_of(self.entries[i as usize].loc);
-        let mut prev = NIL;
-        let mut cur = self.frames[f as usize].installed_head;
-        while cur != NIL && cur != i {
-            prev = cur;
-            cur = self.entries[cur as usize].link;
-        }
-        debug_assert_eq!(cur, i, "a resident entry is in its frame's list");
-        let next = self.entries[i as usize].link;
-        if prev == NIL {
-            self.frames[f as usize].installed_head = next;
-        } else {
-            self.entries[prev as usize].link = next;
-        }
+        let found = self.installed.remove(f, i);
+        debug_assert!(found, "a resident entry is in its frame's list");
         let fm = &mut self.frames[f as usize];
         fm.installed -= 1;
         if self.entries[i as usize].flags & F_MODIFIED != 0 {
             fm.modified -= 1;
         }
         fm.uncount_usage(&self.entries[i as usize]);
-        self.entries[i as usize].link = NIL;
     }
 
     /// At the end of a transaction: evicts the invalidated objects that had to stay (see
@@ -1226,10 +1227,9 @@ impl CacheCore {
         let e = &mut self.entries[i as usize];
         e.loc = loc;
         e.usage = usage_stored(0, fm.decays);
-        e.link = fm.installed_head;
-        fm.installed_head = i;
         fm.installed += 1;
         fm.count_usage(e);
+        self.link_installed(f, i);
         self.stats.objects_installed += 1;
         self.count_resident(oref.raw());
         Ok(Need::Resident(loc))
@@ -1399,7 +1399,6 @@ impl CacheCore {
         let e = &mut self.entries[i as usize];
         e.loc = NOT_RESIDENT;
         e.usage = 0;
-        e.link = NIL;
         let oref = e.oref;
         self.stats.objects_discarded += 1;
         self.uncount_resident(oref);
@@ -1423,10 +1422,8 @@ impl CacheCore {
         let base = self.frame_base(f);
         buf.copy_from_slice(self.arena.bytes(base, self.page_size));
         let mut offs = std::mem::take(&mut self.ref_scratch);
-        let mut i = fm.installed_head;
-        while i != NIL {
+        for i in self.installed.iter(f) {
             let loc = self.entries[i as usize].loc;
-            i = self.entries[i as usize].link;
             let Some(desc) = self.classes.get(&self.class_word(loc)) else { continue };
             let at = loc as usize - base;
             let size = desc.object_bytes(self.var_count(loc, desc));
@@ -1451,13 +1448,14 @@ impl CacheCore {
         let fm = self.frames[f as usize];
         debug_assert!(fm.pins == 0 && fm.modified == 0, "evicting a pinned or modified frame");
         self.capture_for_demotion(f);
-        let mut i = fm.installed_head;
-        while i != NIL {
-            let next = self.entries[i as usize].link;
-            // An object whose entry moved elsewhere is not in this list any more.
+        let mut list = std::mem::take(&mut self.list_scratch);
+        list.clear();
+        list.extend(self.installed.iter(f));
+        self.installed.clear(f);
+        for &i in &list {
             self.discard(i);
-            i = next;
         }
+        self.list_scratch = list;
         self.unmap_page(f);
         if self.new_frame == f {
             self.new_frame = NIL;
@@ -1469,7 +1467,9 @@ impl CacheCore {
     pub(crate) fn release_frame(&mut self, f: u32) {
         self.frames[f as usize] = FrameMeta::FREE;
         self.stats.frames_freed += 1;
-        if self.usable_frames > self.frames_allowed().max(MIN_FRAMES) {
+        let retire = self.usable_frames > self.frames_allowed().max(MIN_FRAMES);
+        self.installed.clear(f);
+        if retire {
             self.frames[f as usize].kind = FrameKind::Retired;
             self.usable_frames -= 1;
             self.stats.frames_retired += 1;
@@ -1516,6 +1516,7 @@ impl CacheCore {
     pub(crate) fn mark_dead(&mut self, f: u32) {
         let pins = self.frames[f as usize].pins;
         self.frames[f as usize] = FrameMeta { kind: FrameKind::Dead, pins, ..FrameMeta::FREE };
+        self.installed.clear(f);
         self.dead.push(f);
     }
 
@@ -1648,9 +1649,8 @@ impl CacheCore {
         e.flags |= F_NEW;
         // Creating an object uses it: it starts as recently used as an accessed one.
         e.usage = usage_stored(USAGE_TOP, fm.decays);
-        e.link = fm.installed_head;
-        fm.installed_head = i;
         fm.count_usage(e);
+        self.link_installed(f, i);
         self.stats.objects_created += 1;
         Ok((i, word))
     }
@@ -1727,8 +1727,7 @@ impl CacheCore {
             let mut objs: Vec<(usize, usize)> = Vec::new();
             let (mut n, mut modified) = (0u32, 0u32);
             let mut by_usage = [0u16; 16];
-            let mut i = fm.installed_head;
-            while i != NIL {
+            for i in self.installed.iter(f as u32) {
                 let e = self.entries.get(i as usize).ok_or(format!("frame {f}: bad entry {i}"))?;
                 if e.flags & F_LIVE == 0 || e.loc == NOT_RESIDENT {
                     return Err(format!("frame {f}: entry {i} in its list is not resident"));
@@ -1745,7 +1744,6 @@ impl CacheCore {
                     by_usage[usize::from(usage_now(e.usage, fm.decays))] += 1;
                 }
                 objs.push((e.loc as usize, self.object_size(e.loc)));
-                i = e.link;
             }
             if n != fm.installed || modified != fm.modified {
                 return Err(format!(
@@ -1777,6 +1775,7 @@ impl CacheCore {
                 return Err(format!("frame {f}: an object lies beyond the used bytes"));
             }
         }
+        self.installed.check()?;
         let mut counted = vec![0u64; self.entries.len()];
         for &i in &self.deferred_releases {
             counted[i as usize] += 1;

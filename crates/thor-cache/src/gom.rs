@@ -388,11 +388,7 @@ impl Gom {
         debug_assert!(fm.pins == 0, "a pinned frame is never packed");
         let mut order = std::mem::take(&mut self.order);
         order.clear();
-        let mut i = fm.installed_head;
-        while i != NIL {
-            order.push((core.entries[i as usize].loc, i));
-            i = core.entries[i as usize].link;
-        }
+        core.detach_installed(f, &mut order);
         order.sort_unstable();
         // Compacted in place: it keeps its decay count, against which its objects' usage is read.
         let decays = core.frames[f as usize].decays;
@@ -494,14 +490,15 @@ impl Gom {
             return false;
         };
         let f = self.object_frames.swap_remove(k);
-        let mut i = core.frames[f as usize].installed_head;
-        while i != NIL {
-            let next = core.entries[i as usize].link;
+        let mut order = std::mem::take(&mut self.order);
+        order.clear();
+        core.detach_installed(f, &mut order);
+        for &(_, i) in &order {
             self.lru_remove(i);
             core.discard(i);
             self.stats.objects_dropped += 1;
-            i = next;
         }
+        self.order = order;
         self.role[f as usize] = Role::None;
         self.live[f as usize] = 0;
         if self.target == f {
@@ -537,16 +534,11 @@ impl Gom {
         core.capture_for_demotion(v);
         let mut order = std::mem::take(&mut self.order);
         order.clear();
-        let mut i = fm.installed_head;
-        while i != NIL {
-            order.push((core.entries[i as usize].loc, i));
-            i = core.entries[i as usize].link;
-        }
+        core.detach_installed(v, &mut order);
         order.sort_unstable();
         let mut dropped = u64::from(fm.objects.saturating_sub(fm.installed));
         let (mut kept, mut home) = (0u64, 0u64);
         core.unmap_page(v);
-        core.frames[v as usize].detach_installed();
         let quota = self.params.object_frames(core.usable_frames());
         let mut in_place = false;
         // Once making room failed (everything left is modified or pinned), the rest of the

@@ -28,6 +28,7 @@ pub mod fpc;
 pub mod gom;
 pub mod hac;
 pub mod limits;
+pub mod lists;
 pub mod manager;
 pub mod orefindex;
 pub mod paged;

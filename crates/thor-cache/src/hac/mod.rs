@@ -373,11 +373,9 @@ impl Hac {
             if next.is_multiple_of(16) {
                 // Decayed now and written at `next`: until the count reaches `next + 16`, when
                 // this is done again, no entry is 16 or more decays behind.
-                let mut i = core.frames[f as usize].installed_head;
-                while i != NIL {
+                for i in core.installed.iter(f) {
                     let e = &mut core.entries[i as usize];
                     e.usage = usage_stored(decayed(usage_now(e.usage, decays)), next);
-                    i = e.link;
                 }
             }
             let fm = &mut core.frames[f as usize];
@@ -474,21 +472,14 @@ impl Hac {
         core.capture_for_demotion(v);
         let mut order = std::mem::take(&mut self.order);
         order.clear();
-        let mut i = fm.installed_head;
-        while i != NIL {
-            let e = &core.entries[i as usize];
-            order.push((e.loc, i));
-            i = e.link;
-        }
+        // Detach the frame's list: whatever stays is linked again where it goes.
+        core.detach_installed(v, &mut order);
         order.sort_unstable();
         // Uninstalled copies and dead (invalidated) bytes go with the frame.
         let mut dropped = u64::from(fm.objects.saturating_sub(fm.installed));
         let mut kept = 0u64;
-        // Detach the frame from its page and its list: whatever stays is linked again.
+        // Detach the frame from its page.
         core.unmap_page(v);
-        {
-            core.frames[v as usize].detach_installed();
-        }
         let mut in_place = false;
         for &(loc, i) in &order {
             let e = core.entries[i as usize];
