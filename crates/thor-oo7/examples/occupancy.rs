@@ -52,10 +52,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let installed = o.intact_installed + o.compacted_installed;
         println!("{} {} {m} MiB: {} fetches in the measured run", args[1], args[2], r.fetches);
         println!(
-            "  bare minimum {:.2} MiB: {installed} installed objects, {:.2} MiB of objects + {:.2} MiB of 16-byte entries ({:.1}% of the budget)",
+            "  bare minimum {:.2} MiB: {installed} installed objects, {:.2} MiB of objects + {:.2} MiB of {}-byte entries ({:.1}% of the budget)",
             mib(o.bare_minimum_bytes()),
             mib(o.intact_installed_bytes + o.compacted_installed_bytes),
-            mib(installed * 16),
+            mib(installed * std::mem::size_of::<thor_cache::core::Entry>()),
+            std::mem::size_of::<thor_cache::core::Entry>(),
             100.0 * o.bare_minimum_bytes() as f64 / o.budget_bytes as f64,
         );
         println!(
