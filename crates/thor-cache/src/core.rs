@@ -85,6 +85,13 @@ pub const F_LIVE: u8 = 8;
 /// Entry flag: the slow path is resolving this entry (its page may be fetched and frames freed
 /// meanwhile), so the entry must not be freed even if nothing else keeps it.
 pub const F_RESOLVING: u8 = 16;
+/// Entry flag: the object, modified or created by the current transaction, was stolen to the
+/// spill store during it ([`crate::spill`]). While it is not resident its bytes are in the
+/// store and `Entry::link` holds their position; once read back it stays marked until the
+/// transaction ends, so that an abort discards it (its undo copy may name entries that were
+/// freed after the steal released the object's references) and a commit stops using stale
+/// page copies of it.
+pub const F_SPILLED: u8 = 32;
 
 /// The top usage bit, set on every access (see the HAC paper, section 3.2.1).
 pub const USAGE_TOP: u8 = 0b1000;
@@ -99,7 +106,10 @@ pub struct Entry {
     pub oref: u32,
     /// Byte offset of the object in the arena, or [`NOT_RESIDENT`].
     pub loc: u32,
-    /// Next entry installed in the same frame (or next free entry), or [`NIL`].
+    /// Next entry installed in the same frame (or next free entry), or [`NIL`]; for an object
+    /// in the spill store ([`F_SPILLED`] and not resident), its record's position there in
+    /// units of [`crate::spill::RECORD_ALIGN`] bytes: the spill's index costs no memory of its
+    /// own.
     pub link: u32,
     /// Swizzled references to this entry (saturating).
     pub refs: u16,
@@ -310,7 +320,7 @@ pub struct CacheCore {
     /// Entries read by the current transaction.
     pub(crate) reads: ReadSet,
     /// The frame created objects are being put in, or [`NIL`].
-    new_frame: u32,
+    pub(crate) new_frame: u32,
     /// Next serial number for a created object.
     next_serial: u32,
     /// Serial → oref of created objects after their commit, oldest first in `rename_order`.
@@ -634,7 +644,7 @@ impl CacheCore {
         if e.flags & F_LIVE != 0
             && e.loc == NOT_RESIDENT
             && e.refs == 0
-            && e.flags & (F_NEW | F_MODIFIED | F_RESOLVING) == 0
+            && e.flags & (F_NEW | F_MODIFIED | F_RESOLVING | F_SPILLED) == 0
         {
             self.free_entry_at(i);
         }
@@ -771,14 +781,14 @@ impl CacheCore {
     /// One more resident object of the page `oref_word` names (nothing for a created object).
     /// The count lives in the page's directory of the oref index, which the object's entry
     /// keeps: no hash of its own ([`OrefIndex::add_resident`]).
-    fn count_resident(&mut self, oref_word: u32) {
+    pub(crate) fn count_resident(&mut self, oref_word: u32) {
         if oref_word & 1 == 0 && Oref::from_raw(oref_word).and_then(|o| o.page()).is_some() {
             self.index.add_resident(oref_word);
         }
     }
 
     /// One resident object fewer of the page `oref_word` names.
-    fn uncount_resident(&mut self, oref_word: u32) {
+    pub(crate) fn uncount_resident(&mut self, oref_word: u32) {
         let Some(p) = Oref::from_raw(oref_word).and_then(|o| o.page()) else { return };
         if self.index.sub_resident(oref_word) {
             self.maybe_page_gone(p.get());
@@ -1017,6 +1027,56 @@ impl CacheCore {
         self.unlink_installed(i);
         self.discard(i);
         true
+    }
+
+    /// Steals resident entry `i`, modified or created by the current transaction, whose record
+    /// is at `pos` in the spill store ([`crate::spill`]): its references are released as when
+    /// any object leaves, and the entry stays (the transaction's marks keep it) with `link`
+    /// naming the record. The caller fixes the frame's list and counts.
+    pub(crate) fn steal(&mut self, i: u32, pos: u32) {
+        let loc = self.entries[i as usize].loc;
+        debug_assert_ne!(loc, NOT_RESIDENT);
+        self.release_refs(loc);
+        let e = &mut self.entries[i as usize];
+        debug_assert!(e.flags & (F_MODIFIED | F_NEW) != 0, "only the transaction's objects");
+        e.loc = NOT_RESIDENT;
+        e.link = pos;
+        e.usage = 0;
+        e.flags |= F_SPILLED;
+        let (oref, new) = (e.oref, e.flags & F_NEW != 0);
+        if !new {
+            self.uncount_resident(oref);
+        }
+    }
+
+    /// Puts stolen entry `i`, read back to `loc` (room from [`CacheCore::new_object_room`], its
+    /// bytes copied there), into the frame of created objects.
+    pub(crate) fn place_read_back(&mut self, i: u32, loc: u32, size: usize) {
+        let f = self.frame_of(loc);
+        let fm = &mut self.frames[f as usize];
+        debug_assert_eq!(fm.kind, FrameKind::New);
+        fm.used += size as u32;
+        fm.objects += 1;
+        fm.installed += 1;
+        let e = &mut self.entries[i as usize];
+        e.loc = loc;
+        e.link = fm.installed_head;
+        fm.installed_head = i;
+        // Reading it back is an access.
+        e.usage = USAGE_TOP;
+        if e.flags & F_MODIFIED != 0 {
+            fm.modified += 1;
+            fm.written = true;
+        }
+        let (oref, new) = (e.oref, e.flags & F_NEW != 0);
+        if !new {
+            self.count_resident(oref);
+        }
+    }
+
+    /// The frame holding page `page` (a raw page id) as its source of installation.
+    pub(crate) fn page_frame_raw(&self, page: u32) -> Option<u32> {
+        self.pages.get(&page).copied()
     }
 
     /// Takes resident entry `i` out of its frame's installed list, fixing the frame's
@@ -1433,8 +1493,11 @@ impl CacheCore {
         let e = &mut self.entries[i as usize];
         if e.flags & F_MODIFIED != 0 {
             e.flags &= !F_MODIFIED;
-            let f = e.loc >> self.shift;
-            self.frames[f as usize].modified -= 1;
+            // A stolen object left its frame's count when it left the frame.
+            if e.loc != NOT_RESIDENT {
+                let f = e.loc >> self.shift;
+                self.frames[f as usize].modified -= 1;
+            }
         }
     }
 
@@ -1558,10 +1621,13 @@ impl CacheCore {
     /// Drops a created object of an aborted transaction: its entry is freed.
     pub(crate) fn drop_created(&mut self, i: u32) {
         let loc = self.entries[i as usize].loc;
-        self.release_refs(loc);
+        // A stolen object released its references when it was stolen.
+        if loc != NOT_RESIDENT {
+            self.release_refs(loc);
+        }
         let e = &mut self.entries[i as usize];
         e.loc = NOT_RESIDENT;
-        e.flags &= !(F_NEW | F_MODIFIED | F_READ);
+        e.flags &= !(F_NEW | F_MODIFIED | F_READ | F_SPILLED);
         e.refs = 0;
         self.free_entry_at(i);
     }
