@@ -560,3 +560,128 @@ impl ClientCache {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::core::Need;
+    use crate::hac::tests::{TAG_AT, cache, fetch, get, obj, oref};
+    use crate::manager::PolicyConfig;
+
+    /// A [`MemSpill`] the test keeps a handle on, to look at and damage what the cache wrote.
+    #[derive(Debug, Clone, Default)]
+    struct Shared(Arc<Mutex<MemSpill>>);
+
+    impl SpillStore for Shared {
+        fn append(&mut self, record: &[u8]) -> Result<u64, String> {
+            self.0.lock().unwrap().append(record)
+        }
+        fn read_at(&self, offset: u64, out: &mut [u8]) -> Result<(), String> {
+            self.0.lock().unwrap().read_at(offset, out)
+        }
+        fn clear(&mut self) {
+            self.0.lock().unwrap().clear();
+        }
+        fn memory_bytes(&self) -> usize {
+            self.0.lock().unwrap().memory_bytes()
+        }
+    }
+
+    /// A 6-frame HAC cache with a spill store, in which objects of pages 2.. are written one
+    /// after another (tag = 1000 + page) until `pages` pages' objects are modified: far more
+    /// than the cache holds.
+    fn written(pages: u32) -> (ClientCache, Shared) {
+        let mut c = cache(6, PolicyConfig::HAC, true);
+        let store = Shared::default();
+        c.set_spill(Box::new(store.clone()), 1 << 20).unwrap();
+        for p in 2..2 + pages {
+            fetch(&mut c, p, &[obj(p, 1500, None), obj(p, 1500, None)]);
+            for o in 0..2 {
+                let loc = get(&mut c, oref(p, o));
+                let i = c.lookup(oref(p, o).raw()).unwrap();
+                c.before_write(i).unwrap();
+                c.core.arena.write_u32(loc as usize + TAG_AT, 1000 + p);
+                c.check_invariants().unwrap();
+            }
+        }
+        (c, store)
+    }
+
+    #[test]
+    fn stolen_objects_read_back_with_the_transactions_writes() {
+        let (mut c, _store) = written(20);
+        assert!(c.spill_stats().objects_spilled > 0);
+        for p in 2..22 {
+            for o in 0..2 {
+                let i = c.lookup(oref(p, o).raw()).unwrap();
+                let Need::Resident(loc) = c.resolve(i).unwrap() else { panic!("not resident") };
+                assert_eq!(c.core.arena.read_u32(loc as usize + TAG_AT), 1000 + p);
+                let mut out = Vec::new();
+                c.export(i, &mut out).unwrap();
+                assert_eq!(thor_core::le::u32_at(&out, TAG_AT), 1000 + p, "shipped");
+                c.check_invariants().unwrap();
+            }
+        }
+        c.commit_done(&[]).unwrap();
+        c.check_invariants().unwrap();
+        assert_eq!(c.spill_bytes(), 0, "the store is emptied at the end");
+    }
+
+    #[test]
+    fn a_damaged_spill_record_is_refused_not_trusted() {
+        let (mut c, store) = written(20);
+        let i = c.lookup(oref(2, 0).raw()).unwrap();
+        let e = c.core.entries[i as usize];
+        assert_eq!(e.loc, NOT_RESIDENT, "stolen");
+        let at = u64::from(e.link) * RECORD_ALIGN;
+        // One object byte flipped: the checksum says so.
+        store.0.lock().unwrap().corrupt(at + RECORD_HEADER_BYTES as u64 + 9, 0x40);
+        let mut out = Vec::new();
+        let damaged = |r| matches!(r, Err(CacheError::SpillCorrupt { offset, .. }) if offset == at);
+        assert!(damaged(c.export(i, &mut out).map(|_| ())));
+        assert!(damaged(c.resolve(i).map(|_| ())));
+        // A record that names another object is refused too.
+        store.0.lock().unwrap().corrupt(at + RECORD_HEADER_BYTES as u64 + 9, 0x40);
+        store.0.lock().unwrap().corrupt(at, 0x02);
+        assert!(damaged(c.resolve(i).map(|_| ())));
+        c.abort_done();
+        c.check_invariants().unwrap();
+        assert_eq!(c.lookup(oref(2, 0).raw()).map(|i| c.core.entries[i as usize].loc), None);
+    }
+
+    #[test]
+    fn the_cap_is_spill_full_and_nothing_is_lost() {
+        let mut c = cache(6, PolicyConfig::HAC, true);
+        c.set_spill(Box::new(MemSpill::new()), 4096).unwrap();
+        let mut err = None;
+        'pages: for p in 2..40 {
+            let page = crate::hac::tests::page_of(p, &[obj(p, 1500, None), obj(p, 1500, None)]);
+            let fetched = c
+                .while_fetching()
+                .and_then(|()| c.install_page(thor_core::PageId::new(p).unwrap(), &page));
+            if let Err(e) = fetched {
+                err = Some(e);
+                break;
+            }
+            for o in 0..2 {
+                let r = c.core.entry_for(oref(p, o)).and_then(|i| c.resolve(i).map(|n| (i, n)));
+                match r {
+                    Ok((i, Need::Resident(_))) => c.before_write(i).unwrap(),
+                    Ok((_, other)) => panic!("{other:?}"),
+                    Err(e) => {
+                        err = Some(e);
+                        break 'pages;
+                    }
+                }
+                c.check_invariants().unwrap();
+            }
+        }
+        assert_eq!(err, Some(CacheError::SpillFull { bytes_max: 4096 }));
+        assert!(c.spill_bytes() <= 4096);
+        c.check_invariants().unwrap();
+        c.abort_done();
+        c.check_invariants().unwrap();
+    }
+}
