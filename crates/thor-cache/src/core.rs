@@ -86,6 +86,13 @@ pub const F_LIVE: u8 = 8;
 /// Entry flag: the slow path is resolving this entry (its page may be fetched and frames freed
 /// meanwhile), so the entry must not be freed even if nothing else keeps it.
 pub const F_RESOLVING: u8 = 16;
+/// Entry flag: the object, modified or created by the current transaction, was stolen to the
+/// spill store during it ([`crate::spill`]). While it is not resident its bytes are in the
+/// store and `Entry::link` holds their position; once read back it stays marked until the
+/// transaction ends, so that an abort discards it (its undo copy may name entries that were
+/// freed after the steal released the object's references) and a commit stops using stale
+/// page copies of it.
+pub const F_SPILLED: u8 = 32;
 
 /// The top usage bit, set on every access (see the HAC paper, section 3.2.1).
 pub const USAGE_TOP: u8 = 0b1000;
@@ -376,7 +383,7 @@ pub struct CacheCore {
     /// Entries read by the current transaction.
     pub(crate) reads: ReadSet,
     /// The frame created objects are being put in, or [`NIL`].
-    new_frame: u32,
+    pub(crate) new_frame: u32,
     /// Next serial number for a created object.
     next_serial: u32,
     /// Serial → oref of created objects after their commit, oldest first in `rename_order`.
@@ -426,6 +433,9 @@ pub struct CacheCore {
     ref_scratch: Vec<u32>,
     /// Reused buffer for the entries of a frame being evicted.
     list_scratch: Vec<u32>,
+    /// While a transaction spills: per entry, its record's position in the spill store, or
+    /// [`NIL`] ([`crate::spill`]). Empty otherwise.
+    spill_pos: Vec<u32>,
     /// Pages dropped intact, held for demotion (off unless the server takes demotions).
     pub(crate) demote: DemoteBuffer,
     /// Counters.
@@ -480,6 +490,7 @@ impl CacheCore {
             dead: Vec::new(),
             ref_scratch: Vec::new(),
             list_scratch: Vec::new(),
+            spill_pos: Vec::new(),
             demote: DemoteBuffer::default(),
             stats: CoreStats::default(),
         };
@@ -509,6 +520,7 @@ impl CacheCore {
             + self.pages.capacity() * 9
             + self.frames.capacity() * std::mem::size_of::<FrameMeta>()
             + self.installed.memory_bytes()
+            + self.spill_pos.capacity() * 4
             + self.renames.capacity() * 9
             + self.rename_order.capacity() * 4
             + self.reads.memory_bytes()
@@ -710,7 +722,7 @@ impl CacheCore {
         if e.flags & F_LIVE != 0
             && e.loc == NOT_RESIDENT
             && e.refs == 0
-            && e.flags & (F_NEW | F_MODIFIED | F_RESOLVING) == 0
+            && e.flags & (F_NEW | F_MODIFIED | F_RESOLVING | F_SPILLED) == 0
         {
             self.free_entry_at(i);
         }
@@ -847,14 +859,14 @@ impl CacheCore {
     /// One more resident object of the page `oref_word` names (nothing for a created object).
     /// The count lives in the page's directory of the oref index, which the object's entry
     /// keeps: no hash of its own ([`OrefIndex::add_resident`]).
-    fn count_resident(&mut self, oref_word: u32) {
+    pub(crate) fn count_resident(&mut self, oref_word: u32) {
         if oref_word & 1 == 0 && Oref::from_raw(oref_word).and_then(|o| o.page()).is_some() {
             self.index.add_resident(oref_word);
         }
     }
 
     /// One resident object fewer of the page `oref_word` names.
-    fn uncount_resident(&mut self, oref_word: u32) {
+    pub(crate) fn uncount_resident(&mut self, oref_word: u32) {
         let Some(p) = Oref::from_raw(oref_word).and_then(|o| o.page()) else { return };
         if self.index.sub_resident(oref_word) {
             self.maybe_page_gone(p.get());
@@ -1132,6 +1144,72 @@ impl CacheCore {
         self.unlink_installed(i);
         self.discard(i);
         true
+    }
+
+    /// Steals resident entry `i`, modified or created by the current transaction, whose record
+    /// is at `pos` in the spill store ([`crate::spill`]): its references are released as when
+    /// any object leaves, and the entry stays (the transaction's marks keep it), its record's
+    /// position in [`CacheCore::spill_position`]. The caller fixes the frame's list and counts.
+    pub(crate) fn steal(&mut self, i: u32, pos: u32) {
+        let loc = self.entries[i as usize].loc;
+        debug_assert_ne!(loc, NOT_RESIDENT);
+        self.release_refs(loc);
+        if self.spill_pos.len() <= i as usize {
+            // Sized to the table: counted in the tables while the transaction spills, and
+            // given back when it ends (`clear_spill_positions`).
+            self.spill_pos.resize(self.entries.len(), NIL);
+        }
+        self.spill_pos[i as usize] = pos;
+        let e = &mut self.entries[i as usize];
+        debug_assert!(e.flags & (F_MODIFIED | F_NEW) != 0, "only the transaction's objects");
+        e.loc = NOT_RESIDENT;
+        e.usage = 0;
+        e.flags |= F_SPILLED;
+        let (oref, new) = (e.oref, e.flags & F_NEW != 0);
+        if !new {
+            self.uncount_resident(oref);
+        }
+    }
+
+    /// Puts stolen entry `i`, read back to `loc` (room from [`CacheCore::new_object_room`], its
+    /// bytes copied there), into the frame of created objects.
+    pub(crate) fn place_read_back(&mut self, i: u32, loc: u32, size: usize) {
+        let f = self.frame_of(loc);
+        let fm = &mut self.frames[f as usize];
+        debug_assert_eq!(fm.kind, FrameKind::New);
+        fm.used += size as u32;
+        fm.objects += 1;
+        fm.installed += 1;
+        let e = &mut self.entries[i as usize];
+        e.loc = loc;
+        // Reading it back is an access.
+        e.usage = usage_stored(USAGE_TOP, fm.decays);
+        if e.flags & F_MODIFIED != 0 {
+            fm.modified += 1;
+            fm.written = true;
+        }
+        fm.count_usage(e);
+        let (oref, new) = (e.oref, e.flags & F_NEW != 0);
+        self.link_installed(f, i);
+        if !new {
+            self.count_resident(oref);
+        }
+    }
+
+    /// Where stolen entry `i`'s record is in the spill store (in its units), if it was stolen
+    /// in this transaction.
+    pub(crate) fn spill_position(&self, i: u32) -> Option<u32> {
+        self.spill_pos.get(i as usize).copied().filter(|&p| p != NIL)
+    }
+
+    /// Forgets the spill positions (the transaction ended, its store emptied).
+    pub(crate) fn clear_spill_positions(&mut self) {
+        self.spill_pos = Vec::new();
+    }
+
+    /// The frame holding page `page` (a raw page id) as its source of installation.
+    pub(crate) fn page_frame_raw(&self, page: u32) -> Option<u32> {
+        self.pages.get(&page).copied()
     }
 
     /// Takes resident entry `i` out of its frame's installed list, fixing the frame's
@@ -1568,10 +1646,13 @@ impl CacheCore {
         let e = &mut self.entries[i as usize];
         if e.flags & F_MODIFIED != 0 {
             e.flags &= !F_MODIFIED;
-            let f = e.loc >> self.shift;
-            let fm = &mut self.frames[f as usize];
-            fm.modified -= 1;
-            fm.count_usage(e);
+            // A stolen object left its frame's count when it left the frame.
+            if e.loc != NOT_RESIDENT {
+                let f = e.loc >> self.shift;
+                let fm = &mut self.frames[f as usize];
+                fm.modified -= 1;
+                fm.count_usage(e);
+            }
         }
     }
 
@@ -1697,10 +1778,13 @@ impl CacheCore {
     /// Drops a created object of an aborted transaction: its entry is freed.
     pub(crate) fn drop_created(&mut self, i: u32) {
         let loc = self.entries[i as usize].loc;
-        self.release_refs(loc);
+        // A stolen object released its references when it was stolen.
+        if loc != NOT_RESIDENT {
+            self.release_refs(loc);
+        }
         let e = &mut self.entries[i as usize];
         e.loc = NOT_RESIDENT;
-        e.flags &= !(F_NEW | F_MODIFIED | F_READ);
+        e.flags &= !(F_NEW | F_MODIFIED | F_READ | F_SPILLED);
         e.refs = 0;
         self.free_entry_at(i);
     }

@@ -18,6 +18,29 @@ pub enum CacheError {
         /// Usable frames.
         frames: usize,
     },
+    /// The transaction's modified and created objects outgrew the cache and the spill store's
+    /// cap too ([`crate::spill`]): abort it, then split it into smaller transactions or raise
+    /// the cap. Nothing was lost: the objects that did not fit stayed in the cache.
+    #[error(
+        "the transaction's writes outgrew the cache and the spill cap ({bytes_max} bytes); abort, then split the transaction or raise the cap"
+    )]
+    SpillFull {
+        /// The cap, in bytes of records per transaction.
+        bytes_max: u64,
+    },
+    /// The spill store failed to write or read (a full or failing disk under the temporary
+    /// directory): abort the transaction; check the directory's space.
+    #[error("the spill store failed: {0}")]
+    SpillFailed(String),
+    /// A record read back from the spill store is not what was written (the file was changed
+    /// under the client, or the disk returned wrong bytes): abort the transaction.
+    #[error("spill record at byte {offset} is damaged: {why}")]
+    SpillCorrupt {
+        /// The record's offset in the store.
+        offset: u64,
+        /// What is wrong.
+        why: &'static str,
+    },
     /// The indirection table has 2^31 entries.
     #[error("the indirection table is full")]
     TableFull,

@@ -14,6 +14,8 @@
 //!   perfect LRU, the used objects of evicted pages copied to the object buffer;
 //! - [`paged`]: whole pages in any `thor_policy` order: QuickStore (CLOCK and its mapping
 //!   objects), CLOCK, ARC, S3-FIFO, W-TinyLFU;
+//! - [`spill`]: transactions larger than the cache: modified and created objects stolen to a
+//!   bounded spill store and read back, shipped from it at commit;
 //! - [`txn`]: the current transaction's cache state (undo copies, created objects, the read
 //!   set), the commit's export format, commit, abort and invalidation;
 //! - [`limits`]: every bound, with its reason.
@@ -33,6 +35,7 @@ pub mod manager;
 pub mod orefindex;
 pub mod paged;
 pub mod readset;
+pub mod spill;
 pub mod txn;
 
 pub use error::CacheError;
@@ -42,4 +45,5 @@ pub use manager::{
     CacheConfig, CacheManager, CacheStats, ClientCache, PolicyConfig, ReplacementStats,
 };
 pub use paged::{Paged, PagedParams};
+pub use spill::{MemSpill, SpillStats, SpillStore};
 pub use txn::{Invalidation, NewObject};

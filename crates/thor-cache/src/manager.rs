@@ -20,7 +20,8 @@ use std::sync::Arc;
 use thor_core::{ClassDesc, Oref, PageId, RawRef};
 
 use crate::core::{
-    CacheCore, CoreStats, Entry, F_LIVE, F_READ, F_RESOLVING, FrameMeta, NOT_RESIDENT, Need,
+    CacheCore, CoreStats, Entry, F_LIVE, F_READ, F_RESOLVING, F_SPILLED, FrameMeta, NOT_RESIDENT,
+    Need,
 };
 use crate::error::CacheError;
 use crate::fpc::Fpc;
@@ -28,6 +29,7 @@ use crate::gom::{Gom, GomParams};
 use crate::hac::{Hac, HacParams};
 use crate::limits::UNDO_BUDGET_DIVISOR;
 use crate::paged::{Paged, PagedParams};
+use crate::spill::{Spill, SpillStats};
 use crate::txn::Transaction;
 
 /// Counters a replacement strategy keeps.
@@ -211,6 +213,8 @@ pub struct CacheStats {
     pub replacement: ReplacementStats,
     /// Time spent freeing frames.
     pub replacement_time: Duration,
+    /// The spill's counters (transactions larger than the cache, [`crate::spill`]).
+    pub spill: SpillStats,
     /// Live indirection-table entries.
     pub entries: usize,
     /// Bytes of frames and tables.
@@ -269,6 +273,8 @@ pub struct ClientCache {
     replacement_time: Duration,
     /// The current transaction: its undo copies, created objects and their frames.
     pub(crate) tx: Transaction,
+    /// Where the transaction's objects go when they outgrow the cache ([`crate::spill`]).
+    pub(crate) spill: Spill,
 }
 
 impl ClientCache {
@@ -292,6 +298,7 @@ impl ClientCache {
             background: cfg.background_replacement,
             replacement_time: Duration::ZERO,
             tx: Transaction::default(),
+            spill: Spill::default(),
         })
     }
 
@@ -373,7 +380,13 @@ impl ClientCache {
             }
             freed?;
         }
-        let need = self.core.locate(i)?;
+        let e = self.core.entries[i as usize];
+        let need = if e.loc == NOT_RESIDENT && e.flags & F_SPILLED != 0 {
+            // Stolen by this transaction: its bytes are in the spill store, not in any page.
+            Need::Resident(self.read_back(i)?)
+        } else {
+            self.core.locate(i)?
+        };
         if let Need::Resident(_) = need {
             self.core.entries[i as usize].flags &= !F_RESOLVING;
             let oref = self.core.entries[i as usize].oref;
@@ -398,7 +411,20 @@ impl ClientCache {
             let freed = with_manager!(&mut self.manager, m => m.free_frame(&mut self.core));
             self.core.set_manager_bytes(with_manager!(&self.manager, m => m.table_bytes()));
             if let Err(e) = freed {
-                result = Err(e);
+                // Nothing left to free but the transaction's own objects (and pinned frames):
+                // with a spill store they are stolen, and replacement tries again. A steal
+                // that finds nothing more ends it.
+                match e {
+                    CacheError::Full { .. } if self.spill_enabled() => match self.steal_all() {
+                        Ok(true) => {
+                            extra = self.core.rebalance();
+                            continue;
+                        }
+                        Ok(false) => result = Err(e),
+                        Err(spill) => result = Err(spill),
+                    },
+                    _ => result = Err(e),
+                }
                 break;
             }
             extra = self.core.rebalance();
@@ -578,6 +604,7 @@ impl ClientCache {
             core: self.core.stats,
             replacement: with_manager!(&self.manager, m => m.stats()),
             replacement_time: self.replacement_time,
+            spill: self.spill_stats(),
             entries: self.core.live_entries(),
             memory_bytes: self.core.memory_bytes(),
             usable_frames: self.core.usable_frames(),

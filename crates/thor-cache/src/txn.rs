@@ -88,7 +88,7 @@ use thor_core::le::{put_u32, u32_at};
 use thor_core::limits::OBJECT_HEADER_BYTES;
 use thor_core::{ClassDesc, FormatError, Oref, PageId, RawRef, VarKind};
 
-use crate::core::{F_LIVE, F_MODIFIED, F_NEW, NOT_RESIDENT};
+use crate::core::{F_LIVE, F_MODIFIED, F_NEW, F_SPILLED, NOT_RESIDENT};
 use crate::error::CacheError;
 use crate::limits::UNDO_RETAINED_BYTES;
 use crate::manager::ClientCache;
@@ -103,8 +103,8 @@ pub(crate) struct Transaction {
     created: Vec<u32>,
     /// The serial number of the first object created (meaningful when `created` is not empty).
     first_serial: u32,
-    /// Frames of created objects.
-    new_frames: Vec<u32>,
+    /// Frames of created objects (and of objects read back from the spill store).
+    pub(crate) new_frames: Vec<u32>,
     /// Modified objects that were invalidated: an abort discards them rather than putting
     /// their (stale) undo copies back.
     invalid_modified: FxHashSet<u32>,
@@ -229,24 +229,33 @@ impl ClientCache {
         if !refs_null {
             return Err(CacheError::BadCreate("a reference is not null"));
         }
-        let loc = match self.core.new_object_room(bytes.len()) {
-            Some(loc) => loc,
-            None => {
-                self.free_frames_until(2)?;
-                let f = self.core.take_free_frame().ok_or(CacheError::Internal("no free frame"))?;
-                self.core.start_new_frame(f);
-                self.tx.new_frames.push(f);
-                self.core
-                    .new_object_room(bytes.len())
-                    .ok_or(CacheError::Internal("new frame full"))?
-            }
-        };
+        if self.core.rebalance() > 0 {
+            // Each creation allocates an entry: a transaction that creates more objects than
+            // the cache holds (their frames stolen, `crate::spill`) must pay for its entries
+            // with frames here, as the slow path does for the entries swizzling allocates.
+            self.free_frames_until(0)?;
+        }
+        let loc = self.new_room(bytes.len())?;
         let (entry, serial) = self.core.create_at(loc, bytes)?;
         if self.tx.created.is_empty() {
             self.tx.first_serial = serial >> 1;
         }
         self.tx.created.push(entry);
         Ok(NewObject { entry, serial, loc })
+    }
+
+    /// Room for an object of `size` bytes in the transaction's frame of created objects,
+    /// starting a fresh frame when it is full (which may make replacement steal, see
+    /// [`crate::spill`]).
+    pub(crate) fn new_room(&mut self, size: usize) -> Result<u32, CacheError> {
+        if let Some(loc) = self.core.new_object_room(size) {
+            return Ok(loc);
+        }
+        self.free_frames_until(2)?;
+        let f = self.core.take_free_frame().ok_or(CacheError::Internal("no free frame"))?;
+        self.core.start_new_frame(f);
+        self.tx.new_frames.push(f);
+        self.core.new_object_room(size).ok_or(CacheError::Internal("new frame full"))
     }
 
     /// Call before writing the resident object of entry `i` (a field, a reference, its byte
@@ -348,8 +357,11 @@ impl ClientCache {
     pub fn export(&self, i: u32, out: &mut Vec<u8>) -> Result<(), CacheError> {
         let core = &self.core;
         let e = *core.entries.get(i as usize).ok_or(CacheError::Internal("export of no entry"))?;
-        if e.flags & (F_NEW | F_MODIFIED) == 0 || e.loc == NOT_RESIDENT {
+        if e.flags & (F_NEW | F_MODIFIED) == 0 {
             return Err(CacheError::Internal("export of an object the transaction did not write"));
+        }
+        if e.loc == NOT_RESIDENT {
+            return self.export_spilled(i, out);
         }
         let loc = e.loc;
         let size = core.object_size(loc);
@@ -374,6 +386,28 @@ impl ClientCache {
         result
     }
 
+    /// [`ClientCache::export`] of an object in the spill store: its record, checked, with
+    /// references to created objects (and a created class word) tagged as from the cache.
+    fn export_spilled(&self, i: u32, out: &mut Vec<u8>) -> Result<(), CacheError> {
+        let desc = self.read_record(i, out)?;
+        self.count_export_read(out.len());
+        let tag = |w: u32| match RawRef::decode(w) {
+            RawRef::Oref(_) => Ok(w),
+            RawRef::Tagged(_) => self.created_index(w).map(RawRef::tagged_word).ok_or(
+                CacheError::Internal("reference to an object created by another transaction"),
+            ),
+        };
+        let header = tag(u32_at(out, 0))?;
+        put_u32(out, 0, header);
+        let mut offs = Vec::new();
+        desc.for_each_ref_offset(out, |off| offs.push(off));
+        for off in offs {
+            let w = tag(u32_at(out, off))?;
+            put_u32(out, off, w);
+        }
+        Ok(())
+    }
+
     /// The server committed the transaction and gave its created objects `orefs`, in creation
     /// order. Created objects take their orefs (handles made before keep working: the cache
     /// remembers the renames), modified marks and the read set are cleared, deferred
@@ -390,6 +424,10 @@ impl ClientCache {
         // the serials still name the created objects).
         for k in 0..self.tx.created.len() {
             let loc = self.core.entries[self.tx.created[k] as usize].loc;
+            if loc == NOT_RESIDENT {
+                // Stolen: it is fetched in its page, as the server stored it, when next used.
+                continue;
+            }
             if let Some(c) = self.created_index(self.core.class_word(loc)) {
                 self.core.arena.write_u32(loc as usize, orefs[c as usize].raw());
             }
@@ -404,15 +442,38 @@ impl ClientCache {
         }
         for (&i, &oref) in created.iter().zip(orefs) {
             self.core.rename(i, oref);
+            self.core.entries[i as usize].flags &= !F_SPILLED;
+            self.core.maybe_free_entry(i);
         }
         let mut undo = std::mem::take(&mut self.tx.undo);
         for r in &undo.records {
-            self.core.refresh_page_copy(r.entry);
-            self.core.clear_modified(r.entry);
+            let i = r.entry;
+            let e = self.core.entries[i as usize];
+            if e.loc == NOT_RESIDENT {
+                // Stolen and not read back: any copy of its page the cache holds predates the
+                // commit, so it stops being a source of installation; the next access fetches
+                // the committed version.
+                if let Some(oref) = Oref::from_raw(e.oref) {
+                    self.core.unmap_page_of(oref);
+                }
+            } else {
+                self.core.refresh_page_copy(i);
+            }
+            self.core.clear_modified(i);
+            self.core.entries[i as usize].flags &= !F_SPILLED;
+            self.core.maybe_free_entry(i);
         }
         undo.clear();
         self.tx.undo = undo;
+        self.spill_end();
         self.end(created, true);
+        // The renames and the created objects' index keys may have outgrown the headroom (a
+        // transaction may create more objects than the cache holds): frames pay for them now,
+        // which nothing pins or holds modified any more. If every frame is pinned the next
+        // slow path tries again; the commit itself is done either way.
+        if self.core.rebalance() > 0 {
+            let _ = self.free_frames_until(0);
+        }
         Ok(())
     }
 
@@ -449,8 +510,9 @@ impl ClientCache {
         let mut undo = std::mem::take(&mut self.tx.undo);
         let mut discard = Vec::new();
         for r in &undo.records {
+            let stolen = self.core.entries[r.entry as usize].flags & F_SPILLED != 0;
             match undo.copy(r) {
-                Some(copy) if !self.tx.invalid_modified.contains(&r.entry) => {
+                Some(copy) if !stolen && !self.tx.invalid_modified.contains(&r.entry) => {
                     self.core.restore_object(r.entry, copy);
                     self.core.clear_modified(r.entry);
                 }
@@ -469,7 +531,11 @@ impl ClientCache {
             if let Some(oref) = Oref::from_raw(self.core.entries[i as usize].oref) {
                 self.core.unmap_page_of(oref);
             }
+            // A stolen object read back sits in a frame of created objects, which is freed
+            // below: it leaves now. One still in the spill store just loses its mark.
+            self.core.entries[i as usize].flags &= !F_SPILLED;
             self.core.evict_invalid(i, true);
+            self.core.maybe_free_entry(i);
         }
         // The undo copies are back: the decrements deferred during the transaction apply now,
         // before created objects (which some of them may concern) are dropped.
@@ -478,6 +544,7 @@ impl ClientCache {
         for &i in &created {
             self.core.drop_created(i);
         }
+        self.spill_end();
         self.end(created, false);
     }
 
@@ -625,9 +692,8 @@ impl ClientCache {
                 return Err(format!("undo copy of entry {} with flags {:#x}", r.entry, e.flags));
             }
             if e.loc == NOT_RESIDENT {
-                return Err(format!("modified entry {} left the cache", r.entry));
-            }
-            if core.object_size(e.loc) != r.len as usize
+                self.check_spilled(r.entry)?;
+            } else if core.object_size(e.loc) != r.len as usize
                 || (r.start != NO_COPY && r.start != undo_bytes)
             {
                 return Err(format!("undo copy of entry {} has the wrong extent", r.entry));
@@ -644,9 +710,10 @@ impl ClientCache {
         }
         for (k, &i) in self.tx.created.iter().enumerate() {
             let e = core.entries.get(i as usize).ok_or("created object of no entry")?;
-            if e.flags & (F_LIVE | F_NEW) != F_LIVE | F_NEW || e.loc == NOT_RESIDENT {
-                return Err(format!("created entry {i} is not a resident created object"));
+            if e.flags & (F_LIVE | F_NEW) != F_LIVE | F_NEW {
+                return Err(format!("created entry {i} is not a created object"));
             }
+            self.check_spilled(i)?;
             if self.created_index(e.oref) != Some(k as u32) {
                 return Err(format!("created entry {i} is not number {k} of the commit"));
             }

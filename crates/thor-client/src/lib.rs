@@ -9,6 +9,8 @@
 //! - [`cluster`]: [`Cluster`], sessions with several servers, references across them through
 //!   surrogates ([`XRef`]), and transactions that commit at all of them or none (two-phase
 //!   commit).
+//! - [`spill`]: the file a session's cache steals a transaction's objects to when they
+//!   outgrow it, so a transaction may write more than the cache holds.
 //! - [`limits`]: every bound on what a session does for one request of the application.
 //!
 //! ```no_run
@@ -29,9 +31,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! *Architecture invariant:* the client does no I/O of its own; it talks to the server only
-//! through a [`thor_wire::Transport`], so tests and embedded uses run it over an in-process
-//! transport.
+//! *Architecture invariant:* the client talks to the server only through a
+//! [`thor_wire::Transport`], so tests and embedded uses run it over an in-process transport.
+//! Its only other I/O is the spill file ([`spill`]), an unlinked temporary file that holds
+//! nothing past the transaction that wrote it.
 
 pub mod cluster;
 pub mod error;
@@ -39,6 +42,7 @@ pub mod latency;
 pub mod limits;
 pub mod pagemode;
 pub mod session;
+pub mod spill;
 pub mod typed;
 pub mod values;
 

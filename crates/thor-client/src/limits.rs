@@ -20,3 +20,19 @@ pub const LARGE_PIECES_MAX: usize = 1 << 18;
 // A large value of a few megabytes (an OO7 manual is 1 MB) fits with room to spare even in the
 // smallest pages.
 const _: () = assert!(LARGE_PIECES_MAX * thor_core::limits::PAGE_SIZE_MIN / 2 >= 64 * 1024 * 1024);
+
+/// The spill file's write buffer ([`crate::spill`]): records are appended here and written in
+/// one positional write when it fills, so a steal of a cache's worth of objects costs a few
+/// system calls, not one per object. Outside the cache's budget, reported in its stats.
+pub const SPILL_BUFFER_BYTES: usize = 256 << 10;
+
+/// The default cap on the spill file, per transaction
+/// ([`SessionConfig::spill_bytes_max`](crate::SessionConfig::spill_bytes_max)): 4 GiB of
+/// records, far beyond OO7's largest transaction (T2b on the medium database writes about
+/// 10 MB of atomic parts) and small enough not to fill an ordinary temporary directory
+/// unnoticed.
+pub const SPILL_BYTES_DEFAULT: u64 = 4 << 30;
+
+// A record (a page at most, and its header) always fits in the buffer.
+const _: () = assert!(SPILL_BUFFER_BYTES >= 2 * thor_core::limits::PAGE_SIZE_MAX);
+const _: () = assert!(SPILL_BYTES_DEFAULT <= thor_cache::spill::SPILL_BYTES_MAX);

@@ -139,6 +139,13 @@ pub struct SessionConfig {
     /// The recovery buffer and page images of the page-based commit modes
     /// ([`crate::pagemode`]), used when the server's commit mode is one of them.
     pub recovery: RecoveryConfig,
+    /// Most bytes a transaction may spill: when its modified and created objects outgrow the
+    /// cache they are stolen to an unlinked file in the temporary directory ([`crate::spill`],
+    /// `thor_cache::spill`) and read back when used again, rather than failing with
+    /// `CacheError::Full`; past this cap the transaction fails with `CacheError::SpillFull`.
+    /// 0 turns spilling off. The default is [`crate::limits::SPILL_BYTES_DEFAULT`]. Not
+    /// used with the page-based commit modes, whose recovery buffer keeps pages in the cache.
+    pub spill_bytes_max: u64,
 }
 
 impl Default for SessionConfig {
@@ -153,6 +160,7 @@ impl Default for SessionConfig {
             refresh_after: Some(Duration::from_secs(1)),
             demote_pages: thor_cache::limits::DEMOTE_PAGES_DEFAULT,
             recovery: RecoveryConfig::default(),
+            spill_bytes_max: crate::limits::SPILL_BYTES_DEFAULT,
         }
     }
 }
@@ -676,6 +684,10 @@ impl Session {
         } else {
             None
         };
+        if pm.is_none() && cfg.spill_bytes_max > 0 {
+            let store = crate::spill::FileSpill::new(std::env::temp_dir());
+            cache.set_spill(Box::new(store), cfg.spill_bytes_max)?;
+        }
         Ok(Session {
             inner: UnsafeCell::new(Inner {
                 transport,

@@ -213,6 +213,13 @@ pub struct RunReport {
     pub table_bytes: usize,
     /// Bytes of object versions shipped at commit.
     pub bytes_shipped: u64,
+    /// Objects the cache stole to the spill file because the transaction's writes outgrew it
+    /// (`thor_cache::spill`); 0 when they fit.
+    pub objects_spilled: u64,
+    /// Bytes of spill records written.
+    pub bytes_spilled: u64,
+    /// Stolen objects read back because the transaction used them again.
+    pub objects_read_back: u64,
     /// Frames not retired at the end: what a page cache had to hold pages (Belady's capacity at
     /// this budget, [`belady_fetches`]).
     pub usable_frames: usize,
@@ -453,6 +460,10 @@ fn report(
             .memory_bytes
             .saturating_sub(after.cache.usable_frames * s.server().page_size),
         bytes_shipped: after.client.bytes_shipped - before.client.bytes_shipped,
+        objects_spilled: after.cache.spill.objects_spilled - before.cache.spill.objects_spilled,
+        bytes_spilled: after.cache.spill.bytes_spilled - before.cache.spill.bytes_spilled,
+        objects_read_back: after.cache.spill.objects_read_back
+            - before.cache.spill.objects_read_back,
         usable_frames: after.cache.usable_frames,
     }
 }
