@@ -1155,9 +1155,12 @@ impl CacheCore {
         debug_assert_ne!(loc, NOT_RESIDENT);
         self.release_refs(loc);
         if self.spill_pos.len() <= i as usize {
-            // Sized to the table: counted in the tables while the transaction spills, and
-            // given back when it ends (`clear_spill_positions`).
-            self.spill_pos.resize(self.entries.len(), NIL);
+            // Sized to the table's capacity, exactly (no doubling slack): counted in the
+            // tables while the transaction spills, and given back when it ends
+            // (`clear_spill_positions`).
+            let n = self.entries.capacity();
+            self.spill_pos.reserve_exact(n - self.spill_pos.len());
+            self.spill_pos.resize(n, NIL);
         }
         self.spill_pos[i as usize] = pos;
         let e = &mut self.entries[i as usize];
