@@ -68,6 +68,12 @@ impl ReadSet {
                 let next = self.bits.len() as u32;
                 let b = *self.pages.entry(page).or_insert(next);
                 if b == next {
+                    if self.bits.len() == self.bits.capacity() {
+                        // Grow by a quarter, not double: the budget keeps the next growth in
+                        // reserve, and a doubling of a large transaction's bitmaps took much
+                        // of a small cache.
+                        self.bits.reserve_exact(Self::bits_step(self.bits.capacity()));
+                    }
                     self.bits.push(([0; WORDS], page));
                 }
                 self.recent[line] = (page, b);
@@ -135,10 +141,16 @@ impl ReadSet {
         self.len = 0;
     }
 
-    /// Bytes the set's next growth may add (a doubling of its bitmaps or of its page map).
+    /// Bitmaps the set grows by when full: a quarter (at least 16).
+    fn bits_step(capacity: usize) -> usize {
+        (capacity / 4).max(16)
+    }
+
+    /// Bytes the set's next growth may add (a quarter more bitmaps, or a doubling of its page
+    /// map).
     pub fn growth_bytes(&self) -> usize {
         let bits = if self.bits.len() == self.bits.capacity() {
-            self.bits.capacity().max(4) * std::mem::size_of::<([u64; WORDS], u32)>()
+            Self::bits_step(self.bits.capacity()) * std::mem::size_of::<([u64; WORDS], u32)>()
         } else {
             0
         };
