@@ -53,7 +53,8 @@
 //!
 //! The configured size covers the frames *and* the tables (indirection table, oref index, frame
 //! table). When the tables grow, frames are retired so that the sum stays within the budget; a
-//! retired frame holds nothing and is never used again.
+//! retired frame holds nothing, and is used again once the tables shrink (a large transaction's
+//! read set and spill positions go when it ends).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -264,6 +265,8 @@ pub struct CoreStats {
     pub frames_freed: u64,
     /// Frames retired to make room for the tables.
     pub frames_retired: u64,
+    /// Retired frames used again once the tables shrank.
+    pub frames_restored: u64,
     /// Objects created by transactions.
     pub objects_created: u64,
     /// Bytes of undo copies dropped to give memory back (an abort then discards the modified
@@ -426,6 +429,8 @@ pub struct CacheCore {
     discarded_held: Vec<u32>,
     /// Frames not retired.
     usable_frames: usize,
+    /// Retired frames, the last retired on top: what comes back when the tables shrink.
+    retired: Vec<u32>,
     /// Dead frames waiting for their views to go.
     dead: Vec<u32>,
     /// Reused buffer for the targets of an object's swizzled references (eviction is on the
@@ -487,6 +492,7 @@ impl CacheCore {
             discarded: Vec::new(),
             discarded_held: Vec::new(),
             usable_frames: frames,
+            retired: Vec::with_capacity(frames),
             dead: Vec::new(),
             ref_scratch: Vec::new(),
             list_scratch: Vec::new(),
@@ -519,6 +525,7 @@ impl CacheCore {
             + self.index.memory_bytes()
             + self.pages.capacity() * 9
             + self.frames.capacity() * std::mem::size_of::<FrameMeta>()
+            + self.retired.capacity() * 4
             + self.installed.memory_bytes()
             + self.spill_pos.capacity() * 4
             + self.renames.capacity() * 9
@@ -638,8 +645,19 @@ impl CacheCore {
             let Some(f) = self.free.pop() else { break };
             self.frames[f as usize] = FrameMeta { kind: FrameKind::Retired, ..FrameMeta::FREE };
             self.installed.clear(f);
+            self.retired.push(f);
             self.usable_frames -= 1;
             self.stats.frames_retired += 1;
+        }
+        // The tables shrank (a large transaction's read set and spill positions went with
+        // it): retired frames come back, one frame short of the share so that a table
+        // growing and shrinking by a little does not retire and restore a frame each time.
+        while self.usable_frames + 1 < allowed {
+            let Some(f) = self.retired.pop() else { break };
+            self.frames[f as usize] = FrameMeta::FREE;
+            self.free.push(f);
+            self.usable_frames += 1;
+            self.stats.frames_restored += 1;
         }
         self.usable_frames.saturating_sub(allowed)
     }
@@ -1552,6 +1570,7 @@ impl CacheCore {
         self.installed.clear(f);
         if retire {
             self.frames[f as usize].kind = FrameKind::Retired;
+            self.retired.push(f);
             self.usable_frames -= 1;
             self.stats.frames_retired += 1;
         } else {
@@ -1685,9 +1704,13 @@ impl CacheCore {
                 }
             });
         }
-        // Keep the allocation: it is counted in the budget and reused by the next transaction.
-        self.reads = reads;
-        self.reads.clear();
+        // Keep the allocation: it is counted in the budget and reused by the next transaction,
+        // unless a large transaction left it holding more than a sixteenth of the budget; then
+        // its memory goes back to frames ([`CacheCore::rebalance`] restores retired ones).
+        if reads.memory_bytes() <= self.budget_bytes / 16 {
+            self.reads = reads;
+            self.reads.clear();
+        }
         // The pages held back for the transaction may be reported now (checked again first).
         self.discarded.append(&mut self.discarded_held);
     }
