@@ -216,6 +216,21 @@ impl WplTable {
         self.entries == 0
     }
 
+    /// Transactions holding uncommitted copies (at most [`WplConfig::txns_max`]).
+    pub fn txns(&self) -> usize {
+        self.txns.len()
+    }
+
+    /// The table's bounds.
+    pub fn config(&self) -> WplConfig {
+        self.config
+    }
+
+    /// Whether a checkpoint record was appended and is not yet durable.
+    pub fn checkpoint_pending(&self) -> bool {
+        self.pending_checkpoint.is_some()
+    }
+
     /// The committed copy of `page` not yet home: where a reader finds the page's current
     /// value (or `None`: at home).
     pub fn committed(&self, page: PageId) -> Option<LogCopy> {
