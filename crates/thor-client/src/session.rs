@@ -1650,7 +1650,9 @@ impl Inner {
             let objects = self.written_objects(page)?;
             let pm = self.pm.as_mut().expect("page mode");
             let cur = pm.current(page, &objects)?;
-            if let Some(rec) = pm.record(page, &cur, Images::Redo)? {
+            if pm.mode().sends_records()
+                && let Some(rec) = pm.record(page, &cur, Images::Redo)?
+            {
                 shipped += rec.len() as u64;
                 records.push(Bytes::from(rec));
             }
@@ -1726,7 +1728,7 @@ impl Inner {
                 if r.is_ok()
                     && let Some(pm) = &mut self.pm
                 {
-                    pm.committed(images);
+                    pm.committed(images, lsn);
                 }
                 r
             }

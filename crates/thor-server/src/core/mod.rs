@@ -559,6 +559,12 @@ pub struct CoreStats {
     pub pages_allocated: u32,
     /// Commits waiting in the queue now.
     pub commits_queued: usize,
+    /// Whole-page logging: page images and checkpoint records appended, copies the table
+    /// dropped when their page went home, commits refused by the page rule, copies restored
+    /// into the MOB at recovery (all zero in other modes).
+    pub wpl: wpl::WplCounters,
+    /// Copies in the WPL table now.
+    pub wpl_table: usize,
 }
 
 /// The server core. See the module documentation.
@@ -1754,6 +1760,8 @@ impl Core {
             checkpoint: self.store.superblock.checkpoint.0,
             pages_allocated: self.store.tail.page.get(),
             commits_queued: self.queue.len(),
+            wpl: self.wpl_counters(),
+            wpl_table: self.wpl_table_len(),
         }
     }
 
