@@ -501,7 +501,7 @@ pub fn recover(
         // further replay (an install round during replay must see them; see `restore_wpl`).
         if !wpl_restored && payload.first().is_some_and(|k| thor_recovery::wpl::is_wpl_kind(*k)) {
             wpl_restored = true;
-            restore_wpl(&mut core, &disk_side, &log, page_size)?;
+            restore_wpl(&mut core, &disk_side, &log, page_size, checkpoint)?;
         }
         core.replay(lsn, Bytes::copy_from_slice(payload))?;
         replayed += 1;
@@ -529,20 +529,22 @@ pub fn recover(
 
 /// WPL's restart at recovery (`crate::wpl_log`): the table rebuilt by one backward pass, and
 /// each committed copy it names handed to the core with its home page's version (0 for a page
-/// opened since the superblock's checkpoint, which may have no home yet): the core puts the
-/// copy's objects into the MOB unless the home is at least as new.
+/// opened since the superblock's checkpoint, which may have no home yet): the core puts back
+/// into the MOB the copies forward replay cannot see (see `Core::wpl_restored`).
 ///
 /// *Why at the first WPL record, not after replay:* replay may run install rounds (the MOB's
 /// budget); one that wrote a page home without the copy's objects in the MOB would make the
 /// home look newer than the copy while lacking it. A copy not yet home keeps its commit's
 /// versions in the MOB, so the superblock's checkpoint lies at or below that commit's record
-/// and replay meets a WPL record before any round could install a version newer than the
-/// copy. A log without WPL records has no copies, and no backward pass is made.
+/// and replay meets a WPL record (that one, or an earlier one) before any round could install
+/// a version of the page newer than the copy. A log without WPL records from the checkpoint
+/// on has no copy that is not home, and no backward pass is made.
 fn restore_wpl(
     core: &mut Core,
     disk_side: &DiskSide,
     log: &Log,
     page_size: usize,
+    replay_from: Lsn,
 ) -> Result<(), EngineError> {
     let r = crate::wpl_log::restart(log, page_size, core.config().wpl)
         .map_err(|e| EngineError::CorruptRecord { lsn: 0, why: e.to_string() })?;
@@ -563,7 +565,7 @@ fn restore_wpl(
         copies.push((page, copy.lsn, image, home));
     }
     info!(copies = copies.len(), checkpoint = ?r.checkpoint, "WPL restart");
-    core.wpl_restored(r.table, copies)
+    core.wpl_restored(r.table, copies, replay_from)
 }
 
 /// Runs one install round and its checkpoint synchronously (recovery, before the core has a

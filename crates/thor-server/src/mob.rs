@@ -114,9 +114,9 @@ impl Mob {
     }
 
     /// Buffers `data` (a slice of the record of commit `lsn`, `record_bytes` long) as the newest
-    /// version of `oref`. Versions must arrive in LSN order per object; an older version than
-    /// the buffered one is ignored (as happens when recovery replays a record whose effect a
-    /// later record supersedes).
+    /// version of `oref`. An older version than the buffered one is ignored (as happens when
+    /// recovery replays a record whose effect a later record supersedes), except that an older
+    /// creation pins its record (see [`MobEntry::pin`]).
     pub fn insert(
         &mut self,
         oref: Oref,
@@ -126,8 +126,22 @@ impl Mob {
         record_bytes: usize,
     ) {
         let page = oref.page().expect("MOB entries name real pages");
-        match self.entries.get(&oref) {
-            Some(old) if old.lsn > lsn => {}
+        match self.entries.get_mut(&oref) {
+            Some(old) if old.lsn > lsn => {
+                // An older creation of an object buffered with a newer version (recovery puts
+                // WPL copies back before replaying the older records that created their
+                // objects): the creation record must stay pinned until the object is
+                // installed, so the entry takes its pin.
+                if created && lsn < old.pin {
+                    let old_pin = old.pin;
+                    old.pin = lsn;
+                    old.created = true;
+                    self.fifo.remove(&(old_pin, oref));
+                    self.fifo.insert((lsn, oref), ());
+                } else if created {
+                    old.created = true;
+                }
+            }
             Some(old) => {
                 let (old_lsn, old_pin, old_created) = (old.lsn, old.pin, old.created);
                 self.fifo.remove(&(old_pin, oref));

@@ -368,13 +368,11 @@ impl Core {
         }
         drop(views);
         self.pages.counters.page_commits += 1;
-        let ci = CommitIn {
-            versions,
-            created: c.created,
-            reads: c.reads,
-            ts: None,
-            wpl: Some(c.pages),
-        };
+        // A commit that writes no existing object logs no page: its created objects go in
+        // thor's ordinary commit record (the server allocates them, so no client page holds
+        // them), which WPL's restart passes over and forward replay replays.
+        let wpl = if c.pages.is_empty() { None } else { Some(c.pages) };
+        let ci = CommitIn { versions, created: c.created, reads: c.reads, ts: None, wpl };
         self.commit(origin, ci, fx);
     }
 

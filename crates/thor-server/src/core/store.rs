@@ -45,6 +45,7 @@ use crate::mob::{Mob, commit_cost};
 use crate::pagecache::PageCache;
 use crate::record::{self, RecordBuilder};
 use thor_recovery::limits::{WPL_COMMIT_BYTES, WPL_IMAGE_HEADER_BYTES};
+use thor_recovery::wpl::WplRecord;
 use crate::superblock::Superblock;
 
 /// A commit as the core receives it: new versions of existing objects and newly created
@@ -65,9 +66,9 @@ pub struct CommitIn {
     /// The timestamp to validate at; `None` (every client commit): a fresh one from the
     /// server's clock. Set by a coordinator's prepare, and by tests.
     pub ts: Option<super::cc::Timestamp>,
-    /// Whole-page logging: the written pages as the client shipped them, whose `version`
-    /// field says which committed state the client's copy was (see [`Store::prepare_wpl`]).
-    /// `None` for every other commit.
+    /// Whole-page logging: the written pages as the client shipped them (at least one),
+    /// whose `version` field says which committed state the client's copy was (see
+    /// [`Store::prepare_wpl`]). `None` for every other commit.
     pub wpl: Option<Vec<(PageId, Bytes)>>,
 }
 
@@ -203,6 +204,11 @@ impl Prepared {
         }
     }
 
+    /// The LSN of its first record (a WPL commit's first page image; else its record's).
+    pub fn first_lsn(&self) -> Lsn {
+        self.wpl.as_ref().and_then(|w| w.images.first()).map_or(self.lsn, |(l, _, _)| *l)
+    }
+
     /// The memory its MOB versions keep alive: the record(s) they are slices of.
     pub fn mob_bytes(&self) -> usize {
         self.wpl.as_ref().map_or(self.record.len(), |w| w.bytes)
@@ -309,6 +315,10 @@ pub(crate) struct Store {
     plain: VecDeque<(Lsn, usize)>,
     /// Whether replay met a WPL record (so WPL's restart has something to rebuild).
     pub wpl_seen: bool,
+    /// Replay: the page images of the WPL commit being read (its transaction number and
+    /// records), until its commit record. A commit's images and commit record are appended
+    /// in one step, consecutively, so this holds one commit's pages at most.
+    wpl_images: (u64, Vec<(PageId, Bytes)>),
 }
 
 impl Store {
@@ -343,6 +353,7 @@ impl Store {
             pending_mob_cost: 0,
             plain: VecDeque::new(),
             wpl_seen: false,
+            wpl_images: (0, Vec::new()),
         }
     }
 
@@ -353,6 +364,7 @@ impl Store {
         if rec.first().is_some_and(|k| thor_recovery::wpl::is_wpl_kind(*k)) {
             return self.replay_wpl(lsn, rec);
         }
+        self.wpl_images.1.clear();
         let len = rec.len();
         let base = rec.as_ptr() as usize;
         let mut objects = Vec::new();
@@ -398,22 +410,48 @@ impl Store {
         })
     }
 
-    /// Replays a WPL record: a commit record's body (its created objects, like kind 2, and
-    /// the written orefs for concurrency control); page images and checkpoints are WPL's
-    /// restart's to read (see `crate::wpl_log`), so forward replay passes over them.
+    /// Replays a WPL record. A page image waits for its commit record (the next records);
+    /// the commit record then puts the written objects' bytes from its images into the MOB
+    /// under its LSN, as normal operation did, and replays its body (the created objects,
+    /// like kind 2; the written orefs go to concurrency control). Checkpoints are for WPL's
+    /// backward restart (`crate::wpl_log`). So forward replay rebuilds every commit from the
+    /// superblock's checkpoint on, as in `obj` mode; what it cannot see are the images of a
+    /// commit whose commit record is at or above the checkpoint and its images below it, which
+    /// WPL's restart brings back (`Core::wpl_restored`).
     fn replay_wpl(&mut self, lsn: Lsn, rec: Bytes) -> Result<Replay, EngineError> {
         let bad = |why: String| EngineError::CorruptRecord { lsn: lsn.0, why };
         self.wpl_seen = true;
         self.next_lsn = self.next_lsn.max(lsn.next());
         self.durable_lsn = self.durable_lsn.max(lsn);
-        let body = match thor_recovery::wpl::decode(&rec, lsn, self.page_size) {
-            Ok(thor_recovery::wpl::WplRecord::CommitWith { body, .. }) => body,
+        let (txn, body) = match thor_recovery::wpl::decode(&rec, lsn, self.page_size) {
+            Ok(WplRecord::CommitWith { txn, body }) => (txn.0, body),
+            Ok(WplRecord::PageImage { page, txn, .. }) => {
+                if self.wpl_images.0 != txn.0 {
+                    self.wpl_images = (txn.0, Vec::new());
+                }
+                self.wpl_images.1.push((page, rec.slice(WPL_IMAGE_HEADER_BYTES..)));
+                return Ok(Replay::Nothing);
+            }
             Ok(_) => return Ok(Replay::Nothing),
             Err(e) => return Err(bad(e.to_string())),
         };
         let (writes, inner) = split_wpl_body(body).map_err(|why| bad(why.to_string()))?;
         let at = WPL_COMMIT_BYTES + (body.len() - inner.len());
         let inner = rec.slice(at..);
+        let images = std::mem::take(&mut self.wpl_images);
+        let images = if images.0 == txn { images.1 } else { Vec::new() };
+        let held: usize = images.iter().map(|(_, b)| b.len()).sum::<usize>() + rec.len();
+        for o in &writes {
+            // Images below the checkpoint are not replayed: WPL's restart has them.
+            let Some((page, img)) = images.iter().find(|(p, _)| o.page() == Some(*p)) else {
+                continue;
+            };
+            let view = PageView::parse_stored(img, *page).map_err(|e| bad(e.to_string()))?;
+            let r = view
+                .object_range(o.oid())
+                .ok_or_else(|| bad(format!("its image of page {page} lacks {o}")))?;
+            self.mob.insert(*o, lsn, false, img.slice(r), held);
+        }
         let mut replay = self.replay(lsn, inner)?;
         if let Replay::Commit(r) = &mut replay {
             r.writes = writes;
@@ -1163,7 +1201,7 @@ impl Store {
         // checkpoint: the superblock never names a point the log may not reach after a crash.
         [
             self.mob.oldest_lsn(),
-            self.pending.front().map(|p| p.lsn),
+            self.pending.front().map(Prepared::first_lsn),
             self.plain.front().map(|p| p.0),
         ]
         .into_iter()

@@ -116,15 +116,26 @@ impl Core {
     }
 
     /// Recovery rebuilt `table`; `copies` are its committed copies (page, the copy's LSN, its
-    /// page image, and the version of the page's home, 0 if it has none on disk). A copy whose
-    /// home is at least as new went home before the crash and leaves the table; every other
-    /// copy's objects go into the MOB under the copy's LSN (the MOB keeps the newest version
-    /// of each object, whatever the order of arrival), so fetches and install rounds see the
-    /// page as committed.
+    /// page image, and the version of the page's home, 0 if it has none on disk), and forward
+    /// replay starts at `replay_from` (the superblock's checkpoint).
+    ///
+    /// - A copy whose home is at least as new went home before the crash: it leaves the
+    ///   table (a home at version `h` holds every commit to the page up to `h`).
+    /// - Any other copy's objects, every object of the page, go into the MOB under the copy's
+    ///   LSN. Forward replay (`Store::replay`) brings back each commit from the checkpoint on,
+    ///   but only the objects it wrote: a commit whose commit record is at or above the
+    ///   checkpoint and its images below it (its versions, kept in the MOB under the commit
+    ///   record's LSN, held the checkpoint there) is seen only through the newest copy of each
+    ///   of its pages, which holds its objects. The MOB keeps the newest version of each
+    ///   object whatever the order of arrival, and every commit newer than the copy to one of
+    ///   its objects is replayed (it is not home: the home is older than the copy).
+    ///
+    /// `replay_from` only says where forward replay starts; it is kept for the reader.
     pub fn wpl_restored(
         &mut self,
         mut table: WplTable,
         copies: Vec<(PageId, Lsn, Bytes, Lsn)>,
+        replay_from: Lsn,
     ) -> Result<(), EngineError> {
         let mut restored = 0;
         for (page, lsn, image, home) in copies {
@@ -132,6 +143,7 @@ impl Core {
                 table.installed(page, lsn);
                 continue;
             }
+            debug_assert!(replay_from > Lsn::ZERO);
             self.store
                 .restore_page_copy(page, lsn, image)
                 .map_err(|source| EngineError::CorruptPage { page, source })?;
