@@ -172,8 +172,9 @@ impl PageState {
         };
         // WPL copies nothing before a write: its buffer is never used, so it is the smallest.
         let buffer_pages = if mode == CommitMode::Wpl { 1 } else { cfg.buffer_pages };
-        let rbuf = RecoveryBuffer::new(RecoveryBufferConfig { page_size, pages: buffer_pages, copies })
-        .map_err(recovery_err)?;
+        let rbuf =
+            RecoveryBuffer::new(RecoveryBufferConfig { page_size, pages: buffer_pages, copies })
+                .map_err(recovery_err)?;
         let shadow_max =
             if cfg.shadow_pages == 0 { (cache_bytes / page_size).max(1) } else { cfg.shadow_pages };
         Ok(PageState {

@@ -31,13 +31,8 @@ const CELLS: usize = 120;
 const PAYLOAD: usize = 240;
 const PAGE: usize = 4096;
 
-const PAGE_MODES: [CommitMode; 5] = [
-    CommitMode::PdRedo,
-    CommitMode::PdEsm,
-    CommitMode::SdEsm,
-    CommitMode::SlEsm,
-    CommitMode::Wpl,
-];
+const PAGE_MODES: [CommitMode; 5] =
+    [CommitMode::PdRedo, CommitMode::PdEsm, CommitMode::SdEsm, CommitMode::SlEsm, CommitMode::Wpl];
 
 /// SplitMix64: a seed replays a run.
 struct Rng(u64);

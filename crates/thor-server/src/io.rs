@@ -501,7 +501,7 @@ pub fn recover(
         // further replay (an install round during replay must see them; see `restore_wpl`).
         if !wpl_restored && payload.first().is_some_and(|k| thor_recovery::wpl::is_wpl_kind(*k)) {
             wpl_restored = true;
-            restore_wpl(&mut core, &disk_side, &log, page_size, checkpoint)?;
+            restore_wpl(&mut core, &disk_side, &log, page_size)?;
         }
         core.replay(lsn, Bytes::copy_from_slice(payload))?;
         replayed += 1;
@@ -544,7 +544,6 @@ fn restore_wpl(
     disk_side: &DiskSide,
     log: &Log,
     page_size: usize,
-    replay_from: Lsn,
 ) -> Result<(), EngineError> {
     let r = crate::wpl_log::restart(log, page_size, core.config().wpl)
         .map_err(|e| EngineError::CorruptRecord { lsn: 0, why: e.to_string() })?;
@@ -565,7 +564,7 @@ fn restore_wpl(
         copies.push((page, copy.lsn, image, home));
     }
     info!(copies = copies.len(), checkpoint = ?r.checkpoint, "WPL restart");
-    core.wpl_restored(r.table, copies, replay_from)
+    core.wpl_restored(r.table, copies)
 }
 
 /// Runs one install round and its checkpoint synchronously (recovery, before the core has a

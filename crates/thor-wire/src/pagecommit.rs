@@ -129,10 +129,7 @@ impl CommitMode {
 
     /// Whether dirty pages travel whole with the commit (ESM and WPL).
     pub const fn ships_pages(self) -> bool {
-        matches!(
-            self,
-            CommitMode::PdEsm | CommitMode::SdEsm | CommitMode::SlEsm | CommitMode::Wpl
-        )
+        matches!(self, CommitMode::PdEsm | CommitMode::SdEsm | CommitMode::SlEsm | CommitMode::Wpl)
     }
 
     /// Whether the client sends page records (every page mode but WPL, which ships pages

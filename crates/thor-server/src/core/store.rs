@@ -44,9 +44,9 @@ use crate::limits;
 use crate::mob::{Mob, commit_cost};
 use crate::pagecache::PageCache;
 use crate::record::{self, RecordBuilder};
+use crate::superblock::Superblock;
 use thor_recovery::limits::{WPL_COMMIT_BYTES, WPL_IMAGE_HEADER_BYTES};
 use thor_recovery::wpl::WplRecord;
-use crate::superblock::Superblock;
 
 /// A commit as the core receives it: new versions of existing objects and newly created
 /// objects, as shared byte slices (of a received frame, without copying).
@@ -761,8 +761,8 @@ impl Store {
             }
         }
         if !vs.is_empty() {
-            let mut p =
-                PageMut::open(&mut buf).map_err(|source| EngineError::CorruptPage { page, source })?;
+            let mut p = PageMut::open(&mut buf)
+                .map_err(|source| EngineError::CorruptPage { page, source })?;
             p.apply(&mut vs, &mut Vec::new())
                 .map_err(|source| EngineError::CorruptPage { page, source })?;
             let version = p.view().version().max(newest);

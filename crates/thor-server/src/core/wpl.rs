@@ -89,7 +89,12 @@ pub struct WplState {
 impl WplState {
     /// A state around `table`.
     pub fn new(table: WplTable) -> WplState {
-        WplState { table, pending_checkpoint: None, scratch: Vec::new(), counters: WplCounters::default() }
+        WplState {
+            table,
+            pending_checkpoint: None,
+            scratch: Vec::new(),
+            counters: WplCounters::default(),
+        }
     }
 }
 
@@ -116,8 +121,7 @@ impl Core {
     }
 
     /// Recovery rebuilt `table`; `copies` are its committed copies (page, the copy's LSN, its
-    /// page image, and the version of the page's home, 0 if it has none on disk), and forward
-    /// replay starts at `replay_from` (the superblock's checkpoint).
+    /// page image, and the version of the page's home, 0 if it has none on disk).
     ///
     /// - A copy whose home is at least as new went home before the crash: it leaves the
     ///   table (a home at version `h` holds every commit to the page up to `h`).
@@ -129,13 +133,10 @@ impl Core {
     ///   of its pages, which holds its objects. The MOB keeps the newest version of each
     ///   object whatever the order of arrival, and every commit newer than the copy to one of
     ///   its objects is replayed (it is not home: the home is older than the copy).
-    ///
-    /// `replay_from` only says where forward replay starts; it is kept for the reader.
     pub fn wpl_restored(
         &mut self,
         mut table: WplTable,
         copies: Vec<(PageId, Lsn, Bytes, Lsn)>,
-        replay_from: Lsn,
     ) -> Result<(), EngineError> {
         let mut restored = 0;
         for (page, lsn, image, home) in copies {
@@ -143,7 +144,6 @@ impl Core {
                 table.installed(page, lsn);
                 continue;
             }
-            debug_assert!(replay_from > Lsn::ZERO);
             self.store
                 .restore_page_copy(page, lsn, image)
                 .map_err(|source| EngineError::CorruptPage { page, source })?;
