@@ -2,7 +2,7 @@
 //! `papers/quickstore-recovery-sigmod95.txt`) run inside thor, every commit mode beside `obj`.
 //!
 //! ```text
-//!   thor oo7 recovery-study --dir DIR [--modes obj,pd-redo,pd-esm,sd-esm,sl-esm]
+//!   thor oo7 recovery-study --dir DIR [--modes obj,pd-redo,pd-esm,sd-esm,sl-esm,wpl]
 //!        [--traversals t2a,t2b,t2c] [--clients 1,2,3,4,5] [--repeat R]
 //!        [--buffer-mb 8,4] [--block-bytes 64] [--cache-mb M] [--out DIR]
 //! ```
@@ -13,7 +13,9 @@
 //! own session and connection) runs its traversal on its private module once to warm its
 //! cache, then `--repeat` times as separate transactions, as in the paper (caches warm across
 //! transactions). The page modes run once per recovery buffer size (`--buffer-mb`: the paper's
-//! unconstrained case and, e.g., PD-ESM-4's 4 MB); `obj` has no recovery buffer.
+//! unconstrained case and, e.g., PD-ESM-4's 4 MB); `obj` and `wpl` have no recovery buffer
+//! (WPL copies nothing before an update: its client ships the written pages whole and the
+//! server logs them whole).
 //!
 //! Per point: the response time (mean over clients of their time per traversal), the
 //! throughput (traversals per second, all clients), and per committed transaction the bytes the
@@ -45,7 +47,7 @@ pub struct RecoveryArgs {
     #[arg(long)]
     dir: PathBuf,
     /// The commit modes, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "obj,pd-redo,pd-esm,sd-esm,sl-esm")]
+    #[arg(long, value_delimiter = ',', default_value = "obj,pd-redo,pd-esm,sd-esm,sl-esm,wpl")]
     modes: Vec<String>,
     /// The traversals, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "t2a,t2b,t2c")]
@@ -80,7 +82,7 @@ pub struct RecoveryArgs {
 #[derive(Debug, Clone, Serialize)]
 struct Point {
     mode: String,
-    /// The recovery buffer in MiB (page modes), or `None` (`obj`).
+    /// The recovery buffer in MiB (the diffing modes), or `None` (`obj`, `wpl`).
     buffer_mb: Option<f64>,
     traversal: String,
     clients: usize,
@@ -108,7 +110,7 @@ struct Point {
     /// "log-record pages").
     record_bytes_per_txn: f64,
     record_pages_per_txn: f64,
-    /// Dirty pages shipped whole per transaction (ESM).
+    /// Dirty pages shipped whole per transaction (ESM, WPL).
     pages_per_txn: f64,
     /// Server log bytes per transaction.
     log_bytes_per_txn: f64,
@@ -142,7 +144,7 @@ pub fn recovery_study(a: RecoveryArgs) -> anyhow::Result<()> {
     let mut points = Vec::new();
     for &op in &ops {
         for &mode in &modes {
-            let buffers: Vec<Option<f64>> = if mode.is_page_based() {
+            let buffers: Vec<Option<f64>> = if mode.sends_records() {
                 a.buffer_mb.iter().map(|b| Some(*b)).collect()
             } else {
                 vec![None]

@@ -435,7 +435,7 @@ impl Store {
             Ok(_) => return Ok(Replay::Nothing),
             Err(e) => return Err(bad(e.to_string())),
         };
-        let (writes, inner) = split_wpl_body(body).map_err(|why| bad(why.to_string()))?;
+        let (writes, inner) = record::split_wpl_body(body).map_err(|e| bad(e.to_string()))?;
         let at = WPL_COMMIT_BYTES + (body.len() - inner.len());
         let inner = rec.slice(at..);
         let images = std::mem::take(&mut self.wpl_images);
@@ -1222,26 +1222,6 @@ fn what_version(oref: Oref) -> String {
 
 fn what_created(i: usize) -> String {
     format!("created #{i}")
-}
-
-/// A WPL commit record's body: the written orefs, then the commit record of the created
-/// objects (returned as the rest of `body`).
-pub(crate) fn split_wpl_body(body: &[u8]) -> Result<(Vec<Oref>, &[u8]), &'static str> {
-    if body.len() < 4 {
-        return Err("a WPL commit body without its count of written objects");
-    }
-    let n = u32_at(body, 0) as usize;
-    if n > limits::COMMIT_OBJECTS_MAX || body.len() < 4 + 4 * n {
-        return Err("a WPL commit body with more written objects than it holds");
-    }
-    let mut writes = Vec::with_capacity(n);
-    for i in 0..n {
-        match RawRef::decode(u32_at(body, 4 + 4 * i)) {
-            RawRef::Oref(o) if !o.is_null() => writes.push(o),
-            _ => return Err("a WPL commit body names an object that is not one"),
-        }
-    }
-    Ok((writes, &body[4 + 4 * n..]))
 }
 
 /// An empty page `page` of `page_size` bytes.
