@@ -35,8 +35,8 @@
 //!         the coordinator: every participant acknowledged the decision; forget it
 //! ```
 
-use thor_core::limits::{OBJECT_ALIGN, OBJECT_HEADER_BYTES};
 use thor_core::le::u32_at;
+use thor_core::limits::{OBJECT_ALIGN, OBJECT_HEADER_BYTES};
 use thor_core::{Oref, RawRef, ServerId, le};
 
 /// A committed transaction without a concurrency-control section (old databases).
