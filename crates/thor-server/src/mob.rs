@@ -279,6 +279,25 @@ mod tests {
     }
 
     #[test]
+    fn an_older_creation_arriving_after_a_newer_version_pins_its_record() {
+        // Recovery puts a WPL copy's objects back (LSN 9) before replaying the record that
+        // created one of them (LSN 4): the copy's bytes stay, the creation's pin is taken.
+        let mut m = Mob::new();
+        m.insert(oref(2, 0), Lsn(9), false, data(9), 8);
+        assert_eq!(m.oldest_lsn(), Some(Lsn(9)));
+        m.insert(oref(2, 0), Lsn(4), true, data(4), 8);
+        let e = m.get(oref(2, 0)).unwrap();
+        assert_eq!((&*e.data, e.lsn, e.pin, e.created), (&[9u8; 8][..], Lsn(9), Lsn(4), true));
+        assert_eq!(m.oldest_lsn(), Some(Lsn(4)), "the creation record stays in the log");
+        assert_eq!(m.bytes(), ENTRY_OVERHEAD_BYTES + 8, "nothing of the stale version is kept");
+        // A plain older version changes nothing.
+        m.insert(oref(2, 0), Lsn(2), false, data(2), 8);
+        assert_eq!(m.get(oref(2, 0)).unwrap().pin, Lsn(4));
+        assert!(m.remove_if(oref(2, 0), Lsn(9)));
+        assert!(m.is_empty() && m.oldest_lsn().is_none());
+    }
+
+    #[test]
     fn a_record_is_charged_once_while_any_of_its_versions_is_buffered() {
         let mut m = Mob::new();
         let rec = Bytes::from(vec![7u8; 100]);
