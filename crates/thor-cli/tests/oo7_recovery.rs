@@ -81,5 +81,9 @@ fn every_mode_runs_and_its_counts_relate() {
         let wlog = get("wpl", clients, "log_bytes_per_txn");
         assert!(wlog >= pages * 4096.0, "wpl log bytes {wlog}, pages {pages}");
         assert!(get("wpl", clients, "log_bytes_per_txn") > log, "wpl logs more than obj");
+        // A page is logged whole once per commit that ships it (one refused is not logged).
+        let images = get("wpl", clients, "wpl_images_per_txn");
+        assert!(images >= 1.0 && images <= pages, "wpl images per txn {images}, pages {pages}");
+        assert_eq!(get("pd-esm", clients, "wpl_images_per_txn"), 0.0);
     }
 }

@@ -509,6 +509,7 @@ impl Core {
     /// The page modes' counters as `ServerStats` fields (the others default).
     pub(super) fn page_stats(&self) -> thor_wire::ServerStats {
         let p = &self.pages.counters;
+        let w = self.wpl_counters();
         thor_wire::ServerStats {
             commit_mode: u64::from(self.pages.mode.code()),
             page_commits: p.page_commits,
@@ -517,6 +518,12 @@ impl Core {
             page_record_bytes: p.record_bytes,
             pages_shipped: p.pages_shipped,
             redo_reads: p.redo_reads,
+            wpl_images: w.images,
+            wpl_checkpoints: w.checkpoints,
+            wpl_installed: w.installed,
+            wpl_restored: w.restored,
+            wpl_page_rule_refusals: w.page_rule_refusals,
+            wpl_table: self.wpl_table_len() as u64,
             ..thor_wire::ServerStats::default()
         }
     }
