@@ -1,5 +1,7 @@
 //! The page-based commit modes at the server (issue 14, `papers/quickstore-recovery-sigmod95.txt`):
-//! PD-REDO, PD-ESM, SD-ESM and SL-ESM beside thor's own `obj` mode.
+//! PD-REDO, PD-ESM, SD-ESM and SL-ESM beside thor's own `obj` mode, and the entry of WPL
+//! (whole-page logging: `wpl_page_commit` here, the rest in `super::wpl` and
+//! `Store::prepare_wpl`), whose commits carry pages and no records.
 //!
 //! # What arrives
 //!
