@@ -709,6 +709,7 @@ impl<'d> Checker<'d> {
         let mut new_classes: Vec<(Oref, Option<Arc<ClassDesc>>)> = Vec::new();
         let mut last_created_page = 0u32;
         let page_size = self.page_size;
+        let mut wpl = thor_server::wpl_log::WplObjects::default();
         let inspection = inspect(self.disk, &LogOptions::default(), |r: RecordAt<'_>| {
             bar.inc(1);
             if segments.last().is_none_or(|s| s != r.segment) {
@@ -722,10 +723,27 @@ impl<'d> Checker<'d> {
                 oref: None,
             };
             let mut objects = Vec::new();
-            if let Err(e) = record::decode_any(r.payload, |o| objects.push(o)) {
-                problems.push((record_place(), format!("{e}")));
-                return;
-            }
+            // WPL's records (page images, commits, checkpoints) are decoded and checked too;
+            // a WPL commit's objects are its images' written ones and its created ones.
+            let owned = match wpl.feed(r.lsn, r.payload, page_size) {
+                Ok(Some(owned)) => owned,
+                Ok(None) => {
+                    if let Err(e) = record::decode_any(r.payload, |o| objects.push(o)) {
+                        problems.push((record_place(), format!("{e}")));
+                        return;
+                    }
+                    Vec::new()
+                }
+                Err(e) => {
+                    problems.push((record_place(), e));
+                    return;
+                }
+            };
+            objects.extend(owned.iter().map(|w| record::RecordObject {
+                oref: w.oref,
+                created: w.created,
+                data: &w.data,
+            }));
             if r.lsn < checkpoint {
                 return;
             }
@@ -1201,14 +1219,31 @@ impl<'d> Checker<'d> {
         let bar = self.progress.phase("log objects", None);
         let checkpoint = self.sb.checkpoint;
         let disk = self.disk;
+        let page_size = self.page_size;
+        let mut wpl = thor_server::wpl_log::WplObjects::default();
         inspect(disk, &LogOptions::default(), |r| {
             bar.inc(1);
+            // Fed every record: a WPL commit's images may lie below the checkpoint.
+            let owned = match wpl.feed(r.lsn, r.payload, page_size) {
+                Ok(Some(owned)) => Some(owned),
+                Ok(None) => None,
+                Err(_) => return,
+            };
             if r.lsn < checkpoint {
                 return;
             }
             let mut objects = Vec::new();
-            if record::decode_any(r.payload, |o| objects.push(o)).is_err() {
-                return;
+            match &owned {
+                Some(owned) => objects.extend(owned.iter().map(|w| record::RecordObject {
+                    oref: w.oref,
+                    created: w.created,
+                    data: &w.data,
+                })),
+                None => {
+                    if record::decode_any(r.payload, |o| objects.push(o)).is_err() {
+                        return;
+                    }
+                }
             }
             for o in &objects {
                 let place = Place::Log {

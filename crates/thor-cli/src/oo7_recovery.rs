@@ -2,7 +2,7 @@
 //! `papers/quickstore-recovery-sigmod95.txt`) run inside thor, every commit mode beside `obj`.
 //!
 //! ```text
-//!   thor oo7 recovery-study --dir DIR [--modes obj,pd-redo,pd-esm,sd-esm,sl-esm]
+//!   thor oo7 recovery-study --dir DIR [--modes obj,pd-redo,pd-esm,sd-esm,sl-esm,wpl]
 //!        [--traversals t2a,t2b,t2c] [--clients 1,2,3,4,5] [--repeat R]
 //!        [--buffer-mb 8,4] [--block-bytes 64] [--cache-mb M] [--out DIR]
 //! ```
@@ -13,14 +13,16 @@
 //! own session and connection) runs its traversal on its private module once to warm its
 //! cache, then `--repeat` times as separate transactions, as in the paper (caches warm across
 //! transactions). The page modes run once per recovery buffer size (`--buffer-mb`: the paper's
-//! unconstrained case and, e.g., PD-ESM-4's 4 MB); `obj` has no recovery buffer.
+//! unconstrained case and, e.g., PD-ESM-4's 4 MB); `obj` and `wpl` have no recovery buffer
+//! (WPL copies nothing before an update: its client ships the written pages whole and the
+//! server logs them whole).
 //!
 //! Per point: the response time (mean over clients of their time per traversal), the
 //! throughput (traversals per second, all clients), and per committed transaction the bytes the
 //! clients shipped, the page records (and those sent early) and their bytes, the pages shipped
-//! whole, and the server's log bytes and REDO page reads. Each point runs `--runs` times
-//! (a fresh server each time): the times are the median with the range, the counts the first
-//! run's.
+//! whole, and the server's log bytes, REDO page reads and WPL page images logged. Each point
+//! runs `--runs` times (a fresh server each time): the times are the median with the range,
+//! the counts the first run's.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -45,7 +47,7 @@ pub struct RecoveryArgs {
     #[arg(long)]
     dir: PathBuf,
     /// The commit modes, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "obj,pd-redo,pd-esm,sd-esm,sl-esm")]
+    #[arg(long, value_delimiter = ',', default_value = "obj,pd-redo,pd-esm,sd-esm,sl-esm,wpl")]
     modes: Vec<String>,
     /// The traversals, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "t2a,t2b,t2c")]
@@ -80,7 +82,7 @@ pub struct RecoveryArgs {
 #[derive(Debug, Clone, Serialize)]
 struct Point {
     mode: String,
-    /// The recovery buffer in MiB (page modes), or `None` (`obj`).
+    /// The recovery buffer in MiB (the diffing modes), or `None` (`obj`, `wpl`).
     buffer_mb: Option<f64>,
     traversal: String,
     clients: usize,
@@ -108,12 +110,14 @@ struct Point {
     /// "log-record pages").
     record_bytes_per_txn: f64,
     record_pages_per_txn: f64,
-    /// Dirty pages shipped whole per transaction (ESM).
+    /// Dirty pages shipped whole per transaction (ESM, WPL).
     pages_per_txn: f64,
     /// Server log bytes per transaction.
     log_bytes_per_txn: f64,
     /// Pages the server read to apply records to (REDO), per transaction.
     redo_reads_per_txn: f64,
+    /// Page images the server logged (WPL), per transaction.
+    wpl_images_per_txn: f64,
 }
 
 fn parse_mode(name: &str) -> anyhow::Result<CommitMode> {
@@ -142,7 +146,7 @@ pub fn recovery_study(a: RecoveryArgs) -> anyhow::Result<()> {
     let mut points = Vec::new();
     for &op in &ops {
         for &mode in &modes {
-            let buffers: Vec<Option<f64>> = if mode.is_page_based() {
+            let buffers: Vec<Option<f64>> = if mode.sends_records() {
                 a.buffer_mb.iter().map(|b| Some(*b)).collect()
             } else {
                 vec![None]
@@ -286,6 +290,7 @@ fn point(
         pages_per_txn: per(sum(|c| c.pages_shipped)),
         log_bytes_per_txn: per(after.log_bytes.saturating_sub(before.log_bytes)),
         redo_reads_per_txn: per(after.redo_reads.saturating_sub(before.redo_reads)),
+        wpl_images_per_txn: per(after.wpl_images.saturating_sub(before.wpl_images)),
     }
 }
 
@@ -303,7 +308,7 @@ fn table(points: &[Point]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<5} {:<16} {:>3} {:>22} {:>9} {:>12} {:>8} {:>8} {:>10} {:>8} {:>10} {:>8}",
+        "{:<5} {:<16} {:>3} {:>22} {:>9} {:>12} {:>8} {:>8} {:>10} {:>8} {:>10} {:>8} {:>8}",
         "trav",
         "mode",
         "cl",
@@ -315,12 +320,13 @@ fn table(points: &[Point]) -> String {
         "recB/txn",
         "pg/txn",
         "logB/txn",
-        "redo/txn"
+        "redo/txn",
+        "wpl/txn"
     );
     for p in points {
         let _ = writeln!(
             s,
-            "{:<5} {:<16} {:>3} {:>22} {:>9.2} {:>12.0} {:>8.1} {:>8.1} {:>10.0} {:>8.1} {:>10.0} {:>8.1}",
+            "{:<5} {:<16} {:>3} {:>22} {:>9.2} {:>12.0} {:>8.1} {:>8.1} {:>10.0} {:>8.1} {:>10.0} {:>8.1} {:>8.1}",
             p.traversal,
             label(p),
             p.clients,
@@ -332,7 +338,8 @@ fn table(points: &[Point]) -> String {
             p.record_bytes_per_txn,
             p.pages_per_txn,
             p.log_bytes_per_txn,
-            p.redo_reads_per_txn
+            p.redo_reads_per_txn,
+            p.wpl_images_per_txn
         );
     }
     s
@@ -344,12 +351,13 @@ fn write_out(out: &Path, points: &[Point]) -> anyhow::Result<()> {
         "traversal,mode,buffer_mb,clients,runs,response_ms,response_ms_min,response_ms_max,\
          throughput,throughput_min,throughput_max,commits,aborts,\
          shipped_bytes_per_txn,records_per_txn,early_records_per_txn,record_bytes_per_txn,\
-         record_pages_per_txn,pages_per_txn,log_bytes_per_txn,redo_reads_per_txn\n",
+         record_pages_per_txn,pages_per_txn,log_bytes_per_txn,redo_reads_per_txn,\
+         wpl_images_per_txn\n",
     );
     for p in points {
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.1},{:.3},{:.3},{:.1},{:.4},{:.3},{:.1},{:.3}",
+            "{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.1},{:.3},{:.3},{:.1},{:.4},{:.3},{:.1},{:.3},{:.3}",
             p.traversal,
             p.mode,
             p.buffer_mb.map(|b| b.to_string()).unwrap_or_default(),
@@ -370,7 +378,8 @@ fn write_out(out: &Path, points: &[Point]) -> anyhow::Result<()> {
             p.record_pages_per_txn,
             p.pages_per_txn,
             p.log_bytes_per_txn,
-            p.redo_reads_per_txn
+            p.redo_reads_per_txn,
+            p.wpl_images_per_txn
         );
     }
     std::fs::write(out.join("recovery-study.csv"), csv)?;

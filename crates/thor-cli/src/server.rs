@@ -95,7 +95,8 @@ pub struct ServerArgs {
     /// How commits are made recoverable: obj (thor's own: objects shipped, logged, kept in the
     /// MOB) or one of the QuickStore recovery study's page-based modes: pd-redo, pd-esm,
     /// sd-esm, sl-esm (clients diff pages against a recovery buffer and ship page records, and
-    /// in the ESM modes the dirty pages too). Clients follow the server's mode.
+    /// in the ESM modes the dirty pages too), wpl (clients ship the dirty pages whole and the
+    /// server logs them whole). Clients follow the server's mode.
     #[arg(long, default_value = "obj", value_parser = parse_commit_mode)]
     commit_mode: thor_wire::CommitMode,
     /// Threads serving connections (0: one per core).

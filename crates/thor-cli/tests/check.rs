@@ -293,6 +293,45 @@ fn check_passes_a_database_whose_server_was_killed() {
 }
 
 #[test]
+fn check_passes_a_wpl_database_whose_server_was_killed() {
+    // Whole-page logging: the log holds page images, WPL commit records (with the created
+    // objects in their body) and WPL checkpoints; `thor check` decodes them all.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let (server, addr, log) = common::start(&dir, &["--create", "--commit-mode", "wpl"], None);
+    common::drain(log);
+    let history = tmp.path().join("history.jsonl");
+    let client = |extra: &[&str]| {
+        let out = common::thor()
+            .args(["bench", "transfer-client", "--connect", &addr.to_string(), "--client", "1"])
+            .arg("--history")
+            .arg(&history)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    client(&["--setup", "8", "--seconds", "0"]);
+    client(&["--seconds", "1"]);
+    server.kill();
+    let (code, report) = check_json(&dir);
+    assert_eq!(code, 0, "{report:#}");
+    assert!(report["checked"]["log_records"].as_u64().unwrap() > 0, "{report:#}");
+    // And the database opens again in wpl mode (WPL's restart) and serves the accounts.
+    let (server, addr, log) = common::start(&dir, &["--commit-mode", "wpl"], None);
+    common::drain(log);
+    let out = common::thor()
+        .args(["bench", "transfer-client", "--connect", &addr.to_string(), "--client", "2"])
+        .arg("--history")
+        .arg(tmp.path().join("history2.jsonl"))
+        .args(["--seconds", "0"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    server.kill();
+}
+
+#[test]
 fn check_finds_a_flipped_page_byte() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = oo7_tiny(tmp.path());

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::bank::{
     accounts as final_state, finish, load_histories, transfer_client as client, wait_for_commits,
 };
-use common::{ServerProcess, free_port, start_at};
+use common::{ServerProcess, free_port, start_at_with};
 
 const CLIENTS: u32 = 8;
 const ACCOUNTS: usize = 16;
@@ -28,9 +28,21 @@ fn pause(i: usize) -> Duration {
 
 #[test]
 fn transfers_stay_serializable_across_server_sigkills() {
+    kills(&[]);
+}
+
+/// The same with the server in `wpl` mode (whole-page logging): every restart runs WPL's
+/// backward pass over a log a SIGKILL cut anywhere, with install rounds on their own thread.
+#[test]
+fn wpl_transfers_stay_serializable_across_server_sigkills() {
+    kills(&["--commit-mode", "wpl"]);
+}
+
+fn kills(server_args: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("db");
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let start_at = |dir: &std::path::Path, addr| start_at_with(dir, addr, server_args);
     let mut server: ServerProcess = start_at(&dir, addr);
 
     let setup_history = tmp.path().join("setup.jsonl");

@@ -2,7 +2,8 @@
 //! relate as the modes are built (timing never decides): `obj` sends no page records, the
 //! page modes send records, ESM ships the written pages whole and REDO none, a recovery
 //! buffer of one page sends PD's records early and SD's 64-byte blocks need room no more
-//! often, and every mode writes the same log bytes (thor's commit record).
+//! often, every diffing mode writes the same log bytes (thor's commit record), and WPL sends
+//! no records, ships its written pages and logs them whole (more log bytes than any other).
 
 use std::process::{Command, Output};
 
@@ -45,7 +46,7 @@ fn every_mode_runs_and_its_counts_relate() {
     }
     let json = std::fs::read(results.join("recovery-study.json")).unwrap();
     let points: Vec<Value> = serde_json::from_slice(&json).unwrap();
-    assert_eq!(points.len(), 5 * 2, "five modes, two client counts");
+    assert_eq!(points.len(), 6 * 2, "six modes, two client counts");
     let get = |mode: &str, clients: u64, field: &str| -> f64 {
         let p = points
             .iter()
@@ -72,5 +73,17 @@ fn every_mode_runs_and_its_counts_relate() {
             get("sd-esm", clients, "early_records_per_txn"),
         );
         assert!(pd > 0.0 && sd <= pd, "early records: pd {pd}, sd {sd}");
+        // WPL: pages only, each logged whole (a page image per written page: at least the
+        // smallest page size, 4 KiB, of log per page shipped).
+        assert_eq!(get("wpl", clients, "records_per_txn"), 0.0);
+        let pages = get("wpl", clients, "pages_per_txn");
+        assert!(pages >= 1.0, "wpl pages per txn {pages}");
+        let wlog = get("wpl", clients, "log_bytes_per_txn");
+        assert!(wlog >= pages * 4096.0, "wpl log bytes {wlog}, pages {pages}");
+        assert!(get("wpl", clients, "log_bytes_per_txn") > log, "wpl logs more than obj");
+        // A page is logged whole once per commit that ships it (one refused is not logged).
+        let images = get("wpl", clients, "wpl_images_per_txn");
+        assert!(images >= 1.0 && images <= pages, "wpl images per txn {images}, pages {pages}");
+        assert_eq!(get("pd-esm", clients, "wpl_images_per_txn"), 0.0);
     }
 }

@@ -1,5 +1,12 @@
 //! The client's half of the page-based commit modes (issue 14,
-//! `papers/quickstore-recovery-sigmod95.txt`): PD-REDO, PD-ESM, SD-ESM and SL-ESM.
+//! `papers/quickstore-recovery-sigmod95.txt`): PD-REDO, PD-ESM, SD-ESM, SL-ESM and WPL.
+//!
+//! *WPL* (whole-page logging) uses only the page images: no copy before a write, no diff, no
+//! record; at commit each written page goes whole, as its image with the written objects laid
+//! in, carrying the `version` it was fetched with (the server refuses the commit if the page
+//! was written since: WPL's page rule). After a commit the images take the commit's LSN as
+//! their version; after an abort (a refusal by the page rule among them) the written pages'
+//! images are dropped, so the next attempt fetches them fresh.
 //!
 //! The server says its mode in `HelloOk`; in a page mode the session commits with
 //! `PageCommit` instead of `Commit`, and this module produces what that carries.
@@ -163,12 +170,11 @@ impl PageState {
             }
             _ => Copies::Page,
         };
-        let rbuf = RecoveryBuffer::new(RecoveryBufferConfig {
-            page_size,
-            pages: cfg.buffer_pages,
-            copies,
-        })
-        .map_err(recovery_err)?;
+        // WPL copies nothing before a write: its buffer is never used, so it is the smallest.
+        let buffer_pages = if mode == CommitMode::Wpl { 1 } else { cfg.buffer_pages };
+        let rbuf =
+            RecoveryBuffer::new(RecoveryBufferConfig { page_size, pages: buffer_pages, copies })
+                .map_err(recovery_err)?;
         let shadow_max =
             if cfg.shadow_pages == 0 { (cache_bytes / page_size).max(1) } else { cfg.shadow_pages };
         Ok(PageState {
@@ -242,6 +248,11 @@ impl PageState {
         span: Span,
     ) -> Result<Option<PageId>, ClientError> {
         let img = self.shadow.get(&page).ok_or(ClientError::Unexpected("no page image"))?;
+        if self.mode == CommitMode::Wpl {
+            // WPL saves nothing and diffs nothing: the page goes whole at commit.
+            self.note_written(oref, entry, page, span);
+            return Ok(None);
+        }
         let before = self.rbuf.stats();
         match self.rbuf.before_write(page, span, img).map_err(recovery_err)? {
             BeforeWrite::Ready => {}
@@ -250,12 +261,16 @@ impl PageState {
         let after = self.rbuf.stats();
         self.stats.copies += after.copies - before.copies;
         self.stats.copied_bytes += after.copied_bytes - before.copied_bytes;
+        self.note_written(oref, entry, page, span);
+        Ok(None)
+    }
+
+    fn note_written(&mut self, oref: u32, entry: u32, page: PageId, span: Span) {
         self.written_orefs.insert(oref);
         let on_page = self.written.entry(page).or_default();
         if !on_page.iter().any(|w| w.entry == entry) {
             on_page.push(Written { entry, oref, span });
         }
-        Ok(None)
     }
 
     /// The written objects of `page` (entries and spans).
@@ -344,9 +359,16 @@ impl PageState {
         self.stats.page_bytes += bytes as u64;
     }
 
-    /// The transaction committed with these final images of its pages.
-    pub fn committed(&mut self, images: Vec<(PageId, Vec<u8>)>) {
-        for (page, img) in images {
+    /// The transaction committed at `lsn` with these final images of its pages. Under WPL
+    /// the server logged each page with `version` = `lsn`, so the images say so: the next
+    /// commit of the page then passes the page rule unless another commit wrote it since.
+    pub fn committed(&mut self, images: Vec<(PageId, Vec<u8>)>, lsn: thor_core::Lsn) {
+        for (page, mut img) in images {
+            if self.mode == CommitMode::Wpl
+                && let Ok(mut p) = thor_core::PageMut::open(&mut img)
+            {
+                p.set_version(lsn);
+            }
             self.shadow.insert(page, img);
         }
         self.dirty_images.clear();
@@ -354,9 +376,15 @@ impl PageState {
     }
 
     /// The transaction ended without committing: images holding its bytes are dropped (the
-    /// next write fetches them again).
+    /// next write fetches them again). Under WPL every written page's image goes too: a
+    /// refusal by the page rule means the image is older than the page, and the next attempt
+    /// must ship a fresh one.
     pub fn aborted(&mut self) {
-        for p in std::mem::take(&mut self.dirty_images) {
+        let mut drop_pages = std::mem::take(&mut self.dirty_images);
+        if self.mode == CommitMode::Wpl {
+            drop_pages.extend(self.written.keys().copied());
+        }
+        for p in drop_pages {
             self.shadow.remove(&p);
             self.shadow_order.retain(|q| *q != p);
         }

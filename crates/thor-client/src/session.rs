@@ -1662,7 +1662,9 @@ impl Inner {
             let objects = self.written_objects(page)?;
             let pm = self.pm.as_mut().expect("page mode");
             let cur = pm.current(page, &objects)?;
-            if let Some(rec) = pm.record(page, &cur, Images::Redo)? {
+            if pm.mode().sends_records()
+                && let Some(rec) = pm.record(page, &cur, Images::Redo)?
+            {
                 shipped += rec.len() as u64;
                 records.push(Bytes::from(rec));
             }
@@ -1738,7 +1740,7 @@ impl Inner {
                 if r.is_ok()
                     && let Some(pm) = &mut self.pm
                 {
-                    pm.committed(images);
+                    pm.committed(images, lsn);
                 }
                 r
             }

@@ -41,10 +41,15 @@
 //!
 //! ```text
 //! page image  | kind=6 u8 | 0 u8 | 0 u16 | page id u32 | txn u64 | the page (page size bytes) |
-//! commit      | kind=7 u8 | 0 u8 | 0 u16 | 0 u32       | txn u64 |
+//! commit      | kind=7 u8 | flags u8 | 0 u16 | 0 u32   | txn u64 | body (flags bit 0 only) |
 //! checkpoint  | kind=8 u8 | 0 u8 | 0 u16 | count u32   | count × entry |
 //!   entry     | page id u32 | status u32 (bit 0: committed) | lsn u64 | txn u64 |
 //! ```
+//!
+//! A commit record with `flags` bit 0 set carries a *body* after its header: bytes this crate
+//! does not interpret (thor-server puts there what a page image cannot say: the objects the
+//! transaction created, which the server allocated, and its concurrency-control section).
+//! Other flag bits are zero. Without bit 0 the record is exactly its 16-byte header.
 //!
 //! Kinds 6 to 8 follow thor-server's record kinds (1 to 5) so that both can share one log.
 //! A record's LSN is its position in the log (the log's own header carries it). A checkpoint
@@ -100,6 +105,8 @@ pub const fn is_wpl_kind(kind: u8) -> bool {
     matches!(kind, KIND_IMAGE | KIND_COMMIT | KIND_CHECKPOINT)
 }
 const STATUS_COMMITTED: u32 = 1;
+/// A commit record's flag: a body follows the header.
+const COMMIT_HAS_BODY: u8 = 1;
 
 /// The bounds of a WPL table.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -207,6 +214,21 @@ impl WplTable {
     /// Whether the table holds no copy.
     pub fn is_empty(&self) -> bool {
         self.entries == 0
+    }
+
+    /// Transactions holding uncommitted copies (at most [`WplConfig::txns_max`]).
+    pub fn txns(&self) -> usize {
+        self.txns.len()
+    }
+
+    /// The table's bounds.
+    pub fn config(&self) -> WplConfig {
+        self.config
+    }
+
+    /// Whether a checkpoint record was appended and is not yet durable.
+    pub fn checkpoint_pending(&self) -> bool {
+        self.pending_checkpoint.is_some()
     }
 
     /// The committed copy of `page` not yet home: where a reader finds the page's current
@@ -452,6 +474,14 @@ pub enum WplRecord<'a> {
         /// The transaction.
         txn: TxnId,
     },
+    /// `txn` committed, with a body for the log's other reader (see the module
+    /// documentation).
+    CommitWith {
+        /// The transaction.
+        txn: TxnId,
+        /// The body, uninterpreted here (possibly empty).
+        body: &'a [u8],
+    },
     /// The table, as of the record.
     Checkpoint(Checkpoint<'a>),
 }
@@ -503,6 +533,14 @@ pub fn encode_commit(txn: TxnId, out: &mut Vec<u8>) {
     put_u64(&mut out[at..], 8, txn.0);
 }
 
+/// Appends the payload of a commit record carrying `body` (flags bit 0).
+pub fn encode_commit_with(txn: TxnId, body: &[u8], out: &mut Vec<u8>) {
+    let at = out.len();
+    encode_commit(txn, out);
+    out[at + 1] = COMMIT_HAS_BODY;
+    out.extend_from_slice(body);
+}
+
 /// Appends a checkpoint record's payload listing `entries` (in page and LSN order).
 pub fn encode_checkpoint(entries: &[WplEntry], out: &mut Vec<u8>) {
     let at = out.len();
@@ -535,7 +573,11 @@ pub fn decode(bytes: &[u8], lsn: Lsn, page_size: usize) -> Result<WplRecord<'_>,
     if bytes.len() < header {
         return Err(bad("truncated header"));
     }
-    if bytes[1..4] != [0, 0, 0] {
+    let flags = bytes[1];
+    if (kind != KIND_COMMIT && flags != 0) || flags & !COMMIT_HAS_BODY != 0 {
+        return Err(bad("unknown flags"));
+    }
+    if bytes[2..4] != [0, 0] {
         return Err(bad("reserved bytes are not zero"));
     }
     match kind {
@@ -549,10 +591,17 @@ pub fn decode(bytes: &[u8], lsn: Lsn, page_size: usize) -> Result<WplRecord<'_>,
             Ok(WplRecord::PageImage { page, txn: TxnId(u64_at(bytes, 8)), image })
         }
         KIND_COMMIT => {
-            if bytes.len() != WPL_COMMIT_BYTES || u32_at(bytes, 4) != 0 {
+            if u32_at(bytes, 4) != 0 {
                 return Err(bad("malformed commit record"));
             }
-            Ok(WplRecord::Commit { txn: TxnId(u64_at(bytes, 8)) })
+            let txn = TxnId(u64_at(bytes, 8));
+            if flags & COMMIT_HAS_BODY != 0 {
+                return Ok(WplRecord::CommitWith { txn, body: &bytes[WPL_COMMIT_BYTES..] });
+            }
+            if bytes.len() != WPL_COMMIT_BYTES {
+                return Err(bad("malformed commit record"));
+            }
+            Ok(WplRecord::Commit { txn })
         }
         _ => {
             let count = u32_at(bytes, 4) as usize;
@@ -645,7 +694,7 @@ pub fn restart<L: BackwardLog>(
         }
         newest.get_or_insert(lsn);
         let step = match decode(&buf, lsn, page_size)? {
-            WplRecord::Commit { txn } => {
+            WplRecord::Commit { txn } | WplRecord::CommitWith { txn, .. } => {
                 // The CTL holds the transactions that committed after the checkpoint: those the
                 // table counted while the server ran (`commits_per_checkpoint`), and at most
                 // one in-flight commit per active transaction.

@@ -195,6 +195,7 @@ impl EngineOptions {
             cc: self.cc,
             twopc: self.twopc,
             page_cache_mode: self.page_cache_mode,
+            wpl: crate::core::wpl::WPL_CONFIG_DEFAULT,
         }
     }
 }
@@ -216,6 +217,7 @@ impl From<CommitRequest> for CommitIn {
             created: r.created.into_iter().map(Bytes::from).collect(),
             reads: Vec::new(),
             ts: None,
+            wpl: None,
         }
     }
 }

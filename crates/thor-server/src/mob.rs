@@ -114,9 +114,9 @@ impl Mob {
     }
 
     /// Buffers `data` (a slice of the record of commit `lsn`, `record_bytes` long) as the newest
-    /// version of `oref`. Versions must arrive in LSN order per object; an older version than
-    /// the buffered one is ignored (as happens when recovery replays a record whose effect a
-    /// later record supersedes).
+    /// version of `oref`. An older version than the buffered one is ignored (as happens when
+    /// recovery replays a record whose effect a later record supersedes), except that an older
+    /// creation pins its record (see [`MobEntry::pin`]).
     pub fn insert(
         &mut self,
         oref: Oref,
@@ -126,8 +126,22 @@ impl Mob {
         record_bytes: usize,
     ) {
         let page = oref.page().expect("MOB entries name real pages");
-        match self.entries.get(&oref) {
-            Some(old) if old.lsn > lsn => {}
+        match self.entries.get_mut(&oref) {
+            Some(old) if old.lsn > lsn => {
+                // An older creation of an object buffered with a newer version (recovery puts
+                // WPL copies back before replaying the older records that created their
+                // objects): the creation record must stay pinned until the object is
+                // installed, so the entry takes its pin.
+                if created && lsn < old.pin {
+                    let old_pin = old.pin;
+                    old.pin = lsn;
+                    old.created = true;
+                    self.fifo.remove(&(old_pin, oref));
+                    self.fifo.insert((lsn, oref), ());
+                } else if created {
+                    old.created = true;
+                }
+            }
             Some(old) => {
                 let (old_lsn, old_pin, old_created) = (old.lsn, old.pin, old.created);
                 self.fifo.remove(&(old_pin, oref));
@@ -262,6 +276,25 @@ mod tests {
         assert!(m.remove_if(oref(3, 0), Lsn(4)));
         assert!(m.is_empty());
         assert_eq!(m.bytes(), 0);
+    }
+
+    #[test]
+    fn an_older_creation_arriving_after_a_newer_version_pins_its_record() {
+        // Recovery puts a WPL copy's objects back (LSN 9) before replaying the record that
+        // created one of them (LSN 4): the copy's bytes stay, the creation's pin is taken.
+        let mut m = Mob::new();
+        m.insert(oref(2, 0), Lsn(9), false, data(9), 8);
+        assert_eq!(m.oldest_lsn(), Some(Lsn(9)));
+        m.insert(oref(2, 0), Lsn(4), true, data(4), 8);
+        let e = m.get(oref(2, 0)).unwrap();
+        assert_eq!((&*e.data, e.lsn, e.pin, e.created), (&[9u8; 8][..], Lsn(9), Lsn(4), true));
+        assert_eq!(m.oldest_lsn(), Some(Lsn(4)), "the creation record stays in the log");
+        assert_eq!(m.bytes(), ENTRY_OVERHEAD_BYTES + 8, "nothing of the stale version is kept");
+        // A plain older version changes nothing.
+        m.insert(oref(2, 0), Lsn(2), false, data(2), 8);
+        assert_eq!(m.get(oref(2, 0)).unwrap().pin, Lsn(4));
+        assert!(m.remove_if(oref(2, 0), Lsn(9)));
+        assert!(m.is_empty() && m.oldest_lsn().is_none());
     }
 
     #[test]

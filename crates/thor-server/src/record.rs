@@ -35,8 +35,9 @@
 //!         the coordinator: every participant acknowledged the decision; forget it
 //! ```
 
+use thor_core::le::u32_at;
 use thor_core::limits::{OBJECT_ALIGN, OBJECT_HEADER_BYTES};
-use thor_core::{Oref, ServerId, le};
+use thor_core::{Oref, RawRef, ServerId, le};
 
 /// A committed transaction without a concurrency-control section (old databases).
 pub const KIND_COMMIT_V1: u8 = 1;
@@ -67,6 +68,32 @@ const HEADER_BYTES: usize = 8;
 const CC_BYTES: usize = 16;
 const OBJECT_PREFIX_BYTES: usize = 8;
 const FLAG_CREATED: u16 = 1;
+
+/// The body of a WPL commit record as thor-server writes it (`thor_recovery::wpl`'s commit
+/// record with flags bit 0; see `core::store::Store::prepare_wpl`):
+///
+/// ```text
+/// | W u32 | W written orefs u32 | a commit record (kind 2): timestamp, read set, the created objects |
+/// ```
+///
+/// Returns the written orefs (each checked: a stored, non-null oref) and the commit record.
+pub fn split_wpl_body(body: &[u8]) -> Result<(Vec<Oref>, &[u8]), RecordError> {
+    if body.len() < 4 {
+        return Err(RecordError("a WPL commit body without its count of written objects"));
+    }
+    let n = u32_at(body, 0) as usize;
+    if n > crate::limits::COMMIT_OBJECTS_MAX || body.len() < 4 + 4 * n {
+        return Err(RecordError("a WPL commit body with more written objects than it holds"));
+    }
+    let mut writes = Vec::with_capacity(n);
+    for i in 0..n {
+        match RawRef::decode(u32_at(body, 4 + 4 * i)) {
+            RawRef::Oref(o) if !o.is_null() => writes.push(o),
+            _ => return Err(RecordError("a WPL commit body names an object that is not one")),
+        }
+    }
+    Ok((writes, &body[4 + 4 * n..]))
+}
 
 /// One object of a commit record.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,9 +19,14 @@
 //! page and transaction the table names, and be a page that parses as stored for that page
 //! id. A log that fails any check is an error naming the LSN, never a panic.
 //!
-//! *Status:* this is the restart half of a `wpl` commit mode that is not wired into the core
-//! yet (see `docs/format.md`, "What is built"); it is tested against generated histories over
-//! a crashing [`thor_storage::MemDisk`] (`tests/wpl_restart.rs`).
+//! Recovery (`crate::io::recover`) runs it when forward replay meets the first WPL record,
+//! and the core puts back the copies forward replay cannot see (`Core::wpl_restored`). It is
+//! tested against generated histories over a crashing [`thor_storage::MemDisk`]
+//! (`tests/wpl_restart.rs`), and with the `wpl` commit mode in the core's scenario tests and
+//! the whole-cluster simulation.
+//!
+//! [`WplObjects`] reads the objects WPL commits wrote out of a log read forward, for offline
+//! tools (`thor check`).
 
 use bytes::Bytes;
 use rustc_hash::{FxBuildHasher, FxHashMap};
@@ -157,4 +162,75 @@ pub fn restart(
         records_read: r.records_read,
         records_skipped: back.skipped,
     })
+}
+
+/// The objects WPL commits wrote, from a log read forward (as recovery's forward replay reads
+/// it, `core::store`): a page image waits for its commit record, which then yields the
+/// written objects (from its images) and the created ones (from its body). Memory: the pages
+/// of one commit (its images and commit record are consecutive in the log).
+#[derive(Debug, Default)]
+pub struct WplObjects {
+    /// The transaction whose images are held, and its images.
+    images: (u64, Vec<(PageId, Vec<u8>)>),
+}
+
+/// One object a WPL commit wrote or created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WplObject {
+    /// Which object.
+    pub oref: thor_core::Oref,
+    /// Whether the commit created it.
+    pub created: bool,
+    /// Its bytes.
+    pub data: Vec<u8>,
+}
+
+impl WplObjects {
+    /// Reads the record at `lsn`: `Ok(None)` if it is not one of WPL's, else the objects it
+    /// commits (none for an image, which waits for its commit record, or a checkpoint). A
+    /// malformed record is an error naming what is wrong.
+    pub fn feed(
+        &mut self,
+        lsn: Lsn,
+        payload: &[u8],
+        page_size: usize,
+    ) -> Result<Option<Vec<WplObject>>, String> {
+        if !payload.first().is_some_and(|k| wpl::is_wpl_kind(*k)) {
+            self.images.1.clear();
+            return Ok(None);
+        }
+        let (txn, body) = match wpl::decode(payload, lsn, page_size).map_err(|e| e.to_string())? {
+            WplRecord::PageImage { page, txn, image } => {
+                PageView::parse_stored(image, page)
+                    .map_err(|e| format!("page image of page {page}: {e}"))?;
+                if self.images.0 != txn.0 {
+                    self.images = (txn.0, Vec::new());
+                }
+                self.images.1.push((page, image.to_vec()));
+                return Ok(Some(Vec::new()));
+            }
+            WplRecord::Checkpoint(_) | WplRecord::Commit { .. } => return Ok(Some(Vec::new())),
+            WplRecord::CommitWith { txn, body } => (txn.0, body),
+        };
+        let (writes, inner) = crate::record::split_wpl_body(body).map_err(|e| e.to_string())?;
+        let images = std::mem::take(&mut self.images);
+        let images = if images.0 == txn { images.1 } else { Vec::new() };
+        let mut out = Vec::new();
+        for o in writes {
+            // A commit whose images lie below where the reading started has none here.
+            let Some((page, img)) = images.iter().find(|(p, _)| o.page() == Some(*p)) else {
+                continue;
+            };
+            let view = PageView::assume_parsed(img);
+            let data = view
+                .object(o.oid())
+                .ok_or_else(|| format!("its image of page {page} lacks {o}"))?;
+            out.push(WplObject { oref: o, created: false, data: data.to_vec() });
+        }
+        crate::record::decode(inner, |o| {
+            out.push(WplObject { oref: o.oref, created: o.created, data: o.data.to_vec() });
+        })
+        .map_err(|e| format!("the commit record in its body: {e}"))?;
+        Ok(Some(out))
+    }
 }

@@ -74,6 +74,11 @@ pub struct Checker {
     published: Lsn,
     /// Every simulation object as of `published`.
     state: BTreeMap<Oref, Bytes>,
+    /// Every simulation object as of the last record appended (durable or not).
+    latest: BTreeMap<Oref, Bytes>,
+    /// WPL: the writes found in page images, by the transaction number the images carry,
+    /// until its commit record.
+    wpl_pending: BTreeMap<u64, Vec<(Oref, Bytes)>>,
 }
 
 impl Checker {
@@ -85,6 +90,8 @@ impl Checker {
             acked: BTreeSet::new(),
             published: Lsn(next_lsn.0.saturating_sub(1)),
             state: BTreeMap::new(),
+            latest: BTreeMap::new(),
+            wpl_pending: BTreeMap::new(),
         }
     }
 
@@ -110,7 +117,35 @@ impl Checker {
         }
         let mut writes = Vec::new();
         let mut txns = BTreeSet::new();
-        record::decode(rec, |o| {
+        let body = match rec.first() {
+            // Page images and checkpoints commit nothing themselves (a WPL transaction's
+            // writes count at its commit record), but hold their place in the log.
+            Some(&KIND_IMAGE) | Some(&KIND_CHECKPOINT) => {
+                if rec[0] == KIND_IMAGE {
+                    self.wpl_image(lsn, rec)?;
+                }
+                self.log.push(Rec { lsn, txn: (0, 0), writes: Vec::new() });
+                return Ok(());
+            }
+            Some(&KIND_COMMIT) => {
+                let (wpl_txn, written, body) = wpl_commit(lsn, rec)?;
+                // The page images carried the versions: each must be one the commit names.
+                for (o, b) in self.wpl_pending.remove(&wpl_txn).unwrap_or_default() {
+                    if !written.contains(&o) {
+                        return violation(format!(
+                            "WPL commit {lsn}: its page image changed {o:?}, which it does not write"
+                        ));
+                    }
+                    if let Some(t) = self.txn_of(&b) {
+                        txns.insert(t);
+                    }
+                    writes.push((o, b));
+                }
+                body
+            }
+            _ => rec,
+        };
+        record::decode(body, |o| {
             if let Some(t) = self.txn_of(o.data) {
                 txns.insert(t);
                 writes.push((o.oref, Bytes::copy_from_slice(o.data)));
@@ -122,7 +157,56 @@ impl Checker {
             1 => *txns.first().expect("one"),
             _ => return violation(format!("record {lsn} mixes the writes of {txns:?}")),
         };
+        for (o, b) in &writes {
+            self.latest.insert(*o, b.clone());
+        }
         self.log.push(Rec { lsn, txn, writes });
+        Ok(())
+    }
+
+    /// A WPL page image (`thor_recovery::wpl`): the page as committed so far (every record
+    /// appended before it) with its transaction's versions laid in. Every simulation object
+    /// must equal the state of the log so far, or be a new version (then it is one of the
+    /// transaction's writes, credited at its commit record); every object of the page the log
+    /// has must be in it.
+    fn wpl_image(&mut self, lsn: Lsn, rec: &[u8]) -> Result<(), Violation> {
+        let header = thor_recovery::limits::WPL_IMAGE_HEADER_BYTES;
+        if rec.len() <= header {
+            return violation(format!("WPL image {lsn} is truncated"));
+        }
+        let page = PageId::new(u32_at(rec, 4))
+            .ok_or_else(|| Violation(format!("WPL image {lsn} names no page")))?;
+        let wpl_txn = thor_core::le::u64_at(rec, 8);
+        let image = &rec[header..];
+        let v = PageView::parse_stored(image, page)
+            .map_err(|e| Violation(format!("WPL image {lsn} of page {page}: {e}")))?;
+        let mut changed = Vec::new();
+        let mut seen = 0;
+        for (oid, obj) in v.objects() {
+            if self.txn_of(obj).is_none() {
+                continue;
+            }
+            let oref = Oref::new(page, oid);
+            match self.latest.get(&oref) {
+                Some(b) if &b[..] == obj => seen += 1,
+                Some(_) => {
+                    seen += 1;
+                    changed.push((oref, Bytes::copy_from_slice(obj)));
+                }
+                None => {
+                    return violation(format!(
+                        "WPL image {lsn} of page {page} holds {oref:?}, which no record created"
+                    ));
+                }
+            }
+        }
+        let expected = self.latest.range(page_range(page)).count();
+        if seen != expected {
+            return violation(format!(
+                "WPL image {lsn} of page {page} shows {seen} simulation objects, the log has {expected}"
+            ));
+        }
+        self.wpl_pending.entry(wpl_txn).or_default().extend(changed);
         Ok(())
     }
 
@@ -178,6 +262,9 @@ impl Checker {
                 self.state.insert(*o, b.clone());
             }
         }
+        self.latest = self.state.clone();
+        // Page images whose commit record did not survive commit nothing.
+        self.wpl_pending.clear();
         self.published = Lsn(next_lsn.0.saturating_sub(1));
         Ok(())
     }
@@ -288,6 +375,32 @@ impl Checker {
     pub fn writers(&self, objects: &[Oref]) -> Vec<(Oref, Option<TxnId>)> {
         objects.iter().map(|o| (*o, self.state.get(o).and_then(|b| self.txn_of(b)))).collect()
     }
+}
+
+const KIND_IMAGE: u8 = thor_recovery::wpl::KIND_IMAGE;
+const KIND_COMMIT: u8 = thor_recovery::wpl::KIND_COMMIT;
+const KIND_CHECKPOINT: u8 = thor_recovery::wpl::KIND_CHECKPOINT;
+
+/// A WPL commit record as thor-server writes it: (the transaction number its images carry,
+/// the objects it writes, the commit record of its created objects).
+fn wpl_commit(lsn: Lsn, rec: &[u8]) -> Result<(u64, BTreeSet<Oref>, &[u8]), Violation> {
+    let bad = |why: &str| Violation(format!("WPL commit {lsn}: {why}"));
+    let header = thor_recovery::limits::WPL_COMMIT_BYTES;
+    if rec.len() < header + 4 || rec[1] != 1 {
+        return Err(bad("not a commit record with a body"));
+    }
+    let txn = thor_core::le::u64_at(rec, 8);
+    let body = &rec[header..];
+    let n = u32_at(body, 0) as usize;
+    if body.len() < 4 + 4 * n {
+        return Err(bad("its written objects run past its end"));
+    }
+    let mut written = BTreeSet::new();
+    for i in 0..n {
+        let o = Oref::from_raw(u32_at(body, 4 + 4 * i)).ok_or_else(|| bad("a bad oref"))?;
+        written.insert(o);
+    }
+    Ok((txn, written, &body[4 + 4 * n..]))
 }
 
 /// Every oref of `page`.

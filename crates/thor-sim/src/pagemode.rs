@@ -1,5 +1,5 @@
 //! The simulated clients' half of the page-based commit modes (`pd-redo`, `pd-esm`, `sd-esm`,
-//! `sl-esm`; issue 14): a transaction's new object versions turned into what a page-mode
+//! `sl-esm`, `wpl`; issue 14): a transaction's new object versions turned into what a page-mode
 //! client sends, built with `thor_recovery`'s recovery buffer, differ and record encoder as
 //! thor-client's `pagemode.rs` builds it.
 //!
@@ -18,6 +18,9 @@
 //! the acknowledgement of any invalidation of an object on those pages until its commit is
 //! answered, so a stale image is refused by CLOCC (the client's invalid set), never applied.
 //! A small recovery buffer (a setting of the run) makes records go before the commit.
+//!
+//! In `wpl` mode nothing is copied or diffed: each written page goes whole, as fetched with the
+//! written objects laid in, carrying the `version` it was fetched with (`build_wpl`).
 
 use bytes::Bytes;
 use thor_core::{Oref, PageId, PageView};
@@ -84,6 +87,9 @@ pub(crate) fn build(
     created: Vec<Bytes>,
     images: &[(PageId, Bytes)],
 ) -> Result<PageTxn, Violation> {
+    if mode == CommitMode::Wpl {
+        return build_wpl(page_size, txn, reads, versions, created, images);
+    }
     let copies = match mode {
         CommitMode::SdEsm | CommitMode::SlEsm => Copies::Blocks { block_bytes: cfg.block_bytes },
         _ => Copies::Page,
@@ -170,6 +176,56 @@ pub(crate) fn build(
     let writes = versions.iter().map(|(o, _)| *o).collect();
     let commit = PageCommit { txn, mode: mode.code(), reads, writes, created, records, pages };
     Ok(PageTxn { early, commit })
+}
+
+/// WPL's form of a transaction: no records, each written page whole (as fetched, with the
+/// written objects laid in, sealed) carrying the `version` it was fetched with, which the
+/// server's page rule checks.
+fn build_wpl(
+    page_size: usize,
+    txn: u64,
+    reads: Vec<Oref>,
+    versions: &[(Oref, Bytes)],
+    created: Vec<Bytes>,
+    images: &[(PageId, Bytes)],
+) -> Result<PageTxn, Violation> {
+    let mut work: Vec<PageWork> = Vec::new();
+    for (o, bytes) in versions {
+        let page = o.page().ok_or_else(|| broken("a write of oref 0"))?;
+        let w = match work.iter().position(|w| w.page == page) {
+            Some(w) => w,
+            None => {
+                let (_, img) = images
+                    .iter()
+                    .find(|(p, _)| *p == page)
+                    .ok_or_else(|| broken(format!("page {page} was not fetched")))?;
+                if img.len() != page_size {
+                    return Err(broken(format!("page {page} fetched with another size")));
+                }
+                work.push(PageWork { page, image: img.to_vec(), written: Vec::new() });
+                work.len() - 1
+            }
+        };
+        let view = PageView::parse(&work[w].image).map_err(broken)?;
+        let range = view.object_range(o.oid()).ok_or_else(|| broken(format!("{o:?} missing")))?;
+        if range.len() != bytes.len() {
+            return Err(broken(format!("{o:?} changed size")));
+        }
+        work[w].written.push((Span::new(range.start, range.end), bytes.clone()));
+    }
+    work.sort_by_key(|w| w.page);
+    let pages = work
+        .iter()
+        .map(|w| {
+            let mut p = w.current();
+            thor_core::page::seal(&mut p);
+            (w.page, Bytes::from(p))
+        })
+        .collect();
+    let writes = versions.iter().map(|(o, _)| *o).collect();
+    let mode = CommitMode::Wpl.code();
+    let commit = PageCommit { txn, mode, reads, writes, created, records: Vec::new(), pages };
+    Ok(PageTxn { early: Vec::new(), commit })
 }
 
 /// The record of `w`'s changes from its saved units to `cur`, or `None` if nothing is saved

@@ -124,6 +124,9 @@ pub struct SimConfig {
     pub commit_mode: CommitMode,
     /// The page-mode clients' recovery buffer (unused in `obj` mode).
     pub page_client: PageClientConfig,
+    /// The server's WPL table bounds (used in `wpl` mode): small tables make commits wait for
+    /// install rounds and checkpoints come every few commits.
+    pub wpl: thor_recovery::WplConfig,
 }
 
 impl SimConfig {
@@ -151,6 +154,7 @@ impl SimConfig {
             reads_tracked_max: thor_server::limits::READS_TRACKED_MAX,
             commit_mode: CommitMode::Obj,
             page_client: PageClientConfig { buffer_pages: 1, block_bytes: 64 },
+            wpl: thor_server::core::wpl::WPL_CONFIG_DEFAULT,
         };
         if cfg.exclusive_page_cache {
             // The database of a run is a few pages: a cache smaller than that makes clients'
@@ -183,6 +187,15 @@ impl SimConfig {
             if !cfg.exclusive_page_cache {
                 cfg.cell_payload = [0, 900, 1800][r.below(3) as usize];
             }
+        }
+        if mode == CommitMode::Wpl {
+            // A stream of its own, so the draws above stay the same in every mode.
+            let mut r = SplitMix64::new(seed ^ 0x3A1E_0000_0000_0000);
+            cfg.wpl = thor_recovery::WplConfig {
+                entries_max: [16, 64, 16_384][r.below(3) as usize],
+                txns_max: [4, 64][r.below(2) as usize],
+                commits_per_checkpoint: [2, 8, 1024][r.below(3) as usize],
+            };
         }
         cfg
     }
@@ -223,6 +236,13 @@ pub struct Outcome {
     pub page_commits: u64,
     /// Page records sent before their commit (`PageRecords`, page modes).
     pub records_early: u64,
+    /// WPL: committed copies recovery put back into the MOB (not yet home at the crash).
+    pub wpl_restored: u64,
+    /// WPL: copies that left the table because their page went home, before each crash or
+    /// the end.
+    pub wpl_installed: u64,
+    /// WPL: commits refused by the page rule.
+    pub wpl_page_rule_refusals: u64,
 }
 
 /// A run that found a violation.
@@ -476,6 +496,7 @@ fn core_config(cfg: &SimConfig) -> CoreConfig {
             reads_tracked_max: cfg.reads_tracked_max,
             ..Default::default()
         },
+        wpl: cfg.wpl,
         ..CoreConfig::default()
     }
 }
@@ -608,6 +629,7 @@ impl World {
         let r = io::recover(Arc::new(self.disk.clone()), core_config(&self.cfg), log_options())
             .map_err(|e| Violation(format!("the database does not open after a crash: {e}")))?;
         self.out.install_rounds += r.rounds;
+        self.out.wpl_restored += r.core.stats().wpl.restored;
         let next = r.core.next_lsn();
         let mut core = r.core;
         core.set_commit_mode(self.cfg.commit_mode);
@@ -1022,6 +1044,11 @@ impl World {
         }
         self.trace(|| format!("server crashes {why}"));
         self.mix(&[self.now, 8, self.out.crashes]);
+        if let Some(n) = &self.node {
+            let w = n.core.stats().wpl;
+            self.out.wpl_installed += w.installed;
+            self.out.wpl_page_rule_refusals += w.page_rule_refusals;
+        }
         self.node = None;
         self.epoch += 1;
         self.out.crashes += 1;

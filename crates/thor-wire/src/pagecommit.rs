@@ -64,16 +64,20 @@ pub enum CommitMode {
     SdEsm,
     /// Sub-page logging (blocks copied on first update, logged whole), ESM.
     SlEsm,
+    /// Whole-page logging: the dirty pages travel whole and no records; the server logs each
+    /// written page whole, keeps a table of the pages the log holds, and moves them home later.
+    Wpl,
 }
 
 impl CommitMode {
     /// Every mode, in code order.
-    pub const ALL: [CommitMode; 5] = [
+    pub const ALL: [CommitMode; 6] = [
         CommitMode::Obj,
         CommitMode::PdRedo,
         CommitMode::PdEsm,
         CommitMode::SdEsm,
         CommitMode::SlEsm,
+        CommitMode::Wpl,
     ];
 
     /// The mode's code in `HelloOk` flags and `PageCommit`.
@@ -84,6 +88,7 @@ impl CommitMode {
             CommitMode::PdEsm => 2,
             CommitMode::SdEsm => 3,
             CommitMode::SlEsm => 4,
+            CommitMode::Wpl => 5,
         }
     }
 
@@ -95,6 +100,7 @@ impl CommitMode {
             2 => CommitMode::PdEsm,
             3 => CommitMode::SdEsm,
             4 => CommitMode::SlEsm,
+            5 => CommitMode::Wpl,
             _ => return None,
         })
     }
@@ -107,6 +113,7 @@ impl CommitMode {
             CommitMode::PdEsm => "pd-esm",
             CommitMode::SdEsm => "sd-esm",
             CommitMode::SlEsm => "sl-esm",
+            CommitMode::Wpl => "wpl",
         }
     }
 
@@ -120,9 +127,18 @@ impl CommitMode {
         !matches!(self, CommitMode::Obj)
     }
 
-    /// Whether dirty pages travel whole with the commit (ESM).
+    /// Whether dirty pages travel whole with the commit (ESM and WPL).
     pub const fn ships_pages(self) -> bool {
-        matches!(self, CommitMode::PdEsm | CommitMode::SdEsm | CommitMode::SlEsm)
+        matches!(self, CommitMode::PdEsm | CommitMode::SdEsm | CommitMode::SlEsm | CommitMode::Wpl)
+    }
+
+    /// Whether the client sends page records (every page mode but WPL, which ships pages
+    /// only).
+    pub const fn sends_records(self) -> bool {
+        matches!(
+            self,
+            CommitMode::PdRedo | CommitMode::PdEsm | CommitMode::SdEsm | CommitMode::SlEsm
+        )
     }
 }
 

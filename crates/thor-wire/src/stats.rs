@@ -233,7 +233,7 @@ server_stats! {
     /// Two-phase commit: presumed-abort answers about transactions unknown here.
     twopc_presumed_aborts: u64,
     /// The server's commit mode (`CommitMode::code`: 0 obj, 1 pd-redo, 2 pd-esm, 3 sd-esm,
-    /// 4 sl-esm).
+    /// 4 sl-esm, 5 wpl).
     commit_mode: u64,
     /// Page-based commits acknowledged.
     page_commits: u64,
@@ -243,10 +243,23 @@ server_stats! {
     page_records_early: u64,
     /// Bytes of page records received.
     page_record_bytes: u64,
-    /// Dirty pages received whole (ESM).
+    /// Dirty pages received whole (ESM, WPL).
     pages_shipped: u64,
     /// Pages read from disk to apply page records to (REDO).
     redo_reads: u64,
+    /// Whole-page logging: page images appended to the log.
+    wpl_images: u64,
+    /// Whole-page logging: checkpoint records (the WPL table) appended.
+    wpl_checkpoints: u64,
+    /// Whole-page logging: copies that left the WPL table because their page went home.
+    wpl_installed: u64,
+    /// Whole-page logging: copies recovery put back (their page was not home at the crash).
+    wpl_restored: u64,
+    /// Whole-page logging: commits refused because the page was written since the client's
+    /// copy (the page rule; also counted in refused_stale).
+    wpl_page_rule_refusals: u64,
+    /// Whole-page logging: copies in the WPL table now.
+    wpl_table: u64,
 }
 
 const _: () = assert!(ServerStats::FIELDS.len() <= STATS_FIELDS_MAX);

@@ -94,8 +94,15 @@ pub fn free_port() -> u16 {
 /// Starts `thor server --dir DIR --listen ADDR --create` on a fixed address (a restarted server
 /// must be found where its clients look) and waits until it listens.
 pub fn start_at(dir: &std::path::Path, addr: SocketAddr) -> ServerProcess {
+    start_at_with(dir, addr, &[])
+}
+
+/// [`start_at`] with more arguments for `thor server` (a commit mode, say).
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn start_at_with(dir: &std::path::Path, addr: SocketAddr, extra: &[&str]) -> ServerProcess {
     let mut cmd = thor();
     cmd.args(["server", "--create", "--dir"]).arg(dir).arg("--listen").arg(addr.to_string());
+    cmd.args(extra);
     cmd.env_remove("THOR_TOKEN");
     let (server, _, log) = spawn_server(cmd, |_| {});
     drain(log);

@@ -430,6 +430,23 @@ fn malformed_records_are_refused() {
     c[2] = 1;
     assert!(matches!(bad(&c), WplError::BadRecord { why: "reserved bytes are not zero", .. }));
     assert!(matches!(bad(&commit[..10]), WplError::BadRecord { why: "truncated header", .. }));
+    // A commit with a body: flag bit 0; the body comes back as written; other flags refused.
+    let mut with = Vec::new();
+    encode_commit_with(TxnId(4), b"body", &mut with);
+    assert_eq!(
+        decode(&with, Lsn(9), PAGE).unwrap(),
+        WplRecord::CommitWith { txn: TxnId(4), body: b"body" }
+    );
+    let mut longer = commit.clone();
+    longer.push(0);
+    assert!(matches!(bad(&longer), WplError::BadRecord { why: "malformed commit record", .. }));
+    let mut c = with.clone();
+    c[1] = 2;
+    assert!(matches!(bad(&c), WplError::BadRecord { why: "unknown flags", .. }));
+    let mut img = Vec::new();
+    encode_image(pid(0), TxnId(1), &[0; PAGE], &mut img);
+    img[1] = 1;
+    assert!(matches!(bad(&img), WplError::BadRecord { why: "unknown flags", .. }));
     let mut image = Vec::new();
     encode_image(pid(0), TxnId(1), &[0; PAGE], &mut image);
     assert!(matches!(bad(&image[..image.len() - 1]), WplError::BadRecord { .. }));

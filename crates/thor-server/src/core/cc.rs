@@ -133,6 +133,10 @@ pub enum Refusal {
     Rule2a(Oref),
     /// Rule 2b: a later transaction wrote the object this one read.
     Rule2b(Oref),
+    /// Whole-page logging's page rule: a commit wrote or created an object on this page
+    /// after the client's copy of it was sent, so the copy cannot be logged whole (see
+    /// `Store::prepare_wpl`). Answered as `Stale`: run again on a fresh copy of the page.
+    PageWritten(thor_core::PageId),
 }
 
 impl std::fmt::Display for Refusal {
@@ -147,6 +151,9 @@ impl std::fmt::Display for Refusal {
             }
             Refusal::Rule2a(o) => write!(f, "rule 2a: a later transaction read {o}"),
             Refusal::Rule2b(o) => write!(f, "rule 2b: a later transaction wrote {o}"),
+            Refusal::PageWritten(p) => {
+                write!(f, "page {p} was written after this client's copy of it was sent")
+            }
         }
     }
 }
@@ -560,7 +567,7 @@ impl Cc {
     pub fn count_refusal(&mut self, r: &Refusal) {
         let c = &mut self.counters;
         match r {
-            Refusal::Stale(_) => c.refused_stale += 1,
+            Refusal::Stale(_) | Refusal::PageWritten(_) => c.refused_stale += 1,
             Refusal::TooOld { .. } => c.refused_threshold += 1,
             Refusal::Rule1(_) => c.refused_rule1 += 1,
             Refusal::Rule2a(_) => c.refused_rule2a += 1,

@@ -58,6 +58,7 @@ pub mod pagecommit;
 mod sessions;
 pub mod store;
 pub mod twopc;
+pub mod wpl;
 
 use std::collections::VecDeque;
 
@@ -110,6 +111,8 @@ pub struct CoreConfig {
     /// Where pages clients read and demote go in the page cache (inclusive LRU, or DEMOTE's
     /// exclusive placement; see [`crate::pagecache`]).
     pub page_cache_mode: crate::pagecache::CacheMode,
+    /// The bounds of the WPL table (whole-page logging, [`wpl`]).
+    pub wpl: thor_recovery::WplConfig,
 }
 
 impl Default for CoreConfig {
@@ -126,6 +129,7 @@ impl Default for CoreConfig {
             twopc: twopc::TwoPcConfig::default(),
             protocol: ProtocolConfig::default(),
             page_cache_mode: crate::pagecache::CacheMode::Inclusive,
+            wpl: wpl::WPL_CONFIG_DEFAULT,
         }
     }
 }
@@ -555,6 +559,12 @@ pub struct CoreStats {
     pub pages_allocated: u32,
     /// Commits waiting in the queue now.
     pub commits_queued: usize,
+    /// Whole-page logging: page images and checkpoint records appended, copies the table
+    /// dropped when their page went home, commits refused by the page rule, copies restored
+    /// into the MOB at recovery (all zero in other modes).
+    pub wpl: wpl::WplCounters,
+    /// Copies in the WPL table now.
+    pub wpl_table: usize,
 }
 
 /// The server core. See the module documentation.
@@ -622,6 +632,8 @@ impl Core {
         if cfg.mob_bytes == 0 || cfg.log_buffer_bytes == 0 {
             return Err(EngineError::BadOptions("budgets must be positive".into()));
         }
+        thor_recovery::WplTable::new(cfg.wpl)
+            .map_err(|e| EngineError::BadOptions(format!("the WPL table's bounds: {e}")))?;
         let store = Store::new(sb, cfg.page_cache_bytes, cfg.page_cache_mode);
         let cc = cc::Cc::new(cfg.cc, store.superblock.server_id.0);
         Ok(Core {
@@ -660,6 +672,7 @@ impl Core {
                     self.cc.restore(r.ts, &r.reads, &r.writes);
                 }
             }
+            store::Replay::Nothing => {}
             other => self.twopc_replay(other),
         }
         Ok(())
@@ -669,6 +682,12 @@ impl Core {
     /// round, see [`Core::start_round`], before replaying more).
     pub fn mob_over_budget(&self) -> bool {
         self.store.mob.bytes() > self.cfg.mob_bytes
+    }
+
+    /// The page new objects went to as of the superblock's checkpoint (`None`: the first):
+    /// it and the pages below it are on disk; pages above it may have no home image yet.
+    pub fn alloc_page_at_checkpoint(&self) -> Option<PageId> {
+        self.store.superblock.alloc_page
     }
 
     /// The tail page and whether it is fresh (recovery reads its image unless it is).
@@ -1273,11 +1292,11 @@ impl Core {
                 return;
             }
             let log_bytes = thor_storage::log::record::encoded_len(head.commit.record_bytes());
-            if head.commit.record_bytes() > self.cfg.record_bytes_max {
+            if head.commit.largest_record() > self.cfg.record_bytes_max {
                 let q = self.queue.pop_front().expect("checked");
                 let e = InvalidCommit::TooLarge {
                     what: "record bytes",
-                    got: q.commit.record_bytes(),
+                    got: q.commit.largest_record(),
                     max: self.cfg.record_bytes_max,
                 };
                 self.counters.commits_refused += 1;
@@ -1295,6 +1314,21 @@ impl Core {
                 return;
             }
             let allow_create = self.bulk == Bulk::Idle;
+            let head = self.queue.front().expect("checked");
+            if head.commit.wpl.is_some() {
+                let c = head.commit.clone();
+                if let wpl::Gate::Refuse(e) = self.wpl_gate(&c, fx) {
+                    let q = self.queue.pop_front().expect("checked");
+                    match e {
+                        EngineError::Conflict(r) => self.refuse(q.origin, r, fx),
+                        e => {
+                            self.counters.commits_refused += 1;
+                            self.answer_commit(q.origin, Err(e), fx);
+                        }
+                    }
+                    continue;
+                }
+            }
             let head = self.queue.front().expect("checked");
             let conn = head.origin.conn();
             let writes: Vec<thor_core::Oref> = head.commit.versions.iter().map(|v| v.0).collect();
@@ -1335,15 +1369,31 @@ impl Core {
             };
             let head = self.queue.front().expect("checked");
             let section = head.twopc.as_deref().map(Core::twopc_section);
-            match self.store.prepare(
-                &head.commit,
-                &head.images,
-                allow_create,
-                (ts.time_us, ts.server),
-                section.as_ref(),
-            ) {
+            let prepared = if head.commit.wpl.is_some() && !two_phase {
+                self.store.prepare_wpl(
+                    &head.commit,
+                    &head.images,
+                    allow_create,
+                    (ts.time_us, ts.server),
+                )
+            } else {
+                self.store.prepare(
+                    &head.commit,
+                    &head.images,
+                    allow_create,
+                    (ts.time_us, ts.server),
+                    section.as_ref(),
+                )
+            };
+            match prepared {
                 Ok(p) => {
+                    if let Some(w) = &p.wpl {
+                        for (lsn, _, record) in &w.images {
+                            fx.push(Effect::Append { lsn: *lsn, record: record.clone() });
+                        }
+                    }
                     fx.push(Effect::Append { lsn: p.lsn, record: p.record.clone() });
+                    let wpl_images = p.wpl.as_ref().map(|w| w.images.clone());
                     let created = p.created.clone();
                     let q = self.queue.pop_front().expect("checked");
                     let lsn = self.store.pending.back().expect("just prepared").lsn;
@@ -1354,6 +1404,9 @@ impl Core {
                     self.cc.insert(ts, &q.commit.reads, &writes, false, self.now_us);
                     self.prepared_cc.insert(lsn, (ts, conn));
                     self.prepared_origin.insert(lsn, q.origin);
+                    if let Some(images) = wpl_images {
+                        self.wpl_prepared(lsn, &images, fx);
+                    }
                 }
                 Err(Stop::Need(pages)) => {
                     for p in &pages {
@@ -1369,6 +1422,11 @@ impl Core {
                         self.twopc_refused(q, e, fx);
                         continue;
                     }
+                    if let EngineError::Conflict(r @ cc::Refusal::PageWritten(_)) = e {
+                        self.wpl_page_rule_refused();
+                        self.refuse(q.origin, r, fx);
+                        continue;
+                    }
                     if matches!(e, EngineError::Invalid(_)) {
                         self.counters.commits_refused += 1;
                     }
@@ -1381,6 +1439,8 @@ impl Core {
     fn durable(&mut self, lsn: Lsn, fx: &mut Vec<Effect>) {
         let mut done = Vec::new();
         self.store.publish(lsn, |p| done.push(p));
+        let wpl_done: Vec<Lsn> = done.iter().filter(|p| p.wpl.is_some()).map(|p| p.lsn).collect();
+        self.wpl_durable(lsn, &wpl_done, fx);
         for p in done {
             if p.held {
                 self.twopc_durable(p, fx);
@@ -1477,7 +1537,7 @@ impl Core {
     /// else is buffered or prepared.
     fn needs_room(&self, c: &CommitIn) -> bool {
         let held = self.store.mob.bytes() + self.store.pending_mob_cost + self.twopc.held_bytes;
-        held > 0 && held + Store::mob_cost(c) > self.cfg.mob_bytes
+        (held > 0 && held + Store::mob_cost(c) > self.cfg.mob_bytes) || self.wpl_needs_room(c)
     }
 
     /// Plans an install round of the oldest MOB pages and emits it (recovery calls this
@@ -1550,8 +1610,10 @@ impl Core {
                     }
                 }
             }
+            let version = thor_core::PageView::assume_parsed(&img).version();
             self.store.cache.insert(*page, img);
             self.store.fresh.remove(page);
+            self.wpl_installed(*page, version);
             for (oid, lsn) in versions {
                 self.store.mob.remove_if(thor_core::Oref::new(*page, *oid), *lsn);
             }
@@ -1576,11 +1638,15 @@ impl Core {
         c.installation_reads += done.installation_reads as u64;
         let round = self.round.as_mut().expect("checked");
         round.report.checkpoint = checkpoint;
+        let truncate_before = self.wpl_truncation(checkpoint);
         fx.push(Effect::Checkpoint(CheckpointJob {
             id: job,
             superblock: self.store.superblock.clone(),
-            truncate_before: Some(checkpoint),
+            truncate_before,
         }));
+        // The copies this round took home leave the log's needs once a checkpoint record
+        // without them is durable.
+        self.wpl_checkpoint(fx);
     }
 
     fn checkpointed(&mut self, job: u64, result: Result<(), String>, fx: &mut Vec<Effect>) {
@@ -1694,6 +1760,8 @@ impl Core {
             checkpoint: self.store.superblock.checkpoint.0,
             pages_allocated: self.store.tail.page.get(),
             commits_queued: self.queue.len(),
+            wpl: self.wpl_counters(),
+            wpl_table: self.wpl_table_len(),
         }
     }
 
@@ -1797,7 +1865,7 @@ pub fn error_reply(e: &EngineError) -> (Reply, bool) {
         EngineError::Aborted(_) => (Reply::refused(RefusedCode::Aborted, &msg), false),
         EngineError::Conflict(r) => {
             let code = match r {
-                cc::Refusal::Stale(_) => RefusedCode::Stale,
+                cc::Refusal::Stale(_) | cc::Refusal::PageWritten(_) => RefusedCode::Stale,
                 cc::Refusal::TooOld { .. } => RefusedCode::TooOld,
                 _ => RefusedCode::Conflict,
             };
@@ -1832,7 +1900,7 @@ pub fn refused_code(e: &InvalidCommit) -> RefusedCode {
 
 impl From<Commit> for CommitIn {
     fn from(c: Commit) -> CommitIn {
-        CommitIn { versions: c.versions, created: c.created, reads: c.reads, ts: None }
+        CommitIn { versions: c.versions, created: c.created, reads: c.reads, ts: None, wpl: None }
     }
 }
 

@@ -1,5 +1,7 @@
 //! The page-based commit modes at the server (issue 14, `papers/quickstore-recovery-sigmod95.txt`):
-//! PD-REDO, PD-ESM, SD-ESM and SL-ESM beside thor's own `obj` mode.
+//! PD-REDO, PD-ESM, SD-ESM and SL-ESM beside thor's own `obj` mode, and the entry of WPL
+//! (whole-page logging: `wpl_page_commit` here, the rest in `super::wpl` and
+//! `Store::prepare_wpl`), whose commits carry pages and no records.
 //!
 //! # What arrives
 //!
@@ -131,6 +133,9 @@ pub struct PageCommits {
     parked: Vec<Parked>,
     /// Counters.
     pub counters: PageCounters,
+    /// Whole-page logging's table and counters: set in `wpl` mode, or by recovery when the
+    /// log holds WPL copies not yet home (whatever the mode now, they must go home).
+    pub wpl: Option<super::wpl::WplState>,
 }
 
 impl PageCommits {
@@ -158,6 +163,9 @@ impl Core {
     /// Sets the commit mode (before any client connects; `Engine` does it from its options).
     pub fn set_commit_mode(&mut self, mode: CommitMode) {
         self.pages.mode = mode;
+        if mode == CommitMode::Wpl {
+            self.wpl_start();
+        }
     }
 
     /// The server's commit mode.
@@ -178,8 +186,11 @@ impl Core {
     ) {
         let page_size = self.store.page_size;
         let result = (|| {
-            if !self.pages.mode.is_page_based() {
-                return Err(format!("the server's commit mode is {}", self.pages.mode));
+            if !self.pages.mode.sends_records() {
+                return Err(format!(
+                    "the server's commit mode is {}, which takes no page records",
+                    self.pages.mode
+                ));
             }
             for rec in &r.records {
                 let p = PageRecord::parse(rec, page_size).map_err(|e| e.to_string())?;
@@ -234,6 +245,9 @@ impl Core {
                 c.mode, self.pages.mode
             );
             return self.answer_commit(origin, Err(bad(why)), fx);
+        }
+        if self.pages.mode == CommitMode::Wpl {
+            return self.wpl_page_commit(origin, c, fx);
         }
         let mut records = Vec::new();
         if let Some(s) = staged
@@ -312,6 +326,58 @@ impl Core {
         }
     }
 
+    /// `PageCommit` in `wpl` mode: every written page whole and no records. The written
+    /// objects' bytes are taken from the shipped pages, and the commit goes to the queue with
+    /// the pages, where `Store::prepare_wpl` checks the page rule and logs the pages.
+    fn wpl_page_commit(&mut self, origin: Origin, c: PageCommit, fx: &mut Vec<Effect>) {
+        let page_size = self.store.page_size;
+        self.pages.counters.pages_shipped += c.pages.len() as u64;
+        let refuse = |core: &mut Core, why: String, fx: &mut Vec<Effect>| {
+            core.answer_commit(origin, Err(bad(why)), fx)
+        };
+        if !c.records.is_empty() {
+            return refuse(self, "a WPL commit carries no page records".into(), fx);
+        }
+        let mut views = Vec::with_capacity(c.pages.len());
+        for (i, (p, bytes)) in c.pages.iter().enumerate() {
+            if c.pages[..i].iter().any(|(q, _)| q == p) {
+                return refuse(self, format!("page {p} shipped twice"), fx);
+            }
+            if bytes.len() != page_size {
+                return refuse(self, "a shipped page of another size".into(), fx);
+            }
+            match PageView::parse_stored(bytes, *p) {
+                Ok(v) => views.push(v),
+                Err(e) => return refuse(self, format!("shipped page {p}: {e}"), fx),
+            }
+        }
+        let mut versions = Vec::with_capacity(c.writes.len());
+        let mut used = vec![false; c.pages.len()];
+        for o in &c.writes {
+            let Some(k) = c.pages.iter().position(|(p, _)| o.page() == Some(*p)) else {
+                return refuse(self, format!("the page of written object {o} was not shipped"), fx);
+            };
+            let Some(r) = views[k].object_range(o.oid()) else {
+                let e = EngineError::Invalid(InvalidCommit::NoSuchObject(*o));
+                return self.answer_commit(origin, Err(e), fx);
+            };
+            used[k] = true;
+            versions.push((*o, c.pages[k].1.slice(r)));
+        }
+        if let Some(k) = used.iter().position(|u| !u) {
+            let why = format!("page {} shipped with no written object", c.pages[k].0);
+            return refuse(self, why, fx);
+        }
+        drop(views);
+        self.pages.counters.page_commits += 1;
+        // A commit that writes no existing object logs no page: its created objects go in
+        // thor's ordinary commit record (the server allocates them, so no client page holds
+        // them), which WPL's restart passes over and forward replay replays.
+        let wpl = if c.pages.is_empty() { None } else { Some(c.pages) };
+        let ci = CommitIn { versions, created: c.created, reads: c.reads, ts: None, wpl };
+        self.commit(origin, ci, fx);
+    }
+
     /// A page read completed: parked commits waiting for it take its committed image (the
     /// read with the MOB's versions applied), and those with every image go on.
     pub(super) fn page_commit_read(
@@ -357,8 +423,13 @@ impl Core {
             Ok(versions) => {
                 self.pages.counters.page_commits += 1;
                 let Parked { origin, commit, .. } = p;
-                let c =
-                    CommitIn { versions, created: commit.created, reads: commit.reads, ts: None };
+                let c = CommitIn {
+                    versions,
+                    created: commit.created,
+                    reads: commit.reads,
+                    ts: None,
+                    wpl: None,
+                };
                 self.commit(origin, c, fx);
             }
             Err(e) => self.answer_commit(p.origin, Err(e), fx),
@@ -440,6 +511,7 @@ impl Core {
     /// The page modes' counters as `ServerStats` fields (the others default).
     pub(super) fn page_stats(&self) -> thor_wire::ServerStats {
         let p = &self.pages.counters;
+        let w = self.wpl_counters();
         thor_wire::ServerStats {
             commit_mode: u64::from(self.pages.mode.code()),
             page_commits: p.page_commits,
@@ -448,6 +520,12 @@ impl Core {
             page_record_bytes: p.record_bytes,
             pages_shipped: p.pages_shipped,
             redo_reads: p.redo_reads,
+            wpl_images: w.images,
+            wpl_checkpoints: w.checkpoints,
+            wpl_installed: w.installed,
+            wpl_restored: w.restored,
+            wpl_page_rule_refusals: w.page_rule_refusals,
+            wpl_table: self.wpl_table_len() as u64,
             ..thor_wire::ServerStats::default()
         }
     }

@@ -45,6 +45,8 @@ use crate::mob::{Mob, commit_cost};
 use crate::pagecache::PageCache;
 use crate::record::{self, RecordBuilder};
 use crate::superblock::Superblock;
+use thor_recovery::limits::{WPL_COMMIT_BYTES, WPL_IMAGE_HEADER_BYTES};
+use thor_recovery::wpl::WplRecord;
 
 /// A commit as the core receives it: new versions of existing objects and newly created
 /// objects, as shared byte slices (of a received frame, without copying).
@@ -64,6 +66,10 @@ pub struct CommitIn {
     /// The timestamp to validate at; `None` (every client commit): a fresh one from the
     /// server's clock. Set by a coordinator's prepare, and by tests.
     pub ts: Option<super::cc::Timestamp>,
+    /// Whole-page logging: the written pages as the client shipped them (at least one),
+    /// whose `version` field says which committed state the client's copy was (see
+    /// [`Store::prepare_wpl`]). `None` for every other commit.
+    pub wpl: Option<Vec<(PageId, Bytes)>>,
 }
 
 impl CommitIn {
@@ -83,9 +89,39 @@ impl CommitIn {
             + self.created.iter().map(Bytes::len).sum::<usize>()
     }
 
-    /// The record this commit becomes.
+    /// The bytes of the record(s) this commit becomes: a commit record, or under WPL the
+    /// page images and the commit record with its body.
     pub fn record_bytes(&self) -> usize {
-        record::encoded_len(self.reads.len(), self.objects(), self.data_bytes())
+        match &self.wpl {
+            None => record::encoded_len(self.reads.len(), self.objects(), self.data_bytes()),
+            Some(pages) => {
+                pages.iter().map(|(_, b)| WPL_IMAGE_HEADER_BYTES + b.len()).sum::<usize>()
+                    + self.wpl_commit_bytes()
+            }
+        }
+    }
+
+    /// The largest single log record this commit becomes.
+    pub fn largest_record(&self) -> usize {
+        match &self.wpl {
+            None => self.record_bytes(),
+            Some(pages) => pages
+                .iter()
+                .map(|(_, b)| WPL_IMAGE_HEADER_BYTES + b.len())
+                .max()
+                .unwrap_or(0)
+                .max(self.wpl_commit_bytes()),
+        }
+    }
+
+    /// A WPL commit record's bytes: header, the written orefs, and a commit record of the
+    /// created objects (see [`Store::prepare_wpl`]).
+    fn wpl_commit_bytes(&self) -> usize {
+        let created: usize = self.created.iter().map(Bytes::len).sum();
+        WPL_COMMIT_BYTES
+            + 4
+            + 4 * self.versions.len()
+            + record::encoded_len(self.reads.len(), self.created.len(), created)
     }
 }
 
@@ -120,6 +156,9 @@ pub(crate) enum Replay {
     Decide(record::Decision),
     /// A coordinator's end of a transaction.
     End((u64, u32)),
+    /// A record that changes nothing forward replay rebuilds (a WPL page image or
+    /// checkpoint: WPL's backward restart reads those).
+    Nothing,
 }
 
 /// A commit in the log, not yet known durable, not yet visible.
@@ -138,6 +177,42 @@ pub(crate) struct Prepared {
     /// A part of a two-phase commit (record kind 3): once durable, only its created objects
     /// are published; its versions are held until the decision ([`Store::publish_held`]).
     pub held: bool,
+    /// Whole-page logging: the page images appended before the commit record (LSN, page,
+    /// record), each object's bytes (slices of the images and of the commit record, in
+    /// `objects` order: they are not all in `record`), and the memory they hold. `None` for
+    /// every other commit.
+    pub wpl: Option<WplPrepared>,
+}
+
+/// What a prepared WPL commit holds besides its commit record.
+#[derive(Debug)]
+pub(crate) struct WplPrepared {
+    /// The page images, in LSN order, each appended before the commit record.
+    pub images: Vec<(Lsn, PageId, Bytes)>,
+    /// Each object's bytes, in `objects` order.
+    pub data: Vec<Bytes>,
+    /// Bytes of all its records: what its MOB versions keep alive.
+    pub bytes: usize,
+}
+
+impl Prepared {
+    /// The bytes of object `i` (of `objects`).
+    pub fn data(&self, i: usize) -> Bytes {
+        match &self.wpl {
+            Some(w) => w.data[i].clone(),
+            None => self.record.slice(self.objects[i].2.clone()),
+        }
+    }
+
+    /// The LSN of its first record (a WPL commit's first page image; else its record's).
+    pub fn first_lsn(&self) -> Lsn {
+        self.wpl.as_ref().and_then(|w| w.images.first()).map_or(self.lsn, |(l, _, _)| *l)
+    }
+
+    /// The memory its MOB versions keep alive: the record(s) they are slices of.
+    pub fn mob_bytes(&self) -> usize {
+        self.wpl.as_ref().map_or(self.record.len(), |w| w.bytes)
+    }
 }
 
 /// The versions of a prepared two-phase part, held from its prepare record's durability until
@@ -238,6 +313,12 @@ pub(crate) struct Store {
     /// Records appended that publish nothing (two-phase decisions and ends), not yet durable:
     /// LSN and log bytes.
     plain: VecDeque<(Lsn, usize)>,
+    /// Whether replay met a WPL record (so WPL's restart has something to rebuild).
+    pub wpl_seen: bool,
+    /// Replay: the page images of the WPL commit being read (its transaction number and
+    /// records), until its commit record. A commit's images and commit record are appended
+    /// in one step, consecutively, so this holds one commit's pages at most.
+    wpl_images: (u64, Vec<(PageId, Bytes)>),
 }
 
 impl Store {
@@ -271,6 +352,8 @@ impl Store {
             unsynced_bytes: 0,
             pending_mob_cost: 0,
             plain: VecDeque::new(),
+            wpl_seen: false,
+            wpl_images: (0, Vec::new()),
         }
     }
 
@@ -278,6 +361,10 @@ impl Store {
     /// Returns the transaction's timestamp, read set and modified objects (not the created
     /// ones), for the validation queue.
     pub fn replay(&mut self, lsn: Lsn, rec: Bytes) -> Result<Replay, EngineError> {
+        if rec.first().is_some_and(|k| thor_recovery::wpl::is_wpl_kind(*k)) {
+            return self.replay_wpl(lsn, rec);
+        }
+        self.wpl_images.1.clear();
         let len = rec.len();
         let base = rec.as_ptr() as usize;
         let mut objects = Vec::new();
@@ -321,6 +408,80 @@ impl Store {
             None => Replay::Commit(replayed),
             Some(s) => Replay::Prepare(replayed, s, held),
         })
+    }
+
+    /// Replays a WPL record. A page image waits for its commit record (the next records);
+    /// the commit record then puts the written objects' bytes from its images into the MOB
+    /// under its LSN, as normal operation did, and replays its body (the created objects,
+    /// like kind 2; the written orefs go to concurrency control). Checkpoints are for WPL's
+    /// backward restart (`crate::wpl_log`). So forward replay rebuilds every commit from the
+    /// superblock's checkpoint on, as in `obj` mode; what it cannot see are the images of a
+    /// commit whose commit record is at or above the checkpoint and its images below it, which
+    /// WPL's restart brings back (`Core::wpl_restored`).
+    fn replay_wpl(&mut self, lsn: Lsn, rec: Bytes) -> Result<Replay, EngineError> {
+        let bad = |why: String| EngineError::CorruptRecord { lsn: lsn.0, why };
+        self.wpl_seen = true;
+        self.next_lsn = self.next_lsn.max(lsn.next());
+        self.durable_lsn = self.durable_lsn.max(lsn);
+        let (txn, body) = match thor_recovery::wpl::decode(&rec, lsn, self.page_size) {
+            Ok(WplRecord::CommitWith { txn, body }) => (txn.0, body),
+            Ok(WplRecord::PageImage { page, txn, .. }) => {
+                if self.wpl_images.0 != txn.0 {
+                    self.wpl_images = (txn.0, Vec::new());
+                }
+                self.wpl_images.1.push((page, rec.slice(WPL_IMAGE_HEADER_BYTES..)));
+                return Ok(Replay::Nothing);
+            }
+            Ok(_) => return Ok(Replay::Nothing),
+            Err(e) => return Err(bad(e.to_string())),
+        };
+        let (writes, inner) = record::split_wpl_body(body).map_err(|e| bad(e.to_string()))?;
+        let at = WPL_COMMIT_BYTES + (body.len() - inner.len());
+        let inner = rec.slice(at..);
+        let images = std::mem::take(&mut self.wpl_images);
+        let images = if images.0 == txn { images.1 } else { Vec::new() };
+        let held: usize = images.iter().map(|(_, b)| b.len()).sum::<usize>() + rec.len();
+        for o in &writes {
+            // Images below the checkpoint are not replayed: WPL's restart has them.
+            let Some((page, img)) = images.iter().find(|(p, _)| o.page() == Some(*p)) else {
+                continue;
+            };
+            let view = PageView::parse_stored(img, *page).map_err(|e| bad(e.to_string()))?;
+            let r = view
+                .object_range(o.oid())
+                .ok_or_else(|| bad(format!("its image of page {page} lacks {o}")))?;
+            self.mob.insert(*o, lsn, false, img.slice(r), held);
+        }
+        let mut replay = self.replay(lsn, inner)?;
+        if let Replay::Commit(r) = &mut replay {
+            r.writes = writes;
+        } else {
+            return Err(bad("a WPL commit's body is not a commit record".into()));
+        }
+        Ok(replay)
+    }
+
+    /// Recovery: puts every object of a committed WPL copy of `page` (a page image whose
+    /// record is at `lsn`) into the MOB under `lsn`. The MOB keeps the newest version of each
+    /// object, so versions replayed before or after, older or newer, end as they would have
+    /// in log order. The page's offset-table size is forgotten (the copy may have more
+    /// objects than was known): it is recomputed from its image and the MOB when needed.
+    pub fn restore_page_copy(
+        &mut self,
+        page: PageId,
+        lsn: Lsn,
+        image: Bytes,
+    ) -> Result<(), FormatError> {
+        let view = PageView::parse_stored(&image, page)?;
+        let len = image.len();
+        for (oid, _) in view.objects() {
+            let r = view.object_range(oid).expect("an object the view listed");
+            self.mob.insert(Oref::new(page, oid), lsn, false, image.slice(r), len);
+        }
+        if let Some(n) = self.slots.get_mut(page.index()) {
+            *n = SLOTS_UNKNOWN;
+        }
+        Ok(())
     }
 
     /// Recovery replayed every record: the log continues at `log_next`.
@@ -569,7 +730,212 @@ impl Store {
         self.unsynced_bytes += log_bytes;
         self.pending_mob_cost += commit_cost(n_objects, record.len());
         let held = section.is_some();
-        self.pending.push_back(Prepared { lsn, record, objects, created, log_bytes, held });
+        self.pending.push_back(Prepared {
+            lsn,
+            record,
+            objects,
+            created,
+            log_bytes,
+            held,
+            wpl: None,
+        });
+        Ok(self.pending.back().expect("just pushed"))
+    }
+
+    /// The committed state of `page` as the next prepared commit sees it: its installed image
+    /// (fresh, brought by the commit or cached), the MOB's versions and every prepared
+    /// commit's, with `version` the newest LSN that wrote it. `None`: the image must be read.
+    fn committed_page(
+        &mut self,
+        page: PageId,
+        images: &Images,
+    ) -> Result<Option<Vec<u8>>, EngineError> {
+        let Some(img) = self.image(page, images) else { return Ok(None) };
+        let mut buf = self.compose_with(page, Some(&img))?;
+        let mut vs: Vec<(Oid, &[u8])> = Vec::new();
+        let mut newest = Lsn::ZERO;
+        for (o, (lsn, data)) in &self.pending_objs {
+            if o.page() == Some(page) {
+                vs.push((o.oid(), data));
+                newest = newest.max(*lsn);
+            }
+        }
+        if !vs.is_empty() {
+            let mut p = PageMut::open(&mut buf)
+                .map_err(|source| EngineError::CorruptPage { page, source })?;
+            p.apply(&mut vs, &mut Vec::new())
+                .map_err(|source| EngineError::CorruptPage { page, source })?;
+            let version = p.view().version().max(newest);
+            p.set_version(version);
+        }
+        Ok(Some(buf))
+    }
+
+    /// Prepares a whole-page-logging commit (`c.wpl` holds the shipped pages, each carrying
+    /// a written object of `c.versions`): checks it like any commit, then WPL's page rule,
+    /// then allocates its created objects and builds its records, the LSNs in order:
+    ///
+    /// ```text
+    ///  one page image per shipped page (kind 6): the page's committed state (installed image,
+    ///      MOB, prepared commits) with this commit's versions laid in, tagged references
+    ///      patched, `version` = the commit record's LSN, sealed; txn = that LSN
+    ///  the commit record (kind 7 with a body): W u32 | W written orefs | a commit record
+    ///      (kind 2: timestamp, read set, the created objects)
+    /// ```
+    ///
+    /// *The page rule.* A page goes to the log whole, so the client's copy must be the page's
+    /// committed state: a shipped page whose `version` is older than the committed state's
+    /// (some commit, published or only prepared, wrote or created an object on it since the
+    /// client fetched it) is refused ([`super::cc::Refusal::PageWritten`]). It is checked
+    /// here, at prepare, against everything prepared before, so no commit queued ahead can
+    /// slip between the check and the log. The image logged is the server's own committed
+    /// state with the written objects laid in, not the client's bytes, so that even a
+    /// client's stale neighbour bytes never reach the log.
+    ///
+    /// *Why the created objects ride in the commit record.* The server allocates them at
+    /// prepare; recovery replays the commit record forward (before WPL's backward restart) to
+    /// learn the allocation, as it does for kind 2. The page images hold only the versions.
+    pub fn prepare_wpl(
+        &mut self,
+        c: &CommitIn,
+        images: &Images,
+        allow_create: bool,
+        ts: (u64, u32),
+    ) -> Result<&Prepared, Stop> {
+        let shipped = c.wpl.as_ref().expect("a WPL commit");
+        let n_objects = c.objects();
+        if n_objects > limits::COMMIT_OBJECTS_MAX {
+            return Err(InvalidCommit::TooLarge {
+                what: "objects",
+                got: n_objects,
+                max: limits::COMMIT_OBJECTS_MAX,
+            }
+            .into());
+        }
+        if !allow_create && !c.created.is_empty() {
+            return Err(EngineError::BulkLoadActive.into());
+        }
+        let descs = self.validate(c, images)?;
+        let mut bases = Vec::with_capacity(shipped.len());
+        let mut need = Vec::new();
+        for (page, bytes) in shipped {
+            match self.committed_page(*page, images)? {
+                Some(base) => {
+                    let committed = PageView::assume_parsed(&base).version();
+                    let copy = PageView::assume_parsed(bytes).version();
+                    if copy < committed {
+                        let r = super::cc::Refusal::PageWritten(*page);
+                        return Err(EngineError::Conflict(r).into());
+                    }
+                    bases.push(base);
+                }
+                None => need.push(*page),
+            }
+        }
+        if !need.is_empty() {
+            return Err(Stop::Need(need));
+        }
+        let first = self.next_lsn;
+        let lsn = Lsn(first.0 + shipped.len() as u64);
+        let txn = thor_recovery::TxnId(lsn.0);
+        let created = self.allocate(c.created.len(), c.created.iter().map(Bytes::len), lsn)?;
+        let patch = |bytes: &mut [u8], desc: &ClassDesc, header: bool| {
+            let mut offs = Vec::new();
+            if header {
+                offs.push(0);
+            }
+            desc.for_each_ref_offset(bytes, |o| offs.push(o));
+            for &off in &offs {
+                if let RawRef::Tagged(i) = RawRef::decode(u32_at(bytes, off)) {
+                    put_u32(bytes, off, created[i as usize].raw());
+                }
+            }
+        };
+        // The commit record: its body is the written orefs, then a kind-2 record of the
+        // created objects (and the timestamp and read set, for concurrency control).
+        let mut body = Vec::with_capacity(c.wpl_commit_bytes());
+        body.extend_from_slice(&(c.versions.len() as u32).to_le_bytes());
+        for (o, _) in &c.versions {
+            body.extend_from_slice(&o.raw().to_le_bytes());
+        }
+        let created_bytes: usize = c.created.iter().map(Bytes::len).sum();
+        let mut rec = RecordBuilder::with_capacity(
+            record::encoded_len(c.reads.len(), c.created.len(), created_bytes),
+            ts,
+            &c.reads,
+        );
+        let mut ranges = Vec::with_capacity(c.created.len());
+        for (i, data) in c.created.iter().enumerate() {
+            let range = rec.push(created[i], true, data);
+            patch(rec.bytes_mut(range.clone()), &descs.created[i], true);
+            ranges.push(range);
+        }
+        let at = WPL_COMMIT_BYTES + body.len();
+        body.extend_from_slice(&rec.finish());
+        let mut commit = Vec::with_capacity(WPL_COMMIT_BYTES + body.len());
+        thor_recovery::wpl::encode_commit_with(txn, &body, &mut commit);
+        let record = Bytes::from(commit);
+        // The page images, each the committed state with this commit's versions laid in.
+        let mut objects = Vec::with_capacity(n_objects);
+        let mut data = Vec::with_capacity(n_objects);
+        let mut image_records = Vec::with_capacity(shipped.len());
+        let mut log_bytes = thor_storage::log::record::encoded_len(record.len());
+        let mut bytes = record.len();
+        for (k, ((page, _), mut buf)) in shipped.iter().zip(bases).enumerate() {
+            let mut vs: Vec<(Oid, Vec<u8>)> = Vec::new();
+            for (i, (o, d)) in c.versions.iter().enumerate() {
+                if o.page() == Some(*page) {
+                    let mut d = d.to_vec();
+                    patch(&mut d, &descs.versions[i], false);
+                    vs.push((o.oid(), d));
+                }
+            }
+            let mut refs: Vec<(Oid, &[u8])> = vs.iter().map(|(o, d)| (*o, &d[..])).collect();
+            let mut p = PageMut::open(&mut buf)
+                .map_err(|source| EngineError::CorruptPage { page: *page, source })?;
+            p.apply(&mut refs, &mut Vec::new())
+                .map_err(|source| EngineError::CorruptPage { page: *page, source })?;
+            p.set_version(lsn);
+            p.seal();
+            let mut out = Vec::with_capacity(WPL_IMAGE_HEADER_BYTES + buf.len());
+            thor_recovery::wpl::encode_image(*page, txn, &buf, &mut out);
+            let img = Bytes::from(out);
+            log_bytes += thor_storage::log::record::encoded_len(img.len());
+            bytes += img.len();
+            image_records.push((Lsn(first.0 + k as u64), *page, img));
+        }
+        for (o, _) in &c.versions {
+            let (_, _, img) = image_records
+                .iter()
+                .find(|(_, p, _)| o.page() == Some(*p))
+                .ok_or(InvalidCommit::NoSuchObject(*o))?;
+            let view = PageView::assume_parsed(&img[WPL_IMAGE_HEADER_BYTES..]);
+            let r = view.object_range(o.oid()).ok_or(InvalidCommit::NoSuchObject(*o))?;
+            let r = WPL_IMAGE_HEADER_BYTES + r.start..WPL_IMAGE_HEADER_BYTES + r.end;
+            objects.push((*o, false, 0..0));
+            data.push(img.slice(r));
+        }
+        for (i, r) in ranges.into_iter().enumerate() {
+            let r = at + r.start..at + r.end;
+            objects.push((created[i], true, r.clone()));
+            data.push(record.slice(r));
+        }
+        self.pending_objs.reserve(objects.len());
+        for ((oref, _, _), d) in objects.iter().zip(&data) {
+            self.pending_objs.insert(*oref, (lsn, d.clone()));
+        }
+        self.next_lsn = lsn.next();
+        self.unsynced_bytes += log_bytes;
+        self.pending_mob_cost += commit_cost(n_objects, bytes);
+        self.pending.push_back(Prepared {
+            lsn,
+            record,
+            objects,
+            created,
+            log_bytes,
+            held: false,
+            wpl: Some(WplPrepared { images: image_records, data, bytes }),
+        });
         Ok(self.pending.back().expect("just pushed"))
     }
 
@@ -602,8 +968,8 @@ impl Store {
         }
         while self.pending.front().is_some_and(|p| p.lsn <= self.durable_lsn) {
             let p = self.pending.pop_front().expect("checked");
-            let len = p.record.len();
-            for (oref, is_new, range) in &p.objects {
+            let len = p.mob_bytes();
+            for (i, (oref, is_new, _)) in p.objects.iter().enumerate() {
                 if self.pending_objs.get(oref).is_some_and(|(l, _)| *l == p.lsn) {
                     self.pending_objs.remove(oref);
                 }
@@ -611,7 +977,7 @@ impl Store {
                 // allocated for good; unreachable until the commit, garbage if it aborts) and
                 // holds its versions until the decision.
                 if *is_new || !p.held {
-                    self.mob.insert(*oref, p.lsn, *is_new, p.record.slice(range.clone()), len);
+                    self.mob.insert(*oref, p.lsn, *is_new, p.data(i), len);
                 }
             }
             self.unsynced_bytes -= p.log_bytes;
@@ -629,7 +995,7 @@ impl Store {
         }
         while let Some(p) = self.pending.pop_front() {
             self.unsynced_bytes -= p.log_bytes;
-            self.pending_mob_cost -= commit_cost(p.objects.len(), p.record.len());
+            self.pending_mob_cost -= commit_cost(p.objects.len(), p.mob_bytes());
             failed(p);
         }
     }
@@ -835,7 +1201,7 @@ impl Store {
         // checkpoint: the superblock never names a point the log may not reach after a crash.
         [
             self.mob.oldest_lsn(),
-            self.pending.front().map(|p| p.lsn),
+            self.pending.front().map(Prepared::first_lsn),
             self.plain.front().map(|p| p.0),
         ]
         .into_iter()

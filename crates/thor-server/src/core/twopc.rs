@@ -1001,7 +1001,7 @@ impl Core {
     pub(super) fn twopc_replay(&mut self, r: Replay) {
         let me = self.me();
         match r {
-            Replay::Commit(_) => unreachable!("commits replay in Core::replay"),
+            Replay::Commit(_) | Replay::Nothing => unreachable!("replayed in Core::replay"),
             Replay::Prepare(rep, section, held) => {
                 let stamp = stamp_of((rep.ts.time_us, rep.ts.server));
                 let held_lsn = held.lsn;

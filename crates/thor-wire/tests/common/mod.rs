@@ -121,7 +121,7 @@ pub fn request() -> impl Strategy<Value = Request> {
 }
 
 fn stats() -> impl Strategy<Value = ServerStats> {
-    (vec(any::<u64>(), 69), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
+    (vec(any::<u64>(), 75), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
         commits: w[0],
         versions_committed: w[1],
         objects_created: w[2],
@@ -193,6 +193,12 @@ fn stats() -> impl Strategy<Value = ServerStats> {
         page_record_bytes: w[66],
         pages_shipped: w[67],
         redo_reads: w[68],
+        wpl_images: w[69],
+        wpl_checkpoints: w[70],
+        wpl_installed: w[71],
+        wpl_restored: w[72],
+        wpl_page_rule_refusals: w[73],
+        wpl_table: w[74],
     })
 }
 
