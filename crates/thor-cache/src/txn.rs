@@ -350,6 +350,18 @@ impl ClientCache {
         (self.core.entries[i as usize].oref == word).then_some(k)
     }
 
+    /// An unswizzled reference (or class) word as the commit ships it: an oref as it is, the
+    /// tagged serial of an object this transaction created as its index among the commit's
+    /// created objects.
+    fn export_word(&self, w: u32) -> Result<u32, CacheError> {
+        match RawRef::decode(w) {
+            RawRef::Oref(_) => Ok(w),
+            RawRef::Tagged(_) => self.created_index(w).map(RawRef::tagged_word).ok_or(
+                CacheError::Internal("reference to an object created by another transaction"),
+            ),
+        }
+    }
+
     /// Writes the object of entry `i`, which the current transaction modified or created, into
     /// `out` (replacing its contents) as the commit ships it: references unswizzled, references
     /// to objects the transaction created (and a class word naming a class it created) tagged
@@ -366,13 +378,7 @@ impl ClientCache {
         let loc = e.loc;
         let size = core.object_size(loc);
         core.arena.copy_out(loc as usize, size, out);
-        let tag = |w: u32| match RawRef::decode(w) {
-            RawRef::Oref(_) => Ok(w),
-            RawRef::Tagged(_) => self.created_index(w).map(RawRef::tagged_word).ok_or(
-                CacheError::Internal("reference to an object created by another transaction"),
-            ),
-        };
-        let header = tag(u32_at(out, 0))?;
+        let header = self.export_word(u32_at(out, 0))?;
         put_u32(out, 0, header);
         let desc = core
             .class(core.class_word(loc))
@@ -380,7 +386,7 @@ impl ClientCache {
         let mut result = Ok(());
         desc.for_each_ref_offset(core.arena.bytes(loc as usize, size), |off| {
             if result.is_ok() {
-                result = tag(core.ref_word(loc, off)).map(|w| put_u32(out, off, w));
+                result = self.export_word(core.ref_word(loc, off)).map(|w| put_u32(out, off, w));
             }
         });
         result
@@ -391,18 +397,12 @@ impl ClientCache {
     fn export_spilled(&self, i: u32, out: &mut Vec<u8>) -> Result<(), CacheError> {
         let desc = self.read_record(i, out)?;
         self.count_export_read(out.len());
-        let tag = |w: u32| match RawRef::decode(w) {
-            RawRef::Oref(_) => Ok(w),
-            RawRef::Tagged(_) => self.created_index(w).map(RawRef::tagged_word).ok_or(
-                CacheError::Internal("reference to an object created by another transaction"),
-            ),
-        };
-        let header = tag(u32_at(out, 0))?;
+        let header = self.export_word(u32_at(out, 0))?;
         put_u32(out, 0, header);
         let mut offs = Vec::new();
         desc.for_each_ref_offset(out, |off| offs.push(off));
         for off in offs {
-            let w = tag(u32_at(out, off))?;
+            let w = self.export_word(u32_at(out, off))?;
             put_u32(out, off, w);
         }
         Ok(())

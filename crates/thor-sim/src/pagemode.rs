@@ -102,24 +102,8 @@ pub(crate) fn build(
     let mut work: Vec<PageWork> = Vec::new();
     let mut early = Vec::new();
     for (o, bytes) in versions {
-        let page = o.page().ok_or_else(|| broken("a write of oref 0"))?;
-        let w = match work.iter().position(|w| w.page == page) {
-            Some(w) => w,
-            None => {
-                let (_, img) = images
-                    .iter()
-                    .find(|(p, _)| *p == page)
-                    .ok_or_else(|| broken(format!("page {page} was not fetched")))?;
-                work.push(PageWork { page, image: img.to_vec(), written: Vec::new() });
-                work.len() - 1
-            }
-        };
-        let view = PageView::parse(&work[w].image).map_err(broken)?;
-        let range = view.object_range(o.oid()).ok_or_else(|| broken(format!("{o:?} missing")))?;
-        if range.len() != bytes.len() {
-            return Err(broken(format!("{o:?} changed size")));
-        }
-        let span = Span::new(range.start, range.end);
+        let (w, span) = locate_write(&mut work, images, page_size, *o, bytes)?;
+        let page = work[w].page;
         // Each round either copies (done) or sends one page's records and releases it; the
         // buffer holds at least one page, so a page alone always fits after every release.
         let mut rounds = 0;
@@ -178,6 +162,38 @@ pub(crate) fn build(
     Ok(PageTxn { early, commit })
 }
 
+/// The page work of the write of `o` (`bytes`, its new version), started from its page in
+/// `images` if it is the page's first write, and where on the page the object lies.
+fn locate_write(
+    work: &mut Vec<PageWork>,
+    images: &[(PageId, Bytes)],
+    page_size: usize,
+    o: Oref,
+    bytes: &[u8],
+) -> Result<(usize, Span), Violation> {
+    let page = o.page().ok_or_else(|| broken("a write of oref 0"))?;
+    let w = match work.iter().position(|w| w.page == page) {
+        Some(w) => w,
+        None => {
+            let (_, img) = images
+                .iter()
+                .find(|(p, _)| *p == page)
+                .ok_or_else(|| broken(format!("page {page} was not fetched")))?;
+            if img.len() != page_size {
+                return Err(broken(format!("page {page} fetched with another size")));
+            }
+            work.push(PageWork { page, image: img.to_vec(), written: Vec::new() });
+            work.len() - 1
+        }
+    };
+    let view = PageView::parse(&work[w].image).map_err(broken)?;
+    let range = view.object_range(o.oid()).ok_or_else(|| broken(format!("{o:?} missing")))?;
+    if range.len() != bytes.len() {
+        return Err(broken(format!("{o:?} changed size")));
+    }
+    Ok((w, Span::new(range.start, range.end)))
+}
+
 /// WPL's form of a transaction: no records, each written page whole (as fetched, with the
 /// written objects laid in, sealed) carrying the `version` it was fetched with, which the
 /// server's page rule checks.
@@ -191,27 +207,8 @@ fn build_wpl(
 ) -> Result<PageTxn, Violation> {
     let mut work: Vec<PageWork> = Vec::new();
     for (o, bytes) in versions {
-        let page = o.page().ok_or_else(|| broken("a write of oref 0"))?;
-        let w = match work.iter().position(|w| w.page == page) {
-            Some(w) => w,
-            None => {
-                let (_, img) = images
-                    .iter()
-                    .find(|(p, _)| *p == page)
-                    .ok_or_else(|| broken(format!("page {page} was not fetched")))?;
-                if img.len() != page_size {
-                    return Err(broken(format!("page {page} fetched with another size")));
-                }
-                work.push(PageWork { page, image: img.to_vec(), written: Vec::new() });
-                work.len() - 1
-            }
-        };
-        let view = PageView::parse(&work[w].image).map_err(broken)?;
-        let range = view.object_range(o.oid()).ok_or_else(|| broken(format!("{o:?} missing")))?;
-        if range.len() != bytes.len() {
-            return Err(broken(format!("{o:?} changed size")));
-        }
-        work[w].written.push((Span::new(range.start, range.end), bytes.clone()));
+        let (w, span) = locate_write(&mut work, images, page_size, *o, bytes)?;
+        work[w].written.push((span, bytes.clone()));
     }
     work.sort_by_key(|w| w.page);
     let pages = work

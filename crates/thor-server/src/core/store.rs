@@ -665,15 +665,7 @@ impl Store {
         ts: (u64, u32),
         section: Option<&record::PrepareSection>,
     ) -> Result<&Prepared, Stop> {
-        let n_objects = c.objects();
-        if n_objects > limits::COMMIT_OBJECTS_MAX {
-            return Err(InvalidCommit::TooLarge {
-                what: "objects",
-                got: n_objects,
-                max: limits::COMMIT_OBJECTS_MAX,
-            }
-            .into());
-        }
+        let n_objects = checked_object_count(c)?;
         let n_bytes = c.data_bytes();
         if n_bytes > limits::COMMIT_BYTES_MAX {
             return Err(InvalidCommit::TooLarge {
@@ -696,16 +688,7 @@ impl Store {
         // Reference offsets of the object being patched; one buffer for the whole commit.
         let mut offs: Vec<usize> = Vec::new();
         let mut patch = |bytes: &mut [u8], desc: &ClassDesc, header: bool| {
-            offs.clear();
-            if header {
-                offs.push(0);
-            }
-            desc.for_each_ref_offset(bytes, |o| offs.push(o));
-            for &off in &offs {
-                if let RawRef::Tagged(i) = RawRef::decode(u32_at(bytes, off)) {
-                    put_u32(bytes, off, created[i as usize].raw());
-                }
-            }
+            patch_created(bytes, desc, header, &created, &mut offs);
         };
         for (i, (oref, data)) in c.versions.iter().enumerate() {
             let range = rec.push(*oref, false, data);
@@ -803,15 +786,7 @@ impl Store {
         ts: (u64, u32),
     ) -> Result<&Prepared, Stop> {
         let shipped = c.wpl.as_ref().expect("a WPL commit");
-        let n_objects = c.objects();
-        if n_objects > limits::COMMIT_OBJECTS_MAX {
-            return Err(InvalidCommit::TooLarge {
-                what: "objects",
-                got: n_objects,
-                max: limits::COMMIT_OBJECTS_MAX,
-            }
-            .into());
-        }
+        let n_objects = checked_object_count(c)?;
         if !allow_create && !c.created.is_empty() {
             return Err(EngineError::BulkLoadActive.into());
         }
@@ -839,17 +814,10 @@ impl Store {
         let lsn = Lsn(first.0 + shipped.len() as u64);
         let txn = thor_recovery::TxnId(lsn.0);
         let created = self.allocate(c.created.len(), c.created.iter().map(Bytes::len), lsn)?;
-        let patch = |bytes: &mut [u8], desc: &ClassDesc, header: bool| {
-            let mut offs = Vec::new();
-            if header {
-                offs.push(0);
-            }
-            desc.for_each_ref_offset(bytes, |o| offs.push(o));
-            for &off in &offs {
-                if let RawRef::Tagged(i) = RawRef::decode(u32_at(bytes, off)) {
-                    put_u32(bytes, off, created[i as usize].raw());
-                }
-            }
+        // Reference offsets of the object being patched; one buffer for the whole commit.
+        let mut offs: Vec<usize> = Vec::new();
+        let mut patch = |bytes: &mut [u8], desc: &ClassDesc, header: bool| {
+            patch_created(bytes, desc, header, &created, &mut offs);
         };
         // The commit record: its body is the written orefs, then a kind-2 record of the
         // created objects (and the timestamp and read set, for concurrency control).
@@ -1214,6 +1182,42 @@ impl Store {
 struct Descs {
     created: Vec<Arc<ClassDesc>>,
     versions: Vec<Arc<ClassDesc>>,
+}
+
+/// The number of objects commit `c` writes and creates, refused above the limit.
+fn checked_object_count(c: &CommitIn) -> Result<usize, Stop> {
+    let n = c.objects();
+    if n > limits::COMMIT_OBJECTS_MAX {
+        return Err(InvalidCommit::TooLarge {
+            what: "objects",
+            got: n,
+            max: limits::COMMIT_OBJECTS_MAX,
+        }
+        .into());
+    }
+    Ok(n)
+}
+
+/// Replaces the tagged references of `bytes` (an object of class `desc`, and its class word
+/// too if `header`: a class the commit created) with the orefs the server allocated to the
+/// commit's `created` objects. `offs` is scratch, reused across a commit's objects.
+fn patch_created(
+    bytes: &mut [u8],
+    desc: &ClassDesc,
+    header: bool,
+    created: &[Oref],
+    offs: &mut Vec<usize>,
+) {
+    offs.clear();
+    if header {
+        offs.push(0);
+    }
+    desc.for_each_ref_offset(bytes, |o| offs.push(o));
+    for &off in offs.iter() {
+        if let RawRef::Tagged(i) = RawRef::decode(u32_at(bytes, off)) {
+            put_u32(bytes, off, created[i as usize].raw());
+        }
+    }
 }
 
 fn what_version(oref: Oref) -> String {
