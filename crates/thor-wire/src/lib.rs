@@ -25,6 +25,7 @@
 //!
 //! - [`frame`]: the frame: length word, CRC-32C, message type, flags, request id.
 //! - [`message`]: the payload of each message type, with byte diagrams.
+//! - [`prefetch`]: `Prefetch` and `Pages` (version 4), a fetch that brings further pages.
 //! - [`stats`]: the counters of a `Stats` reply.
 //! - [`code`]: the codes of `Error` and `CommitRefused` replies.
 //! - [`limits`]: every bound, with its reason. A frame's length is checked before it is read,
@@ -49,6 +50,7 @@ pub mod frame;
 pub mod limits;
 pub mod message;
 pub mod pagecommit;
+pub mod prefetch;
 pub mod stats;
 pub mod transport;
 pub mod twopc;
@@ -62,6 +64,7 @@ pub use message::{
     ServerInfo, decode_reply, decode_request, kind, truncate_message,
 };
 pub use pagecommit::{CommitMode, PageCommit, PageRecords};
+pub use prefetch::{Prefetch, PrefetchHint};
 pub use stats::{ServerStats, StatValue};
 pub use transport::{Transport, TransportError};
 pub use twopc::{CLIENT_TIE_BIT, Participant, PeerMsg, Prepare, Stamp};

@@ -27,7 +27,9 @@ pub const FRAME_BYTES_SETTING_MIN: usize = 64 << 10;
 /// only on connections that agreed on version 2. Version 1's messages are unchanged.
 /// Version 3 added commits across servers: `Prepare`, `Peer` and `Prepared` (`crate::twopc`)
 /// and the refusal code `Aborted`; a client sends them only on connections that agreed on 3.
-pub const WIRE_VERSION: u16 = 3;
+/// Version 4 added prefetch: `Prefetch` and `Pages` (`crate::prefetch`); a client sends
+/// `Prefetch` only on connections that agreed on 4.
+pub const WIRE_VERSION: u16 = 4;
 /// The oldest protocol version this build still speaks.
 pub const WIRE_VERSION_MIN: u16 = 1;
 
@@ -97,7 +99,24 @@ pub const PARTICIPANTS_MAX: usize = 64;
 /// fill both sockets' buffers and stall.
 pub const IN_FLIGHT_MAX: usize = 16;
 
+/// Most further pages one `Prefetch` may ask for (and one `Pages` reply may carry beyond the
+/// page asked for). A client asks for what its cache can take; 64 pages is half a megabyte of
+/// 8 KB pages, several traversal steps ahead, while a reply of the largest pages (2 MiB) with
+/// the most invalidations one reply may carry still fits a frame several times over.
+pub const PREFETCH_PAGES_MAX: usize = 64;
+
 const _: () = assert!(FRAME_HEADER_BYTES > FRAME_PREFIX_BYTES);
+// A `Pages` reply of the most pages of the largest size, with the most invalidations and
+// wanted pages a reply may carry, fits the largest frame.
+const _: () = assert!(
+    FRAME_HEADER_BYTES
+        + 8
+        + 4 * (INVALIDATIONS_MAX + DEMOTED_WANTED_MAX)
+        + 2
+        + (1 + PREFETCH_PAGES_MAX) * (8 + PAGE_SIZE_MAX)
+        <= FRAME_BYTES_MAX
+);
+const _: () = assert!(PREFETCH_PAGES_MAX < u16::MAX as usize);
 const _: () = assert!(FRAME_BYTES_SETTING_MIN <= FRAME_BYTES_MAX);
 const _: () = assert!(FRAME_BYTES_MAX <= u32::MAX as usize);
 // A reply with the largest page must fit in the smallest allowed frame, with room for a header,

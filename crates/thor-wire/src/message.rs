@@ -78,6 +78,7 @@
 //!
 //! Prepare  0x0008  two-phase commit (version 3): see crate::twopc
 //! Peer     0x0009  a message between servers (version 3): see crate::twopc
+//! Prefetch 0x000A  a fetch that brings further pages (version 4): see crate::prefetch
 //! ```
 //!
 //! Object bytes in a commit are complete objects in the format of `thor_core::class`; reference
@@ -109,6 +110,8 @@
 //! Ack            0x0085  (empty)     answers Abort, Goodbye and Peer
 //!
 //! Prepared       0x0088  a participant's answer to Prepare (version 3): see crate::twopc
+//!
+//! Pages          0x0089  answers Prefetch (version 4): see crate::prefetch
 //!
 //! Stats          0x0086  +--------+------------------+
 //!                        | F: u16 | F x u64 counters |  see ServerStats for the order
@@ -174,6 +177,8 @@ pub mod kind {
     pub const PREPARE: u16 = 0x0008;
     /// [`crate::RequestBody::Peer`] (version 3).
     pub const PEER: u16 = 0x0009;
+    /// [`crate::RequestBody::Prefetch`] (version 4).
+    pub const PREFETCH: u16 = 0x000a;
     /// [`crate::RequestBody::PageRecords`] (`crate::pagecommit`).
     pub const PAGE_RECORDS: u16 = 0x0040;
     /// [`crate::RequestBody::PageCommit`] (`crate::pagecommit`).
@@ -194,6 +199,8 @@ pub mod kind {
     pub const BACKUP_DONE: u16 = 0x0087;
     /// [`crate::ReplyBody::Prepared`] (version 3).
     pub const PREPARED: u16 = 0x0088;
+    /// [`crate::ReplyBody::Pages`] (version 4).
+    pub const PAGES: u16 = 0x0089;
     /// [`crate::ReplyBody::Error`].
     pub const ERROR: u16 = 0x00ff;
 
@@ -310,6 +317,9 @@ pub enum RequestBody {
         /// The page.
         page: PageId,
     },
+    /// Asks for a page's current bytes and up to a number of further pages the server
+    /// chooses ([`crate::prefetch`], version 4).
+    Prefetch(crate::prefetch::Prefetch),
     /// Asks to commit a transaction.
     Commit(Commit),
     /// Tells the server that the client abandoned its transaction.
@@ -341,6 +351,7 @@ impl RequestBody {
         match self {
             RequestBody::Hello(_) => kind::HELLO,
             RequestBody::Fetch { .. } => kind::FETCH,
+            RequestBody::Prefetch(_) => kind::PREFETCH,
             RequestBody::Commit(_) => kind::COMMIT,
             RequestBody::PageRecords(_) => kind::PAGE_RECORDS,
             RequestBody::PageCommit(_) => kind::PAGE_COMMIT,
@@ -358,6 +369,7 @@ impl RequestBody {
         match self {
             RequestBody::Hello(_) => "Hello",
             RequestBody::Fetch { .. } => "Fetch",
+            RequestBody::Prefetch(_) => "Prefetch",
             RequestBody::Commit(_) => "Commit",
             RequestBody::PageRecords(_) => "PageRecords",
             RequestBody::PageCommit(_) => "PageCommit",
@@ -419,6 +431,10 @@ pub enum ReplyBody {
         /// at the client).
         bytes: Bytes,
     },
+    /// Answers `Prefetch`: the page asked for first, then the pages the server added
+    /// ([`crate::prefetch`], version 4). Each is the page's bytes exactly as the server's
+    /// engine has them.
+    Pages(Vec<(PageId, Bytes)>),
     /// Answers `Commit`: the commit is durable.
     CommitOk {
         /// The commit's place in the server's serial order.
@@ -461,6 +477,7 @@ impl ReplyBody {
         match self {
             ReplyBody::HelloOk(_) => kind::HELLO_OK,
             ReplyBody::Page { .. } => kind::PAGE,
+            ReplyBody::Pages(_) => kind::PAGES,
             ReplyBody::CommitOk { .. } => kind::COMMIT_OK,
             ReplyBody::CommitRefused { .. } => kind::COMMIT_REFUSED,
             ReplyBody::Ack => kind::ACK,
@@ -476,6 +493,7 @@ impl ReplyBody {
         match self {
             ReplyBody::HelloOk(_) => "HelloOk",
             ReplyBody::Page { .. } => "Page",
+            ReplyBody::Pages(_) => "Pages",
             ReplyBody::CommitOk { .. } => "CommitOk",
             ReplyBody::CommitRefused { .. } => "CommitRefused",
             ReplyBody::Ack => "Ack",
@@ -606,6 +624,10 @@ impl Request {
                 12 + h.token.len() + h.client_name.len()
             }
             RequestBody::Fetch { .. } => 4,
+            RequestBody::Prefetch(p) => {
+                p.check()?;
+                crate::prefetch::PREFETCH_BYTES
+            }
             RequestBody::Commit(c) => commit_bytes(c)?,
             RequestBody::Prepare(p) => {
                 p.check()?;
@@ -669,6 +691,7 @@ impl Request {
                 put_short(out, h.client_name.as_bytes());
             }
             RequestBody::Fetch { page } => out.put_u32(page.get()),
+            RequestBody::Prefetch(p) => p.put(out),
             RequestBody::Commit(c) => put_commit(out, c),
             RequestBody::Prepare(p) => {
                 p.put_header(out);
@@ -725,6 +748,7 @@ impl Request {
                 RequestBody::Hello(Hello { min_version, max_version, token, client_name })
             }
             kind::FETCH => RequestBody::Fetch { page: r.page_id("page")? },
+            kind::PREFETCH => RequestBody::Prefetch(crate::prefetch::Prefetch::get(&mut r)?),
             kind::COMMIT => RequestBody::Commit(get_commit(&mut r)?),
             kind::PREPARE => {
                 let (stamp, coordinator, participants) = Prepare::get_header(&mut r)?;
@@ -784,6 +808,7 @@ impl Reply {
                 }
                 8 + bytes.len()
             }
+            ReplyBody::Pages(pages) => crate::prefetch::pages_bytes(pages)?,
             ReplyBody::CommitOk { created, .. } => {
                 check_limit("created orefs", created.len(), COMMIT_OBJECTS_MAX)?;
                 check_orefs(created, "created orefs")?;
@@ -851,6 +876,7 @@ impl Reply {
                 out.put_u32(bytes.len() as u32);
                 out.extend_from_slice(bytes);
             }
+            ReplyBody::Pages(pages) => crate::prefetch::put_pages(out, pages),
             ReplyBody::CommitOk { lsn, created } => {
                 out.put_u64(lsn.0);
                 put_orefs(out, created);
@@ -930,6 +956,7 @@ impl Reply {
                 }
                 ReplyBody::Page { page, bytes: r.bytes(len, "page bytes")? }
             }
+            kind::PAGES => ReplyBody::Pages(crate::prefetch::get_pages(&mut r)?),
             kind::COMMIT_OK => {
                 let lsn = Lsn(r.u64("lsn")?);
                 let created = get_orefs(&mut r, COMMIT_OBJECTS_MAX, "created orefs")?;

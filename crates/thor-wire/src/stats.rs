@@ -260,6 +260,13 @@ server_stats! {
     wpl_page_rule_refusals: u64,
     /// Whole-page logging: copies in the WPL table now.
     wpl_table: u64,
+    /// `Prefetch` requests served (version 4; each also counted in fetches).
+    prefetch_requests: u64,
+    /// Pages sent beyond the asked ones by prefetch (each registered in the client's
+    /// directory as a fetched page is).
+    pages_prefetched: u64,
+    /// Prefetch candidates passed over because only a disk read would have brought them.
+    prefetch_uncached: u64,
 }
 
 const _: () = assert!(ServerStats::FIELDS.len() <= STATS_FIELDS_MAX);

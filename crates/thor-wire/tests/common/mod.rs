@@ -6,10 +6,11 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use thor_core::ids::PAGE_ID_MAX;
 use thor_core::{ClientId, Lsn, Oid, Oref, PageId, ServerId};
-use thor_wire::limits::{FRAME_BYTES_MAX, FRAME_BYTES_SETTING_MIN};
+use thor_wire::limits::{FRAME_BYTES_MAX, FRAME_BYTES_SETTING_MIN, PREFETCH_PAGES_MAX};
 use thor_wire::{
-    BackupInfo, CLIENT_TIE_BIT, Commit, ErrorCode, Hello, Participant, PeerMsg, Piggyback, Prepare,
-    RefusedCode, Reply, ReplyBody, Request, RequestBody, ServerInfo, ServerStats, Stamp,
+    BackupInfo, CLIENT_TIE_BIT, Commit, ErrorCode, Hello, Participant, PeerMsg, Piggyback,
+    Prefetch, PrefetchHint, Prepare, RefusedCode, Reply, ReplyBody, Request, RequestBody,
+    ServerInfo, ServerStats, Stamp,
 };
 
 pub fn oref() -> impl Strategy<Value = Oref> {
@@ -46,6 +47,16 @@ pub fn request_body() -> impl Strategy<Value = RequestBody> {
             RequestBody::Hello(Hello { min_version: a, max_version: b, token, client_name: name })
         }),
         page_id().prop_map(|page| RequestBody::Fetch { page }),
+        (
+            page_id(),
+            0..=PREFETCH_PAGES_MAX as u16,
+            proptest::sample::select(PrefetchHint::ALL.to_vec())
+        )
+            .prop_map(|(page, extra, hint)| RequestBody::Prefetch(Prefetch {
+                page,
+                extra,
+                hint
+            })),
         (vec(oref(), 0..16), vec((oref(), blob(48)), 0..8), vec(blob(48), 0..8)).prop_map(
             |(reads, versions, created)| RequestBody::Commit(Commit { reads, versions, created })
         ),
@@ -121,7 +132,7 @@ pub fn request() -> impl Strategy<Value = Request> {
 }
 
 fn stats() -> impl Strategy<Value = ServerStats> {
-    (vec(any::<u64>(), 75), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
+    (vec(any::<u64>(), 78), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
         commits: w[0],
         versions_committed: w[1],
         objects_created: w[2],
@@ -199,6 +210,9 @@ fn stats() -> impl Strategy<Value = ServerStats> {
         wpl_restored: w[72],
         wpl_page_rule_refusals: w[73],
         wpl_table: w[74],
+        prefetch_requests: w[75],
+        pages_prefetched: w[76],
+        prefetch_uncached: w[77],
     })
 }
 
@@ -227,6 +241,14 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
             }),
         (page_id(), vec(any::<u8>(), 1024..=1024))
             .prop_map(|(page, b)| ReplyBody::Page { page, bytes: Bytes::from(b) }),
+        (proptest::collection::btree_set(page_id(), 1..5), any::<u8>()).prop_map(
+            |(pages, fill)| {
+                // Distinct pages of one size; the order of the set is not the point.
+                ReplyBody::Pages(
+                    pages.into_iter().map(|p| (p, Bytes::from(vec![fill; 1024]))).collect(),
+                )
+            }
+        ),
         (any::<u64>(), vec(oref(), 0..16))
             .prop_map(|(l, created)| ReplyBody::CommitOk { lsn: Lsn(l), created }),
         (proptest::sample::select(RefusedCode::ALL), "\\PC{0,40}")
