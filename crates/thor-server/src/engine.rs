@@ -100,6 +100,10 @@ pub struct EngineOptions {
     /// (`core::pagecommit`), told to every client in `HelloOk`. A server setting: the log and
     /// the page file are the same in every mode, so a database can be served in any.
     pub commit_mode: thor_wire::CommitMode,
+    /// Most further pages the server adds to one `Prefetch` reply, whatever the client asks
+    /// (`thor server --prefetch-max`; `core::prefetch`). 0 turns prefetch off at the server:
+    /// every `Prefetch` is answered with its page alone.
+    pub prefetch_pages_max: usize,
 }
 
 /// Where an engine's messages to other servers go (two-phase commit).
@@ -177,6 +181,7 @@ impl Default for EngineOptions {
             twopc: crate::core::twopc::TwoPcConfig::default(),
             peers: None,
             commit_mode: thor_wire::CommitMode::Obj,
+            prefetch_pages_max: thor_wire::limits::PREFETCH_PAGES_MAX,
         }
     }
 }
@@ -196,6 +201,7 @@ impl EngineOptions {
             twopc: self.twopc,
             page_cache_mode: self.page_cache_mode,
             wpl: crate::core::wpl::WPL_CONFIG_DEFAULT,
+            prefetch_pages_max: self.prefetch_pages_max,
         }
     }
 }

@@ -450,6 +450,12 @@ impl Cc {
         }
     }
 
+    /// Whether `conn`'s directory holds `page` (the client may cache it: it was sent and not
+    /// reported discarded, or its group was).
+    pub fn directory_has(&self, conn: ConnId, page: PageId) -> bool {
+        self.clients.get(&conn).is_some_and(|c| c.directory.contains(page))
+    }
+
     /// The piggybacked section of a request from `conn`: acknowledged invalidations and pages
     /// the client no longer caches.
     pub fn piggyback(&mut self, conn: ConnId, acks: &[Oref], discarded: &[PageId]) {

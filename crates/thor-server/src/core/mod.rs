@@ -55,6 +55,7 @@ pub mod cc;
 pub mod demote;
 pub mod install;
 pub mod pagecommit;
+pub mod prefetch;
 mod sessions;
 pub mod store;
 pub mod twopc;
@@ -113,6 +114,9 @@ pub struct CoreConfig {
     pub page_cache_mode: crate::pagecache::CacheMode,
     /// The bounds of the WPL table (whole-page logging, [`wpl`]).
     pub wpl: thor_recovery::WplConfig,
+    /// Most further pages one `Prefetch` reply carries, whatever the client asks
+    /// ([`prefetch`]); 0 answers every `Prefetch` with its page alone.
+    pub prefetch_pages_max: usize,
 }
 
 impl Default for CoreConfig {
@@ -130,6 +134,7 @@ impl Default for CoreConfig {
             protocol: ProtocolConfig::default(),
             page_cache_mode: crate::pagecache::CacheMode::Inclusive,
             wpl: wpl::WPL_CONFIG_DEFAULT,
+            prefetch_pages_max: thor_wire::limits::PREFETCH_PAGES_MAX,
         }
     }
 }
@@ -565,6 +570,8 @@ pub struct CoreStats {
     pub wpl: wpl::WplCounters,
     /// Copies in the WPL table now.
     pub wpl_table: usize,
+    /// Prefetch: requests, pages sent beyond the asked ones, candidates passed over.
+    pub prefetch: prefetch::PrefetchCounters,
 }
 
 /// The server core. See the module documentation.
@@ -579,8 +586,8 @@ pub struct Core {
     /// Commits not yet prepared, in arrival order.
     queue: VecDeque<Queued>,
     /// Outstanding page reads: the install generation when each was issued, and the fetches
-    /// waiting for it.
-    reads: FxHashMap<PageId, (u64, Vec<Origin>)>,
+    /// waiting for it (with what each `Prefetch` asked for beyond the page).
+    reads: FxHashMap<PageId, (u64, Vec<(Origin, Option<prefetch::Ahead>)>)>,
     /// Incremented by every completed install round; a read issued before one may be stale.
     install_gen: u64,
     /// The install round in flight.
@@ -599,6 +606,8 @@ pub struct Core {
     now_us: u64,
     /// Counters.
     counters: Counters,
+    /// Prefetch's counters.
+    prefetch: prefetch::PrefetchCounters,
     /// The driver's log and traffic counters.
     driver: DriverCounters,
     /// Connections whose held-back requests may proceed now (drained at the end of a step).
@@ -656,6 +665,7 @@ impl Core {
             last_commit_us: 0,
             now_us: 0,
             counters: Counters::default(),
+            prefetch: prefetch::PrefetchCounters::default(),
             driver: DriverCounters::default(),
             to_drain: Vec::new(),
             prepared_origin: FxHashMap::default(),
@@ -879,6 +889,7 @@ impl Core {
         &mut self,
         origin: Origin,
         page: PageId,
+        ahead: Option<prefetch::Ahead>,
         r: Result<Bytes, EngineError>,
         fx: &mut Vec<Effect>,
     ) {
@@ -889,19 +900,19 @@ impl Core {
             Origin::Conn { conn, id } => {
                 let (reply, close) = match r {
                     Ok(bytes) => {
-                        // From now on the client may cache this page's objects: commits that
-                        // change them must invalidate its copies.
-                        self.cc.page_sent(conn, page);
-                        self.twopc_page_sent(conn, page);
-                        // The client may give the page back when it drops it, if these bytes
-                        // are the page's image (no MOB versions in them, not a fresh page).
-                        if self.sessions.demotes(conn)
-                            && !self.store.mob.has_page(page)
-                            && !self.store.fresh.contains(&page)
-                        {
-                            self.demotions.page_sent(conn, page, &bytes);
+                        self.page_sent(conn, page, &bytes);
+                        match ahead {
+                            None => (Reply::new(ReplyBody::Page { page, bytes }), false),
+                            Some(ahead) => {
+                                // The further pages are composed and registered in this same
+                                // step, after the asked one (see `prefetch`).
+                                let more = self.prefetch_pages(conn, page, &bytes, ahead);
+                                let mut pages = Vec::with_capacity(1 + more.len());
+                                pages.push((page, bytes));
+                                pages.extend(more);
+                                (Reply::new(ReplyBody::Pages(pages)), false)
+                            }
                         }
-                        (Reply::new(ReplyBody::Page { page, bytes }), false)
                     }
                     Err(e) => error_reply(&e),
                 };
@@ -969,7 +980,12 @@ impl Core {
             Action::Done => {}
             Action::Fetch(page) => {
                 self.sessions.set_busy(conn);
-                self.fetch(Origin::Conn { conn, id }, page, fx);
+                self.fetch(Origin::Conn { conn, id }, page, None, fx);
+            }
+            Action::Prefetch(p) => {
+                self.sessions.set_busy(conn);
+                let ahead = prefetch::Ahead { extra: p.extra, hint: p.hint };
+                self.fetch(Origin::Conn { conn, id }, p.page, Some(ahead), fx);
             }
             Action::Commit(c) => {
                 self.sessions.set_busy(conn);
@@ -1023,7 +1039,7 @@ impl Core {
     fn direct(&mut self, ticket: Ticket, op: DirectOp, fx: &mut Vec<Effect>) {
         match op {
             DirectOp::Commit(c) => self.commit(Origin::Direct(ticket), c, fx),
-            DirectOp::Fetch(page) => self.fetch(Origin::Direct(ticket), page, fx),
+            DirectOp::Fetch(page) => self.fetch(Origin::Direct(ticket), page, None, fx),
             DirectOp::FlushRound => {
                 if let Some(why) = &self.failed {
                     let e = EngineError::Failed(why.clone());
@@ -1081,13 +1097,19 @@ impl Core {
         j
     }
 
-    fn fetch(&mut self, origin: Origin, page: PageId, fx: &mut Vec<Effect>) {
+    fn fetch(
+        &mut self,
+        origin: Origin,
+        page: PageId,
+        ahead: Option<prefetch::Ahead>,
+        fx: &mut Vec<Effect>,
+    ) {
         match self.fetch_cached(page) {
-            Some(r) => self.answer_fetch(origin, page, r, fx),
+            Some(r) => self.answer_fetch(origin, page, ahead, r, fx),
             None => {
                 self.counters.fetches += 1;
                 self.counters.fetch_reads += 1;
-                self.want_read(page, Some(origin), fx);
+                self.want_read(page, Some((origin, ahead)), fx);
             }
         }
     }
@@ -1110,7 +1132,12 @@ impl Core {
     }
 
     /// Asks for `page` to be read (once, however many wait for it).
-    fn want_read(&mut self, page: PageId, waiter: Option<Origin>, fx: &mut Vec<Effect>) {
+    fn want_read(
+        &mut self,
+        page: PageId,
+        waiter: Option<(Origin, Option<prefetch::Ahead>)>,
+        fx: &mut Vec<Effect>,
+    ) {
         let issued = self.install_gen;
         let entry = self.reads.entry(page).or_insert_with(|| {
             fx.push(Effect::Read { page });
@@ -1151,7 +1178,7 @@ impl Core {
             ReadError::Corrupt(source) => EngineError::CorruptPage { page, source: source.clone() },
             ReadError::Storage(why) => EngineError::Read { page, why: why.clone() },
         };
-        for w in waiters {
+        for (w, ahead) in waiters {
             let r = match &image {
                 Ok(img) => self.store.with_mob(page, img.clone()).map(|(b, n)| {
                     self.counters.fetch_versions_applied += n as u64;
@@ -1159,7 +1186,7 @@ impl Core {
                 }),
                 Err(e) => Err(failure(e)),
             };
-            self.answer_fetch(w, page, r, fx);
+            self.answer_fetch(w, page, ahead, r, fx);
         }
         self.page_commit_read(page, image.as_ref().map_err(failure), fx);
         // Only the head of the commit queue is validated, so only it can wait for a page.
@@ -1762,6 +1789,7 @@ impl Core {
             commits_queued: self.queue.len(),
             wpl: self.wpl_counters(),
             wpl_table: self.wpl_table_len(),
+            prefetch: self.prefetch,
         }
     }
 
@@ -1849,6 +1877,9 @@ impl Core {
             twopc_in_doubt: t.in_doubt as u64,
             twopc_coordinating: t.coordinating as u64,
             twopc_presumed_aborts: t.counters.presumed_aborts,
+            prefetch_requests: e.prefetch.requests,
+            pages_prefetched: e.prefetch.pages,
+            prefetch_uncached: e.prefetch.uncached,
             ..self.page_stats()
         }
     }
@@ -1909,5 +1940,7 @@ pub type Client = ClientId;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_prefetch;
 #[cfg(test)]
 mod tests_twopc;

@@ -130,6 +130,8 @@ pub enum Action {
     Done,
     /// Serve a fetch.
     Fetch(PageId),
+    /// Serve a fetch with further pages (`super::prefetch`).
+    Prefetch(thor_wire::Prefetch),
     /// Serve a commit.
     Commit(CommitIn),
     /// Answer with the counters.
@@ -313,6 +315,7 @@ impl Sessions {
                 (Reply::error(ErrorCode::UnexpectedMessage, "a second Hello"), true)
             }
             (State::Open { .. }, RequestBody::Fetch { page }) => return Action::Fetch(page),
+            (State::Open { .. }, RequestBody::Prefetch(p)) => return Action::Prefetch(p),
             (State::Open { .. }, RequestBody::Commit(commit)) => {
                 return Action::Commit(CommitIn::from(commit));
             }

@@ -535,6 +535,25 @@ impl Store {
         Ok(Some(self.with_mob(page, base)?))
     }
 
+    /// The page as a fetch sees it if that needs no disk read (cached or fresh), without
+    /// counting a page-cache miss when it does: `None` then. Prefetch's guesses use it, so
+    /// that they neither wait for the disk nor skew the cache's hit ratio.
+    pub fn compose_if_cached(&mut self, page: PageId) -> Option<Result<(Bytes, usize), EngineError>> {
+        if page > self.tail.page || !(self.fresh.contains(&page) || self.cache.peek(page).is_some()) {
+            return None;
+        }
+        self.compose(page).transpose()
+    }
+
+    /// The descriptor of the stored class `class` if it is known without reading a page (a
+    /// built-in class, one decoded before, or one whose class object is cached).
+    pub fn class_desc_cached(&mut self, class: Oref) -> Option<Arc<ClassDesc>> {
+        match self.class_desc(class, &Images::new()) {
+            Ok(Lookup::Found(d)) => Some(d),
+            _ => None,
+        }
+    }
+
     /// `base` with the MOB's versions of `page` applied and sealed; also returns how many
     /// versions were applied. A page without buffered versions is returned as it is (shared).
     pub fn with_mob(&self, page: PageId, base: Bytes) -> Result<(Bytes, usize), EngineError> {

@@ -23,7 +23,7 @@ pub(super) struct Harness {
     disk_side: DiskSide,
     log: Arc<thor_storage::Log>,
     /// Effects emitted and not yet performed or taken, in order.
-    pending: VecDeque<Effect>,
+    pub pending: VecDeque<Effect>,
     pub now: u64,
 }
 
@@ -32,7 +32,7 @@ pub(super) fn config() -> CoreConfig {
 }
 
 impl Harness {
-    fn new(cfg: CoreConfig) -> Harness {
+    pub(super) fn new(cfg: CoreConfig) -> Harness {
         Harness::with_id(cfg, ServerId(7))
     }
 
