@@ -208,6 +208,10 @@ pub struct FrameMeta {
     /// An object of this frame was written since its page was installed: the frame's bytes
     /// are no longer the page the server sent, so it is not demoted.
     pub written: bool,
+    /// The page came by prefetch (`ClientCache::install_prefetched`) and no object of it has
+    /// been installed yet: counted as used at its first installation, as wasted if the frame
+    /// leaves before that.
+    pub prefetched: bool,
     /// Times HAC's primary pointer decayed this frame's objects (mod 256; see [`usage_now`]).
     pub decays: u8,
     /// The frame's installed, unmodified entries by usage value now: kept up to date wherever
@@ -227,6 +231,7 @@ impl FrameMeta {
         pins: 0,
         modified: 0,
         written: false,
+        prefetched: false,
         decays: 0,
         by_usage: [0; 16],
     };
@@ -251,8 +256,15 @@ impl FrameMeta {
 /// Counters of the shared machinery.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CoreStats {
-    /// Pages copied into frames (one per fetch).
+    /// Pages copied into frames (one per fetch, and one per page prefetched).
     pub pages_installed: u64,
+    /// Of those, pages that came by prefetch, beyond the page a fetch asked for.
+    pub pages_prefetched: u64,
+    /// Prefetched pages an object was installed from (used before their frame left).
+    pub prefetched_used: u64,
+    /// Prefetched pages whose frame left (evicted, compacted, superseded) before any object
+    /// of it was installed: prefetch's waste.
+    pub prefetched_unused: u64,
     /// Objects installed in the indirection table.
     pub objects_installed: u64,
     /// Reference words swizzled.
@@ -852,7 +864,9 @@ impl CacheCore {
         };
         // A page fetched again (its cached copy was stale) supersedes the old frame, which
         // stays until replacement empties it: objects installed from it keep their entries.
-        self.pages.insert(page.get(), f);
+        if let Some(old) = self.pages.insert(page.get(), f) {
+            self.prefetch_left(old);
+        }
         self.last_page.set((page.get(), f));
         self.demote.forget(page.get());
         self.stats.pages_installed += 1;
@@ -862,6 +876,7 @@ impl CacheCore {
     /// Forgets that frame `f` holds its page (the frame is being emptied or compacted), unless
     /// a newer copy of the page superseded it there already.
     pub(crate) fn unmap_page(&mut self, f: u32) {
+        self.prefetch_left(f);
         let fm = self.frames[f as usize];
         if fm.kind == FrameKind::Intact && self.pages.get(&fm.page) == Some(&f) {
             self.pages.remove(&fm.page);
@@ -1323,6 +1338,10 @@ impl CacheCore {
         check_stored_refs(desc, obj).map_err(|(at, why)| malformed(at, why))?;
         let loc = (base + range.start) as u32;
         let fm = &mut self.frames[f as usize];
+        if fm.prefetched {
+            fm.prefetched = false;
+            self.stats.prefetched_used += 1;
+        }
         let e = &mut self.entries[i as usize];
         e.loc = loc;
         e.usage = usage_stored(0, fm.decays);
@@ -1562,8 +1581,25 @@ impl CacheCore {
         self.release_frame(f);
     }
 
+    /// Counts frame `f`'s page as prefetched and never used if it is, as it leaves its frame
+    /// (or stops being the page's copy).
+    pub(crate) fn prefetch_left(&mut self, f: u32) {
+        let fm = &mut self.frames[f as usize];
+        if fm.prefetched {
+            fm.prefetched = false;
+            self.stats.prefetched_unused += 1;
+        }
+    }
+
+    /// Marks the page just installed in frame `f` as prefetched.
+    pub(crate) fn mark_prefetched(&mut self, f: u32) {
+        self.frames[f as usize].prefetched = true;
+        self.stats.pages_prefetched += 1;
+    }
+
     /// Puts an emptied frame back on the free list (or retires it if the tables need room).
     pub(crate) fn release_frame(&mut self, f: u32) {
+        self.prefetch_left(f);
         self.frames[f as usize] = FrameMeta::FREE;
         self.stats.frames_freed += 1;
         let retire = self.usable_frames > self.frames_allowed().max(MIN_FRAMES);

@@ -224,10 +224,11 @@ pub struct CacheStats {
 }
 
 impl CacheStats {
-    /// Fetches: pages fetched into the cache (each installs one), plus those the manager
-    /// models beyond them (QuickStore's mapping objects).
+    /// Fetches: pages fetched into the cache (each installs one; pages that came by prefetch
+    /// with another's fetch are not fetches), plus those the manager models beyond them
+    /// (QuickStore's mapping objects).
     pub fn fetches(&self) -> u64 {
-        self.core.pages_installed + self.replacement.extra_fetches
+        self.core.pages_installed - self.core.pages_prefetched + self.replacement.extra_fetches
     }
 
     /// Replacement time per fetch: with background replacement this is the work overlapped
@@ -440,10 +441,17 @@ impl ClientCache {
     /// error here: the fetch in flight has its frame, and the shortage is reported when a
     /// frame is needed and cannot be had.
     pub fn while_fetching(&mut self) -> Result<(), CacheError> {
+        self.while_fetching_pages(1)
+    }
+
+    /// [`ClientCache::while_fetching`] for a fetch that may bring `pages` pages (a prefetch):
+    /// frees frames for all of them, and the next one, while the request is on the wire, so
+    /// that installing them waits for no replacement.
+    pub fn while_fetching_pages(&mut self, pages: usize) -> Result<(), CacheError> {
         if !self.background {
             return Ok(());
         }
-        match self.free_frames_until(2) {
+        match self.free_frames_until(1 + pages.max(1)) {
             Err(CacheError::Full { .. }) if !self.core.free.is_empty() => Ok(()),
             other => other,
         }
@@ -451,6 +459,21 @@ impl ClientCache {
 
     /// Installs a fetched page.
     pub fn install_page(&mut self, page: PageId, bytes: &[u8]) -> Result<(), CacheError> {
+        self.install(page, bytes).map(|_| ())
+    }
+
+    /// Installs a page that came by prefetch, with a fetched page's checks; it takes a frame
+    /// like any page (freed by the manager as for a fetch) and is evicted like any other. The
+    /// cache counts it as prefetched, and as used at the first installation of one of its
+    /// objects or as wasted if its frame leaves first ([`CoreStats`]'s `prefetched_*`).
+    /// The caller does not install a page it holds already ([`ClientCache::has_page`]).
+    pub fn install_prefetched(&mut self, page: PageId, bytes: &[u8]) -> Result<(), CacheError> {
+        let f = self.install(page, bytes)?;
+        self.core.mark_prefetched(f);
+        Ok(())
+    }
+
+    fn install(&mut self, page: PageId, bytes: &[u8]) -> Result<u32, CacheError> {
         self.free_frames_until(1)?;
         let f = self.core.take_free_frame().ok_or(CacheError::Internal("no free frame"))?;
         if let Err(e) = self.core.install_page(f, page, bytes) {
@@ -458,7 +481,7 @@ impl ClientCache {
             return Err(e);
         }
         with_manager!(&mut self.manager, m => m.page_installed(&mut self.core, f));
-        Ok(())
+        Ok(f)
     }
 
     /// Whether page `page` is resident.
@@ -599,6 +622,12 @@ impl ClientCache {
     }
 
     /// Counters.
+    /// Prefetched pages used and evicted unused so far ([`CoreStats`]'s `prefetched_used`
+    /// and `prefetched_unused`), without building the whole [`CacheStats`].
+    pub fn prefetch_outcomes(&self) -> (u64, u64) {
+        (self.core.stats.prefetched_used, self.core.stats.prefetched_unused)
+    }
+
     pub fn stats(&self) -> CacheStats {
         CacheStats {
             core: self.core.stats,

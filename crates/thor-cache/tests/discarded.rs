@@ -8,7 +8,9 @@
 //! nothing of it (a commit by another client of what it read would go unnoticed). And reports
 //! are *complete*: once the transaction has ended, every page the server still lists and the
 //! client no longer caches is reported. The model is the server's directory: pages enter it when
-//! fetched and leave it when reported.
+//! fetched or prefetched (a fetch may bring pages the directory does not list, as a server's
+//! `Prefetch` reply does; they are installed first and the asked page last, as thor-client
+//! does) and leave it when reported.
 //!
 //! The test class `test.Node`: `[class | ref | tag: u32 | count | refs...]`.
 
@@ -55,6 +57,8 @@ fn class() -> ClassDesc {
 enum Op {
     /// Access an object (fetching its page if needed).
     Read(u32, u16),
+    /// Access an object; a fetch brings these pages too (those the directory does not list).
+    ReadAhead(u32, u16, Vec<u32>),
     /// Access an object and write it.
     Write(u32, u16),
     /// The server invalidates an object (only sent for pages in the directory).
@@ -71,6 +75,8 @@ fn op() -> impl Strategy<Value = Op> {
     let obj = 0..OBJECTS;
     prop_oneof![
         8 => (page.clone(), obj.clone()).prop_map(|(p, o)| Op::Read(p, o)),
+        4 => (page.clone(), obj.clone(), proptest::collection::vec(page.clone(), 0..4))
+            .prop_map(|(p, o, more)| Op::ReadAhead(p, o, more)),
         1 => (page.clone(), obj.clone()).prop_map(|(p, o)| Op::Write(p, o)),
         2 => (page.clone(), obj).prop_map(|(p, o)| Op::Invalidate(p, o)),
         1 => any::<bool>().prop_map(|commit| Op::End { commit }),
@@ -109,15 +115,29 @@ impl World {
             })
     }
 
-    /// Accesses `o` as the session does: resolve, fetching pages as asked.
-    fn access(&mut self, o: Oref) -> Result<u32, CacheError> {
+    /// Accesses `o` as the session does: resolve, fetching pages as asked, each fetch
+    /// bringing the pages of `ahead` the directory does not list (the server's rule).
+    fn access(&mut self, o: Oref, ahead: &[u32]) -> Result<u32, CacheError> {
         self.read.insert(o.page_raw());
         let i = self.c.entry_for(o)?;
         for _ in 0..4 {
             match self.c.resolve(i)? {
                 Need::Resident(_) => return Ok(i),
                 Need::Page(p) | Need::Stale(p) => {
-                    self.c.while_fetching()?;
+                    let mut more: Vec<u32> = ahead
+                        .iter()
+                        .copied()
+                        .filter(|&q| q != p.get() && !self.directory.contains(&q))
+                        .collect();
+                    more.sort_unstable();
+                    more.dedup();
+                    self.c.while_fetching_pages(1 + more.len())?;
+                    for q in more {
+                        self.directory.insert(q);
+                        if !self.c.has_page(page_id(q)) {
+                            self.c.install_prefetched(page_id(q), &page_of(q))?;
+                        }
+                    }
                     self.c.install_page(p, &page_of(p.get()))?;
                     self.directory.insert(p.get());
                 }
@@ -138,7 +158,12 @@ impl World {
 
     fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
         match *op {
-            Op::Read(p, o) | Op::Write(p, o) => match self.access(oref(p, o)) {
+            Op::ReadAhead(p, o, ref more) => match self.access(oref(p, o), more) {
+                Ok(_) => {}
+                Err(CacheError::Full { .. }) => self.end(false),
+                Err(e) => panic!("{op:?}: {e}"),
+            },
+            Op::Read(p, o) | Op::Write(p, o) => match self.access(oref(p, o), &[]) {
                 Ok(i) if matches!(op, Op::Write(..)) => self.c.before_write(i).unwrap(),
                 Ok(_) => {}
                 // Modified objects stay (no-steal): a small cache may fill up with them.
@@ -174,6 +199,8 @@ impl World {
             }
         }
         self.c.check_invariants().map_err(TestCaseError::fail)?;
+        let st = self.c.stats().core;
+        prop_assert!(st.prefetched_used + st.prefetched_unused <= st.pages_prefetched, "{:?}", st);
         for p in 2..2 + PAGES {
             prop_assert!(
                 !self.cached(p) || self.directory.contains(&p),

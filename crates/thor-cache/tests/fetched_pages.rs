@@ -315,3 +315,36 @@ fn a_valid_page_installs_every_object() {
     let mut c = cache();
     assert_eq!(drive(&mut c, &image), 1);
 }
+
+/// A prefetched page is installed with a fetched page's checks (a malformed one is refused,
+/// and takes no frame), counts as used at the first installation of one of its objects, and
+/// as wasted when it leaves the cache before that; a fetch of a page is not a prefetch.
+#[test]
+fn prefetched_pages_are_checked_and_counted_used_or_wasted() {
+    let mut c = cache();
+    let bad = vec![0xAB; PAGE];
+    assert!(matches!(
+        c.install_prefetched(PageId::new(9).unwrap(), &bad),
+        Err(CacheError::MalformedPage { page: 9, .. })
+    ));
+    assert!(!c.has_page(PageId::new(9).unwrap()));
+    let image = page_of(P, &[node(1, None, &[]), node(2, None, &[])]);
+    c.install_prefetched(PageId::new(P).unwrap(), &image).unwrap();
+    c.install_prefetched(PageId::new(8).unwrap(), &page_of(8, &[node(3, None, &[])])).unwrap();
+    let st = c.stats();
+    assert_eq!((st.core.pages_prefetched, st.fetches()), (2, 0), "prefetches are not fetches");
+    assert!(matches!(resolve(&mut c, 0).unwrap(), Need::Resident(_)));
+    assert!(matches!(resolve(&mut c, 1).unwrap(), Need::Resident(_)));
+    assert_eq!(c.prefetch_outcomes(), (1, 0), "one page used, counted once");
+    // Fill the cache with fetched pages until page 8, never used, leaves.
+    let mut p = 20;
+    while c.has_page(PageId::new(8).unwrap()) {
+        c.while_fetching().unwrap();
+        c.install_page(PageId::new(p).unwrap(), &page_of(p, &[node(p, None, &[])])).unwrap();
+        p += 1;
+        assert!(p < 200, "page 8 never left");
+    }
+    let (used, wasted) = c.prefetch_outcomes();
+    assert_eq!((used, wasted), (1, 1));
+    assert_eq!(c.stats().fetches(), u64::from(p - 20));
+}
