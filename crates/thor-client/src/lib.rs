@@ -41,6 +41,7 @@ pub mod error;
 pub mod latency;
 pub mod limits;
 pub mod pagemode;
+pub mod prefetch;
 pub mod session;
 pub mod spill;
 pub mod typed;

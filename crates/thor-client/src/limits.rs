@@ -36,3 +36,16 @@ pub const SPILL_BYTES_DEFAULT: u64 = 4 << 30;
 // A record (a page at most, and its header) always fits in the buffer.
 const _: () = assert!(SPILL_BUFFER_BYTES >= 2 * thor_core::limits::PAGE_SIZE_MAX);
 const _: () = assert!(SPILL_BYTES_DEFAULT <= thor_cache::spill::SPILL_BYTES_MAX);
+
+/// A session asks for at most `usable frames / PREFETCH_FRAMES_DIVISOR` prefetched pages per
+/// fetch ([`SessionConfig::prefetch_pages`](crate::SessionConfig::prefetch_pages)): pages that
+/// come unasked take frames from what the traversal uses, so a small cache asks for few. An
+/// eighth keeps a prefetch's pages a small part of any cache and lets a cache of a few
+/// megabytes (a few hundred frames) still take several pages per round trip.
+pub const PREFETCH_FRAMES_DIVISOR: usize = 8;
+
+/// Further pages a session asks for with each fetch by default
+/// ([`SessionConfig::prefetch_pages`](crate::SessionConfig::prefetch_pages)); 0 is off.
+pub const PREFETCH_PAGES_DEFAULT: u16 = 0;
+
+const _: () = assert!(PREFETCH_PAGES_DEFAULT as usize <= thor_wire::limits::PREFETCH_PAGES_MAX);

@@ -82,15 +82,15 @@ use thor_core::{
     ClassDesc, FormatError, Lsn, Oref, PageId, RawRef, ServerId, VarKind, builtin, large,
 };
 use thor_recovery::Images;
-use thor_wire::limits::{ACKS_MAX, DEMOTED_PAGES_MAX, DISCARDED_PAGES_MAX};
+use thor_wire::limits::{ACKS_MAX, DEMOTED_PAGES_MAX, DISCARDED_PAGES_MAX, PREFETCH_PAGES_MAX};
 use thor_wire::{
-    Commit, PageCommit, PageRecords, Piggyback, Reply, ReplyBody, Request, RequestBody, ServerInfo,
-    Transport,
+    Commit, PageCommit, PageRecords, Piggyback, Prefetch, PrefetchHint, Reply, ReplyBody, Request,
+    RequestBody, ServerInfo, Transport,
 };
 
 use crate::error::{ClientError, ConflictCause};
 use crate::latency::LatencyHistogram;
-use crate::limits::{LARGE_PIECES_MAX, SLOW_PATH_ROUNDS_MAX};
+use crate::limits::{LARGE_PIECES_MAX, PREFETCH_FRAMES_DIVISOR, SLOW_PATH_ROUNDS_MAX};
 use crate::pagemode::{PageModeStats, PageState, RecoveryConfig};
 use crate::typed::{Any, Class, Field, FieldType, Ref, Refs, VarSpec};
 
@@ -146,6 +146,20 @@ pub struct SessionConfig {
     /// 0 turns spilling off. The default is [`crate::limits::SPILL_BYTES_DEFAULT`]. Not
     /// used with the page-based commit modes, whose recovery buffer keeps pages in the cache.
     pub spill_bytes_max: u64,
+    /// Further pages to ask for with each fetch (prefetch, `thor_wire::prefetch`): the server
+    /// adds up to this many pages the client does not cache, chosen by `prefetch_hint`, to
+    /// the reply, so that one round trip brings several pages. 0 turns prefetch off (plain
+    /// `Fetch`). Prefetched pages take frames like fetched ones and are evicted like them; a
+    /// session asks for at most an eighth of its frames at once
+    /// ([`crate::limits::PREFETCH_FRAMES_DIVISOR`]), and fewer while its cache evicts
+    /// prefetched pages before they are used ([`crate::prefetch`]'s window). Used with servers
+    /// that speak version 4 and in `obj` commit mode (the page modes keep fetched pages'
+    /// images and fetch as before). `docs/oo7.md` ("Prefetch (issue 16)") has the
+    /// measurements behind the default.
+    pub prefetch_pages: u16,
+    /// How the server chooses the prefetched pages: the pages the fetched page refers to
+    /// (the default) or the pages after it in creation order.
+    pub prefetch_hint: PrefetchHint,
 }
 
 impl Default for SessionConfig {
@@ -161,6 +175,8 @@ impl Default for SessionConfig {
             demote_pages: thor_cache::limits::DEMOTE_PAGES_DEFAULT,
             recovery: RecoveryConfig::default(),
             spill_bytes_max: crate::limits::SPILL_BYTES_DEFAULT,
+            prefetch_pages: crate::limits::PREFETCH_PAGES_DEFAULT,
+            prefetch_hint: PrefetchHint::Referenced,
         }
     }
 }
@@ -168,8 +184,12 @@ impl Default for SessionConfig {
 /// Counters of a session.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ClientStats {
-    /// Pages fetched.
+    /// Pages fetched (round trips for pages: a prefetch counts once).
     pub fetches: u64,
+    /// Pages that came with a fetch by prefetch and were installed.
+    pub pages_prefetched: u64,
+    /// Prefetched pages not installed because the cache held the page already.
+    pub prefetch_skipped: u64,
     /// Time waiting for fetches (including the overlapped replacement).
     pub fetch_time: Duration,
     /// Transactions committed.
@@ -310,6 +330,8 @@ struct Inner {
     doomed: Option<String>,
     /// The page-based commit modes' state, when the server runs one ([`crate::pagemode`]).
     pm: Option<PageState>,
+    /// Prefetch's window, when the session prefetches ([`SessionConfig::prefetch_pages`]).
+    prefetch: Option<crate::prefetch::Window>,
     /// When the last reply arrived (for [`SessionConfig::refresh_after`]).
     last_reply: Instant,
     /// State of the generator of [`Session::run`]'s backoff jitter (SplitMix64), seeded from
@@ -688,6 +710,13 @@ impl Session {
             let store = crate::spill::FileSpill::new(std::env::temp_dir());
             cache.set_spill(Box::new(store), cfg.spill_bytes_max)?;
         }
+        // Prefetch needs version 4's `Prefetch`; the page modes keep fetched pages' images
+        // and fetch one page at a time.
+        let prefetch = (cfg.prefetch_pages > 0 && info.version >= 4 && pm.is_none()).then(|| {
+            let max = usize::from(cfg.prefetch_pages).min(PREFETCH_PAGES_MAX) as u16;
+            let (used, unused) = cache.prefetch_outcomes();
+            crate::prefetch::Window::new(max, used, unused)
+        });
         Ok(Session {
             inner: UnsafeCell::new(Inner {
                 transport,
@@ -705,6 +734,7 @@ impl Session {
                 in_transaction: false,
                 doomed: None,
                 pm,
+                prefetch,
                 last_reply: Instant::now(),
                 jitter: u64::from(info.client_id.0) << 32 | u64::from(info.server_id.0),
             }),
@@ -1175,27 +1205,84 @@ impl Inner {
 
     fn fetch(&mut self, page: PageId) -> Result<(), ClientError> {
         let t = Instant::now();
-        self.send(RequestBody::Fetch { page }, Some(page))?;
-        // Free the next frame while the request is on the wire; the reply must be read even if
-        // that fails, to keep the connection in step.
-        let room = self.cache.while_fetching();
-        let reply = self.recv_checked();
-        let reply = reply?;
-        room?;
-        match reply.body {
-            ReplyBody::Page { page: got, bytes } if got == page => {
-                self.cache.install_page(page, &bytes)?;
-                if let Some(pm) = &mut self.pm {
-                    pm.put_image(page, &bytes);
+        let extra = self.prefetch_extra();
+        if extra > 0 {
+            self.fetch_ahead(page, extra)?;
+        } else {
+            self.send(RequestBody::Fetch { page }, Some(page))?;
+            // Free the next frame while the request is on the wire; the reply must be read
+            // even if that fails, to keep the connection in step.
+            let room = self.cache.while_fetching();
+            let reply = self.recv_checked();
+            let reply = reply?;
+            room?;
+            match reply.body {
+                ReplyBody::Page { page: got, bytes } if got == page => {
+                    self.cache.install_page(page, &bytes)?;
+                    if let Some(pm) = &mut self.pm {
+                        pm.put_image(page, &bytes);
+                    }
                 }
+                ReplyBody::Page { .. } => {
+                    return Err(ClientError::Unexpected("page other than asked"));
+                }
+                other => return Err(unexpected(other)),
             }
-            ReplyBody::Page { .. } => return Err(ClientError::Unexpected("page other than asked")),
-            other => return Err(unexpected(other)),
         }
         let took = t.elapsed();
         self.stats.fetches += 1;
         self.stats.fetch_time += took;
         self.fetch_latency.record(took);
+        Ok(())
+    }
+
+    /// How many further pages the next fetch asks for: prefetch's window
+    /// ([`crate::prefetch`]) within an eighth of the cache's frames, or 0 (a plain `Fetch`)
+    /// when the session does not prefetch.
+    fn prefetch_extra(&mut self) -> u16 {
+        let Some(w) = &mut self.prefetch else { return 0 };
+        let (used, unused) = self.cache.prefetch_outcomes();
+        let n = w.next(used, unused);
+        let frames = self.cache.usable_frames() / PREFETCH_FRAMES_DIVISOR;
+        usize::from(n).min(frames) as u16
+    }
+
+    /// A fetch of `page` with up to `extra` further pages in the reply (`Prefetch`).
+    ///
+    /// Frames for all of them are freed while the request is on the wire. The reply's
+    /// invalidations are applied first, as on any reply; then the further pages are installed,
+    /// each with a fetched page's checks, except those the cache holds already, and the page
+    /// asked for last, so that no prefetched page's installation can evict it before the
+    /// access that asked for it installs its object.
+    fn fetch_ahead(&mut self, page: PageId, extra: u16) -> Result<(), ClientError> {
+        let hint = self.cfg.prefetch_hint;
+        self.send(RequestBody::Prefetch(Prefetch { page, extra, hint }), Some(page))?;
+        let room = self.cache.while_fetching_pages(1 + usize::from(extra));
+        let reply = self.recv_checked();
+        let reply = reply?;
+        room?;
+        let mut pages = match reply.body {
+            ReplyBody::Pages(pages) => pages,
+            other => return Err(unexpected(other)),
+        };
+        // The decoder saw to it that there is at least one page, no page twice, and at most
+        // the protocol's bound; the rest is the client's to check.
+        if pages[0].0 != page {
+            return Err(ClientError::Unexpected("page other than asked"));
+        }
+        if pages.len() > 1 + usize::from(extra) {
+            return Err(ClientError::Unexpected("more prefetched pages than asked for"));
+        }
+        let (_, asked) = pages.swap_remove(0);
+        for (q, bytes) in pages {
+            if self.cache.has_page(q) {
+                self.stats.prefetch_skipped += 1;
+                continue;
+            }
+            self.cache.install_prefetched(q, &bytes)?;
+            self.stats.pages_prefetched += 1;
+        }
+        self.cache.install_page(page, &asked)?;
         Ok(())
     }
 

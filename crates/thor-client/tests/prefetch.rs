@@ -1,0 +1,227 @@
+//! Prefetch as a client sees it (`SessionConfig::prefetch_pages`), over the in-process
+//! transport: fewer round trips for the same answers, a prefetched page kept consistent by
+//! invalidations exactly as a fetched one, a small cache that backs off, and a server that
+//! does not prefetch. One behaviour per test.
+//!
+//! The database: `BLOBS` blobs of `PAYLOAD` bytes (seven to a page of 8 KB) with values
+//! `0..BLOBS`, created in order and listed by a `Blobs` object in root slot 0.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use thor_client::{ClientError, ConflictCause, PolicyConfig, Ref, Session, SessionConfig};
+use thor_core::PageId;
+use thor_net::{ClientConfig, LocalTransport};
+use thor_server::{Engine, EngineOptions};
+use thor_storage::MemDisk;
+use thor_wire::PrefetchHint;
+
+thor_client::class! {
+    /// A value and a payload that makes it take an eighth of a page.
+    pub class Blob("test.Blob") {
+        value: u64,
+    }
+    var bytes;
+}
+
+thor_client::class! {
+    /// Every blob, from root slot 0.
+    pub class Blobs("test.Blobs") {}
+    var refs<Blob>;
+}
+
+const BLOBS: usize = 400;
+const PAYLOAD: usize = 1000;
+const PAGE: usize = 8192;
+
+fn server_with(opts: EngineOptions) -> Arc<Engine> {
+    let opts = EngineOptions { page_size: PAGE, background_flusher: false, ..opts };
+    let h = Arc::new(Engine::create(Arc::new(MemDisk::new()), opts).unwrap());
+    let s = session(&h, 0, PrefetchHint::Following);
+    let blobs: Vec<Ref<Blob>> = (0..BLOBS)
+        .map(|i| {
+            let b = s.create::<Blob>(PAYLOAD).unwrap();
+            b.set(Blob::value, i as u64).unwrap();
+            b.as_ref()
+        })
+        .collect();
+    let list = s.create::<Blobs>(BLOBS).unwrap();
+    for (i, b) in blobs.iter().enumerate() {
+        list.set_var_ref(i, *b).unwrap();
+    }
+    let list = list.as_ref();
+    s.set_root(0, list).unwrap();
+    s.commit().unwrap();
+    h
+}
+
+fn server() -> Arc<Engine> {
+    server_with(EngineOptions::default())
+}
+
+fn config(pages: u16, hint: PrefetchHint) -> SessionConfig {
+    SessionConfig {
+        cache_bytes: 4 << 20,
+        refresh_after: None,
+        run_backoff_min: Duration::from_micros(10),
+        run_backoff_max: Duration::from_millis(1),
+        prefetch_pages: pages,
+        prefetch_hint: hint,
+        ..SessionConfig::default()
+    }
+}
+
+fn session_with(h: &Arc<Engine>, cfg: SessionConfig) -> Session {
+    let t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
+    Session::new(Box::new(t), cfg).unwrap()
+}
+
+fn session(h: &Arc<Engine>, pages: u16, hint: PrefetchHint) -> Session {
+    session_with(h, config(pages, hint))
+}
+
+fn blob(s: &Session, i: usize) -> Result<Ref<Blob>, ClientError> {
+    Ok(s.get(s.root::<Blobs>(0)?)?.var_ref(i))
+}
+
+fn value(s: &Session, i: usize) -> Result<u64, ClientError> {
+    Ok(s.get(blob(s, i)?)?.get(Blob::value))
+}
+
+fn page_of(s: &Session, i: usize) -> PageId {
+    blob(s, i).unwrap().oref().unwrap().page().unwrap()
+}
+
+/// Another client adds `delta` to blob `i` and commits.
+fn bump(s: &Session, i: usize, delta: u64) {
+    s.run(|s| {
+        let b = s.get(blob(s, i)?)?;
+        b.set(Blob::value, b.get(Blob::value) + delta)
+    })
+    .unwrap();
+}
+
+/// Reading every blob in order with prefetch takes fewer round trips than without, gives the
+/// same values, and every page the server sent beyond the asked ones was installed (the
+/// client caches none of them already) and counted the same on both sides.
+#[test]
+fn prefetch_reads_the_same_values_in_fewer_round_trips() {
+    let h = server();
+    let mut fetches = Vec::new();
+    for (pages, hint) in [
+        (0, PrefetchHint::Following),
+        (4, PrefetchHint::Following),
+        (4, PrefetchHint::Referenced),
+    ] {
+        let s = session(&h, pages, hint);
+        for i in 0..BLOBS {
+            assert_eq!(value(&s, i).unwrap(), i as u64, "{pages} {hint}: blob {i}");
+        }
+        s.commit().unwrap();
+        s.check_cache().unwrap();
+        let st = s.stats();
+        assert_eq!(st.prefetch_skipped, 0, "{hint}: the server sends no page the client holds");
+        if pages == 0 {
+            assert_eq!(st.pages_prefetched, 0);
+        } else {
+            assert!(st.pages_prefetched > 0, "{hint}");
+            assert_eq!(s.cache_stats().core.pages_prefetched, st.pages_prefetched);
+            let core = s.cache_stats().core;
+            let (used, wasted) = (core.prefetched_used, core.prefetched_unused);
+            assert_eq!(wasted, 0, "{hint}: a 4 MiB cache holds the 60 pages");
+            assert!(used > 0, "{hint}");
+        }
+        fetches.push(st.fetches);
+    }
+    let off = fetches[0];
+    assert!(fetches[1] * 2 < off, "following pages: {fetches:?}");
+    assert!(fetches[2] < off, "referenced pages (the list refers to every page): {fetches:?}");
+}
+
+/// A reads blob 0; the fetch of its page brings the next page too, which A has not used. B
+/// changes blob 8 on that page. A's next reply carries the invalidation (the server
+/// registered the prefetched page as sent), so A reads B's value, not its prefetched copy's.
+#[test]
+fn a_change_to_a_prefetched_page_reaches_the_client() {
+    let h = server();
+    let (a, b) = (session(&h, 2, PrefetchHint::Following), session(&h, 0, PrefetchHint::Following));
+    assert_eq!(value(&a, 0).unwrap(), 0);
+    let far = (0..BLOBS).find(|&i| page_of(&a, i) != page_of(&a, 0)).unwrap();
+    let next = page_of(&a, far);
+    assert!(a.has_page(next), "the page after blob 0's came with it");
+    let fetches = a.stats().fetches;
+    bump(&b, far, 1000);
+    a.commit().unwrap();
+    assert_eq!(a.stats().invalidations, 1, "the commit's reply brought it");
+    assert_eq!(value(&a, far).unwrap(), far as u64 + 1000, "B's value");
+    assert!(a.stats().fetches > fetches, "the invalidated object was fetched again");
+    a.commit().unwrap();
+}
+
+/// A reads blob `far` from a page that came by prefetch (no fetch for it); B changes it before
+/// A commits. A's transaction read a stale copy: it is aborted, as with a fetched page.
+#[test]
+fn a_stale_read_of_a_prefetched_page_is_refused() {
+    let h = server();
+    let (a, b) = (session(&h, 2, PrefetchHint::Following), session(&h, 0, PrefetchHint::Following));
+    value(&a, 0).unwrap();
+    let far = (0..BLOBS).find(|&i| page_of(&a, i) != page_of(&a, 0)).unwrap();
+    let fetches = a.stats().fetches;
+    assert_eq!(value(&a, far).unwrap(), far as u64);
+    assert_eq!(a.stats().fetches, fetches, "read from the prefetched page");
+    bump(&b, far, 7);
+    let err = a.commit().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClientError::Conflict { cause: ConflictCause::Invalidated | ConflictCause::Stale, .. }
+        ),
+        "{err}"
+    );
+    assert_eq!(value(&a, far).unwrap(), far as u64 + 7);
+    a.commit().unwrap();
+}
+
+/// In a cache of a few frames, prefetched pages are evicted before they are used; the session
+/// asks for fewer (at most an eighth of its frames, and its window shrinks with the waste), and
+/// the traversal still reads every value.
+#[test]
+fn a_small_cache_backs_off_and_reads_every_value() {
+    let h = server();
+    for policy in [PolicyConfig::HAC, PolicyConfig::Fpc] {
+        let s = session_with(
+            &h,
+            SessionConfig {
+                cache_bytes: 24 * PAGE,
+                policy,
+                ..config(8, PrefetchHint::Referenced)
+            },
+        );
+        for round in 0..2 {
+            for i in (0..BLOBS).rev() {
+                assert_eq!(value(&s, i).unwrap(), i as u64, "{policy} round {round} blob {i}");
+            }
+            s.commit().unwrap();
+            s.check_cache().unwrap();
+        }
+        let st = s.stats();
+        let frames = s.cache_stats().usable_frames as u64;
+        assert!(st.pages_prefetched <= st.fetches * (frames / 8).max(1), "{policy}: {st:?}");
+        let core = s.cache_stats().core;
+        assert!(core.prefetched_used + core.prefetched_unused <= st.pages_prefetched, "{policy}");
+    }
+}
+
+/// A server that does not prefetch (`--prefetch-max 0`) answers every `Prefetch` with its
+/// page alone; the session works as without prefetch.
+#[test]
+fn a_server_that_does_not_prefetch_answers_with_the_page_alone() {
+    let h = server_with(EngineOptions { prefetch_pages_max: 0, ..EngineOptions::default() });
+    let s = session(&h, 8, PrefetchHint::Following);
+    for i in 0..BLOBS {
+        assert_eq!(value(&s, i).unwrap(), i as u64);
+    }
+    s.commit().unwrap();
+    assert_eq!(s.stats().pages_prefetched, 0);
+    assert!(s.server_stats().unwrap().prefetch_requests > 0, "it asked");
+}
