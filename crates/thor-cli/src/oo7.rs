@@ -33,7 +33,8 @@ use serde::Serialize;
 use serde_json::json;
 use thor_client::PolicyConfig;
 use thor_oo7::experiment::{
-    Endpoint, NativeReport, NoRunTrace, RunConfig, RunReport, Workload, belady_fetches,
+    Endpoint, NativeReport, NoRunTrace, PrefetchSetting, RunConfig, RunReport, Workload,
+    belady_fetches,
     open_embedded, open_embedded_with, page_string, run as run_workload, run_native_on,
 };
 use thor_oo7::load::{LoadOptions, LoadReport, load_dir};
@@ -193,6 +194,13 @@ struct SessionArgs {
     /// Commit after every N composite parts (0: each operation is one transaction).
     #[arg(long, default_value_t = 0)]
     commit_every: u32,
+    /// Further pages to ask for with each fetch (prefetch; 0: off). Default: the session's.
+    #[arg(long)]
+    prefetch: Option<u16>,
+    /// How the server chooses prefetched pages: refs (pages the fetched page refers to) or
+    /// next (the pages after it in creation order).
+    #[arg(long, default_value = "refs")]
+    prefetch_hint: thor_wire::PrefetchHint,
 }
 
 /// Opens the OO7 database in `dir`, saying how to make one if there is none.
@@ -221,6 +229,12 @@ pub(crate) fn open_database_with(
 }
 
 impl SessionArgs {
+    /// The session's prefetch: `--prefetch` and `--prefetch-hint`, or the session's default.
+    fn prefetch(&self) -> PrefetchSetting {
+        let d = PrefetchSetting::default();
+        PrefetchSetting { pages: self.prefetch.unwrap_or(d.pages), hint: self.prefetch_hint }
+    }
+
     fn endpoint(&self) -> anyhow::Result<Endpoint> {
         match (&self.server, &self.dir) {
             (Some(addr), _) => {
@@ -526,6 +540,7 @@ fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
             background_replacement: !a.session.foreground,
             repeat: a.repeat,
             commit_every: a.session.commit_every,
+            prefetch: a.session.prefetch(),
         };
         // Without --trace-out the run is compiled with no tracing code at all.
         let r = match trace.as_mut() {
@@ -553,12 +568,14 @@ pub fn run_table(rs: &[RunReport]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<9} {:<6} {:>9} {:>4} {:>9} {:>9} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "{:<9} {:<6} {:>9} {:>4} {:>9} {:>9} {:>17} {:>9} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "traversal",
         "policy",
         "cache MiB",
         "hot",
         "fetches",
+        "prefetch",
+        "prefetched/used",
         "parts",
         "updates",
         "result",
@@ -571,12 +588,14 @@ pub fn run_table(rs: &[RunReport]) -> String {
     for r in rs {
         let _ = writeln!(
             s,
-            "{:<9} {:<6} {:>9.2} {:>4} {:>9} {:>9} {:>8} {:>10} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9}",
+            "{:<9} {:<6} {:>9.2} {:>4} {:>9} {:>9} {:>17} {:>9} {:>8} {:>10} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9}",
             r.traversal,
             r.policy,
             r.cache_bytes as f64 / MIB,
             if r.hot { "yes" } else { "no" },
             r.fetches,
+            crate::oo7_penalty::setting_label(r.prefetch),
+            format!("{}/{}", r.pages_prefetched, r.prefetch_used),
             r.parts_visited,
             r.updates,
             r.result,
@@ -722,6 +741,7 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
         background_replacement: !(a.session.foreground || foreground),
         repeat: a.repeat,
         commit_every: a.session.commit_every,
+        prefetch: a.session.prefetch(),
     };
     // An update traversal changes the database it runs on. On an embedded database every point
     // (and Belady's recording) runs on a fresh copy of it, so all start from the same state; a
@@ -1112,6 +1132,7 @@ pub fn demo_experiments(dir: &Path) -> anyhow::Result<()> {
                     background_replacement: true,
                     repeat: 1,
                     commit_every: DEMO_COMMIT_EVERY,
+                    prefetch: PrefetchSetting::default(),
                 };
                 let r = run_workload(&e, &cfg, NoRunTrace)?;
                 let _ = write!(line, " {:>11}", r.fetches);

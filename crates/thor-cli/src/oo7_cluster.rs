@@ -231,6 +231,7 @@ pub fn run(a: ClusterArgs) -> Result<()> {
                         background_replacement: true,
                         repeat: 1,
                         commit_every: 0,
+                        prefetch: thor_oo7::experiment::PrefetchSetting::default(),
                     };
                     let r = run_in(&s, &cfg, thor_oo7::experiment::NoRunTrace)?;
                     drop(s);

@@ -18,7 +18,11 @@
 //!
 //! Each of `--runs` runs measures the floor, then every traversal once, cold (a new session
 //! with an empty cache); the table gives the median and the range over the runs, so that a
-//! figure taken on a busy machine shows its spread. Before the first run, every traversal runs
+//! figure taken on a busy machine shows its spread. With several prefetch settings
+//! (`--prefetch 0,8 --prefetch-hint refs,next`), each run runs every traversal once per
+//! setting, one after the other, so that the settings alternate in one sitting; the table has
+//! a row per traversal and setting, with the pages that came by prefetch, how many were used
+//! and how many were evicted unused. Before the first run, every traversal runs
 //! once unmeasured so that the server's page cache (and the OS's) holds the pages: the figures
 //! are of the network and the client, which is what the floor measures, not of the disk.
 
@@ -31,7 +35,9 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use serde_json::json;
-use thor_oo7::experiment::{Endpoint, NoRunTrace, RunConfig, RunReport, Workload, run};
+use thor_oo7::experiment::{
+    Endpoint, NoRunTrace, PrefetchSetting, RunConfig, RunReport, Workload, run,
+};
 
 use crate::floor::{FloorConfig, FloorReport, Socket};
 use crate::oo7::{MIB, open_database_with, policy};
@@ -85,6 +91,14 @@ pub struct PenaltyArgs {
     /// Replace in the foreground (HAC-FG) instead of while fetches are on the wire.
     #[arg(long)]
     foreground: bool,
+    /// Further pages each fetch asks for (prefetch), comma-separated to compare settings in
+    /// one sitting (0: off); default: the session's.
+    #[arg(long, value_delimiter = ',')]
+    prefetch: Vec<u16>,
+    /// How the server chooses prefetched pages, comma-separated to compare: refs (the pages
+    /// the fetched page refers to) or next (the pages after it in creation order).
+    #[arg(long, value_delimiter = ',', default_value = "refs")]
+    prefetch_hint: Vec<thor_wire::PrefetchHint>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -116,6 +130,8 @@ pub struct PenaltyArgs {
 struct Sample {
     /// The traversal.
     traversal: String,
+    /// The prefetch setting (`off`, or hint and pages: `refs:8`).
+    prefetch: String,
     /// Which run (from 1).
     run: u32,
     /// The run's figures (fetches, times in seconds, counters).
@@ -127,8 +143,11 @@ struct Sample {
 }
 
 /// The figures of a sample, in table and CSV order, with what each means.
-const FIELDS: [(&str, &str); 24] = [
-    ("fetches", "pages fetched"),
+const FIELDS: [(&str, &str); 27] = [
+    ("fetches", "round trips for pages (pages fetched, not counting those prefetched with them)"),
+    ("pages_prefetched", "pages that came by prefetch with a fetch"),
+    ("prefetch_used", "prefetched pages an object was installed from during the run"),
+    ("prefetch_evicted_unused", "prefetched pages evicted before any object of theirs was used"),
     ("elapsed_s", "the traversal's time, without commit"),
     ("fetch_s", "time fetching (request to page installed)"),
     ("fetch_us_mean", "fetch time per fetch"),
@@ -172,10 +191,13 @@ fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 { a / b } else { 0.0 }
 }
 
-fn sample(traversal: &str, run: u32, r: RunReport, f: &Floors) -> Sample {
+fn sample(traversal: &str, prefetch: &str, run: u32, r: RunReport, f: &Floors) -> Sample {
     let fetches = r.fetches as f64;
     let v = [
         fetches,
+        r.pages_prefetched as f64,
+        r.prefetch_used as f64,
+        r.prefetch_evicted_unused as f64,
         r.elapsed_s,
         r.fetch_s,
         ratio(r.fetch_s * 1e6, fetches),
@@ -201,7 +223,13 @@ fn sample(traversal: &str, run: u32, r: RunReport, f: &Floors) -> Sample {
         ratio(r.fetch_us_p50, f.tcp_pinned.p50_us),
     ];
     let values = FIELDS.iter().zip(v).map(|(&(name, _), x)| (name, x)).collect();
-    Sample { traversal: traversal.to_string(), run, report: r, values }
+    Sample {
+        traversal: traversal.to_string(),
+        prefetch: prefetch.to_string(),
+        run,
+        report: r,
+        values,
+    }
 }
 
 /// Several clients running one cold traversal at once, with the floor of as many ping-pongs.
@@ -272,22 +300,52 @@ pub(crate) fn spread(mut xs: Vec<f64>) -> Spread {
     }
 }
 
-/// A traversal's figures over the runs.
+/// A traversal's figures over the runs, for one prefetch setting.
 #[derive(Debug, Clone, Serialize)]
 struct Summary {
     traversal: String,
+    prefetch: String,
     runs: usize,
     #[serde(flatten)]
     fields: BTreeMap<&'static str, Spread>,
 }
 
-fn summarize(traversal: &str, samples: &[Sample]) -> Summary {
-    let mine: Vec<&Sample> = samples.iter().filter(|s| s.traversal == traversal).collect();
+fn summarize(traversal: &str, prefetch: &str, samples: &[Sample]) -> Summary {
+    let mine: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.traversal == traversal && s.prefetch == prefetch)
+        .collect();
     let fields = FIELDS
         .iter()
         .map(|&(name, _)| (name, spread(mine.iter().map(|s| s.values[name]).collect())))
         .collect();
-    Summary { traversal: traversal.to_string(), runs: mine.len(), fields }
+    Summary {
+        traversal: traversal.to_string(),
+        prefetch: prefetch.to_string(),
+        runs: mine.len(),
+        fields,
+    }
+}
+
+/// The prefetch settings to compare: each page count with each hint (0 once, as off), in the
+/// order given; none given: the session's default.
+fn settings(pages: &[u16], hints: &[thor_wire::PrefetchHint]) -> Vec<PrefetchSetting> {
+    let pages = if pages.is_empty() { vec![PrefetchSetting::default().pages] } else { pages.to_vec() };
+    let mut out = Vec::new();
+    for &p in &pages {
+        for &hint in hints {
+            let s = if p == 0 { PrefetchSetting::OFF } else { PrefetchSetting { pages: p, hint } };
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+/// A setting's label in tables and files: `off`, or hint and pages (`refs:8`).
+pub(crate) fn setting_label(s: PrefetchSetting) -> String {
+    if s.pages == 0 { "off".to_string() } else { format!("{}:{}", s.hint, s.pages) }
 }
 
 pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
@@ -320,7 +378,11 @@ pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
     let (engine, _disk) = open_database_with(&a.dir, thor_server::EngineOptions::default(), false)?;
     let page_bytes = engine.page_size();
     let (server, endpoint) = serve_over(a.over, &engine)?;
-    let cfg = |w: Workload| RunConfig {
+    let settings = settings(&a.prefetch, &a.prefetch_hint);
+    if settings.is_empty() {
+        bail!("give at least one prefetch hint");
+    }
+    let cfg = |w: Workload, prefetch: PrefetchSetting| RunConfig {
         workload: w,
         policy,
         cache_bytes: (a.cache_mb * MIB) as usize,
@@ -329,10 +391,12 @@ pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
         background_replacement: !a.foreground,
         repeat: 1,
         commit_every: 0,
+        prefetch,
     };
-    let traverse = |w: Workload| {
-        run(&endpoint, &cfg(w), NoRunTrace).with_context(|| format!("running {}", w.name()))
+    let traverse_with = |w: Workload, p: PrefetchSetting| {
+        run(&endpoint, &cfg(w, p), NoRunTrace).with_context(|| format!("running {}", w.name()))
     };
+    let traverse = |w: Workload| traverse_with(w, settings[0]);
     // Warm the server's page cache and the OS's with every page the traversals read.
     let t = Instant::now();
     for &w in &workloads {
@@ -363,8 +427,11 @@ pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
             unix_pinned: floor(Socket::Unix, 1, true)?,
         };
         for &w in &workloads {
-            eprintln!("run {r}/{}: cold {} ...", a.runs, w.name());
-            samples.push(sample(w.name(), r, traverse(w)?, &f));
+            for &p in &settings {
+                let label = setting_label(p);
+                eprintln!("run {r}/{}: cold {}, prefetch {label} ...", a.runs, w.name());
+                samples.push(sample(w.name(), &label, r, traverse_with(w, p)?, &f));
+            }
         }
         floors.push(json!({ "run": r, "floors": f }));
         if a.clients > 1 {
@@ -386,7 +453,12 @@ pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
         s.shutdown().context("stopping the loopback server")?;
     }
     let names: Vec<&str> = workloads.iter().map(|w| w.name()).collect();
-    let summaries: Vec<Summary> = names.iter().map(|t| summarize(t, &samples)).collect();
+    let labels: Vec<String> = settings.iter().map(|&p| setting_label(p)).collect();
+    let summaries: Vec<Summary> = names
+        .iter()
+        .flat_map(|t| labels.iter().map(move |l| (t, l)))
+        .map(|(t, l)| summarize(t, l, &samples))
+        .collect();
     let settings = json!({
         "dir": a.dir.display().to_string(),
         "policy": a.policy,
@@ -398,6 +470,7 @@ pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
         "warmup": a.warmup,
         "seed": a.seed,
         "background_replacement": !a.foreground,
+        "prefetch": labels,
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
     });
     if let Some(dir) = &a.out {
@@ -533,8 +606,12 @@ fn table(a: &PenaltyArgs, page_bytes: usize, sums: &[Summary]) -> String {
         runs
     );
     // Columns: (header, field, decimals).
-    let cols: [(&str, &str, usize); 15] = [
+    let cols: [(&str, &str, usize); 19] = [
+        ("elapsed ms", "elapsed_s", 1),
         ("fetches", "fetches", 0),
+        ("prefetched", "pages_prefetched", 0),
+        ("used", "prefetch_used", 0),
+        ("evicted unused", "prefetch_evicted_unused", 0),
         ("fetch ms", "fetch_s", 1),
         ("fetch us", "fetch_us_mean", 1),
         ("p50 us", "fetch_us_p50", 1),
@@ -553,10 +630,10 @@ fn table(a: &PenaltyArgs, page_bytes: usize, sums: &[Summary]) -> String {
     let rows: Vec<Vec<String>> = sums
         .iter()
         .map(|s| {
-            let mut row = vec![s.traversal.clone()];
+            let mut row = vec![s.traversal.clone(), s.prefetch.clone()];
             for &(_, f, prec) in &cols {
                 let mut sp = s.fields[f];
-                if f == "fetch_s" {
+                if f == "fetch_s" || f == "elapsed_s" {
                     sp = Spread { median: sp.median * 1e3, min: sp.min * 1e3, max: sp.max * 1e3 };
                 }
                 row.push(cell(&sp, prec, s.runs));
@@ -564,8 +641,11 @@ fn table(a: &PenaltyArgs, page_bytes: usize, sums: &[Summary]) -> String {
             row
         })
         .collect();
-    let header: Vec<String> =
-        std::iter::once("traversal").chain(cols.iter().map(|c| c.0)).map(String::from).collect();
+    let header: Vec<String> = ["traversal", "prefetch"]
+        .into_iter()
+        .chain(cols.iter().map(|c| c.0))
+        .map(String::from)
+        .collect();
     let widths: Vec<usize> = (0..header.len())
         .map(|i| rows.iter().map(|r| r[i].len()).chain([header[i].len()]).max().unwrap_or(0))
         .collect();
@@ -574,7 +654,7 @@ fn table(a: &PenaltyArgs, page_bytes: usize, sums: &[Summary]) -> String {
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                if i == 0 {
+                if i < 2 {
                     format!("{c:<w$}", w = widths[i])
                 } else {
                     format!("{c:>w$}", w = widths[i])
@@ -610,13 +690,13 @@ fn table(a: &PenaltyArgs, page_bytes: usize, sums: &[Summary]) -> String {
 /// chart of the medians that are microseconds.
 fn write_out(dir: &std::path::Path, samples: &[Sample], sums: &[Summary]) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut csv = String::from("traversal,run");
+    let mut csv = String::from("traversal,prefetch,run");
     for (f, _) in FIELDS {
         let _ = write!(csv, ",{f}");
     }
     csv.push('\n');
     for s in samples {
-        let _ = write!(csv, "{},{}", s.traversal, s.run);
+        let _ = write!(csv, "{},{},{}", s.traversal, s.prefetch, s.run);
         for (f, _) in FIELDS {
             let _ = write!(csv, ",{}", s.values[f]);
         }
@@ -624,11 +704,15 @@ fn write_out(dir: &std::path::Path, samples: &[Sample], sums: &[Summary]) -> any
     }
     let path = dir.join("samples.csv");
     std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))?;
-    let mut csv = String::from("traversal,field,median,min,max\n");
+    let mut csv = String::from("traversal,prefetch,field,median,min,max\n");
     for s in sums {
         for (f, _) in FIELDS {
             let sp = s.fields[f];
-            let _ = writeln!(csv, "{},{f},{},{},{}", s.traversal, sp.median, sp.min, sp.max);
+            let _ = writeln!(
+                csv,
+                "{},{},{f},{},{},{}",
+                s.traversal, s.prefetch, sp.median, sp.min, sp.max
+            );
         }
     }
     let path = dir.join("summary.csv");
@@ -646,7 +730,16 @@ fn write_out(dir: &std::path::Path, samples: &[Sample], sums: &[Summary]) -> any
         .iter()
         .map(|(n, f)| (n.to_string(), sums.iter().map(|s| s.fields[f].median).collect()))
         .collect();
-    let groups: Vec<String> = sums.iter().map(|s| s.traversal.clone()).collect();
+    let groups: Vec<String> = sums
+        .iter()
+        .map(|s| {
+            if s.prefetch == "off" {
+                s.traversal.clone()
+            } else {
+                format!("{} {}", s.traversal, s.prefetch)
+            }
+        })
+        .collect();
     let spec = ChartSpec {
         title: "Miss penalty per fetch against the loopback floor (medians)".into(),
         y_label: "microseconds".into(),

@@ -45,7 +45,7 @@ use serde::Serialize;
 use serde_json::json;
 use thor_client::{PolicyConfig, Session, SessionConfig};
 use thor_net::{ClientConfig, LocalTransport, TcpTransport};
-use thor_oo7::experiment::{Endpoint, NoRunTrace, RunConfig, Workload, run_in};
+use thor_oo7::experiment::{Endpoint, NoRunTrace, PrefetchSetting, RunConfig, Workload, run_in};
 use thor_wire::{Reply, Request, RequestBody, ServerInfo, Transport, TransportError};
 
 use crate::oo7::MIB;
@@ -301,6 +301,8 @@ fn one(
             cache_bytes,
             policy: c.policy,
             background_replacement: !c.foreground,
+            // The paper's figures are of one page per fetch.
+            prefetch_pages: 0,
             ..SessionConfig::default()
         },
     )?;
@@ -315,6 +317,7 @@ fn one(
         background_replacement: !c.foreground,
         repeat: 1,
         commit_every: 0,
+        prefetch: PrefetchSetting::OFF,
     };
     run_in(&s, &cfg, NoRunTrace).with_context(|| format!("warming with {}", w.name()))?;
     let (c0, k0, t0, d0) = (s.stats(), s.cache_stats(), times.get(), disk.direct_read_stats());

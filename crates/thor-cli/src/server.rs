@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! thor server --dir DIR --listen ADDR [--create] [--page-kb K] [--token-file F] [--direct-io]
-//!             [--server-id N] [--peer ID=HOST:PORT ...]
+//!             [--server-id N] [--peer ID=HOST:PORT ...] [--prefetch-max N]
 //! ```
 //!
 //! Several servers form a cluster: each has its own directory and id (`--server-id` when it is
@@ -99,6 +99,10 @@ pub struct ServerArgs {
     /// server logs them whole). Clients follow the server's mode.
     #[arg(long, default_value = "obj", value_parser = parse_commit_mode)]
     commit_mode: thor_wire::CommitMode,
+    /// Most further pages the server adds to one prefetch reply, whatever a client asks
+    /// (0: prefetch off at this server; every `Prefetch` gets its page alone).
+    #[arg(long, default_value_t = thor_wire::limits::PREFETCH_PAGES_MAX)]
+    prefetch_max: usize,
     /// Threads serving connections (0: one per core).
     #[arg(long, default_value_t = 0)]
     net_threads: usize,
@@ -186,6 +190,7 @@ fn open_engine(args: &ServerArgs, protocol: ProtocolConfig) -> Result<(Engine, F
             PageCacheMode::Exclusive => thor_server::pagecache::CacheMode::Exclusive,
         },
         commit_mode: args.commit_mode,
+        prefetch_pages_max: args.prefetch_max,
         ..EngineOptions::default()
     };
     if !args.create && !args.dir.is_dir() {

@@ -189,3 +189,72 @@ fn penalty_figures_split_the_miss_and_the_fetch() {
     assert!(!out.status.success(), "a point without a size is refused");
     assert!(String::from_utf8_lossy(&out.stderr).contains("TRAVERSAL=MIB"));
 }
+
+/// `--prefetch 0,4 --prefetch-hint refs,next` runs every traversal once per setting in each
+/// run, one row each: off prefetches nothing, and a setting that prefetches takes no more
+/// round trips than off and counts what it used and wasted within what it prefetched. `oo7
+/// run --prefetch` reports its setting and counts too.
+#[test]
+fn penalty_compares_prefetch_settings_in_one_sitting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    let dir = db.to_str().unwrap();
+    let out = thor(&["oo7", "load", "--dir", dir, "--size", "tiny"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = thor(&[
+        "oo7",
+        "penalty",
+        "--dir",
+        dir,
+        "--traversals",
+        "t6,t1",
+        "--runs",
+        "1",
+        "--round-trips",
+        "100",
+        "--warmup",
+        "10",
+        "--prefetch",
+        "0,4",
+        "--prefetch-hint",
+        "refs,next",
+        "--over",
+        "embedded",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let samples = v["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), 6, "two traversals, three settings, one run");
+    for t in ["t6", "t1"] {
+        let of = |p: &str| {
+            samples
+                .iter()
+                .find(|s| s["traversal"] == t && s["prefetch"] == p)
+                .unwrap_or_else(|| panic!("{t} {p}"))
+        };
+        let f = |s: &Value, name: &str| s[name].as_f64().unwrap();
+        let off = of("off");
+        assert_eq!(f(off, "pages_prefetched"), 0.0);
+        for p in ["refs:4", "next:4"] {
+            let s = of(p);
+            assert!(f(s, "fetches") <= f(off, "fetches"), "{t} {p}: {s}");
+            assert!(
+                f(s, "prefetch_used") + f(s, "prefetch_evicted_unused")
+                    <= f(s, "pages_prefetched") + f(s, "fetches"),
+                "{t} {p}: {s}"
+            );
+        }
+    }
+    assert_eq!(v["summary"].as_array().unwrap().len(), 6);
+
+    let out = thor(&[
+        "oo7", "run", "--dir", dir, "--traversal", "t1", "--prefetch", "4", "--prefetch-hint",
+        "next", "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(r["prefetch"]["pages"], 4);
+    assert_eq!(r["prefetch"]["hint"], "next");
+    assert!(r["pages_prefetched"].as_u64().unwrap() > 0, "{r}");
+}

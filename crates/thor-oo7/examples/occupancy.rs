@@ -40,6 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             background_replacement: true,
             repeat: 1,
             commit_every: 0,
+            prefetch: thor_oo7::experiment::PrefetchSetting::default(),
         };
         let s =
             connect(&endpoint, SessionConfig { cache_bytes, policy, ..SessionConfig::default() })?;

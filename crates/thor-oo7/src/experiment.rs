@@ -150,6 +150,36 @@ pub struct RunConfig {
     /// Commit after every this many composite parts (0: the operation is one transaction).
     /// Intermediate commits are timed into `commit_s`, not `elapsed_s`.
     pub commit_every: u32,
+    /// The session's prefetch (pages per fetch and hint).
+    pub prefetch: PrefetchSetting,
+}
+
+/// A session's prefetch ([`SessionConfig::prefetch_pages`], [`SessionConfig::prefetch_hint`]);
+/// the default is the session's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PrefetchSetting {
+    /// Further pages asked for with each fetch (0: off).
+    pub pages: u16,
+    /// How the server chooses them.
+    #[serde(serialize_with = "hint_name")]
+    pub hint: thor_wire::PrefetchHint,
+}
+
+fn hint_name<S: serde::Serializer>(h: &thor_wire::PrefetchHint, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(h.name())
+}
+
+impl Default for PrefetchSetting {
+    fn default() -> Self {
+        let d = SessionConfig::default();
+        PrefetchSetting { pages: d.prefetch_pages, hint: d.prefetch_hint }
+    }
+}
+
+impl PrefetchSetting {
+    /// No prefetch.
+    pub const OFF: PrefetchSetting =
+        PrefetchSetting { pages: 0, hint: thor_wire::PrefetchHint::Referenced };
 }
 
 /// What a measured run did. Times are seconds.
@@ -164,8 +194,17 @@ pub struct RunReport {
     /// Whether the cache was warmed first.
     pub hot: bool,
     /// Pages fetched, plus the fetches the manager models beyond them (QuickStore's mapping
-    /// objects, `thor_cache::paged`).
+    /// objects, `thor_cache::paged`). With prefetch, round trips for pages: the pages that came
+    /// with them are `pages_prefetched`.
     pub fetches: u64,
+    /// The session's prefetch setting.
+    pub prefetch: PrefetchSetting,
+    /// Pages that came by prefetch with a fetch and were installed.
+    pub pages_prefetched: u64,
+    /// Prefetched pages from which an object was installed (used) during the run.
+    pub prefetch_used: u64,
+    /// Prefetched pages evicted before any object of theirs was installed.
+    pub prefetch_evicted_unused: u64,
     /// Atomic parts visited.
     pub parts_visited: u64,
     /// Updates applied.
@@ -285,6 +324,8 @@ pub fn run<T: RunTrace>(
             cache_bytes: cfg.cache_bytes,
             policy: cfg.policy,
             background_replacement: cfg.background_replacement,
+            prefetch_pages: cfg.prefetch.pages,
+            prefetch_hint: cfg.prefetch.hint,
             ..SessionConfig::default()
         },
     )?;
@@ -430,6 +471,11 @@ fn report(
         hot: cfg.hot,
         fetches: after.client.fetches - before.client.fetches
             + (after.cache.replacement.extra_fetches - before.cache.replacement.extra_fetches),
+        prefetch: cfg.prefetch,
+        pages_prefetched: after.client.pages_prefetched - before.client.pages_prefetched,
+        prefetch_used: after.cache.core.prefetched_used - before.cache.core.prefetched_used,
+        prefetch_evicted_unused: after.cache.core.prefetched_unused
+            - before.cache.core.prefetched_unused,
         parts_visited: result.parts_visited,
         updates: result.updates,
         result: result.result,

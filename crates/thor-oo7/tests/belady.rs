@@ -21,6 +21,8 @@ fn cfg(policy: PolicyConfig, cache_bytes: usize, hot: bool) -> RunConfig {
         background_replacement: true,
         repeat: 1,
         commit_every: 0,
+        // Belady's floor is of fetches of pages one at a time.
+        prefetch: thor_oo7::experiment::PrefetchSetting::OFF,
     }
 }
 

@@ -82,6 +82,7 @@ fn cold(dir: &std::path::Path, op: Op) -> (u64, usize) {
         background_replacement: true,
         repeat: 1,
         commit_every: 0,
+        prefetch: thor_oo7::experiment::PrefetchSetting::default(),
     };
     let r = run_in(&s, &cfg, |o: Option<thor_core::Oref>, _: bool| {
         if let Some(o) = o {
