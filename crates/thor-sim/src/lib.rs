@@ -37,4 +37,4 @@ pub mod world;
 
 pub use check::Violation;
 pub use pagemode::PageClientConfig;
-pub use world::{Outcome, SimConfig, SimFailure, run};
+pub use world::{Outcome, SimConfig, SimFailure, SimPrefetch, run};

@@ -47,6 +47,20 @@
 //! must find the history conflict-serializable in LSN order, with no lost update and no read
 //! of an uncommitted or aborted write, ending in the state the server recovered.
 //!
+//! # Prefetch
+//!
+//! In a third of the seeds ([`SimConfig::prefetch`], drawn from a stream of its own) clients
+//! fetch with `Prefetch` (`thor_wire::prefetch`) and keep every page a reply brings, asked for
+//! or prefetched, in a small page cache: a transaction reads the cells of a cached page without
+//! fetching it. A client drops a page from its cache when an invalidation names one of its
+//! objects (before it uses the reply's body) or to make room, and reports it as discarded on a
+//! later request, but not while its open transaction has read a cell of it (the CLOCC rule).
+//! So a prefetched page's copy is read by later transactions exactly as a fetched one is, and
+//! the two checkers judge it: a prefetched page the server did not register for
+//! invalidations would show as a stale read that committed (a cycle in the serializability
+//! check), and every page of a `Pages` reply must show exactly what was durable when it was
+//! composed.
+//!
 //! The first `ACCOUNTS` cells are a bank: a third of the read-modify-write transactions are
 //! transfers between two of them, and blind writes never touch them. Replaying the committed
 //! transactions in serial order ([`serial::check_conserved_total`]), the accounts' total must
@@ -64,7 +78,8 @@ use thor_server::io::{self, CommitLog, DiskSide};
 use thor_server::{CommitIn, ConnId, Core, CoreConfig, DirectOp, DirectResult, Effect, Input};
 use thor_storage::{FaultPlan, Log, LogOptions, MemDisk, SplitMix64};
 use thor_wire::{
-    Commit, CommitMode, Hello, PageCommit, PageRecords, Reply, ReplyBody, Request, RequestBody,
+    Commit, CommitMode, Hello, PageCommit, PageRecords, Prefetch, PrefetchHint, Reply, ReplyBody,
+    Request, RequestBody,
 };
 
 use crate::check::{CellLayout, Checker, Violation};
@@ -127,6 +142,36 @@ pub struct SimConfig {
     /// The server's WPL table bounds (used in `wpl` mode): small tables make commits wait for
     /// install rounds and checkpoints come every few commits.
     pub wpl: thor_recovery::WplConfig,
+    /// Clients fetch with `Prefetch` and cache the pages they get (`obj` mode only, as
+    /// thor-client); `None`: plain fetches, nothing cached.
+    pub prefetch: Option<SimPrefetch>,
+}
+
+/// The clients' prefetch in a run (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimPrefetch {
+    /// Further pages each fetch asks for.
+    pub extra: u16,
+    /// How the server chooses them.
+    pub hint: PrefetchHint,
+    /// Pages each client's cache holds; the oldest leaves first.
+    pub cache_pages: usize,
+}
+
+impl SimPrefetch {
+    /// The prefetch of seed `seed`: in a third of the seeds, with settings drawn from a stream
+    /// of its own, so that every other draw of the seed is what it was before prefetch.
+    pub fn for_seed(seed: u64) -> Option<SimPrefetch> {
+        let mut r = SplitMix64::new(seed ^ 0x9F3E_7C00_0000_0000);
+        if r.below(3) != 0 {
+            return None;
+        }
+        Some(SimPrefetch {
+            extra: [1, 2, 8][r.below(3) as usize],
+            hint: PrefetchHint::ALL[r.below(PrefetchHint::ALL.len() as u64) as usize],
+            cache_pages: [1, 3, 16][r.below(3) as usize],
+        })
+    }
 }
 
 impl SimConfig {
@@ -155,6 +200,7 @@ impl SimConfig {
             commit_mode: CommitMode::Obj,
             page_client: PageClientConfig { buffer_pages: 1, block_bytes: 64 },
             wpl: thor_server::core::wpl::WPL_CONFIG_DEFAULT,
+            prefetch: None,
         };
         if cfg.exclusive_page_cache {
             // The database of a run is a few pages: a cache smaller than that makes clients'
@@ -167,6 +213,7 @@ impl SimConfig {
         if r.below(4) == 0 {
             cfg.reads_tracked_max = 1 + r.below(4) as usize;
         }
+        cfg.prefetch = SimPrefetch::for_seed(seed);
         cfg
     }
 
@@ -179,6 +226,8 @@ impl SimConfig {
         let mut cfg = SimConfig::for_seed(seed);
         cfg.commit_mode = mode;
         if mode.is_page_based() {
+            // thor-client prefetches only in `obj` mode.
+            cfg.prefetch = None;
             let mut r = SplitMix64::new(seed ^ 0x9A6E_D0DE_0000_0000);
             cfg.page_client = PageClientConfig {
                 buffer_pages: [1, 1, 2, 64][r.below(4) as usize],
@@ -243,6 +292,13 @@ pub struct Outcome {
     pub wpl_installed: u64,
     /// WPL: commits refused by the page rule.
     pub wpl_page_rule_refusals: u64,
+    /// Pages that came by prefetch (beyond the asked ones), each checked.
+    pub pages_prefetched: u64,
+    /// Pages a transaction read its cells from without fetching them (a client's cached copy,
+    /// fetched or prefetched by an earlier request).
+    pub cached_reads: u64,
+    /// Pages clients reported discarded.
+    pub discards: u64,
 }
 
 /// A run that found a violation.
@@ -404,6 +460,11 @@ struct Client {
     /// Page modes: records still to send before the commit, and the commit.
     early: std::collections::VecDeque<PageRecords>,
     page_commit: Option<PageCommit>,
+    /// With prefetch: the pages the client caches (fetched or prefetched), oldest first.
+    cache: Vec<(PageId, Bytes)>,
+    /// Pages dropped from `cache`, to report as discarded (when the open transaction has not
+    /// read a cell of them).
+    discards: Vec<PageId>,
 }
 
 /// Payload bytes of a cell when the page cache is exclusive: a few cells to a page of 4 KB.
@@ -421,7 +482,33 @@ impl Client {
         self.held.clear();
         self.noticed.clear();
         self.to_send.clear();
+        self.cache.clear();
+        self.discards.clear();
         self.end_page_txn();
+    }
+
+    /// The cached copy of `page`, if any.
+    fn cached(&self, page: PageId) -> Option<Bytes> {
+        self.cache.iter().find(|(p, _)| *p == page).map(|(_, b)| b.clone())
+    }
+
+    /// Drops `page` from the cache (to be reported as discarded).
+    fn drop_page(&mut self, page: PageId) {
+        if let Some(i) = self.cache.iter().position(|(p, _)| *p == page) {
+            self.cache.remove(i);
+            self.discards.push(page);
+        }
+    }
+
+    /// Caches `bytes` as `page`'s copy, dropping the oldest page past `max`.
+    fn cache_page(&mut self, page: PageId, bytes: Bytes, max: usize) {
+        self.cache.retain(|(p, _)| *p != page);
+        self.discards.retain(|p| *p != page);
+        self.cache.push((page, bytes));
+        if self.cache.len() > max {
+            let (old, _) = self.cache.remove(0);
+            self.discards.push(old);
+        }
     }
 
     /// The page-mode transaction ended (answered, or abandoned with its session).
@@ -562,6 +649,8 @@ impl World {
                 images: Vec::new(),
                 early: std::collections::VecDeque::new(),
                 page_commit: None,
+                cache: Vec::new(),
+                discards: Vec::new(),
             })
             .collect();
         let mut w = World {
@@ -906,6 +995,13 @@ impl World {
                             self.out.pages_checked += 1;
                             self.checker.page(*page, bytes)?;
                         }
+                        ReplyBody::Pages(pages) => {
+                            for (page, bytes) in pages {
+                                self.out.pages_checked += 1;
+                                self.checker.page(*page, bytes)?;
+                            }
+                            self.out.pages_prefetched += pages.len() as u64 - 1;
+                        }
                         ReplyBody::CommitOk { lsn, .. } if !self.read_only.remove(&(conn, id)) => {
                             self.checker.commit_ok(*lsn)?;
                         }
@@ -1126,6 +1222,37 @@ impl World {
         let client = &mut self.clients[c];
         let n = client.acks.len().min(thor_wire::limits::ACKS_MAX);
         req.piggyback.acks = client.acks.drain(..n).collect();
+        if !client.discards.is_empty() {
+            // Not a page the open transaction read a cell of (the server would stop sending
+            // its invalidations, and a stale read would validate), nor the page this request
+            // fetches (thor-client's rule too).
+            let fetching = match &req.body {
+                RequestBody::Fetch { page } => Some(*page),
+                RequestBody::Prefetch(p) => Some(p.page),
+                _ => None,
+            };
+            // The transaction's reads: the plan's while it reads, the commit's read set and
+            // writes once it commits (the commit request is still part of it).
+            let mut read: Vec<PageId> = client
+                .plan
+                .as_ref()
+                .map(|p| p.read.iter().filter_map(|(o, _)| o.page()).collect())
+                .unwrap_or_default();
+            if let RequestBody::Commit(c) = &req.body {
+                read.extend(c.reads.iter().chain(c.versions.iter().map(|(o, _)| o)).filter_map(|o| o.page()));
+            }
+            let mut keep = Vec::new();
+            for p in std::mem::take(&mut client.discards) {
+                if read.contains(&p) || Some(p) == fetching {
+                    keep.push(p);
+                } else if !req.piggyback.discarded.contains(&p) {
+                    req.piggyback.discarded.push(p);
+                }
+            }
+            client.discards = keep;
+            self.out.discards += req.piggyback.discarded.len() as u64;
+        }
+        let client = &mut self.clients[c];
         if !client.demotes {
             return req;
         }
@@ -1267,7 +1394,7 @@ impl World {
             let client = &mut self.clients[c];
             client.waiting = Waiting::Fetch(page);
             client.next_id += 1;
-            let req = self.outgoing(c, Request::new(RequestBody::Fetch { page }));
+            let req = self.outgoing(c, Request::new(self.fetch_body(page)));
             self.send_to_server(conn, Msg::Request(id, req));
             return Ok(());
         }
@@ -1308,6 +1435,13 @@ impl World {
     ) -> Result<(), Violation> {
         let mode = self.cfg.commit_mode;
         let t = self.clients[c].next_txn;
+        // The client's cached copies of the pages it writes are old once this commits: they
+        // go (thor-client's cache holds the new versions instead).
+        for (o, _) in &commit.versions {
+            if let Some(p) = o.page() {
+                self.clients[c].drop_page(p);
+            }
+        }
         if !mode.is_page_based() {
             if commit.versions.is_empty() && commit.created.is_empty() {
                 self.read_only.insert((conn, id));
@@ -1367,16 +1501,43 @@ impl World {
         self.send_to_server(conn, Msg::Request(id, req));
     }
 
+    /// The request that fetches `page`: `Prefetch` when the run's clients prefetch.
+    fn fetch_body(&self, page: PageId) -> RequestBody {
+        match self.cfg.prefetch {
+            None => RequestBody::Fetch { page },
+            Some(p) => RequestBody::Prefetch(Prefetch { page, extra: p.extra, hint: p.hint }),
+        }
+    }
+
     /// The next request of client `c`'s transaction: a fetch of a page it reads from, or, once
     /// everything is read, its commit: each cell read is written with probability 1/2 (none: a
     /// read-only transaction), and with probability 1/4 a cell is created too.
     fn advance_plan(&mut self, c: usize, conn: ConnId, id: u64) -> Result<(), Violation> {
-        let plan = self.clients[c].plan.as_mut().expect("a plan");
-        if let Some(page) = plan.to_fetch.pop() {
+        while let Some(page) = self.clients[c].plan.as_mut().expect("a plan").to_fetch.pop() {
+            // A cached copy (fetched or prefetched earlier) is read without a request, if it
+            // holds every cell the transaction reads there: a cell created after the copy was
+            // sent is not in it (no invalidation announces a creation), and the page is
+            // fetched again, as thor-client fetches a stale page again.
+            if let Some(bytes) = self.clients[c].cached(page) {
+                let plan = self.clients[c].plan.as_ref().expect("a plan");
+                let view = PageView::parse(&bytes).map_err(|e| Violation(format!("{e}")))?;
+                let complete = plan
+                    .cells
+                    .iter()
+                    .filter(|o| o.page() == Some(page))
+                    .all(|o| view.object(o.oid()).is_some());
+                if complete {
+                    self.out.cached_reads += 1;
+                    self.mix(&[self.now, 12, c as u64, u64::from(page.get())]);
+                    self.read_cells(c, page, &bytes)?;
+                    continue;
+                }
+                self.clients[c].drop_page(page);
+            }
             let client = &mut self.clients[c];
             client.waiting = Waiting::TxnFetch(page);
             client.next_id += 1;
-            let req = self.outgoing(c, Request::new(RequestBody::Fetch { page }));
+            let req = self.outgoing(c, Request::new(self.fetch_body(page)));
             self.send_to_server(conn, Msg::Request(id, req));
             return Ok(());
         }
@@ -1534,6 +1695,10 @@ impl World {
                     } else {
                         client.acks.push(o);
                     }
+                    // Applied before the body is used: the cached copy of the page goes.
+                    if let Some(p) = o.page() {
+                        client.drop_page(p);
+                    }
                 }
                 if matches!(waiting, Waiting::Commit(_)) {
                     // The commit is answered: what its transaction read may be acknowledged.
@@ -1549,11 +1714,19 @@ impl World {
                         client.to_send.push((page, bytes));
                     }
                 }
-                if let ReplyBody::Page { page, bytes } = &reply.body {
+                let got: Vec<(PageId, Bytes)> = match &reply.body {
+                    ReplyBody::Page { page, bytes } => vec![(*page, bytes.clone())],
+                    ReplyBody::Pages(pages) => pages.clone(),
+                    _ => Vec::new(),
+                };
+                for (page, bytes) in got {
                     if client.held.len() >= HELD_PAGES {
                         client.held.remove(0);
                     }
-                    client.held.push((*page, bytes.clone()));
+                    client.held.push((page, bytes.clone()));
+                    if let Some(pf) = self.cfg.prefetch {
+                        client.cache_page(page, bytes, pf.cache_pages);
+                    }
                 }
                 match (waiting, reply.body) {
                     (Waiting::Hello, ReplyBody::HelloOk(info)) => {
@@ -1572,6 +1745,10 @@ impl World {
                         }
                     }
                     (Waiting::Fetch(_), ReplyBody::Page { .. }) => {}
+                    (Waiting::Fetch(p), ReplyBody::Pages(pages)) if pages[0].0 == p => {}
+                    (Waiting::TxnFetch(p), ReplyBody::Pages(pages)) if pages[0].0 == p => {
+                        self.read_cells(c, p, &pages[0].1)?;
+                    }
                     (Waiting::TxnFetch(p), ReplyBody::Page { page, bytes }) if p == page => {
                         self.read_cells(c, page, &bytes)?;
                         if self.cfg.commit_mode.is_page_based() {
