@@ -34,8 +34,8 @@ use serde_json::json;
 use thor_client::PolicyConfig;
 use thor_oo7::experiment::{
     Endpoint, NativeReport, NoRunTrace, PrefetchSetting, RunConfig, RunReport, Workload,
-    belady_fetches,
-    open_embedded, open_embedded_with, page_string, run as run_workload, run_native_on,
+    belady_fetches, open_embedded, open_embedded_with, page_string, run as run_workload,
+    run_native_on,
 };
 use thor_oo7::load::{LoadOptions, LoadReport, load_dir};
 use thor_oo7::native::NativeDb;
@@ -194,12 +194,14 @@ struct SessionArgs {
     /// Commit after every N composite parts (0: each operation is one transaction).
     #[arg(long, default_value_t = 0)]
     commit_every: u32,
-    /// Further pages to ask for with each fetch (prefetch; 0: off). Default: the session's.
+    /// Further pages to ask for with each fetch (prefetch; 0: off). Default: the session's
+    /// (16) for `run`; 0 for `sweep`, whose fetch counts are set beside Belady's optimum of
+    /// one page per fetch.
     #[arg(long)]
     prefetch: Option<u16>,
-    /// How the server chooses prefetched pages: refs (pages the fetched page refers to) or
-    /// next (the pages after it in creation order).
-    #[arg(long, default_value = "refs")]
+    /// How the server chooses prefetched pages: next (the pages after the fetched one in
+    /// creation order) or refs (the pages it refers to).
+    #[arg(long, default_value = "next")]
     prefetch_hint: thor_wire::PrefetchHint,
 }
 
@@ -229,10 +231,9 @@ pub(crate) fn open_database_with(
 }
 
 impl SessionArgs {
-    /// The session's prefetch: `--prefetch` and `--prefetch-hint`, or the session's default.
-    fn prefetch(&self) -> PrefetchSetting {
-        let d = PrefetchSetting::default();
-        PrefetchSetting { pages: self.prefetch.unwrap_or(d.pages), hint: self.prefetch_hint }
+    /// The session's prefetch: `--prefetch` and `--prefetch-hint`, or `default`'s pages.
+    fn prefetch_or(&self, default: PrefetchSetting) -> PrefetchSetting {
+        PrefetchSetting { pages: self.prefetch.unwrap_or(default.pages), hint: self.prefetch_hint }
     }
 
     fn endpoint(&self) -> anyhow::Result<Endpoint> {
@@ -540,7 +541,7 @@ fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
             background_replacement: !a.session.foreground,
             repeat: a.repeat,
             commit_every: a.session.commit_every,
-            prefetch: a.session.prefetch(),
+            prefetch: a.session.prefetch_or(PrefetchSetting::default()),
         };
         // Without --trace-out the run is compiled with no tracing code at all.
         let r = match trace.as_mut() {
@@ -741,7 +742,7 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
         background_replacement: !(a.session.foreground || foreground),
         repeat: a.repeat,
         commit_every: a.session.commit_every,
-        prefetch: a.session.prefetch(),
+        prefetch: a.session.prefetch_or(PrefetchSetting::OFF),
     };
     // An update traversal changes the database it runs on. On an embedded database every point
     // (and Belady's recording) runs on a fresh copy of it, so all start from the same state; a

@@ -94,6 +94,13 @@ pub struct MultiArgs {
     /// Each client's cache size in MiB (frames and tables; may be fractional).
     #[arg(long, value_parser = crate::positive_size, allow_negative_numbers = true, default_value_t = 64.0)]
     cache_mb: f64,
+    /// Further pages each fetch asks for (prefetch; 0, the default here: one page per fetch,
+    /// as `--sim`'s replay and the DEMOTE study count them).
+    #[arg(long, default_value_t = 0)]
+    prefetch: u16,
+    /// How the server chooses prefetched pages: next or refs.
+    #[arg(long, default_value = "next")]
+    prefetch_hint: thor_wire::PrefetchHint,
     /// Replace in the foreground (HAC-FG) instead of while fetches are on the wire.
     #[arg(long)]
     foreground: bool,
@@ -193,6 +200,10 @@ pub fn multi(a: MultiArgs) -> anyhow::Result<()> {
         seed: a.seed,
         record_pages,
         recovery: Default::default(),
+        prefetch: thor_oo7::experiment::PrefetchSetting {
+            pages: a.prefetch,
+            hint: a.prefetch_hint,
+        },
     };
     if a.clients.is_empty() {
         bail!("--clients needs at least one count");

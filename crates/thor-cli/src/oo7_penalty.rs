@@ -311,10 +311,8 @@ struct Summary {
 }
 
 fn summarize(traversal: &str, prefetch: &str, samples: &[Sample]) -> Summary {
-    let mine: Vec<&Sample> = samples
-        .iter()
-        .filter(|s| s.traversal == traversal && s.prefetch == prefetch)
-        .collect();
+    let mine: Vec<&Sample> =
+        samples.iter().filter(|s| s.traversal == traversal && s.prefetch == prefetch).collect();
     let fields = FIELDS
         .iter()
         .map(|&(name, _)| (name, spread(mine.iter().map(|s| s.values[name]).collect())))
@@ -330,7 +328,8 @@ fn summarize(traversal: &str, prefetch: &str, samples: &[Sample]) -> Summary {
 /// The prefetch settings to compare: each page count with each hint (0 once, as off), in the
 /// order given; none given: the session's default.
 fn settings(pages: &[u16], hints: &[thor_wire::PrefetchHint]) -> Vec<PrefetchSetting> {
-    let pages = if pages.is_empty() { vec![PrefetchSetting::default().pages] } else { pages.to_vec() };
+    let pages =
+        if pages.is_empty() { vec![PrefetchSetting::default().pages] } else { pages.to_vec() };
     let mut out = Vec::new();
     for &p in &pages {
         for &hint in hints {

@@ -215,6 +215,8 @@ fn run_point(
         seed: 14,
         record_pages: false,
         recovery,
+        // The page modes fetch one page at a time (the session does not prefetch in them).
+        prefetch: thor_oo7::experiment::PrefetchSetting::OFF,
     };
     let before = std::sync::Mutex::new(None::<ServerStats>);
     let at_start = || {

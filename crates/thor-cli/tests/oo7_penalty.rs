@@ -249,8 +249,17 @@ fn penalty_compares_prefetch_settings_in_one_sitting() {
     assert_eq!(v["summary"].as_array().unwrap().len(), 6);
 
     let out = thor(&[
-        "oo7", "run", "--dir", dir, "--traversal", "t1", "--prefetch", "4", "--prefetch-hint",
-        "next", "--json",
+        "oo7",
+        "run",
+        "--dir",
+        dir,
+        "--traversal",
+        "t1",
+        "--prefetch",
+        "4",
+        "--prefetch-hint",
+        "next",
+        "--json",
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");

@@ -46,6 +46,6 @@ pub const PREFETCH_FRAMES_DIVISOR: usize = 8;
 
 /// Further pages a session asks for with each fetch by default
 /// ([`SessionConfig::prefetch_pages`](crate::SessionConfig::prefetch_pages)); 0 is off.
-pub const PREFETCH_PAGES_DEFAULT: u16 = 0;
+pub const PREFETCH_PAGES_DEFAULT: u16 = 16;
 
 const _: () = assert!(PREFETCH_PAGES_DEFAULT as usize <= thor_wire::limits::PREFETCH_PAGES_MAX);

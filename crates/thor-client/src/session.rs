@@ -157,8 +157,9 @@ pub struct SessionConfig {
     /// images and fetch as before). `docs/oo7.md` ("Prefetch (issue 16)") has the
     /// measurements behind the default.
     pub prefetch_pages: u16,
-    /// How the server chooses the prefetched pages: the pages the fetched page refers to
-    /// (the default) or the pages after it in creation order.
+    /// How the server chooses the prefetched pages: the pages after the fetched one in
+    /// creation order (the default: objects are clustered in creation order, and on OO7 it
+    /// saves more round trips than references do) or the pages the fetched page refers to.
     pub prefetch_hint: PrefetchHint,
 }
 
@@ -176,7 +177,7 @@ impl Default for SessionConfig {
             recovery: RecoveryConfig::default(),
             spill_bytes_max: crate::limits::SPILL_BYTES_DEFAULT,
             prefetch_pages: crate::limits::PREFETCH_PAGES_DEFAULT,
-            prefetch_hint: PrefetchHint::Referenced,
+            prefetch_hint: PrefetchHint::Following,
         }
     }
 }

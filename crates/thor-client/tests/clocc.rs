@@ -60,10 +60,12 @@ fn server() -> Arc<Engine> {
 }
 
 /// The settings of the tests' sessions: no refresh (the tests say when requests go), short
-/// backoff.
+/// backoff, one page per fetch (an access that misses makes a request; `tests/prefetch.rs`
+/// has prefetch's own CLOCC cases).
 fn config() -> SessionConfig {
     SessionConfig {
         cache_bytes: 4 << 20,
+        prefetch_pages: 0,
         refresh_after: None,
         run_backoff_min: Duration::from_micros(10),
         run_backoff_max: Duration::from_millis(1),

@@ -108,11 +108,9 @@ fn bump(s: &Session, i: usize, delta: u64) {
 fn prefetch_reads_the_same_values_in_fewer_round_trips() {
     let h = server();
     let mut fetches = Vec::new();
-    for (pages, hint) in [
-        (0, PrefetchHint::Following),
-        (4, PrefetchHint::Following),
-        (4, PrefetchHint::Referenced),
-    ] {
+    for (pages, hint) in
+        [(0, PrefetchHint::Following), (4, PrefetchHint::Following), (4, PrefetchHint::Referenced)]
+    {
         let s = session(&h, pages, hint);
         for i in 0..BLOBS {
             assert_eq!(value(&s, i).unwrap(), i as u64, "{pages} {hint}: blob {i}");
@@ -191,11 +189,7 @@ fn a_small_cache_backs_off_and_reads_every_value() {
     for policy in [PolicyConfig::HAC, PolicyConfig::Fpc] {
         let s = session_with(
             &h,
-            SessionConfig {
-                cache_bytes: 24 * PAGE,
-                policy,
-                ..config(8, PrefetchHint::Referenced)
-            },
+            SessionConfig { cache_bytes: 24 * PAGE, policy, ..config(8, PrefetchHint::Referenced) },
         );
         for round in 0..2 {
             for i in (0..BLOBS).rev() {

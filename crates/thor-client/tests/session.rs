@@ -244,7 +244,7 @@ fn a_view_of_a_created_object_may_outlive_an_abort() {
 }
 
 /// A transport that hands the session a page the server never sent: the word at byte `at` of
-/// page `page` replaced by `word` in every copy fetched.
+/// page `page` replaced by `word` in every copy fetched or prefetched.
 struct CorruptingTransport {
     inner: LocalTransport,
     page: u32,
@@ -261,12 +261,17 @@ impl Transport for CorruptingTransport {
     }
     fn recv(&mut self) -> Result<Reply, TransportError> {
         let mut reply = self.inner.recv()?;
-        if let ReplyBody::Page { page, bytes } = &mut reply.body
-            && page.get() == self.page
-        {
-            let mut b = bytes.to_vec();
-            b[self.at..self.at + 4].copy_from_slice(&self.word.to_le_bytes());
-            *bytes = bytes::Bytes::from(b);
+        let pages = match &mut reply.body {
+            ReplyBody::Page { page, bytes } => vec![(page, bytes)],
+            ReplyBody::Pages(pages) => pages.iter_mut().map(|(p, b)| (&mut *p, b)).collect(),
+            _ => Vec::new(),
+        };
+        for (page, bytes) in pages {
+            if page.get() == self.page {
+                let mut b = bytes.to_vec();
+                b[self.at..self.at + 4].copy_from_slice(&self.word.to_le_bytes());
+                *bytes = bytes::Bytes::from(b);
+            }
         }
         Ok(reply)
     }

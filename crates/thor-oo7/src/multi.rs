@@ -155,6 +155,9 @@ pub struct MultiConfig {
     /// Each client's recovery buffer and page images, used when the server runs a page-based
     /// commit mode (issue 14's study, `thor oo7 recovery-study`).
     pub recovery: thor_client::RecoveryConfig,
+    /// Each client's prefetch ([`crate::experiment::PrefetchSetting::OFF`] for fetch counts
+    /// of one page per fetch, as a simulator replaying the recorded visits counts them).
+    pub prefetch: crate::experiment::PrefetchSetting,
 }
 
 impl MultiConfig {
@@ -652,6 +655,8 @@ fn client(
         policy: cfg.policy,
         background_replacement: cfg.background_replacement,
         recovery: cfg.recovery,
+        prefetch_pages: cfg.prefetch.pages,
+        prefetch_hint: cfg.prefetch.hint,
         ..SessionConfig::default()
     };
     let s = connect_as(endpoint, scfg, &format!("oo7 multi client {i}"))?;
@@ -848,6 +853,7 @@ mod tests {
             seed: 1,
             record_pages: false,
             recovery: Default::default(),
+            prefetch: crate::experiment::PrefetchSetting::default(),
         };
         for op in [Op::T1, Op::T1Minus, Op::T2b, Op::T3a, Op::T4, Op::T5, Op::T6] {
             cfg(op).validate().unwrap();

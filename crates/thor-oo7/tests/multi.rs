@@ -59,6 +59,7 @@ fn clients_traverse_their_own_module_or_the_shared_one() {
         seed: 1,
         record_pages: false,
         recovery: Default::default(),
+        prefetch: thor_oo7::experiment::PrefetchSetting::default(),
     };
     for sharing in [Sharing::Private, Sharing::Shared] {
         let mut ticks = 0;
@@ -117,6 +118,8 @@ fn a_recorded_run_is_each_clients_page_string_and_fpc_misses_it_like_lru() {
             seed: 1,
             record_pages: true,
             recovery: Default::default(),
+            // LRU's misses are of one page per fetch.
+            prefetch: thor_oo7::experiment::PrefetchSetting::OFF,
         };
         let r = run_multi(&e, &cfg, &mut |_| {}).unwrap();
         let t = r.page_trace.as_ref().expect("the run was recorded");

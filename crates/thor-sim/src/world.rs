@@ -1239,7 +1239,12 @@ impl World {
                 .map(|p| p.read.iter().filter_map(|(o, _)| o.page()).collect())
                 .unwrap_or_default();
             if let RequestBody::Commit(c) = &req.body {
-                read.extend(c.reads.iter().chain(c.versions.iter().map(|(o, _)| o)).filter_map(|o| o.page()));
+                read.extend(
+                    c.reads
+                        .iter()
+                        .chain(c.versions.iter().map(|(o, _)| o))
+                        .filter_map(|o| o.page()),
+                );
             }
             let mut keep = Vec::new();
             for p in std::mem::take(&mut client.discards) {

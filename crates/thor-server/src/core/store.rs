@@ -538,8 +538,12 @@ impl Store {
     /// The page as a fetch sees it if that needs no disk read (cached or fresh), without
     /// counting a page-cache miss when it does: `None` then. Prefetch's guesses use it, so
     /// that they neither wait for the disk nor skew the cache's hit ratio.
-    pub fn compose_if_cached(&mut self, page: PageId) -> Option<Result<(Bytes, usize), EngineError>> {
-        if page > self.tail.page || !(self.fresh.contains(&page) || self.cache.peek(page).is_some()) {
+    pub fn compose_if_cached(
+        &mut self,
+        page: PageId,
+    ) -> Option<Result<(Bytes, usize), EngineError>> {
+        if page > self.tail.page || !(self.fresh.contains(&page) || self.cache.peek(page).is_some())
+        {
             return None;
         }
         self.compose(page).transpose()

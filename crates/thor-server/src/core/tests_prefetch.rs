@@ -107,10 +107,8 @@ fn prefetch_sends_no_page_the_client_may_cache() {
     assert_eq!(pages_of(&r), vec![page(hub), page(big[3]), page(big[2])], "5 is cached");
     // The client drops filler 5's and 3's pages: reported on the request itself, they are
     // gone from the directory before the prefetch is chosen, and come again.
-    let pb = thor_wire::Piggyback {
-        discarded: vec![page(big[5]), page(big[3])],
-        ..Default::default()
-    };
+    let pb =
+        thor_wire::Piggyback { discarded: vec![page(big[5]), page(big[3])], ..Default::default() };
     h.step(Input::Request {
         conn: 2,
         id: 6,
