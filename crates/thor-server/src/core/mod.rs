@@ -444,6 +444,10 @@ impl Origin {
     }
 }
 
+/// A fetch waiting for its page's read: who gets the answer, and what a `Prefetch` asked for
+/// beyond the page.
+type Fetcher = (Origin, Option<prefetch::Ahead>);
+
 /// A commit waiting in the queue.
 #[derive(Debug)]
 struct Queued {
@@ -587,7 +591,7 @@ pub struct Core {
     queue: VecDeque<Queued>,
     /// Outstanding page reads: the install generation when each was issued, and the fetches
     /// waiting for it (with what each `Prefetch` asked for beyond the page).
-    reads: FxHashMap<PageId, (u64, Vec<(Origin, Option<prefetch::Ahead>)>)>,
+    reads: FxHashMap<PageId, (u64, Vec<Fetcher>)>,
     /// Incremented by every completed install round; a read issued before one may be stale.
     install_gen: u64,
     /// The install round in flight.
@@ -1132,12 +1136,7 @@ impl Core {
     }
 
     /// Asks for `page` to be read (once, however many wait for it).
-    fn want_read(
-        &mut self,
-        page: PageId,
-        waiter: Option<(Origin, Option<prefetch::Ahead>)>,
-        fx: &mut Vec<Effect>,
-    ) {
+    fn want_read(&mut self, page: PageId, waiter: Option<Fetcher>, fx: &mut Vec<Effect>) {
         let issued = self.install_gen;
         let entry = self.reads.entry(page).or_insert_with(|| {
             fx.push(Effect::Read { page });
