@@ -195,8 +195,8 @@ struct SessionArgs {
     #[arg(long, default_value_t = 0)]
     commit_every: u32,
     /// Further pages to ask for with each fetch (prefetch; 0: off). Default: the session's
-    /// (16) for `run`; 0 for `sweep`, whose fetch counts are set beside Belady's optimum of
-    /// one page per fetch.
+    /// for `run` (16 over TCP, off in process); 0 for `sweep`, whose fetch counts are set
+    /// beside Belady's optimum of one page per fetch.
     #[arg(long)]
     prefetch: Option<u16>,
     /// How the server chooses prefetched pages: next (the pages after the fetched one in
@@ -233,7 +233,7 @@ pub(crate) fn open_database_with(
 impl SessionArgs {
     /// The session's prefetch: `--prefetch` and `--prefetch-hint`, or `default`'s pages.
     fn prefetch_or(&self, default: PrefetchSetting) -> PrefetchSetting {
-        PrefetchSetting { pages: self.prefetch.unwrap_or(default.pages), hint: self.prefetch_hint }
+        PrefetchSetting { pages: self.prefetch.or(default.pages), hint: self.prefetch_hint }
     }
 
     fn endpoint(&self) -> anyhow::Result<Endpoint> {
@@ -595,7 +595,7 @@ pub fn run_table(rs: &[RunReport]) -> String {
             r.cache_bytes as f64 / MIB,
             if r.hot { "yes" } else { "no" },
             r.fetches,
-            crate::oo7_penalty::setting_label(r.prefetch),
+            r.prefetch.label(),
             format!("{}/{}", r.pages_prefetched, r.prefetch_used),
             r.parts_visited,
             r.updates,

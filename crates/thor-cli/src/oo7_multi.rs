@@ -201,7 +201,7 @@ pub fn multi(a: MultiArgs) -> anyhow::Result<()> {
         record_pages,
         recovery: Default::default(),
         prefetch: thor_oo7::experiment::PrefetchSetting {
-            pages: a.prefetch,
+            pages: Some(a.prefetch),
             hint: a.prefetch_hint,
         },
     };

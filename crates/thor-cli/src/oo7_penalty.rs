@@ -92,7 +92,7 @@ pub struct PenaltyArgs {
     #[arg(long)]
     foreground: bool,
     /// Further pages each fetch asks for (prefetch), comma-separated to compare settings in
-    /// one sitting (0: off); default: the session's.
+    /// one sitting (0: off); default: the session's (16 over TCP, off embedded).
     #[arg(long, value_delimiter = ',')]
     prefetch: Vec<u16>,
     /// How the server chooses prefetched pages, comma-separated to compare: refs (the pages
@@ -326,25 +326,24 @@ fn summarize(traversal: &str, prefetch: &str, samples: &[Sample]) -> Summary {
 }
 
 /// The prefetch settings to compare: each page count with each hint (0 once, as off), in the
-/// order given; none given: the session's default.
+/// order given; none given: the session's default with each hint.
 fn settings(pages: &[u16], hints: &[thor_wire::PrefetchHint]) -> Vec<PrefetchSetting> {
-    let pages =
-        if pages.is_empty() { vec![PrefetchSetting::default().pages] } else { pages.to_vec() };
+    let pages: Vec<Option<u16>> =
+        if pages.is_empty() { vec![None] } else { pages.iter().map(|&p| Some(p)).collect() };
     let mut out = Vec::new();
-    for &p in &pages {
+    for &pages in &pages {
         for &hint in hints {
-            let s = if p == 0 { PrefetchSetting::OFF } else { PrefetchSetting { pages: p, hint } };
+            let s = if pages == Some(0) {
+                PrefetchSetting::OFF
+            } else {
+                PrefetchSetting { pages, hint }
+            };
             if !out.contains(&s) {
                 out.push(s);
             }
         }
     }
     out
-}
-
-/// A setting's label in tables and files: `off`, or hint and pages (`refs:8`).
-pub(crate) fn setting_label(s: PrefetchSetting) -> String {
-    if s.pages == 0 { "off".to_string() } else { format!("{}:{}", s.hint, s.pages) }
 }
 
 pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
@@ -427,9 +426,11 @@ pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
         };
         for &w in &workloads {
             for &p in &settings {
-                let label = setting_label(p);
-                eprintln!("run {r}/{}: cold {}, prefetch {label} ...", a.runs, w.name());
-                samples.push(sample(w.name(), &label, r, traverse_with(w, p)?, &f));
+                eprintln!("run {r}/{}: cold {}, prefetch {} ...", a.runs, w.name(), p.label());
+                let report = traverse_with(w, p)?;
+                // Labelled as the session applied it (the default differs by transport).
+                let label = report.prefetch.label();
+                samples.push(sample(w.name(), &label, r, report, &f));
             }
         }
         floors.push(json!({ "run": r, "floors": f }));
@@ -452,7 +453,13 @@ pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
         s.shutdown().context("stopping the loopback server")?;
     }
     let names: Vec<&str> = workloads.iter().map(|w| w.name()).collect();
-    let labels: Vec<String> = settings.iter().map(|&p| setting_label(p)).collect();
+    // The settings as the sessions applied them, in the order they ran.
+    let mut labels: Vec<String> = Vec::new();
+    for s in &samples {
+        if !labels.contains(&s.prefetch) {
+            labels.push(s.prefetch.clone());
+        }
+    }
     let summaries: Vec<Summary> = names
         .iter()
         .flat_map(|t| labels.iter().map(move |l| (t, l)))

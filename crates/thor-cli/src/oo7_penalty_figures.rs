@@ -302,7 +302,7 @@ fn one(
             policy: c.policy,
             background_replacement: !c.foreground,
             // The paper's figures are of one page per fetch.
-            prefetch_pages: 0,
+            prefetch_pages: Some(0),
             ..SessionConfig::default()
         },
     )?;

@@ -46,6 +46,11 @@ impl Window {
         Window { max, now: max, probe_in: PROBE_EVERY, seen: (used, unused) }
     }
 
+    /// The setting: the most pages a fetch asks for.
+    pub fn max(&self) -> u16 {
+        self.max
+    }
+
     /// The pages the next fetch asks for, given the cache's counters of prefetched pages used
     /// and evicted unused so far.
     pub fn next(&mut self, used: u64, unused: u64) -> u16 {

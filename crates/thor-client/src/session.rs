@@ -148,15 +148,17 @@ pub struct SessionConfig {
     pub spill_bytes_max: u64,
     /// Further pages to ask for with each fetch (prefetch, `thor_wire::prefetch`): the server
     /// adds up to this many pages the client does not cache, chosen by `prefetch_hint`, to
-    /// the reply, so that one round trip brings several pages. 0 turns prefetch off (plain
-    /// `Fetch`). Prefetched pages take frames like fetched ones and are evicted like them; a
+    /// the reply, so that one round trip brings several pages. `Some(0)` turns prefetch off
+    /// (plain `Fetch`); `None`, the default, is [`crate::limits::PREFETCH_PAGES_DEFAULT`] over
+    /// a network transport and off over an in-process one ([`Transport::in_process`]), where
+    /// a round trip costs little more than a page and prefetch did not pay. Prefetched pages take frames like fetched ones and are evicted like them; a
     /// session asks for at most an eighth of its frames at once
     /// ([`crate::limits::PREFETCH_FRAMES_DIVISOR`]), and fewer while its cache evicts
     /// prefetched pages before they are used ([`crate::prefetch`]'s window). Used with servers
     /// that speak version 4 and in `obj` commit mode (the page modes keep fetched pages'
     /// images and fetch as before). `docs/oo7.md` ("Prefetch (issue 16)") has the
     /// measurements behind the default.
-    pub prefetch_pages: u16,
+    pub prefetch_pages: Option<u16>,
     /// How the server chooses the prefetched pages: the pages after the fetched one in
     /// creation order (the default: objects are clustered in creation order, and on OO7 it
     /// saves more round trips than references do) or the pages the fetched page refers to.
@@ -176,7 +178,7 @@ impl Default for SessionConfig {
             demote_pages: thor_cache::limits::DEMOTE_PAGES_DEFAULT,
             recovery: RecoveryConfig::default(),
             spill_bytes_max: crate::limits::SPILL_BYTES_DEFAULT,
-            prefetch_pages: crate::limits::PREFETCH_PAGES_DEFAULT,
+            prefetch_pages: None,
             prefetch_hint: PrefetchHint::Following,
         }
     }
@@ -713,8 +715,13 @@ impl Session {
         }
         // Prefetch needs version 4's `Prefetch`; the page modes keep fetched pages' images
         // and fetch one page at a time.
-        let prefetch = (cfg.prefetch_pages > 0 && info.version >= 4 && pm.is_none()).then(|| {
-            let max = usize::from(cfg.prefetch_pages).min(PREFETCH_PAGES_MAX) as u16;
+        let pages = cfg.prefetch_pages.unwrap_or(if transport.in_process() {
+            0
+        } else {
+            crate::limits::PREFETCH_PAGES_DEFAULT
+        });
+        let prefetch = (pages > 0 && info.version >= 4 && pm.is_none()).then(|| {
+            let max = usize::from(pages).min(PREFETCH_PAGES_MAX) as u16;
             let (used, unused) = cache.prefetch_outcomes();
             crate::prefetch::Window::new(max, used, unused)
         });
@@ -1006,6 +1013,14 @@ impl Session {
     pub fn stats(&self) -> ClientStats {
         let inner = self.inner();
         ClientStats { conversion_time: inner.conversion.estimate(), ..inner.stats }
+    }
+
+    /// The most pages each fetch asks the server to add (0: the session does not prefetch)
+    /// and how the server chooses them: [`SessionConfig::prefetch_pages`] as this session
+    /// applies it.
+    pub fn prefetch(&self) -> (u16, PrefetchHint) {
+        let inner = self.inner();
+        (inner.prefetch.as_ref().map_or(0, |w| w.max()), inner.cfg.prefetch_hint)
     }
 
     /// The distribution of the session's fetch latencies so far (a copy; take one before and

@@ -65,7 +65,7 @@ fn server() -> Arc<Engine> {
 fn config() -> SessionConfig {
     SessionConfig {
         cache_bytes: 4 << 20,
-        prefetch_pages: 0,
+        prefetch_pages: Some(0),
         refresh_after: None,
         run_backoff_min: Duration::from_micros(10),
         run_backoff_max: Duration::from_millis(1),

@@ -65,7 +65,7 @@ fn config(pages: u16, hint: PrefetchHint) -> SessionConfig {
         refresh_after: None,
         run_backoff_min: Duration::from_micros(10),
         run_backoff_max: Duration::from_millis(1),
-        prefetch_pages: pages,
+        prefetch_pages: Some(pages),
         prefetch_hint: hint,
         ..SessionConfig::default()
     }
@@ -218,4 +218,46 @@ fn a_server_that_does_not_prefetch_answers_with_the_page_alone() {
     s.commit().unwrap();
     assert_eq!(s.stats().pages_prefetched, 0);
     assert!(s.server_stats().unwrap().prefetch_requests > 0, "it asked");
+}
+
+/// A transport as a network one looks to the session: the in-process one's requests, without
+/// its `in_process`.
+struct Remote(LocalTransport);
+
+impl thor_wire::Transport for Remote {
+    fn server(&self) -> &thor_wire::ServerInfo {
+        self.0.server()
+    }
+    fn send(&mut self, req: &thor_wire::Request) -> Result<(), thor_wire::TransportError> {
+        self.0.send(req)
+    }
+    fn recv(&mut self) -> Result<thor_wire::Reply, thor_wire::TransportError> {
+        self.0.recv()
+    }
+}
+
+/// By default a session prefetches over a network transport, where a round trip costs
+/// several pages' transfer, and not over the in-process one, where it costs little more than
+/// one page (`docs/oo7.md`, "Prefetch (issue 16)").
+#[test]
+fn by_default_a_session_prefetches_over_a_network_and_not_in_process() {
+    let h = server();
+    let cfg = SessionConfig { prefetch_pages: None, ..config(0, PrefetchHint::Following) };
+    let local = session_with(&h, cfg);
+    assert_eq!(local.prefetch().0, 0);
+    let t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
+    let remote = Session::new(Box::new(Remote(t)), cfg).unwrap();
+    assert_eq!(
+        remote.prefetch(),
+        (thor_client::limits::PREFETCH_PAGES_DEFAULT, PrefetchHint::Following)
+    );
+    for s in [&local, &remote] {
+        for i in 0..BLOBS {
+            assert_eq!(value(s, i).unwrap(), i as u64);
+        }
+        s.commit().unwrap();
+    }
+    assert_eq!(local.stats().pages_prefetched, 0);
+    assert!(remote.stats().pages_prefetched > 0);
+    assert!(remote.stats().fetches < local.stats().fetches);
 }

@@ -111,6 +111,10 @@ impl Transport for LocalTransport {
         &self.info
     }
 
+    fn in_process(&self) -> bool {
+        true
+    }
+
     fn send(&mut self, req: &Request) -> Result<(), TransportError> {
         if self.closed {
             return Err(TransportError::Closed);

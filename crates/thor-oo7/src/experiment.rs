@@ -155,11 +155,13 @@ pub struct RunConfig {
 }
 
 /// A session's prefetch ([`SessionConfig::prefetch_pages`], [`SessionConfig::prefetch_hint`]);
-/// the default is the session's.
+/// the default is the session's (on over TCP, off in process). In a [`RunReport`], the
+/// setting as the session applied it (`pages` is then never `None`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct PrefetchSetting {
-    /// Further pages asked for with each fetch (0: off).
-    pub pages: u16,
+    /// Further pages asked for with each fetch (0: off; `None`: the session's default for its
+    /// transport).
+    pub pages: Option<u16>,
     /// How the server chooses them.
     #[serde(serialize_with = "hint_name")]
     pub hint: thor_wire::PrefetchHint,
@@ -179,7 +181,16 @@ impl Default for PrefetchSetting {
 impl PrefetchSetting {
     /// No prefetch.
     pub const OFF: PrefetchSetting =
-        PrefetchSetting { pages: 0, hint: thor_wire::PrefetchHint::Referenced };
+        PrefetchSetting { pages: Some(0), hint: thor_wire::PrefetchHint::Following };
+
+    /// A label for tables: `off`, `default`, or hint and pages (`next:16`).
+    pub fn label(&self) -> String {
+        match self.pages {
+            None => "default".to_string(),
+            Some(0) => "off".to_string(),
+            Some(n) => format!("{}:{n}", self.hint),
+        }
+    }
 }
 
 /// What a measured run did. Times are seconds.
@@ -197,7 +208,7 @@ pub struct RunReport {
     /// objects, `thor_cache::paged`). With prefetch, round trips for pages: the pages that came
     /// with them are `pages_prefetched`.
     pub fetches: u64,
-    /// The session's prefetch setting.
+    /// The session's prefetch, as it applied it.
     pub prefetch: PrefetchSetting,
     /// Pages that came by prefetch with a fetch and were installed.
     pub pages_prefetched: u64,
@@ -471,7 +482,10 @@ fn report(
         hot: cfg.hot,
         fetches: after.client.fetches - before.client.fetches
             + (after.cache.replacement.extra_fetches - before.cache.replacement.extra_fetches),
-        prefetch: cfg.prefetch,
+        prefetch: {
+            let (pages, hint) = s.prefetch();
+            PrefetchSetting { pages: Some(pages), hint }
+        },
         pages_prefetched: after.client.pages_prefetched - before.client.pages_prefetched,
         prefetch_used: after.cache.core.prefetched_used - before.cache.core.prefetched_used,
         prefetch_evicted_unused: after.cache.core.prefetched_unused

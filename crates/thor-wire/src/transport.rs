@@ -89,6 +89,13 @@ pub trait Transport: Send {
     /// Waits for the reply to the oldest request in flight.
     fn recv(&mut self) -> Result<Reply, TransportError>;
 
+    /// Whether the server is in this process (no socket: a round trip costs about what moving
+    /// a page does), so that bringing several pages per request saves little. Sessions
+    /// prefetch by default only over transports for which this is false.
+    fn in_process(&self) -> bool {
+        false
+    }
+
     /// Sends `req` and waits for its reply. Requests sent earlier must have been received.
     fn round_trip(&mut self, req: &Request) -> Result<Reply, TransportError> {
         self.send(req)?;
