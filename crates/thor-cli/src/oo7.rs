@@ -195,7 +195,7 @@ struct SessionArgs {
     #[arg(long, default_value_t = 0)]
     commit_every: u32,
     /// Further pages to ask for with each fetch (prefetch; 0: off). Default: the session's
-    /// for `run` (16 over TCP, off in process); 0 for `sweep`, whose fetch counts are set
+    /// for `run` (32 over TCP, off in process); 0 for `sweep`, whose fetch counts are set
     /// beside Belady's optimum of one page per fetch.
     #[arg(long)]
     prefetch: Option<u16>,

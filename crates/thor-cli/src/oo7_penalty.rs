@@ -92,7 +92,7 @@ pub struct PenaltyArgs {
     #[arg(long)]
     foreground: bool,
     /// Further pages each fetch asks for (prefetch), comma-separated to compare settings in
-    /// one sitting (0: off); default: the session's (16 over TCP, off embedded).
+    /// one sitting (0: off); default: the session's (32 over TCP, off embedded).
     #[arg(long, value_delimiter = ',')]
     prefetch: Vec<u16>,
     /// How the server chooses prefetched pages, comma-separated to compare: refs (the pages

@@ -45,9 +45,10 @@ const _: () = assert!(SPILL_BYTES_DEFAULT <= thor_cache::spill::SPILL_BYTES_MAX)
 pub const PREFETCH_FRAMES_DIVISOR: usize = 8;
 
 /// Further pages a session asks for with each fetch by default over a network transport
-/// ([`SessionConfig::prefetch_pages`](crate::SessionConfig::prefetch_pages)): on cold OO7 over
-/// loopback TCP, 16 following pages took T1 from 3,483 round trips to 274 and saved more than
-/// 8 or 4 did (`docs/oo7.md`, "Prefetch (issue 16)").
-pub const PREFETCH_PAGES_DEFAULT: u16 = 16;
+/// ([`SessionConfig::prefetch_pages`](crate::SessionConfig::prefetch_pages)). On cold OO7 over
+/// loopback TCP, 32 following pages took T1 from 3,483 round trips to 143 and its time to
+/// about 40% of no prefetch; 64 saved a little more time (85 round trips) for a reply, and so a
+/// miss's wait, half again as long (`docs/oo7.md`, "Prefetch (issue 16)").
+pub const PREFETCH_PAGES_DEFAULT: u16 = 32;
 
 const _: () = assert!(PREFETCH_PAGES_DEFAULT as usize <= thor_wire::limits::PREFETCH_PAGES_MAX);

@@ -1,28 +1,41 @@
 //! How many pages a session's next fetch asks the server to add: prefetch's window.
 //!
 //! A prefetched page pays when the traversal uses it before the cache evicts it: a round trip
-//! saved for the price of a page on the wire. One evicted unused costs that page on the wire,
-//! the frame it took (freed by evicting or compacting something the traversal may still
-//! need) and the replacement work of freeing it. In a cache that holds what the traversal
-//! reads (OO7's T1 at 256 MiB) nothing is evicted and every page the server guesses right is
-//! a round trip saved; in a cache much smaller than that (T1 at 4 MiB) HAC evicts a page that
-//! nobody has used yet first, so most prefetched pages leave unused and prefetch makes the
-//! thrashing worse (`docs/oo7.md`, "Prefetch (issue 16)").
+//! saved for the price of a page on the wire and its installation. A page never used costs
+//! that price for nothing, and in a cache that must evict to take it, also the frame it took
+//! (freed by evicting or compacting something the traversal may still need) and the
+//! replacement work. Where prefetch goes wrong (`docs/oo7.md`, "Prefetch (issue 16)"):
 //!
-//! The window follows what the cache reports (`CoreStats::prefetched_used` and
-//! `prefetched_unused`), additive increase and multiplicative decrease, as TCP's congestion
-//! window follows losses:
+//! - a cache much smaller than what the traversal reads (OO7's T1 at 4 MiB): HAC evicts a page
+//!   that nobody has used yet first, so prefetched pages leave unused and add to the
+//!   thrashing;
+//! - a client that reads here and there (a lookup by key): the pages after the one it reads
+//!   are of no use to it, and each miss would wait for a reply many pages long;
+//! - a traversal that reads a page or two of each cluster (T6): most pages the server adds are
+//!   never used, even in a cache that keeps them all.
+//!
+//! The window follows what the cache reports between two fetches: the prefetched pages *used*
+//! (an object installed from them) and those *evicted unused* (`CoreStats::prefetched_used`
+//! and `prefetched_unused`), with multiplicative decrease, as TCP's congestion window on a
+//! loss:
 //!
 //! ```text
 //!   start at the setting (max)
-//!   a prefetched page evicted unused since the last fetch ──► window / 2
-//!   else a prefetched page used since the last fetch ───────► window + 1 (up to max)
+//!   a prefetched page evicted unused ────────────────────────► window / 2
+//!   the last fetch brought pages and no prefetched page was
+//!   used since ──────────────────────────────────────────────► window / 2
+//!   else pages used ──► window + 1, and at least twice the pages used (up to max)
 //!   window 0 ──► every PROBE_EVERY fetches ask for one page, to find out whether the
 //!                traversal has moved on to where prefetch pays again
 //! ```
 //!
-//! With nothing evicted the window stays at the setting; a cache that thrashes drives it to
-//! 0 within a few fetches, and prefetch then costs one page per [`PROBE_EVERY`] fetches.
+//! With nothing evicted and something used between fetches the window stays at the setting
+//! (cold T1 at 256 MiB, which uses every page the server guesses, soon or late); a cache that
+//! thrashes, or a client whose misses use none of the pages that came with them, drives it to
+//! 0 within a few fetches, and prefetch then costs one page per [`PROBE_EVERY`] fetches. A
+//! traversal that uses a page or two of each reply (T6) keeps its window: counting the pages
+//! still unused some fetches after they came as waste was tried, and it closed T1's window
+//! too, whose pages are used late but used.
 
 /// Fetches between two probes (a fetch with one prefetched page) while the window is 0.
 pub const PROBE_EVERY: u32 = 32;
@@ -38,12 +51,19 @@ pub struct Window {
     probe_in: u32,
     /// The cache's counters of prefetched pages used and evicted unused when last seen.
     seen: (u64, u64),
+    /// Pages the last fetch brought by prefetch.
+    brought: u64,
 }
 
 impl Window {
     /// A window that starts at `max`, given the cache's counters now.
     pub fn new(max: u16, used: u64, unused: u64) -> Window {
-        Window { max, now: max, probe_in: PROBE_EVERY, seen: (used, unused) }
+        Window { max, now: max, probe_in: PROBE_EVERY, seen: (used, unused), brought: 0 }
+    }
+
+    /// The fetch just made brought `pages` pages by prefetch.
+    pub fn brought(&mut self, pages: u64) {
+        self.brought = pages;
     }
 
     /// The setting: the most pages a fetch asks for.
@@ -56,10 +76,12 @@ impl Window {
     pub fn next(&mut self, used: u64, unused: u64) -> u16 {
         let (du, dw) = (used.saturating_sub(self.seen.0), unused.saturating_sub(self.seen.1));
         self.seen = (used, unused);
-        if dw > 0 {
+        let brought = std::mem::take(&mut self.brought);
+        if dw > 0 || (du == 0 && brought > 0) {
             self.now /= 2;
         } else if du > 0 {
-            self.now = self.now.saturating_add(1).min(self.max);
+            let twice = u16::try_from(du.saturating_mul(2)).unwrap_or(u16::MAX);
+            self.now = self.now.saturating_add(1).max(twice).min(self.max);
         }
         if self.now > 0 {
             self.probe_in = PROBE_EVERY;
@@ -80,6 +102,7 @@ mod tests {
 
     /// Runs `events` (per fetch: prefetched pages used and evicted unused since the last
     /// one) through a window of `max`; returns what each fetch asked for.
+    /// Every fetch brings as many pages as it asked for.
     fn drive(max: u16, events: &[(u64, u64)]) -> Vec<u16> {
         let mut w = Window::new(max, 0, 0);
         let (mut used, mut unused) = (0, 0);
@@ -88,20 +111,34 @@ mod tests {
             .map(|&(u, x)| {
                 used += u;
                 unused += x;
-                w.next(used, unused)
+                let n = w.next(used, unused);
+                w.brought(u64::from(n));
+                n
             })
             .collect()
     }
 
     #[test]
-    fn a_cache_that_evicts_nothing_keeps_the_whole_window() {
-        assert_eq!(drive(8, &[(0, 0), (3, 0), (8, 0), (0, 0)]), vec![8, 8, 8, 8]);
+    fn a_traversal_that_uses_its_pages_keeps_the_whole_window() {
+        assert_eq!(drive(8, &[(0, 0), (3, 0), (8, 0), (1, 0)]), vec![8, 8, 8, 8]);
     }
 
     #[test]
-    fn waste_halves_the_window_and_use_grows_it_back_one_at_a_time() {
-        let got = drive(8, &[(0, 1), (0, 2), (1, 0), (1, 0), (0, 0), (2, 1)]);
-        assert_eq!(got, vec![4, 2, 3, 4, 4, 2], "a fetch with both counts as waste");
+    fn waste_halves_the_window_and_use_grows_it_back() {
+        let got = drive(8, &[(0, 1), (0, 2), (1, 0), (1, 0), (1, 0), (2, 1), (3, 0)]);
+        assert_eq!(got, vec![4, 2, 3, 4, 5, 2, 6], "up by one, or to twice the pages used");
+    }
+
+    #[test]
+    fn misses_that_use_none_of_the_pages_that_came_close_the_window() {
+        // A lookup here and there: nothing the server adds is ever used.
+        let got = drive(16, &[(0, 0); 6]);
+        assert_eq!(got, vec![16, 8, 4, 2, 1, 0]);
+        // A fetch that brought nothing (the server had none to add) says nothing.
+        let mut w = Window::new(16, 0, 0);
+        assert_eq!(w.next(0, 0), 16);
+        w.brought(0);
+        assert_eq!(w.next(0, 0), 16);
     }
 
     #[test]
@@ -121,8 +158,10 @@ mod tests {
         }
         let probe = (0..PROBE_EVERY).map(|_| w.next(0, 4)).find(|&n| n > 0);
         assert_eq!(probe, Some(1));
-        assert_eq!(w.next(1, 4), 1, "used: one more than 0");
-        assert_eq!(w.next(2, 4), 2);
+        w.brought(1);
+        assert_eq!(w.next(1, 4), 2, "used: twice the pages used");
+        w.brought(2);
+        assert_eq!(w.next(3, 4), 4);
     }
 
     #[test]

@@ -1290,6 +1290,7 @@ impl Inner {
             return Err(ClientError::Unexpected("more prefetched pages than asked for"));
         }
         let (_, asked) = pages.swap_remove(0);
+        let mut brought = 0;
         for (q, bytes) in pages {
             if self.cache.has_page(q) {
                 self.stats.prefetch_skipped += 1;
@@ -1297,6 +1298,10 @@ impl Inner {
             }
             self.cache.install_prefetched(q, &bytes)?;
             self.stats.pages_prefetched += 1;
+            brought += 1;
+        }
+        if let Some(w) = &mut self.prefetch {
+            w.brought(brought);
         }
         self.cache.install_page(page, &asked)?;
         Ok(())
