@@ -55,9 +55,12 @@ pub fn request_body() -> impl Strategy<Value = RequestBody> {
         "\\PC{0,40}".prop_map(|path| RequestBody::Backup { path }),
         prepare().prop_map(|p| RequestBody::Prepare(Box::new(p))),
         peer().prop_map(RequestBody::Peer),
-        (any::<u64>(), vec(blob(64), 0..4)).prop_map(|(txn, records)| {
-            RequestBody::PageRecords(thor_wire::PageRecords { txn, records })
-        }),
+        (any::<u64>(), vec(blob(64), 0..4), vec(page_id(), 0..3)).prop_map(
+            |(txn, records, pages)| {
+                let pages = pages.into_iter().map(|p| (p, Bytes::from(vec![9u8; 1024]))).collect();
+                RequestBody::PageRecords(thor_wire::PageRecords { txn, records, pages })
+            }
+        ),
         (
             (any::<u64>(), any::<u8>(), vec(oref(), 0..8), vec(oref(), 0..8)),
             (vec(blob(48), 0..4), vec(blob(64), 0..4), vec(page_id(), 0..3)),
@@ -121,7 +124,7 @@ pub fn request() -> impl Strategy<Value = Request> {
 }
 
 fn stats() -> impl Strategy<Value = ServerStats> {
-    (vec(any::<u64>(), 75), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
+    (vec(any::<u64>(), 76), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
         commits: w[0],
         versions_committed: w[1],
         objects_created: w[2],
@@ -199,6 +202,7 @@ fn stats() -> impl Strategy<Value = ServerStats> {
         wpl_restored: w[72],
         wpl_page_rule_refusals: w[73],
         wpl_table: w[74],
+        pages_early: w[75],
     })
 }
 
