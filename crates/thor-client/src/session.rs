@@ -1558,6 +1558,12 @@ impl Inner {
         if pm.is_written(word) {
             return Ok(());
         }
+        // A page about to be written for the first time needs room among the images: the
+        // oldest written page leaves first (the paper's eviction of a dirty page).
+        if let Some(victim) = pm.steal_victim(page) {
+            self.send_before_commit(victim, true)?;
+        }
+        let pm = self.pm.as_ref().expect("page mode");
         let span = match pm.object_span(page, oref.oid()) {
             Some(s) => s,
             None => {
@@ -1572,7 +1578,7 @@ impl Inner {
             let pm = self.pm.as_mut().expect("page mode");
             match pm.first_write(word, i, page, span)? {
                 None => break,
-                Some(oldest) => self.send_early(oldest)?,
+                Some(oldest) => self.send_before_commit(oldest, false)?,
             }
         }
         self.check_doomed()
@@ -1584,9 +1590,15 @@ impl Inner {
         let reply = self.recv_checked()?;
         match reply.body {
             ReplyBody::Page { page: got, bytes } if got == page => {
-                let pm = self.pm.as_mut().expect("page mode");
-                pm.put_image(page, &bytes);
-                pm.stats.image_fetches += 1;
+                let pm = self.pm.as_ref().expect("page mode");
+                if pm.is_stolen(page) {
+                    let objects = self.exported(pm.stolen_on(page))?;
+                    let pm = self.pm.as_mut().expect("page mode");
+                    pm.restore_image(page, &bytes, &objects)?;
+                } else {
+                    self.pm.as_mut().expect("page mode").put_image(page, &bytes);
+                }
+                self.pm.as_mut().expect("page mode").stats.image_fetches += 1;
                 Ok(())
             }
             ReplyBody::Page { .. } => Err(ClientError::Unexpected("page other than asked")),
@@ -1599,9 +1611,16 @@ impl Inner {
         &self,
         page: PageId,
     ) -> Result<Vec<(thor_recovery::Span, Vec<u8>)>, ClientError> {
-        let pm = self.pm.as_ref().expect("page mode");
-        let mut out = Vec::with_capacity(pm.written_on(page).len());
-        for w in pm.written_on(page) {
+        self.exported(self.pm.as_ref().expect("page mode").written_on(page))
+    }
+
+    /// `written`'s spans with the objects' new bytes, as the cache exports them.
+    fn exported(
+        &self,
+        written: &[crate::pagemode::Written],
+    ) -> Result<Vec<(thor_recovery::Span, Vec<u8>)>, ClientError> {
+        let mut out = Vec::with_capacity(written.len());
+        for w in written {
             let mut bytes = Vec::with_capacity(w.span.len());
             self.cache.export(w.entry, &mut bytes)?;
             out.push((w.span, bytes));
@@ -1609,19 +1628,33 @@ impl Inner {
         Ok(out)
     }
 
-    /// Makes room in the recovery buffer: `page`'s records so far go to the server now, with
-    /// undo bytes, and its saved units are released.
-    fn send_early(&mut self, page: PageId) -> Result<(), ClientError> {
+    /// Sends `page`'s records so far to the server before the commit, with undo bytes, and
+    /// releases its saved units: to make room in the recovery buffer, or (`steal`) because
+    /// the page leaves the client's memory, when the page goes whole as well in the ESM modes
+    /// and WPL and its image is dropped ([`crate::pagemode`]).
+    fn send_before_commit(&mut self, page: PageId, steal: bool) -> Result<(), ClientError> {
         let objects = self.written_objects(page)?;
         let pm = self.pm.as_mut().expect("page mode");
         let cur = pm.current(page, &objects)?;
-        let rec = pm.record(page, &cur, Images::RedoUndo)?;
+        let rec =
+            if pm.mode().sends_records() { pm.record(page, &cur, Images::RedoUndo)? } else { None };
         let had_record = rec.is_some();
-        if let Some(rec) = rec {
+        let mut pages = Vec::new();
+        if steal && pm.mode().ships_pages() {
+            let mut p = cur.clone();
+            thor_core::page::seal(&mut p);
+            pm.shipped(p.len());
+            pages.push((page, Bytes::from(p)));
+        }
+        if had_record || !pages.is_empty() {
             let txn = pm.txn;
-            self.stats.bytes_shipped += rec.len() as u64;
-            let body =
-                RequestBody::PageRecords(PageRecords { txn, records: vec![Bytes::from(rec)] });
+            let records: Vec<Bytes> = rec.into_iter().map(Bytes::from).collect();
+            self.stats.bytes_shipped += records
+                .iter()
+                .chain(pages.iter().map(|(_, p)| p))
+                .map(|b| b.len() as u64)
+                .sum::<u64>();
+            let body = RequestBody::PageRecords(PageRecords { txn, records, pages });
             match self.round_trip(body)?.body {
                 ReplyBody::Ack => {}
                 ReplyBody::Error { code, message } => {
@@ -1630,7 +1663,12 @@ impl Inner {
                 other => return Err(unexpected(other)),
             }
         }
-        self.pm.as_mut().expect("page mode").sent_early(page, cur, had_record);
+        let pm = self.pm.as_mut().expect("page mode");
+        if steal {
+            pm.stolen(page, had_record);
+        } else {
+            pm.sent_early(page, cur, had_record);
+        }
         Ok(())
     }
 
