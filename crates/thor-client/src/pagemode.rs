@@ -241,8 +241,12 @@ impl PageState {
                 self.shadow_order.push_back(page);
             }
         }
-        // Each round drops one image or moves a written page to the back; written pages are
-        // at most the images, so a full turn ends it.
+        self.trim(page);
+    }
+
+    /// Drops the oldest images beyond the bound, never a written page's nor `page`'s.
+    fn trim(&mut self, page: PageId) {
+        // Each round drops one image or moves a kept page to the back, so a full turn ends it.
         let mut turns = self.shadow_order.len();
         while self.shadow.len() > self.shadow_max && turns > 0 {
             turns -= 1;
@@ -300,6 +304,7 @@ impl PageState {
         self.shadow_order.push_back(page);
         self.dirty_images.push(page);
         self.written.insert(page, written);
+        self.trim(page);
         Ok(())
     }
 
