@@ -34,8 +34,28 @@ pub const COMMIT_EVERY: usize = 65_536;
 /// The name of LMDB's data file in an environment's directory.
 pub const DATA_FILE: &str = "data.mdb";
 
-/// Opens (creating if `writable` and absent) the environment in `dir`.
-pub fn open_env(dir: &Path, writable: bool) -> Result<Env, BenchError> {
+/// How to open an environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnvConfig {
+    /// Open for writing, creating the environment if absent (otherwise read-only: write
+    /// transactions are refused).
+    pub writable: bool,
+    /// Let the kernel read ahead around each page fault in the map (LMDB's default); without
+    /// it LMDB opens with `MDB_NORDAHEAD` (`MADV_RANDOM` on the map), so a fault reads only
+    /// what it needs.
+    pub readahead: bool,
+}
+
+impl EnvConfig {
+    /// Read-only, with LMDB's defaults.
+    pub const READ_ONLY: EnvConfig = EnvConfig { writable: false, readahead: true };
+    /// Writable, with LMDB's defaults.
+    pub const WRITABLE: EnvConfig = EnvConfig { writable: true, readahead: true };
+}
+
+/// Opens (creating if writable and absent) the environment in `dir`.
+pub fn open_env(dir: &Path, cfg: EnvConfig) -> Result<Env, BenchError> {
+    let EnvConfig { writable, readahead } = cfg;
     if writable {
         std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
     } else if !dir.join(DATA_FILE).is_file() {
@@ -49,12 +69,17 @@ pub fn open_env(dir: &Path, writable: bool) -> Result<Env, BenchError> {
     }
     let mut o = EnvOpenOptions::new();
     o.map_size(MAP_BYTES).max_dbs(0);
+    let mut flags = EnvFlags::empty();
     if !writable {
-        // SAFETY: READ_ONLY is not one of LMDB's unsafe flags (those disable syncing or
-        // locking); it only refuses write transactions.
-        unsafe {
-            o.flags(EnvFlags::READ_ONLY);
-        }
+        flags |= EnvFlags::READ_ONLY;
+    }
+    if !readahead {
+        flags |= EnvFlags::NO_READ_AHEAD;
+    }
+    // SAFETY: neither READ_ONLY nor NO_READ_AHEAD is one of LMDB's unsafe flags (those disable
+    // syncing or locking): one refuses write transactions, the other only advises the kernel.
+    unsafe {
+        o.flags(flags);
     }
     // SAFETY: the map's safety rests on nobody truncating or rewriting the file outside LMDB
     // while it is mapped; this benchmark's files are its own, written only through LMDB, and
@@ -90,6 +115,12 @@ pub fn read_meta(db: &Db<'_>, txn: &RoTxn<'_>) -> Result<Meta, BenchError> {
     let v =
         db.get(txn, &key(Tag::Meta, 0))?.ok_or(BenchError::Missing { tag: Tag::Meta, index: 0 })?;
     Ok(format::decode_meta(v)?)
+}
+
+/// Reads the meta value in a read transaction of its own.
+pub fn meta(env: &Env, db: &Db<'_>) -> Result<Meta, BenchError> {
+    let txn = env.read_txn()?;
+    read_meta(db, &txn)
 }
 
 /// The class counts of a generated database.
@@ -252,7 +283,7 @@ pub fn generate_and_load(
     progress: impl FnMut(u64, u64),
 ) -> Result<LoadReport, BenchError> {
     let n = NativeDb::generate(params, |_| {})?;
-    let env = open_env(dir, true)?;
+    let env = open_env(dir, EnvConfig::WRITABLE)?;
     let report = load(&env, &n, progress)?;
     drop(env);
     Ok(report)

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use heed::Env;
-use oo7_lmdb::store::{self, Db};
+use oo7_lmdb::store::{self, Db, EnvConfig};
 use oo7_lmdb::traverse::Traverser;
 use thor_client::{PolicyConfig, SessionConfig};
 use thor_oo7::experiment::{Endpoint, connect, open_embedded};
@@ -49,7 +49,7 @@ fn agree(params: Params, ops: &[Op]) {
 
     let lmdb_dir = tempfile::tempdir().unwrap();
     let mut native = NativeDb::generate(&params, |_| {}).unwrap();
-    let env = store::open_env(&lmdb_dir.path().join("db"), true).unwrap();
+    let env = store::open_env(&lmdb_dir.path().join("db"), EnvConfig::WRITABLE).unwrap();
     let report = store::load(&env, &native, |_, _| {}).unwrap();
     assert_eq!(report.counts, store::counts(&native));
     let db = store::open_db(&env).unwrap();
@@ -111,7 +111,7 @@ fn another_seed_gives_another_database() {
     let p = Params { seed: 99, ..Params::tiny() };
     let other = NativeDb::generate(&Params::tiny(), |_| {}).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let env = store::open_env(dir.path(), true).unwrap();
+    let env = store::open_env(dir.path(), EnvConfig::WRITABLE).unwrap();
     store::load(&env, &NativeDb::generate(&p, |_| {}).unwrap(), |_, _| {}).unwrap();
     let db = store::open_db(&env).unwrap();
     let err = store::verify(&db, &env.read_txn().unwrap(), &other).unwrap_err();
@@ -121,9 +121,9 @@ fn another_seed_gives_another_database() {
 #[test]
 fn unsupported_operations_and_missing_databases_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let err = store::open_env(&dir.path().join("none"), false).unwrap_err();
+    let err = store::open_env(&dir.path().join("none"), EnvConfig::READ_ONLY).unwrap_err();
     assert!(err.to_string().contains("oo7-lmdb load"), "{err}");
-    let env = store::open_env(dir.path(), true).unwrap();
+    let env = store::open_env(dir.path(), EnvConfig::WRITABLE).unwrap();
     let n = NativeDb::generate(&Params::tiny(), |_| {}).unwrap();
     store::load(&env, &n, |_, _| {}).unwrap();
     let db = store::open_db(&env).unwrap();
