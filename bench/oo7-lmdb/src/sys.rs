@@ -238,3 +238,46 @@ pub fn wait_with_usage(child: &mut Child, timeout: Duration) -> Result<(Exit, Us
         std::thread::sleep(Duration::from_millis(2));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_file_is_counted_in_pages_and_can_be_dropped() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&vec![7u8; 3 * 4096 + 1]).unwrap();
+        f.flush().unwrap();
+        assert_eq!(read_through(f.path()).unwrap(), 3 * 4096 + 1);
+        let (resident, pages) = resident_pages(f.path()).unwrap();
+        assert_eq!(pages, 4);
+        assert!(resident <= pages);
+        // Whether the pages really leave depends on the file system (tmpfs keeps them).
+        drop_from_page_cache(f.path()).unwrap();
+        let empty = tempfile::NamedTempFile::new().unwrap();
+        assert_eq!(resident_pages(empty.path()).unwrap(), (0, 0));
+        assert!(resident_pages(Path::new("/nonexistent/oo7-lmdb")).is_err());
+    }
+
+    #[test]
+    fn children_are_waited_for_with_their_exit_and_a_deadline() {
+        let mut c = std::process::Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap();
+        let (exit, _) = wait_with_usage(&mut c, Duration::from_secs(60)).unwrap();
+        assert_eq!(exit, Exit::Code(3));
+        let mut c = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let t = Instant::now();
+        let (exit, _) = wait_with_usage(&mut c, Duration::from_millis(50)).unwrap();
+        assert_eq!(exit, Exit::TimedOut);
+        assert!(t.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn counters_of_this_process_are_read() {
+        let u = usage_self();
+        assert!(u.minflt > 0 && u.maxrss_kib > 0);
+        assert!(Resident::now().rss_kib > 0);
+        let a = IoCounters::now();
+        assert_eq!(a.since(&a), IoCounters::default());
+    }
+}

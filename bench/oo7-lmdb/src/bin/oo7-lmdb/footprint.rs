@@ -13,10 +13,12 @@
 //! 4. passes if the process exited cleanly and the hot runs had no major fault (and, for
 //!    thor, no fetch). A process the kernel killed for memory fails.
 //!
-//! The bisection keeps a limit that passes above one that fails, on a grid of `--step-mib`,
-//! then probes the answer `--confirm` more times, moving up a step whenever a confirmation
-//! fails (reclaim is not exactly repeatable, so the boundary can be ragged). Every probe is
-//! printed and kept in the JSON.
+//! The bisection keeps a limit that passes above one that fails, on a grid of `--step-mib`
+//! (the top of the range is probed first and must pass; the bottom, which usually thrashes
+//! until the deadline, only if the search comes down to it), then probes the answer
+//! `--confirm` more times, moving up a step whenever a confirmation fails (reclaim is not
+//! exactly repeatable, so the boundary can be ragged). Every probe is printed and kept in the
+//! JSON.
 //!
 //! What the limit covers: everything the cgroup is charged for while the probe runs: the
 //! process's anonymous memory (heap, stacks; thor's client cache and the embedded server's
@@ -32,7 +34,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use oo7_lmdb::cgroup::{MemoryCgroup, Parent};
 use oo7_lmdb::limits::{
-    CGROUP_LIMIT_MAX_MIB, CGROUP_LIMIT_MIN_MIB, CGROUP_STEP_MIN_MIB, PROBES_MAX, RUNS_MAX,
+    CGROUP_LIMIT_MAX_MIB, CGROUP_LIMIT_MIN_MIB, CGROUP_STEP_MIN_MIB, CHILD_TIMEOUT_S, PROBES_MAX,
+    RUNS_MAX,
 };
 use oo7_lmdb::store;
 use oo7_lmdb::sys::{self, Exit};
@@ -203,13 +206,26 @@ fn show(store: &str, p: &Probe) {
     );
 }
 
-/// Bisects `run_probe` over the grid of `s`.
+/// The grid and the confirmations of a bisection.
+#[derive(Debug, Clone, Copy)]
+struct Grid {
+    /// The lower end, MiB.
+    lo_mib: f64,
+    /// The upper end, MiB.
+    hi_mib: f64,
+    /// The step, MiB.
+    step_mib: f64,
+    /// Passing probes needed at the answer.
+    confirm: u32,
+}
+
+/// Bisects `run_probe` over `g`'s grid.
 fn bisect(
     store: &str,
-    s: &FootprintSettings,
+    g: Grid,
     mut run_probe: impl FnMut(f64) -> Result<Probe>,
 ) -> Result<Bisection> {
-    let step = s.step_mib;
+    let step = g.step_mib;
     let mut probes = Vec::new();
     let mut at = |units: u64, probes: &mut Vec<Probe>| -> Result<bool> {
         if probes.len() as u32 >= PROBES_MAX {
@@ -221,13 +237,13 @@ fn bisect(
         probes.push(p);
         Ok(ok)
     };
-    let mut lo = (s.lo_mib / step).ceil() as u64;
-    let mut hi = (s.hi_mib / step).floor() as u64;
-    eprintln!("{store}: bisecting {:.3}..{:.3} MiB in steps of {step} MiB", s.lo_mib, s.hi_mib);
+    let mut lo = (g.lo_mib / step).ceil() as u64;
+    let mut hi = (g.hi_mib / step).floor() as u64;
+    eprintln!("{store}: bisecting {:.3}..{:.3} MiB in steps of {step} MiB", g.lo_mib, g.hi_mib);
     if !at(hi, &mut probes)? {
         eprintln!(
             "{store}: the hot runs fault even at {:.3} MiB; give a larger --hi-mib",
-            s.hi_mib
+            g.hi_mib
         );
         return Ok(Bisection { store: store.into(), min_mib: None, probes });
     }
@@ -248,7 +264,7 @@ fn bisect(
         }
     }
     let mut confirmed = 0;
-    while confirmed < s.confirm {
+    while confirmed < g.confirm {
         if at(hi, &mut probes)? {
             confirmed += 1;
         } else {
@@ -277,6 +293,9 @@ pub fn footprint(s: &FootprintSettings) -> Result<()> {
     if s.hot_runs == 0 || s.hot_runs > RUNS_MAX || s.confirm > RUNS_MAX {
         bail!("--hot-runs must be in 1..={RUNS_MAX}, --confirm at most {RUNS_MAX}");
     }
+    if s.probe_timeout.is_zero() || s.probe_timeout > Duration::from_secs(CHILD_TIMEOUT_S) {
+        bail!("--probe-timeout-s must be in 1..={CHILD_TIMEOUT_S}");
+    }
     if s.traversal.writes() || !oo7_lmdb::traverse::supports(s.traversal) {
         bail!(
             "{} cannot be probed: give a read-only traversal (t6, t1-, t1, t1+)",
@@ -290,12 +309,14 @@ pub fn footprint(s: &FootprintSettings) -> Result<()> {
         "a memory cgroup is needed (root, and a writable v1 memory hierarchy or v2 with the memory controller)",
     )?;
     eprintln!("memory cgroups: {:?} under {}", parent.version, parent.dir.display());
+    let grid =
+        Grid { lo_mib: s.lo_mib, hi_mib: s.hi_mib, step_mib: s.step_mib, confirm: s.confirm };
     let exe = std::env::current_exe()?;
     let mut results = Vec::new();
     if let Some(dir) = &s.lmdb_dir {
         let data = dir.join(store::DATA_FILE);
         let name = if s.lmdb_readahead { "LMDB" } else { "LMDB (MDB_NORDAHEAD)" };
-        let r = bisect(name, s, |mib| {
+        let r = bisect(name, grid, |mib| {
             let mut c = Command::new(&exe);
             c.args(["child-probe", "--dir"]).arg(dir).args(["--traversal", s.traversal.name()]);
             c.args(["--hot", &s.hot_runs.to_string()]);
@@ -311,7 +332,7 @@ pub fn footprint(s: &FootprintSettings) -> Result<()> {
             "thor ({} {} MiB, server cache {} MiB)",
             t.policy, t.cache_mb, t.server_cache_mb
         );
-        let r = bisect(&name, s, |mib| {
+        let r = bisect(&name, grid, |mib| {
             let mut c = Command::new(&exe);
             c.args(["child-probe-thor", "--dir"]).arg(&t.dir);
             c.args(["--traversal", s.traversal.name(), "--hot", &s.hot_runs.to_string()]);
@@ -345,4 +366,56 @@ pub fn footprint(s: &FootprintSettings) -> Result<()> {
         eprintln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake(limit_mib: f64, passed: bool) -> Result<Probe> {
+        Ok(Probe {
+            limit_mib,
+            limit_bytes: (limit_mib * 1048576.0) as u64,
+            passed,
+            verdict: if passed { "ok".into() } else { "1 major faults in the hot runs".into() },
+            resident_pages_before: 0,
+            report: None,
+            peak_bytes: None,
+            oom_kills: None,
+            wall_s: 0.0,
+        })
+    }
+
+    const GRID: Grid = Grid { lo_mib: 8.0, hi_mib: 64.0, step_mib: 0.25, confirm: 2 };
+
+    #[test]
+    fn the_bisection_finds_the_threshold_on_the_grid_without_probing_the_bottom() {
+        let b = bisect("fake", GRID, |m| fake(m, m >= 20.6)).unwrap();
+        assert_eq!(b.min_mib, Some(20.75));
+        assert!(b.probes.iter().all(|p| p.limit_mib > 8.0), "the bottom thrashes: not probed");
+        assert!(b.probes.len() <= 12, "{} probes", b.probes.len());
+    }
+
+    #[test]
+    fn a_failed_confirmation_moves_the_answer_up() {
+        let mut seen_at_min = 0;
+        let b = bisect("fake", GRID, |m| {
+            if m == 20.75 {
+                seen_at_min += 1;
+                // Passes during the search, then fails its first confirmation.
+                return fake(m, seen_at_min != 2);
+            }
+            fake(m, m >= 20.6)
+        })
+        .unwrap();
+        assert_eq!(b.min_mib, Some(21.0));
+    }
+
+    #[test]
+    fn the_ends_of_the_range_are_reported() {
+        let b = bisect("fake", GRID, |m| fake(m, false)).unwrap();
+        assert_eq!((b.min_mib, b.probes.len()), (None, 1));
+        let b = bisect("fake", GRID, |m| fake(m, true)).unwrap();
+        assert_eq!(b.min_mib, Some(8.0));
+    }
 }
