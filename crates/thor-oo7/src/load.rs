@@ -47,6 +47,8 @@ use crate::params::{DocPlacement, Params};
 use crate::plan::{AssemblyPlan, Builder, CompositePlan, ModulePlan, Parent, Plan, generate};
 use crate::schema::{self, *};
 
+pub use crate::schema::Padding;
+
 /// Settings of a load that are not OO7 parameters.
 #[derive(Debug, Clone, Copy)]
 pub struct LoadOptions {
@@ -55,11 +57,18 @@ pub struct LoadOptions {
     /// Apply every forward reference after the load through a commit instead of patching it in
     /// the loader's window (for testing that path; the database is the same either way).
     pub defer_all_patches: bool,
+    /// Object sizes: Thor's, or padded to GOM's for the HAC paper's HAC-BIG
+    /// ([`crate::schema::Padding`]). The objects, their order and their values are the same.
+    pub padding: Padding,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { page_size: thor_core::limits::PAGE_SIZE_DEFAULT, defer_all_patches: false }
+        LoadOptions {
+            page_size: thor_core::limits::PAGE_SIZE_DEFAULT,
+            defer_all_patches: false,
+            padding: Padding::None,
+        }
     }
 }
 
@@ -135,6 +144,8 @@ pub struct LoadReport {
     pub page_size: usize,
     /// References patched after the load by a commit (see the module documentation).
     pub deferred_patches: u64,
+    /// The object sizes the classes were stored with.
+    pub padding: Padding,
 }
 
 impl LoadReport {
@@ -224,6 +235,7 @@ pub fn load(
         pages: bulk.pages,
         page_size: engine.page_size(),
         deferred_patches: n_deferred,
+        padding: opts.padding,
     })
 }
 
@@ -351,8 +363,9 @@ impl<'e> ThorBuilder<'e> {
     fn new(mut loader: BulkLoader<'e>, p: &Params, opts: LoadOptions) -> Result<Self, Oo7Error> {
         let page_size = loader.page_size();
         let mut counts = Counts::default();
-        // Class objects first, then the schema directory listing them.
-        let descs = schema::classes();
+        // Class objects first, then the schema directory listing them. Objects are built from
+        // the stored (possibly padded) layouts; the declared field offsets are theirs too.
+        let descs = schema::stored_classes(opts.padding);
         let mut words = Vec::new();
         for d in &descs {
             words.push(loader.add(&d.to_class_object())?.raw());
