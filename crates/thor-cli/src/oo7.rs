@@ -453,6 +453,7 @@ fn load(a: LoadArgs) -> anyhow::Result<()> {
             "counts": counts,
             "objects": r.counts.total(),
             "object_bytes": r.object_bytes,
+            "gom_object_bytes": r.gom_object_bytes,
             "pages": r.pages + 1,
             "database_bytes": r.database_bytes(),
             "load_s": secs,
@@ -475,6 +476,10 @@ fn load(a: LoadArgs) -> anyhow::Result<()> {
     }
     println!("  {:<16} {:>12}", "total", r.counts.total());
     println!("  {:<16} {:>12}", "object bytes", r.object_bytes);
+    println!(
+        "  {:<16} {:>12}  (every object and reference at GOM's sizes)",
+        "at GOM's sizes", r.gom_object_bytes
+    );
     println!("  {:<16} {:>12}", "pages", r.pages + 1);
     println!(
         "  {:<16} {:>12}  ({:.1} MB, {:.1} MiB)",

@@ -136,6 +136,10 @@ fn gom_padding_grows_the_database_by_the_padding_and_leaves_every_traversal_alon
     assert_eq!((plain.padding, big.padding), (Padding::None, Padding::Gom));
     assert_eq!(plain.counts, big.counts);
     assert_eq!(big.object_bytes - plain.object_bytes, gom_extra_bytes(&plain));
+    // Every object at GOM's sizes would be larger still: collections, strings and texts cannot
+    // be padded.
+    assert_eq!(plain.gom_object_bytes, big.gom_object_bytes);
+    assert!(big.gom_object_bytes > big.object_bytes);
     assert!(big.pages > plain.pages, "{} pages against {}", big.pages, plain.pages);
 
     {
