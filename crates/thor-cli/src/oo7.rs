@@ -337,7 +337,8 @@ struct SweepArgs {
     /// database's.
     #[arg(long, requires = "dir")]
     big_dir: Option<PathBuf>,
-    /// The managers run on `--big-dir`, comma-separated.
+    /// The managers run on `--big-dir`, comma-separated. With two or more GOM splits among
+    /// them, the fetches chart adds GOM-BEST-BIG (the best of them at each size).
     #[arg(long, default_value = "hac", requires = "big_dir")]
     big_policies: String,
     /// Print JSON instead of a table.
@@ -1036,7 +1037,8 @@ impl SeriesSpec {
 
 /// The series a sweep plots, as (legend name, points), in legend order.
 struct Plotted {
-    /// Fetches against cache size: every series, then GOM-BEST and BELADY if present.
+    /// Fetches against cache size: every series, then GOM-BEST, GOM-BEST-BIG and BELADY if
+    /// present.
     fetches: Vec<(String, Vec<(f64, f64)>)>,
     /// Elapsed time against cache size: every series, then FPC-NO if FPC ran.
     elapsed: Vec<(String, Vec<(f64, f64)>)>,
@@ -1068,13 +1070,17 @@ fn plotted_series(
     let mut elapsed: Vec<(String, Vec<(f64, f64)>)> =
         names.iter().map(|n| (n.to_uppercase(), of(n, &|r| r.elapsed_s))).collect();
     let mut derived = Vec::new();
-    // GOM-BEST tunes the split over the first database's GOM series only.
-    let goms: Vec<&str> = names
-        .iter()
-        .copied()
-        .filter(|n| n.starts_with("gom") && !n.ends_with(BIG_SUFFIX))
-        .collect();
-    if goms.len() >= 2 {
+    // GOM-BEST tunes the split per size over the first database's GOM series, GOM-BEST-BIG
+    // over the big database's (the paper's GOM, whose objects were GOM's size).
+    for (suffix, big) in [("", false), (BIG_SUFFIX, true)] {
+        let goms: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| n.starts_with("gom") && n.ends_with(BIG_SUFFIX) == big)
+            .collect();
+        if goms.len() < 2 {
+            continue;
+        }
         let mut best: Vec<(f64, f64)> = Vec::new();
         for g in &goms {
             for (x, y) in of(g, &|r| r.fetches as f64) {
@@ -1085,8 +1091,9 @@ fn plotted_series(
             }
         }
         best.sort_by(|a, b| a.0.total_cmp(&b.0));
-        fetches.push(("GOM-BEST".into(), best));
-        derived.push("GOM-BEST".to_string());
+        let name = format!("GOM-BEST{}", suffix.to_uppercase());
+        fetches.push((name.clone(), best));
+        derived.push(name);
     }
     if !belady.is_empty() {
         fetches.push((

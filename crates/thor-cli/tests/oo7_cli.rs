@@ -243,7 +243,7 @@ fn a_sweep_runs_hac_big_on_the_padded_database() {
             "--big-dir",
             big_dir,
             "--big-policies",
-            "hac,fpc",
+            "hac,fpc,gom:obj=0.5,gom",
             "--traversal",
             "t1",
             "--cold",
@@ -260,7 +260,7 @@ fn a_sweep_runs_hac_big_on_the_padded_database() {
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     let points = v["points"].as_array().unwrap();
-    assert_eq!(points.len(), 12);
+    assert_eq!(points.len(), 16);
     let fetches = |policy: &str, mb: f64| {
         let p = points.iter().find(|p| p["policy"] == policy && p["cache_mb"] == mb);
         p.unwrap_or_else(|| panic!("{policy} at {mb}"))["fetches"].as_u64().unwrap()
@@ -273,14 +273,23 @@ fn a_sweep_runs_hac_big_on_the_padded_database() {
     assert_eq!(dbs["big_database"]["padding"], "gom");
     assert!(dbs["big_database"]["bytes"].as_u64() > dbs["database"]["bytes"].as_u64(), "{dbs}");
     let csv = std::fs::read_to_string(out.join("t1-fetches.csv")).unwrap();
-    for series in ["HAC-BIG", "FPC-BIG", "GOM-BEST", "BELADY"] {
+    for series in ["HAC-BIG", "FPC-BIG", "GOM-BEST", "GOM-BEST-BIG", "BELADY"] {
         assert!(csv.lines().any(|l| l.starts_with(&format!("{series},"))), "{series}: {csv}");
     }
-    // GOM-BEST is over the first database's splits only.
-    let of = |s: &str| -> Vec<String> {
-        csv.lines().filter(|l| l.starts_with(&format!("{s},"))).map(|l| l.to_string()).collect()
+    // GOM-BEST is the best of the first database's splits, GOM-BEST-BIG of the big one's.
+    let of = |series: &str, mb: f64| -> f64 {
+        let row = csv.lines().find(|l| l.starts_with(&format!("{series},{mb},")));
+        row.unwrap_or_else(|| panic!("{series} at {mb}"))
+            .rsplit(',')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
     };
-    assert_eq!(of("GOM-BEST").len(), 2);
+    for mb in [0.06, 0.5] {
+        assert_eq!(of("GOM-BEST", mb), of("GOM:OBJ=0.5", mb).min(of("GOM", mb)));
+        assert_eq!(of("GOM-BEST-BIG", mb), of("GOM:OBJ=0.5-BIG", mb).min(of("GOM-BIG", mb)));
+    }
 
     // An unpadded database is no HAC-BIG.
     let other = tmp.path().join("other");
