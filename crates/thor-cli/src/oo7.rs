@@ -8,7 +8,7 @@
 //!   thor oo7 native --size S --traversal NAME
 //!   thor oo7 sweep  --dir DIR --traversal NAME --policies hac,hac-fg,fpc,gom,quickstore,arc --out DIR
 //!                   [--find-min] [--no-belady] [--cold] [--repeat N]
-//!                   [--big-dir DIR [--big-policies hac]]
+//!                   [--big-dir DIR [--big-policies hac]] [--plot SERIES,...]
 //!   thor oo7 multi  --dir DIR --traversal NAME --clients 1,2,3 --mode private|shared
 //!                   [--seconds S | --repeat R] [--server ADDR]
 //!   thor oo7 penalty --dir DIR [--traversals t6,t1-,t1] [--cache-mb 256] [--over tcp|embedded]
@@ -341,6 +341,11 @@ struct SweepArgs {
     /// them, the fetches chart adds GOM-BEST-BIG (the best of them at each size).
     #[arg(long, default_value = "hac", requires = "big_dir")]
     big_policies: String,
+    /// The series the charts draw, by legend name, comma-separated (`hac,hac-big,gom-best`);
+    /// each chart draws those it has. Default: every series, which must then be at most 12 per
+    /// chart. The CSVs and the JSON have every series either way.
+    #[arg(long, value_delimiter = ',')]
+    plot: Vec<String>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -791,6 +796,10 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
         (Some(b), true) => b,
         _ => &endpoint,
     };
+    let names: Vec<&str> = policies.iter().map(|sp| sp.name.as_str()).collect();
+    // Which series each chart draws, checked before anything runs.
+    let plot: Vec<String> = a.plot.iter().map(|n| n.trim().to_uppercase()).collect();
+    let drawn = chart_series(&names, !a.no_belady, &plot)?;
     let sizes: Vec<f64> = if a.sizes_mb.is_empty() {
         let max = match a.max_mb {
             Some(m) => m,
@@ -878,13 +887,12 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     write_csv(&csv, &points)?;
     let mut charts = Vec::new();
     let kind = if hot { "hot" } else { "cold" };
-    let names: Vec<&str> = policies.iter().map(|sp| sp.name.as_str()).collect();
     let series_names: Vec<String> = series_of.iter().map(|&k| policies[k].name.clone()).collect();
     let plotted = plotted_series(&names, &series_names, &points, &belady);
     let mut derived = serde_json::Map::new();
-    for (what, y_label, all) in [
-        ("fetches", "fetches", &plotted.fetches),
-        ("elapsed", "elapsed time (s, without commit)", &plotted.elapsed),
+    for (what, y_label, all, draw) in [
+        ("fetches", "fetches", &plotted.fetches, &drawn.0),
+        ("elapsed", "elapsed time (s, without commit)", &plotted.elapsed, &drawn.1),
     ] {
         let path = a.out.join(format!("{stem}-{what}.csv"));
         let mut s = format!("series,cache_mb,{what}\n");
@@ -897,8 +905,15 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
         for (name, pts) in all.iter().filter(|(n, _)| plotted.derived.contains(n)) {
             derived.insert(format!("{name} {what}"), json!(pts));
         }
-        let series: Vec<Series> =
-            all.iter().map(|(name, pts)| Series::line(name.clone(), pts.clone())).collect();
+        let series: Vec<Series> = all
+            .iter()
+            .filter(|(name, _)| draw.contains(name))
+            .map(|(name, pts)| Series::line(name.clone(), pts.clone()))
+            .collect();
+        if series.is_empty() {
+            // `--plot` named none of this chart's series.
+            continue;
+        }
         let spec = ChartSpec {
             title: format!(
                 "{} {} traversal, {} KiB pages: {what} against client cache size",
@@ -1035,6 +1050,58 @@ impl SeriesSpec {
     }
 }
 
+/// The series derived from others that a sweep of the series `names` has: for the fetches
+/// chart GOM-BEST (two or more GOM splits on the first database), GOM-BEST-BIG (on the big one)
+/// and BELADY (unless left out), for the elapsed chart FPC-NO (with FPC).
+fn derived_series(names: &[&str], belady: bool) -> (Vec<String>, Vec<String>) {
+    let mut fetches = Vec::new();
+    for big in [false, true] {
+        let goms = names.iter().filter(|n| n.starts_with("gom") && n.ends_with(BIG_SUFFIX) == big);
+        if goms.count() >= 2 {
+            let suffix = if big { BIG_SUFFIX } else { "" };
+            fetches.push(format!("GOM-BEST{}", suffix.to_uppercase()));
+        }
+    }
+    if belady {
+        fetches.push("BELADY".to_string());
+    }
+    let elapsed = if names.contains(&"fpc") { vec!["FPC-NO".to_string()] } else { vec![] };
+    (fetches, elapsed)
+}
+
+/// The legend names the fetches and the elapsed chart draw: those `plot` names (upper case),
+/// or every series with `plot` empty. Fails on a name no chart has, and on a chart of more
+/// series than one can take.
+fn chart_series(
+    names: &[&str],
+    belady: bool,
+    plot: &[String],
+) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let (dfetches, delapsed) = derived_series(names, belady);
+    let upper: Vec<String> = names.iter().map(|n| n.to_uppercase()).collect();
+    let fetches: Vec<String> = upper.iter().cloned().chain(dfetches).collect();
+    let elapsed: Vec<String> = upper.into_iter().chain(delapsed).collect();
+    if let Some(p) = plot.iter().find(|p| !fetches.contains(p) && !elapsed.contains(p)) {
+        bail!("--plot {p}: no such series (the charts have {})", fetches.join(", "));
+    }
+    let mut out = Vec::new();
+    for (chart, all) in [("fetches", fetches), ("elapsed", elapsed)] {
+        let drawn: Vec<String> =
+            all.into_iter().filter(|n| plot.is_empty() || plot.contains(n)).collect();
+        if drawn.len() > crate::plot::MAX_SERIES {
+            bail!(
+                "the {chart} chart would draw {} series, more than {}: choose some with --plot \
+                 (the CSVs and the JSON keep every series)",
+                drawn.len(),
+                crate::plot::MAX_SERIES
+            );
+        }
+        out.push(drawn);
+    }
+    let elapsed = out.pop().expect("two charts");
+    Ok((out.pop().expect("two charts"), elapsed))
+}
+
 /// The series a sweep plots, as (legend name, points), in legend order.
 struct Plotted {
     /// Fetches against cache size: every series, then GOM-BEST, GOM-BEST-BIG and BELADY if
@@ -1072,17 +1139,15 @@ fn plotted_series(
     let mut derived = Vec::new();
     // GOM-BEST tunes the split per size over the first database's GOM series, GOM-BEST-BIG
     // over the big database's (the paper's GOM, whose objects were GOM's size).
+    let (dfetches, _) = derived_series(names, false);
     for (suffix, big) in [("", false), (BIG_SUFFIX, true)] {
-        let goms: Vec<&str> = names
-            .iter()
-            .copied()
-            .filter(|n| n.starts_with("gom") && n.ends_with(BIG_SUFFIX) == big)
-            .collect();
-        if goms.len() < 2 {
+        let name = format!("GOM-BEST{}", suffix.to_uppercase());
+        if !dfetches.contains(&name) {
             continue;
         }
         let mut best: Vec<(f64, f64)> = Vec::new();
-        for g in &goms {
+        let goms = names.iter().filter(|n| n.starts_with("gom") && n.ends_with(BIG_SUFFIX) == big);
+        for g in goms {
             for (x, y) in of(g, &|r| r.fetches as f64) {
                 match best.iter_mut().find(|(bx, _)| *bx == x) {
                     Some(b) => b.1 = b.1.min(y),
@@ -1091,7 +1156,6 @@ fn plotted_series(
             }
         }
         best.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let name = format!("GOM-BEST{}", suffix.to_uppercase());
         fetches.push((name.clone(), best));
         derived.push(name);
     }

@@ -291,6 +291,45 @@ fn a_sweep_runs_hac_big_on_the_padded_database() {
         assert_eq!(of("GOM-BEST-BIG", mb), of("GOM:OBJ=0.5-BIG", mb).min(of("GOM-BIG", mb)));
     }
 
+    // The charts draw what `--plot` names; without it, a sweep whose charts would take more
+    // series than a chart can is refused before it runs, as is a name no chart has.
+    let plotted = tmp.path().join("plotted");
+    let args = |extra: &[&str]| {
+        let mut v = vec![
+            "oo7",
+            "sweep",
+            "--dir",
+            plain,
+            "--big-dir",
+            big,
+            "--traversal",
+            "t1",
+            "--cold",
+            "--sizes-mb",
+            "0.5",
+            "--out",
+            plotted.to_str().unwrap(),
+            "--json",
+            "--policies",
+            "hac,fpc,gom:obj=0.2,gom:obj=0.5,gom,clock,arc",
+            "--big-policies",
+            "hac,fpc,gom:obj=0.2,gom:obj=0.5,gom",
+        ];
+        v.extend_from_slice(extra);
+        thor(&v)
+    };
+    let too_many = args(&[]);
+    assert!(!too_many.status.success());
+    assert!(String::from_utf8_lossy(&too_many.stderr).contains("--plot"));
+    assert!(!plotted.join("t1.csv").exists(), "refused before running");
+    let unknown = args(&["--plot", "hac,hac-bigg"]);
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("HAC-BIGG"));
+    let some = args(&["--plot", "hac,hac-big,gom-best-big,belady,fpc-no"]);
+    assert!(some.status.success(), "{}", String::from_utf8_lossy(&some.stderr));
+    let csv = std::fs::read_to_string(plotted.join("t1-fetches.csv")).unwrap();
+    assert!(csv.contains("\nARC,") && csv.contains("\nGOM:OBJ=0.2-BIG,"), "the CSV has all: {csv}");
+    assert!(plotted.join("t1-fetches.svg").exists() && plotted.join("t1-elapsed.svg").exists());
+
     // An unpadded database is no HAC-BIG.
     let other = tmp.path().join("other");
     load(other.to_str().unwrap(), &[]);
