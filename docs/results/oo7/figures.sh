@@ -15,10 +15,12 @@ mkdir -p $R/fig5 $R/fig6 $R/fig7/8k-pages
 $T oo7 sweep --dir /tmp/figs-small4 --big-dir /tmp/figs-small4-big --traversal t1 --cold \
   --policies hac,fpc,gom:obj=0.2,gom:obj=0.5,gom,quickstore,clock,arc,s3fifo,wtinylfu \
   --big-policies hac,fpc,gom:obj=0.2,gom:obj=0.5,gom \
+  --plot hac,hac-big,fpc,fpc-big,gom-best,gom-best-big,belady,fpc-no \
   --min-mb 0.5 --max-mb 9 --points 18 --out $R/fig7 > $R/fig7/t1.txt
 $T oo7 sweep --dir /tmp/figs-small8 --big-dir /tmp/figs-small8-big --traversal t1 --cold \
   --policies hac,fpc,gom:obj=0.2,gom:obj=0.5,gom,quickstore,clock,arc,s3fifo,wtinylfu \
   --big-policies hac,fpc,gom:obj=0.2,gom:obj=0.5,gom \
+  --plot hac,hac-big,fpc,fpc-big,gom-best,gom-best-big,belady,fpc-no \
   --min-mb 0.5 --max-mb 9 --points 18 --out $R/fig7/8k-pages > $R/fig7/8k-pages/t1.txt
 $T oo7 sweep --dir /tmp/figs-med --traversal t6  --policies $ALL --min-mb 0.25 --max-mb 14 --points 12 --out $R/fig5 > $R/fig5/t6.txt
 $T oo7 sweep --dir /tmp/figs-med --traversal t1- --policies $ALL --min-mb 1 --max-mb 48 --points 12 --out $R/fig5 > $R/fig5/t1minus.txt
