@@ -340,9 +340,9 @@ impl Padding {
         }
     }
 
-    /// The padding of the database a session is connected to, from its stored classes: the
-    /// one whose stored atomic part class is the stored one. `None` (the option) if the
-    /// database has no OO7 classes or stores them in another way.
+    /// The padding of the database a session is connected to: the one whose layout of
+    /// `oo7.AtomicPart` is the stored one. `Ok(None)` if the database stores no such class, or
+    /// stores it with a layout neither padding gives.
     pub fn of_database(
         s: &thor_client::Session,
     ) -> Result<Option<Padding>, thor_client::ClientError> {
