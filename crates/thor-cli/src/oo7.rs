@@ -2,11 +2,13 @@
 //!
 //! ```text
 //!   thor oo7 load   --dir DIR --size small|medium|large|qs-small|qs-big [--seed N] [--page-kb K]
+//!                   [--pad-to-gom]
 //!   thor oo7 run    --dir DIR --traversal NAME --policy hac|fpc --cache-mb X [--hot]
 //!                   [--server ADDR] [--trace-out FILE]
 //!   thor oo7 native --size S --traversal NAME
 //!   thor oo7 sweep  --dir DIR --traversal NAME --policies hac,hac-fg,fpc,gom,quickstore,arc --out DIR
 //!                   [--find-min] [--no-belady] [--cold] [--repeat N]
+//!                   [--big-dir DIR [--big-policies hac]] [--plot SERIES,...]
 //!   thor oo7 multi  --dir DIR --traversal NAME --clients 1,2,3 --mode private|shared
 //!                   [--seconds S | --repeat R] [--server ADDR]
 //!   thor oo7 penalty --dir DIR [--traversals t6,t1-,t1] [--cache-mb 256] [--over tcp|embedded]
@@ -37,8 +39,9 @@ use thor_oo7::experiment::{
     belady_fetches, open_embedded, open_embedded_with, page_string, run as run_workload,
     run_native_on,
 };
-use thor_oo7::load::{LoadOptions, LoadReport, load_dir};
+use thor_oo7::load::{LoadOptions, LoadReport, Padding, load_dir};
 use thor_oo7::native::NativeDb;
+use thor_oo7::traverse::Db;
 use thor_oo7::{Op, Params};
 
 use crate::plot::{ChartSpec, Legend, Series, line_chart};
@@ -168,6 +171,10 @@ struct LoadArgs {
     /// Page size in KiB (the papers use 8; 4 for the GOM comparison).
     #[arg(long, value_parser = crate::page_kb, allow_negative_numbers = true, default_value_t = 8)]
     page_kb: usize,
+    /// Pad every OO7 object to GOM's size (the HAC paper's HAC-BIG): 8 bytes of header more
+    /// and 8 more per reference slot, as words no program reads (`thor_oo7::schema::Padding`).
+    #[arg(long)]
+    pad_to_gom: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -339,6 +346,21 @@ struct SweepArgs {
     /// reports the run with the median elapsed time.
     #[arg(long, value_parser = crate::at_least_one::<u32>, allow_negative_numbers = true, default_value_t = 1)]
     repeat: u32,
+    /// A second database, the same one loaded with `--pad-to-gom` (same parameters and page
+    /// size): the `--big-policies` run on it at the same sizes, each a series of its own named
+    /// with `-big` (`hac-big`: the HAC paper's HAC-BIG). Belady's optimum is the first
+    /// database's.
+    #[arg(long, requires = "dir")]
+    big_dir: Option<PathBuf>,
+    /// The managers run on `--big-dir`, comma-separated. With two or more GOM splits among
+    /// them, the fetches chart adds GOM-BEST-BIG (the best of them at each size).
+    #[arg(long, default_value = "hac", requires = "big_dir")]
+    big_policies: String,
+    /// The series the charts draw, by legend name, comma-separated (`hac,hac-big,gom-best`);
+    /// each chart draws those it has. Default: every series, which must then be at most 12 per
+    /// chart. The CSVs and the JSON have every series either way.
+    #[arg(long, value_delimiter = ',')]
+    plot: Vec<String>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -416,9 +438,18 @@ pub fn load_with_progress(
     page_size: usize,
     show: bool,
 ) -> anyhow::Result<(LoadReport, f64)> {
+    load_with_options(dir, p, LoadOptions { page_size, ..LoadOptions::default() }, show)
+}
+
+/// [`load_with_progress`] with every load setting.
+fn load_with_options(
+    dir: &Path,
+    p: &Params,
+    opts: LoadOptions,
+    show: bool,
+) -> anyhow::Result<(LoadReport, f64)> {
     let bar = if show { progress(p.atomic_parts(), "loading") } else { ProgressBar::hidden() };
     let t = Instant::now();
-    let opts = LoadOptions { page_size, ..LoadOptions::default() };
     let r = load_dir(dir, p, opts, |done, _| bar.set_position(done))
         .with_context(|| format!("loading into {}", dir.display()))?;
     bar.finish_and_clear();
@@ -428,7 +459,9 @@ pub fn load_with_progress(
 fn load(a: LoadArgs) -> anyhow::Result<()> {
     let p = a.params.params()?;
     std::fs::create_dir_all(&a.dir)?;
-    let (r, secs) = load_with_progress(&a.dir, &p, a.page_kb * 1024, true)?;
+    let padding = if a.pad_to_gom { Padding::Gom } else { Padding::None };
+    let opts = LoadOptions { page_size: a.page_kb * 1024, padding, ..LoadOptions::default() };
+    let (r, secs) = load_with_options(&a.dir, &p, opts, true)?;
     if a.json {
         let counts: serde_json::Map<String, serde_json::Value> =
             r.counts.rows().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
@@ -437,9 +470,11 @@ fn load(a: LoadArgs) -> anyhow::Result<()> {
             "size": a.params.size,
             "params": params_json(&p),
             "page_size": r.page_size,
+            "padding": r.padding.name(),
             "counts": counts,
             "objects": r.counts.total(),
             "object_bytes": r.object_bytes,
+            "gom_object_bytes": r.gom_object_bytes,
             "pages": r.pages + 1,
             "database_bytes": r.database_bytes(),
             "load_s": secs,
@@ -448,18 +483,24 @@ fn load(a: LoadArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "OO7 {} database in {} (seed {}, {} KiB pages, documents {})",
+        "OO7 {} database in {} (seed {}, {} KiB pages, documents {}, objects padded: {})",
         a.params.size,
         a.dir.display(),
         p.seed,
         a.page_kb,
-        p.doc_placement.name()
+        p.doc_placement.name(),
+        r.padding.name()
     );
     println!("  {:<16} {:>12}", "class", "objects");
     for (k, v) in r.counts.rows() {
         println!("  {k:<16} {v:>12}");
     }
     println!("  {:<16} {:>12}", "total", r.counts.total());
+    println!("  {:<16} {:>12}", "object bytes", r.object_bytes);
+    println!(
+        "  {:<16} {:>12}  (every object and reference at GOM's sizes)",
+        "at GOM's sizes", r.gom_object_bytes
+    );
     println!("  {:<16} {:>12}", "pages", r.pages + 1);
     println!(
         "  {:<16} {:>12}  ({:.1} MB, {:.1} MiB)",
@@ -714,11 +755,71 @@ pub fn file_stem(name: &str) -> String {
     name.replace('-', "minus").replace('+', "plus")
 }
 
+/// What a sweep's JSON says of a database: its pages and bytes (allocated pages times the page
+/// size; none for a remote server) and its objects' padding.
+fn database_json(e: &Endpoint, padding: Padding) -> serde_json::Value {
+    let bytes = database_bytes(e);
+    json!({
+        "pages": bytes.map(|b| b / endpoint_page_size(e) as u64),
+        "bytes": bytes,
+        "padding": padding.name(),
+    })
+}
+
+/// The parameters and padding of the OO7 database at `e`, read by a short session.
+fn database_layout(e: &Endpoint) -> anyhow::Result<(Params, Padding)> {
+    let cfg = thor_client::SessionConfig { cache_bytes: 4 << 20, ..Default::default() };
+    let s = thor_oo7::experiment::connect(e, cfg)?;
+    let db = Db::open(&s)?;
+    Ok((*db.params(), db.padding()))
+}
+
+/// Opens `--big-dir` and checks that it is the sweep's database padded to GOM's sizes: the
+/// same parameters and page size, the objects padded (and the first database's not). Returns
+/// it with its layout's padding.
+fn big_endpoint(main: &Endpoint, dir: &Path) -> anyhow::Result<Endpoint> {
+    let big = Endpoint::Embedded(open_database(dir)?);
+    let (p, padding) = database_layout(main)?;
+    let (bp, bpadding) = database_layout(&big)?;
+    let shown = dir.display();
+    if bpadding != Padding::Gom {
+        bail!("{shown} is not padded to GOM's sizes: load it with `thor oo7 load --pad-to-gom`");
+    }
+    if padding != Padding::None {
+        bail!("the --dir database is padded too: give the unpadded one");
+    }
+    if bp != p || endpoint_page_size(&big) != endpoint_page_size(main) {
+        bail!(
+            "{shown} was loaded with other parameters or another page size than the --dir \
+             database: load both with the same `--size`, settings and `--page-kb`"
+        );
+    }
+    Ok(big)
+}
+
 fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     let endpoint = a.session.endpoint()?;
     let workload: Workload = a.traversal.parse()?;
-    let policies: Vec<(String, PolicyConfig, bool)> =
-        a.policies.split(',').map(|p| series_policy(p.trim())).collect::<anyhow::Result<_>>()?;
+    let big = a.big_dir.as_deref().map(|d| big_endpoint(&endpoint, d)).transpose()?;
+    let mut policies: Vec<SeriesSpec> = a
+        .policies
+        .split(',')
+        .map(|p| SeriesSpec::parse(p.trim(), false))
+        .collect::<anyhow::Result<_>>()?;
+    if big.is_some() {
+        for p in a.big_policies.split(',') {
+            policies.push(SeriesSpec::parse(p.trim(), true)?);
+        }
+    }
+    // The database a series runs on.
+    let on = |sp: &SeriesSpec| match (&big, sp.big) {
+        (Some(b), true) => b,
+        _ => &endpoint,
+    };
+    let names: Vec<&str> = policies.iter().map(|sp| sp.name.as_str()).collect();
+    // Which series each chart draws, checked before anything runs.
+    let plot: Vec<String> = a.plot.iter().map(|n| n.trim().to_uppercase()).collect();
+    let drawn = chart_series(&names, !a.no_belady, &plot)?;
     let sizes: Vec<f64> = if a.sizes_mb.is_empty() {
         let max = match a.max_mb {
             Some(m) => m,
@@ -751,21 +852,23 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     let fresh = writes && matches!(endpoint, Endpoint::Embedded(_));
     let bar = progress((sizes.len() * policies.len()) as u64, "sweeping");
     let mut points: Vec<Point> = Vec::new();
-    // The name each point's series goes by (the one given, settings included).
-    let mut series_of: Vec<String> = Vec::new();
-    let mut kind_of: Vec<PolicyConfig> = Vec::new();
-    for (name, pc, fg) in &policies {
+    // The series each point belongs to (its index in `policies`).
+    let mut series_of: Vec<usize> = Vec::new();
+    for (k, sp) in policies.iter().enumerate() {
         for &mb in &sizes {
-            let (_scratch, e) = point_endpoint(&endpoint, fresh)?;
-            let mut r = run_workload(&e, &cfg(*pc, (mb * MIB) as usize, *fg), NoRunTrace)
+            let (_scratch, e) = point_endpoint(on(sp), fresh)?;
+            let mut r = run_workload(&e, &cfg(sp.policy, (mb * MIB) as usize, sp.fg), NoRunTrace)
                 .with_context(|| format!("{} at {mb} MiB", workload.name()))?;
-            if *fg {
+            if sp.fg {
                 // The report names the configuration; the replacement mode is part of it here.
                 r.policy = format!("{}-fg", r.policy);
             }
+            if sp.big {
+                // And so is the database.
+                r.policy = format!("{}{BIG_SUFFIX}", r.policy);
+            }
             points.push(Point { cache_mb: mb, report: r });
-            series_of.push(name.clone());
-            kind_of.push(*pc);
+            series_of.push(k);
             bar.inc(1);
         }
     }
@@ -780,8 +883,10 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
         for &mb in &sizes {
             let paged = points
                 .iter()
-                .zip(&kind_of)
-                .filter(|(p, pc)| p.cache_mb == mb && pages_only(pc))
+                .zip(&series_of)
+                .filter(|(p, k)| {
+                    p.cache_mb == mb && pages_only(&policies[**k].policy) && !policies[**k].big
+                })
                 .map(|(p, _)| p.report.usable_frames)
                 .max();
             let frames = paged.unwrap_or((mb * MIB) as usize / page_size);
@@ -803,12 +908,12 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     write_csv(&csv, &points)?;
     let mut charts = Vec::new();
     let kind = if hot { "hot" } else { "cold" };
-    let names: Vec<&str> = policies.iter().map(|(n, _, _)| n.as_str()).collect();
-    let plotted = plotted_series(&names, &series_of, &points, &belady);
+    let series_names: Vec<String> = series_of.iter().map(|&k| policies[k].name.clone()).collect();
+    let plotted = plotted_series(&names, &series_names, &points, &belady);
     let mut derived = serde_json::Map::new();
-    for (what, y_label, all) in [
-        ("fetches", "fetches", &plotted.fetches),
-        ("elapsed", "elapsed time (s, without commit)", &plotted.elapsed),
+    for (what, y_label, all, draw) in [
+        ("fetches", "fetches", &plotted.fetches, &drawn.0),
+        ("elapsed", "elapsed time (s, without commit)", &plotted.elapsed, &drawn.1),
     ] {
         let path = a.out.join(format!("{stem}-{what}.csv"));
         let mut s = format!("series,cache_mb,{what}\n");
@@ -821,8 +926,15 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
         for (name, pts) in all.iter().filter(|(n, _)| plotted.derived.contains(n)) {
             derived.insert(format!("{name} {what}"), json!(pts));
         }
-        let series: Vec<Series> =
-            all.iter().map(|(name, pts)| Series::line(name.clone(), pts.clone())).collect();
+        let series: Vec<Series> = all
+            .iter()
+            .filter(|(name, _)| draw.contains(name))
+            .map(|(name, pts)| Series::line(name.clone(), pts.clone()))
+            .collect();
+        if series.is_empty() {
+            // `--plot` named none of this chart's series.
+            continue;
+        }
         let spec = ChartSpec {
             title: format!(
                 "{} {} traversal, {} KiB pages: {what} against client cache size",
@@ -842,11 +954,11 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     if a.find_min {
         let max_bytes = (sizes.iter().cloned().fold(0.0, f64::max) * MIB) as usize;
         let bar = progress(policies.len() as u64, "bisecting");
-        for (name, pc, fg) in &policies {
+        for sp in &policies {
             // An update traversal's bisection runs on one fresh copy per policy: its probes
             // see the updates of the probes before them.
-            let (_scratch, e) = point_endpoint(&endpoint, fresh)?;
-            mins.push(find_min(&e, |b| cfg(*pc, b, *fg), name, max_bytes, page_size)?);
+            let (_scratch, e) = point_endpoint(on(sp), fresh)?;
+            mins.push(find_min(&e, |b| cfg(sp.policy, b, sp.fg), &sp.name, max_bytes, page_size)?);
             bar.inc(1);
         }
         bar.finish_and_clear();
@@ -862,8 +974,17 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
             workload.name()
         )
     });
+    let databases = json!({
+        "database": database_json(&endpoint, Padding::None),
+        "big_database": big.as_ref().map(|b| {
+            let mut v = database_json(b, Padding::Gom);
+            v["dir"] = json!(a.big_dir.as_ref().map(|d| d.display().to_string()));
+            v
+        }),
+    });
     let v = json!({ "traversal": workload.name(), "hot": hot, "repeat": a.repeat,
         "page_bytes": page_size, "fresh_copies": fresh, "database_changed": changed,
+        "databases": databases,
         "points": points, "belady": belady, "derived": derived, "min_cache": mins,
         "csv": csv.display().to_string(), "charts": charts.iter().map(|c| c.display().to_string()).collect::<Vec<_>>() });
     let json_path = a.out.join(format!("{stem}.json"));
@@ -886,6 +1007,14 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     }
     for b in &belady {
         println!("belady at {} MiB: {} fetches with {} frames", b.cache_mb, b.fetches, b.frames);
+    }
+    if let Some(b) = &big {
+        let size = |e: &Endpoint| database_bytes(e).map_or("?".into(), |n| n.to_string());
+        println!(
+            "the -big series ran on the database padded to GOM's sizes: {} bytes, against {}",
+            size(b),
+            size(&endpoint)
+        );
     }
     for m in &mins {
         match m.min_cache_mb {
@@ -913,18 +1042,91 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A `--policies` entry: the series name, the manager, and whether it replaces in the
-/// foreground (a name ending in `-fg`).
-fn series_policy(name: &str) -> anyhow::Result<(String, PolicyConfig, bool)> {
-    match name.strip_suffix("-fg") {
-        Some(base) => Ok((name.to_string(), policy(base)?, true)),
-        None => Ok((name.to_string(), policy(name)?, false)),
+/// What a series run on the `--big-dir` database has appended to its name.
+const BIG_SUFFIX: &str = "-big";
+
+/// One series of a sweep: a `--policies` entry, or a `--big-policies` one.
+#[derive(Debug, Clone)]
+struct SeriesSpec {
+    /// The series name: the entry as given (settings included), with [`BIG_SUFFIX`] for the
+    /// big database.
+    name: String,
+    /// The manager.
+    policy: PolicyConfig,
+    /// Whether it replaces in the foreground (an entry ending in `-fg`).
+    fg: bool,
+    /// Whether it runs on the `--big-dir` database.
+    big: bool,
+}
+
+impl SeriesSpec {
+    /// A `--policies` entry (`big` false) or a `--big-policies` one.
+    fn parse(entry: &str, big: bool) -> anyhow::Result<SeriesSpec> {
+        let (policy, fg) = match entry.strip_suffix("-fg") {
+            Some(base) => (policy(base)?, true),
+            None => (policy(entry)?, false),
+        };
+        let name = if big { format!("{entry}{BIG_SUFFIX}") } else { entry.to_string() };
+        Ok(SeriesSpec { name, policy, fg, big })
     }
+}
+
+/// The series derived from others that a sweep of the series `names` has: for the fetches
+/// chart GOM-BEST (two or more GOM splits on the first database), GOM-BEST-BIG (on the big one)
+/// and BELADY (unless left out), for the elapsed chart FPC-NO (with FPC).
+fn derived_series(names: &[&str], belady: bool) -> (Vec<String>, Vec<String>) {
+    let mut fetches = Vec::new();
+    for big in [false, true] {
+        let goms = names.iter().filter(|n| n.starts_with("gom") && n.ends_with(BIG_SUFFIX) == big);
+        if goms.count() >= 2 {
+            let suffix = if big { BIG_SUFFIX } else { "" };
+            fetches.push(format!("GOM-BEST{}", suffix.to_uppercase()));
+        }
+    }
+    if belady {
+        fetches.push("BELADY".to_string());
+    }
+    let elapsed = if names.contains(&"fpc") { vec!["FPC-NO".to_string()] } else { vec![] };
+    (fetches, elapsed)
+}
+
+/// The legend names the fetches and the elapsed chart draw: those `plot` names (upper case),
+/// or every series with `plot` empty. Fails on a name no chart has, and on a chart of more
+/// series than one can take.
+fn chart_series(
+    names: &[&str],
+    belady: bool,
+    plot: &[String],
+) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let (dfetches, delapsed) = derived_series(names, belady);
+    let upper: Vec<String> = names.iter().map(|n| n.to_uppercase()).collect();
+    let fetches: Vec<String> = upper.iter().cloned().chain(dfetches).collect();
+    let elapsed: Vec<String> = upper.into_iter().chain(delapsed).collect();
+    if let Some(p) = plot.iter().find(|p| !fetches.contains(p) && !elapsed.contains(p)) {
+        bail!("--plot {p}: no such series (the charts have {})", fetches.join(", "));
+    }
+    let mut out = Vec::new();
+    for (chart, all) in [("fetches", fetches), ("elapsed", elapsed)] {
+        let drawn: Vec<String> =
+            all.into_iter().filter(|n| plot.is_empty() || plot.contains(n)).collect();
+        if drawn.len() > crate::plot::MAX_SERIES {
+            bail!(
+                "the {chart} chart would draw {} series, more than {}: choose some with --plot \
+                 (the CSVs and the JSON keep every series)",
+                drawn.len(),
+                crate::plot::MAX_SERIES
+            );
+        }
+        out.push(drawn);
+    }
+    let elapsed = out.pop().expect("two charts");
+    Ok((out.pop().expect("two charts"), elapsed))
 }
 
 /// The series a sweep plots, as (legend name, points), in legend order.
 struct Plotted {
-    /// Fetches against cache size: every series, then GOM-BEST and BELADY if present.
+    /// Fetches against cache size: every series, then GOM-BEST, GOM-BEST-BIG and BELADY if
+    /// present.
     fetches: Vec<(String, Vec<(f64, f64)>)>,
     /// Elapsed time against cache size: every series, then FPC-NO if FPC ran.
     elapsed: Vec<(String, Vec<(f64, f64)>)>,
@@ -956,10 +1158,17 @@ fn plotted_series(
     let mut elapsed: Vec<(String, Vec<(f64, f64)>)> =
         names.iter().map(|n| (n.to_uppercase(), of(n, &|r| r.elapsed_s))).collect();
     let mut derived = Vec::new();
-    let goms: Vec<&str> = names.iter().copied().filter(|n| n.starts_with("gom")).collect();
-    if goms.len() >= 2 {
+    // GOM-BEST tunes the split per size over the first database's GOM series, GOM-BEST-BIG
+    // over the big database's (the paper's GOM, whose objects were GOM's size).
+    let (dfetches, _) = derived_series(names, false);
+    for (suffix, big) in [("", false), (BIG_SUFFIX, true)] {
+        let name = format!("GOM-BEST{}", suffix.to_uppercase());
+        if !dfetches.contains(&name) {
+            continue;
+        }
         let mut best: Vec<(f64, f64)> = Vec::new();
-        for g in &goms {
+        let goms = names.iter().filter(|n| n.starts_with("gom") && n.ends_with(BIG_SUFFIX) == big);
+        for g in goms {
             for (x, y) in of(g, &|r| r.fetches as f64) {
                 match best.iter_mut().find(|(bx, _)| *bx == x) {
                     Some(b) => b.1 = b.1.min(y),
@@ -968,8 +1177,8 @@ fn plotted_series(
             }
         }
         best.sort_by(|a, b| a.0.total_cmp(&b.0));
-        fetches.push(("GOM-BEST".into(), best));
-        derived.push("GOM-BEST".to_string());
+        fetches.push((name.clone(), best));
+        derived.push(name);
     }
     if !belady.is_empty() {
         fetches.push((

@@ -4,8 +4,20 @@
 //! ```text
 //!   thor oo7 recovery-study --dir DIR [--modes obj,pd-redo,pd-esm,sd-esm,sl-esm,wpl]
 //!        [--traversals t2a,t2b,t2c] [--clients 1,2,3,4,5] [--repeat R]
-//!        [--buffer-mb 8,4] [--block-bytes 64] [--cache-mb M] [--out DIR]
+//!        [--buffer-mb 8,4] [--block-bytes 64] [--cache-mb M | --memory-mb M] [--out DIR]
 //! ```
+//!
+//! `--server-cache-mb` and `--direct-io` set the server's page cache and make its misses
+//! device reads, for the paper's big database, where the modules in use outgrow the server's
+//! memory.
+//!
+//! `--memory-mb M` is the paper's setting: each client has `M` of memory for persistent data;
+//! `obj` and `wpl` use it all as their cache, a diffing mode splits it between its cache and
+//! its recovery buffer (12 MB = 8 + 4 for PD-ESM-4, 11.5 + 0.5 for PD-ESM-1/2). A page mode
+//! also keeps page images beside its object cache (thor-client `pagemode.rs`), at most as many
+//! as its cache has pages' worth of bytes; past that, written pages are stolen (sent before
+//! the commit, the paper's eviction of a dirty page), which the table counts (`--images-mb`
+//! sets that bound).
 //!
 //! `DIR` holds an OO7 database with a module per client (the paper's small database:
 //! `thor oo7 load --dir DIR --size qs-small`). Every point gets a freshly opened server in this
@@ -38,7 +50,7 @@ use thor_server::EngineOptions;
 use thor_wire::{CommitMode, ServerStats};
 
 use crate::oo7::{MIB, open_database_with, policy};
-use crate::plot::{ChartSpec, Legend, Series, line_chart};
+use crate::plot::{ChartSpec, Legend, Series, bar_chart, line_chart};
 
 /// `thor oo7 recovery-study`.
 #[derive(Debug, Args)]
@@ -64,12 +76,29 @@ pub struct RecoveryArgs {
     /// SD's and SL's block size in bytes.
     #[arg(long, default_value_t = 64)]
     block_bytes: usize,
-    /// Each client's cache in MiB.
-    #[arg(long, default_value_t = 64.0)]
+    /// Each client's cache in MiB, whatever the mode.
+    #[arg(long, default_value_t = 64.0, conflicts_with = "memory_mb")]
     cache_mb: f64,
+    /// Each client's memory in MiB, as the paper gives it: `obj` and `wpl` take it all as
+    /// their cache, a diffing mode its cache plus its recovery buffer (so its cache is this
+    /// less the buffer).
+    #[arg(long)]
+    memory_mb: Option<f64>,
+    /// The page modes' page images kept beside the cache, in MiB: past them a written page is
+    /// stolen (sent before its commit). Default: as many as the cache has pages' worth.
+    #[arg(long)]
+    images_mb: Option<f64>,
     /// Each client's cache manager.
     #[arg(long, default_value = "hac")]
     policy: String,
+    /// The server's page cache in MiB (default: the server's default, 64 MiB). The paper's
+    /// server had 36 MB for modules of 6.6 MB (small) and 24.3 MB (big).
+    #[arg(long)]
+    server_cache_mb: Option<f64>,
+    /// The server reads pages around the OS page cache (`O_DIRECT`), so that a server-cache
+    /// miss costs a device read, as the paper's did.
+    #[arg(long)]
+    direct_io: bool,
     /// Runs per point: the response time and throughput are the median, with the range.
     #[arg(long, default_value_t = 3)]
     runs: u32,
@@ -84,6 +113,8 @@ struct Point {
     mode: String,
     /// The recovery buffer in MiB (the diffing modes), or `None` (`obj`, `wpl`).
     buffer_mb: Option<f64>,
+    /// Each client's cache in MiB.
+    cache_mb: f64,
     traversal: String,
     clients: usize,
     /// Mean over clients of their milliseconds per traversal: the median over the runs, and
@@ -112,6 +143,12 @@ struct Point {
     record_pages_per_txn: f64,
     /// Dirty pages shipped whole per transaction (ESM, WPL).
     pages_per_txn: f64,
+    /// What the clients shipped per transaction besides whole pages (objects, created objects,
+    /// page records, write sets), in 8 KiB pages' worth: the paper's "log-record pages" for
+    /// every mode, `obj`'s objects included.
+    log_pages_per_txn: f64,
+    /// Dirty pages stolen before commit per transaction (the page images were full).
+    stolen_per_txn: f64,
     /// Server log bytes per transaction.
     log_bytes_per_txn: f64,
     /// Pages the server read to apply records to (REDO), per transaction.
@@ -142,6 +179,24 @@ pub fn recovery_study(a: RecoveryArgs) -> anyhow::Result<()> {
     if a.clients.is_empty() || a.buffer_mb.iter().any(|b| !(b.is_finite() && *b > 0.0)) {
         bail!("give at least one client count and positive recovery buffer sizes");
     }
+    if let Some(m) = a.memory_mb {
+        let largest = a.buffer_mb.iter().copied().fold(0.0, f64::max);
+        let diffing = modes.iter().any(|m| m.sends_records());
+        if !(m.is_finite() && m > 0.0) || (diffing && m - largest < 1.0) {
+            bail!(
+                "--memory-mb {m} must leave at least 1 MiB of cache beside the largest recovery \
+                 buffer ({largest} MiB)"
+            );
+        }
+    } else if !(a.cache_mb.is_finite() && a.cache_mb > 0.0) {
+        bail!("--cache-mb must be positive");
+    }
+    if a.images_mb.is_some_and(|m| !(m.is_finite() && m > 0.0)) {
+        bail!("--images-mb must be positive");
+    }
+    if a.server_cache_mb.is_some_and(|m| !(m.is_finite() && m > 0.0)) {
+        bail!("--server-cache-mb must be positive");
+    }
     let policy = policy(&a.policy)?;
     let mut points = Vec::new();
     for &op in &ops {
@@ -153,8 +208,12 @@ pub fn recovery_study(a: RecoveryArgs) -> anyhow::Result<()> {
             };
             for buffer_mb in buffers {
                 for &clients in &a.clients {
+                    let cache_mb = match a.memory_mb {
+                        Some(m) => m - buffer_mb.unwrap_or(0.0),
+                        None => a.cache_mb,
+                    };
                     let runs: Vec<Point> = (0..a.runs.max(1))
-                        .map(|_| run_point(&a, op, mode, buffer_mb, clients, policy))
+                        .map(|_| run_point(&a, op, mode, buffer_mb, cache_mb, clients, policy))
                         .collect::<Result<_, _>>()?;
                     let p = summary(runs);
                     eprintln!(
@@ -188,11 +247,15 @@ fn run_point(
     op: Op,
     mode: CommitMode,
     buffer_mb: Option<f64>,
+    cache_mb: f64,
     clients: usize,
     policy: thor_client::PolicyConfig,
 ) -> anyhow::Result<Point> {
-    let opts = EngineOptions { commit_mode: mode, ..EngineOptions::default() };
-    let (engine, disk) = open_database_with(&a.dir, opts, false)?;
+    let mut opts = EngineOptions { commit_mode: mode, ..EngineOptions::default() };
+    if let Some(mb) = a.server_cache_mb {
+        opts.page_cache_bytes = (mb * MIB) as usize;
+    }
+    let (engine, disk) = open_database_with(&a.dir, opts, a.direct_io)?;
     let page_size = engine.page_size();
     let server = thor_net::Server::start("127.0.0.1:0", engine.clone(), Default::default())
         .context("starting the loopback server")?;
@@ -202,7 +265,7 @@ fn run_point(
     let recovery = RecoveryConfig {
         buffer_pages: buffer_mb.map_or(1, |mb| ((mb * MIB) as usize / page_size).max(1)),
         block_bytes: a.block_bytes,
-        shadow_pages: 0,
+        shadow_pages: a.images_mb.map_or(0, |mb| ((mb * MIB) as usize / page_size).max(1)),
     };
     let cfg = MultiConfig {
         op,
@@ -210,7 +273,7 @@ fn run_point(
         sharing: Sharing::Private,
         length: Length::Repeat(a.repeat),
         policy,
-        cache_bytes: (a.cache_mb * MIB) as usize,
+        cache_bytes: (cache_mb * MIB) as usize,
         background_replacement: true,
         seed: 14,
         record_pages: false,
@@ -229,7 +292,9 @@ fn run_point(
     drop(engine);
     drop(disk);
     let before = before.into_inner().unwrap_or_else(|e| e.into_inner()).unwrap_or_default();
-    Ok(point(mode, buffer_mb, clients, &r, &before, &after))
+    let mut p = point(mode, buffer_mb, clients, page_size, &r, &before, &after);
+    p.cache_mb = cache_mb;
+    Ok(p)
 }
 
 /// The first run's counts (a run's counts vary only with conflicts and timing of installs)
@@ -255,6 +320,7 @@ fn point(
     mode: CommitMode,
     buffer_mb: Option<f64>,
     clients: usize,
+    page_size: usize,
     r: &MultiReport,
     before: &ServerStats,
     after: &ServerStats,
@@ -270,9 +336,12 @@ fn point(
         .map(|c| c.elapsed_s * 1000.0 / c.traversals as f64)
         .collect();
     let record_bytes = sum(|c| c.page_record_bytes);
+    let pages = sum(|c| c.pages_shipped);
+    let other_bytes = sum(|c| c.bytes_shipped).saturating_sub(pages * page_size as u64);
     Point {
         mode: mode.name().to_string(),
         buffer_mb,
+        cache_mb: 0.0,
         traversal: r.traversal.clone(),
         clients,
         response_ms: times.iter().sum::<f64>() / times.len().max(1) as f64,
@@ -289,7 +358,9 @@ fn point(
         early_records_per_txn: per(sum(|c| c.page_records_early)),
         record_bytes_per_txn: per(record_bytes),
         record_pages_per_txn: per(record_bytes) / 8192.0,
-        pages_per_txn: per(sum(|c| c.pages_shipped)),
+        pages_per_txn: per(pages),
+        log_pages_per_txn: per(other_bytes) / 8192.0,
+        stolen_per_txn: per(sum(|c| c.pages_stolen)),
         log_bytes_per_txn: per(after.log_bytes.saturating_sub(before.log_bytes)),
         redo_reads_per_txn: per(after.redo_reads.saturating_sub(before.redo_reads)),
         wpl_images_per_txn: per(after.wpl_images.saturating_sub(before.wpl_images)),
@@ -310,9 +381,10 @@ fn table(points: &[Point]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<5} {:<16} {:>3} {:>22} {:>9} {:>12} {:>8} {:>8} {:>10} {:>8} {:>10} {:>8} {:>8}",
+        "{:<5} {:<16} {:>5} {:>3} {:>22} {:>9} {:>12} {:>8} {:>8} {:>10} {:>8} {:>8} {:>10} {:>8} {:>8}",
         "trav",
         "mode",
+        "cache",
         "cl",
         "resp ms (min-max)",
         "trav/s",
@@ -321,6 +393,7 @@ fn table(points: &[Point]) -> String {
         "early",
         "recB/txn",
         "pg/txn",
+        "stolen",
         "logB/txn",
         "redo/txn",
         "wpl/txn"
@@ -328,9 +401,10 @@ fn table(points: &[Point]) -> String {
     for p in points {
         let _ = writeln!(
             s,
-            "{:<5} {:<16} {:>3} {:>22} {:>9.2} {:>12.0} {:>8.1} {:>8.1} {:>10.0} {:>8.1} {:>10.0} {:>8.1} {:>8.1}",
+            "{:<5} {:<16} {:>5} {:>3} {:>22} {:>9.2} {:>12.0} {:>8.1} {:>8.1} {:>10.0} {:>8.1} {:>8.1} {:>10.0} {:>8.1} {:>8.1}",
             p.traversal,
             label(p),
+            p.cache_mb,
             p.clients,
             format!("{:.1} ({:.1}-{:.1})", p.response_ms, p.response_ms_min, p.response_ms_max),
             p.throughput,
@@ -339,6 +413,7 @@ fn table(points: &[Point]) -> String {
             p.early_records_per_txn,
             p.record_bytes_per_txn,
             p.pages_per_txn,
+            p.stolen_per_txn,
             p.log_bytes_per_txn,
             p.redo_reads_per_txn,
             p.wpl_images_per_txn
@@ -350,19 +425,20 @@ fn table(points: &[Point]) -> String {
 fn write_out(out: &Path, points: &[Point]) -> anyhow::Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let mut csv = String::from(
-        "traversal,mode,buffer_mb,clients,runs,response_ms,response_ms_min,response_ms_max,\
-         throughput,throughput_min,throughput_max,commits,aborts,\
+        "traversal,mode,buffer_mb,cache_mb,clients,runs,response_ms,response_ms_min,\
+         response_ms_max,throughput,throughput_min,throughput_max,commits,aborts,\
          shipped_bytes_per_txn,records_per_txn,early_records_per_txn,record_bytes_per_txn,\
-         record_pages_per_txn,pages_per_txn,log_bytes_per_txn,redo_reads_per_txn,\
-         wpl_images_per_txn\n",
+         record_pages_per_txn,pages_per_txn,log_pages_per_txn,stolen_per_txn,\
+         log_bytes_per_txn,redo_reads_per_txn,wpl_images_per_txn\n",
     );
     for p in points {
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.1},{:.3},{:.3},{:.1},{:.4},{:.3},{:.1},{:.3},{:.3}",
+            "{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.1},{:.3},{:.3},{:.1},{:.4},{:.3},{:.4},{:.3},{:.1},{:.3},{:.3}",
             p.traversal,
             p.mode,
             p.buffer_mb.map(|b| b.to_string()).unwrap_or_default(),
+            p.cache_mb,
             p.clients,
             p.runs,
             p.response_ms,
@@ -379,6 +455,8 @@ fn write_out(out: &Path, points: &[Point]) -> anyhow::Result<()> {
             p.record_bytes_per_txn,
             p.record_pages_per_txn,
             p.pages_per_txn,
+            p.log_pages_per_txn,
+            p.stolen_per_txn,
             p.log_bytes_per_txn,
             p.redo_reads_per_txn,
             p.wpl_images_per_txn
@@ -419,6 +497,25 @@ fn write_out(out: &Path, points: &[Point]) -> anyhow::Result<()> {
             };
             line_chart(&out.join(format!("recovery-{t}-{stem}")), &spec, &series(y))?;
         }
+        // The paper's "client writes" (its Figures 9 and 14): pages per transaction each
+        // scheme ships, whole pages and the rest in pages' worth, at the fewest clients run
+        // (a transaction's writes do not depend on the others).
+        let fewest = of_t.iter().map(|p| p.clients).min().unwrap_or(1);
+        let at: Vec<&Point> = of_t.iter().copied().filter(|p| p.clients == fewest).collect();
+        let groups: Vec<String> = at.iter().map(|p| label(p)).collect();
+        let bars = [
+            (
+                "total pages".to_string(),
+                at.iter().map(|p| p.pages_per_txn + p.log_pages_per_txn).collect(),
+            ),
+            ("log-record pages".to_string(), at.iter().map(|p| p.log_pages_per_txn).collect()),
+        ];
+        let spec = ChartSpec {
+            title: format!("{t}: client writes per transaction ({fewest} client(s))"),
+            y_label: "8 KiB pages per transaction".into(),
+            ..ChartSpec::default()
+        };
+        bar_chart(&out.join(format!("recovery-{t}-writes")), &spec, &groups, &bars)?;
     }
     eprintln!("wrote {}", out.display());
     Ok(())

@@ -211,3 +211,130 @@ fn a_sweep_plots_hac_fg_fpc_no_gom_best_and_belady() {
         assert!(out.join(f).exists(), "{f}");
     }
 }
+
+/// HAC-BIG: `--big-dir` names the same database loaded with `--pad-to-gom`, and the
+/// `--big-policies` run on it as series of their own beside the others (in the JSON, the CSVs
+/// and the plots), with both databases' sizes; a database that is not padded is refused.
+#[test]
+fn a_sweep_runs_hac_big_on_the_padded_database() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (plain, big) = (tmp.path().join("plain"), tmp.path().join("big"));
+    let (plain, big) = (plain.to_str().unwrap(), big.to_str().unwrap());
+    let load = |dir: &str, extra: &[&str]| {
+        let mut args = vec!["oo7", "load", "--dir", dir, "--size", "tiny", "--page-kb", "4"];
+        args.extend_from_slice(extra);
+        args.push("--json");
+        json(&args)
+    };
+    let a = load(plain, &[]);
+    let b = load(big, &["--pad-to-gom"]);
+    assert_eq!((a["padding"].as_str(), b["padding"].as_str()), (Some("none"), Some("gom")));
+    assert_eq!(a["objects"], b["objects"]);
+    assert!(b["object_bytes"].as_u64() > a["object_bytes"].as_u64(), "{a} {b}");
+    assert!(b["pages"].as_u64() > a["pages"].as_u64());
+
+    let out = tmp.path().join("sweep");
+    let sweep = |big_dir: &str| {
+        thor(&[
+            "oo7",
+            "sweep",
+            "--dir",
+            plain,
+            "--big-dir",
+            big_dir,
+            "--big-policies",
+            "hac,fpc,gom:obj=0.5,gom",
+            "--traversal",
+            "t1",
+            "--cold",
+            "--policies",
+            "hac,fpc,gom:obj=0.5,gom",
+            "--out",
+            out.to_str().unwrap(),
+            "--sizes-mb",
+            "0.06,0.5",
+            "--json",
+        ])
+    };
+    let run = sweep(big);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let points = v["points"].as_array().unwrap();
+    assert_eq!(points.len(), 16);
+    let fetches = |policy: &str, mb: f64| {
+        let p = points.iter().find(|p| p["policy"] == policy && p["cache_mb"] == mb);
+        p.unwrap_or_else(|| panic!("{policy} at {mb}"))["fetches"].as_u64().unwrap()
+    };
+    // With a cache that holds both databases, a cold T1 fetches each page it touches once:
+    // more pages of the padded one.
+    assert!(fetches("hac-big", 0.5) > fetches("hac", 0.5));
+    assert_eq!(fetches("fpc-big", 0.5), fetches("hac-big", 0.5));
+    let dbs = &v["databases"];
+    assert_eq!(dbs["big_database"]["padding"], "gom");
+    assert!(dbs["big_database"]["bytes"].as_u64() > dbs["database"]["bytes"].as_u64(), "{dbs}");
+    let csv = std::fs::read_to_string(out.join("t1-fetches.csv")).unwrap();
+    for series in ["HAC-BIG", "FPC-BIG", "GOM-BEST", "GOM-BEST-BIG", "BELADY"] {
+        assert!(csv.lines().any(|l| l.starts_with(&format!("{series},"))), "{series}: {csv}");
+    }
+    // GOM-BEST is the best of the first database's splits, GOM-BEST-BIG of the big one's.
+    let of = |series: &str, mb: f64| -> f64 {
+        let row = csv.lines().find(|l| l.starts_with(&format!("{series},{mb},")));
+        row.unwrap_or_else(|| panic!("{series} at {mb}"))
+            .rsplit(',')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    for mb in [0.06, 0.5] {
+        assert_eq!(of("GOM-BEST", mb), of("GOM:OBJ=0.5", mb).min(of("GOM", mb)));
+        assert_eq!(of("GOM-BEST-BIG", mb), of("GOM:OBJ=0.5-BIG", mb).min(of("GOM-BIG", mb)));
+    }
+
+    // The charts draw what `--plot` names; without it, a sweep whose charts would take more
+    // series than a chart can is refused before it runs, as is a name no chart has.
+    let plotted = tmp.path().join("plotted");
+    let args = |extra: &[&str]| {
+        let mut v = vec![
+            "oo7",
+            "sweep",
+            "--dir",
+            plain,
+            "--big-dir",
+            big,
+            "--traversal",
+            "t1",
+            "--cold",
+            "--sizes-mb",
+            "0.5",
+            "--out",
+            plotted.to_str().unwrap(),
+            "--json",
+            "--policies",
+            "hac,fpc,gom:obj=0.2,gom:obj=0.5,gom,clock,arc",
+            "--big-policies",
+            "hac,fpc,gom:obj=0.2,gom:obj=0.5,gom",
+        ];
+        v.extend_from_slice(extra);
+        thor(&v)
+    };
+    let too_many = args(&[]);
+    assert!(!too_many.status.success());
+    assert!(String::from_utf8_lossy(&too_many.stderr).contains("--plot"));
+    assert!(!plotted.join("t1.csv").exists(), "refused before running");
+    let unknown = args(&["--plot", "hac,hac-bigg"]);
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("HAC-BIGG"));
+    let some = args(&["--plot", "hac,hac-big,gom-best-big,belady,fpc-no"]);
+    assert!(some.status.success(), "{}", String::from_utf8_lossy(&some.stderr));
+    let csv = std::fs::read_to_string(plotted.join("t1-fetches.csv")).unwrap();
+    assert!(csv.contains("\nARC,") && csv.contains("\nGOM:OBJ=0.2-BIG,"), "the CSV has all: {csv}");
+    assert!(plotted.join("t1-fetches.svg").exists() && plotted.join("t1-elapsed.svg").exists());
+
+    // An unpadded database is no HAC-BIG.
+    let other = tmp.path().join("other");
+    load(other.to_str().unwrap(), &[]);
+    let refused = sweep(other.to_str().unwrap());
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("--pad-to-gom"), "{err}");
+}

@@ -70,8 +70,11 @@ pub enum ClientError {
         /// The class of the stored object.
         found: String,
     },
-    /// The database has a class of this name with a different layout than the program's. If
-    /// the program appended fields, upgrade the database offline (`thor::Upgrade`).
+    /// The database has a class of this name with a different layout than the program's, one
+    /// that does not extend it either (an extension, which the program reads and writes, has a
+    /// longer fixed part whose extra words are not references, and the same reference slots and
+    /// variable part: `ClassDesc::extends`). If the program appended fields, upgrade the
+    /// database offline (`thor::Upgrade`).
     #[error(
         "class {class} is stored with a different layout than this program declares; if fields \
          were appended, upgrade the database into a new directory with thor::Upgrade"

@@ -50,9 +50,29 @@
 //!
 //! The hook into the cache is the session's own: [`Session`](crate::Session)'s write path
 //! calls [`PageState::first_write`] after `ClientCache::before_write`, and a set of written
-//! objects decides whether it is the first. Eviction of written pages does not arise: the
-//! cache keeps modified objects until the transaction ends, and the images of written pages
-//! are never dropped.
+//! objects decides whether it is the first.
+//!
+//! # Dirty pages leave before commit (the paper's eviction of a dirty page)
+//!
+//! The images are bounded ([`RecoveryConfig::shadow_pages`]), written pages' included. When a
+//! first write to a page not yet written would make the written pages more than the bound,
+//! the oldest written page is *stolen*: its records so far go to the server with undo bytes
+//! and, in the ESM modes and WPL, the page whole (one `PageRecords`), its saved units are
+//! released and its image is dropped. The server stages what it got until the commit
+//! (thor-server `core/pagecommit.rs`). The written objects keep their new bytes in the cache
+//! (no-steal there), so a later write to the page fetches the committed image again and lays
+//! the transaction's objects back into it ([`PageState::restore_image`]); the page is then
+//! written again and goes at commit as any other (ESM and WPL: the newer copy replaces the
+//! stolen one at the server). A stolen page not written again sends nothing more.
+//!
+//! ```text
+//!  first write to page P, P not written, written pages == bound
+//!        ▼
+//!  oldest written page Q: records (undo) + Q whole (ESM, WPL) ──► PageRecords ──► staged
+//!  Q's image dropped, units released, Q's objects remembered as stolen
+//!        ▼
+//!  later first write to Q: image fetched, Q's objects' bytes laid in, Q written again
+//! ```
 
 use std::collections::VecDeque;
 
@@ -77,7 +97,8 @@ pub struct RecoveryConfig {
     pub buffer_pages: usize,
     /// The block of SD and SL: a power of two from 8 bytes to the page size. The paper's 64.
     pub block_bytes: usize,
-    /// Most page images kept beside the cache. 0 (the default): as many as the cache has
+    /// Most page images kept beside the cache, written pages' included (past it the oldest
+    /// written page is stolen: sent before commit). 0 (the default): as many as the cache has
     /// pages' worth of bytes.
     pub shadow_pages: usize,
 }
@@ -108,6 +129,9 @@ pub struct PageModeStats {
     /// Page images fetched again for a write (the image had been dropped, or lacked an object
     /// created since).
     pub image_fetches: u64,
+    /// Dirty pages stolen before commit: their images left the client's memory after their
+    /// records (and, ESM and WPL, the pages whole: also in `pages_shipped`) went early.
+    pub pages_stolen: u64,
     /// Units copied into the recovery buffer.
     pub copies: u64,
     /// Bytes copied into the recovery buffer.
@@ -148,6 +172,9 @@ pub(crate) struct PageState {
     written: FxHashMap<PageId, Vec<Written>>,
     /// Pages whose image took uncommitted bytes (records sent early).
     dirty_images: Vec<PageId>,
+    /// Written objects of the pages stolen in the open transaction (their images are gone;
+    /// their new bytes are in the cache), per page, until the page is written again.
+    stolen: FxHashMap<PageId, Vec<Written>>,
     regions: Vec<Span>,
     pub stats: PageModeStats,
 }
@@ -189,6 +216,7 @@ impl PageState {
             written_orefs: FxHashSet::default(),
             written: FxHashMap::default(),
             dirty_images: Vec::new(),
+            stolen: FxHashMap::default(),
             regions: Vec::new(),
             stats: PageModeStats::default(),
         })
@@ -202,7 +230,8 @@ impl PageState {
     /// Keeps a fetched page's image (replacing an older one), dropping the oldest images
     /// beyond the bound except those the open transaction wrote.
     pub fn put_image(&mut self, page: PageId, bytes: &[u8]) {
-        if bytes.len() != self.page_size {
+        // A stolen page's image must take the transaction's bytes first (`restore_image`).
+        if bytes.len() != self.page_size || self.stolen.contains_key(&page) {
             return;
         }
         match self.shadow.get_mut(&page) {
@@ -212,8 +241,12 @@ impl PageState {
                 self.shadow_order.push_back(page);
             }
         }
-        // Each round drops one image or moves a written page to the back; written pages are
-        // at most the images, so a full turn ends it.
+        self.trim(page);
+    }
+
+    /// Drops the oldest images beyond the bound, never a written page's nor `page`'s.
+    fn trim(&mut self, page: PageId) {
+        // Each round drops one image or moves a kept page to the back, so a full turn ends it.
         let mut turns = self.shadow_order.len();
         while self.shadow.len() > self.shadow_max && turns > 0 {
             turns -= 1;
@@ -224,6 +257,71 @@ impl PageState {
                 self.shadow.remove(&p);
             }
         }
+    }
+
+    /// The written page to steal before `page` is first written, if the written pages fill
+    /// the images' bound: the oldest of them.
+    pub fn steal_victim(&self, page: PageId) -> Option<PageId> {
+        if self.written.len() < self.shadow_max || self.written.contains_key(&page) {
+            return None;
+        }
+        self.shadow_order.iter().copied().find(|p| self.written.contains_key(p))
+    }
+
+    /// Whether `page` was stolen in the open transaction and not written since.
+    pub fn is_stolen(&self, page: PageId) -> bool {
+        self.stolen.contains_key(&page)
+    }
+
+    /// The objects of stolen `page` whose bytes [`Self::restore_image`] lays in.
+    pub fn stolen_on(&self, page: PageId) -> &[Written] {
+        self.stolen.get(&page).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// The committed image of stolen `page`, fetched again, with `objects` (the stolen
+    /// objects' spans and new bytes, from the cache) laid in: the page as the server has it
+    /// staged. Its objects are written again (without saved units: a next write copies).
+    pub fn restore_image(
+        &mut self,
+        page: PageId,
+        bytes: &[u8],
+        objects: &[(Span, Vec<u8>)],
+    ) -> Result<(), ClientError> {
+        if bytes.len() != self.page_size {
+            return Err(ClientError::Unexpected("a page image of another size"));
+        }
+        let Some(written) = self.stolen.remove(&page) else {
+            return Err(ClientError::Unexpected("restore of a page not stolen"));
+        };
+        let mut img = bytes.to_vec();
+        for (span, b) in objects {
+            if b.len() != span.len() || span.end > img.len() {
+                return Err(ClientError::Unexpected("a written object changed size"));
+            }
+            img[span.start..span.end].copy_from_slice(b);
+        }
+        self.shadow.insert(page, img);
+        self.shadow_order.push_back(page);
+        self.dirty_images.push(page);
+        self.written.insert(page, written);
+        self.trim(page);
+        Ok(())
+    }
+
+    /// After `page`'s records (and page) went before commit to free its memory: the image and
+    /// saved units go, and its objects are remembered for a later write of the page.
+    pub fn stolen(&mut self, page: PageId, had_record: bool) {
+        self.stats.records_early += u64::from(had_record);
+        self.stats.pages_stolen += 1;
+        let written = self.written.remove(&page).unwrap_or_default();
+        for w in &written {
+            self.written_orefs.remove(&w.oref);
+        }
+        self.stolen.entry(page).or_default().extend(written);
+        self.shadow.remove(&page);
+        self.shadow_order.retain(|q| *q != page);
+        self.dirty_images.retain(|q| *q != page);
+        self.rbuf.release(page);
     }
 
     /// Whether `oref` has been written in the open transaction.
@@ -393,6 +491,7 @@ impl PageState {
 
     fn end(&mut self) {
         self.rbuf.clear();
+        self.stolen.clear();
         self.written.clear();
         self.written_orefs.clear();
         self.txn += 1;

@@ -296,6 +296,13 @@ struct Inner {
     cache: ClientCache,
     /// Class slot → class word in this database (0: not looked up yet).
     class_words: Vec<u32>,
+    /// Class slot → bytes of the fixed part of the class stored for it, set with
+    /// `class_words`: the declaration's `C::FIXED_BYTES`, or more when the stored class extends
+    /// the declaration (`ClassDesc::extends`). Typed views of a class with a variable part find
+    /// its count word after this many bytes, and `create` makes objects of the stored size.
+    /// Never cleared (a view may outlive the abort that forgets the slot's class word), only
+    /// set again when the slot is looked up again.
+    class_fixed: Vec<u32>,
     /// The schema directory as read: class name → (class word, descriptor).
     schema: Option<FxHashMap<String, (u32, ClassDesc)>>,
     /// Class slots the current transaction pointed at classes it created, with the created
@@ -400,9 +407,10 @@ macro_rules! scalar_access {
             #[inline]
             fn load<C: Class + ?Sized>(v: &View<'_, C>, off: usize) -> Self {
                 let mut b = [0u8; std::mem::size_of::<$t>()];
-                // SAFETY: the object is pinned at `ptr` and at least as large as its class's
-                // fixed part (checked when it was installed); field offsets come from the same
-                // class layout, so `off + size` is within the object.
+                // SAFETY: the object is pinned at `ptr` and at least as large as its stored
+                // class's fixed part (checked when it was installed), which is at least `C`'s
+                // (the stored class equals or extends `C`, `Inner::register`); field offsets
+                // come from `C`'s layout, so `off + size` is within the object.
                 unsafe { std::ptr::copy_nonoverlapping(v.ptr.add(off), b.as_mut_ptr(), b.len()) };
                 <$t>::from_le_bytes(b)
             }
@@ -563,16 +571,26 @@ impl<'s, C: Class + ?Sized> View<'s, C> {
     }
 
     /// The kind of the object's variable part and the offset of its count word. For a typed
-    /// view both are constants of `C`: [`Session::get`] checked that the object's class is
-    /// `C`'s, and a stored class is only matched to `C` if its layout equals `C::desc()`. Only
-    /// untyped views look the class up.
+    /// view the kind is `C`'s: [`Session::get`] checked that the object's class is the one
+    /// registered for `C`, which has `C`'s variable part (it equals or extends `C::desc()`,
+    /// `ClassDesc::extends`). The count word follows the *stored* fixed part: a constant of
+    /// `C` for the built-in classes, else the session's record of the stored class (longer
+    /// than `C::FIXED_BYTES` when the stored class extends `C`). Only untyped views look the
+    /// class itself up.
     #[inline]
     fn var_layout(&self) -> (VarKind, usize) {
         if C::ANY {
             let d = self.desc();
             (d.var(), d.count_offset())
-        } else {
+        } else if C::Var::KIND == VarKind::None || C::BUILTIN.is_some() {
             (C::Var::KIND, thor_core::limits::OBJECT_HEADER_BYTES + C::FIXED_BYTES)
+        } else {
+            // A typed view exists only after `class_word::<C>` registered the slot.
+            let fixed = self.s.inner().class_fixed.get(C::slot()).map_or(C::FIXED_BYTES, |&f| {
+                debug_assert!(f as usize >= C::FIXED_BYTES, "a stored class extends C");
+                f as usize
+            });
+            (C::Var::KIND, thor_core::limits::OBJECT_HEADER_BYTES + fixed)
         }
     }
 
@@ -731,6 +749,7 @@ impl Session {
                 info,
                 cache,
                 class_words: Vec::new(),
+                class_fixed: Vec::new(),
                 schema: None,
                 new_class_slots: Vec::new(),
                 stats: ClientStats::default(),
@@ -789,7 +808,9 @@ impl Session {
     }
 
     /// Creates an object of class `C` with `var_len` elements in its variable part, all fields
-    /// zero (null references). It gets its oref when the transaction commits.
+    /// zero (null references). It gets its oref when the transaction commits. If the database
+    /// stores `C` extended (`ClassDesc::extends`), the object has the stored size, its extra
+    /// bytes zero.
     pub fn create<C: Class + ?Sized>(&self, var_len: usize) -> Result<View<'_, C>, ClientError> {
         let inner = self.inner();
         if !inner.in_transaction {
@@ -799,7 +820,13 @@ impl Session {
         let desc = if let Some(b) = C::BUILTIN {
             builtin::desc(b).expect("builtin").clone()
         } else {
-            C::desc()
+            let declared = C::desc();
+            let stored = inner.class_fixed[C::slot()] as usize;
+            match stored.checked_sub(declared.fixed_bytes()) {
+                Some(0) => declared,
+                Some(extra) => declared.extended_by(extra)?,
+                None => return Err(CacheError::Internal("stored class shorter than C").into()),
+            }
         };
         if C::Var::KIND == VarKind::None && var_len != 0 {
             return Err(ClientError::Usage("class has no variable part"));
@@ -817,6 +844,29 @@ impl Session {
             slot,
             _c: PhantomData,
         })
+    }
+
+    /// The layout the database stores under `C`'s class name, if it has one yet (a class the
+    /// current transaction created counts): equal to `C::desc()`, or extending it
+    /// (`ClassDesc::extends`: `C`'s views read and write its instances, [`Session::create`]
+    /// makes them at the stored size), or neither (then [`Session::get`] and
+    /// [`Session::create`] of `C` fail with [`ClientError::SchemaMismatch`]). `None` if no class
+    /// of that name is stored (the first `create` of `C` stores `C::desc()`). A built-in class's
+    /// layout is its own. Reads the schema directory on first use, like the first `get`.
+    pub fn stored_class<C: Class + ?Sized>(&self) -> Result<Option<ClassDesc>, ClientError> {
+        if C::ANY {
+            return Err(ClientError::Usage("Any names no stored class"));
+        }
+        if let Some(b) = C::BUILTIN {
+            return Ok(builtin::desc(b).cloned());
+        }
+        let inner = self.inner();
+        if !inner.in_transaction {
+            inner.begin()?;
+        }
+        inner.load_schema()?;
+        let schema = inner.schema.as_ref().expect("loaded");
+        Ok(schema.get(C::NAME).map(|(_, d)| d.clone()))
     }
 
     /// The current form of `r`: after the commit of the transaction that created an object,
@@ -1483,15 +1533,21 @@ impl Inner {
         debug_assert_eq!(desc.fixed_bytes(), C::FIXED_BYTES, "class! computes FIXED_BYTES");
         self.load_schema()?;
         let schema = self.schema.as_ref().expect("loaded");
-        let word = match schema.get(C::NAME) {
-            Some((w, stored)) if *stored == desc => *w,
+        // A stored class equal to the declaration or extending it (a longer fixed part whose
+        // extra words are not references) is read and written through the declaration; any
+        // other difference is refused. Views rely on this: every field offset of `C` is within
+        // the stored fixed part, which the cache checked each installed object against.
+        let (word, fixed) = match schema.get(C::NAME) {
+            Some((w, stored)) if stored.extends(&desc) => (*w, stored.fixed_bytes()),
             Some(_) => return Err(ClientError::SchemaMismatch { class: C::NAME }),
-            None => self.create_class(&desc)?,
+            None => (self.create_class(&desc)?, desc.fixed_bytes()),
         };
         if self.class_words.len() <= slot {
             self.class_words.resize(slot + 1, 0);
+            self.class_fixed.resize(slot + 1, 0);
         }
         self.class_words[slot] = word;
+        self.class_fixed[slot] = fixed as u32;
         if RawRef::decode(word) != RawRef::Oref(Oref::from_raw(word).unwrap_or(Oref::NULL)) {
             self.new_class_slots.push((slot, word));
         }
@@ -1666,6 +1722,12 @@ impl Inner {
         if pm.is_written(word) {
             return Ok(());
         }
+        // A page about to be written for the first time needs room among the images: the
+        // oldest written page leaves first (the paper's eviction of a dirty page).
+        if let Some(victim) = pm.steal_victim(page) {
+            self.send_before_commit(victim, true)?;
+        }
+        let pm = self.pm.as_ref().expect("page mode");
         let span = match pm.object_span(page, oref.oid()) {
             Some(s) => s,
             None => {
@@ -1680,7 +1742,7 @@ impl Inner {
             let pm = self.pm.as_mut().expect("page mode");
             match pm.first_write(word, i, page, span)? {
                 None => break,
-                Some(oldest) => self.send_early(oldest)?,
+                Some(oldest) => self.send_before_commit(oldest, false)?,
             }
         }
         self.check_doomed()
@@ -1692,9 +1754,15 @@ impl Inner {
         let reply = self.recv_checked()?;
         match reply.body {
             ReplyBody::Page { page: got, bytes } if got == page => {
-                let pm = self.pm.as_mut().expect("page mode");
-                pm.put_image(page, &bytes);
-                pm.stats.image_fetches += 1;
+                let pm = self.pm.as_ref().expect("page mode");
+                if pm.is_stolen(page) {
+                    let objects = self.exported(pm.stolen_on(page))?;
+                    let pm = self.pm.as_mut().expect("page mode");
+                    pm.restore_image(page, &bytes, &objects)?;
+                } else {
+                    self.pm.as_mut().expect("page mode").put_image(page, &bytes);
+                }
+                self.pm.as_mut().expect("page mode").stats.image_fetches += 1;
                 Ok(())
             }
             ReplyBody::Page { .. } => Err(ClientError::Unexpected("page other than asked")),
@@ -1707,9 +1775,16 @@ impl Inner {
         &self,
         page: PageId,
     ) -> Result<Vec<(thor_recovery::Span, Vec<u8>)>, ClientError> {
-        let pm = self.pm.as_ref().expect("page mode");
-        let mut out = Vec::with_capacity(pm.written_on(page).len());
-        for w in pm.written_on(page) {
+        self.exported(self.pm.as_ref().expect("page mode").written_on(page))
+    }
+
+    /// `written`'s spans with the objects' new bytes, as the cache exports them.
+    fn exported(
+        &self,
+        written: &[crate::pagemode::Written],
+    ) -> Result<Vec<(thor_recovery::Span, Vec<u8>)>, ClientError> {
+        let mut out = Vec::with_capacity(written.len());
+        for w in written {
             let mut bytes = Vec::with_capacity(w.span.len());
             self.cache.export(w.entry, &mut bytes)?;
             out.push((w.span, bytes));
@@ -1717,19 +1792,33 @@ impl Inner {
         Ok(out)
     }
 
-    /// Makes room in the recovery buffer: `page`'s records so far go to the server now, with
-    /// undo bytes, and its saved units are released.
-    fn send_early(&mut self, page: PageId) -> Result<(), ClientError> {
+    /// Sends `page`'s records so far to the server before the commit, with undo bytes, and
+    /// releases its saved units: to make room in the recovery buffer, or (`steal`) because
+    /// the page leaves the client's memory, when the page goes whole as well in the ESM modes
+    /// and WPL and its image is dropped ([`crate::pagemode`]).
+    fn send_before_commit(&mut self, page: PageId, steal: bool) -> Result<(), ClientError> {
         let objects = self.written_objects(page)?;
         let pm = self.pm.as_mut().expect("page mode");
         let cur = pm.current(page, &objects)?;
-        let rec = pm.record(page, &cur, Images::RedoUndo)?;
+        let rec =
+            if pm.mode().sends_records() { pm.record(page, &cur, Images::RedoUndo)? } else { None };
         let had_record = rec.is_some();
-        if let Some(rec) = rec {
+        let mut pages = Vec::new();
+        if steal && pm.mode().ships_pages() {
+            let mut p = cur.clone();
+            thor_core::page::seal(&mut p);
+            pm.shipped(p.len());
+            pages.push((page, Bytes::from(p)));
+        }
+        if had_record || !pages.is_empty() {
             let txn = pm.txn;
-            self.stats.bytes_shipped += rec.len() as u64;
-            let body =
-                RequestBody::PageRecords(PageRecords { txn, records: vec![Bytes::from(rec)] });
+            let records: Vec<Bytes> = rec.into_iter().map(Bytes::from).collect();
+            self.stats.bytes_shipped += records
+                .iter()
+                .chain(pages.iter().map(|(_, p)| p))
+                .map(|b| b.len() as u64)
+                .sum::<u64>();
+            let body = RequestBody::PageRecords(PageRecords { txn, records, pages });
             match self.round_trip(body)?.body {
                 ReplyBody::Ack => {}
                 ReplyBody::Error { code, message } => {
@@ -1738,7 +1827,12 @@ impl Inner {
                 other => return Err(unexpected(other)),
             }
         }
-        self.pm.as_mut().expect("page mode").sent_early(page, cur, had_record);
+        let pm = self.pm.as_mut().expect("page mode");
+        if steal {
+            pm.stolen(page, had_record);
+        } else {
+            pm.sent_early(page, cur, had_record);
+        }
         Ok(())
     }
 

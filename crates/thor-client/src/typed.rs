@@ -37,6 +37,35 @@
 //!
 //! After the fields an object may have a variable part: `var bytes;` (a byte string) or
 //! `var refs<T>;` (an array of references to `T`).
+//!
+//! # Which stored class a declaration reads
+//!
+//! The first use of a class in a session looks its name up in the database's schema directory.
+//! If no class of that name is stored, the declaration's layout is stored (in the current
+//! transaction). If one is, the session accepts it when it is
+//!
+//! - **equal** to the declaration's layout, or
+//! - an **extension** of it (`thor_core::ClassDesc::extends`): the same name, the same kind of
+//!   variable part, the same reference slots, and a fixed part at least as long. The stored
+//!   fields past the declared ones are then words that are not references.
+//!
+//! An extension's instances are read and written through the narrower declaration: the
+//! declared fields are at their declared offsets, the extra bytes are never read and survive
+//! every write (a view writes fields, not objects), and the variable part is found after the
+//! stored fixed part. [`crate::Session::create`] makes objects at the stored size, the extra
+//! bytes zero, as the cache and the server require of an instance of the stored class.
+//! [`crate::Session::stored_class`] says what is stored.
+//!
+//! Everything else is refused with [`crate::ClientError::SchemaMismatch`] at the first `get`
+//! or `create`: a stored fixed part shorter than the declaration's, another variable part, a
+//! reference slot the declaration does not have (even among the extra bytes) or one it has
+//! that the stored class does not. The rule accepts exactly what a program can use without
+//! knowing of it, bytes it never reads; a reference the program does not declare would be
+//! one it can neither follow nor keep right in the objects it creates, which is a schema
+//! change (`thor::Upgrade`). Two cases use the rule: OO7's padded database (`thor oo7 load
+//! --pad-to-gom`, the HAC paper's HAC-BIG), whose classes carry filler words a program does
+//! not declare, and an older program reading a database whose classes later appended
+//! fields that are not references.
 
 use std::marker::PhantomData;
 

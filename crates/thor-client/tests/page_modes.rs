@@ -6,6 +6,10 @@
 //! with undo, in most transactions) and a server page cache of four pages (so PD-REDO reads
 //! pages to apply records to). A model holds what every acknowledged commit wrote.
 //!
+//! Every case also runs with the page images bounded at two pages, so that most transactions
+//! steal dirty pages: their records (with undo) and, ESM and WPL, the pages whole go before the
+//! commit, and a later write to such a page fetches it again.
+//!
 //! - Without a fault, a fresh session must read exactly the model after every commit.
 //! - With the disk dying at a random operation, then crashing (any subset of unsynced writes
 //!   lost, the last torn), the reopened database must hold every acknowledged commit, and the
@@ -64,23 +68,37 @@ fn opts(mode: CommitMode) -> EngineOptions {
 }
 
 /// A recovery buffer that fills in most transactions: two pages for PD, sixteen blocks of
-/// 256 bytes for SD and SL.
-fn small_recovery_buffer(mode_code: u64) -> RecoveryConfig {
+/// 256 bytes for SD and SL; and at most `shadow_pages` page images (0: as many as the cache
+/// holds, so no page is stolen).
+fn small_recovery_buffer(mode_code: u64, shadow_pages: usize) -> RecoveryConfig {
     match CommitMode::from_code(mode_code as u8).unwrap() {
         CommitMode::SdEsm | CommitMode::SlEsm => {
-            RecoveryConfig { buffer_pages: 1, block_bytes: 256, shadow_pages: 0 }
+            RecoveryConfig { buffer_pages: 1, block_bytes: 256, shadow_pages }
         }
-        _ => RecoveryConfig { buffer_pages: 2, block_bytes: 64, shadow_pages: 0 },
+        _ => RecoveryConfig { buffer_pages: 2, block_bytes: 64, shadow_pages },
     }
 }
 
+/// The image bound that makes transactions steal pages: two (a transaction writes up to
+/// eight pages).
+const STEALING: usize = 2;
+
+/// The image bound of a seed's run: half the seeds steal pages.
+fn shadow_of(seed: u64) -> usize {
+    if seed % 2 == 1 { STEALING } else { 0 }
+}
+
 fn session(h: &Arc<Engine>) -> Session {
+    session_with(h, 0)
+}
+
+fn session_with(h: &Arc<Engine>, shadow_pages: usize) -> Session {
     let t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
     let cfg = SessionConfig {
         cache_bytes: 1 << 20,
         policy: PolicyConfig::Fpc,
         refresh_after: None,
-        recovery: small_recovery_buffer(h.server_stats().commit_mode),
+        recovery: small_recovery_buffer(h.server_stats().commit_mode, shadow_pages),
         ..SessionConfig::default()
     };
     Session::new(Box::new(t), cfg).unwrap()
@@ -199,10 +217,23 @@ fn apply(model: &mut [CellState], writes: &Writes) {
 #[test]
 fn every_mode_reads_back_exactly_what_was_committed() {
     for mode in std::iter::once(CommitMode::Obj).chain(PAGE_MODES) {
+        reads_back_exactly_what_was_committed(mode, 0);
+    }
+}
+
+#[test]
+fn every_mode_reads_back_exactly_what_was_committed_when_dirty_pages_are_stolen() {
+    for mode in PAGE_MODES {
+        reads_back_exactly_what_was_committed(mode, STEALING);
+    }
+}
+
+fn reads_back_exactly_what_was_committed(mode: CommitMode, shadow_pages: usize) {
+    {
         let h =
             Arc::new(Engine::create(Arc::new(thor_storage::MemDisk::new()), opts(mode)).unwrap());
         let mut model = setup(&h);
-        let s = session(&h);
+        let s = session_with(&h, shadow_pages);
         assert_eq!(s.commit_mode(), mode);
         let refs = cells(&s);
         let mut rng = Rng(7 + mode.code() as u64);
@@ -224,6 +255,14 @@ fn every_mode_reads_back_exactly_what_was_committed() {
         assert_same(&read_all(&h), &model, &format!("{mode}: at the end"));
         let st = h.server_stats();
         assert_eq!(st.commit_mode, u64::from(mode.code()));
+        if shadow_pages > 0 {
+            let p = s.page_mode_stats().unwrap();
+            assert!(p.pages_stolen > 0 && p.image_fetches > 0, "{mode}: {p:?}");
+            // ESM and WPL ship a stolen page whole; PD-REDO only its records.
+            assert_eq!(st.pages_early > 0, mode.ships_pages(), "{mode}: {st:?}");
+            assert!(st.pages_early <= p.pages_stolen, "{mode}: {st:?} {p:?}");
+            return;
+        }
         if mode == CommitMode::Wpl {
             // Pages only: no records, nothing copied; every page logged whole, the table
             // checkpointed and emptied by the install rounds.
@@ -315,7 +354,7 @@ fn run_until_death(
     max: u64,
     flush: bool,
 ) -> (Vec<CellState>, Option<Writes>) {
-    let s = session(h);
+    let s = session_with(h, shadow_of(seed));
     let Ok(refs) = try_cells(&s) else { return (model, None) };
     let mut rng = Rng(seed);
     for seq in 1..=max {
@@ -391,7 +430,7 @@ fn run_two_until_death(
     seed: u64,
     max: u64,
 ) -> (Vec<CellState>, Option<Writes>) {
-    let sessions = [session(h), session(h)];
+    let sessions = [session_with(h, shadow_of(seed)), session(h)];
     let mut refs = Vec::new();
     for s in &sessions {
         let Ok(r) = try_cells(s) else { return (model, None) };

@@ -30,6 +30,32 @@
 //! +------+-------+----+-----+-------+--------------------+------------+
 //!  u16    u16     u8   u8    u16     u16 each, increasing
 //! ```
+//!
+//! # A stored class that extends a declared one
+//!
+//! A program declares its classes (thor-client's `class!`) and the database stores a
+//! descriptor per class name. Usually the two are equal. The stored class *extends* the
+//! declared one ([`ClassDesc::extends`]) when it has
+//!
+//! - the same name,
+//! - the same kind of variable part,
+//! - the same reference slots, and
+//! - a fixed part at least as long, so that the bytes past the declared fixed part are words
+//!   that are not references.
+//!
+//! ```text
+//! declared:  | class | fields (F bytes) |                    | count | variable part |
+//! stored:    | class | fields (F bytes) | extra (E bytes,    | count | variable part |
+//!                                         never a reference) |
+//! ```
+//!
+//! A program can then read and write instances through its declaration: every declared field
+//! is at the same offset, every reference the object holds is one the program declared, and
+//! the extra bytes are inert data it never reads (the variable part, if any, starts `E` bytes
+//! later, which the program learns from the stored descriptor). Objects it creates get the
+//! stored size ([`ClassDesc::extended_by`]), the extra bytes zero. OO7's HAC-BIG database pads
+//! objects this way; an older program reading a class whose later version appended
+//! non-reference fields is the same case.
 
 use std::sync::LazyLock;
 
@@ -137,6 +163,26 @@ impl ClassDesc {
     /// The kind of variable part.
     pub fn var(&self) -> VarKind {
         self.var
+    }
+
+    /// Whether instances of this (stored) class can be read and written through `declared`'s
+    /// layout: the same name, variable part and reference slots, and a fixed part at least as
+    /// long, whose bytes past `declared`'s are not references (see the module documentation).
+    /// Equal descriptors extend each other.
+    pub fn extends(&self, declared: &ClassDesc) -> bool {
+        // The reference slots being equal and lying below `declared`'s fixed part (which
+        // `ClassDesc::new` guarantees for `declared`) is what keeps the extra words inert.
+        self.name == declared.name
+            && self.var == declared.var
+            && self.ref_slots == declared.ref_slots
+            && self.fixed_bytes >= declared.fixed_bytes
+    }
+
+    /// This class with `extra_bytes` (a multiple of 4) of non-reference bytes appended to its
+    /// fixed part: a class that [`ClassDesc::extends`] this one. Fails if the fixed part would
+    /// pass [`CLASS_FIXED_MAX_BYTES`] or `extra_bytes` is not a multiple of 4.
+    pub fn extended_by(&self, extra_bytes: usize) -> Result<ClassDesc, FormatError> {
+        ClassDesc::new(&self.name, self.fixed_bytes() + extra_bytes, &self.ref_slots, self.var)
     }
 
     /// Byte offset, within an object, of the variable part's count word.
@@ -434,7 +480,75 @@ mod tests {
         assert!(builtin::is_builtin(builtin::ROOT));
     }
 
+    #[test]
+    fn an_extension_keeps_names_references_and_variable_part() {
+        let declared = ClassDesc::new("A", 12, &[0, 2], VarKind::Refs).unwrap();
+        let stored = declared.extended_by(8).unwrap();
+        assert_eq!(stored.fixed_bytes(), 20);
+        assert!(stored.extends(&declared));
+        assert!(declared.extends(&declared));
+        // The narrower one does not extend the wider one.
+        assert!(!declared.extends(&stored));
+        // Another name, variable part, or set of reference slots is not an extension.
+        let other = |n: &str, f, r: &[u16], v| ClassDesc::new(n, f, r, v).unwrap();
+        assert!(!other("B", 20, &[0, 2], VarKind::Refs).extends(&declared));
+        assert!(!other("A", 20, &[0, 2], VarKind::Bytes).extends(&declared));
+        assert!(!other("A", 20, &[0, 2], VarKind::None).extends(&declared));
+        assert!(!other("A", 20, &[0, 2, 3], VarKind::Refs).extends(&declared));
+        assert!(!other("A", 20, &[0], VarKind::Refs).extends(&declared));
+        assert!(!other("A", 20, &[0, 1], VarKind::Refs).extends(&declared));
+        // The bounds of a descriptor hold for extensions too.
+        assert!(declared.extended_by(2).is_err());
+        assert!(declared.extended_by(CLASS_FIXED_MAX_BYTES).is_err());
+    }
+
+    #[test]
+    fn an_extended_instance_has_the_declared_references_and_a_later_variable_part() {
+        let declared = ClassDesc::new("A", 8, &[1], VarKind::Refs).unwrap();
+        let stored = declared.extended_by(16).unwrap();
+        let obj = stored.new_object(7, 2);
+        assert_eq!(obj.len(), declared.object_bytes(2) + 16);
+        assert_eq!(stored.check_shape(&obj), Ok(2));
+        assert!(declared.check_shape(&obj).is_err(), "the declared layout alone misreads it");
+        let mut offs = vec![];
+        stored.for_each_ref_offset(&obj, |o| offs.push(o));
+        assert_eq!(offs, vec![8, stored.var_offset(), stored.var_offset() + 4]);
+        assert_eq!(stored.var_offset(), declared.var_offset() + 16);
+    }
+
     proptest! {
+        #[test]
+        fn extensions_are_exactly_the_longer_fixed_parts(
+            slots in 0usize..32,
+            refs in proptest::collection::btree_set(0u16..32, 0..8),
+            var in 0u8..3,
+            extra_words in 0usize..32,
+            other_slots in 0usize..64,
+            other_refs in proptest::collection::btree_set(0u16..64, 0..8),
+            other_var in 0u8..3,
+        ) {
+            let refs: Vec<u16> = refs.into_iter().filter(|&r| (r as usize) < slots).collect();
+            let var = VarKind::from_code(var).unwrap();
+            let declared = ClassDesc::new("P", slots * 4, &refs, var).unwrap();
+            let stored = declared.extended_by(4 * extra_words).unwrap();
+            prop_assert!(stored.extends(&declared));
+            // Every instance of the extension passes its shape check, and its fixed
+            // references are the declared ones.
+            let obj = stored.new_object(1, 3);
+            prop_assert!(stored.check_shape(&obj).is_ok());
+            let mut fixed = vec![];
+            stored.for_each_ref_offset(&obj, |o| if o < stored.count_offset() { fixed.push(o) });
+            let want: Vec<usize> = refs.iter().map(|&s| 4 + 4 * s as usize).collect();
+            prop_assert_eq!(fixed, want);
+            // Any other descriptor extends `declared` exactly when the rule says so.
+            let other_refs: Vec<u16> =
+                other_refs.into_iter().filter(|&r| (r as usize) < other_slots).collect();
+            let other_var = VarKind::from_code(other_var).unwrap();
+            let other = ClassDesc::new("P", other_slots * 4, &other_refs, other_var).unwrap();
+            let rule = other_var == var && other_refs == refs && other_slots >= slots;
+            prop_assert_eq!(other.extends(&declared), rule);
+        }
+
         #[test]
         fn encode_decode_roundtrip(
             name in "[a-zA-Z][a-zA-Z0-9_.]{0,40}",

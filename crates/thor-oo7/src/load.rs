@@ -47,6 +47,8 @@ use crate::params::{DocPlacement, Params};
 use crate::plan::{AssemblyPlan, Builder, CompositePlan, ModulePlan, Parent, Plan, generate};
 use crate::schema::{self, *};
 
+pub use crate::schema::Padding;
+
 /// Settings of a load that are not OO7 parameters.
 #[derive(Debug, Clone, Copy)]
 pub struct LoadOptions {
@@ -55,11 +57,18 @@ pub struct LoadOptions {
     /// Apply every forward reference after the load through a commit instead of patching it in
     /// the loader's window (for testing that path; the database is the same either way).
     pub defer_all_patches: bool,
+    /// Object sizes: Thor's, or padded to GOM's for the HAC paper's HAC-BIG
+    /// ([`crate::schema::Padding`]). The objects, their order and their values are the same.
+    pub padding: Padding,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { page_size: thor_core::limits::PAGE_SIZE_DEFAULT, defer_all_patches: false }
+        LoadOptions {
+            page_size: thor_core::limits::PAGE_SIZE_DEFAULT,
+            defer_all_patches: false,
+            padding: Padding::None,
+        }
     }
 }
 
@@ -135,6 +144,13 @@ pub struct LoadReport {
     pub page_size: usize,
     /// References patched after the load by a commit (see the module documentation).
     pub deferred_patches: u64,
+    /// The object sizes the classes were stored with.
+    pub padding: Padding,
+    /// What [`LoadReport::object_bytes`] would be with *every* object at GOM's sizes: each 8
+    /// bytes larger for the header and 8 per reference word, built-in objects (collections,
+    /// strings, texts) and variable parts included, which [`Padding::Gom`] cannot pad. The same
+    /// whatever the padding; for comparing a padded database with GOM's.
+    pub gom_object_bytes: u64,
 }
 
 impl LoadReport {
@@ -181,7 +197,16 @@ pub fn load(
     let mut b = ThorBuilder::new(engine.bulk_load()?, params, opts)?;
     generate(&plan, &mut b, |done| progress(done, total))?;
     let (idx_id, idx_date, idx_title) = b.build_indexes()?;
-    let ThorBuilder { loader, deferred, counts, modules_list, params_obj, schema_dir, .. } = b;
+    let ThorBuilder {
+        loader,
+        deferred,
+        counts,
+        modules_list,
+        params_obj,
+        schema_dir,
+        gom_object_bytes,
+        ..
+    } = b;
     let bulk = loader.finish()?;
 
     // The root's slots, and any patches that missed the window, by one commit.
@@ -224,6 +249,8 @@ pub fn load(
         pages: bulk.pages,
         page_size: engine.page_size(),
         deferred_patches: n_deferred,
+        padding: opts.padding,
+        gom_object_bytes,
     })
 }
 
@@ -268,6 +295,32 @@ struct Cls {
 impl Cls {
     fn new_object(&self, count: usize) -> Vec<u8> {
         self.desc.new_object(self.word, count)
+    }
+}
+
+/// The size objects would have at GOM's sizes (see [`LoadReport::gom_object_bytes`]): the
+/// stored classes of this load by class word, with the padding each has.
+#[derive(Debug, Default)]
+struct GomSizes {
+    /// (class word, stored class, bytes of padding in its instances).
+    classes: Vec<(u32, ClassDesc, usize)>,
+}
+
+impl GomSizes {
+    /// The size of `obj`, an object this load writes, with GOM's header and references and
+    /// without its padding.
+    fn of(&self, obj: &[u8]) -> u64 {
+        let word = thor_core::le::u32_at(obj, 0);
+        let (desc, padding) = match self.classes.iter().find(|c| c.0 == word) {
+            Some((_, d, pad)) => (d, *pad),
+            None => {
+                let class = Oref::from_raw(word).expect("a class word");
+                (builtin::desc(class).expect("a built-in class if not an OO7 one"), 0)
+            }
+        };
+        let mut refs = 0;
+        desc.for_each_ref_offset(obj, |_| refs += 1);
+        (obj.len() - padding + GOM_HEADER_EXTRA_BYTES + GOM_REF_EXTRA_BYTES * refs) as u64
     }
 }
 
@@ -317,6 +370,10 @@ struct ThorBuilder<'e> {
     index: Cls,
     /// `oo7.IndexNode`.
     index_node: Cls,
+    /// Sizes at GOM's, for the report.
+    gom: GomSizes,
+    /// The objects' bytes at GOM's sizes so far ([`LoadReport::gom_object_bytes`]).
+    gom_object_bytes: u64,
     /// The built-in `thor.Refs` (collections).
     refs: ClassDesc,
     /// The built-in `thor.Bytes` (type strings).
@@ -351,11 +408,21 @@ impl<'e> ThorBuilder<'e> {
     fn new(mut loader: BulkLoader<'e>, p: &Params, opts: LoadOptions) -> Result<Self, Oo7Error> {
         let page_size = loader.page_size();
         let mut counts = Counts::default();
-        // Class objects first, then the schema directory listing them.
-        let descs = schema::classes();
+        // Class objects first, then the schema directory listing them. Objects are built from
+        // the stored (possibly padded) layouts; the declared field offsets are theirs too.
+        let descs = schema::stored_classes(opts.padding);
+        let mut gom = GomSizes::default();
+        let mut gom_object_bytes = 0;
         let mut words = Vec::new();
-        for d in &descs {
-            words.push(loader.add(&d.to_class_object())?.raw());
+        for (d, declared) in descs.iter().zip(schema::classes()) {
+            let obj = d.to_class_object();
+            gom_object_bytes += gom.of(&obj);
+            words.push(loader.add(&obj)?.raw());
+            gom.classes.push((
+                *words.last().expect("pushed"),
+                d.clone(),
+                opts.padding.extra_bytes(&declared),
+            ));
             counts.metadata += 1;
         }
         let refs = builtin::desc(builtin::REFS).expect("builtin").clone();
@@ -363,6 +430,7 @@ impl<'e> ThorBuilder<'e> {
         for (i, w) in words.iter().enumerate() {
             put_u32(&mut dir, refs_slot(i), *w);
         }
+        gom_object_bytes += gom.of(&dir);
         let schema_dir = loader.add(&dir)?;
         counts.metadata += 1;
         let cls = |i: usize| Cls { desc: descs[i].clone(), word: words[i] };
@@ -383,9 +451,12 @@ impl<'e> ThorBuilder<'e> {
         put(&mut po, ParamsObj::doc_placement.offset(), p.doc_placement.code());
         put(&mut po, ParamsObj::next_composite.offset(), p.composite_parts() + 1);
         put(&mut po, ParamsObj::next_atomic.offset(), p.atomic_parts() as u32 + 1);
+        gom_object_bytes += gom.of(&po);
         let params_obj = loader.add(&po)?;
         counts.metadata += 1;
-        let modules_list = loader.add(&refs.new_object(builtin::REFS.raw(), p.modules as usize))?;
+        let list = refs.new_object(builtin::REFS.raw(), p.modules as usize);
+        gom_object_bytes += gom.of(&list);
+        let modules_list = loader.add(&list)?;
         counts.collections += 1;
         let n_cp = p.composite_parts() as usize;
         let n_atomic = p.atomic_parts() as usize;
@@ -395,6 +466,8 @@ impl<'e> ThorBuilder<'e> {
             defer_all: opts.defer_all_patches,
             deferred: Vec::new(),
             counts,
+            gom,
+            gom_object_bytes,
             module: cls(0),
             manual: cls(1),
             complex: cls(2),
@@ -439,6 +512,7 @@ impl<'e> ThorBuilder<'e> {
     }
 
     fn add(&mut self, bytes: &[u8]) -> Result<Oref, Oo7Error> {
+        self.gom_object_bytes += self.gom.of(bytes);
         Ok(self.loader.add(bytes)?)
     }
 

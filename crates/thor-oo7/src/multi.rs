@@ -257,8 +257,11 @@ pub struct ClientReport {
     pub page_records_early: u64,
     /// Bytes of those page records.
     pub page_record_bytes: u64,
-    /// Dirty pages shipped whole in the timed phase (ESM modes).
+    /// Dirty pages shipped whole in the timed phase (ESM modes, WPL).
     pub pages_shipped: u64,
+    /// Dirty pages stolen before their commit in the timed phase (page-based commit modes:
+    /// the client's page images were full; ESM and WPL also count them in `pages_shipped`).
+    pub pages_stolen: u64,
 }
 
 /// The sums over all clients.
@@ -753,6 +756,7 @@ fn client_runs<T: Trace>(
     rep.page_records_early = pages_after.records_early - pages_before.records_early;
     rep.page_record_bytes = pages_after.record_bytes - pages_before.record_bytes;
     rep.pages_shipped = pages_after.pages_shipped - pages_before.pages_shipped;
+    rep.pages_stolen = pages_after.pages_stolen - pages_before.pages_stolen;
     Ok(rep)
 }
 

@@ -36,6 +36,33 @@
 //!
 //! Dates, coordinates and lengths are `u32` (OO7's ints are never negative in its ranges);
 //! updates add with wrap-around.
+//!
+//! # Objects padded to GOM's sizes (HAC-BIG)
+//!
+//! The HAC paper's Figure 7 compares HAC with GOM, whose objects are larger: "GOM uses 96-bit
+//! pointers and has 12-byte per-object overheads" (section 4.2.1), against Thor's 32-bit
+//! references and 32-bit object headers (section 2). To tell the effect of small objects from
+//! that of the cache manager it adds HAC-BIG, "HAC except that we padded its objects to be
+//! approximately the same size as GOM's" (section 4.2.4). [`Padding::Gom`] is that setting:
+//! each OO7 class is stored with its fixed part extended (`thor_core::ClassDesc::extends`)
+//! by GOM's extra [`GOM_HEADER_EXTRA_BYTES`] of header and [`GOM_REF_EXTRA_BYTES`] per
+//! reference slot, words no program declares, so the same typed classes read both databases:
+//!
+//! ```text
+//! class            refs  Thor  GOM-padded        class            refs  Thor  GOM-padded
+//! Module             4    28    68               AtomicPart         4    40    80
+//! Manual             2    56    80               Connection         3    20    52
+//! ComplexAssembly    4    28    68               oo7.Params         0    64    72
+//! BaseAssembly       5    32    80               oo7.Index          1    16    32
+//! CompositePart      6    36    92               oo7.IndexNode      0   524   532 (+ children)
+//! Document           2    56    80
+//! ```
+//!
+//! The built-in objects are not padded: `type` strings (`thor.Bytes`), collections
+//! (`thor.Refs`) and document texts keep Thor's sizes, because their classes are the
+//! database's own and a padding of 8 bytes per element cannot be a fixed part (the references
+//! in a variable part, an index node's children included, stay 4 bytes too). `docs/oo7.md`
+//! ("Figure 7") has what that leaves of GOM's sizes.
 
 use thor_client::{Any, Bytes, Ref, Refs};
 
@@ -267,6 +294,65 @@ pub const SLOT_DOCUMENT_TITLE_INDEX: usize = 4;
 
 const _: () = assert!(512 == 8 * crate::limits::BTREE_FANOUT);
 
+/// Bytes GOM's object header has beyond Thor's: 12 against 4 (HAC paper, sections 4.2.1 and 2).
+pub const GOM_HEADER_EXTRA_BYTES: usize = 12 - thor_core::limits::OBJECT_HEADER_BYTES;
+/// Bytes a GOM reference has beyond Thor's: 96 bits against 32.
+pub const GOM_REF_EXTRA_BYTES: usize = 12 - 4;
+
+const _: () = assert!(GOM_HEADER_EXTRA_BYTES.is_multiple_of(4) && GOM_REF_EXTRA_BYTES == 8);
+
+/// How the generator sizes objects: a layout setting, not one of OO7's parameters. See the
+/// module documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Padding {
+    /// Thor's sizes: the declared layouts.
+    #[default]
+    None,
+    /// GOM's sizes (HAC-BIG): every OO7 class's fixed part extended by
+    /// [`GOM_HEADER_EXTRA_BYTES`] plus [`GOM_REF_EXTRA_BYTES`] per reference slot.
+    Gom,
+}
+
+impl Padding {
+    /// Bytes this padding adds to every instance of `declared`.
+    pub fn extra_bytes(self, declared: &thor_core::ClassDesc) -> usize {
+        match self {
+            Padding::None => 0,
+            Padding::Gom => {
+                GOM_HEADER_EXTRA_BYTES + GOM_REF_EXTRA_BYTES * declared.ref_slots().len()
+            }
+        }
+    }
+
+    /// The class stored for `declared` with this padding: `declared` itself, or a class that
+    /// extends it.
+    pub fn stored(self, declared: &thor_core::ClassDesc) -> thor_core::ClassDesc {
+        declared
+            .extended_by(self.extra_bytes(declared))
+            .expect("every padded OO7 class fits the fixed-part bound (schema tests)")
+    }
+
+    /// The name `thor oo7 load` prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Padding::None => "none",
+            Padding::Gom => "gom",
+        }
+    }
+
+    /// The padding of the database a session is connected to: the one whose layout of
+    /// `oo7.AtomicPart` is the stored one. `Ok(None)` if the database stores no such class, or
+    /// stores it with a layout neither padding gives.
+    pub fn of_database(
+        s: &thor_client::Session,
+    ) -> Result<Option<Padding>, thor_client::ClientError> {
+        use thor_client::Class;
+        let Some(stored) = s.stored_class::<AtomicPart>()? else { return Ok(None) };
+        let declared = AtomicPart::desc();
+        Ok([Padding::None, Padding::Gom].into_iter().find(|p| p.stored(&declared) == stored))
+    }
+}
+
 /// The descriptors of every OO7 class, in the order their class objects are created.
 pub fn classes() -> Vec<thor_core::ClassDesc> {
     use thor_client::Class;
@@ -283,6 +369,11 @@ pub fn classes() -> Vec<thor_core::ClassDesc> {
         Index::desc(),
         IndexNode::desc(),
     ]
+}
+
+/// The classes a database generated with `padding` stores, in [`classes`]' order.
+pub fn stored_classes(padding: Padding) -> Vec<thor_core::ClassDesc> {
+    classes().iter().map(|d| padding.stored(d)).collect()
 }
 
 /// The `type` string of type number `t` ("type00t", zero-padded to [`TYPE_BYTES`]).
@@ -357,6 +448,34 @@ mod tests {
         assert_eq!(size(AtomicPart::desc()), 40);
         assert_eq!(size(Connection::desc()), 20);
         assert_eq!(&type_string(3), b"type003\0\0\0");
+    }
+
+    #[test]
+    fn gom_padding_adds_a_header_and_a_reference_s_worth_per_slot() {
+        // The table of the module documentation: (class, header and fixed part with Thor's
+        // sizes, the same padded).
+        let want = [
+            ("oo7.Module", 28, 68),
+            ("oo7.Manual", 56, 80),
+            ("oo7.ComplexAssembly", 28, 68),
+            ("oo7.BaseAssembly", 32, 80),
+            ("oo7.CompositePart", 36, 92),
+            ("oo7.Document", 56, 80),
+            ("oo7.AtomicPart", 40, 80),
+            ("oo7.Connection", 20, 52),
+            ("oo7.Params", 64, 72),
+            ("oo7.Index", 16, 32),
+            ("oo7.IndexNode", 524, 532),
+        ];
+        let (plain, padded) = (stored_classes(Padding::None), stored_classes(Padding::Gom));
+        assert_eq!(plain, classes());
+        for ((d, p), (name, thor, gom)) in plain.iter().zip(&padded).zip(want) {
+            assert_eq!(d.name(), name);
+            assert_eq!(4 + d.fixed_bytes(), thor, "{name}");
+            assert_eq!(4 + p.fixed_bytes(), gom, "{name}");
+            assert_eq!(p.object_bytes(3) - d.object_bytes(3), gom - thor, "{name}");
+            assert!(p.extends(d), "{name}");
+        }
         assert_eq!(document_text(7, 20).len(), 20);
     }
 }

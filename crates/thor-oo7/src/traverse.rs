@@ -89,6 +89,8 @@ pub struct Db<'s, T: Trace = NoTrace> {
     s: &'s Session,
     /// The database's parameters (from its parameters object).
     params: Params,
+    /// The object sizes its classes are stored with (from the stored classes).
+    padding: Padding,
     /// The modules, in order.
     modules: Vec<Ref<Module>>,
     /// The graph search's visited set.
@@ -159,6 +161,10 @@ impl<'s, T: Trace> Db<'s, T> {
     /// Opens the database, reporting every access to `trace`.
     pub fn with_trace(s: &'s Session, trace: T) -> Result<Db<'s, T>, Oo7Error> {
         let params = read_params(s)?;
+        // Reading the parameters loaded the schema directory: this costs no fetch.
+        let padding = Padding::of_database(s)?.ok_or_else(|| {
+            Oo7Error::NotOo7("the stored OO7 classes have neither Thor's nor GOM's sizes".into())
+        })?;
         let list = s.get(s.root::<Refs<Module>>(SLOT_MODULES)?)?;
         let modules = (0..list.var_len()).map(|i| list.var_ref(i)).collect();
         drop(list);
@@ -168,6 +174,7 @@ impl<'s, T: Trace> Db<'s, T> {
             s,
             visited: Visited::new(params.atomic_parts() as usize + 1),
             params,
+            padding,
             modules,
             stack: Vec::new(),
             targets: Vec::new(),
@@ -182,6 +189,11 @@ impl<'s, T: Trace> Db<'s, T> {
     /// The database's parameters.
     pub fn params(&self) -> &Params {
         &self.params
+    }
+
+    /// The object sizes the database's classes are stored with (`thor oo7 load --pad-to-gom`).
+    pub fn padding(&self) -> Padding {
+        self.padding
     }
 
     /// The session.

@@ -1,11 +1,11 @@
 //! Every operation of the suite gives the same answer on thor and on the native baseline built
 //! from the same seed, in sequence (updates and structural changes included), and a database
 //! loaded with every reference patched by commit instead of in the loader's window is the same
-//! database.
+//! database, and so is one whose objects are padded to GOM's sizes (HAC-BIG's).
 
 mod common;
 
-use thor_oo7::load::LoadOptions;
+use thor_oo7::load::{LoadOptions, Padding};
 use thor_oo7::native::NativeDb;
 use thor_oo7::rng::{Rng, tag};
 use thor_oo7::traverse::Db;
@@ -19,6 +19,7 @@ fn suite_agrees(opts: LoadOptions) {
     let s = common::session(&e);
     let mut db = Db::open(&s).unwrap();
     assert_eq!(db.params(), &params);
+    assert_eq!(db.padding(), opts.padding);
     let mut native = NativeDb::generate(&params, |_| {}).unwrap();
     let mut rt = Rng::stream(9, tag::RUN, 0);
     let mut rn = Rng::stream(9, tag::RUN, 0);
@@ -41,6 +42,13 @@ fn every_operation_agrees_with_the_native_baseline() {
 #[test]
 fn references_patched_after_the_load_give_the_same_database() {
     suite_agrees(LoadOptions { defer_all_patches: true, ..LoadOptions::default() });
+}
+
+/// Every operation, structural inserts (which create objects at the padded size) and deletes
+/// included, gives the native baseline's answers on the padded database too.
+#[test]
+fn objects_padded_to_gom_sizes_give_the_same_answers() {
+    suite_agrees(LoadOptions { padding: Padding::Gom, ..LoadOptions::default() });
 }
 
 #[test]

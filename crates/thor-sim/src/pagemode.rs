@@ -17,7 +17,11 @@
 //! by the transaction first (the simulated client keeps no cache), and the client holds back
 //! the acknowledgement of any invalidation of an object on those pages until its commit is
 //! answered, so a stale image is refused by CLOCC (the client's invalid set), never applied.
-//! A small recovery buffer (a setting of the run) makes records go before the commit.
+//! A small recovery buffer (a setting of the run) makes records go before the commit, and so
+//! does a bound on the written pages a client holds (`steal_pages`, as thor-client's bound on
+//! its page images): past it the oldest written page is *stolen*, its records so far (with
+//! undo) and, ESM and WPL, the page whole go in a `PageRecords`, and the page is sent again
+//! at commit only if it is written again after that.
 //!
 //! In `wpl` mode nothing is copied or diffed: each written page goes whole, as fetched with the
 //! written objects laid in, carrying the `version` it was fetched with (`build_wpl`).
@@ -40,6 +44,8 @@ pub struct PageClientConfig {
     pub buffer_pages: usize,
     /// SD's and SL's block size: a power of two from 8 bytes to the page size.
     pub block_bytes: usize,
+    /// Most written pages held before the oldest is stolen (sent before the commit); 0: never.
+    pub steal_pages: usize,
 }
 
 /// What a page-mode transaction sends: records before its commit (each in its own
@@ -61,6 +67,10 @@ struct PageWork {
     page: PageId,
     image: Vec<u8>,
     written: Vec<(Span, Bytes)>,
+    /// Written since the page was last stolen (or at all): what the commit must send for it.
+    dirty: bool,
+    /// When it last became dirty, for stealing the oldest.
+    since: usize,
 }
 
 impl PageWork {
@@ -88,7 +98,7 @@ pub(crate) fn build(
     images: &[(PageId, Bytes)],
 ) -> Result<PageTxn, Violation> {
     if mode == CommitMode::Wpl {
-        return build_wpl(page_size, txn, reads, versions, created, images);
+        return build_wpl(page_size, cfg.steal_pages, txn, reads, versions, created, images);
     }
     let copies = match mode {
         CommitMode::SdEsm | CommitMode::SlEsm => Copies::Blocks { block_bytes: cfg.block_bytes },
@@ -101,8 +111,26 @@ pub(crate) fn build(
     let mut regions = Vec::new();
     let mut work: Vec<PageWork> = Vec::new();
     let mut early = Vec::new();
-    for (o, bytes) in versions {
+    for (n, (o, bytes)) in versions.iter().enumerate() {
         let (w, span) = locate_write(&mut work, images, page_size, *o, bytes)?;
+        if let Some(k) = steal_victim(&work, w, cfg.steal_pages) {
+            let cur = work[k].current();
+            let rec = page_record(
+                mode,
+                &mut differ,
+                &mut regions,
+                &rbuf,
+                &work[k],
+                &cur,
+                txn,
+                Images::RedoUndo,
+            )?;
+            early.push(stolen(mode, &mut work[k], rec, cur, txn));
+            rbuf.release(work[k].page);
+        }
+        if !work[w].dirty {
+            (work[w].dirty, work[w].since) = (true, n);
+        }
         let page = work[w].page;
         // Each round either copies (done) or sends one page's records and releases it; the
         // buffer holds at least one page, so a page alone always fits after every release.
@@ -131,7 +159,8 @@ pub(crate) fn build(
                         Images::RedoUndo,
                     )?;
                     if let Some(rec) = rec {
-                        early.push(PageRecords { txn, records: vec![Bytes::from(rec)] });
+                        let records = vec![Bytes::from(rec)];
+                        early.push(PageRecords { txn, records, pages: Vec::new() });
                     }
                     // Later copies of this page start from what was sent.
                     work[k].image = cur;
@@ -144,7 +173,7 @@ pub(crate) fn build(
     let mut records = Vec::new();
     let mut pages = Vec::new();
     work.sort_by_key(|w| w.page);
-    for w in &work {
+    for w in work.iter().filter(|w| w.dirty) {
         let cur = w.current();
         if let Some(rec) =
             page_record(mode, &mut differ, &mut regions, &rbuf, w, &cur, txn, Images::Redo)?
@@ -182,7 +211,13 @@ fn locate_write(
             if img.len() != page_size {
                 return Err(broken(format!("page {page} fetched with another size")));
             }
-            work.push(PageWork { page, image: img.to_vec(), written: Vec::new() });
+            work.push(PageWork {
+                page,
+                image: img.to_vec(),
+                written: Vec::new(),
+                dirty: false,
+                since: 0,
+            });
             work.len() - 1
         }
     };
@@ -199,6 +234,7 @@ fn locate_write(
 /// server's page rule checks.
 fn build_wpl(
     page_size: usize,
+    steal_pages: usize,
     txn: u64,
     reads: Vec<Oref>,
     versions: &[(Oref, Bytes)],
@@ -206,13 +242,22 @@ fn build_wpl(
     images: &[(PageId, Bytes)],
 ) -> Result<PageTxn, Violation> {
     let mut work: Vec<PageWork> = Vec::new();
-    for (o, bytes) in versions {
+    let mut early = Vec::new();
+    for (n, (o, bytes)) in versions.iter().enumerate() {
         let (w, span) = locate_write(&mut work, images, page_size, *o, bytes)?;
+        if let Some(k) = steal_victim(&work, w, steal_pages) {
+            let cur = work[k].current();
+            early.push(stolen(CommitMode::Wpl, &mut work[k], None, cur, txn));
+        }
+        if !work[w].dirty {
+            (work[w].dirty, work[w].since) = (true, n);
+        }
         work[w].written.push((span, bytes.clone()));
     }
     work.sort_by_key(|w| w.page);
     let pages = work
         .iter()
+        .filter(|w| w.dirty)
         .map(|w| {
             let mut p = w.current();
             thor_core::page::seal(&mut p);
@@ -222,7 +267,37 @@ fn build_wpl(
     let writes = versions.iter().map(|(o, _)| *o).collect();
     let mode = CommitMode::Wpl.code();
     let commit = PageCommit { txn, mode, reads, writes, created, records: Vec::new(), pages };
-    Ok(PageTxn { early: Vec::new(), commit })
+    Ok(PageTxn { early, commit })
+}
+
+/// The page to steal before `w` is written, if `w` is not dirty and the dirty pages are
+/// `steal_pages` already (0: never steal): the one dirty the longest.
+fn steal_victim(work: &[PageWork], w: usize, steal_pages: usize) -> Option<usize> {
+    if steal_pages == 0 || work[w].dirty || work.iter().filter(|x| x.dirty).count() < steal_pages {
+        return None;
+    }
+    (0..work.len()).filter(|&k| work[k].dirty).min_by_key(|&k| work[k].since)
+}
+
+/// Steals `w` (its current bytes `cur`, its record so far `rec`): what goes before the commit
+/// for it. The page's image becomes `cur`, and it is clean until written again.
+fn stolen(
+    mode: CommitMode,
+    w: &mut PageWork,
+    rec: Option<Vec<u8>>,
+    cur: Vec<u8>,
+    txn: u64,
+) -> PageRecords {
+    let mut pages = Vec::new();
+    if mode.ships_pages() {
+        let mut p = cur.clone();
+        thor_core::page::seal(&mut p);
+        pages.push((w.page, Bytes::from(p)));
+    }
+    w.image = cur;
+    w.written.clear();
+    w.dirty = false;
+    PageRecords { txn, records: rec.map(Bytes::from).into_iter().collect(), pages }
 }
 
 /// The record of `w`'s changes from its saved units to `cur`, or `None` if nothing is saved

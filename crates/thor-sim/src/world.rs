@@ -198,7 +198,7 @@ impl SimConfig {
             cell_payload: 0,
             reads_tracked_max: thor_server::limits::READS_TRACKED_MAX,
             commit_mode: CommitMode::Obj,
-            page_client: PageClientConfig { buffer_pages: 1, block_bytes: 64 },
+            page_client: PageClientConfig { buffer_pages: 1, block_bytes: 64, steal_pages: 0 },
             wpl: thor_server::core::wpl::WPL_CONFIG_DEFAULT,
             prefetch: None,
         };
@@ -232,10 +232,15 @@ impl SimConfig {
             cfg.page_client = PageClientConfig {
                 buffer_pages: [1, 1, 2, 64][r.below(4) as usize],
                 block_bytes: [8, 64, 512][r.below(3) as usize],
+                steal_pages: 0,
             };
             if !cfg.exclusive_page_cache {
                 cfg.cell_payload = [0, 900, 1800][r.below(3) as usize];
             }
+            // A stream of its own, so the draws above stay as they were: in half the seeds
+            // clients steal dirty pages before the commit.
+            let mut r = SplitMix64::new(seed ^ 0x57EA_1000_0000_0000);
+            cfg.page_client.steal_pages = [0, 0, 1, 2][r.below(4) as usize];
         }
         if mode == CommitMode::Wpl {
             // A stream of its own, so the draws above stay the same in every mode.
@@ -283,8 +288,10 @@ pub struct Outcome {
     pub demotions_forged: u64,
     /// Page-based commits sent (page modes).
     pub page_commits: u64,
-    /// Page records sent before their commit (`PageRecords`, page modes).
+    /// Page records sent before their commit (in `PageRecords`, page modes).
     pub records_early: u64,
+    /// Dirty pages stolen before their commit, sent whole in `PageRecords` (ESM, WPL).
+    pub pages_stolen: u64,
     /// WPL: committed copies recovery put back into the MOB (not yet home at the crash).
     pub wpl_restored: u64,
     /// WPL: copies that left the table because their page went home, before each crash or
@@ -1472,7 +1479,8 @@ impl World {
             &self.clients[c].images,
         )?;
         self.out.page_commits += 1;
-        self.out.records_early += built.early.len() as u64;
+        self.out.records_early += built.early.iter().map(|r| r.records.len() as u64).sum::<u64>();
+        self.out.pages_stolen += built.early.iter().map(|r| r.pages.len() as u64).sum::<u64>();
         let client = &mut self.clients[c];
         client.in_flight = Some(txn);
         client.next_txn += 1;

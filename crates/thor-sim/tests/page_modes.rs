@@ -4,7 +4,9 @@
 //! `PageRecords` with undo before the commit when their small recovery buffer is full; in
 //! `wpl` they ship the written pages whole and nothing else, and the server logs them whole
 //! (small WPL tables drawn per seed make commits wait for install rounds and checkpoints come
-//! every few commits; every restart runs WPL's backward pass). Every
+//! every few commits; every restart runs WPL's backward pass). In half the seeds clients also
+//! steal dirty pages before the commit (their records with undo and, ESM and WPL, the pages
+//! whole go in `PageRecords`, and the server stages them until the commit). Every
 //! fault of the cluster test applies: server crashes at any step and inside I/O, lost
 //! connections (a commit in flight becomes uncertain, early records are dropped with the
 //! session), latencies drawn from the seed. Every run is judged by both checkers: every
@@ -45,6 +47,7 @@ fn all_seeds(mode: CommitMode) -> Outcome {
                 sum.demotions_forged += o.demotions_forged;
                 sum.page_commits += o.page_commits;
                 sum.records_early += o.records_early;
+                sum.pages_stolen += o.pages_stolen;
                 sum.wpl_restored += o.wpl_restored;
                 sum.wpl_installed += o.wpl_installed;
                 sum.wpl_page_rule_refusals += o.wpl_page_rule_refusals;
@@ -70,6 +73,8 @@ fn all_seeds(mode: CommitMode) -> Outcome {
         } else {
             assert!(sum.records_early > 0, "{sum:?}");
         }
+        // Dirty pages stolen before the commit travel whole in ESM and WPL.
+        assert_eq!(sum.pages_stolen > 0, mode.ships_pages(), "{sum:?}");
     }
     sum
 }

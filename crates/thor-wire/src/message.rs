@@ -1224,6 +1224,37 @@ mod tests {
     }
 
     #[test]
+    fn page_records_carry_stolen_pages_only_in_a_section_that_is_not_empty() {
+        let empty_pb = [0u8; 8];
+        // Records only: txn, no records, and nothing after (the layout without pages).
+        let mut p = empty_pb.to_vec();
+        p.extend_from_slice(&7u64.to_le_bytes());
+        p.extend_from_slice(&0u32.to_le_bytes());
+        let req = decode_request(raw_frame(kind::PAGE_RECORDS, &p), FRAME_BYTES_MAX).unwrap().1;
+        let RequestBody::PageRecords(r) = &req.body else { panic!("{req:?}") };
+        assert_eq!((r.txn, r.records.len(), r.pages.len()), (7, 0, 0));
+        assert_eq!(req.to_frame(5).unwrap(), raw_frame(kind::PAGE_RECORDS, &p).to_vec());
+        // With one stolen page of 1 KiB.
+        let mut q = p.clone();
+        q.extend_from_slice(&1u32.to_le_bytes());
+        q.extend_from_slice(&3u32.to_le_bytes());
+        q.extend_from_slice(&1024u32.to_le_bytes());
+        q.extend_from_slice(&[5; 1024]);
+        let req = decode_request(raw_frame(kind::PAGE_RECORDS, &q), FRAME_BYTES_MAX).unwrap().1;
+        let RequestBody::PageRecords(r) = &req.body else { panic!("{req:?}") };
+        assert_eq!(r.pages.len(), 1);
+        assert_eq!((r.pages[0].0.get(), r.pages[0].1.len()), (3, 1024));
+        assert_eq!(req.to_frame(5).unwrap(), raw_frame(kind::PAGE_RECORDS, &q).to_vec());
+        // A section that says zero pages has a second encoding of the first message: refused.
+        let mut e = p.clone();
+        e.extend_from_slice(&0u32.to_le_bytes());
+        assert!(matches!(
+            req_err(kind::PAGE_RECORDS, &e),
+            WireError::BadValue { what: "stolen pages", .. }
+        ));
+    }
+
+    #[test]
     fn encoders_refuse_what_decoders_would() {
         let mut out = vec![1, 2, 3];
         let hello = Hello::new(vec![0u8; TOKEN_BYTES_MAX + 1], "x");

@@ -10,6 +10,8 @@
 //! PageRecords 0x0040  +----------+--------+---------------------------------+
 //!                     | txn: u64 | N: u32 | N x ( len: u32 | page record )  |   sent before
 //!                     +----------+--------+---------------------------------+   commit (undo)
+//!                     | [ P: u32 | P x ( page: u32 | len: u32 | the page ) ] |   stolen pages,
+//!                     +---------------------------------------------------+    only if P > 0
 //!
 //! PageCommit  0x0041  +----------+---------+--------+--------------------+
 //!                     | txn: u64 | mode u8 | R: u32 | R read orefs (u32) |      the read set
@@ -25,6 +27,12 @@
 //!   R <= 2^21; W + C <= 2^20; N <= PAGE_RECORDS_MAX; P <= PAGES_SHIPPED_MAX;
 //!   record len <= PAGE_RECORD_BYTES_MAX; page len a valid page size
 //! ```
+//!
+//! `PageRecords` goes before commit for one of two reasons: the client's recovery buffer must
+//! make room (records only), or a dirty page leaves the client's memory (the paper's eviction
+//! of a dirty page: its records and, in the ESM modes and WPL, the page whole). The stolen
+//! pages' section is present only when it is not empty, so a message without pages is
+//! byte for byte what it was before the section existed.
 //!
 //! `PageRecords` is answered with `Ack`, `PageCommit` as `Commit` is (`CommitOk` once durable,
 //! or `CommitRefused`). `txn` is the client's transaction number; the records of one
@@ -148,13 +156,19 @@ impl std::fmt::Display for CommitMode {
     }
 }
 
-/// Page records sent before commit (the recovery buffer had to make room), with undo bytes.
+/// What a page-mode client sends before its commit: page records with undo bytes (the
+/// recovery buffer had to make room, or a dirty page left the client's memory) and, when a
+/// dirty page left it in an ESM mode or WPL, the page whole.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PageRecords {
     /// The client's transaction number; every record's header names it.
     pub txn: u64,
     /// The records, each in `thor_recovery::record`'s layout.
     pub records: Vec<Bytes>,
+    /// Dirty pages stolen from the client before commit, whole (ESM and WPL), as in
+    /// [`PageCommit::pages`]. The server keeps them until the commit, which may ship a newer
+    /// copy of the same page.
+    pub pages: Vec<(thor_core::PageId, Bytes)>,
 }
 
 /// A page-based commit.
@@ -178,7 +192,21 @@ pub struct PageCommit {
 
 /// Bytes of a `PageRecords` body, checking its limits.
 pub(crate) fn records_bytes(r: &PageRecords) -> Result<usize, WireError> {
-    Ok(8 + list_bytes(&r.records)?)
+    let pages = if r.pages.is_empty() { 0 } else { pages_bytes(&r.pages)? };
+    Ok(8 + list_bytes(&r.records)? + pages)
+}
+
+/// Bytes of a list of whole pages, checking its limits.
+fn pages_bytes(pages: &[(thor_core::PageId, Bytes)]) -> Result<usize, WireError> {
+    check_limit("shipped pages", pages.len(), PAGES_SHIPPED_MAX)?;
+    let mut n = 4;
+    for (_, p) in pages {
+        if !is_valid_page_size(p.len()) {
+            return Err(WireError::BadValue { what: "shipped page", why: "not a page size" });
+        }
+        n += 8 + p.len();
+    }
+    Ok(n)
 }
 
 fn list_bytes(records: &[Bytes]) -> Result<usize, WireError> {
@@ -210,15 +238,7 @@ pub(crate) fn commit_bytes(c: &PageCommit) -> Result<usize, WireError> {
         n += 4 + b.len();
     }
     n += list_bytes(&c.records)?;
-    check_limit("shipped pages", c.pages.len(), PAGES_SHIPPED_MAX)?;
-    n += 4;
-    for (_, p) in &c.pages {
-        if !is_valid_page_size(p.len()) {
-            return Err(WireError::BadValue { what: "shipped page", why: "not a page size" });
-        }
-        n += 8 + p.len();
-    }
-    Ok(n)
+    Ok(n + pages_bytes(&c.pages)?)
 }
 
 fn put_list(out: &mut Vec<u8>, items: &[Bytes]) {
@@ -236,10 +256,22 @@ fn put_orefs(out: &mut Vec<u8>, orefs: &[Oref]) {
     }
 }
 
+fn put_pages(out: &mut Vec<u8>, pages: &[(thor_core::PageId, Bytes)]) {
+    out.put_u32(pages.len() as u32);
+    for (page, bytes) in pages {
+        out.put_u32(page.get());
+        out.put_u32(bytes.len() as u32);
+        out.extend_from_slice(bytes);
+    }
+}
+
 /// Writes a `PageRecords` body ([`records_bytes`] has checked it).
 pub(crate) fn put_records(out: &mut Vec<u8>, r: &PageRecords) {
     out.put_u64(r.txn);
     put_list(out, &r.records);
+    if !r.pages.is_empty() {
+        put_pages(out, &r.pages);
+    }
 }
 
 /// Writes a `PageCommit` body ([`commit_bytes`] has checked it).
@@ -250,12 +282,7 @@ pub(crate) fn put_commit(out: &mut Vec<u8>, c: &PageCommit) {
     put_orefs(out, &c.writes);
     put_list(out, &c.created);
     put_list(out, &c.records);
-    out.put_u32(c.pages.len() as u32);
-    for (page, bytes) in &c.pages {
-        out.put_u32(page.get());
-        out.put_u32(bytes.len() as u32);
-        out.extend_from_slice(bytes);
-    }
+    put_pages(out, &c.pages);
 }
 
 fn get_list(
@@ -286,18 +313,21 @@ fn get_orefs(r: &mut Reader, max: usize, what: &'static str) -> Result<Vec<Oref>
 pub(crate) fn get_records(r: &mut Reader) -> Result<PageRecords, WireError> {
     let txn = r.u64("txn")?;
     let records = get_list(r, PAGE_RECORDS_MAX, PAGE_RECORD_BYTES_MAX, "page records")?;
-    Ok(PageRecords { txn, records })
+    // The pages' section is there only when it holds pages: an empty one is malformed, so
+    // that each message has exactly one encoding.
+    let pages = if r.remaining() == 0 {
+        Vec::new()
+    } else {
+        let pages = get_pages(r)?;
+        if pages.is_empty() {
+            return Err(WireError::BadValue { what: "stolen pages", why: "an empty section" });
+        }
+        pages
+    };
+    Ok(PageRecords { txn, records, pages })
 }
 
-/// Reads a `PageCommit` body.
-pub(crate) fn get_commit(r: &mut Reader) -> Result<PageCommit, WireError> {
-    let txn = r.u64("txn")?;
-    let mode = r.u8("commit mode")?;
-    let reads = get_orefs(r, READ_SET_MAX, "read set")?;
-    let writes = get_orefs(r, COMMIT_OBJECTS_MAX, "write set")?;
-    let created =
-        get_list(r, COMMIT_OBJECTS_MAX - writes.len(), OBJECT_BYTES_MAX, "created objects")?;
-    let records = get_list(r, PAGE_RECORDS_MAX, PAGE_RECORD_BYTES_MAX, "page records")?;
+fn get_pages(r: &mut Reader) -> Result<Vec<(thor_core::PageId, Bytes)>, WireError> {
     let n = r.count32(PAGES_SHIPPED_MAX, 8, "shipped pages")?;
     let mut pages = Vec::with_capacity(n);
     for _ in 0..n {
@@ -311,5 +341,18 @@ pub(crate) fn get_commit(r: &mut Reader) -> Result<PageCommit, WireError> {
         }
         pages.push((page, r.bytes(len, "shipped page bytes")?));
     }
+    Ok(pages)
+}
+
+/// Reads a `PageCommit` body.
+pub(crate) fn get_commit(r: &mut Reader) -> Result<PageCommit, WireError> {
+    let txn = r.u64("txn")?;
+    let mode = r.u8("commit mode")?;
+    let reads = get_orefs(r, READ_SET_MAX, "read set")?;
+    let writes = get_orefs(r, COMMIT_OBJECTS_MAX, "write set")?;
+    let created =
+        get_list(r, COMMIT_OBJECTS_MAX - writes.len(), OBJECT_BYTES_MAX, "created objects")?;
+    let records = get_list(r, PAGE_RECORDS_MAX, PAGE_RECORD_BYTES_MAX, "page records")?;
+    let pages = get_pages(r)?;
     Ok(PageCommit { txn, mode, reads, writes, created, records, pages })
 }

@@ -260,6 +260,9 @@ server_stats! {
     wpl_page_rule_refusals: u64,
     /// Whole-page logging: copies in the WPL table now.
     wpl_table: u64,
+    /// Dirty pages received before commit, stolen from a client's memory (ESM, WPL; also
+    /// counted in pages_shipped).
+    pages_early: u64,
     /// `Prefetch` requests served (version 4; each also counted in fetches).
     prefetch_requests: u64,
     /// Pages sent beyond the asked ones by prefetch (each registered in the client's

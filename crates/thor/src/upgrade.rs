@@ -13,7 +13,11 @@ use crate::Error;
 /// A class's stored layout follows from its [`class!`](crate::class) declaration, and objects
 /// keep their size for life, so a program whose declaration differs from the stored class
 /// gets [`ClientError::SchemaMismatch`](crate::ClientError::SchemaMismatch) from
-/// [`Session::get`](crate::Session::get) and [`Session::create`](crate::Session::create).
+/// [`Session::get`](crate::Session::get) and [`Session::create`](crate::Session::create)
+/// (unless the stored class extends the declaration: more words after the declared fields,
+/// none a reference, which a program reads and writes through its declaration; see
+/// `thor_client::typed`). After an upgrade that appended fields that are not references,
+/// programs with the old declaration can therefore still use the new database.
 /// Appending fields is supported, offline:
 ///
 /// 1. **Stop** every server and program that has the database open (`thor server`,

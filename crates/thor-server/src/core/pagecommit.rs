@@ -13,8 +13,10 @@
 //! objects, and in the ESM modes every dirty page whole.
 //!
 //! ```text
-//!  PageRecords (undo) ──► staged per connection (bounded), never applied before commit
-//!  PageCommit ──► mode checked ──► records parsed (staged ones of the same txn first)
+//!  PageRecords (undo; stolen pages) ──► staged per connection (bounded), never applied
+//!                                        before commit
+//!  PageCommit ──► mode checked ──► records parsed (staged ones of the same txn first);
+//!                  pages: the staged ones, each replaced by the commit's copy if it ships one
 //!                  │
 //!                  ├─ ESM: the written objects' bytes come from the shipped pages
 //!                  └─ REDO: each page's committed image (page cache + MOB, or read from
@@ -89,6 +91,9 @@ pub struct PageCounters {
     pub records: u64,
     /// Page records received before commit.
     pub records_early: u64,
+    /// Dirty pages received before commit (stolen from a client's memory; also counted in
+    /// `pages_shipped`).
+    pub pages_early: u64,
     /// Bytes of page records received.
     pub record_bytes: u64,
     /// Dirty pages received whole.
@@ -97,14 +102,18 @@ pub struct PageCounters {
     pub redo_reads: u64,
 }
 
-/// Early records of one connection's open transaction.
+/// What one connection's open transaction sent before its commit.
 #[derive(Debug, Default)]
 struct Staged {
     /// The transaction they belong to.
     txn: u64,
     /// The records, in arrival order (each checked by the decoder).
     records: Vec<Bytes>,
-    /// Their bytes, against [`STAGED_BYTES_MAX`].
+    /// Dirty pages stolen from the client (ESM, WPL), each checked as a stored page; a page
+    /// stolen twice keeps its newer copy.
+    pages: Vec<(PageId, Bytes)>,
+    /// Bytes of records and pages, against [`STAGED_BYTES_MAX`]; `usize::MAX` once something
+    /// of the transaction was refused (its commit is then refused too).
     bytes: usize,
 }
 
@@ -136,6 +145,33 @@ pub struct PageCommits {
     /// Whole-page logging's table and counters: set in `wpl` mode, or by recovery when the
     /// log holds WPL copies not yet home (whatever the mode now, they must go home).
     pub wpl: Option<super::wpl::WplState>,
+}
+
+impl Staged {
+    /// Marks the transaction refused: what it staged goes, and its commit will be refused.
+    fn poison(&mut self) {
+        self.bytes = usize::MAX;
+        self.records = Vec::new();
+        self.pages = Vec::new();
+    }
+
+    /// `c`'s pages with the staged ones its commit does not ship again added, or why the
+    /// commit must be refused.
+    fn merge_into(self, c: &mut PageCommit) -> Result<Vec<Bytes>, &'static str> {
+        if self.txn != c.txn {
+            // Staged under an older transaction number: that transaction ended unanswered.
+            return Ok(Vec::new());
+        }
+        if self.bytes == usize::MAX {
+            return Err("what this transaction sent before its commit was refused");
+        }
+        for (p, bytes) in self.pages {
+            if !c.pages.iter().any(|(q, _)| *q == p) {
+                c.pages.push((p, bytes));
+            }
+        }
+        Ok(self.records)
+    }
 }
 
 impl PageCommits {
@@ -173,10 +209,10 @@ impl Core {
         self.pages.mode
     }
 
-    /// `PageRecords`: checks and stages early records and answers `Ack`. A malformed record,
-    /// or staging beyond [`STAGED_BYTES_MAX`], is answered with an error (the session stays
-    /// open) and poisons the transaction's staging, so that its commit is refused rather than
-    /// applied without the records that were dropped.
+    /// `PageRecords`: checks and stages early records and stolen pages, and answers `Ack`. A
+    /// malformed record or page, or staging beyond [`STAGED_BYTES_MAX`], is answered with an
+    /// error (the session stays open) and poisons the transaction's staging, so that its commit
+    /// is refused rather than applied without what was dropped.
     pub(super) fn page_records(
         &mut self,
         conn: ConnId,
@@ -186,11 +222,26 @@ impl Core {
     ) {
         let page_size = self.store.page_size;
         let result = (|| {
-            if !self.pages.mode.sends_records() {
+            if !r.records.is_empty() && !self.pages.mode.sends_records() {
                 return Err(format!(
                     "the server's commit mode is {}, which takes no page records",
                     self.pages.mode
                 ));
+            }
+            if !r.pages.is_empty() && !self.pages.mode.ships_pages() {
+                return Err(format!(
+                    "the server's commit mode is {}, which takes no pages",
+                    self.pages.mode
+                ));
+            }
+            for (i, (p, bytes)) in r.pages.iter().enumerate() {
+                if r.pages[..i].iter().any(|(q, _)| q == p) {
+                    return Err(format!("page {p} stolen twice in one message"));
+                }
+                if bytes.len() != page_size {
+                    return Err("a stolen page of another size".into());
+                }
+                PageView::parse_stored(bytes, *p).map_err(|e| format!("stolen page {p}: {e}"))?;
             }
             for rec in &r.records {
                 let p = PageRecord::parse(rec, page_size).map_err(|e| e.to_string())?;
@@ -205,29 +256,38 @@ impl Core {
         if staged.txn != r.txn {
             *staged = Staged { txn: r.txn, ..Staged::default() };
         }
-        let added: usize = r.records.iter().map(Bytes::len).sum();
+        let record_bytes: usize = r.records.iter().map(Bytes::len).sum();
+        let added = record_bytes + r.pages.len() * page_size;
         let reply = match result {
-            Ok(()) if staged.bytes + added <= STAGED_BYTES_MAX => {
+            Ok(()) if staged.bytes.saturating_add(added) <= STAGED_BYTES_MAX => {
                 staged.bytes += added;
-                self.pages.counters.records += r.records.len() as u64;
-                self.pages.counters.records_early += r.records.len() as u64;
-                self.pages.counters.record_bytes += added as u64;
+                let c = &mut self.pages.counters;
+                c.records += r.records.len() as u64;
+                c.records_early += r.records.len() as u64;
+                c.record_bytes += record_bytes as u64;
+                c.pages_shipped += r.pages.len() as u64;
+                c.pages_early += r.pages.len() as u64;
                 staged.records.extend(r.records);
+                for (p, bytes) in r.pages {
+                    match staged.pages.iter_mut().find(|(q, _)| *q == p) {
+                        // The older copy's bytes stay counted: the bound is on what was sent.
+                        Some(old) => old.1 = bytes,
+                        None => staged.pages.push((p, bytes)),
+                    }
+                }
                 Reply::new(ReplyBody::Ack)
             }
             Ok(()) => {
                 // Poisoned: the commit of this transaction is refused (its txn matches a
                 // staging marked over the bound).
-                staged.bytes = usize::MAX;
-                staged.records.clear();
+                staged.poison();
                 Reply::error(
                     thor_wire::ErrorCode::Malformed,
-                    "page records staged beyond the bound",
+                    "page records and pages staged beyond the bound",
                 )
             }
             Err(why) => {
-                staged.bytes = usize::MAX;
-                staged.records.clear();
+                staged.poison();
                 Reply::error(thor_wire::ErrorCode::Malformed, &why)
             }
         };
@@ -237,7 +297,7 @@ impl Core {
 
     /// `PageCommit`: gathers the records and the images they apply to (parking for reads),
     /// then hands the commit to thor's commit path.
-    pub(super) fn page_commit(&mut self, origin: Origin, c: PageCommit, fx: &mut Vec<Effect>) {
+    pub(super) fn page_commit(&mut self, origin: Origin, mut c: PageCommit, fx: &mut Vec<Effect>) {
         let staged = origin.conn().and_then(|conn| self.pages.staged.remove(&conn));
         if c.mode != self.pages.mode.code() || !self.pages.mode.is_page_based() {
             let why = format!(
@@ -246,23 +306,30 @@ impl Core {
             );
             return self.answer_commit(origin, Err(bad(why)), fx);
         }
-        if self.pages.mode == CommitMode::Wpl {
-            return self.wpl_page_commit(origin, c, fx);
-        }
-        let mut records = Vec::new();
-        if let Some(s) = staged
-            && s.txn == c.txn
-        {
-            if s.bytes == usize::MAX {
-                let why = "early records of this transaction were refused";
-                return self.answer_commit(origin, Err(bad(why)), fx);
+        let page_size = self.store.page_size;
+        // The commit's own pages are checked before the staged ones join them (those were
+        // checked when they came).
+        for (i, (p, bytes)) in c.pages.iter().enumerate() {
+            if c.pages[..i].iter().any(|(q, _)| q == p) {
+                return self.answer_commit(origin, Err(bad(format!("page {p} shipped twice"))), fx);
             }
-            records = s.records;
+            if bytes.len() != page_size {
+                return self.answer_commit(origin, Err(bad("a shipped page of another size")), fx);
+            }
+            if let Err(e) = PageView::parse_stored(bytes, *p) {
+                return self.answer_commit(origin, Err(bad(format!("shipped page {p}: {e}"))), fx);
+            }
         }
         self.pages.counters.records += c.records.len() as u64;
         self.pages.counters.record_bytes += c.records.iter().map(|r| r.len() as u64).sum::<u64>();
         self.pages.counters.pages_shipped += c.pages.len() as u64;
-        let page_size = self.store.page_size;
+        let mut records = match staged.map_or(Ok(Vec::new()), |s| s.merge_into(&mut c)) {
+            Ok(r) => r,
+            Err(why) => return self.answer_commit(origin, Err(bad(why)), fx),
+        };
+        if self.pages.mode == CommitMode::Wpl {
+            return self.wpl_page_commit(origin, c, fx);
+        }
         for rec in &c.records {
             match PageRecord::parse(rec, page_size) {
                 Ok(p) if p.header().txn.0 == c.txn => {}
@@ -291,17 +358,6 @@ impl Core {
         }
         need.sort_unstable();
         need.dedup();
-        for (i, (p, bytes)) in c.pages.iter().enumerate() {
-            if c.pages[..i].iter().any(|(q, _)| q == p) {
-                return self.answer_commit(origin, Err(bad(format!("page {p} shipped twice"))), fx);
-            }
-            if bytes.len() != page_size {
-                return self.answer_commit(origin, Err(bad("a shipped page of another size")), fx);
-            }
-            if let Err(e) = PageView::parse_stored(bytes, *p) {
-                return self.answer_commit(origin, Err(bad(format!("shipped page {p}: {e}"))), fx);
-            }
-        }
         need.retain(|p| !c.pages.iter().any(|(q, _)| q == p));
         let mut parked =
             Parked { origin, commit: c, records, images: Vec::new(), waiting: Vec::new() };
@@ -331,7 +387,6 @@ impl Core {
     /// the pages, where `Store::prepare_wpl` checks the page rule and logs the pages.
     fn wpl_page_commit(&mut self, origin: Origin, c: PageCommit, fx: &mut Vec<Effect>) {
         let page_size = self.store.page_size;
-        self.pages.counters.pages_shipped += c.pages.len() as u64;
         let refuse = |core: &mut Core, why: String, fx: &mut Vec<Effect>| {
             core.answer_commit(origin, Err(bad(why)), fx)
         };
@@ -526,6 +581,7 @@ impl Core {
             wpl_restored: w.restored,
             wpl_page_rule_refusals: w.page_rule_refusals,
             wpl_table: self.wpl_table_len() as u64,
+            pages_early: p.pages_early,
             ..thor_wire::ServerStats::default()
         }
     }

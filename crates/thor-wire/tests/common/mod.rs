@@ -66,9 +66,12 @@ pub fn request_body() -> impl Strategy<Value = RequestBody> {
         "\\PC{0,40}".prop_map(|path| RequestBody::Backup { path }),
         prepare().prop_map(|p| RequestBody::Prepare(Box::new(p))),
         peer().prop_map(RequestBody::Peer),
-        (any::<u64>(), vec(blob(64), 0..4)).prop_map(|(txn, records)| {
-            RequestBody::PageRecords(thor_wire::PageRecords { txn, records })
-        }),
+        (any::<u64>(), vec(blob(64), 0..4), vec(page_id(), 0..3)).prop_map(
+            |(txn, records, pages)| {
+                let pages = pages.into_iter().map(|p| (p, Bytes::from(vec![9u8; 1024]))).collect();
+                RequestBody::PageRecords(thor_wire::PageRecords { txn, records, pages })
+            }
+        ),
         (
             (any::<u64>(), any::<u8>(), vec(oref(), 0..8), vec(oref(), 0..8)),
             (vec(blob(48), 0..4), vec(blob(64), 0..4), vec(page_id(), 0..3)),
@@ -132,7 +135,7 @@ pub fn request() -> impl Strategy<Value = Request> {
 }
 
 fn stats() -> impl Strategy<Value = ServerStats> {
-    (vec(any::<u64>(), 78), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
+    (vec(any::<u64>(), 79), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
         commits: w[0],
         versions_committed: w[1],
         objects_created: w[2],
@@ -210,9 +213,10 @@ fn stats() -> impl Strategy<Value = ServerStats> {
         wpl_restored: w[72],
         wpl_page_rule_refusals: w[73],
         wpl_table: w[74],
-        prefetch_requests: w[75],
-        pages_prefetched: w[76],
-        prefetch_uncached: w[77],
+        pages_early: w[75],
+        prefetch_requests: w[76],
+        pages_prefetched: w[77],
+        prefetch_uncached: w[78],
     })
 }
 

@@ -277,7 +277,11 @@ fn early_records_are_staged_and_applied_only_with_their_commit() {
     let page = it[0].page().unwrap();
     let img = h.fetch(1, 3, page);
     let (early, cur) = record_of(&img, it[0], 10, 7, Images::RedoUndo);
-    let body = RequestBody::PageRecords(PageRecords { txn: 7, records: vec![Bytes::from(early)] });
+    let body = RequestBody::PageRecords(PageRecords {
+        txn: 7,
+        records: vec![Bytes::from(early)],
+        pages: Vec::new(),
+    });
     assert!(matches!(h.request(1, 4, body).body, ReplyBody::Ack));
     // Staged, not applied: another client sees the committed value.
     assert_eq!(payload(&h.fetch(2, 2, page), it[0]), 0);
@@ -297,7 +301,11 @@ fn early_records_of_an_abandoned_transaction_are_dropped() {
     let page = it[0].page().unwrap();
     let img = h.fetch(1, 3, page);
     let (early, _) = record_of(&img, it[0], 10, 7, Images::RedoUndo);
-    let body = RequestBody::PageRecords(PageRecords { txn: 7, records: vec![Bytes::from(early)] });
+    let body = RequestBody::PageRecords(PageRecords {
+        txn: 7,
+        records: vec![Bytes::from(early)],
+        pages: Vec::new(),
+    });
     assert!(matches!(h.request(1, 4, body).body, ReplyBody::Ack));
     // The client aborted transaction 7 locally; transaction 8 writes item 1 only.
     let (rec, _) = record_of(&img, it[1], 12, 8, Images::Redo);
@@ -317,8 +325,11 @@ fn a_malformed_early_record_poisons_its_transaction_only() {
     // Redo-only records may not come early; nor may bytes that are no record.
     let (redo_only, _) = record_of(&img, it[0], 10, 7, Images::Redo);
     for bad in [redo_only, vec![1, 2, 3]] {
-        let body =
-            RequestBody::PageRecords(PageRecords { txn: 7, records: vec![Bytes::from(bad)] });
+        let body = RequestBody::PageRecords(PageRecords {
+            txn: 7,
+            records: vec![Bytes::from(bad)],
+            pages: Vec::new(),
+        });
         let r = h.request(1, 4, body);
         assert!(matches!(r.body, ReplyBody::Error { .. }), "{r:?}");
     }
@@ -358,6 +369,141 @@ fn a_page_shipped_twice_or_of_another_id_is_refused() {
         assert!(refused(&h.request(1, 10 + i as u64, RequestBody::PageCommit(c))));
     }
     assert_eq!(payload(&h.fetch(1, 20, page), it[1]), 1);
+}
+
+/// `PageRecords` of transaction `txn` stealing `pages` (each sealed here), with `records`.
+fn steal(txn: u64, records: Vec<Vec<u8>>, pages: Vec<(PageId, Vec<u8>)>) -> RequestBody {
+    let pages = pages
+        .into_iter()
+        .map(|(p, mut b)| {
+            thor_core::page::seal(&mut b);
+            (p, Bytes::from(b))
+        })
+        .collect();
+    let records = records.into_iter().map(Bytes::from).collect();
+    RequestBody::PageRecords(PageRecords { txn, records, pages })
+}
+
+#[test]
+fn esm_takes_a_page_stolen_before_commit_as_if_shipped_with_it() {
+    let mut h = Harness::new(CommitMode::SdEsm, 16);
+    h.connect(1);
+    h.connect(2);
+    let it = items(&mut h, 1, 3);
+    let page = it[0].page().unwrap();
+    let img = h.fetch(1, 3, page);
+    let (early, cur) = record_of(&img, it[0], 40, 7, Images::RedoUndo);
+    assert!(matches!(
+        h.request(1, 4, steal(7, vec![early], vec![(page, cur)])).body,
+        ReplyBody::Ack
+    ));
+    // Staged, not applied.
+    assert_eq!(payload(&h.fetch(2, 2, page), it[0]), 0);
+    // The commit ships nothing for the page: its bytes come from the stolen copy.
+    let r = h.request(1, 5, page_commit(&h, 7, &[it[0]], Vec::new()));
+    assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}");
+    assert_eq!(payload(&h.fetch(2, 3, page), it[0]), 40);
+    let st = h.core.server_stats();
+    assert_eq!((st.pages_shipped, st.pages_early, st.page_records_early), (1, 1, 1));
+}
+
+#[test]
+fn esm_a_page_shipped_at_commit_replaces_its_stolen_copy() {
+    let mut h = Harness::new(CommitMode::PdEsm, 16);
+    h.connect(1);
+    let it = items(&mut h, 1, 3);
+    let page = it[0].page().unwrap();
+    let img = h.fetch(1, 3, page);
+    let (early, cur) = record_of(&img, it[0], 40, 7, Images::RedoUndo);
+    assert!(matches!(
+        h.request(1, 4, steal(7, vec![early], vec![(page, cur.clone())])).body,
+        ReplyBody::Ack
+    ));
+    // Written again after the steal: item 0 once more, and item 1.
+    let (_, cur2) = record_of(&cur, it[0], 41, 7, Images::Redo);
+    let (rec, mut cur3) = record_of(&cur2, it[1], 51, 7, Images::Redo);
+    thor_core::page::seal(&mut cur3);
+    let RequestBody::PageCommit(mut c) = page_commit(&h, 7, &[it[0], it[1]], vec![rec]) else {
+        unreachable!()
+    };
+    c.pages = vec![(page, Bytes::from(cur3))];
+    let r = h.request(1, 5, RequestBody::PageCommit(c));
+    assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}");
+    let now = h.fetch(1, 6, page);
+    assert_eq!((payload(&now, it[0]), payload(&now, it[1]), payload(&now, it[2])), (41, 51, 2));
+}
+
+#[test]
+fn stolen_pages_of_an_abandoned_transaction_are_dropped() {
+    let mut h = Harness::new(CommitMode::Wpl, 16);
+    h.connect(1);
+    let it = items(&mut h, 1, 3);
+    let page = it[0].page().unwrap();
+    let img = h.fetch(1, 3, page);
+    let (_, cur) = record_of(&img, it[0], 40, 7, Images::Redo);
+    assert!(matches!(
+        h.request(1, 4, steal(7, Vec::new(), vec![(page, cur)])).body,
+        ReplyBody::Ack
+    ));
+    // Transaction 7 ended unanswered (aborted at the client); 8 writes item 1 from the image.
+    let r = h.request(1, 5, wpl_commit(&h, 8, &img, &[(it[1], 12)]));
+    assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}");
+    let now = h.fetch(1, 6, page);
+    assert_eq!((payload(&now, it[0]), payload(&now, it[1])), (0, 12));
+}
+
+#[test]
+fn wpl_logs_a_page_stolen_before_commit_with_the_commit() {
+    let mut h = Harness::new(CommitMode::Wpl, 16);
+    h.connect(1);
+    h.connect(2);
+    let it = items(&mut h, 1, 600);
+    let (p0, p1) = (it[0].page().unwrap(), it[599].page().unwrap());
+    assert_ne!(p0, p1);
+    let img0 = h.fetch(1, 3, p0);
+    let img1 = h.fetch(1, 4, p1);
+    let (_, cur0) = record_of(&img0, it[0], 40, 7, Images::Redo);
+    assert!(matches!(h.request(1, 5, steal(7, Vec::new(), vec![(p0, cur0)])).body, ReplyBody::Ack));
+    assert_eq!(payload(&h.fetch(2, 2, p0), it[0]), 0, "staged, not logged");
+    let images = h.core.server_stats().wpl_images;
+    let RequestBody::PageCommit(mut c) = wpl_commit(&h, 7, &img1, &[(it[599], 9)]) else {
+        unreachable!()
+    };
+    c.writes.push(it[0]);
+    let r = h.request(1, 6, RequestBody::PageCommit(c));
+    assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}");
+    assert_eq!(h.core.server_stats().wpl_images, images + 2, "both pages logged whole");
+    assert_eq!(payload(&h.fetch(2, 3, p0), it[0]), 40);
+    assert_eq!(payload(&h.fetch(2, 4, p1), it[599]), 9);
+}
+
+#[test]
+fn pages_are_refused_before_commit_where_the_mode_ships_none_and_poison_the_transaction() {
+    let mut h = Harness::new(CommitMode::PdRedo, 16);
+    h.connect(1);
+    let it = items(&mut h, 1, 2);
+    let page = it[0].page().unwrap();
+    let img = h.fetch(1, 3, page);
+    let r = h.request(1, 4, steal(7, Vec::new(), vec![(page, img.to_vec())]));
+    assert!(matches!(r.body, ReplyBody::Error { .. }), "{r:?}");
+    let (rec, _) = record_of(&img, it[1], 12, 7, Images::Redo);
+    assert!(refused(&h.request(1, 5, page_commit(&h, 7, &[it[1]], vec![rec]))));
+    // A stolen page that is not the page it names poisons an ESM transaction the same way.
+    let mut h = Harness::new(CommitMode::PdEsm, 16);
+    h.connect(1);
+    let it = items(&mut h, 1, 2);
+    let page = it[0].page().unwrap();
+    let img = h.fetch(1, 3, page);
+    let other = PageId::new(page.get() + 1).unwrap();
+    let r = h.request(1, 4, steal(7, Vec::new(), vec![(other, img.to_vec())]));
+    assert!(matches!(r.body, ReplyBody::Error { .. }), "{r:?}");
+    let (rec, mut cur) = record_of(&img, it[1], 12, 7, Images::Redo);
+    thor_core::page::seal(&mut cur);
+    let RequestBody::PageCommit(mut c) = page_commit(&h, 7, &[it[1]], vec![rec]) else {
+        unreachable!()
+    };
+    c.pages = vec![(page, Bytes::from(cur))];
+    assert!(refused(&h.request(1, 5, RequestBody::PageCommit(c))));
 }
 
 // ---- Whole-page logging (`wpl`) ----
