@@ -114,17 +114,7 @@ pub(crate) fn build(
     for (n, (o, bytes)) in versions.iter().enumerate() {
         let (w, span) = locate_write(&mut work, images, page_size, *o, bytes)?;
         if let Some(k) = steal_victim(&work, w, cfg.steal_pages) {
-            let cur = work[k].current();
-            let rec = page_record(
-                mode,
-                &mut differ,
-                &mut regions,
-                &rbuf,
-                &work[k],
-                &cur,
-                txn,
-                Images::RedoUndo,
-            )?;
+            let (cur, rec) = so_far(mode, &mut differ, &mut regions, &rbuf, &work[k], txn)?;
             early.push(stolen(mode, &mut work[k], rec, cur, txn));
             rbuf.release(work[k].page);
         }
@@ -147,17 +137,7 @@ pub(crate) fn build(
                         .iter()
                         .position(|x| x.page == oldest)
                         .ok_or_else(|| broken("the buffer named a page never written"))?;
-                    let cur = work[k].current();
-                    let rec = page_record(
-                        mode,
-                        &mut differ,
-                        &mut regions,
-                        &rbuf,
-                        &work[k],
-                        &cur,
-                        txn,
-                        Images::RedoUndo,
-                    )?;
+                    let (cur, rec) = so_far(mode, &mut differ, &mut regions, &rbuf, &work[k], txn)?;
                     if let Some(rec) = rec {
                         let records = vec![Bytes::from(rec)];
                         early.push(PageRecords { txn, records, pages: Vec::new() });
@@ -268,6 +248,20 @@ fn build_wpl(
     let mode = CommitMode::Wpl.code();
     let commit = PageCommit { txn, mode, reads, writes, created, records: Vec::new(), pages };
     Ok(PageTxn { early, commit })
+}
+
+/// `w`'s current bytes and its record so far with undo (what goes before the commit).
+fn so_far(
+    mode: CommitMode,
+    differ: &mut Differ,
+    regions: &mut Vec<Span>,
+    rbuf: &RecoveryBuffer,
+    w: &PageWork,
+    txn: u64,
+) -> Result<(Vec<u8>, Option<Vec<u8>>), Violation> {
+    let cur = w.current();
+    let rec = page_record(mode, differ, regions, rbuf, w, &cur, txn, Images::RedoUndo)?;
+    Ok((cur, rec))
 }
 
 /// The page to steal before `w` is written, if `w` is not dirty and the dirty pages are
