@@ -151,8 +151,9 @@ pub struct SessionConfig {
     /// the reply, so that one round trip brings several pages. `Some(0)` turns prefetch off
     /// (plain `Fetch`); `None`, the default, is [`crate::limits::PREFETCH_PAGES_DEFAULT`] over
     /// a network transport and off over an in-process one ([`Transport::in_process`]), where
-    /// a round trip costs little more than a page and prefetch did not pay. Prefetched pages take frames like fetched ones and are evicted like them; a
-    /// session asks for at most an eighth of its frames at once
+    /// a round trip costs little more than a page and prefetch did not pay. Prefetched pages
+    /// take frames like fetched ones and are evicted like them; a session asks for at most an
+    /// eighth of its frames at once
     /// ([`crate::limits::PREFETCH_FRAMES_DIVISOR`]), and fewer while its cache evicts
     /// prefetched pages before they are used ([`crate::prefetch`]'s window). Used with servers
     /// that speak version 4 and in `obj` commit mode (the page modes keep fetched pages'
