@@ -15,39 +15,33 @@ fn thor(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_thor")).args(args).output().expect("thor runs")
 }
 
+/// Loads a tiny OO7 database with `modules` modules into `tmp` and runs
+/// `thor oo7 recovery-study` on it, T2B only, two timed transactions and one run per point,
+/// with `args` besides; returns the results directory and its points.
+fn study(tmp: &std::path::Path, modules: &str, args: &[&str]) -> (std::path::PathBuf, Vec<Value>) {
+    let db = tmp.join("db");
+    let dir = db.to_str().unwrap();
+    let out = thor(&["oo7", "load", "--dir", dir, "--size", "tiny", "--modules", modules]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let results = tmp.join("out");
+    let mut all = vec!["oo7", "recovery-study", "--dir", dir, "--traversals", "t2b"];
+    all.extend_from_slice(&["--repeat", "2", "--runs", "1", "--out", results.to_str().unwrap()]);
+    all.extend_from_slice(args);
+    let out = thor(&all);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json = std::fs::read(results.join("recovery-study.json")).unwrap();
+    (results, serde_json::from_slice(&json).unwrap())
+}
+
 #[test]
 fn every_mode_runs_and_its_counts_relate() {
     let tmp = tempfile::tempdir().unwrap();
-    let db = tmp.path().join("db");
-    let dir = db.to_str().unwrap();
-    let out = thor(&["oo7", "load", "--dir", dir, "--size", "tiny", "--modules", "2"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let results = tmp.path().join("out");
-    let out = thor(&[
-        "oo7",
-        "recovery-study",
-        "--dir",
-        dir,
-        "--traversals",
-        "t2b",
-        "--clients",
-        "1,2",
-        "--repeat",
-        "2",
-        "--runs",
-        "1",
-        // 8 KiB: one page of PD copies, 128 blocks of SD.
-        "--buffer-mb",
-        "0.0078125",
-        "--out",
-        results.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // 8 KiB of recovery buffer: one page of PD copies, 128 blocks of SD.
+    let (results, points) =
+        study(tmp.path(), "2", &["--clients", "1,2", "--buffer-mb", "0.0078125"]);
     for f in ["recovery-study.csv", "recovery-t2b-response.svg", "recovery-t2b-shipped.png"] {
         assert!(results.join(f).exists(), "{f}");
     }
-    let json = std::fs::read(results.join("recovery-study.json")).unwrap();
-    let points: Vec<Value> = serde_json::from_slice(&json).unwrap();
     assert_eq!(points.len(), 6 * 2, "six modes, two client counts");
     let get = |mode: &str, clients: u64, field: &str| -> f64 {
         let p = points
@@ -94,38 +88,13 @@ fn every_mode_runs_and_its_counts_relate() {
 #[test]
 fn memory_is_split_as_the_paper_does_and_bounded_images_steal_dirty_pages() {
     let tmp = tempfile::tempdir().unwrap();
-    let db = tmp.path().join("db");
-    let dir = db.to_str().unwrap();
-    let out = thor(&["oo7", "load", "--dir", dir, "--size", "tiny"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let results = tmp.path().join("out");
-    let out = thor(&[
-        "oo7",
-        "recovery-study",
-        "--dir",
-        dir,
-        "--traversals",
-        "t2b",
-        "--clients",
-        "1",
-        "--repeat",
-        "2",
-        "--runs",
-        "1",
-        "--memory-mb",
-        "4",
-        "--buffer-mb",
+    let (results, points) = study(
+        tmp.path(),
         "1",
         // Two 8 KiB page images.
-        "--images-mb",
-        "0.015625",
-        "--out",
-        results.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        &["--clients", "1", "--memory-mb", "4", "--buffer-mb", "1", "--images-mb", "0.015625"],
+    );
     assert!(results.join("recovery-t2b-writes.svg").exists());
-    let json = std::fs::read(results.join("recovery-study.json")).unwrap();
-    let points: Vec<Value> = serde_json::from_slice(&json).unwrap();
     let get = |mode: &str, field: &str| -> f64 {
         let p = points.iter().find(|p| p["mode"] == mode).unwrap_or_else(|| panic!("{mode}"));
         p[field].as_f64().unwrap_or_else(|| panic!("{field} of {mode}"))

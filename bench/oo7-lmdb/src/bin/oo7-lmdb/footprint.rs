@@ -122,14 +122,7 @@ pub struct Bisection {
 /// Drops every regular file of `path` (or `path`, a file) from the page cache; returns the
 /// pages still resident.
 fn drop_cache(path: &Path) -> Result<u64> {
-    let files: Vec<PathBuf> = if path.is_dir() {
-        std::fs::read_dir(path)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_file())
-            .collect()
-    } else {
-        vec![path.to_path_buf()]
-    };
+    let files = crate::run::files_of(path)?;
     let mut resident = 0;
     for f in files {
         sys::drop_from_page_cache(&f)?;

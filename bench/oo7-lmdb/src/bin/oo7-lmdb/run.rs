@@ -103,17 +103,22 @@ pub fn lmdb_params(dir: &Path) -> Result<Params> {
     Ok(store::meta(&env, &db)?.params)
 }
 
-/// Reads every regular file of `dir` (or `dir` itself, a file) so the OS page cache holds it;
-/// returns pages resident after, and pages in all.
-pub fn warm(path: &Path) -> Result<(u64, u64)> {
-    let files: Vec<PathBuf> = if path.is_dir() {
+/// The regular files of `path` (a directory), or `path` itself (a file).
+pub fn files_of(path: &Path) -> Result<Vec<PathBuf>> {
+    Ok(if path.is_dir() {
         std::fs::read_dir(path)?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.is_file())
             .collect()
     } else {
         vec![path.to_path_buf()]
-    };
+    })
+}
+
+/// Reads every regular file of `dir` (or `dir` itself, a file) so the OS page cache holds it;
+/// returns pages resident after, and pages in all.
+pub fn warm(path: &Path) -> Result<(u64, u64)> {
+    let files = files_of(path)?;
     let (mut res, mut all) = (0, 0);
     for f in files {
         sys::read_through(&f)?;
