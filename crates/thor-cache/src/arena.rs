@@ -74,6 +74,7 @@ impl Arena {
         debug_assert!(pad <= ALIGN - ALLOC_ALIGN);
         // SAFETY: `pad` is less than the spare bytes allocated, so the frames stay inside.
         let base = unsafe { alloc.add(pad) };
+        advise_huge_pages(base.as_ptr(), len);
         Arena { base, alloc, len, page_size }
     }
 
@@ -191,6 +192,35 @@ impl Arena {
         // the slice.
         unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(off), len) }
     }
+}
+
+/// Asks the kernel to back the arena with transparent huge pages where it can (Linux, when
+/// `transparent_hugepage` is `madvise` or `always`). A cold run touches each fresh frame once,
+/// and with 4 KiB pages that was two page faults per fetched page: a fifth of a cold OO7 T1's
+/// time went to faulting and zeroing the arena. A 2 MiB page takes one fault for 256 frames of
+/// 8 KiB (the zeroing stays). The arena is the budget's frames, allocated whole, so backing
+/// untouched frames early adds nothing the budget does not already count. Advice only: a
+/// kernel that refuses it leaves the arena as it was.
+fn advise_huge_pages(base: *mut u8, len: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        if len < HUGE {
+            return;
+        }
+        // madvise wants a page-aligned start; round inward to 4 KiB pages.
+        let start = (base as usize).next_multiple_of(4096);
+        let end = (base as usize + len) & !4095;
+        if end > start {
+            // SAFETY: the range lies inside the arena's allocation, which this process owns;
+            // MADV_HUGEPAGE changes how it is backed, never its contents.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (base, len);
 }
 
 impl Drop for Arena {

@@ -378,8 +378,14 @@ pub struct CacheCore {
     pub(crate) installed: FrameLists,
     /// Free frames.
     pub(crate) free: Vec<u32>,
-    /// The indirection table.
+    /// The indirection table. Its allocation is reserved once for as many entries as the
+    /// whole budget could hold ([`reserve_table`]): memory that is never touched is never
+    /// backed by the kernel, and growing the table within it never copies it (a `realloc` of a
+    /// table on the allocator's heap copied it whole at every step: 6% of a cold OO7 T1).
     pub(crate) entries: Vec<Entry>,
+    /// The table's capacity as the budget counts it: grows in [`CacheCore::entry_step`]s as
+    /// the table fills, whatever the reservation behind it.
+    entries_counted: usize,
     /// Head of the free-entry list.
     free_entry: u32,
     /// Allocated entries.
@@ -459,6 +465,19 @@ pub struct CacheCore {
     pub(crate) stats: CoreStats,
 }
 
+/// An empty vector with room reserved for `n` elements, or less if the system refuses that
+/// much address space (then it grows by reallocation beyond what it got). The reservation is
+/// address space, not memory: the allocator maps large blocks without touching them, so only
+/// the elements written are backed, and those are what the budget counts.
+pub(crate) fn reserve_table<T>(n: usize) -> Vec<T> {
+    let mut v = Vec::new();
+    let mut n = n;
+    while n > 0 && v.try_reserve_exact(n).is_err() {
+        n /= 2;
+    }
+    v
+}
+
 impl CacheCore {
     /// A cache of `budget_bytes` (frames and tables) over pages of `page_size` bytes.
     pub(crate) fn new(budget_bytes: usize, page_size: usize) -> Result<CacheCore, CacheError> {
@@ -480,9 +499,10 @@ impl CacheCore {
             page_size,
             shift: page_size.trailing_zeros(),
             frames: vec![FrameMeta::FREE; frames],
-            installed: FrameLists::new(frames),
+            installed: FrameLists::new(frames, budget_bytes),
             free: (0..frames as u32).rev().collect(),
-            entries: Vec::new(),
+            entries: reserve_table(budget_bytes / std::mem::size_of::<Entry>()),
+            entries_counted: 0,
             free_entry: NIL,
             live_entries: 0,
             index: OrefIndex::new(),
@@ -533,7 +553,7 @@ impl CacheCore {
 
     /// Bytes of memory the tables use now.
     pub fn table_bytes(&self) -> usize {
-        self.entries.capacity() * std::mem::size_of::<Entry>()
+        self.entries_counted * std::mem::size_of::<Entry>()
             + self.index.memory_bytes()
             + self.pages.capacity() * 9
             + self.frames.capacity() * std::mem::size_of::<FrameMeta>()
@@ -554,7 +574,7 @@ impl CacheCore {
             budget_bytes: self.budget_bytes,
             page_bytes: self.page_size,
             entries: self.live_entries,
-            entry_bytes: self.entries.capacity() * std::mem::size_of::<Entry>(),
+            entry_bytes: self.entries_counted * std::mem::size_of::<Entry>(),
             index_bytes: self.index.memory_bytes(),
             read_set_bytes: self.reads.memory_bytes(),
             table_bytes: self.table_bytes(),
@@ -631,7 +651,13 @@ impl CacheCore {
     /// Entries the indirection table grows by when full: a quarter of its size, bounded so
     /// that the budget's share moves smoothly.
     fn entry_step(&self) -> usize {
-        (self.entries.capacity() / 4).clamp(ENTRY_STEP_MIN, ENTRY_STEP_MAX)
+        (self.entries_counted / 4).clamp(ENTRY_STEP_MIN, ENTRY_STEP_MAX)
+    }
+
+    /// The indirection table's capacity as the budget counts it.
+    #[inline]
+    pub(crate) fn entry_capacity(&self) -> usize {
+        self.entries_counted
     }
 
     /// Memory kept in reserve for the next growth of the tables that can grow when the cache
@@ -693,7 +719,7 @@ impl CacheCore {
     /// Allocates an entry for `oref_word` and adds it to the index (where `vacant` says, if the
     /// caller looked it up).
     fn alloc_entry(&mut self, oref_word: u32, vacant: Option<Vacant>) -> Result<u32, CacheError> {
-        let entries_cap = self.entries.capacity();
+        let entries_cap = self.entries_counted;
         let i = if self.free_entry != NIL {
             let i = self.free_entry;
             self.free_entry = self.entries[i as usize].oref;
@@ -702,10 +728,14 @@ impl CacheCore {
             if self.entries.len() >= RawRef::TAG_MAX as usize {
                 return Err(CacheError::TableFull);
             }
-            if self.entries.len() == self.entries.capacity() {
-                // Grow in bounded steps, covered by the headroom kept in the budget.
-                let step = self.entry_step();
-                self.entries.reserve_exact(step);
+            if self.entries.len() == self.entries_counted {
+                // Grow in bounded steps, covered by the headroom kept in the budget; within
+                // the reservation this only counts the step.
+                self.entries_counted += self.entry_step();
+                let len = self.entries.len();
+                if self.entries.capacity() < self.entries_counted {
+                    self.entries.reserve_exact(self.entries_counted - len);
+                }
             }
             self.entries.push(Entry::FREE);
             (self.entries.len() - 1) as u32
@@ -722,7 +752,7 @@ impl CacheCore {
         // the next slow path rebalances for any other growth (the read set's), which the
         // headroom covers meanwhile: a rebalance per swizzle was 6-8% of conversion
         // (`cargo bench -p thor-cache --bench cache -- conversion`).
-        if self.entries.capacity() != entries_cap || index_grew {
+        if self.entries_counted != entries_cap || index_grew {
             self.rebalance();
         }
         Ok(i)
@@ -1191,7 +1221,7 @@ impl CacheCore {
             // Sized to the table's capacity, exactly (no doubling slack): counted in the
             // tables while the transaction spills, and given back when it ends
             // (`clear_spill_positions`).
-            let n = self.entries.capacity();
+            let n = self.entries_counted;
             self.spill_pos.reserve_exact(n - self.spill_pos.len());
             self.spill_pos.resize(n, NIL);
         }

@@ -331,7 +331,7 @@ impl Gom {
     fn lru_push_front(&mut self, core: &CacheCore, i: u32) {
         if i as usize >= self.next.len() {
             // Room for every entry the table holds now: grows with the table, in its steps.
-            let n = core.entries.capacity().max(i as usize + 1);
+            let n = core.entry_capacity().max(i as usize + 1);
             self.next.resize(n, OUT);
             self.prev.resize(n, OUT);
         }

@@ -16,9 +16,10 @@ pub const ENTRY_STEP_MIN: usize = 256;
 /// in the budget, and the step is also the table's unused capacity after a growth, so a large
 /// step keeps that many frames' worth of memory idle twice over. With 65,536 (1 MiB) hot T1-
 /// on OO7 medium held 1.0 MiB of headroom and 0.87 MiB of unused entries at its zero-fetch
-/// point (17.8 MiB; `cargo run --release -p thor-oo7 --example occupancy`). A growth of a
-/// large table is a `realloc` that the allocator does by remapping pages, not copying, so
-/// smaller steps cost little (`cargo bench -p thor-cache --bench cache -- conversion`).
+/// point (17.8 MiB; `cargo run --release -p thor-oo7 --example occupancy`). A growth only
+/// counts the step: the table's address space is reserved once for the whole budget
+/// (`core::reserve_table`), so it never copies itself (a `realloc` from the allocator's heap
+/// copied the whole table at every step, 6% of a cold OO7 T1 on medium).
 pub const ENTRY_STEP_MAX: usize = 1 << 13;
 
 /// Renames of created objects kept after their commit, so that handles made before the commit

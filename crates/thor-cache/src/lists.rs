@@ -25,6 +25,9 @@ pub const BLOCK: usize = 16;
 
 const NIL: u32 = u32::MAX;
 
+/// Bytes a block costs: its indices and its link.
+const BLOCK_BYTES: usize = BLOCK * 4 + 4;
+
 /// One frame's list: its first and last blocks and its length.
 #[derive(Debug, Clone, Copy)]
 struct List {
@@ -44,17 +47,25 @@ pub struct FrameLists {
     blocks: Vec<[u32; BLOCK]>,
     /// Next block of a list (or of the free chain).
     next: Vec<u32>,
+    /// The pool's capacity in blocks as the budget counts it. `blocks` and `next` are
+    /// reserved once for as many blocks as the budget could hold (address space, not memory:
+    /// see [`crate::core::reserve_table`]), so the pool grows without copying itself; this is
+    /// the part of the reservation it has grown into, in steps of a thirty-second.
+    counted: usize,
     free: u32,
     free_blocks: usize,
 }
 
 impl FrameLists {
-    /// Empty lists for `frames` frames.
-    pub fn new(frames: usize) -> FrameLists {
+    /// Empty lists for `frames` frames, in a cache whose budget is `budget_bytes` (which
+    /// bounds the pool the lists can be counted for, and so its reservation).
+    pub fn new(frames: usize, budget_bytes: usize) -> FrameLists {
+        let reserve = budget_bytes / BLOCK_BYTES;
         FrameLists {
             lists: vec![List::EMPTY; frames],
-            blocks: Vec::new(),
-            next: Vec::new(),
+            blocks: crate::core::reserve_table(reserve),
+            next: crate::core::reserve_table(reserve),
+            counted: 0,
             free: NIL,
             free_blocks: 0,
         }
@@ -99,18 +110,28 @@ impl FrameLists {
             self.free_blocks -= 1;
             return (b, false);
         }
-        let cap = self.blocks.capacity();
-        if self.blocks.len() == cap {
+        let grew = self.blocks.len() == self.counted;
+        if grew {
             // Grow by a thirty-second (at least 16 blocks): the pool's slack, and the headroom
             // the budget keeps for its growth, stay small (an eighth cost a 24 MiB cache on
             // OO7 T1 a few hundred more fetches).
-            let step = (cap / 32).max(16);
-            self.blocks.reserve_exact(step);
-            self.next.reserve_exact(step);
+            self.counted += self.step();
+            let len = self.blocks.len();
+            if self.blocks.capacity() < self.counted {
+                self.blocks.reserve_exact(self.counted - len);
+            }
+            if self.next.capacity() < self.counted {
+                self.next.reserve_exact(self.counted - len);
+            }
         }
         self.blocks.push([NIL; BLOCK]);
         self.next.push(NIL);
-        ((self.blocks.len() - 1) as u32, self.blocks.capacity() != cap)
+        ((self.blocks.len() - 1) as u32, grew)
+    }
+
+    /// Blocks the pool grows by next.
+    fn step(&self) -> usize {
+        (self.counted / 32).max(16)
     }
 
     /// The entries of frame `f`'s list.
@@ -178,13 +199,12 @@ impl FrameLists {
 
     /// Bytes of memory the lists use.
     pub fn memory_bytes(&self) -> usize {
-        self.lists.capacity() * std::mem::size_of::<List>()
-            + self.blocks.capacity() * (BLOCK * 4 + 4)
+        self.lists.capacity() * std::mem::size_of::<List>() + self.counted * BLOCK_BYTES
     }
 
     /// Bytes the pool may grow by at once.
     pub fn growth_bytes(&self) -> usize {
-        (self.blocks.capacity() / 32).max(16) * (BLOCK * 4 + 4)
+        self.step() * BLOCK_BYTES
     }
 
     /// Checks that every block is in exactly one list or the free chain, and that each list's
@@ -236,7 +256,7 @@ mod tests {
         fn lists_match_a_vector_per_frame(
             ops in proptest::collection::vec((0u32..4, 0u32..3, 0u32..200), 1..600)
         ) {
-            let mut lists = FrameLists::new(4);
+            let mut lists = FrameLists::new(4, 1 << 20);
             let mut model: Vec<Vec<u32>> = vec![Vec::new(); 4];
             let mut next_id = 0;
             for (f, op, x) in ops {
@@ -277,7 +297,7 @@ mod tests {
 
     #[test]
     fn a_cleared_frame_gives_its_blocks_back() {
-        let mut lists = FrameLists::new(2);
+        let mut lists = FrameLists::new(2, 1 << 20);
         for i in 0..40 {
             lists.push(0, i);
         }
