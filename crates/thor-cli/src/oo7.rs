@@ -210,6 +210,10 @@ struct SessionArgs {
     /// creation order) or refs (the pages it refers to).
     #[arg(long, default_value = "next")]
     prefetch_hint: thor_wire::PrefetchHint,
+    /// Read ahead while prefetching with the hint next: ask for the pages after a reply's
+    /// before the traversal needs them, overlapping their transfer with its work.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    read_ahead: bool,
 }
 
 /// Opens the OO7 database in `dir`, saying how to make one if there is none.
@@ -240,7 +244,11 @@ pub(crate) fn open_database_with(
 impl SessionArgs {
     /// The session's prefetch: `--prefetch` and `--prefetch-hint`, or `default`'s pages.
     fn prefetch_or(&self, default: PrefetchSetting) -> PrefetchSetting {
-        PrefetchSetting { pages: self.prefetch.or(default.pages), hint: self.prefetch_hint }
+        PrefetchSetting {
+            pages: self.prefetch.or(default.pages),
+            hint: self.prefetch_hint,
+            read_ahead: self.read_ahead,
+        }
     }
 
     fn endpoint(&self) -> anyhow::Result<Endpoint> {

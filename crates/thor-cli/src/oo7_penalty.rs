@@ -99,6 +99,11 @@ pub struct PenaltyArgs {
     /// the fetched page refers to) or next (the pages after it in creation order).
     #[arg(long, value_delimiter = ',', default_value = "refs")]
     prefetch_hint: Vec<thor_wire::PrefetchHint>,
+    /// Read ahead with the hint next (true or false), comma-separated to compare: with true,
+    /// a reply that brought at least half its pages is followed at once by a request for the
+    /// pages after them, whose transfer overlaps the traversal's work.
+    #[arg(long, value_delimiter = ',', default_value = "true")]
+    read_ahead: Vec<bool>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -325,21 +330,29 @@ fn summarize(traversal: &str, prefetch: &str, samples: &[Sample]) -> Summary {
     }
 }
 
-/// The prefetch settings to compare: each page count with each hint (0 once, as off), in the
-/// order given; none given: the session's default with each hint.
-fn settings(pages: &[u16], hints: &[thor_wire::PrefetchHint]) -> Vec<PrefetchSetting> {
+/// The prefetch settings to compare: each page count with each hint and read-ahead choice (0
+/// once, as off; read-ahead only where it applies), in the order given; none given: the
+/// session's default with each hint.
+fn settings(
+    pages: &[u16],
+    hints: &[thor_wire::PrefetchHint],
+    read_ahead: &[bool],
+) -> Vec<PrefetchSetting> {
     let pages: Vec<Option<u16>> =
         if pages.is_empty() { vec![None] } else { pages.iter().map(|&p| Some(p)).collect() };
     let mut out = Vec::new();
     for &pages in &pages {
         for &hint in hints {
-            let s = if pages == Some(0) {
-                PrefetchSetting::OFF
-            } else {
-                PrefetchSetting { pages, hint }
-            };
-            if !out.contains(&s) {
-                out.push(s);
+            for &read_ahead in read_ahead {
+                let mut s = if pages == Some(0) {
+                    PrefetchSetting::OFF
+                } else {
+                    PrefetchSetting { pages, hint, read_ahead }
+                };
+                s.read_ahead = s.reads_ahead();
+                if !out.contains(&s) {
+                    out.push(s);
+                }
             }
         }
     }
@@ -376,7 +389,7 @@ pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
     let (engine, _disk) = open_database_with(&a.dir, thor_server::EngineOptions::default(), false)?;
     let page_bytes = engine.page_size();
     let (server, endpoint) = serve_over(a.over, &engine)?;
-    let settings = settings(&a.prefetch, &a.prefetch_hint);
+    let settings = settings(&a.prefetch, &a.prefetch_hint, &a.read_ahead);
     if settings.is_empty() {
         bail!("give at least one prefetch hint");
     }

@@ -261,3 +261,91 @@ fn by_default_a_session_prefetches_over_a_network_and_not_in_process() {
     assert!(remote.stats().pages_prefetched > 0);
     assert!(remote.stats().fetches < local.stats().fetches);
 }
+
+/// With read-ahead (`SessionConfig::read_ahead`), a reply that brought its pages is followed
+/// at once by a request for the pages after them. Reading every blob in order gives the same
+/// values with read-ahead as without, most misses find their page in a read-ahead's reply
+/// (no request of their own), and every page that came was installed once.
+#[test]
+fn reading_ahead_reads_the_same_values_and_most_misses_find_their_page_on_the_way() {
+    let h = server();
+    let mut seen = Vec::new();
+    for read_ahead in [false, true] {
+        let s = session_with(
+            &h,
+            SessionConfig { read_ahead, ..config(4, PrefetchHint::Following) },
+        );
+        for i in 0..BLOBS {
+            assert_eq!(value(&s, i).unwrap(), i as u64, "read-ahead {read_ahead}: blob {i}");
+        }
+        s.commit().unwrap();
+        s.check_cache().unwrap();
+        let st = s.stats();
+        assert_eq!(st.prefetch_skipped, 0, "{st:?}");
+        assert_eq!(s.cache_stats().core.pages_prefetched, st.pages_prefetched);
+        if read_ahead {
+            assert!(st.reads_ahead > 0, "{st:?}");
+            assert!(st.reads_ahead_hit * 2 > st.reads_ahead, "most read-aheads are used: {st:?}");
+        } else {
+            assert_eq!((st.reads_ahead, st.reads_ahead_hit), (0, 0));
+        }
+        seen.push(s.cache_stats().core.pages_installed);
+    }
+    assert_eq!(seen[0], seen[1], "the same pages, each installed once");
+}
+
+/// A network whose server takes a request only when the client waits for its reply: a
+/// read-ahead sent and not yet waited for has not reached the server, so another client's
+/// commit can come before it, and its invalidation rides on the read-ahead's reply.
+struct Deferred {
+    inner: LocalTransport,
+    pending: Vec<thor_wire::Request>,
+}
+
+impl thor_wire::Transport for Deferred {
+    fn server(&self) -> &thor_wire::ServerInfo {
+        self.inner.server()
+    }
+    fn send(&mut self, req: &thor_wire::Request) -> Result<(), thor_wire::TransportError> {
+        self.pending.push(req.clone());
+        Ok(())
+    }
+    fn recv(&mut self) -> Result<thor_wire::Reply, thor_wire::TransportError> {
+        for req in self.pending.drain(..) {
+            self.inner.send(&req)?;
+        }
+        self.inner.recv()
+    }
+}
+
+/// A reads blob 0, and its session reads ahead. B changes blob 0 and commits before A's
+/// read-ahead reaches the server, so the invalidation comes on the read-ahead's reply, which
+/// A's commit takes first: the transaction read a stale copy and is refused; the next one
+/// reads B's value.
+#[test]
+fn an_invalidation_on_a_read_ahead_reply_dooms_the_transaction_before_its_commit() {
+    let h = server();
+    let t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
+    let a = Session::new(
+        Box::new(Deferred { inner: t, pending: Vec::new() }),
+        config(2, PrefetchHint::Following),
+    )
+    .unwrap();
+    let b = session(&h, 0, PrefetchHint::Following);
+    assert_eq!(value(&a, 0).unwrap(), 0);
+    assert_eq!(a.stats().reads_ahead, 1, "{:?}", a.stats());
+    bump(&b, 0, 5);
+    let err = a.commit().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClientError::Conflict { cause: ConflictCause::Invalidated | ConflictCause::Stale, .. }
+        ),
+        "{err}"
+    );
+    assert_eq!(a.stats().invalidations, 1, "on the read-ahead's reply");
+    assert_eq!(a.stats().reads_ahead, 1, "nothing sent beside it");
+    assert_eq!(value(&a, 0).unwrap(), 5, "B's value");
+    a.commit().unwrap();
+    a.check_cache().unwrap();
+}

@@ -165,6 +165,9 @@ pub struct PrefetchSetting {
     /// How the server chooses them.
     #[serde(serialize_with = "hint_name")]
     pub hint: thor_wire::PrefetchHint,
+    /// Whether the session reads ahead ([`SessionConfig::read_ahead`]); in a [`RunReport`],
+    /// whether it could (prefetch on, with the creation-order hint).
+    pub read_ahead: bool,
 }
 
 fn hint_name<S: serde::Serializer>(h: &thor_wire::PrefetchHint, s: S) -> Result<S::Ok, S::Error> {
@@ -174,21 +177,33 @@ fn hint_name<S: serde::Serializer>(h: &thor_wire::PrefetchHint, s: S) -> Result<
 impl Default for PrefetchSetting {
     fn default() -> Self {
         let d = SessionConfig::default();
-        PrefetchSetting { pages: d.prefetch_pages, hint: d.prefetch_hint }
+        PrefetchSetting { pages: d.prefetch_pages, hint: d.prefetch_hint, read_ahead: d.read_ahead }
     }
 }
 
 impl PrefetchSetting {
     /// No prefetch.
-    pub const OFF: PrefetchSetting =
-        PrefetchSetting { pages: Some(0), hint: thor_wire::PrefetchHint::Following };
+    pub const OFF: PrefetchSetting = PrefetchSetting {
+        pages: Some(0),
+        hint: thor_wire::PrefetchHint::Following,
+        read_ahead: false,
+    };
 
-    /// A label for tables: `off`, `default`, or hint and pages (`next:16`).
+    /// Whether read-ahead applies: asked for, with prefetch on and the creation-order hint.
+    pub fn reads_ahead(&self) -> bool {
+        self.read_ahead
+            && self.pages != Some(0)
+            && matches!(self.hint, thor_wire::PrefetchHint::Following)
+    }
+
+    /// A label for tables: `off`, `default`, or hint and pages (`next:16`), with `+ra` when
+    /// the session reads ahead (`next:32+ra`).
     pub fn label(&self) -> String {
+        let ra = if self.reads_ahead() { "+ra" } else { "" };
         match self.pages {
-            None => "default".to_string(),
+            None => format!("default{ra}"),
             Some(0) => "off".to_string(),
-            Some(n) => format!("{}:{n}", self.hint),
+            Some(n) => format!("{}:{n}{ra}", self.hint),
         }
     }
 }
@@ -337,6 +352,7 @@ pub fn run<T: RunTrace>(
             background_replacement: cfg.background_replacement,
             prefetch_pages: cfg.prefetch.pages,
             prefetch_hint: cfg.prefetch.hint,
+            read_ahead: cfg.prefetch.read_ahead,
             ..SessionConfig::default()
         },
     )?;
@@ -484,7 +500,8 @@ fn report(
             + (after.cache.replacement.extra_fetches - before.cache.replacement.extra_fetches),
         prefetch: {
             let (pages, hint) = s.prefetch();
-            PrefetchSetting { pages: Some(pages), hint }
+            let read_ahead = cfg.prefetch.read_ahead;
+            PrefetchSetting { pages: Some(pages), hint, read_ahead }
         },
         pages_prefetched: after.client.pages_prefetched - before.client.pages_prefetched,
         prefetch_used: after.cache.core.prefetched_used - before.cache.core.prefetched_used,

@@ -660,6 +660,7 @@ fn client(
         recovery: cfg.recovery,
         prefetch_pages: cfg.prefetch.pages,
         prefetch_hint: cfg.prefetch.hint,
+        read_ahead: cfg.prefetch.read_ahead,
         ..SessionConfig::default()
     };
     let s = connect_as(endpoint, scfg, &format!("oo7 multi client {i}"))?;
