@@ -456,6 +456,11 @@ pub struct CacheCore {
     ref_scratch: Vec<u32>,
     /// Reused buffer for the entries of a frame being evicted.
     list_scratch: Vec<u32>,
+    /// The targets of the swizzled references of the objects discarded since the last
+    /// [`CacheCore::end_discards`], and those objects' entries ([`CacheCore::discard_batched`]).
+    /// At most a frame's worth: a page of reference words, and its objects.
+    batch_targets: Vec<u32>,
+    batch_dropped: Vec<u32>,
     /// While a transaction spills: per entry, its record's position in the spill store, or
     /// [`NIL`] ([`crate::spill`]). Empty otherwise.
     spill_pos: Vec<u32>,
@@ -528,6 +533,8 @@ impl CacheCore {
             dead: Vec::new(),
             ref_scratch: Vec::new(),
             list_scratch: Vec::new(),
+            batch_targets: Vec::new(),
+            batch_dropped: Vec::new(),
             spill_pos: Vec::new(),
             demote: DemoteBuffer::default(),
             stats: CoreStats::default(),
@@ -1538,6 +1545,63 @@ impl CacheCore {
         }
     }
 
+    /// [`CacheCore::discard`] for one of several objects leaving together (a frame's): the
+    /// object leaves now, but the counts of the entries its references name are decremented,
+    /// and the entries nothing keeps freed, at [`CacheCore::end_discards`], which must come
+    /// before anything else allocates or frees an entry. Each decrement is a cache miss on a
+    /// target entry; one after the other, each waited for the previous object's checks, while
+    /// a batch of them in a tight loop overlaps the misses (a tenth of hot T1 at 8 MiB was
+    /// these decrements).
+    pub(crate) fn discard_batched(&mut self, i: u32) {
+        let loc = self.entries[i as usize].loc;
+        debug_assert_ne!(loc, NOT_RESIDENT);
+        let desc = match &self.last_class {
+            Some((w, d)) if *w == self.class_word(loc) => Some(d.clone()),
+            _ => self.classes.get(&self.class_word(loc)).cloned(),
+        };
+        if let Some(desc) = desc {
+            let obj = self.arena.bytes(loc as usize, desc.object_bytes(self.var_count(loc, &desc)));
+            let targets = &mut self.batch_targets;
+            desc.for_each_ref_offset(obj, |off| {
+                let w = u32_at(obj, off);
+                if w & 1 == 1 {
+                    targets.push(w >> 1);
+                }
+            });
+            self.last_class = Some((self.class_word(loc), desc));
+        }
+        let e = &mut self.entries[i as usize];
+        e.loc = NOT_RESIDENT;
+        e.usage = 0;
+        let oref = e.oref;
+        self.stats.objects_discarded += 1;
+        self.uncount_resident(oref);
+        self.batch_dropped.push(i);
+    }
+
+    /// Ends a batch of [`CacheCore::discard_batched`]: releases the discarded objects'
+    /// references and frees the entries nothing keeps (targets and discarded objects alike).
+    pub(crate) fn end_discards(&mut self) {
+        let targets = std::mem::take(&mut self.batch_targets);
+        for &t in &targets {
+            let e = &mut self.entries[t as usize];
+            if e.refs != u16::MAX {
+                e.refs = e.refs.saturating_sub(1);
+            }
+        }
+        for &t in &targets {
+            self.maybe_free_entry(t);
+        }
+        let dropped = std::mem::take(&mut self.batch_dropped);
+        for &i in &dropped {
+            self.maybe_free_entry(i);
+        }
+        self.batch_targets = targets;
+        self.batch_targets.clear();
+        self.batch_dropped = dropped;
+        self.batch_dropped.clear();
+    }
+
     /// The object of entry `i` leaves the cache (its frame is being reused): its references are
     /// released and the entry freed if nothing keeps it. The caller fixes the frame's lists.
     pub(crate) fn discard(&mut self, i: u32) {
@@ -1601,8 +1665,9 @@ impl CacheCore {
         list.extend(self.installed.iter(f));
         self.installed.clear(f);
         for &i in &list {
-            self.discard(i);
+            self.discard_batched(i);
         }
+        self.end_discards();
         self.list_scratch = list;
         self.unmap_page(f);
         if self.new_frame == f {

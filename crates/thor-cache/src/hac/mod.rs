@@ -487,7 +487,7 @@ impl Hac {
                 // Cold: leaves the cache; its references are released and its entry freed if
                 // nothing refers to it. Later objects of `v` are untouched by in-place moves
                 // (those only move objects down, over bytes already processed).
-                core.discard(i);
+                core.discard_batched(i);
                 dropped += 1;
                 continue;
             }
@@ -520,6 +520,7 @@ impl Hac {
             let to = (core.frame_base(v) + core.frames[v as usize].used as usize) as u32;
             core.move_object(i, to, size);
         }
+        core.end_discards();
         self.order = order;
         self.stats.objects_kept += kept;
         self.stats.objects_dropped += dropped;
