@@ -769,9 +769,7 @@ impl CacheCore {
     fn free_entry_at(&mut self, i: u32) {
         let e = self.entries[i as usize];
         debug_assert!(e.loc == NOT_RESIDENT && e.refs == 0);
-        if self.index.get(e.oref) == Some(i) {
-            self.index.remove(e.oref);
-        }
+        self.index.remove_mapped(e.oref, i);
         // A free entry is never resident and has no flags, so no handle's hit path (which
         // compares the oref and checks the location) takes it for an object.
         self.entries[i as usize] = Entry { oref: self.free_entry, ..Entry::FREE };

@@ -380,11 +380,26 @@ impl OrefIndex {
 
     /// Unmaps `key`; returns the entry it was mapped to. Never allocates.
     pub fn remove(&mut self, key: u32) -> Option<u32> {
+        self.remove_if(key, None)
+    }
+
+    /// Unmaps `key` if it is mapped to entry `idx`: one lookup where a `get` and a `remove`
+    /// would make two (freeing an entry, on replacement's path). Returns whether it did.
+    pub fn remove_mapped(&mut self, key: u32, idx: u32) -> bool {
+        self.remove_if(key, Some(idx)).is_some()
+    }
+
+    /// Unmaps `key` (if `only` is given, only while it maps to that entry); returns the entry
+    /// it mapped to.
+    fn remove_if(&mut self, key: u32, only: Option<u32>) -> Option<u32> {
         let (group, oid) = split(key);
         let p = self.map.get_mut(&group)?;
         if !p.is_big() {
             let k = p.small_pos(oid)?;
             let idx = p.entries[k];
+            if only.is_some_and(|o| o != idx) {
+                return None;
+            }
             let last = p.n as usize - 1;
             p.oids[k] = p.oids[last];
             p.entries[k] = p.entries[last];
@@ -401,6 +416,9 @@ impl OrefIndex {
             return None;
         }
         let rank = d.rank(oid);
+        if only.is_some_and(|o| o != d.entries[rank]) {
+            return None;
+        }
         d.flip(oid, false);
         let idx = d.entries.remove(rank);
         self.len -= 1;
@@ -583,6 +601,18 @@ mod tests {
                         prop_assert_eq!(grew, idx.memory_bytes() > before);
                         prop_assert!(idx.memory_bytes() <= before + room);
                         model.insert(key(p, o), next);
+                    }
+                    Op::Remove(p, o) if o % 3 == 0 => {
+                        // Removal only while the key maps to a given entry: the one it maps
+                        // to, or another (then nothing changes).
+                        let k = key(p, o);
+                        let mapped = model.get(&k).copied();
+                        let guess = if o % 2 == 0 { mapped.unwrap_or(next) } else { next + 1 };
+                        let removed = idx.remove_mapped(k, guess);
+                        prop_assert_eq!(removed, mapped == Some(guess));
+                        if removed {
+                            model.remove(&k);
+                        }
                     }
                     Op::Remove(p, o) => {
                         let want = model.remove(&key(p, o));
