@@ -227,6 +227,10 @@ pub struct RunReport {
     pub prefetch: PrefetchSetting,
     /// Pages that came by prefetch with a fetch and were installed.
     pub pages_prefetched: u64,
+    /// Read-aheads sent (`SessionConfig::read_ahead`; counted in `fetches` once drained), and
+    /// those whose reply held the page of the miss that waited for it.
+    pub reads_ahead: u64,
+    pub reads_ahead_hit: u64,
     /// Prefetched pages from which an object was installed (used) during the run.
     pub prefetch_used: u64,
     /// Prefetched pages evicted before any object of theirs was installed.
@@ -504,6 +508,8 @@ fn report(
             PrefetchSetting { pages: Some(pages), hint, read_ahead }
         },
         pages_prefetched: after.client.pages_prefetched - before.client.pages_prefetched,
+        reads_ahead: after.client.reads_ahead - before.client.reads_ahead,
+        reads_ahead_hit: after.client.reads_ahead_hit - before.client.reads_ahead_hit,
         prefetch_used: after.cache.core.prefetched_used - before.cache.core.prefetched_used,
         prefetch_evicted_unused: after.cache.core.prefetched_unused
             - before.cache.core.prefetched_unused,
