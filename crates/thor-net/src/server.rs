@@ -91,9 +91,7 @@ use bytes::Bytes;
 use thor_server::limits::PRE_HELLO_FRAME_BYTES_MAX;
 use thor_server::{ConnId, Engine, ReplySink};
 use thor_wire::limits::FRAME_BYTES_MAX;
-use thor_wire::{
-    ErrorCode, Frame, Reply, ReplyBody, Request, RequestBody, WireError, frame_size,
-};
+use thor_wire::{ErrorCode, Frame, Reply, ReplyBody, Request, RequestBody, WireError, frame_size};
 use tokio::io::{
     AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
 };
