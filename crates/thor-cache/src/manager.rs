@@ -87,9 +87,8 @@ pub trait CacheManager: std::fmt::Debug {
     fn free_frame_timed(
         &mut self,
         core: &mut CacheCore,
-        timer: &mut ReplacementTimer,
+        _timer: &mut ReplacementTimer,
     ) -> Result<(), CacheError> {
-        let _ = timer;
         self.free_frame(core)
     }
 
@@ -442,7 +441,9 @@ impl ClientCache {
         }
         let mut result = Ok(());
         while self.core.free.len() < n || extra > 0 {
-            let freed = with_manager!(&mut self.manager, m => m.free_frame_timed(&mut self.core, &mut self.timer));
+            let freed = with_manager!(&mut self.manager, m => {
+                m.free_frame_timed(&mut self.core, &mut self.timer)
+            });
             self.core.set_manager_bytes(with_manager!(&self.manager, m => m.table_bytes()));
             if let Err(e) = freed {
                 // Nothing left to free but the transaction's own objects (and pinned frames):

@@ -28,7 +28,7 @@
 //! ([`ClientCache::set_clock`](crate::ClientCache::set_clock)); without one nothing is timed
 //! and every time reads zero, so tests and simulations pay nothing and a test can inject a
 //! counting clock and check the arithmetic exactly. A function pointer, not a trait object:
-//! one indirect call on top of the clock read, and the cache stays `Copy`-configurable.
+//! one indirect call on top of the clock read, nothing to allocate, and the timer stays `Copy`.
 //!
 //! Every call is timed, not a sample as the session's conversion clock does: a conversion call
 //! costs about as much as a clock read, but freeing a frame costs microseconds (2 on OO7's T6,
