@@ -15,6 +15,7 @@
 use crate::core::{CacheCore, Entry, FrameKind, FrameMeta};
 use crate::error::CacheError;
 use crate::manager::{CacheManager, ReplacementStats};
+use crate::timer::ReplacementTimer;
 use thor_policy::{DenseSlots, Lru, Placement, Policy};
 
 /// See the module documentation.
@@ -73,7 +74,18 @@ impl CacheManager for Fpc {
     }
 
     fn free_frame(&mut self, core: &mut CacheCore) -> Result<(), CacheError> {
+        self.free_frame_timed(core, &mut ReplacementTimer::default())
+    }
+
+    /// Usage computation is taking the least recently used frame that can go; compaction is
+    /// evicting it (dropping its objects and releasing their references).
+    fn free_frame_timed(
+        &mut self,
+        core: &mut CacheCore,
+        timer: &mut ReplacementTimer,
+    ) -> Result<(), CacheError> {
         let mut freed = false;
+        let start = timer.now();
         while let Some(v) = self.lru.evict(None) {
             let fm = &core.frames[v as usize];
             if fm.pins > 0 || fm.modified > 0 {
@@ -81,7 +93,9 @@ impl CacheManager for Fpc {
                 continue;
             }
             self.stats.objects_dropped += u64::from(fm.objects);
+            let chosen = timer.usage_since(start);
             core.evict_frame(v as u32);
+            timer.compaction_since(chosen);
             self.stats.frames_evicted += 1;
             freed = true;
             break;

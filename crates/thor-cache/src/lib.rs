@@ -18,9 +18,12 @@
 //!   bounded spill store and read back, shipped from it at commit;
 //! - [`txn`]: the current transaction's cache state (undo copies, created objects, the read
 //!   set), the commit's export format, commit, abort and invalidation;
+//! - [`timer`]: replacement's timers (the whole, usage computation, compaction) and the clock
+//!   the caller injects for them;
 //! - [`limits`]: every bound, with its reason.
 //!
-//! *Architecture invariant:* no I/O, no clock except the replacement timer (a measurement).
+//! *Architecture invariant:* no I/O, no clock: replacement is timed (a measurement) with a clock
+//! the caller gives ([`ClientCache::set_clock`]), and not at all without one.
 
 pub mod arena;
 pub mod core;
@@ -36,6 +39,7 @@ pub mod orefindex;
 pub mod paged;
 pub mod readset;
 pub mod spill;
+pub mod timer;
 pub mod txn;
 
 pub use error::CacheError;
@@ -46,4 +50,5 @@ pub use manager::{
 };
 pub use paged::{Paged, PagedParams};
 pub use spill::{MemSpill, SpillStats, SpillStore};
+pub use timer::{ReplacementTimer, StatClock};
 pub use txn::{Invalidation, NewObject};

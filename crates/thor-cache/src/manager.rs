@@ -30,6 +30,7 @@ use crate::hac::{Hac, HacParams};
 use crate::limits::UNDO_BUDGET_DIVISOR;
 use crate::paged::{Paged, PagedParams};
 use crate::spill::{Spill, SpillStats};
+use crate::timer::{ReplacementTimer, StatClock};
 use crate::txn::Transaction;
 
 /// Counters a replacement strategy keeps.
@@ -78,6 +79,18 @@ pub trait CacheManager: std::fmt::Debug {
 
     /// Frees at least one frame (onto `core.free`), or fails if nothing can be freed.
     fn free_frame(&mut self, core: &mut CacheCore) -> Result<(), CacheError>;
+
+    /// [`CacheManager::free_frame`], adding the time of its parts (usage computation and
+    /// victim selection, compaction and eviction) to `timer` ([`crate::timer`]). A manager
+    /// that does not split its work keeps this default, and its replacement is timed only as
+    /// a whole.
+    fn free_frame_timed(
+        &mut self,
+        core: &mut CacheCore,
+        _timer: &mut ReplacementTimer,
+    ) -> Result<(), CacheError> {
+        self.free_frame(core)
+    }
 
     /// The transaction that created the objects in `frame` committed: the objects have orefs
     /// now. Keep them (as compacted objects) or evict the frame.
@@ -211,8 +224,17 @@ pub struct CacheStats {
     pub core: CoreStats,
     /// The manager's counters.
     pub replacement: ReplacementStats,
-    /// Time spent freeing frames.
+    /// Time spent freeing frames, as a whole (zero without a clock,
+    /// [`ClientCache::set_clock`]).
     pub replacement_time: Duration,
+    /// The part of `replacement_time` spent computing usage and choosing victims: HAC's
+    /// pointer scans, usage computation and decay, candidate set; FPC's LRU. Zero for managers
+    /// that do not split their work (GOM, the paged policies): see [`crate::timer`].
+    pub usage_time: Duration,
+    /// The part of `replacement_time` spent compacting and evicting victims: moving kept
+    /// objects, dropping the others and releasing their references. Zero for managers that do
+    /// not split their work. `usage_time + compaction_time <= replacement_time`.
+    pub compaction_time: Duration,
     /// The spill's counters (transactions larger than the cache, [`crate::spill`]).
     pub spill: SpillStats,
     /// Live indirection-table entries.
@@ -270,8 +292,10 @@ pub struct ClientCache {
     frame_shift: u32,
     /// Whether frames are freed while fetches are on the wire.
     background: bool,
-    /// Time spent in replacement.
-    replacement_time: Duration,
+    /// Time spent in replacement, as a whole, in the clock's nanoseconds.
+    replacement_ns: u64,
+    /// The clock replacement is timed with, and its parts' times.
+    timer: ReplacementTimer,
     /// The current transaction: its undo copies, created objects and their frames.
     pub(crate) tx: Transaction,
     /// Where the transaction's objects go when they outgrow the cache ([`crate::spill`]).
@@ -297,7 +321,8 @@ impl ClientCache {
             core,
             manager,
             background: cfg.background_replacement,
-            replacement_time: Duration::ZERO,
+            replacement_ns: 0,
+            timer: ReplacementTimer::OFF,
             tx: Transaction::default(),
             spill: Spill::default(),
         })
@@ -396,8 +421,15 @@ impl ClientCache {
         Ok(need)
     }
 
+    /// Times replacement with `clock` from now on ([`crate::timer`]): the whole of every call
+    /// that frees frames and, for HAC and FPC, its usage and compaction parts. Without a clock
+    /// (the default) nothing is timed: thor-cache reads no clock of its own.
+    pub fn set_clock(&mut self, clock: StatClock) {
+        self.timer = ReplacementTimer::new(Some(clock));
+    }
+
     pub(crate) fn free_frames_until(&mut self, n: usize) -> Result<(), CacheError> {
-        let start = std::time::Instant::now();
+        let start = self.timer.now();
         let mut extra = self.core.rebalance();
         if (self.core.free.len() < n || extra > 0)
             && self.tx.undo_bytes_over(self.core.budget_bytes() / UNDO_BUDGET_DIVISOR)
@@ -409,7 +441,9 @@ impl ClientCache {
         }
         let mut result = Ok(());
         while self.core.free.len() < n || extra > 0 {
-            let freed = with_manager!(&mut self.manager, m => m.free_frame(&mut self.core));
+            let freed = with_manager!(&mut self.manager, m => {
+                m.free_frame_timed(&mut self.core, &mut self.timer)
+            });
             self.core.set_manager_bytes(with_manager!(&self.manager, m => m.table_bytes()));
             if let Err(e) = freed {
                 // Nothing left to free but the transaction's own objects (and pinned frames):
@@ -430,7 +464,7 @@ impl ClientCache {
             }
             extra = self.core.rebalance();
         }
-        self.replacement_time += start.elapsed();
+        self.replacement_ns += self.timer.now().saturating_sub(start);
         result
     }
 
@@ -632,7 +666,9 @@ impl ClientCache {
         CacheStats {
             core: self.core.stats,
             replacement: with_manager!(&self.manager, m => m.stats()),
-            replacement_time: self.replacement_time,
+            replacement_time: Duration::from_nanos(self.replacement_ns),
+            usage_time: Duration::from_nanos(self.timer.usage_ns()),
+            compaction_time: Duration::from_nanos(self.timer.compaction_ns()),
             spill: self.spill_stats(),
             entries: self.core.live_entries(),
             memory_bytes: self.core.memory_bytes(),

@@ -20,19 +20,27 @@
 //!   fetch request's `send` and the `recv` of its reply. Over the in-process transport, `send`
 //!   steps the server's core on the calling thread (its cache lookup, the page copy, and any
 //!   disk read), so `send` is the *server* and `recv` the in-process hop (the *network*); over
-//!   TCP, `send` and `recv` together are *network and server*, which this command cannot split
-//!   (the server's threads are not timed per request: reported as not measured). *Disk* is the
+//!   TCP, `send` and `recv` together are *network and server*, and the server's own share is
+//!   what its network driver timed for the run's fetches (`ServerStats::fetch_service_ns`,
+//!   read with a `Stats` request before and after the measured run: from the request handed
+//!   to the engine to its reply handed to the writer); the *network* is the rest (the
+//!   round trip's wire and both sides' socket calls, encoding and decoding). *Disk* is the
 //!   direct-read time of the database file ([`thor_storage::FileDisk`]'s counters) when the
 //!   server reads around the OS page cache (`--direct-reads`), and is taken out of the server
 //!   (or network-and-server) time; without it, reads hit the OS page cache and are part of the
 //!   server time, and disk is reported as not measured. *Client* is the rest of the fetch time:
 //!   building the request, the piggybacked lists, copying the page into its frame.
-//! - *Figure 10's split*: the cache times replacement as a whole; the split into usage
-//!   computation, compaction and stack scanning would need timers inside `thor-cache`, so it is
-//!   reported as not measured. What replacement did per fetch is counted instead (frames
-//!   scanned, candidates added, frames compacted and evicted, objects kept, moved home and
-//!   dropped), beside its time per fetch. (Thor's stack scan has no equivalent here: live
-//!   views are a list that the session pins, see `thor-client`.)
+//! - *Figure 10's split*: the cache times replacement as a whole and, inside HAC's (and
+//!   FPC's) `free_frame`, its *usage computation* (the pointers' scans, usage computation and
+//!   decay, the candidate set, choosing the victim) and its *compaction* (moving kept objects,
+//!   dropping the others, releasing their references) with the clock the session injects
+//!   (`thor_cache::timer`, every call timed, not sampled); *other* is the whole minus the two
+//!   (the budget's rebalancing, the loop, the clock reads). Thor's *stack scan* has no
+//!   equivalent here (live views are a list that the session pins, see `thor-client`), so
+//!   there is no third part. Managers that do not split (GOM, the paged policies) report zero
+//!   parts and their whole as other. What replacement did per fetch is counted beside it
+//!   (frames scanned, candidates added, frames compacted and evicted, objects kept, moved home
+//!   and dropped).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -151,12 +159,20 @@ struct Sample {
     fetch_us: f64,
     replacement_us: f64,
     conversion_us: f64,
+    /// Figure 10, microseconds per fetch: replacement's usage computation, compaction, and the
+    /// rest (the whole minus the two).
+    usage_us: f64,
+    compaction_us: f64,
+    replacement_other_us: f64,
     /// Figure 11, microseconds per fetch (None: not measured in this configuration).
     client_us: f64,
     network_us: Option<f64>,
     server_us: Option<f64>,
     network_and_server_us: f64,
     disk_us: Option<f64>,
+    /// Over TCP, fetches the server timed per fetch the client made (1 when every fetch of
+    /// the run was timed, as it should be with one session).
+    server_timed_per_fetch: Option<f64>,
     /// Disk reads per fetch (direct reads only).
     disk_reads_per_fetch: Option<f64>,
     /// Figure 10: replacement's work per fetch.
@@ -231,6 +247,9 @@ pub fn figures(c: &FiguresConfig<'_>) -> anyhow::Result<()> {
                 ("fetch_us", col(&|s| Some(s.fetch_us))),
                 ("replacement_us", col(&|s| Some(s.replacement_us))),
                 ("conversion_us", col(&|s| Some(s.conversion_us))),
+                ("usage_us", col(&|s| Some(s.usage_us))),
+                ("compaction_us", col(&|s| Some(s.compaction_us))),
+                ("replacement_other_us", col(&|s| Some(s.replacement_other_us))),
                 ("client_us", col(&|s| Some(s.client_us))),
                 ("network_us", col(&|s| s.network_us)),
                 ("server_us", col(&|s| s.server_us)),
@@ -247,7 +266,10 @@ pub fn figures(c: &FiguresConfig<'_>) -> anyhow::Result<()> {
             Summary { traversal: t.clone(), cache_mb: *mb, fields }
         })
         .collect();
-    let measured_server = c.over == Over::Embedded;
+    // Over TCP the server's driver times its fetches; in process the transport's send is the
+    // server.
+    let measured_server = true;
+    let measured_split = matches!(c.policy, PolicyConfig::Hac(_) | PolicyConfig::Fpc);
     let measured_disk = c.direct_reads;
     let settings = json!({
         "dir": c.dir.display().to_string(),
@@ -260,9 +282,9 @@ pub fn figures(c: &FiguresConfig<'_>) -> anyhow::Result<()> {
         "seed": c.seed,
         "server_time_measured": measured_server,
         "disk_time_measured": measured_disk,
-        "replacement_split_measured": false,
+        "replacement_split_measured": measured_split,
     });
-    let text = table(c, &sums, measured_server, measured_disk);
+    let text = table(c, &sums, measured_server, measured_disk, measured_split);
     if let Some(dir) = c.out {
         write_out(dir, &samples, &sums, measured_server, measured_disk)?;
         std::fs::write(dir.join("figures.txt"), &text)?;
@@ -320,13 +342,19 @@ fn one(
         prefetch: PrefetchSetting::OFF,
     };
     run_in(&s, &cfg, NoRunTrace).with_context(|| format!("warming with {}", w.name()))?;
+    // The server's counters around the measured run (a `Stats` round trip each, outside the
+    // session's counters and the fetch timers): over TCP its driver's fetch service time.
+    let sv0 = s.server_stats().context("reading the server's counters")?;
     let (c0, k0, t0, d0) = (s.stats(), s.cache_stats(), times.get(), disk.direct_read_stats());
     let rep = run_in(&s, &cfg, NoRunTrace).with_context(|| format!("running {}", w.name()))?;
     let (c1, k1, t1, d1) = (s.stats(), s.cache_stats(), times.get(), disk.direct_read_stats());
+    let sv1 = s.server_stats().context("reading the server's counters")?;
     let _ = s.close();
     let fetches = c1.fetches - c0.fetches;
     let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
     let replacement = us(k1.replacement_time.saturating_sub(k0.replacement_time));
+    let usage = us(k1.usage_time.saturating_sub(k0.usage_time));
+    let compaction = us(k1.compaction_time.saturating_sub(k0.compaction_time));
     let fetch_total = us(c1.fetch_time.saturating_sub(c0.fetch_time));
     let conversion = us(c1.conversion_time.saturating_sub(c0.conversion_time));
     let send = (t1.1 - t0.1) as f64 / 1e3;
@@ -341,8 +369,16 @@ fn one(
     let net_server = (wire - disk_us.unwrap_or(0.0)).max(0.0);
     let (network, server) = match c.over {
         Over::Embedded => (Some(recv), Some((send - disk_us.unwrap_or(0.0)).max(0.0))),
-        Over::Tcp => (None, None),
+        Over::Tcp => {
+            // The server's service of the run's fetches (disk reads included), never more
+            // than the round trips it is inside; the network is the rest of the round trips.
+            let service =
+                (sv1.fetch_service_ns.saturating_sub(sv0.fetch_service_ns) as f64 / 1e3).min(wire);
+            (Some(wire - service), Some((service - disk_us.unwrap_or(0.0)).max(0.0)))
+        }
     };
+    let server_timed = (c.over == Over::Tcp)
+        .then(|| per(sv1.fetches_served.saturating_sub(sv0.fetches_served) as f64, fetches));
     let f = |x: f64| per(x, fetches);
     let r = |a: u64, b: u64| per((a - b) as f64, fetches);
     Ok(Sample {
@@ -353,11 +389,15 @@ fn one(
         fetch_us: f(fetch_pure),
         replacement_us: f(replacement),
         conversion_us: f(conversion),
+        usage_us: f(usage),
+        compaction_us: f(compaction),
+        replacement_other_us: f((replacement - usage - compaction).max(0.0)),
         client_us: f(client_us),
         network_us: network.map(f),
         server_us: server.map(f),
         network_and_server_us: f(net_server),
         disk_us: disk_us.map(f),
+        server_timed_per_fetch: server_timed,
         disk_reads_per_fetch: c.direct_reads.then(|| r(d1.reads, d0.reads)),
         frames_scanned: r(k1.replacement.frames_scanned, k0.replacement.frames_scanned),
         candidates_added: r(k1.replacement.candidates_added, k0.replacement.candidates_added),
@@ -395,7 +435,7 @@ struct Summary {
 
 type Summaries = [Summary];
 
-fn table(c: &FiguresConfig<'_>, sums: &Summaries, server: bool, disk: bool) -> String {
+fn table(c: &FiguresConfig<'_>, sums: &Summaries, server: bool, disk: bool, split: bool) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -431,8 +471,26 @@ fn table(c: &FiguresConfig<'_>, sums: &Summaries, server: bool, disk: bool) -> S
     }
     let _ = writeln!(
         o,
-        "\nFigure 10: replacement per fetch; its split by time (usage computation, compaction, stack scan) is not measured: thor-cache times replacement as a whole"
+        "\nFigure 10: replacement per fetch = usage computation + compaction + other (no stack scan: thor pins live views instead){}",
+        if split { "" } else { "; this manager does not split its time (all of it is other)" }
     );
+    let _ = writeln!(
+        o,
+        "{:<6} {:>22} {:>22} {:>22} {:>22}",
+        "trav", "repl us", "usage us", "compaction us", "other us"
+    );
+    for Summary { traversal: t, fields: f, .. } in sums {
+        let _ = writeln!(
+            o,
+            "{:<6} {:>22} {:>22} {:>22} {:>22}",
+            t,
+            cell(get(f, "replacement_us"), 1, c.runs),
+            cell(get(f, "usage_us"), 1, c.runs),
+            cell(get(f, "compaction_us"), 1, c.runs),
+            cell(get(f, "replacement_other_us"), 1, c.runs),
+        );
+    }
+    let _ = writeln!(o, "\nreplacement's work per fetch (medians)");
     let _ = writeln!(
         o,
         "{:<6} {:>14} {:>9} {:>10} {:>10} {:>9} {:>9} {:>10} {:>9}",
@@ -481,10 +539,10 @@ fn table(c: &FiguresConfig<'_>, sums: &Summaries, server: bool, disk: bool) -> S
             if disk { cell(get(f, "disk_us"), 1, c.runs) } else { na.clone() },
         );
     }
-    if !server {
+    if c.over == Over::Tcp {
         let _ = writeln!(
             o,
-            "(over TCP the server's share is not measured: its threads are not timed per request; run --over embedded for it)"
+            "(over TCP the server's share is its driver's time from the request handed to the engine to the reply handed to the writer, ServerStats::fetch_service_ns; the network is the rest of the round trip)"
         );
     }
     if !disk {
@@ -505,15 +563,16 @@ fn write_out(
     server: bool,
     disk: bool,
 ) -> anyhow::Result<()> {
+    let over_tcp = samples.iter().any(|s| s.server_timed_per_fetch.is_some());
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut s = String::from(
-        "traversal,cache_mb,run,fetches,fetch_us,replacement_us,conversion_us,client_us,network_us,server_us,network_and_server_us,disk_us,disk_reads_per_fetch,frames_scanned,candidates_added,frames_compacted,frames_evicted,objects_kept,objects_moved_home,objects_dropped,elapsed_s\n",
+        "traversal,cache_mb,run,fetches,fetch_us,replacement_us,conversion_us,usage_us,compaction_us,replacement_other_us,client_us,network_us,server_us,network_and_server_us,disk_us,server_timed_per_fetch,disk_reads_per_fetch,frames_scanned,candidates_added,frames_compacted,frames_evicted,objects_kept,objects_moved_home,objects_dropped,elapsed_s\n",
     );
     let o = |x: Option<f64>| x.map_or_else(String::new, |v| v.to_string());
     for x in samples {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             x.traversal,
             x.cache_mb,
             x.run,
@@ -521,11 +580,15 @@ fn write_out(
             x.fetch_us,
             x.replacement_us,
             x.conversion_us,
+            x.usage_us,
+            x.compaction_us,
+            x.replacement_other_us,
             x.client_us,
             o(x.network_us),
             o(x.server_us),
             x.network_and_server_us,
             o(x.disk_us),
+            o(x.server_timed_per_fetch),
             o(x.disk_reads_per_fetch),
             x.frames_scanned,
             x.candidates_added,
@@ -562,6 +625,9 @@ fn write_out(
         "figure10.csv",
         &[
             "replacement_us",
+            "usage_us",
+            "compaction_us",
+            "replacement_other_us",
             "frames_scanned",
             "candidates_added",
             "frames_compacted",
@@ -596,12 +662,19 @@ fn write_out(
             ("conversion".to_string(), med("conversion_us")),
         ],
     )?;
-    bar_chart(
+    stacked_bar_chart(
         &dir.join("figure10"),
-        &spec(
-            "Figure 10: replacement's work per fetch (its split by time is not measured)",
-            "per fetch",
-        ),
+        &spec("Figure 10: replacement per fetch (medians)", "microseconds per fetch"),
+        &groups,
+        &[
+            ("usage computation".to_string(), med("usage_us")),
+            ("compaction".to_string(), med("compaction_us")),
+            ("other".to_string(), med("replacement_other_us")),
+        ],
+    )?;
+    bar_chart(
+        &dir.join("figure10-work"),
+        &spec("Figure 10: replacement's work per fetch (medians)", "per fetch"),
         &groups,
         &[
             ("frames scanned".to_string(), med("frames_scanned")),
@@ -616,7 +689,8 @@ fn write_out(
     )?;
     let mut parts = vec![("client".to_string(), med("client_us"))];
     if server {
-        parts.push(("network (in-process hop)".to_string(), med("network_us")));
+        let network = if over_tcp { "network" } else { "network (in-process hop)" };
+        parts.push((network.to_string(), med("network_us")));
         parts.push(("server".to_string(), med("server_us")));
     } else {
         parts.push(("network and server".to_string(), med("network_and_server_us")));

@@ -124,9 +124,10 @@ fn penalty_reports_every_figure_beside_the_floor() {
 
 /// `--figures` (the HAC paper's Figures 9-11): every traversal of `--at` is measured in every
 /// run, the same fetches each time, and the parts of the fetch time add up to it: client,
-/// in-process hop, server and disk over the in-process transport (with direct reads, so disk
-/// is measured), client and network-and-server over TCP (where the split is not measured and
-/// says so). Relations only; no timing decides.
+/// network (the in-process hop, or over TCP the round trip less the server's timed service),
+/// server and disk (direct reads, so disk is measured); over TCP the server timed every fetch.
+/// Replacement's usage-computation and compaction parts (Figure 10) are there and never sum
+/// to more than the whole. Relations only; no timing decides.
 #[test]
 fn penalty_figures_split_the_miss_and_the_fetch() {
     let tmp = tempfile::tempdir().unwrap();
@@ -158,7 +159,8 @@ fn penalty_figures_split_the_miss_and_the_fetch() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let v: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
         assert_eq!(v["settings"]["foreground"], true, "Figure 9 is of HAC-FG");
-        assert_eq!(v["settings"]["server_time_measured"], over == "embedded");
+        assert_eq!(v["settings"]["server_time_measured"], true);
+        assert_eq!(v["settings"]["replacement_split_measured"], true, "HAC splits");
         let samples = v["samples"].as_array().unwrap();
         assert_eq!(samples.len(), 4, "two traversals, two runs");
         let t1: Vec<&Value> = samples.iter().filter(|s| s["traversal"] == "t1").collect();
@@ -166,13 +168,20 @@ fn penalty_figures_split_the_miss_and_the_fetch() {
         assert!(t1[0]["fetches"].as_u64().unwrap() > 0, "hot T1 misses in 0.06 MiB");
         for s in t1 {
             let f = |n: &str| s[n].as_f64().unwrap_or_else(|| panic!("{n} missing in {s}"));
-            let parts = if over == "embedded" {
-                f("client_us") + f("network_us") + f("server_us") + f("disk_us")
-            } else {
-                assert!(s["server_us"].is_null() && s["network_us"].is_null(), "{s}");
-                f("client_us") + f("network_and_server_us") + f("disk_us")
-            };
+            let parts = f("client_us") + f("network_us") + f("server_us") + f("disk_us");
             assert!((parts - f("fetch_us")).abs() <= 1e-6 * f("fetch_us").max(1.0), "{s}");
+            let wire = f("network_us") + f("server_us");
+            assert!((wire - f("network_and_server_us")).abs() <= 1e-6 * wire.max(1.0), "{s}");
+            if over == "tcp" {
+                assert_eq!(f("server_timed_per_fetch"), 1.0, "every fetch timed: {s}");
+            } else {
+                assert!(s["server_timed_per_fetch"].is_null(), "{s}");
+            }
+            let split = f("usage_us") + f("compaction_us");
+            assert!(f("usage_us") > 0.0 && f("compaction_us") > 0.0, "{s}");
+            assert!(split <= f("replacement_us") * (1.0 + 1e-9), "parts within the whole: {s}");
+            let whole = split + f("replacement_other_us");
+            assert!((whole - f("replacement_us")).abs() <= 1e-6 * whole.max(1.0), "{s}");
             assert!(f("disk_reads_per_fetch") > 0.0, "a 0.1 MiB server cache misses: {s}");
             assert!(f("replacement_us") > 0.0 && f("frames_compacted") + f("frames_evicted") > 0.0);
         }
@@ -183,7 +192,11 @@ fn penalty_figures_split_the_miss_and_the_fetch() {
         }
         let csv = std::fs::read_to_string(charts.join("figure11.csv")).unwrap();
         assert_eq!(csv.lines().count(), 3, "a header and one line per traversal");
-        assert_eq!(csv.contains(",server_us,"), over == "embedded", "{csv}");
+        assert!(csv.contains(",server_us,"), "{csv}");
+        let csv = std::fs::read_to_string(charts.join("figure10.csv")).unwrap();
+        for col in [",usage_us,", ",compaction_us,", ",replacement_other_us,"] {
+            assert!(csv.contains(col), "{col} in {csv}");
+        }
     }
     let out = thor(&["oo7", "penalty", "--dir", dir, "--figures", "--at", "t1"]);
     assert!(!out.status.success(), "a point without a size is refused");

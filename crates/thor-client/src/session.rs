@@ -281,6 +281,13 @@ const AHEAD_COOL_FETCHES: u32 = 2;
 /// Pages after a reply's last one looked at for one the cache does not hold, to read ahead.
 const AHEAD_SKIP_MAX: u32 = 4;
 
+/// The clock the session gives its cache for replacement's timers (thor-cache reads none of
+/// its own, `thor_cache::timer`): monotonic nanoseconds since the process's first call.
+fn stat_clock_ns() -> u64 {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
 /// One conversion call in this many is timed (a power of two).
 const CONVERSION_SAMPLE_EVERY: u64 = 64;
 
@@ -747,6 +754,7 @@ impl Session {
             background_replacement: cfg.background_replacement,
         })?;
         let mut cache = cache;
+        cache.set_clock(stat_clock_ns);
         if info.demotions {
             cache.set_demotion(cfg.demote_pages);
         }

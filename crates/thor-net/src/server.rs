@@ -25,6 +25,16 @@
 //! its reply is first written with `try_write` (one system call, no timer). The next frame's
 //! read is started before the reply goes out, so a frame half read is never lost.
 //!
+//! # Timing fetches
+//!
+//! Each fetch (and prefetch) is timed from the moment its decoded request is handed to
+//! `Engine::request` to the moment its reply is taken from the outbox to be written
+//! ([`Engine::note_fetch_served`], `ServerStats::fetch_service_ns` and `fetches_served`): the
+//! core's step, the page-cache lookup and copy, any disk read on the blocking pool and the
+//! wake-up after it, but not the reply's encoding and write, nor the request's read. Two clock
+//! reads a fetch, against tens of microseconds of a round trip. A client subtracts it from its
+//! own round-trip time to tell the network from the server (`thor oo7 penalty --figures`).
+//!
 //! # Threads
 //!
 //! [`Threading::PerThread`] (the default) runs one single-threaded runtime per thread and deals
@@ -75,13 +85,13 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use thor_server::limits::PRE_HELLO_FRAME_BYTES_MAX;
 use thor_server::{ConnId, Engine, ReplySink};
 use thor_wire::limits::FRAME_BYTES_MAX;
-use thor_wire::{ErrorCode, Frame, Reply, ReplyBody, Request, WireError, frame_size};
+use thor_wire::{ErrorCode, Frame, Reply, ReplyBody, Request, RequestBody, WireError, frame_size};
 use tokio::io::{
     AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
 };
@@ -531,12 +541,37 @@ fn shutting_down() -> Reply {
     Reply::error(ErrorCode::ShuttingDown, "the server is shutting down")
 }
 
+/// The fetches of one connection handed to the core and not answered yet, with the time each
+/// was handed over: what `ServerStats::fetch_service_ns` times (see [`FetchTimes::answered`]).
+/// At most one entry per request in flight, which the core bounds.
+#[derive(Default)]
+struct FetchTimes(VecDeque<(u64, Instant)>);
+
+impl FetchTimes {
+    /// Request `rid`, a fetch, is about to be handed to the core.
+    fn handing(&mut self, rid: u64) {
+        self.0.push_back((rid, Instant::now()));
+    }
+
+    /// The reply to request `rid` is about to be written: if it answers a fetch, count the
+    /// fetch's service time. Replies come in request order, so a fetch's entry is at the
+    /// front; entries before it (none, unless a reply was never delivered) go with it.
+    fn answered(&mut self, rid: u64, engine: &Engine) {
+        if let Some(k) = self.0.iter().position(|&(id, _)| id == rid) {
+            let (_, t) = self.0[k];
+            self.0.drain(..=k);
+            engine.note_fetch_served(t.elapsed().as_nanos() as u64);
+        }
+    }
+}
+
 /// Writes every reply in `outbox`, in order. Returns how the connection ends if it must.
 async fn flush<S: Stream>(
     conn: &mut Conn<S::W>,
     outbox: &Outbox,
     owed: &AtomicUsize,
     max_frame: &AtomicUsize,
+    fetches: &mut FetchTimes,
 ) -> Option<End> {
     loop {
         let next = outbox.queue.lock().pop_front();
@@ -544,6 +579,7 @@ async fn flush<S: Stream>(
         if rid != 0 {
             // Only this task changes it; the reader reads it.
             let _ = owed.fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
+            fetches.answered(rid, &conn.engine);
         }
         if matches!(reply.body, ReplyBody::HelloOk(_)) {
             max_frame.store(conn.engine.protocol().max_frame_bytes, Relaxed);
@@ -589,8 +625,9 @@ async fn connection<S: Stream>(
     // the core answers it with an error that closes the connection).
     let mut reading_done = false;
     let mut draining = false;
+    let mut fetches = FetchTimes::default();
     let end = loop {
-        if let Some(end) = flush::<S>(&mut conn, &outbox, &owed, &max_frame).await {
+        if let Some(end) = flush::<S>(&mut conn, &outbox, &owed, &max_frame, &mut fetches).await {
             break end;
         }
         if draining && owed.load(Relaxed) == 0 {
@@ -648,6 +685,9 @@ async fn connection<S: Stream>(
                     }
                 };
                 drop(frame);
+                if matches!(req.body, RequestBody::Fetch { .. } | RequestBody::Prefetch(_)) {
+                    fetches.handing(rid);
+                }
                 owed.fetch_add(1, Relaxed);
                 outbox.inline.store(true, SeqCst);
                 let work = conn.engine.request(conn.id, rid, req);

@@ -12,7 +12,7 @@
 //! # What is measured
 //!
 //! Over the measured run only: fetches and their time, replacement time (freeing frames,
-//! including HAC's compaction), conversion time (installing objects and swizzling), the
+//! including HAC's compaction) and its usage-computation and compaction parts, conversion time (installing objects and swizzling), the
 //! elapsed time, the commit time, and the counters of the cache. The same run on the native
 //! baseline gives the time without a store ([`run_native`]).
 
@@ -263,6 +263,12 @@ pub struct RunReport {
     pub fetch_latency: thor_client::LatencyHistogram,
     /// Time freeing frames.
     pub replacement_s: f64,
+    /// The part of `replacement_s` computing usage and choosing victims (HAC, FPC; zero for
+    /// managers that do not split their work, `thor_cache::timer`).
+    pub replacement_usage_s: f64,
+    /// The part of `replacement_s` compacting and evicting victims (HAC, FPC; zero for
+    /// managers that do not split their work).
+    pub replacement_compaction_s: f64,
     /// Time installing objects and swizzling.
     pub conversion_s: f64,
     /// Objects installed in the indirection table.
@@ -526,6 +532,10 @@ fn report(
         fetch_latency,
         replacement_s: secs(
             after.cache.replacement_time.saturating_sub(before.cache.replacement_time),
+        ),
+        replacement_usage_s: secs(after.cache.usage_time.saturating_sub(before.cache.usage_time)),
+        replacement_compaction_s: secs(
+            after.cache.compaction_time.saturating_sub(before.cache.compaction_time),
         ),
         conversion_s: secs(
             after.client.conversion_time.saturating_sub(before.client.conversion_time),

@@ -270,6 +270,16 @@ server_stats! {
     pages_prefetched: u64,
     /// Prefetch candidates passed over because only a disk read would have brought them.
     prefetch_uncached: u64,
+    /// Nanoseconds a network driver spent serving fetch (and prefetch) requests: from the
+    /// decoded request handed to the engine to its reply handed to the connection's writer
+    /// (the core's step, the page-cache lookup, the page copy, any disk read and the wake-up
+    /// after it). The in-process transport does not count here.
+    fetch_service_ns: u64,
+    /// Fetch (and prefetch) requests timed in fetch_service_ns.
+    fetches_served: u64,
+    /// Nanoseconds the engine spent reading pages from disk for fetches and validation
+    /// (fetch_reads and validation_reads), timed around each read.
+    page_read_ns: u64,
 }
 
 const _: () = assert!(ServerStats::FIELDS.len() <= STATS_FIELDS_MAX);

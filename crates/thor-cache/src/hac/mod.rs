@@ -118,6 +118,7 @@ use crate::core::{
 use crate::error::CacheError;
 use crate::limits;
 use crate::manager::{CacheManager, ReplacementStats};
+use crate::timer::ReplacementTimer;
 
 use candidates::{Candidate, CandidateSet};
 use usage::{FrameUsage, UsageHistogram, decayed};
@@ -562,6 +563,20 @@ impl CacheManager for Hac {
     }
 
     fn free_frame(&mut self, core: &mut CacheCore) -> Result<(), CacheError> {
+        self.free_frame_timed(core, &mut ReplacementTimer::default())
+    }
+
+    /// Times the paper's two parts (section 4.4, Figure 10): *usage computation* is the
+    /// epoch's scan, any extra scans and choosing each victim from the candidate set; *page
+    /// compaction* is each `compact` (which also computes the usage of a target that fills up,
+    /// a frame's counts and no scan, so it stays with compaction). One clock read at the start
+    /// and one at each boundary.
+    fn free_frame_timed(
+        &mut self,
+        core: &mut CacheCore,
+        timer: &mut ReplacementTimer,
+    ) -> Result<(), CacheError> {
+        let mut lap = timer.now();
         self.candidates.start_epoch();
         self.scan(core);
         let frames = core.frames.len();
@@ -572,13 +587,17 @@ impl CacheManager for Hac {
         loop {
             let Some(victim) = self.choose_victim(core) else {
                 if extra_scans >= revolution {
+                    timer.usage_since(lap);
                     return Err(CacheError::Full { frames: core.usable_frames() });
                 }
                 extra_scans += 1;
                 self.scan(core);
                 continue;
             };
-            if self.compact(core, victim.frame, victim.usage.threshold) {
+            lap = timer.usage_since(lap);
+            let freed = self.compact(core, victim.frame, victim.usage.threshold);
+            lap = timer.compaction_since(lap);
+            if freed {
                 return Ok(());
             }
             victims += 1;

@@ -2,6 +2,7 @@
 //! synthetic pages of a test class: objects `[class | ref | tag | count | payload]`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use proptest::prelude::*;
 use thor_core::{ClassDesc, Oid, Oref, PageId, PageMut, VarKind};
@@ -847,4 +848,52 @@ fn hac_keeps_the_hot_objects_of_poorly_clustered_pages() {
     let (fpc, hac) = (fetches[0], fetches[1]);
     assert_eq!(fpc, 5 * 60, "LRU over too few frames misses every time");
     assert!(hac * 10 < fpc, "HAC {hac} fetches, FPC {fpc}");
+}
+
+/// A clock for the replacement timer that advances by one at every read: the time of an
+/// interval is the number of reads between its ends, so the split's arithmetic is exact (and
+/// timing is never asserted).
+fn counting_clock() -> u64 {
+    static READS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    READS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// HAC and FPC time usage computation and compaction inside the replacement they are timed as
+/// a whole in: both parts move when frames are freed and never add up to more than the whole;
+/// without a clock nothing is timed.
+#[test]
+fn replacement_is_split_into_usage_and_compaction_within_the_whole() {
+    let committed = std::collections::HashMap::new();
+    for policy in [PolicyConfig::HAC, PolicyConfig::Fpc] {
+        for clock in [true, false] {
+            let mut c = cache(16, policy, false);
+            if clock {
+                c.set_clock(counting_clock);
+            }
+            for round in 0..3 {
+                for p in 2..40u32 {
+                    access_fetching(&mut c, oref(p, round), &committed).unwrap();
+                }
+            }
+            let s = c.stats();
+            assert!(s.core.frames_freed > 0, "{policy}: the cache was too small to replace");
+            if !clock {
+                assert_eq!(
+                    (s.replacement_time, s.usage_time, s.compaction_time),
+                    (Duration::ZERO, Duration::ZERO, Duration::ZERO),
+                    "{policy}: timed without a clock"
+                );
+                continue;
+            }
+            assert!(s.usage_time > Duration::ZERO, "{policy}: {s:?}");
+            assert!(s.compaction_time > Duration::ZERO, "{policy}: {s:?}");
+            assert!(
+                s.usage_time + s.compaction_time <= s.replacement_time,
+                "{policy}: parts {:?} + {:?} exceed the whole {:?}",
+                s.usage_time,
+                s.compaction_time,
+                s.replacement_time
+            );
+        }
+    }
 }

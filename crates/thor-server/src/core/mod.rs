@@ -252,6 +252,12 @@ pub struct DriverCounters {
     pub bytes_received: u64,
     /// Frame bytes sent.
     pub bytes_sent: u64,
+    /// Nanoseconds network drivers spent serving fetches (`ServerStats::fetch_service_ns`).
+    pub fetch_service_ns: u64,
+    /// Fetches they timed.
+    pub fetches_served: u64,
+    /// Nanoseconds reading pages from disk for `Effect::Read`.
+    pub page_read_ns: u64,
 }
 
 /// Something that happened, for the core to act on.
@@ -1879,6 +1885,9 @@ impl Core {
             prefetch_requests: e.prefetch.requests,
             pages_prefetched: e.prefetch.pages,
             prefetch_uncached: e.prefetch.uncached,
+            fetch_service_ns: self.driver.fetch_service_ns,
+            fetches_served: self.driver.fetches_served,
+            page_read_ns: self.driver.page_read_ns,
             ..self.page_stats()
         }
     }

@@ -135,7 +135,7 @@ pub fn request() -> impl Strategy<Value = Request> {
 }
 
 fn stats() -> impl Strategy<Value = ServerStats> {
-    (vec(any::<u64>(), 79), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
+    (vec(any::<u64>(), 82), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
         commits: w[0],
         versions_committed: w[1],
         objects_created: w[2],
@@ -217,6 +217,9 @@ fn stats() -> impl Strategy<Value = ServerStats> {
         prefetch_requests: w[76],
         pages_prefetched: w[77],
         prefetch_uncached: w[78],
+        fetch_service_ns: w[79],
+        fetches_served: w[80],
+        page_read_ns: w[81],
     })
 }
 
