@@ -1603,16 +1603,8 @@ impl CacheCore {
     /// The object of entry `i` leaves the cache (its frame is being reused): its references are
     /// released and the entry freed if nothing keeps it. The caller fixes the frame's lists.
     pub(crate) fn discard(&mut self, i: u32) {
-        let loc = self.entries[i as usize].loc;
-        debug_assert_ne!(loc, NOT_RESIDENT);
-        self.release_refs(loc);
-        let e = &mut self.entries[i as usize];
-        e.loc = NOT_RESIDENT;
-        e.usage = 0;
-        let oref = e.oref;
-        self.stats.objects_discarded += 1;
-        self.uncount_resident(oref);
-        self.maybe_free_entry(i);
+        self.discard_batched(i);
+        self.end_discards();
     }
 
     /// Replacement is about to empty frame `f`: if it holds its page intact (the page's mapped

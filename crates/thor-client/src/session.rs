@@ -1399,7 +1399,10 @@ impl Inner {
     /// Installs the pages a reply brought beyond the one asked for, except those the cache
     /// holds already. Returns how many it installed and the highest page id among them (0:
     /// none).
-    fn install_prefetched(&mut self, pages: Vec<(PageId, Bytes)>) -> Result<(u64, u32), ClientError> {
+    fn install_prefetched(
+        &mut self,
+        pages: Vec<(PageId, Bytes)>,
+    ) -> Result<(u64, u32), ClientError> {
         let mut brought = 0;
         let mut last = 0;
         for (q, bytes) in pages {

@@ -92,6 +92,15 @@ fn page_of(s: &Session, i: usize) -> PageId {
     blob(s, i).unwrap().oref().unwrap().page().unwrap()
 }
 
+/// Reads every blob in order, checks its value, commits and checks the cache.
+fn read_every_blob(s: &Session, what: &str) {
+    for i in 0..BLOBS {
+        assert_eq!(value(s, i).unwrap(), i as u64, "{what}: blob {i}");
+    }
+    s.commit().unwrap();
+    s.check_cache().unwrap();
+}
+
 /// Another client adds `delta` to blob `i` and commits.
 fn bump(s: &Session, i: usize, delta: u64) {
     s.run(|s| {
@@ -112,11 +121,7 @@ fn prefetch_reads_the_same_values_in_fewer_round_trips() {
         [(0, PrefetchHint::Following), (4, PrefetchHint::Following), (4, PrefetchHint::Referenced)]
     {
         let s = session(&h, pages, hint);
-        for i in 0..BLOBS {
-            assert_eq!(value(&s, i).unwrap(), i as u64, "{pages} {hint}: blob {i}");
-        }
-        s.commit().unwrap();
-        s.check_cache().unwrap();
+        read_every_blob(&s, &format!("{pages} {hint}"));
         let st = s.stats();
         assert_eq!(st.prefetch_skipped, 0, "{hint}: the server sends no page the client holds");
         if pages == 0 {
@@ -271,15 +276,9 @@ fn reading_ahead_reads_the_same_values_and_most_misses_find_their_page_on_the_wa
     let h = server();
     let mut seen = Vec::new();
     for read_ahead in [false, true] {
-        let s = session_with(
-            &h,
-            SessionConfig { read_ahead, ..config(4, PrefetchHint::Following) },
-        );
-        for i in 0..BLOBS {
-            assert_eq!(value(&s, i).unwrap(), i as u64, "read-ahead {read_ahead}: blob {i}");
-        }
-        s.commit().unwrap();
-        s.check_cache().unwrap();
+        let s =
+            session_with(&h, SessionConfig { read_ahead, ..config(4, PrefetchHint::Following) });
+        read_every_blob(&s, &format!("read-ahead {read_ahead}"));
         let st = s.stats();
         assert_eq!(st.prefetch_skipped, 0, "{st:?}");
         assert_eq!(s.cache_stats().core.pages_prefetched, st.pages_prefetched);
