@@ -293,9 +293,6 @@ pub(crate) struct Store {
     classes: FxHashMap<Oref, Arc<ClassDesc>>,
     /// Prepared commits in LSN order.
     pub pending: VecDeque<Prepared>,
-    /// The newest prepared version of each object in `pending`, so validation of the next
-    /// commit sees it before it is published.
-    pending_objs: FxHashMap<Oref, (Lsn, Bytes)>,
     /// Pages with no image on disk yet: they start from empty.
     pub fresh: FxHashSet<PageId>,
     /// (LSN that opened the page, page), for pages opened since the checkpoint.
@@ -343,7 +340,6 @@ impl Store {
             slots: Vec::new(),
             classes: FxHashMap::default(),
             pending: VecDeque::new(),
-            pending_objs: FxHashMap::default(),
             fresh: FxHashSet::default(),
             opened: VecDeque::new(),
             superblock: sb,
@@ -387,13 +383,13 @@ impl Store {
             writes: objects.iter().filter(|(_, c, _)| !c).map(|(o, _, _)| *o).collect(),
         };
         let mut held = Held { lsn, record: rec.clone(), versions: Vec::new() };
-        for (oref, created, range) in objects {
+        for (oref, created, range) in &objects {
             if section.is_some() && !created {
-                held.versions.push((oref, range));
+                held.versions.push((*oref, range.clone()));
                 continue;
             }
             let page = oref.page().expect("the record decoder checks orefs");
-            if created && page > self.tail.page {
+            if *created && page > self.tail.page {
                 let mut p = self.tail.page;
                 while p < page {
                     p = p.next().expect("page is below the maximum");
@@ -402,8 +398,9 @@ impl Store {
                 }
                 self.tail.page = page;
             }
-            self.mob.insert(oref, lsn, created, rec.slice(range), len);
         }
+        let published = objects.into_iter().filter(|(_, created, _)| section.is_none() || *created);
+        self.mob.insert_all(lsn, len, published.map(|(o, c, r)| (o, c, rec.slice(r))));
         Ok(match section {
             None => Replay::Commit(replayed),
             Some(s) => Replay::Prepare(replayed, s, held),
@@ -601,10 +598,15 @@ impl Store {
             return Ok(Lookup::Found(n as usize));
         }
         let Some(img) = self.image(page, images) else { return Ok(Lookup::Missing(page)) };
-        let buf = self.compose_with(page, Some(&img))?;
-        let n = PageView::parse(&buf)
-            .map_err(|source| EngineError::CorruptPage { page, source })?
-            .slot_count();
+        // A page without MOB versions is counted in place: copying and composing each page a
+        // commit refers to cost a page copy each (4,000 for OO7's T2b).
+        let n = if self.mob.has_page(page) {
+            let buf = self.compose_with(page, Some(&img))?;
+            PageView::parse(&buf).map(|v| v.slot_count())
+        } else {
+            PageView::parse(&img).map(|v| v.slot_count())
+        }
+        .map_err(|source| EngineError::CorruptPage { page, source })?;
         self.set_slots(page, n);
         Ok(Lookup::Found(n))
     }
@@ -619,16 +621,20 @@ impl Store {
         })
     }
 
-    /// Calls `f` with the newest bytes of `oref` (prepared, published or installed).
+    /// Calls `f` with bytes of `oref`: its class word and size (which an object keeps for life)
+    /// and, for a class object (immutable), all of it. The MOB's version, else the installed
+    /// image's, else (an object created by a commit still being made durable) a prepared one.
+    ///
+    /// Prepared versions are not indexed per object: a commit of 99,000 objects paid a hash
+    /// entry each, inserted at prepare and removed at publish, for lookups that an object's
+    /// fixed class and size make unnecessary. Only objects no MOB or image holds are looked
+    /// for among the prepared commits, newest first.
     fn with_object<R>(
         &mut self,
         oref: Oref,
         images: &Images,
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<Lookup<R>, EngineError> {
-        if let Some((_, d)) = self.pending_objs.get(&oref) {
-            return Ok(Lookup::Found(f(d)));
-        }
         if let Some(e) = self.mob.get(oref) {
             return Ok(Lookup::Found(f(&e.data)));
         }
@@ -636,13 +642,29 @@ impl Store {
         if page > self.tail.page {
             return Ok(Lookup::Absent);
         }
-        let Some(img) = self.image(page, images) else { return Ok(Lookup::Missing(page)) };
-        // One object of the page, checked on its own: parsing the whole page per written
-        // object made validating a commit of 99,000 objects (OO7's T2b) cost 300 offset-table
-        // entries each.
-        let o = PageView::object_in(&img, oref.oid())
-            .map_err(|source| EngineError::CorruptPage { page, source })?;
-        Ok(o.map_or(Lookup::Absent, |o| Lookup::Found(f(o))))
+        let img = self.image(page, images);
+        if let Some(img) = &img {
+            // One object of the page, checked on its own: parsing the whole page per written
+            // object made validating a commit of 99,000 objects (OO7's T2b) cost 300
+            // offset-table entries each.
+            let o = PageView::object_in(img, oref.oid())
+                .map_err(|source| EngineError::CorruptPage { page, source })?;
+            if let Some(o) = o {
+                return Ok(Lookup::Found(f(o)));
+            }
+        }
+        if let Some(d) = self.prepared_version(oref) {
+            return Ok(Lookup::Found(f(&d)));
+        }
+        Ok(if img.is_some() { Lookup::Absent } else { Lookup::Missing(page) })
+    }
+
+    /// The newest prepared version of `oref`, if a prepared commit wrote or created it.
+    fn prepared_version(&self, oref: Oref) -> Option<Bytes> {
+        self.pending.iter().rev().find_map(|p| {
+            let i = p.objects.iter().position(|(o, _, _)| *o == oref)?;
+            Some(p.data(i))
+        })
     }
 
     /// The descriptor of the stored class `class`.
@@ -727,10 +749,6 @@ impl Store {
             Some(s) => rec.finish_prepared(s),
             None => rec.finish(),
         });
-        self.pending_objs.reserve(objects.len());
-        for (oref, _, range) in &objects {
-            self.pending_objs.insert(*oref, (lsn, record.slice(range.clone())));
-        }
         let log_bytes = thor_storage::log::record::encoded_len(record.len());
         self.next_lsn = lsn.next();
         self.unsynced_bytes += log_bytes;
@@ -758,14 +776,23 @@ impl Store {
     ) -> Result<Option<Vec<u8>>, EngineError> {
         let Some(img) = self.image(page, images) else { return Ok(None) };
         let mut buf = self.compose_with(page, Some(&img))?;
-        let mut vs: Vec<(Oid, &[u8])> = Vec::new();
+        // The prepared commits' versions of the page, the newest of each object (commits in
+        // LSN order, a later one replacing an earlier one's).
+        let mut pending: Vec<(Oid, Bytes)> = Vec::new();
         let mut newest = Lsn::ZERO;
-        for (o, (lsn, data)) in &self.pending_objs {
-            if o.page() == Some(page) {
-                vs.push((o.oid(), data));
-                newest = newest.max(*lsn);
+        for p in &self.pending {
+            for (i, (o, _, _)) in p.objects.iter().enumerate() {
+                if o.page() != Some(page) {
+                    continue;
+                }
+                newest = newest.max(p.lsn);
+                match pending.iter_mut().find(|(oid, _)| *oid == o.oid()) {
+                    Some(v) => v.1 = p.data(i),
+                    None => pending.push((o.oid(), p.data(i))),
+                }
             }
         }
+        let mut vs: Vec<(Oid, &[u8])> = pending.iter().map(|(o, d)| (*o, &d[..])).collect();
         if !vs.is_empty() {
             let mut p = PageMut::open(&mut buf)
                 .map_err(|source| EngineError::CorruptPage { page, source })?;
@@ -911,10 +938,6 @@ impl Store {
             objects.push((created[i], true, r.clone()));
             data.push(record.slice(r));
         }
-        self.pending_objs.reserve(objects.len());
-        for ((oref, _, _), d) in objects.iter().zip(&data) {
-            self.pending_objs.insert(*oref, (lsn, d.clone()));
-        }
         self.next_lsn = lsn.next();
         self.unsynced_bytes += log_bytes;
         self.pending_mob_cost += commit_cost(n_objects, bytes);
@@ -944,10 +967,8 @@ impl Store {
     /// Publishes the held versions of a two-phase part that committed: into the MOB under
     /// the prepare record's LSN.
     pub fn publish_held(&mut self, h: &Held) {
-        let len = h.record.len();
-        for (oref, range) in &h.versions {
-            self.mob.insert(*oref, h.lsn, false, h.record.slice(range.clone()), len);
-        }
+        let versions = h.versions.iter().map(|(o, r)| (*o, false, h.record.slice(r.clone())));
+        self.mob.insert_all(h.lsn, h.record.len(), versions);
     }
 
     /// Moves every durable prepared commit into the MOB, in LSN order, and hands each to `done`.
@@ -960,17 +981,16 @@ impl Store {
         while self.pending.front().is_some_and(|p| p.lsn <= self.durable_lsn) {
             let p = self.pending.pop_front().expect("checked");
             let len = p.mob_bytes();
-            for (i, (oref, is_new, _)) in p.objects.iter().enumerate() {
-                if self.pending_objs.get(oref).is_some_and(|(l, _)| *l == p.lsn) {
-                    self.pending_objs.remove(oref);
-                }
-                // A two-phase part publishes its created objects at once (their slots are
-                // allocated for good; unreachable until the commit, garbage if it aborts) and
-                // holds its versions until the decision.
-                if *is_new || !p.held {
-                    self.mob.insert(*oref, p.lsn, *is_new, p.data(i), len);
-                }
-            }
+            // A two-phase part publishes its created objects at once (their slots are
+            // allocated for good; unreachable until the commit, garbage if it aborts) and
+            // holds its versions until the decision.
+            let objects =
+                p.objects.iter().enumerate().filter(|(_, (_, is_new, _))| *is_new || !p.held);
+            self.mob.insert_all(
+                p.lsn,
+                len,
+                objects.map(|(i, (oref, is_new, _))| (*oref, *is_new, p.data(i))),
+            );
             self.unsynced_bytes -= p.log_bytes;
             self.pending_mob_cost -= commit_cost(p.objects.len(), len);
             done(p);
@@ -980,7 +1000,6 @@ impl Store {
     /// Forgets every prepared commit (the log failed: nobody knows whether they are durable;
     /// recovery decides). Hands each to `failed`.
     pub fn abandon_pending(&mut self, mut failed: impl FnMut(Prepared)) {
-        self.pending_objs.clear();
         for (_, log_bytes) in self.plain.drain(..) {
             self.unsynced_bytes -= log_bytes;
         }
@@ -1043,10 +1062,11 @@ impl Store {
             self.check_object(&desc, obj, n_created, images, &mut need, || what_created(i))?;
             descs.created.push(desc);
         }
-        let mut seen = FxHashSet::with_capacity_and_hasher(c.versions.len(), Default::default());
+        // Duplicates are found with a map per page, not a hash entry per object.
+        let mut seen = super::orefset::OrefSet::new();
         for (oref, obj) in &c.versions {
             let oref = *oref;
-            if !seen.insert(oref) {
+            if !oref.is_null() && !seen.insert(oref) {
                 return Err(InvalidCommit::Duplicate(oref).into());
             }
             if builtin::is_builtin(oref) && oref != builtin::ROOT {
