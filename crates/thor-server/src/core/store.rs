@@ -629,10 +629,15 @@ impl Store {
     /// entry each, inserted at prepare and removed at publish, for lookups that an object's
     /// fixed class and size make unnecessary. Only objects no MOB or image holds are looked
     /// for among the prepared commits, newest first.
+    ///
+    /// `last` keeps the last page image used between calls: a commit lists a page's objects
+    /// one after the other, and each lookup of the image (and, for a fresh page, its making)
+    /// then happens once per page, not per object.
     fn with_object<R>(
         &mut self,
         oref: Oref,
         images: &Images,
+        last: &mut Option<(PageId, Bytes)>,
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<Lookup<R>, EngineError> {
         if let Some(e) = self.mob.get(oref) {
@@ -642,8 +647,11 @@ impl Store {
         if page > self.tail.page {
             return Ok(Lookup::Absent);
         }
-        let img = self.image(page, images);
-        if let Some(img) = &img {
+        if last.as_ref().is_none_or(|(p, _)| *p != page) {
+            *last = self.image(page, images).map(|img| (page, img));
+        }
+        let img = last.as_ref().filter(|(p, _)| *p == page).map(|(_, img)| img);
+        if let Some(img) = img {
             // One object of the page, checked on its own: parsing the whole page per written
             // object made validating a commit of 99,000 objects (OO7's T2b) cost 300
             // offset-table entries each.
@@ -656,7 +664,7 @@ impl Store {
         if let Some(d) = self.prepared_version(oref) {
             return Ok(Lookup::Found(f(&d)));
         }
-        Ok(if img.is_some() { Lookup::Absent } else { Lookup::Missing(page) })
+        Ok(if last.is_some() { Lookup::Absent } else { Lookup::Missing(page) })
     }
 
     /// The newest prepared version of `oref`, if a prepared commit wrote or created it.
@@ -689,7 +697,7 @@ impl Store {
             Lookup::Absent => return Ok(Lookup::Absent),
             Lookup::Missing(p) => return Ok(Lookup::Missing(p)),
         }
-        let desc = match self.with_object(class, images, ClassDesc::from_class_object)? {
+        let desc = match self.with_object(class, images, &mut None, ClassDesc::from_class_object)? {
             Lookup::Found(Ok(d)) => Arc::new(d),
             Lookup::Found(Err(_)) | Lookup::Absent => return Ok(Lookup::Absent),
             Lookup::Missing(p) => return Ok(Lookup::Missing(p)),
@@ -737,7 +745,11 @@ impl Store {
         };
         for (i, (oref, data)) in c.versions.iter().enumerate() {
             let range = rec.push(*oref, false, data);
-            patch(rec.bytes_mut(range.clone()), &descs.versions[i], false);
+            // Without created objects there is nothing to patch: validation refused every
+            // tagged reference.
+            if !created.is_empty() {
+                patch(rec.bytes_mut(range.clone()), &descs.versions[i], false);
+            }
             objects.push((*oref, false, range));
         }
         for (i, data) in c.created.iter().enumerate() {
@@ -1064,6 +1076,10 @@ impl Store {
         }
         // Duplicates are found with a map per page, not a hash entry per object.
         let mut seen = super::orefset::OrefSet::new();
+        // The last page image and class looked up: a commit's objects come page by page, and
+        // mostly of a few classes.
+        let mut last_image: Option<(PageId, Bytes)> = None;
+        let mut last_class: Option<(Oref, Arc<ClassDesc>)> = None;
         for (oref, obj) in &c.versions {
             let oref = *oref;
             if !oref.is_null() && !seen.insert(oref) {
@@ -1080,15 +1096,15 @@ impl Store {
                     continue;
                 }
             }
-            let (class_word, size) =
-                match self.with_object(oref, images, |old| (u32_at(old, 0), old.len()))? {
-                    Lookup::Found(x) => x,
-                    Lookup::Absent => return Err(InvalidCommit::NoSuchObject(oref).into()),
-                    Lookup::Missing(p) => {
-                        note(p, &mut need);
-                        continue;
-                    }
-                };
+            let shape = |old: &[u8]| (u32_at(old, 0), old.len());
+            let (class_word, size) = match self.with_object(oref, images, &mut last_image, shape)? {
+                Lookup::Found(x) => x,
+                Lookup::Absent => return Err(InvalidCommit::NoSuchObject(oref).into()),
+                Lookup::Missing(p) => {
+                    note(p, &mut need);
+                    continue;
+                }
+            };
             if class_word == builtin::META.raw() {
                 return Err(InvalidCommit::ClassIsImmutable(oref).into());
             }
@@ -1099,8 +1115,14 @@ impl Store {
                 return Err(InvalidCommit::Reshape { oref, what: "size" }.into());
             }
             let class = Oref::from_raw(class_word).expect("stored class words are orefs");
-            let desc = match self.class_desc(class, images)? {
-                Lookup::Found(d) => d,
+            let cached = last_class.as_ref().filter(|(c, _)| *c == class).map(|(_, d)| d.clone());
+            let desc = match cached
+                .map_or_else(|| self.class_desc(class, images), |d| Ok(Lookup::Found(d)))?
+            {
+                Lookup::Found(d) => {
+                    last_class = Some((class, d.clone()));
+                    d
+                }
                 Lookup::Absent => {
                     return Err(InvalidCommit::NotAClass { oref, class }.into());
                 }
