@@ -1699,8 +1699,8 @@ impl Inner {
             cache.export(i, &mut one)?;
             if all.is_empty() {
                 // Objects of one transaction are often of one size: a guess that saves the
-                // doublings, not a bound.
-                all.reserve(one.len() * ends.capacity());
+                // doublings, never more than a request may carry.
+                all.reserve((one.len() * ends.capacity()).min(self.info.max_frame_bytes));
             }
             all.extend_from_slice(&one);
             ends.push(all.len());
