@@ -1380,7 +1380,8 @@ impl Inner {
         let demoted_pages = self.cache.take_demoted_pages(DEMOTED_PAGES_MAX.min(fit));
         req.piggyback = Piggyback { acks, discarded, demoted, demoted_pages };
         // Given up, not lent: the in-process transport hands it to the server without a copy.
-        if let Err((e, req)) = self.transport.send_owned(req) {
+        if let Err(failed) = self.transport.send_owned(req) {
+            let (e, req) = *failed;
             // The pages' bytes are not kept: the server stops waiting for them by itself.
             let Piggyback { acks, discarded, demoted, .. } = req.piggyback;
             self.cache.requeue_acks(acks);

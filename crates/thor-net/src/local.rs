@@ -150,9 +150,9 @@ impl Transport for LocalTransport {
         Ok(())
     }
 
-    fn send_owned(&mut self, req: Request) -> Result<(), (TransportError, Request)> {
+    fn send_owned(&mut self, req: Request) -> Result<(), Box<(TransportError, Request)>> {
         if let Err(e) = self.check(&req) {
-            return Err((e, req));
+            return Err(Box::new((e, req)));
         }
         self.hand_over(req);
         Ok(())

@@ -192,7 +192,7 @@ impl Mob {
                 here.pinned += n as isize;
                 note_page(&mut here.pages, page);
                 let mut vs = Vec::with_capacity(n);
-                vs.extend(run.drain(..));
+                vs.append(&mut run);
                 self.pages.insert(page, vs);
                 self.run = run;
                 continue;
