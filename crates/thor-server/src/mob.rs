@@ -14,8 +14,8 @@
 //! One index over the entries, grouped by page, and one small table per commit:
 //!
 //! ```text
-//!   pages:  page ──► [ (oid, entry) … ] sorted by oid     newest version of each object
-//!   groups: LSN  ──► { record bytes, live, pinned, pages } one per commit with a buffered version
+//!   pages:  page ──► [ (oid, entry) … ] sorted by oid    the newest version of each object
+//!   groups: LSN  ──► { record bytes, live, pinned, pages }   one per commit still buffered
 //! ```
 //!
 //! - `pages` finds a version with one lookup of its page (a few thousand at most, however many
@@ -115,8 +115,11 @@ pub struct Mob {
 /// object.
 #[derive(Debug, Default)]
 struct Delta {
+    /// Versions of the group's record added, less those replaced within the batch.
     live: isize,
+    /// Entries pinned at the group's LSN added, less those whose pin moved.
     pinned: isize,
+    /// Pages of the entries pinned there, as `Group::pages` lists them.
     pages: Vec<PageId>,
 }
 
@@ -604,7 +607,8 @@ mod tests {
                     Op::Old { back, page, oid, created } => {
                         let lsn = Lsn(next.saturating_sub(back).max(1));
                         model_insert(&mut model, oref(page, oid), lsn, created);
-                        m.insert(oref(page, oid), lsn, created, data(lsn.0 as u8), record_bytes(lsn));
+                        let d = data(lsn.0 as u8);
+                        m.insert(oref(page, oid), lsn, created, d, record_bytes(lsn));
                     }
                     Op::Install(p) => {
                         let page = PageId::new(p).unwrap();
@@ -660,7 +664,10 @@ mod tests {
                 prop_assert_eq!(got, want, "every buffered page, once");
                 if let Some(oldest) = m.oldest_lsn() {
                     let first = all[0];
-                    prop_assert!(model.iter().any(|(r, e)| r.page() == Some(first) && e.1 == oldest));
+                    let pinned = |(r, e): (&Oref, &(Lsn, Lsn, bool))| {
+                        r.page() == Some(first) && e.1 == oldest
+                    };
+                    prop_assert!(model.iter().any(pinned));
                 }
             }
         }

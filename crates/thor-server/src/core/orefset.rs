@@ -121,9 +121,11 @@ mod tests {
     }
 
     proptest! {
-        /// The set against a `BTreeSet`: inserts, lookups, length and iteration.
+        /// The set against a `BTreeSet`: inserts, lookups and iteration.
         #[test]
-        fn matches_model(ops in proptest::collection::vec((1u32..8, 0u16..512, any::<bool>()), 1..300)) {
+        fn matches_model(
+            ops in proptest::collection::vec((1u32..8, 0u16..512, any::<bool>()), 1..300),
+        ) {
             let mut s = OrefSet::new();
             let mut model = BTreeSet::new();
             for (p, o, add) in ops {
