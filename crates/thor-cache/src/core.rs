@@ -838,6 +838,11 @@ impl CacheCore {
     pub(crate) fn object_size(&self, loc: u32) -> usize {
         let desc =
             self.classes.get(&self.class_word(loc)).expect("installed objects have loaded classes");
+        self.object_size_of(loc, desc)
+    }
+
+    /// [`CacheCore::object_size`] of the object at `loc` whose class `desc` the caller has.
+    pub(crate) fn object_size_of(&self, loc: u32, desc: &ClassDesc) -> usize {
         let count = match desc.var() {
             thor_core::VarKind::None => 0,
             _ => self.arena.read_u32(loc as usize + desc.count_offset()) as usize,

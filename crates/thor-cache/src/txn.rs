@@ -376,13 +376,14 @@ impl ClientCache {
             return self.export_spilled(i, out);
         }
         let loc = e.loc;
-        let size = core.object_size(loc);
-        core.arena.copy_out(loc as usize, size, out);
-        let header = self.export_word(u32_at(out, 0))?;
-        put_u32(out, 0, header);
+        // One class lookup for the size and the references (a commit exports every object).
         let desc = core
             .class(core.class_word(loc))
             .ok_or(CacheError::Internal("resident object of an unknown class"))?;
+        let size = core.object_size_of(loc, desc);
+        core.arena.copy_out(loc as usize, size, out);
+        let header = self.export_word(u32_at(out, 0))?;
+        put_u32(out, 0, header);
         let mut result = Ok(());
         desc.for_each_ref_offset(core.arena.bytes(loc as usize, size), |off| {
             if result.is_ok() {

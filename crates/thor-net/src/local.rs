@@ -104,18 +104,10 @@ impl LocalTransport {
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
-}
 
-impl Transport for LocalTransport {
-    fn server(&self) -> &ServerInfo {
-        &self.info
-    }
-
-    fn in_process(&self) -> bool {
-        true
-    }
-
-    fn send(&mut self, req: &Request) -> Result<(), TransportError> {
+    /// What a TCP connection would refuse before sending: a closed session, too many requests
+    /// in flight, a request over a limit or the server's frame size.
+    fn check(&self, req: &Request) -> Result<(), TransportError> {
         if self.closed {
             return Err(TransportError::Closed);
         }
@@ -130,11 +122,39 @@ impl Transport for LocalTransport {
                 max,
             }));
         }
+        Ok(())
+    }
+
+    /// Steps the engine with `req` (checked) on this thread.
+    fn hand_over(&mut self, req: Request) {
         let id = self.next_id;
         self.next_id += 1;
         self.in_flight += 1;
-        let work = self.engine.request(self.conn, id, req.clone());
+        let work = self.engine.request(self.conn, id, req);
         self.engine.settle(work);
+    }
+}
+
+impl Transport for LocalTransport {
+    fn server(&self) -> &ServerInfo {
+        &self.info
+    }
+
+    fn in_process(&self) -> bool {
+        true
+    }
+
+    fn send(&mut self, req: &Request) -> Result<(), TransportError> {
+        self.check(req)?;
+        self.hand_over(req.clone());
+        Ok(())
+    }
+
+    fn send_owned(&mut self, req: Request) -> Result<(), Box<(TransportError, Request)>> {
+        if let Err(e) = self.check(&req) {
+            return Err(Box::new((e, req)));
+        }
+        self.hand_over(req);
         Ok(())
     }
 

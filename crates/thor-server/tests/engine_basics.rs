@@ -181,6 +181,20 @@ fn invalid_commits_are_refused_without_effect() {
         ),
         InvalidCommit::Reshape { what: "size", .. }
     ));
+    // A version that changes a reference has it checked like a created object's (a version
+    // that keeps its committed references, as the ones below, is not checked again).
+    for r in [nowhere.raw(), ghost.raw(), tag(5)] {
+        assert!(matches!(
+            refused(
+                &e,
+                CommitRequest {
+                    versions: vec![(a, item(class.raw(), r, 1, 0, b"abcd"))],
+                    created: vec![]
+                }
+            ),
+            InvalidCommit::BadReference { .. }
+        ));
+    }
     let mut reclassed = item(class.raw(), 0, 1, 0, b"abcd");
     put_u32(&mut reclassed, 0, builtin::BYTES.raw());
     assert!(matches!(
@@ -216,7 +230,7 @@ fn invalid_commits_are_refused_without_effect() {
     // Nothing changed.
     assert_eq!(read(&e, a).unwrap(), item(class.raw(), 0, 1, 0, b"abcd"));
     assert_eq!(e.stats().pages_allocated, tail_before);
-    assert_eq!(e.stats().commits_refused, 12);
+    assert_eq!(e.stats().commits_refused, 15);
 }
 
 #[test]

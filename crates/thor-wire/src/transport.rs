@@ -86,6 +86,15 @@ pub trait Transport: Send {
     /// a limit ([`TransportError::BadRequest`]) or too many requests are in flight.
     fn send(&mut self, req: &Request) -> Result<(), TransportError>;
 
+    /// [`Transport::send`] of a request the caller gives up, so that a transport that hands
+    /// requests over without encoding them (the in-process one) need not copy it: a commit's
+    /// request holds every new version and the read set. On failure the request comes back
+    /// with the error (its piggybacked sections are the caller's to requeue), boxed: a failed
+    /// send is rare and a request is large.
+    fn send_owned(&mut self, req: Request) -> Result<(), Box<(TransportError, Request)>> {
+        self.send(&req).map_err(|e| Box::new((e, req)))
+    }
+
     /// Waits for the reply to the oldest request in flight.
     fn recv(&mut self) -> Result<Reply, TransportError>;
 

@@ -27,6 +27,13 @@
 //!   [`CcConfig::vq_entries_max`] entries and none older than [`CcConfig::threshold_delta_us`]:
 //!   dropping the oldest committed entries raises the threshold `VQ.t` above them, so no
 //!   transaction they could refuse is ever validated again.
+//! - A transaction that names more than [`CcConfig::reads_tracked_max`] objects (OO7's T2b
+//!   reads 500,000 and writes 99,000) is not indexed per object: its timestamp raises the
+//!   threshold, which refuses every transaction its reads or writes could refuse by rule 2
+//!   (those validated later at an earlier timestamp), and while it is committing its writes are
+//!   kept as one [`OrefSet`] (a 512-bit map per page) that rule 1 checks beside the index.
+//!   Indexing T2b's writes cost two hash operations per object on the commit path, for rule 2
+//!   checks the threshold makes.
 //! - A directory holds the pages sent to a client, at most [`CcConfig::directory_pages_max`];
 //!   past that it is *coarsened*: it remembers groups of 2^k consecutive pages (k grows by 3
 //!   each time), which costs extra invalidations for pages of a group the client never had, but
@@ -58,6 +65,7 @@ use smallvec::SmallVec;
 use thor_core::{Oref, PageId};
 
 use super::ConnId;
+use super::orefset::OrefSet;
 
 /// A transaction's place in the serial order: the server clock's microseconds, then the
 /// server's id, so that timestamps from different servers never tie.
@@ -94,12 +102,14 @@ pub struct CcConfig {
     pub directory_pages_max: usize,
     /// Most unacknowledged invalidations of one client before its session expires.
     pub invalid_max: usize,
-    /// Most objects a transaction's reads are recorded for one by one in the per-object
-    /// index. A transaction that read more (a traversal of a whole database) raises the
-    /// threshold to its timestamp instead: the only thing its reads are kept for is refusing
-    /// writers of them validated later with earlier timestamps (rule 2a), and the threshold
-    /// refuses every such writer. The index stays bounded, and a read-only traversal of 437,000
-    /// objects costs no table of that size.
+    /// Most objects (read and written) a transaction is recorded for one by one in the
+    /// per-object index. A transaction that names more (a traversal of a whole database)
+    /// raises the threshold to its timestamp instead: the only thing its reads and its
+    /// committed writes are kept for is refusing transactions validated later with earlier
+    /// timestamps (rules 2a and 2b), and the threshold refuses every such transaction. While
+    /// it is committing, its writes are one [`OrefSet`] that rule 1 checks. The index stays
+    /// bounded, a read-only traversal of 437,000 objects costs no table of that size, and a
+    /// commit of 99,000 objects no index entry per object.
     pub reads_tracked_max: usize,
 }
 
@@ -207,12 +217,16 @@ struct ObjInfo {
 /// One transaction in the validation queue.
 #[derive(Debug, Clone)]
 struct Entry {
-    /// Objects read (may include written ones).
+    /// Objects read (may include written ones) that the index holds: none for a transaction
+    /// the threshold stands for.
     ros: Vec<Oref>,
     /// Objects written.
     mos: Vec<Oref>,
     /// Whether its commit is final.
     committed: bool,
+    /// Whether its writes are in the per-object index (else, while it is committing, in
+    /// [`Cc::big`], and once committed nowhere: the threshold stands for them).
+    indexed: bool,
 }
 
 /// An invalidation waiting for its acknowledgement.
@@ -287,6 +301,9 @@ pub struct Cc {
     vq: BTreeMap<Timestamp, Entry>,
     /// Per-object summary of the queue.
     objs: FxHashMap<Oref, ObjInfo>,
+    /// The committing transactions that name more than [`CcConfig::reads_tracked_max`]
+    /// objects, with their writes (see the module documentation). Rarely more than one.
+    big: Vec<(Timestamp, OrefSet)>,
     counters: CcCounters,
 }
 
@@ -301,6 +318,7 @@ impl Cc {
             clients: FxHashMap::default(),
             vq: BTreeMap::new(),
             objs: FxHashMap::default(),
+            big: Vec::new(),
             counters: CcCounters::default(),
         }
     }
@@ -396,6 +414,10 @@ impl Cc {
             return;
         }
         let e = self.vq.remove(&ts).expect("checked");
+        if !e.indexed {
+            self.big.retain(|(u, _)| *u != ts);
+            return;
+        }
         for o in &e.mos {
             if let Some(info) = self.objs.get_mut(o) {
                 info.uncommitted.retain(|u| *u != ts);
@@ -409,23 +431,43 @@ impl Cc {
         if self.vq.is_empty() && self.threshold < ts {
             self.threshold = ts;
         }
-        let ros = self.note_reads(ts, reads, writes);
+        let indexed = self.note_committing(ts, reads, writes);
+        self.last_ts = self.last_ts.max(ts);
+        let ros = if indexed { reads.to_vec() } else { Vec::new() };
+        self.vq.insert(ts, Entry { ros, mos: writes.to_vec(), committed: false, indexed });
+    }
+
+    /// Enters a committing transaction's reads and writes: in the per-object index, or (more
+    /// than [`CcConfig::reads_tracked_max`] objects) by raising the threshold to `ts` and
+    /// keeping the writes as one set in [`Cc::big`] until it commits or aborts. Returns
+    /// whether it went into the index.
+    fn note_committing(&mut self, ts: Timestamp, reads: &[Oref], writes: &[Oref]) -> bool {
+        if !self.note_reads(ts, reads, writes) {
+            if !writes.is_empty() {
+                let mut set = OrefSet::new();
+                for o in writes {
+                    set.insert(*o);
+                }
+                self.big.push((ts, set));
+            }
+            return false;
+        }
+        self.objs.reserve(writes.len());
         for o in writes {
             self.objs.entry(*o).or_default().uncommitted.push(ts);
         }
-        self.last_ts = self.last_ts.max(ts);
-        self.vq.insert(ts, Entry { ros, mos: writes.to_vec(), committed: false });
+        true
     }
 
     /// Records that the transaction at `ts` read `reads` and wrote `writes` (rule 2a's
     /// `max_read`), one by one if they are at most [`CcConfig::reads_tracked_max`], else by
-    /// raising the threshold to `ts`. Returns the reads its queue entry keeps (for truncation
-    /// to forget): none when the threshold stands for them.
-    fn note_reads(&mut self, ts: Timestamp, reads: &[Oref], writes: &[Oref]) -> Vec<Oref> {
+    /// raising the threshold to `ts`. Returns whether they went into the index (else the
+    /// threshold stands for them, and for the transaction's committed writes too).
+    fn note_reads(&mut self, ts: Timestamp, reads: &[Oref], writes: &[Oref]) -> bool {
         if reads.len() + writes.len() > self.cfg.reads_tracked_max {
             self.threshold = self.threshold.max(ts);
             self.counters.reads_by_threshold += 1;
-            return Vec::new();
+            return false;
         }
         // At most one new entry per object named: grown once, not by doubling.
         self.objs.reserve(reads.len() + writes.len());
@@ -433,7 +475,7 @@ impl Cc {
             let info = self.objs.entry(*o).or_default();
             info.max_read = info.max_read.max(ts);
         }
-        reads.to_vec()
+        true
     }
 
     /// Forgets a session's state (its connection ended).
@@ -541,6 +583,14 @@ impl Cc {
     /// Rules 1 and 2 at `ts`; on failure, the refusal and whether a later timestamp may pass.
     fn rules(&self, reads: &[Oref], writes: &[Oref], ts: Timestamp) -> Result<(), (Refusal, bool)> {
         for o in reads.iter().chain(writes) {
+            for (u, set) in &self.big {
+                if set.contains(*o) {
+                    // Rule 1, or 2b against a transaction still committing (which the
+                    // threshold, raised to `u`, normally refuses first).
+                    let r = if *u < ts { Refusal::Rule1(*o) } else { Refusal::Rule2b(*o) };
+                    return Err((r, false));
+                }
+            }
             let Some(info) = self.objs.get(o) else { continue };
             if info.uncommitted.iter().any(|&u| u < ts) {
                 return Err((Refusal::Rule1(*o), false));
@@ -566,7 +616,9 @@ impl Cc {
     /// The earliest transaction still committing that writes `o`, if any: the writer a rule-1
     /// refusal about `o` is waiting on.
     pub fn uncommitted_writer(&self, o: Oref) -> Option<Timestamp> {
-        self.objs.get(&o)?.uncommitted.iter().min().copied()
+        let indexed = self.objs.get(&o).and_then(|i| i.uncommitted.iter().min().copied());
+        let big = self.big.iter().filter(|(_, s)| s.contains(o)).map(|(u, _)| *u).min();
+        indexed.into_iter().chain(big).min()
     }
 
     /// Counts a refusal that was answered.
@@ -596,12 +648,14 @@ impl Cc {
         if committed {
             self.counters.read_only_validated += 1;
         }
-        let ros = self.note_reads(ts, reads, writes);
-        for o in writes {
-            self.objs.entry(*o).or_default().uncommitted.push(ts);
-        }
+        let indexed = if committed {
+            self.note_reads(ts, reads, writes)
+        } else {
+            self.note_committing(ts, reads, writes)
+        };
         self.last_ts = self.last_ts.max(ts);
-        self.vq.insert(ts, Entry { ros, mos: writes.to_vec(), committed });
+        let ros = if indexed { reads.to_vec() } else { Vec::new() };
+        self.vq.insert(ts, Entry { ros, mos: writes.to_vec(), committed, indexed });
         self.truncate(now_us);
     }
 
@@ -613,12 +667,27 @@ impl Cc {
         let Some(entry) = self.vq.get_mut(&ts) else { return Vec::new() };
         entry.committed = true;
         let mos = std::mem::take(&mut entry.mos);
-        let mut expired = Vec::new();
-        for o in &mos {
-            if let Some(info) = self.objs.get_mut(o) {
-                info.uncommitted.retain(|u| *u != ts);
-                info.max_write = info.max_write.max(ts);
+        let indexed = entry.indexed;
+        if indexed {
+            for o in &mos {
+                if let Some(info) = self.objs.get_mut(o) {
+                    info.uncommitted.retain(|u| *u != ts);
+                    info.max_write = info.max_write.max(ts);
+                }
             }
+        } else {
+            // Not indexed: the threshold, raised to `ts` at insert, stands for its writes.
+            self.big.retain(|(u, _)| *u != ts);
+            self.threshold = self.threshold.max(ts);
+        }
+        let mut expired = Vec::new();
+        // Only other sessions that were sent pages can hold a copy to invalidate (the embedded
+        // API's single session committing its own writes has none).
+        let others = self
+            .clients
+            .iter()
+            .any(|(conn, c)| Some(*conn) != committer && !c.directory.pages.is_empty());
+        for o in mos.iter().filter(|_| others) {
             let Some(page) = o.page() else { continue };
             for (conn, c) in self.clients.iter_mut() {
                 if Some(*conn) == committer || !c.directory.contains(page) {
@@ -649,13 +718,16 @@ impl Cc {
             // Entries before the first restored one went with the truncated log.
             self.threshold = ts;
         }
-        let ros = self.note_reads(ts, reads, writes);
-        for o in writes {
-            let info = self.objs.entry(*o).or_default();
-            info.max_write = info.max_write.max(ts);
+        let indexed = self.note_reads(ts, reads, writes);
+        if indexed {
+            for o in writes {
+                let info = self.objs.entry(*o).or_default();
+                info.max_write = info.max_write.max(ts);
+            }
         }
         self.last_ts = self.last_ts.max(ts);
-        self.vq.insert(ts, Entry { ros, mos: writes.to_vec(), committed: true });
+        let ros = if indexed { reads.to_vec() } else { Vec::new() };
+        self.vq.insert(ts, Entry { ros, mos: writes.to_vec(), committed: true, indexed });
     }
 
     /// After recovery: timestamps continue above `floor` (the latest known before the crash)
@@ -678,7 +750,8 @@ impl Cc {
             }
             let (ts, e) = self.vq.pop_first().expect("checked");
             self.threshold = self.threshold.max(ts.successor());
-            for o in e.ros.iter().chain(&e.mos) {
+            let mos = if e.indexed { &e.mos[..] } else { &[] };
+            for o in e.ros.iter().chain(mos) {
                 let forget = self.objs.get(o).is_some_and(|i| {
                     i.uncommitted.is_empty()
                         && i.max_read < self.threshold
@@ -753,7 +826,8 @@ mod tests {
         let big = c.validate(None, &reads, &[o(2, 0)], None, 100).unwrap();
         c.insert(big, &reads, &[o(2, 0)], false, 100);
         assert_eq!(c.threshold(), big);
-        assert_eq!(c.objs.len(), 1, "only the write is indexed");
+        assert!(c.objs.is_empty(), "nothing of it is indexed per object");
+        assert_eq!(c.big.len(), 1, "its write is kept as a set while it commits");
         assert_eq!(c.counters().reads_by_threshold, 1);
         // A writer of something it read, at an earlier timestamp: refused (rule 2a would have
         // retried it; the threshold refuses it), never accepted.
@@ -767,8 +841,42 @@ mod tests {
         assert!(after > big);
         // A small transaction is indexed one object at a time, as before.
         c.insert(after, &[], &[o(1, 3)], false, 103);
-        assert_eq!(c.objs.len(), 2);
+        assert_eq!(c.objs.len(), 1);
         assert_eq!(c.counters().reads_by_threshold, 1);
+        // Once it commits, its write set goes; the threshold stands for its writes.
+        c.committed(big, None);
+        assert!(c.big.is_empty());
+        assert!(c.validate(None, &[o(2, 0)], &[], None, 104).is_ok());
+        let r = c.validate(None, &[o(2, 0)], &[], Some(early), 104);
+        assert!(matches!(r, Err(Refusal::TooOld { .. })), "{r:?}");
+    }
+
+    #[test]
+    fn a_big_writer_holds_back_readers_of_its_writes_until_it_commits_or_aborts() {
+        let mut c = Cc::new(CcConfig { reads_tracked_max: 4, ..CcConfig::default() }, 1);
+        c.page_sent(8, PageId::new(3).unwrap());
+        let writes: Vec<Oref> = (0..10).map(|i| o(3, i * 7)).collect();
+        let big = c.validate(None, &[], &writes, None, 100).unwrap();
+        c.insert(big, &[], &writes, false, 100);
+        assert!(c.objs.is_empty());
+        assert_eq!(c.uncommitted_writer(o(3, 14)), Some(big));
+        assert_eq!(c.uncommitted_writer(o(3, 15)), None);
+        assert_eq!(c.validate(None, &[o(3, 14)], &[], None, 101), Err(Refusal::Rule1(o(3, 14))));
+        assert_eq!(c.validate(None, &[], &[o(3, 63)], None, 101), Err(Refusal::Rule1(o(3, 63))));
+        assert!(c.validate(None, &[o(3, 15)], &[o(3, 16)], None, 101).is_ok());
+        // Committed: the other session that holds page 3 is told of every write.
+        assert!(c.committed(big, None).is_empty());
+        let mut told = c.take_invalidations(8, 100);
+        told.sort();
+        assert_eq!(told, writes);
+        assert!(c.validate(None, &[o(3, 14)], &[], None, 102).is_ok());
+        // An aborted big part (two-phase commit) releases its writes too.
+        let part = c.validate(None, &[], &writes, None, 103).unwrap();
+        c.insert(part, &[], &writes, false, 103);
+        assert!(c.validate(None, &[o(3, 0)], &[], None, 104).is_err());
+        c.aborted(part);
+        assert!(c.big.is_empty());
+        assert!(c.validate(None, &[o(3, 0)], &[], None, 104).is_ok());
     }
 
     #[test]

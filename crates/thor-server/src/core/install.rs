@@ -15,9 +15,9 @@
 //! superblocks are written in generation order and two rounds never write one page at once.
 //!
 //! *Invariant:* a round installs exactly the versions it snapshotted: versions committed while
-//! it runs stay in the MOB ([`crate::mob::Mob::remove_if`] removes only the version installed),
-//! and fetches meanwhile compose the old cached image with every buffered version, so they
-//! never see less than what is committed.
+//! it runs stay in the MOB ([`crate::mob::Mob::remove_installed`] removes only the versions
+//! installed), and fetches meanwhile compose the old cached image with every buffered version,
+//! so they never see less than what is committed.
 
 use bytes::Bytes;
 use thor_core::{Lsn, Oid, PageId, PageMut};

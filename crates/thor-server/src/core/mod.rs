@@ -54,6 +54,7 @@
 pub mod cc;
 pub mod demote;
 pub mod install;
+pub(crate) mod orefset;
 pub mod pagecommit;
 pub mod prefetch;
 mod sessions;
@@ -1646,9 +1647,7 @@ impl Core {
             self.store.cache.insert(*page, img);
             self.store.fresh.remove(page);
             self.wpl_installed(*page, version);
-            for (oid, lsn) in versions {
-                self.store.mob.remove_if(thor_core::Oref::new(*page, *oid), *lsn);
-            }
+            self.store.mob.remove_installed(*page, versions);
         }
         self.install_gen += 1;
         // Two-phase commit keeps the prepare records of transactions in doubt or being told.
