@@ -96,6 +96,15 @@ impl Window {
     }
 }
 
+impl Window {
+    /// Whether a prefetched page was evicted unused since the window last looked
+    /// ([`Window::next`]), given the cache's counter of such pages: a read-ahead, which does
+    /// not move the window, is not sent then.
+    pub fn wasted_since(&self, unused: u64) -> bool {
+        unused > self.seen.1
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1454,8 +1454,13 @@ impl Inner {
         else {
             return;
         };
-        let extra = self.prefetch_extra();
-        if extra == 0 {
+        // As many pages as the request before it asked for. The window is not consulted:
+        // it would read the pages just brought and not yet used as a miss that used none of
+        // them and halve itself; it moves at the next demand fetch, which sees how the pages
+        // of both replies were used. Only a prefetched page evicted unused meanwhile (the
+        // cache is too small for what comes) stops the read-ahead.
+        let (_, unused) = self.cache.prefetch_outcomes();
+        if self.prefetch.as_ref().is_none_or(|w| w.wasted_since(unused)) {
             return;
         }
         let hint = self.cfg.prefetch_hint;
