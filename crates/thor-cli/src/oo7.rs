@@ -210,9 +210,10 @@ struct SessionArgs {
     /// creation order) or refs (the pages it refers to).
     #[arg(long, default_value = "next")]
     prefetch_hint: thor_wire::PrefetchHint,
-    /// Read ahead while prefetching with the hint next: ask for the pages after a reply's
-    /// before the traversal needs them, overlapping their transfer with its work.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    /// Read ahead while prefetching with the hint next (true or false): ask for the pages
+    /// after a reply's before the traversal needs them, overlapping their transfer with its
+    /// work.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     read_ahead: bool,
 }
 

@@ -203,7 +203,7 @@ pub fn multi(a: MultiArgs) -> anyhow::Result<()> {
         prefetch: thor_oo7::experiment::PrefetchSetting {
             pages: Some(a.prefetch),
             hint: a.prefetch_hint,
-            read_ahead: true,
+            read_ahead: false,
         },
     };
     if a.clients.is_empty() {

@@ -102,7 +102,7 @@ pub struct PenaltyArgs {
     /// Read ahead with the hint next (true or false), comma-separated to compare: with true,
     /// a reply that brought at least half its pages is followed at once by a request for the
     /// pages after them, whose transfer overlaps the traversal's work.
-    #[arg(long, value_delimiter = ',', default_value = "true")]
+    #[arg(long, value_delimiter = ',', default_value = "false")]
     read_ahead: Vec<bool>,
     /// Print JSON instead of a table.
     #[arg(long)]

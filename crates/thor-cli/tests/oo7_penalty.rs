@@ -284,6 +284,6 @@ fn penalty_compares_prefetch_settings_in_one_sitting() {
     let r: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
     assert_eq!(r["prefetch"]["pages"], 4);
     assert_eq!(r["prefetch"]["hint"], "next");
-    assert_eq!(r["prefetch"]["read_ahead"], true, "on by default");
+    assert_eq!(r["prefetch"]["read_ahead"], false, "off by default");
     assert!(r["pages_prefetched"].as_u64().unwrap() > 0, "{r}");
 }

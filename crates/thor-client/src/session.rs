@@ -168,7 +168,10 @@ pub struct SessionConfig {
     /// brought at least half the pages it asked for, ask at once, before the application
     /// goes on, for the pages after them, so that their transfer overlaps the client's work
     /// on the pages it has (one such request in flight at most; see `Inner::read_ahead`).
-    /// On by default; it changes nothing where the session does not prefetch.
+    /// Off by default: over loopback TCP it changed cold OO7 T1 and T1- by less than their
+    /// spread at 256 MiB, cost T6 and T1- a few percent, and at 4 MiB prefetched more pages
+    /// that were evicted unused (`docs/oo7.md`, "Read-ahead"). It changes nothing where the
+    /// session does not prefetch.
     pub read_ahead: bool,
 }
 
@@ -187,7 +190,7 @@ impl Default for SessionConfig {
             spill_bytes_max: crate::limits::SPILL_BYTES_DEFAULT,
             prefetch_pages: None,
             prefetch_hint: PrefetchHint::Following,
-            read_ahead: true,
+            read_ahead: false,
         }
     }
 }

@@ -327,7 +327,7 @@ fn an_invalidation_on_a_read_ahead_reply_dooms_the_transaction_before_its_commit
     let t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
     let a = Session::new(
         Box::new(Deferred { inner: t, pending: Vec::new() }),
-        config(2, PrefetchHint::Following),
+        SessionConfig { read_ahead: true, ..config(2, PrefetchHint::Following) },
     )
     .unwrap();
     let b = session(&h, 0, PrefetchHint::Following);
