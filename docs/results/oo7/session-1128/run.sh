@@ -31,3 +31,15 @@ $NEW oo7 penalty --dir $DB --over tcp --cache-mb 4 --runs 5 --round-trips 2000 -
 # 5. eight clients at once, prefetch off, against eight ping-pongs
 $NEW oo7 penalty --dir $DB --over tcp --cache-mb 256 --runs 3 --round-trips 2000 --prefetch 0 \
     --traversals t1 --clients 8 > $OUT/tcp-8-clients.txt 2>&1
+# 6. T2b's commit, embedded, on a fresh copy of medium each run
+for r in 1 2 3 4 5; do for b in BASE NEW; do
+  eval bin=\$$b
+  rm -rf /tmp/t2b-run && cp -r $DB /tmp/t2b-run
+  echo "$b $($bin oo7 run --dir /tmp/t2b-run --traversal t2b --policy hac --cache-mb 256 --json 2>/dev/null | j commit_s elapsed_s bytes_shipped)"
+done; done > $OUT/t2b-commit.txt
+rm -rf /tmp/t2b-run
+# 7. whole-process CPU of cold T1, embedded (perf stat, 8 runs each, twice)
+for r in 1 2; do for b in BASE NEW; do
+  eval bin=\$$b
+  echo "$b $(perf stat -r 8 -e task-clock,page-faults -x, $bin oo7 run --dir $DB --traversal t1 --policy hac --cache-mb 256 2>&1 >/dev/null | grep -E 'task-clock|page-faults' | cut -d, -f1,3,4 | tr '\n' ' ')"
+done; done > $OUT/cold-t1-perf-stat.txt
