@@ -1426,8 +1426,8 @@ impl Inner {
 
     /// Reads ahead ([`SessionConfig::read_ahead`]) after a reply to a prefetch of `extra`
     /// further pages brought `brought` of them, the highest being page `last`: asks now for
-    /// the first page after `last` that the cache does not hold, with the window's further
-    /// pages, and frees frames for them, without waiting for the reply. The traversal goes on
+    /// the first page after `last` that the cache does not hold, with as many further pages
+    /// as that request asked for, and frees frames for them, without waiting for the reply. The traversal goes on
     /// meanwhile with the pages it has; the next miss (or any other request) takes the reply
     /// first ([`Inner::drain_ahead`]).
     ///
