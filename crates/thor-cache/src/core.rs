@@ -473,7 +473,10 @@ pub struct CacheCore {
 /// An empty vector with room reserved for `n` elements, or less if the system refuses that
 /// much address space (then it grows by reallocation beyond what it got). The reservation is
 /// address space, not memory: the allocator maps large blocks without touching them, so only
-/// the elements written are backed, and those are what the budget counts.
+/// the elements written are backed, and those are what the budget counts. (Under strict
+/// overcommit, `vm.overcommit_memory = 2`, the reservation does count against the commit
+/// limit: the entry table's and the list pool's are each about the budget's size. A refused
+/// reservation is halved until one is granted.)
 pub(crate) fn reserve_table<T>(n: usize) -> Vec<T> {
     let mut v = Vec::new();
     let mut n = n;
