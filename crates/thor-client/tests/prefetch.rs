@@ -101,6 +101,18 @@ fn read_every_blob(s: &Session, what: &str) {
     s.check_cache().unwrap();
 }
 
+/// `err` is the refusal of a transaction that read a stale copy: by the client, which heard of
+/// the change first, or by the server.
+fn assert_refused_for_a_stale_read(err: &ClientError) {
+    assert!(
+        matches!(
+            err,
+            ClientError::Conflict { cause: ConflictCause::Invalidated | ConflictCause::Stale, .. }
+        ),
+        "{err}"
+    );
+}
+
 /// Another client adds `delta` to blob `i` and commits.
 fn bump(s: &Session, i: usize, delta: u64) {
     s.run(|s| {
@@ -174,13 +186,7 @@ fn a_stale_read_of_a_prefetched_page_is_refused() {
     assert_eq!(a.stats().fetches, fetches, "read from the prefetched page");
     bump(&b, far, 7);
     let err = a.commit().unwrap_err();
-    assert!(
-        matches!(
-            err,
-            ClientError::Conflict { cause: ConflictCause::Invalidated | ConflictCause::Stale, .. }
-        ),
-        "{err}"
-    );
+    assert_refused_for_a_stale_read(&err);
     assert_eq!(value(&a, far).unwrap(), far as u64 + 7);
     a.commit().unwrap();
 }
@@ -335,13 +341,7 @@ fn an_invalidation_on_a_read_ahead_reply_dooms_the_transaction_before_its_commit
     assert_eq!(a.stats().reads_ahead, 1, "{:?}", a.stats());
     bump(&b, 0, 5);
     let err = a.commit().unwrap_err();
-    assert!(
-        matches!(
-            err,
-            ClientError::Conflict { cause: ConflictCause::Invalidated | ConflictCause::Stale, .. }
-        ),
-        "{err}"
-    );
+    assert_refused_for_a_stale_read(&err);
     assert_eq!(a.stats().invalidations, 1, "on the read-ahead's reply");
     assert_eq!(a.stats().reads_ahead, 1, "nothing sent beside it");
     assert_eq!(value(&a, 0).unwrap(), 5, "B's value");
