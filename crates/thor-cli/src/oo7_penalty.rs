@@ -159,7 +159,7 @@ const FIELDS: [(&str, &str); 27] = [
     ("fetch_us_p50", "median fetch latency"),
     ("fetch_us_p99", "99th percentile fetch latency"),
     ("conversion_s", "time installing objects and swizzling"),
-    ("conversion_us_per_page", "conversion per page fetched"),
+    ("conversion_us_per_page", "conversion per page brought, fetched or prefetched"),
     ("conversion_ns_per_object", "conversion per object installed"),
     ("replacement_s", "time freeing frames"),
     ("replacement_us_per_fetch", "replacement per fetch"),
@@ -198,6 +198,9 @@ fn ratio(a: f64, b: f64) -> f64 {
 
 fn sample(traversal: &str, prefetch: &str, run: u32, r: RunReport, f: &Floors) -> Sample {
     let fetches = r.fetches as f64;
+    // Pages that came: one a round trip, plus those prefetched with it (a read-ahead's own page
+    // is among its prefetched ones, and its round trip among the fetches).
+    let pages = (r.fetches + r.pages_prefetched).saturating_sub(r.reads_ahead) as f64;
     let v = [
         fetches,
         r.pages_prefetched as f64,
@@ -209,7 +212,7 @@ fn sample(traversal: &str, prefetch: &str, run: u32, r: RunReport, f: &Floors) -
         r.fetch_us_p50,
         r.fetch_us_p99,
         r.conversion_s,
-        ratio(r.conversion_s * 1e6, fetches),
+        ratio(r.conversion_s * 1e6, pages),
         ratio(r.conversion_s * 1e9, r.objects_installed as f64),
         r.replacement_s,
         ratio(r.replacement_s * 1e6, fetches),
