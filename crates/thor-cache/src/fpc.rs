@@ -73,13 +73,9 @@ impl CacheManager for Fpc {
         self.last = frame;
     }
 
-    fn free_frame(&mut self, core: &mut CacheCore) -> Result<(), CacheError> {
-        self.free_frame_timed(core, &mut ReplacementTimer::default())
-    }
-
     /// Usage computation is taking the least recently used frame that can go; compaction is
     /// evicting it (dropping its objects and releasing their references).
-    fn free_frame_timed(
+    fn free_frame(
         &mut self,
         core: &mut CacheCore,
         timer: &mut ReplacementTimer,

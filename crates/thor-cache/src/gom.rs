@@ -83,6 +83,7 @@ use crate::core::{CacheCore, Entry, F_LIVE, F_MODIFIED, FrameKind, FrameMeta, NI
 use crate::error::CacheError;
 use crate::limits::MIN_FRAMES;
 use crate::manager::{CacheManager, ReplacementStats};
+use crate::timer::ReplacementTimer;
 
 /// Settings of GOM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -679,7 +680,11 @@ impl CacheManager for Gom {
         self.bring_home(core, frame);
     }
 
-    fn free_frame(&mut self, core: &mut CacheCore) -> Result<(), CacheError> {
+    fn free_frame(
+        &mut self,
+        core: &mut CacheCore,
+        _timer: &mut ReplacementTimer,
+    ) -> Result<(), CacheError> {
         loop {
             // The tables took frames from the budget: the object buffer gives back its excess.
             if self.object_frames.len() > self.params.object_frames(core.usable_frames())

@@ -77,20 +77,15 @@ pub trait CacheManager: std::fmt::Debug {
     /// A fetched page was installed in `frame`.
     fn page_installed(&mut self, core: &mut CacheCore, frame: u32);
 
-    /// Frees at least one frame (onto `core.free`), or fails if nothing can be freed.
-    fn free_frame(&mut self, core: &mut CacheCore) -> Result<(), CacheError>;
-
-    /// [`CacheManager::free_frame`], adding the time of its parts (usage computation and
-    /// victim selection, compaction and eviction) to `timer` ([`crate::timer`]). A manager
-    /// that does not split its work keeps this default, and its replacement is timed only as
-    /// a whole.
-    fn free_frame_timed(
+    /// Frees at least one frame (onto `core.free`), or fails if nothing can be freed. A
+    /// manager that splits its work adds the time of its parts (usage computation and victim
+    /// selection, compaction and eviction) to `timer` ([`crate::timer`]); one that does not
+    /// leaves it alone, and its replacement is timed only as a whole.
+    fn free_frame(
         &mut self,
         core: &mut CacheCore,
-        _timer: &mut ReplacementTimer,
-    ) -> Result<(), CacheError> {
-        self.free_frame(core)
-    }
+        timer: &mut ReplacementTimer,
+    ) -> Result<(), CacheError>;
 
     /// The transaction that created the objects in `frame` committed: the objects have orefs
     /// now. Keep them (as compacted objects) or evict the frame.
@@ -442,7 +437,7 @@ impl ClientCache {
         let mut result = Ok(());
         while self.core.free.len() < n || extra > 0 {
             let freed = with_manager!(&mut self.manager, m => {
-                m.free_frame_timed(&mut self.core, &mut self.timer)
+                m.free_frame(&mut self.core, &mut self.timer)
             });
             self.core.set_manager_bytes(with_manager!(&self.manager, m => m.table_bytes()));
             if let Err(e) = freed {

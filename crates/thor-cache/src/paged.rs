@@ -50,6 +50,7 @@ use thor_policy::{AnyPolicy, FrequencySketch, HashSlots, Placement, Policy, Poli
 use crate::core::{CacheCore, Entry, FrameKind, FrameMeta};
 use crate::error::CacheError;
 use crate::manager::{CacheManager, ReplacementStats};
+use crate::timer::ReplacementTimer;
 
 /// Block-id tag of a mapping page (above every page id).
 const MAPPING: u64 = 1 << 40;
@@ -320,7 +321,11 @@ impl CacheManager for Paged {
         self.last = frame;
     }
 
-    fn free_frame(&mut self, core: &mut CacheCore) -> Result<(), CacheError> {
+    fn free_frame(
+        &mut self,
+        core: &mut CacheCore,
+        _timer: &mut ReplacementTimer,
+    ) -> Result<(), CacheError> {
         if self.evict_one(core) {
             Ok(())
         } else {

@@ -8,7 +8,7 @@
 //! pins, so it has no third part). [`ClientCache`](crate::ClientCache) times replacement as a
 //! whole around every call that frees frames, and a manager that can split its work
 //! ([`Hac`](crate::Hac), [`Fpc`](crate::fpc::Fpc)) times its two parts inside
-//! [`CacheManager::free_frame_timed`](crate::CacheManager::free_frame_timed):
+//! [`CacheManager::free_frame`](crate::CacheManager::free_frame):
 //!
 //! ```text
 //!   free_frames_until  ├──────────────────────────── whole ────────────────────────────────┤
@@ -38,7 +38,7 @@
 /// Monotonic nanoseconds since an arbitrary origin, for statistics only.
 pub type StatClock = fn() -> u64;
 
-/// Where a manager's [`free_frame_timed`](crate::CacheManager::free_frame_timed) adds the time
+/// Where a manager's [`free_frame`](crate::CacheManager::free_frame) adds the time
 /// of its two parts.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReplacementTimer {

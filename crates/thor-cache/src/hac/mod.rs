@@ -562,16 +562,12 @@ impl CacheManager for Hac {
         self.restamp(frame);
     }
 
-    fn free_frame(&mut self, core: &mut CacheCore) -> Result<(), CacheError> {
-        self.free_frame_timed(core, &mut ReplacementTimer::default())
-    }
-
     /// Times the paper's two parts (section 4.4, Figure 10): *usage computation* is the
     /// epoch's scan, any extra scans and choosing each victim from the candidate set; *page
     /// compaction* is each `compact` (which also computes the usage of a target that fills up,
     /// a frame's counts and no scan, so it stays with compaction). One clock read at the start
     /// and one at each boundary.
-    fn free_frame_timed(
+    fn free_frame(
         &mut self,
         core: &mut CacheCore,
         timer: &mut ReplacementTimer,

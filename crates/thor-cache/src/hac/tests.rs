@@ -73,7 +73,7 @@ impl Rig {
     /// Installs `page` in whatever frame is free, freeing one first if needed.
     fn install(&mut self, page: u32, objs: &[Vec<u8>]) -> u32 {
         if self.core.free.is_empty() {
-            self.hac.free_frame(&mut self.core).unwrap();
+            self.hac.free_frame(&mut self.core, &mut ReplacementTimer::default()).unwrap();
         }
         let f = *self.core.free.last().unwrap();
         self.install_in(f, page, objs);
@@ -324,7 +324,7 @@ fn a_target_that_overflows_gives_way_to_the_victim() {
     r.core.set_usage(i30, 15);
     r.hac.candidates = CandidateSet::new(20);
     r.hac.primary = x as usize;
-    r.hac.free_frame(&mut r.core).unwrap();
+    r.hac.free_frame(&mut r.core, &mut ReplacementTimer::default()).unwrap();
     assert!(r.core.free.contains(&x));
     assert_eq!(r.core.frame_of(r.loc(oref(3, 0)).unwrap()), v);
     assert_eq!(r.loc(oref(2, 0)), None);
@@ -417,7 +417,7 @@ fn pinned_frames_are_never_chosen_and_pinned_objects_never_move() {
     }
     assert_eq!(r.hac.candidates.peek().map(|c| c.frame), Some(fa));
     r.hac.primary = fb as usize;
-    r.hac.free_frame(&mut r.core).unwrap();
+    r.hac.free_frame(&mut r.core, &mut ReplacementTimer::default()).unwrap();
     assert!(!r.core.free.contains(&fa));
     assert_eq!(r.loc(oref(pa, 0)), Some(pinned_loc), "the pinned object did not move");
     // The pinned frame is still a candidate, passed over, not dropped.
@@ -438,7 +438,10 @@ fn pinned_frames_are_never_chosen_and_pinned_objects_never_move() {
         r.core.frames[t as usize].pins += 1;
     }
     r.core.free.clear();
-    assert!(matches!(r.hac.free_frame(&mut r.core), Err(CacheError::Full { .. })));
+    assert!(matches!(
+        r.hac.free_frame(&mut r.core, &mut ReplacementTimer::default()),
+        Err(CacheError::Full { .. })
+    ));
 }
 
 #[test]
