@@ -1200,6 +1200,19 @@ impl Session {
     }
 }
 
+/// Checks a `Pages` reply to a prefetch of `page` with up to `extra` further pages. The
+/// decoder saw to it that there is at least one page, no page twice, and at most the
+/// protocol's bound; the rest is the client's to check.
+fn check_pages(pages: &[(PageId, Bytes)], page: PageId, extra: u16) -> Result<(), ClientError> {
+    if pages[0].0 != page {
+        return Err(ClientError::Unexpected("page other than asked"));
+    }
+    if pages.len() > 1 + usize::from(extra) {
+        return Err(ClientError::Unexpected("more prefetched pages than asked for"));
+    }
+    Ok(())
+}
+
 fn unexpected(body: ReplyBody) -> ClientError {
     match body {
         ReplyBody::Error { code, message } => ClientError::Server { code, message },
@@ -1384,14 +1397,7 @@ impl Inner {
             ReplyBody::Pages(pages) => pages,
             other => return Err(unexpected(other)),
         };
-        // The decoder saw to it that there is at least one page, no page twice, and at most
-        // the protocol's bound; the rest is the client's to check.
-        if pages[0].0 != page {
-            return Err(ClientError::Unexpected("page other than asked"));
-        }
-        if pages.len() > 1 + usize::from(extra) {
-            return Err(ClientError::Unexpected("more prefetched pages than asked for"));
-        }
+        check_pages(&pages, page, extra)?;
         let (_, asked) = pages.swap_remove(0);
         let (brought, last) = self.install_prefetched(pages)?;
         self.cache.install_page(page, &asked)?;
@@ -1488,12 +1494,7 @@ impl Inner {
         let reply = self.recv_checked()?;
         match reply.body {
             ReplyBody::Pages(pages) => {
-                if pages[0].0 != page {
-                    return Err(ClientError::Unexpected("page other than asked"));
-                }
-                if pages.len() > 1 + usize::from(extra) {
-                    return Err(ClientError::Unexpected("more prefetched pages than asked for"));
-                }
+                check_pages(&pages, page, extra)?;
                 let (brought, last) = self.install_prefetched(pages)?;
                 if want.is_some_and(|p| self.cache.has_page(p)) {
                     // Streaming on: the traversal is where the read-ahead guessed.
