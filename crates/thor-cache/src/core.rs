@@ -1561,12 +1561,19 @@ impl CacheCore {
     pub(crate) fn discard_batched(&mut self, i: u32) {
         let loc = self.entries[i as usize].loc;
         debug_assert_ne!(loc, NOT_RESIDENT);
-        let desc = match &self.last_class {
-            Some((w, d)) if *w == self.class_word(loc) => Some(d.clone()),
-            _ => self.classes.get(&self.class_word(loc)).cloned(),
-        };
-        if let Some(desc) = desc {
-            let obj = self.arena.bytes(loc as usize, desc.object_bytes(self.var_count(loc, &desc)));
+        // A frame's objects are mostly of a few classes: the class looked up last is kept
+        // (as `locate` keeps it), so most objects cost no hash lookup and no reference count.
+        let word = self.class_word(loc);
+        if !matches!(&self.last_class, Some((w, _)) if *w == word)
+            && let Some(d) = self.classes.get(&word)
+        {
+            self.last_class = Some((word, d.clone()));
+        }
+        // Not loaded: never installed, so nothing in it was swizzled.
+        if let Some((w, desc)) = &self.last_class
+            && *w == word
+        {
+            let obj = self.arena.bytes(loc as usize, desc.object_bytes(self.var_count(loc, desc)));
             let targets = &mut self.batch_targets;
             desc.for_each_ref_offset(obj, |off| {
                 let w = u32_at(obj, off);
@@ -1574,7 +1581,6 @@ impl CacheCore {
                     targets.push(w >> 1);
                 }
             });
-            self.last_class = Some((self.class_word(loc), desc));
         }
         let e = &mut self.entries[i as usize];
         e.loc = NOT_RESIDENT;
