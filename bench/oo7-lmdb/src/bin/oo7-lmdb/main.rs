@@ -192,12 +192,8 @@ struct ChildT2bArgs {
 
 #[derive(Debug, Args)]
 struct ChildProbeThorArgs {
-    #[arg(long)]
-    dir: PathBuf,
-    #[arg(long)]
-    traversal: String,
-    #[arg(long, default_value_t = 1)]
-    hot: u32,
+    #[command(flatten)]
+    run: ChildRunArgs,
     #[arg(long)]
     policy: String,
     #[arg(long)]
@@ -387,7 +383,8 @@ fn real_main() -> Result<()> {
                 policy: a.policy.parse()?,
                 server_cache_bytes: mib_to_bytes("--server-cache-mb", a.server_cache_mb)?,
             };
-            print_json(&child::child_probe_thor(&a.dir, read_only_op(&a.traversal)?, a.hot, p)?)
+            let op = read_only_op(&a.run.traversal)?;
+            print_json(&child::child_probe_thor(&a.run.dir, op, a.run.hot, p)?)
         }
     }
 }
