@@ -60,7 +60,14 @@ impl CacheManager for Fpc {
     }
 
     #[inline]
-    fn touch(&mut self, _entry: &mut Entry, _index: u32, _meta: &mut FrameMeta, frame: u32) {
+    fn touch(
+        &mut self,
+        _entry: &mut Entry,
+        _index: u32,
+        _meta: &mut FrameMeta,
+        _decays: u8,
+        frame: u32,
+    ) {
         if frame != self.last {
             self.lru.touch(frame as u64);
             self.last = frame;

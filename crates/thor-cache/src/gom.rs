@@ -391,10 +391,9 @@ impl Gom {
         order.clear();
         core.detach_installed(f, &mut order);
         order.sort_unstable();
-        // Compacted in place: it keeps its decay count, against which its objects' usage is read.
-        let decays = core.frames[f as usize].decays;
-        core.frames[f as usize] =
-            FrameMeta { kind: FrameKind::Compacted, decays, ..FrameMeta::FREE };
+        // Compacted in place: it keeps its decay count (`CacheCore::decays`, which a frame's
+        // reset leaves alone), against which its objects' usage is read.
+        core.frames[f as usize] = FrameMeta { kind: FrameKind::Compacted, ..FrameMeta::FREE };
         let base = core.frame_base(f);
         for &(loc, i) in &order {
             let size = core.object_size(loc);
@@ -562,13 +561,10 @@ impl Gom {
                 if self.object_frames.len() < quota {
                     // The buffer is below its share: this frame joins it, and the rest of the
                     // page's used objects are packed inside it (they fit: they were in it).
-                    // It keeps its decay count: the usage of the objects still to move is
-                    // read against it.
-                    core.frames[v as usize] = FrameMeta {
-                        kind: FrameKind::Compacted,
-                        decays: fm.decays,
-                        ..FrameMeta::FREE
-                    };
+                    // It keeps its decay count (`CacheCore::decays`): the usage of the objects
+                    // still to move is read against it.
+                    core.frames[v as usize] =
+                        FrameMeta { kind: FrameKind::Compacted, ..FrameMeta::FREE };
                     self.role[v as usize] = Role::Object;
                     self.live[v as usize] = 0;
                     self.object_frames.push(v);
@@ -653,7 +649,14 @@ impl CacheManager for Gom {
     }
 
     #[inline]
-    fn touch(&mut self, _entry: &mut Entry, index: u32, _meta: &mut FrameMeta, frame: u32) {
+    fn touch(
+        &mut self,
+        _entry: &mut Entry,
+        index: u32,
+        _meta: &mut FrameMeta,
+        _decays: u8,
+        frame: u32,
+    ) {
         match self.role[frame as usize] {
             Role::Object => {
                 // Every object placed in the buffer is in the list; the check keeps a stray

@@ -68,11 +68,20 @@ pub trait CacheManager: std::fmt::Debug {
     /// A short name ("fpc", "hac", "quickstore", ...).
     fn name(&self) -> &'static str;
 
-    /// An access hit entry `entry` (index `index` in the indirection table) in frame `frame`:
-    /// record the use. This is on the hit path of every object access, so it must be a few
-    /// instructions. (The index is for managers that order objects, GOM's object buffer: it
-    /// names the object without a hash probe.)
-    fn touch(&mut self, entry: &mut Entry, index: u32, meta: &mut FrameMeta, frame: u32);
+    /// An access hit entry `entry` (index `index` in the indirection table) in frame `frame`,
+    /// whose decay count is `decays` ([`CacheCore::decays`]): record the use. This is on the
+    /// hit path of every object access, so it must be a few instructions, and should read
+    /// `meta` only when it changes something (the frame table is a cache miss where the
+    /// decay counts are not). (The index is for managers that order objects, GOM's object
+    /// buffer: it names the object without a hash probe.)
+    fn touch(
+        &mut self,
+        entry: &mut Entry,
+        index: u32,
+        meta: &mut FrameMeta,
+        decays: u8,
+        frame: u32,
+    );
 
     /// A fetched page was installed in `frame`.
     fn page_installed(&mut self, core: &mut CacheCore, frame: u32);
@@ -339,8 +348,15 @@ impl ClientCache {
         let loc = e.loc;
         let f = loc >> self.frame_shift;
         // In bounds: a resident entry's location is in the arena, which the frames cover.
-        let meta = &mut self.core.frames[f as usize];
-        with_manager!(&mut self.manager, m => m.touch(e, i, meta, f));
+        let decays = self.core.decays[f as usize];
+        // HAC's common case inline, before the dispatch: an object already used since its
+        // frame's last decay changes nothing (`Hac::touch` would return at once).
+        if !(matches!(self.manager, Manager::Hac(_))
+            && crate::hac::used_since_decay(e.usage, decays))
+        {
+            let meta = &mut self.core.frames[f as usize];
+            with_manager!(&mut self.manager, m => m.touch(e, i, meta, decays, f));
+        }
         if e.flags & F_READ == 0 {
             e.flags |= F_READ;
             first_read(&mut self.core.reads, oref);

@@ -297,7 +297,14 @@ impl CacheManager for Paged {
     }
 
     #[inline]
-    fn touch(&mut self, _entry: &mut Entry, _index: u32, _meta: &mut FrameMeta, frame: u32) {
+    fn touch(
+        &mut self,
+        _entry: &mut Entry,
+        _index: u32,
+        _meta: &mut FrameMeta,
+        _decays: u8,
+        frame: u32,
+    ) {
         if frame != self.last {
             self.last = frame;
             self.policy.touch(self.block_of[frame as usize]);

@@ -287,6 +287,20 @@ pub fn next_class_slot() -> usize {
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
+/// The slot of a class whose `slot` is still unset (`usize::MAX`): takes one and publishes it
+/// unless another thread published first, whose slot it returns (a class has one slot for
+/// the life of the process).
+#[doc(hidden)]
+#[cold]
+pub fn first_class_slot(slot: &std::sync::atomic::AtomicUsize) -> usize {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mine = next_class_slot();
+    match slot.compare_exchange(usize::MAX, mine, Relaxed, Relaxed) {
+        Ok(_) => mine,
+        Err(theirs) => theirs,
+    }
+}
+
 /// Builds a class descriptor from field sizes and reference flags (used by [`crate::class!`]).
 #[doc(hidden)]
 pub fn desc_from_fields(name: &str, sizes: &[usize], refs: &[bool], var: VarKind) -> ClassDesc {
@@ -388,8 +402,15 @@ macro_rules! class {
             // crate that declared the class was 4% of hot OO7 T1.
             #[inline]
             fn slot() -> usize {
-                static SLOT: ::std::sync::OnceLock<usize> = ::std::sync::OnceLock::new();
-                *SLOT.get_or_init($crate::typed::next_class_slot)
+                // Not a `OnceLock`: its state check and indirection were a tenth of a typed
+                // access's instructions. Two threads racing on the first use may both take a
+                // slot; the loser's stays unused and every later call sees the winner's.
+                static SLOT: ::std::sync::atomic::AtomicUsize =
+                    ::std::sync::atomic::AtomicUsize::new(usize::MAX);
+                match SLOT.load(::std::sync::atomic::Ordering::Relaxed) {
+                    usize::MAX => $crate::typed::first_class_slot(&SLOT),
+                    s => s,
+                }
             }
         }
     };

@@ -369,7 +369,7 @@ impl Hac {
     /// also rewrites the frame's entries, decayed, at the new count.
     fn frame_usage(&self, core: &mut CacheCore, f: u32, decay: bool) -> FrameUsage {
         if decay {
-            let decays = core.frames[f as usize].decays;
+            let decays = core.decays[f as usize];
             let next = decays.wrapping_add(1);
             if next.is_multiple_of(16) {
                 // Decayed now and written at `next`: until the count reaches `next + 16`, when
@@ -385,7 +385,7 @@ impl Hac {
                 by_usage[usize::from(decayed(u as u8))] += n;
             }
             fm.by_usage = by_usage;
-            fm.decays = next;
+            core.decays[f as usize] = next;
         }
         let fm = &core.frames[f as usize];
         let h = UsageHistogram { by_usage: fm.by_usage.map(u32::from), modified: fm.modified };
@@ -484,7 +484,8 @@ impl Hac {
         let mut in_place = false;
         for &(loc, i) in &order {
             let e = core.entries[i as usize];
-            if e.flags & F_MODIFIED == 0 && usage_now(e.usage, fm.decays) <= threshold {
+            if e.flags & F_MODIFIED == 0 && usage_now(e.usage, core.decays[v as usize]) <= threshold
+            {
                 // Cold: leaves the cache; its references are released and its entry freed if
                 // nothing refers to it. Later objects of `v` are untouched by in-place moves
                 // (those only move objects down, over bytes already processed).
@@ -511,9 +512,10 @@ impl Hac {
                 }
                 // The target overflowed (or there was none yet): the victim becomes the
                 // target and the rest of its kept objects are compacted inside it.
-                // It keeps its decay count: its remaining objects' usage is read against it.
+                // It keeps its decay count (`CacheCore::decays`, which a frame's reset leaves
+                // alone): its remaining objects' usage is read against it.
                 core.frames[v as usize] =
-                    FrameMeta { kind: FrameKind::Compacted, decays: fm.decays, ..FrameMeta::FREE };
+                    FrameMeta { kind: FrameKind::Compacted, ..FrameMeta::FREE };
                 self.restamp(v);
                 self.target = v;
                 in_place = true;
@@ -540,21 +542,37 @@ impl Hac {
     }
 }
 
+/// Whether an entry whose stored usage is `usage`, in a frame decayed `decays` times, was
+/// used since that frame's last decay (its top usage bit set at the frame's current count):
+/// then an access changes nothing.
+#[inline(always)]
+pub(crate) fn used_since_decay(usage: u8, decays: u8) -> bool {
+    (usage ^ usage_stored(USAGE_TOP, decays)) & !(USAGE_MAX ^ USAGE_TOP) == 0
+}
+
 impl CacheManager for Hac {
     fn name(&self) -> &'static str {
         "hac"
     }
 
     #[inline]
-    fn touch(&mut self, entry: &mut Entry, _index: u32, frame: &mut FrameMeta, _f: u32) {
-        // Already used since the frame's last decay: nothing changes (the common case).
-        let now = usage_stored(USAGE_TOP, frame.decays);
-        if (entry.usage ^ now) & !(USAGE_MAX ^ USAGE_TOP) == 0 {
+    fn touch(
+        &mut self,
+        entry: &mut Entry,
+        _index: u32,
+        frame: &mut FrameMeta,
+        decays: u8,
+        _f: u32,
+    ) {
+        // Already used since the frame's last decay: nothing changes (the common case, which
+        // reads the entry and the frame's decay count, not its `FrameMeta`; the hit path
+        // checks it before calling).
+        if used_since_decay(entry.usage, decays) {
             return;
         }
-        frame.uncount_usage(entry);
-        entry.usage = usage_stored(usage_now(entry.usage, frame.decays) | USAGE_TOP, frame.decays);
-        frame.count_usage(entry);
+        frame.uncount_usage(entry, decays);
+        entry.usage = usage_stored(usage_now(entry.usage, decays) | USAGE_TOP, decays);
+        frame.count_usage(entry, decays);
     }
 
     fn page_installed(&mut self, _core: &mut CacheCore, frame: u32) {

@@ -88,7 +88,8 @@ impl Rig {
                 let f = self.core.frame_of(loc);
                 let e = &mut self.core.entries[i as usize];
                 let meta = &mut self.core.frames[f as usize];
-                self.hac.touch(e, i, meta, f);
+                let decays = self.core.decays[f as usize];
+                self.hac.touch(e, i, meta, decays, f);
             }
             other => panic!("{o:?} not resident: {other:?}"),
         }
@@ -186,7 +187,7 @@ fn usage_decays_exactly_over_many_scans_without_visiting_entries() {
         assert_eq!(usage, h.frame_usage(4, r.hac.params.retention), "after decay {round}");
         r.check();
     }
-    assert_eq!(r.core.frames[f as usize].decays, 70);
+    assert_eq!(r.core.decays[f as usize], 70);
 }
 
 #[test]
