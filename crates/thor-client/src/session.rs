@@ -836,15 +836,19 @@ impl Session {
             Some(loc) => (r.idx, r.oref, loc),
             None => inner.slow_get(r.idx, r.oref)?,
         };
+        let ptr = inner.cache.object_ptr(loc);
         if !C::ANY {
-            let want = inner.class_word::<C>()?;
-            let got = inner.cache.class_word(loc);
-            if got != want {
-                return Err(inner.type_mismatch::<C>(got));
+            // SAFETY: `ptr` points at the resident object at `loc`, whose first four bytes are
+            // its class word (the invariant every field read of a view relies on).
+            let got = u32::from_le(unsafe { ptr.cast::<u32>().read_unaligned() });
+            if got != inner.known_class_word::<C>() {
+                let want = inner.class_word::<C>()?;
+                if got != want {
+                    return Err(inner.type_mismatch::<C>(got));
+                }
             }
         }
         let slot = inner.push_view(loc);
-        let ptr = inner.cache.object_ptr(loc);
         Ok(View { s: self, idx, oref, loc, ptr, slot, _c: PhantomData })
     }
 
@@ -1691,6 +1695,18 @@ impl Inner {
             return Ok(w);
         }
         self.register::<C>(slot)
+    }
+
+    /// The class word of `C` if it is known without work, else 0: the hit path's check, one
+    /// load. An installed object's class word is never 0 (null names no class, and an object
+    /// is installed only with its class registered), so 0 sends the caller to
+    /// [`Inner::class_word`], which registers `C`.
+    #[inline(always)]
+    fn known_class_word<C: Class + ?Sized>(&self) -> u32 {
+        match C::BUILTIN {
+            Some(b) => b.raw(),
+            None => self.class_words.get(C::slot()).copied().unwrap_or(0),
+        }
     }
 
     #[cold]

@@ -551,4 +551,21 @@ mod tests {
             assert_eq!(fixed, desc.fixed_bytes(), "{}", desc.name());
         }
     }
+
+    /// A class's slot is taken once: every thread racing on its first use, and every later
+    /// call, sees the same slot, and slots of different classes differ.
+    #[test]
+    fn a_class_slot_is_taken_once_under_races() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static A: AtomicUsize = AtomicUsize::new(usize::MAX);
+        static B: AtomicUsize = AtomicUsize::new(usize::MAX);
+        let seen: Vec<(usize, usize)> = std::thread::scope(|s| {
+            let hs: Vec<_> =
+                (0..8).map(|_| s.spawn(|| (first_class_slot(&A), first_class_slot(&B)))).collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let (a, b) = (A.load(Ordering::Relaxed), B.load(Ordering::Relaxed));
+        assert_ne!(a, b);
+        assert!(seen.iter().all(|&(x, y)| x == a && y == b), "{seen:?}");
+    }
 }
