@@ -1608,11 +1608,14 @@ impl CacheCore {
                 e.refs = e.refs.saturating_sub(1);
             }
         }
-        for &t in &targets {
+        // Freed last to first: a frame's objects come in oid order, and a page directory keeps
+        // its entries in oid order, so freeing the highest first shifts nothing above it
+        // (first to last shifted the rest of the directory on every removal).
+        for &t in targets.iter().rev() {
             self.maybe_free_entry(t);
         }
         let dropped = std::mem::take(&mut self.batch_dropped);
-        for &i in &dropped {
+        for &i in dropped.iter().rev() {
             self.maybe_free_entry(i);
         }
         self.batch_targets = targets;

@@ -393,24 +393,33 @@ impl OrefIndex {
     /// it mapped to.
     fn remove_if(&mut self, key: u32, only: Option<u32>) -> Option<u32> {
         let (group, oid) = split(key);
-        let p = self.map.get_mut(&group)?;
-        if !p.is_big() {
-            let k = p.small_pos(oid)?;
-            let idx = p.entries[k];
-            if only.is_some_and(|o| o != idx) {
-                return None;
+        // A run of removals from one page (a frame's discarded objects) finds its directory
+        // through the last-looked-up cache, which only ever names a page with a directory.
+        let (g, last_slot) = self.last.get();
+        let s = if g == group {
+            last_slot
+        } else {
+            let p = self.map.get_mut(&group)?;
+            if !p.is_big() {
+                let k = p.small_pos(oid)?;
+                let idx = p.entries[k];
+                if only.is_some_and(|o| o != idx) {
+                    return None;
+                }
+                let last = p.n as usize - 1;
+                p.oids[k] = p.oids[last];
+                p.entries[k] = p.entries[last];
+                p.n -= 1;
+                self.len -= 1;
+                if p.n == 0 && p.resident == 0 {
+                    self.map.remove(&group);
+                }
+                return Some(idx);
             }
-            let last = p.n as usize - 1;
-            p.oids[k] = p.oids[last];
-            p.entries[k] = p.entries[last];
-            p.n -= 1;
-            self.len -= 1;
-            if p.n == 0 && p.resident == 0 {
-                self.map.remove(&group);
-            }
-            return Some(idx);
-        }
-        let s = p.entries[0];
+            let s = p.entries[0];
+            self.last.set((group, s));
+            s
+        };
         let d = self.dirs[s as usize].as_deref_mut().expect("mapped directories exist");
         if !d.has(oid) {
             return None;
@@ -447,7 +456,7 @@ impl OrefIndex {
             if record.n == 0 && record.resident == 0 {
                 self.map.remove(&group);
             } else {
-                *p = record;
+                *self.map.get_mut(&group).expect("a directory's page is mapped") = record;
             }
         }
         Some(idx)
