@@ -850,6 +850,34 @@ impl CacheCore {
         self.object_size_of(loc, desc)
     }
 
+    /// Makes class `class_word` the memo `last_class` if it is loaded; returns whether it is.
+    /// A frame's objects are mostly of a few classes, so replacement, which visits a frame's
+    /// objects one after another, mostly pays no hash lookup and no reference count.
+    #[inline]
+    fn memo_class(&mut self, class_word: u32) -> bool {
+        if matches!(&self.last_class, Some((w, _)) if *w == class_word) {
+            return true;
+        }
+        match self.classes.get(&class_word) {
+            Some(d) => {
+                self.last_class = Some((class_word, d.clone()));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// [`CacheCore::object_size`] through the class memo ([`CacheCore::memo_class`]), for
+    /// replacement's walks over a frame's objects.
+    pub(crate) fn object_size_memo(&mut self, loc: u32) -> usize {
+        let loaded = self.memo_class(self.class_word(loc));
+        debug_assert!(loaded, "installed objects have loaded classes");
+        match &self.last_class {
+            Some((_, d)) if loaded => self.object_size_of(loc, d),
+            _ => self.object_size(loc),
+        }
+    }
+
     /// [`CacheCore::object_size`] of the object at `loc` whose class `desc` the caller has.
     pub(crate) fn object_size_of(&self, loc: u32, desc: &ClassDesc) -> usize {
         let count = match desc.var() {
@@ -1568,17 +1596,10 @@ impl CacheCore {
     pub(crate) fn discard_batched(&mut self, i: u32) {
         let loc = self.entries[i as usize].loc;
         debug_assert_ne!(loc, NOT_RESIDENT);
-        // A frame's objects are mostly of a few classes: the class looked up last is kept
-        // (as `locate` keeps it), so most objects cost no hash lookup and no reference count.
         let word = self.class_word(loc);
-        if !matches!(&self.last_class, Some((w, _)) if *w == word)
-            && let Some(d) = self.classes.get(&word)
-        {
-            self.last_class = Some((word, d.clone()));
-        }
         // Not loaded: never installed, so nothing in it was swizzled.
-        if let Some((w, desc)) = &self.last_class
-            && *w == word
+        if self.memo_class(word)
+            && let Some((_, desc)) = &self.last_class
         {
             let obj = self.arena.bytes(loc as usize, desc.object_bytes(self.var_count(loc, desc)));
             let targets = &mut self.batch_targets;

@@ -494,7 +494,7 @@ impl Hac {
                 continue;
             }
             kept += 1;
-            let size = core.object_size(loc);
+            let size = core.object_size_memo(loc);
             if let Some(home) = core.home_slot(e.oref, size, v) {
                 core.move_object(i, home, size);
                 self.stats.objects_moved_home += 1;
