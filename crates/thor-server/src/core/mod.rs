@@ -1480,8 +1480,8 @@ impl Core {
                 continue;
             }
             // A demoted copy of a page this commit wrote is stale from now on.
-            self.demotions.pages_written(p.objects.iter().filter_map(|(o, _, _)| o.page()));
-            let versions = p.objects.iter().filter(|(_, c, _)| !c).count() as u64;
+            self.demotions.pages_written(p.objects.iter().filter_map(|o| o.oref.page()));
+            let versions = p.objects.iter().filter(|o| !o.created).count() as u64;
             self.counters.versions_committed += versions;
             self.counters.objects_created += p.objects.len() as u64 - versions;
             self.counters.commits += 1;
