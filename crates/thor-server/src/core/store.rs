@@ -769,7 +769,9 @@ impl Store {
         let created = self.allocate(c.created.len(), c.created.iter().map(Bytes::len), lsn)?;
 
         let extra = section.map_or(0, record::PrepareSection::encoded_len);
-        let mut rec = RecordBuilder::with_capacity(c.record_bytes() + extra, ts, &c.reads);
+        // `c.record_bytes()` from the sum just made: each is a pass over every object.
+        let record_bytes = record::encoded_len(c.reads.len(), n_objects, n_bytes);
+        let mut rec = RecordBuilder::with_capacity(record_bytes + extra, ts, &c.reads);
         let mut objects = Vec::with_capacity(n_objects);
         // Reference offsets of the object being patched; one buffer for the whole commit.
         let mut offs: Vec<usize> = Vec::new();
