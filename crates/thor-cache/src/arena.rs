@@ -132,14 +132,24 @@ impl Arena {
 
     /// Copies `len` bytes at `off` into `out` (replacing its contents).
     pub fn copy_out(&self, off: usize, len: usize, out: &mut Vec<u8>) {
-        self.check(off, len);
         out.clear();
+        self.append_to(off, len, out);
+    }
+
+    /// Appends the `len` bytes at `off` to `out`.
+    pub fn append_to(&self, off: usize, len: usize, out: &mut Vec<u8>) {
+        self.check(off, len);
         out.reserve(len);
+        let at = out.len();
         // SAFETY: in bounds (checked); `out` has capacity for `len` bytes and does not overlap
         // the arena (it is a separate allocation).
         unsafe {
-            std::ptr::copy_nonoverlapping(self.base.as_ptr().add(off), out.as_mut_ptr(), len);
-            out.set_len(len);
+            std::ptr::copy_nonoverlapping(
+                self.base.as_ptr().add(off),
+                out.as_mut_ptr().add(at),
+                len,
+            );
+            out.set_len(at + len);
         }
     }
 

@@ -367,13 +367,41 @@ impl ClientCache {
     /// to objects the transaction created (and a class word naming a class it created) tagged
     /// with their index among the commit's created objects.
     pub fn export(&self, i: u32, out: &mut Vec<u8>) -> Result<(), CacheError> {
+        out.clear();
+        self.export_append(i, out)
+    }
+
+    /// [`ClientCache::export`], appending the object to `out` instead of replacing its
+    /// contents: a commit exports every object into one buffer, without a copy through a
+    /// buffer of its own each (99,000 objects for OO7's T2b). On an error `out` holds what it
+    /// held before.
+    pub fn export_append(&self, i: u32, out: &mut Vec<u8>) -> Result<(), CacheError> {
+        let base = out.len();
+        let result = self.export_at(i, out, base);
+        if result.is_err() {
+            out.truncate(base);
+        }
+        result
+    }
+
+    /// The object of entry `i` as the commit ships it, appended to `out` at `base` (its
+    /// length).
+    fn export_at(&self, i: u32, out: &mut Vec<u8>, base: usize) -> Result<(), CacheError> {
         let core = &self.core;
         let e = *core.entries.get(i as usize).ok_or(CacheError::Internal("export of no entry"))?;
         if e.flags & (F_NEW | F_MODIFIED) == 0 {
             return Err(CacheError::Internal("export of an object the transaction did not write"));
         }
         if e.loc == NOT_RESIDENT {
-            return self.export_spilled(i, out);
+            if base == 0 {
+                return self.export_spilled(i, out);
+            }
+            // A spilled object is read into a buffer of its own (rare: the spill store holds
+            // what did not fit in memory).
+            let mut one = Vec::new();
+            self.export_spilled(i, &mut one)?;
+            out.extend_from_slice(&one);
+            return Ok(());
         }
         let loc = e.loc;
         // One class lookup for the size and the references (a commit exports every object).
@@ -381,13 +409,14 @@ impl ClientCache {
             .class(core.class_word(loc))
             .ok_or(CacheError::Internal("resident object of an unknown class"))?;
         let size = core.object_size_of(loc, desc);
-        core.arena.copy_out(loc as usize, size, out);
-        let header = self.export_word(u32_at(out, 0))?;
-        put_u32(out, 0, header);
+        core.arena.append_to(loc as usize, size, out);
+        let header = self.export_word(u32_at(out, base))?;
+        put_u32(out, base, header);
         let mut result = Ok(());
         desc.for_each_ref_offset(core.arena.bytes(loc as usize, size), |off| {
             if result.is_ok() {
-                result = self.export_word(core.ref_word(loc, off)).map(|w| put_u32(out, off, w));
+                result =
+                    self.export_word(core.ref_word(loc, off)).map(|w| put_u32(out, base + off, w));
             }
         });
         result

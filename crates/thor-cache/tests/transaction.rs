@@ -147,6 +147,34 @@ fn export_unswizzles_references_and_tags_created_objects() {
 }
 
 #[test]
+fn export_append_lays_objects_end_to_end_as_export_makes_them() {
+    for policy in managers() {
+        let mut c = cache(policy);
+        let (a, la) = get(&mut c, oref(2, 0));
+        let x = c.create(&node(7, None, 2)).unwrap();
+        let (b, _) = c.follow(la, REF_AT).unwrap().unwrap();
+        c.store_ref(x.entry, VAR_AT, Some(b)).unwrap();
+        c.before_write(a).unwrap();
+        c.store_ref(a, REF_AT, Some(x.entry)).unwrap();
+        let (mut one, mut expected) = (Vec::new(), vec![0xAB; 3]);
+        for i in [a, x.entry] {
+            c.export(i, &mut one).unwrap();
+            expected.extend_from_slice(&one);
+        }
+        // Appended after bytes already there, references patched at the object's own place.
+        let mut all = vec![0xAB; 3];
+        c.export_append(a, &mut all).unwrap();
+        c.export_append(x.entry, &mut all).unwrap();
+        assert_eq!(all, expected);
+        // A refusal leaves the buffer as it was.
+        let not_written = c.lookup(oref(2, 1).raw()).unwrap();
+        assert!(matches!(c.export_append(not_written, &mut all), Err(CacheError::Internal(_))));
+        assert_eq!(all, expected);
+        c.check_invariants().unwrap();
+    }
+}
+
+#[test]
 fn commit_gives_created_objects_their_orefs_and_ends_the_transaction() {
     for policy in managers() {
         let mut c = cache(policy);

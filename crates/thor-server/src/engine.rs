@@ -735,7 +735,7 @@ impl Shared {
                             slot.ready.notify_one();
                         }
                     }
-                    Effect::Append { lsn, record } => match self.log.append(&record) {
+                    Effect::Append { lsn, record } => match self.log.append_shared(record) {
                         Ok(got) => {
                             debug_assert_eq!(got, lsn, "the log and the core agree on LSNs");
                             work.sync = true;

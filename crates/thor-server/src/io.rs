@@ -66,6 +66,11 @@ pub trait CommitLog: Send + Sync + fmt::Debug {
     /// the disk while the caller keeps its unsynced bytes within the log's buffer (the core
     /// does, see [`CoreConfig::log_buffer_bytes`]).
     fn append(&self, record: &[u8]) -> Result<Lsn, StorageError>;
+    /// [`CommitLog::append`] of a record the caller holds in a shared buffer, which the log
+    /// may keep until it is written instead of copying it (a large commit's record).
+    fn append_shared(&self, record: Bytes) -> Result<Lsn, StorageError> {
+        self.append(&record)
+    }
     /// Makes every record appended so far durable; returns the durable LSN.
     fn sync(&self) -> Result<Lsn, StorageError>;
     /// Whether records were appended that are not durable yet.
@@ -86,6 +91,10 @@ pub trait CommitLog: Send + Sync + fmt::Debug {
 impl CommitLog for Log {
     fn append(&self, record: &[u8]) -> Result<Lsn, StorageError> {
         Log::append(self, record)
+    }
+
+    fn append_shared(&self, record: Bytes) -> Result<Lsn, StorageError> {
+        Log::append_shared(self, record)
     }
 
     fn sync(&self) -> Result<Lsn, StorageError> {

@@ -794,7 +794,7 @@ impl World {
             for e in fx {
                 match e {
                     Effect::Append { lsn, record } => {
-                        let got = node.log.append(&record).map_err(io_violation)?;
+                        let got = node.log.append_shared(record.clone()).map_err(io_violation)?;
                         if got != lsn {
                             return Err(Violation(format!("log gave {got}, core expected {lsn}")));
                         }
@@ -1019,7 +1019,7 @@ impl World {
                 }
                 Effect::Append { lsn, record } => {
                     let node = self.node.as_mut().expect("effects come from a live server");
-                    let got = node.log.append(&record).map_err(io_violation)?;
+                    let got = node.log.append_shared(record.clone()).map_err(io_violation)?;
                     if got != lsn {
                         return Err(Violation(format!("log gave {got}, core expected {lsn}")));
                     }

@@ -67,6 +67,13 @@ pub const BUFFER_BYTES_MIN: usize = 64;
 /// oversized batch (a huge record) should not pin its memory for the life of the log.
 pub const BUFFER_KEEP_BYTES_MAX: usize = 4 * 1024 * 1024;
 
+/// The smallest payload [`Log::append_shared`](crate::Log::append_shared) keeps by reference
+/// instead of copying into the pending buffer. Each such record costs its flush one more
+/// write call, so small records (most commits) are copied, and a batch holds at most
+/// `BUFFER_BYTES_MAX_LIMIT / SHARED_RECORD_BYTES_MIN + 1` of them.
+pub const SHARED_RECORD_BYTES_MIN: usize = 64 * 1024;
+const _: () = assert!(SHARED_RECORD_BYTES_MIN > BUFFER_BYTES_MIN);
+
 /// The longest file name accepted by every [`Disk`](crate::Disk): the common limit of Linux
 /// file systems (255 bytes).
 pub const FILE_NAME_BYTES_MAX: usize = 255;

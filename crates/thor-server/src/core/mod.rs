@@ -1324,12 +1324,18 @@ impl Core {
                 }
                 return;
             }
-            let log_bytes = thor_storage::log::record::encoded_len(head.commit.record_bytes());
-            if head.commit.largest_record() > self.cfg.record_bytes_max {
+            // One pass over the objects for both (a commit may write 99,000).
+            let record_bytes = head.commit.record_bytes();
+            let log_bytes = thor_storage::log::record::encoded_len(record_bytes);
+            let largest = match head.commit.wpl {
+                None => record_bytes,
+                Some(_) => head.commit.largest_record(),
+            };
+            if largest > self.cfg.record_bytes_max {
                 let q = self.queue.pop_front().expect("checked");
                 let e = InvalidCommit::TooLarge {
                     what: "record bytes",
-                    got: q.commit.largest_record(),
+                    got: largest,
                     max: self.cfg.record_bytes_max,
                 };
                 self.counters.commits_refused += 1;
@@ -1480,8 +1486,8 @@ impl Core {
                 continue;
             }
             // A demoted copy of a page this commit wrote is stale from now on.
-            self.demotions.pages_written(p.objects.iter().filter_map(|(o, _, _)| o.page()));
-            let versions = p.objects.iter().filter(|(_, c, _)| !c).count() as u64;
+            self.demotions.pages_written(p.objects.iter().filter_map(|o| o.oref.page()));
+            let versions = p.objects.iter().filter(|o| !o.created).count() as u64;
             self.counters.versions_committed += versions;
             self.counters.objects_created += p.objects.len() as u64 - versions;
             self.counters.commits += 1;

@@ -532,7 +532,7 @@ impl Core {
     pub(super) fn twopc_durable(&mut self, p: super::store::Prepared, fx: &mut Vec<Effect>) {
         let Some(stamp) = self.twopc.by_lsn.remove(&p.lsn) else { return };
         let versions: Vec<(Oref, std::ops::Range<usize>)> =
-            p.objects.iter().filter(|(_, c, _)| !c).map(|(o, _, r)| (*o, r.clone())).collect();
+            p.objects.iter().filter(|o| !o.created).map(|o| (o.oref, o.range())).collect();
         self.counters.objects_created += p.created.len() as u64;
         let held = Held { lsn: p.lsn, record: p.record.clone(), versions };
         self.twopc.held_bytes += held.record.len();

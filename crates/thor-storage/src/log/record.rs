@@ -82,15 +82,22 @@ impl Header {
 /// Appends the record `(lsn, batch_index, payload)` to `out`. The caller has checked that the
 /// payload fits in the `u32` length field (`record_bytes_max <= RECORD_BYTES_MAX_LIMIT`).
 pub fn encode_into(lsn: Lsn, batch_index: u32, payload: &[u8], out: &mut Vec<u8>) {
+    out.reserve(encoded_len(payload.len()));
+    out.extend_from_slice(&header_of(lsn, batch_index, payload));
+    out.extend_from_slice(payload);
+}
+
+/// The header of the record `(lsn, batch_index, payload)`: what precedes the payload in a
+/// segment ([`encode_into`] writes both). The caller has checked the payload's length as for
+/// [`encode_into`].
+pub fn header_of(lsn: Lsn, batch_index: u32, payload: &[u8]) -> [u8; RECORD_HEADER_BYTES] {
     let len =
         u32::try_from(payload.len()).expect("payload length checked against record_bytes_max");
     let mut header = Header { crc: 0, len, lsn, batch_index };
     let mut crc = header.crc_start();
     crc.update(payload);
     header.crc = crc.finish();
-    out.reserve(encoded_len(payload.len()));
-    out.extend_from_slice(&header.to_bytes());
-    out.extend_from_slice(payload);
+    header.to_bytes()
 }
 
 /// Why a record fails its checks.
