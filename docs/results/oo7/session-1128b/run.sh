@@ -20,8 +20,9 @@ done; done > $OUT/cold-t1-embedded.txt
 $NEW oo7 penalty --dir $DB --over tcp --cache-mb 256 --runs 7 --round-trips 2000 --prefetch 0,32 \
     --prefetch-hint next > $OUT/tcp-256.txt 2>&1
 # 4. T2b's commit, embedded, on a fresh copy of medium each run
-for r in 1 2 3 4 5; do
+for r in 1 2 3 4 5 6; do for b in BASE NEW; do
+  eval bin=\$$b
   rm -rf /tmp/t2b-run && cp -r $DB /tmp/t2b-run
-  echo "NEW $($NEW oo7 run --dir /tmp/t2b-run --traversal t2b --policy hac --cache-mb 256 --json 2>/dev/null | j commit_s elapsed_s bytes_shipped)"
-done > $OUT/t2b-commit.txt
+  echo "$b $($bin oo7 run --dir /tmp/t2b-run --traversal t2b --policy hac --cache-mb 256 --json 2>/dev/null | j commit_s elapsed_s bytes_shipped)"
+done; done > $OUT/t2b-commit.txt
 rm -rf /tmp/t2b-run
