@@ -2,8 +2,8 @@
 # Hot T1 on medium at 64 MiB (--repeat 21, the median run; elapsed/CPU ms), one sitting, rounds
 # alternating: 318bd80 (the binary that measured 1.01x native on 2026-11-22), 90359af (main
 # before issue 16's first commit), 5ce2663 (main before this session), main after this
-# session's merges (4c94652, /tmp/thor-final), a *stripped* hit path (/tmp/thor-ideal, a local
-# variant not merged: after an object's first access in a transaction, no usage, no read mark,
+# session's merges (4c94652, /tmp/thor-final), a *stripped* hit path (/tmp/thor-ideal: stripped.patch
+# here, not merged: after an object's first access in a transaction, no usage, no read mark,
 # no class check, no view list; not a correct client, the floor of an indirection-table hit
 # path), and the native graph. Each thor binary reads a
 # database it loaded itself (`thor oo7 load --size medium`).
