@@ -870,12 +870,12 @@ impl CacheCore {
     /// [`CacheCore::object_size`] through the class memo ([`CacheCore::memo_class`]), for
     /// replacement's walks over a frame's objects.
     pub(crate) fn object_size_memo(&mut self, loc: u32) -> usize {
-        let loaded = self.memo_class(self.class_word(loc));
-        debug_assert!(loaded, "installed objects have loaded classes");
-        match &self.last_class {
-            Some((_, d)) if loaded => self.object_size_of(loc, d),
-            _ => self.object_size(loc),
+        if !self.memo_class(self.class_word(loc)) {
+            // Not loaded: `object_size` says what is wrong (installed objects' classes are).
+            return self.object_size(loc);
         }
+        let (_, desc) = self.last_class.as_ref().expect("memo_class just set it");
+        self.object_size_of(loc, desc)
     }
 
     /// [`CacheCore::object_size`] of the object at `loc` whose class `desc` the caller has.

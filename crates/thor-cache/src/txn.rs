@@ -393,9 +393,6 @@ impl ClientCache {
             return Err(CacheError::Internal("export of an object the transaction did not write"));
         }
         if e.loc == NOT_RESIDENT {
-            if base == 0 {
-                return self.export_spilled(i, out);
-            }
             // A spilled object is read into a buffer of its own (rare: the spill store holds
             // what did not fit in memory).
             let mut one = Vec::new();
