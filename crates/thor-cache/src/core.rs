@@ -282,6 +282,10 @@ pub struct CoreStats {
     /// Bytes of undo copies dropped to give memory back (an abort then discards the modified
     /// objects instead of restoring them).
     pub undo_bytes_dropped: u64,
+    /// The most memory the cache held (usable frames and tables, as the budget counts them),
+    /// sampled whenever it rebalances frames against tables: above the budget only when the
+    /// tables alone leave fewer than the minimum frames (see [`CacheCore::rebalance`]).
+    pub memory_bytes_max: u64,
 }
 
 /// Where a cache's budget goes: what [`CacheCore::occupancy`] reports, to find why a cache
@@ -694,7 +698,10 @@ impl CacheCore {
     /// Retires free frames while the tables push the total over the budget. Returns how many
     /// more frames must be retired once they are freed (the caller asks replacement for them).
     pub(crate) fn rebalance(&mut self) -> usize {
-        let allowed = self.frames_allowed().max(MIN_FRAMES);
+        let tables = self.table_bytes();
+        let allowed = (self.budget_bytes.saturating_sub(tables + self.headroom_bytes())
+            >> self.shift)
+            .max(MIN_FRAMES);
         while self.usable_frames > allowed {
             let Some(f) = self.free.pop() else { break };
             self.frames[f as usize] = FrameMeta { kind: FrameKind::Retired, ..FrameMeta::FREE };
@@ -713,6 +720,8 @@ impl CacheCore {
             self.usable_frames += 1;
             self.stats.frames_restored += 1;
         }
+        let held = (self.usable_frames * self.page_size + tables) as u64;
+        self.stats.memory_bytes_max = self.stats.memory_bytes_max.max(held);
         self.usable_frames.saturating_sub(allowed)
     }
 

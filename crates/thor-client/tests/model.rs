@@ -7,7 +7,8 @@
 //! one as the transaction sees it) says what every read must return. After every step:
 //!
 //! - every read returned the model's bytes (checked as it happens);
-//! - the cache is within its byte budget (`memory_bytes <= budget`);
+//! - the cache is within its byte budget (`memory_bytes <= budget`), and was at every moment
+//!   it balanced frames against tables in between (`memory_bytes_max`);
 //! - every object modified or created by the transaction is resident (no-steal);
 //! - every held view's object is where the view points (pinned objects never move) and reads
 //!   the model's bytes;
@@ -326,6 +327,13 @@ fn run(
         // The invariants, after every step.
         let st = s.cache_stats();
         prop_assert!(st.memory_bytes <= budget, "{} bytes of a {} budget", st.memory_bytes, budget);
+        // And at every moment in between that the cache balanced frames against tables.
+        prop_assert!(
+            st.core.memory_bytes_max <= budget as u64,
+            "held {} bytes of a {} budget",
+            st.core.memory_bytes_max,
+            budget
+        );
         for &k in &dirty {
             prop_assert!(s.resident_location(hs[k]).is_some(), "dirty node {} left the cache", k);
         }

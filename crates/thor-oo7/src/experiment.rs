@@ -283,6 +283,10 @@ pub struct RunReport {
     pub entries: usize,
     /// Bytes of frames and tables at the end.
     pub memory_bytes: usize,
+    /// The most bytes of frames and tables the cache held during the session (sampled when it
+    /// balances frames against tables); above `cache_bytes` only when the tables alone left
+    /// the cache fewer than its minimum frames.
+    pub memory_bytes_max: u64,
     /// Bytes of the tables at the end (indirection table, oref index, read set, manager's
     /// tables): `memory_bytes` less the usable frames.
     pub table_bytes: usize,
@@ -548,6 +552,7 @@ fn report(
         objects_kept: after.cache.replacement.objects_kept - before.cache.replacement.objects_kept,
         entries: after.cache.entries,
         memory_bytes: after.cache.memory_bytes,
+        memory_bytes_max: after.cache.core.memory_bytes_max,
         table_bytes: after
             .cache
             .memory_bytes
