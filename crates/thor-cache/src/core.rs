@@ -472,6 +472,22 @@ pub struct CacheCore {
     /// While a transaction spills: per entry, its record's position in the spill store, or
     /// [`NIL`] ([`crate::spill`]). Empty otherwise.
     spill_pos: Vec<u32>,
+    /// Spilling is on (the client cache has a spill store): a transaction that writes may
+    /// steal, and then needs `spill_pos`.
+    pub(crate) spill_possible: bool,
+    /// Bytes of the objects the current transaction modified or created (as first written
+    /// or made), while spilling is on; zeroed when it ends.
+    txn_own_bytes: usize,
+    /// Spilling is on and the transaction's own objects take half of the frames: the
+    /// headroom keeps room for `spill_pos` at its full size, so that a first steal (which
+    /// happens exactly when nothing else can be freed) does not take the cache past its
+    /// budget. Not from the first write: the table is 4 bytes for every entry, and a
+    /// transaction that writes a little would pay for it in frames (T2b on medium at 24 MiB:
+    /// a third more fetches). A transaction that steals before reserving (its own objects
+    /// under half the frames, the rest pinned) goes past the budget by the table until its
+    /// next replacement. Cleared when the transaction ends
+    /// ([`CacheCore::clear_spill_positions`]).
+    spill_reserved: bool,
     /// Pages dropped intact, held for demotion (off unless the server takes demotions).
     pub(crate) demote: DemoteBuffer,
     /// Counters.
@@ -548,6 +564,9 @@ impl CacheCore {
             batch_targets: Vec::new(),
             batch_dropped: Vec::new(),
             spill_pos: Vec::new(),
+            spill_possible: false,
+            txn_own_bytes: 0,
+            spill_reserved: false,
             demote: DemoteBuffer::default(),
             stats: CoreStats::default(),
         };
@@ -693,6 +712,31 @@ impl CacheCore {
             + self.index.growth_bytes()
             + self.reads.growth_bytes()
             + self.installed.growth_bytes()
+            + self.spill_reserve_bytes()
+    }
+
+    /// What a steal may still add to the spill positions: the table at the entry table's
+    /// size after its next growth step, less what it holds. Zero until the transaction's own
+    /// objects took half of the frames (`spill_reserved`).
+    fn spill_reserve_bytes(&self) -> usize {
+        if !self.spill_reserved {
+            return 0;
+        }
+        ((self.entries_counted + self.entry_step()) * 4)
+            .saturating_sub(self.spill_pos.capacity() * 4)
+    }
+
+    /// The transaction now holds `size` more bytes that no frame can give up (an object
+    /// modified or created): with spilling on, once they take half of the frames, reserve the
+    /// spill positions' room from then on.
+    #[inline]
+    fn own_bytes_grew(&mut self, size: usize) {
+        if self.spill_possible && !self.spill_reserved {
+            self.txn_own_bytes += size;
+            if self.txn_own_bytes * 2 >= self.usable_frames * self.page_size {
+                self.spill_reserved = true;
+            }
+        }
     }
 
     /// Retires free frames while the tables push the total over the budget. Returns how many
@@ -1327,6 +1371,8 @@ impl CacheCore {
     /// Forgets the spill positions (the transaction ended, its store emptied).
     pub(crate) fn clear_spill_positions(&mut self) {
         self.spill_pos = Vec::new();
+        self.txn_own_bytes = 0;
+        self.spill_reserved = false;
     }
 
     /// The frame holding page `page` (a raw page id) as its source of installation.
@@ -1837,6 +1883,10 @@ impl CacheCore {
             e.flags |= F_MODIFIED;
             fm.modified += 1;
             fm.written = true;
+            if self.spill_possible && !self.spill_reserved {
+                let size = self.object_size_memo(self.entries[i as usize].loc);
+                self.own_bytes_grew(size);
+            }
         }
     }
 
@@ -1916,6 +1966,7 @@ impl CacheCore {
     /// Creates an object from `bytes` at `loc` (from [`CacheCore::new_object_room`]); returns
     /// its entry and tagged serial. References in `bytes` must already be swizzled or null.
     pub(crate) fn create_at(&mut self, loc: u32, bytes: &[u8]) -> Result<(u32, u32), CacheError> {
+        self.own_bytes_grew(bytes.len());
         let serial = self.next_serial;
         let word = RawRef::tagged_word(serial);
         let i = self.alloc_entry(word, None)?;

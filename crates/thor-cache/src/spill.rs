@@ -245,6 +245,7 @@ impl ClientCache {
         }
         self.spill.store = Some(store);
         self.spill.bytes_max = bytes_max;
+        self.core.spill_possible = true;
         Ok(())
     }
 
