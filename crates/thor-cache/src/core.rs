@@ -283,8 +283,10 @@ pub struct CoreStats {
     /// objects instead of restoring them).
     pub undo_bytes_dropped: u64,
     /// The most memory the cache held (usable frames and tables, as the budget counts them),
-    /// sampled whenever it rebalances frames against tables: above the budget only when the
-    /// tables alone leave fewer than the minimum frames (see [`CacheCore::rebalance`]).
+    /// sampled whenever it rebalances frames against tables. Above the budget when the tables
+    /// alone leave fewer than the minimum frames (see [`CacheCore::rebalance`]), and for a
+    /// moment after a steal that came before the spill positions were reserved
+    /// (`spill_reserved`) or that made GOM keep its first object (its links are sized then).
     pub memory_bytes_max: u64,
 }
 
@@ -684,7 +686,12 @@ impl CacheCore {
     /// Frames the tables' share of the budget still allows, keeping room for the next growth
     /// of the tables that grow between two chances to free frames.
     fn frames_allowed(&self) -> usize {
-        self.budget_bytes.saturating_sub(self.table_bytes() + self.headroom_bytes()) >> self.shift
+        self.frames_allowed_beside(self.table_bytes())
+    }
+
+    /// [`CacheCore::frames_allowed`] beside tables of `tables` bytes.
+    fn frames_allowed_beside(&self, tables: usize) -> usize {
+        self.budget_bytes.saturating_sub(tables + self.headroom_bytes()) >> self.shift
     }
 
     /// Entries the indirection table grows by when full: a quarter of its size, bounded so
@@ -743,9 +750,7 @@ impl CacheCore {
     /// more frames must be retired once they are freed (the caller asks replacement for them).
     pub(crate) fn rebalance(&mut self) -> usize {
         let tables = self.table_bytes();
-        let allowed = (self.budget_bytes.saturating_sub(tables + self.headroom_bytes())
-            >> self.shift)
-            .max(MIN_FRAMES);
+        let allowed = self.frames_allowed_beside(tables).max(MIN_FRAMES);
         while self.usable_frames > allowed {
             let Some(f) = self.free.pop() else { break };
             self.frames[f as usize] = FrameMeta { kind: FrameKind::Retired, ..FrameMeta::FREE };

@@ -120,7 +120,7 @@ fn assert_within_budget(s: &Session) {
     let st = s.cache_stats();
     assert!(st.memory_bytes <= CACHE, "{st:?}");
     // At every moment in between too: the first steal's table of spill positions was
-    // reserved when the transaction first wrote, not allocated past the budget.
+    // reserved once the transaction's objects took half the frames, not allocated past it.
     assert!(st.core.memory_bytes_max <= CACHE as u64, "{st:?}");
 }
 
