@@ -976,9 +976,23 @@ impl Session {
             let obj = inner.pinned(|inner| inner.cache.create(&bytes))?;
             made.push((obj.entry, obj.serial));
         }
-        for (owner, off, word) in pending {
-            let RawRef::Tagged(j) = RawRef::decode(word) else { continue };
-            inner.cache.store_ref(made[owner].0, off, Some(made[j as usize].0))?;
+        // A value larger than the cache has had its earlier pieces stolen to the spill store
+        // by the time the later ones exist (`thor_cache::spill`): each owner is made resident
+        // (read back if stolen, with the views' frames pinned) before its references are
+        // stored. Storing a reference frees nothing, so the owner stays resident meanwhile.
+        // `pending` holds each owner's references together.
+        let mut k = 0;
+        while k < pending.len() {
+            let owner = pending[k].0;
+            let (entry, serial) = made[owner];
+            inner.pinned(|inner| inner.resolve_handle(entry, serial))?;
+            while k < pending.len() && pending[k].0 == owner {
+                let (_, off, word) = pending[k];
+                k += 1;
+                if let RawRef::Tagged(j) = RawRef::decode(word) {
+                    inner.cache.store_ref(entry, off, Some(made[j as usize].0))?;
+                }
+            }
         }
         Ok(Ref::new(made[0].0, made[0].1))
     }

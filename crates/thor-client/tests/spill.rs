@@ -317,3 +317,23 @@ fn the_first_steal_keeps_the_budget() {
         assert_eq!(i, N as u64);
     }
 }
+
+/// A large value (a tree of page-sized pieces) several times bigger than the cache: its pieces
+/// are stolen as they are created, and linking them reads the stolen parents back.
+#[test]
+fn large_value_bigger_than_cache() {
+    for policy in policies() {
+        let h = server();
+        let s = session(&h, policy);
+        let data: Vec<u8> = (0..4 * CACHE as u32).map(|i| (i * 31 % 251) as u8).collect();
+        let r = s.create_large(&data).unwrap();
+        s.set_root(1, r).unwrap();
+        s.commit().unwrap();
+        let spill = s.cache_stats().spill;
+        assert!(spill.objects_spilled > 0, "{policy}: the value did not outgrow the cache");
+        assert_eq!(s.read_large(r).unwrap(), data, "{policy}");
+        let s2 = session(&h, policy);
+        let r2 = s2.root(1).unwrap();
+        assert_eq!(s2.read_large(r2).unwrap(), data, "{policy}: read by another session");
+    }
+}
