@@ -469,10 +469,10 @@ fn reload(
         warn!("SIGHUP: no peer:{id} line: server {id} can no longer authenticate to this server");
     }
     let what = source.describe(&credentials);
+    let before = engine.stats().sessions_revoked;
     engine.set_credentials(credentials);
-    info!(
-        "SIGHUP: authentication is now {what}; sessions of credentials no longer there are closed"
-    );
+    let closed = engine.stats().sessions_revoked - before;
+    info!("SIGHUP: authentication is now {what}; {closed} sessions of revoked credentials closed");
 }
 
 /// The socket `thor server` listens on.

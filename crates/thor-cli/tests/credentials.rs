@@ -144,7 +144,8 @@ fn scopes_are_enforced_and_sighup_revokes() {
         .status()
         .unwrap();
     assert!(status.success());
-    log.wait_for("SIGHUP: authentication is now 3 credentials");
+    let line = log.wait_for("SIGHUP: authentication is now 3 credentials");
+    assert!(line.contains("1 sessions of revoked credentials closed"), "{line}");
     let gone = alice.get(alice.root::<Note>(0).unwrap()).and_then(|n| {
         n.set(Note::n, 9)?;
         drop(n);

@@ -79,7 +79,7 @@ pub struct EngineOptions {
     pub background_flusher: bool,
     /// Settings of the transaction log.
     pub log: LogOptions,
-    /// Sessions: token, connection limit, frame limit.
+    /// Sessions: credentials (or the single token), connection limit, frame limit.
     pub protocol: ProtocolConfig,
     /// Bounds of concurrency control (validation queue, directories, invalid sets).
     pub cc: crate::core::cc::CcConfig,
@@ -431,7 +431,7 @@ impl Engine {
         self.shared.locked.lock().core.root()
     }
 
-    /// The protocol settings (token, connection and frame limits).
+    /// The protocol settings (credentials, connection and frame limits).
     pub fn protocol(&self) -> ProtocolConfig {
         self.shared.locked.lock().core.config().protocol.clone()
     }

@@ -9,7 +9,7 @@
 //!
 //! ```text
 //!                  ┌──────────────────────── Core::step(now, input, &mut effects) ───────┐
-//!  Connect ───────►│ sessions: Hello, token, limits, per-client order                    │
+//!  Connect ───────►│ sessions: Hello, scopes, versions, limits, per-client order         │
 //!  Request ───────►│ fetch ── cache hit: reply ── miss: Read ─────────────────────────────┼──► Reply / Done
 //!  ProtocolError ─►│ commit queue (FIFO): validate ── Need pages: Read ── no room: wait   │──► Read
 //!  Disconnect ────►│        └─ prepare: allocate, build the record ─► Append ─────────────┼──► Append
@@ -105,7 +105,7 @@ pub struct CoreConfig {
     pub log_buffer_bytes: usize,
     /// The largest log record the driver's log accepts.
     pub record_bytes_max: usize,
-    /// Sessions: token, connection limit, frame limit.
+    /// Sessions: credentials, connection limit, frame limit.
     pub protocol: ProtocolConfig,
     /// Bounds of concurrency control.
     pub cc: cc::CcConfig,
@@ -602,6 +602,10 @@ pub struct CoreStats {
     pub wpl_table: usize,
     /// Prefetch: requests, pages sent beyond the asked ones, candidates passed over.
     pub prefetch: prefetch::PrefetchCounters,
+    /// Requests refused as outside their session's credential's scope (`Forbidden`).
+    pub requests_forbidden: u64,
+    /// Sessions closed because their credential was revoked (`Input::Credentials`).
+    pub sessions_revoked: u64,
 }
 
 /// The server core. See the module documentation.
@@ -1844,6 +1848,8 @@ impl Core {
             wpl: self.wpl_counters(),
             wpl_table: self.wpl_table_len(),
             prefetch: self.prefetch,
+            requests_forbidden: self.sessions.counters().forbidden,
+            sessions_revoked: self.sessions.counters().sessions_revoked,
         }
     }
 

@@ -138,6 +138,7 @@ fn read_only_credential_cannot_commit() {
     let (ok, _) = ask(&mut h, 1, 7, RequestBody::Commit(rewrite(class, item)));
     assert!(matches!(ok.body, ReplyBody::CommitOk { .. }), "{ok:?}");
     assert_eq!(h.core.server_stats().auth_failures, 0);
+    assert_eq!(h.core.stats().requests_forbidden, 3);
 }
 
 #[test]
@@ -212,13 +213,18 @@ fn revoked_credential_is_refused() {
     h.step(Input::Credentials(demoted));
     assert!(h.settle().is_empty(), "nobody is closed");
     assert_forbidden(ask(&mut h, 2, 5, RequestBody::Commit(rewrite(class, item))), "read-write");
-    // A new secret for Bob's name revokes the old one.
+    // A new secret for Bob's name revokes the old one (and Carol, left out, goes too).
     let bob2: &[u8] = b"bob-secret-2-0123456789a";
     h.step(Input::Credentials(table(&[("bob", Scope::ReadWrite, bob2)])));
-    let r = replies_to(&h.settle(), 2);
-    assert_eq!((r[0].0, error_code(&r[0].1), r[0].2), (0, Some(ErrorCode::Unauthenticated), true));
+    let out = h.settle();
+    for conn in [2, 4] {
+        let r = replies_to(&out, conn);
+        let got = (r[0].0, error_code(&r[0].1), r[0].2);
+        assert_eq!(got, (0, Some(ErrorCode::Unauthenticated), true), "connection {conn}");
+    }
     h.connect(6, bob2);
     assert_eq!(h.core.server_stats().auth_failures, 1);
+    assert_eq!(h.core.stats().sessions_revoked, 3, "Alice, then Bob and Carol");
 }
 
 #[test]
