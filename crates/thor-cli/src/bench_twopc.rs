@@ -134,7 +134,12 @@ pub fn run(b: TwoPcBench) -> Result<()> {
             Some(p) => p.clone(),
             None => local.clone(),
         };
-        let opts = EngineOptions { server_id: id, peers: Some(sink), ..EngineOptions::default() };
+        let opts = EngineOptions {
+            server_id: id,
+            peers: Some(sink),
+            twopc: thor_server::TwoPcConfig { peers: vec![other], ..Default::default() },
+            ..EngineOptions::default()
+        };
         let disk = Arc::new(FileDisk::open_locked(&dir, true, "thor bench twopc")?);
         let engine = Arc::new(Engine::create(disk, opts)?);
         local.register(&engine);

@@ -139,7 +139,11 @@ fn open(dirs: &[PathBuf], over: Over) -> Result<Vec<Node>> {
                 thor_net::TcpPeers::start(&others, &cfg)?
             }
         };
-        let opts = EngineOptions { peers: Some(peers), ..EngineOptions::default() };
+        let twopc = thor_server::TwoPcConfig {
+            peers: (1..=dirs.len() as u32).filter(|&j| j != i as u32 + 1).map(ServerId).collect(),
+            ..Default::default()
+        };
+        let opts = EngineOptions { peers: Some(peers), twopc, ..EngineOptions::default() };
         let disk = Arc::new(FileDisk::open_locked(dir, false, "thor oo7 cluster")?);
         let engine = Arc::new(Engine::open(disk, opts)?);
         if engine.server_id().0 != i as u32 + 1 {

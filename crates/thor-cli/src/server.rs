@@ -1,39 +1,57 @@
 //! `thor server`: serve one database over TCP until Ctrl-C or SIGTERM.
 //!
 //! ```text
-//! thor server --dir DIR --listen ADDR [--create] [--page-kb K] [--token-file F] [--direct-io]
-//!             [--server-id N] [--peer ID=HOST:PORT ...] [--prefetch-max N]
+//! thor server --dir DIR --listen ADDR [--create] [--page-kb K] [--direct-io]
+//!             [--credentials FILE | --token-file F] [--server-id N] [--peer ID=HOST:PORT ...]
+//!             [--prefetch-max N]
 //! ```
 //!
 //! Several servers form a cluster: each has its own directory and id (`--server-id` when it is
 //! created; the id is stored) and is told where the others listen (`--peer`, once per other
-//! server), so that two-phase commit's messages reach them. Every server of a cluster uses the
-//! same token, which also admits the servers' sessions to each other.
+//! server), so that two-phase commit's messages reach them. A server takes part only in
+//! transactions whose servers it knows this way: a prepare naming any other is refused at once.
+//!
+//! # Who may connect
+//!
+//! `--credentials FILE` gives scoped credentials, one `NAME SCOPE SECRET` a line
+//! (`thor_server::core::credentials` has the format): `read-only`, `read-write`, `operator`
+//! (adds `Stats` and `Backup`) and `peer:ID` (the messages of server ID, and nothing else). A
+//! client presents a secret as its token. A server presents the secret of the first `peer:ID`
+//! line of its own id to its peers, so one file can serve a whole cluster; with `--peer`, the
+//! file must have a `peer:` line for this server and for every peer. The file is re-read on
+//! SIGHUP: sessions of credentials that are gone (or whose secret changed) are closed, the
+//! others get their new scope; a file that does not parse is reported and the credentials in
+//! use are kept. The server warns when the file is readable by others than its owner.
+//!
+//! Without it, the single token comes from `--token-file` (the file's bytes, without a trailing
+//! newline; re-read on SIGHUP too) or else from the `THOR_TOKEN` environment variable; it is a
+//! credential of every scope, which peers present too (and so may speak as any server of the
+//! cluster). With neither, clients need no token and get every scope.
+//!
+//! On SIGINT or SIGTERM the server stops accepting, answers the requests in flight, closes every
+//! connection, installs the MOB into the page file (so that the next start has no log to
+//! replay) and exits.
 //!
 //! `--listen unix:PATH` serves a Unix-domain socket instead of TCP (`thor_net::UnixTransport`
 //! connects to it).
-//!
-//! The token comes from `--token-file` (the file's bytes, without a trailing newline) or else
-//! from the `THOR_TOKEN` environment variable; with neither, clients need no token. On a signal
-//! the server stops accepting, answers the requests in flight, closes every connection, installs
-//! the MOB into the page file (so that the next start has no log to replay) and exits.
 //!
 //! `--direct-io` reads the database's files with `O_DIRECT` (`FileDisk::with_direct_reads`), so
 //! that a page the server's page cache misses is read from the device, not copied from the OS
 //! page cache: what the DEMOTE experiment needs a miss to cost. At shutdown the server logs
 //! how many direct reads it made.
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use thor_net::{NetConfig, Server, Threading};
-use thor_server::limits::SESSIONS_MAX_DEFAULT;
-use thor_server::{Engine, EngineError, EngineOptions, ProtocolConfig};
+use thor_core::ServerId;
+use thor_net::{NetConfig, Server, TcpPeers, Threading};
+use thor_server::limits::{CREDENTIALS_FILE_BYTES_MAX, SESSIONS_MAX_DEFAULT};
+use thor_server::{Credentials, Engine, EngineError, EngineOptions, ProtocolConfig, Scope};
 use thor_storage::FileDisk;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Serve a database over TCP.
 #[derive(Debug, Args)]
@@ -52,7 +70,18 @@ pub struct ServerArgs {
     /// Page size in KiB of a database created now (a power of two from 1 to 32).
     #[arg(long, value_parser = crate::page_kb, allow_negative_numbers = true, default_value_t = 8)]
     page_kb: usize,
-    /// A file holding the token clients must present (default: $THOR_TOKEN, else none).
+    /// A file of scoped credentials, one `NAME SCOPE SECRET` a line (`#` starts a comment).
+    /// SCOPE is read-only (fetch, transactions that write nothing), read-write (+ commits
+    /// that write), operator (+ stats and backup) or peer:ID (the two-phase commit messages
+    /// of server ID, nothing else); SECRET is at least 16 bytes, what a client presents as its
+    /// token. With --peer, this server presents its own peer:ID line's secret to its peers.
+    /// Re-read on SIGHUP: sessions of credentials no longer in it are closed. Instead of
+    /// --token-file and THOR_TOKEN.
+    #[arg(long, conflicts_with = "token_file")]
+    credentials: Option<PathBuf>,
+    /// A file holding the single token every client and peer server presents, which allows
+    /// everything (default: $THOR_TOKEN, else no authentication). Re-read on SIGHUP. See
+    /// --credentials for scoped, revocable ones.
     #[arg(long)]
     token_file: Option<PathBuf>,
     /// Most client connections at once; more are refused with a Busy error.
@@ -89,7 +118,8 @@ pub struct ServerArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     server_id: Option<u32>,
     /// Where another server of the cluster listens, as ID=HOST:PORT (repeat for each). Needed
-    /// for transactions that use several servers (two-phase commit between them).
+    /// for transactions that use several servers (two-phase commit between them): a prepare
+    /// naming a server not given here is refused, and so are messages from one.
     #[arg(long = "peer", value_parser = parse_peer)]
     peers: Vec<(u32, std::net::SocketAddr)>,
     /// How commits are made recoverable: obj (thor's own: objects shipped, logged, kept in the
@@ -146,40 +176,151 @@ enum PageCacheMode {
     Exclusive,
 }
 
-fn token(args: &ServerArgs) -> Result<Vec<u8>> {
-    let mut t = match &args.token_file {
-        Some(f) => std::fs::read(f).with_context(|| format!("reading {}", f.display()))?,
-        None => std::env::var("THOR_TOKEN").map(String::into_bytes).unwrap_or_default(),
-    };
+/// Where a server's credentials come from; re-read on SIGHUP.
+#[derive(Debug, Clone)]
+enum AuthSource {
+    /// `--credentials FILE`.
+    Credentials(PathBuf),
+    /// `--token-file FILE`: the single token.
+    TokenFile(PathBuf),
+    /// `THOR_TOKEN`: the single token, fixed for the process's life.
+    Env,
+    /// No authentication.
+    Off,
+}
+
+impl AuthSource {
+    fn of(args: &ServerArgs) -> AuthSource {
+        match (&args.credentials, &args.token_file) {
+            (Some(f), _) => AuthSource::Credentials(f.clone()),
+            (None, Some(f)) => AuthSource::TokenFile(f.clone()),
+            (None, None) if std::env::var_os("THOR_TOKEN").is_some_and(|t| !t.is_empty()) => {
+                AuthSource::Env
+            }
+            (None, None) => AuthSource::Off,
+        }
+    }
+
+    /// Reads the credentials: a table, the single token as a table of one, or none.
+    fn read(&self) -> Result<Credentials> {
+        match self {
+            AuthSource::Credentials(f) => read_credentials_file(f),
+            AuthSource::TokenFile(f) => {
+                let t = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
+                let t = trim_newlines(t);
+                if t.is_empty() {
+                    bail!(
+                        "the token file {} is empty (omit --token-file to run without authentication)",
+                        f.display()
+                    );
+                }
+                Ok(Credentials::single_token(&t))
+            }
+            AuthSource::Env => {
+                let t = std::env::var("THOR_TOKEN").map(String::into_bytes).unwrap_or_default();
+                Ok(Credentials::single_token(&t))
+            }
+            AuthSource::Off => Ok(Credentials::new()),
+        }
+    }
+
+    fn describe(&self, c: &Credentials) -> String {
+        match self {
+            AuthSource::Credentials(f) => format!("{} credentials from {}", c.len(), f.display()),
+            AuthSource::TokenFile(f) => format!("the token in {}", f.display()),
+            AuthSource::Env => "the token in THOR_TOKEN".into(),
+            AuthSource::Off => "off".into(),
+        }
+    }
+}
+
+fn trim_newlines(mut t: Vec<u8>) -> Vec<u8> {
     while t.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
         t.pop();
     }
-    if args.token_file.is_some() && t.is_empty() {
-        bail!("the token file is empty (omit --token-file to run without authentication)");
+    t
+}
+
+/// Reads a `--credentials` file: bounded, UTF-8, at least one credential; warns when others
+/// than its owner may read it (it holds secrets).
+fn read_credentials_file(f: &Path) -> Result<Credentials> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let file = std::fs::File::open(f).with_context(|| format!("reading {}", f.display()))?;
+    let mode = file.metadata().with_context(|| format!("reading {}", f.display()))?.mode();
+    let mut text = String::new();
+    file.take(CREDENTIALS_FILE_BYTES_MAX + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("reading {} (UTF-8 text)", f.display()))?;
+    if text.len() as u64 > CREDENTIALS_FILE_BYTES_MAX {
+        bail!("{} is larger than {CREDENTIALS_FILE_BYTES_MAX} bytes", f.display());
     }
-    Ok(t)
+    let c = Credentials::parse(&text).with_context(|| format!("in {}", f.display()))?;
+    if c.is_empty() {
+        bail!(
+            "{} holds no credential (a server with none admits everyone: omit --credentials for that)",
+            f.display()
+        );
+    }
+    if mode & 0o077 != 0 {
+        warn!(
+            "{} holds secrets and may be read by others than its owner (mode {:o}): chmod 600 it",
+            f.display(),
+            mode & 0o777
+        );
+    }
+    Ok(c)
+}
+
+/// The secret server `me` presents to its peers: the single token, or its own `peer:ME`
+/// credential's (`None` if the table has none); empty without authentication.
+fn peer_token(c: &Credentials, me: ServerId) -> Option<Vec<u8>> {
+    match c.iter().next() {
+        None => Some(Vec::new()),
+        Some(only) if only.scope() == Scope::All => Some(only.secret().to_vec()),
+        Some(_) => c.peer_secret(me).map(<[u8]>::to_vec),
+    }
+}
+
+/// The peers `--peer` names that the credentials give no way to authenticate (no `peer:ID`
+/// line); none for the single token or without authentication.
+fn unknown_peers(c: &Credentials, peers: &[(u32, std::net::SocketAddr)]) -> Vec<u32> {
+    if c.iter().all(|x| x.scope() == Scope::All) {
+        return Vec::new();
+    }
+    peers.iter().map(|&(id, _)| id).filter(|&id| c.peer_secret(ServerId(id)).is_none()).collect()
+}
+
+/// The peers of `thor server`, started once the database is open: the credential a server
+/// presents to its peers is the one of its own id, which an existing database knows. Messages
+/// before then (recovery's queries) are dropped; two-phase commit resends what matters.
+#[derive(Debug, Default)]
+struct LatePeers(OnceLock<Arc<TcpPeers>>);
+
+impl thor_server::PeerSink for LatePeers {
+    fn send(&self, to: ServerId, msg: thor_wire::PeerMsg) {
+        match self.0.get() {
+            Some(p) => p.send(to, msg),
+            None => debug!("peers not started yet: dropped {msg:?} to server {}", to.0),
+        }
+    }
 }
 
 /// Opens the database; returns the engine and (a clone of) its disk, whose direct-read
 /// counters are the engine's.
-fn open_engine(args: &ServerArgs, protocol: ProtocolConfig) -> Result<(Engine, FileDisk)> {
-    let peers = if args.peers.is_empty() {
-        None
-    } else {
-        let addrs: std::collections::HashMap<_, _> =
-            args.peers.iter().map(|&(id, a)| (thor_core::ServerId(id), a)).collect();
-        let cfg = thor_net::ClientConfig {
-            token: protocol.token.clone(),
-            client_name: format!("thor server at {}", args.listen),
-            ..thor_net::ClientConfig::default()
-        };
-        let p: Arc<dyn thor_server::PeerSink> = thor_net::TcpPeers::start(&addrs, &cfg)?;
-        Some(p)
-    };
+fn open_engine(
+    args: &ServerArgs,
+    protocol: ProtocolConfig,
+    peers: Option<Arc<LatePeers>>,
+) -> Result<(Engine, FileDisk)> {
     let opts = EngineOptions {
         page_size: args.page_kb * 1024,
         server_id: thor_core::ServerId(args.server_id.unwrap_or(1)),
-        peers,
+        peers: peers.map(|p| p as Arc<dyn thor_server::PeerSink>),
+        twopc: thor_server::TwoPcConfig {
+            peers: args.peers.iter().map(|&(id, _)| ServerId(id)).collect(),
+            ..Default::default()
+        },
         protocol,
         backup_dir: args.backup_dir.clone(),
         page_cache_bytes: args
@@ -235,6 +376,105 @@ fn open_engine(args: &ServerArgs, protocol: ProtocolConfig) -> Result<(Engine, F
     Ok((engine, file_disk))
 }
 
+/// Starts the peers of `engine` (`--peer`), authenticating with its peer credential.
+fn start_peers(
+    args: &ServerArgs,
+    credentials: &Credentials,
+    engine: &Engine,
+    late: &LatePeers,
+) -> Result<Option<Arc<TcpPeers>>> {
+    if args.peers.is_empty() {
+        return Ok(None);
+    }
+    let me = engine.server_id();
+    let Some(token) = peer_token(credentials, me) else {
+        bail!(
+            "the credentials have no peer:{} line: this server (id {}) could not authenticate to its peers",
+            me.0,
+            me.0
+        );
+    };
+    let addrs: std::collections::HashMap<_, _> =
+        args.peers.iter().map(|&(id, a)| (ServerId(id), a)).collect();
+    let cfg = thor_net::ClientConfig {
+        token,
+        client_name: format!("thor server {} at {}", me.0, args.listen),
+        ..thor_net::ClientConfig::default()
+    };
+    let peers = TcpPeers::start(&addrs, &cfg)?;
+    let _ = late.0.set(peers.clone());
+    Ok(Some(peers))
+}
+
+/// Re-reads the credentials on every SIGHUP, on a thread of its own, for the life of the
+/// process. The handler is installed before the server says it listens, so a SIGHUP never
+/// kills it. The thread holds the engine weakly: shutdown's last reference stays the main
+/// thread's, which closes (checkpoints) it.
+fn reload_on_hangup(
+    source: AuthSource,
+    engine: Weak<Engine>,
+    peers: Option<Arc<TcpPeers>>,
+    peer_ids: Vec<(u32, std::net::SocketAddr)>,
+) -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .context("starting the SIGHUP handler")?;
+    let mut hup = {
+        let _in_runtime = rt.enter();
+        signal(SignalKind::hangup()).context("installing the SIGHUP handler")?
+    };
+    std::thread::Builder::new().name("thor-sighup".into()).spawn(move || {
+        rt.block_on(async {
+            while hup.recv().await.is_some() {
+                reload(&source, &engine, peers.as_deref(), &peer_ids);
+            }
+        })
+    })?;
+    Ok(())
+}
+
+fn reload(
+    source: &AuthSource,
+    engine: &Weak<Engine>,
+    peers: Option<&TcpPeers>,
+    peer_ids: &[(u32, std::net::SocketAddr)],
+) {
+    if matches!(source, AuthSource::Env | AuthSource::Off) {
+        info!(
+            "SIGHUP: nothing to re-read (authentication: {})",
+            source.describe(&Credentials::new())
+        );
+        return;
+    }
+    let credentials = match source.read() {
+        Ok(c) => c,
+        Err(e) => {
+            warn!("SIGHUP: {e:#}; the credentials in use are kept");
+            return;
+        }
+    };
+    let Some(engine) = engine.upgrade() else { return };
+    if let Some(p) = peers {
+        match peer_token(&credentials, engine.server_id()) {
+            Some(t) => p.set_token(t),
+            None => warn!(
+                "SIGHUP: no peer:{} line; this server keeps presenting its old peer credential",
+                engine.server_id().0
+            ),
+        }
+    }
+    for id in unknown_peers(&credentials, peer_ids) {
+        warn!("SIGHUP: no peer:{id} line: server {id} can no longer authenticate to this server");
+    }
+    let what = source.describe(&credentials);
+    let before = engine.stats().sessions_revoked;
+    engine.set_credentials(credentials);
+    let closed = engine.stats().sessions_revoked - before;
+    info!("SIGHUP: authentication is now {what}; {closed} sessions of revoked credentials closed");
+}
+
 /// The socket `thor server` listens on.
 enum Listener {
     /// `--listen HOST:PORT`.
@@ -244,14 +484,32 @@ enum Listener {
 }
 
 pub fn run(args: ServerArgs) -> Result<()> {
-    let token = token(&args)?;
+    let source = AuthSource::of(&args);
+    if args.credentials.is_some() && std::env::var_os("THOR_TOKEN").is_some() {
+        warn!("THOR_TOKEN is ignored: --credentials gives the credentials");
+    }
+    let credentials = source.read()?;
+    if let unknown @ [_, ..] = &unknown_peers(&credentials, &args.peers)[..] {
+        bail!(
+            "the credentials have no peer: line for server(s) {unknown:?} given with --peer: they could not authenticate to this server"
+        );
+    }
+    if let Some(me) = args.server_id
+        && peer_token(&credentials, ServerId(me)).is_none()
+        && !args.peers.is_empty()
+    {
+        bail!(
+            "the credentials have no peer:{me} line: this server could not authenticate to its peers"
+        );
+    }
+    let auth = source.describe(&credentials);
     let config = ProtocolConfig {
-        token,
+        credentials: credentials.clone(),
         sessions_max: args.max_connections,
         max_frame_bytes: args.max_frame_mb << 20,
+        ..ProtocolConfig::default()
     };
     config.validate()?;
-    let auth = !config.token.is_empty();
     // Both addresses are bound before the database is opened or created: a bad address fails
     // with nothing made.
     let listener = match args.listen.strip_prefix("unix:") {
@@ -273,8 +531,14 @@ pub fn run(args: ServerArgs) -> Result<()> {
         ),
         None => None,
     };
-    let (engine, disk) = open_engine(&args, config)?;
+    let late = (!args.peers.is_empty()).then(|| Arc::new(LatePeers::default()));
+    let (engine, disk) = open_engine(&args, config, late.clone())?;
+    let peers = match &late {
+        Some(late) => start_peers(&args, &credentials, &engine, late)?,
+        None => None,
+    };
     let engine = Arc::new(engine);
+    reload_on_hangup(source, Arc::downgrade(&engine), peers, args.peers.clone())?;
     let net = NetConfig {
         idle_timeout: Duration::from_secs(args.idle_timeout_s),
         worker_threads: args.net_threads,
@@ -302,12 +566,12 @@ pub fn run(args: ServerArgs) -> Result<()> {
     // SIGTERM as soon as it reads it gets a clean shutdown.
     server.wait_for_signal_after(|| {
         info!(
-            "listening on {} (database {}, server id {}, {} KiB pages, authentication {}, at most {} connections, {} page cache, {} reads, commit mode {})",
+            "listening on {} (database {}, server id {}, {} KiB pages, authentication: {}, at most {} connections, {} page cache, {} reads, commit mode {})",
             listening,
             args.dir.display(),
             engine.server_id().0,
             engine.page_size() / 1024,
-            if auth { "on" } else { "off" },
+            auth,
             args.max_connections,
             if engine.server_stats().page_cache_exclusive == 1 { "exclusive" } else { "inclusive" },
             if disk.direct_reads() { "direct (O_DIRECT)" } else { "buffered" },

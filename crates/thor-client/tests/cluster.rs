@@ -47,6 +47,7 @@ fn setup() -> Setup {
             peers: Some(peers.clone()),
             // Short timeouts, so the test of lost votes waits little.
             twopc: TwoPcConfig {
+                peers: vec![S1, S2],
                 vote_timeout_us: 100_000,
                 query_after_us: 20_000,
                 ..TwoPcConfig::default()

@@ -1,9 +1,14 @@
 //! Messages between servers over TCP: the [`thor_server::PeerSink`] of a `thor server` that
 //! knows where its peers listen.
 //!
-//! Each peer gets a thread and a bounded queue. The thread opens a session to the peer like
-//! any client (`Hello` with the cluster's token) on first need, sends
-//! each message as a `Peer` request and reads its `Ack`. Two-phase commit resends what matters
+//! Each peer gets a thread and a bounded queue. The thread opens a session to the peer on
+//! first need, authenticating with this server's *peer credential* (the secret of the `peer:ID`
+//! credential naming this server's id, which the peer's credentials list too; or the
+//! cluster's single token), sends each message as a `Peer` request and reads its `Ack`. The
+//! peer checks that the credential is a peer's and that it names the sender the message
+//! claims; a refusal (`Forbidden`, or `Unauthenticated` at `Hello`) is a misconfiguration and
+//! is logged as a warning. [`TcpPeers::set_token`] changes the secret for the sessions opened
+//! from then on (a server whose credentials were re-read). Two-phase commit resends what matters
 //! on its own timeouts, so this layer never retries: a message that cannot be sent now (queue
 //! full, peer unreachable, connection broken) is dropped and counted. After a failed connect
 //! the peer is left alone for [`PEER_RETRY_AFTER`], so a peer that is down costs one connect
@@ -11,13 +16,13 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use thor_core::ServerId;
-use thor_wire::{PeerMsg, ReplyBody, Request, RequestBody, Transport};
+use thor_wire::{PeerMsg, ReplyBody, Request, RequestBody, Transport, TransportError};
 use tracing::{debug, warn};
 
 use crate::client::{ClientConfig, TcpTransport};
@@ -41,27 +46,38 @@ pub struct PeerCounters {
 pub struct TcpPeers {
     queues: HashMap<ServerId, SyncSender<PeerMsg>>,
     counters: Arc<PeerCounters>,
+    /// The secret presented to peers, read by each peer thread when it connects.
+    token: Arc<Mutex<Vec<u8>>>,
 }
 
 impl TcpPeers {
-    /// Peers at `addrs`, reached with `config` (the cluster's token and a name for the peers'
-    /// logs). Starts one thread per peer.
+    /// Peers at `addrs`, reached with `config`: its token is this server's peer credential
+    /// (or the cluster's single token), its name is for the peers' logs. Starts one thread per
+    /// peer.
     pub fn start(
         addrs: &HashMap<ServerId, SocketAddr>,
         config: &ClientConfig,
     ) -> std::io::Result<Arc<TcpPeers>> {
         let counters = Arc::new(PeerCounters::default());
+        let token = Arc::new(Mutex::new(config.token.clone()));
         let mut queues = HashMap::new();
         for (&id, &addr) in addrs {
             let (tx, rx) = sync_channel(PEER_QUEUE_MAX);
             let cfg = ClientConfig { io_timeout: Some(Duration::from_secs(10)), ..config.clone() };
-            let c = counters.clone();
+            let (c, t) = (counters.clone(), token.clone());
             std::thread::Builder::new()
                 .name(format!("thor-peer-{}", id.0))
-                .spawn(move || peer_thread(id, addr, cfg, rx, c))?;
+                .spawn(move || peer_thread(id, addr, cfg, t, rx, c))?;
             queues.insert(id, tx);
         }
-        Ok(Arc::new(TcpPeers { queues, counters }))
+        Ok(Arc::new(TcpPeers { queues, counters, token }))
+    }
+
+    /// Presents `token` to the peers from now on: sessions opened before keep theirs until
+    /// they break (a peer that revoked the old secret closes them; the next message opens a
+    /// session with the new one).
+    pub fn set_token(&self, token: Vec<u8>) {
+        *self.token.lock().unwrap_or_else(PoisonError::into_inner) = token;
     }
 
     /// The counters.
@@ -93,7 +109,8 @@ impl thor_server::PeerSink for TcpPeers {
 fn peer_thread(
     id: ServerId,
     addr: SocketAddr,
-    cfg: ClientConfig,
+    mut cfg: ClientConfig,
+    token: Arc<Mutex<Vec<u8>>>,
     rx: Receiver<PeerMsg>,
     counters: Arc<PeerCounters>,
 ) {
@@ -105,11 +122,22 @@ fn peer_thread(
                 counters.dropped.fetch_add(1, Relaxed);
                 continue;
             }
+            cfg.token = token.lock().unwrap_or_else(PoisonError::into_inner).clone();
             match TcpTransport::connect(addr, &cfg) {
                 Ok(t) => {
                     debug!("connected to server {} at {addr}", id.0);
                     conn = Some(t);
                     down_until = None;
+                }
+                Err(TransportError::Refused { code, message }) => {
+                    // Not a network failure: the two servers' credentials disagree.
+                    warn!(
+                        "server {} at {addr} refused this server's peer credential: {code}: {message}",
+                        id.0
+                    );
+                    down_until = Some(Instant::now() + PEER_RETRY_AFTER);
+                    counters.dropped.fetch_add(1, Relaxed);
+                    continue;
                 }
                 Err(e) => {
                     debug!("server {} at {addr} unreachable: {e}", id.0);
@@ -126,7 +154,15 @@ fn peer_thread(
                 counters.sent.fetch_add(1, Relaxed);
             }
             Ok(r) => {
-                warn!("server {} answered a peer message with {}", id.0, r.body.name());
+                match &r.body {
+                    ReplyBody::Error { code, message } => warn!(
+                        "server {} refused a peer message from this server: {code}: {message}",
+                        id.0
+                    ),
+                    other => {
+                        warn!("server {} answered a peer message with {}", id.0, other.name())
+                    }
+                }
                 counters.dropped.fetch_add(1, Relaxed);
                 conn = None;
             }

@@ -47,8 +47,12 @@ fn the_local_transport_commits_and_fetches_like_tcp() {
 
 #[test]
 fn the_local_transport_enforces_tokens_limits_and_frame_sizes() {
-    let config =
-        ProtocolConfig { token: b"k".to_vec(), sessions_max: 1, max_frame_bytes: 64 << 10 };
+    let config = ProtocolConfig {
+        token: b"k".to_vec(),
+        sessions_max: 1,
+        max_frame_bytes: 64 << 10,
+        ..ProtocolConfig::default()
+    };
     let (_db, h) = handler(config);
     let wrong = ClientConfig { token: b"x".to_vec(), ..ClientConfig::default() };
     match LocalTransport::connect(h.clone(), &wrong) {

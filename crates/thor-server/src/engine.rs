@@ -79,7 +79,7 @@ pub struct EngineOptions {
     pub background_flusher: bool,
     /// Settings of the transaction log.
     pub log: LogOptions,
-    /// Sessions: token, connection limit, frame limit.
+    /// Sessions: credentials (or the single token), connection limit, frame limit.
     pub protocol: ProtocolConfig,
     /// Bounds of concurrency control (validation queue, directories, invalid sets).
     pub cc: crate::core::cc::CcConfig,
@@ -198,7 +198,7 @@ impl EngineOptions {
             record_bytes_max: self.log.record_bytes_max,
             protocol: self.protocol.clone(),
             cc: self.cc,
-            twopc: self.twopc,
+            twopc: self.twopc.clone(),
             page_cache_mode: self.page_cache_mode,
             wpl: crate::core::wpl::WPL_CONFIG_DEFAULT,
             prefetch_pages_max: self.prefetch_pages_max,
@@ -431,7 +431,7 @@ impl Engine {
         self.shared.locked.lock().core.root()
     }
 
-    /// The protocol settings (token, connection and frame limits).
+    /// The protocol settings (credentials, connection and frame limits).
     pub fn protocol(&self) -> ProtocolConfig {
         self.shared.locked.lock().core.config().protocol.clone()
     }
@@ -665,6 +665,14 @@ impl Engine {
     /// Delivers a message from another server (two-phase commit).
     pub fn peer_message(&self, msg: thor_wire::PeerMsg) {
         let work = self.shared.report(Input::Peer { msg });
+        self.settle(work);
+    }
+
+    /// Replaces the server's credentials (`thor server` does on SIGHUP): every open session
+    /// whose credential is gone or has a new secret is told `Error(Unauthenticated)` and
+    /// closed ([`Input::Credentials`]).
+    pub fn set_credentials(&self, credentials: crate::core::credentials::Credentials) {
+        let work = self.shared.report(Input::Credentials(credentials));
         self.settle(work);
     }
 

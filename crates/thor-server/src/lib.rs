@@ -35,6 +35,7 @@ pub mod superblock;
 pub mod upgrade;
 pub mod wpl_log;
 
+pub use crate::core::credentials::{Credential, CredentialError, Credentials, Scope};
 pub use crate::core::install::FlushReport;
 pub use crate::core::store::{CommitIn, CommitOutcome};
 pub use crate::core::twopc::{TwoPcConfig, TwoPcStats};

@@ -101,3 +101,29 @@ pub const DEMOTE_RECORDS_MAX: usize = 1 << 19;
 /// marks are dropped and every earlier sending counts as stale: a commit stream that writes
 /// this many distinct pages between a fetch and its demotion makes the demotion useless anyway.
 pub const DEMOTE_CHANGED_MAX: usize = 1 << 16;
+
+/// Most credentials a server holds (`thor server --credentials`). A credential is a few
+/// hundred bytes, and `Hello` compares the token with every one of them, so the bound keeps
+/// that comparison (about a microsecond per thousand credentials of 32-byte secrets) from
+/// becoming work an unauthenticated client can multiply; 1024 is far more than the clients,
+/// operators and peers one database has.
+pub const CREDENTIALS_MAX: usize = 1024;
+
+/// The longest credential name (it appears in logs and in `Forbidden` messages).
+pub const CREDENTIAL_NAME_BYTES_MAX: usize = 64;
+
+/// The shortest secret a credentials file may give: 16 bytes (128 bits if random), so that
+/// guessing one over the network is hopeless. The single token (`--token-file`, `THOR_TOKEN`)
+/// keeps today's rule, any non-empty string.
+pub const CREDENTIAL_SECRET_BYTES_MIN: usize = 16;
+
+/// The largest credentials file read: a thousand credentials of the longest name and secret
+/// fit (about 1.1 MB); a larger file is refused before it is read whole.
+pub const CREDENTIALS_FILE_BYTES_MAX: u64 = 2 << 20;
+
+const _: () = assert!(CREDENTIAL_SECRET_BYTES_MIN <= thor_wire::limits::TOKEN_BYTES_MAX);
+const _: () = assert!(
+    (CREDENTIALS_MAX * (CREDENTIAL_NAME_BYTES_MAX + 16 + thor_wire::limits::TOKEN_BYTES_MAX + 3))
+        as u64
+        <= CREDENTIALS_FILE_BYTES_MAX
+);

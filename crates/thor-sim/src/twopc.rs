@@ -266,7 +266,9 @@ struct World {
     deferred_violation: Option<Violation>,
 }
 
-fn core_config() -> CoreConfig {
+/// The settings of every server of a run of `servers` servers (ids 1..=servers), each of
+/// which knows all the others as peers.
+fn core_config(servers: usize) -> CoreConfig {
     CoreConfig {
         flush_start_percent: 50,
         mob_bytes: 8 << 10,
@@ -274,6 +276,7 @@ fn core_config() -> CoreConfig {
         flush_batch_pages: 2,
         log_buffer_bytes: 64 << 10,
         twopc: TwoPcConfig {
+            peers: (1..=servers as u32).map(ServerId).collect(),
             vote_timeout_us: 200_000,
             query_after_us: 40_000,
             resend_after_us: 40_000,
@@ -385,7 +388,7 @@ impl World {
 
     fn start(&mut self, s: usize) -> Result<(), Violation> {
         let disk = Arc::new(self.servers[s].disk.clone());
-        let r = io::recover(disk, core_config(), log_options())
+        let r = io::recover(disk, core_config(self.cfg.servers), log_options())
             .map_err(|e| Violation(format!("server {} does not open: {e}", s + 1)))?;
         self.servers[s].node =
             Some(Node { core: r.core, disk_side: r.disk_side, log: r.log, sync_scheduled: false });
@@ -421,7 +424,7 @@ impl World {
         // transaction of the history.
         // Clients start once the servers take timestamps near their clocks (after an open,
         // those up to `future_max_us` ahead of the clock are refused).
-        let after = core_config().twopc.future_max_us + 1_000;
+        let after = core_config(self.cfg.servers).twopc.future_max_us + 1_000;
         for c in 0..self.cfg.clients {
             let d = after + self.rng.below(1_000);
             self.at(d, Ev::Wake(c));

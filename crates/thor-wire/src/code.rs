@@ -104,13 +104,35 @@ codes! {
         /// Sent with request id 0; closes the connection. The client's cache can no longer be
         /// trusted: start a new session (with an empty cache).
         SessionExpired = 16,
+        /// (Version 5.) The request is outside the scope of the credential the session
+        /// authenticated with: a commit or prepare that writes on a read-only credential,
+        /// `Stats` or `Backup` without the operator scope, a `Peer` message on a connection
+        /// that is not a peer's or whose sender is not the server the credential names. The
+        /// request had no effect and the connection stays open; connect with a credential
+        /// that has the scope (the message names the one needed).
+        Forbidden = 17,
     }
 }
 
 impl ErrorCode {
     /// Whether the server closes the connection after sending this code.
     pub const fn closes_connection(self) -> bool {
-        !matches!(self, ErrorCode::NoSuchPage | ErrorCode::ServerFailed | ErrorCode::CorruptData)
+        !matches!(
+            self,
+            ErrorCode::NoSuchPage
+                | ErrorCode::ServerFailed
+                | ErrorCode::CorruptData
+                | ErrorCode::Forbidden
+        )
+    }
+
+    /// The protocol version that added this code: a server never sends it on a connection
+    /// that agreed on an older one ([`crate::version`]).
+    pub const fn since(self) -> u16 {
+        match self {
+            ErrorCode::Forbidden => crate::version::VERSION_SCOPES,
+            _ => 1,
+        }
     }
 }
 
@@ -160,6 +182,12 @@ codes! {
         /// answer the coordinator in time, so the transaction was aborted everywhere. Run it
         /// again.
         Aborted = 16,
+        /// Two-phase commit (version 5): the prepare names a coordinator or participant that
+        /// this server does not know (it was not told where that server listens: `thor
+        /// server --peer`), so it could neither vote to the coordinator nor learn the outcome.
+        /// Refused at once: nothing was logged or held. Fix the participant list, or configure
+        /// the servers as peers of each other.
+        UnknownServer = 17,
     }
 }
 
@@ -172,6 +200,16 @@ impl RefusedCode {
             self,
             RefusedCode::Stale | RefusedCode::Conflict | RefusedCode::TooOld | RefusedCode::Aborted
         )
+    }
+
+    /// The protocol version that added this code. On a connection that agreed on an older
+    /// one a server sends [`RefusedCode::Other`] instead, with the same message.
+    pub const fn since(self) -> u16 {
+        match self {
+            RefusedCode::Aborted => crate::version::VERSION_TWO_PHASE,
+            RefusedCode::UnknownServer => crate::version::VERSION_SCOPES,
+            _ => 1,
+        }
     }
 }
 
@@ -192,5 +230,17 @@ mod tests {
         assert_eq!(ErrorCode::from_u16(0), None);
         assert_eq!(RefusedCode::from_u16(999), None);
         assert_eq!(ErrorCode::Busy.to_string(), "Busy (10)");
+    }
+
+    #[test]
+    fn every_code_is_within_the_versions_spoken() {
+        for c in ErrorCode::ALL {
+            assert!((crate::WIRE_VERSION_MIN..=crate::WIRE_VERSION).contains(&c.since()), "{c}");
+        }
+        for c in RefusedCode::ALL {
+            assert!((crate::WIRE_VERSION_MIN..=crate::WIRE_VERSION).contains(&c.since()), "{c}");
+        }
+        assert_eq!(RefusedCode::Other.since(), 1, "the fallback exists in every version");
+        assert!(!ErrorCode::Forbidden.closes_connection());
     }
 }

@@ -28,6 +28,7 @@
 //! - [`prefetch`]: `Prefetch` and `Pages` (version 4), a fetch that brings further pages.
 //! - [`stats`]: the counters of a `Stats` reply.
 //! - [`code`]: the codes of `Error` and `CommitRefused` replies.
+//! - [`version`]: which protocol version each message, flag and code needs.
 //! - [`limits`]: every bound, with its reason. A frame's length is checked before it is read,
 //!   and every count in a payload is checked against its limit and against the bytes left
 //!   before anything is allocated for it.
@@ -54,6 +55,7 @@ pub mod prefetch;
 pub mod stats;
 pub mod transport;
 pub mod twopc;
+pub mod version;
 
 pub use code::{ErrorCode, RefusedCode};
 pub use error::WireError;

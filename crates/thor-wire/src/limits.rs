@@ -29,7 +29,11 @@ pub const FRAME_BYTES_SETTING_MIN: usize = 64 << 10;
 /// and the refusal code `Aborted`; a client sends them only on connections that agreed on 3.
 /// Version 4 added prefetch: `Prefetch` and `Pages` (`crate::prefetch`); a client sends
 /// `Prefetch` only on connections that agreed on 4.
-pub const WIRE_VERSION: u16 = 4;
+/// Version 5 added scoped credentials' codes: `Error(Forbidden)` (a request outside the
+/// session's credential) and the refusal `UnknownServer` (a prepare naming a server this one
+/// does not know); on older connections a server sends `Unauthenticated` (closing) and
+/// `Other` instead. `crate::version` has the table of what each version added.
+pub const WIRE_VERSION: u16 = 5;
 /// The oldest protocol version this build still speaks.
 pub const WIRE_VERSION_MIN: u16 = 1;
 

@@ -11,8 +11,10 @@
 //! ([`PeerMsg::DecideAck`]). A transaction that wrote nothing has no coordinator: every
 //! participant answers the client directly (two message delays).
 //!
-//! Peer messages travel as requests on a session one server opens to another; they are
-//! answered with `Ack` and may be lost, repeated or reordered: every one is idempotent, and
+//! Peer messages travel as requests on a session one server opens to another with its *peer
+//! credential* (the receiver refuses them, `Error(Forbidden)`, on any other session and from
+//! a sender other than the credential's server, version 5); they are answered with `Ack` and
+//! may be lost, repeated or reordered: every one is idempotent, and
 //! timeouts resend what matters (a participant in doubt sends [`PeerMsg::Query`], which is
 //! also a repeated yes vote; a coordinator resends an unacknowledged decision).
 //!

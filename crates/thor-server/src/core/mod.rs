@@ -9,7 +9,7 @@
 //!
 //! ```text
 //!                  ┌──────────────────────── Core::step(now, input, &mut effects) ───────┐
-//!  Connect ───────►│ sessions: Hello, token, limits, per-client order                    │
+//!  Connect ───────►│ sessions: Hello, scopes, versions, limits, per-client order         │
 //!  Request ───────►│ fetch ── cache hit: reply ── miss: Read ─────────────────────────────┼──► Reply / Done
 //!  ProtocolError ─►│ commit queue (FIFO): validate ── Need pages: Read ── no room: wait   │──► Read
 //!  Disconnect ────►│        └─ prepare: allocate, build the record ─► Append ─────────────┼──► Append
@@ -52,6 +52,7 @@
 //! control) for transaction timestamps. [`Input::Tick`] lets time pass without other input.
 
 pub mod cc;
+pub mod credentials;
 pub mod demote;
 pub mod install;
 pub(crate) mod orefset;
@@ -104,7 +105,7 @@ pub struct CoreConfig {
     pub log_buffer_bytes: usize,
     /// The largest log record the driver's log accepts.
     pub record_bytes_max: usize,
-    /// Sessions: token, connection limit, frame limit.
+    /// Sessions: credentials, connection limit, frame limit.
     pub protocol: ProtocolConfig,
     /// Bounds of concurrency control.
     pub cc: cc::CcConfig,
@@ -143,9 +144,15 @@ impl Default for CoreConfig {
 /// What the server asks of and promises to its clients.
 #[derive(Debug, Clone)]
 pub struct ProtocolConfig {
-    /// The secret every client must present in `Hello`. Empty means no authentication: any
-    /// client that speaks the protocol is admitted.
+    /// The single secret every client must present in `Hello` (`--token-file`,
+    /// `THOR_TOKEN`): a credential of scope [`credentials::Scope::All`], whose holders may do
+    /// everything, speak as any server this one knows included. Empty, with no
+    /// `credentials` either, means no authentication: any client that speaks the protocol is
+    /// admitted with every scope.
     pub token: Vec<u8>,
+    /// Scoped credentials (`--credentials FILE`), several so that one can be revoked:
+    /// [`credentials`]. Give either these or `token`, not both.
+    pub credentials: credentials::Credentials,
     /// Most sessions open at once; more connections are refused with `Error(Busy)`.
     pub sessions_max: usize,
     /// The largest frame a connection accepts once its session is open, announced in
@@ -158,6 +165,7 @@ impl Default for ProtocolConfig {
     fn default() -> Self {
         ProtocolConfig {
             token: Vec::new(),
+            credentials: credentials::Credentials::new(),
             sessions_max: limits::SESSIONS_MAX_DEFAULT,
             max_frame_bytes: FRAME_BYTES_MAX,
         }
@@ -172,6 +180,11 @@ impl ProtocolConfig {
                 "the token is {} bytes, the protocol allows {TOKEN_BYTES_MAX}",
                 self.token.len()
             )));
+        }
+        if !self.token.is_empty() && !self.credentials.is_empty() {
+            return Err(EngineError::BadOptions(
+                "give either a token or credentials, not both".into(),
+            ));
         }
         if self.sessions_max == 0 {
             return Err(EngineError::BadOptions("sessions_max must be at least 1".into()));
@@ -351,6 +364,12 @@ pub enum Input {
     },
     /// Time passed.
     Tick,
+    /// The server's credentials change (`thor server` re-read its credentials file on
+    /// SIGHUP): the new table replaces the old one, and every open session whose credential is
+    /// gone or has a new secret is told `Error(Unauthenticated)` (request id 0) and closed
+    /// ([`credentials`]). A table with the single token is given as
+    /// [`credentials::Credentials::single_token`].
+    Credentials(credentials::Credentials),
 }
 
 impl Input {
@@ -583,6 +602,10 @@ pub struct CoreStats {
     pub wpl_table: usize,
     /// Prefetch: requests, pages sent beyond the asked ones, candidates passed over.
     pub prefetch: prefetch::PrefetchCounters,
+    /// Requests refused as outside their session's credential's scope (`Forbidden`).
+    pub requests_forbidden: u64,
+    /// Sessions closed because their credential was revoked (`Input::Credentials`).
+    pub sessions_revoked: u64,
 }
 
 /// The server core. See the module documentation.
@@ -658,7 +681,7 @@ impl Core {
         let cc = cc::Cc::new(cfg.cc, store.superblock.server_id.0);
         Ok(Core {
             cc,
-            twopc: twopc::TwoPc::new(cfg.twopc),
+            twopc: twopc::TwoPc::new(cfg.twopc.clone()),
             demotions: demote::Demotions::new(),
             prepared_cc: FxHashMap::default(),
             pages: pagecommit::PageCommits::default(),
@@ -862,8 +885,19 @@ impl Core {
                 };
                 self.reply(conn, id, reply, false, fx);
             }
-            Input::Peer { msg } => self.peer_message(msg, fx),
+            Input::Peer { msg } => {
+                // From a driver that talks to peers directly (in-process clusters): trusted as
+                // the sender it names, but only a server this one knows takes part here.
+                if self.knows_server(msg.from()) {
+                    self.peer_message(msg, fx)
+                }
+            }
             Input::Tick => self.twopc_tick(fx),
+            Input::Credentials(c) => {
+                self.sessions.set_credentials(c.clone(), fx);
+                self.cfg.protocol.credentials = c;
+                self.cfg.protocol.token.clear();
+            }
         }
         self.run_unparked(fx);
         self.pump(fx);
@@ -966,8 +1000,14 @@ impl Core {
     /// Handles a request whose turn has come.
     fn handle(&mut self, conn: ConnId, id: u64, mut req: Request, fx: &mut Vec<Effect>) {
         use sessions::Action;
+        // A request the connection's agreed version does not have is an unknown type to it,
+        // whatever it carries: nothing of it is taken in.
+        if self.sessions.outdated(conn, id, &req, fx) {
+            return;
+        }
         // Acks and discarded pages first: a commit in the same request is validated against
-        // the invalid set they leave.
+        // the invalid set they leave. (They count even if the request itself turns out to be
+        // outside the session's scope: they only report what the client did.)
         if self.sessions.client_of(conn).is_some() {
             let pb = std::mem::take(&mut req.piggyback);
             self.sessions.count_piggyback(&pb);
@@ -1005,6 +1045,14 @@ impl Core {
             Action::Prepare(p) => {
                 self.sessions.set_busy(conn);
                 self.prepare_request(Origin::Conn { conn, id }, *p, fx);
+            }
+            Action::Peer(msg) if !self.knows_server(msg.from()) => {
+                let from = msg.from().0;
+                let why = format!(
+                    "server {} does not know server {from} (it has no --peer {from}=HOST:PORT), so it takes no part in transactions with it",
+                    self.server_id().0
+                );
+                self.sessions.forbid(conn, id, &why, fx);
             }
             Action::Peer(msg) => {
                 fx.push(Effect::Reply {
@@ -1800,6 +1848,8 @@ impl Core {
             wpl: self.wpl_counters(),
             wpl_table: self.wpl_table_len(),
             prefetch: self.prefetch,
+            requests_forbidden: self.sessions.counters().forbidden,
+            sessions_revoked: self.sessions.counters().sessions_revoked,
         }
     }
 
@@ -1953,6 +2003,8 @@ pub type Client = ClientId;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_creds;
 #[cfg(test)]
 mod tests_prefetch;
 #[cfg(test)]

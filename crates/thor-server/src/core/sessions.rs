@@ -42,8 +42,24 @@
 //! The read set, the piggybacked acks and discarded pages, and the invalidations on replies
 //! are concurrency control's ([`super::cc`]); the core hands them over.
 //!
-//! *Authentication* compares the token in `Hello` with the configured one in time independent
-//! of where they differ; an empty configured token admits everyone.
+//! # Who may say what
+//!
+//! *Authentication* looks the token of `Hello` up among the server's credentials
+//! ([`super::credentials`]), comparing it with every secret in time that depends only on the
+//! lengths; the credential that matches gives the session its [`Scope`] (a server with no
+//! credentials and no token admits everyone with every scope). Then each request is checked,
+//! in this order, before it has any effect:
+//!
+//! 1. *Version*: a request the connection's agreed version does not have (`Prefetch` before
+//!    4, `Prepare` and `Peer` before 3, demotion sections before 2: the table is
+//!    `thor_wire::version`) is `Error(UnknownType)`, and the session closes, as for a type
+//!    number the server has never heard of.
+//! 2. *Scope*: a request outside the session's scope ([`Need`]) is `Error(Forbidden)` and the
+//!    session stays open; its piggybacked acks and discarded pages still count (they only
+//!    report what the client did). Connections that agreed on a version before 5 do not know
+//!    `Forbidden`: they get `Unauthenticated` and are closed.
+//! 3. A `Peer` message must also come from a server this one knows (`TwoPcConfig::peers`),
+//!    else `Error(Forbidden)`.
 
 use std::collections::VecDeque;
 
@@ -51,10 +67,11 @@ use rustc_hash::FxHashMap;
 use thor_core::{ClientId, Oref, PageId, ServerId};
 use thor_wire::limits::IN_FLIGHT_MAX;
 use thor_wire::{
-    ErrorCode, Hello, Reply, ReplyBody, Request, RequestBody, ServerInfo, WIRE_VERSION,
-    WIRE_VERSION_MIN, WireError,
+    ErrorCode, Hello, RefusedCode, Reply, ReplyBody, Request, RequestBody, ServerInfo,
+    WIRE_VERSION, WIRE_VERSION_MIN, WireError,
 };
 
+use super::credentials::{Credentials, Need, Scope};
 use super::store::CommitIn;
 use super::{ConnId, Effect, ProtocolConfig};
 
@@ -71,6 +88,13 @@ enum State {
         name: String,
         /// Whether `HelloOk` invited the client to demote pages (version 2, exclusive cache).
         demotes: bool,
+        /// The protocol version agreed in `HelloOk`: nothing newer is accepted.
+        version: u16,
+        /// What the session's credential allows.
+        scope: Scope,
+        /// The credential's name (`None`: the server had no credentials), which a new table
+        /// must still have, with the same secret, for the session to stay open.
+        credential: Option<String>,
     },
     /// Nothing more is accepted; the connection is being closed.
     Closed,
@@ -102,6 +126,10 @@ pub struct SessionCounters {
     pub protocol_errors: u64,
     /// `Hello`s with a wrong token.
     pub auth_failures: u64,
+    /// Requests refused as outside their session's scope (`Forbidden`).
+    pub forbidden: u64,
+    /// Sessions closed because their credential was revoked.
+    pub sessions_revoked: u64,
     /// Invalidation acks received.
     pub acks_received: u64,
     /// Discarded-page notices received.
@@ -148,11 +176,37 @@ pub enum Action {
     Peer(thor_wire::PeerMsg),
 }
 
+impl Action {
+    /// What the core does for a request an open session may make, or the answer the sessions
+    /// give themselves (`Abort`, `Goodbye`; a second `Hello`, which `admit` answers first).
+    fn of(body: RequestBody) -> Result<Action, (Reply, bool)> {
+        Ok(match body {
+            RequestBody::Fetch { page } => Action::Fetch(page),
+            RequestBody::Prefetch(p) => Action::Prefetch(p),
+            RequestBody::Commit(commit) => Action::Commit(CommitIn::from(commit)),
+            RequestBody::PageRecords(r) => Action::PageRecords(r),
+            RequestBody::PageCommit(c) => Action::PageCommit(c),
+            RequestBody::Stats => Action::Stats,
+            RequestBody::Backup { path } => Action::Backup(path),
+            RequestBody::Prepare(p) => Action::Prepare(p),
+            RequestBody::Peer(m) => Action::Peer(m),
+            RequestBody::Abort => return Err((Reply::new(ReplyBody::Ack), false)),
+            RequestBody::Goodbye => return Err((Reply::new(ReplyBody::Ack), true)),
+            RequestBody::Hello(_) => {
+                return Err((Reply::error(ErrorCode::UnexpectedMessage, "a second Hello"), true));
+            }
+        })
+    }
+}
+
 /// Every session of a core.
 #[derive(Debug)]
 pub struct Sessions {
     /// Settings.
     cfg: ProtocolConfig,
+    /// Who may open a session, and with what scope: the configured credentials, or the
+    /// single token as one credential; empty, everyone with every scope.
+    credentials: Credentials,
     /// Open connections.
     conns: FxHashMap<ConnId, Session>,
     /// The next client id to give out (ids start at 1; 0 is never a session's).
@@ -161,18 +215,67 @@ pub struct Sessions {
     counters: SessionCounters,
 }
 
-/// Compares two byte strings in time that depends only on their lengths, so that a client
-/// cannot find the token byte by byte by timing refusals.
-fn same_token(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+/// What `body` needs of its session's scope, at server `me`. A commit, page commit or prepare
+/// that writes nothing here is a read: it is validated and never logged (a prepare whose
+/// participant entry for this server says it writes is a write even with an empty body, since
+/// it would be prepared, held in doubt and logged).
+pub(crate) fn need(body: &RequestBody, me: ServerId) -> Need {
+    match body {
+        RequestBody::Hello(_) | RequestBody::Abort | RequestBody::Goodbye => Need::Any,
+        RequestBody::Fetch { .. } | RequestBody::Prefetch(_) => Need::Read,
+        RequestBody::Commit(c) => {
+            if c.versions.is_empty() && c.created.is_empty() {
+                Need::Read
+            } else {
+                Need::Write
+            }
+        }
+        RequestBody::PageRecords(_) => Need::Write,
+        RequestBody::PageCommit(c) => {
+            let writes = !(c.writes.is_empty()
+                && c.created.is_empty()
+                && c.records.is_empty()
+                && c.pages.is_empty());
+            if writes { Need::Write } else { Need::Read }
+        }
+        RequestBody::Prepare(p) => {
+            let here = p.participants.iter().any(|q| q.server == me && q.writes);
+            let writes = here || !p.commit.versions.is_empty() || !p.commit.created.is_empty();
+            if writes { Need::Write } else { Need::Read }
+        }
+        RequestBody::Stats | RequestBody::Backup { .. } => Need::Operate,
+        RequestBody::Peer(m) => Need::Peer(m.from()),
     }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// What a request is called in a `Forbidden` message.
+fn what(body: &RequestBody, need: Need) -> String {
+    match (body, need) {
+        (RequestBody::Peer(m), _) => format!("a Peer message from server {}", m.from().0),
+        (_, Need::Write) => format!("a {} that writes", body.name()),
+        _ => format!("a {}", body.name()),
+    }
+}
+
+/// The reply to a request outside the session's scope: `Forbidden` (the session stays open),
+/// or on a connection older than the code `Unauthenticated`, closing it.
+fn forbidden(version: u16, message: &str) -> (Reply, bool) {
+    if version >= ErrorCode::Forbidden.since() {
+        (Reply::error(ErrorCode::Forbidden, message), false)
+    } else {
+        (Reply::error(ErrorCode::Unauthenticated, message), true)
+    }
 }
 
 impl Sessions {
     pub fn new(cfg: ProtocolConfig) -> Sessions {
+        let credentials = if cfg.credentials.is_empty() {
+            Credentials::single_token(&cfg.token)
+        } else {
+            cfg.credentials.clone()
+        };
         Sessions {
+            credentials,
             cfg,
             conns: FxHashMap::default(),
             next_client: 1,
@@ -314,19 +417,23 @@ impl Sessions {
                 self.counters.protocol_errors += 1;
                 (Reply::error(ErrorCode::UnexpectedMessage, "a second Hello"), true)
             }
-            (State::Open { .. }, RequestBody::Fetch { page }) => return Action::Fetch(page),
-            (State::Open { .. }, RequestBody::Prefetch(p)) => return Action::Prefetch(p),
-            (State::Open { .. }, RequestBody::Commit(commit)) => {
-                return Action::Commit(CommitIn::from(commit));
+            (State::Open { scope, version, credential, .. }, body) => {
+                let need = need(&body, info.server_id);
+                if scope.allows(need) {
+                    match Action::of(body) {
+                        Ok(action) => return action,
+                        Err(answer) => answer,
+                    }
+                } else {
+                    self.counters.forbidden += 1;
+                    let who = credential.as_deref().unwrap_or("(none)");
+                    let msg = format!(
+                        "credential {who} ({scope}) may not send {}; that needs {need}",
+                        what(&body, need)
+                    );
+                    forbidden(*version, &msg)
+                }
             }
-            (State::Open { .. }, RequestBody::PageRecords(r)) => return Action::PageRecords(r),
-            (State::Open { .. }, RequestBody::PageCommit(c)) => return Action::PageCommit(c),
-            (State::Open { .. }, RequestBody::Abort) => (Reply::new(ReplyBody::Ack), false),
-            (State::Open { .. }, RequestBody::Stats) => return Action::Stats,
-            (State::Open { .. }, RequestBody::Backup { path }) => return Action::Backup(path),
-            (State::Open { .. }, RequestBody::Prepare(p)) => return Action::Prepare(p),
-            (State::Open { .. }, RequestBody::Peer(m)) => return Action::Peer(m),
-            (State::Open { .. }, RequestBody::Goodbye) => (Reply::new(ReplyBody::Ack), true),
         };
         if close && let Some(s) = self.conns.get_mut(&conn) {
             s.state = State::Closed;
@@ -337,10 +444,17 @@ impl Sessions {
     }
 
     fn hello(&mut self, conn: ConnId, h: Hello, info: InfoParts) -> (Reply, bool) {
-        if !same_token(&h.token, &self.cfg.token) {
-            self.counters.auth_failures += 1;
-            return (Reply::error(ErrorCode::Unauthenticated, "wrong token"), true);
-        }
+        let (scope, credential) = if self.credentials.is_empty() {
+            (Scope::All, None)
+        } else {
+            match self.credentials.find(&h.token) {
+                Some(c) => (c.scope(), Some(c.name().to_owned())),
+                None => {
+                    self.counters.auth_failures += 1;
+                    return (Reply::error(ErrorCode::Unauthenticated, "wrong token"), true);
+                }
+            }
+        };
         let lo = h.min_version.max(WIRE_VERSION_MIN);
         let hi = h.max_version.min(WIRE_VERSION);
         if lo > hi {
@@ -355,7 +469,14 @@ impl Sessions {
         // Demotion came with version 2; an older client never hears of it.
         let demotes = info.demotions && hi >= 2;
         if let Some(s) = self.conns.get_mut(&conn) {
-            s.state = State::Open { client, name: h.client_name, demotes };
+            s.state = State::Open {
+                client,
+                name: h.client_name,
+                demotes,
+                version: hi,
+                scope,
+                credential,
+            };
         }
         let info = ServerInfo {
             version: hi,
@@ -368,6 +489,97 @@ impl Sessions {
             commit_mode: info.commit_mode,
         };
         (Reply::new(ReplyBody::HelloOk(info)), false)
+    }
+
+    /// Refuses a request that the session's agreed protocol version does not have: it is an
+    /// unknown type to that version, answered `Error(UnknownType)`, and the session closes.
+    /// Returns whether it refused (the caller then does nothing more with the request).
+    pub fn outdated(&mut self, conn: ConnId, id: u64, req: &Request, fx: &mut Vec<Effect>) -> bool {
+        let Some(s) = self.conns.get_mut(&conn) else { return false };
+        let State::Open { version, .. } = s.state else { return false };
+        let needed = req.version_needed();
+        if needed <= version {
+            return false;
+        }
+        self.counters.protocol_errors += 1;
+        s.state = State::Closed;
+        s.held.clear();
+        let alone = thor_wire::version::request_version(req.body.kind()).unwrap_or(needed);
+        let what = if alone < needed {
+            format!("{} with demotion sections", req.body.name())
+        } else {
+            req.body.name().to_owned()
+        };
+        let msg = format!(
+            "{what} needs protocol version {needed}; this connection agreed on version {version}"
+        );
+        fx.push(Effect::Reply {
+            conn,
+            id,
+            reply: Reply::error(ErrorCode::UnknownType, &msg),
+            close: true,
+        });
+        true
+    }
+
+    /// Answers a request of `conn` that its scope allows but this server must refuse:
+    /// `Forbidden` (or, before version 5, `Unauthenticated` and close).
+    pub fn forbid(&mut self, conn: ConnId, id: u64, message: &str, fx: &mut Vec<Effect>) {
+        let Some(s) = self.conns.get_mut(&conn) else { return };
+        let State::Open { version, .. } = s.state else { return };
+        self.counters.forbidden += 1;
+        let (reply, close) = forbidden(version, message);
+        if close {
+            s.state = State::Closed;
+            s.held.clear();
+        }
+        fx.push(Effect::Reply { conn, id, reply, close });
+    }
+
+    /// The refusal code to send `conn` for `code`: `code` itself, or [`RefusedCode::Other`]
+    /// (same message) if the connection agreed on a version older than the code.
+    pub fn refused_code_for(&self, conn: ConnId, code: RefusedCode) -> RefusedCode {
+        match self.conns.get(&conn).map(|s| &s.state) {
+            Some(State::Open { version, .. }) if *version < code.since() => RefusedCode::Other,
+            _ => code,
+        }
+    }
+
+    /// Replaces the credentials (see [`super::credentials`], "Revocation"): a session whose
+    /// credential is gone or has a new secret is told `Error(Unauthenticated)` (id 0) and
+    /// closed; the others take their credential's scope now. A session opened without
+    /// credentials (there were none) is closed once there are some.
+    pub fn set_credentials(&mut self, new: Credentials, fx: &mut Vec<Effect>) {
+        let old = std::mem::replace(&mut self.credentials, new);
+        let mut conns: Vec<ConnId> = self.conns.keys().copied().collect();
+        conns.sort_unstable();
+        for conn in conns {
+            let s = self.conns.get_mut(&conn).expect("listed");
+            let State::Open { scope, credential, .. } = &mut s.state else { continue };
+            let kept = match credential.as_deref() {
+                Some(name) => {
+                    old.get(name).and_then(|c| self.credentials.still_has(name, c.secret()))
+                }
+                None => self.credentials.is_empty().then_some(Scope::All),
+            };
+            if let Some(now) = kept {
+                *scope = now;
+                continue;
+            }
+            let msg = match credential.as_deref() {
+                Some(name) => format!("credential {name} was revoked"),
+                None => "the server now requires credentials".to_owned(),
+            };
+            s.state = State::Closed;
+            s.held.clear();
+            self.counters.sessions_revoked += 1;
+            fx.push(Effect::Reply {
+                conn,
+                id: 0,
+                reply: Reply::error(ErrorCode::Unauthenticated, &msg),
+                close: true,
+            });
+        }
     }
 
     /// Counts a request's piggybacked acks and discarded pages (the core hands them to
@@ -422,9 +634,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tokens_compare_by_content_and_length() {
-        assert!(same_token(b"abc", b"abc"));
-        assert!(!same_token(b"abc", b"abd"));
-        assert!(!same_token(b"", b"a"));
+    fn writes_need_write_and_peers_need_their_own_id() {
+        use thor_wire::{Commit, Participant, PeerMsg, Prepare, Stamp};
+        let me = ServerId(1);
+        let read = Commit { reads: vec![thor_core::builtin::ROOT], ..Commit::default() };
+        let write = Commit {
+            versions: vec![(thor_core::builtin::ROOT, bytes::Bytes::from_static(&[0; 8]))],
+            ..Commit::default()
+        };
+        let prep = |writes_here: bool, commit: Commit| {
+            RequestBody::Prepare(Box::new(Prepare {
+                stamp: Stamp { time_us: 1, tie: thor_wire::CLIENT_TIE_BIT },
+                coordinator: Some(ServerId(2)),
+                participants: vec![
+                    Participant { server: me, writes: writes_here },
+                    Participant { server: ServerId(2), writes: true },
+                ],
+                commit,
+            }))
+        };
+        let stamp = Stamp { time_us: 1, tie: thor_wire::CLIENT_TIE_BIT };
+        for (body, want) in [
+            (RequestBody::Commit(read.clone()), Need::Read),
+            (RequestBody::Commit(write.clone()), Need::Write),
+            (prep(false, read.clone()), Need::Read),
+            (prep(true, Commit::default()), Need::Write),
+            (prep(false, write), Need::Write),
+            (RequestBody::Stats, Need::Operate),
+            (RequestBody::Backup { path: "b".into() }, Need::Operate),
+            (RequestBody::Goodbye, Need::Any),
+            (
+                RequestBody::Peer(PeerMsg::Query { stamp, from: ServerId(3) }),
+                Need::Peer(ServerId(3)),
+            ),
+        ] {
+            assert_eq!(need(&body, me), want, "{}", body.name());
+        }
     }
 }

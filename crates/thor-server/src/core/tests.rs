@@ -131,7 +131,7 @@ impl Harness {
     }
 }
 
-fn commit_body(versions: Vec<(Oref, Vec<u8>)>, created: Vec<Vec<u8>>) -> RequestBody {
+pub(super) fn commit_body(versions: Vec<(Oref, Vec<u8>)>, created: Vec<Vec<u8>>) -> RequestBody {
     RequestBody::Commit(Commit {
         reads: vec![],
         versions: versions.into_iter().map(|(o, b)| (o, Bytes::from(b))).collect(),
@@ -150,7 +150,7 @@ pub(super) fn replies_to(out: &[Effect], conn: ConnId) -> Vec<(u64, Reply, bool)
         .collect()
 }
 
-fn error_code(r: &Reply) -> Option<ErrorCode> {
+pub(super) fn error_code(r: &Reply) -> Option<ErrorCode> {
     match &r.body {
         ReplyBody::Error { code, .. } => Some(*code),
         _ => None,

@@ -28,8 +28,12 @@ struct Cluster {
     sent: Vec<(ServerId, PeerMsg)>,
 }
 
+/// Every server of a test cluster knows the others (at most three): a prepare naming a server
+/// it does not know is refused (`tests_creds`).
 fn cfg() -> CoreConfig {
-    config()
+    let mut c = config();
+    c.twopc.peers = vec![ServerId(1), ServerId(2), ServerId(3)];
+    c
 }
 
 impl Cluster {

@@ -56,9 +56,17 @@ use super::{Core, Effect, Origin, Queued};
 use crate::error::EngineError;
 use crate::record::{self, PrepareSection};
 
-/// Timeouts and bounds of two-phase commit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Timeouts, bounds and peers of two-phase commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TwoPcConfig {
+    /// The other servers this one may commit transactions with: the ones it can reach
+    /// (`thor server --peer ID=ADDR`, the ids of an in-process cluster). A `Prepare` of a
+    /// transaction that writes is refused at once (`UnknownServer`) unless every participant
+    /// is this server or one of these, since a part whose coordinator this server cannot reach
+    /// would stay in doubt for ever; `Peer` messages from any other server are refused. Empty:
+    /// a server on its own, which commits only transactions that use it alone (and read-only
+    /// ones across servers, which need no message between servers).
+    pub peers: Vec<ServerId>,
     /// A coordinator that has not had every vote this long after the client's prepare (or the
     /// first vote) aborts.
     pub vote_timeout_us: u64,
@@ -82,6 +90,7 @@ pub struct TwoPcConfig {
 impl Default for TwoPcConfig {
     fn default() -> Self {
         TwoPcConfig {
+            peers: Vec::new(),
             vote_timeout_us: 2_000_000,
             query_after_us: 500_000,
             resend_after_us: 500_000,
@@ -319,6 +328,11 @@ impl Core {
         self.store.superblock.server_id
     }
 
+    /// Whether `id` is another server this one can reach ([`TwoPcConfig::peers`]).
+    pub(super) fn knows_server(&self, id: ServerId) -> bool {
+        id != self.me() && self.twopc.cfg.peers.contains(&id)
+    }
+
     fn peer(&self, to: ServerId, msg: PeerMsg, fx: &mut Vec<Effect>) {
         debug_assert_ne!(to, self.me(), "a server never messages itself");
         fx.push(Effect::Peer { to, msg });
@@ -333,6 +347,7 @@ impl Core {
     ) {
         self.counters.commits_refused += 1;
         if let Origin::Conn { conn, id } = origin {
+            let code = self.sessions.refused_code_for(conn, code);
             self.reply(conn, id, Reply::refused(code, why), false, fx);
         }
     }
@@ -354,6 +369,22 @@ impl Core {
         if !mine.writes && !c.is_read_only() {
             let why = "the prepare carries objects for a participant it calls read-only";
             return self.refuse_prepare(origin, RefusedCode::Other, why, fx);
+        }
+        // A transaction that writes needs messages between its servers: this one must be able
+        // to vote to (or be) the coordinator and, as coordinator, to tell every participant.
+        // A part whose coordinator it cannot reach would stay in doubt across restarts, its
+        // objects held and the log kept; so it is refused now, before anything is logged,
+        // held or sent. (A read-only transaction has no coordinator and sends nothing.)
+        if let Some(co) = coordinator
+            && let Some(q) =
+                participants.iter().find(|q| q.server != me && !self.knows_server(q.server))
+        {
+            let role = if q.server == co { "its coordinator" } else { "a participant" };
+            let why = format!(
+                "{role}, server {}, is not a server this one knows (it has no --peer {}=HOST:PORT); nothing was prepared",
+                q.server.0, q.server.0
+            );
+            return self.refuse_prepare(origin, RefusedCode::UnknownServer, &why, fx);
         }
         if stamp.time_us > self.now_us.saturating_add(self.twopc.cfg.future_max_us) {
             let why = format!(
@@ -954,13 +985,16 @@ impl Core {
     pub(super) fn twopc_tick(&mut self, fx: &mut Vec<Effect>) {
         let now = self.now_us;
         let me = self.me();
-        let cfg = self.twopc.cfg;
+        let (query_after_us, vote_timeout_us, resend_after_us) = {
+            let c = &self.twopc.cfg;
+            (c.query_after_us, c.vote_timeout_us, c.resend_after_us)
+        };
         let mut queries = Vec::new();
         for (stamp, p) in self.twopc.parts.iter_mut() {
             if p.coordinator != me
                 && p.held.is_some()
                 && !p.committing
-                && now.saturating_sub(p.last_query_us) >= cfg.query_after_us
+                && now.saturating_sub(p.last_query_us) >= query_after_us
             {
                 p.last_query_us = now;
                 queries.push((*stamp, p.coordinator));
@@ -976,13 +1010,13 @@ impl Core {
         for (stamp, c) in self.twopc.coords.iter_mut() {
             match &mut c.state {
                 CoordState::Voting => {
-                    if c.recovered || now.saturating_sub(c.started_us) >= cfg.vote_timeout_us {
+                    if c.recovered || now.saturating_sub(c.started_us) >= vote_timeout_us {
                         abort.push(*stamp);
                     }
                 }
                 CoordState::Deciding => {}
                 CoordState::Telling { unacked, last_send_us } => {
-                    if now.saturating_sub(*last_send_us) >= cfg.resend_after_us {
+                    if now.saturating_sub(*last_send_us) >= resend_after_us {
                         *last_send_us = now;
                         resend.extend(unacked.iter().map(|s| (*stamp, *s)));
                     }

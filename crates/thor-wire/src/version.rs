@@ -1,0 +1,160 @@
+//! Which protocol version each message, section and code needs: one table, which the server
+//! enforces and the client follows.
+//!
+//! Two peers agree on a version in the handshake (`Hello` gives the client's range, `HelloOk`
+//! the version chosen: the highest both speak). From then on either side may send only what
+//! that version has: a message type, a frame flag or a reply code that came with a later
+//! version is outside the connection's language. A server answers a request outside it with
+//! `Error(UnknownType)` and closes the connection, exactly as it answers a type number it
+//! has never heard of: to a version-1 connection, `Prefetch` *is* an unknown type. It never
+//! sends a client a code newer than the connection's version either: it sends the nearest
+//! older code that tells the client what to do ([`crate::ErrorCode::since`],
+//! [`crate::RefusedCode::since`]).
+//!
+//! | version | added |
+//! |---|---|
+//! | 1 | `Hello`, `Fetch`, `Commit`, `Abort`, `Stats`, `Goodbye`, `Backup`; the page-based commit modes' `PageRecords` and `PageCommit` (a client learns a page mode from `HelloOk`'s flags, which every version carries, and a server in `obj` mode refuses them in any version) |
+//! | 2 | demotion: the frame flag [`crate::frame::FLAG_DEMOTION`] and the piggyback's demotion sections |
+//! | 3 | two-phase commit: `Prepare`, `Peer`, the reply `Prepared`, the refusal `Aborted` |
+//! | 4 | prefetch: `Prefetch` and the reply `Pages` |
+//! | 5 | scoped credentials: `Error(Forbidden)`, the refusal `UnknownServer` |
+
+use crate::limits::{WIRE_VERSION, WIRE_VERSION_MIN};
+use crate::message::{Request, kind};
+
+/// The version that added demotion (the frame flag and the piggyback's demotion sections).
+pub const VERSION_DEMOTION: u16 = 2;
+/// The version that added two-phase commit (`Prepare`, `Peer`, `Prepared`, `Aborted`).
+pub const VERSION_TWO_PHASE: u16 = 3;
+/// The version that added prefetch (`Prefetch`, `Pages`).
+pub const VERSION_PREFETCH: u16 = 4;
+/// The version that added scoped credentials' codes (`Forbidden`, `UnknownServer`).
+pub const VERSION_SCOPES: u16 = 5;
+
+/// Every request type and the version that added it.
+pub const REQUEST_VERSIONS: [(u16, u16); 12] = [
+    (kind::HELLO, 1),
+    (kind::FETCH, 1),
+    (kind::COMMIT, 1),
+    (kind::ABORT, 1),
+    (kind::STATS, 1),
+    (kind::GOODBYE, 1),
+    (kind::BACKUP, 1),
+    (kind::PAGE_RECORDS, 1),
+    (kind::PAGE_COMMIT, 1),
+    (kind::PREPARE, VERSION_TWO_PHASE),
+    (kind::PEER, VERSION_TWO_PHASE),
+    (kind::PREFETCH, VERSION_PREFETCH),
+];
+
+/// The version that added request type `kind`, or `None` for a number that is no request.
+pub const fn request_version(kind: u16) -> Option<u16> {
+    let mut i = 0;
+    while i < REQUEST_VERSIONS.len() {
+        if REQUEST_VERSIONS[i].0 == kind {
+            return Some(REQUEST_VERSIONS[i].1);
+        }
+        i += 1;
+    }
+    None
+}
+
+impl Request {
+    /// The oldest version in which this request can be sent: its type's, or demotion's if its
+    /// piggyback carries demotion sections.
+    pub fn version_needed(&self) -> u16 {
+        let body = request_version(self.body.kind()).expect("every request type is in the table");
+        if self.piggyback.has_demotions() { body.max(VERSION_DEMOTION) } else { body }
+    }
+}
+
+const _: () = {
+    let mut i = 0;
+    while i < REQUEST_VERSIONS.len() {
+        let v = REQUEST_VERSIONS[i].1;
+        assert!(v >= WIRE_VERSION_MIN && v <= WIRE_VERSION);
+        i += 1;
+    }
+};
+const _: () = assert!(VERSION_DEMOTION < VERSION_TWO_PHASE);
+const _: () = assert!(VERSION_TWO_PHASE < VERSION_PREFETCH);
+const _: () = assert!(VERSION_PREFETCH < VERSION_SCOPES);
+const _: () = assert!(VERSION_SCOPES <= WIRE_VERSION);
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use thor_core::{PageId, ServerId};
+
+    use super::*;
+    use crate::message::RequestBody;
+    use crate::{Commit, Hello, PageCommit, PageRecords, PeerMsg, Prefetch, PrefetchHint, Stamp};
+
+    fn every_body() -> Vec<RequestBody> {
+        let stamp = Stamp { time_us: 1, tie: crate::CLIENT_TIE_BIT };
+        let prepare = crate::Prepare {
+            stamp,
+            coordinator: None,
+            participants: vec![],
+            commit: Commit::default(),
+        };
+        vec![
+            RequestBody::Hello(Hello::new(&b""[..], "t")),
+            RequestBody::Fetch { page: PageId::FIRST },
+            RequestBody::Prefetch(Prefetch {
+                page: PageId::FIRST,
+                extra: 1,
+                hint: PrefetchHint::Following,
+            }),
+            RequestBody::Commit(Commit::default()),
+            RequestBody::PageRecords(PageRecords { txn: 1, records: vec![], pages: vec![] }),
+            RequestBody::PageCommit(PageCommit {
+                txn: 1,
+                mode: 1,
+                reads: vec![],
+                writes: vec![],
+                created: vec![],
+                records: vec![],
+                pages: vec![],
+            }),
+            RequestBody::Abort,
+            RequestBody::Stats,
+            RequestBody::Goodbye,
+            RequestBody::Backup { path: "b".into() },
+            RequestBody::Prepare(Box::new(prepare)),
+            RequestBody::Peer(PeerMsg::Query { stamp, from: ServerId(2) }),
+        ]
+    }
+
+    #[test]
+    fn every_request_type_has_one_version() {
+        let bodies = every_body();
+        assert_eq!(bodies.len(), REQUEST_VERSIONS.len());
+        for (i, b) in bodies.iter().enumerate() {
+            assert!(request_version(b.kind()).is_some(), "{} is in the table", b.name());
+            assert!(bodies[..i].iter().all(|o| o.kind() != b.kind()), "{} listed once", b.name());
+        }
+        assert_eq!(request_version(0x0077), None);
+        assert_eq!(request_version(kind::PAGE), None, "a reply is no request");
+    }
+
+    #[test]
+    fn newer_messages_need_their_version() {
+        let need = |b: RequestBody| Request::new(b).version_needed();
+        let v: Vec<(&str, u16)> = every_body().into_iter().map(|b| (b.name(), need(b))).collect();
+        for (name, version) in v {
+            let want = match name {
+                "Prepare" | "Peer" => 3,
+                "Prefetch" => 4,
+                _ => 1,
+            };
+            assert_eq!(version, want, "{name}");
+        }
+        let mut demoting = Request::new(RequestBody::Fetch { page: PageId::FIRST });
+        demoting.piggyback.demoted = vec![PageId::FIRST];
+        assert_eq!(demoting.version_needed(), VERSION_DEMOTION);
+        demoting.piggyback.demoted.clear();
+        demoting.piggyback.demoted_pages = vec![(PageId::FIRST, Bytes::from(vec![0; 4096]))];
+        assert_eq!(demoting.version_needed(), VERSION_DEMOTION);
+    }
+}
