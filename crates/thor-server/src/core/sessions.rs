@@ -370,9 +370,8 @@ impl Sessions {
         // Past the bound, or after a request that was: dropped, answered once the requests
         // before it are. The session stays busy or has held requests until then, since the
         // bound was crossed while it was busy and nothing is handled after the first drop.
-        if !s.overflowed() {
-            self.counters.protocol_errors += 1;
-        }
+        // Each dropped request counts as a protocol error.
+        self.counters.protocol_errors += 1;
         if s.dropped.len() < DROPPED_IDS_MAX {
             s.dropped.push(id);
         } else {
