@@ -2,18 +2,21 @@
 //! on loopback or remote TCP and on Unix-domain sockets.
 //!
 //! ```text
-//!  accept loop ──► engine.connect(sink) ──► connection task (one per connection, one thread)
-//!                                             loop {
-//!                                               write every reply in the outbox
-//!                                               select {
-//!                                                 shutdown,
-//!                                                 the outbox woken (a reply from another thread),
-//!                                                 a frame read (idle and frame timeouts, size
-//!                                                   limits, server-wide in-flight bytes)
-//!                                                   ── check, decode ── engine.request(...)
-//!                                                   ── work (disk reads) to the blocking pool
-//!                                               }
-//!                                             }
+//!  accept loop ──► connection task (one per connection, on one thread)
+//!                    engine.connect(sink)          (a session slot, before anything is read)
+//!                    [TLS handshake]               (under the handshake deadline)
+//!                    loop {
+//!                      write every reply in the outbox
+//!                      select {
+//!                        shutdown,
+//!                        the outbox woken (a reply from another thread),
+//!                        the handshake deadline (until HelloOk is sent),
+//!                        a frame read (idle and frame timeouts, size limits, server-wide
+//!                          in-flight bytes charged as they arrive)
+//!                          ── check, decode ── engine.request(...)
+//!                          ── work (disk reads) to the blocking pool
+//!                      }
+//!                    }
 //! ```
 //!
 //! The core answers through the connection's sink, now (a page-cache hit) or later (a commit,
@@ -544,8 +547,9 @@ impl Listen for tokio::net::UnixListener {
 
 /// The replies the core delivered to one connection and its task has not written yet.
 ///
-/// Bounded by the core: at most one reply per request received and at most `IN_FLIGHT_MAX`
-/// requests in flight per connection, plus one final error.
+/// Bounded by the core: at most one reply per request received, at most `IN_FLIGHT_MAX` + 1
+/// requests in flight per connection, the errors answering requests dropped past that bound
+/// (`thor_server::limits::DROPPED_IDS_MAX`), and one final error.
 #[derive(Default)]
 struct Outbox {
     /// The replies, oldest first: (request id, reply, close after it).
