@@ -12,6 +12,9 @@
 //! - fetch round trip p50/p99 and pages per second, with one client and with several;
 //! - commit latency p50/p99 of a small transaction (one new version, one created object);
 //! - with `--unix`, fetches over a Unix-domain socket server too ([`thor_net::UnixTransport`]);
+//! - with `--tls`, fetches and commits over TLS too (a second server on the same engine, with
+//!   a throwaway CA and certificate made for the run; [`thor_net::TlsTransport`]), beside the
+//!   same runs over plain TCP;
 //! - with `--floor`, the loopback floor with as many clients, measured in the same run
 //!   ([`crate::floor`]: a blocking ping-pong of a page-sized reply over TCP, and over a Unix
 //!   socket with `--unix`), so that each fetch row has the floor it is held to beside it
@@ -29,7 +32,8 @@ use clap::{Args, Subcommand};
 use thor_core::le::put_u32;
 use thor_core::{ClassDesc, Oref, PageId, VarKind};
 use thor_net::{
-    ClientConfig, LocalTransport, NetConfig, Server, TcpTransport, Threading, UnixTransport,
+    ClientConfig, LocalTransport, NetConfig, Server, TcpTransport, Threading, TlsClient, TlsServer,
+    TlsTransport, UnixTransport,
 };
 use thor_server::{CommitRequest, Engine, EngineOptions};
 use thor_storage::FileDisk;
@@ -402,6 +406,10 @@ struct NetBench {
     /// directory, serving the same engine).
     #[arg(long)]
     unix: bool,
+    /// Also fetch and commit over TLS (a second server on the same engine, with a throwaway
+    /// certificate made for the run).
+    #[arg(long)]
+    tls: bool,
     /// Also measure the loopback floor with each number of clients, in this run.
     #[arg(long)]
     floor: bool,
@@ -604,6 +612,19 @@ fn net(b: NetBench) -> Result<()> {
         false => None,
     };
     let unix = || UnixTransport::connect(&socket, &cfg).map_err(anyhow::Error::from);
+    let tls_server = match b.tls {
+        true => {
+            let (server_tls, client_tls) = throwaway_tls()?;
+            let tls_net = NetConfig { tls: Some(server_tls), ..net.clone() };
+            let s = Server::start("127.0.0.1:0", handler.clone(), tls_net)?;
+            Some((s.local_addr().to_string(), s, client_tls))
+        }
+        false => None,
+    };
+    let tls = || -> Result<TlsTransport> {
+        let (addr, _, client) = tls_server.as_ref().context("no TLS server")?;
+        TlsTransport::connect(addr, &cfg, client).map_err(anyhow::Error::from)
+    };
     let floor = |socket, clients| -> Result<NetRun> {
         let r = crate::floor::measure(&crate::floor::FloorConfig {
             socket,
@@ -647,6 +668,11 @@ fn net(b: NetBench) -> Result<()> {
             let lat = drive(clients, b.seconds, unix, seed, fetch_op(&pages))?;
             runs.push(summarize("fetch", "unix", clients, b.seconds, lat));
         }
+        if b.tls {
+            say(&format!("fetch over TLS, {clients} client(s)"));
+            let lat = drive(clients, b.seconds, tls, seed, fetch_op(&pages))?;
+            runs.push(summarize("fetch", "tls", clients, b.seconds, lat));
+        }
         say(&format!("fetch in process, {clients} client(s)"));
         let lat = drive(clients, b.seconds, local, seed, fetch_op(&pages))?;
         runs.push(summarize("fetch", "in-process", clients, b.seconds, lat));
@@ -664,11 +690,19 @@ fn net(b: NetBench) -> Result<()> {
         say(&format!("commit over TCP, {clients} client(s)"));
         let lat = drive(clients, b.seconds, tcp, commit_setup(db.class), commit_op(db.class))?;
         runs.push(summarize("commit", "tcp", clients, b.seconds, lat));
+        if b.tls {
+            say(&format!("commit over TLS, {clients} client(s)"));
+            let lat = drive(clients, b.seconds, tls, commit_setup(db.class), commit_op(db.class))?;
+            runs.push(summarize("commit", "tls", clients, b.seconds, lat));
+        }
         say(&format!("commit in process, {clients} client(s)"));
         let lat = drive(clients, b.seconds, local, commit_setup(db.class), commit_op(db.class))?;
         runs.push(summarize("commit", "in-process", clients, b.seconds, lat));
     }
     server.shutdown()?;
+    if let Some((_, s, _)) = tls_server {
+        s.shutdown()?;
+    }
     let ratios = floor_ratios(&runs);
     if b.json {
         let v = serde_json::json!({ "runs": runs, "against_floor": ratios });
@@ -709,6 +743,20 @@ fn net(b: NetBench) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A throwaway CA and a certificate for 127.0.0.1 it signed, made for one `--tls` run: the
+/// server's settings and the client's (trusting that CA).
+fn throwaway_tls() -> Result<(TlsServer, TlsClient)> {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate()?)?;
+    let key = KeyPair::generate()?;
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])?.signed_by(&key, &ca)?;
+    let server = TlsServer::from_pem(cert.pem().as_bytes(), key.serialize_pem().as_bytes(), None)?;
+    let client = TlsClient::from_ca_pem(ca.pem().as_bytes())?;
+    Ok((server, client))
 }
 
 /// A fetch row against the floor: each round's fetch over the same round's floor.

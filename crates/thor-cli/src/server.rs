@@ -35,6 +35,14 @@
 //! `--listen unix:PATH` serves a Unix-domain socket instead of TCP (`thor_net::UnixTransport`
 //! connects to it).
 //!
+//! TLS: `--tls-cert PEM --tls-key PEM` serve every connection over TLS with that certificate
+//! chain and key; `--tls-client-ca PEM` also requires each client to present a certificate
+//! signed by that CA. `--peer-tls-ca PEM` makes the connections to the peers TLS, checking
+//! their certificates against that CA (and their IP address as given in `--peer`, or the name
+//! given with `--peer-tls-name`); this server's `--tls-cert` is its client certificate towards
+//! peers that require one. `--handshake-timeout-s` bounds how long a new connection may take
+//! to finish its TLS handshake and `Hello`.
+//!
 //! `--direct-io` reads the database's files with `O_DIRECT` (`FileDisk::with_direct_reads`), so
 //! that a page the server's page cache misses is read from the device, not copied from the OS
 //! page cache: what the DEMOTE experiment needs a miss to cost. At shutdown the server logs
@@ -140,6 +148,54 @@ pub struct ServerArgs {
     /// per thread (the default, which answers a fetch without waking another thread).
     #[arg(long)]
     work_stealing: bool,
+    /// Seconds a new connection may take to finish its TLS handshake (if any) and say Hello;
+    /// a connection silent for longer is closed, so that it does not hold a slot.
+    #[arg(long, value_parser = crate::at_least_one::<u64>, allow_negative_numbers = true, default_value_t = thor_net::limits::HANDSHAKE_TIMEOUT_DEFAULT.as_secs())]
+    handshake_timeout_s: u64,
+    /// Serve TLS: the server's certificate chain (PEM, leaf first). Needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1, unencrypted).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM); a client without one fails the
+    /// TLS handshake. Needs --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// Reach the peers (--peer) over TLS, trusting the certificates this CA (PEM) signed.
+    /// This server's --tls-cert, if given, is presented to peers that require client
+    /// certificates.
+    #[arg(long)]
+    peer_tls_ca: Option<PathBuf>,
+    /// The name to check every peer's certificate against, instead of the IP address given
+    /// in --peer (for a cluster whose servers share one certificate). Needs --peer-tls-ca.
+    #[arg(long, requires = "peer_tls_ca")]
+    peer_tls_name: Option<String>,
+}
+
+/// The TLS settings of the server's listener, from `--tls-cert`, `--tls-key` and
+/// `--tls-client-ca`.
+fn server_tls(args: &ServerArgs) -> Result<Option<thor_net::TlsServer>> {
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else { return Ok(None) };
+    let tls = thor_net::TlsServer::from_files(cert, key, args.tls_client_ca.as_deref())
+        .context("setting up TLS (--tls-cert, --tls-key, --tls-client-ca)")?;
+    Ok(Some(tls))
+}
+
+/// The TLS settings of the connections to the peers, from `--peer-tls-ca`,
+/// `--peer-tls-name` and this server's own certificate.
+fn peer_tls(args: &ServerArgs) -> Result<Option<thor_net::TlsClient>> {
+    let Some(ca) = &args.peer_tls_ca else { return Ok(None) };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => thor_net::TlsClient::with_identity_files(ca, cert, key),
+        _ => thor_net::TlsClient::from_ca_file(ca),
+    }
+    .context("setting up TLS to the peers (--peer-tls-ca)")?;
+    let tls = match &args.peer_tls_name {
+        Some(name) => tls.with_server_name(name).context("--peer-tls-name")?,
+        None => tls,
+    };
+    Ok(Some(tls))
 }
 
 /// `--peer ID=HOST:PORT`.
@@ -401,7 +457,7 @@ fn start_peers(
         client_name: format!("thor server {} at {}", me.0, args.listen),
         ..thor_net::ClientConfig::default()
     };
-    let peers = TcpPeers::start(&addrs, &cfg)?;
+    let peers = TcpPeers::start_tls(&addrs, &cfg, peer_tls(args)?)?;
     let _ = late.0.set(peers.clone());
     Ok(Some(peers))
 }
@@ -510,6 +566,14 @@ pub fn run(args: ServerArgs) -> Result<()> {
         ..ProtocolConfig::default()
     };
     config.validate()?;
+    // Certificates are read before anything is bound or opened: a bad file fails with nothing
+    // made.
+    let tls = server_tls(&args)?;
+    let tls_mode = match &tls {
+        None => "off",
+        Some(t) if t.requires_client_certificates() => "on, client certificates required",
+        Some(_) => "on",
+    };
     // Both addresses are bound before the database is opened or created: a bad address fails
     // with nothing made.
     let listener = match args.listen.strip_prefix("unix:") {
@@ -546,6 +610,8 @@ pub fn run(args: ServerArgs) -> Result<()> {
             true => Threading::WorkStealing,
             false => Threading::PerThread,
         },
+        handshake_timeout: Duration::from_secs(args.handshake_timeout_s),
+        tls,
         ..NetConfig::default()
     };
     let (server, listening, socket_file) = match listener {
@@ -566,12 +632,13 @@ pub fn run(args: ServerArgs) -> Result<()> {
     // SIGTERM as soon as it reads it gets a clean shutdown.
     server.wait_for_signal_after(|| {
         info!(
-            "listening on {} (database {}, server id {}, {} KiB pages, authentication: {}, at most {} connections, {} page cache, {} reads, commit mode {})",
+            "listening on {} (database {}, server id {}, {} KiB pages, authentication {}, TLS {}, at most {} connections, {} page cache, {} reads, commit mode {})",
             listening,
             args.dir.display(),
             engine.server_id().0,
             engine.page_size() / 1024,
             auth,
+            tls_mode,
             args.max_connections,
             if engine.server_stats().page_cache_exclusive == 1 { "exclusive" } else { "inclusive" },
             if disk.direct_reads() { "direct (O_DIRECT)" } else { "buffered" },

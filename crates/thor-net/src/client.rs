@@ -15,6 +15,12 @@
 //! loopback path (segmentation, checksums, acknowledgements), which the floor measurement in
 //! `thor oo7 penalty` puts at a few microseconds of each round trip here. Both are
 //! [`StreamTransport`], generic over the socket.
+//!
+//! [`TlsTransport`] is the same transport inside a TLS stream over TCP
+//! (`rustls::StreamOwned`, blocking like the socket under it), for a server started with
+//! `--tls-cert` (see [`crate::tls`]). [`TlsTransport::connect`] completes the TLS handshake
+//! before `Hello`, so a server whose certificate the client does not trust is refused before
+//! the token is sent.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
@@ -84,6 +90,13 @@ pub type TcpTransport = StreamTransport<TcpStream>;
 /// session.
 #[cfg(unix)]
 pub type UnixTransport = StreamTransport<UnixStream>;
+
+/// A TLS stream over a blocking TCP socket.
+pub type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// A blocking TLS connection to a thor server (`thor server --tls-cert ...`), with an open
+/// session.
+pub type TlsTransport = StreamTransport<TlsStream>;
 
 /// A blocking stream-socket connection to a thor server, with an open session: TCP
 /// ([`TcpTransport`]) or a Unix-domain socket ([`UnixTransport`]).
@@ -187,6 +200,63 @@ impl StreamTransport<TcpStream> {
     }
 }
 
+/// Opens a TCP connection to the first address of `addr` that answers within the connect
+/// timeout, with the socket options every thor connection uses.
+fn tcp_connect(
+    addr: impl ToSocketAddrs,
+    config: &ClientConfig,
+) -> Result<TcpStream, TransportError> {
+    let mut last = None;
+    for a in addr.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&a, config.connect_timeout) {
+            Ok(s) => {
+                s.set_nodelay(true)?;
+                s.set_read_timeout(config.io_timeout)?;
+                s.set_write_timeout(config.io_timeout)?;
+                return Ok(s);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last
+        .unwrap_or_else(|| std::io::Error::new(ErrorKind::NotFound, "no address to connect to"))
+        .into())
+}
+
+impl StreamTransport<TlsStream> {
+    /// Connects to the server at `addr` (`HOST:PORT`) over TLS, checks its certificate
+    /// against `tls` (its CA, and the host of `addr` or [`TlsClient::with_server_name`]'s
+    /// name), then opens a session (`Hello`). Fails with [`TransportError::Io`] if the
+    /// handshake fails (an untrusted certificate, a name the certificate does not hold, a
+    /// client certificate the server refuses), and otherwise as [`TcpTransport::connect`].
+    ///
+    /// [`TlsClient::with_server_name`]: crate::tls::TlsClient::with_server_name
+    pub fn connect(
+        addr: &str,
+        config: &ClientConfig,
+        tls: &crate::tls::TlsClient,
+    ) -> Result<TlsTransport, TransportError> {
+        let name = tls.name_for(addr).map_err(|e| {
+            TransportError::Io(std::io::Error::new(ErrorKind::InvalidInput, e.to_string()))
+        })?;
+        let sock = tcp_connect(addr, config)?;
+        let conn = rustls::ClientConnection::new(tls.rustls_config(), name)
+            .map_err(|e| TransportError::Io(std::io::Error::other(e)))?;
+        let mut stream = rustls::StreamOwned::new(conn, sock);
+        // The handshake now, so that an untrusted server fails here, clearly, and the token
+        // is only ever sent encrypted to a server the client trusts.
+        while stream.conn.is_handshaking() {
+            stream.conn.complete_io(&mut stream.sock)?;
+        }
+        StreamTransport::open(stream, config)
+    }
+
+    /// The server's address.
+    pub fn peer_addr(&self) -> std::io::Result<SocketAddr> {
+        self.stream.get_ref().sock.peer_addr()
+    }
+}
+
 #[cfg(unix)]
 impl StreamTransport<UnixStream> {
     /// Connects to the server listening on the Unix-domain socket at `path` and opens a
@@ -210,6 +280,7 @@ impl<S: Read + Write> StreamTransport<S> {
         let mut out = Vec::new();
         hello(config).encode(1, FRAME_BYTES_MAX, &mut out).map_err(TransportError::BadRequest)?;
         stream.get_mut().write_all(&out)?;
+        stream.get_mut().flush()?;
         let (id, reply) = read_reply(&mut stream, config.max_frame_bytes)?;
         let info = hello_outcome(reply)?;
         if id != 1 {
@@ -254,7 +325,9 @@ impl<S: Read + Write + Send> Transport for StreamTransport<S> {
         self.out.clear();
         req.encode(id, self.max_request_bytes, &mut self.out)
             .map_err(TransportError::BadRequest)?;
-        if let Err(e) = self.stream.get_mut().write_all(&self.out) {
+        // (`flush` sends what a TLS stream still holds; a socket has nothing to flush.)
+        let w = self.stream.get_mut();
+        if let Err(e) = w.write_all(&self.out).and_then(|()| w.flush()) {
             return self.fail(e.into());
         }
         self.next_id += 1;

@@ -10,6 +10,8 @@
 //!   programs (`thor server`, tests, benchmarks); [`serve`] runs it on yours.
 //! - [`local`] (feature `server`): [`LocalTransport`], the in-process transport that steps the
 //!   engine's core directly.
+//! - [`tls`]: TLS settings ([`TlsServer`], [`TlsClient`]) for the server's accept path, the
+//!   blocking [`TlsTransport`] and the peers' connections (rustls with the `ring` provider).
 //! - [`peers`] (feature `server`): [`TcpPeers`], how a server sends two-phase commit's messages
 //!   to the other servers (a thread, a bounded queue and a client session per peer).
 //!
@@ -39,17 +41,19 @@ pub mod local;
 pub mod peers;
 #[cfg(feature = "server")]
 pub mod server;
+pub mod tls;
 
 #[cfg(unix)]
 pub use client::UnixTransport;
-pub use client::{ClientConfig, StreamTransport, TcpTransport};
+pub use client::{ClientConfig, StreamTransport, TcpTransport, TlsTransport};
 #[cfg(feature = "server")]
 pub use error::NetError;
 #[cfg(feature = "server")]
 pub use local::LocalTransport;
 #[cfg(feature = "server")]
 pub use peers::TcpPeers;
-#[cfg(feature = "server")]
 #[cfg(all(feature = "server", unix))]
 pub use server::serve_unix;
+#[cfg(feature = "server")]
 pub use server::{NetConfig, NetStats, Server, ShutdownSignal, Threading, serve, shutdown_signal};
+pub use tls::{TlsClient, TlsError, TlsServer};

@@ -14,6 +14,13 @@ pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(300);
 /// holding a session hostage (slowloris).
 pub const FRAME_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 
+/// How long a connection may take, by default, from being accepted to its `Hello` answered
+/// (its TLS handshake included). A client connects and says `Hello` in a few round trips; a
+/// connection silent for longer holds a session slot for nothing, so it is closed: five
+/// seconds is a thousand loopback round trips and dozens across continents, short enough that
+/// silent connections cannot hold slots for long.
+pub const HANDSHAKE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
+
 /// How long writing one reply may take, by default: a client that stops reading its replies
 /// would otherwise hold its session forever.
 pub const WRITE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
@@ -23,18 +30,21 @@ pub const WRITE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 /// turn into a reset that destroys the error reply before the client reads it.
 pub const CLOSE_LINGER: Duration = Duration::from_secs(2);
 
-/// Default bound on frame bytes held at once across all connections: four of the largest
-/// frames the protocol allows (64 MiB each), so that a few huge commits proceed side by side
-/// while hundreds of connections cannot make the server hold hundreds of frames.
+/// Default bound on frame bytes held at once across all connections (charged as they arrive;
+/// see `server`, *Limits*): four of the largest frames the protocol allows (64 MiB each), so
+/// that a few huge commits proceed side by side while hundreds of connections cannot make the
+/// server hold hundreds of frames. One more largest frame may be held beyond it, from the
+/// reserve that keeps half-received frames from waiting on each other for ever.
 pub const IN_FLIGHT_BYTES_MAX_DEFAULT: usize = 4 * thor_wire::limits::FRAME_BYTES_MAX;
 
 /// The read buffer of a connection: several small requests (or a pipelined batch) per system
 /// call, and small enough to multiply by the session limit.
 pub const READ_BUFFER_BYTES: usize = 16 << 10;
 
-/// The initial capacity of a frame being received. A frame's buffer then grows with the bytes
-/// that actually arrive, so a peer that announces a 64 MiB frame and sends nothing costs only
-/// this much.
+/// The initial capacity of a frame being received, and the first step charged to the
+/// server-wide bound. A frame's buffer then doubles as the bytes that fill it arrive, each
+/// step charged before it is filled, so a peer that announces a 64 MiB frame and sends
+/// nothing costs only this much.
 pub const FRAME_BUFFER_INITIAL_BYTES: usize = 16 << 10;
 
 /// A connection keeps its reply buffer between replies up to this capacity (a page reply fits);
@@ -49,3 +59,4 @@ pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 pub const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
 const _: () = assert!(FRAME_BUFFER_INITIAL_BYTES <= thor_wire::limits::FRAME_BYTES_SETTING_MIN);
+const _: () = assert!(HANDSHAKE_TIMEOUT_DEFAULT.as_secs() < IDLE_TIMEOUT_DEFAULT.as_secs());

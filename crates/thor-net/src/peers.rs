@@ -13,6 +13,12 @@
 //! full, peer unreachable, connection broken) is dropped and counted. After a failed connect
 //! the peer is left alone for [`PEER_RETRY_AFTER`], so a peer that is down costs one connect
 //! attempt per interval, not one per message.
+//!
+//! With a [`TlsClient`] ([`TcpPeers::start_tls`], `thor server --peer-tls-ca`), every peer
+//! connection is TLS: the peer's certificate is checked against that CA and against the
+//! peer's IP address as given in `--peer` (or the one name the `TlsClient` was given, for a
+//! cluster whose servers share a certificate), and the `TlsClient`'s own certificate, if any,
+//! is presented to peers that require client certificates.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -25,7 +31,8 @@ use thor_core::ServerId;
 use thor_wire::{PeerMsg, ReplyBody, Request, RequestBody, Transport, TransportError};
 use tracing::{debug, warn};
 
-use crate::client::{ClientConfig, TcpTransport};
+use crate::client::{ClientConfig, TcpTransport, TlsTransport};
+use crate::tls::TlsClient;
 
 /// Messages queued per peer before new ones are dropped.
 pub const PEER_QUEUE_MAX: usize = 4096;
@@ -58,6 +65,15 @@ impl TcpPeers {
         addrs: &HashMap<ServerId, SocketAddr>,
         config: &ClientConfig,
     ) -> std::io::Result<Arc<TcpPeers>> {
+        TcpPeers::start_tls(addrs, config, None)
+    }
+
+    /// [`TcpPeers::start`], over TLS with `tls` if given (see the module documentation).
+    pub fn start_tls(
+        addrs: &HashMap<ServerId, SocketAddr>,
+        config: &ClientConfig,
+        tls: Option<TlsClient>,
+    ) -> std::io::Result<Arc<TcpPeers>> {
         let counters = Arc::new(PeerCounters::default());
         let token = Arc::new(Mutex::new(config.token.clone()));
         let mut queues = HashMap::new();
@@ -65,9 +81,10 @@ impl TcpPeers {
             let (tx, rx) = sync_channel(PEER_QUEUE_MAX);
             let cfg = ClientConfig { io_timeout: Some(Duration::from_secs(10)), ..config.clone() };
             let (c, t) = (counters.clone(), token.clone());
+            let tls = tls.clone();
             std::thread::Builder::new()
                 .name(format!("thor-peer-{}", id.0))
-                .spawn(move || peer_thread(id, addr, cfg, t, rx, c))?;
+                .spawn(move || peer_thread(id, addr, cfg, t, tls, rx, c))?;
             queues.insert(id, tx);
         }
         Ok(Arc::new(TcpPeers { queues, counters, token }))
@@ -111,10 +128,17 @@ fn peer_thread(
     addr: SocketAddr,
     mut cfg: ClientConfig,
     token: Arc<Mutex<Vec<u8>>>,
+    tls: Option<TlsClient>,
     rx: Receiver<PeerMsg>,
     counters: Arc<PeerCounters>,
 ) {
-    let mut conn: Option<TcpTransport> = None;
+    let connect = |cfg: &ClientConfig| -> Result<Box<dyn Transport>, TransportError> {
+        match &tls {
+            None => Ok(Box::new(TcpTransport::connect(addr, cfg)?)),
+            Some(tls) => Ok(Box::new(TlsTransport::connect(&addr.to_string(), cfg, tls)?)),
+        }
+    };
+    let mut conn: Option<Box<dyn Transport>> = None;
     let mut down_until: Option<Instant> = None;
     while let Ok(msg) = rx.recv() {
         if conn.is_none() {
@@ -123,7 +147,7 @@ fn peer_thread(
                 continue;
             }
             cfg.token = token.lock().unwrap_or_else(PoisonError::into_inner).clone();
-            match TcpTransport::connect(addr, &cfg) {
+            match connect(&cfg) {
                 Ok(t) => {
                     debug!("connected to server {} at {addr}", id.0);
                     conn = Some(t);

@@ -2,18 +2,21 @@
 //! on loopback or remote TCP and on Unix-domain sockets.
 //!
 //! ```text
-//!  accept loop ──► engine.connect(sink) ──► connection task (one per connection, one thread)
-//!                                             loop {
-//!                                               write every reply in the outbox
-//!                                               select {
-//!                                                 shutdown,
-//!                                                 the outbox woken (a reply from another thread),
-//!                                                 a frame read (idle and frame timeouts, size
-//!                                                   limits, server-wide in-flight bytes)
-//!                                                   ── check, decode ── engine.request(...)
-//!                                                   ── work (disk reads) to the blocking pool
-//!                                               }
-//!                                             }
+//!  accept loop ──► connection task (one per connection, on one thread)
+//!                    engine.connect(sink)          (a session slot, before anything is read)
+//!                    [TLS handshake]               (under the handshake deadline)
+//!                    loop {
+//!                      write every reply in the outbox
+//!                      select {
+//!                        shutdown,
+//!                        the outbox woken (a reply from another thread),
+//!                        the handshake deadline (until HelloOk is sent),
+//!                        a frame read (idle and frame timeouts, size limits, server-wide
+//!                          in-flight bytes charged as they arrive)
+//!                          ── check, decode ── engine.request(...)
+//!                          ── work (disk reads) to the blocking pool
+//!                      }
+//!                    }
 //! ```
 //!
 //! The core answers through the connection's sink, now (a page-cache hit) or later (a commit,
@@ -46,21 +49,57 @@
 //!
 //! # Limits
 //!
-//! - *Connections:* the core's session limit. A connection beyond it gets `Error(Busy)` with
-//!   request id 0 and is closed.
+//! - *Connections:* the core's session slots (`thor_server::ProtocolConfig::sessions_max`).
+//!   A connection takes a slot when it is accepted, before `Hello` (and before a TLS
+//!   handshake). Connections that have not said `Hello` hold at most a quarter of the slots,
+//!   and the oldest of them gives way to a newer connection; only when every slot is an
+//!   authenticated session's is a new connection refused with `Error(Busy)` (request id 0)
+//!   and closed (over TLS, closed before the handshake completes). See the core's
+//!   `sessions` module, *Slots*.
+//! - *Handshake:* a connection must complete its TLS handshake (if any) and have its `Hello`
+//!   answered within [`NetConfig::handshake_timeout`] of being accepted, or it gets
+//!   `Error(Timeout)` and is closed: silent connections do not hold slots for the idle timeout.
 //! - *Frames:* before its session is open (`HelloOk` sent), a connection may send frames of at
 //!   most [`PRE_HELLO_FRAME_BYTES_MAX`]; after, the core's maximum frame size. The length word
 //!   is checked before anything else is read; an oversized frame gets `Error(FrameTooLarge)`
-//!   unread. A frame's buffer grows with the bytes that arrive, not with the length announced.
-//! - *Memory across connections:* a frame's bytes count against [`NetConfig::in_flight_bytes_max`]
-//!   from the moment its length is known until the request (and every slice of it the core
-//!   keeps, such as a commit waiting in the commit queue) is dropped. A connection whose frame
-//!   does not fit waits (its frame timeout has not started) until others' frames are done.
+//!   unread.
+//! - *Memory across connections:* frame bytes are charged as they arrive, not as announced.
+//!   A frame's buffer grows by doubling (16 KiB, 32 KiB, ... up to its length) and each step
+//!   is charged to the server-wide pool of [`NetConfig::in_flight_bytes_max`] bytes before
+//!   the bytes that fill it are read: a connection holds at most twice what it has sent (and
+//!   at least 16 KiB), never what it announced, so an idle or slow sender takes nothing from
+//!   others. The charge stays until the request (and every slice of it the core keeps, such
+//!   as a commit waiting in the commit queue) is dropped.
+//!
+//!   A connection whose next step does not fit in the pool waits (its frame timeout stops
+//!   meanwhile: the wait is the server's doing), unless it can take the *reserve*: room for
+//!   one more frame of the largest size, held by one frame at a time until that frame is
+//!   dropped. Without it, frames half received could fill the pool and each wait for room
+//!   the others hold, for ever; with it, one of them always completes, is served and gives
+//!   its room back. So the server holds at most `in_flight_bytes_max` plus one largest frame
+//!   (plus pre-`Hello` frames, below). A connection that holds the reserve and then stalls is
+//!   ended by its frame timeout.
+//!
+//!   Frames before `Hello` are not charged to the pool and never wait: they are at most
+//!   [`PRE_HELLO_FRAME_BYTES_MAX`] each, one per slot, so a new client's `Hello` is never
+//!   held up behind large frames.
 //! - *Time:* a connection with no request for [`NetConfig::idle_timeout`] gets `Error(Timeout)`
 //!   and is closed, unless it is waiting for a reply (a backup, or a commit behind one, may
-//!   take longer than the idle timeout; the client is not idle, the server is busy); so does one whose frame takes longer than [`NetConfig::frame_timeout`] to
-//!   arrive once started (slowloris), or that does not read a reply within
-//!   [`NetConfig::write_timeout`].
+//!   take longer than the idle timeout; the client is not idle, the server is busy); so does
+//!   one whose frame takes longer than [`NetConfig::frame_timeout`] to arrive once its first
+//!   byte has (slowloris; time spent waiting for room in the pool does not count), or that
+//!   does not read a reply within [`NetConfig::write_timeout`].
+//! - *Authentication failures* (a `Hello` refused as `Unauthenticated`, a TLS handshake that
+//!   fails) are logged at WARN with the peer's address, once per connection.
+//!
+//! # TLS
+//!
+//! With [`NetConfig::tls`] set, every TCP connection is a TLS stream (rustls; see
+//! [`crate::tls`]). The handshake runs in the connection's own task, on the thread the
+//! connection was dealt to, after the socket has joined that thread's reactor, and under the
+//! handshake deadline; the accept loop never waits for it. A TLS stream is split into halves
+//! that share it, and has no `try_write`: every reply is written with `write_all` and a flush.
+//! Plain TCP keeps its `try_write` path unchanged.
 //!
 //! Every protocol error closes the connection after the error reply: once a frame is bad, the
 //! stream's framing cannot be trusted. Closing *lingers*: the server shuts down its sending side
@@ -96,17 +135,18 @@ use tokio::io::{
     AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
 };
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, TryAcquireError, oneshot, watch};
 use tokio::task::JoinSet;
-use tokio::time::timeout;
+use tokio::time::{Instant as TokioInstant, timeout, timeout_at};
 use tracing::{debug, info, warn};
 
 use crate::error::NetError;
 use crate::limits::{
     ACCEPT_ERROR_PAUSE, CLOSE_LINGER, FRAME_BUFFER_INITIAL_BYTES, FRAME_TIMEOUT_DEFAULT,
-    IDLE_TIMEOUT_DEFAULT, IN_FLIGHT_BYTES_MAX_DEFAULT, READ_BUFFER_BYTES, REPLY_BUFFER_KEEP_BYTES,
-    WRITE_TIMEOUT_DEFAULT,
+    HANDSHAKE_TIMEOUT_DEFAULT, IDLE_TIMEOUT_DEFAULT, IN_FLIGHT_BYTES_MAX_DEFAULT,
+    READ_BUFFER_BYTES, REPLY_BUFFER_KEEP_BYTES, WRITE_TIMEOUT_DEFAULT,
 };
+use crate::tls::TlsServer;
 
 /// Settings of the network server. The connection limit and the maximum frame size are the
 /// core's (`thor_server::ProtocolConfig`), so that every transport enforces the same ones.
@@ -123,9 +163,17 @@ pub struct NetConfig {
     pub worker_threads: usize,
     /// How [`Server::start`] spreads connections over its threads.
     pub threading: Threading,
-    /// Most bytes of received frames held at once across all connections (see the module
-    /// documentation). At least the core's maximum frame size, so that every frame fits.
+    /// Most bytes of received frames held at once across all connections, beyond which frames
+    /// wait for room (see the module documentation, *Limits*: frames are charged as their
+    /// bytes arrive, and one more frame of the largest size may be received beyond it, from
+    /// the reserve). Raised to the core's maximum frame size if smaller.
     pub in_flight_bytes_max: usize,
+    /// How long a connection may take, from being accepted, to finish its TLS handshake (if
+    /// any) and have its `Hello` answered.
+    pub handshake_timeout: Duration,
+    /// TLS for every TCP connection: the server's certificate and key, and the CA of the
+    /// client certificates it requires, if any. `None` serves plain TCP.
+    pub tls: Option<TlsServer>,
 }
 
 impl Default for NetConfig {
@@ -137,6 +185,8 @@ impl Default for NetConfig {
             worker_threads: 0,
             threading: Threading::default(),
             in_flight_bytes_max: IN_FLIGHT_BYTES_MAX_DEFAULT,
+            handshake_timeout: HANDSHAKE_TIMEOUT_DEFAULT,
+            tls: None,
         }
     }
 }
@@ -158,12 +208,20 @@ pub enum Threading {
 /// Counters of the network server.
 #[derive(Debug, Default)]
 pub struct NetStats {
-    /// Frame bytes held now (received, not yet dropped).
+    /// Frame bytes charged now, in the pool and the reserve (received or about to be, not yet
+    /// dropped; frames before `Hello` are not charged).
     pub in_flight_bytes: AtomicUsize,
-    /// The most frame bytes ever held at once.
+    /// The most frame bytes ever charged at once.
     pub in_flight_bytes_peak: AtomicUsize,
-    /// Frames that waited for room under the in-flight bound.
+    /// Times a frame found no room in the pool for its next bytes and waited.
     pub frames_waited: AtomicU64,
+    /// Frames completed with the reserve (see the module documentation, *Limits*).
+    pub frames_from_reserve: AtomicU64,
+    /// Connections closed for not completing their handshake (TLS and `Hello`) in time.
+    pub handshakes_timed_out: AtomicU64,
+    /// TLS handshakes that failed (an untrusted or missing client certificate, a client that
+    /// does not speak TLS, a broken connection).
+    pub tls_handshakes_failed: AtomicU64,
 }
 
 /// The outcome of reading one frame.
@@ -182,15 +240,85 @@ enum Read {
     Io(std::io::Error),
 }
 
-/// A received frame's buffer together with its share of the server-wide in-flight bound: the
-/// share is given back when the last slice of the frame is dropped.
+/// The server-wide bound on frame bytes held (see the module documentation, *Limits*).
+struct Budget {
+    /// The pool: one permit per byte, `in_flight_bytes_max` of them.
+    pool: Arc<Semaphore>,
+    /// The reserve: one permit, for one frame at a time, which may then take the rest of its
+    /// bytes (at most the largest frame) without charging the pool.
+    reserve: Arc<Semaphore>,
+}
+
+/// What one frame is charged: a share of the pool and perhaps the reserve, given back when the
+/// last slice of the frame is dropped.
+struct Charge {
+    /// Its permits in the pool.
+    pool: Option<OwnedSemaphorePermit>,
+    /// The reserve, if the frame took it.
+    reserve: Option<OwnedSemaphorePermit>,
+    /// Bytes charged (in the pool and under the reserve), counted in the stats.
+    bytes: usize,
+    /// Counters to update when it goes.
+    stats: Arc<NetStats>,
+}
+
+impl Charge {
+    fn new(stats: Arc<NetStats>) -> Charge {
+        Charge { pool: None, reserve: None, bytes: 0, stats }
+    }
+
+    /// Charges `more` bytes: from the pool, or, once the frame holds the reserve, from that.
+    /// When the pool lacks room, waits for whichever comes first: room in the pool, or the
+    /// reserve. Returns false if the budget is gone (the server is stopping).
+    async fn grow(&mut self, more: usize, budget: &Budget) -> bool {
+        debug_assert!(more > 0 && more <= FRAME_BYTES_MAX);
+        if self.reserve.is_none() {
+            let permit = match budget.pool.clone().try_acquire_many_owned(more as u32) {
+                Ok(p) => Some(p),
+                Err(TryAcquireError::Closed) => return false,
+                Err(TryAcquireError::NoPermits) => {
+                    self.stats.frames_waited.fetch_add(1, Relaxed);
+                    tokio::select! {
+                        p = budget.pool.clone().acquire_many_owned(more as u32) => match p {
+                            Ok(p) => Some(p),
+                            Err(_) => return false,
+                        },
+                        r = budget.reserve.clone().acquire_owned() => match r {
+                            Ok(r) => {
+                                self.stats.frames_from_reserve.fetch_add(1, Relaxed);
+                                self.reserve = Some(r);
+                                None
+                            }
+                            Err(_) => return false,
+                        },
+                    }
+                }
+            };
+            match (&mut self.pool, permit) {
+                (Some(held), Some(p)) => held.merge(p),
+                (held @ None, Some(p)) => *held = Some(p),
+                (_, None) => {}
+            }
+        }
+        self.bytes += more;
+        let now = self.stats.in_flight_bytes.fetch_add(more, Relaxed) + more;
+        self.stats.in_flight_bytes_peak.fetch_max(now, Relaxed);
+        true
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.stats.in_flight_bytes.fetch_sub(self.bytes, Relaxed);
+    }
+}
+
+/// A received frame's buffer together with what it is charged.
 struct Held {
     /// The frame.
     buf: Vec<u8>,
-    /// Its permits under the bound.
-    _permit: OwnedSemaphorePermit,
-    /// Counters to update when it goes.
-    stats: Arc<NetStats>,
+    /// Its charge under the server-wide bound (nothing for a frame before `Hello`).
+    _charge: Charge,
 }
 
 impl AsRef<[u8]> for Held {
@@ -199,91 +327,82 @@ impl AsRef<[u8]> for Held {
     }
 }
 
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.stats.in_flight_bytes.fetch_sub(self.buf.len(), Relaxed);
-    }
-}
-
 /// What the frame reader needs.
 struct ReaderCtx {
     /// Settings.
     cfg: Arc<NetConfig>,
     /// The server-wide bound on frame bytes held.
-    budget: Arc<Semaphore>,
+    budget: Arc<Budget>,
     /// Counters.
     stats: Arc<NetStats>,
     /// The frame limit now: [`PRE_HELLO_FRAME_BYTES_MAX`] until the session opens.
     max_frame: Arc<AtomicUsize>,
+    /// Whether the session is open (`HelloOk` sent): frames before are not charged.
+    opened: Arc<AtomicBool>,
     /// Requests of this connection handed to the core and not answered yet: while there are
     /// any, the connection is not idle.
     owed: Arc<AtomicUsize>,
 }
 
-/// Reads the rest of a frame whose first byte has arrived.
+/// The buffer size a frame of `size` bytes grows to from `cap`: double, at least the initial
+/// size, at most the frame.
+fn next_capacity(cap: usize, size: usize) -> usize {
+    (cap * 2).max(FRAME_BUFFER_INITIAL_BYTES).min(size)
+}
+
+/// Reads the rest of a frame whose first byte has arrived. The frame timeout runs from now,
+/// stopped while the frame waits for room under the server-wide bound.
 async fn read_rest<R: AsyncBufRead + Unpin>(r: &mut R, ctx: &ReaderCtx) -> Read {
+    let mut deadline = TokioInstant::now() + ctx.cfg.frame_timeout;
     let mut prefix = [0u8; 4];
-    let read_prefix = async {
-        let mut got = 0;
-        while got < prefix.len() {
-            match r.read(&mut prefix[got..]).await {
-                Ok(0) => return Err(Read::Bad(WireError::TruncatedFrame { got, len: 4 })),
-                Ok(n) => got += n,
-                Err(e) => return Err(Read::Io(e)),
-            }
+    let mut got = 0;
+    while got < prefix.len() {
+        match timeout_at(deadline, r.read(&mut prefix[got..])).await {
+            Err(_) => return Read::Slow,
+            Ok(Ok(0)) => return Read::Bad(WireError::TruncatedFrame { got, len: 4 }),
+            Ok(Ok(n)) => got += n,
+            Ok(Err(e)) => return Read::Io(e),
         }
-        Ok(())
-    };
-    match timeout(ctx.cfg.frame_timeout, read_prefix).await {
-        Err(_) => return Read::Slow,
-        Ok(Err(read)) => return read,
-        Ok(Ok(())) => {}
     }
     let size = match frame_size(prefix, ctx.max_frame.load(Relaxed)) {
         Ok(s) => s,
         Err(e) => return Read::Bad(e),
     };
-    // Room under the server-wide bound before the frame's bytes are read. The frame timeout
-    // does not run meanwhile: waiting here is the server's doing, not the client's.
-    let permit = match ctx.budget.clone().try_acquire_many_owned(size as u32) {
-        Ok(p) => p,
-        Err(_) => {
-            ctx.stats.frames_waited.fetch_add(1, Relaxed);
-            match ctx.budget.clone().acquire_many_owned(size as u32).await {
-                Ok(p) => p,
-                Err(_) => return Read::Eof,
+    let mut charge = Charge::new(ctx.stats.clone());
+    // Before Hello a frame is small and uncharged: it never waits behind others' frames.
+    let charged = ctx.opened.load(Relaxed);
+    let mut cap = 0;
+    let mut buf = Vec::new();
+    while buf.len() < size {
+        if buf.len() == cap {
+            // Room for the next bytes, charged before they are read: the buffer holds at
+            // most twice what has arrived.
+            let next = if charged { next_capacity(cap, size) } else { size };
+            if charged {
+                let waiting = TokioInstant::now();
+                if !charge.grow(next - cap, &ctx.budget).await {
+                    return Read::Eof;
+                }
+                deadline += waiting.elapsed();
+            }
+            buf.reserve_exact(next - buf.len());
+            cap = next;
+            if buf.is_empty() {
+                buf.extend_from_slice(&prefix);
+                continue;
             }
         }
-    };
-    let now = ctx.stats.in_flight_bytes.fetch_add(size, Relaxed) + size;
-    ctx.stats.in_flight_bytes_peak.fetch_max(now, Relaxed);
-    let mut buf = Vec::with_capacity(size.min(FRAME_BUFFER_INITIAL_BYTES));
-    buf.extend_from_slice(&prefix);
-    let held = |buf: Vec<u8>, permit| {
-        // `size` bytes are counted; the buffer holds at most that many.
-        let extra = size - buf.len();
-        ctx.stats.in_flight_bytes.fetch_sub(extra, Relaxed);
-        Held { buf, _permit: permit, stats: ctx.stats.clone() }
-    };
-    // `take` + `read_to_end` grows the buffer as bytes arrive, never to the announced size
-    // ahead of them.
-    let mut body = (&mut *r).take((size - prefix.len()) as u64);
-    match timeout(ctx.cfg.frame_timeout, body.read_to_end(&mut buf)).await {
-        Err(_) => {
-            drop(held(buf, permit));
-            Read::Slow
+        let room = (cap - buf.len()) as u64;
+        match timeout_at(deadline, (&mut *r).take(room).read_buf(&mut buf)).await {
+            Err(_) => return Read::Slow,
+            Ok(Err(e)) => return Read::Io(e),
+            Ok(Ok(0)) => {
+                return Read::Bad(WireError::TruncatedFrame { got: buf.len(), len: size });
+            }
+            Ok(Ok(_)) => {}
         }
-        Ok(Err(e)) => {
-            drop(held(buf, permit));
-            Read::Io(e)
-        }
-        Ok(Ok(_)) if buf.len() < size => {
-            let got = buf.len();
-            drop(held(buf, permit));
-            Read::Bad(WireError::TruncatedFrame { got, len: size })
-        }
-        Ok(Ok(_)) => Read::Frame(Bytes::from_owner(held(buf, permit))),
     }
+    Read::Frame(Bytes::from_owner(Held { buf, _charge: charge }))
 }
 
 /// Waits for the next frame under the idle timeout (which does not run out while a reply is
@@ -314,8 +433,9 @@ async fn next_frame<R: AsyncRead + Unpin>(
     (r, read)
 }
 
-/// A connected byte stream the server serves: loopback or remote TCP, or a Unix-domain socket.
-pub(crate) trait Stream: Send + 'static {
+/// A connected byte stream the server serves: loopback or remote TCP, a Unix-domain socket, or
+/// TLS over either.
+pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// The receiving half.
     type R: AsyncRead + Unpin + Send + 'static;
     /// The sending half.
@@ -324,14 +444,16 @@ pub(crate) trait Stream: Send + 'static {
     fn split(self) -> (Self::R, Self::W);
     /// Writes what the socket accepts now, without waiting (`WouldBlock` if nothing).
     fn try_write(w: &Self::W, buf: &[u8]) -> std::io::Result<usize>;
+}
+
+/// A socket as accepted, which can move to the reactor of the thread that serves it.
+pub(crate) trait Accepted: Stream + Sized {
     /// The socket, no longer registered with the reactor of the runtime that accepted it.
     type Std: Send + 'static;
     /// Takes the socket out of its runtime's reactor.
     fn into_std(self) -> std::io::Result<Self::Std>;
     /// Registers the socket with the reactor of the runtime this is called in.
-    fn from_std(s: Self::Std) -> std::io::Result<Self>
-    where
-        Self: Sized;
+    fn from_std(s: Self::Std) -> std::io::Result<Self>;
 }
 
 impl Stream for TcpStream {
@@ -343,6 +465,9 @@ impl Stream for TcpStream {
     fn try_write(w: &Self::W, buf: &[u8]) -> std::io::Result<usize> {
         w.try_write(buf)
     }
+}
+
+impl Accepted for TcpStream {
     type Std = std::net::TcpStream;
     fn into_std(self) -> std::io::Result<Self::Std> {
         TcpStream::into_std(self)
@@ -362,6 +487,10 @@ impl Stream for tokio::net::UnixStream {
     fn try_write(w: &Self::W, buf: &[u8]) -> std::io::Result<usize> {
         w.try_write(buf)
     }
+}
+
+#[cfg(unix)]
+impl Accepted for tokio::net::UnixStream {
     type Std = std::os::unix::net::UnixStream;
     fn into_std(self) -> std::io::Result<Self::Std> {
         tokio::net::UnixStream::into_std(self)
@@ -371,10 +500,24 @@ impl Stream for tokio::net::UnixStream {
     }
 }
 
+/// TLS over an accepted socket. Its halves share the TLS state (tokio's `split`), and it has
+/// no non-blocking write: a record must be encrypted and may not go out whole, so every reply
+/// takes the waiting path (`write_all`, then `flush`).
+impl<S: Stream> Stream for tokio_rustls::server::TlsStream<S> {
+    type R = tokio::io::ReadHalf<Self>;
+    type W = tokio::io::WriteHalf<Self>;
+    fn split(self) -> (Self::R, Self::W) {
+        tokio::io::split(self)
+    }
+    fn try_write(_: &Self::W, _: &[u8]) -> std::io::Result<usize> {
+        Err(std::io::ErrorKind::WouldBlock.into())
+    }
+}
+
 /// A listening socket the server accepts connections on.
 pub(crate) trait Listen: Send + 'static {
     /// What it accepts.
-    type S: Stream;
+    type S: Accepted;
     /// The next connection and the peer's name for logs.
     fn accept_one(&self) -> impl Future<Output = std::io::Result<(Self::S, String)>> + Send + '_;
 }
@@ -404,8 +547,9 @@ impl Listen for tokio::net::UnixListener {
 
 /// The replies the core delivered to one connection and its task has not written yet.
 ///
-/// Bounded by the core: at most one reply per request received and at most `IN_FLIGHT_MAX`
-/// requests in flight per connection, plus one final error.
+/// Bounded by the core: at most one reply per request received, at most `IN_FLIGHT_MAX` + 1
+/// requests in flight per connection, the errors answering requests dropped past that bound
+/// (`thor_server::limits::DROPPED_IDS_MAX`), and one final error.
 #[derive(Default)]
 struct Outbox {
     /// The replies, oldest first: (request id, reply, close after it).
@@ -489,7 +633,12 @@ impl<W: AsyncWrite + Unpin> Conn<W> {
             }
         }
         if done < self.out.len() {
-            match timeout(self.cfg.write_timeout, self.w.write_all(&self.out[done..])).await {
+            // `flush` sends what a TLS stream still holds; a socket's does nothing.
+            let write = async {
+                self.w.write_all(&self.out[done..]).await?;
+                self.w.flush().await
+            };
+            match timeout(self.cfg.write_timeout, write).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     debug!(peer = %self.peer, "write failed: {e}");
@@ -522,10 +671,16 @@ async fn stopping(rx: &mut watch::Receiver<bool>) {
 
 /// Everything a connection task needs besides its socket.
 struct ConnShared {
+    /// The engine.
     engine: Arc<Engine>,
+    /// Settings.
     cfg: Arc<NetConfig>,
-    budget: Arc<Semaphore>,
+    /// The server-wide bound on frame bytes held.
+    budget: Arc<Budget>,
+    /// Counters.
     stats: Arc<NetStats>,
+    /// The TLS handshake of every connection, if the server speaks TLS.
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 /// How a connection ends.
@@ -565,24 +720,42 @@ impl FetchTimes {
     }
 }
 
+/// What the connection task tracks of its session besides the core's view.
+struct Progress {
+    /// Requests handed to the core and not answered yet.
+    owed: Arc<AtomicUsize>,
+    /// The frame limit now.
+    max_frame: Arc<AtomicUsize>,
+    /// Whether `HelloOk` went out (the handshake deadline no longer applies).
+    opened: Arc<AtomicBool>,
+    /// Fetches in flight, for their service time.
+    fetches: FetchTimes,
+}
+
 /// Writes every reply in `outbox`, in order. Returns how the connection ends if it must.
 async fn flush<S: Stream>(
     conn: &mut Conn<S::W>,
     outbox: &Outbox,
-    owed: &AtomicUsize,
-    max_frame: &AtomicUsize,
-    fetches: &mut FetchTimes,
+    progress: &mut Progress,
 ) -> Option<End> {
     loop {
         let next = outbox.queue.lock().pop_front();
         let (rid, reply, close_after) = next?;
         if rid != 0 {
             // Only this task changes it; the reader reads it.
-            let _ = owed.fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
-            fetches.answered(rid, &conn.engine);
+            let _ = progress.owed.fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
+            progress.fetches.answered(rid, &conn.engine);
         }
-        if matches!(reply.body, ReplyBody::HelloOk(_)) {
-            max_frame.store(conn.engine.protocol().max_frame_bytes, Relaxed);
+        match &reply.body {
+            ReplyBody::HelloOk(_) => {
+                progress.max_frame.store(conn.engine.protocol().max_frame_bytes, Relaxed);
+                progress.opened.store(true, Relaxed);
+            }
+            ReplyBody::Error { code: ErrorCode::Unauthenticated, message } => {
+                // The operator's one sign of a client with a wrong token (or an attack).
+                warn!(peer = %conn.peer, "refused a Hello: {message}");
+            }
+            _ => {}
         }
         if !conn.send::<S>(rid, &reply).await {
             return Some(End::Drop);
@@ -593,50 +766,135 @@ async fn flush<S: Stream>(
     }
 }
 
-/// One connection, start to end, in one task: it reads a frame, hands the request to the core
-/// and writes the reply, with no hop to another task or thread on the way (on a page-cache
-/// hit the core answers inside `Engine::request`, and the reply goes out before the task
-/// yields). Replies the core delivers later, from other threads, wake it through its outbox.
+/// One accepted connection, start to end: it takes a session slot at once (before any TLS
+/// handshake, so that the core's slot policy covers connections that never finish one), then
+/// performs the TLS handshake if the server speaks TLS, under the handshake deadline, and
+/// serves the stream.
 async fn connection<S: Stream>(
     stream: S,
     peer: String,
     shared: Arc<ConnShared>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let (rd, w) = stream.split();
     let outbox = Arc::new(Outbox::default());
     let engine = shared.engine.clone();
     let id = engine.connect(Arc::new(OutboxSink(outbox.clone())));
-    let mut conn =
-        Conn { w, peer, engine: engine.clone(), id, cfg: shared.cfg.clone(), out: Vec::new() };
-    let max_frame = Arc::new(AtomicUsize::new(PRE_HELLO_FRAME_BYTES_MAX));
-    // Requests handed to the core and not answered yet.
-    let owed = Arc::new(AtomicUsize::new(0));
-    let ctx = Arc::new(ReaderCtx {
-        cfg: shared.cfg.clone(),
-        budget: shared.budget.clone(),
-        stats: shared.stats.clone(),
-        max_frame: max_frame.clone(),
-        owed: owed.clone(),
-    });
-    let mut reading =
-        Box::pin(next_frame(BufReader::with_capacity(READ_BUFFER_BYTES, rd), ctx.clone()));
-    // No more frames are read: shutdown began, or the stream's framing is lost (a bad frame;
-    // the core answers it with an error that closes the connection).
-    let mut reading_done = false;
-    let mut draining = false;
-    let mut fetches = FetchTimes::default();
-    let end = loop {
-        if let Some(end) = flush::<S>(&mut conn, &outbox, &owed, &max_frame, &mut fetches).await {
-            break end;
-        }
-        if draining && owed.load(Relaxed) == 0 {
-            break End::Close(Some(shutting_down()));
+    let handshake_deadline = TokioInstant::now() + shared.cfg.handshake_timeout;
+    let Some(acceptor) = shared.tls.clone() else {
+        let at = Known { outbox, id, handshake_deadline };
+        return serve_connection(stream, peer, shared, shutdown, at).await;
+    };
+    // The core may close the connection before the handshake completes (no slot for it, or
+    // it was the oldest waiting for Hello): a reply that closes is in the outbox then, and
+    // nothing can be said to a client that cannot read it yet.
+    let closed_by_core = |outbox: &Outbox| outbox.queue.lock().iter().any(|(_, _, close)| *close);
+    let handshake = timeout_at(handshake_deadline, acceptor.accept(stream));
+    tokio::pin!(handshake);
+    let tls = loop {
+        if closed_by_core(&outbox) {
+            debug!(%peer, "closed before the TLS handshake completed (no session slot)");
+            break None;
         }
         tokio::select! {
             biased;
             () = outbox.notify.notified() => {}
+            () = stopping(&mut shutdown) => break None,
+            done = &mut handshake => match done {
+                Ok(Ok(tls)) => break Some(tls),
+                Ok(Err(e)) => {
+                    shared.stats.tls_handshakes_failed.fetch_add(1, Relaxed);
+                    warn!(%peer, "TLS handshake failed: {e}");
+                    break None;
+                }
+                Err(_) => {
+                    shared.stats.handshakes_timed_out.fetch_add(1, Relaxed);
+                    debug!(%peer, "no TLS handshake within the handshake deadline");
+                    break None;
+                }
+            },
+        }
+    };
+    match tls {
+        Some(tls) => {
+            let at = Known { outbox, id, handshake_deadline };
+            serve_connection(tls, peer, shared, shutdown, at).await
+        }
+        None => engine.disconnect(id),
+    }
+}
+
+/// A connection the core knows: its outbox, its id and when its handshake must be done.
+struct Known {
+    /// Where the core's replies arrive.
+    outbox: Arc<Outbox>,
+    /// The core's name for the connection.
+    id: ConnId,
+    /// When `HelloOk` must have gone out.
+    handshake_deadline: TokioInstant,
+}
+
+/// Serves one connection's stream, start to end, in one task: it reads a frame, hands the
+/// request to the core and writes the reply, with no hop to another task or thread on the way
+/// (on a page-cache hit the core answers inside `Engine::request`, and the reply goes out
+/// before the task yields). Replies the core delivers later, from other threads, wake it
+/// through its outbox.
+async fn serve_connection<S: Stream>(
+    stream: S,
+    peer: String,
+    shared: Arc<ConnShared>,
+    mut shutdown: watch::Receiver<bool>,
+    known: Known,
+) {
+    let Known { outbox, id, handshake_deadline } = known;
+    let (rd, w) = stream.split();
+    let engine = shared.engine.clone();
+    let mut conn =
+        Conn { w, peer, engine: engine.clone(), id, cfg: shared.cfg.clone(), out: Vec::new() };
+    let mut progress = Progress {
+        owed: Arc::new(AtomicUsize::new(0)),
+        max_frame: Arc::new(AtomicUsize::new(PRE_HELLO_FRAME_BYTES_MAX)),
+        opened: Arc::new(AtomicBool::new(false)),
+        fetches: FetchTimes::default(),
+    };
+    let ctx = Arc::new(ReaderCtx {
+        cfg: shared.cfg.clone(),
+        budget: shared.budget.clone(),
+        stats: shared.stats.clone(),
+        max_frame: progress.max_frame.clone(),
+        opened: progress.opened.clone(),
+        owed: progress.owed.clone(),
+    });
+    let mut reading =
+        Box::pin(next_frame(BufReader::with_capacity(READ_BUFFER_BYTES, rd), ctx.clone()));
+    let handshake = tokio::time::sleep_until(handshake_deadline);
+    tokio::pin!(handshake);
+    // No more frames are read: shutdown began, or the stream's framing is lost (a bad frame;
+    // the core answers it with an error that closes the connection).
+    let mut reading_done = false;
+    let mut draining = false;
+    let end = loop {
+        if let Some(end) = flush::<S>(&mut conn, &outbox, &mut progress).await {
+            break end;
+        }
+        let owed = progress.owed.load(Relaxed);
+        if draining && owed == 0 {
+            break End::Close(Some(shutting_down()));
+        }
+        let opened = progress.opened.load(Relaxed);
+        tokio::select! {
+            biased;
+            () = outbox.notify.notified() => {}
             () = stopping(&mut shutdown), if !draining => draining = true,
+            // A Hello handed to the core is answered at once, so a connection that owes
+            // nothing and has not opened its session has not said Hello.
+            () = &mut handshake, if !opened && owed == 0 => {
+                shared.stats.handshakes_timed_out.fetch_add(1, Relaxed);
+                debug!(peer = %conn.peer, "no Hello within the handshake deadline");
+                break End::Close(Some(Reply::error(
+                    ErrorCode::Timeout,
+                    "no Hello within the handshake deadline",
+                )));
+            }
             (r, read) = &mut reading, if !draining && !reading_done => {
                 let bytes = match read {
                     Read::Frame(b) => b,
@@ -667,7 +925,7 @@ async fn connection<S: Stream>(
                 // Read ahead: the next frame's future starts now and runs while replies go out.
                 reading.set(next_frame(r, ctx.clone()));
                 conn.engine.note_traffic(bytes.len() as u64, 0);
-                let frame = match Frame::parse(bytes, max_frame.load(Relaxed)) {
+                let frame = match Frame::parse(bytes, progress.max_frame.load(Relaxed)) {
                     Ok(f) => f,
                     Err(e) => {
                         debug!(peer = %conn.peer, "bad frame: {e}");
@@ -686,9 +944,9 @@ async fn connection<S: Stream>(
                 };
                 drop(frame);
                 if matches!(req.body, RequestBody::Fetch { .. } | RequestBody::Prefetch(_)) {
-                    fetches.handing(rid);
+                    progress.fetches.handing(rid);
                 }
-                owed.fetch_add(1, Relaxed);
+                progress.owed.fetch_add(1, Relaxed);
                 outbox.inline.store(true, SeqCst);
                 let work = conn.engine.request(conn.id, rid, req);
                 outbox.inline.store(false, SeqCst);
@@ -752,12 +1010,16 @@ async fn serve_with_stats<L: Listen>(
 ) {
     let mut next = 0usize;
     let max_frame = engine.protocol().max_frame_bytes;
-    let budget = config.in_flight_bytes_max.max(max_frame).min(Semaphore::MAX_PERMITS);
+    let pool = config.in_flight_bytes_max.max(max_frame).min(Semaphore::MAX_PERMITS);
+    let budget =
+        Budget { pool: Arc::new(Semaphore::new(pool)), reserve: Arc::new(Semaphore::new(1)) };
+    let tls = config.tls.as_ref().map(|t| tokio_rustls::TlsAcceptor::from(t.rustls_config()));
     let shared = Arc::new(ConnShared {
         engine,
         cfg: Arc::new(config),
-        budget: Arc::new(Semaphore::new(budget)),
+        budget: Arc::new(budget),
         stats,
+        tls,
     });
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
@@ -1131,9 +1393,13 @@ mod tests {
     fn ctx(idle_timeout: Duration, owed: Arc<AtomicUsize>) -> ReaderCtx {
         ReaderCtx {
             cfg: Arc::new(NetConfig { idle_timeout, ..NetConfig::default() }),
-            budget: Arc::new(Semaphore::new(1 << 20)),
+            budget: Arc::new(Budget {
+                pool: Arc::new(Semaphore::new(1 << 20)),
+                reserve: Arc::new(Semaphore::new(1)),
+            }),
             stats: Arc::new(NetStats::default()),
             max_frame: Arc::new(AtomicUsize::new(PRE_HELLO_FRAME_BYTES_MAX)),
+            opened: Arc::new(AtomicBool::new(false)),
             owed,
         }
     }

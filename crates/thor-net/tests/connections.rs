@@ -187,3 +187,106 @@ fn shutdown_answers_in_flight_requests_and_closes_idle_connections() {
     drop(t);
     server.shutdown().unwrap();
 }
+
+#[test]
+fn pipelining_past_the_bound_answers_in_order() {
+    use thor_wire::limits::IN_FLIGHT_MAX;
+    let db = Db::new();
+    let (engine, gate) = db.create_gated(ProtocolConfig::default());
+    let (_, server) = serve(engine.clone(), NetConfig::default());
+    let addr = server.local_addr();
+    let mut setup = connect(addr, b"");
+    let class = commit_ok(&mut setup, vec![], vec![item_class().to_class_object()])[0];
+    let commits_before = engine.server_stats().commits;
+    let errors_before = engine.server_stats().protocol_errors;
+    let mut s = raw(addr);
+    raw_hello(&mut s, b"");
+    let commit = |seq| commit_req(vec![], vec![item(class.raw(), 0, seq, b"x")]);
+    // The log cannot be made durable: the first commit stays deferred, and the requests after
+    // it are held back in the core, up to the bound.
+    gate.shut();
+    let mut frames = commit(1).to_frame(10).unwrap();
+    let held = IN_FLIGHT_MAX as u64;
+    for id in 11..11 + held {
+        frames.extend(fetch_req(PageId::FIRST).to_frame(id).unwrap());
+    }
+    // Past the bound: three commits, dropped.
+    let dropped: Vec<u64> = (11 + held..14 + held).collect();
+    for (k, &id) in dropped.iter().enumerate() {
+        frames.extend(commit(2 + k as u32).to_frame(id).unwrap());
+    }
+    send_raw(&mut s, &frames);
+    // Each dropped request counts as a protocol error: once all three are counted, the core
+    // has every request. Nothing is answered before the commit is.
+    wait_until(|| engine.server_stats().protocol_errors == errors_before + 3);
+    assert!(quiet_and_open(&mut s), "nothing answered out of order");
+    gate.open();
+    let mut ids = Vec::new();
+    while let Some((id, r)) = read_frame(&mut s) {
+        match id {
+            10 => assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}"),
+            id if id < 11 + held => assert!(matches!(r.body, ReplyBody::Page { .. }), "{r:?}"),
+            id => match r.body {
+                ReplyBody::Error { code: ErrorCode::UnexpectedMessage, message } => {
+                    assert!(message.contains(&format!("request {id} dropped")), "{message}")
+                }
+                other => panic!("request {id}: {other:?}"),
+            },
+        }
+        ids.push(id);
+    }
+    let mut want: Vec<u64> = (10..11 + held).collect();
+    want.extend(&dropped);
+    assert_eq!(ids, want, "every reply in request order, then the connection closes");
+    assert_eq!(engine.server_stats().commits, commits_before + 1, "no dropped commit took effect");
+    // The server goes on serving others.
+    fetch(&mut setup, PageId::FIRST);
+    drop((s, setup));
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn silent_connections_do_not_lock_out_clients() {
+    let db = Db::new();
+    // The default slots (256); a handshake deadline far away, so that it is not what lets
+    // the client in.
+    let net = NetConfig { handshake_timeout: SAFETY_TIMEOUT * 3, ..NetConfig::default() };
+    let (engine, server) = serve(db.create(), net);
+    let addr = server.local_addr();
+    let slots = thor_server::limits::SESSIONS_MAX_DEFAULT;
+    let share = slots / thor_server::limits::PRE_HELLO_SESSIONS_SHARE;
+    // A few clients in session first.
+    let mut clients: Vec<TcpTransport> = (0..4).map(|_| connect(addr, b"")).collect();
+    // As many silent connections as there are slots: they never say Hello.
+    let mut silent: Vec<_> = (0..slots).map(|_| raw(addr)).collect();
+    // Beyond their share, each pushes out the oldest of them: they hold the share, no more.
+    wait_until(|| engine.server_stats().sessions_refused == (slots - share) as u64);
+    expect_error_and_close(&mut silent[0], ErrorCode::Busy, 0);
+    assert!(quiet_and_open(&mut silent[slots - 1]), "the newest are still connected");
+    // A client still gets in, and every client is served.
+    let mut late = connect(addr, b"");
+    fetch(&mut late, PageId::FIRST);
+    for c in &mut clients {
+        fetch(c, PageId::FIRST);
+    }
+    assert_eq!(engine.server_stats().sessions_open as usize, clients.len() + 1 + share - 1);
+    drop((clients, silent, late));
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn a_connection_silent_past_the_handshake_deadline_is_closed() {
+    let db = Db::new();
+    let net = NetConfig { handshake_timeout: Duration::from_millis(200), ..NetConfig::default() };
+    let (_engine, server) = serve(db.create(), net);
+    let addr = server.local_addr();
+    // A client that says Hello at once, connected before the silent one.
+    let mut client = connect(addr, b"");
+    let mut silent = raw(addr);
+    expect_error_and_close(&mut silent, ErrorCode::Timeout, 0);
+    // The client's deadline passed before the silent one's: its session is not affected.
+    fetch(&mut client, PageId::FIRST);
+    assert_eq!(server.stats().handshakes_timed_out.load(std::sync::atomic::Ordering::Relaxed), 1);
+    drop(client);
+    server.shutdown().unwrap();
+}

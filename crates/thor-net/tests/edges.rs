@@ -3,24 +3,15 @@
 
 mod common;
 
-use std::io::{ErrorKind, Read};
-use std::time::Duration;
+use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
 use common::*;
+use thor_core::PageId;
 use thor_net::NetConfig;
 use thor_server::ProtocolConfig;
 use thor_server::limits::PRE_HELLO_FRAME_BYTES_MAX;
 use thor_wire::{Commit, ErrorCode, Hello, ReplyBody, Request, RequestBody};
-
-/// Waits (without a deadline of its own: the test's safety timeout bounds it) until `f` holds.
-fn wait_until(mut f: impl FnMut() -> bool) {
-    let start = std::time::Instant::now();
-    while !f() {
-        assert!(start.elapsed() < SAFETY_TIMEOUT, "the server never got there");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
 
 #[test]
 fn oversized_frame_before_hello() {
@@ -46,64 +37,100 @@ fn oversized_frame_before_hello() {
     server.shutdown().unwrap();
 }
 
+fn in_flight(server: &thor_net::Server) -> usize {
+    server.stats().in_flight_bytes.load(Relaxed)
+}
+
+/// A commit frame of `objects` new items of about 3 KB each (request id 2).
+fn big_commit(class: thor_core::Oref, seq: u32, objects: u32) -> Vec<u8> {
+    let created = (0..objects)
+        .map(|i| Bytes::from(item(class.raw(), 0, seq * 1000 + i, &[1; 3000])))
+        .collect();
+    Request::new(RequestBody::Commit(Commit { reads: vec![], versions: vec![], created }))
+        .to_frame(2)
+        .unwrap()
+}
+
 #[test]
-fn in_flight_bytes_are_bounded() {
+fn declared_length_does_not_stall_others() {
+    // The defaults: a 256 MiB bound, 64 MiB frames, a 30 s frame timeout.
     let db = Db::new();
-    let max_frame = 128 << 10;
-    let bound = 192 << 10;
+    let (engine, server) = serve(db.create(), NetConfig::default());
+    let addr = server.local_addr();
+    // Four authenticated connections announce the largest frame and send nothing more.
+    let mut stallers: Vec<_> = (0..4).map(|_| raw(addr)).collect();
+    for s in &mut stallers {
+        raw_hello(s, b"");
+        send_raw(s, &((thor_wire::limits::FRAME_BYTES_MAX - 4) as u32).to_le_bytes());
+    }
+    // Each holds its first step (16 KiB), not the 64 MiB it announced.
+    wait_until(|| in_flight(&server) == 4 * (16 << 10));
+    // Another client connects (its Hello), fetches and commits, while they are connected. The
+    // client's timeout (the safety net, 20 s) is shorter than the frame timeout (30 s) that
+    // would free room if the announced lengths were charged.
+    let mut t = connect(addr, b"");
+    fetch(&mut t, PageId::FIRST);
+    let class = commit_ok(&mut t, vec![], vec![item_class().to_class_object()])[0];
+    commit_ok(&mut t, vec![], vec![item(class.raw(), 0, 1, b"after")]);
+    for s in &mut stallers {
+        assert!(quiet_and_open(s), "the stallers are still connected and unanswered");
+    }
+    assert_eq!(server.stats().frames_waited.load(Relaxed), 0, "nobody waited");
+    assert_eq!(engine.server_stats().commits, 2);
+    drop((t, stallers));
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn half_received_frames_cannot_wait_on_each_other_for_ever() {
+    let db = Db::new();
+    // A pool of one largest frame (256 KiB): two frames half received fill it.
+    let max_frame = 256 << 10;
     let protocol = ProtocolConfig { max_frame_bytes: max_frame, ..ProtocolConfig::default() };
     let net = NetConfig {
-        in_flight_bytes_max: bound,
-        frame_timeout: SAFETY_TIMEOUT,
+        in_flight_bytes_max: max_frame,
+        frame_timeout: SAFETY_TIMEOUT * 2,
         ..NetConfig::default()
     };
     let (engine, server) = serve(db.create_with(protocol), net);
     let addr = server.local_addr();
     let mut setup = connect(addr, b"");
     let class = commit_ok(&mut setup, vec![], vec![item_class().to_class_object()])[0];
-    // Two commits of about 120 KiB: either fits the bound alone, both do not.
-    let big = |seq: u32| {
-        let created =
-            (0..40).map(|i| Bytes::from(item(class.raw(), 0, seq * 100 + i, &[1; 3000]))).collect();
-        Request::new(RequestBody::Commit(Commit { reads: vec![], versions: vec![], created }))
-            .to_frame(2)
-            .unwrap()
-    };
-    let hello = |s: &mut std::net::TcpStream| {
-        let h = Request::new(RequestBody::Hello(Hello::new(&b""[..], "raw"))).to_frame(1);
-        send_raw(s, &h.unwrap());
-        let (_, r) = read_frame(s).unwrap();
-        assert!(matches!(r.body, ReplyBody::HelloOk(_)));
-    };
-    let (fa, fb) = (big(1), big(2));
-    assert!(fa.len() <= max_frame && fa.len() * 2 > bound);
+    let (fa, fb) = (big_commit(class, 1, 80), big_commit(class, 2, 80));
+    assert!(fa.len() > 128 << 10 && fa.len() <= max_frame && fb.len() <= max_frame);
     let mut a = raw(addr);
     let mut b = raw(addr);
-    hello(&mut a);
-    hello(&mut b);
-    // A sends its length and half its frame, then stalls: its bytes are held.
-    send_raw(&mut a, &fa[..fa.len() / 2]);
-    wait_until(|| server.stats().in_flight_bytes.load(std::sync::atomic::Ordering::Relaxed) > 0);
-    // B's whole frame must wait for room.
-    send_raw(&mut b, &fb);
-    wait_until(|| server.stats().frames_waited.load(std::sync::atomic::Ordering::Relaxed) == 1);
-    b.set_nonblocking(true).unwrap();
-    let mut byte = [0u8; 1];
-    assert!(
-        matches!(b.read(&mut byte), Err(e) if e.kind() == ErrorKind::WouldBlock),
-        "B is not answered while A holds the room"
-    );
-    b.set_nonblocking(false).unwrap();
-    // A completes: both are answered, in turn.
-    send_raw(&mut a, &fa[fa.len() / 2..]);
+    raw_hello(&mut a, b"");
+    raw_hello(&mut b, b"");
+    // A and B each send 100 KiB of their frame: each buffer has grown to 128 KiB, charged,
+    // and the pool (256 KiB) is full. Each needs more room to read the rest.
+    let part = 100 << 10;
+    send_raw(&mut a, &fa[..part]);
+    wait_until(|| in_flight(&server) == 128 << 10);
+    send_raw(&mut b, &fb[..part]);
+    wait_until(|| in_flight(&server) == 256 << 10);
+    // With the pool full, a new client still says Hello (frames before Hello are not
+    // charged) and an open session's small request completes, from the reserve.
+    let mut c = connect(addr, b"");
+    fetch(&mut c, PageId::FIRST);
+    fetch(&mut setup, PageId::FIRST);
+    assert!(quiet_and_open(&mut a) && quiet_and_open(&mut b));
+    // Both send the rest: each needs room the other holds. One completes from the reserve,
+    // is served and gives its room back; then the other completes.
+    send_raw(&mut a, &fa[part..]);
+    send_raw(&mut b, &fb[part..]);
     for s in [&mut a, &mut b] {
         let (_, r) = read_frame(s).unwrap();
         assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}");
     }
-    let peak = server.stats().in_flight_bytes_peak.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(peak <= bound, "at most {bound} bytes held at once, saw {peak}");
+    let st = server.stats();
+    assert!(st.frames_waited.load(Relaxed) >= 1);
+    assert!(st.frames_from_reserve.load(Relaxed) >= 2, "the fetch and one commit");
+    let peak = st.in_flight_bytes_peak.load(Relaxed);
+    assert!(peak <= 2 * max_frame, "at most the pool and one frame: {peak}");
     assert_eq!(engine.server_stats().commits, 3);
-    drop((a, b, setup));
+    wait_until(|| in_flight(&server) == 0);
+    drop((a, b, c, setup));
     server.shutdown().unwrap();
 }
 

@@ -127,3 +127,25 @@ const _: () = assert!(
         as u64
         <= CREDENTIALS_FILE_BYTES_MAX
 );
+/// Sessions waiting for `Hello` may hold at most one slot in this many (a quarter of
+/// `sessions_max`, at least one): connections that have not authenticated cannot take the
+/// server's slots from clients. Beyond the share, the oldest of them is closed for the newer
+/// (`core::sessions`, *Slots*). A quarter leaves room for a burst of clients connecting at
+/// once, each waiting a round trip for its `Hello` to arrive.
+pub const PRE_HELLO_SESSIONS_SHARE: usize = 4;
+
+/// Most sessions kept while their connection closes (their last reply on its way, no slot
+/// held). The driver reports each gone within its write timeout; past this many, new
+/// connections are refused until it does, so that closing connections cannot grow the
+/// session table without bound.
+pub const CLOSING_SESSIONS_MAX: usize = 1024;
+
+/// Most ids remembered of the requests a connection sent past the in-flight bound, each to be
+/// answered with an error naming it; later ones are only counted, and named by number in the
+/// last error. Twice the bound: a client that pipelines past it by mistake (a counting bug)
+/// is told which requests were lost, one by one, while a flood costs 8 bytes a request at most
+/// this many times.
+pub const DROPPED_IDS_MAX: usize = 2 * thor_wire::limits::IN_FLIGHT_MAX;
+
+const _: () = assert!(PRE_HELLO_SESSIONS_SHARE >= 2);
+const _: () = assert!(DROPPED_IDS_MAX >= 1);

@@ -9,7 +9,9 @@
 //!   engine `thor server` runs. [`Database`] does the same and makes more sessions, one per
 //!   thread.
 //! - [`connect`]: a **server** (`thor server --dir DB --listen ADDR --create`) over TCP,
-//!   shared by many processes.
+//!   shared by many processes; [`connect_tls`] over TLS, to a server started with
+//!   `--tls-cert` and `--tls-key` ([`TlsClient`] says which CA to trust, and which client
+//!   certificate to present if the server requires one).
 //!
 //! Either way the result is a [`Session`], with the defaults the `thor` command uses
 //! ([`SessionConfig::default`]: a 64 MiB client cache managed by HAC).
@@ -41,7 +43,8 @@
 //!
 //! # What is here
 //!
-//! - Reaching a store: [`open`], [`Database`], [`connect`], [`connect_with`].
+//! - Reaching a store: [`open`], [`Database`], [`connect`], [`connect_with`],
+//!   [`connect_tls`], [`connect_tls_with`] and [`TlsClient`].
 //! - Declaring classes: [`class!`]; [`Ref`] (a typed reference, stored in fields and root
 //!   slots); the built-in classes [`Refs`] (a collection of references), [`Bytes`],
 //!   [`Large`] and [`Any`]; the [`Class`] trait, for code generic over classes.
@@ -83,6 +86,7 @@ pub use thor_client::{
     Connector, Elem, Large, PolicyConfig, Ref, Refs, SCHEMA_SLOT, Seq, SeqView, Session,
     SessionConfig, Str, Surrogate, View, XRef, max_str_bytes,
 };
+pub use thor_net::{TlsClient, TlsError};
 pub use thor_wire::{BackupInfo, TransportError};
 #[cfg(feature = "embedded")]
 pub use upgrade::{ClassUpgrade, Incompatibility, Upgrade, UpgradeError, UpgradeReport};
@@ -132,6 +136,41 @@ pub fn connect_with(
         let addr = format!("{addr:?}").trim_matches('"').to_string();
         Error::Connect { addr, source }
     })?;
+    Ok(Session::new(Box::new(transport), config)?)
+}
+
+/// Connects to a thor server over TLS (`thor server --tls-cert PEM --tls-key PEM`) and opens a
+/// session, with the defaults the `thor` command uses. The server's certificate must be signed
+/// by a CA `tls` trusts and name the host of `addr` (`HOST:PORT`; an IP address is checked
+/// against the certificate's IP addresses), or the name given with
+/// [`TlsClient::with_server_name`]. The token travels encrypted.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let ca = std::fs::read("ca.pem")?;
+/// let tls = thor::TlsClient::from_ca_pem(&ca)?;
+/// let session = thor::connect_tls("db.example:7400", std::env::var("THOR_TOKEN")?, &tls)?;
+/// # drop(session); Ok(()) }
+/// ```
+///
+/// For a server started with `--tls-client-ca`, give the client's certificate and key too:
+/// [`TlsClient::with_identity_pem`]. Fails with [`Error::Connect`] as [`connect`] does, and
+/// when the TLS handshake fails ([`TransportError::Io`]: the server's certificate is not
+/// trusted or does not name the host, or the server refused the client's certificate).
+pub fn connect_tls(addr: &str, token: impl AsRef<[u8]>, tls: &TlsClient) -> Result<Session, Error> {
+    connect_tls_with(addr, token, tls, SessionConfig::default())
+}
+
+/// [`connect_tls`] with session settings of the caller's.
+pub fn connect_tls_with(
+    addr: &str,
+    token: impl AsRef<[u8]>,
+    tls: &TlsClient,
+    config: SessionConfig,
+) -> Result<Session, Error> {
+    let client = client_config(token.as_ref());
+    let transport = thor_net::TlsTransport::connect(addr, &client, tls)
+        .map_err(|source| Error::Connect { addr: addr.to_owned(), source })?;
     Ok(Session::new(Box::new(transport), config)?)
 }
 

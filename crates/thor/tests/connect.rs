@@ -109,3 +109,47 @@ fn a_local_client_connects_through_the_unix_socket_and_shares_the_database_with_
     assert!(err.to_string().starts_with(&format!("connecting to unix:{}", path.display())));
     drop(unix);
 }
+
+/// A CA and a server certificate for 127.0.0.1 it signed, in PEM: (CA, certificate, key).
+fn certificates() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+#[test]
+fn connect_tls_runs_transactions_over_tls() {
+    let (ca, cert, key) = certificates();
+    let opts = EngineOptions {
+        protocol: ProtocolConfig { token: TOKEN.as_bytes().to_vec(), ..ProtocolConfig::default() },
+        ..EngineOptions::default()
+    };
+    let engine = Arc::new(Engine::create(Arc::new(MemDisk::new()), opts).unwrap());
+    let tls = thor_net::TlsServer::from_pem(cert.as_bytes(), key.as_bytes(), None).unwrap();
+    let net = NetConfig { tls: Some(tls), ..NetConfig::default() };
+    let server = Server::start("127.0.0.1:0", engine, net).unwrap();
+    let addr = server.local_addr().to_string();
+    let trusted = thor::TlsClient::from_ca_pem(ca.as_bytes()).unwrap();
+    let s = thor::connect_tls(&addr, TOKEN, &trusted).unwrap();
+    let n = s
+        .run(|s| {
+            let c = s.create::<Counter>(0)?;
+            c.set(Counter::value, 7)?;
+            s.set_root(0, c.as_ref())?;
+            Ok(c.get(Counter::value))
+        })
+        .unwrap();
+    assert_eq!(n, 7);
+    // A client that trusts another CA is refused before it sends its token.
+    let (other_ca, _, _) = certificates();
+    let untrusted = thor::TlsClient::from_ca_pem(other_ca.as_bytes()).unwrap();
+    let err = thor::connect_tls(&addr, TOKEN, &untrusted).unwrap_err();
+    assert!(matches!(&err, Error::Connect { source: TransportError::Io(_), .. }), "{err:?}");
+}

@@ -201,3 +201,128 @@ pub fn send_raw(s: &mut TcpStream, bytes: &[u8]) {
 pub fn end_raw(s: &TcpStream) {
     let _ = s.shutdown(Shutdown::Write);
 }
+
+/// Waits (bounded by the safety timeout: a broken server fails the test, never hangs it)
+/// until `f` holds.
+pub fn wait_until(mut f: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !f() {
+        assert!(start.elapsed() < SAFETY_TIMEOUT, "the server never got there");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Shut, every sync of a [`GatedDisk`] waits until it opens: a commit then stays deferred
+/// (waiting for the log to be durable) for as long as a test needs, with no timing involved.
+#[derive(Debug, Default)]
+pub struct Gate {
+    shut: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+}
+
+impl Gate {
+    pub fn shut(&self) {
+        *self.shut.lock().unwrap() = true;
+    }
+
+    pub fn open(&self) {
+        *self.shut.lock().unwrap() = false;
+        self.opened.notify_all();
+    }
+
+    fn pass(&self) {
+        let mut shut = self.shut.lock().unwrap();
+        while *shut {
+            shut = self.opened.wait(shut).unwrap();
+        }
+    }
+}
+
+/// A disk whose file syncs pass through a [`Gate`].
+#[derive(Debug)]
+pub struct GatedDisk {
+    inner: Arc<dyn Disk>,
+    gate: Arc<Gate>,
+}
+
+#[derive(Debug)]
+struct GatedFile {
+    inner: Arc<dyn thor_storage::DiskFile>,
+    gate: Arc<Gate>,
+}
+
+impl Disk for GatedDisk {
+    fn open(
+        &self,
+        name: &str,
+        create: bool,
+    ) -> Result<Arc<dyn thor_storage::DiskFile>, thor_storage::StorageError> {
+        let inner = self.inner.open(name, create)?;
+        Ok(Arc::new(GatedFile { inner, gate: self.gate.clone() }))
+    }
+    fn exists(&self, name: &str) -> Result<bool, thor_storage::StorageError> {
+        self.inner.exists(name)
+    }
+    fn remove(&self, name: &str) -> Result<(), thor_storage::StorageError> {
+        self.inner.remove(name)
+    }
+    fn rename(&self, from: &str, to: &str) -> Result<(), thor_storage::StorageError> {
+        self.inner.rename(from, to)
+    }
+    fn list(&self) -> Result<Vec<String>, thor_storage::StorageError> {
+        self.inner.list()
+    }
+    fn sync_dir(&self) -> Result<(), thor_storage::StorageError> {
+        self.inner.sync_dir()
+    }
+}
+
+impl thor_storage::DiskFile for GatedFile {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, thor_storage::StorageError> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), thor_storage::StorageError> {
+        self.inner.write_at(offset, data)
+    }
+    fn sync(&self) -> Result<(), thor_storage::StorageError> {
+        self.gate.pass();
+        self.inner.sync()
+    }
+    fn len(&self) -> Result<u64, thor_storage::StorageError> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> Result<(), thor_storage::StorageError> {
+        self.inner.set_len(len)
+    }
+}
+
+impl Db {
+    /// A new database on a disk whose syncs wait while the returned gate is shut (it starts
+    /// open).
+    pub fn create_gated(&self, protocol: ProtocolConfig) -> (Arc<Engine>, Arc<Gate>) {
+        let gate = Arc::new(Gate::default());
+        let disk = Arc::new(GatedDisk { inner: self.disk(), gate: gate.clone() });
+        let engine = Engine::create(disk, EngineOptions { protocol, ..opts() }).unwrap();
+        (Arc::new(engine), gate)
+    }
+}
+
+/// Opens a session on a raw socket with `Hello` and expects `HelloOk`.
+pub fn raw_hello(s: &mut TcpStream, token: &[u8]) {
+    let h = Request::new(RequestBody::Hello(thor_wire::Hello::new(token.to_vec(), "raw")));
+    send_raw(s, &h.to_frame(1).unwrap());
+    let (_, r) = read_frame(s).unwrap();
+    assert!(matches!(r.body, ReplyBody::HelloOk(_)), "{r:?}");
+}
+
+/// Whether the server has sent nothing on `s` and not closed it (checked without waiting).
+pub fn quiet_and_open(s: &mut TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    let quiet = matches!(s.read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+    s.set_nonblocking(false).unwrap();
+    quiet
+}

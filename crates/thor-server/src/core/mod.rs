@@ -984,6 +984,9 @@ impl Core {
                     break;
                 }
             }
+            // Requests dropped past the in-flight bound are answered after every one before
+            // them (`sessions`, *Order*).
+            self.sessions.answer_dropped(conn, fx);
         }
         // Handling a held-back request can start reads or prepare commits.
         self.pump(fx);

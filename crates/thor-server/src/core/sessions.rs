@@ -16,13 +16,48 @@
 //! without breaking the protocol (a fetch of a page that does not exist, a refused commit)
 //! leave the session open.
 //!
+//! # Slots
+//!
+//! A session holds one of [`ProtocolConfig::sessions_max`] slots from the moment its
+//! connection is reported, before `Hello`. Connections that have not said `Hello` yet hold at
+//! most a quarter of the slots ([`pre_hello_sessions_max`]), and never keep a newer
+//! connection out:
+//!
+//! - when a new connection would make more than the pre-`Hello` share, or finds every slot
+//!   taken while some are held by connections still waiting for `Hello`, the *oldest* such
+//!   connection is closed with `Error(Busy)` (id 0) and the new one takes its place;
+//! - only when every slot belongs to an authenticated session is the new connection refused
+//!   with `Error(Busy)`.
+//!
+//! So silent connections (a peer that connects and never speaks) cannot lock clients out: a
+//! client's connection pushes the oldest silent one out, and its `Hello` follows at once. The
+//! driver adds a handshake deadline (thor-net's `NetConfig::handshake_timeout`), so a silent
+//! connection is also closed after a few seconds. A flood of new connections faster than a
+//! client's round trip can still push that client out before its `Hello` arrives; it is told
+//! `Busy` and may retry. Sessions being closed (their last reply on its way) hold no slot; at
+//! most [`CLOSING_SESSIONS_MAX`] of them are kept, beyond which new connections are refused
+//! until the drivers report them gone.
+//!
 //! # Order
 //!
 //! Replies to one connection leave in request order. While a request of the connection is
 //! deferred (a commit waiting for durability, a fetch waiting for a disk read), the session is
 //! *busy* and later requests are *held back* in it, at most
-//! [`thor_wire::limits::IN_FLIGHT_MAX`] (a client that sends more than the protocol allows
-//! in flight gets `Error(UnexpectedMessage)` and is closed).
+//! [`thor_wire::limits::IN_FLIGHT_MAX`]. A client that sends more than that has broken the
+//! protocol, and is still answered in order:
+//!
+//! ```text
+//!   deferred  held 1 .. held 16   overflow  later ...
+//!   ────────  ─────────────────   ──────────────────
+//!   real replies, in order        Error(UnexpectedMessage) each, in order, none executed;
+//!                                 the last one closes the connection
+//! ```
+//!
+//! Every request handed to the core before the overflow is served as usual. The request that
+//! overflows the bound, and every later one, is *dropped*: it never takes effect, and once
+//! the requests before it are answered each dropped one is answered with an error carrying
+//! its own id; the last of those closes the session. At most [`DROPPED_IDS_MAX`] dropped ids
+//! are remembered; later ones are counted and named by the last error.
 //!
 //! # From engine errors to wire codes
 //!
@@ -74,6 +109,13 @@ use thor_wire::{
 use super::credentials::{Credentials, Need, Scope};
 use super::store::CommitIn;
 use super::{ConnId, Effect, ProtocolConfig};
+use crate::limits::{CLOSING_SESSIONS_MAX, DROPPED_IDS_MAX, PRE_HELLO_SESSIONS_SHARE};
+
+/// Most sessions that may wait for `Hello` at once with `sessions_max` slots: a share of them
+/// (see the module documentation, *Slots*), at least one.
+pub fn pre_hello_sessions_max(sessions_max: usize) -> usize {
+    (sessions_max / PRE_HELLO_SESSIONS_SHARE).max(1)
+}
 
 /// Where a session is in the protocol.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +151,31 @@ struct Session {
     busy: bool,
     /// Requests received while busy, oldest first.
     held: VecDeque<(u64, Request)>,
+    /// The order of connection (a count of connects): the oldest session waiting for `Hello`
+    /// is the one closed to make room.
+    since: u64,
+    /// Ids of the requests dropped past the in-flight bound, oldest first (at most
+    /// [`DROPPED_IDS_MAX`]); none of them is executed. Once any is, every later request is
+    /// dropped too, and the session closes after answering them.
+    dropped: Vec<u64>,
+    /// Requests dropped beyond those whose ids are kept.
+    dropped_uncounted: u64,
+}
+
+impl Session {
+    /// Whether the session dropped a request past the in-flight bound (and so drops every
+    /// later one and will close).
+    fn overflowed(&self) -> bool {
+        !self.dropped.is_empty()
+    }
+
+    /// Forgets the requests it held back or dropped: its connection is closing with a reply
+    /// that says so.
+    fn forget_queued(&mut self) {
+        self.held.clear();
+        self.dropped.clear();
+        self.dropped_uncounted = 0;
+    }
 }
 
 /// Counters of the sessions.
@@ -118,7 +185,8 @@ pub struct SessionCounters {
     pub sessions_open: u64,
     /// Sessions opened since start.
     pub sessions_opened: u64,
-    /// Connections refused for the session limit.
+    /// Connections refused for the session limit, or closed before `Hello` to make room for
+    /// a newer one.
     pub sessions_refused: u64,
     /// Requests received.
     pub requests: u64,
@@ -211,6 +279,8 @@ pub struct Sessions {
     conns: FxHashMap<ConnId, Session>,
     /// The next client id to give out (ids start at 1; 0 is never a session's).
     next_client: u32,
+    /// Connections reported so far: orders sessions by age.
+    connects: u64,
     /// Counters.
     counters: SessionCounters,
 }
@@ -279,31 +349,83 @@ impl Sessions {
             cfg,
             conns: FxHashMap::default(),
             next_client: 1,
+            connects: 0,
             counters: SessionCounters::default(),
         }
     }
 
     pub fn counters(&self) -> SessionCounters {
-        SessionCounters { sessions_open: self.conns.len() as u64, ..self.counters }
+        let open = self.conns.values().filter(|s| s.state != State::Closed).count();
+        SessionCounters { sessions_open: open as u64, ..self.counters }
     }
 
-    /// A new connection: a session, or `Error(Busy)` and close.
+    /// A new connection: a session, or `Error(Busy)` and close. It may close the oldest
+    /// connection still waiting for `Hello` to make room (see the module documentation,
+    /// *Slots*).
     pub fn connect(&mut self, conn: ConnId, fx: &mut Vec<Effect>) {
-        if self.conns.len() >= self.cfg.sessions_max {
-            self.counters.sessions_refused += 1;
-            let max = self.cfg.sessions_max;
-            let reply = Reply::error(
-                ErrorCode::Busy,
-                &format!("the server has its maximum of {max} connections"),
-            );
-            fx.push(Effect::Reply { conn, id: 0, reply, close: true });
+        let (mut live, mut awaiting) = (0, 0);
+        for s in self.conns.values() {
+            match s.state {
+                State::Closed => {}
+                State::AwaitingHello => (live, awaiting) = (live + 1, awaiting + 1),
+                State::Open { .. } => live += 1,
+            }
+        }
+        let closing = self.conns.len() - live;
+        let max = self.cfg.sessions_max;
+        let share = pre_hello_sessions_max(max);
+        if closing >= CLOSING_SESSIONS_MAX || (live >= max && awaiting == 0) {
+            self.refuse(conn, fx);
             return;
         }
+        if awaiting >= share || live >= max {
+            self.evict_oldest_awaiting(fx);
+        }
+        debug_assert!(self.conns.values().filter(|s| s.state != State::Closed).count() < max);
         self.counters.sessions_opened += 1;
+        self.connects += 1;
         self.conns.insert(
             conn,
-            Session { state: State::AwaitingHello, busy: false, held: VecDeque::new() },
+            Session {
+                state: State::AwaitingHello,
+                busy: false,
+                held: VecDeque::new(),
+                since: self.connects,
+                dropped: Vec::new(),
+                dropped_uncounted: 0,
+            },
         );
+    }
+
+    /// Refuses a connection: every slot is an authenticated session's (or too many are
+    /// closing).
+    fn refuse(&mut self, conn: ConnId, fx: &mut Vec<Effect>) {
+        self.counters.sessions_refused += 1;
+        let max = self.cfg.sessions_max;
+        let reply = Reply::error(
+            ErrorCode::Busy,
+            &format!("the server has its maximum of {max} connections"),
+        );
+        fx.push(Effect::Reply { conn, id: 0, reply, close: true });
+    }
+
+    /// Closes the oldest connection still waiting for `Hello`, with `Error(Busy)`: its slot
+    /// goes to a newer connection.
+    fn evict_oldest_awaiting(&mut self, fx: &mut Vec<Effect>) {
+        let oldest = self
+            .conns
+            .iter_mut()
+            .filter(|(_, s)| s.state == State::AwaitingHello)
+            .min_by_key(|(_, s)| s.since);
+        let Some((&conn, s)) = oldest else { return };
+        s.state = State::Closed;
+        s.forget_queued();
+        self.counters.sessions_refused += 1;
+        let reply = Reply::error(
+            ErrorCode::Busy,
+            "no Hello yet and too many connections waiting for one: closed for a newer one",
+        );
+        fx.push(Effect::Reply { conn, id: 0, reply, close: true });
     }
 
     pub fn disconnect(&mut self, conn: ConnId) {
@@ -315,7 +437,7 @@ impl Sessions {
         self.counters.protocol_errors += 1;
         if let Some(s) = self.conns.get_mut(&conn) {
             s.state = State::Closed;
-            s.held.clear();
+            s.forget_queued();
         }
         fx.push(Effect::Reply {
             conn,
@@ -326,35 +448,71 @@ impl Sessions {
     }
 
     /// Counts a request and holds it back if its connection is busy. Returns true if the
-    /// request was taken care of here (held back, or refused because too many are held).
+    /// request was taken care of here: held back, or dropped past the in-flight bound (see
+    /// the module documentation, *Order*).
     pub fn hold_back(
         &mut self,
         conn: ConnId,
         id: u64,
         req: &Request,
-        fx: &mut Vec<Effect>,
+        _fx: &mut Vec<Effect>,
     ) -> bool {
         let Some(s) = self.conns.get_mut(&conn) else {
             // Not connected (a driver bug, or a request racing its own disconnect): nobody
             // would read the answer.
             return true;
         };
-        if !s.busy {
-            return false;
-        }
-        if s.held.len() >= IN_FLIGHT_MAX {
-            self.counters.protocol_errors += 1;
-            s.state = State::Closed;
-            s.held.clear();
-            let reply = Reply::error(
-                ErrorCode::UnexpectedMessage,
-                &format!("more than {IN_FLIGHT_MAX} requests in flight"),
-            );
-            fx.push(Effect::Reply { conn, id, reply, close: true });
+        let overflow = s.busy && s.held.len() >= IN_FLIGHT_MAX;
+        if !s.overflowed() && !overflow {
+            if !s.busy {
+                return false;
+            }
+            s.held.push_back((id, req.clone()));
             return true;
         }
-        s.held.push_back((id, req.clone()));
+        // Past the bound, or after a request that was: dropped, answered once the requests
+        // before it are. The session stays busy or has held requests until then, since the
+        // bound was crossed while it was busy and nothing is handled after the first drop.
+        // Each dropped request counts as a protocol error.
+        self.counters.protocol_errors += 1;
+        if s.dropped.len() < DROPPED_IDS_MAX {
+            s.dropped.push(id);
+        } else {
+            s.dropped_uncounted += 1;
+        }
         true
+    }
+
+    /// Answers the requests of `conn` dropped past the in-flight bound, once every request
+    /// before them is answered (the session is not busy and holds nothing back): an error
+    /// each, in order, carrying its id; the last closes the session. Nothing if none was
+    /// dropped.
+    pub fn answer_dropped(&mut self, conn: ConnId, fx: &mut Vec<Effect>) {
+        let Some(s) = self.conns.get_mut(&conn) else { return };
+        if s.state == State::Closed {
+            // Closed by a reply already sent (a held request's): the client knows the rest
+            // is lost.
+            s.forget_queued();
+            return;
+        }
+        if !s.overflowed() || s.busy || !s.held.is_empty() {
+            return;
+        }
+        let dropped = std::mem::take(&mut s.dropped);
+        let uncounted = std::mem::take(&mut s.dropped_uncounted);
+        s.state = State::Closed;
+        let last = dropped.len() - 1;
+        for (k, id) in dropped.into_iter().enumerate() {
+            let mut msg = format!(
+                "request {id} dropped unexecuted: more than {IN_FLIGHT_MAX} requests were in \
+                 flight; the connection closes"
+            );
+            if k == last && uncounted > 0 {
+                msg.push_str(&format!(" ({uncounted} later requests dropped unexecuted too)"));
+            }
+            let reply = Reply::error(ErrorCode::UnexpectedMessage, &msg);
+            fx.push(Effect::Reply { conn, id, reply, close: k == last });
+        }
     }
 
     /// The next held-back request of `conn`, if it is not busy.
@@ -374,7 +532,8 @@ impl Sessions {
     }
 
     /// The deferred request of `conn` is answered now. Returns whether the connection is still
-    /// there to receive the reply.
+    /// there to receive the reply. A reply that closes the session forgets what it held back
+    /// or dropped: the client learns from it that the session is over.
     pub fn deferred_answered(&mut self, conn: ConnId, close: bool) -> bool {
         let Some(s) = self.conns.get_mut(&conn) else { return false };
         if !s.busy {
@@ -386,7 +545,7 @@ impl Sessions {
         s.busy = false;
         if close {
             s.state = State::Closed;
-            s.held.clear();
+            s.forget_queued();
         }
         true
     }
@@ -632,6 +791,111 @@ impl Sessions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sessions(max: usize) -> Sessions {
+        Sessions::new(ProtocolConfig { sessions_max: max, ..ProtocolConfig::default() })
+    }
+
+    fn info() -> InfoParts {
+        InfoParts {
+            server_id: ServerId(1),
+            page_size: 4096,
+            root: thor_core::builtin::ROOT,
+            demotions: false,
+            commit_mode: thor_wire::CommitMode::default(),
+        }
+    }
+
+    /// Connects `conn` and opens its session with `Hello`.
+    fn open(s: &mut Sessions, conn: ConnId) {
+        let mut fx = Vec::new();
+        s.connect(conn, &mut fx);
+        assert!(fx.is_empty(), "{fx:?}");
+        let hello = Request::new(RequestBody::Hello(Hello::new(&b""[..], "t")));
+        s.admit(conn, 1, hello, info(), &mut fx);
+        assert!(
+            matches!(&fx[..], [Effect::Reply { reply, .. }] if matches!(reply.body, ReplyBody::HelloOk(_)))
+        );
+    }
+
+    /// The connections closed with `Busy` among `fx`.
+    fn busy(fx: &[Effect]) -> Vec<ConnId> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Reply { conn, reply, close: true, .. }
+                    if matches!(reply.body, ReplyBody::Error { code: ErrorCode::Busy, .. }) =>
+                {
+                    Some(*conn)
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn silent_connections_hold_a_share_of_the_slots_and_the_oldest_gives_way() {
+        let mut s = sessions(16);
+        let share = pre_hello_sessions_max(16);
+        assert_eq!(share, 4);
+        // Authenticated sessions take every slot but the share.
+        for conn in 100..100 + (16 - share) as ConnId {
+            open(&mut s, conn);
+        }
+        let mut fx = Vec::new();
+        for conn in 1..=share as ConnId {
+            s.connect(conn, &mut fx);
+        }
+        assert!(fx.is_empty(), "the share admits them");
+        assert_eq!(s.counters().sessions_open, 16);
+        // Every slot is taken, a share of them by silent connections: each newer connection
+        // closes the oldest one waiting for Hello, and a client's gets in.
+        for conn in 10..14 {
+            s.connect(conn, &mut fx);
+        }
+        assert_eq!(busy(&fx), vec![1, 2, 3, 4]);
+        fx.clear();
+        s.connect(200, &mut fx);
+        assert_eq!(busy(&fx), vec![10]);
+        let hello = Request::new(RequestBody::Hello(Hello::new(&b""[..], "late")));
+        fx.clear();
+        s.admit(200, 1, hello, info(), &mut fx);
+        assert!(
+            matches!(&fx[..], [Effect::Reply { reply, .. }] if matches!(reply.body, ReplyBody::HelloOk(_)))
+        );
+        assert_eq!(s.counters().sessions_open, 16);
+        assert_eq!(s.counters().sessions_refused, 5);
+        // The closed ones leave when their drivers report them gone.
+        for conn in [1, 2, 3, 4, 10] {
+            s.disconnect(conn);
+        }
+        assert_eq!(s.conns.len(), 16);
+    }
+
+    #[test]
+    fn silent_connections_alone_cannot_take_more_than_their_share() {
+        let mut s = sessions(16);
+        let mut fx = Vec::new();
+        for conn in 1..=100 {
+            s.connect(conn, &mut fx);
+        }
+        assert_eq!(busy(&fx).len(), 100 - pre_hello_sessions_max(16));
+        assert_eq!(s.counters().sessions_open, pre_hello_sessions_max(16) as u64);
+    }
+
+    #[test]
+    fn with_every_slot_authenticated_a_new_connection_is_refused() {
+        let mut s = sessions(2);
+        open(&mut s, 1);
+        open(&mut s, 2);
+        let mut fx = Vec::new();
+        s.connect(3, &mut fx);
+        assert_eq!(busy(&fx), vec![3]);
+        assert_eq!(s.counters().sessions_refused, 1);
+        s.disconnect(1);
+        fx.clear();
+        s.connect(4, &mut fx);
+        assert!(fx.is_empty());
+    }
 
     #[test]
     fn writes_need_write_and_peers_need_their_own_id() {

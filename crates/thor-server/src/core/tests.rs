@@ -249,8 +249,9 @@ fn sessions_are_bounded_and_give_their_slot_back() {
         ..config()
     };
     let mut h = Harness::new(cfg);
-    h.step(Input::Connect { conn: 1 });
-    h.step(Input::Connect { conn: 2 });
+    h.connect(1, b"");
+    h.connect(2, b"");
+    // Every slot is an authenticated session's: the new connection is refused.
     h.step(Input::Connect { conn: 3 });
     let r = replies_to(&h.settle(), 3);
     assert_eq!(error_code(&r[0].1), Some(ErrorCode::Busy));
@@ -260,6 +261,28 @@ fn sessions_are_bounded_and_give_their_slot_back() {
     assert!(h.settle().is_empty(), "admitted");
     let st = h.core.server_stats();
     assert_eq!((st.sessions_open, st.sessions_opened, st.sessions_refused), (2, 3, 1));
+}
+
+#[test]
+fn a_connection_waiting_for_hello_gives_its_slot_to_a_newer_one() {
+    let cfg = CoreConfig {
+        protocol: ProtocolConfig { sessions_max: 2, ..ProtocolConfig::default() },
+        ..config()
+    };
+    let mut h = Harness::new(cfg);
+    h.connect(1, b"");
+    // A silent connection takes the last slot; a client's connection pushes it out.
+    h.step(Input::Connect { conn: 2 });
+    h.step(Input::Connect { conn: 3 });
+    let out = h.settle();
+    let r = replies_to(&out, 2);
+    assert_eq!(error_code(&r[0].1), Some(ErrorCode::Busy));
+    assert!(r[0].2, "closed");
+    assert!(replies_to(&out, 3).is_empty(), "admitted");
+    let r = h.request(3, 1, RequestBody::Hello(Hello::new(&b""[..], "client")));
+    assert!(matches!(r.body, ReplyBody::HelloOk(_)));
+    let st = h.core.server_stats();
+    assert_eq!((st.sessions_open, st.sessions_refused), (2, 1));
 }
 
 #[test]
@@ -402,19 +425,41 @@ fn replies_to_one_client_leave_in_request_order() {
 }
 
 #[test]
-fn too_many_held_requests_close_the_session() {
+fn requests_past_the_bound_are_answered_in_order_and_not_executed() {
+    use thor_wire::limits::IN_FLIGHT_MAX;
     let mut h = Harness::new(config());
     h.connect(1, b"");
     let (class, _) = class_and_item(&mut h, 1);
-    let create = commit_body(vec![], vec![item_class().new_object(class.raw(), 0)]);
-    h.step(Input::Request { conn: 1, id: 10, req: Request::new(create) });
-    for i in 0..=thor_wire::limits::IN_FLIGHT_MAX as u64 {
+    let create = || commit_body(vec![], vec![item_class().new_object(class.raw(), 0)]);
+    let commits_before = h.core.stats().commits;
+    // A commit waits for the log; the requests after it are held back, up to the bound.
+    h.step(Input::Request { conn: 1, id: 10, req: Request::new(create()) });
+    let held = IN_FLIGHT_MAX as u64;
+    for i in 0..held {
         h.step(Input::Request { conn: 1, id: 11 + i, req: Request::new(RequestBody::Stats) });
     }
-    let r = replies_to(&h.take_answers(), 1);
-    assert_eq!(r.len(), 1);
+    // Past the bound: three commits, dropped.
+    let dropped: Vec<u64> = (0..3).map(|k| 11 + held + k).collect();
+    for &id in &dropped {
+        h.step(Input::Request { conn: 1, id, req: Request::new(create()) });
+    }
+    assert!(replies_to(&h.take_answers(), 1).is_empty(), "nothing before the commit's reply");
+    let r = replies_to(&h.settle(), 1);
+    let ids: Vec<u64> = r.iter().map(|x| x.0).collect();
+    let mut want: Vec<u64> = (10..11 + held).collect();
+    want.extend(&dropped);
+    assert_eq!(ids, want, "in request order");
+    assert!(matches!(r[0].1.body, ReplyBody::CommitOk { .. }));
+    assert!(r[1..=held as usize].iter().all(|x| matches!(x.1.body, ReplyBody::Stats(_))));
+    for (k, x) in r[held as usize + 1..].iter().enumerate() {
+        assert_eq!(error_code(&x.1), Some(ErrorCode::UnexpectedMessage));
+        assert_eq!(x.2, k == dropped.len() - 1, "only the last one closes");
+    }
+    assert_eq!(h.core.stats().commits, commits_before + 1, "no dropped commit ran");
+    // The session is closed: anything more is refused.
+    h.step(Input::Request { conn: 1, id: 99, req: Request::new(RequestBody::Stats) });
+    let r = replies_to(&h.settle(), 1);
     assert_eq!(error_code(&r[0].1), Some(ErrorCode::UnexpectedMessage));
-    assert!(r[0].2);
 }
 
 #[test]
