@@ -403,8 +403,6 @@ struct Shared {
     failure_seen: AtomicBool,
     /// The log's file-name prefix, to tell its segments in `ServerStats::log_disk_bytes`.
     log_prefix: String,
-    /// The MOB's budget, for `ServerStats::mob_bytes_max`.
-    mob_bytes_max: usize,
     /// `thor_commit_seconds` in the program's `metrics` recorder (a no-op without one).
     commit_seconds: metrics::Histogram,
     /// `thor_fetch_seconds`, likewise.
@@ -526,7 +524,6 @@ impl Engine {
             failure: Mutex::new(None),
             failure_seen: AtomicBool::new(false),
             log_prefix: opts.log.prefix.clone(),
-            mob_bytes_max: opts.mob_bytes,
             commit_seconds: metrics::histogram!(COMMIT_SECONDS),
             fetch_seconds: metrics::histogram!(FETCH_SECONDS),
         });
@@ -627,7 +624,7 @@ impl Engine {
     /// A snapshot of the counters.
     pub fn stats(&self) -> EngineStats {
         let mut l = self.shared.locked.lock();
-        self.shared.refresh_counters(&mut l.core);
+        self.shared.refresh_counters(&mut l.core, OwnCounters::default());
         l.core.stats()
     }
 
@@ -649,13 +646,10 @@ impl Engine {
     /// engine's own: health, uptime, version, the files' sizes on disk (listed and measured
     /// now, outside the core's lock).
     pub fn server_stats(&self) -> thor_wire::ServerStats {
-        let mut s = {
-            let mut l = self.shared.locked.lock();
-            self.shared.refresh_counters(&mut l.core);
-            l.core.server_stats()
-        };
-        self.shared.add_engine_stats(&mut s, self.health());
-        s
+        let own = self.shared.own_counters();
+        let mut l = self.shared.locked.lock();
+        self.shared.refresh_counters(&mut l.core, own);
+        l.core.server_stats()
     }
 
     /// The client of a connection's open session, for logs.
@@ -786,9 +780,13 @@ impl Engine {
     /// (now or later); the returned work must be performed, off any async executor (it may
     /// read the disk).
     pub fn request(&self, conn: ConnId, id: u64, req: Request) -> Work {
+        // Measured before the lock: it lists and measures files.
+        let own = matches!(req.body, RequestBody::Stats).then(|| self.shared.own_counters());
         let mut l = self.shared.locked.lock();
         match req.body {
-            RequestBody::Stats => self.shared.refresh_counters(&mut l.core),
+            RequestBody::Stats => {
+                self.shared.refresh_counters(&mut l.core, own.unwrap_or_default())
+            }
             RequestBody::Commit(_) | RequestBody::PageCommit(_) => {
                 l.commits_started.insert((conn, id), std::time::Instant::now());
             }
@@ -955,23 +953,29 @@ impl Shared {
         );
     }
 
-    /// Fills the counters the engine keeps outside the core.
-    fn add_engine_stats(&self, s: &mut thor_wire::ServerStats, health: Health) {
+    /// What the engine counts of itself (outside the core) for `ServerStats`: health,
+    /// uptime, version and the files' sizes. Lists and measures files: call it unlocked.
+    fn own_counters(&self) -> OwnCounters {
         let (database_bytes, log_disk_bytes) = self.disk_bytes();
-        let now = self.clock.now_us();
+        let health = if self.failure_seen.load(Relaxed) {
+            thor_wire::stats::HEALTH_FAILED
+        } else if self.read_only {
+            thor_wire::stats::HEALTH_READ_ONLY
+        } else {
+            thor_wire::stats::HEALTH_SERVING
+        };
         let version = |part: &str| part.parse::<u64>().unwrap_or(0);
-        s.health = health.code();
-        s.storage_failures = u64::from(matches!(health, Health::Failed { .. }));
-        s.sessions_refused_failed = self.locked.lock().core.refused_failed();
-        s.uptime_s = now.saturating_sub(self.started_us) / 1_000_000;
-        s.server_version = thor_wire::stats::version_number(
-            version(env!("CARGO_PKG_VERSION_MAJOR")),
-            version(env!("CARGO_PKG_VERSION_MINOR")),
-            version(env!("CARGO_PKG_VERSION_PATCH")),
-        );
-        s.database_bytes = database_bytes;
-        s.log_disk_bytes = log_disk_bytes;
-        s.mob_bytes_max = self.mob_bytes_max as u64;
+        OwnCounters {
+            health,
+            uptime_s: self.clock.now_us().saturating_sub(self.started_us) / 1_000_000,
+            server_version: thor_wire::stats::version_number(
+                version(env!("CARGO_PKG_VERSION_MAJOR")),
+                version(env!("CARGO_PKG_VERSION_MINOR")),
+                version(env!("CARGO_PKG_VERSION_PATCH")),
+            ),
+            database_bytes,
+            log_disk_bytes,
+        }
     }
 
     /// The bytes of every file of the database, and of its log segments: listed and measured
@@ -1085,8 +1089,9 @@ impl Shared {
         }
     }
 
-    /// Gives the core the log's and the network's counters (for `Stats`).
-    fn refresh_counters(&self, core: &mut Core) {
+    /// Gives the core the log's and the network's counters, and the engine's own (for
+    /// `Stats`).
+    fn refresh_counters(&self, core: &mut Core, own: OwnCounters) {
         let (log_bytes, log_fsyncs, log_records) = self.log.counters();
         core.set_driver_counters(DriverCounters {
             log_bytes,
@@ -1097,8 +1102,28 @@ impl Shared {
             fetch_service_ns: self.served.0.load(Relaxed),
             fetches_served: self.served.1.load(Relaxed),
             page_read_ns: self.page_read_ns.load(Relaxed),
+            health: own.health,
+            uptime_s: own.uptime_s,
+            server_version: own.server_version,
+            database_bytes: own.database_bytes,
+            log_disk_bytes: own.log_disk_bytes,
         });
     }
+}
+
+/// The engine's counters of itself, measured outside the core's lock ([`Shared::own_counters`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct OwnCounters {
+    /// `ServerStats::health`.
+    health: u64,
+    /// `ServerStats::uptime_s`.
+    uptime_s: u64,
+    /// `ServerStats::server_version`.
+    server_version: u64,
+    /// `ServerStats::database_bytes`.
+    database_bytes: u64,
+    /// `ServerStats::log_disk_bytes`.
+    log_disk_bytes: u64,
 }
 
 /// How often the installer ticks the core when it has nothing else to do.

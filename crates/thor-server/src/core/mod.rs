@@ -259,6 +259,18 @@ pub struct DriverCounters {
     pub fetches_served: u64,
     /// Nanoseconds reading pages from disk for `Effect::Read`.
     pub page_read_ns: u64,
+    /// What the driver knows of itself, passed through to `ServerStats` as it gives them:
+    /// health (`thor_wire::stats::HEALTH_*`), uptime, version, the files' sizes, the MOB's
+    /// budget.
+    pub health: u64,
+    /// See `ServerStats::uptime_s`.
+    pub uptime_s: u64,
+    /// See `ServerStats::server_version`.
+    pub server_version: u64,
+    /// See `ServerStats::database_bytes`.
+    pub database_bytes: u64,
+    /// See `ServerStats::log_disk_bytes`.
+    pub log_disk_bytes: u64,
 }
 
 /// Something that happened, for the core to act on.
@@ -1946,6 +1958,14 @@ impl Core {
             fetch_service_ns: self.driver.fetch_service_ns,
             fetches_served: self.driver.fetches_served,
             page_read_ns: self.driver.page_read_ns,
+            health: self.driver.health,
+            storage_failures: u64::from(self.failed.is_some()),
+            sessions_refused_failed: self.refused_failed,
+            uptime_s: self.driver.uptime_s,
+            server_version: self.driver.server_version,
+            database_bytes: self.driver.database_bytes,
+            log_disk_bytes: self.driver.log_disk_bytes,
+            mob_bytes_max: self.cfg.mob_bytes as u64,
             ..self.page_stats()
         }
     }
