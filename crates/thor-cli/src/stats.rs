@@ -461,6 +461,55 @@ mod tests {
         assert_eq!(text.matches("# TYPE ").count(), ServerStats::FIELDS.len() + 4);
     }
 
+    thor_client::class! {
+        pub class Note("stats.Note") { n: u64 }
+    }
+
+    /// The endpoint's answers before and after the disk fills up: `/health` turns 503 with the
+    /// cause, and `/metrics` says it (an engine on a full `FaultDisk`, no tmpfs).
+    #[test]
+    fn health_and_metrics_show_a_storage_failure() {
+        use thor_storage::FaultDisk;
+        let handle = MetricsServer::install_recorder().unwrap();
+        let disk = FaultDisk::new();
+        let opts = thor_server::EngineOptions {
+            background_flusher: false,
+            ..thor_server::EngineOptions::default()
+        };
+        let engine = Arc::new(Engine::create(Arc::new(disk.clone()), opts).unwrap());
+        let scrape = Scrape { engine: engine.clone(), handle };
+        let get = |path| scrape.answer(&hyper::Method::GET, path);
+        assert_eq!(get("/health"), (hyper::StatusCode::OK, "serving\n".to_string()));
+        let t =
+            thor_net::LocalTransport::connect(engine.clone(), &ClientConfig::default()).unwrap();
+        let s = Session::new(Box::new(t), SessionConfig::default()).unwrap();
+        s.create::<Note>(0).unwrap().set(Note::n, 1).unwrap();
+        s.commit().unwrap();
+        let (status, body) = get("/metrics");
+        assert_eq!(status, hyper::StatusCode::OK);
+        assert!(body.contains("thor_up 1\n") && body.contains("thor_health 0\n"), "{body}");
+        assert!(body.contains("thor_commit_seconds_count"), "{body}");
+
+        disk.set_capacity(Some(disk.used_bytes()));
+        let failed = (0..1000).find_map(|i| {
+            s.create::<Note>(0).unwrap().set(Note::n, i).unwrap();
+            s.commit().err()
+        });
+        let err = failed.expect("the full disk refused a commit");
+        assert!(err.to_string().contains("No space left on device"), "{err}");
+        let (status, body) = get("/health");
+        assert_eq!(status, hyper::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.starts_with("failed: ") && body.contains("No space left"), "{body}");
+        let (_, body) = get("/metrics");
+        assert!(body.contains("thor_up 0\n") && body.contains("thor_health 1\n"), "{body}");
+        assert!(body.contains("thor_storage_failures_total 1\n"), "{body}");
+        assert_eq!(get("/nothing").0, hyper::StatusCode::NOT_FOUND);
+        assert_eq!(
+            scrape.answer(&hyper::Method::POST, "/metrics").0,
+            hyper::StatusCode::METHOD_NOT_ALLOWED
+        );
+    }
+
     #[test]
     fn counters_of_modes_that_are_off_are_hidden() {
         let s = ServerStats { page_cache_exclusive: 0, ..Default::default() };
