@@ -277,8 +277,13 @@ pub fn prometheus_text(stats: &ServerStats) -> String {
     let recorder = builder().build_recorder();
     let handle = recorder.handle();
     metrics::with_local_recorder(&recorder, || record(stats));
+    handle.run_upkeep();
     handle.render()
 }
+
+/// How often the recorder folds recorded histogram samples into their buckets (the memory of
+/// samples between two upkeeps is what the server records in this long).
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// How long the endpoint gives a scraper to send its request and take the answer.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -321,6 +326,16 @@ impl MetricsServer {
                     Ok(l) => l,
                     Err(e) => return warn!("metrics endpoint: {e}"),
                 };
+                // Histogram samples wait in the recorder until upkeep folds them into their
+                // buckets; without a scraper for hours they would pile up.
+                let upkeep = handle.clone();
+                tokio::spawn(async move {
+                    let mut every = tokio::time::interval(UPKEEP_EVERY);
+                    loop {
+                        every.tick().await;
+                        upkeep.run_upkeep();
+                    }
+                });
                 serve(listener, Arc::new(Scrape { engine, handle }), stopped).await;
             })
             // The runtime goes here, with every connection task and its engine handle.
