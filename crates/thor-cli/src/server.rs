@@ -53,7 +53,7 @@ use thor_net::{NetConfig, Server, Threading};
 use thor_server::limits::SESSIONS_MAX_DEFAULT;
 use thor_server::{Engine, EngineError, EngineOptions, ProtocolConfig};
 use thor_storage::FileDisk;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 /// How long a server whose storage failed stays up (refusing commits and sessions, serving
 /// reads, answering `/health` with 503) before it exits with [`EXIT_STORAGE_FAILED`]: enough
@@ -384,7 +384,7 @@ pub fn run(args: ServerArgs) -> Result<()> {
         }
         _ => None,
     };
-    watch_for_failure(Arc::downgrade(&engine))?;
+    let watch = FailureWatch::start(Arc::downgrade(&engine))?;
     // "listening" is said once the signal handlers are in: a supervisor (or a test) that sends
     // SIGTERM as soon as it reads it gets a clean shutdown.
     server.wait_for_signal_after(|| {
@@ -401,6 +401,8 @@ pub fn run(args: ServerArgs) -> Result<()> {
             args.commit_mode,
         )
     })?;
+    // The watcher goes first: it must hold no engine handle when the engine closes below.
+    watch.stop();
     let failure = match engine.health() {
         thor_server::Health::Failed { cause, .. } => Some(cause),
         _ => None,
@@ -456,29 +458,55 @@ pub fn run(args: ServerArgs) -> Result<()> {
 
 /// A thread that waits for the engine's storage to fail, then (after
 /// [`STORAGE_FAILURE_GRACE`]) sends this process SIGTERM, so that the server shuts down the
-/// way it does on a signal. It holds no engine handle between looks, and ends with the engine.
-fn watch_for_failure(engine: std::sync::Weak<Engine>) -> Result<()> {
-    std::thread::Builder::new().name("thor-failure-watch".into()).spawn(move || {
-        loop {
-            std::thread::sleep(HEALTH_POLL);
-            let Some(e) = engine.upgrade() else { return };
-            let failed = matches!(e.health(), thor_server::Health::Failed { .. });
-            drop(e);
-            if failed {
-                break;
-            }
+/// way it does on a signal. It holds an engine handle only for a look at its health, and
+/// [`FailureWatch::stop`] ends it (at once, even during the grace) before the engine closes.
+struct FailureWatch {
+    /// Dropped to stop the thread: its waits are receives on the other end.
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    /// The thread.
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FailureWatch {
+    fn start(engine: std::sync::Weak<Engine>) -> Result<FailureWatch> {
+        use std::sync::mpsc::RecvTimeoutError::Timeout;
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread =
+            std::thread::Builder::new().name("thor-failure-watch".into()).spawn(move || {
+                loop {
+                    if !matches!(stopped.recv_timeout(HEALTH_POLL), Err(Timeout)) {
+                        return;
+                    }
+                    let Some(e) = engine.upgrade() else { return };
+                    let failed = matches!(e.health(), thor_server::Health::Failed { .. });
+                    drop(e);
+                    if failed {
+                        break;
+                    }
+                }
+                warn!(
+                    "the server exits in {} s (status {EXIT_STORAGE_FAILED}) so that its \
+                     supervisor restarts it once the disk is repaired",
+                    STORAGE_FAILURE_GRACE.as_secs()
+                );
+                if matches!(stopped.recv_timeout(STORAGE_FAILURE_GRACE), Err(Timeout)) {
+                    // SAFETY: kill(2) with this process's own pid and SIGTERM has no memory
+                    // effects; the server's signal handler turns it into a graceful shutdown.
+                    unsafe {
+                        libc::kill(libc::getpid(), libc::SIGTERM);
+                    }
+                }
+            })?;
+        Ok(FailureWatch { stop: Some(stop), thread: Some(thread) })
+    }
+
+    /// Ends the thread and waits for it.
+    fn stop(mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            warn!("the failure watcher panicked");
         }
-        error!(
-            "the server refuses commits and new sessions; it exits in {} s (status {EXIT_STORAGE_FAILED}) \
-             so that its supervisor restarts it",
-            STORAGE_FAILURE_GRACE.as_secs()
-        );
-        std::thread::sleep(STORAGE_FAILURE_GRACE);
-        // SAFETY: kill(2) with this process's own pid and SIGTERM has no memory effects; the
-        // server's signal handler turns it into a graceful shutdown.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGTERM);
-        }
-    })?;
-    Ok(())
+    }
 }
