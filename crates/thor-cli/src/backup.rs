@@ -11,7 +11,17 @@
 //! file, the log's durable records), made while install rounds and checkpoints wait, so
 //! opening it runs ordinary recovery and gives exactly the commits up to the LSN printed.
 //! `DEST` appears only once the copy is complete and synced (it is made under a hidden
-//! sibling name and renamed), and `thor check DEST` passes it.
+//! sibling name, `.NAME.partial`, and renamed), and `thor check DEST` passes it.
+//!
+//! The rules a destination on this machine follows, the same as `thor compact`'s: `DEST` must
+//! not exist and its parent must (nothing is created for a mistyped path); a leftover of an
+//! interrupted run (`.NAME.partial` here, `.NAME.thor-upgrade` for compact) is removed by the
+//! next run into the same place, with a log line, unless another run is writing it or it holds
+//! files neither writes. With `--server`, NAME is a relative path inside the server's backup
+//! directory, whose missing subdirectories the server makes.
+//!
+//! `--server` takes `HOST:PORT` (a name or an address) or `unix:PATH`; the token comes from
+//! `--token` or `THOR_TOKEN`, as for `thor server`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,24 +29,25 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use thor_client::{Session, SessionConfig};
-use thor_net::{ClientConfig, TcpTransport};
 use thor_server::{Engine, EngineError, EngineOptions};
 use thor_storage::{FileDisk, StorageError};
 
 /// Options of `thor backup`.
 #[derive(Debug, Args)]
-#[command(after_help = "DEST must not exist. With --server it is a name inside the server's \
-                        --backup-dir, on the server's machine; the server writes it while it \
-                        goes on committing. The copy opens as a database holding every commit \
-                        up to the LSN printed.")]
+#[command(after_help = "DEST must not exist and its parent must (as for thor compact); a \
+                        .DEST.partial left by an interrupted backup is removed first. With \
+                        --server, DEST is a name inside the server's --backup-dir, on the \
+                        server's machine (missing subdirectories are made there); the server \
+                        writes it while it goes on committing. The copy opens as a database \
+                        holding every commit up to the LSN printed.")]
 pub struct BackupArgs {
-    /// A running server's address: it writes the copy itself, on its own machine.
+    /// A running server's address (HOST:PORT or unix:PATH): it writes the copy itself, on its
+    /// own machine.
     #[arg(long, conflicts_with = "dir", required_unless_present = "dir")]
     server: Option<String>,
-    /// The server's token (as `thor server` was given it).
-    #[arg(long, default_value = "", requires = "server")]
-    token: String,
+    /// The server's token (as `thor server` was given it; default: $THOR_TOKEN, else none).
+    #[arg(long, requires = "server")]
+    token: Option<String>,
     /// A database directory that no process has open.
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -48,7 +59,9 @@ pub struct BackupArgs {
 pub fn run(a: BackupArgs) -> Result<()> {
     let start = Instant::now();
     let info = match (&a.server, &a.dir) {
-        (Some(addr), _) => over_the_wire(addr, &a.token, &a.dest)?,
+        (Some(addr), _) => {
+            over_the_wire(addr, &crate::stats::token_or_env(a.token.clone()), &a.dest)?
+        }
         (None, Some(dir)) => offline(dir, &a.dest)?,
         (None, None) => bail!("give --server or --dir"),
     };
@@ -68,13 +81,7 @@ fn over_the_wire(addr: &str, token: &str, dest: &std::path::Path) -> Result<thor
     let Some(path) = dest.to_str() else {
         bail!("{} is not UTF-8: the server takes the path as text", dest.display());
     };
-    let cfg = ClientConfig {
-        client_name: "thor backup".into(),
-        token: token.as_bytes().to_vec(),
-        ..ClientConfig::default()
-    };
-    let t = TcpTransport::connect(addr, &cfg).with_context(|| format!("connecting to {addr}"))?;
-    let s = Session::new(Box::new(t), SessionConfig::default())?;
+    let s = crate::stats::connect(addr, token, "thor backup")?;
     let info = s.server_backup(path).context("the server could not back up")?;
     let _ = s.close();
     Ok(info)

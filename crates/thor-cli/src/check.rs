@@ -72,15 +72,15 @@
 //!
 //! # Nothing is written
 //!
-//! The checker takes the directory lock (`FileDisk::open_locked`), so a running server (or
-//! another command) cannot change the files under it, and it refuses a database in use. Taking
-//! the lock writes the holder's description into the `LOCK` file, as every opener does; that
-//! is the only byte written. Every other file is read through [`thor_storage::ReadOnlyDisk`], a `Disk` that
-//! opens files with `File::open` (read-only descriptors) and refuses every create, write,
-//! truncate, sync, rename and remove with an error; the log is read with
-//! `thor_storage::log::inspect`, which reports a torn tail instead of cutting it. The
-//! directory is looked at (it must hold a `superblock`) before the lock is taken, so a
-//! directory that is not a database gets no `LOCK` file.
+//! The checker opens the directory read-only (`FileDisk::open_read_only`, the open
+//! `thor::open_read_only` uses): a shared lock on the directory, so that no server (or other
+//! writer) can change the files under it and a database in use is refused, while other
+//! readers may share it. Not a byte is written, not even the `LOCK` file's holder line: it
+//! checks a database on a full disk or a read-only mount. Every file is read through
+//! [`thor_storage::ReadOnlyDisk`], a `Disk` that opens files with `File::open` (read-only
+//! descriptors) and refuses every create, write, truncate, sync, rename and remove with an
+//! error; the log is read with `thor_storage::log::inspect`, which reports a torn tail instead
+//! of cutting it.
 //!
 //! # Memory
 //!
@@ -122,7 +122,8 @@ Exit status:
   2  the database could not be checked: not a database, in use by another process, or an I/O error
 
 The checker reads the committed state (the page file plus the log from the checkpoint on, as
-recovery would replay it) and writes nothing but the directory's LOCK file.";
+recovery would replay it) and writes nothing: it opens the directory read-only, sharing it
+with other readers.";
 
 /// Check a database directory offline: pages, objects, references and the log.
 #[derive(Debug, Args)]
@@ -424,22 +425,20 @@ fn check_dir(dir: &Path, max: usize, show_progress: bool) -> Result<Report, Cann
         }
         Err(e) => return Err(CannotCheck(e.to_string())),
     }
-    // Looked at before the lock is taken, so that a directory that is not a database is left
-    // as it was (taking the lock creates a LOCK file).
+    // Looked at first, so that a directory that is not a database gets a clear message.
     if !dir.join(superblock::FILE).is_file() {
         return Err(CannotCheck(format!(
             "not a thor database (no {} file in the directory)",
             superblock::FILE
         )));
     }
-    let locked = FileDisk::open_locked(dir, false, "thor check").map_err(|e| match e {
+    let disk = FileDisk::open_read_only(dir).map_err(|e| match e {
         StorageError::Locked { holder, .. } => CannotCheck(format!(
             "the database is in use by {holder}; stop it first (a database is checked only \
-             while nothing else has it open)"
+             while nothing writes it)"
         )),
         other => CannotCheck(other.to_string()),
     })?;
-    let disk = locked.read_only();
     let mut report = Report { dir: shown, max, ..Report::default() };
     let Some(sb) = read_superblock(&disk, &mut report)? else { return Ok(report) };
     let progress = Progress { show: show_progress };

@@ -103,6 +103,9 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", report(&e));
+            if e.downcast_ref::<server::StorageFailed>().is_some() {
+                return std::process::ExitCode::from(server::EXIT_STORAGE_FAILED);
+            }
             if std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0")
                 && e.backtrace().status() == std::backtrace::BacktraceStatus::Captured
             {

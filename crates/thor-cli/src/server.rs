@@ -43,6 +43,26 @@
 //! peers that require one. `--handshake-timeout-s` bounds how long a new connection may take
 //! to finish its TLS handshake and `Hello`.
 //!
+//! `--metrics-listen ADDR` serves `GET /metrics` (Prometheus) and `GET /health` (200 while the
+//! server serves, 503 once its storage failed: what a load balancer asks) on a second port;
+//! names and types are in `crate::stats` and the guide. At shutdown that endpoint stops
+//! first, so the engine's last handle is the server's and closing it checkpoints.
+//!
+//! # A storage failure
+//!
+//! When a write or fsync of the log or the page file fails (a full disk, `EIO`), the engine
+//! logs the cause at ERROR once, refuses commits and new sessions with the reason, and serves
+//! reads of committed data to the sessions open (`thor_server::engine`). The server then
+//! gives health checks and scrapers [`STORAGE_FAILURE_GRACE`] to see it (`/health` answers
+//! 503, `thor stats` says FAILED), shuts down as on SIGTERM (without the checkpoint, which
+//! would need the disk) and exits with status 75 (`EX_TEMPFAIL`). It does not stay up failed:
+//! after a failed fsync only a new open can tell what is durable, a server that can never
+//! commit again holds clients and the port for nothing, and an exit is what a supervisor
+//! (systemd's `Restart=on-failure`, Kubernetes) sees and acts on. The restart is the recovery:
+//! on a disk still full the open fails and leaves nothing behind (so a restart loop never
+//! makes things worse); once space is back it replays the log and serves every acknowledged
+//! commit.
+//!
 //! `--direct-io` reads the database's files with `O_DIRECT` (`FileDisk::with_direct_reads`), so
 //! that a page the server's page cache misses is read from the device, not copied from the OS
 //! page cache: what the DEMOTE experiment needs a miss to cost. At shutdown the server logs
@@ -60,6 +80,24 @@ use thor_server::limits::{CREDENTIALS_FILE_BYTES_MAX, SESSIONS_MAX_DEFAULT};
 use thor_server::{Credentials, Engine, EngineError, EngineOptions, ProtocolConfig, Scope};
 use thor_storage::FileDisk;
 use tracing::{debug, info, warn};
+
+/// How long a server whose storage failed stays up (refusing commits and sessions, serving
+/// reads, answering `/health` with 503) before it exits with [`EXIT_STORAGE_FAILED`]: enough
+/// for a load balancer's health check and a scrape to see the failure.
+pub const STORAGE_FAILURE_GRACE: Duration = Duration::from_secs(5);
+
+/// The exit status of a server that stopped because its storage failed: `EX_TEMPFAIL`
+/// (sysexits.h), "a temporary failure; retry later": restart it once the disk is repaired.
+pub const EXIT_STORAGE_FAILED: u8 = 75;
+
+/// How often the failure watcher looks at the engine's health (a lock-free read).
+const HEALTH_POLL: Duration = Duration::from_millis(100);
+
+/// The error `thor server` ends with after a storage failure; `main` exits with
+/// [`EXIT_STORAGE_FAILED`] for it.
+#[derive(Debug, thiserror::Error)]
+#[error("stopped after a storage failure ({0}); restart the server once the disk is repaired")]
+pub struct StorageFailed(pub String);
 
 /// Serve a database over TCP.
 #[derive(Debug, Args)]
@@ -393,6 +431,9 @@ fn open_engine(
     if !args.create && !args.dir.is_dir() {
         bail!("{} does not exist; pass --create to create a database there", args.dir.display());
     }
+    if args.create {
+        refuse_foreign_dir(&args.dir)?;
+    }
     let file_disk = FileDisk::open_locked(&args.dir, args.create, "thor server")
         .and_then(|d| d.with_direct_reads(args.direct_io))
         .with_context(|| format!("opening {}", args.dir.display()))?;
@@ -531,6 +572,41 @@ fn reload(
     info!("SIGHUP: authentication is now {what}; {closed} sessions of revoked credentials closed");
 }
 
+/// `--create` makes a database only where `thor::open` would: a missing or empty directory,
+/// or one holding a database (opened as it is) or what a creation cut short leaves (the page
+/// file, the superblock's temporary file, the lock file). A directory holding anything else is
+/// someone else's: refused, naming a file, before anything is written.
+fn refuse_foreign_dir(dir: &std::path::Path) -> Result<()> {
+    // A missing directory is made; a file in its place is `FileDisk`'s to refuse.
+    if !dir.is_dir() {
+        return Ok(());
+    }
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        names.push(entry?.file_name().to_string_lossy().into_owned());
+    }
+    if names.iter().any(|n| n == thor_server::superblock::FILE) {
+        return Ok(());
+    }
+    let ours = [
+        thor_server::io::PAGE_FILE,
+        thor_server::superblock::TMP_FILE,
+        thor_storage::file_disk::LOCK_FILE,
+    ];
+    if let Some(foreign) = names.iter().find(|n| !ours.contains(&n.as_str())) {
+        bail!(
+            "{} holds {foreign:?} and no thor database; --create makes one only in an empty \
+             directory (or one holding a database): give another --dir",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 /// The socket `thor server` listens on.
 enum Listener {
     /// `--listen HOST:PORT`.
@@ -595,6 +671,11 @@ pub fn run(args: ServerArgs) -> Result<()> {
         ),
         None => None,
     };
+    // Before the engine opens, so that its latency histograms record into it.
+    let recorder = match &metrics {
+        Some(_) => Some(crate::stats::MetricsServer::install_recorder()?),
+        None => None,
+    };
     let late = (!args.peers.is_empty()).then(|| Arc::new(LatePeers::default()));
     let (engine, disk) = open_engine(&args, config, late.clone())?;
     let peers = match &late {
@@ -624,10 +705,16 @@ pub fn run(args: ServerArgs) -> Result<()> {
             (Server::start_unix_on(l, engine.clone(), net)?, args.listen.clone(), Some(path))
         }
     };
-    if let Some(listener) = metrics {
-        info!("metrics on http://{}/metrics", listener.local_addr()?);
-        crate::stats::serve_metrics(listener, engine.clone());
-    }
+    let metrics = match (metrics, recorder) {
+        (Some(listener), Some(handle)) => {
+            let at = listener.local_addr()?;
+            let m = crate::stats::MetricsServer::start(listener, engine.clone(), handle)?;
+            info!("metrics on http://{at}/metrics (health on http://{at}/health)");
+            Some(m)
+        }
+        _ => None,
+    };
+    let watch = FailureWatch::start(Arc::downgrade(&engine))?;
     // "listening" is said once the signal handlers are in: a supervisor (or a test) that sends
     // SIGTERM as soon as it reads it gets a clean shutdown.
     server.wait_for_signal_after(|| {
@@ -645,8 +732,22 @@ pub fn run(args: ServerArgs) -> Result<()> {
             args.commit_mode,
         )
     })?;
-    info!("signal received: shutting down");
+    // The watcher goes first: it must hold no engine handle when the engine closes below.
+    watch.stop();
+    let failure = match engine.health() {
+        thor_server::Health::Failed { cause, .. } => Some(cause),
+        _ => None,
+    };
+    match &failure {
+        Some(_) => info!("storage failed: shutting down"),
+        None => info!("signal received: shutting down"),
+    }
     server.shutdown()?;
+    // The metrics endpoint holds an engine handle: it goes first, so that the engine below is
+    // the last one and closing it checkpoints.
+    if let Some(m) = metrics {
+        m.shutdown();
+    }
     if let Some(path) = socket_file
         && let Err(e) = std::fs::remove_file(&path)
     {
@@ -664,8 +765,9 @@ pub fn run(args: ServerArgs) -> Result<()> {
             d.reads, d.bytes, d.device_bytes
         );
     }
-    // Every connection is closed, so this is the last reference: close checkpoints (installs
-    // the MOB, truncates the log) so that the next start replays nothing.
+    // Every connection and the metrics endpoint are closed, so this is the last reference:
+    // close checkpoints (installs the MOB, truncates the log) so that the next start replays
+    // nothing.
     match Arc::try_unwrap(engine) {
         Ok(engine) => match engine.close() {
             Ok(()) => info!("checkpointed (the MOB is installed, the log truncated); stopped"),
@@ -673,7 +775,69 @@ pub fn run(args: ServerArgs) -> Result<()> {
                 warn!("checkpointing failed ({e}); the log will be replayed at the next start")
             }
         },
-        Err(engine) => drop(engine),
+        Err(engine) => warn!(
+            "{} other handles still hold the engine: stopping without the checkpoint; the log \
+             will be replayed at the next start",
+            Arc::strong_count(&engine) - 1
+        ),
     }
-    Ok(())
+    match failure {
+        Some(cause) => Err(StorageFailed(cause).into()),
+        None => Ok(()),
+    }
+}
+
+/// A thread that waits for the engine's storage to fail, then (after
+/// [`STORAGE_FAILURE_GRACE`]) sends this process SIGTERM, so that the server shuts down the
+/// way it does on a signal. It holds an engine handle only for a look at its health, and
+/// [`FailureWatch::stop`] ends it (at once, even during the grace) before the engine closes.
+struct FailureWatch {
+    /// Dropped to stop the thread: its waits are receives on the other end.
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    /// The thread.
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FailureWatch {
+    fn start(engine: std::sync::Weak<Engine>) -> Result<FailureWatch> {
+        use std::sync::mpsc::RecvTimeoutError::Timeout;
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread =
+            std::thread::Builder::new().name("thor-failure-watch".into()).spawn(move || {
+                loop {
+                    if !matches!(stopped.recv_timeout(HEALTH_POLL), Err(Timeout)) {
+                        return;
+                    }
+                    let Some(e) = engine.upgrade() else { return };
+                    let failed = matches!(e.health(), thor_server::Health::Failed { .. });
+                    drop(e);
+                    if failed {
+                        break;
+                    }
+                }
+                warn!(
+                    "the server exits in {} s (status {EXIT_STORAGE_FAILED}) so that its \
+                     supervisor restarts it once the disk is repaired",
+                    STORAGE_FAILURE_GRACE.as_secs()
+                );
+                if matches!(stopped.recv_timeout(STORAGE_FAILURE_GRACE), Err(Timeout)) {
+                    // SAFETY: kill(2) with this process's own pid and SIGTERM has no memory
+                    // effects; the server's signal handler turns it into a graceful shutdown.
+                    unsafe {
+                        libc::kill(libc::getpid(), libc::SIGTERM);
+                    }
+                }
+            })?;
+        Ok(FailureWatch { stop: Some(stop), thread: Some(thread) })
+    }
+
+    /// Ends the thread and waits for it.
+    fn stop(mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            warn!("the failure watcher panicked");
+        }
+    }
 }

@@ -140,3 +140,47 @@ fn bad_inputs_get_clear_messages() {
     let err = fails(&["oo7", "run", "--traversal", "t1", "--dir", file], 1);
     assert!(err.contains("is a file, not a database directory"), "{err}");
 }
+
+/// `thor server --create` makes a database only where `thor::open` would: not in a directory
+/// that holds someone else's files (issue 38 item 9).
+#[test]
+fn create_refuses_non_empty_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("notes");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("readme.txt"), b"mine").unwrap();
+    let out = thor()
+        .args(["-q", "server", "--create", "--listen", "127.0.0.1:0", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("readme.txt") && err.contains("no thor database"), "{err}");
+    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["readme.txt"], "nothing was written");
+}
+
+/// `thor compact` and `thor backup` agree: a destination's parent must exist.
+#[test]
+fn compact_and_backup_refuse_a_missing_parent_alike() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    drop(thor::open(&db).unwrap());
+    let missing = tmp.path().join("no/such/parent/x");
+    for args in [
+        vec!["compact".to_string(), db.display().to_string(), missing.display().to_string()],
+        vec![
+            "backup".to_string(),
+            "--dir".to_string(),
+            db.display().to_string(),
+            missing.display().to_string(),
+        ],
+    ] {
+        let out = thor().args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("parent directory does not exist"), "{args:?}: {err}");
+    }
+    assert!(!tmp.path().join("no").exists(), "no parent was created");
+}

@@ -253,7 +253,7 @@ pub struct RunReport {
     /// Time fetching (request to installed page, including overlapped replacement).
     pub fetch_s: f64,
     /// Median latency of one fetch of the measured run, in microseconds (from the session's
-    /// histogram: within 1/64 of the exact value; 0 without fetches).
+    /// histogram: within 1% of the exact value; 0 without fetches).
     pub fetch_us_p50: f64,
     /// 99th percentile of the fetch latency, in microseconds (as `fetch_us_p50`).
     pub fetch_us_p99: f64,

@@ -34,6 +34,39 @@
 //!
 //! *Shutdown* ([`Engine::close`], or dropping the engine) installs everything in the MOB and
 //! truncates the log, so that the next open replays nothing.
+//!
+//! # A storage failure
+//!
+//! When a write or fsync of the log or the page file fails (a full disk, `EIO`), the core
+//! stops writing ([`Input::LogFailed`], or a failed install round or checkpoint): what is
+//! durable is unknown until recovery reads the disk again, so nothing more may be
+//! acknowledged. The engine then
+//!
+//! - logs the cause once, at ERROR, with what follows and what to do;
+//! - says so in [`Engine::health`] ([`Health::Failed`]) and in its counters (`health`,
+//!   `storage_failures`, `sessions_refused_failed` in [`thor_wire::ServerStats`]);
+//! - refuses every commit (waiting, in flight or new: `ServerFailed`, outcome unknown for
+//!   those in flight) and every new session (`ServerFailed` instead of `HelloOk`, and the
+//!   connection closed), so that clients learn why instead of reconnecting in a loop;
+//! - goes on serving reads of committed data to the sessions already open: fetches read the
+//!   page file and the MOB, which hold only what was acknowledged;
+//! - writes nothing more: no install round, no checkpoint, and closing it does not install
+//!   (the next open replays the log).
+//!
+//! It does not repair itself in place: after a failed fsync only what recovery reads back
+//! from the disk can be trusted (the kernel may have dropped the unsynced pages), so the way
+//! back is a new open, once the disk is repaired. `thor server` exits (status 75) so that its
+//! supervisor restarts it; an open on a disk still full fails without leaving anything behind.
+//!
+//! # Metrics
+//!
+//! The engine records two latency histograms into the `metrics` facade:
+//! `thor_commit_seconds` (a network commit, from its request handed to [`Engine::request`] to
+//! its answer; an embedded [`Engine::commit`] from call to return) and `thor_fetch_seconds`
+//! (what a network driver reports with [`Engine::note_fetch_served`]). Without a recorder
+//! installed (the program's choice; `thor server --metrics-listen` installs a Prometheus one
+//! before it opens the engine) they cost nothing. Everything else is a counter of
+//! [`Engine::server_stats`], which an exporter reads at each scrape.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -47,7 +80,7 @@ use rustc_hash::FxHashMap;
 use thor_core::{FormatError, Oref, PageId, PageMut, PageView, ServerId, page};
 use thor_storage::{Disk, LogOptions, StorageError};
 use thor_wire::{Reply, Request, RequestBody, WireError};
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 
 use crate::core::install::FlushReport;
 use crate::core::store::{CommitIn, CommitOutcome, empty_page};
@@ -268,6 +301,42 @@ struct Slot {
     ready: Condvar,
 }
 
+/// Whether an engine can serve, as a load balancer's health check or an operator asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Health {
+    /// It serves reads and commits.
+    Serving,
+    /// It was opened read-only ([`Engine::open_read_only`]): it serves reads and refuses
+    /// writes, by design.
+    ReadOnly,
+    /// Its storage failed: it refuses commits and new sessions, serves reads of committed data
+    /// to the sessions already open, and needs a restart once the disk is repaired (see the
+    /// module documentation).
+    Failed {
+        /// What failed, as the first failure said it.
+        cause: String,
+        /// When, in the engine clock's microseconds.
+        since_us: u64,
+    },
+}
+
+impl Health {
+    /// Whether the engine takes new sessions and commits (a load balancer's "ready").
+    pub fn is_serving(&self) -> bool {
+        matches!(self, Health::Serving)
+    }
+
+    /// The number `ServerStats::health` carries.
+    pub fn code(&self) -> u64 {
+        match self {
+            Health::Serving => thor_wire::stats::HEALTH_SERVING,
+            Health::Failed { .. } => thor_wire::stats::HEALTH_FAILED,
+            Health::ReadOnly => thor_wire::stats::HEALTH_READ_ONLY,
+        }
+    }
+}
+
 /// Everything behind the core lock.
 struct Locked {
     /// The state machine.
@@ -283,6 +352,10 @@ struct Locked {
     next_ticket: Ticket,
     /// Reused effect buffer.
     fx: Vec<Effect>,
+    /// When each network commit in flight was handed to the core, by connection and request
+    /// id, for `thor_commit_seconds`. Bounded by the sessions times `IN_FLIGHT_MAX`: an entry
+    /// leaves with its answer or its connection.
+    commits_started: FxHashMap<(ConnId, u64), std::time::Instant>,
 }
 
 /// Shared by the engine handle and its threads.
@@ -319,7 +392,27 @@ struct Shared {
     backup_dir: Option<std::path::PathBuf>,
     /// Where messages to other servers go.
     peers: Option<Arc<dyn PeerSink>>,
+    /// When the engine opened (the clock's microseconds), for `ServerStats::uptime_s`.
+    started_us: u64,
+    /// Whether it serves read-only ([`Engine::open_read_only`]).
+    read_only: bool,
+    /// The first storage failure and when it happened, once the engine has seen (and logged)
+    /// it; kept outside the core's lock so that health checks never wait for the core.
+    failure: Mutex<Option<(String, u64)>>,
+    /// Whether `failure` is set (a lock-free check on every step).
+    failure_seen: AtomicBool,
+    /// The log's file-name prefix, to tell its segments in `ServerStats::log_disk_bytes`.
+    log_prefix: String,
+    /// `thor_commit_seconds` in the program's `metrics` recorder (a no-op without one).
+    commit_seconds: metrics::Histogram,
+    /// `thor_fetch_seconds`, likewise.
+    fetch_seconds: metrics::Histogram,
 }
+
+/// The name of the commit latency histogram in the `metrics` recorder.
+pub const COMMIT_SECONDS: &str = "thor_commit_seconds";
+/// The name of the fetch latency histogram in the `metrics` recorder.
+pub const FETCH_SECONDS: &str = "thor_fetch_seconds";
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -361,12 +454,35 @@ impl Engine {
         Engine::open_inner(disk, opts, clock, false)
     }
 
+    /// Opens the database in `disk` to read only: recovery runs as for [`Engine::open`], but
+    /// the engine then refuses every writing commit, flush round and bulk load
+    /// ([`EngineError::ReadOnly`]), runs no install round or checkpoint, has no installer
+    /// thread and does not install at close. Recovery itself writes (a torn tail's cut, pages
+    /// restored from the double-write buffer, install rounds when the MOB fills), so give it a
+    /// disk that keeps those writes in memory: an `OverlayDisk` over a `ReadOnlyDisk`
+    /// (`thor::open_read_only` does), and nothing reaches the directory.
+    pub fn open_read_only(disk: Arc<dyn Disk>, opts: EngineOptions) -> Result<Engine, EngineError> {
+        let opts = EngineOptions { background_flusher: false, ..opts };
+        Engine::open_mode(disk, opts, Arc::new(SystemClock), false, true)
+    }
+
     /// Opens; `created` says the database was made just now (see [`Core::created_now`]).
     fn open_inner(
         disk: Arc<dyn Disk>,
         opts: EngineOptions,
         clock: Arc<dyn Clock>,
         created: bool,
+    ) -> Result<Engine, EngineError> {
+        Engine::open_mode(disk, opts, clock, created, false)
+    }
+
+    /// Opens, read-write or read-only.
+    fn open_mode(
+        disk: Arc<dyn Disk>,
+        opts: EngineOptions,
+        clock: Arc<dyn Clock>,
+        created: bool,
+        read_only: bool,
     ) -> Result<Engine, EngineError> {
         let start_us = clock.now_us();
         let mut rec = io::recover(disk, opts.core_config(), opts.log.clone())?;
@@ -376,6 +492,9 @@ impl Engine {
             rec.core.recovered_at(start_us);
         }
         rec.core.set_commit_mode(opts.commit_mode);
+        if read_only {
+            rec.core.set_read_only();
+        }
         let shared = Arc::new(Shared {
             locked: Mutex::new(Locked {
                 core: rec.core,
@@ -384,6 +503,7 @@ impl Engine {
                 direct: (0, None),
                 next_ticket: 0,
                 fx: Vec::new(),
+                commits_started: FxHashMap::default(),
             }),
             disk_side: rec.disk_side,
             log: rec.log,
@@ -399,6 +519,13 @@ impl Engine {
             page_read_ns: AtomicU64::new(0),
             backup_dir: opts.backup_dir.clone(),
             peers: opts.peers.clone(),
+            started_us: start_us,
+            read_only,
+            failure: Mutex::new(None),
+            failure_seen: AtomicBool::new(false),
+            log_prefix: opts.log.prefix.clone(),
+            commit_seconds: metrics::histogram!(COMMIT_SECONDS),
+            fetch_seconds: metrics::histogram!(FETCH_SECONDS),
         });
         let mut threads = Vec::new();
         if shared.threaded {
@@ -444,10 +571,22 @@ impl Engine {
 
     /// [`Engine::commit`] for a commit already in shared buffers.
     pub fn commit_in(&self, c: CommitIn) -> Result<CommitOutcome, EngineError> {
-        match self.direct(DirectOp::Commit(c)) {
+        let started = std::time::Instant::now();
+        let r = match self.direct(DirectOp::Commit(c)) {
             DirectResult::Committed(r) => r,
             other => unreachable!("commit answered with {other:?}"),
+        };
+        self.shared.commit_seconds.record(started.elapsed().as_secs_f64());
+        r
+    }
+
+    /// Whether the engine serves, serves read-only, or has failed (see the module
+    /// documentation). Never waits for the core.
+    pub fn health(&self) -> Health {
+        if let Some((cause, since_us)) = self.shared.failure.lock().clone() {
+            return Health::Failed { cause, since_us };
         }
+        if self.shared.read_only { Health::ReadOnly } else { Health::Serving }
     }
 
     /// The current bytes of page `page`: its installed image with every published MOB version
@@ -485,7 +624,7 @@ impl Engine {
     /// A snapshot of the counters.
     pub fn stats(&self) -> EngineStats {
         let mut l = self.shared.locked.lock();
-        self.shared.refresh_counters(&mut l.core);
+        self.shared.refresh_counters(&mut l.core, OwnCounters::default());
         l.core.stats()
     }
 
@@ -503,10 +642,13 @@ impl Engine {
         self.shared.disk_side.backup_into(&*self.shared.log, dest, || self.shared.not_failed())
     }
 
-    /// The counters as the wire's `Stats` reply carries them (engine and sessions).
+    /// The counters as the wire's `Stats` reply carries them (engine and sessions), with the
+    /// engine's own: health, uptime, version, the files' sizes on disk (listed and measured
+    /// now, outside the core's lock).
     pub fn server_stats(&self) -> thor_wire::ServerStats {
+        let own = self.shared.own_counters();
         let mut l = self.shared.locked.lock();
-        self.shared.refresh_counters(&mut l.core);
+        self.shared.refresh_counters(&mut l.core, own);
         l.core.server_stats()
     }
 
@@ -534,6 +676,12 @@ impl Engine {
             return Ok(());
         }
         let failed = self.shared.locked.lock().core.failed().map(str::to_string);
+        if failed.is_none() && self.shared.read_only {
+            // Nothing to install: a read-only engine never wrote (its recovery's writes went
+            // where its disk keeps them).
+            self.stop_threads();
+            return Ok(());
+        }
         let result = match failed {
             Some(why) => Err(EngineError::Failed(why)),
             None => self.flush_all(),
@@ -632,9 +780,17 @@ impl Engine {
     /// (now or later); the returned work must be performed, off any async executor (it may
     /// read the disk).
     pub fn request(&self, conn: ConnId, id: u64, req: Request) -> Work {
+        // Measured before the lock: it lists and measures files.
+        let own = matches!(req.body, RequestBody::Stats).then(|| self.shared.own_counters());
         let mut l = self.shared.locked.lock();
-        if matches!(req.body, RequestBody::Stats) {
-            self.shared.refresh_counters(&mut l.core);
+        match req.body {
+            RequestBody::Stats => {
+                self.shared.refresh_counters(&mut l.core, own.unwrap_or_default())
+            }
+            RequestBody::Commit(_) | RequestBody::PageCommit(_) => {
+                l.commits_started.insert((conn, id), std::time::Instant::now());
+            }
+            _ => {}
         }
         self.shared.step_locked(&mut l, Input::Request { conn, id, req })
     }
@@ -652,6 +808,9 @@ impl Engine {
     pub fn disconnect(&self, conn: ConnId) {
         let mut l = self.shared.locked.lock();
         l.sinks.remove(&conn);
+        if !l.commits_started.is_empty() {
+            l.commits_started.retain(|(c, _), _| *c != conn);
+        }
         let work = self.shared.step_locked(&mut l, Input::Disconnect { conn });
         drop(l);
         self.settle(work);
@@ -701,6 +860,7 @@ impl Engine {
     pub fn note_fetch_served(&self, ns: u64) {
         self.shared.served.0.fetch_add(ns, Relaxed);
         self.shared.served.1.fetch_add(1, Relaxed);
+        self.shared.fetch_seconds.record(ns as f64 / 1e9);
     }
 }
 
@@ -730,6 +890,11 @@ impl Shared {
             for effect in fx.drain(..) {
                 match effect {
                     Effect::Reply { conn, id, reply, close } => {
+                        if !l.commits_started.is_empty()
+                            && let Some(t) = l.commits_started.remove(&(conn, id))
+                        {
+                            self.commit_seconds.record(t.elapsed().as_secs_f64());
+                        }
                         if let Some(sink) = l.sinks.get(&conn) {
                             sink.deliver(id, reply, close);
                         }
@@ -771,7 +936,71 @@ impl Shared {
             }
         }
         l.fx = fx;
+        if !self.failure_seen.load(Relaxed)
+            && let Some(why) = l.core.failed()
+        {
+            self.note_failure(why, now);
+        }
         work
+    }
+
+    /// Says a storage failure once: at ERROR, with what follows and what to do, and in
+    /// [`Engine::health`].
+    #[cold]
+    fn note_failure(&self, why: &str, now_us: u64) {
+        if self.failure_seen.swap(true, Relaxed) {
+            return;
+        }
+        *self.failure.lock() = Some((why.to_string(), now_us));
+        error!(
+            cause = why,
+            "storage failed: {why}. The server refuses commits and new sessions from now on \
+             and serves reads of committed data to the sessions open; nothing acknowledged is \
+             lost. Free space or repair the disk, then restart the server (recovery replays \
+             the log)"
+        );
+    }
+
+    /// What the engine counts of itself (outside the core) for `ServerStats`: health,
+    /// uptime, version and the files' sizes. Lists and measures files: call it unlocked.
+    fn own_counters(&self) -> OwnCounters {
+        let (database_bytes, log_disk_bytes) = self.disk_bytes();
+        let health = if self.failure_seen.load(Relaxed) {
+            thor_wire::stats::HEALTH_FAILED
+        } else if self.read_only {
+            thor_wire::stats::HEALTH_READ_ONLY
+        } else {
+            thor_wire::stats::HEALTH_SERVING
+        };
+        let version = |part: &str| part.parse::<u64>().unwrap_or(0);
+        OwnCounters {
+            health,
+            uptime_s: self.clock.now_us().saturating_sub(self.started_us) / 1_000_000,
+            server_version: thor_wire::stats::version_number(
+                version(env!("CARGO_PKG_VERSION_MAJOR")),
+                version(env!("CARGO_PKG_VERSION_MINOR")),
+                version(env!("CARGO_PKG_VERSION_PATCH")),
+            ),
+            database_bytes,
+            log_disk_bytes,
+        }
+    }
+
+    /// The bytes of every file of the database, and of its log segments: listed and measured
+    /// now (a handful of files). A file that cannot be measured counts as empty: these are
+    /// gauges, not checks.
+    fn disk_bytes(&self) -> (u64, u64) {
+        let disk = &self.disk_side.disk;
+        let Ok(names) = disk.list() else { return (0, 0) };
+        let (mut all, mut log) = (0, 0);
+        for name in names {
+            let len = disk.open(&name, false).and_then(|f| f.len()).unwrap_or(0);
+            all += len;
+            if thor_storage::log::parse_segment_name(&self.log_prefix, &name).is_some() {
+                log += len;
+            }
+        }
+        (all, log)
     }
 
     /// Steps an input that reports completed I/O, then performs what follows.
@@ -868,8 +1097,9 @@ impl Shared {
         }
     }
 
-    /// Gives the core the log's and the network's counters (for `Stats`).
-    fn refresh_counters(&self, core: &mut Core) {
+    /// Gives the core the log's and the network's counters, and the engine's own (for
+    /// `Stats`).
+    fn refresh_counters(&self, core: &mut Core, own: OwnCounters) {
         let (log_bytes, log_fsyncs, log_records) = self.log.counters();
         core.set_driver_counters(DriverCounters {
             log_bytes,
@@ -880,8 +1110,28 @@ impl Shared {
             fetch_service_ns: self.served.0.load(Relaxed),
             fetches_served: self.served.1.load(Relaxed),
             page_read_ns: self.page_read_ns.load(Relaxed),
+            health: own.health,
+            uptime_s: own.uptime_s,
+            server_version: own.server_version,
+            database_bytes: own.database_bytes,
+            log_disk_bytes: own.log_disk_bytes,
         });
     }
+}
+
+/// The engine's counters of itself, measured outside the core's lock ([`Shared::own_counters`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct OwnCounters {
+    /// `ServerStats::health`.
+    health: u64,
+    /// `ServerStats::uptime_s`.
+    uptime_s: u64,
+    /// `ServerStats::server_version`.
+    server_version: u64,
+    /// `ServerStats::database_bytes`.
+    database_bytes: u64,
+    /// `ServerStats::log_disk_bytes`.
+    log_disk_bytes: u64,
 }
 
 /// How often the installer ticks the core when it has nothing else to do.

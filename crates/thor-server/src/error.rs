@@ -127,8 +127,15 @@ pub enum EngineError {
     BulkLoadActive,
     /// An earlier write or fsync failed, so what is durable is unknown: the engine refuses work
     /// until it is reopened, which recovers from the log.
-    #[error("the server stopped after a storage failure ({0}); reopen the database")]
+    #[error(
+        "the server stopped after a storage failure ({0}); restart it (or reopen the \
+         database) once the disk is repaired: recovery replays the log"
+    )]
     Failed(String),
+    /// The database was opened read-only (`thor::open_read_only`): it serves reads, and
+    /// refuses every commit that writes, flush and bulk load. Open it read-write to write.
+    #[error("the database is open read-only: it takes no writes")]
+    ReadOnly,
     /// A page could not be read from the page file (the disk failed; nothing was changed).
     /// Concurrency control refused the transaction: it cannot take a place in the serial
     /// order. Run it again on fresh copies of the objects.

@@ -281,9 +281,13 @@ impl DiskSide {
     }
 
     /// [`DiskSide::backup_into`] a new directory `path`: the copy is made in a sibling
-    /// directory named `.NAME.partial` and renamed to `path` once complete and synced, so that
-    /// `path` is either absent or a whole backup, never a partial one. Refuses a `path` that
-    /// exists, or a leftover `.NAME.partial` (an interrupted backup: remove it).
+    /// directory named `.NAME.partial`, locked while it is written, and renamed to `path` once
+    /// complete and synced, so that `path` is either absent or a whole backup, never a partial
+    /// one. Refuses a `path` that exists or whose parent does not (the same rule as `thor
+    /// compact`: a mistyped path creates nothing). A leftover `.NAME.partial` of an
+    /// interrupted backup (not locked, holding only a database's files) is removed, with a log
+    /// line, and the backup goes on, as an interrupted `thor compact`'s temporary directory is
+    /// reclaimed; one another backup is writing (locked), or holding other files, is refused.
     pub fn backup_to_dir(
         &self,
         log: &dyn CommitLog,
@@ -304,20 +308,40 @@ impl DiskSide {
             return Err(bad("its parent directory does not exist"));
         }
         let partial = parent.join(format!(".{name}.partial"));
-        if partial.exists() {
-            return Err(bad(&format!(
-                "{} is left from an interrupted backup; remove it first",
-                partial.display()
-            )));
-        }
         let io = |op: &'static str, e: std::io::Error| {
             EngineError::from(StorageError::Io { op, name: path.display().to_string(), source: e })
         };
-        std::fs::create_dir(&partial).map_err(|e| io("create backup dir", e))?;
-        let info = {
-            let dest = FileDisk::open_dir(&partial, false)?;
-            self.backup_into(log, &dest, ready)
-        };
+        let leftover = partial.exists();
+        if !leftover {
+            std::fs::create_dir(&partial).map_err(|e| io("create backup dir", e))?;
+        }
+        let dest = FileDisk::open_locked(&partial, false, "thor backup").map_err(|e| match e {
+            StorageError::Locked { holder, .. } => {
+                bad(&format!("{} is being written by another backup ({holder})", partial.display()))
+            }
+            e => e.into(),
+        })?;
+        if leftover {
+            // Ours to reclaim only if it holds what a backup writes and nothing else.
+            let files = dest.list()?;
+            if let Some(foreign) = files.iter().find(|f| !is_database_file(f)) {
+                return Err(bad(&format!(
+                    "{} holds `{foreign}`, which no backup writes; move it away",
+                    partial.display()
+                )));
+            }
+            for f in &files {
+                dest.remove(f)?;
+            }
+            dest.sync_dir()?;
+            info!(
+                partial = %partial.display(),
+                files = files.len(),
+                "removed the partial copy an interrupted backup left; backing up afresh"
+            );
+        }
+        let info = self.backup_into(log, &dest, ready);
+        drop(dest);
         let info = match info {
             Ok(info) => info,
             Err(e) => {
@@ -330,6 +354,12 @@ impl DiskSide {
         std::fs::File::open(&parent).and_then(|d| d.sync_all()).map_err(|e| io("fsync dir", e))?;
         Ok(info)
     }
+}
+
+/// Whether `name` is a file a database directory (or a backup being written) holds.
+fn is_database_file(name: &str) -> bool {
+    [superblock::FILE, superblock::TMP_FILE, PAGE_FILE, crate::dwb::FILE].contains(&name)
+        || name.starts_with("log.")
 }
 
 /// Where a backup asked for over the protocol goes: `name` under `dir`, the directory the

@@ -43,7 +43,7 @@ pub use crate::core::{
     ConnId, Core, CoreConfig, CoreStats, DirectOp, DirectResult, Effect, Input, ProtocolConfig,
 };
 pub use engine::{
-    BulkLoader, BulkReport, CommitRequest, Engine, EngineOptions, EngineStats, LocalPeers,
+    BulkLoader, BulkReport, CommitRequest, Engine, EngineOptions, EngineStats, Health, LocalPeers,
     PeerSink, ReplySink, Work,
 };
 pub use error::{EngineError, InvalidCommit};

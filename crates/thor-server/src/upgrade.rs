@@ -1082,6 +1082,11 @@ impl Temp {
         temp.remove_on_drop = true;
         if !files.is_empty() {
             temp.disk.sync_dir().map_err(|e| temp.dest_err(dst, e))?;
+            info!(
+                temporary = %temp.path.display(),
+                files = files.len(),
+                "removed what an interrupted upgrade left in its temporary directory"
+            );
         }
         Ok(temp)
     }

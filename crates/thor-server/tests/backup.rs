@@ -219,3 +219,26 @@ fn a_server_whose_install_round_failed_refuses_to_back_up() {
     let err = engine.backup_into(&MemDisk::new()).unwrap_err();
     assert!(matches!(err, EngineError::Failed(_)), "{err}");
 }
+
+#[test]
+fn an_interrupted_backup_is_cleaned_up_by_the_next() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = Engine::create(arc(MemDisk::new()), small_opts()).unwrap();
+    // What a backup killed half-way leaves: its hidden directory with part of a copy.
+    let partial = tmp.path().join(".nightly.partial");
+    std::fs::create_dir(&partial).unwrap();
+    std::fs::write(partial.join("pages"), [7u8; 4096]).unwrap();
+    std::fs::write(partial.join("log.0000000000000001"), [1u8; 100]).unwrap();
+    std::fs::write(partial.join("LOCK"), b"pid 1\n").unwrap();
+    let dest = tmp.path().join("nightly");
+    engine.backup(&dest).unwrap();
+    assert!(!partial.exists(), "the leftover was reclaimed and renamed into place");
+    drop(Engine::open(arc(FileDisk::open_dir(&dest, false).unwrap()), small_opts()).unwrap());
+    // A directory of that name holding something no backup writes is not ours: refused.
+    let partial = tmp.path().join(".other.partial");
+    std::fs::create_dir(&partial).unwrap();
+    std::fs::write(partial.join("notes.txt"), b"mine").unwrap();
+    let err = engine.backup(&tmp.path().join("other")).unwrap_err();
+    assert!(err.to_string().contains("notes.txt"), "{err}");
+    assert!(partial.join("notes.txt").exists());
+}

@@ -31,6 +31,15 @@
 //! `flock` is reliable on local file systems; on network file systems it may not exclude other
 //! machines, which thor does not support as a database location.
 //!
+//! *Read-only opens.* [`FileDisk::open_read_only`] is for programs that only read a database
+//! (`thor check`, `thor::open_read_only`): it writes nothing at all, not even the holder line.
+//! It takes a *shared* `flock` on the directory itself (a directory can be opened read-only
+//! and locked without writing anything, where `LOCK` might not exist, as in a backup copy), and
+//! [`FileDisk::open_locked`] takes an exclusive `flock` on the directory too, after `LOCK`'s:
+//! so any number of readers may share a directory, and a writer and a reader exclude each
+//! other. A writer refused by readers is told so ("a read-only opener"), since readers leave
+//! no holder line; a reader refused by a writer gets the writer's holder line.
+//!
 //! While a disk holds the lock, `LOCK` is not one of its files: [`Disk::list`] leaves it out
 //! and opening, removing or renaming it is [`StorageError::InvalidName`], so that no code
 //! going through the disk (a cleanup of unknown files, say) can delete the lock from under
@@ -147,20 +156,28 @@ struct DirectCounters {
     read_ns: AtomicU64,
 }
 
-/// A held `flock` on a directory's [`LOCK_FILE`]: closing the file releases it.
+/// A held `flock` on a directory's [`LOCK_FILE`] and on the directory itself: closing the
+/// files releases them.
 #[derive(Debug)]
 struct DirLock {
     /// The open lock file; the lock lives as long as this descriptor.
     file: File,
+    /// The directory, locked exclusively too, which excludes read-only openers (who lock it
+    /// shared: see the module documentation).
+    dir: File,
 }
 
 impl Drop for DirLock {
     fn drop(&mut self) {
-        // Closing the descriptor releases the lock anyway; unlocking first says so explicitly
-        // and costs nothing. Nothing useful can be done about a failure here.
+        // Closing the descriptors releases the locks anyway; unlocking first says so
+        // explicitly and costs nothing. Nothing useful can be done about a failure here.
+        let _ = self.dir.unlock();
         let _ = self.file.unlock();
     }
 }
+
+/// What a writer refused by read-only openers is told: they leave no holder line.
+const READERS: &str = "a read-only opener (thor check, or a program's thor::open_read_only)";
 
 impl FileDisk {
     /// Uses directory `path`. With `create`, the directory (and its parents) is created if
@@ -208,14 +225,46 @@ impl FileDisk {
             }
             Err(TryLockError::Error(e)) => return Err(StorageError::io("lock", &shown, e)),
         }
+        let dir = File::open(&disk.dir).map_err(|e| StorageError::io("open dir", &shown, e))?;
+        match dir.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(StorageError::Locked { path: shown, holder: READERS.to_string() });
+            }
+            Err(TryLockError::Error(e)) => return Err(StorageError::io("lock", &shown, e)),
+        }
         // Write first, then cut to length: a second opener reading meanwhile sees the old
         // holder's text or ours, never an empty file.
         let text = holder_text(program);
         file.write_all_at(text.as_bytes(), 0)
             .and_then(|()| file.set_len(text.len() as u64))
             .map_err(|e| StorageError::io("write lock file", &shown, e))?;
-        disk.lock = Some(Arc::new(DirLock { file }));
+        disk.lock = Some(Arc::new(DirLock { file, dir }));
         Ok(disk)
+    }
+
+    /// Opens directory `path` (which must exist) for reading only, writing nothing to it: a
+    /// shared lock on the directory, so that no writer ([`FileDisk::open_locked`]) can change
+    /// the files while the returned disk lives, while other readers may share it (see the
+    /// module documentation). A directory held by a writer is [`StorageError::Locked`] naming
+    /// the writer. The disk refuses every change, like [`FileDisk::read_only`]'s.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<ReadOnlyDisk, StorageError> {
+        let disk = FileDisk::open_dir(path, false)?;
+        let shown = disk.dir.display().to_string();
+        let dir = File::open(&disk.dir).map_err(|e| StorageError::io("open dir", &shown, e))?;
+        match dir.try_lock_shared() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                // The writer's holder line, read without writing (or creating) anything.
+                let holder = match File::open(disk.dir.join(LOCK_FILE)) {
+                    Ok(f) => describe_holder(&f),
+                    Err(_) => "another process (the directory has no LOCK file)".to_string(),
+                };
+                return Err(StorageError::Locked { path: shown, holder });
+            }
+            Err(TryLockError::Error(e)) => return Err(StorageError::io("lock", &shown, e)),
+        }
+        Ok(ReadOnlyDisk { disk, shared: Some(Arc::new(SharedLock { dir })) })
     }
 
     /// This disk with direct reads on or off: with `on`, every file it opens from now on reads
@@ -621,7 +670,20 @@ impl FileDisk {
     /// [`ReadOnlyDisk`]. The lock, if held, stays held. Its reads are buffered whatever
     /// [`FileDisk::with_direct_reads`] says: offline checkers have no use for device reads.
     pub fn read_only(self) -> ReadOnlyDisk {
-        ReadOnlyDisk { disk: self }
+        ReadOnlyDisk { disk: self, shared: None }
+    }
+}
+
+/// A held shared `flock` on a directory ([`FileDisk::open_read_only`]).
+#[derive(Debug)]
+struct SharedLock {
+    /// The directory, open read-only; the lock lives as long as this descriptor.
+    dir: File,
+}
+
+impl Drop for SharedLock {
+    fn drop(&mut self) {
+        let _ = self.dir.unlock();
     }
 }
 
@@ -629,9 +691,26 @@ impl FileDisk {
 /// (read-only descriptors), [`LOCK_FILE`] cannot be opened, and every change (create, write,
 /// sync, truncate, rename, remove) is refused with an error. Listing and existence checks go
 /// to the underlying [`FileDisk`], which neither writes.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ReadOnlyDisk {
+    /// The directory (holding an exclusive lock when made by [`FileDisk::read_only`] from a
+    /// locked disk).
     disk: FileDisk,
+    /// The shared lock of [`FileDisk::open_read_only`], released with the last clone.
+    shared: Option<Arc<SharedLock>>,
+}
+
+impl ReadOnlyDisk {
+    /// The directory this disk reads.
+    pub fn path(&self) -> &Path {
+        &self.disk.dir
+    }
+
+    /// Whether this disk holds a shared lock of its own ([`FileDisk::open_read_only`]) rather
+    /// than living under a writer's exclusive one ([`FileDisk::read_only`]).
+    pub fn holds_shared_lock(&self) -> bool {
+        self.shared.is_some()
+    }
 }
 
 fn refused(op: &str, name: &str) -> StorageError {
@@ -670,7 +749,10 @@ impl Disk for ReadOnlyDisk {
     }
 
     fn list(&self) -> Result<Vec<String>, StorageError> {
-        self.disk.list()
+        // The lock file is the directory's, never one of a database's files.
+        let mut names = self.disk.list()?;
+        names.retain(|n| n != LOCK_FILE);
+        Ok(names)
     }
 
     fn sync_dir(&self) -> Result<(), StorageError> {

@@ -47,7 +47,9 @@ pub const READ_CHUNK_BYTES_MIN: usize = 64;
 
 /// How many files keeping torn log tails may share one LSN (`{prefix}.{lsn}.torn`, then
 /// `.torn.1` ... `.torn.63`). A second file for an LSN appears only when a crash interrupts
-/// recovery's own cut; 64 such crashes in a row mean something else is wrong, and `open`
+/// recovery's own cut and leaves a different tail (an open that finds a file already holding
+/// the same tail, or a prefix of it, reuses it, and removes a copy it could not finish, so
+/// failed opens add none); 64 such crashes in a row mean something else is wrong, and `open`
 /// then refuses rather than overwrite evidence.
 pub const TORN_FILES_PER_LSN_MAX: u32 = 64;
 

@@ -92,6 +92,13 @@
 //!   on the medium, and a later crash may keep any prefix.
 //! - `die_after_ops: Some(n)`: every operation after the `n`-th (of any kind, including reads)
 //!   fails and has no effect: the disk died.
+//! - `capacity_bytes: Some(n)`: the disk is full at `n` bytes. A `write_at` or `set_len` that
+//!   would take the sum of the live lengths of the named files past `n` fails with no effect,
+//!   as `ENOSPC` (`StorageError::Io` whose source is the operating system's "No space left on
+//!   device"), so code sees exactly what a full file system gives it; writes within a file's
+//!   length, shrinking, reads, syncs, creates of empty files and removes go on working, as on a
+//!   full ext4 or xfs. Raising or clearing the capacity is "space freed": the same handles
+//!   work again. Full-disk tests use this instead of a small tmpfs, so that CI can run them.
 //!
 //! [`DiskCounters`] report the numbers of operations, writes and syncs so that a test can run a
 //! workload once, then pick `n` at random. A crash clears the plan and the counters.
@@ -117,6 +124,9 @@ pub struct FaultPlan {
     pub fail_sync_at: Option<u64>,
     /// Fail every operation numbered above this: the disk died.
     pub die_after_ops: Option<u64>,
+    /// The disk is full at this many bytes: writes that would grow the files' total live
+    /// length past it fail with `ENOSPC` and no effect (see the module documentation).
+    pub capacity_bytes: Option<u64>,
 }
 
 /// Operations counted since the disk was created or last crashed.
@@ -297,6 +307,11 @@ impl Model {
         verdict
     }
 
+    /// The sum of the live lengths of the named files: what a capacity is measured against.
+    fn used_bytes(&self) -> u64 {
+        self.live.values().map(|inode| inode.lock().live.len() as u64).sum()
+    }
+
     /// Counts an operation that has no effect to undo: fails it if the plan says so.
     fn admit(&mut self, kind: OpKind, op: &'static str, name: &str) -> Result<(), StorageError> {
         match self.count(kind) {
@@ -418,6 +433,10 @@ fn crashed_image(data: &FileData, sector_bytes: usize, rng: &mut SplitMix64) -> 
     resize(&mut image, chosen);
     image
 }
+
+/// Linux's errno for "No space left on device", so that a full [`MemDisk`] fails as a full file
+/// system does (and messages read the same).
+const ENOSPC: i32 = 28;
 
 fn injected(op: &'static str, name: &str) -> StorageError {
     StorageError::InjectedFault { op, name: name.to_string() }
@@ -663,6 +682,25 @@ impl MemFile {
         if verdict == Verdict::Fail {
             return Err(injected(op, &self.name));
         }
+        if let Some(capacity) = m.plan.capacity_bytes {
+            let len = self.inode.lock().live.len() as u64;
+            let new_len = match &change {
+                PendingOp::Write { offset, data } if !data.is_empty() => {
+                    len.max(offset + data.len() as u64)
+                }
+                PendingOp::Write { .. } => len,
+                PendingOp::SetLen(n) => *n,
+            };
+            // Only growth needs space; the used total counts this file at its current length.
+            if new_len > len && m.used_bytes() - len + new_len > capacity {
+                m.counters.faults_injected += 1;
+                return Err(StorageError::Io {
+                    op,
+                    name: self.name.clone(),
+                    source: std::io::Error::from_raw_os_error(ENOSPC),
+                });
+            }
+        }
         let mut d = self.inode.lock();
         change.apply(&mut d.live);
         d.pending.push(change);
@@ -774,6 +812,17 @@ impl FaultDisk {
         self.mem.fault_plan()
     }
 
+    /// The disk is full from now on at `capacity_bytes` (None: space is back); see
+    /// [`FaultPlan::capacity_bytes`]. Keeps the rest of the plan.
+    pub fn set_capacity(&self, capacity_bytes: Option<u64>) {
+        self.mem.shared.model.lock().plan.capacity_bytes = capacity_bytes;
+    }
+
+    /// The sum of the live lengths of the files (what a capacity is measured against).
+    pub fn used_bytes(&self) -> u64 {
+        self.mem.shared.model.lock().used_bytes()
+    }
+
     /// Makes every later operation fail: the disk died.
     pub fn die(&self) {
         let mut m = self.mem.shared.model.lock();
@@ -871,6 +920,33 @@ mod tests {
         assert!(d.pending.is_empty());
         assert_eq!(d.durable, b"hell");
         assert_eq!(d.live, b"hell");
+    }
+
+    #[test]
+    fn a_full_disk_refuses_growth_with_enospc_until_space_is_back() {
+        let disk = FaultDisk::new();
+        let f = disk.open("f", true).unwrap();
+        f.write_at(0, &[1; 100]).unwrap();
+        disk.set_capacity(Some(120));
+        // Within the file's length, and up to the capacity, writes go on.
+        f.write_at(0, &[2; 100]).unwrap();
+        f.write_at(100, &[3; 20]).unwrap();
+        let g = disk.open("g", true).unwrap();
+        let err = g.write_at(0, b"x").unwrap_err();
+        assert!(
+            matches!(&err, StorageError::Io { source, .. } if source.raw_os_error() == Some(ENOSPC)),
+            "{err}"
+        );
+        assert!(err.to_string().contains("No space left on device"), "{err}");
+        assert!(f.set_len(121).is_err());
+        assert_eq!(g.len().unwrap(), 0, "a refused write has no effect");
+        // Shrinking frees space; clearing the capacity is space freed.
+        f.set_len(100).unwrap();
+        g.write_at(0, &[4; 20]).unwrap();
+        assert!(g.write_at(20, b"y").is_err());
+        disk.set_capacity(None);
+        g.write_at(20, b"y").unwrap();
+        assert_eq!(disk.used_bytes(), 121);
     }
 
     #[test]

@@ -151,3 +151,49 @@ fn a_garbled_lock_file_still_gives_a_clear_error() {
     assert!(holder.starts_with("pid 42 (ppp") && holder.len() < 300, "{holder}");
     drop(disk);
 }
+
+/// Every file of `dir` with its bytes and modification time: what "writes nothing" compares.
+fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>, std::time::SystemTime)> {
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let meta = e.metadata().unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+                meta.modified().unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn read_only_opens_share_the_directory_and_exclude_writers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let writer = FileDisk::open_locked(dir, false, "a writer").unwrap();
+    writer.open("data", true).unwrap().write_at(0, b"abc").unwrap();
+    // A reader is refused while the writer holds the directory, with the writer named.
+    let err = FileDisk::open_read_only(dir).unwrap_err();
+    assert!(err.to_string().contains("a writer"), "{err}");
+    drop(writer);
+
+    let before = snapshot(dir);
+    let r1 = FileDisk::open_read_only(dir).unwrap();
+    let r2 = FileDisk::open_read_only(dir).unwrap();
+    assert!(r1.holds_shared_lock());
+    assert_eq!(r1.list().unwrap(), ["data"], "the lock file is not a database file");
+    let mut buf = [0u8; 3];
+    r2.open("data", false).unwrap().read_exact_at(0, &mut buf).unwrap();
+    assert_eq!(&buf, b"abc");
+    // A writer is refused while readers hold it, and told who.
+    let (_, holder, _) = locked_error(FileDisk::open_locked(dir, false, "a second writer"));
+    assert!(holder.contains("read-only opener"), "{holder}");
+    assert_eq!(snapshot(dir), before, "read-only opens and a refused writer wrote nothing");
+    drop(r1);
+    drop(r2);
+    FileDisk::open_locked(dir, false, "a writer again").unwrap();
+}

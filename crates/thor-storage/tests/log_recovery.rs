@@ -242,6 +242,50 @@ fn torn_tail_is_cut_and_kept() {
     assert_eq!(segs, vec![SEGMENT.to_string()]);
 }
 
+/// On a full disk the torn tail cannot be copied out: each open fails, and leaves the
+/// directory as it found it (no empty `.torn.N` file per attempt, which after 64 attempts
+/// made the log refuse to open at all). Once space is back the tail is kept in one file.
+#[test]
+fn failed_opens_on_a_full_disk_leave_no_torn_files() {
+    use thor_storage::FaultDisk;
+    let mem = batched_log(&[3, 3, 3]);
+    mem.edit_file(SEGMENT, |b| b.truncate(offset_of(8) + 10)).unwrap();
+    let disk = FaultDisk::wrap(mem.clone());
+    let before = disk.list().unwrap();
+    let used = disk.used_bytes();
+    disk.set_capacity(Some(used));
+    for attempt in 0..100 {
+        let err = Log::open_streaming(Arc::new(disk.clone()), opts()).unwrap_err();
+        assert!(err.to_string().contains("No space left on device"), "attempt {attempt}: {err}");
+        assert_eq!(disk.list().unwrap(), before, "attempt {attempt} left a file behind");
+    }
+    // A copy that a crash cut short (here: an empty file, as the old code left) is reused.
+    disk.open("log.0000000000000008.torn", true).unwrap();
+    disk.set_capacity(None);
+    let (log, report) = Log::open_streaming(Arc::new(disk.clone()), opts()).unwrap();
+    assert_eq!(report.torn_tail.unwrap().kept_in, "log.0000000000000008.torn");
+    expect_records(&log, 1, 8);
+    drop(log);
+    let torn: Vec<_> = disk.list().unwrap().into_iter().filter(|n| n.contains(".torn")).collect();
+    assert_eq!(torn, ["log.0000000000000008.torn"]);
+}
+
+/// An open that copied the tail out and then failed before the cut (the disk filled up in
+/// between) is followed by one that finds the same bytes already kept: no second file.
+#[test]
+fn a_tail_already_kept_is_not_kept_twice() {
+    let disk = batched_log(&[3, 3, 3]);
+    let full = disk.file_bytes(SEGMENT).unwrap();
+    disk.edit_file(SEGMENT, |b| b.truncate(offset_of(8) + 10)).unwrap();
+    let f = disk.open("log.0000000000000008.torn", true).unwrap();
+    f.write_at(0, &full[offset_of(8)..offset_of(8) + 10]).unwrap();
+    drop(f);
+    let (_log, report) = open_streaming(&disk).unwrap();
+    assert_eq!(report.torn_tail.unwrap().kept_in, "log.0000000000000008.torn");
+    let torn: Vec<_> = disk.list().unwrap().into_iter().filter(|n| n.contains(".torn")).collect();
+    assert_eq!(torn, ["log.0000000000000008.torn"]);
+}
+
 #[test]
 fn a_cut_that_empties_the_log_is_reported_as_an_error() {
     let disk = batched_log(&[4]);

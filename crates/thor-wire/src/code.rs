@@ -92,7 +92,9 @@ codes! {
         Timeout = 12,
         /// The server's storage failed. For a commit the outcome is unknown (it may or may not
         /// be durable): read the objects back after the server recovers. The connection stays
-        /// open, but the server needs an operator (restart to recover from its log).
+        /// open, but the server needs an operator (restart to recover from its log). A failed
+        /// server also sends it, with request id 0, to a new connection instead of serving it,
+        /// and closes that connection.
         ServerFailed = 13,
         /// The server found damaged bytes in the requested page. The connection stays open;
         /// other pages may still be fetched. The database needs repair.

@@ -280,6 +280,52 @@ server_stats! {
     /// Nanoseconds the engine spent reading pages from disk for fetches and validation
     /// (fetch_reads and validation_reads), timed around each read.
     page_read_ns: u64,
+    /// The server's health now: 0 serving, 1 failed (a write or fsync of its log or page file
+    /// failed: it refuses commits and new sessions until restarted), 2 serving read-only.
+    health: u64,
+    /// Storage failures since the server started (0 or 1: the first one stops all writing).
+    storage_failures: u64,
+    /// Connections refused because the server's storage had failed.
+    sessions_refused_failed: u64,
+    /// Seconds since the server started, now.
+    uptime_s: u64,
+    /// The server's version now, as major * 1000000 + minor * 1000 + patch.
+    server_version: u64,
+    /// Bytes of the database's files on disk now (page file, log, superblock, double-write
+    /// buffer).
+    database_bytes: u64,
+    /// Bytes of log segments on disk now.
+    log_disk_bytes: u64,
+    /// The MOB's budget in bytes (mob_bytes over this is how full it is).
+    mob_bytes_max: u64,
+}
+
+/// `ServerStats::health` of a server that serves.
+pub const HEALTH_SERVING: u64 = 0;
+/// `ServerStats::health` of a server whose storage failed.
+pub const HEALTH_FAILED: u64 = 1;
+/// `ServerStats::health` of a server serving a database opened read-only.
+pub const HEALTH_READ_ONLY: u64 = 2;
+
+/// A version `major.minor.patch` as [`ServerStats::server_version`] carries it.
+pub const fn version_number(major: u64, minor: u64, patch: u64) -> u64 {
+    major * 1_000_000 + minor * 1_000 + patch
+}
+
+/// [`ServerStats::server_version`] as `major.minor.patch`.
+pub fn version_text(n: u64) -> String {
+    format!("{}.{}.{}", n / 1_000_000, n / 1_000 % 1_000, n % 1_000)
 }
 
 const _: () = assert!(ServerStats::FIELDS.len() <= STATS_FIELDS_MAX);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_round_trip_as_numbers() {
+        assert_eq!(version_text(version_number(0, 1, 0)), "0.1.0");
+        assert_eq!(version_text(version_number(12, 345, 678)), "12.345.678");
+    }
+}

@@ -14,6 +14,28 @@
 //! session keeps the engine alive, so [`crate::open`] can hand out a session and drop its
 //! [`Database`]: the engine closes when the last session or handle goes. [`Database`]'s
 //! documentation says what closing does.
+//!
+//! # Read-only opens
+//!
+//! [`Database::open_read_only`] (and [`crate::open_read_only`]) opens a database to read it
+//! without writing a byte to its directory: not the lock file's holder line, not recovery's
+//! repairs, not a `.torn` file. It works where a read-write open cannot: on a full disk, on a
+//! read-only mount, beside other readers (`thor check`), on a backup copy.
+//!
+//! ```text
+//!   Engine (read-only) ─► OverlayDisk ─► ReadOnlyDisk ─► the directory
+//!                         recovery's      read-only        shared flock on the
+//!                         writes, kept    descriptors;     directory: readers
+//!                         in memory       refuses writes   share, writers wait
+//! ```
+//!
+//! Recovery runs as for a read-write open (a torn tail is cut, torn pages are restored, the
+//! log is replayed), into memory: the overlay keeps every change in 4 KiB blocks, so such an
+//! open costs memory for what recovery rewrites (the pages installed while replaying a long
+//! log), never disk. Sessions read the committed state; a commit that writes is refused
+//! ([`thor_server::EngineError::ReadOnly`], `Refused(Other)` with the reason), while
+//! read-only transactions commit (they write nothing). While readers hold it, a read-write
+//! open fails with [`Error::Locked`], and the other way round.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,7 +43,7 @@ use std::sync::Arc;
 use thor_client::{Session, SessionConfig};
 use thor_net::{ClientConfig, LocalTransport};
 use thor_server::{Engine, EngineError, EngineOptions};
-use thor_storage::{FileDisk, StorageError};
+use thor_storage::{FileDisk, OverlayDisk, StorageError};
 
 use crate::Error;
 
@@ -79,6 +101,40 @@ impl Database {
             Err(source) => return Err(Error::Open { path, source }),
         };
         Ok(Database { engine: Arc::new(engine), path })
+    }
+
+    /// Opens the database in directory `path` to read it, writing nothing to the directory
+    /// (see [Read-only opens](self#read-only-opens) in the module documentation). Several
+    /// read-only opens may share a directory; none may while it is open read-write.
+    ///
+    /// Fails with [`Error::Locked`] if the database is open read-write (here or elsewhere),
+    /// [`Error::NotADirectory`] if `path` is a file, [`Error::NotADatabase`] if the directory
+    /// holds no database (nothing is created), [`Error::Open`] if it does not exist or
+    /// recovery fails.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Database, Error> {
+        let path = path.as_ref().to_path_buf();
+        if path.exists() && !path.is_dir() {
+            return Err(Error::NotADirectory { path });
+        }
+        let disk = match FileDisk::open_read_only(&path) {
+            Ok(disk) => disk,
+            Err(StorageError::Locked { holder, .. }) => return Err(Error::Locked { path, holder }),
+            Err(e) => return Err(Error::Open { path, source: e.into() }),
+        };
+        let overlay = Arc::new(OverlayDisk::new(Arc::new(disk)));
+        let engine = match Engine::open_read_only(overlay, EngineOptions::default()) {
+            Ok(engine) => engine,
+            Err(EngineError::NotADatabase) => return Err(Error::NotADatabase { path }),
+            Err(source) => return Err(Error::Open { path, source }),
+        };
+        Ok(Database { engine: Arc::new(engine), path })
+    }
+
+    /// Whether the database serves, serves read-only, or has failed (its storage failed: it
+    /// refuses commits and needs reopening once the disk is repaired; see
+    /// [`thor_server::Health`]).
+    pub fn health(&self) -> crate::Health {
+        self.engine.health()
     }
 
     /// A new session with the defaults `thor` uses ([`SessionConfig::default`]: a 64 MiB HAC

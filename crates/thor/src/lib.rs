@@ -43,8 +43,8 @@
 //!
 //! # What is here
 //!
-//! - Reaching a store: [`open`], [`Database`], [`connect`], [`connect_with`],
-//!   [`connect_tls`], [`connect_tls_with`] and [`TlsClient`].
+//! - Reaching a store: [`open`], [`open_read_only`], [`Database`], [`connect`],
+//!   [`connect_with`], [`connect_tls`], [`connect_tls_with`] and [`TlsClient`].
 //! - Declaring classes: [`class!`]; [`Ref`] (a typed reference, stored in fields and root
 //!   slots); the built-in classes [`Refs`] (a collection of references), [`Bytes`],
 //!   [`Large`] and [`Any`]; the [`Class`] trait, for code generic over classes.
@@ -87,6 +87,9 @@ pub use thor_client::{
     SessionConfig, Str, Surrogate, View, XRef, max_str_bytes,
 };
 pub use thor_net::{TlsClient, TlsError};
+/// Whether an embedded database serves, serves read-only, or has failed ([`Database::health`]).
+#[cfg(feature = "embedded")]
+pub use thor_server::Health;
 pub use thor_wire::{BackupInfo, TransportError};
 #[cfg(feature = "embedded")]
 pub use upgrade::{ClassUpgrade, Incompatibility, Upgrade, UpgradeError, UpgradeReport};
@@ -104,6 +107,18 @@ pub use upgrade::{ClassUpgrade, Incompatibility, Upgrade, UpgradeError, UpgradeR
 #[cfg(feature = "embedded")]
 pub fn open(path: impl AsRef<std::path::Path>) -> Result<Session, Error> {
     Database::open(path)?.session()
+}
+
+/// Opens the embedded database in directory `path` to read it, writing nothing to the
+/// directory, and returns a session on it: [`Database::open_read_only`] followed by
+/// [`Database::session`]. Its transactions read the committed state; a commit that writes is
+/// refused. Works on a full disk or a read-only mount, beside other readers.
+///
+/// Fails with [`Error::Locked`] if the database is open read-write, [`Error::NotADatabase`]
+/// if the directory holds none (nothing is created).
+#[cfg(feature = "embedded")]
+pub fn open_read_only(path: impl AsRef<std::path::Path>) -> Result<Session, Error> {
+    Database::open_read_only(path)?.session()
 }
 
 /// Connects to a thor server (`thor server --listen ADDR`) and opens a session, with the

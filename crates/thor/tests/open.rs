@@ -223,3 +223,79 @@ fn a_backup_taken_while_a_session_is_open_opens_with_what_was_committed() {
     assert_eq!(read_notes(&copy), (0..300).collect::<Vec<u64>>());
     assert!(copy.run(|s| s.root::<Note>(1)).unwrap().is_null());
 }
+
+/// Every file of `dir` with its bytes and modification time.
+fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>, std::time::SystemTime)> {
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let modified = e.metadata().unwrap().modified().unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+                modified,
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn read_only_open_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    write_notes(&thor::open(&dir).unwrap(), 5, 100);
+    // A crash left half a flush batch after the log's last record: a read-write open cuts it
+    // into a `.torn` file; a read-only one must do that in memory.
+    let segment = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("log."))
+        .max()
+        .unwrap();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes.extend_from_slice(&[0x5a; 37]);
+    std::fs::write(&segment, bytes).unwrap();
+    let before = snapshot(&dir);
+
+    // Two readers share the directory and read every note.
+    let a = Database::open_read_only(&dir).unwrap();
+    let b = thor::open_read_only(&dir).unwrap();
+    assert_eq!(a.health(), thor::Health::ReadOnly);
+    assert_eq!(read_notes(&a.session().unwrap()), (0..5).collect::<Vec<_>>());
+    assert_eq!(read_notes(&b), (0..5).collect::<Vec<_>>());
+    // A writing commit is refused with the reason; the readers go on.
+    let s = a.session().unwrap();
+    let err = s
+        .run(|s| {
+            s.create::<Note>(4)?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("read-only"), "{err}");
+    // A read-write open waits for the readers, and is told who holds the directory.
+    match Database::open(&dir) {
+        Err(Error::Locked { holder, .. }) => assert!(holder.contains("read-only"), "{holder}"),
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    drop((s, b));
+    a.close().unwrap();
+    assert_eq!(snapshot(&dir), before, "a read-only open changed the directory");
+
+    // Only a read-write open repairs: it keeps the torn bytes in a file of their own.
+    let s = thor::open(&dir).unwrap();
+    assert_eq!(read_notes(&s), (0..5).collect::<Vec<_>>());
+    drop(s);
+    assert!(
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .any(|e| { e.unwrap().file_name().to_string_lossy().contains(".torn") })
+    );
+    // Nothing to read is nothing created.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    assert!(matches!(Database::open_read_only(&empty), Err(Error::NotADatabase { .. })));
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+}

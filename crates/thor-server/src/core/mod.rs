@@ -272,6 +272,18 @@ pub struct DriverCounters {
     pub fetches_served: u64,
     /// Nanoseconds reading pages from disk for `Effect::Read`.
     pub page_read_ns: u64,
+    /// What the driver knows of itself, passed through to `ServerStats` as it gives them:
+    /// health (`thor_wire::stats::HEALTH_*`), uptime, version, the files' sizes, the MOB's
+    /// budget.
+    pub health: u64,
+    /// See `ServerStats::uptime_s`.
+    pub uptime_s: u64,
+    /// See `ServerStats::server_version`.
+    pub server_version: u64,
+    /// See `ServerStats::database_bytes`.
+    pub database_bytes: u64,
+    /// See `ServerStats::log_disk_bytes`.
+    pub log_disk_bytes: u64,
 }
 
 /// Something that happened, for the core to act on.
@@ -634,6 +646,12 @@ pub struct Core {
     bulk: Bulk,
     /// Why the core stopped accepting writes, after a storage failure.
     failed: Option<String>,
+    /// Connections refused because of `failed` (new sessions are not admitted to a failed
+    /// server: it could never commit for them).
+    refused_failed: u64,
+    /// Opened read-only ([`Core::set_read_only`]): writing commits are refused, nothing is
+    /// installed.
+    read_only: bool,
     /// When the last commit arrived (`now` of its input).
     last_commit_us: u64,
     /// The `now` of the input being handled.
@@ -696,6 +714,8 @@ impl Core {
             next_job: 1,
             bulk: Bulk::Idle,
             failed: None,
+            refused_failed: 0,
+            read_only: false,
             last_commit_us: 0,
             now_us: 0,
             counters: Counters::default(),
@@ -786,6 +806,24 @@ impl Core {
         self.failed.as_deref()
     }
 
+    /// Connections refused so far because the core had failed.
+    pub fn refused_failed(&self) -> u64 {
+        self.refused_failed
+    }
+
+    /// Serves the database read-only from now on (`thor::open_read_only`): fetches and
+    /// read-only transactions go on, every writing commit, flush round and bulk load is
+    /// refused with [`EngineError::ReadOnly`], and no install round starts, so the core never
+    /// asks its driver to write.
+    pub fn set_read_only(&mut self) {
+        self.read_only = true;
+    }
+
+    /// Whether the core serves read-only ([`Core::set_read_only`]).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
     /// Whether there is nothing left to install and nothing in flight (a clean shutdown can
     /// stop now: the log holds nothing the pages lack).
     pub fn is_quiescent(&self) -> bool {
@@ -856,7 +894,23 @@ impl Core {
             self.cc.raise_threshold(cc::Timestamp { time_us: t, server: 0 });
         }
         match input {
-            Input::Connect { conn } => self.sessions.connect(conn, fx),
+            Input::Connect { conn } => match &self.failed {
+                // A failed server can never commit for a new session, and a client that
+                // reconnected in a loop against it would never learn why: refuse it at once,
+                // saying so, and close (as for `Busy`).
+                Some(why) => {
+                    self.refused_failed += 1;
+                    let reply = Reply::error(
+                        ErrorCode::ServerFailed,
+                        &format!(
+                            "the server's storage failed ({why}); it takes no new sessions \
+                             until it is restarted"
+                        ),
+                    );
+                    fx.push(Effect::Reply { conn, id: 0, reply, close: true });
+                }
+                None => self.sessions.connect(conn, fx),
+            },
             Input::Request { conn, id, req } => self.request(conn, id, req, fx),
             Input::ProtocolError { conn, id, error } => {
                 self.sessions.protocol_error(conn, id, &error, fx)
@@ -1106,12 +1160,18 @@ impl Core {
                 if let Some(why) = &self.failed {
                     let e = EngineError::Failed(why.clone());
                     fx.push(Effect::Done { ticket, result: DirectResult::Flushed(Err(e)) });
+                } else if self.read_only {
+                    let e = EngineError::ReadOnly;
+                    fx.push(Effect::Done { ticket, result: DirectResult::Flushed(Err(e)) });
                 } else {
                     self.flush_waiters.push(ticket);
                 }
             }
             DirectOp::BulkBegin => {
-                if self.bulk != Bulk::Idle {
+                if self.read_only {
+                    let r = DirectResult::BulkBegun(Err(EngineError::ReadOnly));
+                    fx.push(Effect::Done { ticket, result: r });
+                } else if self.bulk != Bulk::Idle {
                     let r = DirectResult::BulkBegun(Err(EngineError::BulkLoadActive));
                     fx.push(Effect::Done { ticket, result: r });
                 } else {
@@ -1364,6 +1424,11 @@ impl Core {
                 self.answer_commit(q.origin, Err(e), fx);
                 continue;
             }
+            if self.read_only {
+                let q = self.queue.pop_front().expect("checked");
+                self.answer_commit(q.origin, Err(EngineError::ReadOnly), fx);
+                continue;
+            }
             // Room in the MOB for it and every prepared commit (a commit bigger than the whole
             // budget goes through once the MOB is empty, so that it cannot wait forever) and
             // in the log buffer.
@@ -1570,7 +1635,7 @@ impl Core {
 
     /// Starts an install round when one is due.
     fn maybe_start_round(&mut self, fx: &mut Vec<Effect>) {
-        if self.round.is_some() || self.failed.is_some() || self.recovering {
+        if self.round.is_some() || self.failed.is_some() || self.recovering || self.read_only {
             return;
         }
         let start = self.cfg.mob_bytes / 100 * self.cfg.flush_start_percent;
@@ -1946,6 +2011,14 @@ impl Core {
             fetch_service_ns: self.driver.fetch_service_ns,
             fetches_served: self.driver.fetches_served,
             page_read_ns: self.driver.page_read_ns,
+            health: self.driver.health,
+            storage_failures: u64::from(self.failed.is_some()),
+            sessions_refused_failed: self.refused_failed,
+            uptime_s: self.driver.uptime_s,
+            server_version: self.driver.server_version,
+            database_bytes: self.driver.database_bytes,
+            log_disk_bytes: self.driver.log_disk_bytes,
+            mob_bytes_max: self.cfg.mob_bytes as u64,
             ..self.page_stats()
         }
     }
@@ -1959,6 +2032,8 @@ pub fn error_reply(e: &EngineError) -> (Reply, bool) {
         EngineError::Invalid(ic) => (Reply::refused(refused_code(ic), &msg), false),
         EngineError::Full => (Reply::refused(RefusedCode::DatabaseFull, &msg), false),
         EngineError::BulkLoadActive => (Reply::refused(RefusedCode::RetryLater, &msg), false),
+        // No code of its own in the protocol's list: `Other`, whose message says why.
+        EngineError::ReadOnly => (Reply::refused(RefusedCode::Other, &msg), false),
         EngineError::Aborted(_) => (Reply::refused(RefusedCode::Aborted, &msg), false),
         EngineError::Conflict(r) => {
             let code = match r {

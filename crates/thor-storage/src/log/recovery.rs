@@ -326,9 +326,18 @@ fn plausible(
     (fits && batch_first >= segment_first).then_some(batch_first)
 }
 
-/// Copies segment bytes `[from, to)` to a new `.torn` file (see [`torn_name`]) a chunk at a
-/// time, fsyncs it and the directory, and returns its name. Done before the cut, so that a
-/// crash in between leaves the tail in the segment or in the file (or both), never in neither.
+/// Copies segment bytes `[from, to)` to a `.torn` file (see [`torn_name`]) a chunk at a time,
+/// fsyncs it and the directory, and returns its name. Done before the cut, so that a crash in
+/// between leaves the tail in the segment or in the file (or both), never in neither.
+///
+/// *Repeated opens leave nothing behind.* An open that fails after this (the disk is full, so
+/// the cut cannot be made durable) is followed by another, which finds the same tail: a file
+/// that already holds exactly these bytes is the one to keep (it is synced again and reused),
+/// and a file holding a prefix of them (empty included) is an earlier copy cut short, by a
+/// crash or by a full disk, whose name is reused. If the copy fails, the file is removed: the
+/// bytes are still in the segment, which is not cut. So a retry loop of opens on a full disk
+/// never adds a file, and the [`TORN_FILES_PER_LSN_MAX`] names are spent only on different
+/// tails of the same LSN.
 fn keep_torn_tail(
     disk: &dyn Disk,
     segment: &dyn DiskFile,
@@ -337,12 +346,29 @@ fn keep_torn_tail(
     from: u64,
     to: u64,
 ) -> Result<String, StorageError> {
+    // At most one chunk, which is a usize.
+    let chunk = (to - from).min(opts.read_chunk_bytes as u64).max(1) as usize;
+    let mut buf = vec![0u8; chunk];
+    let mut theirs = vec![0u8; chunk];
     let mut name = None;
     for n in 0..TORN_FILES_PER_LSN_MAX {
         let candidate = torn_name(&opts.prefix, lsn, n);
         if !disk.exists(&candidate)? {
             name = Some(candidate);
             break;
+        }
+        let existing = disk.open(&candidate, false)?;
+        match compare_copy(segment, from, to, &*existing, &mut buf, &mut theirs)? {
+            Copy::Complete => {
+                existing.sync()?;
+                disk.sync_dir()?;
+                return Ok(candidate);
+            }
+            Copy::Prefix => {
+                name = Some(candidate);
+                break;
+            }
+            Copy::Other => {}
         }
     }
     let Some(name) = name else {
@@ -352,20 +378,64 @@ fn keep_torn_tail(
             torn_name(&opts.prefix, lsn, 0)
         )));
     };
-    // A name that does not exist: the file is created empty.
-    let out = disk.open(&name, true)?;
-    // At most one chunk, which is a usize.
-    let mut buf = vec![0u8; (to - from).min(opts.read_chunk_bytes as u64) as usize];
-    let mut pos = from;
-    while pos < to {
-        let n = (to - pos).min(buf.len() as u64) as usize;
-        segment.read_exact_at(pos, &mut buf[..n])?;
-        out.write_at(pos - from, &buf[..n])?;
+    let copied = (|| {
+        let out = disk.open(&name, true)?;
+        let mut pos = from;
+        while pos < to {
+            let n = (to - pos).min(buf.len() as u64) as usize;
+            segment.read_exact_at(pos, &mut buf[..n])?;
+            out.write_at(pos - from, &buf[..n])?;
+            pos += n as u64;
+        }
+        out.set_len(to - from)?;
+        out.sync()?;
+        disk.sync_dir()
+    })();
+    if let Err(e) = copied {
+        // The segment still holds the tail (it is cut only after this returns): a copy that
+        // could not be finished keeps nothing and must not stay to take a name.
+        let _ = disk.remove(&name);
+        let _ = disk.sync_dir();
+        return Err(e);
+    }
+    Ok(name)
+}
+
+/// How an existing `.torn` file compares with the tail about to be kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Copy {
+    /// It holds exactly the tail's bytes.
+    Complete,
+    /// It holds a prefix of them (possibly nothing): a copy cut short.
+    Prefix,
+    /// It holds something else: another tail's evidence, kept.
+    Other,
+}
+
+/// Compares `file` with segment bytes `[from, to)`, a chunk at a time.
+fn compare_copy(
+    segment: &dyn DiskFile,
+    from: u64,
+    to: u64,
+    file: &dyn DiskFile,
+    ours: &mut [u8],
+    theirs: &mut [u8],
+) -> Result<Copy, StorageError> {
+    let len = file.len()?;
+    if len > to - from {
+        return Ok(Copy::Other);
+    }
+    let mut pos = 0u64;
+    while pos < len {
+        let n = (len - pos).min(ours.len() as u64) as usize;
+        segment.read_exact_at(from + pos, &mut ours[..n])?;
+        file.read_exact_at(pos, &mut theirs[..n])?;
+        if ours[..n] != theirs[..n] {
+            return Ok(Copy::Other);
+        }
         pos += n as u64;
     }
-    out.sync()?;
-    disk.sync_dir()?;
-    Ok(name)
+    Ok(if len == to - from { Copy::Complete } else { Copy::Prefix })
 }
 
 /// Says loudly what a cut did: a warning always, an error when the log is left with no record.

@@ -135,7 +135,7 @@ pub fn request() -> impl Strategy<Value = Request> {
 }
 
 fn stats() -> impl Strategy<Value = ServerStats> {
-    (vec(any::<u64>(), 82), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
+    (vec(any::<u64>(), 90), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
         commits: w[0],
         versions_committed: w[1],
         objects_created: w[2],
@@ -220,6 +220,14 @@ fn stats() -> impl Strategy<Value = ServerStats> {
         fetch_service_ns: w[79],
         fetches_served: w[80],
         page_read_ns: w[81],
+        health: w[82],
+        storage_failures: w[83],
+        sessions_refused_failed: w[84],
+        uptime_s: w[85],
+        server_version: w[86],
+        database_bytes: w[87],
+        log_disk_bytes: w[88],
+        mob_bytes_max: w[89],
     })
 }
 
