@@ -1900,7 +1900,7 @@ impl Inner {
         });
         let versions = orefs.into_iter().zip(slices.by_ref()).collect();
         let created = slices.collect();
-        Ok((Commit { reads, versions, created }, shipped))
+        Ok((Commit { reads, versions, created, id: None }, shipped))
     }
 
     /// The cache's `before_write` and, in a page mode, the recovery buffer's copy on the

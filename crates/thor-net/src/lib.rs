@@ -49,7 +49,7 @@ pub use error::NetError;
 pub use local::LocalTransport;
 #[cfg(feature = "server")]
 pub use peers::TcpPeers;
-#[cfg(feature = "server")]
 #[cfg(all(feature = "server", unix))]
 pub use server::serve_unix;
+#[cfg(feature = "server")]
 pub use server::{NetConfig, NetStats, Server, ShutdownSignal, Threading, serve, shutdown_signal};

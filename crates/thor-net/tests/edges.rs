@@ -65,9 +65,14 @@ fn in_flight_bytes_are_bounded() {
     let big = |seq: u32| {
         let created =
             (0..40).map(|i| Bytes::from(item(class.raw(), 0, seq * 100 + i, &[1; 3000]))).collect();
-        Request::new(RequestBody::Commit(Commit { reads: vec![], versions: vec![], created }))
-            .to_frame(2)
-            .unwrap()
+        Request::new(RequestBody::Commit(Commit {
+            reads: vec![],
+            versions: vec![],
+            created,
+            id: None,
+        }))
+        .to_frame(2)
+        .unwrap()
     };
     let hello = |s: &mut std::net::TcpStream| {
         let h = Request::new(RequestBody::Hello(Hello::new(&b""[..], "raw"))).to_frame(1);

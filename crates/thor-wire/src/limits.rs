@@ -29,7 +29,10 @@ pub const FRAME_BYTES_SETTING_MIN: usize = 64 << 10;
 /// and the refusal code `Aborted`; a client sends them only on connections that agreed on 3.
 /// Version 4 added prefetch: `Prefetch` and `Pages` (`crate::prefetch`); a client sends
 /// `Prefetch` only on connections that agreed on 4.
-pub const WIRE_VERSION: u16 = 4;
+/// Version 5 added resuming a session on a new connection (`crate::resume`): `Resume`,
+/// `Resumed`, `CommitWithId` and the seen section of replies (frame flag `FLAG_SEEN`), which
+/// a server sends and a client sends only on connections that agreed on 5.
+pub const WIRE_VERSION: u16 = 5;
 /// The oldest protocol version this build still speaks.
 pub const WIRE_VERSION_MIN: u16 = 1;
 
@@ -94,6 +97,12 @@ pub const STATS_FIELDS_MAX: usize = 256;
 /// partitioning where cross-server references are rare, as Thor assumes.
 pub const PARTICIPANTS_MAX: usize = 64;
 
+/// Most pages one `Resume` may name (`crate::resume`): a client that caches anything of more
+/// pages (or whose list does not fit the server's frame limit) cannot resume and drops its
+/// cache. 2^16 pages are 512 MiB of 8 KB pages, more than the default client cache (64 MiB)
+/// holds objects of in the workloads measured; the list is 256 KiB on the wire.
+pub const RESUME_PAGES_MAX: usize = 1 << 16;
+
 /// Most requests a transport lets a caller send before reading their replies. The protocol
 /// answers in order, so pipelining a few requests hides latency; more would only let a client
 /// fill both sockets' buffers and stall.
@@ -117,6 +126,8 @@ const _: () = assert!(
         <= FRAME_BYTES_MAX
 );
 const _: () = assert!(PREFETCH_PAGES_MAX < u16::MAX as usize);
+// A `Resume` of the most pages fits the largest frame.
+const _: () = assert!(FRAME_HEADER_BYTES + 8 + 56 + 4 * RESUME_PAGES_MAX <= FRAME_BYTES_MAX);
 const _: () = assert!(FRAME_BYTES_SETTING_MIN <= FRAME_BYTES_MAX);
 const _: () = assert!(FRAME_BYTES_MAX <= u32::MAX as usize);
 // A reply with the largest page must fit in the smallest allowed frame, with room for a header,

@@ -146,6 +146,8 @@ pub enum Action {
     Prepare(Box<thor_wire::Prepare>),
     /// A message from another server (answered `Ack` at once).
     Peer(thor_wire::PeerMsg),
+    /// Resume a session on this connection (`super::resume`).
+    Resume(thor_wire::Resume),
 }
 
 /// Every session of a core.
@@ -326,6 +328,7 @@ impl Sessions {
             (State::Open { .. }, RequestBody::Backup { path }) => return Action::Backup(path),
             (State::Open { .. }, RequestBody::Prepare(p)) => return Action::Prepare(p),
             (State::Open { .. }, RequestBody::Peer(m)) => return Action::Peer(m),
+            (State::Open { .. }, RequestBody::Resume(r)) => return Action::Resume(r),
             (State::Open { .. }, RequestBody::Goodbye) => (Reply::new(ReplyBody::Ack), true),
         };
         if close && let Some(s) = self.conns.get_mut(&conn) {
@@ -392,6 +395,25 @@ impl Sessions {
         s.state = State::Closed;
         s.held.clear();
         let msg = "too many unacknowledged invalidations; start a new session";
+        fx.push(Effect::Reply {
+            conn,
+            id: 0,
+            reply: Reply::error(ErrorCode::SessionExpired, msg),
+            close: true,
+        });
+    }
+
+    /// Ends `conn`'s session because its client resumed it on another connection
+    /// (`super::resume`): it is told `Error(SessionExpired)` (request id 0) and closed, and a
+    /// request of it that arrives later is refused.
+    pub fn supersede(&mut self, conn: ConnId, fx: &mut Vec<Effect>) {
+        let Some(s) = self.conns.get_mut(&conn) else { return };
+        if s.state == State::Closed {
+            return;
+        }
+        s.state = State::Closed;
+        s.held.clear();
+        let msg = "this session resumed on a newer connection";
         fx.push(Effect::Reply {
             conn,
             id: 0,
