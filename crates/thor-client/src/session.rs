@@ -2323,10 +2323,13 @@ impl Inner {
         // The invalidations on the reply are applied whatever it says, but they doom nothing: a
         // refused transaction is aborted anyway, and a committed one was validated by the
         // server, so the changes they announce come after it in the serial order.
-        // An id to ask about the commit with if its answer is lost (version 5, obj mode).
+        // An id to ask about the commit with if its answer is lost (version 5, obj mode). A
+        // read-only transaction needs none: whether or not it committed, it changed nothing,
+        // and running it again is always right.
         let mut body = body;
+        let writes = n_modified + n_created > 0;
         let id = match &mut body {
-            RequestBody::Commit(c) if self.info.version >= 5 => {
+            RequestBody::Commit(c) if self.info.version >= 5 && writes => {
                 let id = self.next_commit_id();
                 c.id = Some(id);
                 Some(id)
@@ -2339,14 +2342,16 @@ impl Inner {
                 self.abort_local();
                 return Err(ClientError::CommitUnknown(Box::new(ClientError::Transport(e))));
             }
-            return self.commit_lost(part, images, id, ClientError::Transport(e));
+            return self.commit_lost(part, images, id, writes, ClientError::Transport(e));
         }
         let reply = match self.recv_raw() {
             Ok((r, _)) if reconnect::closes_for_reconnect(&r.body) => {
-                return self.commit_lost(part, images, id, unexpected(r.body));
+                return self.commit_lost(part, images, id, writes, unexpected(r.body));
             }
             Ok((r, _)) => r,
-            Err(e) => return self.commit_lost(part, images, id, ClientError::Transport(e)),
+            Err(e) => {
+                return self.commit_lost(part, images, id, writes, ClientError::Transport(e));
+            }
         };
         match reply.body {
             ReplyBody::CommitOk { lsn, created: orefs } => {
@@ -2377,12 +2382,15 @@ impl Inner {
     /// The connection broke (`cause`) while the commit was in flight: reconnects, asks the
     /// server what became of commit `id` (`reconnect`), and ends the transaction accordingly:
     /// committed as if the answer had come, aborted with a conflict if it did not happen,
-    /// aborted with [`ClientError::CommitUnknown`] if nobody can tell.
+    /// aborted with [`ClientError::CommitUnknown`] if nobody can tell. A transaction that
+    /// wrote nothing (`writes` false) is reported aborted with a conflict: run again, it reads
+    /// afresh, and its first attempt changed nothing either way.
     fn commit_lost(
         &mut self,
         part: Part,
         images: Vec<(PageId, Vec<u8>)>,
         id: Option<u64>,
+        writes: bool,
         cause: ClientError,
     ) -> Result<CommitInfo, ClientError> {
         if self.dialer.is_none() {
@@ -2410,6 +2418,18 @@ impl Inner {
                     pm.committed(images, lsn);
                 }
                 r
+            }
+            _ if !writes => {
+                self.abort_local();
+                self.stats.conflicts += 1;
+                self.reconnect.aborted += 1;
+                Err(ClientError::Conflict {
+                    cause: ConflictCause::Disconnected,
+                    message: format!(
+                        "the connection broke ({cause}) during the commit of a transaction \
+                         that wrote nothing; the session reconnected: run it again"
+                    ),
+                })
             }
             Some(thor_wire::Outcome::NotCommitted) => {
                 self.abort_local();
