@@ -2404,6 +2404,11 @@ impl Inner {
         }
         let outcome = match self.reconnect(id) {
             Ok(r) => r.outcome,
+            // A transaction that wrote nothing has no outcome to speak of.
+            Err(e) if !writes => {
+                self.abort_local();
+                return Err(e);
+            }
             Err(e) => {
                 self.abort_local();
                 return Err(ClientError::CommitUnknown(Box::new(e)));
