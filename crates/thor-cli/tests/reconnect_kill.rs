@@ -299,8 +299,8 @@ fn sessions_carry_on_across_server_kills_and_stops() {
     let (before, kept) = (st(|r| r.objects_before), st(|r| r.objects_kept));
     let reconnects = st(|r| r.reconnects);
     let outcomes = seen.iter().fold([0u64; 3], |mut a, s| {
-        for k in 0..3 {
-            a[k] += s.stats.outcomes[k];
+        for (x, n) in a.iter_mut().zip(s.stats.outcomes) {
+            *x += n;
         }
         a
     });

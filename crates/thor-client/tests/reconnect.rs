@@ -326,13 +326,17 @@ fn cache_dropped_when_the_server_cannot_tell() {
     assert_eq!((r.caches_kept, r.caches_dropped, r.last_objects_kept), (0, 1, 0), "{r:?}");
 }
 
+/// The two directions of one proxied connection: (client to server frozen, server to client
+/// frozen).
+type Freezes = (Arc<AtomicBool>, Arc<AtomicBool>);
+
 /// A TCP proxy in front of a server: each connection is pumped both ways by two threads, and
 /// the connections open now can be made to stop forwarding one direction (a stopped server
 /// or a network that drops packets, as a client sees it). New connections forward normally.
 struct Proxy {
     addr: SocketAddr,
     /// For each connection: (client to server frozen, server to client frozen).
-    conns: Arc<Mutex<Vec<(Arc<AtomicBool>, Arc<AtomicBool>)>>>,
+    conns: Arc<Mutex<Vec<Freezes>>>,
     stop: Arc<AtomicBool>,
 }
 
