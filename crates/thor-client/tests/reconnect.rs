@@ -550,3 +550,30 @@ fn cluster_sessions_survive_a_server_restart() {
     assert!(c.session(ServerId(2)).unwrap().reconnect_stats().reconnects >= 1);
     drop(n1);
 }
+
+#[test]
+fn a_view_held_across_a_dropped_cache_must_go_before_the_next_transaction() {
+    let mut node = Node::start(ServerId(1), None);
+    let s = session(&node);
+    let refs = setup(&s);
+    // A view held while the server restarts cleanly (no history: the cache is dropped).
+    let v = s.get(refs[1]).unwrap();
+    assert_eq!(v.get(Counter::value), 100);
+    drop(node.server.take());
+    let engine = Arc::try_unwrap(node.engine.take().unwrap()).ok().unwrap();
+    engine.close().unwrap();
+    node.engine = Some(Arc::new(Engine::open(node.disk.clone(), node.opts.clone()).unwrap()));
+    let server =
+        Server::start("127.0.0.1:0", node.engine.clone().unwrap(), NetConfig::default()).unwrap();
+    *node.addr.lock().unwrap() = server.local_addr();
+    node.server = Some(server);
+    // The transaction's commit meets the broken connection: it read only, so it is reported
+    // aborted; the resume found nothing to vouch for the cache, which is dropped.
+    let err = s.commit().unwrap_err();
+    assert!(matches!(err, ClientError::Conflict { cause: ConflictCause::Disconnected, .. }), "{err}");
+    assert_eq!(s.reconnect_stats().caches_dropped, 1);
+    // The view's object could not leave while the view lives: no transaction starts.
+    assert!(matches!(s.get(refs[2]).map(|_| ()), Err(ClientError::Usage(_))));
+    drop(v);
+    assert_eq!(read(&s, refs[1]), 100);
+}
