@@ -15,7 +15,7 @@
 //! reconnects. Run it alone to see them:
 //!
 //! ```text
-//! cargo test --release -p thor-cli --test reconnect_kill -- --nocapture
+//! cargo test -p thor-cli --test reconnect_kill -- --nocapture
 //! ```
 
 mod common;

@@ -570,7 +570,10 @@ fn a_view_held_across_a_dropped_cache_must_go_before_the_next_transaction() {
     // The transaction's commit meets the broken connection: it read only, so it is reported
     // aborted; the resume found nothing to vouch for the cache, which is dropped.
     let err = s.commit().unwrap_err();
-    assert!(matches!(err, ClientError::Conflict { cause: ConflictCause::Disconnected, .. }), "{err}");
+    assert!(
+        matches!(err, ClientError::Conflict { cause: ConflictCause::Disconnected, .. }),
+        "{err}"
+    );
     assert_eq!(s.reconnect_stats().caches_dropped, 1);
     // The view's object could not leave while the view lives: no transaction starts.
     assert!(matches!(s.get(refs[2]).map(|_| ()), Err(ClientError::Usage(_))));

@@ -66,7 +66,13 @@
 //! keeps it in the commit's log record. When the answer does not come, the session
 //! reconnects and asks with `Resume`; the server closes the old connection (so nothing of it
 //! can commit later), waits for what it had prepared, and looks for the id in its history.
-//! A commit of a page-based mode, or to an older server, has no id: its outcome is unknown.
+//! A commit of a page-based mode, or to an older server, has no id: its outcome is unknown. A
+//! transaction that wrote nothing needs none: whatever became of its commit, it changed
+//! nothing, so it is reported aborted (`Disconnected`) and run again.
+//!
+//! A two-phase commit over several servers ([`crate::Cluster`]) whose answers were lost is not
+//! asked about: it is [`ClientError::CommitUnknown`], and each server's session reconnects by
+//! itself at its next request.
 
 use std::time::{Duration, Instant};
 
