@@ -2323,13 +2323,13 @@ impl Inner {
         // The invalidations on the reply are applied whatever it says, but they doom nothing: a
         // refused transaction is aborted anyway, and a committed one was validated by the
         // server, so the changes they announce come after it in the serial order.
-        // An id to ask about the commit with if its answer is lost (version 5, obj mode). A
-        // read-only transaction needs none: whether or not it committed, it changed nothing,
-        // and running it again is always right.
+        // An id to ask about the commit with if its answer is lost (version 5, obj mode, a
+        // session that can reconnect to ask). A read-only transaction needs none: whether or
+        // not it committed, it changed nothing, and running it again is always right.
         let mut body = body;
         let writes = n_modified + n_created > 0;
         let id = match &mut body {
-            RequestBody::Commit(c) if self.info.version >= 5 && writes => {
+            RequestBody::Commit(c) if self.info.version >= 5 && writes && self.dialer.is_some() => {
                 let id = self.next_commit_id();
                 c.id = Some(id);
                 Some(id)

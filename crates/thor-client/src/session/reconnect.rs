@@ -62,8 +62,8 @@
 //!
 //! # The lost commit
 //!
-//! A commit on a version-5 server carries an id the session chose at random; the server
-//! keeps it in the commit's log record. When the answer does not come, the session
+//! A commit that writes, of a session that reconnects, to a version-5 server carries an id
+//! the session chose at random; the server keeps it in the commit's log record. When the answer does not come, the session
 //! reconnects and asks with `Resume`; the server closes the old connection (so nothing of it
 //! can commit later), waits for what it had prepared, and looks for the id in its history.
 //! A commit of a page-based mode, or to an older server, has no id: its outcome is unknown. A
