@@ -1048,6 +1048,40 @@ impl CacheCore {
         self.pages.contains_key(&page) || self.index.resident(page) > 0
     }
 
+    /// Every page of which something is cached (see [`CacheCore::page_cached`]), in order.
+    pub(crate) fn cached_pages(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.pages.keys().copied().collect();
+        v.extend(self.index.resident_pages().map(|(page, _)| page));
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Every oref with an entry (objects of existing pages; not the transaction's created
+    /// objects, whose keys are serials).
+    pub(crate) fn entry_orefs(&self) -> Vec<Oref> {
+        let mut v = Vec::with_capacity(self.index.len());
+        self.index.for_each(|key, _| {
+            if let Some(o) = Oref::from_raw(key).filter(|o| o.page().is_some()) {
+                v.push(o);
+            }
+        });
+        v
+    }
+
+    /// Unmaps every page copy (each stops being a source of installation).
+    pub(crate) fn unmap_all_pages(&mut self) {
+        let frames: Vec<u32> = self.pages.values().copied().collect();
+        for f in frames {
+            self.unmap_page(f);
+        }
+    }
+
+    /// Forgets the acknowledgements not yet sent.
+    pub(crate) fn forget_acks(&mut self) {
+        self.acks.clear();
+    }
+
     /// Whether an object of page `page` is resident anywhere (installed from the page's copy or
     /// kept elsewhere).
     pub(crate) fn has_resident_objects(&self, page: u32) -> bool {

@@ -691,6 +691,36 @@ impl ClientCache {
         self.core.page_cached(page.get())
     }
 
+    /// Every page of which something is cached: its copy, or any object of it, in page order.
+    /// A client that reconnects to its server tells it these pages, so that the server sends
+    /// it the invalidations of what changed on them meanwhile and of what changes from then on.
+    pub fn cached_pages(&self) -> Vec<PageId> {
+        self.core.cached_pages().into_iter().filter_map(PageId::new).collect()
+    }
+
+    /// Invalidates every cached object and unmaps every page copy, as if the server had said
+    /// that all of them changed: what a client does when it cannot learn what changed while it
+    /// was disconnected. Objects the transaction modified or a view pins leave at the end of
+    /// the transaction, as with [`ClientCache::invalidate`]. Returns whether the transaction
+    /// used one (it must abort then). The acknowledgements this queues are for a server that
+    /// never sent the invalidations: drop them with [`ClientCache::forget_acks`].
+    pub fn invalidate_all(&mut self) -> bool {
+        let mut conflict = false;
+        for o in self.core.entry_orefs() {
+            conflict |= self.invalidate(o).conflict;
+        }
+        self.core.unmap_all_pages();
+        conflict
+    }
+
+    /// Forgets the acknowledgements not yet sent: their server's invalid set is gone (a new
+    /// connection after a broken one). Invalidations applied later (at the end of the
+    /// transaction) queue acknowledgements again; a server ignores those it has no
+    /// invalidation for.
+    pub fn forget_acks(&mut self) {
+        self.core.forget_acks();
+    }
+
     /// Drops the current transaction's undo copies to give their memory back (the undo log is
     /// an optimization, `papers/thor-ecoop99.txt` section 4.1): an abort then discards the
     /// modified objects instead of restoring them, and their next access fetches the

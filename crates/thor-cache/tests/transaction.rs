@@ -502,3 +502,27 @@ fn a_class_keeps_its_first_descriptor() {
         Err(CacheError::ClassChanged { class: cl.raw() })
     );
 }
+
+/// What a reconnecting session uses: the pages it caches anything of, and dropping
+/// everything when its server cannot vouch for it.
+#[test]
+fn cached_pages_are_listed_and_everything_can_be_invalidated() {
+    for policy in managers() {
+        let mut c = cache(policy);
+        let (_, loc) = get(&mut c, oref(2, 1));
+        assert_eq!(tag(&c, loc), 1);
+        assert_eq!(c.cached_pages(), vec![PageId::new(2).unwrap()], "{policy:?}");
+        // A transaction read 2.0: dropping everything is a conflict for it.
+        get(&mut c, oref(2, 0));
+        assert!(c.invalidate_all(), "{policy:?}");
+        c.abort_done();
+        assert!(c.cached_pages().is_empty(), "{policy:?}: {:?}", c.cached_pages());
+        // Its acknowledgements are for a server that sent no invalidation.
+        c.forget_acks();
+        assert!(c.take_acks(usize::MAX).is_empty());
+        // The next access needs the page again.
+        let i = c.entry_for(oref(2, 1)).unwrap();
+        assert!(matches!(c.resolve(i).unwrap(), Need::Page(p) if p.get() == 2), "{policy:?}");
+        c.check_invariants().unwrap();
+    }
+}

@@ -560,6 +560,7 @@ fn commit_op<T: thor_wire::Transport>(
             reads: vec![*owned],
             versions: vec![(*owned, Bytes::from(item(class.raw(), seq, 16)))],
             created: vec![Bytes::from(item(class.raw(), seq, 32))],
+            id: None,
         }));
         match t.round_trip(&req)?.body {
             ReplyBody::CommitOk { .. } => Ok(()),

@@ -37,8 +37,22 @@ pub struct TransferClient {
     /// The server's address.
     #[arg(long)]
     connect: SocketAddr,
+    /// How long connecting and the handshake may take, in seconds.
+    #[arg(long, value_parser = crate::positive_size, default_value_t = thor_client::limits::CONNECT_TIMEOUT_DEFAULT.as_secs_f64())]
+    connect_timeout_s: f64,
+    /// How long a request other than a commit waits for its reply, in seconds (0: for ever).
+    #[arg(long, default_value_t = thor_client::limits::REQUEST_TIMEOUT_DEFAULT.as_secs_f64())]
+    request_timeout_s: f64,
+    /// How long a commit waits for its answer, in seconds (0: for ever).
+    #[arg(long, default_value_t = thor_client::limits::COMMIT_TIMEOUT_DEFAULT.as_secs_f64())]
+    commit_timeout_s: f64,
     #[command(flatten)]
     h: crate::bank::HistoryArgs,
+}
+
+/// `seconds` as a timeout; 0 (or less) waits for ever.
+fn timeout(seconds: f64) -> Option<Duration> {
+    (seconds > 0.0).then(|| Duration::from_secs_f64(seconds))
 }
 
 /// What one session of the client ended with.
@@ -211,12 +225,19 @@ fn connect(a: &TransferClient) -> Result<Session> {
     let cfg = ClientConfig {
         client_name: format!("transfer client {}", a.h.client),
         token: a.h.token.as_bytes().to_vec(),
+        connect_timeout: Duration::from_secs_f64(a.connect_timeout_s),
+        io_timeout: timeout(a.request_timeout_s),
         ..ClientConfig::default()
+    };
+    let session = SessionConfig {
+        request_timeout: timeout(a.request_timeout_s),
+        commit_timeout: timeout(a.commit_timeout_s),
+        ..SessionConfig::default()
     };
     loop {
         let tried = TcpTransport::connect(a.connect, &cfg)
             .map_err(ClientError::from)
-            .and_then(|t| Session::new(Box::new(t), SessionConfig::default()));
+            .and_then(|t| Session::new(Box::new(t), session));
         match tried {
             Ok(s) => return Ok(s),
             Err(e) if Instant::now() < give_up && lost(&e) => {

@@ -4,7 +4,12 @@
 //!
 //! A [`Cluster`] has one [`Session`] per server it uses, opened on first need through the
 //! application's connector; each has its own cache, directory and invalid set at its server,
-//! and its own piggybacked invalidations. A transaction spans them: what it reads and writes at
+//! and its own piggybacked invalidations. Each session reconnects through the connector by
+//! itself when its connection breaks (`crate::session::reconnect`): a transaction open then
+//! is aborted ([`crate::ConflictCause::Disconnected`], which [`Cluster::run`] retries), and
+//! a commit at one server learns its outcome as a session's does. A two-phase commit whose
+//! answers were lost is reported [`ClientError::CommitUnknown`]: its outcome is not asked
+//! for (read what it wrote to find out). A transaction spans them: what it reads and writes at
 //! each server is that session's part. [`Cluster::commit`] commits a transaction that used one
 //! server as that session's commit (no two-phase commit), and one that used several with
 //! two-phase commit: it chooses the timestamp, sends a `Prepare` to every participant at once
@@ -31,6 +36,7 @@
 //! one remote object make two surrogates; equal targets are still equal objects.
 
 use std::cell::{Cell, OnceCell, RefCell};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use thor_core::{Lsn, Oref, ServerId};
@@ -73,8 +79,9 @@ impl<T: ?Sized> XRef<T> {
     }
 }
 
-/// Opens a transport to a server of the cluster.
-pub type Connector = Box<dyn FnMut(ServerId) -> Result<Box<dyn Transport>, ClientError>>;
+/// Opens a transport to a server of the cluster: the first connection of its session, and a
+/// new one whenever that connection breaks (from the session's thread, hence `Send`).
+pub type Connector = Box<dyn FnMut(ServerId) -> Result<Box<dyn Transport>, ClientError> + Send>;
 
 /// Counters of a cluster's transactions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -98,7 +105,8 @@ pub struct Cluster {
     home: ServerId,
     /// One slot per server the cluster may use, filled on first need.
     slots: Vec<(ServerId, OnceCell<Session>)>,
-    connect: RefCell<Connector>,
+    /// Shared with each session's dialer, which calls it again to reconnect.
+    connect: Arc<Mutex<Connector>>,
     cfg: SessionConfig,
     /// Surrogates this cluster made, committed: (holder's server, target) -> surrogate oref.
     surrogates: RefCell<Vec<(SurrogateKey, Oref)>>,
@@ -152,7 +160,7 @@ impl Cluster {
         Ok(Cluster {
             home,
             slots: servers.iter().map(|&s| (s, OnceCell::new())).collect(),
-            connect: RefCell::new(connect),
+            connect: Arc::new(Mutex::new(connect)),
             cfg,
             surrogates: RefCell::new(Vec::new()),
             new_surrogates: RefCell::new(Vec::new()),
@@ -185,8 +193,12 @@ impl Cluster {
         if let Some(s) = cell.get() {
             return Ok(s);
         }
-        let transport = (self.connect.borrow_mut())(server)?;
-        let s = Session::new(transport, self.cfg)?;
+        let connect = self.connect.clone();
+        let dialer: crate::Dialer = Box::new(move |_attempt| {
+            let mut c = connect.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            (c)(server)
+        });
+        let s = Session::connect(dialer, self.cfg)?;
         let got = s.server().server_id;
         if got != server {
             return Err(ClientError::WrongServer { expected: server.0, got: got.0 });

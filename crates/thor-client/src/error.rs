@@ -15,13 +15,26 @@ use thor_wire::{ErrorCode, RefusedCode};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
-    /// The connection failed or the server refused the session: make a new session.
+    /// The connection failed or the server refused the session. A session that reconnects
+    /// by itself (`Session::connect`, `thor::connect`) returns this only when it could not
+    /// reconnect within `ReconnectConfig::give_up_after`, or another attempt would not help (a
+    /// wrong token): its next call tries again. Without a way to reconnect, make a new
+    /// session.
     #[error("transport: {0}")]
     Transport(#[from] TransportError),
-    /// The connection failed while a commit was in flight: it may or may not have happened.
-    /// The transaction was aborted locally; read its objects in a new session to find out.
+    /// The connection failed while a commit was in flight and the session could not learn
+    /// whether it happened (the server could not tell, or could not be reached). The
+    /// transaction was aborted locally. `Session::commit_outcome` asks again (after the
+    /// server is back); if it cannot tell either, read the objects the transaction wrote.
+    /// `Session::run` does not run the transaction again unless
+    /// `SessionConfig::run_retries_unknown` says so.
     #[error("commit outcome unknown: {0}")]
     CommitUnknown(Box<ClientError>),
+    /// The connection reached a different server or database than the session's (another
+    /// server id, page size, root or commit mode): the address now names something else.
+    /// The session cannot go on; make a new one.
+    #[error("the server changed: {0}")]
+    ServerChanged(String),
     /// The transaction cannot commit under concurrency control: it used a copy that is no
     /// longer current, or does not fit in the serial order. It had no effect and was aborted
     /// when this error was returned (the cache dropped the stale copies it knows of). Run the
@@ -169,6 +182,10 @@ pub enum ConflictCause {
     /// Two-phase commit aborted the transaction: another of its servers refused its part, or
     /// did not vote in time.
     Aborted,
+    /// The connection to the server broke while the transaction was open (or its commit did
+    /// not happen before the break); the session reconnected and aborted it. Found by the
+    /// client.
+    Disconnected,
 }
 
 impl std::fmt::Display for ConflictCause {
@@ -179,6 +196,7 @@ impl std::fmt::Display for ConflictCause {
             ConflictCause::TooOld => "too old",
             ConflictCause::Invalidated => "invalidated",
             ConflictCause::Aborted => "aborted by another server",
+            ConflictCause::Disconnected => "disconnected",
         })
     }
 }

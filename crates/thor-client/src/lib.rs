@@ -3,7 +3,9 @@
 //! - [`Session`]: a connection, a client cache (HAC or FPC, by [`SessionConfig`]) and the
 //!   current transaction; fetches pages on misses and ships object versions at commit.
 //!   Transactions are optimistic (CLOCC): [`Session::run`] runs one and retries it when
-//!   concurrency control refuses it ([`ClientError::Conflict`]).
+//!   concurrency control refuses it ([`ClientError::Conflict`]). Requests time out, and a
+//!   session made with a [`Dialer`] ([`Session::connect`]) survives a broken connection
+//!   ([`session::reconnect`]).
 //! - [`typed`]: classes declared once with [`class!`], typed references [`Ref`], and
 //!   [`View`]s that read fields straight from the cached bytes.
 //! - [`cluster`]: [`Cluster`], sessions with several servers, references across them through
@@ -51,7 +53,10 @@ pub use cluster::{Cluster, ClusterStats, Connector, Surrogate, XRef};
 pub use error::{ClientError, ConflictCause};
 pub use latency::LatencyHistogram;
 pub use pagemode::{PageModeStats, RecoveryConfig};
-pub use session::{ClientStats, CommitInfo, SCHEMA_SLOT, Session, SessionConfig, View};
+pub use session::{
+    ClientStats, CommitInfo, CommitOutcome, Dialer, ReconnectConfig, ReconnectStats, SCHEMA_SLOT,
+    Session, SessionConfig, View,
+};
 pub use thor_cache::{HacParams, PolicyConfig};
 pub use typed::{Any, Bytes, Class, Field, Large, Ref, Refs};
 pub use values::{Elem, Seq, SeqView, Str, max_str_bytes};

@@ -5,6 +5,8 @@
 //! with an error. The cache's own bounds are in `thor_cache::limits`, the wire's in
 //! `thor_wire::limits`.
 
+use std::time::Duration;
+
 /// Most fetch or class-load rounds one access may take (the object's page, its class's page, a
 /// stale page refetched, with slack): beyond, the cache cannot hold what it needs, or the
 /// server keeps answering with pages that do not hold the object.
@@ -52,3 +54,38 @@ pub const PREFETCH_FRAMES_DIVISOR: usize = 8;
 pub const PREFETCH_PAGES_DEFAULT: u16 = 32;
 
 const _: () = assert!(PREFETCH_PAGES_DEFAULT as usize <= thor_wire::limits::PREFETCH_PAGES_MAX);
+
+/// How long connecting to a server and its handshake may take, by default
+/// ([`SessionConfig::connect_timeout`](crate::SessionConfig::connect_timeout)): a server on the
+/// same network answers in milliseconds, a restarting one within seconds; ten seconds tells a
+/// stopped or unreachable server from a slow one without leaving a program hanging.
+pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+
+/// How long a request other than a commit waits for its reply, by default
+/// ([`SessionConfig::request_timeout`](crate::SessionConfig::request_timeout)). A fetch reads
+/// at most a few pages from disk and a refresh nothing: a server that answers at all answers
+/// in milliseconds, so thirty seconds means it is stopped or unreachable.
+pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+
+/// How long a commit waits for its answer, by default
+/// ([`SessionConfig::commit_timeout`](crate::SessionConfig::commit_timeout)): its record's
+/// fsync, and maybe a queue behind a full MOB while an install round writes pages. A minute
+/// covers a slow disk under load; a commit that takes longer is reported outcome-unknown and
+/// its outcome asked for after reconnecting.
+pub const COMMIT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
+
+/// How long a session keeps trying to reconnect before the call that noticed the break fails,
+/// by default ([`ReconnectConfig::give_up_after`](crate::ReconnectConfig::give_up_after)): a
+/// server's restart (recovery replays the log since its last checkpoint) takes seconds.
+pub const RECONNECT_GIVE_UP_DEFAULT: Duration = Duration::from_secs(60);
+
+/// The wait after the first failed reconnect attempt, by default: a restarting server takes
+/// at least this long to listen again.
+pub const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(20);
+
+/// The longest wait between two reconnect attempts, by default: the clients of a restarted
+/// server come back within a second or two of it.
+pub const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+const _: () = assert!(RECONNECT_BACKOFF_MIN.as_nanos() <= RECONNECT_BACKOFF_MAX.as_nanos());
+const _: () = assert!(RECONNECT_BACKOFF_MAX.as_nanos() < RECONNECT_GIVE_UP_DEFAULT.as_nanos());

@@ -60,6 +60,15 @@
 //!   the last reply first makes a cheap round trip (an `Abort`, which the server answers with
 //!   `Ack` and nothing else) to collect them.
 //!
+//! # A broken connection
+//!
+//! Every request waits for its reply a bounded time ([`SessionConfig::request_timeout`],
+//! [`SessionConfig::commit_timeout`]). A session made with a way to reconnect
+//! ([`Session::connect`]) survives a broken connection: it reconnects with backoff, keeps its
+//! cache where the server can prove the copies current, reports the open transaction aborted
+//! ([`ConflictCause::Disconnected`], which [`Session::run`] retries) and learns the outcome of
+//! a commit whose answer was lost. [`reconnect`] explains it.
+//!
 //! # Single-threaded by construction
 //!
 //! A session is `Send` but not `Sync`: its state sits in an `UnsafeCell` and every method takes
@@ -89,10 +98,13 @@ use thor_wire::{
 };
 
 use crate::error::{ClientError, ConflictCause};
+
+pub mod reconnect;
 use crate::latency::LatencyHistogram;
 use crate::limits::{LARGE_PIECES_MAX, PREFETCH_FRAMES_DIVISOR, SLOW_PATH_ROUNDS_MAX};
 use crate::pagemode::{PageModeStats, PageState, RecoveryConfig};
 use crate::typed::{Any, Class, Field, FieldType, Ref, Refs, VarSpec};
+pub use reconnect::{CommitOutcome, Dialer, ReconnectConfig, ReconnectStats};
 
 /// The root slot that holds the schema directory (the list of class objects). Applications
 /// use slots `0..SCHEMA_SLOT`.
@@ -173,6 +185,27 @@ pub struct SessionConfig {
     /// that were evicted unused (`docs/oo7.md`, "Read-ahead"). It changes nothing where the
     /// session does not prefetch.
     pub read_ahead: bool,
+    /// How long connecting to the server and the handshake may take together, for the
+    /// session's first connection and each reconnect attempt (the dialer applies it:
+    /// `thor::connect_with` does). The default is
+    /// [`crate::limits::CONNECT_TIMEOUT_DEFAULT`].
+    pub connect_timeout: Duration,
+    /// How long a request other than a commit (a fetch, a refresh, `server_stats`) waits for
+    /// its reply before the connection counts as broken (`None`: for ever). The default is
+    /// [`crate::limits::REQUEST_TIMEOUT_DEFAULT`].
+    pub request_timeout: Option<Duration>,
+    /// How long a commit waits for its answer before the connection counts as broken and the
+    /// outcome is asked for after reconnecting (`None`: for ever). The default is
+    /// [`crate::limits::COMMIT_TIMEOUT_DEFAULT`].
+    pub commit_timeout: Option<Duration>,
+    /// How the session reconnects after a broken connection ([`reconnect`]; only a session
+    /// made with a way to reconnect, [`Session::connect`]).
+    pub reconnect: ReconnectConfig,
+    /// Whether [`Session::run`] runs a transaction again after
+    /// [`ClientError::CommitUnknown`]: its commit may have happened, so running it again may
+    /// apply it twice. Off by default; turn it on for transactions whose second application
+    /// does no harm (idempotent ones).
+    pub run_retries_unknown: bool,
 }
 
 impl Default for SessionConfig {
@@ -191,6 +224,11 @@ impl Default for SessionConfig {
             prefetch_pages: None,
             prefetch_hint: PrefetchHint::Following,
             read_ahead: false,
+            connect_timeout: crate::limits::CONNECT_TIMEOUT_DEFAULT,
+            request_timeout: Some(crate::limits::REQUEST_TIMEOUT_DEFAULT),
+            commit_timeout: Some(crate::limits::COMMIT_TIMEOUT_DEFAULT),
+            reconnect: ReconnectConfig::default(),
+            run_retries_unknown: false,
         }
     }
 }
@@ -385,6 +423,29 @@ struct Inner {
     /// State of the generator of [`Session::run`]'s backoff jitter (SplitMix64), seeded from
     /// the session's client id so that clients do not retry in step.
     jitter: u64,
+    /// How to open a new connection when this one breaks (`None`: the session ends with it).
+    dialer: Option<Dialer>,
+    /// The connection broke: the next request reconnects first.
+    broken: bool,
+    /// When it broke (for the reconnect's time).
+    broke_at: Instant,
+    /// The reply timeout set on the transport now (`None`: not set since it was made).
+    timeout_now: Option<Option<Duration>>,
+    /// The session's key, the same on every connection (`thor_wire::Resume::key`).
+    key: u64,
+    /// The stamps of the replies received (`reconnect`): `None` until a version-5 server
+    /// stamped one that came with every invalidation.
+    seen: Option<thor_wire::SeenRange>,
+    /// State of the generator of commit ids (SplitMix64, seeded at random).
+    ids: u64,
+    /// A commit whose answer was lost and whose outcome is not learned yet.
+    unresolved: Option<u64>,
+    /// The outcome of the last commit whose answer was lost, once learned.
+    last_outcome: Option<CommitOutcome>,
+    /// Reconnect counters.
+    reconnect: ReconnectStats,
+    /// Views lived through a dropped cache: no transaction starts until they are gone.
+    stale_views: bool,
 }
 
 /// A slot of [`Inner::views`] whose view was dropped while later ones live.
@@ -742,13 +803,27 @@ impl<T: ?Sized + 'static> VarRefsTarget for crate::typed::VarRefs<T> {
     type Target = T;
 }
 
-fn transport_err(e: thor_wire::transport::TransportError) -> ClientError {
-    ClientError::Transport(e)
-}
-
 impl Session {
-    /// A session over an open transport (the handshake is the transport's job).
+    /// A session over an open transport (the handshake is the transport's job). It ends when
+    /// the connection breaks (every later call fails); [`Session::connect`] makes one that
+    /// reconnects.
     pub fn new(transport: Box<dyn Transport>, cfg: SessionConfig) -> Result<Session, ClientError> {
+        Session::with_dialer(transport, cfg, None)
+    }
+
+    /// A session over a connection that `dialer` opens, which reconnects through it when the
+    /// connection breaks ([`reconnect`]). The first connection is dialed once (attempt 0);
+    /// its failure is returned.
+    pub fn connect(mut dialer: Dialer, cfg: SessionConfig) -> Result<Session, ClientError> {
+        let transport = dialer(0)?;
+        Session::with_dialer(transport, cfg, Some(dialer))
+    }
+
+    fn with_dialer(
+        transport: Box<dyn Transport>,
+        cfg: SessionConfig,
+        dialer: Option<Dialer>,
+    ) -> Result<Session, ClientError> {
         let info = *transport.server();
         let cache = ClientCache::new(CacheConfig {
             budget_bytes: cfg.cache_bytes,
@@ -782,7 +857,7 @@ impl Session {
             let (used, unused) = cache.prefetch_outcomes();
             crate::prefetch::Window::new(max, used, unused)
         });
-        Ok(Session {
+        let s = Session {
             inner: UnsafeCell::new(Inner {
                 transport,
                 info,
@@ -805,8 +880,31 @@ impl Session {
                 ahead_cool: 0,
                 last_reply: Instant::now(),
                 jitter: u64::from(info.client_id.0) << 32 | u64::from(info.server_id.0),
+                dialer,
+                broken: false,
+                broke_at: Instant::now(),
+                timeout_now: None,
+                key: reconnect::random_u64(),
+                seen: None,
+                ids: reconnect::random_u64(),
+                unresolved: None,
+                last_outcome: None,
+                reconnect: ReconnectStats::default(),
+                stale_views: false,
             }),
-        })
+        };
+        let inner = s.inner();
+        if inner.dialer.is_some() && info.version >= 5 {
+            // Register the session's key with its server (and take the first stamp): a
+            // later connection's `Resume` closes this one if it is still open.
+            let key = inner.key;
+            let resume = thor_wire::Resume { key, seen: None, commit: None, pages: vec![] };
+            match inner.round_trip(RequestBody::Resume(resume))?.body {
+                ReplyBody::Resumed(_) => {}
+                other => return Err(unexpected(other)),
+            }
+        }
+        Ok(s)
     }
 
     #[allow(clippy::mut_from_ref)]
@@ -1053,9 +1151,10 @@ impl Session {
         let inner = self.inner();
         inner.end_aborted();
         // A round trip, which brings the invalidations pending for this client before the next
-        // transaction; a failure here changes nothing for the client.
-        if inner.round_trip(RequestBody::Abort).is_err() {
-            // The next request will report the broken connection.
+        // transaction; a failure here changes nothing for the client (a broken connection is
+        // mended, or reported, by the next request).
+        if !inner.broken {
+            let _ = inner.round_trip(RequestBody::Abort);
         }
     }
 
@@ -1105,8 +1204,12 @@ impl Session {
                     Err(e)
                 }
             };
+            let unknown = matches!(result, Err(ClientError::CommitUnknown(_)));
             match result {
-                Err(e) if e.is_conflict() && attempt < attempts => {
+                Err(e)
+                    if (e.is_conflict() || (unknown && self.inner().cfg.run_retries_unknown))
+                        && attempt < attempts =>
+                {
                     let inner = self.inner();
                     let wait = inner.backoff(attempt);
                     inner.stats.retries += 1;
@@ -1184,7 +1287,15 @@ impl Session {
 
     /// The server's counters.
     pub fn server_stats(&self) -> Result<thor_wire::stats::ServerStats, ClientError> {
-        let reply = self.inner().round_trip(RequestBody::Stats)?;
+        let inner = self.inner();
+        inner.ensure_connected()?;
+        let reply = match inner.round_trip(RequestBody::Stats) {
+            // Reconnected: asking again changes nothing.
+            Err(ClientError::Conflict { cause: ConflictCause::Disconnected, .. }) => {
+                inner.round_trip(RequestBody::Stats)?
+            }
+            r => r?,
+        };
         match reply.body {
             ReplyBody::Stats(s) => Ok(*s),
             other => Err(unexpected(other)),
@@ -1197,17 +1308,52 @@ impl Session {
     /// [`ClientError::Server`] if the server could not make it (the path exists, its parent
     /// does not, the disk failed); nothing is left at `path` then.
     pub fn server_backup(&self, path: &str) -> Result<thor_wire::BackupInfo, ClientError> {
-        let reply = self.inner().round_trip(RequestBody::Backup { path: path.to_string() })?;
+        let inner = self.inner();
+        inner.ensure_connected()?;
+        let reply = inner.round_trip(RequestBody::Backup { path: path.to_string() })?;
         match reply.body {
             ReplyBody::BackupDone(info) => Ok(info),
             other => Err(unexpected(other)),
         }
     }
 
-    /// Ends the session politely.
+    /// Ends the session politely (a broken connection needs no goodbye).
     pub fn close(self) -> Result<(), ClientError> {
-        self.inner().round_trip(RequestBody::Goodbye)?;
+        let inner = self.inner();
+        if inner.broken {
+            return Ok(());
+        }
+        inner.dialer = None;
+        inner.round_trip(RequestBody::Goodbye)?;
         Ok(())
+    }
+
+    /// What became of the last commit whose answer was lost ([`ClientError::CommitUnknown`]):
+    /// asks the server if it was not learned yet (reconnecting if the connection is broken).
+    /// `None` if no commit lost its answer. [`CommitOutcome::Unknown`] means the server cannot
+    /// tell: read the objects the transaction wrote.
+    pub fn commit_outcome(&self) -> Result<Option<CommitOutcome>, ClientError> {
+        let inner = self.inner();
+        if inner.unresolved.is_none() {
+            return Ok(inner.last_outcome.clone());
+        }
+        if inner.in_transaction {
+            return Err(ClientError::Usage("commit_outcome asks between transactions"));
+        }
+        if inner.dialer.is_none() || inner.info.version < 5 {
+            return Ok(Some(CommitOutcome::Unknown));
+        }
+        if !inner.broken {
+            // Ask on a new connection: `Resume` is the question, and it closes this one.
+            inner.break_connection();
+        }
+        inner.reconnect(None)?;
+        Ok(inner.last_outcome.clone())
+    }
+
+    /// The session's reconnect counters.
+    pub fn reconnect_stats(&self) -> ReconnectStats {
+        self.inner().reconnect
     }
 
     /// Whether a copy of page `page` is in the cache (a source of objects not yet installed).
@@ -1542,9 +1688,24 @@ impl Inner {
     /// the server's frame limit leaves room for after the body. If the request cannot be
     /// sent, they go back to the cache for the next one.
     fn send(&mut self, body: RequestBody, fetching: Option<PageId>) -> Result<(), ClientError> {
+        self.ensure_connected()?;
+        self.send_raw(body, fetching).map_err(|e| match e {
+            // Nothing was sent and the connection is fine.
+            e if reconnect::unsent(&e) => ClientError::Transport(e),
+            e => self.lost(ClientError::Transport(e)),
+        })
+    }
+
+    /// [`Inner::send`] without mending a broken connection: the transport's error as it is.
+    fn send_raw(
+        &mut self,
+        body: RequestBody,
+        fetching: Option<PageId>,
+    ) -> Result<(), thor_wire::TransportError> {
         // Every path that sends settles the read-ahead first: the next reply to arrive would
         // be the read-ahead's, not this request's.
         debug_assert!(self.ahead.is_none(), "a request sent while a read-ahead is in flight");
+        self.timeout_for(&body);
         let mut req = Request::new(body);
         // A body over a limit fails in `send` below whatever rides on it.
         let room = req.frame_bytes().map_or(0, |n| self.info.max_frame_bytes.saturating_sub(n) / 4);
@@ -1567,7 +1728,7 @@ impl Inner {
             self.cache.requeue_acks(acks);
             self.cache.requeue_discarded(&discarded);
             self.cache.requeue_demoted(&demoted);
-            return Err(transport_err(e));
+            return Err(e);
         }
         Ok(())
     }
@@ -1576,8 +1737,20 @@ impl Inner {
     /// before anything uses its body. Returns the reply and the first invalidated object that
     /// the open transaction read or wrote, if any.
     fn recv(&mut self) -> Result<(Reply, Option<Oref>), ClientError> {
-        let reply = self.transport.recv().map_err(transport_err)?;
+        match self.recv_raw() {
+            Ok((reply, _)) if reconnect::closes_for_reconnect(&reply.body) => {
+                Err(self.lost(unexpected(reply.body)))
+            }
+            Ok(r) => Ok(r),
+            Err(e) => Err(self.lost(ClientError::Transport(e))),
+        }
+    }
+
+    /// [`Inner::recv`] without mending a broken connection: the transport's error as it is.
+    fn recv_raw(&mut self) -> Result<(Reply, Option<Oref>), thor_wire::TransportError> {
+        let reply = self.transport.recv()?;
         self.last_reply = Instant::now();
+        self.note_seen(&reply);
         // Every demotion reported so far is answered by this reply (one request at a time).
         self.cache.demotions_answered(&reply.wanted);
         if reply.invalidations.is_empty() {
@@ -1646,16 +1819,35 @@ impl Inner {
     #[cold]
     #[inline(never)]
     fn begin(&mut self) -> Result<(), ClientError> {
-        self.in_transaction = true;
+        // A broken connection is mended first: nothing of the transaction is cached yet.
+        self.ensure_connected()?;
+        if self.stale_views {
+            if self.views.iter().any(|&v| v != DEAD_VIEW) {
+                return Err(ClientError::Usage(
+                    "views held across a reconnect whose server could not vouch for the cache: \
+                     drop them before the next transaction",
+                ));
+            }
+            // Their objects can leave now.
+            self.stale_views = false;
+            self.pinned(Inner::abort_cache);
+        }
         if let Some(after) = self.cfg.refresh_after
             && self.last_reply.elapsed() >= after
         {
             self.stats.refreshes += 1;
-            match self.round_trip(RequestBody::Abort)?.body {
-                ReplyBody::Ack => {}
-                other => return Err(unexpected(other)),
-            }
+            let refreshed = match self.round_trip(RequestBody::Abort) {
+                // Reconnected: the resume brought what the refresh would have.
+                Err(ClientError::Conflict { cause: ConflictCause::Disconnected, .. }) => Ok(()),
+                Err(e) => Err(e),
+                Ok(r) => match r.body {
+                    ReplyBody::Ack => Ok(()),
+                    other => Err(unexpected(other)),
+                },
+            };
+            refreshed?;
         }
+        self.in_transaction = true;
         Ok(())
     }
 
@@ -1914,7 +2106,7 @@ impl Inner {
         });
         let versions = orefs.into_iter().zip(slices.by_ref()).collect();
         let created = slices.collect();
-        Ok((Commit { reads, versions, created }, shipped))
+        Ok((Commit { reads, versions, created, id: None }, shipped))
     }
 
     /// The cache's `before_write` and, in a page mode, the recovery buffer's copy on the
@@ -2145,14 +2337,36 @@ impl Inner {
         // The invalidations on the reply are applied whatever it says, but they doom nothing: a
         // refused transaction is aborted anyway, and a committed one was validated by the
         // server, so the changes they announce come after it in the serial order.
-        let reply = match self.send(body, None).and_then(|()| self.recv()) {
-            Ok((r, _)) => r,
-            Err(e) => {
-                self.abort_local();
-                return Err(ClientError::CommitUnknown(Box::new(e)));
+        // An id to ask about the commit with if its answer is lost (version 5, obj mode, a
+        // session that can reconnect to ask). A read-only transaction needs none: whether or
+        // not it committed, it changed nothing, and running it again is always right.
+        let mut body = body;
+        let writes = n_modified + n_created > 0;
+        let id = match &mut body {
+            RequestBody::Commit(c) if self.info.version >= 5 && writes && self.dialer.is_some() => {
+                let id = self.next_commit_id();
+                c.id = Some(id);
+                Some(id)
             }
+            _ => None,
         };
         let part = Part { class_slots, n_created, n_modified, shipped, started: t };
+        if let Err(e) = self.send_raw(body, None) {
+            if reconnect::unsent(&e) || self.dialer.is_none() {
+                self.abort_local();
+                return Err(ClientError::CommitUnknown(Box::new(ClientError::Transport(e))));
+            }
+            return self.commit_lost(part, images, id, writes, ClientError::Transport(e));
+        }
+        let reply = match self.recv_raw() {
+            Ok((r, _)) if reconnect::closes_for_reconnect(&r.body) => {
+                return self.commit_lost(part, images, id, writes, unexpected(r.body));
+            }
+            Ok((r, _)) => r,
+            Err(e) => {
+                return self.commit_lost(part, images, id, writes, ClientError::Transport(e));
+            }
+        };
         match reply.body {
             ReplyBody::CommitOk { lsn, created: orefs } => {
                 let r = self.committed(part, lsn, &orefs);
@@ -2175,6 +2389,82 @@ impl Inner {
             other => {
                 self.abort_local();
                 Err(unexpected(other))
+            }
+        }
+    }
+
+    /// The connection broke (`cause`) while the commit was in flight: reconnects, asks the
+    /// server what became of commit `id` (`reconnect`), and ends the transaction accordingly:
+    /// committed as if the answer had come, aborted with a conflict if it did not happen,
+    /// aborted with [`ClientError::CommitUnknown`] if nobody can tell. A transaction that
+    /// wrote nothing (`writes` false) is reported aborted with a conflict: run again, it reads
+    /// afresh, and its first attempt changed nothing either way.
+    fn commit_lost(
+        &mut self,
+        part: Part,
+        images: Vec<(PageId, Vec<u8>)>,
+        id: Option<u64>,
+        writes: bool,
+        cause: ClientError,
+    ) -> Result<CommitInfo, ClientError> {
+        if self.dialer.is_none() {
+            self.abort_local();
+            return Err(ClientError::CommitUnknown(Box::new(cause)));
+        }
+        self.break_connection();
+        if id.is_some() {
+            self.unresolved = id;
+            self.last_outcome = None;
+        }
+        let outcome = match self.reconnect(id) {
+            Ok(r) => r.outcome,
+            // A transaction that wrote nothing has no outcome to speak of.
+            Err(e) if !writes => {
+                self.abort_local();
+                return Err(e);
+            }
+            Err(e) => {
+                self.abort_local();
+                return Err(ClientError::CommitUnknown(Box::new(e)));
+            }
+        };
+        match outcome {
+            Some(thor_wire::Outcome::Committed { lsn, created }) => {
+                let r = self.committed(part, lsn, &created);
+                if r.is_ok()
+                    && let Some(pm) = &mut self.pm
+                {
+                    pm.committed(images, lsn);
+                }
+                r
+            }
+            _ if !writes => {
+                self.abort_local();
+                self.stats.conflicts += 1;
+                self.reconnect.aborted += 1;
+                Err(ClientError::Conflict {
+                    cause: ConflictCause::Disconnected,
+                    message: format!(
+                        "the connection broke ({cause}) during the commit of a transaction \
+                         that wrote nothing; the session reconnected: run it again"
+                    ),
+                })
+            }
+            Some(thor_wire::Outcome::NotCommitted) => {
+                self.abort_local();
+                self.stats.conflicts += 1;
+                self.reconnect.aborted += 1;
+                Err(ClientError::Conflict {
+                    cause: ConflictCause::Disconnected,
+                    message: format!(
+                        "the connection broke ({cause}) before the commit was done; the session \
+                         reconnected and the server says it did not happen: run it again"
+                    ),
+                })
+            }
+            _ => {
+                self.abort_local();
+                Err(ClientError::CommitUnknown(Box::new(cause)))
             }
         }
     }
@@ -2245,9 +2535,16 @@ impl Inner {
             participants: header.participants,
             commit,
         };
-        if let Err(e) = self.send(RequestBody::Prepare(Box::new(p)), None) {
+        if let Err(e) = self.ensure_connected() {
             self.abort_local();
-            return Err(ClientError::CommitUnknown(Box::new(e)));
+            return Err(e);
+        }
+        if let Err(e) = self.send_raw(RequestBody::Prepare(Box::new(p)), None) {
+            // Not sent whole: the server cannot prepare it. The connection is mended by the
+            // next request.
+            self.break_connection();
+            self.abort_local();
+            return Err(ClientError::CommitUnknown(Box::new(ClientError::Transport(e))));
         }
         Ok(part)
     }
@@ -2332,7 +2629,20 @@ impl Session {
     /// Waits for the answer to the part sent last.
     pub(crate) fn part_recv(&self) -> PartReply {
         let inner = self.inner();
-        match inner.recv() {
+        // A broken connection here loses the part's answer; the next request of this session
+        // reconnects (a two-phase commit's outcome is not asked for: `reconnect`).
+        let got = match inner.recv_raw() {
+            Ok((r, _)) if reconnect::closes_for_reconnect(&r.body) => {
+                inner.break_connection();
+                Err(unexpected(r.body))
+            }
+            Ok(r) => Ok(r),
+            Err(e) => {
+                inner.break_connection();
+                Err(ClientError::Transport(e))
+            }
+        };
+        match got {
             Ok((r, _)) => match r.body {
                 ReplyBody::Prepared { created } => PartReply::Prepared(created),
                 ReplyBody::CommitOk { lsn, created } => PartReply::Committed(lsn, created),

@@ -10,6 +10,16 @@
 //! [`TcpTransport::connect`] performs the `Hello` handshake, so a `TcpTransport` is always an
 //! open session.
 //!
+//! # Timeouts
+//!
+//! Nothing waits for ever by default. Connecting and the handshake together take at most
+//! [`ClientConfig::connect_timeout`] (a server that accepts the connection and never answers
+//! `Hello`, or one that is stopped, fails the connect in that time); each reply then waits at
+//! most [`ClientConfig::io_timeout`], which a session changes per request with
+//! [`Transport::set_timeout`] (a commit may wait for an fsync and a queue, a fetch should
+//! not). A timeout is [`TransportError::TimedOut`] and breaks the transport: the late reply
+//! would answer the wrong request.
+//!
 //! [`UnixTransport`] is the same transport over a Unix-domain stream socket (a server started
 //! with `thor server --listen unix:PATH`): for a client on the server's machine it skips TCP's
 //! loopback path (segmentation, checksums, acknowledgements), which the floor measurement in
@@ -27,7 +37,7 @@ use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 #[cfg(unix)]
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use thor_wire::limits::{FRAME_BYTES_MAX, IN_FLIGHT_MAX};
@@ -36,7 +46,9 @@ use thor_wire::{
     WireError, frame_size,
 };
 
-use crate::limits::{CONNECT_TIMEOUT_DEFAULT, FRAME_BUFFER_INITIAL_BYTES, READ_BUFFER_BYTES};
+use crate::limits::{
+    CONNECT_TIMEOUT_DEFAULT, FRAME_BUFFER_INITIAL_BYTES, IO_TIMEOUT_DEFAULT, READ_BUFFER_BYTES,
+};
 
 /// Settings of a client connection, for every transport.
 #[derive(Debug, Clone)]
@@ -45,10 +57,13 @@ pub struct ClientConfig {
     pub token: Vec<u8>,
     /// A name for the server's logs.
     pub client_name: String,
-    /// How long connecting may take (TCP only).
+    /// How long connecting and the `Hello` handshake may take together (a Unix-domain
+    /// connect does not wait on a network: there it bounds the handshake).
     pub connect_timeout: Duration,
-    /// How long one read or write may block; `None` waits for ever. A commit waits for the
-    /// server's fsync, so this should be generous (TCP only).
+    /// How long waiting for one reply (or writing one request) may take before the transport
+    /// fails with [`TransportError::TimedOut`]; `None` waits for ever. The default,
+    /// [`IO_TIMEOUT_DEFAULT`], is generous for a commit, which waits for the server's fsync;
+    /// a session sets its own per request ([`Transport::set_timeout`]).
     pub io_timeout: Option<Duration>,
     /// The largest reply frame accepted; a larger one fails the transport.
     pub max_frame_bytes: usize,
@@ -60,7 +75,7 @@ impl Default for ClientConfig {
             token: Vec::new(),
             client_name: format!("thor-client/{}", std::process::id()),
             connect_timeout: CONNECT_TIMEOUT_DEFAULT,
-            io_timeout: None,
+            io_timeout: Some(IO_TIMEOUT_DEFAULT),
             max_frame_bytes: FRAME_BYTES_MAX,
         }
     }
@@ -112,6 +127,9 @@ pub struct StreamTransport<S> {
     in_flight: VecDeque<u64>,
     /// Set after an error that leaves the stream in an unknown state.
     broken: bool,
+    /// The socket's read and write timeout now (`None`: none), changed only when a caller asks
+    /// for another one, so that a request costs no extra system call.
+    timeout: Option<Duration>,
     /// The largest reply frame accepted.
     max_reply_bytes: usize,
     /// The largest request frame the server accepts (from `HelloOk`).
@@ -120,8 +138,35 @@ pub struct StreamTransport<S> {
     out: Vec<u8>,
 }
 
-/// Reads one reply frame. A clean end of stream between frames is [`TransportError::Closed`].
+/// Whether an I/O error is a socket timeout (`SO_RCVTIMEO` / `SO_SNDTIMEO` expired).
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
+/// The transport error for an I/O error while waiting for `what`: a timeout of `after` is
+/// [`TransportError::TimedOut`], anything else [`TransportError::Io`].
+fn io_error(e: std::io::Error, what: &'static str, after: Option<Duration>) -> TransportError {
+    match after {
+        Some(after) if is_timeout(&e) => TransportError::TimedOut { what, after },
+        _ => TransportError::Io(e),
+    }
+}
+
+/// Reads one reply frame. A clean end of stream between frames is [`TransportError::Closed`];
+/// a socket timeout (of `timeout`, the socket's setting) is [`TransportError::TimedOut`].
 fn read_reply<S: Read>(
+    r: &mut BufReader<S>,
+    max_frame_bytes: usize,
+    what: &'static str,
+    timeout: Option<Duration>,
+) -> Result<(u64, Reply), TransportError> {
+    match read_reply_inner(r, max_frame_bytes) {
+        Err(TransportError::Io(e)) => Err(io_error(e, what, timeout)),
+        other => other,
+    }
+}
+
+fn read_reply_inner<S: Read>(
     r: &mut BufReader<S>,
     max_frame_bytes: usize,
 ) -> Result<(u64, Reply), TransportError> {
@@ -164,34 +209,18 @@ impl StreamTransport<TcpStream> {
     /// Connects to the server at `addr` and opens a session (`Hello`). Fails with
     /// [`TransportError::Refused`] if the server refuses it (wrong token, no common version,
     /// too many connections).
+    ///
+    /// Connecting and the handshake take at most [`ClientConfig::connect_timeout`] together
+    /// (per address tried); a server that accepts and never answers fails with
+    /// [`TransportError::TimedOut`].
     pub fn connect(
         addr: impl ToSocketAddrs,
         config: &ClientConfig,
     ) -> Result<TcpTransport, TransportError> {
-        let mut last = None;
-        let mut stream = None;
-        for a in addr.to_socket_addrs()? {
-            match TcpStream::connect_timeout(&a, config.connect_timeout) {
-                Ok(s) => {
-                    stream = Some(s);
-                    break;
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        let stream = match (stream, last) {
-            (Some(s), _) => s,
-            (None, Some(e)) => return Err(e.into()),
-            (None, None) => {
-                return Err(
-                    std::io::Error::new(ErrorKind::NotFound, "no address to connect to").into()
-                );
-            }
-        };
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(config.io_timeout)?;
-        stream.set_write_timeout(config.io_timeout)?;
-        StreamTransport::open(stream, config)
+        let started = Instant::now();
+        let stream = tcp_connect(addr, config)?;
+        let left = config.connect_timeout.saturating_sub(started.elapsed());
+        StreamTransport::open(stream, config, left)
     }
 
     /// The server's address.
@@ -211,8 +240,6 @@ fn tcp_connect(
         match TcpStream::connect_timeout(&a, config.connect_timeout) {
             Ok(s) => {
                 s.set_nodelay(true)?;
-                s.set_read_timeout(config.io_timeout)?;
-                s.set_write_timeout(config.io_timeout)?;
                 return Ok(s);
             }
             Err(e) => last = Some(e),
@@ -239,16 +266,23 @@ impl StreamTransport<TlsStream> {
         let name = tls.name_for(addr).map_err(|e| {
             TransportError::Io(std::io::Error::new(ErrorKind::InvalidInput, e.to_string()))
         })?;
+        let started = Instant::now();
         let sock = tcp_connect(addr, config)?;
+        // The TLS handshake and `Hello` share what is left of the connect timeout.
+        let left = |started: Instant| config.connect_timeout.saturating_sub(started.elapsed());
+        sock.set_timeouts(Some(left(started).max(TIMEOUT_MIN)))?;
         let conn = rustls::ClientConnection::new(tls.rustls_config(), name)
             .map_err(|e| TransportError::Io(std::io::Error::other(e)))?;
         let mut stream = rustls::StreamOwned::new(conn, sock);
         // The handshake now, so that an untrusted server fails here, clearly, and the token
         // is only ever sent encrypted to a server the client trusts.
         while stream.conn.is_handshaking() {
-            stream.conn.complete_io(&mut stream.sock)?;
+            stream
+                .conn
+                .complete_io(&mut stream.sock)
+                .map_err(|e| io_error(e, "the TLS handshake", Some(config.connect_timeout)))?;
         }
-        StreamTransport::open(stream, config)
+        StreamTransport::open(stream, config, left(started))
     }
 
     /// The server's address.
@@ -267,31 +301,75 @@ impl StreamTransport<UnixStream> {
         config: &ClientConfig,
     ) -> Result<UnixTransport, TransportError> {
         let stream = UnixStream::connect(path)?;
-        stream.set_read_timeout(config.io_timeout)?;
-        stream.set_write_timeout(config.io_timeout)?;
-        StreamTransport::open(stream, config)
+        StreamTransport::open(stream, config, config.connect_timeout)
     }
 }
 
-impl<S: Read + Write> StreamTransport<S> {
-    /// Opens a session on a connected socket: sends `Hello` and reads the answer.
-    fn open(stream: S, config: &ClientConfig) -> Result<StreamTransport<S>, TransportError> {
+/// A stream socket whose reads and writes can time out.
+pub trait Socket: Read + Write + Send {
+    /// Sets the read and the write timeout (`None`: none).
+    fn set_timeouts(&self, timeout: Option<Duration>) -> std::io::Result<()>;
+}
+
+impl Socket for TcpStream {
+    fn set_timeouts(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        self.set_read_timeout(timeout)?;
+        self.set_write_timeout(timeout)
+    }
+}
+
+impl Socket for TlsStream {
+    fn set_timeouts(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        self.sock.set_timeouts(timeout)
+    }
+}
+
+#[cfg(unix)]
+impl Socket for UnixStream {
+    fn set_timeouts(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        self.set_read_timeout(timeout)?;
+        self.set_write_timeout(timeout)
+    }
+}
+
+/// The smallest socket timeout: a zero `Duration` means "none" to the socket calls, so a
+/// deadline already passed waits this long instead.
+const TIMEOUT_MIN: Duration = Duration::from_millis(1);
+
+impl<S: Socket> StreamTransport<S> {
+    /// Opens a session on a connected socket: sends `Hello` and reads the answer, within
+    /// `handshake` (what is left of the connect timeout); then the socket waits at most
+    /// [`ClientConfig::io_timeout`] per reply.
+    fn open(
+        stream: S,
+        config: &ClientConfig,
+        handshake: Duration,
+    ) -> Result<StreamTransport<S>, TransportError> {
+        let handshake = handshake.max(TIMEOUT_MIN);
+        stream.set_timeouts(Some(handshake))?;
         let mut stream = BufReader::with_capacity(READ_BUFFER_BYTES, stream);
         let mut out = Vec::new();
         hello(config).encode(1, FRAME_BYTES_MAX, &mut out).map_err(TransportError::BadRequest)?;
-        stream.get_mut().write_all(&out)?;
-        stream.get_mut().flush()?;
-        let (id, reply) = read_reply(&mut stream, config.max_frame_bytes)?;
+        let what = "the handshake (Hello)";
+        // (`flush` sends what a TLS stream still holds; a socket has nothing to flush.)
+        let w = stream.get_mut();
+        w.write_all(&out)
+            .and_then(|()| w.flush())
+            .map_err(|e| io_error(e, what, Some(handshake)))?;
+        let (id, reply) = read_reply(&mut stream, config.max_frame_bytes, what, Some(handshake))?;
         let info = hello_outcome(reply)?;
         if id != 1 {
             return Err(TransportError::Unexpected(format!("HelloOk with request id {id}")));
         }
+        let timeout = config.io_timeout.map(|t| t.max(TIMEOUT_MIN));
+        stream.get_ref().set_timeouts(timeout)?;
         Ok(StreamTransport {
             stream,
             info,
             next_id: 2,
             in_flight: VecDeque::new(),
             broken: false,
+            timeout,
             max_reply_bytes: config.max_frame_bytes,
             max_request_bytes: info.max_frame_bytes,
             out,
@@ -309,7 +387,7 @@ impl<S: Read + Write> StreamTransport<S> {
     }
 }
 
-impl<S: Read + Write + Send> Transport for StreamTransport<S> {
+impl<S: Socket> Transport for StreamTransport<S> {
     fn server(&self) -> &ServerInfo {
         &self.info
     }
@@ -328,7 +406,7 @@ impl<S: Read + Write + Send> Transport for StreamTransport<S> {
         // (`flush` sends what a TLS stream still holds; a socket has nothing to flush.)
         let w = self.stream.get_mut();
         if let Err(e) = w.write_all(&self.out).and_then(|()| w.flush()) {
-            return self.fail(e.into());
+            return self.fail(io_error(e, "a request to be taken", self.timeout));
         }
         self.next_id += 1;
         self.in_flight.push_back(id);
@@ -342,10 +420,11 @@ impl<S: Read + Write + Send> Transport for StreamTransport<S> {
         let Some(&expected) = self.in_flight.front() else {
             return Err(TransportError::NothingInFlight);
         };
-        let (id, reply) = match read_reply(&mut self.stream, self.max_reply_bytes) {
-            Ok(r) => r,
-            Err(e) => return self.fail(e),
-        };
+        let (id, reply) =
+            match read_reply(&mut self.stream, self.max_reply_bytes, "a reply", self.timeout) {
+                Ok(r) => r,
+                Err(e) => return self.fail(e),
+            };
         if id == expected {
             self.in_flight.pop_front();
             if let ReplyBody::Error { code, .. } = &reply.body
@@ -365,5 +444,18 @@ impl<S: Read + Write + Send> Transport for StreamTransport<S> {
         self.fail(TransportError::Unexpected(format!(
             "reply with request id {id}, expected {expected}"
         )))
+    }
+
+    fn set_timeout(&mut self, timeout: Option<Duration>) {
+        let timeout = timeout.map(|t| t.max(TIMEOUT_MIN));
+        if timeout == self.timeout || self.broken {
+            return;
+        }
+        if self.stream.get_ref().set_timeouts(timeout).is_err() {
+            // The socket is gone: the next call reports it.
+            self.broken = true;
+            return;
+        }
+        self.timeout = timeout;
     }
 }

@@ -51,8 +51,18 @@ pub const FRAME_BUFFER_INITIAL_BYTES: usize = 16 << 10;
 /// a larger one (a big `CommitOk`) is freed after use.
 pub const REPLY_BUFFER_KEEP_BYTES: usize = 64 << 10;
 
-/// A client's default connection timeout.
+/// A client's default timeout for connecting and the `Hello` handshake together: a server on
+/// the same network answers a connect and a `Hello` in milliseconds, a restarting one within a
+/// few seconds; ten seconds tells a stopped or unreachable server from a slow one without
+/// leaving a program hanging.
 pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+
+/// A client transport's default wait for one reply ([`crate::ClientConfig::io_timeout`]).
+/// Sessions set their own per request (`thor_client::SessionConfig`'s request and commit
+/// timeouts); this bounds what other users of a transport wait (server-to-server sessions,
+/// `thor stats`): a commit's fsync and a full commit queue take seconds at worst, so a
+/// minute is generous, and a stopped server no longer hangs a client for ever.
+pub const IO_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
 
 /// Pause after a failed `accept` (for example out of file descriptors) so that the accept loop
 /// does not spin while the condition lasts.

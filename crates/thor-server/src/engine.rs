@@ -257,6 +257,7 @@ impl From<CommitRequest> for CommitIn {
             reads: Vec::new(),
             ts: None,
             wpl: None,
+            id: None,
         }
     }
 }

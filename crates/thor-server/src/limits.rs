@@ -92,6 +92,15 @@ pub const DIRECTORY_PAGES_MAX: usize = 131_072;
 /// a client that reads its replies ever leaves, and 4 MiB of orefs at most.
 pub const INVALID_SET_MAX: usize = 1 << 20;
 
+/// Most changes the resume history keeps (`core::resume`): how far back a client whose
+/// connection broke can be told what changed. 65,536 commits are minutes of a busy server;
+/// a change's entry is a few dozen bytes besides its orefs.
+pub const HISTORY_CHANGES_MAX: usize = 1 << 16;
+
+/// Most orefs (objects written, and created objects of commits with an id) the resume
+/// history keeps: 4 MiB, as the invalid sets' bound; a resume looks at each at most once.
+pub const HISTORY_OREFS_MAX: usize = 1 << 20;
+
 /// Most sent-page records kept for demotion, over all sessions (`core::demote`): a keyed hash
 /// and a generation, about 40 bytes each with the map, so at most 20 MiB. 2^19 pages of 8 KB
 /// is 4 GiB of client caches, far above what the sessions a server admits hold in practice.

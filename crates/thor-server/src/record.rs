@@ -20,6 +20,13 @@
 //! timestamp, read count or reads: its objects follow the first 8 bytes. Both decode; only
 //! kind 2 is written.
 //!
+//! A kind-2 record may carry the commit's id, which its client chose (wire version 5's
+//! `CommitWithId`), so that the client can learn the commit's outcome after its connection
+//! broke, even across a server restart (`core::resume`): byte 1 is then [`FLAG_COMMIT_ID`]
+//! and the record ends with the id (u64, not 0) after the objects. Builds before this
+//! addition refuse such a record ("unknown kind"); a database closed cleanly has none left
+//! in its log (the close truncates it).
+//!
 //! Two-phase commit (a transaction over several servers, `core::twopc`) adds three kinds:
 //!
 //! ```text
@@ -59,6 +66,10 @@ const _: () = {
         k += 1;
     }
 };
+/// Byte 1 of a kind-2 record: the record ends with the commit's id.
+pub const FLAG_COMMIT_ID: u8 = 1;
+/// Bytes of a commit id at the end of a record.
+pub const COMMIT_ID_BYTES: usize = 8;
 const DECIDE_COMMIT: u8 = 1;
 const DECIDE_COORDINATOR: u8 = 2;
 /// Most participants a prepare or decision record lists (`thor_wire::limits::PARTICIPANTS_MAX`).
@@ -113,6 +124,8 @@ pub struct RecordCc<'a> {
     pub ts_us: u64,
     /// The timestamp's server id.
     pub ts_server: u32,
+    /// The id the client gave the commit (kind 2 with [`FLAG_COMMIT_ID`]), if any.
+    pub id: Option<u64>,
     /// The read set, 4 bytes per oref (checked by `decode`).
     reads: &'a [u8],
 }
@@ -120,7 +133,7 @@ pub struct RecordCc<'a> {
 impl<'a> RecordCc<'a> {
     /// The section of a transaction at `(ts_us, ts_server)` that read nothing.
     pub const fn without_reads(ts_us: u64, ts_server: u32) -> RecordCc<'static> {
-        RecordCc { ts_us, ts_server, reads: &[] }
+        RecordCc { ts_us, ts_server, id: None, reads: &[] }
     }
 
     /// The read set.
@@ -274,7 +287,17 @@ pub fn decode_any<'a>(
             Ok(Record::Prepare(cc, PrepareSection { coordinator, participants }))
         }
         _ => {
-            let (cc, pos) = decode_objects(rec, f)?;
+            let (mut cc, mut pos) = decode_objects(rec, f)?;
+            if rec[0] == KIND_COMMIT && rec[1] == FLAG_COMMIT_ID {
+                if rec.len() - pos != COMMIT_ID_BYTES {
+                    return Err(RecordError("commit id"));
+                }
+                match le::u64_at(rec, pos) {
+                    0 => return Err(RecordError("commit id 0")),
+                    id => cc.id = Some(id),
+                }
+                pos += COMMIT_ID_BYTES;
+            }
             if pos != rec.len() {
                 return Err(RecordError("trailing bytes"));
             }
@@ -299,6 +322,8 @@ pub struct RecordBuilder {
     buf: Vec<u8>,
     /// Objects pushed.
     count: u32,
+    /// The commit's id, written at the end by `finish` ([`FLAG_COMMIT_ID`]).
+    id: Option<u64>,
 }
 
 impl RecordBuilder {
@@ -319,7 +344,15 @@ impl RecordBuilder {
         for (w, r) in buf[start..].chunks_exact_mut(4).zip(reads) {
             w.copy_from_slice(&r.raw().to_le_bytes());
         }
-        RecordBuilder { buf, count: 0 }
+        RecordBuilder { buf, count: 0, id: None }
+    }
+
+    /// Makes the record carry the commit's id (not 0; kind 2 only: a prepared part's outcome
+    /// is its transaction's, which its stamp names).
+    pub fn with_id(mut self, id: u64) -> RecordBuilder {
+        debug_assert_ne!(id, 0, "commit ids are not 0");
+        self.id = Some(id);
+        self
     }
 
     /// Appends an object; returns the range of its bytes in the record, to patch them in place
@@ -346,6 +379,10 @@ impl RecordBuilder {
     /// The finished record.
     pub fn finish(mut self) -> Vec<u8> {
         self.buf[4..8].copy_from_slice(&self.count.to_le_bytes());
+        if let Some(id) = self.id {
+            self.buf[1] = FLAG_COMMIT_ID;
+            self.buf.extend_from_slice(&id.to_le_bytes());
+        }
         self.buf
     }
 
@@ -353,6 +390,7 @@ impl RecordBuilder {
     /// section after the objects.
     pub fn finish_prepared(mut self, section: &PrepareSection) -> Vec<u8> {
         self.buf[0] = KIND_PREPARE;
+        self.id = None;
         section.put(&mut self.buf);
         self.finish()
     }
@@ -389,7 +427,11 @@ fn decode_objects<'a>(
     if rec.len() < HEADER_BYTES {
         return Err(RecordError("shorter than its header"));
     }
-    if !matches!(rec[0], KIND_COMMIT | KIND_COMMIT_V1 | KIND_PREPARE) || rec[1..4] != [0, 0, 0] {
+    let flags_ok = rec[1] == 0 || (rec[0] == KIND_COMMIT && rec[1] == FLAG_COMMIT_ID);
+    if !matches!(rec[0], KIND_COMMIT | KIND_COMMIT_V1 | KIND_PREPARE)
+        || !flags_ok
+        || rec[2..4] != [0, 0]
+    {
         return Err(RecordError("unknown kind"));
     }
     let mut cc = RecordCc::without_reads(0, 0);
@@ -447,6 +489,31 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use thor_core::{Oid, PageId};
+
+    #[test]
+    fn a_commit_id_rides_at_the_end_and_nothing_else_may() {
+        let reads = [Oref::new(PageId::new(7).unwrap(), Oid::new(1).unwrap())];
+        let data = [1u8, 0, 0, 0, 9, 9, 9, 9];
+        let mut b = RecordBuilder::with_capacity(0, (1234, 5), &reads).with_id(42);
+        b.push(Oref::new(PageId::new(3).unwrap(), Oid::new(4).unwrap()), false, &data);
+        let rec = b.finish();
+        assert_eq!(rec[1], FLAG_COMMIT_ID);
+        let cc = decode(&rec, |_| {}).unwrap();
+        assert_eq!((cc.id, cc.ts_us, cc.reads().count()), (Some(42), 1234, 1));
+        // Without the flag the id is trailing bytes; with it and no id, a short record.
+        let mut plain = rec.clone();
+        plain[1] = 0;
+        assert!(decode(&plain, |_| {}).is_err());
+        assert!(decode(&rec[..rec.len() - 8], |_| {}).is_err());
+        let mut zero = rec.clone();
+        let n = zero.len();
+        zero[n - 8..].fill(0);
+        assert!(decode(&zero, |_| {}).is_err());
+        // Only kind 2 carries one.
+        let mut prep = rec.clone();
+        prep[0] = KIND_PREPARE;
+        assert!(decode_any(&prep, |_| {}).is_err());
+    }
 
     #[test]
     fn roundtrip() {

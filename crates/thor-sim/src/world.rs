@@ -1467,7 +1467,7 @@ impl World {
             self.send_to_server(conn, Msg::Request(id, req));
             return Ok(());
         }
-        let Commit { reads, versions, created } = commit;
+        let Commit { reads, versions, created, .. } = commit;
         let built = pagemode::build(
             mode,
             self.cfg.page_client,
@@ -1595,7 +1595,7 @@ impl World {
             created.push(Bytes::from(b));
         }
         let reads = plan.read.iter().map(|(o, _)| *o).collect();
-        let commit = Commit { reads, versions, created };
+        let commit = Commit { reads, versions, created, id: None };
         self.send_commit(c, conn, id, txn, commit)
     }
 
@@ -1656,7 +1656,7 @@ impl World {
             };
             versions.push((o, cell(self, next)));
         }
-        Commit { reads: Vec::new(), versions, created }
+        Commit { reads: Vec::new(), versions, created, id: None }
     }
 
     fn at_client(&mut self, c: usize, conn: ConnId, msg: Msg) -> Result<(), Violation> {

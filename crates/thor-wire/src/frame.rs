@@ -19,8 +19,10 @@
 //!   `0x0080..=0x00ff`.
 //! - `flags`: bit 0 ([`FLAG_DEMOTION`], version 2) says the message's piggyback section carries
 //!   the demotion sections (see [`crate::message`]); it is set only when they are not empty,
-//!   so a version-1 peer, which never negotiates demotion, never sees it. The other bits are
-//!   reserved and zero; a receiver refuses a frame with any of them set.
+//!   so a version-1 peer, which never negotiates demotion, never sees it. Bit 1
+//!   ([`FLAG_SEEN`], version 5) says a reply carries the seen section (`crate::resume`); a
+//!   server sets it only on connections that agreed on version 5, and a request never has it.
+//!   The other bits are reserved and zero; a receiver refuses a frame with any of them set.
 //! - `request id` is chosen by the client; the reply to a request carries the same id. The
 //!   server answers requests in the order they arrive. Errors that answer no request (a frame
 //!   that could not be parsed, a timeout, a refusal at connect, shutdown) carry id 0, so clients
@@ -40,8 +42,10 @@ use crate::limits::{FRAME_BYTES_MAX, FRAME_HEADER_BYTES, FRAME_PREFIX_BYTES};
 pub const FLAGS_NONE: u16 = 0;
 /// The piggyback section carries the demotion sections.
 pub const FLAG_DEMOTION: u16 = 1;
+/// A reply carries the seen section (version 5, `crate::resume`).
+pub const FLAG_SEEN: u16 = 2;
 /// Every flag this version knows.
-const FLAGS_KNOWN: u16 = FLAG_DEMOTION;
+const FLAGS_KNOWN: u16 = FLAG_DEMOTION | FLAG_SEEN;
 
 /// A frame whose header has been checked: its length, checksum and flags. The payload is not
 /// decoded yet (see [`crate::Request::decode`] and [`crate::Reply::decode`]); a receiver that
@@ -52,7 +56,7 @@ pub struct Frame {
     pub kind: u16,
     /// The request id: chosen by the client, echoed by the server.
     pub id: u64,
-    /// The header's flags (only known ones: [`FLAG_DEMOTION`]).
+    /// The header's flags (only known ones: [`FLAG_DEMOTION`], [`FLAG_SEEN`]).
     pub flags: u16,
     /// The message's bytes after the header (a zero-copy slice of the frame).
     pub payload: Bytes,

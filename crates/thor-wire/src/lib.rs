@@ -26,6 +26,8 @@
 //! - [`frame`]: the frame: length word, CRC-32C, message type, flags, request id.
 //! - [`message`]: the payload of each message type, with byte diagrams.
 //! - [`prefetch`]: `Prefetch` and `Pages` (version 4), a fetch that brings further pages.
+//! - [`resume`]: `Resume`, `Resumed`, `CommitWithId` and the seen section of replies (version
+//!   5): a session that survives a broken connection.
 //! - [`stats`]: the counters of a `Stats` reply.
 //! - [`code`]: the codes of `Error` and `CommitRefused` replies.
 //! - [`version`]: which protocol version each message, flag and code needs.
@@ -52,6 +54,7 @@ pub mod limits;
 pub mod message;
 pub mod pagecommit;
 pub mod prefetch;
+pub mod resume;
 pub mod stats;
 pub mod transport;
 pub mod twopc;
@@ -67,6 +70,7 @@ pub use message::{
 };
 pub use pagecommit::{CommitMode, PageCommit, PageRecords};
 pub use prefetch::{Prefetch, PrefetchHint};
+pub use resume::{CacheVerdict, HistoryPoint, Outcome, Resume, Resumed, Seen, SeenRange};
 pub use stats::{ServerStats, StatValue};
 pub use transport::{Transport, TransportError};
 pub use twopc::{CLIENT_TIE_BIT, Participant, PeerMsg, Prepare, Stamp};

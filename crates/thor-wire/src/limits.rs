@@ -33,6 +33,9 @@ pub const FRAME_BYTES_SETTING_MIN: usize = 64 << 10;
 /// session's credential) and the refusal `UnknownServer` (a prepare naming a server this one
 /// does not know); on older connections a server sends `Unauthenticated` (closing) and
 /// `Other` instead. `crate::version` has the table of what each version added.
+/// It also added resuming a session on a new connection (`crate::resume`): `Resume`,
+/// `Resumed`, `CommitWithId` and the seen section of replies (frame flag `FLAG_SEEN`), which
+/// a server sends and a client sends only on connections that agreed on 5.
 pub const WIRE_VERSION: u16 = 5;
 /// The oldest protocol version this build still speaks.
 pub const WIRE_VERSION_MIN: u16 = 1;
@@ -98,6 +101,12 @@ pub const STATS_FIELDS_MAX: usize = 256;
 /// partitioning where cross-server references are rare, as Thor assumes.
 pub const PARTICIPANTS_MAX: usize = 64;
 
+/// Most pages one `Resume` may name (`crate::resume`): a client that caches anything of more
+/// pages (or whose list does not fit the server's frame limit) cannot resume and drops its
+/// cache. 2^16 pages are 512 MiB of 8 KB pages, more than the default client cache (64 MiB)
+/// holds objects of in the workloads measured; the list is 256 KiB on the wire.
+pub const RESUME_PAGES_MAX: usize = 1 << 16;
+
 /// Most requests a transport lets a caller send before reading their replies. The protocol
 /// answers in order, so pipelining a few requests hides latency; more would only let a client
 /// fill both sockets' buffers and stall.
@@ -121,6 +130,8 @@ const _: () = assert!(
         <= FRAME_BYTES_MAX
 );
 const _: () = assert!(PREFETCH_PAGES_MAX < u16::MAX as usize);
+// A `Resume` of the most pages fits the largest frame.
+const _: () = assert!(FRAME_HEADER_BYTES + 8 + 56 + 4 * RESUME_PAGES_MAX <= FRAME_BYTES_MAX);
 const _: () = assert!(FRAME_BYTES_SETTING_MIN <= FRAME_BYTES_MAX);
 const _: () = assert!(FRAME_BYTES_MAX <= u32::MAX as usize);
 // A reply with the largest page must fit in the smallest allowed frame, with room for a header,

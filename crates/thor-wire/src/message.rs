@@ -25,6 +25,9 @@
 //!           +--------+----------------------+
 //! ```
 //!
+//! Then, on replies of version-5 connections (frame flag `FLAG_SEEN`), the *seen* section: the
+//! newest change visible when the reply was sent ([`crate::resume`] has its layout and use).
+//!
 //! Acks confirm invalidations the client has applied; discarded pages are pages the client
 //! dropped from its cache (so that the server's directory of cached pages can forget them).
 //! Invalidations name objects other clients have committed new versions of. `A <= ACKS_MAX`,
@@ -79,6 +82,9 @@
 //! Prepare  0x0008  two-phase commit (version 3): see crate::twopc
 //! Peer     0x0009  a message between servers (version 3): see crate::twopc
 //! Prefetch 0x000A  a fetch that brings further pages (version 4): see crate::prefetch
+//! Resume   0x000B  resumes a session on a new connection (version 5): see crate::resume
+//! CommitWithId 0x000C  a Commit with an id, to learn its outcome if the answer is lost
+//!                  (version 5): the id (u64, not 0), then Commit's body; see crate::resume
 //! ```
 //!
 //! Object bytes in a commit are complete objects in the format of `thor_core::class`; reference
@@ -113,6 +119,8 @@
 //!
 //! Pages          0x0089  answers Prefetch (version 4): see crate::prefetch
 //!
+//! Resumed        0x008A  answers Resume (version 5): see crate::resume
+//!
 //! Stats          0x0086  +--------+------------------+
 //!                        | F: u16 | F x u64 counters |  see ServerStats for the order
 //!                        +--------+------------------+
@@ -135,13 +143,14 @@ use thor_core::{ClientId, Lsn, Oref, PageId, ServerId};
 use crate::code::{ErrorCode, RefusedCode};
 use crate::codec::{Put, Reader, check_limit};
 use crate::error::WireError;
-use crate::frame::{self, FLAG_DEMOTION, FLAGS_NONE, Frame};
+use crate::frame::{self, FLAG_DEMOTION, FLAG_SEEN, FLAGS_NONE, Frame};
 use crate::limits::{
     ACKS_MAX, CLIENT_NAME_BYTES_MAX, COMMIT_OBJECTS_MAX, DEMOTED_PAGES_MAX, DEMOTED_WANTED_MAX,
     DISCARDED_PAGES_MAX, FRAME_BYTES_MAX, FRAME_BYTES_SETTING_MIN, FRAME_HEADER_BYTES,
     INVALIDATIONS_MAX, MESSAGE_BYTES_MAX, OBJECT_BYTES_MAX, PATH_BYTES_MAX, READ_SET_MAX,
     TOKEN_BYTES_MAX, WIRE_VERSION, WIRE_VERSION_MIN,
 };
+use crate::resume::{Resume, Resumed, SEEN_BYTES, Seen};
 use crate::stats::ServerStats;
 use crate::twopc::{PeerMsg, Prepare};
 
@@ -179,6 +188,10 @@ pub mod kind {
     pub const PEER: u16 = 0x0009;
     /// [`crate::RequestBody::Prefetch`] (version 4).
     pub const PREFETCH: u16 = 0x000a;
+    /// [`crate::RequestBody::Resume`] (version 5).
+    pub const RESUME: u16 = 0x000b;
+    /// [`crate::RequestBody::Commit`] with an id ([`crate::Commit::id`], version 5).
+    pub const COMMIT_WITH_ID: u16 = 0x000c;
     /// [`crate::RequestBody::PageRecords`] (`crate::pagecommit`).
     pub const PAGE_RECORDS: u16 = 0x0040;
     /// [`crate::RequestBody::PageCommit`] (`crate::pagecommit`).
@@ -201,6 +214,8 @@ pub mod kind {
     pub const PREPARED: u16 = 0x0088;
     /// [`crate::ReplyBody::Pages`] (version 4).
     pub const PAGES: u16 = 0x0089;
+    /// [`crate::ReplyBody::Resumed`] (version 5).
+    pub const RESUMED: u16 = 0x008a;
     /// [`crate::ReplyBody::Error`].
     pub const ERROR: u16 = 0x00ff;
 
@@ -305,6 +320,11 @@ pub struct Commit {
     pub versions: Vec<(Oref, Bytes)>,
     /// Created objects in creation order (which is their clustering order).
     pub created: Vec<Bytes>,
+    /// An id the client chose (not 0), unique among its commits, sent as `CommitWithId`
+    /// (version 5): the server keeps it with the commit, in its log too, so that a client
+    /// whose connection broke before the answer came can ask what became of the commit
+    /// ([`crate::resume`]). `None` sends a plain `Commit`. Not part of a `Prepare`.
+    pub id: Option<u64>,
 }
 
 /// What a client can ask.
@@ -320,6 +340,8 @@ pub enum RequestBody {
     /// Asks for a page's current bytes and up to a number of further pages the server
     /// chooses ([`crate::prefetch`], version 4).
     Prefetch(crate::prefetch::Prefetch),
+    /// Resumes a session on a new connection ([`crate::resume`], version 5).
+    Resume(Resume),
     /// Asks to commit a transaction.
     Commit(Commit),
     /// Tells the server that the client abandoned its transaction.
@@ -352,6 +374,8 @@ impl RequestBody {
             RequestBody::Hello(_) => kind::HELLO,
             RequestBody::Fetch { .. } => kind::FETCH,
             RequestBody::Prefetch(_) => kind::PREFETCH,
+            RequestBody::Resume(_) => kind::RESUME,
+            RequestBody::Commit(c) if c.id.is_some() => kind::COMMIT_WITH_ID,
             RequestBody::Commit(_) => kind::COMMIT,
             RequestBody::PageRecords(_) => kind::PAGE_RECORDS,
             RequestBody::PageCommit(_) => kind::PAGE_COMMIT,
@@ -370,6 +394,8 @@ impl RequestBody {
             RequestBody::Hello(_) => "Hello",
             RequestBody::Fetch { .. } => "Fetch",
             RequestBody::Prefetch(_) => "Prefetch",
+            RequestBody::Resume(_) => "Resume",
+            RequestBody::Commit(c) if c.id.is_some() => "CommitWithId",
             RequestBody::Commit(_) => "Commit",
             RequestBody::PageRecords(_) => "PageRecords",
             RequestBody::PageCommit(_) => "PageCommit",
@@ -416,6 +442,8 @@ pub struct Reply {
     pub invalidations: Vec<Oref>,
     /// Demoted pages whose bytes the server asks for (see the module documentation).
     pub wanted: Vec<PageId>,
+    /// The newest change visible when the reply was sent (version 5, [`crate::resume`]).
+    pub seen: Option<Seen>,
 }
 
 /// What the server can answer.
@@ -435,6 +463,8 @@ pub enum ReplyBody {
     /// ([`crate::prefetch`], version 4). Each is the page's bytes exactly as the server's
     /// engine has them.
     Pages(Vec<(PageId, Bytes)>),
+    /// Answers `Resume` ([`crate::resume`], version 5).
+    Resumed(Resumed),
     /// Answers `Commit`: the commit is durable.
     CommitOk {
         /// The commit's place in the server's serial order.
@@ -478,6 +508,7 @@ impl ReplyBody {
             ReplyBody::HelloOk(_) => kind::HELLO_OK,
             ReplyBody::Page { .. } => kind::PAGE,
             ReplyBody::Pages(_) => kind::PAGES,
+            ReplyBody::Resumed(_) => kind::RESUMED,
             ReplyBody::CommitOk { .. } => kind::COMMIT_OK,
             ReplyBody::CommitRefused { .. } => kind::COMMIT_REFUSED,
             ReplyBody::Ack => kind::ACK,
@@ -494,6 +525,7 @@ impl ReplyBody {
             ReplyBody::HelloOk(_) => "HelloOk",
             ReplyBody::Page { .. } => "Page",
             ReplyBody::Pages(_) => "Pages",
+            ReplyBody::Resumed(_) => "Resumed",
             ReplyBody::CommitOk { .. } => "CommitOk",
             ReplyBody::CommitRefused { .. } => "CommitRefused",
             ReplyBody::Ack => "Ack",
@@ -628,9 +660,18 @@ impl Request {
                 p.check()?;
                 crate::prefetch::PREFETCH_BYTES
             }
-            RequestBody::Commit(c) => commit_bytes(c)?,
+            RequestBody::Commit(c) => {
+                if c.id == Some(0) {
+                    return Err(WireError::BadValue { what: "commit id", why: "zero" });
+                }
+                commit_bytes(c)? + if c.id.is_some() { 8 } else { 0 }
+            }
+            RequestBody::Resume(r) => r.body_bytes()?,
             RequestBody::Prepare(p) => {
                 p.check()?;
+                if p.commit.id.is_some() {
+                    return Err(WireError::BadValue { what: "prepare", why: "a commit id" });
+                }
                 p.header_bytes() + commit_bytes(&p.commit)?
             }
             RequestBody::Peer(_) => PeerMsg::BYTES,
@@ -692,7 +733,13 @@ impl Request {
             }
             RequestBody::Fetch { page } => out.put_u32(page.get()),
             RequestBody::Prefetch(p) => p.put(out),
-            RequestBody::Commit(c) => put_commit(out, c),
+            RequestBody::Resume(r) => r.put(out),
+            RequestBody::Commit(c) => {
+                if let Some(id) = c.id {
+                    out.put_u64(id);
+                }
+                put_commit(out, c)
+            }
             RequestBody::Prepare(p) => {
                 p.put_header(out);
                 put_commit(out, &p.commit);
@@ -714,6 +761,9 @@ impl Request {
             } else {
                 WireError::UnknownType(frame.kind)
             });
+        }
+        if frame.flags & FLAG_SEEN != 0 {
+            return Err(WireError::BadValue { what: "flags", why: "a seen section on a request" });
         }
         let mut r = Reader::new(frame.payload.clone());
         let acks = get_orefs(&mut r, ACKS_MAX, "acks")?;
@@ -750,6 +800,14 @@ impl Request {
             kind::FETCH => RequestBody::Fetch { page: r.page_id("page")? },
             kind::PREFETCH => RequestBody::Prefetch(crate::prefetch::Prefetch::get(&mut r)?),
             kind::COMMIT => RequestBody::Commit(get_commit(&mut r)?),
+            kind::COMMIT_WITH_ID => {
+                let id = match r.u64("commit id")? {
+                    0 => return Err(WireError::BadValue { what: "commit id", why: "zero" }),
+                    id => id,
+                };
+                RequestBody::Commit(Commit { id: Some(id), ..get_commit(&mut r)? })
+            }
+            kind::RESUME => RequestBody::Resume(Resume::get(&mut r)?),
             kind::PREPARE => {
                 let (stamp, coordinator, participants) = Prepare::get_header(&mut r)?;
                 let commit = get_commit(&mut r)?;
@@ -774,7 +832,7 @@ impl Request {
 impl Reply {
     /// A reply with no invalidations.
     pub fn new(body: ReplyBody) -> Reply {
-        Reply { body, invalidations: Vec::new(), wanted: Vec::new() }
+        Reply { body, invalidations: Vec::new(), wanted: Vec::new(), seen: None }
     }
 
     /// An `Error` reply; `message` is truncated to [`MESSAGE_BYTES_MAX`].
@@ -797,6 +855,9 @@ impl Reply {
         if !self.wanted.is_empty() {
             n += 4 + 4 * self.wanted.len();
         }
+        if self.seen.is_some() {
+            n += SEEN_BYTES;
+        }
         Ok(n + match &self.body {
             ReplyBody::HelloOk(i) => {
                 check_info(i)?;
@@ -809,6 +870,7 @@ impl Reply {
                 8 + bytes.len()
             }
             ReplyBody::Pages(pages) => crate::prefetch::pages_bytes(pages)?,
+            ReplyBody::Resumed(r) => r.body_bytes()?,
             ReplyBody::CommitOk { created, .. } => {
                 check_limit("created orefs", created.len(), COMMIT_OBJECTS_MAX)?;
                 check_orefs(created, "created orefs")?;
@@ -839,7 +901,10 @@ impl Reply {
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
         let size = self.frame_bytes()?;
-        let flags = if self.wanted.is_empty() { FLAGS_NONE } else { FLAG_DEMOTION };
+        let mut flags = if self.wanted.is_empty() { FLAGS_NONE } else { FLAG_DEMOTION };
+        if self.seen.is_some() {
+            flags |= FLAG_SEEN;
+        }
         encode_frame(size, self.body.kind(), flags, id, max_frame_bytes, out, |out| {
             self.write_payload(out)
         })
@@ -857,6 +922,9 @@ impl Reply {
         put_orefs(out, &self.invalidations);
         if !self.wanted.is_empty() {
             put_pages(out, &self.wanted);
+        }
+        if let Some(seen) = &self.seen {
+            seen.put(out);
         }
         match &self.body {
             ReplyBody::HelloOk(i) => {
@@ -877,6 +945,7 @@ impl Reply {
                 out.extend_from_slice(bytes);
             }
             ReplyBody::Pages(pages) => crate::prefetch::put_pages(out, pages),
+            ReplyBody::Resumed(r) => r.put(out),
             ReplyBody::CommitOk { lsn, created } => {
                 out.put_u64(lsn.0);
                 put_orefs(out, created);
@@ -916,6 +985,7 @@ impl Reply {
         } else {
             Vec::new()
         };
+        let seen = if frame.flags & FLAG_SEEN != 0 { Some(Seen::get(&mut r)?) } else { None };
         let body = match frame.kind {
             kind::HELLO_OK => {
                 let version = r.u16("version")?;
@@ -957,6 +1027,7 @@ impl Reply {
                 ReplyBody::Page { page, bytes: r.bytes(len, "page bytes")? }
             }
             kind::PAGES => ReplyBody::Pages(crate::prefetch::get_pages(&mut r)?),
+            kind::RESUMED => ReplyBody::Resumed(Resumed::get(&mut r)?),
             kind::COMMIT_OK => {
                 let lsn = Lsn(r.u64("lsn")?);
                 let created = get_orefs(&mut r, COMMIT_OBJECTS_MAX, "created orefs")?;
@@ -987,7 +1058,7 @@ impl Reply {
             other => return Err(WireError::UnknownType(other)),
         };
         r.finish()?;
-        Ok(Reply { body, invalidations, wanted })
+        Ok(Reply { body, invalidations, wanted, seen })
     }
 }
 
@@ -1043,7 +1114,7 @@ fn get_commit(r: &mut Reader) -> Result<Commit, WireError> {
         let len = r.count32(OBJECT_BYTES_MAX, 1, "object bytes")?;
         created.push(r.bytes(len, "object bytes")?);
     }
-    Ok(Commit { reads, versions, created })
+    Ok(Commit { reads, versions, created, id: None })
 }
 
 fn check_info(i: &ServerInfo) -> Result<(), WireError> {
@@ -1209,7 +1280,7 @@ mod tests {
         assert!(matches!(req_err(kind::ABORT, &p), WireError::TrailingBytes { .. }));
         let f = raw_frame(kind::STATS, &empty_pb);
         let mut bad = f.to_vec();
-        bad[10] = 2;
+        bad[10] = 4;
         let crc = {
             let mut c = Crc32c::new();
             c.update(&bad[0..4]);
@@ -1219,8 +1290,41 @@ mod tests {
         bad[4..8].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(
             decode_request(Bytes::from(bad), FRAME_BYTES_MAX).unwrap_err(),
-            WireError::ReservedFlags(2)
+            WireError::ReservedFlags(4)
         );
+        // The seen section belongs to replies.
+        assert!(matches!(
+            req_err_flagged(kind::STATS, FLAG_SEEN, &empty_pb),
+            WireError::BadValue { what: "flags", .. }
+        ));
+        // A commit id of 0, and a Resumed whose outcome has fields it cannot have.
+        let mut p = empty_pb.to_vec();
+        p.extend_from_slice(&0u64.to_le_bytes());
+        p.extend_from_slice(&[0; 12]);
+        assert!(matches!(
+            req_err(kind::COMMIT_WITH_ID, &p),
+            WireError::BadValue { what: "commit id", .. }
+        ));
+        let mut p = 0u32.to_le_bytes().to_vec();
+        p.extend_from_slice(&[1, 2, 0, 0]);
+        p.extend_from_slice(&9u64.to_le_bytes());
+        p.extend_from_slice(&0u32.to_le_bytes());
+        assert!(matches!(
+            decode_reply(raw_frame(kind::RESUMED, &p), FRAME_BYTES_MAX).unwrap_err(),
+            WireError::BadValue { what: "outcome", .. }
+        ));
+    }
+
+    #[test]
+    fn a_commit_with_an_id_is_its_own_message_and_keeps_the_id() {
+        let c = Commit { reads: vec![], versions: vec![], created: vec![], id: Some(77) };
+        let f = Request::new(RequestBody::Commit(c.clone())).to_frame(3).unwrap();
+        assert_eq!(u16::from_le_bytes([f[8], f[9]]), kind::COMMIT_WITH_ID);
+        let (_, back) = decode_request(Bytes::from(f), FRAME_BYTES_MAX).unwrap();
+        assert_eq!(back.body, RequestBody::Commit(c));
+        let plain = Commit::default();
+        let f = Request::new(RequestBody::Commit(plain)).to_frame(3).unwrap();
+        assert_eq!(u16::from_le_bytes([f[8], f[9]]), kind::COMMIT);
     }
 
     #[test]

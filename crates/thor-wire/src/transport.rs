@@ -22,6 +22,8 @@
 //! [`TransportError`] means the transport itself failed; after one, every call returns
 //! [`TransportError::Broken`] and the client must make a new transport.
 
+use std::time::Duration;
+
 use crate::code::ErrorCode;
 use crate::error::WireError;
 use crate::message::{Reply, Request, ServerInfo};
@@ -39,6 +41,21 @@ pub enum TransportError {
     /// a commit in flight may or may not have happened.
     #[error("the server closed the connection")]
     Closed,
+    /// The server did not answer in time: it is stopped, overloaded or unreachable (a network
+    /// that drops packets). The connection is closed, since the reply may still come and would
+    /// answer the wrong request. Make a new transport (a session does it by itself); a commit
+    /// in flight may or may not have happened. If the server is only slow, raise the timeout
+    /// (`ClientConfig`, `SessionConfig`).
+    #[error(
+        "the server did not answer {what} within {after:?}: it is stopped, overloaded or \
+         unreachable"
+    )]
+    TimedOut {
+        /// What was waited for: "the handshake", "a reply".
+        what: &'static str,
+        /// How long.
+        after: Duration,
+    },
     /// The server refused to open a session (wrong token, no common version, too many
     /// connections). The code says which; fix the configuration or retry later.
     #[error("the server refused the session: {code}: {message}")]
@@ -97,6 +114,15 @@ pub trait Transport: Send {
 
     /// Waits for the reply to the oldest request in flight.
     fn recv(&mut self) -> Result<Reply, TransportError>;
+
+    /// How long [`Transport::recv`] (and the writing of [`Transport::send`]) may wait from now
+    /// on before failing with [`TransportError::TimedOut`] (`None`: for ever). A session sets
+    /// it before each request by what the request waits for: a commit waits for the log's
+    /// fsync and maybe a queue, a fetch does not. Transports without a network (the in-process
+    /// one) ignore it.
+    fn set_timeout(&mut self, timeout: Option<Duration>) {
+        let _ = timeout;
+    }
 
     /// Whether the server is in this process (no socket: a round trip costs about what moving
     /// a page does), so that bringing several pages per request saves little. Sessions

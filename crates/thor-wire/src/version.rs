@@ -17,7 +17,7 @@
 //! | 2 | demotion: the frame flag [`crate::frame::FLAG_DEMOTION`] and the piggyback's demotion sections |
 //! | 3 | two-phase commit: `Prepare`, `Peer`, the reply `Prepared`, the refusal `Aborted` |
 //! | 4 | prefetch: `Prefetch` and the reply `Pages` |
-//! | 5 | scoped credentials: `Error(Forbidden)`, the refusal `UnknownServer` |
+//! | 5 | scoped credentials: `Error(Forbidden)`, the refusal `UnknownServer`; resuming a session: `Resume`, `CommitWithId`, the reply `Resumed` and the frame flag `FLAG_SEEN` on replies (`crate::resume`) |
 
 use crate::limits::{WIRE_VERSION, WIRE_VERSION_MIN};
 use crate::message::{Request, kind};
@@ -30,9 +30,12 @@ pub const VERSION_TWO_PHASE: u16 = 3;
 pub const VERSION_PREFETCH: u16 = 4;
 /// The version that added scoped credentials' codes (`Forbidden`, `UnknownServer`).
 pub const VERSION_SCOPES: u16 = 5;
+/// The version that added resuming a session (`Resume`, `CommitWithId`, `Resumed`, the seen
+/// section of replies): the same as [`VERSION_SCOPES`], both came in one release.
+pub const VERSION_RESUME: u16 = 5;
 
 /// Every request type and the version that added it.
-pub const REQUEST_VERSIONS: [(u16, u16); 12] = [
+pub const REQUEST_VERSIONS: [(u16, u16); 14] = [
     (kind::HELLO, 1),
     (kind::FETCH, 1),
     (kind::COMMIT, 1),
@@ -45,6 +48,8 @@ pub const REQUEST_VERSIONS: [(u16, u16); 12] = [
     (kind::PREPARE, VERSION_TWO_PHASE),
     (kind::PEER, VERSION_TWO_PHASE),
     (kind::PREFETCH, VERSION_PREFETCH),
+    (kind::RESUME, VERSION_RESUME),
+    (kind::COMMIT_WITH_ID, VERSION_RESUME),
 ];
 
 /// The version that added request type `kind`, or `None` for a number that is no request.
@@ -80,6 +85,7 @@ const _: () = assert!(VERSION_DEMOTION < VERSION_TWO_PHASE);
 const _: () = assert!(VERSION_TWO_PHASE < VERSION_PREFETCH);
 const _: () = assert!(VERSION_PREFETCH < VERSION_SCOPES);
 const _: () = assert!(VERSION_SCOPES <= WIRE_VERSION);
+const _: () = assert!(VERSION_PREFETCH < VERSION_RESUME && VERSION_RESUME <= WIRE_VERSION);
 
 #[cfg(test)]
 mod tests {
@@ -123,6 +129,8 @@ mod tests {
             RequestBody::Backup { path: "b".into() },
             RequestBody::Prepare(Box::new(prepare)),
             RequestBody::Peer(PeerMsg::Query { stamp, from: ServerId(2) }),
+            RequestBody::Resume(crate::Resume { key: 1, seen: None, commit: None, pages: vec![] }),
+            RequestBody::Commit(Commit { id: Some(7), ..Commit::default() }),
         ]
     }
 
@@ -146,6 +154,7 @@ mod tests {
             let want = match name {
                 "Prepare" | "Peer" => 3,
                 "Prefetch" => 4,
+                "Resume" | "CommitWithId" => 5,
                 _ => 1,
             };
             assert_eq!(version, want, "{name}");

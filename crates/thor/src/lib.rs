@@ -16,6 +16,14 @@
 //! Either way the result is a [`Session`], with the defaults the `thor` command uses
 //! ([`SessionConfig::default`]: a 64 MiB client cache managed by HAC).
 //!
+//! A session with a server never waits for ever (connect, request and commit timeouts in
+//! [`SessionConfig`]) and survives a broken connection: it reconnects by itself, keeps the
+//! cached objects the server vouches for, reports the transaction that was open as a
+//! conflict ([`ConflictCause::Disconnected`], which [`Session::run`] retries) and learns what
+//! became of a commit whose answer was lost ([`ClientError::CommitUnknown`] only when nobody
+//! can tell; [`Session::commit_outcome`]). `docs/guide.md` ("When the connection breaks")
+//! says what a program sees.
+//!
 //! ```
 //! thor::class! {
 //!     /// A counter.
@@ -82,9 +90,10 @@ pub use embedded::Database;
 pub use error::Error;
 pub use thor_client::class;
 pub use thor_client::{
-    Any, Bytes, Class, ClientError, ClientStats, Cluster, ClusterStats, CommitInfo, ConflictCause,
-    Connector, Elem, Large, PolicyConfig, Ref, Refs, SCHEMA_SLOT, Seq, SeqView, Session,
-    SessionConfig, Str, Surrogate, View, XRef, max_str_bytes,
+    Any, Bytes, Class, ClientError, ClientStats, Cluster, ClusterStats, CommitInfo, CommitOutcome,
+    ConflictCause, Connector, Dialer, Elem, Large, PolicyConfig, ReconnectConfig, ReconnectStats,
+    Ref, Refs, SCHEMA_SLOT, Seq, SeqView, Session, SessionConfig, Str, Surrogate, View, XRef,
+    max_str_bytes,
 };
 pub use thor_net::{TlsClient, TlsError};
 /// Whether an embedded database serves, serves read-only, or has failed ([`Database::health`]).
@@ -125,8 +134,11 @@ pub fn open_read_only(path: impl AsRef<std::path::Path>) -> Result<Session, Erro
 /// defaults the `thor` command uses. `token` is the secret the server was started with
 /// (`--token-file` or `THOR_TOKEN`); give an empty one (`""`) for a server without one.
 ///
-/// Fails with [`Error::Connect`] if nothing answers at `addr`, or if the server refuses the
-/// session ([`TransportError::Refused`]: a wrong token, too many connections).
+/// Fails with [`Error::Connect`] if nothing answers at `addr` within the connect timeout
+/// ([`SessionConfig::connect_timeout`]: a stopped server, or one that accepts and never
+/// answers, fails with [`TransportError::TimedOut`]), or if the server refuses the session
+/// ([`TransportError::Refused`]: a wrong token, too many connections). Once connected, the
+/// session reconnects to `addr` by itself when the connection breaks.
 pub fn connect(
     addr: impl ToSocketAddrs + std::fmt::Debug,
     token: impl AsRef<[u8]>,
@@ -134,24 +146,51 @@ pub fn connect(
     connect_with(addr, token, SessionConfig::default())
 }
 
-/// The transport settings the `thor` command uses, with `token`.
-fn client_config(token: &[u8]) -> thor_net::ClientConfig {
-    thor_net::ClientConfig { token: token.to_vec(), ..thor_net::ClientConfig::default() }
+/// The transport settings the `thor` command uses, with `token` and the session's timeouts.
+fn client_config(token: &[u8], config: &SessionConfig) -> thor_net::ClientConfig {
+    thor_net::ClientConfig {
+        token: token.to_vec(),
+        connect_timeout: config.connect_timeout,
+        io_timeout: config.request_timeout,
+        ..thor_net::ClientConfig::default()
+    }
 }
 
-/// [`connect`] with session settings of the caller's (cache size and manager, retries).
+/// The facade's error for a session that could not be made: a transport's failure is a
+/// failure to connect to `addr`.
+fn connect_error(addr: String, e: ClientError) -> Error {
+    match e {
+        ClientError::Transport(source) => Error::Connect { addr, source },
+        e => Error::Client(e),
+    }
+}
+
+/// [`connect`] with session settings of the caller's: cache size and manager, retries,
+/// timeouts ([`SessionConfig::connect_timeout`], [`SessionConfig::request_timeout`],
+/// [`SessionConfig::commit_timeout`]) and reconnecting ([`SessionConfig::reconnect`]).
+///
+/// `addr` is resolved once; each reconnect attempt tries its addresses, starting from the
+/// next one each time (so a name with several addresses spreads the attempts over them).
 pub fn connect_with(
     addr: impl ToSocketAddrs + std::fmt::Debug,
     token: impl AsRef<[u8]>,
     config: SessionConfig,
 ) -> Result<Session, Error> {
-    let client = client_config(token.as_ref());
-    let transport = thor_net::TcpTransport::connect(&addr, &client).map_err(|source| {
-        // `"host:port"` shows as itself, a socket address as itself.
-        let addr = format!("{addr:?}").trim_matches('"').to_string();
-        Error::Connect { addr, source }
-    })?;
-    Ok(Session::new(Box::new(transport), config)?)
+    // `"host:port"` shows as itself, a socket address as itself.
+    let shown = format!("{addr:?}").trim_matches('"').to_string();
+    let addrs: Vec<std::net::SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| Error::Connect { addr: shown.clone(), source: TransportError::Io(e) })?
+        .collect();
+    let client = client_config(token.as_ref(), &config);
+    let dialer: Dialer = Box::new(move |attempt| {
+        let start = attempt as usize % addrs.len().max(1);
+        let order: Vec<std::net::SocketAddr> =
+            addrs[start..].iter().chain(&addrs[..start]).copied().collect();
+        let t = thor_net::TcpTransport::connect(&order[..], &client)?;
+        Ok(Box::new(t) as Box<dyn thor_wire::Transport>)
+    });
+    Session::connect(dialer, config).map_err(|e| connect_error(shown, e))
 }
 
 /// Connects to a thor server over TLS (`thor server --tls-cert PEM --tls-key PEM`) and opens a
@@ -171,7 +210,9 @@ pub fn connect_with(
 /// For a server started with `--tls-client-ca`, give the client's certificate and key too:
 /// [`TlsClient::with_identity_pem`]. Fails with [`Error::Connect`] as [`connect`] does, and
 /// when the TLS handshake fails ([`TransportError::Io`]: the server's certificate is not
-/// trusted or does not name the host, or the server refused the client's certificate).
+/// trusted or does not name the host, or the server refused the client's certificate). Once
+/// connected, the session reconnects (over TLS, to `addr`) by itself when the connection
+/// breaks, as [`connect`]'s does.
 pub fn connect_tls(addr: &str, token: impl AsRef<[u8]>, tls: &TlsClient) -> Result<Session, Error> {
     connect_tls_with(addr, token, tls, SessionConfig::default())
 }
@@ -183,10 +224,13 @@ pub fn connect_tls_with(
     tls: &TlsClient,
     config: SessionConfig,
 ) -> Result<Session, Error> {
-    let client = client_config(token.as_ref());
-    let transport = thor_net::TlsTransport::connect(addr, &client, tls)
-        .map_err(|source| Error::Connect { addr: addr.to_owned(), source })?;
-    Ok(Session::new(Box::new(transport), config)?)
+    let client = client_config(token.as_ref(), &config);
+    let (at, tls) = (addr.to_owned(), tls.clone());
+    let dialer: Dialer = Box::new(move |_attempt| {
+        let t = thor_net::TlsTransport::connect(&at, &client, &tls)?;
+        Ok(Box::new(t) as Box<dyn thor_wire::Transport>)
+    });
+    Session::connect(dialer, config).map_err(|e| connect_error(addr.to_owned(), e))
 }
 
 /// Connects to a thor server on the same machine through its Unix-domain socket
@@ -207,11 +251,14 @@ pub fn connect_unix_with(
     token: impl AsRef<[u8]>,
     config: SessionConfig,
 ) -> Result<Session, Error> {
-    let client = client_config(token.as_ref());
-    let path = path.as_ref();
-    let transport = thor_net::UnixTransport::connect(path, &client)
-        .map_err(|source| Error::Connect { addr: format!("unix:{}", path.display()), source })?;
-    Ok(Session::new(Box::new(transport), config)?)
+    let client = client_config(token.as_ref(), &config);
+    let path = path.as_ref().to_path_buf();
+    let shown = format!("unix:{}", path.display());
+    let dialer: Dialer = Box::new(move |_attempt| {
+        let t = thor_net::UnixTransport::connect(&path, &client)?;
+        Ok(Box::new(t) as Box<dyn thor_wire::Transport>)
+    });
+    Session::connect(dialer, config).map_err(|e| connect_error(shown, e))
 }
 
 /// The README's Rust examples, compiled and run as doc tests (`cargo test -p thor --doc`), so

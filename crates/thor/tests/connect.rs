@@ -153,3 +153,118 @@ fn connect_tls_runs_transactions_over_tls() {
     let err = thor::connect_tls(&addr, TOKEN, &untrusted).unwrap_err();
     assert!(matches!(&err, Error::Connect { source: TransportError::Io(_), .. }), "{err:?}");
 }
+
+/// A stand-in for a stopped server between a client and a real one: it accepts connections
+/// (as a stopped process's kernel still does) and forwards bytes both ways until `stop` is
+/// set; from then on it holds whatever arrives, on old connections and new ones alike.
+struct Stoppable {
+    addr: std::net::SocketAddr,
+    stopped: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Stoppable {
+    fn start(target: std::net::SocketAddr) -> Stoppable {
+        use std::sync::atomic::AtomicBool;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stopped = Arc::new(AtomicBool::new(false));
+        let st = stopped.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let server = std::net::TcpStream::connect(target).unwrap();
+                pump(client.try_clone().unwrap(), server.try_clone().unwrap(), st.clone());
+                pump(server, client, st.clone());
+            }
+        });
+        Stoppable { addr, stopped }
+    }
+
+    fn set_stopped(&self, on: bool) {
+        self.stopped.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Copies `from` to `to` until either closes, holding what it read while `stopped`.
+fn pump(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    stopped: Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::io::{Read, Write};
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            while stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    });
+}
+
+#[test]
+fn silent_server_times_out() {
+    use std::time::Duration;
+    // A server that accepts and never answers: connecting fails within the connect timeout.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent = listener.local_addr().unwrap();
+    let held = std::thread::spawn(move || listener.incoming().take(1).collect::<Vec<_>>());
+    let cfg = thor::SessionConfig {
+        connect_timeout: Duration::from_millis(200),
+        request_timeout: Some(Duration::from_millis(200)),
+        commit_timeout: Some(Duration::from_millis(200)),
+        reconnect: thor::ReconnectConfig {
+            give_up_after: Duration::from_millis(500),
+            backoff_min: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(50),
+        },
+        ..thor::SessionConfig::default()
+    };
+    let err = thor::connect_with(silent, "", cfg).unwrap_err();
+    let Error::Connect { source, .. } = &err else { panic!("{err:?}") };
+    assert!(matches!(source, TransportError::TimedOut { .. }), "{source:?}");
+    assert!(err.to_string().contains("did not answer"), "{err}");
+    drop(held);
+
+    // A server that stops answering mid-session: a request fails in bounded time, with the
+    // timeout as its reason; once the server answers again, the session goes on by itself.
+    let server = server();
+    let writer = thor::connect(server.local_addr(), TOKEN).unwrap();
+    writer
+        .run(|s| {
+            let list = s.create::<thor::Refs<Counter>>(2)?;
+            for i in 0..2 {
+                let c = s.create::<Counter>(0)?;
+                c.set(Counter::value, 10 + i)?;
+                list.set_var_ref(i as usize, c.as_ref())?;
+            }
+            s.set_root(0, list.as_ref())
+        })
+        .unwrap();
+    let proxy = Stoppable::start(server.local_addr());
+    let s = thor::connect_with(proxy.addr, TOKEN, cfg).unwrap();
+    let get = |i: usize| {
+        s.run(|s| {
+            let list = s.get(s.root::<thor::Refs<Counter>>(0)?)?;
+            Ok(s.get(list.var_ref(i))?.get(Counter::value))
+        })
+    };
+    assert_eq!(get(0).unwrap(), 10);
+    proxy.set_stopped(true);
+    let err = get(1).unwrap_err();
+    assert!(
+        matches!(err, thor::ClientError::Transport(TransportError::TimedOut { .. })),
+        "{err:?}"
+    );
+    proxy.set_stopped(false);
+    assert_eq!(get(1).unwrap(), 11);
+    assert!(s.reconnect_stats().reconnects >= 1);
+}

@@ -105,6 +105,7 @@ pub fn commit_req(versions: Vec<(Oref, Vec<u8>)>, created: Vec<Vec<u8>>) -> Requ
         reads: versions.iter().map(|(o, _)| *o).collect(),
         versions: versions.into_iter().map(|(o, b)| (o, Bytes::from(b))).collect(),
         created: created.into_iter().map(Bytes::from).collect(),
+        id: None,
     }))
 }
 

@@ -712,6 +712,23 @@ impl Cc {
         expired
     }
 
+    /// A resumed session's cached objects that changed while it was away
+    /// (`super::resume`): into its invalid set, to be sent with its next reply, as if a
+    /// commit had just changed them. Returns whether the set passed its bound (the caller
+    /// expires the session then).
+    pub fn invalidate_resumed(&mut self, conn: ConnId, objects: &[Oref]) -> bool {
+        let c = self.clients.entry(conn).or_default();
+        for o in objects {
+            let p = c.invalid.entry(*o).or_default();
+            if !p.unsent {
+                p.unsent = true;
+                c.unsent.push(*o);
+            }
+        }
+        self.counters.invalidations_added += objects.len() as u64;
+        c.invalid.len() > self.cfg.invalid_max
+    }
+
     /// Restores a committed transaction from the log during recovery.
     pub fn restore(&mut self, ts: Timestamp, reads: &[Oref], writes: &[Oref]) {
         if self.vq.is_empty() && self.threshold < ts {

@@ -58,6 +58,7 @@ pub mod install;
 pub(crate) mod orefset;
 pub mod pagecommit;
 pub mod prefetch;
+pub mod resume;
 mod sessions;
 pub mod store;
 pub mod twopc;
@@ -683,6 +684,9 @@ pub struct Core {
     twopc: twopc::TwoPc,
     /// The page-based commit modes' state (`pagecommit`).
     pages: pagecommit::PageCommits,
+    /// Resuming sessions on new connections: the history of changes, session keys, seen
+    /// stamps (`resume`).
+    resume: resume::Resumes,
 }
 
 impl Core {
@@ -703,6 +707,7 @@ impl Core {
             demotions: demote::Demotions::new(),
             prepared_cc: FxHashMap::default(),
             pages: pagecommit::PageCommits::default(),
+            resume: resume::Resumes::new(),
             sessions: Sessions::new(cfg.protocol.clone()),
             cfg,
             store,
@@ -730,14 +735,17 @@ impl Core {
 
     /// Replays one durable log record (recovery, before any other input).
     pub fn replay(&mut self, lsn: Lsn, record: Bytes) -> Result<(), EngineError> {
+        let crc = thor_core::checksum::crc32c(&record);
         match self.store.replay(lsn, record)? {
             store::Replay::Commit(r) => {
                 if r.ts != cc::Timestamp::default() {
                     self.cc.restore(r.ts, &r.reads, &r.writes);
                 }
+                let commit = r.id.map(|id| (id, r.created));
+                self.note_change(lsn, (r.ts.time_us, r.ts.server, crc), r.writes, commit);
             }
             store::Replay::Nothing => {}
-            other => self.twopc_replay(other),
+            other => self.twopc_replay(lsn, other),
         }
         Ok(())
     }
@@ -864,6 +872,7 @@ impl Core {
         let first = fx.len();
         self.step_inner(now_us, input, fx);
         self.attach_invalidations(&mut fx[first..]);
+        self.stamp_replies(&mut fx[first..]);
     }
 
     /// Puts each connection's pending invalidations on its first reply of this step (every
@@ -886,6 +895,8 @@ impl Core {
 
     fn step_inner(&mut self, now_us: u64, input: Input, fx: &mut Vec<Effect>) {
         self.now_us = self.now_us.max(now_us);
+        let (server, checkpoint) = (self.store.superblock.server_id.0, self.checkpoint());
+        self.resume.history.set_base(self.now_us, server, checkpoint, self.store.next_lsn);
         if self.twopc.raise_after_recovery {
             // Read-only validations before the crash left no record; refuse every client
             // timestamp that could lie below one of them (see `Cc::raise_threshold`).
@@ -925,6 +936,7 @@ impl Core {
                 self.cc.disconnect(conn);
                 self.demotions.disconnect(conn);
                 self.pages.disconnect(conn);
+                self.resume.disconnect(conn);
             }
             Input::Direct { ticket, op } => self.direct(ticket, op, fx),
             Input::Durable { lsn } => self.durable(lsn, fx),
@@ -1129,6 +1141,7 @@ impl Core {
                 self.sessions.set_busy(conn);
                 self.page_commit(Origin::Conn { conn, id }, c, fx);
             }
+            Action::Resume(r) => self.resume_request(conn, id, r, fx),
             Action::Stats => {
                 let stats = Box::new(self.server_stats());
                 fx.push(Effect::Reply {
@@ -1607,6 +1620,12 @@ impl Core {
             self.counters.versions_committed += versions;
             self.counters.objects_created += p.objects.len() as u64 - versions;
             self.counters.commits += 1;
+            let writes: Vec<thor_core::Oref> =
+                p.objects.iter().filter(|o| !o.created).map(|o| o.oref).collect();
+            let commit = p.id.map(|id| (id, p.created.clone()));
+            let ts = self.prepared_cc.get(&p.lsn).map_or((0, 0), |(t, _)| (t.time_us, t.server));
+            let crc = thor_core::checksum::crc32c(&p.record);
+            self.note_change(p.lsn, (ts.0, ts.1, crc), writes, commit);
             if let Some((ts, committer)) = self.prepared_cc.remove(&p.lsn) {
                 for conn in self.cc.committed(ts, committer) {
                     self.sessions.expire(conn, fx);
@@ -1631,6 +1650,7 @@ impl Core {
         }
         self.twopc_records_durable(lsn, fx);
         self.release_refusals(lsn, false, fx);
+        self.resumes_durable(lsn, fx);
     }
 
     /// Starts an install round when one is due.
@@ -1849,6 +1869,7 @@ impl Core {
         }
         // Refused either way: they need not wait for a durability that will not come.
         self.release_refusals(Lsn(0), true, fx);
+        self.resumes_durable(Lsn(0), fx);
         if let Some(round) = self.round.take() {
             for t in round.waiters {
                 let r = DirectResult::Flushed(Err(EngineError::Failed(why.clone())));
@@ -2072,7 +2093,14 @@ pub fn refused_code(e: &InvalidCommit) -> RefusedCode {
 
 impl From<Commit> for CommitIn {
     fn from(c: Commit) -> CommitIn {
-        CommitIn { versions: c.versions, created: c.created, reads: c.reads, ts: None, wpl: None }
+        CommitIn {
+            versions: c.versions,
+            created: c.created,
+            reads: c.reads,
+            ts: None,
+            wpl: None,
+            id: c.id,
+        }
     }
 }
 
@@ -2085,5 +2113,7 @@ mod tests;
 mod tests_creds;
 #[cfg(test)]
 mod tests_prefetch;
+#[cfg(test)]
+mod tests_resume;
 #[cfg(test)]
 mod tests_twopc;

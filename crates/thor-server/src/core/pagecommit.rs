@@ -421,7 +421,7 @@ impl Core {
         // thor's ordinary commit record (the server allocates them, so no client page holds
         // them), which WPL's restart passes over and forward replay replays.
         let wpl = if c.pages.is_empty() { None } else { Some(c.pages) };
-        let ci = CommitIn { versions, created: c.created, reads: c.reads, ts: None, wpl };
+        let ci = CommitIn { versions, created: c.created, reads: c.reads, ts: None, wpl, id: None };
         self.commit(origin, ci, fx);
     }
 
@@ -476,6 +476,7 @@ impl Core {
                     reads: commit.reads,
                     ts: None,
                     wpl: None,
+                    id: None,
                 };
                 self.commit(origin, c, fx);
             }

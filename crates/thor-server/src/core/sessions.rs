@@ -242,6 +242,8 @@ pub enum Action {
     Prepare(Box<thor_wire::Prepare>),
     /// A message from another server (answered `Ack` at once).
     Peer(thor_wire::PeerMsg),
+    /// Resume a session on this connection (`super::resume`).
+    Resume(thor_wire::Resume),
 }
 
 impl Action {
@@ -258,6 +260,7 @@ impl Action {
             RequestBody::Backup { path } => Action::Backup(path),
             RequestBody::Prepare(p) => Action::Prepare(p),
             RequestBody::Peer(m) => Action::Peer(m),
+            RequestBody::Resume(r) => Action::Resume(r),
             RequestBody::Abort => return Err((Reply::new(ReplyBody::Ack), false)),
             RequestBody::Goodbye => return Err((Reply::new(ReplyBody::Ack), true)),
             RequestBody::Hello(_) => {
@@ -292,7 +295,8 @@ pub struct Sessions {
 pub(crate) fn need(body: &RequestBody, me: ServerId) -> Need {
     match body {
         RequestBody::Hello(_) | RequestBody::Abort | RequestBody::Goodbye => Need::Any,
-        RequestBody::Fetch { .. } | RequestBody::Prefetch(_) => Need::Read,
+        // Resuming asks about the session's own cache and lost commit: what reading needs.
+        RequestBody::Fetch { .. } | RequestBody::Prefetch(_) | RequestBody::Resume(_) => Need::Read,
         RequestBody::Commit(c) => {
             if c.versions.is_empty() && c.created.is_empty() {
                 Need::Read
@@ -763,6 +767,25 @@ impl Sessions {
         s.state = State::Closed;
         s.held.clear();
         let msg = "too many unacknowledged invalidations; start a new session";
+        fx.push(Effect::Reply {
+            conn,
+            id: 0,
+            reply: Reply::error(ErrorCode::SessionExpired, msg),
+            close: true,
+        });
+    }
+
+    /// Ends `conn`'s session because its client resumed it on another connection
+    /// (`super::resume`): it is told `Error(SessionExpired)` (request id 0) and closed, and a
+    /// request of it that arrives later is refused.
+    pub fn supersede(&mut self, conn: ConnId, fx: &mut Vec<Effect>) {
+        let Some(s) = self.conns.get_mut(&conn) else { return };
+        if s.state == State::Closed {
+            return;
+        }
+        s.state = State::Closed;
+        s.held.clear();
+        let msg = "this session resumed on a newer connection";
         fx.push(Effect::Reply {
             conn,
             id: 0,

@@ -70,6 +70,9 @@ pub struct CommitIn {
     /// whose `version` field says which committed state the client's copy was (see
     /// [`Store::prepare_wpl`]). `None` for every other commit.
     pub wpl: Option<Vec<(PageId, Bytes)>>,
+    /// The id its client gave it (`CommitWithId`), kept in its record so that the client can
+    /// learn its outcome after a broken connection (`super::resume`).
+    pub id: Option<u64>,
 }
 
 impl CommitIn {
@@ -92,7 +95,8 @@ impl CommitIn {
     /// The bytes of the record(s) this commit becomes: a commit record, or under WPL the
     /// page images and the commit record with its body.
     pub fn record_bytes(&self) -> usize {
-        match &self.wpl {
+        let id = if self.id.is_some() { record::COMMIT_ID_BYTES } else { 0 };
+        id + match &self.wpl {
             None => record::encoded_len(self.reads.len(), self.objects(), self.data_bytes()),
             Some(pages) => {
                 pages.iter().map(|(_, b)| WPL_IMAGE_HEADER_BYTES + b.len()).sum::<usize>()
@@ -139,6 +143,11 @@ pub struct CommitOutcome {
 pub struct Replayed {
     /// The transaction's timestamp (zero for records written before concurrency control).
     pub ts: super::cc::Timestamp,
+    /// The id its client gave the commit, if any (`super::resume`).
+    pub id: Option<u64>,
+    /// The orefs of its created objects, in record order; filled only for a commit with an
+    /// id, whose client may ask for them.
+    pub created: Vec<Oref>,
     /// Its read set.
     pub reads: Vec<Oref>,
     /// The objects it modified (not created).
@@ -182,6 +191,8 @@ pub(crate) struct Prepared {
     /// `objects` order: they are not all in `record`), and the memory they hold. `None` for
     /// every other commit.
     pub wpl: Option<WplPrepared>,
+    /// The id its client gave the commit (`super::resume`).
+    pub id: Option<u64>,
 }
 
 /// One object of a prepared commit: which, whether the commit created it, and where its bytes
@@ -409,8 +420,14 @@ impl Store {
             record::Record::Decide(d) => return Ok(Replay::Decide(d)),
             record::Record::End(ts) => return Ok(Replay::End(ts)),
         };
+        let created = match cc.id {
+            Some(_) => objects.iter().filter(|(_, c, _)| *c).map(|(o, _, _)| *o).collect(),
+            None => Vec::new(),
+        };
         let replayed = Replayed {
             ts: super::cc::Timestamp { time_us: cc.ts_us, server: cc.ts_server },
+            id: cc.id,
+            created,
             reads: cc.reads().collect(),
             writes: objects.iter().filter(|(_, c, _)| !c).map(|(o, _, _)| *o).collect(),
         };
@@ -771,7 +788,10 @@ impl Store {
         let extra = section.map_or(0, record::PrepareSection::encoded_len);
         // `c.record_bytes()` from the sum just made: each is a pass over every object.
         let record_bytes = record::encoded_len(c.reads.len(), n_objects, n_bytes);
-        let mut rec = RecordBuilder::with_capacity(record_bytes + extra, ts, &c.reads);
+        let mut rec = RecordBuilder::with_capacity(record_bytes + extra + 8, ts, &c.reads);
+        if let Some(id) = c.id.filter(|_| section.is_none()) {
+            rec = rec.with_id(id);
+        }
         let mut objects = Vec::with_capacity(n_objects);
         // Reference offsets of the object being patched; one buffer for the whole commit.
         let mut offs: Vec<usize> = Vec::new();
@@ -809,6 +829,7 @@ impl Store {
             log_bytes,
             held,
             wpl: None,
+            id: c.id.filter(|_| section.is_none()),
         });
         Ok(self.pending.back().expect("just pushed"))
     }
@@ -925,10 +946,13 @@ impl Store {
         }
         let created_bytes: usize = c.created.iter().map(Bytes::len).sum();
         let mut rec = RecordBuilder::with_capacity(
-            record::encoded_len(c.reads.len(), c.created.len(), created_bytes),
+            record::encoded_len(c.reads.len(), c.created.len(), created_bytes) + 8,
             ts,
             &c.reads,
         );
+        if let Some(id) = c.id {
+            rec = rec.with_id(id);
+        }
         let mut ranges = Vec::with_capacity(c.created.len());
         for (i, data) in c.created.iter().enumerate() {
             let range = rec.push(created[i], true, data);
@@ -998,6 +1022,7 @@ impl Store {
             log_bytes,
             held: false,
             wpl: Some(WplPrepared { images: image_records, data, bytes }),
+            id: c.id,
         });
         Ok(self.pending.back().expect("just pushed"))
     }

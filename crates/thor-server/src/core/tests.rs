@@ -136,6 +136,7 @@ pub(super) fn commit_body(versions: Vec<(Oref, Vec<u8>)>, created: Vec<Vec<u8>>)
         reads: vec![],
         versions: versions.into_iter().map(|(o, b)| (o, Bytes::from(b))).collect(),
         created: created.into_iter().map(Bytes::from).collect(),
+        id: None,
     })
 }
 
@@ -603,7 +604,7 @@ fn large_object_roots_are_checked() {
 
 /// Two items of the item class on one page, committed by `conn`; returns the class and
 /// the items.
-fn two_items(h: &mut Harness, conn: ConnId) -> (Oref, Oref, Oref) {
+pub(super) fn two_items(h: &mut Harness, conn: ConnId) -> (Oref, Oref, Oref) {
     let (class, item) = class_and_item(h, conn);
     let r = h.commit(conn, 51, vec![], vec![item_of(class, 1)]);
     let ReplyBody::CommitOk { created, .. } = r.body else { panic!("{r:?}") };
@@ -612,18 +613,19 @@ fn two_items(h: &mut Harness, conn: ConnId) -> (Oref, Oref, Oref) {
 }
 
 /// An item of `class` whose payload word is `v` and whose reference is null.
-fn item_of(class: Oref, v: u32) -> Vec<u8> {
+pub(super) fn item_of(class: Oref, v: u32) -> Vec<u8> {
     let mut o = item_class().new_object(class.raw(), 0);
     put_u32(&mut o, 8, v);
     o
 }
 
 /// A commit that read `reads` and writes `writes` (each item gets payload `v`).
-fn txn(class: Oref, reads: &[Oref], writes: &[Oref], v: u32) -> RequestBody {
+pub(super) fn txn(class: Oref, reads: &[Oref], writes: &[Oref], v: u32) -> RequestBody {
     RequestBody::Commit(Commit {
         reads: reads.to_vec(),
         versions: writes.iter().map(|o| (*o, Bytes::from(item_of(class, v)))).collect(),
         created: vec![],
+        id: None,
     })
 }
 
@@ -862,7 +864,7 @@ fn queue_restored_after_crash() {
 
 /// Commits (as connection 1) six objects of 3,000 bytes, one per 4 KiB page, and installs
 /// them; returns their orefs.
-fn six_installed_pages(h: &mut Harness) -> Vec<Oref> {
+pub(super) fn six_installed_pages(h: &mut Harness) -> Vec<Oref> {
     let big = ClassDesc::new("t.Big", 8, &[0], VarKind::Bytes).unwrap();
     let r = h.commit(1, 60, vec![], vec![big.to_class_object()]);
     let ReplyBody::CommitOk { created, .. } = r.body else { panic!() };

@@ -104,6 +104,7 @@ fn rewrite(class: thor_core::Oref, item: thor_core::Oref) -> Commit {
         reads: vec![item],
         versions: vec![(item, Bytes::from(item_class().new_object(class.raw(), 0)))],
         created: vec![],
+        id: None,
     }
 }
 

@@ -62,6 +62,7 @@ impl Harness {
             reads: vec![],
             versions: versions.into_iter().map(|(o, b)| (o, Bytes::from(b))).collect(),
             created: created.into_iter().map(Bytes::from).collect(),
+            id: None,
         });
         self.request(conn, id, body)
     }

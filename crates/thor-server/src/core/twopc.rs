@@ -421,6 +421,7 @@ impl Core {
                             reads: c.reads,
                             versions: Vec::new(),
                             created: Vec::new(),
+                            id: None,
                         };
                         let p = Prepare { stamp, coordinator, participants, commit };
                         return self.park(on, r, ParkedWork::Prepare(origin, p));
@@ -683,11 +684,14 @@ impl Core {
         }
     }
 
-    /// Publishes a committed part's held versions and marks it committed.
-    fn part_publish(&mut self, stamp: Stamp, fx: &mut Vec<Effect>) -> Option<Part> {
+    /// Publishes a committed part's held versions and marks it committed; its decision
+    /// record is at `decided` (the change the resume history notes, `super::resume`).
+    fn part_publish(&mut self, stamp: Stamp, decided: Lsn, fx: &mut Vec<Effect>) -> Option<Part> {
         let p = self.twopc.parts.remove(&stamp)?;
         let h = p.held.as_ref().expect("a decided part is durable");
         self.store.publish_held(h);
+        let crc = thor_core::checksum::crc32c(&h.record);
+        self.note_change(decided, (stamp.time_us, stamp.tie, crc), p.writes.clone(), None);
         self.twopc.held_bytes -= h.record.len();
         self.demotions.pages_written(h.versions.iter().filter_map(|(o, _)| o.page()));
         self.counters.versions_committed += h.versions.len() as u64;
@@ -844,14 +848,14 @@ impl Core {
             let (l, what) = self.twopc.after_durable.pop_first().expect("checked");
             match what {
                 AfterDurable::PartCommitted(stamp) => {
-                    if let Some(p) = self.part_publish(stamp, fx) {
+                    if let Some(p) = self.part_publish(stamp, l, fx) {
                         self.twopc.counters.parts_committed += 1;
                         let me = self.me();
                         self.peer(p.coordinator, PeerMsg::DecideAck { stamp, from: me }, fx);
                     }
                 }
                 AfterDurable::CoordCommitted(stamp) => {
-                    let p = self.part_publish(stamp, fx);
+                    let p = self.part_publish(stamp, l, fx);
                     self.twopc.counters.decided_commit += 1;
                     let Some(c) = self.twopc.coords.get_mut(&stamp) else { continue };
                     let unacked: Vec<ServerId> =
@@ -1031,8 +1035,8 @@ impl Core {
         }
     }
 
-    /// Replays a two-phase record (recovery). `r` is what the store made of it.
-    pub(super) fn twopc_replay(&mut self, r: Replay) {
+    /// Replays a two-phase record at `lsn` (recovery). `r` is what the store made of it.
+    pub(super) fn twopc_replay(&mut self, lsn: Lsn, r: Replay) {
         let me = self.me();
         match r {
             Replay::Commit(_) | Replay::Nothing => unreachable!("replayed in Core::replay"),
@@ -1085,9 +1089,16 @@ impl Core {
                     if d.commit {
                         self.store.publish_held(&h);
                         self.cc.committed(ts_of(stamp), None);
+                        let crc = thor_core::checksum::crc32c(&h.record);
+                        let mark = (stamp.time_us, stamp.tie, crc);
+                        self.note_change(lsn, mark, p.writes, None);
                     } else {
                         self.cc.aborted(ts_of(stamp));
                     }
+                } else if d.commit {
+                    // Its prepare is below the checkpoint: what it wrote is installed but not
+                    // known here, so no client point before it can be trusted.
+                    self.resume.history.forget_through(lsn);
                 }
                 if d.coordinator {
                     if d.commit {

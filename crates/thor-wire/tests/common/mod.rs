@@ -8,9 +8,10 @@ use thor_core::ids::PAGE_ID_MAX;
 use thor_core::{ClientId, Lsn, Oid, Oref, PageId, ServerId};
 use thor_wire::limits::{FRAME_BYTES_MAX, FRAME_BYTES_SETTING_MIN, PREFETCH_PAGES_MAX};
 use thor_wire::{
-    BackupInfo, CLIENT_TIE_BIT, Commit, ErrorCode, Hello, Participant, PeerMsg, Piggyback,
-    Prefetch, PrefetchHint, Prepare, RefusedCode, Reply, ReplyBody, Request, RequestBody,
-    ServerInfo, ServerStats, Stamp,
+    BackupInfo, CLIENT_TIE_BIT, CacheVerdict, Commit, ErrorCode, Hello, HistoryPoint, Outcome,
+    Participant, PeerMsg, Piggyback, Prefetch, PrefetchHint, Prepare, RefusedCode, Reply,
+    ReplyBody, Request, RequestBody, Resume, Resumed, Seen, SeenRange, ServerInfo, ServerStats,
+    Stamp,
 };
 
 pub fn oref() -> impl Strategy<Value = Oref> {
@@ -57,9 +58,30 @@ pub fn request_body() -> impl Strategy<Value = RequestBody> {
                 extra,
                 hint
             })),
-        (vec(oref(), 0..16), vec((oref(), blob(48)), 0..8), vec(blob(48), 0..8)).prop_map(
-            |(reads, versions, created)| RequestBody::Commit(Commit { reads, versions, created })
-        ),
+        (
+            vec(oref(), 0..16),
+            vec((oref(), blob(48)), 0..8),
+            vec(blob(48), 0..8),
+            proptest::option::of(1u64..)
+        )
+            .prop_map(|(reads, versions, created, id)| RequestBody::Commit(Commit {
+                reads,
+                versions,
+                created,
+                id
+            })),
+        (
+            any::<u64>(),
+            proptest::option::of((point(), point())),
+            proptest::option::of(1u64..),
+            vec(page_id(), 0..16)
+        )
+            .prop_map(|(key, seen, commit, pages)| RequestBody::Resume(Resume {
+                key,
+                seen: seen.map(|(high, complete)| SeenRange { high, complete }),
+                commit,
+                pages
+            })),
         Just(RequestBody::Abort),
         Just(RequestBody::Stats),
         Just(RequestBody::Goodbye),
@@ -91,6 +113,10 @@ pub fn request_body() -> impl Strategy<Value = RequestBody> {
     ]
 }
 
+pub fn point() -> impl Strategy<Value = HistoryPoint> {
+    (any::<u64>(), any::<u64>()).prop_map(|(l, mark)| HistoryPoint { lsn: Lsn(l), mark })
+}
+
 pub fn stamp() -> impl Strategy<Value = Stamp> {
     (any::<u64>(), any::<u32>())
         .prop_map(|(time_us, tie)| Stamp { time_us, tie: tie | CLIENT_TIE_BIT })
@@ -113,7 +139,7 @@ pub fn prepare() -> impl Strategy<Value = Prepare> {
                 .map(|(&s, &w)| Participant { server: ServerId(s), writes: w })
                 .collect();
             let coordinator = participants.iter().find(|p| p.writes).map(|p| p.server);
-            let commit = Commit { reads, versions, created: Vec::new() };
+            let commit = Commit { reads, versions, created: Vec::new(), id: None };
             Prepare { stamp, coordinator, participants, commit }
         })
 }
@@ -276,10 +302,30 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
         }),
         (proptest::sample::select(ErrorCode::ALL), "\\PC{0,40}")
             .prop_map(|(code, message)| ReplyBody::Error { code, message }),
+        (0u8..3, 0u8..4, any::<u64>(), vec(oref(), 0..8)).prop_map(|(c, o, lsn, created)| {
+            let cache = [CacheVerdict::None, CacheVerdict::Kept, CacheVerdict::Dropped][c as usize];
+            let outcome = match o {
+                0 => None,
+                1 => Some(Outcome::Committed { lsn: Lsn(lsn), created }),
+                2 => Some(Outcome::NotCommitted),
+                _ => Some(Outcome::Unknown),
+            };
+            ReplyBody::Resumed(Resumed { cache, outcome })
+        }),
     ]
 }
 
 pub fn reply() -> impl Strategy<Value = Reply> {
-    (reply_body(), vec(oref(), 0..8), vec(page_id(), 0..8))
-        .prop_map(|(body, invalidations, wanted)| Reply { body, invalidations, wanted })
+    (
+        reply_body(),
+        vec(oref(), 0..8),
+        vec(page_id(), 0..8),
+        proptest::option::of((point(), any::<bool>())),
+    )
+        .prop_map(|(body, invalidations, wanted, seen)| Reply {
+            body,
+            invalidations,
+            wanted,
+            seen: seen.map(|(stamp, complete)| Seen { stamp, complete }),
+        })
 }
