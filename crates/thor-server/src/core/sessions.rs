@@ -249,6 +249,9 @@ pub enum Action {
 impl Action {
     /// What the core does for a request an open session may make, or the answer the sessions
     /// give themselves (`Abort`, `Goodbye`; a second `Hello`, which `admit` answers first).
+    // The answer is consumed at once by `admit`, never stored or passed up: its size costs a
+    // move, and boxing it would allocate on every `Abort` (the idle client's refresh).
+    #[allow(clippy::result_large_err)]
     fn of(body: RequestBody) -> Result<Action, (Reply, bool)> {
         Ok(match body {
             RequestBody::Fetch { page } => Action::Fetch(page),
