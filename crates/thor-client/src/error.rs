@@ -35,6 +35,21 @@ pub enum ClientError {
     /// The session cannot go on; make a new one.
     #[error("the server changed: {0}")]
     ServerChanged(String),
+    /// The transaction is larger than one commit may be: its request (`what`: the whole
+    /// frame, or one of its counts) is over the server's limit. Nothing was sent and the
+    /// transaction was aborted, with no effect. Commit the work in smaller transactions (the
+    /// guide's Limits table gives each bound).
+    #[error(
+        "the transaction is too large to commit: its {what} is {size}, the limit {max}; nothing was sent"
+    )]
+    TooLarge {
+        /// What is over its limit: "commit frame (bytes)", or a count such as "read set".
+        what: &'static str,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        max: u64,
+    },
     /// The transaction cannot commit under concurrency control: it used a copy that is no
     /// longer current, or does not fit in the serial order. It had no effect and was aborted
     /// when this error was returned (the cache dropped the stale copies it knows of). Run the

@@ -1377,6 +1377,21 @@ fn check_pages(pages: &[(PageId, Bytes)], page: PageId, extra: u16) -> Result<()
     Ok(())
 }
 
+/// The error for a commit request the transport refused to send (`reconnect::unsent`): over
+/// a limit, it is [`ClientError::TooLarge`], never an unknown outcome.
+fn unsent_commit(e: thor_wire::TransportError) -> ClientError {
+    use thor_wire::{TransportError, WireError};
+    match e {
+        TransportError::BadRequest(WireError::FrameTooLarge { len, max }) => {
+            ClientError::TooLarge { what: "commit frame (bytes)", size: len, max: max as u64 }
+        }
+        TransportError::BadRequest(WireError::LimitExceeded { what, got, max }) => {
+            ClientError::TooLarge { what, size: got, max }
+        }
+        e => ClientError::Transport(e),
+    }
+}
+
 fn unexpected(body: ReplyBody) -> ClientError {
     match body {
         ReplyBody::Error { code, message } => ClientError::Server { code, message },
@@ -2352,7 +2367,12 @@ impl Inner {
         };
         let part = Part { class_slots, n_created, n_modified, shipped, started: t };
         if let Err(e) = self.send_raw(body, None) {
-            if reconnect::unsent(&e) || self.dialer.is_none() {
+            if reconnect::unsent(&e) {
+                // Nothing left the client: the transaction had no effect.
+                self.abort_local();
+                return Err(unsent_commit(e));
+            }
+            if self.dialer.is_none() {
                 self.abort_local();
                 return Err(ClientError::CommitUnknown(Box::new(ClientError::Transport(e))));
             }

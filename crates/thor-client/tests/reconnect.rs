@@ -58,7 +58,9 @@ impl Node {
             background_flusher: peers.is_some(),
             peers: peers.clone().map(|p| p as Arc<dyn thor_server::PeerSink>),
             // A coordinator whose participant went away aborts soon.
+            // The servers of the cluster tests are 1 and 2; each knows both.
             twopc: TwoPcConfig {
+                peers: vec![ServerId(1), ServerId(2)],
                 vote_timeout_us: 200_000,
                 query_after_us: 20_000,
                 ..TwoPcConfig::default()

@@ -386,3 +386,43 @@ fn shared_pieces_that_blow_up_a_large_object_are_refused_within_its_budget() {
     let r2 = s2.root::<Any>(0).unwrap();
     assert!(over_budget(s2.read_large(r2)));
 }
+
+/// A transaction whose commit would not fit the server's largest frame is refused by the
+/// client before anything is sent, with the limit: not an unknown outcome. The session goes
+/// on, and a smaller transaction commits.
+#[test]
+fn oversized_transaction_refused_before_sending() {
+    let protocol = thor_server::ProtocolConfig {
+        max_frame_bytes: thor_wire::limits::FRAME_BYTES_SETTING_MIN,
+        ..thor_server::ProtocolConfig::default()
+    };
+    let opts = EngineOptions {
+        page_size: 8192,
+        background_flusher: false,
+        protocol,
+        ..EngineOptions::default()
+    };
+    let h = Arc::new(Engine::create(Arc::new(MemDisk::new()), opts).unwrap());
+    let s = session(&h, PolicyConfig::HAC, 4 << 20);
+    let commits_before = h.server_stats().commits;
+    // About 200 KiB of people: over the 64 KiB frame.
+    for _ in 0..200 {
+        let p = s.create::<Person>(1000).unwrap();
+        p.set(Person::age, 1).unwrap();
+    }
+    let err = s.commit().unwrap_err();
+    match &err {
+        ClientError::TooLarge { size, max, .. } => {
+            assert!(size > max, "{err}");
+            assert_eq!(*max, thor_wire::limits::FRAME_BYTES_SETTING_MIN as u64);
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    assert!(err.to_string().contains("nothing was sent"), "{err}");
+    assert_eq!(h.server_stats().commits, commits_before, "the server saw no commit");
+    // The session goes on: a transaction that fits commits.
+    let p = s.create::<Person>(3).unwrap().as_ref();
+    s.set_root(3, p).unwrap();
+    s.commit().unwrap();
+    assert_eq!(s.get(s.root::<Person>(3).unwrap()).unwrap().get(Person::age), 0);
+}

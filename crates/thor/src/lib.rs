@@ -52,7 +52,8 @@
 //! # What is here
 //!
 //! - Reaching a store: [`open`], [`open_read_only`], [`Database`], [`connect`],
-//!   [`connect_with`], [`connect_tls`], [`connect_tls_with`] and [`TlsClient`].
+//!   [`connect_with`], [`connect_tls`], [`connect_tls_with`] and [`TlsClient`]; several
+//!   servers: [`connect_cluster`], [`Cluster`], [`ServerId`].
 //! - Declaring classes: [`class!`]; [`Ref`] (a typed reference, stored in fields and root
 //!   slots); the built-in classes [`Refs`] (a collection of references), [`Bytes`],
 //!   [`Large`] and [`Any`]; the [`Class`] trait, for code generic over classes.
@@ -89,6 +90,8 @@ use std::net::ToSocketAddrs;
 pub use embedded::Database;
 pub use error::Error;
 pub use thor_client::class;
+/// A server's id: names a server of a [`Cluster`] (`thor server --server-id`).
+pub use thor_client::thor_core::ServerId;
 pub use thor_client::{
     Any, Bytes, Class, ClientError, ClientStats, Cluster, ClusterStats, CommitInfo, CommitOutcome,
     ConflictCause, Connector, Dialer, Elem, Large, PolicyConfig, ReconnectConfig, ReconnectStats,
@@ -99,6 +102,8 @@ pub use thor_net::{TlsClient, TlsError};
 /// Whether an embedded database serves, serves read-only, or has failed ([`Database::health`]).
 #[cfg(feature = "embedded")]
 pub use thor_server::Health;
+/// A connection to a server, for a [`Connector`] or [`Dialer`] of the program's own.
+pub use thor_wire::Transport;
 pub use thor_wire::{BackupInfo, TransportError};
 #[cfg(feature = "embedded")]
 pub use upgrade::{ClassUpgrade, Incompatibility, Upgrade, UpgradeError, UpgradeReport};
@@ -231,6 +236,62 @@ pub fn connect_tls_with(
         Ok(Box::new(t) as Box<dyn thor_wire::Transport>)
     });
     Session::connect(dialer, config).map_err(|e| connect_error(addr.to_owned(), e))
+}
+
+/// Opens a [`Cluster`] over several servers (`thor server --server-id N --peer ...`, each
+/// told of the others): `servers` gives each server's id and `HOST:PORT`; the first is the
+/// home server, whose root [`Cluster::root`] reads. `token` is presented to every server. A
+/// session to a server is opened on first use, and reconnects by itself as [`connect`]'s
+/// does; a transaction that used several servers commits at all of them or none
+/// (two-phase commit).
+///
+/// ```no_run
+/// # fn main() -> Result<(), thor::Error> {
+/// let c = thor::connect_cluster(&[(1, "127.0.0.1:7401"), (2, "127.0.0.1:7402")], "secret")?;
+/// let home = c.session(thor::ServerId(1))?;
+/// # drop(home); Ok(()) }
+/// ```
+///
+/// Fails with [`Error::Connect`] if an address does not resolve; a server that does not answer
+/// fails the first operation that needs it ([`ClientError::Transport`]), and one that answers
+/// with another id than `servers` gives it fails with [`ClientError::WrongServer`].
+pub fn connect_cluster(servers: &[(u32, &str)], token: impl AsRef<[u8]>) -> Result<Cluster, Error> {
+    connect_cluster_with(servers, token, SessionConfig::default(), None)
+}
+
+/// [`connect_cluster`] with session settings of the caller's (each server's session gets
+/// them: its own cache of `config.cache_bytes`), and over TLS with `tls` if given.
+pub fn connect_cluster_with(
+    servers: &[(u32, &str)],
+    token: impl AsRef<[u8]>,
+    config: SessionConfig,
+    tls: Option<&TlsClient>,
+) -> Result<Cluster, Error> {
+    let Some(&(home, _)) = servers.first() else {
+        return Err(Error::Client(ClientError::Usage("a cluster needs at least one server")));
+    };
+    let mut addrs = Vec::with_capacity(servers.len());
+    for &(id, addr) in servers {
+        let resolved: Vec<std::net::SocketAddr> = addr
+            .to_socket_addrs()
+            .map_err(|e| Error::Connect { addr: addr.to_owned(), source: TransportError::Io(e) })?
+            .collect();
+        addrs.push((ServerId(id), addr.to_owned(), resolved));
+    }
+    let client = client_config(token.as_ref(), &config);
+    let tls = tls.cloned();
+    let connect: Connector = Box::new(move |id: ServerId| {
+        let Some((_, name, resolved)) = addrs.iter().find(|(s, _, _)| *s == id) else {
+            return Err(ClientError::UnknownServer(id.0));
+        };
+        let t: Box<dyn Transport> = match &tls {
+            Some(tls) => Box::new(thor_net::TlsTransport::connect(name, &client, tls)?),
+            None => Box::new(thor_net::TcpTransport::connect(&resolved[..], &client)?),
+        };
+        Ok(t)
+    });
+    let ids: Vec<ServerId> = servers.iter().map(|&(id, _)| ServerId(id)).collect();
+    Ok(Cluster::new(&ids, ServerId(home), connect, config)?)
 }
 
 /// Connects to a thor server on the same machine through its Unix-domain socket
