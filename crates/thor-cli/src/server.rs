@@ -146,9 +146,14 @@ pub struct ServerArgs {
     /// client gives). Without it the server takes no backups over the network.
     #[arg(long)]
     backup_dir: Option<PathBuf>,
-    /// The page cache's size in MiB.
+    /// The page cache's size in MiB (default 64).
     #[arg(long, value_parser = crate::positive_size, allow_negative_numbers = true)]
     page_cache_mb: Option<f64>,
+    /// The MOB's budget in MiB (default 64): committed versions not yet installed into their
+    /// pages. Commits wait for installation beyond it; it also bounds the memory recovery
+    /// needs after a crash, and the log a backup copies is about this much.
+    #[arg(long, value_parser = crate::positive_size, allow_negative_numbers = true)]
+    mob_mb: Option<f64>,
     /// Where pages clients read go in the page cache: inclusive (LRU: the page becomes the
     /// most recently used) or exclusive (DEMOTE: it goes next, since the client holds it).
     #[arg(long, value_enum, default_value = "inclusive")]
@@ -420,6 +425,9 @@ fn open_engine(
         page_cache_bytes: args
             .page_cache_mb
             .map_or(EngineOptions::default().page_cache_bytes, |mb| (mb * 1048576.0) as usize),
+        mob_bytes: args
+            .mob_mb
+            .map_or(EngineOptions::default().mob_bytes, |mb| (mb * 1048576.0) as usize),
         page_cache_mode: match args.page_cache {
             PageCacheMode::Inclusive => thor_server::pagecache::CacheMode::Inclusive,
             PageCacheMode::Exclusive => thor_server::pagecache::CacheMode::Exclusive,

@@ -5,13 +5,14 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use common::*;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use thor_core::PageId;
 use thor_net::{NetConfig, Server, TlsClient, TlsServer, TlsTransport};
-use thor_server::ProtocolConfig;
+use thor_server::{Engine, EngineOptions, ProtocolConfig};
 use thor_wire::{ErrorCode, ReplyBody, Request, RequestBody, Transport, TransportError};
 
 /// A test certificate authority.
@@ -50,6 +51,11 @@ impl Ca {
 /// A server on 127.0.0.1 speaking TLS with a certificate from `ca` for 127.0.0.1 and
 /// localhost, requiring client certificates from `client_ca` if given.
 fn tls_server(db: &Db, ca: &Ca, client_ca: Option<&Ca>) -> Server {
+    tls_server_of(db.create_with(ProtocolConfig::default()), ca, client_ca)
+}
+
+/// [`tls_server`] for an engine of the caller's.
+fn tls_server_of(engine: Arc<Engine>, ca: &Ca, client_ca: Option<&Ca>) -> Server {
     let id = ca.issue(&["127.0.0.1", "localhost"]);
     let client_ca = client_ca.map(|c| c.pem());
     let tls = TlsServer::from_pem(
@@ -59,7 +65,7 @@ fn tls_server(db: &Db, ca: &Ca, client_ca: Option<&Ca>) -> Server {
     )
     .unwrap();
     let net = NetConfig { tls: Some(tls), ..NetConfig::default() };
-    Server::start("127.0.0.1:0", db.create_with(ProtocolConfig::default()), net).unwrap()
+    Server::start("127.0.0.1:0", engine, net).unwrap()
 }
 
 fn tls_connect(addr: SocketAddr, tls: &TlsClient) -> Result<TlsTransport, TransportError> {
@@ -206,8 +212,18 @@ fn peer_messages_travel_over_tls_with_the_servers_certificate() {
     use thor_server::PeerSink;
     let db = Db::new();
     let ca = Ca::new("thor cluster CA");
-    // The peer requires client certificates from the cluster's CA.
-    let peer = tls_server(&db, &ca, Some(&ca));
+    // The peer (server 2, which knows server 1) requires client certificates from the
+    // cluster's CA.
+    let opts = EngineOptions {
+        server_id: thor_core::ServerId(2),
+        twopc: thor_server::TwoPcConfig {
+            peers: vec![thor_core::ServerId(1)],
+            ..thor_server::TwoPcConfig::default()
+        },
+        ..opts()
+    };
+    let engine = Arc::new(Engine::create(db.disk(), opts).unwrap());
+    let peer = tls_server_of(engine, &ca, Some(&ca));
     let addrs = HashMap::from([(thor_core::ServerId(2), peer.local_addr())]);
     let cfg = client_config(b"");
     let msg = || thor_wire::PeerMsg::DecideAck {
