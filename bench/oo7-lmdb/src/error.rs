@@ -10,13 +10,13 @@ use crate::format::{FormatError, Tag};
 pub enum BenchError {
     /// LMDB refused an operation (its message says which).
     #[error("LMDB: {0}")]
-    Lmdb(#[from] heed::Error),
+    Lmdb(heed::Error),
     /// A value is malformed: the database is damaged or of another format; load it again.
     #[error("{0}")]
-    Format(#[from] FormatError),
+    Format(FormatError),
     /// thor-oo7 refused the parameters, or an operation it does not know.
     #[error("OO7: {0}")]
-    Oo7(#[from] thor_oo7::Oo7Error),
+    Oo7(thor_oo7::Oo7Error),
     /// A value the database must hold is absent: it was not loaded completely; load it again.
     #[error("{} {index} is missing from the database (loaded partly? load it again)", tag.name())]
     Missing {
@@ -45,18 +45,36 @@ pub enum BenchError {
     #[error("the LMDB database differs from thor-oo7's model: {0}")]
     Mismatch(String),
     /// A file or directory could not be read or written.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {cause}", path.display())]
     Io {
         /// The path.
         path: PathBuf,
         /// The error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
 impl BenchError {
     /// An I/O error on `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> BenchError {
-        BenchError::Io { path: path.into(), source }
+        BenchError::Io { path: path.into(), cause: source }
+    }
+}
+
+impl From<heed::Error> for BenchError {
+    fn from(e: heed::Error) -> BenchError {
+        BenchError::Lmdb(e)
+    }
+}
+
+impl From<FormatError> for BenchError {
+    fn from(e: FormatError) -> BenchError {
+        BenchError::Format(e)
+    }
+}
+
+impl From<thor_oo7::Oo7Error> for BenchError {
+    fn from(e: thor_oo7::Oo7Error) -> BenchError {
+        BenchError::Oo7(e)
     }
 }

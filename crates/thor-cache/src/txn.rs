@@ -604,6 +604,17 @@ impl ClientCache {
         self.tx.created = created;
     }
 
+    /// The name of the class of object `oref`, if a copy of it is resident and its class is
+    /// known here: for messages about it (a conflict names the class of the object it hit).
+    pub fn class_name(&self, oref: Oref) -> Option<&str> {
+        let i = self.core.lookup(oref.raw())?;
+        let loc = self.core.entries.get(i as usize)?.loc;
+        if loc == NOT_RESIDENT {
+            return None;
+        }
+        self.core.class(self.core.class_word(loc)).map(|d| d.name())
+    }
+
     /// The server says object `oref` has a newer committed version than the cached one. The
     /// object leaves the cache (now, or when the transaction ends if the transaction modified
     /// it or a view pins its frame), its usage drops to 0 and its page stops being a source of

@@ -9,12 +9,12 @@ use thor_policy::PolicyError;
 #[non_exhaustive]
 pub enum SimError {
     /// A trace file could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         /// The file.
         path: PathBuf,
         /// The underlying error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A trace file is malformed; `line` is 1-based.
     #[error("{path}:{line}: {message}")]

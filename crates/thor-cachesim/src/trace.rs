@@ -113,7 +113,8 @@ impl Trace {
 
     /// Reads a CSV trace (see the module documentation for the format).
     pub fn read_csv(path: &Path) -> Result<Self, SimError> {
-        let file = File::open(path).map_err(|source| SimError::Io { path: path.into(), source })?;
+        let file =
+            File::open(path).map_err(|source| SimError::Io { path: path.into(), cause: source })?;
         Self::parse_csv(BufReader::new(file), path)
     }
 
@@ -135,7 +136,7 @@ impl Trace {
                 reader.by_ref().take(MAX_TRACE_LINE_BYTES as u64 + 1).read_line(&mut buf).map_err(
                     |source| match source.kind() {
                         std::io::ErrorKind::InvalidData => bad(line_no, "not UTF-8 text".into()),
-                        _ => SimError::Io { path: path.into(), source },
+                        _ => SimError::Io { path: path.into(), cause: source },
                     },
                 )?;
             if read == 0 {
@@ -202,7 +203,7 @@ impl Trace {
 
     /// Writes the trace as CSV with original block ids.
     pub fn write_csv(&self, path: &Path) -> Result<(), SimError> {
-        let io = |source| SimError::Io { path: path.into(), source };
+        let io = |source| SimError::Io { path: path.into(), cause: source };
         let file = File::create(path).map_err(io)?;
         let mut out = BufWriter::new(file);
         self.write_csv_to(&mut out).map_err(io)?;

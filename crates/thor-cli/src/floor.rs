@@ -99,12 +99,12 @@ pub enum FloorError {
     #[error("bad floor settings: {0}")]
     BadConfig(String),
     /// A socket could not be created or configured (out of descriptors or ports?).
-    #[error("setting up the {what}: {source}")]
+    #[error("setting up the {what}: {cause}")]
     Setup {
         /// What was being set up.
         what: &'static str,
         /// The system's error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The other end closed the connection in the middle of a message.
     #[error("the peer closed the connection while {during}")]
@@ -113,12 +113,12 @@ pub enum FloorError {
         during: &'static str,
     },
     /// A read or write failed (a timeout: the other end stopped answering).
-    #[error("{during}: {source}")]
+    #[error("{during}: {cause}")]
     Io {
         /// What this end was doing.
         during: &'static str,
         /// The system's error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A reply did not carry the request's sequence number: the ends are out of step.
     #[error("reply to request {expected} carried sequence number {got}")]
@@ -139,7 +139,7 @@ pub enum FloorError {
 fn io(during: &'static str) -> impl Fn(std::io::Error) -> FloorError {
     move |source| match source.kind() {
         ErrorKind::UnexpectedEof => FloorError::PeerClosed { during },
-        _ => FloorError::Io { during, source },
+        _ => FloorError::Io { during, cause: source },
     }
 }
 
@@ -254,7 +254,7 @@ trait Pair: Read + Write + Send + Sized {
 
 impl Pair for TcpStream {
     fn connected(listener: Option<&TcpListener>) -> Result<(Self, Self), FloorError> {
-        let setup = |what| move |source| FloorError::Setup { what, source };
+        let setup = |what| move |source| FloorError::Setup { what, cause: source };
         let l = listener.ok_or(FloorError::BadConfig("TCP needs a listener".into()))?;
         let addr = l.local_addr().map_err(setup("loopback listener"))?;
         let c = TcpStream::connect(addr).map_err(setup("loopback connection"))?;
@@ -272,7 +272,7 @@ impl Pair for TcpStream {
 
 impl Pair for UnixStream {
     fn connected(_: Option<&TcpListener>) -> Result<(Self, Self), FloorError> {
-        let setup = |what| move |source| FloorError::Setup { what, source };
+        let setup = |what| move |source| FloorError::Setup { what, cause: source };
         let (c, s) = UnixStream::pair().map_err(setup("Unix socket pair"))?;
         for end in [&c, &s] {
             end.set_read_timeout(Some(IO_TIMEOUT)).map_err(setup("read timeout"))?;
@@ -299,7 +299,7 @@ pub fn measure(cfg: &FloorConfig) -> Result<FloorReport, FloorError> {
     let hist = match cfg.socket {
         Socket::Tcp => {
             let l = TcpListener::bind("127.0.0.1:0")
-                .map_err(|source| FloorError::Setup { what: "loopback listener", source })?;
+                .map_err(|source| FloorError::Setup { what: "loopback listener", cause: source })?;
             run::<TcpStream>(cfg, Some(&l))?
         }
         Socket::Unix => run::<UnixStream>(cfg, None)?,
@@ -327,7 +327,7 @@ fn allowed_cpus() -> Result<Vec<usize>, FloorError> {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
             let source = std::io::Error::last_os_error();
-            return Err(FloorError::Setup { what: "reading the allowed CPUs", source });
+            return Err(FloorError::Setup { what: "reading the allowed CPUs", cause: source });
         }
         let cpus: Vec<usize> =
             (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect();
@@ -350,7 +350,7 @@ fn pin_to(cpu: usize) -> Result<(), FloorError> {
         libc::CPU_SET(cpu, &mut set);
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
             let source = std::io::Error::last_os_error();
-            return Err(FloorError::Setup { what: "pinning a thread to a CPU", source });
+            return Err(FloorError::Setup { what: "pinning a thread to a CPU", cause: source });
         }
     }
     Ok(())

@@ -21,7 +21,7 @@ pub enum ClientError {
     /// wrong token): its next call tries again. Without a way to reconnect, make a new
     /// session.
     #[error("transport: {0}")]
-    Transport(#[from] TransportError),
+    Transport(TransportError),
     /// The connection failed while a commit was in flight and the session could not learn
     /// whether it happened (the server could not tell, or could not be reached). The
     /// transaction was aborted locally. `Session::commit_outcome` asks again (after the
@@ -89,7 +89,7 @@ pub enum ClientError {
     Unexpected(&'static str),
     /// The client cache failed (full of pinned or modified objects, a malformed page).
     #[error("cache: {0}")]
-    Cache(#[from] CacheError),
+    Cache(CacheError),
     /// The object is not of the class the reference says: the data does not match the program.
     #[error("type mismatch: expected {expected}, found {found}")]
     TypeMismatch {
@@ -119,7 +119,7 @@ pub enum ClientError {
     NullReference,
     /// A malformed large object.
     #[error("format: {0}")]
-    Format(#[from] FormatError),
+    Format(FormatError),
     /// A stored value is malformed: a string that is not UTF-8, a sequence whose length
     /// exceeds its storage or whose elements are of another type than the program reads. The
     /// data does not match the program (or is damaged): `thor check` the database.
@@ -213,5 +213,23 @@ impl std::fmt::Display for ConflictCause {
             ConflictCause::Aborted => "aborted by another server",
             ConflictCause::Disconnected => "disconnected",
         })
+    }
+}
+
+impl From<TransportError> for ClientError {
+    fn from(e: TransportError) -> ClientError {
+        ClientError::Transport(e)
+    }
+}
+
+impl From<CacheError> for ClientError {
+    fn from(e: CacheError) -> ClientError {
+        ClientError::Cache(e)
+    }
+}
+
+impl From<FormatError> for ClientError {
+    fn from(e: FormatError) -> ClientError {
+        ClientError::Format(e)
     }
 }

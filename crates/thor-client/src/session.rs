@@ -407,6 +407,9 @@ struct Inner {
     /// it: they stay as cheap as before, and whatever the application does meanwhile is
     /// thrown away by that commit or abort.
     doomed: Option<String>,
+    /// The class of the object whose invalidation doomed the transaction, looked up before
+    /// its copy left the cache (`Inner::doom` names it in the message).
+    hit_class: Option<String>,
     /// The page-based commit modes' state, when the server runs one ([`crate::pagemode`]).
     pm: Option<PageState>,
     /// Prefetch's window, when the session prefetches ([`SessionConfig::prefetch_pages`]).
@@ -874,6 +877,7 @@ impl Session {
                 cfg,
                 in_transaction: false,
                 doomed: None,
+                hit_class: None,
                 pm,
                 prefetch,
                 ahead: None,
@@ -1776,8 +1780,13 @@ impl Inner {
         let hit = self.pinned(|inner| {
             let mut hit = None;
             for &o in &reply.invalidations {
+                // The class is looked up before the copy leaves, for the conflict's message,
+                // and only until the first object the transaction used.
+                let class =
+                    if hit.is_none() { inner.cache.class_name(o).map(str::to_owned) } else { None };
                 if inner.cache.invalidate(o).conflict && hit.is_none() {
                     hit = Some(o);
+                    inner.hit_class = class;
                 }
             }
             hit
@@ -1813,7 +1822,11 @@ impl Inner {
         }
         self.pinned(Inner::abort_local);
         self.stats.conflicts += 1;
-        self.doomed = Some(format!("object {o} changed after this client's copy was sent"));
+        let class = match self.hit_class.take() {
+            Some(name) => format!(" (an object of class {name})"),
+            None => String::new(),
+        };
+        self.doomed = Some(format!("object {o}{class} changed after this client's copy was sent"));
     }
 
     /// The conflict error if the open transaction is doomed.

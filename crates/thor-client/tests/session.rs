@@ -426,3 +426,41 @@ fn oversized_transaction_refused_before_sending() {
     s.commit().unwrap();
     assert_eq!(s.get(s.root::<Person>(3).unwrap()).unwrap().get(Person::age), 0);
 }
+
+/// A conflict's message names the class of the object it is about, whether the server
+/// refused the commit or an invalidation doomed the transaction at the client.
+#[test]
+fn conflict_messages_name_the_class() {
+    let h = server(8192);
+    let a = session(&h, PolicyConfig::HAC, 1 << 20);
+    let p = a.create::<Person>(0).unwrap().as_ref();
+    a.set_root(4, p).unwrap();
+    a.commit().unwrap();
+    let b = session(&h, PolicyConfig::HAC, 1 << 20);
+    let bump = |s: &Session| {
+        let p = s.get(s.root::<Person>(4).unwrap()).unwrap();
+        p.set(Person::age, p.get(Person::age) + 1).unwrap();
+    };
+
+    // The server refuses: `a` read its copy, `b` committed a new version before `a` heard.
+    bump(&a);
+    bump(&b);
+    b.commit().unwrap();
+    let err = a.commit().unwrap_err();
+    assert!(err.is_conflict(), "{err:?}");
+    assert!(err.to_string().contains("class test.Person"), "{err}");
+
+    // An invalidation dooms `a`'s open transaction at the client: it read the object, `b`
+    // committed a new version, and a round trip of `a` (a statistics request) brings the
+    // invalidation; the commit reports the conflict without asking the server.
+    let _ = a.get(a.root::<Person>(4).unwrap()).unwrap().get(Person::age);
+    bump(&b);
+    b.commit().unwrap();
+    a.server_stats().unwrap();
+    let err = a.commit().unwrap_err();
+    assert!(
+        matches!(err, ClientError::Conflict { cause: thor_client::ConflictCause::Invalidated, .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("class test.Person"), "{err}");
+}

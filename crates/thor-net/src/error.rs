@@ -7,12 +7,12 @@
 pub enum NetError {
     /// The listening address could not be bound: it is in use, not local, or not allowed.
     /// Choose another address.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {cause}")]
     Bind {
         /// The address asked for.
         addr: String,
         /// The operating system's reason.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The async runtime could not start (out of threads or memory).
     #[error("cannot start the network runtime: {0}")]

@@ -1170,7 +1170,7 @@ impl Server {
     /// Starts serving `engine` on `addr` (use port 0 for any free port; see
     /// [`Server::local_addr`]).
     pub fn start(addr: &str, engine: Arc<Engine>, config: NetConfig) -> Result<Server, NetError> {
-        let bind = |source| NetError::Bind { addr: addr.to_owned(), source };
+        let bind = |source| NetError::Bind { addr: addr.to_owned(), cause: source };
         let listener = std::net::TcpListener::bind(addr).map_err(bind)?;
         Server::start_on(listener, engine, config)
     }
@@ -1182,10 +1182,11 @@ impl Server {
         engine: Arc<Engine>,
         config: NetConfig,
     ) -> Result<Server, NetError> {
-        let local_addr = listener
-            .local_addr()
-            .map_err(|source| NetError::Bind { addr: "the given listener".into(), source })?;
-        let bind = |source| NetError::Bind { addr: local_addr.to_string(), source };
+        let local_addr = listener.local_addr().map_err(|source| NetError::Bind {
+            addr: "the given listener".into(),
+            cause: source,
+        })?;
+        let bind = |source| NetError::Bind { addr: local_addr.to_string(), cause: source };
         listener.set_nonblocking(true).map_err(bind)?;
         Server::start_with(engine, config, local_addr, None, |_| {
             TcpListener::from_std(listener).map_err(bind)
@@ -1202,7 +1203,8 @@ impl Server {
         config: NetConfig,
     ) -> Result<Server, NetError> {
         let path = path.as_ref();
-        let bind = |source| NetError::Bind { addr: format!("unix:{}", path.display()), source };
+        let bind =
+            |source| NetError::Bind { addr: format!("unix:{}", path.display()), cause: source };
         let listener = std::os::unix::net::UnixListener::bind(path).map_err(bind)?;
         Server::start_unix_on(listener, engine, config)
     }
@@ -1220,7 +1222,7 @@ impl Server {
             Some(p) => format!("unix:{}", p.display()),
             None => "an unnamed unix socket".to_owned(),
         };
-        let bind = |source| NetError::Bind { addr: name.clone(), source };
+        let bind = |source| NetError::Bind { addr: name.clone(), cause: source };
         listener.set_nonblocking(true).map_err(bind)?;
         let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
         Server::start_with(engine, config, unspecified, path, |_| {

@@ -43,12 +43,12 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 #[non_exhaustive]
 pub enum TlsError {
     /// A certificate or key file could not be read. Check the path and its permissions.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {cause}")]
     Read {
         /// The file.
         path: PathBuf,
         /// The operating system's reason.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The PEM holds no certificate (or is not PEM). Give the certificate file, not the key.
     #[error("{what}: no PEM certificate found")]
@@ -72,12 +72,12 @@ pub enum TlsError {
     },
     /// rustls refused the configuration: the key does not match the certificate, or a CA
     /// certificate is unusable.
-    #[error("{what}: {source}")]
+    #[error("{what}: {cause}")]
     Config {
         /// What was being configured.
         what: &'static str,
         /// rustls's reason.
-        source: rustls::Error,
+        cause: rustls::Error,
     },
     /// The client-certificate verifier could not be built from the CA given.
     #[error("the client CA: {0}")]
@@ -96,7 +96,7 @@ fn provider() -> Arc<CryptoProvider> {
 
 /// Reads a PEM file.
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read { path: path.to_owned(), source })
+    std::fs::read(path).map_err(|source| TlsError::Read { path: path.to_owned(), cause: source })
 }
 
 /// Every certificate in `pem`, in order; at least one.
@@ -122,7 +122,9 @@ fn private_key(pem: &[u8], what: &str) -> Result<PrivateKeyDer<'static>, TlsErro
 fn roots(pem: &[u8], what: &str) -> Result<rustls::RootCertStore, TlsError> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in certificates(pem, what)? {
-        roots.add(cert).map_err(|source| TlsError::Config { what: "a CA certificate", source })?;
+        roots
+            .add(cert)
+            .map_err(|source| TlsError::Config { what: "a CA certificate", cause: source })?;
     }
     Ok(roots)
 }
@@ -155,7 +157,7 @@ impl TlsServer {
         let key = private_key(key, "the server key")?;
         let builder = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
-            .map_err(|source| TlsError::Config { what: "the protocol versions", source })?;
+            .map_err(|source| TlsError::Config { what: "the protocol versions", cause: source })?;
         let builder = match client_ca {
             None => builder.with_no_client_auth(),
             Some(ca) => {
@@ -169,7 +171,7 @@ impl TlsServer {
         };
         let config = builder.with_single_cert(certs, key).map_err(|source| TlsError::Config {
             what: "the server certificate and key",
-            source,
+            cause: source,
         })?;
         Ok(TlsServer { config: Arc::new(config), client_auth: client_ca.is_some() })
     }
@@ -242,7 +244,7 @@ impl TlsClient {
         let roots = roots(ca, "the CA")?;
         let builder = rustls::ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
-            .map_err(|source| TlsError::Config { what: "the protocol versions", source })?
+            .map_err(|source| TlsError::Config { what: "the protocol versions", cause: source })?
             .with_root_certificates(roots);
         let config = match identity {
             None => builder.with_no_client_auth(),
@@ -251,7 +253,7 @@ impl TlsClient {
                 let key = private_key(key, "the client key")?;
                 builder.with_client_auth_cert(certs, key).map_err(|source| TlsError::Config {
                     what: "the client certificate and key",
-                    source,
+                    cause: source,
                 })?
             }
         };

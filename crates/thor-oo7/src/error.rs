@@ -12,16 +12,16 @@ pub enum Oo7Error {
     BadParams(String),
     /// The storage engine failed (the database directory may be unusable: load it again).
     #[error("engine: {0}")]
-    Engine(#[from] EngineError),
+    Engine(EngineError),
     /// The storage layer failed opening the database directory.
     #[error("storage: {0}")]
-    Storage(#[from] thor_storage::StorageError),
+    Storage(thor_storage::StorageError),
     /// The client library failed (the session is unusable: open a new one).
     #[error("client: {0}")]
-    Client(#[from] ClientError),
+    Client(ClientError),
     /// The transport could not connect.
     #[error("transport: {0}")]
-    Transport(#[from] thor_wire::TransportError),
+    Transport(thor_wire::TransportError),
     /// The database is not an OO7 database, or not the one this program generates: load it
     /// again.
     #[error("not an OO7 database: {0}")]
@@ -47,4 +47,28 @@ pub enum Oo7Error {
     /// The traversal or query name is unknown.
     #[error("unknown operation {0:?}")]
     UnknownOperation(String),
+}
+
+impl From<EngineError> for Oo7Error {
+    fn from(e: EngineError) -> Oo7Error {
+        Oo7Error::Engine(e)
+    }
+}
+
+impl From<thor_storage::StorageError> for Oo7Error {
+    fn from(e: thor_storage::StorageError) -> Oo7Error {
+        Oo7Error::Storage(e)
+    }
+}
+
+impl From<ClientError> for Oo7Error {
+    fn from(e: ClientError) -> Oo7Error {
+        Oo7Error::Client(e)
+    }
+}
+
+impl From<thor_wire::TransportError> for Oo7Error {
+    fn from(e: thor_wire::TransportError) -> Oo7Error {
+        Oo7Error::Transport(e)
+    }
 }

@@ -537,7 +537,7 @@ impl Engine {
                 .map_err(|source| StorageError::Io {
                     op: "spawn engine thread",
                     name: "thor-installer".to_string(),
-                    source,
+                    cause: source,
                 })?;
             threads.push(h);
         }
@@ -1047,7 +1047,7 @@ impl Shared {
                             std::fs::create_dir_all(parent).map_err(|source| StorageError::Io {
                                 op: "create backup dirs",
                                 name: parent.display().to_string(),
-                                source,
+                                cause: source,
                             })?;
                         }
                         self.disk_side.backup_to_dir(&*self.log, &dest, || self.not_failed())
@@ -1213,7 +1213,7 @@ impl BulkLoader<'_> {
     /// earlier in this load; the bytes are trusted (the loader is the database's own code).
     pub fn add(&mut self, obj: &[u8]) -> Result<Oref, EngineError> {
         page::check_object_bytes(obj, self.page_size())
-            .map_err(|source| InvalidCommit::ObjectTooLarge { index: 0, source })?;
+            .map_err(|source| InvalidCommit::ObjectTooLarge { index: 0, cause: source })?;
         let last_id = PageId::new(self.window_first.get() + self.window.len() as u32 - 1);
         if let (Some(last), Some(id)) = (self.window.back_mut(), last_id) {
             let mut p = PageMut::open(last).expect("loader pages are valid");
@@ -1224,7 +1224,7 @@ impl BulkLoader<'_> {
                     return Ok(Oref::new(id, oid));
                 }
                 Err(FormatError::PageFull { .. } | FormatError::NoFreeOid) => {}
-                Err(e) => return Err(EngineError::CorruptPage { page: id, source: e }),
+                Err(e) => return Err(EngineError::CorruptPage { page: id, cause: e }),
             }
         }
         let id = if self.window.is_empty() {

@@ -62,12 +62,12 @@ pub enum InvalidCommit {
     #[error("object {0:?} is written twice in one commit")]
     Duplicate(Oref),
     /// A created object is bigger than a page (use a large object).
-    #[error("created object #{index} is too large: {source}")]
+    #[error("created object #{index} is too large: {cause}")]
     ObjectTooLarge {
         /// Its index among the created objects.
         index: usize,
         /// Details.
-        source: FormatError,
+        cause: FormatError,
     },
     /// A page-based commit (issue 14's modes) is not well formed: a record that does not
     /// parse, a region outside the objects written, a mode not the server's.
@@ -82,15 +82,15 @@ pub enum EngineError {
     /// The disk failed. For writes the engine has stopped accepting work ([`EngineError::Failed`]
     /// follows); reopen the database to recover from the log.
     #[error("storage: {0}")]
-    Storage(#[from] StorageError),
+    Storage(StorageError),
     /// Bytes read from disk are damaged or not thor's: the database needs repair from a replica
     /// or backup. Nothing was changed.
-    #[error("corrupt page {page}: {source}")]
+    #[error("corrupt page {page}: {cause}")]
     CorruptPage {
         /// Which page.
         page: PageId,
         /// What is wrong with it.
-        source: FormatError,
+        cause: FormatError,
     },
     /// The log holds a record that does not decode (its checksum passed, so this is a bug or a
     /// newer format).
@@ -103,7 +103,7 @@ pub enum EngineError {
     },
     /// The superblock is missing, damaged or of another format.
     #[error("superblock: {0}")]
-    Superblock(#[from] SuperblockError),
+    Superblock(SuperblockError),
     /// The directory holds no database; create one first.
     #[error("no database in this directory (create one with --create)")]
     NotADatabase,
@@ -118,7 +118,7 @@ pub enum EngineError {
     NoSuchPage(u32),
     /// The commit was refused and had no effect.
     #[error("commit refused: {0}")]
-    Invalid(#[from] InvalidCommit),
+    Invalid(InvalidCommit),
     /// All 2^22 pages are allocated.
     #[error("database full: no page ids left")]
     Full,
@@ -152,4 +152,22 @@ pub enum EngineError {
         /// What failed.
         why: String,
     },
+}
+
+impl From<StorageError> for EngineError {
+    fn from(e: StorageError) -> EngineError {
+        EngineError::Storage(e)
+    }
+}
+
+impl From<SuperblockError> for EngineError {
+    fn from(e: SuperblockError) -> EngineError {
+        EngineError::Superblock(e)
+    }
+}
+
+impl From<InvalidCommit> for EngineError {
+    fn from(e: InvalidCommit) -> EngineError {
+        EngineError::Invalid(e)
+    }
 }

@@ -176,7 +176,7 @@ impl DiskSide {
     pub fn install(&self, job: &InstallJob) -> Result<Installed, EngineError> {
         let (images, reads) = job.build(|p| {
             self.read_page(p).map_err(|e| match e {
-                ReadError::Corrupt(source) => EngineError::CorruptPage { page: p, source },
+                ReadError::Corrupt(source) => EngineError::CorruptPage { page: p, cause: source },
                 ReadError::Storage(why) => EngineError::Read { page: p, why },
             })
         })?;
@@ -309,7 +309,7 @@ impl DiskSide {
         }
         let partial = parent.join(format!(".{name}.partial"));
         let io = |op: &'static str, e: std::io::Error| {
-            EngineError::from(StorageError::Io { op, name: path.display().to_string(), source: e })
+            EngineError::from(StorageError::Io { op, name: path.display().to_string(), cause: e })
         };
         let leftover = partial.exists();
         if !leftover {
@@ -555,7 +555,7 @@ pub fn recover(
         None
     } else {
         Some(disk_side.read_page(tail).map_err(|e| match e {
-            ReadError::Corrupt(source) => EngineError::CorruptPage { page: tail, source },
+            ReadError::Corrupt(source) => EngineError::CorruptPage { page: tail, cause: source },
             ReadError::Storage(why) => EngineError::Read { page: tail, why },
         })?)
     };
@@ -593,7 +593,7 @@ fn restore_wpl(
     for (page, (copy, image)) in named {
         let home = if page <= on_disk {
             let img = disk_side.read_page(page).map_err(|e| match e {
-                ReadError::Corrupt(source) => EngineError::CorruptPage { page, source },
+                ReadError::Corrupt(source) => EngineError::CorruptPage { page, cause: source },
                 ReadError::Storage(why) => EngineError::Read { page, why },
             })?;
             PageView::parse(&img).map(|v| v.version()).unwrap_or(Lsn::ZERO)

@@ -195,13 +195,12 @@ pub enum UpgradeError {
     },
     /// The source could not be opened or read (a disk error, a damaged file, another
     /// format). Nothing was written; `thor check` on the source says more.
-    #[error("reading the database in {}: {source}", path.display())]
+    #[error("reading the database in {}: {cause}", path.display())]
     Source {
         /// The source directory.
         path: PathBuf,
         /// The engine's reason.
-        #[source]
-        source: EngineError,
+        cause: EngineError,
     },
     /// The source's committed state is damaged (a reference to no object, an object whose
     /// class is not a class). Nothing was written; run `thor check` on the source.
@@ -214,24 +213,22 @@ pub enum UpgradeError {
     },
     /// Writing the new database failed (the disk is full, an I/O error). Nothing was created
     /// at the destination; the temporary directory was removed if possible.
-    #[error("writing the new database for {}: {source}", path.display())]
+    #[error("writing the new database for {}: {cause}", path.display())]
     Destination {
         /// The destination path.
         path: PathBuf,
         /// The engine's reason.
-        #[source]
-        source: EngineError,
+        cause: EngineError,
     },
     /// A file-system operation on a directory failed.
-    #[error("{op} {}: {source}", path.display())]
+    #[error("{op} {}: {cause}", path.display())]
     Io {
         /// What was being done.
         op: &'static str,
         /// On what.
         path: PathBuf,
         /// What the operating system said.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A class to upgrade is not in the source (no reachable class object has its name).
     /// Check the name; a class the database never stored needs no upgrade (sessions store it
@@ -345,7 +342,7 @@ pub fn upgrade(
     }
     let temp = Temp::claim(dst)?;
     let dst_err =
-        |source: EngineError| UpgradeError::Destination { path: dst.to_path_buf(), source };
+        |source: EngineError| UpgradeError::Destination { path: dst.to_path_buf(), cause: source };
     let opts = EngineOptions {
         page_size: source.page_size,
         server_id: source.server_id,
@@ -475,7 +472,9 @@ fn exists(path: &Path) -> Result<bool, UpgradeError> {
     match std::fs::symlink_metadata(path) {
         Ok(_) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(source) => Err(UpgradeError::Io { op: "look at", path: path.to_path_buf(), source }),
+        Err(source) => {
+            Err(UpgradeError::Io { op: "look at", path: path.to_path_buf(), cause: source })
+        }
     }
 }
 
@@ -510,7 +509,7 @@ impl Source {
             StorageError::Locked { holder, .. } => {
                 UpgradeError::SourceInUse { path: shown.clone(), holder }
             }
-            other => UpgradeError::Source { path: shown.clone(), source: other.into() },
+            other => UpgradeError::Source { path: shown.clone(), cause: other.into() },
         })?;
         let overlay = OverlayDisk::new(Arc::new(disk.read_only()));
         let opts = EngineOptions {
@@ -519,7 +518,7 @@ impl Source {
             ..EngineOptions::default()
         };
         let engine = Engine::open(Arc::new(overlay), opts)
-            .map_err(|source| UpgradeError::Source { path: shown.clone(), source })?;
+            .map_err(|source| UpgradeError::Source { path: shown.clone(), cause: source })?;
         let mut source = Source {
             path: shown,
             last_page: engine.stats().pages_allocated,
@@ -544,7 +543,7 @@ impl Source {
         let engine = self.engine.as_ref().expect("open until dropped");
         let bytes = engine
             .fetch(id)
-            .map_err(|source| UpgradeError::Source { path: self.path.clone(), source })?;
+            .map_err(|source| UpgradeError::Source { path: self.path.clone(), cause: source })?;
         PageView::parse_stored(&bytes, id)
             .map_err(|e| self.corrupt(format!("page {page}: {e}")))?;
         Ok(bytes)
@@ -1055,7 +1054,7 @@ impl Temp {
         let name = dst.file_name().ok_or_else(|| UpgradeError::Io {
             op: "name a database after",
             path: dst.to_path_buf(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"),
+            cause: std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"),
         })?;
         let mut temp_name = std::ffi::OsString::from(".");
         temp_name.push(name);
@@ -1066,7 +1065,7 @@ impl Temp {
                 path: path.clone(),
                 why: format!("another upgrade is writing it ({holder})"),
             },
-            other => UpgradeError::Destination { path: dst.to_path_buf(), source: other.into() },
+            other => UpgradeError::Destination { path: dst.to_path_buf(), cause: other.into() },
         })?;
         let mut temp = Temp { path, disk, remove_on_drop: false };
         // A leftover of an interrupted upgrade (we hold its lock, so nobody writes it): clear
@@ -1092,7 +1091,7 @@ impl Temp {
     }
 
     fn dest_err(&self, dst: &Path, e: StorageError) -> UpgradeError {
-        UpgradeError::Destination { path: dst.to_path_buf(), source: e.into() }
+        UpgradeError::Destination { path: dst.to_path_buf(), cause: e.into() }
     }
 
     /// Renames the finished directory to `dst` and makes the rename durable.
@@ -1106,7 +1105,7 @@ impl Temp {
         std::fs::rename(&self.path, dst).map_err(|source| UpgradeError::Io {
             op: "rename the new database to",
             path: dst.to_path_buf(),
-            source,
+            cause: source,
         })?;
         self.remove_on_drop = false;
         let parent = match dst.parent() {
@@ -1116,7 +1115,7 @@ impl Temp {
         std::fs::File::open(parent).and_then(|d| d.sync_all()).map_err(|source| UpgradeError::Io {
             op: "fsync the directory",
             path: parent.to_path_buf(),
-            source,
+            cause: source,
         })
     }
 }

@@ -77,10 +77,10 @@ impl BackwardLog for WplBackward {
 pub enum WplRestartError {
     /// The log could not be read, or the pass met records restart cannot trust.
     #[error("WPL restart: {0}")]
-    Restart(#[from] RestartError<StorageError>),
+    Restart(RestartError<StorageError>),
     /// Reading the committed copies back failed.
     #[error("WPL restart, reading the committed copies back: {0}")]
-    Log(#[from] StorageError),
+    Log(StorageError),
     /// A committed copy the table names is not the page image it should be.
     #[error(
         "WPL restart: the record at LSN {lsn} is not the copy of page {page} the table names: {why}"
@@ -232,5 +232,17 @@ impl WplObjects {
         })
         .map_err(|e| format!("the commit record in its body: {e}"))?;
         Ok(Some(out))
+    }
+}
+
+impl From<RestartError<StorageError>> for WplRestartError {
+    fn from(e: RestartError<StorageError>) -> WplRestartError {
+        WplRestartError::Restart(e)
+    }
+}
+
+impl From<StorageError> for WplRestartError {
+    fn from(e: StorageError) -> WplRestartError {
+        WplRestartError::Log(e)
     }
 }

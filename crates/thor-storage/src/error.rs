@@ -29,15 +29,14 @@
 #[non_exhaustive]
 pub enum StorageError {
     /// The operating system reported an error.
-    #[error("{op} {name}: {source}")]
+    #[error("{op} {name}: {cause}")]
     Io {
         /// The operation that failed (`"open"`, `"write"`, `"fsync"`, ...).
         op: &'static str,
         /// The file or directory it was applied to.
         name: String,
         /// What the operating system said.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A file that was required to exist does not.
     #[error("{name}: no such file")]
@@ -82,15 +81,14 @@ pub enum StorageError {
     /// The file system refuses direct I/O (`open` with `O_DIRECT` failed with `EINVAL`) for a
     /// file of a [`FileDisk`](crate::FileDisk) opened with direct reads.
     #[error(
-        "{path}: the file system does not support direct I/O (O_DIRECT): {source}; put the \
+        "{path}: the file system does not support direct I/O (O_DIRECT): {cause}; put the \
          database on one that does (ext4, xfs, btrfs), or run without direct reads"
     )]
     DirectIoUnsupported {
         /// The file (or directory) that could not be opened for direct reads.
         path: String,
         /// What the operating system said.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The database directory is locked by another holder.
     #[error("database {path} is in use by {holder}")]
@@ -177,7 +175,7 @@ impl StorageError {
         if source.kind() == std::io::ErrorKind::NotFound {
             StorageError::NotFound { name: name.to_string() }
         } else {
-            StorageError::Io { op, name: name.to_string(), source }
+            StorageError::Io { op, name: name.to_string(), cause: source }
         }
     }
 }

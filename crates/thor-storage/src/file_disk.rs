@@ -594,7 +594,7 @@ fn open_direct(path: &Path, name: &str) -> Result<File, StorageError> {
 /// direct I/O (the other arguments are fixed and valid); anything else is an ordinary failure.
 fn direct_open_error(path: &Path, name: &str, e: std::io::Error) -> StorageError {
     if e.raw_os_error() == Some(libc::EINVAL) {
-        StorageError::DirectIoUnsupported { path: path.display().to_string(), source: e }
+        StorageError::DirectIoUnsupported { path: path.display().to_string(), cause: e }
     } else {
         StorageError::io("open direct", name, e)
     }

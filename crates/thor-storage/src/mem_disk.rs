@@ -697,7 +697,7 @@ impl MemFile {
                 return Err(StorageError::Io {
                     op,
                     name: self.name.clone(),
-                    source: std::io::Error::from_raw_os_error(ENOSPC),
+                    cause: std::io::Error::from_raw_os_error(ENOSPC),
                 });
             }
         }
@@ -934,7 +934,7 @@ mod tests {
         let g = disk.open("g", true).unwrap();
         let err = g.write_at(0, b"x").unwrap_err();
         assert!(
-            matches!(&err, StorageError::Io { source, .. } if source.raw_os_error() == Some(ENOSPC)),
+            matches!(&err, StorageError::Io { cause: source, .. } if source.raw_os_error() == Some(ENOSPC)),
             "{err}"
         );
         assert!(err.to_string().contains("No space left on device"), "{err}");

@@ -36,7 +36,7 @@ pub enum TransportError {
     /// The connection failed (reset, timed out, unreachable). Make a new transport; the outcome
     /// of a commit in flight is unknown, so read its objects back before retrying it.
     #[error("connection failed: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// The server closed the connection. Make a new transport; as for [`TransportError::Io`],
     /// a commit in flight may or may not have happened.
     #[error("the server closed the connection")]
@@ -135,5 +135,11 @@ pub trait Transport: Send {
     fn round_trip(&mut self, req: &Request) -> Result<Reply, TransportError> {
         self.send(req)?;
         self.recv()
+    }
+}
+
+impl From<std::io::Error> for TransportError {
+    fn from(e: std::io::Error) -> TransportError {
+        TransportError::Io(e)
     }
 }

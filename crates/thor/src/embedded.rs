@@ -84,7 +84,7 @@ impl Database {
         let disk = match FileDisk::open_locked(&path, true, &holder_name()) {
             Ok(disk) => Arc::new(disk),
             Err(StorageError::Locked { holder, .. }) => return Err(Error::Locked { path, holder }),
-            Err(e) => return Err(Error::Open { path, source: e.into() }),
+            Err(e) => return Err(Error::Open { path, cause: e.into() }),
         };
         let opts = EngineOptions::default();
         let engine = match Engine::open(disk.clone(), opts.clone()) {
@@ -93,12 +93,12 @@ impl Database {
                 match holds_foreign_files(&disk) {
                     Ok(false) => {}
                     Ok(true) => return Err(Error::NotADatabase { path }),
-                    Err(source) => return Err(Error::Open { path, source }),
+                    Err(source) => return Err(Error::Open { path, cause: source }),
                 }
                 Engine::create(disk, opts)
-                    .map_err(|source| Error::Open { path: path.clone(), source })?
+                    .map_err(|source| Error::Open { path: path.clone(), cause: source })?
             }
-            Err(source) => return Err(Error::Open { path, source }),
+            Err(source) => return Err(Error::Open { path, cause: source }),
         };
         Ok(Database { engine: Arc::new(engine), path })
     }
@@ -119,13 +119,13 @@ impl Database {
         let disk = match FileDisk::open_read_only(&path) {
             Ok(disk) => disk,
             Err(StorageError::Locked { holder, .. }) => return Err(Error::Locked { path, holder }),
-            Err(e) => return Err(Error::Open { path, source: e.into() }),
+            Err(e) => return Err(Error::Open { path, cause: e.into() }),
         };
         let overlay = Arc::new(OverlayDisk::new(Arc::new(disk)));
         let engine = match Engine::open_read_only(overlay, EngineOptions::default()) {
             Ok(engine) => engine,
             Err(EngineError::NotADatabase) => return Err(Error::NotADatabase { path }),
-            Err(source) => return Err(Error::Open { path, source }),
+            Err(source) => return Err(Error::Open { path, cause: source }),
         };
         Ok(Database { engine: Arc::new(engine), path })
     }
@@ -163,7 +163,7 @@ impl Database {
         let dest = dest.as_ref();
         self.engine
             .backup(dest)
-            .map_err(|source| Error::Backup { path: dest.to_path_buf(), source })
+            .map_err(|source| Error::Backup { path: dest.to_path_buf(), cause: source })
     }
 
     /// The database's directory.
@@ -178,7 +178,7 @@ impl Database {
     pub fn close(self) -> Result<(), Error> {
         let Database { engine, path } = self;
         match Arc::try_unwrap(engine) {
-            Ok(engine) => engine.close().map_err(|source| Error::Close { path, source }),
+            Ok(engine) => engine.close().map_err(|source| Error::Close { path, cause: source }),
             Err(engine) => {
                 let users = Arc::strong_count(&engine) - 1;
                 Err(Error::InUse { path, users })

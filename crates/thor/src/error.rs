@@ -4,6 +4,14 @@
 //! Inside a transaction a program meets [`ClientError`] (the closure given to
 //! [`Session::run`](crate::Session::run) returns it); [`Error`] wraps it, so a `main` that
 //! returns `Result<(), thor::Error>` can use `?` on both. Each variant says what to do.
+//!
+//! # Printing an error
+//!
+//! Every error of thor's crates prints its whole cause in its own message ("connecting to
+//! 127.0.0.1:7400: connection failed: Connection refused (os error 111)") and returns no
+//! `source()`: a cause is in the message or in the variant's fields (`cause`, or the wrapped
+//! error), never in both, so `{}`, anyhow's `{:#}` and a loop over `source()` each print
+//! every cause exactly once. Match on the variants to act on a cause.
 
 use thor_client::ClientError;
 use thor_wire::TransportError;
@@ -42,37 +50,34 @@ pub enum Error {
         holder: String,
     },
     /// The database could not be opened or created: the disk failed, or the directory holds
-    /// damaged files or another format's. Nothing was changed; `source` says which.
+    /// damaged files or another format's. Nothing was changed; `cause` says which.
     #[cfg(feature = "embedded")]
-    #[error("opening the database in {}: {source}", path.display())]
+    #[error("opening the database in {}: {cause}", path.display())]
     Open {
         /// The directory.
         path: std::path::PathBuf,
         /// The engine's reason.
-        #[source]
-        source: thor_server::EngineError,
+        cause: thor_server::EngineError,
     },
     /// Closing failed to install everything into the page file. Every committed transaction
     /// is durable in the log regardless; the next open replays it.
     #[cfg(feature = "embedded")]
-    #[error("closing the database in {}: {source}", path.display())]
+    #[error("closing the database in {}: {cause}", path.display())]
     Close {
         /// The directory.
         path: std::path::PathBuf,
         /// The engine's reason.
-        #[source]
-        source: thor_server::EngineError,
+        cause: thor_server::EngineError,
     },
     /// [`Database::backup`](crate::Database::backup) could not make the copy: `path` exists,
     /// its parent does not, or the disk failed. Nothing was left at `path`.
     #[cfg(feature = "embedded")]
-    #[error("backing up to {}: {source}", path.display())]
+    #[error("backing up to {}: {cause}", path.display())]
     Backup {
         /// The destination given.
         path: std::path::PathBuf,
         /// The engine's reason.
-        #[source]
-        source: thor_server::EngineError,
+        cause: thor_server::EngineError,
     },
     /// [`Database::close`](crate::Database::close) was called while sessions or other
     /// handles of the database were alive. The database stays open, and closes (the same
@@ -92,13 +97,12 @@ pub enum Error {
     Upgrade(#[from] thor_server::UpgradeError),
     /// No connection to a server: nothing listens there, the name does not resolve, or the
     /// server refused the session (`TransportError::Refused`: a wrong token, a busy server).
-    #[error("connecting to {addr}: {source}")]
+    #[error("connecting to {addr}: {cause}")]
     Connect {
         /// The address given.
         addr: String,
         /// Why.
-        #[source]
-        source: TransportError,
+        cause: TransportError,
     },
     /// A session failed; [`ClientError`] says what to do ([`ClientError::is_conflict`]: run
     /// the transaction again).

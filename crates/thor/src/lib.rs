@@ -165,7 +165,7 @@ fn client_config(token: &[u8], config: &SessionConfig) -> thor_net::ClientConfig
 /// failure to connect to `addr`.
 fn connect_error(addr: String, e: ClientError) -> Error {
     match e {
-        ClientError::Transport(source) => Error::Connect { addr, source },
+        ClientError::Transport(source) => Error::Connect { addr, cause: source },
         e => Error::Client(e),
     }
 }
@@ -181,12 +181,21 @@ pub fn connect_with(
     token: impl AsRef<[u8]>,
     config: SessionConfig,
 ) -> Result<Session, Error> {
-    // `"host:port"` shows as itself, a socket address as itself.
-    let shown = format!("{addr:?}").trim_matches('"').to_string();
+    // `"host:port"` shows as itself, a socket address as itself; anything else (a tuple, a
+    // slice) as the addresses it resolved to.
+    let debug = format!("{addr:?}");
     let addrs: Vec<std::net::SocketAddr> = addr
         .to_socket_addrs()
-        .map_err(|e| Error::Connect { addr: shown.clone(), source: TransportError::Io(e) })?
+        .map_err(|e| {
+            let addr = debug.trim_matches('"').to_string();
+            Error::Connect { addr, cause: TransportError::Io(e) }
+        })?
         .collect();
+    let shown = match debug.strip_prefix('"').and_then(|d| d.strip_suffix('"')) {
+        Some(name) => name.to_string(),
+        None if debug.parse::<std::net::SocketAddr>().is_ok() => debug,
+        None => addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", "),
+    };
     let client = client_config(token.as_ref(), &config);
     let dialer: Dialer = Box::new(move |attempt| {
         let start = attempt as usize % addrs.len().max(1);
@@ -274,7 +283,7 @@ pub fn connect_cluster_with(
     for &(id, addr) in servers {
         let resolved: Vec<std::net::SocketAddr> = addr
             .to_socket_addrs()
-            .map_err(|e| Error::Connect { addr: addr.to_owned(), source: TransportError::Io(e) })?
+            .map_err(|e| Error::Connect { addr: addr.to_owned(), cause: TransportError::Io(e) })?
             .collect();
         addrs.push((ServerId(id), addr.to_owned(), resolved));
     }

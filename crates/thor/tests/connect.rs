@@ -56,7 +56,7 @@ fn clients_connect_with_the_token_and_see_each_others_commits() {
 fn a_wrong_token_is_refused_with_a_typed_error() {
     let server = server();
     let err = thor::connect(server.local_addr(), "wrong").unwrap_err();
-    let Error::Connect { addr, source } = &err else { panic!("{err:?}") };
+    let Error::Connect { addr, cause: source } = &err else { panic!("{err:?}") };
     assert_eq!(*addr, server.local_addr().to_string());
     assert!(matches!(source, TransportError::Refused { .. }), "{source:?}");
 }
@@ -105,7 +105,7 @@ fn a_local_client_connects_through_the_unix_socket_and_shares_the_database_with_
     assert_eq!(seen, 7, "a commit over the Unix socket is seen over TCP");
 
     let err = thor::connect_unix(&path, "wrong").unwrap_err();
-    assert!(matches!(&err, Error::Connect { source: TransportError::Refused { .. }, .. }));
+    assert!(matches!(&err, Error::Connect { cause: TransportError::Refused { .. }, .. }));
     assert!(err.to_string().starts_with(&format!("connecting to unix:{}", path.display())));
     drop(unix);
 }
@@ -151,7 +151,7 @@ fn connect_tls_runs_transactions_over_tls() {
     let (other_ca, _, _) = certificates();
     let untrusted = thor::TlsClient::from_ca_pem(other_ca.as_bytes()).unwrap();
     let err = thor::connect_tls(&addr, TOKEN, &untrusted).unwrap_err();
-    assert!(matches!(&err, Error::Connect { source: TransportError::Io(_), .. }), "{err:?}");
+    assert!(matches!(&err, Error::Connect { cause: TransportError::Io(_), .. }), "{err:?}");
 }
 
 /// A stand-in for a stopped server between a client and a real one: it accepts connections
@@ -229,7 +229,7 @@ fn silent_server_times_out() {
         ..thor::SessionConfig::default()
     };
     let err = thor::connect_with(silent, "", cfg).unwrap_err();
-    let Error::Connect { source, .. } = &err else { panic!("{err:?}") };
+    let Error::Connect { cause: source, .. } = &err else { panic!("{err:?}") };
     assert!(matches!(source, TransportError::TimedOut { .. }), "{source:?}");
     assert!(err.to_string().contains("did not answer"), "{err}");
     drop(held);

@@ -149,6 +149,18 @@ pub enum Refusal {
     PageWritten(thor_core::PageId),
 }
 
+impl Refusal {
+    /// The object the refusal names, if it names one.
+    pub fn object(&self) -> Option<Oref> {
+        match *self {
+            Refusal::Stale(o) | Refusal::Rule1(o) | Refusal::Rule2a(o) | Refusal::Rule2b(o) => {
+                Some(o)
+            }
+            Refusal::TooOld { .. } | Refusal::PageWritten(_) => None,
+        }
+    }
+}
+
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

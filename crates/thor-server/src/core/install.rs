@@ -111,9 +111,9 @@ impl InstallJob {
             vs.clear();
             vs.extend(j.versions.iter().map(|(o, _, d)| (*o, &d[..])));
             let mut p = PageMut::open(buf)
-                .map_err(|source| EngineError::CorruptPage { page: j.page, source })?;
+                .map_err(|source| EngineError::CorruptPage { page: j.page, cause: source })?;
             p.apply(&mut vs, &mut scratch)
-                .map_err(|source| EngineError::CorruptPage { page: j.page, source })?;
+                .map_err(|source| EngineError::CorruptPage { page: j.page, cause: source })?;
             let newest = j.versions.iter().map(|(_, l, _)| *l).max().unwrap_or(Lsn::ZERO);
             let version = p.view().version().max(newest);
             p.set_version(version);

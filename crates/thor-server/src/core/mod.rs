@@ -988,11 +988,36 @@ impl Core {
                         Reply::new(ReplyBody::CommitOk { lsn: out.lsn, created: out.created }),
                         false,
                     ),
+                    Err(EngineError::Conflict(refusal)) => {
+                        let (mut reply, close) = error_reply(&EngineError::Conflict(refusal));
+                        if let ReplyBody::CommitRefused { message, .. } = &mut reply.body
+                            && let Some(name) = refusal.object().and_then(|o| self.class_name_of(o))
+                        {
+                            message.push_str(&format!(" (an object of class {name})"));
+                        }
+                        (reply, close)
+                    }
                     Err(e) => error_reply(&e),
                 };
                 self.reply(conn, id, reply, close, fx);
             }
         }
+    }
+
+    /// The name of object `o`'s class if the server knows it without reading the disk (its
+    /// version in the MOB, or its page in the page cache, and a class descriptor it has
+    /// loaded): for messages, which a refusal should not delay with I/O.
+    fn class_name_of(&mut self, o: thor_core::Oref) -> Option<String> {
+        let word = match self.store.mob.get(o) {
+            Some(e) => thor_core::le::u32_at(&e.data, 0),
+            None => {
+                let page = self.store.cache.peek(o.page()?)?.clone();
+                let view = thor_core::PageView::parse(&page).ok()?;
+                thor_core::le::u32_at(view.object(o.oid())?, 0)
+            }
+        };
+        let class = thor_core::Oref::from_raw(word)?;
+        self.store.class_desc_cached(class).map(|d| d.name().to_string())
     }
 
     /// Answers `origin` with a fetch's outcome.
@@ -1305,7 +1330,7 @@ impl Core {
             Err(e) => Err(e),
         };
         let failure = |e: &ReadError| match e {
-            ReadError::Corrupt(source) => EngineError::CorruptPage { page, source: source.clone() },
+            ReadError::Corrupt(source) => EngineError::CorruptPage { page, cause: source.clone() },
             ReadError::Storage(why) => EngineError::Read { page, why: why.clone() },
         };
         for (w, ahead) in waiters {

@@ -545,8 +545,8 @@ impl Store {
         if let Some(img) = image {
             self.cache.insert(page, img);
         }
-        let v =
-            PageView::parse(&buf).map_err(|source| EngineError::CorruptPage { page, source })?;
+        let v = PageView::parse(&buf)
+            .map_err(|source| EngineError::CorruptPage { page, cause: source })?;
         self.tail = Tail { page, free: v.free_bytes(), slots: v.slot_count() };
         self.set_slots(page, v.slot_count());
         Ok(())
@@ -560,7 +560,7 @@ impl Store {
             None => empty_page(page, self.page_size),
         };
         apply_mob(&self.mob, page, &mut buf)
-            .map_err(|source| EngineError::CorruptPage { page, source })?;
+            .map_err(|source| EngineError::CorruptPage { page, cause: source })?;
         Ok(buf)
     }
 
@@ -612,7 +612,7 @@ impl Store {
         }
         let mut buf = base.to_vec();
         let n = apply_mob(&self.mob, page, &mut buf)
-            .map_err(|source| EngineError::CorruptPage { page, source })?;
+            .map_err(|source| EngineError::CorruptPage { page, cause: source })?;
         page::seal(&mut buf);
         Ok((Bytes::from(buf), n))
     }
@@ -656,7 +656,7 @@ impl Store {
             // The image was checked whole when it was read (or built here): its header says.
             PageView::slot_count_in(&img)
         }
-        .map_err(|source| EngineError::CorruptPage { page, source })?;
+        .map_err(|source| EngineError::CorruptPage { page, cause: source })?;
         self.set_slots(page, n);
         Ok(Lookup::Found(n))
     }
@@ -706,7 +706,7 @@ impl Store {
             // object made validating a commit of 99,000 objects (OO7's T2b) cost 300
             // offset-table entries each.
             let o = PageView::object_in(img, oref.oid())
-                .map_err(|source| EngineError::CorruptPage { page, source })?;
+                .map_err(|source| EngineError::CorruptPage { page, cause: source })?;
             if let Some(o) = o {
                 return Ok(Lookup::Found(f(o)));
             }
@@ -863,9 +863,9 @@ impl Store {
         let mut vs: Vec<(Oid, &[u8])> = pending.iter().map(|(o, d)| (*o, &d[..])).collect();
         if !vs.is_empty() {
             let mut p = PageMut::open(&mut buf)
-                .map_err(|source| EngineError::CorruptPage { page, source })?;
+                .map_err(|source| EngineError::CorruptPage { page, cause: source })?;
             p.apply(&mut vs, &mut Vec::new())
-                .map_err(|source| EngineError::CorruptPage { page, source })?;
+                .map_err(|source| EngineError::CorruptPage { page, cause: source })?;
             let version = p.view().version().max(newest);
             p.set_version(version);
         }
@@ -983,9 +983,9 @@ impl Store {
             }
             let mut refs: Vec<(Oid, &[u8])> = vs.iter().map(|(o, d)| (*o, &d[..])).collect();
             let mut p = PageMut::open(&mut buf)
-                .map_err(|source| EngineError::CorruptPage { page: *page, source })?;
+                .map_err(|source| EngineError::CorruptPage { page: *page, cause: source })?;
             p.apply(&mut refs, &mut Vec::new())
-                .map_err(|source| EngineError::CorruptPage { page: *page, source })?;
+                .map_err(|source| EngineError::CorruptPage { page: *page, cause: source })?;
             p.set_version(lsn);
             p.seal();
             let mut out = Vec::with_capacity(WPL_IMAGE_HEADER_BYTES + buf.len());
@@ -1108,7 +1108,7 @@ impl Store {
         let mut descs = Descs { created: Vec::with_capacity(n_created), versions: Vec::new() };
         for (i, obj) in c.created.iter().enumerate() {
             page::check_object_bytes(obj, self.page_size)
-                .map_err(|source| InvalidCommit::ObjectTooLarge { index: i, source })?;
+                .map_err(|source| InvalidCommit::ObjectTooLarge { index: i, cause: source })?;
             let desc = match RawRef::decode(u32_at(obj, 0)) {
                 RawRef::Tagged(t) => created_class
                     .get(t as usize)

@@ -146,7 +146,7 @@ impl Core {
             }
             self.store
                 .restore_page_copy(page, lsn, image)
-                .map_err(|source| EngineError::CorruptPage { page, source })?;
+                .map_err(|source| EngineError::CorruptPage { page, cause: source })?;
             restored += 1;
         }
         let mut state = WplState::new(table);
