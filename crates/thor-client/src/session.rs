@@ -2426,6 +2426,16 @@ impl Inner {
         }
     }
 
+    /// Ends the transaction whose commit a broken connection cut short, when it is known not
+    /// to have happened (or did not matter): aborted in the cache, and a `Disconnected`
+    /// conflict that `run` retries.
+    fn aborted_by_break(&mut self, message: String) -> ClientError {
+        self.abort_local();
+        self.stats.conflicts += 1;
+        self.reconnect.aborted += 1;
+        ClientError::Conflict { cause: ConflictCause::Disconnected, message }
+    }
+
     /// The connection broke (`cause`) while the commit was in flight: reconnects, asks the
     /// server what became of commit `id` (`reconnect`), and ends the transaction accordingly:
     /// committed as if the answer had come, aborted with a conflict if it did not happen,
@@ -2471,30 +2481,14 @@ impl Inner {
                 }
                 r
             }
-            _ if !writes => {
-                self.abort_local();
-                self.stats.conflicts += 1;
-                self.reconnect.aborted += 1;
-                Err(ClientError::Conflict {
-                    cause: ConflictCause::Disconnected,
-                    message: format!(
-                        "the connection broke ({cause}) during the commit of a transaction \
-                         that wrote nothing; the session reconnected: run it again"
-                    ),
-                })
-            }
-            Some(thor_wire::Outcome::NotCommitted) => {
-                self.abort_local();
-                self.stats.conflicts += 1;
-                self.reconnect.aborted += 1;
-                Err(ClientError::Conflict {
-                    cause: ConflictCause::Disconnected,
-                    message: format!(
-                        "the connection broke ({cause}) before the commit was done; the session \
-                         reconnected and the server says it did not happen: run it again"
-                    ),
-                })
-            }
+            _ if !writes => Err(self.aborted_by_break(format!(
+                "the connection broke ({cause}) during the commit of a transaction that wrote \
+                 nothing; the session reconnected: run it again"
+            ))),
+            Some(thor_wire::Outcome::NotCommitted) => Err(self.aborted_by_break(format!(
+                "the connection broke ({cause}) before the commit was done; the session \
+                 reconnected and the server says it did not happen: run it again"
+            ))),
             _ => {
                 self.abort_local();
                 Err(ClientError::CommitUnknown(Box::new(cause)))

@@ -14,38 +14,37 @@ use thor_server::{CommitRequest, Engine, EngineError, Health, ReplySink};
 use thor_storage::{Disk, FaultDisk};
 use thor_wire::{ErrorCode, Reply, ReplyBody, Request, RequestBody};
 
-// ---------------------------------------------------------------------------------------------
-// Capturing what the engine logs: a minimal tracing subscriber.
+/// What the engine logs, captured as text: `tracing_subscriber`'s formatter writing into a
+/// shared buffer.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
 
-type Events = Arc<Mutex<Vec<(tracing::Level, String)>>>;
-
-struct Capture(Events);
-
-struct Fields(String);
-
-impl tracing::field::Visit for Fields {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        use std::fmt::Write as _;
-        let _ = write!(self.0, "{}={:?} ", field.name(), value);
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
-impl tracing::Subscriber for Capture {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
+impl Captured {
+    /// A subscriber that writes every event (level first) here.
+    fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync + 'static {
+        let sink = self.clone();
+        tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .finish()
     }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
+
+    /// The lines logged at ERROR.
+    fn errors(&self) -> Vec<String> {
+        let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
+        text.lines().filter(|l| l.contains("ERROR")).map(str::to_owned).collect()
     }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let mut fields = Fields(String::new());
-        event.record(&mut fields);
-        self.0.lock().unwrap().push((*event.metadata().level(), fields.0));
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 /// A connection's replies, as the engine delivers them.
@@ -72,8 +71,8 @@ fn create_one(e: &Engine, class: Oref, seq: u32) -> Result<Oref, EngineError> {
 #[test]
 fn full_disk_is_reported_and_recovered() {
     let disk = FaultDisk::new();
-    let events = Events::default();
-    let _log = tracing::subscriber::set_default(Capture(events.clone()));
+    let log = Captured::default();
+    let _log = tracing::subscriber::set_default(log.subscriber());
     let e = Engine::create(arc(disk.clone()), small_opts()).unwrap();
     let class = install_class(&e);
     let mut acked = Vec::new();
@@ -105,13 +104,7 @@ fn full_disk_is_reported_and_recovered() {
     assert!(matches!(later, EngineError::Failed(_)), "{later}");
 
     // Said once, at ERROR, with the cause.
-    let errors: Vec<_> = events
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(l, _)| *l == tracing::Level::ERROR)
-        .map(|(_, t)| t.clone())
-        .collect();
+    let errors = log.errors();
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(errors[0].contains("No space left on device"), "{}", errors[0]);
 
