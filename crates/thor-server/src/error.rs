@@ -58,6 +58,18 @@ pub enum InvalidCommit {
     /// A version would change a built-in class or a class object; classes are immutable.
     #[error("{0:?} is a class; classes cannot be modified")]
     ClassIsImmutable(Oref),
+    /// The read set or a version holds an oref that names no object: null, tagged, or on
+    /// page 0, which is never allocated (`thor_core::Oref::object`, the definition the wire
+    /// and the log-record decoder use too).
+    #[error("the {what} holds {word:#010x}, which names no object: {why}")]
+    NamesNoObject {
+        /// "read set" or "versions".
+        what: &'static str,
+        /// The word.
+        word: u32,
+        /// What is wrong with it.
+        why: thor_core::NotAnObject,
+    },
     /// The same object appears twice among the versions.
     #[error("object {0:?} is written twice in one commit")]
     Duplicate(Oref),

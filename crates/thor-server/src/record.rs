@@ -16,6 +16,11 @@
 //!         flags bit 0: created by this commit
 //! ```
 //!
+//! Every oref of a record, in its read set and its objects, names a stored object: spare bit
+//! clear, page id in `1..=PAGE_ID_MAX` (`thor_core::Oref::object`). That is the definition the
+//! wire decoder admits and the core validates with, so a record the core builds from an
+//! acknowledged commit always decodes here.
+//!
 //! Kind 2 is this layout. Kind 1 (written before concurrency control existed) has no
 //! timestamp, read count or reads: its objects follow the first 8 bytes. Both decode; only
 //! kind 2 is written.
@@ -37,7 +42,7 @@
 
 use thor_core::le::u32_at;
 use thor_core::limits::{OBJECT_ALIGN, OBJECT_HEADER_BYTES};
-use thor_core::{Oref, RawRef, ServerId, le};
+use thor_core::{NotAnObject, Oref, ServerId, le};
 
 /// A committed transaction without a concurrency-control section (old databases).
 pub const KIND_COMMIT_V1: u8 = 1;
@@ -87,9 +92,9 @@ pub fn split_wpl_body(body: &[u8]) -> Result<(Vec<Oref>, &[u8]), RecordError> {
     }
     let mut writes = Vec::with_capacity(n);
     for i in 0..n {
-        match RawRef::decode(u32_at(body, 4 + 4 * i)) {
-            RawRef::Oref(o) if !o.is_null() => writes.push(o),
-            _ => return Err(RecordError("a WPL commit body names an object that is not one")),
+        match Oref::object(u32_at(body, 4 + 4 * i)) {
+            Ok(o) => writes.push(o),
+            Err(_) => return Err(RecordError("a WPL commit body names an object that is not one")),
         }
     }
     Ok((writes, &body[4 + 4 * n..]))
@@ -125,7 +130,7 @@ impl<'a> RecordCc<'a> {
 
     /// The read set.
     pub fn reads(&self) -> impl ExactSizeIterator<Item = Oref> + 'a {
-        self.reads.chunks_exact(4).map(|w| Oref::from_raw(le::u32_at(w, 0)).expect("checked"))
+        self.reads.chunks_exact(4).map(|w| Oref::object(le::u32_at(w, 0)).expect("checked"))
     }
 }
 
@@ -407,10 +412,7 @@ fn decode_objects<'a>(
         }
         let reads = &rec[pos..pos + 4 * n];
         for w in reads.chunks_exact(4) {
-            let o = Oref::from_raw(le::u32_at(w, 0)).ok_or(RecordError("tagged oref in reads"))?;
-            if o.page().is_none() {
-                return Err(RecordError("null oref in reads"));
-            }
+            Oref::object(le::u32_at(w, 0)).map_err(|e| RecordError(in_reads(e)))?;
         }
         cc.reads = reads;
         pos += 4 * n;
@@ -420,10 +422,7 @@ fn decode_objects<'a>(
         if rec.len() - pos < OBJECT_PREFIX_BYTES {
             return Err(RecordError("object prefix runs past the end"));
         }
-        let oref = Oref::from_raw(le::u32_at(rec, pos)).ok_or(RecordError("tagged oref"))?;
-        if oref.page().is_none() {
-            return Err(RecordError("null oref"));
-        }
+        let oref = Oref::object(le::u32_at(rec, pos)).map_err(|e| RecordError(e.why()))?;
         let len = le::u16_at(rec, pos + 4) as usize;
         let flags = le::u16_at(rec, pos + 6);
         if flags & !FLAG_CREATED != 0 {
@@ -440,6 +439,16 @@ fn decode_objects<'a>(
         pos += len;
     }
     Ok((cc, pos))
+}
+
+/// Why a read-set word of a record names no object (the same words the wire and the core
+/// refuse: [`Oref::object`]).
+const fn in_reads(e: NotAnObject) -> &'static str {
+    match e {
+        NotAnObject::Null => "null oref in reads",
+        NotAnObject::Tagged => "tagged oref in reads",
+        NotAnObject::PageZero => "oref on page 0 in reads",
+    }
 }
 
 #[cfg(test)]
@@ -571,6 +580,30 @@ mod tests {
             prop_assert_eq!((cc.ts_us, cc.ts_server), (77, 3));
             prop_assert_eq!(cc.reads().collect::<Vec<_>>(), reads);
             prop_assert_eq!(got, objects);
+        }
+
+        /// The decoder takes exactly the words the wire and the core take as objects'
+        /// names (`Oref::object`), in the read set and as an object's oref: a record the core
+        /// built from an acknowledged commit decodes, and one holding anything else does not.
+        #[test]
+        fn records_take_exactly_the_orefs_the_wire_takes(
+            word in prop_oneof![any::<u32>(), 0u32..0x800],
+            in_reads in any::<bool>(),
+        ) {
+            let good = Oref::new(PageId::new(3).unwrap(), Oid::new(4).unwrap());
+            let mut rec = RecordBuilder::with_capacity(0, (1, 1), &[good]).finish();
+            if in_reads {
+                rec[HEADER_BYTES + 12..HEADER_BYTES + 16].copy_from_slice(&2u32.to_le_bytes());
+                rec.extend_from_slice(&word.to_le_bytes());
+            } else {
+                rec[4..8].copy_from_slice(&1u32.to_le_bytes());
+                rec.extend_from_slice(&word.to_le_bytes());
+                rec.extend_from_slice(&[4, 0, 0, 0, 7, 0, 0, 0]);
+            }
+            prop_assert_eq!(decode(&rec, |_| {}).is_ok(), Oref::object(word).is_ok());
+            let mut body = 1u32.to_le_bytes().to_vec();
+            body.extend_from_slice(&word.to_le_bytes());
+            prop_assert_eq!(split_wpl_body(&body).is_ok(), Oref::object(word).is_ok());
         }
 
         #[test]

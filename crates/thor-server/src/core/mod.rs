@@ -1218,7 +1218,12 @@ impl Core {
             // A read-only transaction changes nothing, so there is nothing to make durable: no
             // log record and no fsync. It is validated like any other (it may have read a
             // stale copy, or what a committing transaction is writing), and enters the
-            // validation queue as committed.
+            // validation queue as committed. Its read set is held to the same definition of
+            // an object's name as a writing commit's (`Store::validate`).
+            if let Err(e) = store::check_names(&c) {
+                self.counters.commits_refused += 1;
+                return self.answer_commit(origin, Err(e.into()), fx);
+            }
             let conn = origin.conn();
             match self.cc.validate(conn, &c.reads, &[], c.ts, self.now_us) {
                 Ok(ts) => {
@@ -1930,7 +1935,9 @@ pub fn error_reply(e: &EngineError) -> (Reply, bool) {
 pub fn refused_code(e: &InvalidCommit) -> RefusedCode {
     match e {
         InvalidCommit::TooLarge { .. } => RefusedCode::TooLarge,
-        InvalidCommit::NoSuchObject(_) => RefusedCode::NoSuchObject,
+        InvalidCommit::NoSuchObject(_) | InvalidCommit::NamesNoObject { .. } => {
+            RefusedCode::NoSuchObject
+        }
         InvalidCommit::NotAClass { .. } => RefusedCode::NotAClass,
         InvalidCommit::BadShape { .. } => RefusedCode::BadShape,
         InvalidCommit::BadReference { .. } => RefusedCode::BadReference,

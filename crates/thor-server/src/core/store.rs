@@ -1062,6 +1062,7 @@ impl Store {
     /// Checks a commit against the store; returns the class of every object, or the pages
     /// whose images are needed to tell.
     fn validate(&mut self, c: &CommitIn, images: &Images) -> Result<Descs, Stop> {
+        check_names(c)?;
         let mut need: Vec<PageId> = Vec::new();
         let note = |p: PageId, need: &mut Vec<PageId>| {
             if !need.contains(&p) {
@@ -1116,7 +1117,10 @@ impl Store {
         let mut last_class: Option<(Oref, Arc<ClassDesc>)> = None;
         for (oref, obj) in &c.versions {
             let oref = *oref;
-            if !oref.is_null() && !seen.insert(oref) {
+            // `check_names` refused every oref that names no object, which the set could not
+            // hold (it answered `false` for one, as for a member: a version on page 0 was
+            // refused as written twice).
+            if !seen.insert(oref) {
                 return Err(InvalidCommit::Duplicate(oref).into());
             }
             if builtin::is_builtin(oref) && oref != builtin::ROOT {
@@ -1327,6 +1331,25 @@ struct Descs {
     created: Vec<Arc<ClassDesc>>,
     /// Empty when `created` is.
     versions: Vec<Arc<ClassDesc>>,
+}
+
+/// Refuses a commit whose read set or versions hold an oref that names no object: null, or on
+/// page 0, which is never allocated ([`Oref::check_object`]). It is the definition the wire
+/// decoder admits requests with and the log-record decoder of recovery and `thor check` reads
+/// records with, so that the core never acknowledges a commit whose record recovery could not
+/// read (a read-set oref on page 0 once was: the wire let it in, the record decoder refused
+/// it, and the database did not open after a crash). Created objects' orefs are the server's
+/// own; their reference words are checked against the store (`Store::check_object`).
+pub(crate) fn check_names(c: &CommitIn) -> Result<(), InvalidCommit> {
+    let named = |what, o: Oref| {
+        o.check_object().map(drop).map_err(|why| InvalidCommit::NamesNoObject {
+            what,
+            word: o.raw(),
+            why,
+        })
+    };
+    c.reads.iter().try_for_each(|&o| named("read set", o))?;
+    c.versions.iter().try_for_each(|(o, _)| named("versions", *o))
 }
 
 /// The number of objects commit `c` writes and creates, refused above the limit.
