@@ -1332,8 +1332,12 @@ impl Core {
             // One pass over the objects for both (a commit may write 99,000).
             let record_bytes = head.commit.record_bytes();
             let log_bytes = thor_storage::log::record::encoded_len(record_bytes);
+            // A two-phase part's record carries its section after the objects: counted, so
+            // that no record the log would refuse (which stops the server) is ever appended.
+            let section_bytes =
+                head.twopc.as_deref().map_or(0, |t| Core::twopc_section(t).encoded_len());
             let largest = match head.commit.wpl {
-                None => record_bytes,
+                None => record_bytes + section_bytes,
                 Some(_) => head.commit.largest_record(),
             };
             if largest > self.cfg.record_bytes_max {
@@ -1343,6 +1347,11 @@ impl Core {
                     got: largest,
                     max: self.cfg.record_bytes_max,
                 };
+                if q.twopc.is_some() {
+                    // A two-phase part: refused as its validation would be (a no vote).
+                    self.twopc_refused(q, e.into(), fx);
+                    continue;
+                }
                 self.counters.commits_refused += 1;
                 self.answer_commit(q.origin, Err(e.into()), fx);
                 continue;
@@ -1964,3 +1973,5 @@ mod tests;
 mod tests_prefetch;
 #[cfg(test)]
 mod tests_twopc;
+#[cfg(test)]
+mod tests_valid;
