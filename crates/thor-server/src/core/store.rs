@@ -348,6 +348,10 @@ pub(crate) struct Store {
     /// records), until its commit record. A commit's images and commit record are appended
     /// in one step, consecutively, so this holds one commit's pages at most.
     wpl_images: (u64, Vec<(PageId, Bytes)>),
+    /// Recovery: the committed WPL copies restart restored whose images lie below the
+    /// checkpoint, by page: their commit record's LSN and image, until replay meets that
+    /// record (see [`Store::restore_page_copy`]).
+    wpl_copies: FxHashMap<PageId, (Lsn, Bytes)>,
 }
 
 impl Store {
@@ -382,6 +386,7 @@ impl Store {
             plain: VecDeque::new(),
             wpl_seen: false,
             wpl_images: (0, Vec::new()),
+            wpl_copies: FxHashMap::default(),
         }
     }
 
@@ -471,15 +476,27 @@ impl Store {
         let images = if images.0 == txn { images.1 } else { Vec::new() };
         let held: usize = images.iter().map(|(_, b)| b.len()).sum::<usize>() + rec.len();
         for o in &writes {
-            // Images below the checkpoint are not replayed: WPL's restart has them.
-            let Some((page, img)) = images.iter().find(|(p, _)| o.page() == Some(*p)) else {
-                continue;
+            // Images below the checkpoint are not replayed: WPL's restart has them, as the
+            // committed copies it restored (`restore_page_copy`).
+            let (page, img, held) = match images.iter().find(|(p, _)| o.page() == Some(*p)) {
+                Some((page, img)) => (*page, img.clone(), held),
+                None => match o.page().and_then(|p| self.wpl_copies.get(&p)) {
+                    Some((l, img)) if *l == lsn => {
+                        (o.page().expect("found"), img.clone(), img.len())
+                    }
+                    _ => continue,
+                },
             };
-            let view = PageView::parse_stored(img, *page).map_err(|e| bad(e.to_string()))?;
+            let view = PageView::parse_stored(&img, page).map_err(|e| bad(e.to_string()))?;
             let r = view
                 .object_range(o.oid())
                 .ok_or_else(|| bad(format!("its image of page {page} lacks {o}")))?;
             self.mob.insert(*o, lsn, false, img.slice(r), held);
+        }
+        for p in writes.iter().filter_map(|o| o.page()) {
+            if self.wpl_copies.get(&p).is_some_and(|(l, _)| *l == lsn) {
+                self.wpl_copies.remove(&p);
+            }
         }
         let mut replay = self.replay(lsn, inner)?;
         if let Replay::Commit(r) = &mut replay {
@@ -490,23 +507,31 @@ impl Store {
         Ok(replay)
     }
 
-    /// Recovery: puts every object of a committed WPL copy of `page` (a page image whose
-    /// record is at `lsn`) into the MOB under `lsn`. The MOB keeps the newest version of each
-    /// object, so versions replayed before or after, older or newer, end as they would have
-    /// in log order. The page's offset-table size is forgotten (the copy may have more
+    /// Recovery: keeps a committed WPL copy of `page` (a page image whose commit record is at
+    /// `lsn`, the image's version) for the replay of that commit record, which takes from it
+    /// the objects the commit wrote into the MOB under `lsn`, as the commit published them
+    /// before the crash. The page's offset-table size is forgotten (the copy may have more
     /// objects than was known): it is recomputed from its image and the MOB when needed.
+    ///
+    /// *Only the written objects.* The image holds the whole page as it was when the commit
+    /// was prepared, its other objects included; putting those into the MOB under `lsn` (as
+    /// recovery once did) made them newer than a version committed later under an earlier LSN
+    /// (a two-phase part prepared before the WPL commit and decided after it publishes its
+    /// versions under its prepare record's LSN), and recovery lost that version (found by
+    /// `thor_sim::acked`). Every other object of the page is as it was without the copy: home
+    /// (what records below the checkpoint wrote is installed) or replayed from its own record.
+    ///
+    /// The commit record is at or above the superblock's checkpoint whenever the copy is not
+    /// home (its versions were in the MOB, which holds the checkpoint down), so replay meets
+    /// it; a copy it did not meet is put into the MOB whole by [`Store::replayed_all`].
     pub fn restore_page_copy(
         &mut self,
         page: PageId,
         lsn: Lsn,
         image: Bytes,
     ) -> Result<(), FormatError> {
-        let view = PageView::parse_stored(&image, page)?;
-        let len = image.len();
-        for (oid, _) in view.objects() {
-            let r = view.object_range(oid).expect("an object the view listed");
-            self.mob.insert(Oref::new(page, oid), lsn, false, image.slice(r), len);
-        }
+        PageView::parse_stored(&image, page)?;
+        self.wpl_copies.insert(page, (lsn, image));
         if let Some(n) = self.slots.get_mut(page.index()) {
             *n = SLOTS_UNKNOWN;
         }
@@ -515,6 +540,15 @@ impl Store {
 
     /// Recovery replayed every record: the log continues at `log_next`.
     pub fn replayed_all(&mut self, log_next: Lsn) {
+        // A restored WPL copy whose commit record replay did not meet (see
+        // `restore_page_copy`: not expected) goes into the MOB whole, rather than be lost.
+        for (page, (lsn, image)) in std::mem::take(&mut self.wpl_copies) {
+            let view = PageView::assume_parsed(&image);
+            for (oid, _) in view.objects() {
+                let r = view.object_range(oid).expect("an object the view listed");
+                self.mob.insert(Oref::new(page, oid), lsn, false, image.slice(r), image.len());
+            }
+        }
         self.next_lsn = self.next_lsn.max(log_next);
         self.durable_lsn = Lsn(self.next_lsn.0.saturating_sub(1));
     }
@@ -906,6 +940,14 @@ impl Store {
         }
         if !need.is_empty() {
             return Err(Stop::Need(need));
+        }
+        // Every written object's page is shipped: checked before anything is allocated, so
+        // that a refusal leaves no allocated oref without a record (a hole in its page).
+        if let Some((o, _)) =
+            c.versions.iter().find(|(o, _)| !shipped.iter().any(|(p, _)| o.page() == Some(*p)))
+        {
+            let why = format!("the page of written object {o} was not shipped");
+            return Err(InvalidCommit::BadPageRecord(why).into());
         }
         let first = self.next_lsn;
         let lsn = Lsn(first.0 + shipped.len() as u64);
