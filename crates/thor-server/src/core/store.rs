@@ -480,8 +480,12 @@ impl Store {
             // committed copies it restored (`restore_page_copy`).
             let (page, img, held) = match images.iter().find(|(p, _)| o.page() == Some(*p)) {
                 Some((page, img)) => (*page, img.clone(), held),
+                // The page's restored copy is this commit's or a newer commit's (the table
+                // keeps a page's newest copy), whose image holds the page as committed when
+                // that commit was prepared: this commit's version of the object, or a newer
+                // one, which replay meets again under its own LSN.
                 None => match o.page().and_then(|p| self.wpl_copies.get(&p)) {
-                    Some((l, img)) if *l == lsn => {
+                    Some((l, img)) if *l >= lsn => {
                         (o.page().expect("found"), img.clone(), img.len())
                     }
                     _ => continue,
@@ -508,10 +512,14 @@ impl Store {
     }
 
     /// Recovery: keeps a committed WPL copy of `page` (a page image whose commit record is at
-    /// `lsn`, the image's version) for the replay of that commit record, which takes from it
-    /// the objects the commit wrote into the MOB under `lsn`, as the commit published them
-    /// before the crash. The page's offset-table size is forgotten (the copy may have more
-    /// objects than was known): it is recomputed from its image and the MOB when needed.
+    /// `lsn`, the image's version) for replay: the WPL commit records from the checkpoint up
+    /// to `lsn` whose own images of `page` lie below the checkpoint take from it the objects
+    /// they wrote, into the MOB under their own LSNs, as each commit published them before the
+    /// crash (the copy holds the page as committed when its commit was prepared, so its bytes
+    /// of an object an older commit wrote are that commit's or newer ones, which replay meets
+    /// again under their own LSNs). The page's offset-table size is forgotten (the copy may
+    /// have more objects than was known): it is recomputed from its image and the MOB when
+    /// needed.
     ///
     /// *Only the written objects.* The image holds the whole page as it was when the commit
     /// was prepared, its other objects included; putting those into the MOB under `lsn` (as
