@@ -268,7 +268,9 @@ impl DiskSide {
         // The log's extent first: the page file can only hold installs of commits at or below
         // it (installs wait for us, and only durable commits are ever installed).
         let extent = log.durable_extent()?;
-        let mut buf = vec![0u8; BACKUP_CHUNK_BYTES];
+        // Grown to the largest piece copied (at most a chunk): a small database's backup does
+        // not zero a whole chunk.
+        let mut buf = Vec::new();
         let page_bytes = copy_file(&*self.disk, dest, PAGE_FILE, None, &mut buf)?;
         let mut log_bytes = 0;
         for (name, bytes) in &extent.segments {
@@ -367,7 +369,7 @@ fn copy_file(
     dest: &dyn Disk,
     name: &str,
     len: Option<u64>,
-    buf: &mut [u8],
+    buf: &mut Vec<u8>,
 ) -> Result<u64, StorageError> {
     let from = src.open(name, false)?;
     let len = match len {
@@ -378,7 +380,10 @@ fn copy_file(
     to.set_len(0)?;
     let mut off = 0u64;
     while off < len {
-        let n = buf.len().min((len - off) as usize);
+        let n = BACKUP_CHUNK_BYTES.min((len - off) as usize);
+        if buf.len() < n {
+            buf.resize(n, 0);
+        }
         from.read_exact_at(off, &mut buf[..n])?;
         to.write_at(off, &buf[..n])?;
         off += n as u64;

@@ -1,7 +1,7 @@
 //! Every acknowledged commit recovers (issue 30), on random programs: the bounded run of the
 //! fuzz target's harness (`thor_sim::acked`) that CI runs without cargo-fuzz.
 //!
-//! `THOR_ACKED_PROGRAMS` sets how many programs (default 3,000; each is a fresh database, a
+//! `THOR_ACKED_PROGRAMS` sets how many programs (default 20,000; each is a fresh database, a
 //! dozen requests, a crash, a recovery and a backup); `THOR_ACKED_SEED` the first seed.
 
 use std::time::Instant;
@@ -10,7 +10,7 @@ use thor_sim::acked::{self, AckedRun};
 use thor_storage::SplitMix64;
 
 fn programs() -> u64 {
-    std::env::var("THOR_ACKED_PROGRAMS").ok().and_then(|s| s.parse().ok()).unwrap_or(3_000)
+    std::env::var("THOR_ACKED_PROGRAMS").ok().and_then(|s| s.parse().ok()).unwrap_or(20_000)
 }
 
 fn first_seed() -> u64 {
