@@ -1434,6 +1434,9 @@ fn describe_page_error(e: &FormatError, page_size: usize) -> (Option<u16>, Strin
 }
 
 #[cfg(test)]
+mod acked_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
