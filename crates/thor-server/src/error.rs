@@ -113,6 +113,26 @@ pub enum EngineError {
         /// What.
         why: String,
     },
+    /// Recovery met a log record it cannot read (its checksum passed, so this is a bug of the
+    /// build that wrote it or a format from another version): the database does not open with
+    /// it. Every record before it is intact. `thor check --repair DIR` sets the record aside
+    /// (keeping its bytes and a report beside the log) and the database opens.
+    #[error(
+        "log record at LSN {lsn} ({segment}, byte offset {offset}) cannot be read: {why}; every \
+         record before it is intact. Run `thor check --repair` on the database directory: it \
+         sets the record aside (its bytes are kept beside the log, with a report of what it \
+         held) and the database opens"
+    )]
+    UnreadableRecord {
+        /// The record's LSN.
+        lsn: u64,
+        /// The log segment file holding it.
+        segment: String,
+        /// The byte offset of its header in the segment.
+        offset: u64,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The superblock is missing, damaged or of another format.
     #[error("superblock: {0}")]
     Superblock(#[from] SuperblockError),

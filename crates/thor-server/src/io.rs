@@ -481,7 +481,7 @@ pub fn recover(
         DiskSide { disk: disk.clone(), page_size, pages, dwb, quiesce: RwLock::new(()) };
     // Streaming: the log is read a chunk at a time, so an open holds the MOB's budget of
     // versions, not the log.
-    let (log, report) = Log::open_streaming(disk.clone(), log_opts)?;
+    let (log, report) = Log::open_streaming(disk.clone(), log_opts.clone())?;
     let log = Arc::new(log);
     let checkpoint = sb.checkpoint;
     let next_lsn = report.next_lsn;
@@ -517,7 +517,9 @@ pub fn recover(
             wpl_restored = true;
             restore_wpl(&mut core, &disk_side, &log, page_size)?;
         }
-        core.replay(lsn, Bytes::copy_from_slice(payload))?;
+        if let Err(e) = core.replay(lsn, Bytes::copy_from_slice(payload)) {
+            return Err(unreadable(&*disk, &log_opts, lsn, e));
+        }
         replayed += 1;
         if core.mob_over_budget() {
             install_now(&mut core, &disk_side, &*log, &mut fx)?;
@@ -539,6 +541,25 @@ pub fn recover(
         info!(records = replayed, rounds, "recovered from the log");
     }
     Ok(Recovered { core, disk_side, log, records_replayed: replayed, rounds })
+}
+
+/// The error for a record replay could not read ([`EngineError::UnreadableRecord`]): where it
+/// is, found by inspecting the log (only this failure pays for that pass), what is wrong, and
+/// what to run. Other errors pass through.
+fn unreadable(disk: &dyn Disk, opts: &LogOptions, lsn: Lsn, e: EngineError) -> EngineError {
+    let EngineError::CorruptRecord { why, .. } = e else { return e };
+    let mut place = None;
+    let found = thor_storage::log::inspect::inspect(disk, opts, |r| {
+        if r.lsn == lsn {
+            place = Some((r.segment.to_string(), r.offset));
+        }
+    });
+    match (found, place) {
+        (Ok(_), Some((segment, offset))) => {
+            EngineError::UnreadableRecord { lsn: lsn.0, segment, offset, why }
+        }
+        _ => EngineError::CorruptRecord { lsn: lsn.0, why },
+    }
 }
 
 /// WPL's restart at recovery (`crate::wpl_log`): the table rebuilt by one backward pass, and

@@ -859,7 +859,8 @@ impl World {
                 _ => PeerMsg::Query { stamp, from },
             }
         } else {
-            let (stamp, coordinator, others) = self.prepares[src.below(self.prepares.len())].clone();
+            let (stamp, coordinator, others) =
+                self.prepares[src.below(self.prepares.len())].clone();
             match coordinator {
                 Some(c) if c != ME => PeerMsg::Decide { stamp, from: c, commit: yes },
                 _ if others.is_empty() => return Ok(()),

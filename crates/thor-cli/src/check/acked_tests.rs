@@ -29,7 +29,11 @@ fn thor_check(disk: &MemDisk) -> Result<(), String> {
     let report = check_dir(tmp.path(), 20, false).map_err(|e| e.0)?;
     if report.problems_total > 0 {
         let lines: Vec<String> = report.problems.iter().map(ToString::to_string).collect();
-        return Err(format!("thor check finds {} problems:\n{}", report.problems_total, lines.join("\n")));
+        return Err(format!(
+            "thor check finds {} problems:\n{}",
+            report.problems_total,
+            lines.join("\n")
+        ));
     }
     Ok(())
 }

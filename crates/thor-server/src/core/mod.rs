@@ -1930,7 +1930,9 @@ pub fn error_reply(e: &EngineError) -> (Reply, bool) {
             (Reply::refused(code, &msg), false)
         }
         EngineError::NoSuchPage(_) => (Reply::error(ErrorCode::NoSuchPage, &msg), false),
-        EngineError::CorruptPage { .. } | EngineError::CorruptRecord { .. } => {
+        EngineError::CorruptPage { .. }
+        | EngineError::CorruptRecord { .. }
+        | EngineError::UnreadableRecord { .. } => {
             (Reply::error(ErrorCode::CorruptData, &msg), false)
         }
         EngineError::Storage(_) | EngineError::Failed(_) | EngineError::Read { .. } => {
