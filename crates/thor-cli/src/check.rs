@@ -84,7 +84,7 @@
 //! set aside; damaged bytes that fail their checksum are not its business (see the log's
 //! torn-tail and corruption rules in `thor_storage::log`).
 //!
-//! # Nothing is written
+//! # Nothing is written (without `--repair`)
 //!
 //! The checker takes the directory lock (`FileDisk::open_locked`), so a running server (or
 //! another command) cannot change the files under it, and it refuses a database in use. Taking
