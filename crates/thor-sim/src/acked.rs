@@ -301,7 +301,7 @@ impl Source<'_> {
 
     /// One chance in `n`.
     fn one_in(&mut self, n: u8) -> bool {
-        self.u8() % n == 0
+        self.u8().is_multiple_of(n)
     }
 
     fn done(&self) -> bool {
