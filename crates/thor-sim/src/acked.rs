@@ -61,6 +61,9 @@ macro_rules! note {
     ($w:expr, $($arg:tt)*) => {
         if let Some(t) = &mut $w.trace {
             let _ = writeln!(t, $($arg)*);
+            if std::env::var_os("THOR_ACKED_LIVE").is_some() {
+                eprintln!($($arg)*);
+            }
         }
     };
 }
@@ -132,7 +135,8 @@ pub fn run_with(
 }
 
 /// Runs the program `input` and returns what it did, step by step, and how it ended (for a
-/// human looking at one input, e.g. one a fuzzer found).
+/// human looking at one input, e.g. one a fuzzer found). With `THOR_ACKED_LIVE` set, each line
+/// also goes to stderr as it is written (for an input that panics before the trace returns).
 pub fn trace(input: &[u8]) -> String {
     let mut w = match World::open(input, true) {
         Ok(w) => w,
@@ -736,8 +740,20 @@ impl World {
             Ok((_, req)) => {
                 note!(self, "{what} #{id}: decoded");
                 if let RequestBody::Prepare(p) = &req.body {
-                    let others =
+                    let others: Vec<ServerId> =
                         p.participants.iter().map(|q| q.server).filter(|s| *s != ME).collect();
+                    // A stamp names one transaction: an honest client sends it again only
+                    // for the same transaction (a retry), never for another coordinator or
+                    // other participants. (What a server does with a forged one is the
+                    // business of the peers' credentials, not of this harness.)
+                    let other = self
+                        .prepares
+                        .iter()
+                        .any(|(st, c, o)| *st == p.stamp && (*c != p.coordinator || *o != others));
+                    if other {
+                        note!(self, "  not sent: its stamp names another transaction");
+                        return Ok(());
+                    }
                     self.prepares.push((p.stamp, p.coordinator, others));
                 }
                 self.request(id, req)
