@@ -34,7 +34,19 @@
 //!
 //! A program is read from the input a byte at a time; past the input's end every byte is 0,
 //! which ends it. Every choice is a byte, so a fuzzer's mutations and a property test's
-//! shrinking both act on the program's structure.
+//! shrinking both act on the program's structure. The first byte picks the commit mode (`obj`,
+//! or one time in four `wpl`, whose commits log whole pages), then each step one of: a commit;
+//! a commit handed to the engine without the wire (an in-process transport: the core's own
+//! checks); a two-phase prepare of this server's part (server 1, with servers 2 and 3); a
+//! message from another server about a prepared transaction; a whole-page commit (`wpl`); raw
+//! payload bytes; a fetch; an install round; time passing.
+//!
+//! *What it leaves out, on purpose.* Other servers behave honestly: a decision comes from the
+//! transaction's coordinator, votes from its participants, and a client never reuses a stamp
+//! for another transaction. A forged peer message is the business of the peers' credentials
+//! (issue 30's "peers are not clients"); this harness judges what a *client* can send. The
+//! page modes that send page records (`pd-redo`, the ESM modes) are not driven: their commits
+//! become ordinary commit records (`core::pagecommit`), which `obj` mode covers.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
