@@ -1,7 +1,7 @@
 //! `thor check DIR`: an offline consistency checker of a database directory.
 //!
 //! ```text
-//! thor check DIR [--json] [--progress] [--max-problems N]
+//! thor check DIR [--json] [--progress] [--max-problems N] [--repair]
 //! ```
 //!
 //! # What state is checked
@@ -70,7 +70,21 @@
 //! checkpoint, allocation and last page, the log's LSNs), `problems` and `notes` (each with a
 //! structured `place`, the `message` and the `text` line) and their totals, `exit_status`.
 //!
-//! # Nothing is written
+//! # `--repair`: records recovery cannot read
+//!
+//! A log record whose checksum passed but whose payload the record decoder refuses (a bug of
+//! the build that wrote it, or a format from another version) stops recovery: the database
+//! does not open, and the error names the record and this command. `--repair` sets each such
+//! record aside: its bytes go to `log.<lsn>.aside` beside the log with a report
+//! (`log.<lsn>.aside.txt`) of what it held, what was set aside and what was kept, and the
+//! record that keeps whatever is well formed of it takes its place under the same LSN
+//! (`thor_server::record::salvage`); then the whole check runs again and its report is the
+//! answer. Later records are kept; why, and what they may depend on, is in
+//! [`repair`]. Only `--repair` writes (besides the lock), and only when there is a record to
+//! set aside; damaged bytes that fail their checksum are not its business (see the log's
+//! torn-tail and corruption rules in `thor_storage::log`).
+//!
+//! # Nothing is written (without `--repair`)
 //!
 //! The checker opens the directory read-only (`FileDisk::open_read_only`, the open
 //! `thor::open_read_only` uses): a shared lock on the directory, so that no server (or other
@@ -107,7 +121,9 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 use thor_core::le::u32_at;
-use thor_core::{ClassDesc, FormatError, Lsn, Oid, Oref, PageId, PageView, RawRef, builtin, large};
+use thor_core::{
+    ClassDesc, FormatError, Lsn, NotAnObject, Oid, Oref, PageId, PageView, RawRef, builtin, large,
+};
 use thor_server::dwb::DoubleWrite;
 use thor_server::io::PAGE_FILE;
 use thor_server::record;
@@ -120,6 +136,10 @@ Exit status:
   0  the database is consistent (notes, such as a torn log tail that the next open cuts, may be printed)
   1  problems were found: one line each, naming the page and oid or the log segment, offset and LSN
   2  the database could not be checked: not a database, in use by another process, or an I/O error
+
+With --repair, log records recovery cannot read are first set aside (each record's bytes kept in
+log.<lsn>.aside, a report of what it held in log.<lsn>.aside.txt), then the database is checked;
+the exit status is the check's.
 
 The checker reads the committed state (the page file plus the log from the checkpoint on, as
 recovery would replay it) and writes nothing: it opens the directory read-only, sharing it
@@ -140,17 +160,55 @@ pub struct CheckArgs {
     /// Print at most this many problems and as many notes (all are counted).
     #[arg(long, default_value_t = 1000)]
     max_problems: usize,
+    /// First set aside every log record recovery cannot read (a database that does not open
+    /// because of one names it and this option): each record's bytes are kept beside the log
+    /// in `log.<lsn>.aside` with a report in `log.<lsn>.aside.txt`, and the well-formed part of
+    /// it takes its place. Then the database is checked.
+    #[arg(long)]
+    repair: bool,
 }
 
 /// Runs the command; exits with status 1 or 2 itself (see the module documentation).
 pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     let show_progress = args.progress || std::io::stderr().is_terminal();
-    let code = match check_dir(&args.dir, args.max_problems, show_progress) {
-        Ok(report) => {
+    let outcome = if args.repair {
+        repair_dir(&args.dir, args.max_problems, show_progress)
+    } else {
+        check_dir(&args.dir, args.max_problems, show_progress).map(|r| (Vec::new(), r))
+    };
+    let code = match outcome {
+        Ok((repaired, report)) => {
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+                let mut v = report.to_json();
+                if args.repair {
+                    v["repaired"] = repaired
+                        .iter()
+                        .map(|r| {
+                            serde_json::json!({
+                                "segment": r.segment,
+                                "offset": r.offset,
+                                "lsn": r.lsn.0,
+                                "why": r.why,
+                                "set_aside": r.dropped,
+                                "lossless": r.lossless,
+                                "aside_file": r.aside.0,
+                                "report_file": r.aside.1,
+                            })
+                        })
+                        .collect();
+                }
+                println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
-                report.print_text(&mut std::io::stdout().lock())?;
+                let mut out = std::io::stdout().lock();
+                if args.repair && repaired.is_empty() {
+                    writeln!(out, "nothing to repair: every log record decodes")?;
+                }
+                for r in &repaired {
+                    for line in r.lines() {
+                        writeln!(out, "{line}")?;
+                    }
+                }
+                report.print_text(&mut out)?;
             }
             report.exit_status()
         }
@@ -414,9 +472,37 @@ impl Report {
 // ---------------------------------------------------------------------------------------------
 // The check.
 
-/// Checks the database in `dir`; see the module documentation.
+/// Checks the database in `dir`; see the module documentation. The directory is opened
+/// read-only (`FileDisk::open_read_only`: a shared lock, nothing written, not even `LOCK`).
 fn check_dir(dir: &Path, max: usize, show_progress: bool) -> Result<Report, CannotCheck> {
-    let shown = dir.display().to_string();
+    must_be_database(dir)?;
+    let disk = FileDisk::open_read_only(dir).map_err(in_use)?;
+    check_locked(&disk, dir.display().to_string(), max, show_progress)
+}
+
+/// Sets aside the log records of `dir` recovery cannot read, then checks the database; see
+/// [`repair`]. The directory is locked for writing meanwhile.
+fn repair_dir(
+    dir: &Path,
+    max: usize,
+    show_progress: bool,
+) -> Result<(Vec<repair::Repaired>, Report), CannotCheck> {
+    must_be_database(dir)?;
+    let locked = FileDisk::open_locked(dir, false, "thor check --repair").map_err(in_use)?;
+    let sb = thor_server::io::read_superblock(&locked).map_err(|e| {
+        CannotCheck(format!(
+            "the superblock cannot be read ({e}): --repair sets aside log records, and needs \
+             the page size it names"
+        ))
+    })?;
+    let repaired = repair::repair(&locked, sb.page_size)?;
+    let report = check_locked(&locked.read_only(), dir.display().to_string(), max, show_progress)?;
+    Ok((repaired, report))
+}
+
+/// Fails unless `dir` is a directory holding a database's superblock: a directory that is not
+/// a database gets a clear message before anything is opened.
+fn must_be_database(dir: &Path) -> Result<(), CannotCheck> {
     match std::fs::metadata(dir) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => return Err(CannotCheck("not a directory".to_string())),
@@ -425,24 +511,37 @@ fn check_dir(dir: &Path, max: usize, show_progress: bool) -> Result<Report, Cann
         }
         Err(e) => return Err(CannotCheck(e.to_string())),
     }
-    // Looked at first, so that a directory that is not a database gets a clear message.
     if !dir.join(superblock::FILE).is_file() {
         return Err(CannotCheck(format!(
             "not a thor database (no {} file in the directory)",
             superblock::FILE
         )));
     }
-    let disk = FileDisk::open_read_only(dir).map_err(|e| match e {
+    Ok(())
+}
+
+/// A storage error opening the directory, as a reason the database cannot be checked.
+fn in_use(e: StorageError) -> CannotCheck {
+    match e {
         StorageError::Locked { holder, .. } => CannotCheck(format!(
             "the database is in use by {holder}; stop it first (a database is checked only \
              while nothing writes it)"
         )),
         other => CannotCheck(other.to_string()),
-    })?;
+    }
+}
+
+/// Checks the database in `disk` (its directory locked), shown as `shown`.
+fn check_locked(
+    disk: &ReadOnlyDisk,
+    shown: String,
+    max: usize,
+    show_progress: bool,
+) -> Result<Report, CannotCheck> {
     let mut report = Report { dir: shown, max, ..Report::default() };
-    let Some(sb) = read_superblock(&disk, &mut report)? else { return Ok(report) };
+    let Some(sb) = read_superblock(disk, &mut report)? else { return Ok(report) };
     let progress = Progress { show: show_progress };
-    let mut checker = Checker::new(&disk, sb, report, progress)?;
+    let mut checker = Checker::new(disk, sb, report, progress)?;
     checker.run()?;
     Ok(checker.report)
 }
@@ -910,6 +1009,19 @@ impl<'d> Checker<'d> {
                 .note(Place::Directory, "no log segments: the next open starts an empty log"),
         }
         if let Ok(names) = self.disk.list() {
+            for name in names
+                .iter()
+                .filter(|n| n.starts_with("log.") && n.contains(".aside") && !n.ends_with(".txt"))
+            {
+                self.report.note(
+                    Place::Directory,
+                    format!(
+                        "{name} keeps the bytes of a log record `thor check --repair` set aside \
+                         (what it held and what was kept: {name}.txt; evidence, not part of the \
+                         log)"
+                    ),
+                );
+            }
             for name in names.iter().filter(|n| n.starts_with("log.") && n.contains(".torn")) {
                 self.report.note(
                     Place::Directory,
@@ -1344,20 +1456,25 @@ impl<'d> Checker<'d> {
     /// Why reference word `w` names no object of the committed state (`None`: it is null,
     /// names one, or names a page that cannot be read).
     fn judge_ref(&self, w: u32) -> Option<String> {
-        let o = match RawRef::decode(w) {
-            RawRef::Tagged(_) => {
+        // What names an object is `Oref::object`'s one definition (the wire's, the core's
+        // and the record decoder's); a reference field may also be null.
+        let o = match Oref::object(w) {
+            Ok(o) => o,
+            Err(NotAnObject::Null) => return None,
+            Err(NotAnObject::Tagged) => {
                 return Some(format!(
                     "is {}, with the spare bit set: a stored reference is never tagged",
                     word(w)
                 ));
             }
-            RawRef::Oref(o) if o.is_null() => return None,
-            RawRef::Oref(o) => o,
+            Err(NotAnObject::PageZero) => {
+                return Some(format!(
+                    "names {}, in page 0, which is never allocated",
+                    Oref::from_raw(w).expect("spare bit clear")
+                ));
+            }
         };
         let page = o.page_raw();
-        if page == 0 {
-            return Some(format!("names {o}, in page 0, which is never allocated"));
-        }
         if page > self.last_page {
             return Some(format!(
                 "names {o}, but page {page} is beyond the last page ({})",
@@ -1431,6 +1548,11 @@ fn describe_page_error(e: &FormatError, page_size: usize) -> (Option<u16>, Strin
         other => (None, other.to_string()),
     }
 }
+
+mod repair;
+
+#[cfg(test)]
+mod acked_tests;
 
 #[cfg(test)]
 mod tests {

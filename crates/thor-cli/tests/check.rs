@@ -596,3 +596,173 @@ fn check_never_panics_on_damaged_files() {
     }
     eprintln!("{cases} damaged databases: healthy, problems, cannot check: {outcomes:?}");
 }
+
+/// `library_db` with 2 updates, halted as a crash would leave it, then `records` appended to
+/// its log with the storage layer directly (as a buggy build would have written them): they
+/// pass the log's checksums, and the record decoder judges them.
+fn db_with_records(dir: &Path, records: &[Vec<u8>]) -> Vec<Oref> {
+    let (e, items) = library_db(dir, 2);
+    e.halt();
+    let disk = Arc::new(FileDisk::open_locked(dir, false, "thor check test").unwrap());
+    let (log, _) =
+        thor_storage::Log::open_streaming(disk, thor_storage::LogOptions::default()).unwrap();
+    for r in records {
+        log.append(r).unwrap();
+    }
+    log.flush().unwrap();
+    items
+}
+
+/// A commit record of the given versions that read `reads`, as the core builds one.
+fn commit_record(reads: &[Oref], versions: &[(Oref, Vec<u8>)]) -> Vec<u8> {
+    let mut b = thor_server::record::RecordBuilder::with_capacity(0, (1 << 50, 1), reads);
+    for (o, bytes) in versions {
+        b.push(*o, false, bytes);
+    }
+    b.finish()
+}
+
+/// Opens the database in `dir` with an engine.
+fn open(dir: &Path) -> Result<Engine, thor_server::EngineError> {
+    let disk = Arc::new(FileDisk::open_locked(dir, false, "thor check test").unwrap());
+    let opts =
+        EngineOptions { page_size: PAGE_SIZE, background_flusher: false, ..Default::default() };
+    Engine::open(disk, opts)
+}
+
+/// Issue 30's record: a commit whose read set holds the word 0x00000008 (an oref on page 0),
+/// once acknowledged and logged. The database does not open with it, the error says where it
+/// is and what to run; `thor check` names it; `thor check --repair` sets the word aside,
+/// keeps the record's version and every later record, and the database opens and checks
+/// clean.
+#[test]
+fn corrupt_record_is_reported_and_repaired() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let (e, items) = library_db(&dir, 0);
+    let mut v0 = read(&e, items[0]);
+    put_u32(&mut v0, 8, 4242);
+    let mut v1 = read(&e, items[1]);
+    put_u32(&mut v1, 8, 777);
+    e.close().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let page_zero = Oref::from_raw(0x0000_0008).unwrap();
+    let bad = commit_record(&[items[0], page_zero], &[(items[0], v0.clone())]);
+    let later = commit_record(&[items[1]], &[(items[1], v1.clone())]);
+    let items2 = db_with_records(&dir, &[bad.clone(), later]);
+    assert_eq!(items2, items, "the same database each time");
+
+    // Opening reports the record precisely and says what to run.
+    let err = open(&dir).unwrap_err();
+    let (segment, offset) = match &err {
+        thor_server::EngineError::UnreadableRecord { lsn, segment, offset, why } => {
+            assert_eq!(*lsn, 4);
+            assert!(why.contains("oref on page 0 in reads"), "{why}");
+            (segment.clone(), *offset)
+        }
+        other => panic!("{other}"),
+    };
+    let (_, offsets) = log_records(&dir);
+    assert_eq!(offset, offsets[3], "the fourth record's header");
+    let text = err.to_string();
+    assert!(text.contains(&format!("LSN 4 ({segment}, byte offset {offset})")), "{text}");
+    assert!(text.contains("thor check --repair"), "{text}");
+
+    // `thor check` names it.
+    let (code, lines) = check_text(&dir);
+    assert_eq!(code, 1, "{lines:#?}");
+    let found = problems(&lines);
+    assert_eq!(found.len(), 1, "{lines:#?}");
+    assert!(
+        found[0].starts_with(&format!("log segment {segment} offset {offset} (LSN 4): ")),
+        "{}",
+        found[0]
+    );
+
+    // `thor check --repair` sets the word aside, keeps the rest, and the check passes.
+    let out = check(&dir, &["--repair"]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains(&format!(
+            "repaired: log segment {segment} offset {offset} (LSN 4): malformed commit record: \
+             oref on page 0 in reads"
+        )),
+        "{stdout}"
+    );
+    assert!(stdout.contains("set aside: read-set word 1 (0x00000008)"), "{stdout}");
+    assert!(stdout.contains("nothing committed is lost"), "{stdout}");
+    assert_eq!(std::fs::read(dir.join("log.0000000000000004.aside")).unwrap(), bad);
+    let report = std::fs::read_to_string(dir.join("log.0000000000000004.aside.txt")).unwrap();
+    assert!(report.contains("LSN 4") && report.contains("0x00000008"), "{report}");
+
+    // The database opens: the record's version and the later record's are there.
+    let e = open(&dir).unwrap();
+    assert_eq!(read(&e, items[0]), v0);
+    assert_eq!(read(&e, items[1]), v1);
+    drop(e);
+    let (code, lines) = check_text(&dir);
+    assert_eq!(code, 0, "{lines:#?}");
+    assert!(lines.iter().any(|l| l.contains("log.0000000000000004.aside keeps")), "{lines:#?}");
+    // Nothing is left to repair.
+    let out = check(&dir, &["--repair"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8(out.stdout).unwrap().starts_with("nothing to repair"));
+}
+
+/// A record of which nothing can be read (an unknown kind) becomes a record that changes
+/// nothing; the records after it are kept. One whose created object is set aside leaves a
+/// later reference to it dangling: the database opens, and the check after the repair names
+/// the reference.
+#[test]
+fn unreadable_records_are_set_aside_and_later_ones_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let (e, items) = library_db(&dir, 0);
+    let last = *items.last().unwrap();
+    let mut v1 = read(&e, items[1]);
+    put_u32(&mut v1, 8, 555);
+    e.close().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    // LSN 4: garbage of an unknown kind. LSN 5: a later commit. LSN 6: a commit that creates
+    // an object but with flags no build writes. LSN 7: a version that refers to that object.
+    let garbage = vec![0x2a, 1, 2, 3, 4, 5, 6, 7, 8];
+    let later = commit_record(&[], &[(items[1], v1.clone())]);
+    let fresh = Oref::new(last.page().unwrap(), thor_core::Oid::new(last.oid().get() + 1).unwrap());
+    let mut created = commit_record(&[], &[(fresh, item(u32_at(&v1, 0), 0, 9))]);
+    let flags_at = created.len() - item(0, 0, 0).len() - 2;
+    created[flags_at..flags_at + 2].copy_from_slice(&0x8001u16.to_le_bytes());
+    let v2 = item(u32_at(&v1, 0), fresh.raw(), 3);
+    let refers = commit_record(&[], &[(items[2], v2)]);
+    db_with_records(&dir, &[garbage.clone(), later, created, refers]);
+    assert!(matches!(open(&dir), Err(thor_server::EngineError::UnreadableRecord { lsn: 4, .. })));
+    let out = check(&dir, &["--repair"]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("(LSN 4): malformed commit record: unknown kind"), "{stdout}");
+    assert!(stdout.contains("set aside: the whole record (9 bytes, kind 42)"), "{stdout}");
+    assert!(stdout.contains("(LSN 6): malformed commit record: unknown flags"), "{stdout}");
+    assert!(stdout.contains("what was set aside is lost from the database"), "{stdout}");
+    assert_eq!(std::fs::read(dir.join("log.0000000000000004.aside")).unwrap(), garbage);
+    let report = std::fs::read_to_string(dir.join("log.0000000000000006.aside.txt")).unwrap();
+    assert!(report.contains(&format!("created object {fresh}")), "{report}");
+    // The check after the repair names the dangling reference of LSN 7, and only that.
+    let found: Vec<&str> = stdout
+        .lines()
+        .filter(|l| {
+            !l.starts_with("note: ")
+                && !l.starts_with("thor check ")
+                && !l.starts_with("repaired")
+                && !l.starts_with("  ")
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "{stdout}");
+    assert!(
+        found[0].contains("(LSN 7) object")
+            && found[0].contains(&format!("names {fresh}, which does not exist")),
+        "{stdout}"
+    );
+    // The database opens; the later commit is there.
+    let e = open(&dir).unwrap();
+    assert_eq!(read(&e, items[1]), v1);
+}

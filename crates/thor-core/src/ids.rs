@@ -17,6 +17,25 @@
 //! indirection-table index, and commit requests set it on references to objects created by the
 //! same transaction (see [`RawRef`]). Page 0 is never allocated, so the all-zero word is free to
 //! mean "no object" ([`Oref::NULL`]).
+//!
+//! # Which words name an object
+//!
+//! A 32-bit word *names a stored object* when its spare bit is clear and its page id is in
+//! `1..=PAGE_ID_MAX`: the null word and every other word of page 0 (`0x00000002` to
+//! `0x000003fe`, oids 1 to 511 of a page that is never allocated) name nothing. That is the one
+//! definition every layer uses, through [`Oref::object`] (a word read from untrusted bytes) and
+//! [`Oref::check_object`] (an [`Oref`] value already in hand):
+//!
+//! - the wire decoder refuses any other word where an object is named (read sets, versions,
+//!   write sets, acks, invalidations, created orefs, the root), and its encoder refuses to send
+//!   one;
+//! - the server core refuses a commit whose read set or versions hold one (a commit that comes
+//!   through the embedded API, not the wire);
+//! - the log-record decoder of recovery and `thor check` refuses a record that holds one.
+//!
+//! So what the wire lets in, what the core acknowledges and what recovery reads back are the
+//! same set, and an acknowledged commit always decodes from the log. A *reference field* may
+//! also hold the null word (no object), which is why [`Oref::from_raw`] still takes it.
 
 use std::fmt;
 
@@ -126,6 +145,34 @@ impl Oref {
         if raw & 1 != 0 { None } else { Some(Oref(raw)) }
     }
 
+    /// The oref in `raw` if it names a stored object (spare bit clear, page id in
+    /// `1..=PAGE_ID_MAX`), or why it does not. The one definition of an object's name: see the
+    /// module documentation.
+    pub const fn object(raw: u32) -> Result<Oref, NotAnObject> {
+        if raw & 1 != 0 {
+            Err(NotAnObject::Tagged)
+        } else if raw == 0 {
+            Err(NotAnObject::Null)
+        } else if raw >> PAGE_SHIFT == 0 {
+            // The page id of a word takes its top 22 bits, so it is at most `PAGE_ID_MAX`:
+            // page 0 is the only page id out of range.
+            Err(NotAnObject::PageZero)
+        } else {
+            Ok(Oref(raw))
+        }
+    }
+
+    /// This oref if it names a stored object ([`Oref::object`] of its word): not null and not
+    /// on page 0 (its spare bit is clear, as in every `Oref`).
+    pub const fn check_object(self) -> Result<Oref, NotAnObject> {
+        Oref::object(self.0)
+    }
+
+    /// Whether this oref names a stored object (see [`Oref::object`]).
+    pub const fn names_object(self) -> bool {
+        Oref::object(self.0).is_ok()
+    }
+
     /// The 32-bit word stored on disk and on the wire.
     pub const fn raw(self) -> u32 {
         self.0
@@ -141,7 +188,8 @@ impl Oref {
         self.0 >> PAGE_SHIFT
     }
 
-    /// The page holding the object, or `None` for the null oref.
+    /// The page holding the object, or `None` for an oref on page 0 (the null oref, or a word
+    /// that names no object: see [`Oref::object`]).
     pub const fn page(self) -> Option<PageId> {
         PageId::new(self.page_raw())
     }
@@ -167,6 +215,37 @@ impl fmt::Display for Oref {
         fmt::Debug::fmt(self, f)
     }
 }
+
+/// Why a 32-bit word does not name a stored object ([`Oref::object`]).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum NotAnObject {
+    /// The null word: no object.
+    Null,
+    /// The spare bit is set: a tagged index (a swizzled reference, or a commit's reference to
+    /// an object it creates), not a stored oref.
+    Tagged,
+    /// Page 0, which is never allocated: a word below `0x400` other than null.
+    PageZero,
+}
+
+impl NotAnObject {
+    /// A short description, for error messages.
+    pub const fn why(self) -> &'static str {
+        match self {
+            NotAnObject::Null => "null oref",
+            NotAnObject::Tagged => "spare bit set (not a stored oref)",
+            NotAnObject::PageZero => "oref on page 0, which is never allocated",
+        }
+    }
+}
+
+impl fmt::Display for NotAnObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.why())
+    }
+}
+
+impl std::error::Error for NotAnObject {}
 
 /// A reference word as it appears in an object's reference field, which may hold more than a
 /// stored oref:
@@ -259,7 +338,39 @@ mod tests {
         assert_eq!(RawRef::decode(w), RawRef::Tagged(7));
     }
 
+    #[test]
+    fn page_zero_names_no_object() {
+        assert_eq!(Oref::object(0), Err(NotAnObject::Null));
+        assert_eq!(Oref::object(0x0000_0008), Err(NotAnObject::PageZero));
+        assert_eq!(Oref::object(0x0000_03fe), Err(NotAnObject::PageZero));
+        assert_eq!(Oref::object(0x0000_0009), Err(NotAnObject::Tagged));
+        assert_eq!(Oref::object(u32::MAX), Err(NotAnObject::Tagged));
+        let first = Oref::new(PageId::FIRST, Oid::new(0).unwrap());
+        assert_eq!(first.raw(), 0x400);
+        assert_eq!(Oref::object(0x400), Ok(first));
+        let last = Oref::new(PageId::MAX, Oid::new(511).unwrap());
+        assert_eq!(Oref::object(last.raw()), Ok(last));
+        // A page-0 word is a stored oref in the old sense (spare bit clear) but names nothing.
+        let zero = Oref::from_raw(8).unwrap();
+        assert!(!zero.is_null());
+        assert_eq!(zero.check_object(), Err(NotAnObject::PageZero));
+        assert!(!zero.names_object());
+        assert!(!Oref::NULL.names_object());
+    }
+
     proptest! {
+        /// The one definition, against its meaning: a word names an object exactly when it
+        /// decodes as an untagged reference whose page is a valid page id.
+        #[test]
+        fn object_is_exactly_untagged_with_a_page(raw in any::<u32>()) {
+            let expected = matches!(RawRef::decode(raw), RawRef::Oref(o) if o.page().is_some());
+            prop_assert_eq!(Oref::object(raw).is_ok(), expected);
+            if let Ok(o) = Oref::object(raw) {
+                prop_assert_eq!(o.raw(), raw);
+                prop_assert!(PageId::new(o.page_raw()).is_some());
+            }
+        }
+
         #[test]
         fn oref_roundtrip(page in 1u32..=PAGE_ID_MAX, oid in 0u16..512) {
             let p = PageId::new(page).unwrap();
@@ -269,6 +380,7 @@ mod tests {
             prop_assert_eq!(r.oid(), o);
             prop_assert!(!r.is_null());
             prop_assert_eq!(Oref::from_raw(r.raw()), Some(r));
+            prop_assert_eq!(Oref::object(r.raw()), Ok(r));
             prop_assert_eq!(RawRef::decode(r.raw()), RawRef::Oref(r));
         }
 

@@ -23,5 +23,5 @@ pub mod page;
 
 pub use class::{ClassDesc, VarKind, builtin};
 pub use error::FormatError;
-pub use ids::{ClientId, Lsn, Oid, Oref, PageId, RawRef, ServerId};
+pub use ids::{ClientId, Lsn, NotAnObject, Oid, Oref, PageId, RawRef, ServerId};
 pub use page::{PageMut, PageView};

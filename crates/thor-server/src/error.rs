@@ -58,6 +58,18 @@ pub enum InvalidCommit {
     /// A version would change a built-in class or a class object; classes are immutable.
     #[error("{0:?} is a class; classes cannot be modified")]
     ClassIsImmutable(Oref),
+    /// The read set or a version holds an oref that names no object: null, tagged, or on
+    /// page 0, which is never allocated (`thor_core::Oref::object`, the definition the wire
+    /// and the log-record decoder use too).
+    #[error("the {what} holds {word:#010x}, which names no object: {why}")]
+    NamesNoObject {
+        /// "read set" or "versions".
+        what: &'static str,
+        /// The word.
+        word: u32,
+        /// What is wrong with it.
+        why: thor_core::NotAnObject,
+    },
     /// The same object appears twice among the versions.
     #[error("object {0:?} is written twice in one commit")]
     Duplicate(Oref),
@@ -99,6 +111,26 @@ pub enum EngineError {
         /// Where.
         lsn: u64,
         /// What.
+        why: String,
+    },
+    /// Recovery met a log record it cannot read (its checksum passed, so this is a bug of the
+    /// build that wrote it or a format from another version): the database does not open with
+    /// it. Every record before it is intact. `thor check --repair DIR` sets the record aside
+    /// (keeping its bytes and a report beside the log) and the database opens.
+    #[error(
+        "log record at LSN {lsn} ({segment}, byte offset {offset}) cannot be read: {why}; every \
+         record before it is intact. Run `thor check --repair` on the database directory: it \
+         sets the record aside (its bytes are kept beside the log, with a report of what it \
+         held) and the database opens"
+    )]
+    UnreadableRecord {
+        /// The record's LSN.
+        lsn: u64,
+        /// The log segment file holding it.
+        segment: String,
+        /// The byte offset of its header in the segment.
+        offset: u64,
+        /// What is wrong with it.
         why: String,
     },
     /// The superblock is missing, damaged or of another format.

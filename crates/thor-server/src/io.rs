@@ -268,7 +268,9 @@ impl DiskSide {
         // The log's extent first: the page file can only hold installs of commits at or below
         // it (installs wait for us, and only durable commits are ever installed).
         let extent = log.durable_extent()?;
-        let mut buf = vec![0u8; BACKUP_CHUNK_BYTES];
+        // Grown to the largest piece copied (at most a chunk): a small database's backup does
+        // not zero a whole chunk.
+        let mut buf = Vec::new();
         let page_bytes = copy_file(&*self.disk, dest, PAGE_FILE, None, &mut buf)?;
         let mut log_bytes = 0;
         for (name, bytes) in &extent.segments {
@@ -397,7 +399,7 @@ fn copy_file(
     dest: &dyn Disk,
     name: &str,
     len: Option<u64>,
-    buf: &mut [u8],
+    buf: &mut Vec<u8>,
 ) -> Result<u64, StorageError> {
     let from = src.open(name, false)?;
     let len = match len {
@@ -408,7 +410,10 @@ fn copy_file(
     to.set_len(0)?;
     let mut off = 0u64;
     while off < len {
-        let n = buf.len().min((len - off) as usize);
+        let n = BACKUP_CHUNK_BYTES.min((len - off) as usize);
+        if buf.len() < n {
+            buf.resize(n, 0);
+        }
         from.read_exact_at(off, &mut buf[..n])?;
         to.write_at(off, &buf[..n])?;
         off += n as u64;
@@ -506,7 +511,7 @@ pub fn recover(
         DiskSide { disk: disk.clone(), page_size, pages, dwb, quiesce: RwLock::new(()) };
     // Streaming: the log is read a chunk at a time, so an open holds the MOB's budget of
     // versions, not the log.
-    let (log, report) = Log::open_streaming(disk.clone(), log_opts)?;
+    let (log, report) = Log::open_streaming(disk.clone(), log_opts.clone())?;
     let log = Arc::new(log);
     let checkpoint = sb.checkpoint;
     let next_lsn = report.next_lsn;
@@ -542,7 +547,9 @@ pub fn recover(
             wpl_restored = true;
             restore_wpl(&mut core, &disk_side, &log, page_size)?;
         }
-        core.replay(lsn, Bytes::copy_from_slice(payload))?;
+        if let Err(e) = core.replay(lsn, Bytes::copy_from_slice(payload)) {
+            return Err(unreadable(&*disk, &log_opts, lsn, e));
+        }
         replayed += 1;
         if core.mob_over_budget() {
             install_now(&mut core, &disk_side, &*log, &mut fx)?;
@@ -564,6 +571,25 @@ pub fn recover(
         info!(records = replayed, rounds, "recovered from the log");
     }
     Ok(Recovered { core, disk_side, log, records_replayed: replayed, rounds })
+}
+
+/// The error for a record replay could not read ([`EngineError::UnreadableRecord`]): where it
+/// is, found by inspecting the log (only this failure pays for that pass), what is wrong, and
+/// what to run. Other errors pass through.
+fn unreadable(disk: &dyn Disk, opts: &LogOptions, lsn: Lsn, e: EngineError) -> EngineError {
+    let EngineError::CorruptRecord { why, .. } = e else { return e };
+    let mut place = None;
+    let found = thor_storage::log::inspect::inspect(disk, opts, |r| {
+        if r.lsn == lsn {
+            place = Some((r.segment.to_string(), r.offset));
+        }
+    });
+    match (found, place) {
+        (Ok(_), Some((segment, offset))) => {
+            EngineError::UnreadableRecord { lsn: lsn.0, segment, offset, why }
+        }
+        _ => EngineError::CorruptRecord { lsn: lsn.0, why },
+    }
 }
 
 /// WPL's restart at recovery (`crate::wpl_log`): the table rebuilt by one backward pass, and

@@ -16,6 +16,11 @@
 //!         flags bit 0: created by this commit
 //! ```
 //!
+//! Every oref of a record, in its read set and its objects, names a stored object: spare bit
+//! clear, page id in `1..=PAGE_ID_MAX` (`thor_core::Oref::object`). That is the definition the
+//! wire decoder admits and the core validates with, so a record the core builds from an
+//! acknowledged commit always decodes here.
+//!
 //! Kind 2 is this layout. Kind 1 (written before concurrency control existed) has no
 //! timestamp, read count or reads: its objects follow the first 8 bytes. Both decode; only
 //! kind 2 is written.
@@ -44,7 +49,7 @@
 
 use thor_core::le::u32_at;
 use thor_core::limits::{OBJECT_ALIGN, OBJECT_HEADER_BYTES};
-use thor_core::{Oref, RawRef, ServerId, le};
+use thor_core::{NotAnObject, Oref, ServerId, le};
 
 /// A committed transaction without a concurrency-control section (old databases).
 pub const KIND_COMMIT_V1: u8 = 1;
@@ -98,9 +103,9 @@ pub fn split_wpl_body(body: &[u8]) -> Result<(Vec<Oref>, &[u8]), RecordError> {
     }
     let mut writes = Vec::with_capacity(n);
     for i in 0..n {
-        match RawRef::decode(u32_at(body, 4 + 4 * i)) {
-            RawRef::Oref(o) if !o.is_null() => writes.push(o),
-            _ => return Err(RecordError("a WPL commit body names an object that is not one")),
+        match Oref::object(u32_at(body, 4 + 4 * i)) {
+            Ok(o) => writes.push(o),
+            Err(_) => return Err(RecordError("a WPL commit body names an object that is not one")),
         }
     }
     Ok((writes, &body[4 + 4 * n..]))
@@ -138,7 +143,7 @@ impl<'a> RecordCc<'a> {
 
     /// The read set.
     pub fn reads(&self) -> impl ExactSizeIterator<Item = Oref> + 'a {
-        self.reads.chunks_exact(4).map(|w| Oref::from_raw(le::u32_at(w, 0)).expect("checked"))
+        self.reads.chunks_exact(4).map(|w| Oref::object(le::u32_at(w, 0)).expect("checked"))
     }
 }
 
@@ -266,25 +271,7 @@ pub fn decode_any<'a>(
         }
         Some(&KIND_PREPARE) => {
             let (cc, pos) = decode_objects(rec, f)?;
-            let rest = &rec[pos..];
-            if rest.len() < 6 {
-                return Err(RecordError("prepare section runs past the end"));
-            }
-            let coordinator = ServerId(le::u32_at(rest, 0));
-            let n = le::u16_at(rest, 4) as usize;
-            if n > PARTICIPANTS_MAX || rest.len() != 6 + 5 * n {
-                return Err(RecordError("prepare participant count"));
-            }
-            let mut participants = Vec::with_capacity(n);
-            for p in rest[6..].chunks_exact(5) {
-                let writes = match p[4] {
-                    0 => false,
-                    1 => true,
-                    _ => return Err(RecordError("participant writes flag")),
-                };
-                participants.push((ServerId(le::u32_at(p, 0)), writes));
-            }
-            Ok(Record::Prepare(cc, PrepareSection { coordinator, participants }))
+            Ok(Record::Prepare(cc, prepare_section(&rec[pos..])?))
         }
         _ => {
             let (mut cc, mut pos) = decode_objects(rec, f)?;
@@ -449,10 +436,7 @@ fn decode_objects<'a>(
         }
         let reads = &rec[pos..pos + 4 * n];
         for w in reads.chunks_exact(4) {
-            let o = Oref::from_raw(le::u32_at(w, 0)).ok_or(RecordError("tagged oref in reads"))?;
-            if o.page().is_none() {
-                return Err(RecordError("null oref in reads"));
-            }
+            Oref::object(le::u32_at(w, 0)).map_err(|e| RecordError(in_reads(e)))?;
         }
         cc.reads = reads;
         pos += 4 * n;
@@ -462,10 +446,7 @@ fn decode_objects<'a>(
         if rec.len() - pos < OBJECT_PREFIX_BYTES {
             return Err(RecordError("object prefix runs past the end"));
         }
-        let oref = Oref::from_raw(le::u32_at(rec, pos)).ok_or(RecordError("tagged oref"))?;
-        if oref.page().is_none() {
-            return Err(RecordError("null oref"));
-        }
+        let oref = Oref::object(le::u32_at(rec, pos)).map_err(|e| RecordError(e.why()))?;
         let len = le::u16_at(rec, pos + 4) as usize;
         let flags = le::u16_at(rec, pos + 6);
         if flags & !FLAG_CREATED != 0 {
@@ -482,6 +463,216 @@ fn decode_objects<'a>(
         pos += len;
     }
     Ok((cc, pos))
+}
+
+/// What [`salvage`] made of a record that does not decode: the record to put in its place,
+/// which decodes, and what was left out of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Salvaged {
+    /// The record to write in place of the bad one, under the same LSN: it decodes
+    /// ([`decode_any`]).
+    pub record: Vec<u8>,
+    /// What the record held that the new one does not, one line each, for the report.
+    pub dropped: Vec<String>,
+    /// Whether only read-set words were left out. The read set feeds nothing but concurrency
+    /// control's validation queue after a restart, so nothing committed is lost, and no later
+    /// record can depend on it.
+    pub lossless: bool,
+    /// Objects the record created that were left out (their orefs could be read): later
+    /// records may refer to them.
+    pub dropped_created: Vec<Oref>,
+}
+
+/// The record that changes nothing: a commit (kind 2) at timestamp 0 that read and wrote
+/// nothing. What [`salvage`] puts in place of a record of which nothing can be kept.
+pub fn empty_commit() -> Vec<u8> {
+    RecordBuilder::with_capacity(0, (0, 0), &[]).finish()
+}
+
+/// Makes a record that decodes out of `rec`, one that does not (recovery and `thor check`
+/// refuse it), keeping everything of it that is well formed (`thor check --repair`):
+///
+/// - a commit (kinds 1 and 2) or a prepared part (kind 3) keeps its timestamp, the read-set
+///   words that name objects, and every object whose prefix and bytes are well formed and
+///   whose oref names an object; from the first object whose prefix or length cannot be read
+///   on, the rest of the record is left out (where the next object starts is then unknown);
+/// - a prepared part whose two-phase section does not decode is left out whole (its versions
+///   could not be held for a decision it cannot be matched with): an empty commit takes its
+///   place, and the transaction's outcome is asked for as for a part never prepared;
+/// - a record of any other kind (a decision or end that does not decode, an unknown kind, a
+///   whole-page-logging record) becomes an empty commit ([`empty_commit`]).
+///
+/// A record that decodes is returned unchanged with nothing dropped.
+pub fn salvage(rec: &[u8]) -> Salvaged {
+    if decode_any(rec, |_| {}).is_ok() {
+        return Salvaged {
+            record: rec.to_vec(),
+            dropped: Vec::new(),
+            lossless: true,
+            dropped_created: Vec::new(),
+        };
+    }
+    let whole = |why: String| Salvaged {
+        record: empty_commit(),
+        dropped: vec![why],
+        lossless: false,
+        dropped_created: Vec::new(),
+    };
+    let kind = rec.first().copied();
+    if rec.len() < HEADER_BYTES
+        || !matches!(kind, Some(KIND_COMMIT | KIND_COMMIT_V1 | KIND_PREPARE))
+        || rec[1..4] != [0, 0, 0]
+    {
+        return whole(format!(
+            "the whole record ({} bytes{}): its kind or header cannot be read",
+            rec.len(),
+            kind.map_or(String::new(), |k| format!(", kind {k}"))
+        ));
+    }
+    let mut dropped = Vec::new();
+    let mut lossless = true;
+    let mut dropped_created = Vec::new();
+    let mut ts = (0, 0);
+    let mut reads = Vec::new();
+    let mut pos = HEADER_BYTES;
+    // Whether the objects can be read: not when the read set's end is unknown.
+    let mut framed = true;
+    if rec[0] != KIND_COMMIT_V1 {
+        if rec.len() - pos < CC_BYTES {
+            return whole(format!(
+                "the whole record ({} bytes): its timestamp is cut off",
+                rec.len()
+            ));
+        }
+        ts = (le::u64_at(rec, pos), le::u32_at(rec, pos + 8));
+        let n = le::u32_at(rec, pos + 12) as usize;
+        pos += CC_BYTES;
+        let present = ((rec.len() - pos) / 4).min(n);
+        for i in 0..present {
+            let w = le::u32_at(rec, pos + 4 * i);
+            match Oref::object(w) {
+                Ok(o) => reads.push(o),
+                Err(e) => dropped.push(format!("read-set word {i} ({w:#010x}): {e}")),
+            }
+        }
+        if present < n {
+            dropped.push(format!(
+                "the read set claims {n} words, the record holds {present}: the objects after it \
+                 cannot be found"
+            ));
+            lossless = false;
+            framed = false;
+        }
+        pos += 4 * present;
+    }
+    let count = le::u32_at(rec, 4) as usize;
+    let mut objects: Vec<(Oref, bool, &[u8])> = Vec::new();
+    for i in 0..count {
+        if !framed {
+            break;
+        }
+        let bad_frame = |why: &str| {
+            format!(
+                "objects {i} to {} of {count} ({} bytes from byte {pos}): {why}",
+                count - 1,
+                rec.len() - pos
+            )
+        };
+        if rec.len() - pos < OBJECT_PREFIX_BYTES {
+            dropped.push(bad_frame("the prefix of the first is cut off"));
+            lossless = false;
+            framed = false;
+            break;
+        }
+        let w = le::u32_at(rec, pos);
+        let len = le::u16_at(rec, pos + 4) as usize;
+        let flags = le::u16_at(rec, pos + 6);
+        let bad = if flags & !FLAG_CREATED != 0 {
+            Some("the first has unknown flags")
+        } else if len < OBJECT_HEADER_BYTES || !len.is_multiple_of(OBJECT_ALIGN) {
+            Some("the first has a length that is no object's")
+        } else if rec.len() - pos - OBJECT_PREFIX_BYTES < len {
+            Some("the first runs past the end")
+        } else {
+            None
+        };
+        if let Some(why) = bad {
+            dropped.push(bad_frame(why));
+            if flags & FLAG_CREATED != 0 {
+                dropped_created.extend(Oref::object(w));
+            }
+            lossless = false;
+            framed = false;
+            break;
+        }
+        let data = &rec[pos + OBJECT_PREFIX_BYTES..pos + OBJECT_PREFIX_BYTES + len];
+        let created = flags & FLAG_CREATED != 0;
+        match Oref::object(w) {
+            Ok(o) => objects.push((o, created, data)),
+            Err(e) => {
+                dropped.push(format!("object {i} ({w:#010x}, {len} bytes): {e}"));
+                lossless = false;
+            }
+        }
+        pos += OBJECT_PREFIX_BYTES + len;
+    }
+    let mut b = RecordBuilder::with_capacity(0, ts, &reads);
+    for (o, created, data) in &objects {
+        b.push(*o, *created, data);
+    }
+    let record = if rec[0] == KIND_PREPARE {
+        let section = if framed { prepare_section(&rec[pos..]).ok() } else { None };
+        match section {
+            Some(s) => b.finish_prepared(&s),
+            None => {
+                return whole(format!(
+                    "the whole prepared part ({} bytes, {count} objects): its two-phase section \
+                     cannot be read",
+                    rec.len()
+                ));
+            }
+        }
+    } else {
+        if framed && pos != rec.len() {
+            dropped.push(format!("{} bytes after the last object", rec.len() - pos));
+            lossless = false;
+        }
+        b.finish()
+    };
+    debug_assert!(decode_any(&record, |_| {}).is_ok(), "a salvaged record decodes");
+    Salvaged { record, dropped, lossless, dropped_created }
+}
+
+/// A prepare record's two-phase section (`rest`, what follows its objects), checked.
+fn prepare_section(rest: &[u8]) -> Result<PrepareSection, RecordError> {
+    if rest.len() < 6 {
+        return Err(RecordError("prepare section runs past the end"));
+    }
+    let coordinator = ServerId(le::u32_at(rest, 0));
+    let n = le::u16_at(rest, 4) as usize;
+    if n > PARTICIPANTS_MAX || rest.len() != 6 + 5 * n {
+        return Err(RecordError("prepare participant count"));
+    }
+    let mut participants = Vec::with_capacity(n);
+    for p in rest[6..].chunks_exact(5) {
+        let writes = match p[4] {
+            0 => false,
+            1 => true,
+            _ => return Err(RecordError("participant writes flag")),
+        };
+        participants.push((ServerId(le::u32_at(p, 0)), writes));
+    }
+    Ok(PrepareSection { coordinator, participants })
+}
+
+/// Why a read-set word of a record names no object (the same words the wire and the core
+/// refuse: [`Oref::object`]).
+const fn in_reads(e: NotAnObject) -> &'static str {
+    match e {
+        NotAnObject::Null => "null oref in reads",
+        NotAnObject::Tagged => "tagged oref in reads",
+        NotAnObject::PageZero => "oref on page 0 in reads",
+    }
 }
 
 #[cfg(test)]
@@ -549,6 +740,35 @@ mod tests {
         assert_eq!(built.len(), encoded_len(1, 2, 12));
         assert_eq!(built, out, "the builder and the encoder agree");
         assert!(decode(&out[..out.len() - 1], |_| {}).is_err());
+    }
+
+    /// Issue 30's record: a commit whose read set holds a word of page 0. Salvage leaves the
+    /// word out and keeps the rest: nothing committed is lost.
+    #[test]
+    fn a_read_set_on_page_zero_is_salvaged_without_loss() {
+        let good = Oref::new(PageId::new(3).unwrap(), Oid::new(4).unwrap());
+        let mut rec = RecordBuilder::with_capacity(0, (5, 6), &[good, good]).finish();
+        rec[HEADER_BYTES + CC_BYTES + 4..HEADER_BYTES + CC_BYTES + 8]
+            .copy_from_slice(&8u32.to_le_bytes());
+        let obj = [7u8, 0, 0, 0, 1, 2, 3, 4];
+        rec[4..8].copy_from_slice(&1u32.to_le_bytes());
+        rec.extend_from_slice(&good.raw().to_le_bytes());
+        rec.extend_from_slice(&[8, 0, 0, 0]);
+        rec.extend_from_slice(&obj);
+        assert_eq!(decode(&rec, |_| {}), Err(RecordError("oref on page 0 in reads")));
+        let s = salvage(&rec);
+        assert!(s.lossless, "{s:?}");
+        assert_eq!(s.dropped.len(), 1);
+        assert!(s.dropped[0].contains("0x00000008") && s.dropped[0].contains("page 0"), "{s:?}");
+        let mut objects = Vec::new();
+        let cc = decode(&s.record, |o| objects.push((o.oref, o.created, o.data.to_vec()))).unwrap();
+        assert_eq!(cc.reads().collect::<Vec<_>>(), [good]);
+        assert_eq!(objects, [(good, false, obj.to_vec())]);
+        // A record of an unknown kind leaves nothing: the empty commit takes its place.
+        let s = salvage(&[42, 0, 0, 0, 1, 2, 3]);
+        assert_eq!(s.record, empty_commit());
+        assert!(!s.lossless);
+        assert!(decode(&empty_commit(), |_| panic!("no objects")).unwrap().reads().len() == 0);
     }
 
     #[test]
@@ -638,6 +858,79 @@ mod tests {
             prop_assert_eq!((cc.ts_us, cc.ts_server), (77, 3));
             prop_assert_eq!(cc.reads().collect::<Vec<_>>(), reads);
             prop_assert_eq!(got, objects);
+        }
+
+        /// The decoder takes exactly the words the wire and the core take as objects'
+        /// names (`Oref::object`), in the read set and as an object's oref: a record the core
+        /// built from an acknowledged commit decodes, and one holding anything else does not.
+        #[test]
+        fn records_take_exactly_the_orefs_the_wire_takes(
+            word in prop_oneof![any::<u32>(), 0u32..0x800],
+            in_reads in any::<bool>(),
+        ) {
+            let good = Oref::new(PageId::new(3).unwrap(), Oid::new(4).unwrap());
+            let mut rec = RecordBuilder::with_capacity(0, (1, 1), &[good]).finish();
+            if in_reads {
+                rec[HEADER_BYTES + 12..HEADER_BYTES + 16].copy_from_slice(&2u32.to_le_bytes());
+                rec.extend_from_slice(&word.to_le_bytes());
+            } else {
+                rec[4..8].copy_from_slice(&1u32.to_le_bytes());
+                rec.extend_from_slice(&word.to_le_bytes());
+                rec.extend_from_slice(&[4, 0, 0, 0, 7, 0, 0, 0]);
+            }
+            prop_assert_eq!(decode(&rec, |_| {}).is_ok(), Oref::object(word).is_ok());
+            let mut body = 1u32.to_le_bytes().to_vec();
+            body.extend_from_slice(&word.to_le_bytes());
+            prop_assert_eq!(split_wpl_body(&body).is_ok(), Oref::object(word).is_ok());
+        }
+
+        /// Whatever the bytes, a salvaged record decodes; one that decodes is kept as it is;
+        /// and what was a commit keeps every well-named read and every well-formed object up
+        /// to the first whose frame is broken.
+        #[test]
+        fn a_salvaged_record_always_decodes(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let s = salvage(&bytes);
+            let decodes = decode_any(&s.record, |_| {}).is_ok();
+            prop_assert!(decodes);
+            if decode_any(&bytes, |_| {}).is_ok() {
+                prop_assert_eq!(&s.record, &bytes);
+                prop_assert!(s.dropped.is_empty());
+            } else {
+                prop_assert!(!s.dropped.is_empty());
+            }
+        }
+
+        #[test]
+        fn salvage_keeps_what_is_well_formed(
+            reads in proptest::collection::vec(prop_oneof![any::<u32>(), 0u32..0x800, 0x400u32..0x10000], 0..8),
+            objects in proptest::collection::vec((prop_oneof![any::<u32>(), 0x400u32..0x10000], any::<bool>(), 1usize..6), 0..6),
+        ) {
+            // A record written as the core once could write it: any words.
+            let mut rec = vec![KIND_COMMIT, 0, 0, 0];
+            rec.extend_from_slice(&(objects.len() as u32).to_le_bytes());
+            rec.extend_from_slice(&7u64.to_le_bytes());
+            rec.extend_from_slice(&9u32.to_le_bytes());
+            rec.extend_from_slice(&(reads.len() as u32).to_le_bytes());
+            for w in &reads {
+                rec.extend_from_slice(&w.to_le_bytes());
+            }
+            for (w, created, words) in &objects {
+                rec.extend_from_slice(&w.to_le_bytes());
+                rec.extend_from_slice(&(4 * *words as u16).to_le_bytes());
+                rec.extend_from_slice(&u16::from(*created).to_le_bytes());
+                rec.extend_from_slice(&vec![0xab; 4 * words]);
+            }
+            let s = salvage(&rec);
+            let mut got = Vec::new();
+            let cc = decode(&s.record, |o| got.push((o.oref.raw(), o.created, o.data.len() / 4))).unwrap();
+            prop_assert_eq!((cc.ts_us, cc.ts_server), (7, 9));
+            let want_reads: Vec<u32> = reads.iter().copied().filter(|w| Oref::object(*w).is_ok()).collect();
+            prop_assert_eq!(cc.reads().map(Oref::raw).collect::<Vec<_>>(), want_reads);
+            let want: Vec<(u32, bool, usize)> = objects.iter().copied().filter(|(w, _, _)| Oref::object(*w).is_ok()).collect();
+            prop_assert_eq!(&got, &want);
+            let bad_reads = reads.iter().filter(|w| Oref::object(**w).is_err()).count();
+            prop_assert_eq!(s.lossless, want.len() == objects.len());
+            prop_assert_eq!(s.dropped.len(), bad_reads + objects.len() - want.len());
         }
 
         #[test]

@@ -29,6 +29,7 @@
 //! transactions the clients committed (what each read and wrote) it proves the history
 //! serializable, or names the anomaly (a lost update, a dirty read, a dependency cycle).
 
+pub mod acked;
 pub mod check;
 pub mod pagemode;
 pub mod serial;

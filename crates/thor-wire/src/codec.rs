@@ -127,14 +127,12 @@ impl Reader {
         }
     }
 
-    /// An oref naming an object: not null, spare bit clear.
+    /// An oref naming a stored object: not null, spare bit clear, page id in
+    /// `1..=PAGE_ID_MAX` ([`Oref::object`], the one definition the core and the log-record
+    /// decoder use too).
     pub(crate) fn oref(&mut self, what: &'static str) -> Result<Oref, WireError> {
         let raw = self.u32(what)?;
-        match Oref::from_raw(raw) {
-            Some(o) if !o.is_null() => Ok(o),
-            Some(_) => Err(WireError::BadValue { what, why: "null oref" }),
-            None => Err(WireError::BadValue { what, why: "spare bit set (not a stored oref)" }),
-        }
+        Oref::object(raw).map_err(|e| WireError::BadValue { what, why: e.why() })
     }
 
     /// A page id in `1..=PAGE_ID_MAX`.
@@ -169,6 +167,12 @@ impl Put for Vec<u8> {
     fn put_u64(&mut self, v: u64) {
         self.extend_from_slice(&v.to_le_bytes());
     }
+}
+
+/// Checks an oref the encoder is about to write where an object is named: an encoder refuses
+/// anything its peer's decoder ([`Reader::oref`]) would refuse.
+pub(crate) fn check_oref(o: Oref, what: &'static str) -> Result<(), WireError> {
+    o.check_object().map(drop).map_err(|e| WireError::BadValue { what, why: e.why() })
 }
 
 /// Checks a length or count the encoder is about to write against its bound: an encoder refuses

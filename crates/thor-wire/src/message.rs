@@ -31,8 +31,10 @@
 //! Acks confirm invalidations the client has applied; discarded pages are pages the client
 //! dropped from its cache (so that the server's directory of cached pages can forget them).
 //! Invalidations name objects other clients have committed new versions of. `A <= ACKS_MAX`,
-//! `D <= DISCARDED_PAGES_MAX`, `I <= INVALIDATIONS_MAX`. Orefs here and everywhere below are
-//! stored orefs: not null, spare bit clear.
+//! `D <= DISCARDED_PAGES_MAX`, `I <= INVALIDATIONS_MAX`. Orefs here and everywhere below name
+//! stored objects: spare bit clear and page id in `1..=PAGE_ID_MAX`, so neither null nor any
+//! other word of page 0 (`thor_core::Oref::object`, the definition the server core and the
+//! log-record decoder use too; a request holding another word is refused as malformed).
 //!
 //! Demotion (the DEMOTE protocol, `papers/demote-exclusive-caching.txt`, with a server whose
 //! page cache is exclusive, as `HelloOk` says): a *demoted page* is a page the client dropped
@@ -141,7 +143,7 @@ use thor_core::limits::is_valid_page_size;
 use thor_core::{ClientId, Lsn, Oref, PageId, ServerId};
 
 use crate::code::{ErrorCode, RefusedCode};
-use crate::codec::{Put, Reader, check_limit};
+use crate::codec::{Put, Reader, check_limit, check_oref};
 use crate::error::WireError;
 use crate::frame::{self, FLAG_DEMOTION, FLAG_SEEN, FLAGS_NONE, Frame};
 use crate::limits::{
@@ -597,13 +599,6 @@ fn get_pages(r: &mut Reader, max: usize, what: &'static str) -> Result<Vec<PageI
         v.push(r.page_id(what)?);
     }
     Ok(v)
-}
-
-fn check_oref(o: Oref, what: &'static str) -> Result<(), WireError> {
-    if o.is_null() {
-        return Err(WireError::BadValue { what, why: "null oref" });
-    }
-    Ok(())
 }
 
 fn put_short(out: &mut Vec<u8>, b: &[u8]) {
@@ -1374,6 +1369,82 @@ mod tests {
             ..Commit::default()
         }));
         assert!(null.to_frame(1).is_err());
+    }
+
+    /// Every place a request names an object takes exactly the words `Oref::object` takes
+    /// (the core's and the log-record decoder's definition): page 0's words are refused like
+    /// null and tagged ones, by the decoder and by the encoder.
+    #[test]
+    fn every_named_object_refuses_what_names_no_object() {
+        let page_zero = Oref::from_raw(8).unwrap();
+        let good = Oref::object(0x400).unwrap();
+        for (word, why) in [
+            (0u32, "null oref"),
+            (8, "oref on page 0, which is never allocated"),
+            (0x3fe, "oref on page 0, which is never allocated"),
+            (9, "spare bit set (not a stored oref)"),
+        ] {
+            // A commit's read set: R = 1, the word; no versions, no created objects.
+            let mut p = [0u8; 8].to_vec();
+            p.extend_from_slice(&1u32.to_le_bytes());
+            p.extend_from_slice(&word.to_le_bytes());
+            p.extend_from_slice(&[0; 8]);
+            assert_eq!(req_err(kind::COMMIT, &p), WireError::BadValue { what: "read set", why });
+            // A version's oref.
+            let mut p = [0u8; 12].to_vec();
+            p.extend_from_slice(&1u32.to_le_bytes());
+            p.extend_from_slice(&word.to_le_bytes());
+            p.extend_from_slice(&4u32.to_le_bytes());
+            p.extend_from_slice(&[0; 8]);
+            assert_eq!(
+                req_err(kind::COMMIT, &p),
+                WireError::BadValue { what: "version oref", why }
+            );
+            // An ack.
+            let mut p = 1u32.to_le_bytes().to_vec();
+            p.extend_from_slice(&word.to_le_bytes());
+            p.extend_from_slice(&0u32.to_le_bytes());
+            assert_eq!(req_err(kind::ABORT, &p), WireError::BadValue { what: "acks", why });
+            // A page commit's read and write sets.
+            for (reads, writes, what) in [(1u32, 0u32, "read set"), (0, 1, "write set")] {
+                let mut p = [0u8; 8].to_vec();
+                p.extend_from_slice(&7u64.to_le_bytes());
+                p.push(1);
+                for n in [reads, writes] {
+                    p.extend_from_slice(&n.to_le_bytes());
+                    if n == 1 {
+                        p.extend_from_slice(&word.to_le_bytes());
+                    }
+                }
+                p.extend_from_slice(&[0; 12]);
+                assert_eq!(req_err(kind::PAGE_COMMIT, &p), WireError::BadValue { what, why });
+            }
+        }
+        // The same commit with a page-1 read decodes.
+        let mut p = [0u8; 8].to_vec();
+        p.extend_from_slice(&1u32.to_le_bytes());
+        p.extend_from_slice(&good.raw().to_le_bytes());
+        p.extend_from_slice(&[0; 8]);
+        let req = decode_request(raw_frame(kind::COMMIT, &p), FRAME_BYTES_MAX).unwrap().1;
+        assert_eq!(
+            req.body,
+            RequestBody::Commit(Commit { reads: vec![good], ..Commit::default() })
+        );
+        // The encoders refuse what the decoders would.
+        let reads = Commit { reads: vec![good, page_zero], ..Commit::default() };
+        assert!(Request::new(RequestBody::Commit(reads)).to_frame(1).is_err());
+        let versions = Commit {
+            versions: vec![(page_zero, Bytes::from_static(&[0; 4]))],
+            ..Commit::default()
+        };
+        assert!(Request::new(RequestBody::Commit(versions)).to_frame(1).is_err());
+        let mut ack = Request::new(RequestBody::Abort);
+        ack.piggyback.acks.push(page_zero);
+        assert!(ack.to_frame(1).is_err());
+        let pc = crate::PageCommit { mode: 1, writes: vec![page_zero], ..Default::default() };
+        assert!(Request::new(RequestBody::PageCommit(pc)).to_frame(1).is_err());
+        let reply = Reply::new(ReplyBody::CommitOk { lsn: Lsn(1), created: vec![page_zero] });
+        assert!(reply.to_frame(1).is_err());
     }
 
     #[test]

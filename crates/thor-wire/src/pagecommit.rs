@@ -47,7 +47,7 @@ use bytes::Bytes;
 use thor_core::Oref;
 use thor_core::limits::is_valid_page_size;
 
-use crate::codec::{Put, Reader, check_limit};
+use crate::codec::{Put, Reader, check_limit, check_oref};
 use crate::error::WireError;
 use crate::limits::{
     COMMIT_OBJECTS_MAX, OBJECT_BYTES_MAX, PAGE_RECORD_BYTES_MAX, PAGE_RECORDS_MAX,
@@ -227,10 +227,11 @@ pub(crate) fn commit_bytes(c: &PageCommit) -> Result<usize, WireError> {
         c.writes.len().saturating_add(c.created.len()),
         COMMIT_OBJECTS_MAX,
     )?;
-    for o in c.reads.iter().chain(&c.writes) {
-        if o.is_null() || o.raw() & 1 != 0 {
-            return Err(WireError::BadValue { what: "page commit oref", why: "null or tagged" });
-        }
+    for o in &c.reads {
+        check_oref(*o, "read set")?;
+    }
+    for o in &c.writes {
+        check_oref(*o, "write set")?;
     }
     let mut n = 8 + 1 + 4 + 4 * c.reads.len() + 4 + 4 * c.writes.len() + 4;
     for b in &c.created {

@@ -1367,7 +1367,12 @@ impl Core {
             // A read-only transaction changes nothing, so there is nothing to make durable: no
             // log record and no fsync. It is validated like any other (it may have read a
             // stale copy, or what a committing transaction is writing), and enters the
-            // validation queue as committed.
+            // validation queue as committed. Its read set is held to the same definition of
+            // an object's name as a writing commit's (`Store::validate`).
+            if let Err(e) = store::check_names(&c) {
+                self.counters.commits_refused += 1;
+                return self.answer_commit(origin, Err(e.into()), fx);
+            }
             let conn = origin.conn();
             match self.cc.validate(conn, &c.reads, &[], c.ts, self.now_us) {
                 Ok(ts) => {
@@ -1481,8 +1486,12 @@ impl Core {
             // One pass over the objects for both (a commit may write 99,000).
             let record_bytes = head.commit.record_bytes();
             let log_bytes = thor_storage::log::record::encoded_len(record_bytes);
+            // A two-phase part's record carries its section after the objects: counted, so
+            // that no record the log would refuse (which stops the server) is ever appended.
+            let section_bytes =
+                head.twopc.as_deref().map_or(0, |t| Core::twopc_section(t).encoded_len());
             let largest = match head.commit.wpl {
-                None => record_bytes,
+                None => record_bytes + section_bytes,
                 Some(_) => head.commit.largest_record(),
             };
             if largest > self.cfg.record_bytes_max {
@@ -1492,6 +1501,11 @@ impl Core {
                     got: largest,
                     max: self.cfg.record_bytes_max,
                 };
+                if q.twopc.is_some() {
+                    // A two-phase part: refused as its validation would be (a no vote).
+                    self.twopc_refused(q, e.into(), fx);
+                    continue;
+                }
                 self.counters.commits_refused += 1;
                 self.answer_commit(q.origin, Err(e.into()), fx);
                 continue;
@@ -2090,7 +2104,9 @@ pub fn error_reply(e: &EngineError) -> (Reply, bool) {
             (Reply::refused(code, &msg), false)
         }
         EngineError::NoSuchPage(_) => (Reply::error(ErrorCode::NoSuchPage, &msg), false),
-        EngineError::CorruptPage { .. } | EngineError::CorruptRecord { .. } => {
+        EngineError::CorruptPage { .. }
+        | EngineError::CorruptRecord { .. }
+        | EngineError::UnreadableRecord { .. } => {
             (Reply::error(ErrorCode::CorruptData, &msg), false)
         }
         EngineError::Storage(_) | EngineError::Failed(_) | EngineError::Read { .. } => {
@@ -2104,7 +2120,9 @@ pub fn error_reply(e: &EngineError) -> (Reply, bool) {
 pub fn refused_code(e: &InvalidCommit) -> RefusedCode {
     match e {
         InvalidCommit::TooLarge { .. } => RefusedCode::TooLarge,
-        InvalidCommit::NoSuchObject(_) => RefusedCode::NoSuchObject,
+        InvalidCommit::NoSuchObject(_) | InvalidCommit::NamesNoObject { .. } => {
+            RefusedCode::NoSuchObject
+        }
         InvalidCommit::NotAClass { .. } => RefusedCode::NotAClass,
         InvalidCommit::BadShape { .. } => RefusedCode::BadShape,
         InvalidCommit::BadReference { .. } => RefusedCode::BadReference,
@@ -2142,3 +2160,5 @@ mod tests_prefetch;
 mod tests_resume;
 #[cfg(test)]
 mod tests_twopc;
+#[cfg(test)]
+mod tests_valid;

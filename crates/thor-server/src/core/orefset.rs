@@ -40,7 +40,10 @@ impl OrefSet {
         OrefSet::default()
     }
 
-    /// Adds `oref` (not null); returns whether it was not a member.
+    /// Adds `oref`, which must name an object (not null, not on page 0: the caller checks it
+    /// with `Oref::check_object`); returns whether it was not a member. An oref that names no
+    /// object is never added, and the answer is then `false`, which is not "already a member":
+    /// callers refuse such orefs before they get here.
     pub fn insert(&mut self, oref: Oref) -> bool {
         let Some(page) = oref.page() else { return false };
         let slot = match self.last {
@@ -117,6 +120,9 @@ mod tests {
         let mut s = OrefSet::new();
         assert!(!s.insert(Oref::NULL));
         assert!(!s.contains(Oref::NULL));
+        let page_zero = Oref::from_raw(8).unwrap();
+        assert!(!s.insert(page_zero));
+        assert!(!s.contains(page_zero));
         assert_eq!(s.iter().count(), 0);
     }
 

@@ -359,6 +359,10 @@ pub(crate) struct Store {
     /// records), until its commit record. A commit's images and commit record are appended
     /// in one step, consecutively, so this holds one commit's pages at most.
     wpl_images: (u64, Vec<(PageId, Bytes)>),
+    /// Recovery: the committed WPL copies restart restored whose images lie below the
+    /// checkpoint, by page: their commit record's LSN and image, until replay meets that
+    /// record (see [`Store::restore_page_copy`]).
+    wpl_copies: FxHashMap<PageId, (Lsn, Bytes)>,
 }
 
 impl Store {
@@ -393,6 +397,7 @@ impl Store {
             plain: VecDeque::new(),
             wpl_seen: false,
             wpl_images: (0, Vec::new()),
+            wpl_copies: FxHashMap::default(),
         }
     }
 
@@ -488,15 +493,31 @@ impl Store {
         let images = if images.0 == txn { images.1 } else { Vec::new() };
         let held: usize = images.iter().map(|(_, b)| b.len()).sum::<usize>() + rec.len();
         for o in &writes {
-            // Images below the checkpoint are not replayed: WPL's restart has them.
-            let Some((page, img)) = images.iter().find(|(p, _)| o.page() == Some(*p)) else {
-                continue;
+            // Images below the checkpoint are not replayed: WPL's restart has them, as the
+            // committed copies it restored (`restore_page_copy`).
+            let (page, img, held) = match images.iter().find(|(p, _)| o.page() == Some(*p)) {
+                Some((page, img)) => (*page, img.clone(), held),
+                // The page's restored copy is this commit's or a newer commit's (the table
+                // keeps a page's newest copy), whose image holds the page as committed when
+                // that commit was prepared: this commit's version of the object, or a newer
+                // one, which replay meets again under its own LSN.
+                None => match o.page().and_then(|p| self.wpl_copies.get(&p)) {
+                    Some((l, img)) if *l >= lsn => {
+                        (o.page().expect("found"), img.clone(), img.len())
+                    }
+                    _ => continue,
+                },
             };
-            let view = PageView::parse_stored(img, *page).map_err(|e| bad(e.to_string()))?;
+            let view = PageView::parse_stored(&img, page).map_err(|e| bad(e.to_string()))?;
             let r = view
                 .object_range(o.oid())
                 .ok_or_else(|| bad(format!("its image of page {page} lacks {o}")))?;
             self.mob.insert(*o, lsn, false, img.slice(r), held);
+        }
+        for p in writes.iter().filter_map(|o| o.page()) {
+            if self.wpl_copies.get(&p).is_some_and(|(l, _)| *l == lsn) {
+                self.wpl_copies.remove(&p);
+            }
         }
         let mut replay = self.replay(lsn, inner)?;
         if let Replay::Commit(r) = &mut replay {
@@ -507,23 +528,35 @@ impl Store {
         Ok(replay)
     }
 
-    /// Recovery: puts every object of a committed WPL copy of `page` (a page image whose
-    /// record is at `lsn`) into the MOB under `lsn`. The MOB keeps the newest version of each
-    /// object, so versions replayed before or after, older or newer, end as they would have
-    /// in log order. The page's offset-table size is forgotten (the copy may have more
-    /// objects than was known): it is recomputed from its image and the MOB when needed.
+    /// Recovery: keeps a committed WPL copy of `page` (a page image whose commit record is at
+    /// `lsn`, the image's version) for replay: the WPL commit records from the checkpoint up
+    /// to `lsn` whose own images of `page` lie below the checkpoint take from it the objects
+    /// they wrote, into the MOB under their own LSNs, as each commit published them before the
+    /// crash (the copy holds the page as committed when its commit was prepared, so its bytes
+    /// of an object an older commit wrote are that commit's or newer ones, which replay meets
+    /// again under their own LSNs). The page's offset-table size is forgotten (the copy may
+    /// have more objects than was known): it is recomputed from its image and the MOB when
+    /// needed.
+    ///
+    /// *Only the written objects.* The image holds the whole page as it was when the commit
+    /// was prepared, its other objects included; putting those into the MOB under `lsn` (as
+    /// recovery once did) made them newer than a version committed later under an earlier LSN
+    /// (a two-phase part prepared before the WPL commit and decided after it publishes its
+    /// versions under its prepare record's LSN), and recovery lost that version (found by
+    /// `thor_sim::acked`). Every other object of the page is as it was without the copy: home
+    /// (what records below the checkpoint wrote is installed) or replayed from its own record.
+    ///
+    /// The commit record is at or above the superblock's checkpoint whenever the copy is not
+    /// home (its versions were in the MOB, which holds the checkpoint down), so replay meets
+    /// it; a copy it did not meet is put into the MOB whole by [`Store::replayed_all`].
     pub fn restore_page_copy(
         &mut self,
         page: PageId,
         lsn: Lsn,
         image: Bytes,
     ) -> Result<(), FormatError> {
-        let view = PageView::parse_stored(&image, page)?;
-        let len = image.len();
-        for (oid, _) in view.objects() {
-            let r = view.object_range(oid).expect("an object the view listed");
-            self.mob.insert(Oref::new(page, oid), lsn, false, image.slice(r), len);
-        }
+        PageView::parse_stored(&image, page)?;
+        self.wpl_copies.insert(page, (lsn, image));
         if let Some(n) = self.slots.get_mut(page.index()) {
             *n = SLOTS_UNKNOWN;
         }
@@ -532,6 +565,15 @@ impl Store {
 
     /// Recovery replayed every record: the log continues at `log_next`.
     pub fn replayed_all(&mut self, log_next: Lsn) {
+        // A restored WPL copy whose commit record replay did not meet (see
+        // `restore_page_copy`: not expected) goes into the MOB whole, rather than be lost.
+        for (page, (lsn, image)) in std::mem::take(&mut self.wpl_copies) {
+            let view = PageView::assume_parsed(&image);
+            for (oid, _) in view.objects() {
+                let r = view.object_range(oid).expect("an object the view listed");
+                self.mob.insert(Oref::new(page, oid), lsn, false, image.slice(r), image.len());
+            }
+        }
         self.next_lsn = self.next_lsn.max(log_next);
         self.durable_lsn = Lsn(self.next_lsn.0.saturating_sub(1));
     }
@@ -928,6 +970,14 @@ impl Store {
         if !need.is_empty() {
             return Err(Stop::Need(need));
         }
+        // Every written object's page is shipped: checked before anything is allocated, so
+        // that a refusal leaves no allocated oref without a record (a hole in its page).
+        if let Some((o, _)) =
+            c.versions.iter().find(|(o, _)| !shipped.iter().any(|(p, _)| o.page() == Some(*p)))
+        {
+            let why = format!("the page of written object {o} was not shipped");
+            return Err(InvalidCommit::BadPageRecord(why).into());
+        }
         let first = self.next_lsn;
         let lsn = Lsn(first.0 + shipped.len() as u64);
         let txn = thor_recovery::TxnId(lsn.0);
@@ -1087,6 +1137,7 @@ impl Store {
     /// Checks a commit against the store; returns the class of every object, or the pages
     /// whose images are needed to tell.
     fn validate(&mut self, c: &CommitIn, images: &Images) -> Result<Descs, Stop> {
+        check_names(c)?;
         let mut need: Vec<PageId> = Vec::new();
         let note = |p: PageId, need: &mut Vec<PageId>| {
             if !need.contains(&p) {
@@ -1141,7 +1192,10 @@ impl Store {
         let mut last_class: Option<(Oref, Arc<ClassDesc>)> = None;
         for (oref, obj) in &c.versions {
             let oref = *oref;
-            if !oref.is_null() && !seen.insert(oref) {
+            // `check_names` refused every oref that names no object, which the set could not
+            // hold (it answered `false` for one, as for a member: a version on page 0 was
+            // refused as written twice).
+            if !seen.insert(oref) {
                 return Err(InvalidCommit::Duplicate(oref).into());
             }
             if builtin::is_builtin(oref) && oref != builtin::ROOT {
@@ -1352,6 +1406,25 @@ struct Descs {
     created: Vec<Arc<ClassDesc>>,
     /// Empty when `created` is.
     versions: Vec<Arc<ClassDesc>>,
+}
+
+/// Refuses a commit whose read set or versions hold an oref that names no object: null, or on
+/// page 0, which is never allocated ([`Oref::check_object`]). It is the definition the wire
+/// decoder admits requests with and the log-record decoder of recovery and `thor check` reads
+/// records with, so that the core never acknowledges a commit whose record recovery could not
+/// read (a read-set oref on page 0 once was: the wire let it in, the record decoder refused
+/// it, and the database did not open after a crash). Created objects' orefs are the server's
+/// own; their reference words are checked against the store (`Store::check_object`).
+pub(crate) fn check_names(c: &CommitIn) -> Result<(), InvalidCommit> {
+    let named = |what, o: Oref| {
+        o.check_object().map(drop).map_err(|why| InvalidCommit::NamesNoObject {
+            what,
+            word: o.raw(),
+            why,
+        })
+    };
+    c.reads.iter().try_for_each(|&o| named("read set", o))?;
+    c.versions.iter().try_for_each(|(o, _)| named("versions", *o))
 }
 
 /// The number of objects commit `c` writes and creates, refused above the limit.

@@ -427,3 +427,39 @@ fn a_commit_that_read_an_object_in_doubt_waits_for_the_decision() {
     assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}");
     assert_eq!(c.item_ref(S2, item2, 301), item2.raw(), "after the part in doubt");
 }
+
+/// Only a part's coordinator decides it: a commit decision from another server it knows (a
+/// confused or forged peer) changes nothing, and a message that claims to come from the
+/// server itself is dropped without an answer.
+#[test]
+fn decide_from_a_server_that_is_not_the_coordinator_is_ignored() {
+    let mut c = Cluster::new(3);
+    let it = items(&mut c);
+    let now = c.node(S1).now;
+    let ts = stamp(now + 10);
+    let ps = [(S1, true), (S2, true)];
+    let (class2, item2) = it[1];
+    // S2 prepares its part of a transaction S1 coordinates; S1 never hears of it.
+    c.prepare(
+        S2,
+        100,
+        prep(ts, Some(S1), &ps, part(vec![item2], vec![(item2, version(class2, 0))])),
+    );
+    c.run(|_, _| false);
+    assert_eq!(c.node(S2).core.twopc.in_doubt(), 1, "S2's part is prepared, in doubt");
+    // S3 says commit: not S2's coordinator, so nothing happens.
+    c.node(S2).step(Input::Peer { msg: PeerMsg::Decide { stamp: ts, from: S3, commit: true } });
+    c.run(|_, _| false);
+    assert_eq!(c.node(S2).core.twopc.in_doubt(), 1, "still in doubt");
+    assert_eq!(c.item_ref(S2, item2, 200), item2.raw(), "the old version stands");
+    // A message "from S2" to S2 is no message of its own: dropped, nothing sent back.
+    let sent = c.sent.len();
+    let forged = PeerMsg::Decide { stamp: stamp(now + 20), from: S2, commit: true };
+    c.node(S2).step(Input::Peer { msg: forged });
+    c.settle_all();
+    assert_eq!(c.sent.len(), sent, "no message to itself");
+    // The real coordinator's abort still decides it.
+    c.node(S2).step(Input::Peer { msg: PeerMsg::Decide { stamp: ts, from: S1, commit: false } });
+    c.run(|_, _| false);
+    assert_eq!(c.node(S2).core.twopc.in_doubt(), 0, "aborted by its coordinator");
+}

@@ -888,6 +888,12 @@ impl Core {
     /// A message from another server.
     pub(super) fn peer_message(&mut self, msg: PeerMsg, fx: &mut Vec<Effect>) {
         let me = self.me();
+        if msg.from() == me {
+            // A server never messages itself (its own vote and decision are counted where
+            // they are made): a message claiming to be from this server is not one of its
+            // own, and answering it would mean messaging itself.
+            return;
+        }
         match msg {
             PeerMsg::Vote { stamp, from, yes } => {
                 if !yes {
@@ -906,7 +912,12 @@ impl Core {
                     self.vote_yes(stamp, from, fx);
                 }
             }
-            PeerMsg::Decide { stamp, from: _, commit } => {
+            PeerMsg::Decide { stamp, from, commit } => {
+                if self.twopc.parts.get(&stamp).is_some_and(|p| p.coordinator != from) {
+                    // Only the part's coordinator decides it: a decision from another server
+                    // (a confused or forged peer) changes nothing.
+                    return;
+                }
                 let Some(p) = self.twopc.parts.get_mut(&stamp) else {
                     // Decided and forgotten (or never prepared here): acknowledge a commit so
                     // that the coordinator can end.

@@ -35,11 +35,15 @@
 //! superblock checkpoint may pass a copy's image (the MOB keeps the commit's versions under
 //! the commit record's LSN), but the log is never truncated below the oldest copy the newest
 //! durable WPL checkpoint lists, nor below that checkpoint. At recovery (`crate::io::recover`)
-//! each committed copy the rebuilt table names goes back into the MOB, unless its page's home
-//! is at least as new (an install round wrote it home before the crash).
+//! each committed copy the rebuilt table names is kept for the replay of its commit record,
+//! which puts the objects the commit wrote back into the MOB under the commit's LSN, as
+//! normal operation did, unless the page's home is at least as new (an install round wrote
+//! it home before the crash). Only the written objects: the image's others may be older than
+//! versions committed later under earlier LSNs (a two-phase part's, published at its
+//! decision under its prepare record's LSN); see `Store::restore_page_copy`.
 
 use bytes::Bytes;
-use thor_core::{Lsn, PageId};
+use thor_core::{Lsn, PageId, PageView};
 use thor_recovery::wpl::WplEntry;
 use thor_recovery::{TxnId, WplConfig, WplTable};
 
@@ -140,12 +144,21 @@ impl Core {
     ) -> Result<(), EngineError> {
         let mut restored = 0;
         for (page, lsn, image, home) in copies {
-            if home >= lsn {
+            // The copy's objects were committed at its commit record's LSN, which its image
+            // carries as its page version (`Store::prepare_wpl`), above the image record's
+            // own `lsn`: the MOB takes them under that LSN, as the commit published them, so
+            // that the page is served after recovery with the version it had before (under
+            // `lsn` it went back to it: found by `thor_sim::acked`).
+            let committed = PageView::parse_stored(&image, page)
+                .map_err(|source| EngineError::CorruptPage { page, cause: source })?
+                .version()
+                .max(lsn);
+            if home >= committed {
                 table.installed(page, lsn);
                 continue;
             }
             self.store
-                .restore_page_copy(page, lsn, image)
+                .restore_page_copy(page, committed, image)
                 .map_err(|source| EngineError::CorruptPage { page, cause: source })?;
             restored += 1;
         }
