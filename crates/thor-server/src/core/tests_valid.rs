@@ -15,7 +15,8 @@ use super::*;
 #[test]
 fn a_prepared_part_never_makes_a_record_the_log_refuses() {
     let max = 4096;
-    let cfg = CoreConfig { record_bytes_max: max, ..config() };
+    let mut cfg = CoreConfig { record_bytes_max: max, ..config() };
+    cfg.twopc.peers = vec![ServerId(2)];
     let mut h = Harness::with_id(cfg.clone(), ServerId(1));
     h.connect(1, b"");
     h.now += cfg.twopc.future_max_us;
