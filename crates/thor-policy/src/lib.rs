@@ -62,6 +62,49 @@
 //!
 //! [`belady`] is the offline optimum on a recorded reference string: the floor under every
 //! policy's miss count.
+//!
+//! # Invariants and API boundary
+//!
+//! (The detail behind this crate's paragraph in ARCHITECTURE.md.)
+//!
+//! The page replacement policies, one copy for the whole system: `Lru`, `Mru`, `Clock`, `Arc`,
+//! `S3Fifo` (`s3fifo.rs`: small, main and ghost FIFO queues with 2-bit frequencies, SOSP '23) and
+//! `WTinyLfu` (`tinylfu.rs`: an LRU window before a segmented LRU, admission by a count-min
+//! `FrequencySketch` of 4-bit counters halved every 10 C references) behind one `Policy` trait,
+//! and `AnyPolicy` to choose one at run time with match dispatch. `belady.rs` is the offline
+//! optimum: `min_misses` (Belady's MIN on a recorded reference string, O(n log n) with a lazy
+//! max-heap of next uses), `min_misses_from` / `min_misses_warm` (a run starting with pages
+//! cached: MIN less the filling misses those pages can save, exact for a warm start, checked by
+//! brute force over starting sets) and `min_misses_reference` (the quadratic definition it is
+//! tested against). A
+//! policy tracks which blocks (`u64` ids) are cached and in what order and holds no data; its
+//! caller keeps the frames and drives it: `touch` on a hit, `evict(Some(incoming))` when full,
+//! `insert(id, Placement)`, `place`, `remove`.
+//! `Placement::{Referenced, EvictNext, EvictLast}` is the vocabulary of DEMOTE: reads follow the
+//! policy's own reference rule (LRU: evict last; MRU: evict next), demoted pages go to the evict-last
+//! end. The server's page cache keeps its order in `Lru`, FPC (thor-cache) in an `Lru` over a
+//! `DenseSlots` index of frames, and thor-cachesim runs every policy unchanged through `AnyPolicy`.
+//!
+//! *Architecture Invariant:* every policy operation is O(1) (CLOCK's `evict` amortised) and
+//! allocates nothing after construction: intrusive doubly-linked lists over one preallocated slab
+//! (`list.rs`) and a block-to-slot index reserved to its final size (`HashSlots`, an `FxHashMap`)
+//! or a dense array for dense ids (`DenseSlots`).
+//!
+//! *Architecture Invariant:* `insert` never evicts by itself (it fails with `PolicyError::Full`), so
+//! the caller sees every eviction and can demote or write back the victim first. Pinning is done by
+//! removing a block from its policy while pinned.
+//!
+//! *Architecture Invariant:* each policy is checked against a naive `VecDeque` model on random
+//! operation sequences (`model_tests.rs`); ARC against a transcription of Megiddo and Modha's
+//! pseudo-code, S3-FIFO against a transcription of the paper's Algorithm 1, W-TinyLFU against
+//! `VecDeque` lists over the same sketch (the sketch has its own tests); `min_misses` against
+//! `min_misses_reference` on random strings.
+//!
+//! *Architecture Invariant:* every bound is in `limits.rs` (`MAX_CAPACITY`: ARC's slab of twice
+//! the capacity in `u32` slots; `DENSE_ID_BOUND_MAX`), checked against each other at compile time.
+//!
+//! *API Boundary:* `Policy`, `Placement`, `PolicyKind`, `PolicyError`, `AnyPolicy`, `Lru`, `Mru`,
+//! `Clock`, `Arc`, `S3Fifo`, `WTinyLfu`, `FrequencySketch`, `belady`, `SlotIndex`, `HashSlots`, `DenseSlots`, `BlockId`, `MAX_CAPACITY`, `limits`.
 
 mod arc;
 pub mod belady;

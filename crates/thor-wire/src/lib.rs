@@ -45,6 +45,55 @@
 //!
 //! *API boundary:* [`Request`] / [`Reply`] with [`Request::encode`] / [`Reply::decode`] (and
 //! their converses) over [`Frame`]s; [`Transport`] for clients.
+//!
+//! # Invariants and API boundary
+//!
+//! (The detail behind this crate's paragraph in ARCHITECTURE.md.)
+//!
+//! The client-server protocol (`frame.rs`, `message.rs`, `stats.rs`, `code.rs`, `twopc.rs`): `Request` and
+//! `Reply` with their bodies, length-prefixed CRC-32C frames with a request id, the `Error` and
+//! `CommitRefused` codes, the `ServerStats` counters, and the client's `Transport` trait, split into
+//! `send` and `recv` so that a client can work while a request is on the wire (and `send_owned`,
+//! for a request the caller gives up, which an in-process transport hands over uncopied). Every request carries
+//! piggybacked invalidation acks and discarded pages, every reply piggybacked invalidations, so
+//! concurrency control needs no new framing. Byte layouts are in `docs/format.md` ("Wire protocol").
+//!
+//! *Architecture Invariant:* no I/O. Decoding any byte string gives a message or a `WireError`,
+//! never a panic, and never allocates more than a small multiple of the bytes received: every count
+//! is checked against its bound (`limits.rs`) and against the bytes left before anything is
+//! allocated. Property-tested (roundtrip of every message; random, mutated and checksum-valid
+//! random frames) and fuzzed (`fuzz/`, `cargo fuzz run decode`).
+//!
+//! *Architecture Invariant:* an encoder refuses whatever the peer's decoder would refuse
+//! (`Request::frame_bytes` checks every limit without encoding), so a well-behaved client learns of
+//! an oversized request locally, before sending it.
+//!
+//! `version.rs` is the one table of which protocol version each request type, the demotion flag
+//! and each code needs (`Request::version_needed`, `ErrorCode::since`, `RefusedCode::since`): the
+//! server answers a request newer than its connection's version `UnknownType` and never sends a
+//! code newer than it. Version 5 added `Error(Forbidden)` (a request outside the session's
+//! credential's scope) and the refusal `UnknownServer`.
+//!
+//! `pagecommit.rs` has the page-based commit modes' messages (`PageRecords`, `PageCommit`) and
+//! `CommitMode`, which `HelloOk`'s flags carry (bits 1-3). `prefetch.rs` has version 4's
+//! `Prefetch` request and `Pages` reply (the asked page and up to `PREFETCH_PAGES_MAX` more, one
+//! size, no page twice) and `PrefetchHint`. `resume.rs` has version 5's resuming of a session on
+//! a new connection: the seen section of replies (frame flag `FLAG_SEEN`), `Resume`, `Resumed`
+//! and `CommitWithId` (a `Commit` whose `id` is set). `Transport::set_timeout` bounds a reply's
+//! wait; `TransportError::TimedOut` says it passed. `Transport::in_process` says whether a round trip is
+//! cheap enough that prefetch saves nothing (the session's default follows it).
+//!
+//! *API Boundary:* `Request`, `RequestBody`, `Reply`, `ReplyBody`, `Frame`, `frame_size`,
+//! `decode_request`, `decode_reply`, `ErrorCode`, `RefusedCode`, `ServerInfo`, `ServerStats`,
+//! `BackupInfo`, `CommitMode`, `PageCommit`, `PageRecords` (the page-based commit modes,
+//! request kinds 0x0040 and 0x0041),
+//! `Transport`, `TransportError`, `WIRE_VERSION`, `limits`; version 3's two-phase commit:
+//! `Prepare`, `Participant`, `Stamp`, `CLIENT_TIE_BIT`, `PeerMsg`, `ReplyBody::Prepared`,
+//! `RefusedCode::Aborted`; version 4's prefetch: `Prefetch`, `PrefetchHint`, `ReplyBody::Pages`;
+//! version 5's `ErrorCode::Forbidden`, `RefusedCode::UnknownServer`; `version::{REQUEST_VERSIONS,
+//! request_version, VERSION_*}`;
+//! and its resume: `Resume`, `Resumed`, `Seen`, `SeenRange`, `HistoryPoint`, `CacheVerdict`,
+//! `Outcome`, `Commit::id`.
 
 pub mod code;
 mod codec;

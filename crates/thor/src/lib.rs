@@ -77,6 +77,36 @@
 //! `embedded` (default): [`open`], [`Database`] and [`Upgrade`]. It links the server engine and its storage.
 //! A program that only connects to servers can turn it off (`default-features = false`) and
 //! link neither the engine nor tokio.
+//!
+//! # Invariants and API boundary
+//!
+//! (The detail behind this crate's paragraph in ARCHITECTURE.md.)
+//!
+//! Orefs (`ids.rs`: 22-bit page id, 9-bit oid, a spare bit that clients use for swizzled references
+//! and commits use for references to objects created in the same transaction), the page layout with
+//! its offset table (`page.rs`), class descriptors and the object layout (`class.rs`), the built-in
+//! classes and the root object in page 1 (`class::builtin`), values larger than a page as trees
+//! (`large.rs`), CRC-32C (`checksum.rs`) and the format bounds (`limits.rs`).
+//!
+//! *Architecture Invariant:* no I/O, no clock. Decoding untrusted bytes never panics: every
+//! malformation is a `FormatError` (property-tested on random and bit-flipped pages).
+//!
+//! *Architecture Invariant:* objects in a page are contiguous and in oid order, so sizes are never
+//! stored; installing a version of a different size repacks the page without changing orefs.
+//! Unused page bytes are zero, so equal contents give equal bytes.
+//!
+//! *Architecture Invariant:* one definition of a word that names a stored object:
+//! `Oref::object` (spare bit clear, page id in `1..=PAGE_ID_MAX`; `NotAnObject` says why not).
+//! The wire decoder and encoders, the server core's validation and the log-record decoder of
+//! recovery and `thor check` all use it, so what the wire admits, the core acknowledges and
+//! recovery reads back are the same set (issue 30; `thor_sim::acked` checks it).
+//!
+//! *API Boundary:* `Oref` (`object`, `check_object`, `names_object`), `NotAnObject`, `PageId`, `PageView` (checked read-only view; `PageView::object_in`
+//! reads one object with only the checks that needs; `PageView::slot_count_in` the header's slot
+//! count, for a page checked whole when it was read), `PageMut` (append, apply
+//! versions, seal), `ClassDesc` (`extends`, `extended_by`: a stored class a narrower declaration
+//! may read), `builtin`, `large::{encode, read, pieces_below_root}` (`read`
+//! fetches at most the pieces the root's length needs, within the caller's limit).
 
 #[cfg(feature = "embedded")]
 mod embedded;
