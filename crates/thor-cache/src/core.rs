@@ -2101,60 +2101,76 @@ impl CacheCore {
     /// - memory stays within the budget.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut in_lists = vec![false; self.entries.len()];
-        for (f, fm) in self.frames.iter().enumerate() {
-            let base = self.frame_base(f as u32);
-            let mut objs: Vec<(usize, usize)> = Vec::new();
-            let (mut n, mut modified) = (0u32, 0u32);
-            let mut by_usage = [0u16; 16];
-            for i in self.installed.iter(f as u32) {
-                let e = self.entries.get(i as usize).ok_or(format!("frame {f}: bad entry {i}"))?;
-                if e.flags & F_LIVE == 0 || e.loc == NOT_RESIDENT {
-                    return Err(format!("frame {f}: entry {i} in its list is not resident"));
-                }
-                if self.frame_of(e.loc) != f as u32 {
-                    return Err(format!("frame {f}: entry {i} is located in another frame"));
-                }
-                if std::mem::replace(&mut in_lists[i as usize], true) {
-                    return Err(format!("entry {i} is in two lists (or twice in one)"));
-                }
-                n += 1;
-                modified += u32::from(e.flags & F_MODIFIED != 0);
-                if e.flags & F_MODIFIED == 0 {
-                    by_usage[usize::from(usage_now(e.usage, self.decays[f]))] += 1;
-                }
-                objs.push((e.loc as usize, self.object_size(e.loc)));
-            }
-            if n != fm.installed || modified != fm.modified {
-                return Err(format!(
-                    "frame {f}: list has {n} installed, {modified} modified; meta says {fm:?}"
-                ));
-            }
-            if by_usage != fm.by_usage {
-                return Err(format!(
-                    "frame {f}: its unmodified entries by usage are {by_usage:?}; meta says {fm:?}"
-                ));
-            }
-            if matches!(fm.kind, FrameKind::Free | FrameKind::Retired | FrameKind::Meta)
-                && n + fm.pins > 0
-            {
-                return Err(format!("frame {f}: {:?} but holds objects or pins", fm.kind));
-            }
-            if fm.installed > fm.objects && fm.kind != FrameKind::Free {
-                return Err(format!("frame {f}: more installed than objects: {fm:?}"));
-            }
-            objs.sort_unstable();
-            for w in objs.windows(2) {
-                if w[0].0 + w[0].1 > w[1].0 {
-                    return Err(format!("frame {f}: objects at {} and {} overlap", w[0].0, w[1].0));
-                }
-            }
-            if matches!(fm.kind, FrameKind::Compacted | FrameKind::New)
-                && objs.last().is_some_and(|&(loc, size)| loc + size > base + fm.used as usize)
-            {
-                return Err(format!("frame {f}: an object lies beyond the used bytes"));
-            }
+        for f in 0..self.frames.len() {
+            self.check_frame(f, &mut in_lists)?;
         }
         self.installed.check()?;
+        self.check_entries(&in_lists)?;
+        self.check_pages()
+    }
+
+    /// [`CacheCore::check_invariants`] for frame `f`: its installed list against its meta, its
+    /// objects' places. Marks the entries of its list in `in_lists` (an entry in two lists is
+    /// an error).
+    fn check_frame(&self, f: usize, in_lists: &mut [bool]) -> Result<(), String> {
+        let fm = &self.frames[f];
+        let base = self.frame_base(f as u32);
+        let mut objs: Vec<(usize, usize)> = Vec::new();
+        let (mut n, mut modified) = (0u32, 0u32);
+        let mut by_usage = [0u16; 16];
+        for i in self.installed.iter(f as u32) {
+            let e = self.entries.get(i as usize).ok_or(format!("frame {f}: bad entry {i}"))?;
+            if e.flags & F_LIVE == 0 || e.loc == NOT_RESIDENT {
+                return Err(format!("frame {f}: entry {i} in its list is not resident"));
+            }
+            if self.frame_of(e.loc) != f as u32 {
+                return Err(format!("frame {f}: entry {i} is located in another frame"));
+            }
+            if std::mem::replace(&mut in_lists[i as usize], true) {
+                return Err(format!("entry {i} is in two lists (or twice in one)"));
+            }
+            n += 1;
+            modified += u32::from(e.flags & F_MODIFIED != 0);
+            if e.flags & F_MODIFIED == 0 {
+                by_usage[usize::from(usage_now(e.usage, self.decays[f]))] += 1;
+            }
+            objs.push((e.loc as usize, self.object_size(e.loc)));
+        }
+        if n != fm.installed || modified != fm.modified {
+            return Err(format!(
+                "frame {f}: list has {n} installed, {modified} modified; meta says {fm:?}"
+            ));
+        }
+        if by_usage != fm.by_usage {
+            return Err(format!(
+                "frame {f}: its unmodified entries by usage are {by_usage:?}; meta says {fm:?}"
+            ));
+        }
+        if matches!(fm.kind, FrameKind::Free | FrameKind::Retired | FrameKind::Meta)
+            && n + fm.pins > 0
+        {
+            return Err(format!("frame {f}: {:?} but holds objects or pins", fm.kind));
+        }
+        if fm.installed > fm.objects && fm.kind != FrameKind::Free {
+            return Err(format!("frame {f}: more installed than objects: {fm:?}"));
+        }
+        objs.sort_unstable();
+        for w in objs.windows(2) {
+            if w[0].0 + w[0].1 > w[1].0 {
+                return Err(format!("frame {f}: objects at {} and {} overlap", w[0].0, w[1].0));
+            }
+        }
+        if matches!(fm.kind, FrameKind::Compacted | FrameKind::New)
+            && objs.last().is_some_and(|&(loc, size)| loc + size > base + fm.used as usize)
+        {
+            return Err(format!("frame {f}: an object lies beyond the used bytes"));
+        }
+        Ok(())
+    }
+
+    /// [`CacheCore::check_invariants`] for the entries: each resident one in a frame's list
+    /// (`in_lists`), in the oref index, and referenced as often as its count says.
+    fn check_entries(&self, in_lists: &[bool]) -> Result<(), String> {
         let mut counted = vec![0u64; self.entries.len()];
         for &i in &self.deferred_releases {
             counted[i as usize] += 1;
@@ -2189,6 +2205,12 @@ impl CacheCore {
                 return Err(format!("free entry {i} is referenced {} times", counted[i]));
             }
         }
+        Ok(())
+    }
+
+    /// [`CacheCore::check_invariants`] for the page map, the resident objects per page and the
+    /// budget.
+    fn check_pages(&self) -> Result<(), String> {
         for (&page, &f) in &self.pages {
             let fm = &self.frames[f as usize];
             if fm.kind != FrameKind::Intact || fm.page != page {

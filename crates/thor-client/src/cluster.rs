@@ -134,6 +134,51 @@ struct Got {
     lost: bool,
 }
 
+/// A part's error, as the transaction's: one whose connection failed leaves the outcome
+/// unknown.
+fn take_err(g: &mut Got) -> Option<ClientError> {
+    g.err.take().map(|e| if g.lost { ClientError::CommitUnknown(Box::new(e)) } else { e })
+}
+
+/// The decision of a transaction over several servers, from what each part's server said
+/// (`got`, in the order of `ids`): the coordinator's answer; with none (read-only), every
+/// part's. `first_err` is the first part that could not be sent.
+fn decide(
+    coordinator: Option<ServerId>,
+    ids: &[ServerId],
+    got: &mut [Got],
+    mut first_err: Option<ClientError>,
+) -> Result<Lsn, ClientError> {
+    match coordinator {
+        Some(co) => match ids.iter().position(|id| *id == co) {
+            Some(i) => match (got[i].lsn, take_err(&mut got[i])) {
+                (Some(lsn), _) => Ok(lsn),
+                // Aborted because another part was refused: that refusal says why.
+                (None, Some(e @ ClientError::Conflict { cause: ConflictCause::Aborted, .. })) => {
+                    match got.iter().position(|g| g.err.is_some() && !g.lost) {
+                        Some(j) => Err(take_err(&mut got[j]).expect("it has an error")),
+                        None => Err(e),
+                    }
+                }
+                (None, Some(e)) => Err(e),
+                (None, None) => Err(ClientError::Unexpected("the coordinator answered Prepared")),
+            },
+            None => Err(first_err.take().unwrap_or(ClientError::Unexpected("no coordinator"))),
+        },
+        None => match first_err.take() {
+            Some(e) => Err(e),
+            None => {
+                let refused = got.iter().position(|g| g.err.is_some() && !g.lost);
+                let lost = got.iter().position(|g| g.lost);
+                match refused.or(lost) {
+                    Some(i) => Err(take_err(&mut got[i]).expect("it has an error")),
+                    None => Ok(Lsn(0)),
+                }
+            }
+        },
+    }
+}
+
 fn splitmix(state: &Cell<u64>) -> u64 {
     let s = state.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
     state.set(s);
@@ -366,41 +411,8 @@ impl Cluster {
                 PartReply::Lost(e) => Got { orefs: None, lsn: None, err: Some(e), lost: true },
             })
             .collect();
-        let take_err = |g: &mut Got| {
-            g.err.take().map(|e| if g.lost { ClientError::CommitUnknown(Box::new(e)) } else { e })
-        };
-        // The decision: the coordinator's answer; with none (read-only), every part's.
-        let decision: Result<Lsn, ClientError> = match coordinator {
-            Some(co) => match sent.iter().position(|(id, _, _)| *id == co) {
-                Some(i) => match (got[i].lsn, take_err(&mut got[i])) {
-                    (Some(lsn), _) => Ok(lsn),
-                    // Aborted because another part was refused: that refusal says why.
-                    (
-                        None,
-                        Some(e @ ClientError::Conflict { cause: ConflictCause::Aborted, .. }),
-                    ) => match got.iter().position(|g| g.err.is_some() && !g.lost) {
-                        Some(j) => Err(take_err(&mut got[j]).expect("it has an error")),
-                        None => Err(e),
-                    },
-                    (None, Some(e)) => Err(e),
-                    (None, None) => {
-                        Err(ClientError::Unexpected("the coordinator answered Prepared"))
-                    }
-                },
-                None => Err(first_err.take().unwrap_or(ClientError::Unexpected("no coordinator"))),
-            },
-            None => match first_err.take() {
-                Some(e) => Err(e),
-                None => {
-                    let refused = got.iter().position(|g| g.err.is_some() && !g.lost);
-                    let lost = got.iter().position(|g| g.lost);
-                    match refused.or(lost) {
-                        Some(i) => Err(take_err(&mut got[i]).expect("it has an error")),
-                        None => Ok(Lsn(0)),
-                    }
-                }
-            },
-        };
+        let ids: Vec<ServerId> = sent.iter().map(|(id, _, _)| *id).collect();
+        let decision = decide(coordinator, &ids, &mut got, first_err);
         let mut info = CommitInfo { lsn: Lsn(0), created: 0, modified: 0 };
         for ((_, s, part), g) in sent.into_iter().zip(&got) {
             match (&decision, g.orefs.as_deref()) {

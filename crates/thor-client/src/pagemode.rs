@@ -9,7 +9,11 @@
 //! images are dropped, so the next attempt fetches them fresh.
 //!
 //! The server says its mode in `HelloOk`; in a page mode the session commits with
-//! `PageCommit` instead of `Commit`, and this module produces what that carries.
+//! `PageCommit` instead of `Commit`, and this module produces what that carries. The session
+//! reaches it through its commit path (`session/commit_path.rs`, the `CommitPath` trait): the
+//! page modes' implementation, `PageModes` in `session/page_path.rs`, holds the session's side
+//! (fetching images, sending records early, building the `PageCommit`); this module holds
+//! the state and the page arithmetic.
 //!
 //! # The client's pages
 //!
@@ -49,8 +53,9 @@
 //! abort drops those images) and the units copied afterwards start from there.
 //!
 //! The hook into the cache is the session's own: [`Session`](crate::Session)'s write path
-//! calls [`PageState::first_write`] after `ClientCache::before_write`, and a set of written
-//! objects decides whether it is the first.
+//! calls its commit path's `before_write` after `ClientCache::before_write`, which in the page
+//! modes calls [`PageState::first_write`], and a set of written objects decides whether it is
+//! the first.
 //!
 //! # Dirty pages leave before commit (the paper's eviction of a dirty page)
 //!

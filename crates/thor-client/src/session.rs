@@ -90,20 +90,23 @@ use thor_core::le::u32_at;
 use thor_core::{
     ClassDesc, FormatError, Lsn, Oref, PageId, RawRef, ServerId, VarKind, builtin, large,
 };
-use thor_recovery::Images;
 use thor_wire::limits::{ACKS_MAX, DEMOTED_PAGES_MAX, DISCARDED_PAGES_MAX, PREFETCH_PAGES_MAX};
 use thor_wire::{
-    Commit, PageCommit, PageRecords, Piggyback, Prefetch, PrefetchHint, Reply, ReplyBody, Request,
-    RequestBody, ServerInfo, Transport,
+    Piggyback, Prefetch, PrefetchHint, Reply, ReplyBody, Request, RequestBody, ServerInfo,
+    Transport,
 };
 
 use crate::error::{ClientError, ConflictCause};
 
+mod commit_path;
+mod page_path;
 pub mod reconnect;
 use crate::latency::LatencyHistogram;
 use crate::limits::{LARGE_PIECES_MAX, PREFETCH_FRAMES_DIVISOR, SLOW_PATH_ROUNDS_MAX};
 use crate::pagemode::{PageModeStats, PageState, RecoveryConfig};
 use crate::typed::{Any, Class, Field, FieldType, Ref, Refs, VarSpec};
+use commit_path::{Built, CommitPath, Kept, ObjectShipping};
+use page_path::PageModes;
 pub use reconnect::{CommitOutcome, Dialer, ReconnectConfig, ReconnectStats};
 
 /// The root slot that holds the schema directory (the list of class objects). Applications
@@ -410,8 +413,12 @@ struct Inner {
     /// The class of the object whose invalidation doomed the transaction, looked up before
     /// its copy left the cache (`Inner::doom` names it in the message).
     hit_class: Option<String>,
-    /// The page-based commit modes' state, when the server runs one ([`crate::pagemode`]).
-    pm: Option<PageState>,
+    /// How transactions are committed: object shipping, or the page modes when the server
+    /// runs one ([`commit_path`]).
+    path: &'static dyn CommitPath,
+    /// The page modes' state (images, recovery buffer), exactly when `path` is
+    /// [`PageModes`]; the path's code uses it ([`page_path`], [`crate::pagemode`]).
+    pages: Option<PageState>,
     /// Prefetch's window, when the session prefetches ([`SessionConfig::prefetch_pages`]).
     prefetch: Option<crate::prefetch::Window>,
     /// The read-ahead in flight, if any: the page it asks for and the further pages. While
@@ -839,24 +846,26 @@ impl Session {
         if info.demotions {
             cache.set_demotion(cfg.demote_pages);
         }
-        let pm = if info.commit_mode.is_page_based() {
-            Some(PageState::new(info.commit_mode, info.page_size, cfg.cache_bytes, cfg.recovery)?)
+        let (path, pages): (&'static dyn CommitPath, _) = if info.commit_mode.is_page_based() {
+            let state =
+                PageState::new(info.commit_mode, info.page_size, cfg.cache_bytes, cfg.recovery)?;
+            (&PageModes, Some(state))
         } else {
-            None
+            (&ObjectShipping, None)
         };
-        if pm.is_none() && cfg.spill_bytes_max > 0 {
+        if pages.is_none() && cfg.spill_bytes_max > 0 {
             let store = crate::spill::FileSpill::new(std::env::temp_dir());
             cache.set_spill(Box::new(store), cfg.spill_bytes_max)?;
         }
         // Prefetch needs version 4's `Prefetch`; the page modes keep fetched pages' images
         // and fetch one page at a time.
-        let pages = cfg.prefetch_pages.unwrap_or(if transport.in_process() {
+        let n_prefetch = cfg.prefetch_pages.unwrap_or(if transport.in_process() {
             0
         } else {
             crate::limits::PREFETCH_PAGES_DEFAULT
         });
-        let prefetch = (pages > 0 && info.version >= 4 && pm.is_none()).then(|| {
-            let max = usize::from(pages).min(PREFETCH_PAGES_MAX) as u16;
+        let prefetch = (n_prefetch > 0 && info.version >= 4 && pages.is_none()).then(|| {
+            let max = usize::from(n_prefetch).min(PREFETCH_PAGES_MAX) as u16;
             let (used, unused) = cache.prefetch_outcomes();
             crate::prefetch::Window::new(max, used, unused)
         });
@@ -878,7 +887,8 @@ impl Session {
                 in_transaction: false,
                 doomed: None,
                 hit_class: None,
-                pm,
+                path,
+                pages,
                 prefetch,
                 ahead: None,
                 ahead_cool: 0,
@@ -1252,7 +1262,7 @@ impl Session {
 
     /// What the page-based commit modes did (`None` in `obj` mode).
     pub fn page_mode_stats(&self) -> Option<PageModeStats> {
-        self.inner().pm.as_ref().map(|pm| pm.stats)
+        self.inner().pages.as_ref().map(|p| p.stats)
     }
 
     /// The server's commit mode, as `HelloOk` said.
@@ -1534,8 +1544,9 @@ impl Inner {
             match reply.body {
                 ReplyBody::Page { page: got, bytes } if got == page => {
                     self.cache.install_page(page, &bytes)?;
-                    if let Some(pm) = &mut self.pm {
-                        pm.put_image(page, &bytes);
+                    // The page modes keep the image beside the cache ([`crate::pagemode`]).
+                    if let Some(pages) = &mut self.pages {
+                        pages.put_image(page, &bytes);
                     }
                 }
                 ReplyBody::Page { .. } => {
@@ -2093,238 +2104,15 @@ impl Inner {
         Ok(())
     }
 
-    /// The commit request for the current transaction: its read set, the new versions of the
-    /// objects it modified and the objects it created, as the cache exports them.
-    fn commit_request(&self) -> Result<(Commit, u64), ClientError> {
-        let cache = &self.cache;
-        let mut reads: Vec<Oref> = Vec::with_capacity(cache.read_count());
-        cache.for_each_read(|o| reads.push(o));
-        // Every object is exported straight into one buffer, which the request's slices
-        // share: a commit of 99,000 objects made 99,000 allocations, and every slice's first
-        // clone another; and each object's copy through a buffer of its own cost a second
-        // pass over the commit's bytes.
-        let mut all: Vec<u8> = Vec::new();
-        let mut ends: Vec<usize> =
-            Vec::with_capacity(cache.modified().len() + cache.created().len());
-        let mut orefs = Vec::with_capacity(cache.modified().len());
-        for i in cache.modified() {
-            let oref = Oref::from_raw(cache.oref_of(i))
-                .ok_or(CacheError::Internal("a modified object without an oref"))?;
-            cache.export_append(i, &mut all)?;
-            if ends.is_empty() {
-                // Objects of one transaction are often of one size: a guess that saves the
-                // doublings, never more than a request may carry.
-                let guess = (all.len() * ends.capacity()).min(self.info.max_frame_bytes);
-                all.reserve(guess.saturating_sub(all.len()));
-            }
-            ends.push(all.len());
-            orefs.push(oref);
-        }
-        for &i in cache.created() {
-            cache.export_append(i, &mut all)?;
-            ends.push(all.len());
-        }
-        let shipped = all.len() as u64;
-        let all = Bytes::from(all);
-        let mut start = 0;
-        let mut slices = ends.into_iter().map(|end| {
-            let b = all.slice(start..end);
-            start = end;
-            b
-        });
-        let versions = orefs.into_iter().zip(slices.by_ref()).collect();
-        let created = slices.collect();
-        Ok((Commit { reads, versions, created, id: None }, shipped))
-    }
-
-    /// The cache's `before_write` and, in a page mode, the recovery buffer's copy on the
-    /// object's first write ([`crate::pagemode`]).
+    /// The cache's `before_write`, then the commit path's (the page modes copy the object's
+    /// units into their recovery buffer, [`commit_path`]).
     fn before_write(&mut self, i: u32) -> Result<(), ClientError> {
         self.cache.before_write(i)?;
-        if self.pm.is_some() && self.doomed.is_none() {
-            self.page_first_write(i)?;
+        if self.doomed.is_none() {
+            let path = self.path;
+            path.before_write(self, i)?;
         }
         Ok(())
-    }
-
-    fn page_first_write(&mut self, i: u32) -> Result<(), ClientError> {
-        let word = self.cache.oref_of(i);
-        // Created objects (tagged serials) travel whole, as in `obj` mode.
-        let Some(oref) = Oref::from_raw(word).filter(|o| !o.is_null()) else { return Ok(()) };
-        let Some(page) = oref.page() else { return Ok(()) };
-        let pm = self.pm.as_ref().expect("page mode");
-        if pm.is_written(word) {
-            return Ok(());
-        }
-        // A page about to be written for the first time needs room among the images: the
-        // oldest written page leaves first (the paper's eviction of a dirty page).
-        if let Some(victim) = pm.steal_victim(page) {
-            self.send_before_commit(victim, true)?;
-        }
-        let pm = self.pm.as_ref().expect("page mode");
-        let span = match pm.object_span(page, oref.oid()) {
-            Some(s) => s,
-            None => {
-                self.fetch_image(page)?;
-                let pm = self.pm.as_ref().expect("page mode");
-                pm.object_span(page, oref.oid()).ok_or(CacheError::NoSuchObject(oref))?
-            }
-        };
-        // Each round either copies or sends one page's records and releases it; the buffer
-        // holds at least a page's worth, so a write fits once the others are gone.
-        loop {
-            let pm = self.pm.as_mut().expect("page mode");
-            match pm.first_write(word, i, page, span)? {
-                None => break,
-                Some(oldest) => self.send_before_commit(oldest, false)?,
-            }
-        }
-        self.check_doomed()
-    }
-
-    /// Fetches `page`'s image for the page mode without installing it in the cache.
-    fn fetch_image(&mut self, page: PageId) -> Result<(), ClientError> {
-        self.settle_ahead()?;
-        self.send(RequestBody::Fetch { page }, Some(page))?;
-        let reply = self.recv_checked()?;
-        match reply.body {
-            ReplyBody::Page { page: got, bytes } if got == page => {
-                let pm = self.pm.as_ref().expect("page mode");
-                if pm.is_stolen(page) {
-                    let objects = self.exported(pm.stolen_on(page))?;
-                    let pm = self.pm.as_mut().expect("page mode");
-                    pm.restore_image(page, &bytes, &objects)?;
-                } else {
-                    self.pm.as_mut().expect("page mode").put_image(page, &bytes);
-                }
-                self.pm.as_mut().expect("page mode").stats.image_fetches += 1;
-                Ok(())
-            }
-            ReplyBody::Page { .. } => Err(ClientError::Unexpected("page other than asked")),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    /// The written objects of `page` with their new bytes, as the cache exports them.
-    fn written_objects(
-        &self,
-        page: PageId,
-    ) -> Result<Vec<(thor_recovery::Span, Vec<u8>)>, ClientError> {
-        self.exported(self.pm.as_ref().expect("page mode").written_on(page))
-    }
-
-    /// `written`'s spans with the objects' new bytes, as the cache exports them.
-    fn exported(
-        &self,
-        written: &[crate::pagemode::Written],
-    ) -> Result<Vec<(thor_recovery::Span, Vec<u8>)>, ClientError> {
-        let mut out = Vec::with_capacity(written.len());
-        for w in written {
-            let mut bytes = Vec::with_capacity(w.span.len());
-            self.cache.export(w.entry, &mut bytes)?;
-            out.push((w.span, bytes));
-        }
-        Ok(out)
-    }
-
-    /// Sends `page`'s records so far to the server before the commit, with undo bytes, and
-    /// releases its saved units: to make room in the recovery buffer, or (`steal`) because
-    /// the page leaves the client's memory, when the page goes whole as well in the ESM modes
-    /// and WPL and its image is dropped ([`crate::pagemode`]).
-    fn send_before_commit(&mut self, page: PageId, steal: bool) -> Result<(), ClientError> {
-        let objects = self.written_objects(page)?;
-        let pm = self.pm.as_mut().expect("page mode");
-        let cur = pm.current(page, &objects)?;
-        let rec =
-            if pm.mode().sends_records() { pm.record(page, &cur, Images::RedoUndo)? } else { None };
-        let had_record = rec.is_some();
-        let mut pages = Vec::new();
-        if steal && pm.mode().ships_pages() {
-            let mut p = cur.clone();
-            thor_core::page::seal(&mut p);
-            pm.shipped(p.len());
-            pages.push((page, Bytes::from(p)));
-        }
-        if had_record || !pages.is_empty() {
-            let txn = pm.txn;
-            let records: Vec<Bytes> = rec.into_iter().map(Bytes::from).collect();
-            self.stats.bytes_shipped += records
-                .iter()
-                .chain(pages.iter().map(|(_, p)| p))
-                .map(|b| b.len() as u64)
-                .sum::<u64>();
-            let body = RequestBody::PageRecords(PageRecords { txn, records, pages });
-            match self.round_trip(body)?.body {
-                ReplyBody::Ack => {}
-                ReplyBody::Error { code, message } => {
-                    return Err(ClientError::Server { code, message });
-                }
-                other => return Err(unexpected(other)),
-            }
-        }
-        let pm = self.pm.as_mut().expect("page mode");
-        if steal {
-            pm.stolen(page, had_record);
-        } else {
-            pm.sent_early(page, cur, had_record);
-        }
-        Ok(())
-    }
-
-    /// The `PageCommit` of the open transaction: read set, write set, created objects, each
-    /// written page's record (and, ESM, the page), and the pages' final images.
-    #[allow(clippy::type_complexity)]
-    fn page_commit_request(
-        &mut self,
-    ) -> Result<(PageCommit, u64, Vec<(PageId, Vec<u8>)>), ClientError> {
-        let mut reads: Vec<Oref> = Vec::with_capacity(self.cache.read_count());
-        self.cache.for_each_read(|o| reads.push(o));
-        let mut writes = Vec::with_capacity(self.cache.modified().len());
-        for i in self.cache.modified() {
-            let oref = Oref::from_raw(self.cache.oref_of(i))
-                .ok_or(CacheError::Internal("a modified object without an oref"))?;
-            writes.push(oref);
-        }
-        let mut shipped = 4 * writes.len() as u64;
-        let mut created = Vec::with_capacity(self.cache.created().len());
-        for &i in self.cache.created() {
-            let mut bytes = Vec::new();
-            self.cache.export(i, &mut bytes)?;
-            shipped += bytes.len() as u64;
-            created.push(Bytes::from(bytes));
-        }
-        let pages_written = self.pm.as_ref().expect("page mode").written_pages();
-        let (mut records, mut pages, mut images) = (Vec::new(), Vec::new(), Vec::new());
-        for page in pages_written {
-            let objects = self.written_objects(page)?;
-            let pm = self.pm.as_mut().expect("page mode");
-            let cur = pm.current(page, &objects)?;
-            if pm.mode().sends_records()
-                && let Some(rec) = pm.record(page, &cur, Images::Redo)?
-            {
-                shipped += rec.len() as u64;
-                records.push(Bytes::from(rec));
-            }
-            if pm.mode().ships_pages() {
-                let mut p = cur.clone();
-                thor_core::page::seal(&mut p);
-                shipped += p.len() as u64;
-                pm.shipped(p.len());
-                pages.push((page, Bytes::from(p)));
-            }
-            images.push((page, cur));
-        }
-        let pm = self.pm.as_ref().expect("page mode");
-        let commit = PageCommit {
-            txn: pm.txn,
-            mode: pm.mode().code(),
-            reads,
-            writes,
-            created,
-            records,
-            pages,
-        };
-        Ok((commit, shipped, images))
     }
 
     fn commit(&mut self) -> Result<CommitInfo, ClientError> {
@@ -2337,18 +2125,8 @@ impl Inner {
             return Err(e);
         }
         self.in_transaction = false;
-        let built = if self.pm.is_some() {
-            self.page_commit_request().map(|(c, shipped, images)| {
-                let (m, k) = (c.writes.len(), c.created.len());
-                (RequestBody::PageCommit(c), shipped, images, m, k)
-            })
-        } else {
-            self.commit_request().map(|(c, shipped)| {
-                let (m, k) = (c.versions.len(), c.created.len());
-                (RequestBody::Commit(c), shipped, Vec::new(), m, k)
-            })
-        };
-        let (body, shipped, images, n_modified, n_created) = match built {
+        let path = self.path;
+        let Built { body, shipped, n_modified, n_created, id, kept } = match path.request(self) {
             Ok(c) => c,
             Err(e) => {
                 self.abort_local();
@@ -2365,19 +2143,7 @@ impl Inner {
         // The invalidations on the reply are applied whatever it says, but they doom nothing: a
         // refused transaction is aborted anyway, and a committed one was validated by the
         // server, so the changes they announce come after it in the serial order.
-        // An id to ask about the commit with if its answer is lost (version 5, obj mode, a
-        // session that can reconnect to ask). A read-only transaction needs none: whether or
-        // not it committed, it changed nothing, and running it again is always right.
-        let mut body = body;
         let writes = n_modified + n_created > 0;
-        let id = match &mut body {
-            RequestBody::Commit(c) if self.info.version >= 5 && writes && self.dialer.is_some() => {
-                let id = self.next_commit_id();
-                c.id = Some(id);
-                Some(id)
-            }
-            _ => None,
-        };
         let part = Part { class_slots, n_created, n_modified, shipped, started: t };
         if let Err(e) = self.send_raw(body, None) {
             if reconnect::unsent(&e) {
@@ -2389,25 +2155,22 @@ impl Inner {
                 self.abort_local();
                 return Err(ClientError::CommitUnknown(Box::new(ClientError::Transport(e))));
             }
-            return self.commit_lost(part, images, id, writes, ClientError::Transport(e));
+            return self.commit_lost(part, kept, id, writes, ClientError::Transport(e));
         }
         let reply = match self.recv_raw() {
             Ok((r, _)) if reconnect::closes_for_reconnect(&r.body) => {
-                return self.commit_lost(part, images, id, writes, unexpected(r.body));
+                return self.commit_lost(part, kept, id, writes, unexpected(r.body));
             }
             Ok((r, _)) => r,
             Err(e) => {
-                return self.commit_lost(part, images, id, writes, ClientError::Transport(e));
+                return self.commit_lost(part, kept, id, writes, ClientError::Transport(e));
             }
         };
         match reply.body {
             ReplyBody::CommitOk { lsn, created: orefs } => {
                 let r = self.committed(part, lsn, &orefs);
-                // The recovery buffer's copies of this transaction are released (page modes).
-                if r.is_ok()
-                    && let Some(pm) = &mut self.pm
-                {
-                    pm.committed(images, lsn);
+                if r.is_ok() {
+                    path.committed(self, kept, lsn);
                 }
                 r
             }
@@ -2445,7 +2208,7 @@ impl Inner {
     fn commit_lost(
         &mut self,
         part: Part,
-        images: Vec<(PageId, Vec<u8>)>,
+        kept: Kept,
         id: Option<u64>,
         writes: bool,
         cause: ClientError,
@@ -2474,10 +2237,9 @@ impl Inner {
         match outcome {
             Some(thor_wire::Outcome::Committed { lsn, created }) => {
                 let r = self.committed(part, lsn, &created);
-                if r.is_ok()
-                    && let Some(pm) = &mut self.pm
-                {
-                    pm.committed(images, lsn);
+                if r.is_ok() {
+                    let path = self.path;
+                    path.committed(self, kept, lsn);
                 }
                 r
             }
@@ -2592,9 +2354,8 @@ impl Inner {
     fn abort_cache(&mut self) {
         let created_any = !self.cache.created().is_empty();
         self.cache.abort_done();
-        if let Some(pm) = &mut self.pm {
-            pm.aborted();
-        }
+        let path = self.path;
+        path.aborted(self);
         for (slot, _) in std::mem::take(&mut self.new_class_slots) {
             self.class_words[slot] = 0;
         }

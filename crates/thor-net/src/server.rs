@@ -344,6 +344,20 @@ struct ReaderCtx {
     owed: Arc<AtomicUsize>,
 }
 
+impl ReaderCtx {
+    /// The reading side's context of a connection whose writing side tracks `progress`.
+    fn new(shared: &ConnShared, progress: &Progress) -> ReaderCtx {
+        ReaderCtx {
+            cfg: shared.cfg.clone(),
+            budget: shared.budget.clone(),
+            stats: shared.stats.clone(),
+            max_frame: progress.max_frame.clone(),
+            opened: progress.opened.clone(),
+            owed: progress.owed.clone(),
+        }
+    }
+}
+
 /// The buffer size a frame of `size` bytes grows to from `cap`: double, at least the initial
 /// size, at most the frame.
 fn next_capacity(cap: usize, size: usize) -> usize {
@@ -732,6 +746,18 @@ struct Progress {
     fetches: FetchTimes,
 }
 
+impl Progress {
+    /// A new connection's: nothing owed, the pre-`Hello` frame limit, not opened.
+    fn new() -> Progress {
+        Progress {
+            owed: Arc::new(AtomicUsize::new(0)),
+            max_frame: Arc::new(AtomicUsize::new(PRE_HELLO_FRAME_BYTES_MAX)),
+            opened: Arc::new(AtomicBool::new(false)),
+            fetches: FetchTimes::default(),
+        }
+    }
+}
+
 /// Writes every reply in `outbox`, in order. Returns how the connection ends if it must.
 async fn flush<S: Stream>(
     conn: &mut Conn<S::W>,
@@ -850,20 +876,8 @@ async fn serve_connection<S: Stream>(
     let engine = shared.engine.clone();
     let mut conn =
         Conn { w, peer, engine: engine.clone(), id, cfg: shared.cfg.clone(), out: Vec::new() };
-    let mut progress = Progress {
-        owed: Arc::new(AtomicUsize::new(0)),
-        max_frame: Arc::new(AtomicUsize::new(PRE_HELLO_FRAME_BYTES_MAX)),
-        opened: Arc::new(AtomicBool::new(false)),
-        fetches: FetchTimes::default(),
-    };
-    let ctx = Arc::new(ReaderCtx {
-        cfg: shared.cfg.clone(),
-        budget: shared.budget.clone(),
-        stats: shared.stats.clone(),
-        max_frame: progress.max_frame.clone(),
-        opened: progress.opened.clone(),
-        owed: progress.owed.clone(),
-    });
+    let mut progress = Progress::new();
+    let ctx = Arc::new(ReaderCtx::new(&shared, &progress));
     let mut reading =
         Box::pin(next_frame(BufReader::with_capacity(READ_BUFFER_BYTES, rd), ctx.clone()));
     let handshake = tokio::time::sleep_until(handshake_deadline);
@@ -898,67 +912,94 @@ async fn serve_connection<S: Stream>(
             (r, read) = &mut reading, if !draining && !reading_done => {
                 let bytes = match read {
                     Read::Frame(b) => b,
-                    Read::Eof => break End::Drop,
-                    Read::Idle => {
-                        break End::Close(Some(Reply::error(
-                            ErrorCode::Timeout,
-                            "no request within the idle timeout",
-                        )));
-                    }
-                    Read::Slow => {
-                        break End::Close(Some(Reply::error(
-                            ErrorCode::Timeout,
-                            "the frame did not arrive in time",
-                        )));
-                    }
-                    Read::Bad(e) => {
-                        debug!(peer = %conn.peer, "bad frame: {e}");
-                        reading_done = true;
-                        conn.engine.protocol_error(conn.id, 0, e);
-                        continue;
-                    }
-                    Read::Io(e) => {
-                        debug!(peer = %conn.peer, "read failed: {e}");
-                        break End::Drop;
-                    }
+                    other => match not_a_frame(other, &conn) {
+                        Some(end) => break end,
+                        // A bad frame: the stream's framing is lost.
+                        None => {
+                            reading_done = true;
+                            continue;
+                        }
+                    },
                 };
                 // Read ahead: the next frame's future starts now and runs while replies go out.
                 reading.set(next_frame(r, ctx.clone()));
-                conn.engine.note_traffic(bytes.len() as u64, 0);
-                let frame = match Frame::parse(bytes, progress.max_frame.load(Relaxed)) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        debug!(peer = %conn.peer, "bad frame: {e}");
-                        conn.engine.protocol_error(conn.id, 0, e);
-                        continue;
-                    }
-                };
-                let rid = frame.id;
-                let req = match Request::decode(&frame) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        debug!(peer = %conn.peer, id = rid, "malformed request: {e}");
-                        conn.engine.protocol_error(conn.id, rid, e);
-                        continue;
-                    }
-                };
-                drop(frame);
-                if matches!(req.body, RequestBody::Fetch { .. } | RequestBody::Prefetch(_)) {
-                    progress.fetches.handing(rid);
-                }
-                progress.owed.fetch_add(1, Relaxed);
-                outbox.inline.store(true, SeqCst);
-                let work = conn.engine.request(conn.id, rid, req);
-                outbox.inline.store(false, SeqCst);
-                if !work.is_empty() {
-                    let engine = conn.engine.clone();
-                    tokio::task::spawn_blocking(move || engine.settle(work));
-                }
+                hand_over(&conn, &outbox, &mut progress, bytes);
             }
         }
     };
     // A frame half received is dropped unanswered.
     drop(reading);
+    finish::<S>(conn, end).await
+}
+
+/// The end of the connection a read that brought no frame means, or `None` for a bad frame
+/// (the core answers it with an error that closes the connection; no more frames are read).
+#[cold]
+fn not_a_frame<W>(read: Read, conn: &Conn<W>) -> Option<End> {
+    match read {
+        Read::Frame(_) => unreachable!("a frame is handed over, not ended on"),
+        Read::Eof => Some(End::Drop),
+        Read::Idle => Some(End::Close(Some(Reply::error(
+            ErrorCode::Timeout,
+            "no request within the idle timeout",
+        )))),
+        Read::Slow => Some(End::Close(Some(Reply::error(
+            ErrorCode::Timeout,
+            "the frame did not arrive in time",
+        )))),
+        Read::Bad(e) => {
+            debug!(peer = %conn.peer, "bad frame: {e}");
+            conn.engine.protocol_error(conn.id, 0, e);
+            None
+        }
+        Read::Io(e) => {
+            debug!(peer = %conn.peer, "read failed: {e}");
+            Some(End::Drop)
+        }
+    }
+}
+
+/// Decodes a frame and hands its request to the core, on the connection's task (a request
+/// the core answers at once, a page-cache hit, has its reply in the outbox on return; work
+/// that must wait for the disk goes to the blocking pool). A frame that does not parse or
+/// decode is reported to the core, which answers it with an error.
+#[inline]
+fn hand_over<W>(conn: &Conn<W>, outbox: &Outbox, progress: &mut Progress, bytes: Bytes) {
+    conn.engine.note_traffic(bytes.len() as u64, 0);
+    let frame = match Frame::parse(bytes, progress.max_frame.load(Relaxed)) {
+        Ok(f) => f,
+        Err(e) => {
+            debug!(peer = %conn.peer, "bad frame: {e}");
+            conn.engine.protocol_error(conn.id, 0, e);
+            return;
+        }
+    };
+    let rid = frame.id;
+    let req = match Request::decode(&frame) {
+        Ok(r) => r,
+        Err(e) => {
+            debug!(peer = %conn.peer, id = rid, "malformed request: {e}");
+            conn.engine.protocol_error(conn.id, rid, e);
+            return;
+        }
+    };
+    drop(frame);
+    if matches!(req.body, RequestBody::Fetch { .. } | RequestBody::Prefetch(_)) {
+        progress.fetches.handing(rid);
+    }
+    progress.owed.fetch_add(1, Relaxed);
+    outbox.inline.store(true, SeqCst);
+    let work = conn.engine.request(conn.id, rid, req);
+    outbox.inline.store(false, SeqCst);
+    if !work.is_empty() {
+        let engine = conn.engine.clone();
+        tokio::task::spawn_blocking(move || engine.settle(work));
+    }
+}
+
+/// Ends the connection as `end` says: at once, or after sending its error and with a
+/// lingering close; the core forgets it either way.
+async fn finish<S: Stream>(mut conn: Conn<S::W>, end: End) {
     match end {
         End::Drop => conn.engine.disconnect(conn.id),
         End::Close(reply) => {

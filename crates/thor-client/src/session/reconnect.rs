@@ -402,7 +402,7 @@ impl Inner {
             self.count_resume(false, before);
             return Ok(Resumed { outcome: commit.map(|_| Outcome::Unknown) });
         }
-        if self.pm.is_some() {
+        if self.path.keeps_pages() {
             // The page modes' images and recovery buffer are kept beside the cache.
             self.drop_cache();
         }
@@ -475,19 +475,8 @@ impl Inner {
         // The schema may have changed with the database (a restored backup).
         self.schema = None;
         self.class_words.iter_mut().for_each(|w| *w = 0);
-        if self.pm.is_some() {
-            // The images and the recovery buffer start over; the settings were accepted when
-            // the session was made, so they are again.
-            let fresh = crate::pagemode::PageState::new(
-                self.info.commit_mode,
-                self.info.page_size,
-                self.cfg.cache_bytes,
-                self.cfg.recovery,
-            );
-            if let Ok(p) = fresh {
-                self.pm = Some(p);
-            }
-        }
+        let path = self.path;
+        path.cache_dropped(self);
     }
 }
 

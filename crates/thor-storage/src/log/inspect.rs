@@ -35,9 +35,10 @@ use std::fmt;
 
 use thor_core::ids::Lsn;
 
-use crate::disk::Disk;
+use crate::disk::{Disk, DiskFile};
 use crate::error::StorageError;
 use crate::log::LogOptions;
+use crate::log::record::Defect;
 use crate::log::recovery::{After, bad_header, read_header, scan_after};
 use crate::log::segment::{Cursor, HeaderVerdict, Step, parse_segment_name};
 
@@ -282,31 +283,51 @@ pub fn inspect(
             });
             continue;
         }
-        match scan_after(&*file, file_len, offset, next, *first, opts)? {
-            After::SameBatch { intact } => out.findings.push(Finding::TornTail {
-                segment: name.clone(),
-                offset,
-                bytes: file_len - offset,
-                first_lost_lsn: next,
-                defect: defect.to_string(),
-                intact_records_cut: intact,
-            }),
-            After::LaterBatch { offset: later, lsn, batch_first } => {
-                out.findings.push(Finding::Corrupt {
-                    segment: name.clone(),
-                    offset,
-                    lsn: next,
-                    why: format!(
-                        "{defect}, but the intact record at offset {later} (LSN {lsn}) belongs \
-                         to a later flush batch (from LSN {batch_first}): this record's batch \
-                         had been fsynced before that one was written, so it was damaged after \
-                         it was durable"
-                    ),
-                });
-            }
-        }
+        let tail = Tail { name, first: *first, len: file_len, offset, next, defect };
+        out.findings.push(newest_defect(&*file, &tail, opts)?);
     }
     Ok(out)
+}
+
+/// A bad record in the newest segment `name` (which starts at LSN `first` and is `len` bytes
+/// long): at `offset`, where LSN `next` would be.
+struct Tail<'a> {
+    name: &'a str,
+    first: Lsn,
+    len: u64,
+    offset: u64,
+    next: Lsn,
+    defect: Defect,
+}
+
+/// What a bad record in the newest segment is: a torn tail, which recovery would cut, when
+/// nothing intact of a later flush batch follows it; damage to durable records otherwise.
+fn newest_defect(
+    file: &dyn DiskFile,
+    t: &Tail<'_>,
+    opts: &LogOptions,
+) -> Result<Finding, StorageError> {
+    let Tail { name, first, len, offset, next, defect } = t;
+    Ok(match scan_after(file, *len, *offset, *next, *first, opts)? {
+        After::SameBatch { intact } => Finding::TornTail {
+            segment: name.to_string(),
+            offset: *offset,
+            bytes: len - offset,
+            first_lost_lsn: *next,
+            defect: defect.to_string(),
+            intact_records_cut: intact,
+        },
+        After::LaterBatch { offset: later, lsn, batch_first } => Finding::Corrupt {
+            segment: name.to_string(),
+            offset: *offset,
+            lsn: *next,
+            why: format!(
+                "{defect}, but the intact record at offset {later} (LSN {lsn}) belongs to a \
+                 later flush batch (from LSN {batch_first}): this record's batch had been \
+                 fsynced before that one was written, so it was damaged after it was durable"
+            ),
+        },
+    })
 }
 
 #[cfg(test)]

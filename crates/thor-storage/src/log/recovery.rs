@@ -120,63 +120,12 @@ pub(crate) fn recover(disk: &dyn Disk, opts: &LogOptions) -> Result<Recovery, St
     segments.sort_by_key(|s| s.first_lsn);
 
     let Some(newest) = segments.last().cloned() else {
-        let active = create_segment(disk, &opts.prefix, Lsn(1))?;
-        stats.fsyncs += 1;
-        stats.dir_syncs += 1;
-        stats.segments_created += 1;
-        segments.push(SegmentInfo { first_lsn: Lsn(1), name: active.name.clone() });
-        let report = OpenReport {
-            next_lsn: Lsn(1),
-            first_lsn: Lsn(1),
-            segments: 1,
-            created: true,
-            newest_segment_records: 0,
-            torn_tail: None,
-            header_rewritten: None,
-        };
-        return Ok(Recovery { segments, active, report, stats });
+        return create_log(disk, opts, stats);
     };
-
-    // Older segments: names and headers only. Their records are checked by the reader, which
-    // must read them anyway; reading them here too would double the cost of every open.
-    for seg in &segments {
-        if seg.first_lsn == Lsn::ZERO {
-            return Err(corrupt(
-                "log segment",
-                &seg.name,
-                0,
-                "segment named for LSN 0".to_string(),
-            ));
-        }
-    }
-    for seg in &segments[..segments.len() - 1] {
-        let file = disk.open(&seg.name, false)?;
-        let verdict = read_header(&*file, file.len()?, seg.first_lsn)?;
-        if verdict != HeaderVerdict::Good {
-            return Err(bad_header(verdict, &seg.name));
-        }
-    }
-
+    check_older_segments(disk, &segments)?;
     // The newest segment: header, then every record.
     let file = disk.open(&newest.name, false)?;
-    let mut header_rewritten = None;
-    let file_len = match read_header(&*file, file.len()?, newest.first_lsn)? {
-        HeaderVerdict::Good => file.len()?,
-        HeaderVerdict::Unfinished => {
-            // A crash interrupted this segment's creation before its header was durable, and
-            // nothing is written to a segment before that: finish the creation.
-            tracing::warn!(
-                segment = %newest.name,
-                "log: the newest segment's header never became durable (a crash interrupted \
-                 its creation); rewrote it. The segment holds no records."
-            );
-            // The file is no longer than a header, so this write restores it whole.
-            file.write_at(0, &encode_header(newest.first_lsn))?;
-            header_rewritten = Some(newest.name.clone());
-            SEGMENT_HEADER_BYTES as u64
-        }
-        other => return Err(bad_header(other, &newest.name)),
-    };
+    let (file_len, header_rewritten) = newest_header(&*file, &newest)?;
     let mut cursor = Cursor::new(
         Arc::clone(&file),
         newest.first_lsn,
@@ -243,6 +192,77 @@ pub(crate) fn recover(disk: &dyn Disk, opts: &LogOptions) -> Result<Recovery, St
     };
     let active = Active { name: newest.name, file, len };
     Ok(Recovery { segments, active, report, stats })
+}
+
+/// Recovery of a log with no segment: its first one, for LSN 1.
+fn create_log(
+    disk: &dyn Disk,
+    opts: &LogOptions,
+    mut stats: LogStats,
+) -> Result<Recovery, StorageError> {
+    let active = create_segment(disk, &opts.prefix, Lsn(1))?;
+    stats.fsyncs += 1;
+    stats.dir_syncs += 1;
+    stats.segments_created += 1;
+    let segments = vec![SegmentInfo { first_lsn: Lsn(1), name: active.name.clone() }];
+    let report = OpenReport {
+        next_lsn: Lsn(1),
+        first_lsn: Lsn(1),
+        segments: 1,
+        created: true,
+        newest_segment_records: 0,
+        torn_tail: None,
+        header_rewritten: None,
+    };
+    Ok(Recovery { segments, active, report, stats })
+}
+
+/// Checks the segments' names and, all but the newest, their headers. Their records are
+/// checked by the reader, which must read them anyway; reading them here too would double the
+/// cost of every open.
+fn check_older_segments(disk: &dyn Disk, segments: &[SegmentInfo]) -> Result<(), StorageError> {
+    for seg in segments {
+        if seg.first_lsn == Lsn::ZERO {
+            return Err(corrupt(
+                "log segment",
+                &seg.name,
+                0,
+                "segment named for LSN 0".to_string(),
+            ));
+        }
+    }
+    for seg in &segments[..segments.len().saturating_sub(1)] {
+        let file = disk.open(&seg.name, false)?;
+        let verdict = read_header(&*file, file.len()?, seg.first_lsn)?;
+        if verdict != HeaderVerdict::Good {
+            return Err(bad_header(verdict, &seg.name));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the newest segment's header, rewriting one whose creation a crash interrupted.
+/// Returns the segment's length and, if the header was rewritten, the segment's name.
+fn newest_header(
+    file: &dyn DiskFile,
+    newest: &SegmentInfo,
+) -> Result<(u64, Option<String>), StorageError> {
+    match read_header(file, file.len()?, newest.first_lsn)? {
+        HeaderVerdict::Good => Ok((file.len()?, None)),
+        HeaderVerdict::Unfinished => {
+            // A crash interrupted this segment's creation before its header was durable, and
+            // nothing is written to a segment before that: finish the creation.
+            tracing::warn!(
+                segment = %newest.name,
+                "log: the newest segment's header never became durable (a crash interrupted \
+                 its creation); rewrote it. The segment holds no records."
+            );
+            // The file is no longer than a header, so this write restores it whole.
+            file.write_at(0, &encode_header(newest.first_lsn))?;
+            Ok((SEGMENT_HEADER_BYTES as u64, Some(newest.name.clone())))
+        }
+        other => Err(bad_header(other, &newest.name)),
+    }
 }
 
 /// What follows a bad record in the newest segment.

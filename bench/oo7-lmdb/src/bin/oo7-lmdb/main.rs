@@ -232,49 +232,7 @@ fn main() {
 
 fn real_main() -> Result<()> {
     match Cli::parse().cmd {
-        Cmd::Load(a) => {
-            let mut params = Params::preset(&a.size)?;
-            if let Some(seed) = a.seed {
-                params.seed = seed;
-            }
-            if let Some(d) = &a.doc_placement {
-                params.doc_placement = d.parse()?;
-            }
-            let t = Instant::now();
-            eprintln!("generating {} (seed {:#x}) with thor-oo7's generator", a.size, params.seed);
-            let mut last = Instant::now();
-            let report = store::generate_and_load(&a.dir, &params, |done, total| {
-                if last.elapsed() > Duration::from_millis(500) || done == total {
-                    eprintln!("  loading: {done} of {total} values");
-                    last = Instant::now();
-                }
-            })
-            .with_context(|| format!("loading into {}", a.dir.display()))?;
-            let secs = t.elapsed().as_secs_f64();
-            if a.json {
-                return print_json(&serde_json::json!({"report": report, "seconds": secs}));
-            }
-            let c = report.counts;
-            println!("{} objects in {}", c.total(), a.dir.display());
-            println!(
-                "  {} modules, {} complex and {} base assemblies, {} composite parts and documents, {} atomic parts, {} connections",
-                c.modules, c.complex, c.base, c.composites, c.atomic, c.conns
-            );
-            println!(
-                "  {:.1} MB of values; B-tree depth {}, {} branch, {} leaf and {} overflow pages of {} bytes",
-                report.value_bytes as f64 / 1e6,
-                report.depth,
-                report.branch_pages,
-                report.leaf_pages,
-                report.overflow_pages,
-                report.page_size
-            );
-            println!(
-                "  data file {:.1} MB; generated and loaded in {secs:.2} s",
-                report.file_bytes as f64 / 1e6
-            );
-            Ok(())
-        }
+        Cmd::Load(a) => load(a),
         Cmd::Verify(a) => {
             let env = store::open_env(&a.dir, store::EnvConfig::READ_ONLY)?;
             let db = store::open_db(&env)?;
@@ -290,86 +248,8 @@ fn real_main() -> Result<()> {
             );
             Ok(())
         }
-        Cmd::Run(a) => {
-            let traversals = a.traversals.iter().map(|t| read_only_op(t)).collect::<Result<_>>()?;
-            let thor = match a.thor_dir {
-                None => None,
-                Some(dir) => {
-                    let bin = match a.thor_bin {
-                        Some(b) => b,
-                        None => {
-                            let exe = std::env::current_exe()?;
-                            let b = exe.with_file_name("thor");
-                            if !b.is_file() {
-                                bail!(
-                                    "no `thor` beside {} (build it: cargo build --release -p thor-cli), or give --thor-bin",
-                                    exe.display()
-                                );
-                            }
-                            b
-                        }
-                    };
-                    mib_to_bytes("--thor-cache-mb", a.thor_cache_mb)?;
-                    Some(run::ThorSide {
-                        bin,
-                        dir,
-                        policy: a.thor_policy,
-                        cache_mb: a.thor_cache_mb,
-                    })
-                }
-            };
-            let work_dir = match a.work_dir {
-                Some(w) => w,
-                None => std::path::absolute(&a.dir)?
-                    .parent()
-                    .map(|p| p.to_path_buf())
-                    .unwrap_or_else(std::env::temp_dir),
-            };
-            run::run(&run::RunSettings {
-                dir: a.dir,
-                traversals,
-                runs: a.runs,
-                hot_repeats: a.hot_repeats,
-                t2b_runs: a.t2b_runs,
-                thor,
-                work_dir,
-                json: a.json,
-            })
-        }
-        Cmd::Footprint(a) => {
-            let thor = match a.thor_dir {
-                None => None,
-                Some(dir) => {
-                    let Some(cache_mb) = a.thor_cache_mb else {
-                        bail!(
-                            "--thor-dir needs --thor-cache-mb (thor's client cache for the probe)"
-                        );
-                    };
-                    mib_to_bytes("--thor-cache-mb", cache_mb)?;
-                    mib_to_bytes("--thor-server-cache-mb", a.thor_server_cache_mb)?;
-                    let _: thor_client::PolicyConfig = a.thor_policy.parse()?;
-                    Some(footprint::ThorFootprint {
-                        dir,
-                        cache_mb,
-                        policy: a.thor_policy,
-                        server_cache_mb: a.thor_server_cache_mb,
-                    })
-                }
-            };
-            footprint::footprint(&footprint::FootprintSettings {
-                lmdb_dir: a.dir,
-                lmdb_readahead: !a.lmdb_no_readahead,
-                thor,
-                traversal: read_only_op(&a.traversal)?,
-                lo_mib: a.lo_mib,
-                hi_mib: a.hi_mib,
-                step_mib: a.step_mib,
-                hot_runs: a.hot_runs,
-                confirm: a.confirm,
-                probe_timeout: Duration::from_secs(a.probe_timeout_s),
-                json: a.json,
-            })
-        }
+        Cmd::Run(a) => run_cmd(a),
+        Cmd::Footprint(a) => footprint_cmd(a),
         Cmd::ChildRun(a) => {
             print_json(&child::child_run(&a.dir, read_only_op(&a.traversal)?, a.hot)?)
         }
@@ -387,4 +267,126 @@ fn real_main() -> Result<()> {
             print_json(&child::child_probe_thor(&a.run.dir, op, a.run.hot, p)?)
         }
     }
+}
+
+/// `load`: generates the database and loads it into a new environment.
+fn load(a: LoadArgs) -> Result<()> {
+    let mut params = Params::preset(&a.size)?;
+    if let Some(seed) = a.seed {
+        params.seed = seed;
+    }
+    if let Some(d) = &a.doc_placement {
+        params.doc_placement = d.parse()?;
+    }
+    let t = Instant::now();
+    eprintln!("generating {} (seed {:#x}) with thor-oo7's generator", a.size, params.seed);
+    let mut last = Instant::now();
+    let report = store::generate_and_load(&a.dir, &params, |done, total| {
+        if last.elapsed() > Duration::from_millis(500) || done == total {
+            eprintln!("  loading: {done} of {total} values");
+            last = Instant::now();
+        }
+    })
+    .with_context(|| format!("loading into {}", a.dir.display()))?;
+    let secs = t.elapsed().as_secs_f64();
+    if a.json {
+        return print_json(&serde_json::json!({"report": report, "seconds": secs}));
+    }
+    let c = report.counts;
+    println!("{} objects in {}", c.total(), a.dir.display());
+    println!(
+        "  {} modules, {} complex and {} base assemblies, {} composite parts and documents, {} atomic parts, {} connections",
+        c.modules, c.complex, c.base, c.composites, c.atomic, c.conns
+    );
+    println!(
+        "  {:.1} MB of values; B-tree depth {}, {} branch, {} leaf and {} overflow pages of {} bytes",
+        report.value_bytes as f64 / 1e6,
+        report.depth,
+        report.branch_pages,
+        report.leaf_pages,
+        report.overflow_pages,
+        report.page_size
+    );
+    println!(
+        "  data file {:.1} MB; generated and loaded in {secs:.2} s",
+        report.file_bytes as f64 / 1e6
+    );
+    Ok(())
+}
+
+/// `run`: the comparison's settings from the arguments, then the comparison.
+fn run_cmd(a: RunArgs) -> Result<()> {
+    let traversals = a.traversals.iter().map(|t| read_only_op(t)).collect::<Result<_>>()?;
+    let thor = match a.thor_dir {
+        None => None,
+        Some(dir) => {
+            let bin = match a.thor_bin {
+                Some(b) => b,
+                None => {
+                    let exe = std::env::current_exe()?;
+                    let b = exe.with_file_name("thor");
+                    if !b.is_file() {
+                        bail!(
+                            "no `thor` beside {} (build it: cargo build --release -p thor-cli), or give --thor-bin",
+                            exe.display()
+                        );
+                    }
+                    b
+                }
+            };
+            mib_to_bytes("--thor-cache-mb", a.thor_cache_mb)?;
+            Some(run::ThorSide { bin, dir, policy: a.thor_policy, cache_mb: a.thor_cache_mb })
+        }
+    };
+    let work_dir = match a.work_dir {
+        Some(w) => w,
+        None => std::path::absolute(&a.dir)?
+            .parent()
+            .map(|p| p.to_path_buf())
+            .unwrap_or_else(std::env::temp_dir),
+    };
+    run::run(&run::RunSettings {
+        dir: a.dir,
+        traversals,
+        runs: a.runs,
+        hot_repeats: a.hot_repeats,
+        t2b_runs: a.t2b_runs,
+        thor,
+        work_dir,
+        json: a.json,
+    })
+}
+
+/// `footprint`: the bisection's settings from the arguments, then the bisection.
+fn footprint_cmd(a: FootprintArgs) -> Result<()> {
+    let thor = match a.thor_dir {
+        None => None,
+        Some(dir) => {
+            let Some(cache_mb) = a.thor_cache_mb else {
+                bail!("--thor-dir needs --thor-cache-mb (thor's client cache for the probe)");
+            };
+            mib_to_bytes("--thor-cache-mb", cache_mb)?;
+            mib_to_bytes("--thor-server-cache-mb", a.thor_server_cache_mb)?;
+            let _: thor_client::PolicyConfig = a.thor_policy.parse()?;
+            Some(footprint::ThorFootprint {
+                dir,
+                cache_mb,
+                policy: a.thor_policy,
+                server_cache_mb: a.thor_server_cache_mb,
+            })
+        }
+    };
+    footprint::footprint(&footprint::FootprintSettings {
+        lmdb_dir: a.dir,
+        lmdb_readahead: !a.lmdb_no_readahead,
+        thor,
+        traversal: read_only_op(&a.traversal)?,
+        lo_mib: a.lo_mib,
+        hi_mib: a.hi_mib,
+        step_mib: a.step_mib,
+        hot_runs: a.hot_runs,
+        confirm: a.confirm,
+        probe_timeout: Duration::from_secs(a.probe_timeout_s),
+        json: a.json,
+    })
 }

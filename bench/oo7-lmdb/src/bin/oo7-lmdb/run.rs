@@ -175,6 +175,20 @@ fn same(op: Op, a: (u64, u64, u64), b: (u64, u64, u64)) -> Result<()> {
     Ok(())
 }
 
+/// What the rounds of cold and hot traversals measured, per traversal (in `s.traversals`'
+/// order).
+struct Traversals {
+    lmdb: Vec<(Op, Vec<RunOut>)>,
+    thor_cold: Vec<Vec<ThorReport>>,
+    thor_hot: Vec<Vec<ThorReport>>,
+}
+
+/// What the T2b rounds measured: LMDB's, and thor's with the bytes its process wrote.
+struct T2bs {
+    lmdb: Vec<T2bOut>,
+    thor: Vec<(ThorReport, u64)>,
+}
+
 /// Runs the comparison and prints its table.
 pub fn run(s: &RunSettings) -> Result<()> {
     if s.runs == 0 || s.runs > RUNS_MAX || s.hot_repeats > RUNS_MAX || s.t2b_runs > RUNS_MAX {
@@ -200,12 +214,26 @@ pub fn run(s: &RunSettings) -> Result<()> {
     }
     let load_before = load_avg();
 
+    let trav = traversals(s, &exe)?;
+    let t2b = t2b_rounds(s, &exe)?;
+    let load_after = load_avg();
+    let json_trav = print_traversals(s, params, &trav, &load_before, &load_after);
+    print_t2b(&t2b);
+    if let Some(path) = &s.json {
+        write_json(s, path, params, json_trav, &t2b, (load_before.as_str(), load_after.as_str()))?;
+    }
+    Ok(())
+}
+
+/// The rounds of cold and hot traversals, each in child processes, with a line per round
+/// on stderr.
+fn traversals(s: &RunSettings, exe: &Path) -> Result<Traversals> {
     let mut lmdb: Vec<(Op, Vec<RunOut>)> = s.traversals.iter().map(|&o| (o, vec![])).collect();
     let mut thor_cold: Vec<Vec<ThorReport>> = vec![vec![]; s.traversals.len()];
     let mut thor_hot: Vec<Vec<ThorReport>> = vec![vec![]; s.traversals.len()];
     for round in 0..s.runs {
         for (i, &op) in s.traversals.iter().enumerate() {
-            let mut c = Command::new(&exe);
+            let mut c = Command::new(exe);
             c.args(["child-run", "--dir"]).arg(&s.dir).args(["--traversal", op.name()]);
             c.args(["--hot", &s.hot_repeats.to_string()]);
             let (out, _) = child::spawn_ok::<RunOut>(c, timeout())?;
@@ -247,6 +275,11 @@ pub fn run(s: &RunSettings) -> Result<()> {
         }
     }
 
+    Ok(Traversals { lmdb, thor_cold, thor_hot })
+}
+
+/// The T2b rounds, each on fresh copies of the databases, with a line per round on stderr.
+fn t2b_rounds(s: &RunSettings, exe: &Path) -> Result<T2bs> {
     let mut lmdb_t2b: Vec<T2bOut> = Vec::new();
     let mut thor_t2b: Vec<(ThorReport, u64)> = Vec::new();
     for round in 0..s.t2b_runs {
@@ -256,7 +289,7 @@ pub fn run(s: &RunSettings) -> Result<()> {
             .with_context(|| format!("a directory for T2b's copies in {}", s.work_dir.display()))?;
         let copy = tmp.path().join("lmdb");
         copy_dir(&s.dir, &copy)?;
-        let mut c = Command::new(&exe);
+        let mut c = Command::new(exe);
         c.args(["child-t2b", "--dir"]).arg(&copy);
         let (out, _) = child::spawn_ok::<T2bOut>(c, timeout())?;
         let mut line = format!(
@@ -286,8 +319,18 @@ pub fn run(s: &RunSettings) -> Result<()> {
         eprintln!("{line}");
         lmdb_t2b.push(out);
     }
-    let load_after = load_avg();
+    Ok(T2bs { lmdb: lmdb_t2b, thor: thor_t2b })
+}
 
+/// Prints the traversals' tables (elapsed and CPU time); returns their JSON records.
+fn print_traversals(
+    s: &RunSettings,
+    params: Params,
+    trav: &Traversals,
+    load_before: &str,
+    load_after: &str,
+) -> Vec<serde_json::Value> {
+    let Traversals { lmdb, thor_cold, thor_hot } = trav;
     // ----- the table -----
     let ms = |xs: Vec<f64>| Summary::of(&xs).map(|s| s.show(1e3, 2)).unwrap_or("-".into());
     let sum = |xs: Vec<f64>| Summary::of(&xs);
@@ -351,6 +394,13 @@ pub fn run(s: &RunSettings) -> Result<()> {
             cpu(thor_hot[i].iter().map(|r| r.cpu_s).collect()),
         );
     }
+    json_trav
+}
+
+/// Prints the T2b table, if T2b ran.
+fn print_t2b(t2b: &T2bs) {
+    let T2bs { lmdb: lmdb_t2b, thor: thor_t2b } = t2b;
+    let ms = |xs: Vec<f64>| Summary::of(&xs).map(|s| s.show(1e3, 2)).unwrap_or("-".into());
     if !lmdb_t2b.is_empty() {
         println!();
         println!("| T2b | traversal | commit | bytes written at commit |");
@@ -384,19 +434,29 @@ pub fn run(s: &RunSettings) -> Result<()> {
             );
         }
     }
-    if let Some(path) = &s.json {
-        let v = json!({
-            "params": format!("{params:?}"),
-            "runs": s.runs, "hot_repeats": s.hot_repeats,
-            "load_average_before": load_before, "load_average_after": load_after,
-            "thor": s.thor.as_ref().map(|t| json!({"bin": t.bin, "dir": t.dir, "policy": t.policy, "cache_mb": t.cache_mb})),
-            "traversals": json_trav,
-            "lmdb_t2b": lmdb_t2b,
-            "thor_t2b": thor_t2b.iter().map(|(r, w)| json!({"report": r, "process_write_bytes": w})).collect::<Vec<_>>(),
-        });
-        std::fs::write(path, serde_json::to_string_pretty(&v)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
-    }
+}
+
+/// Writes everything measured as JSON to `path`.
+fn write_json(
+    s: &RunSettings,
+    path: &Path,
+    params: Params,
+    json_trav: Vec<serde_json::Value>,
+    t2b: &T2bs,
+    (load_before, load_after): (&str, &str),
+) -> Result<()> {
+    let T2bs { lmdb: lmdb_t2b, thor: thor_t2b } = t2b;
+    let v = json!({
+        "params": format!("{params:?}"),
+        "runs": s.runs, "hot_repeats": s.hot_repeats,
+        "load_average_before": load_before, "load_average_after": load_after,
+        "thor": s.thor.as_ref().map(|t| json!({"bin": t.bin, "dir": t.dir, "policy": t.policy, "cache_mb": t.cache_mb})),
+        "traversals": json_trav,
+        "lmdb_t2b": lmdb_t2b,
+        "thor_t2b": thor_t2b.iter().map(|(r, w)| json!({"report": r, "process_write_bytes": w})).collect::<Vec<_>>(),
+    });
+    std::fs::write(path, serde_json::to_string_pretty(&v)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote {}", path.display());
     Ok(())
 }
