@@ -3,7 +3,7 @@
 //!
 //! Every write of an account stores a `version` never stored before (the writer's client number
 //! and attempt number), so a history of what clients read and wrote can be checked for
-//! serializability (`thor_sim::serial`): the version a read returns names the write it saw.
+//! serializability (`thor_history`): the version a read returns names the write it saw.
 
 use anyhow::{Context, Result, bail};
 use thor_client::{ClientError, Ref, Session};
