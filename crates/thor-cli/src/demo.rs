@@ -194,7 +194,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     );
 
     // 7. The OO7 experiments in miniature: HAC against FPC on the small database.
-    crate::oo7::demo_experiments(&path)?;
+    thor_lab::oo7::demo_experiments(&path)?;
     println!("{TERMS}");
     Ok(())
 }

@@ -171,7 +171,7 @@ pub struct ServerArgs {
     /// Where another server of the cluster listens, as ID=HOST:PORT (repeat for each). Needed
     /// for transactions that use several servers (two-phase commit between them): a prepare
     /// naming a server not given here is refused, and so are messages from one.
-    #[arg(long = "peer", value_parser = parse_peer)]
+    #[arg(long = "peer", value_parser = thor_lab::args::parse_peer)]
     peers: Vec<(u32, std::net::SocketAddr)>,
     /// How commits are made recoverable: obj (thor's own: objects shipped, logged, kept in the
     /// MOB) or one of the QuickStore recovery study's page-based modes: pd-redo, pd-esm,
@@ -239,23 +239,6 @@ fn peer_tls(args: &ServerArgs) -> Result<Option<thor_net::TlsClient>> {
         None => tls,
     };
     Ok(Some(tls))
-}
-
-/// `--peer ID=HOST:PORT`.
-pub(crate) fn parse_peer(s: &str) -> Result<(u32, std::net::SocketAddr), String> {
-    let (id, addr) = s.split_once('=').ok_or("expected ID=HOST:PORT, e.g. 2=127.0.0.1:7401")?;
-    let id: u32 = id.trim().parse().map_err(|_| format!("server id {id:?} is not a number"))?;
-    if id == 0 {
-        return Err("server ids start at 1".into());
-    }
-    use std::net::ToSocketAddrs;
-    let addr = addr
-        .trim()
-        .to_socket_addrs()
-        .map_err(|e| format!("{addr}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("{addr} names no address"))?;
-    Ok((id, addr))
 }
 
 /// `--commit-mode`.

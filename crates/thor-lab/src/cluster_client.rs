@@ -34,7 +34,7 @@ use crate::transfer_client::lost;
 #[derive(Debug, Args)]
 pub struct ClusterClient {
     /// A server of the cluster, as ID=HOST:PORT (repeat for each; two at least).
-    #[arg(long = "server", value_parser = crate::server::parse_peer, required = true)]
+    #[arg(long = "server", value_parser = crate::args::parse_peer, required = true)]
     servers: Vec<(u32, SocketAddr)>,
     #[command(flatten)]
     h: crate::bank::HistoryArgs,
