@@ -1,6 +1,6 @@
 //! Compaction: a closed database rewritten into a new directory without its garbage.
 //!
-//! This is `thor_server::upgrade` with no class changed (an upgrade that appends fields to
+//! This is [`upgrade()`](crate::upgrade()) with no class changed (an upgrade that appends fields to
 //! classes needs the program's new declarations, so it is the facade's `thor::Upgrade`).
 //! Every object reachable from the root is copied, in the same order, into `dst`, which must
 //! not exist and whose parent must (the rule `thor backup` follows: a mistyped path creates
@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-pub use thor_server::{UpgradeError, UpgradeReport};
+use crate::upgrade::{UpgradeError, UpgradeReport};
 
 /// Why a compaction did not happen. The source is unchanged either way.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +50,7 @@ pub fn compact(src: &Path, dst: &Path) -> Result<UpgradeReport, CompactError> {
     if !parent.is_dir() {
         return Err(CompactError::NoParent { dst: dst.to_path_buf() });
     }
-    thor_server::upgrade(src, dst, &[]).map_err(|source| CompactError::Rewrite {
+    crate::upgrade(src, dst, &[]).map_err(|source| CompactError::Rewrite {
         src: src.to_path_buf(),
         dst: dst.to_path_buf(),
         source,

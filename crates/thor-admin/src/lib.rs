@@ -7,6 +7,10 @@
 //!   [`check::Progress`] the caller passes in.
 //! - [`compact`]: a closed database rewritten into a new directory without its unreachable
 //!   objects (the upgrade with no class changed).
+//! - [`upgrade()`](mod@upgrade): a closed database rewritten into a new directory with fields
+//!   appended to classes (the facade's `thor::Upgrade` gives it the program's declarations), and
+//!   without its unreachable objects: thor's only garbage collection. Objects are placed by the
+//!   server's page packer (`thor_server::PagePacker`), the rule its bulk load follows.
 //! - [`backup`]: a consistent copy of a database that no process has open. (A live backup is
 //!   the server's: the `Backup` request, `Engine::backup`.)
 //!
@@ -15,7 +19,10 @@
 pub mod backup;
 pub mod check;
 pub mod compact;
+pub mod limits;
+pub mod upgrade;
 
 pub use backup::{BackupError, backup_offline};
 pub use check::{CheckError, CheckOptions, NoProgress, Report, check, repair_and_check};
 pub use compact::{CompactError, compact};
+pub use upgrade::{ClassUpgrade, Incompatibility, UpgradeError, UpgradeReport, upgrade};
