@@ -646,6 +646,112 @@ struct LogObject {
     installed: bool,
 }
 
+/// What the first log pass gathers while the log is read (the reader's callback cannot
+/// borrow the checker).
+struct LogPass1 {
+    /// What the log writes from the checkpoint on, by oref.
+    log: BTreeMap<Oref, LogObject>,
+    /// Problems found, reported once the pass is over.
+    problems: Vec<(Place, String)>,
+    /// Class objects the log creates.
+    new_classes: Vec<(Oref, Option<Arc<ClassDesc>>)>,
+    /// The last page the log creates objects in.
+    last_created_page: u32,
+}
+
+impl LogPass1 {
+    /// Judges one object of the record `r` (in segment number `seg`) from the checkpoint on,
+    /// and notes it.
+    fn object(
+        &mut self,
+        r: &RecordAt<'_>,
+        seg: usize,
+        o: &record::RecordObject<'_>,
+        page_size: usize,
+    ) {
+        let place = || Place::Log {
+            segment: r.segment.to_string(),
+            offset: r.offset,
+            lsn: Some(r.lsn.0),
+            oref: Some(format!("{}", o.oref)),
+        };
+        let class = u32_at(o.data, 0);
+        let max = thor_core::limits::max_object_bytes(page_size);
+        if o.data.len() > max {
+            self.problems.push((
+                place(),
+                format!(
+                    "{} bytes, more than a page of {page_size} bytes holds ({max})",
+                    o.data.len()
+                ),
+            ));
+        }
+        if builtin::is_builtin(o.oref) && o.oref != builtin::ROOT {
+            self.problems
+                .push((place(), "writes a built-in class, which is immutable".to_string()));
+        }
+        if o.created {
+            let page = o.oref.page_raw();
+            self.last_created_page = self.last_created_page.max(page);
+            if class == builtin::META.raw() {
+                match ClassDesc::from_class_object(o.data) {
+                    Ok(d) => self.new_classes.push((o.oref, Some(Arc::new(d)))),
+                    Err(e) => {
+                        self.problems.push((place(), format!("malformed class object: {e}")));
+                        self.new_classes.push((o.oref, None));
+                    }
+                }
+            }
+        } else if class == builtin::META.raw() {
+            self.problems.push((
+                place(),
+                "a new version of a class object: classes are immutable".to_string(),
+            ));
+        }
+        match self.log.get_mut(&o.oref) {
+            None => {
+                self.log.insert(
+                    o.oref,
+                    LogObject {
+                        class,
+                        len: o.data.len(),
+                        created: o.created.then_some(r.lsn),
+                        first: (seg, r.offset, r.lsn),
+                        installed: false,
+                    },
+                );
+            }
+            Some(e) => {
+                if o.created {
+                    let why = match e.created {
+                        Some(l) => format!("created again (first created at LSN {l})"),
+                        None => format!(
+                            "created after a version of it was written at LSN {}",
+                            e.first.2
+                        ),
+                    };
+                    self.problems.push((place(), why));
+                }
+                if class != e.class || o.data.len() != e.len {
+                    self.problems.push((
+                        place(),
+                        format!(
+                            "class word {} and size {} differ from its version at LSN {} \
+                             (class word {}, {} bytes): objects keep their class and \
+                             size for life",
+                            word(class),
+                            o.data.len(),
+                            e.first.2,
+                            word(e.class),
+                            e.len
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+}
+
 /// The state of a check in progress.
 struct Checker<'d> {
     /// The directory, read-only.
@@ -790,11 +896,13 @@ impl<'d> Checker<'d> {
     fn log_pass_1(&mut self) -> Result<(), CheckError> {
         let bar = self.progress.phase("log", None);
         let checkpoint = self.sb.checkpoint;
-        let mut problems: Vec<(Place, String)> = Vec::new();
         let mut segments = std::mem::take(&mut self.segments);
-        let mut log = std::mem::take(&mut self.log);
-        let mut new_classes: Vec<(Oref, Option<Arc<ClassDesc>>)> = Vec::new();
-        let mut last_created_page = 0u32;
+        let mut pass = LogPass1 {
+            log: std::mem::take(&mut self.log),
+            problems: Vec::new(),
+            new_classes: Vec::new(),
+            last_created_page: 0,
+        };
         let page_size = self.page_size;
         let mut wpl = thor_server::wpl_log::WplObjects::default();
         let inspection = inspect(self.disk, &LogOptions::default(), |r: RecordAt<'_>| {
@@ -816,13 +924,13 @@ impl<'d> Checker<'d> {
                 Ok(Some(owned)) => owned,
                 Ok(None) => {
                     if let Err(e) = record::decode_any(r.payload, |o| objects.push(o)) {
-                        problems.push((record_place(), format!("{e}")));
+                        pass.problems.push((record_place(), format!("{e}")));
                         return;
                     }
                     Vec::new()
                 }
                 Err(e) => {
-                    problems.push((record_place(), e));
+                    pass.problems.push((record_place(), e));
                     return;
                 }
             };
@@ -835,98 +943,19 @@ impl<'d> Checker<'d> {
                 return;
             }
             for o in &objects {
-                let place = || Place::Log {
-                    segment: r.segment.to_string(),
-                    offset: r.offset,
-                    lsn: Some(r.lsn.0),
-                    oref: Some(format!("{}", o.oref)),
-                };
-                let class = u32_at(o.data, 0);
-                let max = thor_core::limits::max_object_bytes(page_size);
-                if o.data.len() > max {
-                    problems.push((
-                        place(),
-                        format!(
-                            "{} bytes, more than a page of {page_size} bytes holds ({max})",
-                            o.data.len()
-                        ),
-                    ));
-                }
-                if builtin::is_builtin(o.oref) && o.oref != builtin::ROOT {
-                    problems
-                        .push((place(), "writes a built-in class, which is immutable".to_string()));
-                }
-                if o.created {
-                    let page = o.oref.page_raw();
-                    last_created_page = last_created_page.max(page);
-                    if class == builtin::META.raw() {
-                        match ClassDesc::from_class_object(o.data) {
-                            Ok(d) => new_classes.push((o.oref, Some(Arc::new(d)))),
-                            Err(e) => {
-                                problems.push((place(), format!("malformed class object: {e}")));
-                                new_classes.push((o.oref, None));
-                            }
-                        }
-                    }
-                } else if class == builtin::META.raw() {
-                    problems.push((
-                        place(),
-                        "a new version of a class object: classes are immutable".to_string(),
-                    ));
-                }
-                match log.get_mut(&o.oref) {
-                    None => {
-                        log.insert(
-                            o.oref,
-                            LogObject {
-                                class,
-                                len: o.data.len(),
-                                created: o.created.then_some(r.lsn),
-                                first: (seg, r.offset, r.lsn),
-                                installed: false,
-                            },
-                        );
-                    }
-                    Some(e) => {
-                        if o.created {
-                            let why = match e.created {
-                                Some(l) => format!("created again (first created at LSN {l})"),
-                                None => format!(
-                                    "created after a version of it was written at LSN {}",
-                                    e.first.2
-                                ),
-                            };
-                            problems.push((place(), why));
-                        }
-                        if class != e.class || o.data.len() != e.len {
-                            problems.push((
-                                place(),
-                                format!(
-                                    "class word {} and size {} differ from its version at LSN {} \
-                                     (class word {}, {} bytes): objects keep their class and \
-                                     size for life",
-                                    word(class),
-                                    o.data.len(),
-                                    e.first.2,
-                                    word(e.class),
-                                    e.len
-                                ),
-                            ));
-                        }
-                    }
-                }
+                pass.object(&r, seg, o, page_size);
             }
         })?;
         bar.finish();
         self.segments = segments;
-        self.log = log;
-        for (place, why) in problems {
+        self.log = pass.log;
+        for (place, why) in pass.problems {
             self.report.problem(place, why);
         }
-        for (oref, desc) in new_classes {
+        for (oref, desc) in pass.new_classes {
             self.classes.entry(oref).or_insert(desc);
         }
-        self.last_page = self.alloc.max(last_created_page);
+        self.last_page = self.alloc.max(pass.last_created_page);
         self.log_findings(&inspection);
         Ok(())
     }
@@ -1113,29 +1142,7 @@ impl<'d> Checker<'d> {
             };
             self.state[p as usize] = how;
             let v = PageView::parse(&img).expect("checked by installed_image");
-            if let Some(at) = nonzero_free_byte(&v) {
-                self.report.problem(
-                    Place::page(p),
-                    format!(
-                        "free space (page bytes {} to {}) is not zero at page byte {at}: unused \
-                         page bytes are always zero",
-                        v.data_end(),
-                        self.page_size - 2 * v.slot_count()
-                    ),
-                );
-            }
-            if let Some(next) = next_lsn
-                && v.version() >= next
-            {
-                self.report.problem(
-                    Place::page(p),
-                    format!(
-                        "version LSN {} is past the log's last record (the log continues at LSN \
-                         {next}): the page holds a commit the log does not",
-                        v.version()
-                    ),
-                );
-            }
+            self.page_fields(p, &v, next_lsn);
             let id = PageId::new(p).expect("page id");
             for i in 0..v.slot_count() {
                 let oid = Oid::new(i as u16).expect("slot count is at most 512");
@@ -1154,44 +1161,7 @@ impl<'d> Checker<'d> {
                     continue;
                 };
                 set_bit(&mut self.exists, oref);
-                let class = u32_at(obj, 0);
-                if let Some(o) = self.log.get_mut(&oref) {
-                    o.installed = true;
-                    if o.class != class || o.len != obj.len() {
-                        let (seg, offset, lsn) = o.first;
-                        let why = format!(
-                            "the log's version of it at LSN {lsn} (class word {}, {} bytes) \
-                             differs in class or size from the installed one (class word {}, \
-                             {} bytes): objects keep their class and size for life",
-                            word(o.class),
-                            o.len,
-                            word(class),
-                            obj.len()
-                        );
-                        let place = Place::Log {
-                            segment: self.segments[seg].clone(),
-                            offset,
-                            lsn: Some(lsn.0),
-                            oref: Some(oref.to_string()),
-                        };
-                        self.report.problem(place, why);
-                    }
-                }
-                if p == 1 && builtin::is_builtin(oref) {
-                    self.check_builtin(oref, obj);
-                } else if class == builtin::META.raw() {
-                    let desc = match ClassDesc::from_class_object(obj) {
-                        Ok(d) => Some(Arc::new(d)),
-                        Err(e) => {
-                            self.report.problem(
-                                Place::object(p, i as u16),
-                                format!("malformed class object: {e}"),
-                            );
-                            None
-                        }
-                    };
-                    self.classes.insert(oref, desc);
-                }
+                self.installed_object(oref, obj);
             }
             if p == 1 {
                 for oid in 0..=builtin::ROOT.oid().get() {
@@ -1224,6 +1194,79 @@ impl<'d> Checker<'d> {
         }
         bar.finish();
         Ok(())
+    }
+
+    /// The fields of installed page `p` (`v`): zeros in its free space, a version no newer than
+    /// the log's next LSN.
+    fn page_fields(&mut self, p: u32, v: &PageView<'_>, next_lsn: Option<Lsn>) {
+        if let Some(at) = nonzero_free_byte(v) {
+            self.report.problem(
+                Place::page(p),
+                format!(
+                    "free space (page bytes {} to {}) is not zero at page byte {at}: unused \
+                     page bytes are always zero",
+                    v.data_end(),
+                    self.page_size - 2 * v.slot_count()
+                ),
+            );
+        }
+        if let Some(next) = next_lsn
+            && v.version() >= next
+        {
+            self.report.problem(
+                Place::page(p),
+                format!(
+                    "version LSN {} is past the log's last record (the log continues at LSN \
+                     {next}): the page holds a commit the log does not",
+                    v.version()
+                ),
+            );
+        }
+    }
+
+    /// One installed object: against the log's versions of it (class and size for life), a
+    /// built-in one against what every database starts with, a class object decoded.
+    fn installed_object(&mut self, oref: Oref, obj: &[u8]) {
+        let p = oref.page_raw();
+        let i = oref.oid().index();
+        let class = u32_at(obj, 0);
+        if let Some(o) = self.log.get_mut(&oref) {
+            o.installed = true;
+            if o.class != class || o.len != obj.len() {
+                let (seg, offset, lsn) = o.first;
+                let why = format!(
+                    "the log's version of it at LSN {lsn} (class word {}, {} bytes) \
+                     differs in class or size from the installed one (class word {}, \
+                     {} bytes): objects keep their class and size for life",
+                    word(o.class),
+                    o.len,
+                    word(class),
+                    obj.len()
+                );
+                let place = Place::Log {
+                    segment: self.segments[seg].clone(),
+                    offset,
+                    lsn: Some(lsn.0),
+                    oref: Some(oref.to_string()),
+                };
+                self.report.problem(place, why);
+            }
+        }
+        if p == 1 && builtin::is_builtin(oref) {
+            self.check_builtin(oref, obj);
+        } else if class == builtin::META.raw() {
+            let desc = match ClassDesc::from_class_object(obj) {
+                Ok(d) => Some(Arc::new(d)),
+                Err(e) => {
+                    self.report.problem(
+                        Place::object(p, i as u16),
+                        format!("malformed class object: {e}"),
+                    );
+                    None
+                }
+            };
+            self.classes.insert(oref, desc);
+        }
     }
 
     /// A built-in object of page 1 must be what every database starts with.

@@ -34,9 +34,9 @@ pub enum CompactError {
         src: PathBuf,
         /// The destination.
         dst: PathBuf,
-        /// Why.
+        /// Why (boxed: an upgrade's error is large beside a path).
         #[source]
-        source: UpgradeError,
+        source: Box<UpgradeError>,
     },
 }
 
@@ -53,6 +53,6 @@ pub fn compact(src: &Path, dst: &Path) -> Result<UpgradeReport, CompactError> {
     crate::upgrade(src, dst, &[]).map_err(|source| CompactError::Rewrite {
         src: src.to_path_buf(),
         dst: dst.to_path_buf(),
-        source,
+        source: Box::new(source),
     })
 }

@@ -839,7 +839,7 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     // fresh copy of an embedded one; a server's cannot be copied, and the output says so.
     let writes = matches!(workload, Workload::Op(op) if op.writes());
     let fresh = writes && matches!(endpoint, Endpoint::Embedded(_));
-    let (points, series_of) = sweep_points(&policies, &sizes, &on, &cfg, fresh, workload)?;
+    let (points, series_of) = sweep_points(&policies, &sizes, on, cfg, fresh, workload)?;
     let belady = if a.no_belady {
         Vec::new()
     } else {
@@ -874,7 +874,7 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     let (charts, derived) = sweep_charts(&plotted, &drawn, &a.out, &stem, &title)?;
     let mins = if a.find_min {
         let max_mb = sizes.iter().cloned().fold(0.0, f64::max);
-        let mins = sweep_mins(&policies, &on, &cfg, fresh, max_mb, page_size)?;
+        let mins = sweep_mins(&policies, on, cfg, fresh, max_mb, page_size)?;
         let path = a.out.join(format!("{stem}-min.json"));
         std::fs::write(path, serde_json::to_string_pretty(&mins)?)?;
         mins

@@ -825,38 +825,7 @@ type Metric = fn(&GridPoint) -> f64;
 
 /// Writes `multi.csv` (a line per run), `multi.json` and the charts into `out`.
 fn write_grid(out: &Path, points: &[GridPoint], op: Op, sharing: Sharing) -> anyhow::Result<()> {
-    let mut csv = String::from(
-        "server_cache_mb,placement,clients,run,traversals,aborts,client_fetches,server_fetches,\
-         server_hits,hit_fraction,misses,device_reads,demote_notices,demotions_stored,demotions_reordered,\
-         demotions_refused,demoted_bytes,ms_per_traversal\n",
-    );
-    for p in points {
-        for (i, r) in p.runs.iter().enumerate() {
-            let sv = p.server.get(i).cloned().unwrap_or_default();
-            let _ = writeln!(
-                csv,
-                "{},{},{},{},{},{},{},{},{},{:.6},{},{},{},{},{},{},{},{:.4}",
-                p.server_cache_mb.map_or_else(String::new, |m| m.to_string()),
-                p.placement.map_or("", Placement::name),
-                p.clients,
-                i + 1,
-                r.total.traversals,
-                r.total.aborts,
-                r.total.fetches,
-                sv.fetches,
-                sv.hits,
-                sv.hit_fraction,
-                sv.reads,
-                sv.device_reads.map_or_else(String::new, |d| d.to_string()),
-                sv.demote_notices,
-                sv.demotions_stored,
-                sv.demotions_reordered,
-                sv.demotions_refused,
-                sv.demoted_bytes,
-                p.ms_per_traversal[i]
-            );
-        }
-    }
+    let csv = grid_csv(points);
     let csv_path = out.join("multi.csv");
     std::fs::write(&csv_path, csv).with_context(|| format!("writing {}", csv_path.display()))?;
     let json_path = out.join("multi.json");
@@ -926,6 +895,43 @@ fn write_grid(out: &Path, points: &[GridPoint], op: Op, sharing: Sharing) -> any
         }
     }
     Ok(())
+}
+
+/// The grid's runs as CSV, one line per run of each point.
+fn grid_csv(points: &[GridPoint]) -> String {
+    let mut csv = String::from(
+        "server_cache_mb,placement,clients,run,traversals,aborts,client_fetches,server_fetches,\
+         server_hits,hit_fraction,misses,device_reads,demote_notices,demotions_stored,demotions_reordered,\
+         demotions_refused,demoted_bytes,ms_per_traversal\n",
+    );
+    for p in points {
+        for (i, r) in p.runs.iter().enumerate() {
+            let sv = p.server.get(i).cloned().unwrap_or_default();
+            let _ = writeln!(
+                csv,
+                "{},{},{},{},{},{},{},{},{},{:.6},{},{},{},{},{},{},{},{:.4}",
+                p.server_cache_mb.map_or_else(String::new, |m| m.to_string()),
+                p.placement.map_or("", Placement::name),
+                p.clients,
+                i + 1,
+                r.total.traversals,
+                r.total.aborts,
+                r.total.fetches,
+                sv.fetches,
+                sv.hits,
+                sv.hit_fraction,
+                sv.reads,
+                sv.device_reads.map_or_else(String::new, |d| d.to_string()),
+                sv.demote_notices,
+                sv.demotions_stored,
+                sv.demotions_reordered,
+                sv.demotions_refused,
+                sv.demoted_bytes,
+                p.ms_per_traversal[i]
+            );
+        }
+    }
+    csv
 }
 
 /// The progress bar of one multi-client run: seconds of the timed phase, or traversals.

@@ -300,6 +300,30 @@ pub fn figures(c: &FiguresConfig<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A session on `endpoint` whose transport times its fetches into `times`, with a cache of
+/// `cache_bytes` and one page per fetch (the paper's figures are of one page per fetch).
+fn timed_session(
+    c: &FiguresConfig<'_>,
+    endpoint: &Endpoint,
+    times: &Arc<TransportTimes>,
+    cache_bytes: usize,
+) -> anyhow::Result<Session> {
+    let client = ClientConfig::default();
+    let inner: Box<dyn Transport> = match endpoint {
+        Endpoint::Embedded(e) => Box::new(LocalTransport::connect(e.clone(), &client)?),
+        Endpoint::Tcp { addr, .. } => Box::new(TcpTransport::connect(addr.as_str(), &client)?),
+    };
+    let t = TimedTransport { inner, times: times.clone(), fetch_in_flight: false };
+    let config = SessionConfig {
+        cache_bytes,
+        policy: c.policy,
+        background_replacement: !c.foreground,
+        prefetch_pages: Some(0),
+        ..SessionConfig::default()
+    };
+    Ok(Session::new(Box::new(t), config)?)
+}
+
 /// One hot run of `w` at `mb` MiB: a warm-up run, then the measured one, in one session.
 fn one(
     c: &FiguresConfig<'_>,
@@ -310,24 +334,8 @@ fn one(
     run: u32,
 ) -> anyhow::Result<Sample> {
     let times = Arc::new(TransportTimes::default());
-    let client = ClientConfig::default();
-    let inner: Box<dyn Transport> = match endpoint {
-        Endpoint::Embedded(e) => Box::new(LocalTransport::connect(e.clone(), &client)?),
-        Endpoint::Tcp { addr, .. } => Box::new(TcpTransport::connect(addr.as_str(), &client)?),
-    };
-    let t = TimedTransport { inner, times: times.clone(), fetch_in_flight: false };
     let cache_bytes = (mb * MIB) as usize;
-    let s = Session::new(
-        Box::new(t),
-        SessionConfig {
-            cache_bytes,
-            policy: c.policy,
-            background_replacement: !c.foreground,
-            // The paper's figures are of one page per fetch.
-            prefetch_pages: Some(0),
-            ..SessionConfig::default()
-        },
-    )?;
+    let s = timed_session(c, endpoint, &times, cache_bytes)?;
     // A hot run is the second of two runs in one session, as `RunConfig::hot` does; the
     // counters below are taken around the second alone.
     let cfg = RunConfig {

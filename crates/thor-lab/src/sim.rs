@@ -413,26 +413,7 @@ fn demote(args: DemoteArgs) -> anyhow::Result<()> {
     }
     bar.finish_and_clear();
 
-    let mut csv = String::from(
-        "design,requests,client_hit,array_hit,disk,disk_sequential,demotes_transferred,demotes_reordered,demotes_rejected,mean_latency_ms\n",
-    );
-    for r in &results {
-        let s = &r.summary;
-        let _ = writeln!(
-            csv,
-            "{},{},{},{},{},{},{},{},{},{}",
-            r.design,
-            s.requests,
-            s.client_hit_fraction,
-            s.array_hit_fraction,
-            s.disk_fraction,
-            s.disk_sequential_fraction,
-            s.demotes_transferred,
-            s.demotes_reordered,
-            s.demotes_rejected,
-            s.mean_latency_ms
-        );
-    }
+    let csv = demote_csv(&results);
     args.output.write_csv(&csv)?;
     if let Some(dir) = args.output.plot_dir()? {
         let series: Vec<Series> = results
@@ -497,6 +478,31 @@ fn demote(args: DemoteArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `thor sim demote`'s results as CSV, one line per design.
+fn demote_csv(results: &[DesignResult]) -> String {
+    let mut csv = String::from(
+        "design,requests,client_hit,array_hit,disk,disk_sequential,demotes_transferred,demotes_reordered,demotes_rejected,mean_latency_ms\n",
+    );
+    for r in results {
+        let s = &r.summary;
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{},{},{}",
+            r.design,
+            s.requests,
+            s.client_hit_fraction,
+            s.array_hit_fraction,
+            s.disk_fraction,
+            s.disk_sequential_fraction,
+            s.demotes_transferred,
+            s.demotes_reordered,
+            s.demotes_rejected,
+            s.mean_latency_ms
+        );
+    }
+    csv
 }
 
 /// Latencies below this are drawn at it on a CDF's log axis (client hits cost 0 ms).
