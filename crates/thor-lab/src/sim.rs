@@ -588,26 +588,7 @@ fn table2(args: DemoteArgs) -> anyhow::Result<()> {
         ));
     }
 
-    let mut csv = String::from(
-        "cost_model,workload,base_design,proposed_design,paper_base_ms,paper_proposed_ms,paper_speedup,base_ms,proposed_ms,speedup\n",
-    );
-    for (name, t) in &tables {
-        for e in &t.rows {
-            let _ = writeln!(
-                csv,
-                "{name},{},{},{},{},{},{},{},{},{}",
-                e.paper.label,
-                e.paper.base,
-                e.paper.proposed,
-                e.paper.base_ms,
-                e.paper.proposed_ms,
-                e.paper.speedup,
-                e.base_ms,
-                e.proposed_ms,
-                e.speedup
-            );
-        }
-    }
+    let csv = table2_csv(&tables);
     args.output.write_csv(&csv)?;
     if let Some(dir) = args.output.plot_dir()? {
         for row in &paper::TABLE2 {
@@ -656,6 +637,40 @@ fn table2(args: DemoteArgs) -> anyhow::Result<()> {
         paper::ZIPF_BLOCKS
     );
     let (_, round) = &tables[0];
+    let (_, cal) = &tables[1];
+    print_table2_round(round);
+    print_table2_calibrated(cal);
+    print_table2_designs(round, cal);
+    Ok(())
+}
+
+/// `thor sim demote --table2`'s CSV: one line per cost model and paper row.
+fn table2_csv(tables: &[(&str, Table2Json)]) -> String {
+    let mut csv = String::from(
+        "cost_model,workload,base_design,proposed_design,paper_base_ms,paper_proposed_ms,paper_speedup,base_ms,proposed_ms,speedup\n",
+    );
+    for (name, t) in tables {
+        for e in &t.rows {
+            let _ = writeln!(
+                csv,
+                "{name},{},{},{},{},{},{},{},{},{}",
+                e.paper.label,
+                e.paper.base,
+                e.paper.proposed,
+                e.paper.base_ms,
+                e.paper.proposed_ms,
+                e.paper.speedup,
+                e.base_ms,
+                e.proposed_ms,
+                e.speedup
+            );
+        }
+    }
+    csv
+}
+
+/// Table 2 under the round-number costs, beside the paper's speedups.
+fn print_table2_round(round: &Table2Json) {
     let t = round.cost_model.totals();
     println!(
         "\n1. Round-number costs (T_c 0, T_a {:.2} ms, T_d {:.0} ms, demotion {:.2} ms, or {:.2} ms \
@@ -685,7 +700,10 @@ fn table2(args: DemoteArgs) -> anyhow::Result<()> {
             within(ds, 0.10)
         );
     }
-    let (_, cal) = &tables[1];
+}
+
+/// Table 2 under the calibrated costs, beside the paper's latencies.
+fn print_table2_calibrated(cal: &Table2Json) {
     let t = cal.cost_model.totals();
     println!(
         "\n2. Calibrated costs (T_a {:.2} ms, demotion {:.2} ms or {:.2} ms without data, T_d {:.2} ms \
@@ -733,6 +751,10 @@ fn table2(args: DemoteArgs) -> anyhow::Result<()> {
     println!(
         "\nTRACE (paper: 5.92 / 5.59 ms, 1.06) is not reproduced: it needs HP's 1992 `snake` trace."
     );
+}
+
+/// All eight designs per workload, under both cost models.
+fn print_table2_designs(round: &Table2Json, cal: &Table2Json) {
     println!("\nAll eight designs (hit fractions; mean latency under round / calibrated costs):");
     for (w_round, w_cal) in round.designs.iter().zip(&cal.designs) {
         println!("\n{}", w_round.workload.name());
@@ -753,7 +775,6 @@ fn table2(args: DemoteArgs) -> anyhow::Result<()> {
             );
         }
     }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
