@@ -83,7 +83,7 @@
 //! record that keeps whatever is well formed of it takes its place under the same LSN
 //! (`thor_server::record::salvage`); then the whole check runs again and its report is the
 //! answer. Later records are kept; why, and what they may depend on, is in
-//! [`repair`]. Only `--repair` writes (besides the lock), and only when there is a record to
+//! `check::repair`. Only `--repair` writes (besides the lock), and only when there is a record to
 //! set aside; damaged bytes that fail their checksum are not its business (see the log's
 //! torn-tail and corruption rules in `thor_storage::log`).
 //!
@@ -454,8 +454,8 @@ pub fn check(
 }
 
 /// Sets aside the log records of `dir` recovery cannot read, then checks the database; see
-/// [`repair`]. The directory is locked for writing meanwhile. Returns what was set aside (empty:
-/// every record decodes) and the check's report.
+/// `check::repair` (its module documentation). The directory is locked for writing meanwhile.
+/// Returns what was set aside (empty: every record decodes) and the check's report.
 pub fn repair_and_check(
     dir: &Path,
     options: &CheckOptions,

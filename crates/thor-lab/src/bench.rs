@@ -16,7 +16,7 @@
 //!   a throwaway CA and certificate made for the run; [`thor_net::TlsTransport`]), beside the
 //!   same runs over plain TCP;
 //! - with `--floor`, the loopback floor with as many clients, measured in the same run
-//!   ([`crate::floor`]: a blocking ping-pong of a page-sized reply over TCP, and over a Unix
+//!   (`crate::floor`: a blocking ping-pong of a page-sized reply over TCP, and over a Unix
 //!   socket with `--unix`), so that each fetch row has the floor it is held to beside it
 //!   (issue 16: fetch p50 within 1.5x of it).
 //!

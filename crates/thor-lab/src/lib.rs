@@ -9,9 +9,12 @@
 //! `thor` binary (crates/thor-cli) only parses and dispatches. The crate is not published: its
 //! API is the command line's, and it changes with the experiments.
 //!
-//! The bank: [`bank`] is the one model of accounts and recorded histories; the transfer client
-//! (one server), the cluster client (several, two-phase commit) and `thor bench clients` all
-//! move money through it, and the history checker (`thor-history`) reads what they record.
+//! The bank: [`bank`] is the one model of accounts and recorded histories. The transfer client
+//! (one server) and the cluster client (several, two-phase commit) differ only in how they reach
+//! the accounts; both record through [`bank::Recorder`] (one history line per transaction that
+//! reached its commit, its answer classified by [`bank::Recorder::outcome`]), and
+//! `thor bench clients` uses the same accounts in process. The history checker (`thor-history`)
+//! reads what they record.
 //!
 //! Feature `sim`: links `thor-sim` and `thor-cachesim` for `thor sim` and
 //! `thor oo7 multi --sim`. Without it the shipped binary carries neither simulator.
