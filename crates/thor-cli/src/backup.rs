@@ -5,7 +5,8 @@
 //!   --backup-dir DIR`), on the server's machine: the `Backup` request, authenticated by the
 //!   session token like every other request. NAME is a relative path of plain names, so a
 //!   client can write nowhere else; a server without `--backup-dir` takes no backups.
-//! - `thor backup --dir DB DEST` copies a database that no process has open.
+//! - `thor backup --dir DB DEST` copies a database that no process has open
+//!   (`thor_admin::backup_offline`).
 //!
 //! Either way the copy is what a crash would leave with everything synced (superblock, page
 //! file, the log's durable records), made while install rounds and checkpoints wait, so
@@ -24,13 +25,10 @@
 //! `--token` or `THOR_TOKEN`, as for `thor server`.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use thor_server::{Engine, EngineError, EngineOptions};
-use thor_storage::{FileDisk, StorageError};
 
 /// Options of `thor backup`.
 #[derive(Debug, Args)]
@@ -62,7 +60,7 @@ pub fn run(a: BackupArgs) -> Result<()> {
         (Some(addr), _) => {
             over_the_wire(addr, &crate::stats::token_or_env(a.token.clone()), &a.dest)?
         }
-        (None, Some(dir)) => offline(dir, &a.dest)?,
+        (None, Some(dir)) => thor_admin::backup_offline(dir, &a.dest)?,
         (None, None) => bail!("give --server or --dir"),
     };
     let place = if a.server.is_some() { " (in the server's backup directory)" } else { "" };
@@ -84,25 +82,5 @@ fn over_the_wire(addr: &str, token: &str, dest: &std::path::Path) -> Result<thor
     let s = crate::stats::connect(addr, token, "thor backup")?;
     let info = s.server_backup(path).context("the server could not back up")?;
     let _ = s.close();
-    Ok(info)
-}
-
-fn offline(dir: &std::path::Path, dest: &std::path::Path) -> Result<thor_wire::BackupInfo> {
-    let disk = FileDisk::open_locked(dir, false, "thor backup").map_err(|e| match e {
-        StorageError::Locked { holder, .. } => anyhow::anyhow!(
-            "{} is in use by {holder}; back it up through its server: thor backup --server ADDR",
-            dir.display()
-        ),
-        e => anyhow::Error::new(e).context(format!("opening {}", dir.display())),
-    })?;
-    let opts = EngineOptions { background_flusher: false, ..EngineOptions::default() };
-    let engine = match Engine::open(Arc::new(disk), opts) {
-        Ok(e) => e,
-        Err(EngineError::NotADatabase) => bail!("{} holds no thor database", dir.display()),
-        Err(e) => return Err(e).with_context(|| format!("opening {}", dir.display())),
-    };
-    let info = engine.backup(dest)?;
-    // Leave the source as the backup found it: no install, no checkpoint on the way out.
-    engine.halt();
     Ok(info)
 }

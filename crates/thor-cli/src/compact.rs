@@ -5,20 +5,13 @@
 //! thor compact SRC DST [--json]
 //! ```
 //!
-//! This is `thor_server::upgrade` with no class changed (an upgrade that appends fields to
-//! classes needs the program's new declarations, so it is a library call: `thor::Upgrade`).
-//! Every object reachable from the root is copied, in the same order, into `DST`, which must
-//! not exist and whose parent must (the rule `thor backup` follows: a mistyped path creates
-//! nothing), and which appears only once complete; unreachable objects are dropped. An
-//! interrupted run leaves `.DST.thor-upgrade` beside it, which the next run into the same
-//! place reclaims, with a log line (as `thor backup` reclaims its `.DST.partial`). `SRC` must be
-//! closed (the command takes its lock) and is never written. Check the result with
-//! `thor check DST`, then point the servers at it.
+//! The work is `thor_admin::compact`'s (whose module documentation has the rules: `DST` must
+//! not exist and its parent must, `SRC` must be closed and is never written); this prints its
+//! report. Check the result with `thor check DST`, then point the servers at it.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Context;
 use clap::Args;
 
 /// Rewrite a closed database into a new directory, dropping unreachable objects.
@@ -38,19 +31,7 @@ pub struct CompactArgs {
 /// Runs the command.
 pub fn run(args: CompactArgs) -> anyhow::Result<()> {
     let start = Instant::now();
-    let parent = match args.dst.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => std::path::Path::new("."),
-    };
-    if !parent.is_dir() {
-        anyhow::bail!(
-            "compacting into {}: its parent directory does not exist (create it first)",
-            args.dst.display()
-        );
-    }
-    let r = thor_server::upgrade(&args.src, &args.dst, &[]).with_context(|| {
-        format!("compacting {} into {}", args.src.display(), args.dst.display())
-    })?;
+    let r = thor_admin::compact(&args.src, &args.dst)?;
     let elapsed_s = start.elapsed().as_secs_f64();
     if args.json {
         let v = serde_json::json!({

@@ -94,70 +94,13 @@ pub fn run(args: DemoArgs) -> Result<()> {
 
     // 1. One transaction creates a ring of people and points the root at it.
     let s = session(&h, 64 << 20, PolicyConfig::Fpc)?;
-    let t = Instant::now();
-    let mut people = Vec::with_capacity(n as usize);
-    for i in 0..n {
-        let p = s.create::<Person>(name(i).len())?;
-        p.set(Person::age, 20 + i % 60)?;
-        p.set_var_bytes(name(i).as_bytes())?;
-        people.push(p.as_ref());
-    }
-    for i in 0..n as usize {
-        s.get(people[i])?.set(Person::friend, people[(i + 1) % n as usize])?;
-    }
-    s.set_root(0, people[0])?;
-    let info = s.commit()?;
-    println!(
-        "1. one transaction created {} objects ({} people, their class, the schema) and committed \
-         at LSN {} in {:.1} ms: the reply came once the log record was on disk",
-        info.created,
-        n,
-        info.lsn,
-        t.elapsed().as_secs_f64() * 1e3
-    );
+    create_ring(&s, n)?;
 
     // 2. A new session with a small cache reads the ring back, fetching pages as it goes.
-    let small = args.small_cache_kb << 10;
-    for policy in [PolicyConfig::Fpc, PolicyConfig::HAC] {
-        let r = session(&h, small, policy)?;
-        let t = Instant::now();
-        let sum = walk(&r, n)?;
-        let st = r.stats();
-        let cs = r.cache_stats();
-        println!(
-            "2. a new session ({}, {} KiB cache) walked the ring in {:.1} ms: {} fetches, {} frames \
-             evicted whole, {} compacted ({} objects kept), sum of ages {sum}",
-            r.policy_name(),
-            args.small_cache_kb,
-            t.elapsed().as_secs_f64() * 1e3,
-            st.fetches,
-            cs.replacement.frames_evicted,
-            cs.replacement.frames_compacted,
-            cs.replacement.objects_kept,
-        );
-    }
+    walk_small(&h, n, args.small_cache_kb)?;
 
     // 3. Modify every tenth person; the versions go to the server's MOB, not to pages.
-    let t = Instant::now();
-    let shipped_before = s.stats().bytes_shipped;
-    let mut cur = s.root::<Person>(0)?;
-    for i in 0..n {
-        let p = s.get(cur)?;
-        if i % 10 == 0 {
-            p.set(Person::age, p.get(Person::age) + 1)?;
-        }
-        cur = p.get(Person::friend);
-    }
-    let info = s.commit()?;
-    let stats = s.server_stats()?;
-    println!(
-        "3. a transaction modified {} people and shipped {} KiB of object versions in {:.1} ms; the \
-         server's MOB holds {} objects (created and modified) awaiting installation",
-        info.modified,
-        (s.stats().bytes_shipped - shipped_before) / 1024,
-        t.elapsed().as_secs_f64() * 1e3,
-        stats.mob_entries,
-    );
+    modify_some(&s, n)?;
 
     // 4. An aborted transaction leaves nothing behind.
     let first = s.get(s.root::<Person>(0)?)?;
@@ -194,8 +137,83 @@ pub fn run(args: DemoArgs) -> Result<()> {
     );
 
     // 7. The OO7 experiments in miniature: HAC against FPC on the small database.
-    crate::oo7::demo_experiments(&path)?;
+    thor_lab::oo7::demo_experiments(&path)?;
     println!("{TERMS}");
+    Ok(())
+}
+
+/// Step 1: one transaction creates a ring of `n` people and points root slot 0 at it.
+fn create_ring(s: &Session, n: u32) -> Result<()> {
+    let t = Instant::now();
+    let mut people = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let p = s.create::<Person>(name(i).len())?;
+        p.set(Person::age, 20 + i % 60)?;
+        p.set_var_bytes(name(i).as_bytes())?;
+        people.push(p.as_ref());
+    }
+    for i in 0..n as usize {
+        s.get(people[i])?.set(Person::friend, people[(i + 1) % n as usize])?;
+    }
+    s.set_root(0, people[0])?;
+    let info = s.commit()?;
+    println!(
+        "1. one transaction created {} objects ({} people, their class, the schema) and committed \
+         at LSN {} in {:.1} ms: the reply came once the log record was on disk",
+        info.created,
+        n,
+        info.lsn,
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(())
+}
+
+/// Step 2: a new session with a cache of `small_cache_kb` KiB walks the ring, under FPC and HAC.
+fn walk_small(h: &Arc<Engine>, n: u32, small_cache_kb: usize) -> Result<()> {
+    let small = small_cache_kb << 10;
+    for policy in [PolicyConfig::Fpc, PolicyConfig::HAC] {
+        let r = session(h, small, policy)?;
+        let t = Instant::now();
+        let sum = walk(&r, n)?;
+        let st = r.stats();
+        let cs = r.cache_stats();
+        println!(
+            "2. a new session ({}, {} KiB cache) walked the ring in {:.1} ms: {} fetches, {} frames \
+             evicted whole, {} compacted ({} objects kept), sum of ages {sum}",
+            r.policy_name(),
+            small_cache_kb,
+            t.elapsed().as_secs_f64() * 1e3,
+            st.fetches,
+            cs.replacement.frames_evicted,
+            cs.replacement.frames_compacted,
+            cs.replacement.objects_kept,
+        );
+    }
+    Ok(())
+}
+
+/// Step 3: a transaction modifies every tenth person.
+fn modify_some(s: &Session, n: u32) -> Result<()> {
+    let t = Instant::now();
+    let shipped_before = s.stats().bytes_shipped;
+    let mut cur = s.root::<Person>(0)?;
+    for i in 0..n {
+        let p = s.get(cur)?;
+        if i % 10 == 0 {
+            p.set(Person::age, p.get(Person::age) + 1)?;
+        }
+        cur = p.get(Person::friend);
+    }
+    let info = s.commit()?;
+    let stats = s.server_stats()?;
+    println!(
+        "3. a transaction modified {} people and shipped {} KiB of object versions in {:.1} ms; the \
+         server's MOB holds {} objects (created and modified) awaiting installation",
+        info.modified,
+        (s.stats().bytes_shipped - shipped_before) / 1024,
+        t.elapsed().as_secs_f64() * 1e3,
+        stats.mob_entries,
+    );
     Ok(())
 }
 

@@ -6,27 +6,15 @@
 use clap::{Parser, Subcommand};
 
 mod backup;
-mod bank;
-mod bench;
-mod bench_clients;
-mod bench_twopc;
 mod check;
-mod cluster_client;
-mod cluster_sim;
 mod compact;
 mod demo;
-mod floor;
-mod oo7;
-mod oo7_cluster;
-mod oo7_multi;
-mod oo7_penalty;
-mod oo7_penalty_figures;
-mod oo7_recovery;
-mod plot;
 mod server;
-mod sim;
 mod stats;
-mod transfer_client;
+
+use thor_lab::{bench, oo7};
+// The value parsers the shell's own commands share with the laboratory's.
+pub use thor_lab::args::{at_least_one, page_kb, positive_size};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -78,8 +66,10 @@ enum Command {
     Check(check::CheckArgs),
     /// Rewrite a closed database into a new directory without its unreachable objects.
     Compact(compact::CompactArgs),
-    /// Simulate client caches over a shared array cache (the DEMOTE study and more).
-    Sim(sim::SimArgs),
+    /// Simulate client caches over a shared array cache (the DEMOTE study and more), and the
+    /// whole cluster (built with the `lab` feature only).
+    #[cfg(feature = "lab")]
+    Sim(thor_lab::sim::SimArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -93,7 +83,8 @@ fn main() -> std::process::ExitCode {
         Command::Bench(a) => bench::run(a),
         Command::Oo7(a) => oo7::run(a),
         Command::Server(a) => server::run(a),
-        Command::Sim(a) => sim::run(a),
+        #[cfg(feature = "lab")]
+        Command::Sim(a) => thor_lab::sim::run(a),
         Command::Stats(a) => stats::run(a),
         Command::Check(a) => check::run(a),
         Command::Backup(a) => backup::run(a),
@@ -113,51 +104,6 @@ fn main() -> std::process::ExitCode {
             }
             std::process::ExitCode::FAILURE
         }
-    }
-}
-
-/// A `--seconds` value: a positive, finite number of seconds (clap's value parser).
-pub fn positive_seconds(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        Ok(_) => Err(format!("{s} is not a positive number of seconds")),
-        Err(e) => Err(format!("{s}: {e}")),
-    }
-}
-
-/// A size (`--cache-mb`, `--sizes-mb`, ...): a positive, finite number, fractions allowed
-/// (clap's value parser). Zero, negative and NaN sizes are refused here, with the flag's name,
-/// rather than deep inside a cache or an engine.
-pub fn positive_size(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        Ok(_) => Err(format!("{s} is not a positive size")),
-        Err(e) => Err(format!("{s}: {e}")),
-    }
-}
-
-/// A `--page-kb` value: a page size in KiB that the page format allows (clap's value parser),
-/// checked before anything is created.
-pub fn page_kb(s: &str) -> Result<usize, String> {
-    use thor_core::limits::{PAGE_SIZE_MAX, PAGE_SIZE_MIN, is_valid_page_size};
-    match s.parse::<i64>() {
-        Ok(v) if v > 0 && is_valid_page_size((v as usize).saturating_mul(1024)) => Ok(v as usize),
-        Ok(_) => Err(format!(
-            "{s} is not a page size: a power of two from {} to {} KiB",
-            PAGE_SIZE_MIN / 1024,
-            PAGE_SIZE_MAX / 1024
-        )),
-        Err(e) => Err(format!("{s}: {e}")),
-    }
-}
-
-/// A count or whole size that must be at least 1 (`--clients`, `--repeat`, `--bulk-mb`, ...;
-/// clap's value parser).
-pub fn at_least_one<T: TryFrom<i64, Error: std::fmt::Display>>(s: &str) -> Result<T, String> {
-    match s.parse::<i64>() {
-        Ok(v) if v >= 1 => T::try_from(v).map_err(|e| format!("{s}: {e}")),
-        Ok(_) => Err(format!("{s} is not a count of at least 1")),
-        Err(e) => Err(format!("{s}: {e}")),
     }
 }
 

@@ -171,7 +171,7 @@ pub struct ServerArgs {
     /// Where another server of the cluster listens, as ID=HOST:PORT (repeat for each). Needed
     /// for transactions that use several servers (two-phase commit between them): a prepare
     /// naming a server not given here is refused, and so are messages from one.
-    #[arg(long = "peer", value_parser = parse_peer)]
+    #[arg(long = "peer", value_parser = thor_lab::args::parse_peer)]
     peers: Vec<(u32, std::net::SocketAddr)>,
     /// How commits are made recoverable: obj (thor's own: objects shipped, logged, kept in the
     /// MOB) or one of the QuickStore recovery study's page-based modes: pd-redo, pd-esm,
@@ -239,23 +239,6 @@ fn peer_tls(args: &ServerArgs) -> Result<Option<thor_net::TlsClient>> {
         None => tls,
     };
     Ok(Some(tls))
-}
-
-/// `--peer ID=HOST:PORT`.
-pub(crate) fn parse_peer(s: &str) -> Result<(u32, std::net::SocketAddr), String> {
-    let (id, addr) = s.split_once('=').ok_or("expected ID=HOST:PORT, e.g. 2=127.0.0.1:7401")?;
-    let id: u32 = id.trim().parse().map_err(|_| format!("server id {id:?} is not a number"))?;
-    if id == 0 {
-        return Err("server ids start at 1".into());
-    }
-    use std::net::ToSocketAddrs;
-    let addr = addr
-        .trim()
-        .to_socket_addrs()
-        .map_err(|e| format!("{addr}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("{addr} names no address"))?;
-    Ok((id, addr))
 }
 
 /// `--commit-mode`.
@@ -629,19 +612,7 @@ pub fn run(args: ServerArgs) -> Result<()> {
         warn!("THOR_TOKEN is ignored: --credentials gives the credentials");
     }
     let credentials = source.read()?;
-    if let unknown @ [_, ..] = &unknown_peers(&credentials, &args.peers)[..] {
-        bail!(
-            "the credentials have no peer: line for server(s) {unknown:?} given with --peer: they could not authenticate to this server"
-        );
-    }
-    if let Some(me) = args.server_id
-        && peer_token(&credentials, ServerId(me)).is_none()
-        && !args.peers.is_empty()
-    {
-        bail!(
-            "the credentials have no peer:{me} line: this server could not authenticate to its peers"
-        );
-    }
+    check_peer_credentials(&args, &credentials)?;
     let auth = source.describe(&credentials);
     let config = ProtocolConfig {
         credentials: credentials.clone(),
@@ -653,37 +624,13 @@ pub fn run(args: ServerArgs) -> Result<()> {
     // Certificates are read before anything is bound or opened: a bad file fails with nothing
     // made.
     let tls = server_tls(&args)?;
-    let tls_mode = match &tls {
-        None => "off",
-        Some(t) if t.requires_client_certificates() => "on, client certificates required",
-        Some(_) => "on",
-    };
+    let tls_mode = tls_mode(tls.as_ref());
     // Both addresses are bound before the database is opened or created: a bad address fails
     // with nothing made.
-    let listener = match args.listen.strip_prefix("unix:") {
-        Some(path) => {
-            let path = PathBuf::from(path);
-            let l = std::os::unix::net::UnixListener::bind(&path)
-                .with_context(|| format!("cannot listen on {}", args.listen))?;
-            Listener::Unix(l, path)
-        }
-        None => Listener::Tcp(
-            std::net::TcpListener::bind(&args.listen)
-                .with_context(|| format!("cannot listen on {}", args.listen))?,
-        ),
-    };
-    let metrics = match &args.metrics_listen {
-        Some(a) => Some(
-            std::net::TcpListener::bind(a)
-                .with_context(|| format!("cannot listen for metrics on {a}"))?,
-        ),
-        None => None,
-    };
+    let (listener, metrics) = bind(&args)?;
     // Before the engine opens, so that its latency histograms record into it.
-    let recorder = match &metrics {
-        Some(_) => Some(crate::stats::MetricsServer::install_recorder()?),
-        None => None,
-    };
+    let recorder =
+        metrics.as_ref().map(|_| crate::stats::MetricsServer::install_recorder()).transpose()?;
     let late = (!args.peers.is_empty()).then(|| Arc::new(LatePeers::default()));
     let (engine, disk) = open_engine(&args, config, late.clone())?;
     let peers = match &late {
@@ -692,17 +639,7 @@ pub fn run(args: ServerArgs) -> Result<()> {
     };
     let engine = Arc::new(engine);
     reload_on_hangup(source, Arc::downgrade(&engine), peers, args.peers.clone())?;
-    let net = NetConfig {
-        idle_timeout: Duration::from_secs(args.idle_timeout_s),
-        worker_threads: args.net_threads,
-        threading: match args.work_stealing {
-            true => Threading::WorkStealing,
-            false => Threading::PerThread,
-        },
-        handshake_timeout: Duration::from_secs(args.handshake_timeout_s),
-        tls,
-        ..NetConfig::default()
-    };
+    let net = net_config(&args, tls);
     let (server, listening, socket_file) = match listener {
         Listener::Tcp(l) => {
             let server = Server::start_on(l, engine.clone(), net)?;
@@ -761,6 +698,83 @@ pub fn run(args: ServerArgs) -> Result<()> {
     {
         warn!("cannot remove the socket file {}: {e}", path.display());
     }
+    log_served(&engine, &disk);
+    close_engine(engine);
+    match failure {
+        Some(cause) => Err(StorageFailed(cause).into()),
+        None => Ok(()),
+    }
+}
+
+/// Refuses credentials that would leave a peer unable to authenticate: a `--peer` without a
+/// `peer:` line, or this server's own `peer:` line missing while it has peers.
+fn check_peer_credentials(args: &ServerArgs, credentials: &Credentials) -> Result<()> {
+    if let unknown @ [_, ..] = &unknown_peers(credentials, &args.peers)[..] {
+        bail!(
+            "the credentials have no peer: line for server(s) {unknown:?} given with --peer: they could not authenticate to this server"
+        );
+    }
+    if let Some(me) = args.server_id
+        && peer_token(credentials, ServerId(me)).is_none()
+        && !args.peers.is_empty()
+    {
+        bail!(
+            "the credentials have no peer:{me} line: this server could not authenticate to its peers"
+        );
+    }
+    Ok(())
+}
+
+/// Binds `--listen` and `--metrics-listen`.
+fn bind(args: &ServerArgs) -> Result<(Listener, Option<std::net::TcpListener>)> {
+    let listener = match args.listen.strip_prefix("unix:") {
+        Some(path) => {
+            let path = PathBuf::from(path);
+            let l = std::os::unix::net::UnixListener::bind(&path)
+                .with_context(|| format!("cannot listen on {}", args.listen))?;
+            Listener::Unix(l, path)
+        }
+        None => Listener::Tcp(
+            std::net::TcpListener::bind(&args.listen)
+                .with_context(|| format!("cannot listen on {}", args.listen))?,
+        ),
+    };
+    let metrics = match &args.metrics_listen {
+        Some(a) => Some(
+            std::net::TcpListener::bind(a)
+                .with_context(|| format!("cannot listen for metrics on {a}"))?,
+        ),
+        None => None,
+    };
+    Ok((listener, metrics))
+}
+
+/// How the server's TLS is described in its "listening" line.
+fn tls_mode(tls: Option<&thor_net::TlsServer>) -> &'static str {
+    match tls {
+        None => "off",
+        Some(t) if t.requires_client_certificates() => "on, client certificates required",
+        Some(_) => "on",
+    }
+}
+
+/// The network configuration from the flags.
+fn net_config(args: &ServerArgs, tls: Option<thor_net::TlsServer>) -> NetConfig {
+    NetConfig {
+        idle_timeout: Duration::from_secs(args.idle_timeout_s),
+        worker_threads: args.net_threads,
+        threading: match args.work_stealing {
+            true => Threading::WorkStealing,
+            false => Threading::PerThread,
+        },
+        handshake_timeout: Duration::from_secs(args.handshake_timeout_s),
+        tls,
+        ..NetConfig::default()
+    }
+}
+
+/// Logs what the server served, at shutdown.
+fn log_served(engine: &Engine, disk: &FileDisk) {
     let s = engine.server_stats();
     info!(
         "served {} sessions: {} requests, {} commits, {} fetches, {} protocol errors",
@@ -773,6 +787,10 @@ pub fn run(args: ServerArgs) -> Result<()> {
             d.reads, d.bytes, d.device_bytes
         );
     }
+}
+
+/// Closes the engine: its last handle checkpoints (installs the MOB, truncates the log).
+fn close_engine(engine: Arc<Engine>) {
     // Every connection and the metrics endpoint are closed, so this is the last reference:
     // close checkpoints (installs the MOB, truncates the log) so that the next start replays
     // nothing.
@@ -788,10 +806,6 @@ pub fn run(args: ServerArgs) -> Result<()> {
              will be replayed at the next start",
             Arc::strong_count(&engine) - 1
         ),
-    }
-    match failure {
-        Some(cause) => Err(StorageFailed(cause).into()),
-        None => Ok(()),
     }
 }
 

@@ -37,12 +37,8 @@ fn a_missing_database_directory_is_named_once() {
 
 #[test]
 fn a_closed_stdout_ends_the_command_quietly() {
-    let mut child = thor()
-        .args(["sim", "demote", "--table2"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child =
+        thor().args(["demo"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     drop(child.stdout.take());
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -183,4 +179,17 @@ fn compact_and_backup_refuse_a_missing_parent_alike() {
         assert!(err.contains("parent directory does not exist"), "{args:?}: {err}");
     }
     assert!(!tmp.path().join("no").exists(), "no parent was created");
+}
+
+/// The default binary links neither simulator: `thor sim` is not a command, and the one
+/// experiment flag that replays through the cache simulator says how to get it.
+#[cfg(not(feature = "lab"))]
+#[test]
+fn the_default_binary_has_no_simulators() {
+    let err = fails(&["sim", "demote", "--table2"], 2);
+    assert!(err.contains("unrecognized subcommand 'sim'"), "{err}");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let err = fails(&["oo7", "multi", "--dir", dir, "--traversal", "t1", "--sim"], 1);
+    assert!(err.contains("built without the simulators"), "{err}");
 }

@@ -4,7 +4,7 @@
 //! Afterwards, once neither server has a transaction in doubt, the money in both banks adds up
 //! to what it was, and the history every client recorded is serializable and ends in the state
 //! both servers hold: an acknowledged transfer missing at either server, or present at one only,
-//! fails the check (`thor_sim::serial`, the simulation's checker).
+//! fails the check (`thor_history`, the simulation's checker).
 
 mod common;
 

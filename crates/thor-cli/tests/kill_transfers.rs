@@ -2,7 +2,7 @@
 //! SIGKILLed and restarted at least twenty times. Afterwards every acknowledged commit must be
 //! in the recovered state, the total must be unchanged, and the history every client recorded
 //! (`thor bench transfer-client`) must be serializable: the same checker as the simulation's
-//! (`thor_sim::serial`), fed with real clients over a real network and real crashes.
+//! (`thor_history`), fed with real clients over a real network and real crashes.
 
 mod common;
 

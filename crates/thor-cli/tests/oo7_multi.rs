@@ -117,6 +117,8 @@ fn oo7_multi_private_and_shared_on_the_tiny_database() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not walk"));
 }
 
+// `--sim` and `thor sim demote` need the simulators: the `lab` feature.
+#[cfg(feature = "lab")]
 #[test]
 fn oo7_multi_compares_server_cache_placements_and_the_simulator_agrees_on_client_misses() {
     let tmp = tempfile::tempdir().unwrap();

@@ -77,7 +77,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 use rustc_hash::FxHashMap;
-use thor_core::{FormatError, Oref, PageId, PageMut, PageView, ServerId, page};
+use thor_core::{Oref, PageId, PageMut, PageView, ServerId, page};
 use thor_storage::{Disk, LogOptions, StorageError};
 use thor_wire::{Reply, Request, RequestBody, WireError};
 use tracing::{debug, error, warn};
@@ -91,6 +91,7 @@ use crate::core::{
 use crate::error::{EngineError, InvalidCommit};
 use crate::io::{self, Clock, CommitLog, DiskSide, SystemClock};
 use crate::limits;
+use crate::packer::PagePacker;
 
 /// Settings of an engine. `page_size` and `server_id` matter only when creating a database.
 #[derive(Debug, Clone)]
@@ -720,6 +721,7 @@ impl Engine {
             engine: self,
             window: VecDeque::new(),
             window_first: first,
+            packer: PagePacker::new(first, self.page_size()),
             pages_written: 0,
             slots: Vec::new(),
             objects: 0,
@@ -1175,6 +1177,8 @@ pub struct BulkLoader<'e> {
     window: VecDeque<Vec<u8>>,
     /// The page id of `window[0]`.
     window_first: PageId,
+    /// Where each object goes: the rule the offline rewrite plans by too.
+    packer: PagePacker,
     /// Pages written so far.
     pages_written: u64,
     /// The slot count of every page written so far, in order.
@@ -1214,33 +1218,24 @@ impl BulkLoader<'_> {
     pub fn add(&mut self, obj: &[u8]) -> Result<Oref, EngineError> {
         page::check_object_bytes(obj, self.page_size())
             .map_err(|source| InvalidCommit::ObjectTooLarge { index: 0, cause: source })?;
-        let last_id = PageId::new(self.window_first.get() + self.window.len() as u32 - 1);
-        if let (Some(last), Some(id)) = (self.window.back_mut(), last_id) {
-            let mut p = PageMut::open(last).expect("loader pages are valid");
-            match p.append(obj) {
-                Ok(oid) => {
-                    self.objects += 1;
-                    self.bytes += obj.len() as u64;
-                    return Ok(Oref::new(id, oid));
-                }
-                Err(FormatError::PageFull { .. } | FormatError::NoFreeOid) => {}
-                Err(e) => return Err(EngineError::CorruptPage { page: id, cause: e }),
+        let oref = self.packer.place(obj.len())?;
+        let id = oref.page().expect("the packer places objects in real pages");
+        // The window is empty only before the first object: `write_out` keeps the last page.
+        if self.window.is_empty() || id != self.last_page_id() {
+            if self.window.len() == limits::BULK_WINDOW_PAGES {
+                self.write_oldest(self.window.len() / 2)?;
             }
+            self.window.push_back(empty_page(id, self.page_size()));
         }
-        let id = if self.window.is_empty() {
-            self.window_first
-        } else {
-            self.last_page_id().next().ok_or(EngineError::Full)?
-        };
-        if self.window.len() == limits::BULK_WINDOW_PAGES {
-            self.write_oldest(self.window.len() / 2)?;
-        }
-        let mut page = empty_page(id, self.page_size());
-        let oid = PageMut::open(&mut page).expect("fresh page").append(obj).expect("fits");
-        self.window.push_back(page);
+        let last = self.window.back_mut().expect("a page is open");
+        let oid = PageMut::open(last)
+            .expect("loader pages are valid")
+            .append(obj)
+            .map_err(|cause| EngineError::CorruptPage { page: id, cause })?;
+        assert_eq!(oid, oref.oid(), "the page packer and the page agree on where objects go");
         self.objects += 1;
         self.bytes += obj.len() as u64;
-        Ok(Oref::new(id, oid))
+        Ok(oref)
     }
 
     /// The bytes of an object added in this load and still in memory, for patching references.
@@ -1287,10 +1282,9 @@ impl BulkLoader<'_> {
     }
 
     /// The page the load's first object goes to (the page after the allocation page when the
-    /// load began). Objects are packed from there in the order given, each into the last page
-    /// if it fits there (object bytes plus a 2-byte offset entry, at most
-    /// [`thor_core::ids::OIDS_PER_PAGE`] objects), else into the next page: a caller that
-    /// knows every size in advance knows every oref in advance.
+    /// load began). Objects are packed from there by the [`PagePacker`]'s rule, in the order
+    /// given: a caller that knows every size in advance knows every oref in advance (a packer of
+    /// its own from this page gives them).
     pub fn first_page(&self) -> PageId {
         PageId::new(self.window_first.get() - self.pages_written as u32)
             .expect("the first loaded page is a page")

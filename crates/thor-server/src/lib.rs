@@ -12,9 +12,8 @@
 //! - installs MOB versions in rounds, many per page write, protected against torn writes by a
 //!   double-write buffer ([`dwb`]), then checkpoints ([`superblock`]) and truncates the log;
 //! - recovers on open by streaming the log after the checkpoint, within the MOB's budget;
-//! - bulk-loads large databases straight into pages;
-//! - rewrites a closed database into a new directory ([`upgrade()`](mod@upgrade)): classes with appended
-//!   fields, unreachable objects dropped.
+//! - bulk-loads large databases straight into pages, placing objects by the one page packer
+//!   ([`packer`]) that the offline rewrite (`thor-admin`'s upgrade and compaction) plans by.
 //!
 //! All of that logic is [`core`]: a synchronous state machine that reads no clock, spawns no
 //! thread and does no I/O. [`io`] holds what drivers share (the [`Clock`] and [`CommitLog`]
@@ -29,10 +28,10 @@ pub mod error;
 pub mod io;
 pub mod limits;
 pub mod mob;
+pub mod packer;
 pub mod pagecache;
 pub mod record;
 pub mod superblock;
-pub mod upgrade;
 pub mod wpl_log;
 
 pub use crate::core::credentials::{Credential, CredentialError, Credentials, Scope};
@@ -48,4 +47,4 @@ pub use engine::{
 };
 pub use error::{EngineError, InvalidCommit};
 pub use io::{Clock, CommitLog, DiskSide, SystemClock};
-pub use upgrade::{ClassUpgrade, Incompatibility, UpgradeError, UpgradeReport, upgrade};
+pub use packer::PagePacker;

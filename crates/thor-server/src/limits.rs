@@ -30,18 +30,6 @@ pub const BULK_WINDOW_PAGES: usize = 65_536;
 const _: () = assert!(FLUSH_START_PERCENT > 0 && FLUSH_START_PERCENT < 100);
 const _: () = assert!(COMMIT_BYTES_MAX <= u32::MAX as usize);
 
-/// The source engine's page cache during an upgrade ([`crate::upgrade`](mod@crate::upgrade)). The walk reads
-/// pages in order, and marking revisits a page only when a later page refers back to it, so a
-/// modest cache serves it; the upgrade's memory stays small beside the map it must keep.
-pub const UPGRADE_SOURCE_PAGE_CACHE_BYTES: usize = 16 << 20;
-
-/// Pages an upgrade lets its bulk loader hold before writing them out (it patches nothing, so
-/// it needs no window): 2 MiB runs of 8 KiB pages, long writes at a small memory cost.
-pub const UPGRADE_WRITE_OUT_PAGES: u64 = 256;
-
-const _: () = assert!(UPGRADE_WRITE_OUT_PAGES > 0);
-const _: () = assert!((UPGRADE_WRITE_OUT_PAGES as usize) < BULK_WINDOW_PAGES);
-
 /// How long the MOB may sit unchanged before it is installed anyway: when no commit arrived for
 /// this long and none is in flight, installing costs nobody anything and keeps the log short,
 /// so that recovery after a crash is fast.

@@ -25,14 +25,14 @@
 //! is partly visible), and every page a client is sent must show exactly the commits that were
 //! durable when it was composed.
 //!
-//! [`serial`] is a second, independent judge, of isolation rather than durability: given the
+//! The history checker ([`thor_history`], its own crate, which the laboratory's bank clients use
+//! too) is a second, independent judge, of isolation rather than durability: given the
 //! transactions the clients committed (what each read and wrote) it proves the history
 //! serializable, or names the anomaly (a lost update, a dirty read, a dependency cycle).
 
 pub mod acked;
 pub mod check;
 pub mod pagemode;
-pub mod serial;
 pub mod twopc;
 pub mod world;
 

@@ -61,7 +61,7 @@ use thor_wire::{
 };
 
 use crate::check::Violation;
-use crate::serial;
+use thor_history as serial;
 
 /// Virtual microseconds between ticks of each server.
 pub const TICK_US: u64 = 10_000;

@@ -84,7 +84,7 @@ use thor_wire::{
 
 use crate::check::{CellLayout, Checker, Violation};
 use crate::pagemode::{self, PageClientConfig};
-use crate::serial;
+use thor_history as serial;
 
 /// Virtual microseconds between ticks of the server.
 pub const TICK_US: u64 = 20_000;

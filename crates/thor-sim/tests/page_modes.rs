@@ -13,7 +13,7 @@
 //! acknowledged commit survives every crash, no unacknowledged one is partly visible, every
 //! page sent shows exactly what was durable (`thor_sim::check`), and the history of what the
 //! clients read and wrote is serializable in log order with the bank's total conserved
-//! (`thor_sim::serial`).
+//! (`thor_history`).
 //!
 //! `THOR_SIM_SEEDS` sets how many seeds each mode runs (default 500); `THOR_SIM_SEED=N
 //! THOR_SIM_MODE=sd-esm` with the `replay` test replays one seed with its trace printed.

@@ -4,7 +4,7 @@
 //! double-write buffer, cuts a torn log tail (keeping it in a `.torn` file), rewrites an
 //! unfinished segment header, and installs MOB versions into the page file when replay fills
 //! the MOB. An offline tool that must see exactly what the next open would serve, without
-//! changing the database (`thor_server::upgrade` rewrites a closed database into a new
+//! changing the database (`thor_admin::upgrade` rewrites a closed database into a new
 //! directory), runs that same recovery over an overlay of the database directory:
 //!
 //! ```text

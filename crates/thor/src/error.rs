@@ -94,7 +94,7 @@ pub enum Error {
     /// its source is unchanged. [`UpgradeError`](crate::UpgradeError) says why and what to do.
     #[cfg(feature = "embedded")]
     #[error(transparent)]
-    Upgrade(#[from] thor_server::UpgradeError),
+    Upgrade(#[from] thor_admin::UpgradeError),
     /// No connection to a server: nothing listens there, the name does not resolve, or the
     /// server refused the session (`TransportError::Refused`: a wrong token, a busy server).
     #[error("connecting to {addr}: {cause}")]

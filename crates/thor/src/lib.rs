@@ -119,6 +119,9 @@ use std::net::ToSocketAddrs;
 #[cfg(feature = "embedded")]
 pub use embedded::Database;
 pub use error::Error;
+/// What [`check`] found, and why it could not check.
+#[cfg(feature = "embedded")]
+pub use thor_admin::check::{CheckError, Report as CheckReport};
 pub use thor_client::class;
 /// A server's id: names a server of a [`Cluster`] (`thor server --server-id`).
 pub use thor_client::thor_core::ServerId;
@@ -163,6 +166,20 @@ pub fn open(path: impl AsRef<std::path::Path>) -> Result<Session, Error> {
 #[cfg(feature = "embedded")]
 pub fn open_read_only(path: impl AsRef<std::path::Path>) -> Result<Session, Error> {
     Database::open_read_only(path)?.session()
+}
+
+/// Checks the closed database in directory `path` offline, as `thor check` does: every page,
+/// object and reference of the committed state, and the log from the checkpoint on. Nothing is
+/// written; the directory is shared with other readers, and a database open read-write is
+/// refused ([`CheckError::InUse`]).
+///
+/// `Ok` whatever the database holds: [`CheckReport::is_healthy`] says whether it is
+/// consistent, [`CheckReport::problems`] where it is not (page and oid, or log segment, offset
+/// and LSN). `Err` when it cannot be checked at all (not a database, in use, an I/O error).
+/// The module documentation of `thor_admin::check` says what is checked.
+#[cfg(feature = "embedded")]
+pub fn check(path: impl AsRef<std::path::Path>) -> Result<CheckReport, CheckError> {
+    thor_admin::check(path.as_ref(), &thor_admin::CheckOptions::default(), &thor_admin::NoProgress)
 }
 
 /// Connects to a thor server (`thor server --listen ADDR`) and opens a session, with the

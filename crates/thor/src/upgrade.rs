@@ -79,8 +79,8 @@ use crate::Error;
 /// # Ok(()) }
 /// ```
 ///
-/// The work is [`thor_server::upgrade()`]'s. Its module,
-/// [`thor_server::upgrade`](mod@thor_server::upgrade), describes how it reads the committed
+/// The work is [`thor_admin::upgrade()`]'s. Its module,
+/// [`thor_admin::upgrade`](mod@thor_admin::upgrade), describes how it reads the committed
 /// state (recovery runs in memory), its memory (about 6 MB per million objects) and its crash
 /// safety.
 #[derive(Debug, Clone)]
@@ -127,8 +127,8 @@ impl Upgrade {
         if let Some(class) = self.not_declared {
             return Err(UpgradeError::BuiltinClass { class: class.to_string() }.into());
         }
-        Ok(thor_server::upgrade(&self.src, &self.dst, &self.classes)?)
+        Ok(thor_admin::upgrade(&self.src, &self.dst, &self.classes)?)
     }
 }
 
-pub use thor_server::upgrade::{ClassUpgrade, Incompatibility, UpgradeError, UpgradeReport};
+pub use thor_admin::upgrade::{ClassUpgrade, Incompatibility, UpgradeError, UpgradeReport};

@@ -7,8 +7,8 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use thor_client::{Session, SessionConfig};
+use thor_history::{self as serial, History, INITIAL, Summary, Txn};
 use thor_net::{ClientConfig, TcpTransport};
-use thor_sim::serial::{self, History, INITIAL, Summary, Txn};
 
 use super::thor;
 

@@ -1,4 +1,4 @@
-//! The history checker (`thor_sim::serial`): each anomaly it must find, found exactly, and
+//! The history checker (`thor_history`): each anomaly it must find, found exactly, and
 //! histories made by executing transactions serially on a model, which must pass (also at
 //! 100,000 transactions, quickly) and must stop passing when one read is made stale.
 
@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use proptest::prelude::*;
-use thor_sim::serial::{
+use thor_history::{
     Anomaly, Edge, EdgeKind, History, INITIAL, ObjId, Options, ReplayError, Status, Txn, Version,
     check, check_conserved_total, check_with, replay_in_order,
 };

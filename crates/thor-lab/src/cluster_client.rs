@@ -17,7 +17,6 @@
 //! connection for up to `--reconnect-s`) and goes on.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -27,14 +26,13 @@ use thor_client::{ClientError, Cluster, Ref, SessionConfig, XRef};
 use thor_core::ServerId;
 use thor_net::{ClientConfig, TcpTransport};
 
-use crate::bank::{self, Account, is_conflict, version_of};
-use crate::transfer_client::lost;
+use crate::bank::{self, Account, Outcome, Recorder, is_conflict, lost, version_of};
 
 /// Options of `thor bench cluster-client`.
 #[derive(Debug, Args)]
 pub struct ClusterClient {
     /// A server of the cluster, as ID=HOST:PORT (repeat for each; two at least).
-    #[arg(long = "server", value_parser = crate::server::parse_peer, required = true)]
+    #[arg(long = "server", value_parser = crate::args::parse_peer, required = true)]
     servers: Vec<(u32, SocketAddr)>,
     #[command(flatten)]
     h: crate::bank::HistoryArgs,
@@ -73,20 +71,12 @@ fn cluster(a: &ClusterClient) -> Result<Cluster> {
 }
 
 pub fn run(a: ClusterClient) -> Result<()> {
-    if a.h.client >= 1 << 31 {
-        bail!("--client must be below 2^31");
-    }
     if a.servers.len() < 2 {
         bail!("a cluster needs two --server at least");
     }
     let ids: Vec<ServerId> = a.servers.iter().map(|&(id, _)| ServerId(id)).collect();
     let deadline = Instant::now() + Duration::from_secs_f64(a.h.seconds);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&a.h.history)
-        .with_context(|| format!("opening {}", a.h.history.display()))?;
-    let mut out = std::io::BufWriter::new(file);
+    let mut rec = Recorder::open(&a.h)?;
     let mut rng = thor_storage::SplitMix64::new(0xC1A5 ^ u64::from(a.h.client));
     if let Some(n) = a.h.setup {
         if n < 1 {
@@ -102,8 +92,8 @@ pub fn run(a: ClusterClient) -> Result<()> {
         }
     }
     let mut attempt = 0u32;
-    let (mut committed, mut aborted, mut uncertain, mut clusters) = (0u64, 0u64, 0u64, 0u64);
-    'outer: while Instant::now() < deadline && !a.h.stop_file.as_ref().is_some_and(|f| f.exists()) {
+    let mut clusters = 0u64;
+    'outer: while !a.h.stopped(deadline) {
         let c = cluster(&a)?;
         clusters += 1;
         let mut accounts: HashMap<ServerId, Vec<Ref<Account>>> = HashMap::new();
@@ -118,7 +108,7 @@ pub fn run(a: ClusterClient) -> Result<()> {
             }
         }
         loop {
-            if Instant::now() >= deadline || a.h.stop_file.as_ref().is_some_and(|f| f.exists()) {
+            if a.h.stopped(deadline) {
                 break 'outer;
             }
             attempt = attempt.checked_add(1).context("attempt numbers ran out")?;
@@ -146,47 +136,19 @@ pub fn run(a: ClusterClient) -> Result<()> {
                     continue 'outer;
                 }
                 if is_conflict(&e) {
-                    aborted += 1;
+                    rec.aborted_early();
                     continue;
                 }
                 return Err(e).context("transfer");
             }
-            let outcome = match c.commit() {
-                Ok(_) => {
-                    committed += 1;
-                    "committed"
-                }
-                Err(e) if is_conflict(&e) => {
-                    aborted += 1;
-                    "aborted"
-                }
-                Err(e) if lost(&e) || matches!(e, ClientError::CommitUnknown(_)) => {
-                    uncertain += 1;
-                    "uncertain"
-                }
-                Err(e) => return Err(e).context("commit"),
-            };
-            let r = crate::bank::Record {
-                id,
-                client: a.h.client,
-                outcome,
-                reads: &reads,
-                writes: &writes,
-            };
-            serde_json::to_writer(&mut out, &r)?;
-            out.write_all(b"\n")?;
-            out.flush()?;
-            if outcome == "uncertain" {
+            let outcome = rec.outcome(c.commit())?;
+            rec.record(id, outcome, &reads, &writes)?;
+            if outcome == Outcome::Uncertain {
                 continue 'outer;
             }
         }
     }
-    out.flush()?;
-    eprintln!(
-        "client {}: {committed} committed, {aborted} aborted, {uncertain} uncertain, {clusters} cluster session(s)",
-        a.h.client
-    );
-    Ok(())
+    rec.finish(&format!("{clusters} cluster session(s)"))
 }
 
 /// Reads both accounts and, for a transfer, moves up to `want` from the first to the second,

@@ -14,13 +14,13 @@
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use thor_client::{Cluster, LatencyHistogram, SessionConfig, XRef};
+use thor_client::{Cluster, ClusterStats, LatencyHistogram, SessionConfig, XRef};
 use thor_core::ServerId;
 use thor_net::{ClientConfig, NetConfig, Server, TcpPeers, TcpTransport};
 use thor_server::{Engine, EngineOptions, PeerSink};
@@ -109,46 +109,8 @@ struct Node {
 pub fn run(b: TwoPcBench) -> Result<()> {
     let tmp = tempfile::tempdir().context("creating a temporary directory")?;
     let base = b.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
-    let listeners = [TcpListener::bind("127.0.0.1:0")?, TcpListener::bind("127.0.0.1:0")?];
-    let addrs: [SocketAddr; 2] = [listeners[0].local_addr()?, listeners[1].local_addr()?];
-    let mut nodes = Vec::new();
     let local = thor_server::LocalPeers::new();
-    for (i, listener) in listeners.into_iter().enumerate() {
-        let id = ServerId(i as u32 + 1);
-        let other = ServerId(2 - i as u32);
-        let dir = base.join(format!("server-{}", id.0));
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
-        }
-        let peers = match b.over {
-            Over::Tcp => Some(TcpPeers::start(
-                &HashMap::from([(other, addrs[1 - i])]),
-                &ClientConfig {
-                    client_name: format!("bench server {}", id.0),
-                    ..Default::default()
-                },
-            )?),
-            Over::Embedded => None,
-        };
-        let sink: Arc<dyn PeerSink> = match &peers {
-            Some(p) => p.clone(),
-            None => local.clone(),
-        };
-        let opts = EngineOptions {
-            server_id: id,
-            peers: Some(sink),
-            twopc: thor_server::TwoPcConfig { peers: vec![other], ..Default::default() },
-            ..EngineOptions::default()
-        };
-        let disk = Arc::new(FileDisk::open_locked(&dir, true, "thor bench twopc")?);
-        let engine = Arc::new(Engine::create(disk, opts)?);
-        local.register(&engine);
-        let server = match b.over {
-            Over::Tcp => Some(Server::start_on(listener, engine.clone(), NetConfig::default())?),
-            Over::Embedded => None,
-        };
-        nodes.push(Node { engine, server, peers });
-    }
+    let nodes = start_nodes(&b, &base, &local)?;
     let targets: HashMap<ServerId, (Arc<Engine>, Option<SocketAddr>)> = nodes
         .iter()
         .map(|n| {
@@ -216,39 +178,10 @@ pub fn run(b: TwoPcBench) -> Result<()> {
         }
         results.push(r);
     }
-    let st = c.stats();
     if b.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
-        let over = match b.over {
-            Over::Tcp => "over loopback TCP",
-            Over::Embedded => "in process",
-        };
-        println!(
-            "commit latency {over}, fsync on each server's log ({} runs of {} transactions per kind)",
-            b.runs, b.txns
-        );
-        println!(
-            "{:<30} {:>12} {:>20} {:>12} {:>20} {:>10}",
-            "kind", "p50 us", "(min..max)", "p99 us", "(min..max)", "msgs/txn"
-        );
-        for r in &results {
-            let (a, z) = range(&r.p50_us);
-            let (a9, z9) = range(&r.p99_us);
-            println!(
-                "{:<30} {:>12.0} {:>20} {:>12.0} {:>20} {:>10.1}",
-                r.kind,
-                median(&r.p50_us),
-                format!("({a:.0}..{z:.0})"),
-                median(&r.p99_us),
-                format!("({a9:.0}..{z9:.0})"),
-                r.peer_messages_per_txn
-            );
-        }
-        println!(
-            "client: {} one-server commits, {} two-phase ({} read-only), {} refused",
-            st.single_server, st.two_phase, st.two_phase_read_only, st.two_phase_refused
-        );
+        print_results(&b, &results, &c.stats());
     }
     if let Some(dir) = &b.out {
         write_out(dir, &results)?;
@@ -260,6 +193,88 @@ pub fn run(b: TwoPcBench) -> Result<()> {
         drop(n.engine);
     }
     Ok(())
+}
+
+/// The two servers, each with its own new database under `base`, peers of each other over
+/// loopback TCP or in process (`local`).
+fn start_nodes(
+    b: &TwoPcBench,
+    base: &Path,
+    local: &Arc<thor_server::LocalPeers>,
+) -> Result<Vec<Node>> {
+    let listeners = [TcpListener::bind("127.0.0.1:0")?, TcpListener::bind("127.0.0.1:0")?];
+    let addrs: [SocketAddr; 2] = [listeners[0].local_addr()?, listeners[1].local_addr()?];
+    let mut nodes = Vec::new();
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let id = ServerId(i as u32 + 1);
+        let other = ServerId(2 - i as u32);
+        let dir = base.join(format!("server-{}", id.0));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+        }
+        let peers = match b.over {
+            Over::Tcp => Some(TcpPeers::start(
+                &HashMap::from([(other, addrs[1 - i])]),
+                &ClientConfig {
+                    client_name: format!("bench server {}", id.0),
+                    ..Default::default()
+                },
+            )?),
+            Over::Embedded => None,
+        };
+        let sink: Arc<dyn PeerSink> = match &peers {
+            Some(p) => p.clone(),
+            None => local.clone(),
+        };
+        let opts = EngineOptions {
+            server_id: id,
+            peers: Some(sink),
+            twopc: thor_server::TwoPcConfig { peers: vec![other], ..Default::default() },
+            ..EngineOptions::default()
+        };
+        let disk = Arc::new(FileDisk::open_locked(&dir, true, "thor bench twopc")?);
+        let engine = Arc::new(Engine::create(disk, opts)?);
+        local.register(&engine);
+        let server = match b.over {
+            Over::Tcp => Some(Server::start_on(listener, engine.clone(), NetConfig::default())?),
+            Over::Embedded => None,
+        };
+        nodes.push(Node { engine, server, peers });
+    }
+    Ok(nodes)
+}
+
+/// The results as a table on stdout, with the client's commit counts (`st`).
+fn print_results(b: &TwoPcBench, results: &[KindResult], st: &ClusterStats) {
+    let over = match b.over {
+        Over::Tcp => "over loopback TCP",
+        Over::Embedded => "in process",
+    };
+    println!(
+        "commit latency {over}, fsync on each server's log ({} runs of {} transactions per kind)",
+        b.runs, b.txns
+    );
+    println!(
+        "{:<30} {:>12} {:>20} {:>12} {:>20} {:>10}",
+        "kind", "p50 us", "(min..max)", "p99 us", "(min..max)", "msgs/txn"
+    );
+    for r in results {
+        let (a, z) = range(&r.p50_us);
+        let (a9, z9) = range(&r.p99_us);
+        println!(
+            "{:<30} {:>12.0} {:>20} {:>12.0} {:>20} {:>10.1}",
+            r.kind,
+            median(&r.p50_us),
+            format!("({a:.0}..{z:.0})"),
+            median(&r.p99_us),
+            format!("({a9:.0}..{z9:.0})"),
+            r.peer_messages_per_txn
+        );
+    }
+    println!(
+        "client: {} one-server commits, {} two-phase ({} read-only), {} refused",
+        st.single_server, st.two_phase, st.two_phase_read_only, st.two_phase_refused
+    );
 }
 
 /// Messages between the servers so far.

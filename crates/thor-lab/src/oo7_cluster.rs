@@ -247,36 +247,7 @@ pub fn run(a: ClusterArgs) -> Result<()> {
                     p.parts_visited = r.parts_visited;
                 } else {
                     let nodes = open(&dirs[1..], a.over)?;
-                    let r: SplitReport = {
-                        let ns: Vec<(Arc<Engine>, Option<std::net::SocketAddr>)> = nodes
-                            .iter()
-                            .map(|n| (n.engine.clone(), n.server.as_ref().map(|s| s.local_addr())))
-                            .collect();
-                        let connect = Box::new(move |id: ServerId| {
-                            let (e, addr) = &ns[id.0 as usize - 1];
-                            let cfg = thor_net::ClientConfig {
-                                client_name: "thor oo7 cluster".into(),
-                                ..Default::default()
-                            };
-                            Ok(match addr {
-                                Some(addr) => {
-                                    Box::new(thor_net::TcpTransport::connect(*addr, &cfg)?)
-                                        as Box<dyn thor_wire::Transport>
-                                }
-                                None => {
-                                    Box::new(thor_net::LocalTransport::connect(e.clone(), &cfg)?)
-                                }
-                            })
-                        });
-                        let cfg = SessionConfig {
-                            cache_bytes: cache_bytes / 2,
-                            policy,
-                            ..SessionConfig::default()
-                        };
-                        let ids = [ServerId(1), ServerId(2)];
-                        let c = Cluster::new(&ids, ids[0], connect, cfg)?;
-                        run_split(&c, ids, workload)?
-                    };
+                    let r = run_on_two(&nodes, cache_bytes, policy, workload)?;
                     close(nodes)?;
                     p.fetches.push(r.fetches.iter().sum());
                     p.fetches_per_server.push(r.fetches.clone());
@@ -295,27 +266,61 @@ pub fn run(a: ClusterArgs) -> Result<()> {
         print_table(&a, &points);
     }
     if let Some(dir) = &a.out {
-        std::fs::create_dir_all(dir)?;
-        let mut csv =
-            String::from("traversal,servers,run,fetches,fetches_per_server,elapsed_ms,commit_ms\n");
-        for p in &points {
-            for i in 0..p.fetches.len() {
-                let per: Vec<String> = p.fetches_per_server[i].iter().map(u64::to_string).collect();
-                csv.push_str(&format!(
-                    "{},{},{},{},{},{:.3},{:.3}\n",
-                    p.traversal,
-                    p.servers,
-                    i,
-                    p.fetches[i],
-                    per.join("+"),
-                    p.elapsed_s[i] * 1e3,
-                    p.commit_s[i] * 1e3
-                ));
-            }
-        }
-        std::fs::write(dir.join("oo7-cluster.csv"), csv)?;
-        std::fs::write(dir.join("oo7-cluster.json"), serde_json::to_string_pretty(&points)?)?;
+        write_out(dir, &points)?;
     }
+    Ok(())
+}
+
+/// One traversal with the modules split across the two servers of `nodes`, through a
+/// cluster whose sessions share the cache budget.
+fn run_on_two(
+    nodes: &[Node],
+    cache_bytes: usize,
+    policy: PolicyConfig,
+    workload: Workload,
+) -> Result<SplitReport> {
+    let ns: Vec<(Arc<Engine>, Option<std::net::SocketAddr>)> = nodes
+        .iter()
+        .map(|n| (n.engine.clone(), n.server.as_ref().map(|s| s.local_addr())))
+        .collect();
+    let connect = Box::new(move |id: ServerId| {
+        let (e, addr) = &ns[id.0 as usize - 1];
+        let cfg =
+            thor_net::ClientConfig { client_name: "thor oo7 cluster".into(), ..Default::default() };
+        Ok(match addr {
+            Some(addr) => Box::new(thor_net::TcpTransport::connect(*addr, &cfg)?)
+                as Box<dyn thor_wire::Transport>,
+            None => Box::new(thor_net::LocalTransport::connect(e.clone(), &cfg)?),
+        })
+    });
+    let cfg = SessionConfig { cache_bytes: cache_bytes / 2, policy, ..SessionConfig::default() };
+    let ids = [ServerId(1), ServerId(2)];
+    let c = Cluster::new(&ids, ids[0], connect, cfg)?;
+    Ok(run_split(&c, ids, workload)?)
+}
+
+/// `OUT/oo7-cluster.csv` (one line per run) and `OUT/oo7-cluster.json`.
+fn write_out(dir: &Path, points: &[Point]) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut csv =
+        String::from("traversal,servers,run,fetches,fetches_per_server,elapsed_ms,commit_ms\n");
+    for p in points {
+        for i in 0..p.fetches.len() {
+            let per: Vec<String> = p.fetches_per_server[i].iter().map(u64::to_string).collect();
+            csv.push_str(&format!(
+                "{},{},{},{},{},{:.3},{:.3}\n",
+                p.traversal,
+                p.servers,
+                i,
+                p.fetches[i],
+                per.join("+"),
+                p.elapsed_s[i] * 1e3,
+                p.commit_s[i] * 1e3
+            ));
+        }
+    }
+    std::fs::write(dir.join("oo7-cluster.csv"), csv)?;
+    std::fs::write(dir.join("oo7-cluster.json"), serde_json::to_string_pretty(&points)?)?;
     Ok(())
 }
 

@@ -33,7 +33,7 @@ use thor_cachesim::experiment::{
 use thor_cachesim::hierarchy::Design;
 use thor_cachesim::paper::{self, PaperWorkload};
 use thor_cachesim::run::{IndexKind, RunConfig, RunCounts, simulate};
-use thor_cachesim::stack::StackDepths;
+use thor_cachesim::stack::{Prediction, StackDepths};
 use thor_cachesim::stats::Summary;
 use thor_cachesim::trace::Trace;
 use thor_cachesim::workload::{Pattern, Sharing, WorkloadSpec};
@@ -413,26 +413,7 @@ fn demote(args: DemoteArgs) -> anyhow::Result<()> {
     }
     bar.finish_and_clear();
 
-    let mut csv = String::from(
-        "design,requests,client_hit,array_hit,disk,disk_sequential,demotes_transferred,demotes_reordered,demotes_rejected,mean_latency_ms\n",
-    );
-    for r in &results {
-        let s = &r.summary;
-        let _ = writeln!(
-            csv,
-            "{},{},{},{},{},{},{},{},{},{}",
-            r.design,
-            s.requests,
-            s.client_hit_fraction,
-            s.array_hit_fraction,
-            s.disk_fraction,
-            s.disk_sequential_fraction,
-            s.demotes_transferred,
-            s.demotes_reordered,
-            s.demotes_rejected,
-            s.mean_latency_ms
-        );
-    }
+    let csv = demote_csv(&results);
     args.output.write_csv(&csv)?;
     if let Some(dir) = args.output.plot_dir()? {
         let series: Vec<Series> = results
@@ -497,6 +478,31 @@ fn demote(args: DemoteArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `thor sim demote`'s results as CSV, one line per design.
+fn demote_csv(results: &[DesignResult]) -> String {
+    let mut csv = String::from(
+        "design,requests,client_hit,array_hit,disk,disk_sequential,demotes_transferred,demotes_reordered,demotes_rejected,mean_latency_ms\n",
+    );
+    for r in results {
+        let s = &r.summary;
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{},{},{}",
+            r.design,
+            s.requests,
+            s.client_hit_fraction,
+            s.array_hit_fraction,
+            s.disk_fraction,
+            s.disk_sequential_fraction,
+            s.demotes_transferred,
+            s.demotes_reordered,
+            s.demotes_rejected,
+            s.mean_latency_ms
+        );
+    }
+    csv
 }
 
 /// Latencies below this are drawn at it on a CDF's log axis (client hits cost 0 ms).
@@ -582,26 +588,7 @@ fn table2(args: DemoteArgs) -> anyhow::Result<()> {
         ));
     }
 
-    let mut csv = String::from(
-        "cost_model,workload,base_design,proposed_design,paper_base_ms,paper_proposed_ms,paper_speedup,base_ms,proposed_ms,speedup\n",
-    );
-    for (name, t) in &tables {
-        for e in &t.rows {
-            let _ = writeln!(
-                csv,
-                "{name},{},{},{},{},{},{},{},{},{}",
-                e.paper.label,
-                e.paper.base,
-                e.paper.proposed,
-                e.paper.base_ms,
-                e.paper.proposed_ms,
-                e.paper.speedup,
-                e.base_ms,
-                e.proposed_ms,
-                e.speedup
-            );
-        }
-    }
+    let csv = table2_csv(&tables);
     args.output.write_csv(&csv)?;
     if let Some(dir) = args.output.plot_dir()? {
         for row in &paper::TABLE2 {
@@ -650,6 +637,40 @@ fn table2(args: DemoteArgs) -> anyhow::Result<()> {
         paper::ZIPF_BLOCKS
     );
     let (_, round) = &tables[0];
+    let (_, cal) = &tables[1];
+    print_table2_round(round);
+    print_table2_calibrated(cal);
+    print_table2_designs(round, cal);
+    Ok(())
+}
+
+/// `thor sim demote --table2`'s CSV: one line per cost model and paper row.
+fn table2_csv(tables: &[(&str, Table2Json)]) -> String {
+    let mut csv = String::from(
+        "cost_model,workload,base_design,proposed_design,paper_base_ms,paper_proposed_ms,paper_speedup,base_ms,proposed_ms,speedup\n",
+    );
+    for (name, t) in tables {
+        for e in &t.rows {
+            let _ = writeln!(
+                csv,
+                "{name},{},{},{},{},{},{},{},{},{}",
+                e.paper.label,
+                e.paper.base,
+                e.paper.proposed,
+                e.paper.base_ms,
+                e.paper.proposed_ms,
+                e.paper.speedup,
+                e.base_ms,
+                e.proposed_ms,
+                e.speedup
+            );
+        }
+    }
+    csv
+}
+
+/// Table 2 under the round-number costs, beside the paper's speedups.
+fn print_table2_round(round: &Table2Json) {
     let t = round.cost_model.totals();
     println!(
         "\n1. Round-number costs (T_c 0, T_a {:.2} ms, T_d {:.0} ms, demotion {:.2} ms, or {:.2} ms \
@@ -679,7 +700,10 @@ fn table2(args: DemoteArgs) -> anyhow::Result<()> {
             within(ds, 0.10)
         );
     }
-    let (_, cal) = &tables[1];
+}
+
+/// Table 2 under the calibrated costs, beside the paper's latencies.
+fn print_table2_calibrated(cal: &Table2Json) {
     let t = cal.cost_model.totals();
     println!(
         "\n2. Calibrated costs (T_a {:.2} ms, demotion {:.2} ms or {:.2} ms without data, T_d {:.2} ms \
@@ -727,6 +751,10 @@ fn table2(args: DemoteArgs) -> anyhow::Result<()> {
     println!(
         "\nTRACE (paper: 5.92 / 5.59 ms, 1.06) is not reproduced: it needs HP's 1992 `snake` trace."
     );
+}
+
+/// All eight designs per workload, under both cost models.
+fn print_table2_designs(round: &Table2Json, cal: &Table2Json) {
     println!("\nAll eight designs (hit fractions; mean latency under round / calibrated costs):");
     for (w_round, w_cal) in round.designs.iter().zip(&cal.designs) {
         println!("\n{}", w_round.workload.name());
@@ -747,7 +775,6 @@ fn table2(args: DemoteArgs) -> anyhow::Result<()> {
             );
         }
     }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -825,31 +852,7 @@ fn bandwidth(args: BandwidthArgs) -> anyhow::Result<()> {
     }
     args.output.write_csv(&csv)?;
     if let Some(dir) = args.output.plot_dir()? {
-        for s in &sweeps {
-            let scaling = format!("{:?}", s.link_scaling).to_lowercase();
-            let spec = ChartSpec {
-                title: format!(
-                    "{}: mean latency vs link bandwidth ({} costs, {scaling} link scaling)",
-                    s.workload.name(),
-                    costs_name(args.costs)
-                ),
-                x_label: "client-array link bandwidth (bit/s)".into(),
-                y_label: "mean latency (ms)".into(),
-                log_x: true,
-                ..ChartSpec::default()
-            };
-            let pts = |f: fn(&SweepPoint) -> f64| {
-                s.points.iter().map(|p| (p.bits_per_second, f(p))).collect::<Vec<_>>()
-            };
-            let series = [
-                Series::line(format!("{} (base)", Design::BASELINE), pts(|p| p.base_ms)),
-                Series::line(format!("{} (proposed)", Design::PROPOSED), pts(|p| p.proposed_ms)),
-            ];
-            let costs = costs_name(args.costs);
-            let stem = format!("bandwidth-{}-{costs}-{scaling}", s.workload.name().to_lowercase());
-            let [png, _] = line_chart(&dir.join(stem), &spec, &series)?;
-            eprintln!("wrote {} (and .svg)", png.display());
-        }
+        bandwidth_charts(dir, &sweeps, args.costs)?;
     }
     if args.output.json {
         return print_json(&json!({
@@ -897,6 +900,36 @@ fn bandwidth(args: BandwidthArgs) -> anyhow::Result<()> {
             }
             println!("{line}");
         }
+    }
+    Ok(())
+}
+
+/// `thor sim bandwidth --plot`: one chart per sweep (workload and link scaling), into `dir`.
+fn bandwidth_charts(dir: &Path, sweeps: &[SweepJson], costs: CostsArg) -> anyhow::Result<()> {
+    for s in sweeps {
+        let scaling = format!("{:?}", s.link_scaling).to_lowercase();
+        let spec = ChartSpec {
+            title: format!(
+                "{}: mean latency vs link bandwidth ({} costs, {scaling} link scaling)",
+                s.workload.name(),
+                costs_name(costs)
+            ),
+            x_label: "client-array link bandwidth (bit/s)".into(),
+            y_label: "mean latency (ms)".into(),
+            log_x: true,
+            ..ChartSpec::default()
+        };
+        let pts = |f: fn(&SweepPoint) -> f64| {
+            s.points.iter().map(|p| (p.bits_per_second, f(p))).collect::<Vec<_>>()
+        };
+        let series = [
+            Series::line(format!("{} (base)", Design::BASELINE), pts(|p| p.base_ms)),
+            Series::line(format!("{} (proposed)", Design::PROPOSED), pts(|p| p.proposed_ms)),
+        ];
+        let costs = costs_name(costs);
+        let stem = format!("bandwidth-{}-{costs}-{scaling}", s.workload.name().to_lowercase());
+        let [png, _] = line_chart(&dir.join(stem), &spec, &series)?;
+        eprintln!("wrote {} (and .svg)", png.display());
     }
     Ok(())
 }
@@ -1005,32 +1038,9 @@ fn stack(args: StackArgs) -> anyhow::Result<()> {
     let (nc, na) = (args.caches.client_blocks, args.caches.array_blocks);
     let prediction = depths.predict(nc, na, &cost);
     // What the simulator says for the inclusive baseline and the exclusive proposal.
-    let mut simulated = Vec::new();
-    if loaded.trace.clients() == 1 {
-        for design in [Design::BASELINE, Design::PROPOSED] {
-            let config = RunConfig {
-                design,
-                client_blocks: nc,
-                array_blocks: na,
-                warmup_requests: loaded.warmup,
-                index: IndexKind::Auto,
-            };
-            let counts: RunCounts = simulate(&loaded.trace, &config, &mut |_| {})?;
-            let mut s = counts.total.summary(&cost);
-            s.latency_cdf.clear();
-            simulated.push(DesignResult { design, summary: s });
-        }
-    }
+    let simulated = stack_simulated(&loaded, nc, na, &cost)?;
     // The stack-depth graph: H(C) on a log grid of sizes.
-    let mut curve = Vec::new();
-    let mut c = 1usize;
-    while c <= max_depth {
-        curve.push((c as f64, depths.hit_fraction(c)));
-        c = (c + 1).max((c as f64 * 1.05) as usize);
-    }
-    if curve.last().is_none_or(|&(x, _)| x as usize != max_depth) {
-        curve.push((max_depth as f64, depths.hit_fraction(max_depth)));
-    }
+    let curve = stack_curve(&depths, max_depth);
     let mut csv = String::from("cache_blocks,lru_hit_fraction\n");
     for &(x, y) in &curve {
         let _ = writeln!(csv, "{x},{y}");
@@ -1086,6 +1096,12 @@ fn stack(args: StackArgs) -> anyhow::Result<()> {
         "\nSection-3 prediction for N_c = {nc}, N_a = {na} ({} costs):",
         costs_name(args.cost.costs)
     );
+    print_stack_table(&prediction, &simulated);
+    Ok(())
+}
+
+/// The section-3 prediction beside the simulated designs, as a table on stdout.
+fn print_stack_table(prediction: &Prediction, simulated: &[DesignResult]) {
     println!(
         "  {:<28} {:>7} {:>7} {:>7} {:>10} {:>14}",
         "", "client", "array", "disk", "mean ms", "w/ demotes ms"
@@ -1104,7 +1120,7 @@ fn stack(args: StackArgs) -> anyhow::Result<()> {
             p.mean_latency_with_demotions_ms
         );
     }
-    for r in &simulated {
+    for r in simulated {
         let s = &r.summary;
         println!(
             "  {:<28} {:>7.4} {:>7.4} {:>7.4} {:>10} {:>14.3}",
@@ -1116,7 +1132,47 @@ fn stack(args: StackArgs) -> anyhow::Result<()> {
             s.mean_latency_ms
         );
     }
-    Ok(())
+}
+
+/// `thor sim stack`'s check of the prediction: the simulated baseline and proposal at the
+/// same sizes (one client only; empty otherwise).
+fn stack_simulated(
+    loaded: &Loaded,
+    nc: usize,
+    na: usize,
+    cost: &CostModel,
+) -> anyhow::Result<Vec<DesignResult>> {
+    let mut simulated = Vec::new();
+    if loaded.trace.clients() == 1 {
+        for design in [Design::BASELINE, Design::PROPOSED] {
+            let config = RunConfig {
+                design,
+                client_blocks: nc,
+                array_blocks: na,
+                warmup_requests: loaded.warmup,
+                index: IndexKind::Auto,
+            };
+            let counts: RunCounts = simulate(&loaded.trace, &config, &mut |_| {})?;
+            let mut s = counts.total.summary(cost);
+            s.latency_cdf.clear();
+            simulated.push(DesignResult { design, summary: s });
+        }
+    }
+    Ok(simulated)
+}
+
+/// The LRU stack-depth graph: H(C) on a log grid of sizes up to `max_depth`.
+fn stack_curve(depths: &StackDepths, max_depth: usize) -> Vec<(f64, f64)> {
+    let mut curve = Vec::new();
+    let mut c = 1usize;
+    while c <= max_depth {
+        curve.push((c as f64, depths.hit_fraction(c)));
+        c = (c + 1).max((c as f64 * 1.05) as usize);
+    }
+    if curve.last().is_none_or(|&(x, _)| x as usize != max_depth) {
+        curve.push((max_depth as f64, depths.hit_fraction(max_depth)));
+    }
+    curve
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@
 //!     │           variable reference parts, class words; lowest page with work first
 //!     │ 2. plan   pages in order, oids in order: each reachable object's new size (old fixed
 //!     │           part + zeros for the appended fields + old variable part) and so its new
-//!     │           oref, packed as a bulk load packs: old → new map complete before any write
+//!     │           oref, placed by the bulk load's rule (`thor_server::PagePacker`): old → new
+//!     │           map complete before any write
 //!     │ 3. write  pages in order again: class word and every reference word through the map,
 //!     ▼           into a BulkLoader of a new database in a temporary directory
 //!   DST.thor-upgrade (hidden, beside DST) ── root version committed, engine closed (all fsynced)
@@ -91,13 +92,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use thor_core::le::{put_u32, u32_at};
-use thor_core::limits::{OFFSET_ENTRY_BYTES, PAGE_HEADER_BYTES, max_object_bytes};
+use thor_core::limits::max_object_bytes;
 use thor_core::{ClassDesc, Oid, Oref, PageId, PageView, RawRef, VarKind, builtin};
 use thor_storage::{Disk, FileDisk, OverlayDisk, StorageError};
 use tracing::info;
 
-use crate::engine::{BulkLoader, CommitRequest, Engine, EngineOptions};
-use crate::error::EngineError;
+use thor_server::{BulkLoader, CommitRequest, Engine, EngineError, EngineOptions, PagePacker};
+
 use crate::limits;
 
 /// The program named in the `LOCK` files the upgrade takes.
@@ -502,7 +503,7 @@ impl Source {
         let shown = path.to_path_buf();
         // Looked at before the lock is taken, so that a directory that is not a database gets
         // no LOCK file.
-        if !path.join(crate::superblock::FILE).is_file() {
+        if !path.join(thor_server::superblock::FILE).is_file() {
             return Err(UpgradeError::NotADatabase { path: shown });
         }
         let disk = FileDisk::open_locked(path, false, HOLDER).map_err(|e| match e {
@@ -802,7 +803,7 @@ impl<'s> Walk<'s> {
     fn plan(&mut self, first: PageId) -> Result<(), Step> {
         let page_size = self.src.page_size;
         let max = max_object_bytes(page_size);
-        let mut pack = Packer::new(first, page_size);
+        let mut pack = PagePacker::new(first, page_size);
         let mut map: Vec<Option<Box<[u32]>>> = vec![None; self.src.last_page as usize + 1];
         for page in 1..=self.src.last_page {
             let bytes = self.src.page(page)?;
@@ -993,45 +994,6 @@ impl<'s> Walk<'s> {
     }
 }
 
-/// Packs objects into pages exactly as [`BulkLoader::add`] does (see
-/// [`BulkLoader::first_page`]), without bytes: the plan knows every new oref before the first
-/// object is written, so references forward need no patching.
-#[derive(Debug)]
-struct Packer {
-    /// Bytes per page.
-    page_size: usize,
-    /// The page being filled.
-    page: PageId,
-    /// One past its last object byte.
-    data_end: usize,
-    /// Its objects (oid slots).
-    slots: usize,
-    /// Whether anything was placed yet (the first object opens `page` itself).
-    started: bool,
-}
-
-impl Packer {
-    fn new(first: PageId, page_size: usize) -> Packer {
-        Packer { page_size, page: first, data_end: PAGE_HEADER_BYTES, slots: 0, started: false }
-    }
-
-    /// The oref of the next object, of `size` bytes (at most a page's largest object).
-    fn place(&mut self, size: usize) -> Result<Oref, EngineError> {
-        let free = self.page_size - self.data_end - OFFSET_ENTRY_BYTES * self.slots;
-        let fits = self.slots < thor_core::ids::OIDS_PER_PAGE && size + OFFSET_ENTRY_BYTES <= free;
-        if self.started && !fits {
-            self.page = self.page.next().ok_or(EngineError::Full)?;
-            self.data_end = PAGE_HEADER_BYTES;
-            self.slots = 0;
-        }
-        self.started = true;
-        let oid = Oid::new(self.slots as u16).expect("checked against OIDS_PER_PAGE");
-        self.slots += 1;
-        self.data_end += size;
-        Ok(Oref::new(self.page, oid))
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // The destination's temporary directory.
 
@@ -1132,16 +1094,19 @@ impl Drop for Temp {
 /// Whether `name` is a file a database directory holds (so that a leftover temporary
 /// directory holding only such files may be cleared).
 fn is_database_file(name: &str) -> bool {
-    [crate::superblock::FILE, crate::superblock::TMP_FILE, crate::io::PAGE_FILE, crate::dwb::FILE]
-        .contains(&name)
+    [
+        thor_server::superblock::FILE,
+        thor_server::superblock::TMP_FILE,
+        thor_server::io::PAGE_FILE,
+        thor_server::dwb::FILE,
+    ]
+    .contains(&name)
         || name.starts_with("log.")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
-    use thor_storage::MemDisk;
 
     fn desc(fixed: usize, refs: &[u16], var: VarKind) -> ClassDesc {
         ClassDesc::new("t.C", fixed, refs, var).unwrap()
@@ -1168,39 +1133,5 @@ mod tests {
             check_prefix(&old, &desc(12, &[1], VarKind::Bytes)),
             Err(Incompatibility::VarKindChanges { old: VarKind::Refs, new: VarKind::Bytes })
         );
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(32))]
-
-        /// The plan's packer gives every object the oref the bulk loader then gives it (the
-        /// upgrade asserts it for every object it writes).
-        #[test]
-        fn the_packer_packs_as_the_bulk_loader_does(
-            page_size in prop::sample::select(vec![1024usize, 4096, 8192]),
-            sizes in prop::collection::vec((1usize..=2041, any::<bool>()), 1..600),
-        ) {
-            let opts = EngineOptions {
-                page_size,
-                background_flusher: false,
-                ..EngineOptions::default()
-            };
-            let engine = Engine::create(Arc::new(MemDisk::new()), opts).unwrap();
-            let mut loader = engine.bulk_load().unwrap();
-            let mut pack = Packer::new(loader.first_page(), page_size);
-            let max = max_object_bytes(page_size);
-            for (i, (words, small)) in sizes.into_iter().enumerate() {
-                // Many tiny objects (to reach the oid limit) and some up to a page.
-                let size = if small { 4 } else { (4 * words).min(max) };
-                let mut obj = vec![0u8; size];
-                put_u32(&mut obj, 0, builtin::BYTES.raw());
-                let planned = pack.place(size).unwrap();
-                prop_assert_eq!(loader.add(&obj).unwrap(), planned, "object {} of {} bytes", i, size);
-                if i % 97 == 0 {
-                    loader.write_out().unwrap();
-                }
-            }
-            loader.finish().unwrap();
-        }
     }
 }

@@ -16,7 +16,7 @@
 //!   a throwaway CA and certificate made for the run; [`thor_net::TlsTransport`]), beside the
 //!   same runs over plain TCP;
 //! - with `--floor`, the loopback floor with as many clients, measured in the same run
-//!   ([`crate::floor`]: a blocking ping-pong of a page-sized reply over TCP, and over a Unix
+//!   (`crate::floor`: a blocking ping-pong of a page-sized reply over TCP, and over a Unix
 //!   socket with `--unix`), so that each fetch row has the floor it is held to beside it
 //!   (issue 16: fetch p50 within 1.5x of it).
 //!
@@ -571,23 +571,7 @@ fn commit_op<T: thor_wire::Transport>(
 
 fn net(b: NetBench) -> Result<()> {
     let db = fresh_db(&b.dir, "net", EngineOptions::default())?;
-    let per_page = 130;
-    let mut pages = Vec::new();
-    {
-        let mut l = db.engine.bulk_load()?;
-        for _ in 0..b.pages * per_page {
-            if let Some(p) = l.add(&item(db.class.raw(), 0, 40))?.page()
-                && pages.last() != Some(&p)
-            {
-                pages.push(p);
-            }
-        }
-        l.finish()?;
-    }
-    // Every page once, so that the runs measure the protocol and not page-file reads.
-    for p in &pages {
-        db.engine.fetch(*p)?;
-    }
+    let pages = net_pages(&db, b.pages)?;
     let handler = db.engine.clone();
     let threading = match b.work_stealing {
         true => Threading::WorkStealing,
@@ -608,46 +592,15 @@ fn net(b: NetBench) -> Result<()> {
     };
     let socket_dir = tempfile::tempdir().context("creating a directory for the socket")?;
     let socket = socket_dir.path().join("thor.sock");
-    let unix_server = match b.unix {
-        true => Some(Server::start_unix(&socket, handler.clone(), net.clone())?),
-        false => None,
-    };
+    let unix_server =
+        b.unix.then(|| Server::start_unix(&socket, handler.clone(), net.clone())).transpose()?;
     let unix = || UnixTransport::connect(&socket, &cfg).map_err(anyhow::Error::from);
-    let tls_server = match b.tls {
-        true => {
-            let (server_tls, client_tls) = throwaway_tls()?;
-            let tls_net = NetConfig { tls: Some(server_tls), ..net.clone() };
-            let s = Server::start("127.0.0.1:0", handler.clone(), tls_net)?;
-            Some((s.local_addr().to_string(), s, client_tls))
-        }
-        false => None,
-    };
+    let tls_server = b.tls.then(|| tls_server(&handler, &net)).transpose()?;
     let tls = || -> Result<TlsTransport> {
         let (addr, _, client) = tls_server.as_ref().context("no TLS server")?;
         TlsTransport::connect(addr, &cfg, client).map_err(anyhow::Error::from)
     };
-    let floor = |socket, clients| -> Result<NetRun> {
-        let r = crate::floor::measure(&crate::floor::FloorConfig {
-            socket,
-            reply_bytes: db.engine.page_size(),
-            round_trips: FLOOR_ROUND_TRIPS,
-            warmup: FLOOR_WARMUP,
-            clients,
-            pin: false,
-        })?;
-        Ok(NetRun {
-            round: 0,
-            op: "floor",
-            transport: socket.name(),
-            clients,
-            ops: r.round_trips,
-            // Each client runs its round trips back to back: throughput is clients over the
-            // mean round trip.
-            ops_per_s: clients as f64 * 1e6 / r.mean_us.max(f64::MIN_POSITIVE),
-            latency_us_p50: r.p50_us,
-            latency_us_p99: r.p99_us,
-        })
-    };
+    let floor = |socket, clients| net_floor(socket, clients, db.engine.page_size());
     for (round, clients) in (0..b.runs).flat_map(|r| [(r, 1), (r, b.clients)]) {
         let first = runs.len();
         if b.runs > 1 && !b.json {
@@ -710,27 +663,89 @@ fn net(b: NetBench) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
+    print_net(&runs, &ratios, db.engine.page_size(), b.runs);
+    Ok(())
+}
+
+/// One floor measurement of `thor bench net --floor`: `clients` clients doing round trips of
+/// a page's bytes (`reply_bytes`) over `socket`, with no store behind it.
+fn net_floor(socket: crate::floor::Socket, clients: usize, reply_bytes: usize) -> Result<NetRun> {
+    let r = crate::floor::measure(&crate::floor::FloorConfig {
+        socket,
+        reply_bytes,
+        round_trips: FLOOR_ROUND_TRIPS,
+        warmup: FLOOR_WARMUP,
+        clients,
+        pin: false,
+    })?;
+    Ok(NetRun {
+        round: 0,
+        op: "floor",
+        transport: socket.name(),
+        clients,
+        ops: r.round_trips,
+        // Each client runs its round trips back to back: throughput is clients over the
+        // mean round trip.
+        ops_per_s: clients as f64 * 1e6 / r.mean_us.max(f64::MIN_POSITIVE),
+        latency_us_p50: r.p50_us,
+        latency_us_p99: r.p99_us,
+    })
+}
+
+/// A TLS server on a loopback port, beside the plain one, with a throwaway certificate:
+/// its address, the server, and the client's settings that trust it.
+fn tls_server(handler: &Arc<Engine>, net: &NetConfig) -> Result<(String, Server, TlsClient)> {
+    let (server_tls, client_tls) = throwaway_tls()?;
+    let tls_net = NetConfig { tls: Some(server_tls), ..net.clone() };
+    let s = Server::start("127.0.0.1:0", handler.clone(), tls_net)?;
+    Ok((s.local_addr().to_string(), s, client_tls))
+}
+
+/// Bulk-loads `n` pages of 130 small items each into `db` and reads every page once, so that
+/// the runs measure the protocol and not page-file reads. Returns the pages.
+fn net_pages(db: &Db, n: usize) -> Result<Vec<PageId>> {
+    let per_page = 130;
+    let mut pages = Vec::new();
+    {
+        let mut l = db.engine.bulk_load()?;
+        for _ in 0..n * per_page {
+            if let Some(p) = l.add(&item(db.class.raw(), 0, 40))?.page()
+                && pages.last() != Some(&p)
+            {
+                pages.push(p);
+            }
+        }
+        l.finish()?;
+    }
+    for p in &pages {
+        db.engine.fetch(*p)?;
+    }
+    Ok(pages)
+}
+
+/// `thor bench net`'s tables: every run, then fetch against the floor (`rounds` rounds).
+fn print_net(runs: &[NetRun], ratios: &[AgainstFloor], page_size: usize, rounds: usize) {
     println!(
         "\nround trips ({} KB pages; commit = one new version + one created object, fsynced)",
-        db.engine.page_size() / 1024
+        page_size / 1024
     );
     println!(
         "{:<8} {:<11} {:>8} {:>10} {:>12} {:>10} {:>10}",
         "op", "transport", "clients", "ops", "ops/s", "p50 us", "p99 us"
     );
-    for r in &runs {
+    for r in runs {
         println!(
             "{:<8} {:<11} {:>8} {:>10} {:>12.0} {:>10.1} {:>10.1}",
             r.op, r.transport, r.clients, r.ops, r.ops_per_s, r.latency_us_p50, r.latency_us_p99
         );
     }
     if !ratios.is_empty() {
-        println!("\nfetch / floor of the same round, median (min-max) over {} round(s)", b.runs);
+        println!("\nfetch / floor of the same round, median (min-max) over {} round(s)", rounds);
         println!(
             "{:<11} {:>8} {:>11} {:>11} {:>22} {:>22}",
             "transport", "clients", "floor p50", "fetch p50", "p50 ratio", "p99 ratio"
         );
-        for r in &ratios {
+        for r in ratios {
             let range = |s: &Spread| format!("{:.2} ({:.2}-{:.2})", s.median, s.min, s.max);
             println!(
                 "{:<11} {:>8} {:>11.1} {:>11.1} {:>22} {:>22}",
@@ -743,7 +758,6 @@ fn net(b: NetBench) -> Result<()> {
             );
         }
     }
-    Ok(())
 }
 
 /// A throwaway CA and a certificate for 127.0.0.1 it signed, made for one `--tls` run: the

@@ -300,6 +300,30 @@ pub fn figures(c: &FiguresConfig<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A session on `endpoint` whose transport times its fetches into `times`, with a cache of
+/// `cache_bytes` and one page per fetch (the paper's figures are of one page per fetch).
+fn timed_session(
+    c: &FiguresConfig<'_>,
+    endpoint: &Endpoint,
+    times: &Arc<TransportTimes>,
+    cache_bytes: usize,
+) -> anyhow::Result<Session> {
+    let client = ClientConfig::default();
+    let inner: Box<dyn Transport> = match endpoint {
+        Endpoint::Embedded(e) => Box::new(LocalTransport::connect(e.clone(), &client)?),
+        Endpoint::Tcp { addr, .. } => Box::new(TcpTransport::connect(addr.as_str(), &client)?),
+    };
+    let t = TimedTransport { inner, times: times.clone(), fetch_in_flight: false };
+    let config = SessionConfig {
+        cache_bytes,
+        policy: c.policy,
+        background_replacement: !c.foreground,
+        prefetch_pages: Some(0),
+        ..SessionConfig::default()
+    };
+    Ok(Session::new(Box::new(t), config)?)
+}
+
 /// One hot run of `w` at `mb` MiB: a warm-up run, then the measured one, in one session.
 fn one(
     c: &FiguresConfig<'_>,
@@ -310,24 +334,8 @@ fn one(
     run: u32,
 ) -> anyhow::Result<Sample> {
     let times = Arc::new(TransportTimes::default());
-    let client = ClientConfig::default();
-    let inner: Box<dyn Transport> = match endpoint {
-        Endpoint::Embedded(e) => Box::new(LocalTransport::connect(e.clone(), &client)?),
-        Endpoint::Tcp { addr, .. } => Box::new(TcpTransport::connect(addr.as_str(), &client)?),
-    };
-    let t = TimedTransport { inner, times: times.clone(), fetch_in_flight: false };
     let cache_bytes = (mb * MIB) as usize;
-    let s = Session::new(
-        Box::new(t),
-        SessionConfig {
-            cache_bytes,
-            policy: c.policy,
-            background_replacement: !c.foreground,
-            // The paper's figures are of one page per fetch.
-            prefetch_pages: Some(0),
-            ..SessionConfig::default()
-        },
-    )?;
+    let s = timed_session(c, endpoint, &times, cache_bytes)?;
     // A hot run is the second of two runs in one session, as `RunConfig::hot` does; the
     // counters below are taken around the second alone.
     let cfg = RunConfig {
@@ -490,6 +498,13 @@ fn table(c: &FiguresConfig<'_>, sums: &Summaries, server: bool, disk: bool, spli
             cell(get(f, "replacement_other_us"), 1, c.runs),
         );
     }
+    work_table(&mut o, c, sums);
+    figure11_table(&mut o, c, sums, server, disk);
+    o
+}
+
+/// The table of replacement's work per fetch (medians), appended to `o`.
+fn work_table(o: &mut String, c: &FiguresConfig<'_>, sums: &Summaries) {
     let _ = writeln!(o, "\nreplacement's work per fetch (medians)");
     let _ = writeln!(
         o,
@@ -520,6 +535,17 @@ fn table(c: &FiguresConfig<'_>, sums: &Summaries, server: bool, disk: bool, spli
             m("objects_dropped"),
         );
     }
+}
+
+/// Figure 11's table (fetch time = client + network + server + disk), appended to `o`, with
+/// what was not measured (`server`, `disk`: whether those shares were).
+fn figure11_table(
+    o: &mut String,
+    c: &FiguresConfig<'_>,
+    sums: &Summaries,
+    server: bool,
+    disk: bool,
+) {
     let _ = writeln!(o, "\nFigure 11: fetch time = client + network + server + disk");
     let _ = writeln!(
         o,
@@ -551,20 +577,10 @@ fn table(c: &FiguresConfig<'_>, sums: &Summaries, server: bool, disk: bool, spli
             "(disk not measured: the server read through the OS page cache; give --direct-reads, and a small --server-cache-mb for misses)"
         );
     }
-    o
 }
 
-/// `figure9.csv`, `figure10.csv`, `figure11.csv` (medians and ranges), `samples.csv` and the
-/// three charts.
-fn write_out(
-    dir: &Path,
-    samples: &[Sample],
-    sums: &Summaries,
-    server: bool,
-    disk: bool,
-) -> anyhow::Result<()> {
-    let over_tcp = samples.iter().any(|s| s.server_timed_per_fetch.is_some());
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+/// `samples.csv`: every run's sample, one line each.
+fn samples_csv(samples: &[Sample]) -> String {
     let mut s = String::from(
         "traversal,cache_mb,run,fetches,fetch_us,replacement_us,conversion_us,usage_us,compaction_us,replacement_other_us,client_us,network_us,server_us,network_and_server_us,disk_us,server_timed_per_fetch,disk_reads_per_fetch,frames_scanned,candidates_added,frames_compacted,frames_evicted,objects_kept,objects_moved_home,objects_dropped,elapsed_s\n",
     );
@@ -600,7 +616,92 @@ fn write_out(
             x.elapsed_s
         );
     }
-    std::fs::write(dir.join("samples.csv"), s)?;
+    s
+}
+
+/// The charts of Figures 9, 10 (and replacement's work) and 11, from the medians of `sums`,
+/// one group of bars per traversal and cache size (`groups`).
+fn figure_charts(
+    dir: &Path,
+    sums: &Summaries,
+    groups: &[String],
+    server: bool,
+    disk: bool,
+    over_tcp: bool,
+) -> anyhow::Result<()> {
+    let med = |c: &str| -> Vec<f64> { sums.iter().map(|s| get(&s.fields, c).median).collect() };
+    let spec = |title: &str, y: &str| ChartSpec {
+        title: title.into(),
+        y_label: y.into(),
+        ..ChartSpec::default()
+    };
+    stacked_bar_chart(
+        &dir.join("figure9"),
+        &spec("Figure 9: miss penalty per fetch (medians)", "microseconds per fetch"),
+        groups,
+        &[
+            ("fetch".to_string(), med("fetch_us")),
+            ("replacement".to_string(), med("replacement_us")),
+            ("conversion".to_string(), med("conversion_us")),
+        ],
+    )?;
+    stacked_bar_chart(
+        &dir.join("figure10"),
+        &spec("Figure 10: replacement per fetch (medians)", "microseconds per fetch"),
+        groups,
+        &[
+            ("usage computation".to_string(), med("usage_us")),
+            ("compaction".to_string(), med("compaction_us")),
+            ("other".to_string(), med("replacement_other_us")),
+        ],
+    )?;
+    bar_chart(
+        &dir.join("figure10-work"),
+        &spec("Figure 10: replacement's work per fetch (medians)", "per fetch"),
+        groups,
+        &[
+            ("frames scanned".to_string(), med("frames_scanned")),
+            ("candidates added".to_string(), med("candidates_added")),
+            ("frames compacted".to_string(), med("frames_compacted")),
+            ("frames evicted".to_string(), med("frames_evicted")),
+            (
+                "objects kept / 100".to_string(),
+                med("objects_kept").iter().map(|x| x / 100.0).collect(),
+            ),
+        ],
+    )?;
+    let mut parts = vec![("client".to_string(), med("client_us"))];
+    if server {
+        let network = if over_tcp { "network" } else { "network (in-process hop)" };
+        parts.push((network.to_string(), med("network_us")));
+        parts.push(("server".to_string(), med("server_us")));
+    } else {
+        parts.push(("network and server".to_string(), med("network_and_server_us")));
+    }
+    if disk {
+        parts.push(("disk".to_string(), med("disk_us")));
+    }
+    stacked_bar_chart(
+        &dir.join("figure11"),
+        &spec("Figure 11: fetch time per fetch (medians)", "microseconds per fetch"),
+        groups,
+        &parts,
+    )?;
+    Ok(())
+}
+
+/// `figure9.csv`, `figure10.csv`, `figure11.csv` (medians and ranges), `samples.csv` and the
+/// three charts.
+fn write_out(
+    dir: &Path,
+    samples: &[Sample],
+    sums: &Summaries,
+    server: bool,
+    disk: bool,
+) -> anyhow::Result<()> {
+    let over_tcp = samples.iter().any(|s| s.server_timed_per_fetch.is_some());
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(dir.join("samples.csv"), samples_csv(samples))?;
     let groups: Vec<String> =
         sums.iter().map(|s| format!("{} ({} MiB)", s.traversal, s.cache_mb)).collect();
     let csv = |name: &str, cols: &[&str]| -> anyhow::Result<()> {
@@ -646,63 +747,6 @@ fn write_out(
         f11.push("disk_us");
     }
     csv("figure11.csv", &f11)?;
-    let med = |c: &str| -> Vec<f64> { sums.iter().map(|s| get(&s.fields, c).median).collect() };
-    let spec = |title: &str, y: &str| ChartSpec {
-        title: title.into(),
-        y_label: y.into(),
-        ..ChartSpec::default()
-    };
-    stacked_bar_chart(
-        &dir.join("figure9"),
-        &spec("Figure 9: miss penalty per fetch (medians)", "microseconds per fetch"),
-        &groups,
-        &[
-            ("fetch".to_string(), med("fetch_us")),
-            ("replacement".to_string(), med("replacement_us")),
-            ("conversion".to_string(), med("conversion_us")),
-        ],
-    )?;
-    stacked_bar_chart(
-        &dir.join("figure10"),
-        &spec("Figure 10: replacement per fetch (medians)", "microseconds per fetch"),
-        &groups,
-        &[
-            ("usage computation".to_string(), med("usage_us")),
-            ("compaction".to_string(), med("compaction_us")),
-            ("other".to_string(), med("replacement_other_us")),
-        ],
-    )?;
-    bar_chart(
-        &dir.join("figure10-work"),
-        &spec("Figure 10: replacement's work per fetch (medians)", "per fetch"),
-        &groups,
-        &[
-            ("frames scanned".to_string(), med("frames_scanned")),
-            ("candidates added".to_string(), med("candidates_added")),
-            ("frames compacted".to_string(), med("frames_compacted")),
-            ("frames evicted".to_string(), med("frames_evicted")),
-            (
-                "objects kept / 100".to_string(),
-                med("objects_kept").iter().map(|x| x / 100.0).collect(),
-            ),
-        ],
-    )?;
-    let mut parts = vec![("client".to_string(), med("client_us"))];
-    if server {
-        let network = if over_tcp { "network" } else { "network (in-process hop)" };
-        parts.push((network.to_string(), med("network_us")));
-        parts.push(("server".to_string(), med("server_us")));
-    } else {
-        parts.push(("network and server".to_string(), med("network_and_server_us")));
-    }
-    if disk {
-        parts.push(("disk".to_string(), med("disk_us")));
-    }
-    stacked_bar_chart(
-        &dir.join("figure11"),
-        &spec("Figure 11: fetch time per fetch (medians)", "microseconds per fetch"),
-        &groups,
-        &parts,
-    )?;
+    figure_charts(dir, sums, &groups, server, disk, over_tcp)?;
     Ok(())
 }

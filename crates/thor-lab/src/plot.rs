@@ -56,7 +56,8 @@ pub enum Legend {
     /// Top right (the default).
     #[default]
     UpperRight,
-    /// Bottom right (for rising curves such as distributions).
+    /// Bottom right (for rising curves such as distributions). Only `thor sim` draws such.
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
     LowerRight,
 }
 
@@ -99,7 +100,8 @@ impl Series {
         Series { name: name.into(), points, step: false }
     }
 
-    /// A staircase.
+    /// A staircase. Only `thor sim` draws one.
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
     pub fn steps(name: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
         Series { name: name.into(), points, step: true }
     }

@@ -37,10 +37,6 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 use serde_json::json;
-use thor_cachesim::cost::Served;
-use thor_cachesim::hierarchy::{Demotion, Design};
-use thor_cachesim::run::{IndexKind, RunConfig as SimConfig, simulate_sized};
-use thor_cachesim::trace::Trace;
 use thor_oo7::Op;
 use thor_oo7::experiment::Endpoint;
 use thor_oo7::multi::{
@@ -166,11 +162,12 @@ impl Placement {
         }
     }
 
-    /// The simulator's design for this placement (client caches are LRU).
-    fn design(self) -> Design {
+    /// The simulator's design for this placement (client caches are LRU), by the name
+    /// `thor sim demote --designs` takes: `Design::BASELINE` and `Design::PROPOSED`.
+    fn design(self) -> &'static str {
         match self {
-            Placement::Inclusive => Design::BASELINE,
-            Placement::Exclusive => Design::PROPOSED,
+            Placement::Inclusive => "LRU-LRU-none",
+            Placement::Exclusive => "LRU-MRU-demote",
         }
     }
 }
@@ -188,6 +185,9 @@ pub fn multi(a: MultiArgs) -> anyhow::Result<()> {
         (None, None) => Length::Seconds(MULTI_SECONDS_DEFAULT),
     };
     let pc = policy(&a.policy)?;
+    if a.sim && !cfg!(feature = "sim") {
+        anyhow::bail!(crate::NO_SIM);
+    }
     let record = a.sim || a.trace_out.is_some();
     let cfg = |clients, record_pages| MultiConfig {
         op,
@@ -569,34 +569,71 @@ impl GridPoint {
             self.trace_file = Some(path.display().to_string());
         }
         if a.sim && client_blocks > 0 && array_blocks > 0 {
-            let t = Trace::parse_csv(std::io::Cursor::new(&csv), Path::new("the recorded run"))?;
-            let config = SimConfig {
-                design: placement.design(),
-                client_blocks,
-                array_blocks,
-                warmup_requests: trace.warmup,
-                index: IndexKind::Auto,
-            };
-            let counts = simulate_sized(&t, &config, &sizes, &mut |_| {})?;
-            let total = &counts.total;
-            let requests = total.total();
-            let client_hits = total.served(Served::Client);
-            self.sim = Some(SimCounts {
-                design: config.design.to_string(),
-                client_blocks,
-                client_sizes: sizes.clone(),
-                array_blocks,
-                warmup: trace.warmup,
-                requests,
-                client_misses: requests - client_hits,
-                array_hits: total.served(Served::Array),
-                disk_reads: total.served(Served::DiskRandom) + total.served(Served::DiskSequential),
-                demotions_transferred: total.demotions(Demotion::Transferred),
-                demotions_reordered: total.demotions(Demotion::Reordered),
-            });
+            self.sim =
+                Some(replay(&csv, placement, client_blocks, array_blocks, trace.warmup, &sizes)?);
         }
         Ok(())
     }
+}
+
+/// Replays one point's recorded page visits (`csv`) through the cache-hierarchy simulator at
+/// the live sizes.
+#[cfg(feature = "sim")]
+fn replay(
+    csv: &[u8],
+    placement: Placement,
+    client_blocks: usize,
+    array_blocks: usize,
+    warmup: u64,
+    sizes: &[usize],
+) -> anyhow::Result<SimCounts> {
+    use thor_cachesim::cost::Served;
+    use thor_cachesim::hierarchy::{Demotion, Design};
+    use thor_cachesim::run::{IndexKind, RunConfig as SimConfig, simulate_sized};
+    use thor_cachesim::trace::Trace;
+    let t = Trace::parse_csv(std::io::Cursor::new(csv), Path::new("the recorded run"))?;
+    let design = match placement {
+        Placement::Inclusive => Design::BASELINE,
+        Placement::Exclusive => Design::PROPOSED,
+    };
+    let config = SimConfig {
+        design,
+        client_blocks,
+        array_blocks,
+        warmup_requests: warmup,
+        index: IndexKind::Auto,
+    };
+    let counts = simulate_sized(&t, &config, sizes, &mut |_| {})?;
+    let total = &counts.total;
+    let requests = total.total();
+    let client_hits = total.served(Served::Client);
+    Ok(SimCounts {
+        design: config.design.to_string(),
+        client_blocks,
+        client_sizes: sizes.to_vec(),
+        array_blocks,
+        warmup,
+        requests,
+        client_misses: requests - client_hits,
+        array_hits: total.served(Served::Array),
+        disk_reads: total.served(Served::DiskRandom) + total.served(Served::DiskSequential),
+        demotions_transferred: total.demotions(Demotion::Transferred),
+        demotions_reordered: total.demotions(Demotion::Reordered),
+    })
+}
+
+/// Without the simulators (a `thor` built without the `lab` feature) there is nothing to replay
+/// through; `multi` refuses `--sim` before running anything.
+#[cfg(not(feature = "sim"))]
+fn replay(
+    _csv: &[u8],
+    _placement: Placement,
+    _client_blocks: usize,
+    _array_blocks: usize,
+    _warmup: u64,
+    _sizes: &[usize],
+) -> anyhow::Result<SimCounts> {
+    anyhow::bail!(crate::NO_SIM)
 }
 
 /// The inclusive point at `p`'s size and client count, if `p` is exclusive.
@@ -788,38 +825,7 @@ type Metric = fn(&GridPoint) -> f64;
 
 /// Writes `multi.csv` (a line per run), `multi.json` and the charts into `out`.
 fn write_grid(out: &Path, points: &[GridPoint], op: Op, sharing: Sharing) -> anyhow::Result<()> {
-    let mut csv = String::from(
-        "server_cache_mb,placement,clients,run,traversals,aborts,client_fetches,server_fetches,\
-         server_hits,hit_fraction,misses,device_reads,demote_notices,demotions_stored,demotions_reordered,\
-         demotions_refused,demoted_bytes,ms_per_traversal\n",
-    );
-    for p in points {
-        for (i, r) in p.runs.iter().enumerate() {
-            let sv = p.server.get(i).cloned().unwrap_or_default();
-            let _ = writeln!(
-                csv,
-                "{},{},{},{},{},{},{},{},{},{:.6},{},{},{},{},{},{},{},{:.4}",
-                p.server_cache_mb.map_or_else(String::new, |m| m.to_string()),
-                p.placement.map_or("", Placement::name),
-                p.clients,
-                i + 1,
-                r.total.traversals,
-                r.total.aborts,
-                r.total.fetches,
-                sv.fetches,
-                sv.hits,
-                sv.hit_fraction,
-                sv.reads,
-                sv.device_reads.map_or_else(String::new, |d| d.to_string()),
-                sv.demote_notices,
-                sv.demotions_stored,
-                sv.demotions_reordered,
-                sv.demotions_refused,
-                sv.demoted_bytes,
-                p.ms_per_traversal[i]
-            );
-        }
-    }
+    let csv = grid_csv(points);
     let csv_path = out.join("multi.csv");
     std::fs::write(&csv_path, csv).with_context(|| format!("writing {}", csv_path.display()))?;
     let json_path = out.join("multi.json");
@@ -889,6 +895,43 @@ fn write_grid(out: &Path, points: &[GridPoint], op: Op, sharing: Sharing) -> any
         }
     }
     Ok(())
+}
+
+/// The grid's runs as CSV, one line per run of each point.
+fn grid_csv(points: &[GridPoint]) -> String {
+    let mut csv = String::from(
+        "server_cache_mb,placement,clients,run,traversals,aborts,client_fetches,server_fetches,\
+         server_hits,hit_fraction,misses,device_reads,demote_notices,demotions_stored,demotions_reordered,\
+         demotions_refused,demoted_bytes,ms_per_traversal\n",
+    );
+    for p in points {
+        for (i, r) in p.runs.iter().enumerate() {
+            let sv = p.server.get(i).cloned().unwrap_or_default();
+            let _ = writeln!(
+                csv,
+                "{},{},{},{},{},{},{},{},{},{:.6},{},{},{},{},{},{},{},{:.4}",
+                p.server_cache_mb.map_or_else(String::new, |m| m.to_string()),
+                p.placement.map_or("", Placement::name),
+                p.clients,
+                i + 1,
+                r.total.traversals,
+                r.total.aborts,
+                r.total.fetches,
+                sv.fetches,
+                sv.hits,
+                sv.hit_fraction,
+                sv.reads,
+                sv.device_reads.map_or_else(String::new, |d| d.to_string()),
+                sv.demote_notices,
+                sv.demotions_stored,
+                sv.demotions_reordered,
+                sv.demotions_refused,
+                sv.demoted_bytes,
+                p.ms_per_traversal[i]
+            );
+        }
+    }
+    csv
 }
 
 /// The progress bar of one multi-client run: seconds of the timed phase, or traversals.

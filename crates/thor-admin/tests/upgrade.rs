@@ -1,4 +1,4 @@
-//! `thor_server::upgrade` on databases made with the engine directly, one behaviour per test:
+//! `thor_admin::upgrade` on databases made with the engine directly, one behaviour per test:
 //! it reads the committed state of a database that crashed (the log replayed in memory, the
 //! source's files untouched, a torn tail included) and refuses damaged sources with an error,
 //! never a panic.
@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use common::{fields, item, item_class, tag};
+use thor_admin::{UpgradeError, upgrade};
 use thor_core::le::{put_u32, u32_at};
 use thor_core::{ClassDesc, Oref, PageId, PageView, VarKind, builtin, page};
-use thor_server::{CommitRequest, Engine, EngineOptions, UpgradeError, upgrade};
+use thor_server::{CommitRequest, Engine, EngineOptions};
 use thor_storage::{FileDisk, SplitMix64};
 
 const PAGE_SIZE: usize = 4096;

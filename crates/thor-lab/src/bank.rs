@@ -3,7 +3,7 @@
 //!
 //! Every write of an account stores a `version` never stored before (the writer's client number
 //! and attempt number), so a history of what clients read and wrote can be checked for
-//! serializability (`thor_sim::serial`): the version a read returns names the write it saw.
+//! serializability (`thor_history`): the version a read returns names the write it saw.
 
 use anyhow::{Context, Result, bail};
 use thor_client::{ClientError, Ref, Session};
@@ -68,6 +68,117 @@ pub struct Record<'a, O> {
     pub outcome: &'a str,
     pub reads: &'a [(O, u64)],
     pub writes: &'a [(O, u64, u64)],
+}
+
+impl HistoryArgs {
+    /// Whether the client should stop: `deadline` passed, or `--stop-file` exists.
+    pub fn stopped(&self, deadline: std::time::Instant) -> bool {
+        std::time::Instant::now() >= deadline || self.stop_file.as_ref().is_some_and(|f| f.exists())
+    }
+}
+
+/// Whether an error means the connection is gone (make a new session).
+pub fn lost(e: &ClientError) -> bool {
+    matches!(e, ClientError::Transport(_) | ClientError::Unexpected(_))
+        || matches!(e, ClientError::Server { code, .. } if *code == thor_wire::ErrorCode::SessionExpired)
+}
+
+/// What became of a transaction sent for commit, as a history line says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Acknowledged.
+    Committed,
+    /// Refused (a conflict): nothing of it is in the store.
+    Aborted,
+    /// The answer was lost: it may or may not have committed (the history checker decides
+    /// from what later transactions read). The session is no longer trusted.
+    Uncertain,
+}
+
+impl Outcome {
+    /// The name a history line gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Committed => "committed",
+            Outcome::Aborted => "aborted",
+            Outcome::Uncertain => "uncertain",
+        }
+    }
+}
+
+/// A history-recording client's file and counts: the part the transfer client (one server)
+/// and the cluster client (two-phase commit across servers) share.
+#[derive(Debug)]
+pub struct Recorder {
+    /// The history file, one JSON line per transaction that reached its commit.
+    out: std::io::BufWriter<std::fs::File>,
+    /// This client's number.
+    client: u32,
+    /// Transactions committed, aborted (before or at commit), and of unknown outcome.
+    counts: [u64; 3],
+}
+
+impl Recorder {
+    /// Opens (appends to) `--history` for client `--client`.
+    pub fn open(h: &HistoryArgs) -> Result<Recorder> {
+        if h.client >= 1 << 31 {
+            bail!("--client must be below 2^31");
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&h.history)
+            .with_context(|| format!("opening {}", h.history.display()))?;
+        Ok(Recorder { out: std::io::BufWriter::new(file), client: h.client, counts: [0; 3] })
+    }
+
+    /// A transaction that aborted before it was sent for commit: counted, not recorded (nobody
+    /// saw it).
+    pub fn aborted_early(&mut self) {
+        self.counts[1] += 1;
+    }
+
+    /// Classifies a commit's answer (counted); an error that is none of the three is returned.
+    pub fn outcome<T>(&mut self, answer: Result<T, ClientError>) -> Result<Outcome> {
+        let o = match answer {
+            Ok(_) => Outcome::Committed,
+            Err(e) if is_conflict(&e) => Outcome::Aborted,
+            Err(e) if lost(&e) || matches!(e, ClientError::CommitUnknown(_)) => Outcome::Uncertain,
+            Err(e) => return Err(e).context("commit"),
+        };
+        self.counts[o as usize] += 1;
+        Ok(o)
+    }
+
+    /// Appends transaction `id`'s line to the history, flushed (a killed client loses nothing
+    /// it answered).
+    pub fn record<O: serde::Serialize>(
+        &mut self,
+        id: u64,
+        outcome: Outcome,
+        reads: &[(O, u64)],
+        writes: &[(O, u64, u64)],
+    ) -> Result<()> {
+        use std::io::Write;
+        let r = Record { id, client: self.client, outcome: outcome.name(), reads, writes };
+        serde_json::to_writer(&mut self.out, &r)?;
+        self.out.write_all(b"\n")?;
+        self.out.flush()?;
+        Ok(())
+    }
+
+    /// Flushes the history and prints the counts on stderr, with `sessions` (what the client
+    /// calls them: "session(s)", "cluster session(s)").
+    pub fn finish(mut self, sessions: &str) -> Result<()> {
+        use std::io::Write;
+        self.out.flush()?;
+        let [committed, aborted, uncertain] = self.counts;
+        eprintln!(
+            "client {}: {committed} committed, {aborted} aborted, {uncertain} uncertain, {sessions}",
+            self.client
+        );
+        Ok(())
+    }
 }
 
 /// Accounts per chunk object (4 KiB of references: fits any page size).

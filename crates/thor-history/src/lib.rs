@@ -1,9 +1,11 @@
-//! The serializability checker: proves a history of committed transactions serializable, or
-//! names the anomaly that makes it not.
+//! thor-history: the history checker. It proves a history of committed transactions
+//! serializable, or names the anomaly that makes it not.
 //!
 //! It is a pure function of a [`History`] (and optionally the final state of the store); it
-//! knows nothing of the server. The simulation feeds it what the simulated clients saw, and a
-//! real-network test can feed it the same.
+//! knows nothing of the server, and depends on nothing of thor. Its callers record what their
+//! clients saw: the whole-cluster simulations (`thor-sim`'s `world` and `twopc`), the bank
+//! clients of the laboratory (`thor-lab`'s `bank`, whose histories the process tests that kill
+//! servers read back), and any real-network test.
 //!
 //! # The model
 //!

@@ -3,14 +3,14 @@
 //! counts, duplicate orefs, odd lengths, damaged frames, two-phase prepares, whole pages), every
 //! commit the engine acknowledges decodes from the log with the recovery decoder, the engine
 //! recovers after a crash and serves what it served before, the recovered database passes this
-//! offline check, and a backup opens and passes it too.
+//! offline check (`thor_admin::check`), and a backup opens and passes it too.
 
 use std::path::Path;
 
 use proptest::prelude::*;
 use thor_storage::{Disk, MemDisk};
 
-use super::check_dir;
+use thor_admin::{CheckOptions, NoProgress};
 
 /// Writes the files of `disk` into the directory `dir`.
 fn materialize(disk: &MemDisk, dir: &Path) -> Result<(), String> {
@@ -26,12 +26,13 @@ fn materialize(disk: &MemDisk, dir: &Path) -> Result<(), String> {
 fn thor_check(disk: &MemDisk) -> Result<(), String> {
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
     materialize(disk, tmp.path())?;
-    let report = check_dir(tmp.path(), 20, false).map_err(|e| e.0)?;
-    if report.problems_total > 0 {
-        let lines: Vec<String> = report.problems.iter().map(ToString::to_string).collect();
+    let options = CheckOptions { max_problems: 20 };
+    let report = thor_admin::check(tmp.path(), &options, &NoProgress).map_err(|e| e.to_string())?;
+    if !report.is_healthy() {
+        let lines: Vec<String> = report.problems().iter().map(ToString::to_string).collect();
         return Err(format!(
             "thor check finds {} problems:\n{}",
-            report.problems_total,
+            report.problems_total(),
             lines.join("\n")
         ));
     }

@@ -365,30 +365,9 @@ fn settings(
 pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
     let policy = policy(&a.policy)?;
     if a.figures {
-        return crate::oo7_penalty_figures::figures(&crate::oo7_penalty_figures::FiguresConfig {
-            at: &a.at,
-            policy,
-            policy_name: &a.policy,
-            // The paper's Figure 9 is of foreground replacement (HAC-FG): the worst case.
-            foreground: true,
-            runs: a.runs,
-            seed: a.seed,
-            over: a.over,
-            direct_reads: a.direct_reads,
-            server_cache_mb: a.server_cache_mb,
-            out: a.out.as_deref(),
-            json: a.json,
-            dir: &a.dir,
-        });
+        return figures(&a, policy);
     }
-    let workloads = a
-        .traversals
-        .iter()
-        .map(|t| t.parse::<Workload>().with_context(|| format!("traversal {t:?}")))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    if workloads.is_empty() {
-        bail!("give at least one traversal");
-    }
+    let workloads = traversals(&a.traversals)?;
     let (engine, _disk) = open_database_with(&a.dir, thor_server::EngineOptions::default(), false)?;
     let page_bytes = engine.page_size();
     let (server, endpoint) = serve_over(a.over, &engine)?;
@@ -468,10 +447,39 @@ pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
     if let Some(s) = server {
         s.shutdown().context("stopping the loopback server")?;
     }
+    let (labels, summaries) = summaries(&workloads, &samples);
+    let settings = settings_json(&a, page_bytes, &labels);
+    if let Some(dir) = &a.out {
+        write_out(dir, &samples, &summaries)?;
+    }
+    if a.json {
+        print_json(&settings, &floors, &samples, &summaries, &concurrent)?;
+    } else {
+        print!("{}", table(&a, page_bytes, &summaries));
+        print!("{}", concurrent_table(&concurrent));
+    }
+    Ok(())
+}
+
+/// The `--traversals`, parsed; at least one.
+fn traversals(names: &[String]) -> anyhow::Result<Vec<Workload>> {
+    let workloads = names
+        .iter()
+        .map(|t| t.parse::<Workload>().with_context(|| format!("traversal {t:?}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if workloads.is_empty() {
+        bail!("give at least one traversal");
+    }
+    Ok(workloads)
+}
+
+/// The prefetch settings as the sessions applied them (in the order they ran), and the
+/// summary of each traversal under each.
+fn summaries(workloads: &[Workload], samples: &[Sample]) -> (Vec<String>, Vec<Summary>) {
     let names: Vec<&str> = workloads.iter().map(|w| w.name()).collect();
     // The settings as the sessions applied them, in the order they ran.
     let mut labels: Vec<String> = Vec::new();
-    for s in &samples {
+    for s in samples {
         if !labels.contains(&s.prefetch) {
             labels.push(s.prefetch.clone());
         }
@@ -479,9 +487,56 @@ pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
     let summaries: Vec<Summary> = names
         .iter()
         .flat_map(|t| labels.iter().map(move |l| (t, l)))
-        .map(|(t, l)| summarize(t, l, &samples))
+        .map(|(t, l)| summarize(t, l, samples))
         .collect();
-    let settings = json!({
+    (labels, summaries)
+}
+
+/// `--json`: the whole run as one document on stdout.
+fn print_json(
+    settings: &serde_json::Value,
+    floors: &[serde_json::Value],
+    samples: &[Sample],
+    summaries: &[Summary],
+    concurrent: &[Concurrent],
+) -> anyhow::Result<()> {
+    let reports: Vec<_> =
+        samples.iter().map(|s| json!({ "run": s.run, "report": s.report })).collect();
+    let v = json!({
+        "settings": settings,
+        "fields": FIELDS.iter().map(|(n, d)| json!({ "name": n, "meaning": d })).collect::<Vec<_>>(),
+        "floors": floors,
+        "samples": samples,
+        "summary": summaries,
+        "concurrent": concurrent,
+        "reports": reports,
+    });
+    println!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(())
+}
+
+/// `--figures`: the HAC paper's Figures 9 to 11 instead of the floor comparison.
+fn figures(a: &PenaltyArgs, policy: thor_client::PolicyConfig) -> anyhow::Result<()> {
+    crate::oo7_penalty_figures::figures(&crate::oo7_penalty_figures::FiguresConfig {
+        at: &a.at,
+        policy,
+        policy_name: &a.policy,
+        // The paper's Figure 9 is of foreground replacement (HAC-FG): the worst case.
+        foreground: true,
+        runs: a.runs,
+        seed: a.seed,
+        over: a.over,
+        direct_reads: a.direct_reads,
+        server_cache_mb: a.server_cache_mb,
+        out: a.out.as_deref(),
+        json: a.json,
+        dir: &a.dir,
+    })
+}
+
+/// The settings a penalty run reports beside its results.
+fn settings_json(a: &PenaltyArgs, page_bytes: usize, labels: &[String]) -> serde_json::Value {
+    json!({
         "dir": a.dir.display().to_string(),
         "policy": a.policy,
         "cache_mb": a.cache_mb,
@@ -494,28 +549,7 @@ pub fn penalty(a: PenaltyArgs) -> anyhow::Result<()> {
         "background_replacement": !a.foreground,
         "prefetch": labels,
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-    });
-    if let Some(dir) = &a.out {
-        write_out(dir, &samples, &summaries)?;
-    }
-    if a.json {
-        let reports: Vec<_> =
-            samples.iter().map(|s| json!({ "run": s.run, "report": s.report })).collect();
-        let v = json!({
-            "settings": settings,
-            "fields": FIELDS.iter().map(|(n, d)| json!({ "name": n, "meaning": d })).collect::<Vec<_>>(),
-            "floors": floors,
-            "samples": samples,
-            "summary": summaries,
-            "concurrent": concurrent,
-            "reports": reports,
-        });
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        print!("{}", table(&a, page_bytes, &summaries));
-        print!("{}", concurrent_table(&concurrent));
-    }
-    Ok(())
+    })
 }
 
 /// Runs `w` cold in `clients` sessions at once (one thread each) and merges their fetch

@@ -1,4 +1,4 @@
-//! `thor check --repair DIR`: sets aside the log records recovery cannot read, so that the
+//! The repair (`thor check --repair DIR`, [`super::repair_and_check`]): sets aside the log records recovery cannot read, so that the
 //! database opens again.
 //!
 //! A record recovery cannot read is one whose checksum passed (the log layer wrote and read
@@ -59,11 +59,11 @@ use thor_storage::log::inspect::inspect;
 use thor_storage::log::record::{Header, encode_into};
 use thor_storage::{Disk, FileDisk, LogOptions};
 
-use super::CannotCheck;
+use super::CheckError;
 
 /// One record the repair set aside.
 #[derive(Debug)]
-pub(super) struct Repaired {
+pub struct Repaired {
     /// Its segment file.
     pub segment: String,
     /// The byte offset of its header there.
@@ -117,7 +117,7 @@ struct Bad {
 /// Finds every record of the log in `disk` that recovery cannot read, sets each aside and
 /// writes the salvaged record in its place. Returns what it did (nothing for a log without
 /// such records).
-pub(super) fn repair(disk: &FileDisk, page_size: usize) -> Result<Vec<Repaired>, CannotCheck> {
+pub(super) fn repair(disk: &FileDisk, page_size: usize) -> Result<Vec<Repaired>, CheckError> {
     let opts = LogOptions::default();
     let mut bad = Vec::new();
     let mut wpl = wpl_log::WplObjects::default();
@@ -169,7 +169,7 @@ pub(super) fn repair(disk: &FileDisk, page_size: usize) -> Result<Vec<Repaired>,
 }
 
 /// The whole of file `name`.
-fn read_file(disk: &FileDisk, name: &str) -> Result<Vec<u8>, CannotCheck> {
+fn read_file(disk: &FileDisk, name: &str) -> Result<Vec<u8>, CheckError> {
     let f = disk.open(name, false)?;
     let mut bytes = vec![0u8; f.len()? as usize];
     f.read_exact_at(0, &mut bytes)?;
@@ -178,7 +178,7 @@ fn read_file(disk: &FileDisk, name: &str) -> Result<Vec<u8>, CannotCheck> {
 
 /// Writes `bytes` into a new file `name` (or `name.1`, `name.2`, ... if taken), synced;
 /// returns the name used.
-fn write_new(disk: &FileDisk, name: &str, bytes: &[u8]) -> Result<String, CannotCheck> {
+fn write_new(disk: &FileDisk, name: &str, bytes: &[u8]) -> Result<String, CheckError> {
     let mut n = 0u32;
     let name = loop {
         let candidate = if n == 0 { name.to_string() } else { format!("{name}.{n}") };
@@ -200,7 +200,7 @@ fn set_aside(
     disk: &FileDisk,
     b: &Bad,
     s: &record::Salvaged,
-) -> Result<(String, String), CannotCheck> {
+) -> Result<(String, String), CheckError> {
     let bytes_file = write_new(disk, &format!("log.{:016x}.aside", b.lsn.0), &b.payload)?;
     let mut text = String::new();
     let _ = writeln!(text, "thor check --repair set aside a log record recovery could not read.");
@@ -251,8 +251,9 @@ fn set_aside(
 /// Replaces the record `b` in `segment` (the segment's bytes) by one with payload `payload`,
 /// the same LSN and batch index. The records after it move; their bytes do not change (a
 /// record's checksum covers its header and payload, not where it lies).
-fn replace_record(segment: &mut Vec<u8>, b: &Bad, payload: &[u8]) -> Result<(), CannotCheck> {
-    let at = usize::try_from(b.offset).map_err(|_| CannotCheck("offset past memory".into()))?;
+fn replace_record(segment: &mut Vec<u8>, b: &Bad, payload: &[u8]) -> Result<(), CheckError> {
+    let at =
+        usize::try_from(b.offset).map_err(|_| CheckError::Storage("offset past memory".into()))?;
     let mut head = [0u8; RECORD_HEADER_BYTES];
     let h = segment
         .get(at..at + RECORD_HEADER_BYTES)
@@ -261,7 +262,9 @@ fn replace_record(segment: &mut Vec<u8>, b: &Bad, payload: &[u8]) -> Result<(), 
             Header::parse(&head)
         })
         .filter(|h| h.lsn == b.lsn)
-        .ok_or_else(|| CannotCheck(format!("the record at LSN {} moved while repairing", b.lsn)))?;
+        .ok_or_else(|| {
+            CheckError::Storage(format!("the record at LSN {} moved while repairing", b.lsn))
+        })?;
     let end = at + RECORD_HEADER_BYTES + h.len as usize;
     let mut new = Vec::with_capacity(RECORD_HEADER_BYTES + payload.len());
     encode_into(b.lsn, h.batch_index, payload, &mut new);
@@ -270,7 +273,7 @@ fn replace_record(segment: &mut Vec<u8>, b: &Bad, payload: &[u8]) -> Result<(), 
 }
 
 /// Replaces segment `name` by `bytes`: a synced copy renamed over it, the directory synced.
-fn write_segment(disk: &FileDisk, name: &str, bytes: &[u8]) -> Result<(), CannotCheck> {
+fn write_segment(disk: &FileDisk, name: &str, bytes: &[u8]) -> Result<(), CheckError> {
     let tmp = format!("{name}.repair");
     let f = disk.open(&tmp, true)?;
     f.set_len(0)?;

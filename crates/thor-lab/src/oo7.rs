@@ -35,8 +35,8 @@ use serde::Serialize;
 use serde_json::json;
 use thor_client::PolicyConfig;
 use thor_oo7::experiment::{
-    Endpoint, NativeReport, NoRunTrace, PrefetchSetting, RunConfig, RunReport, Workload,
-    belady_fetches, open_embedded, open_embedded_with, page_string, run as run_workload,
+    Endpoint, NativeReport, NoRunTrace, PageString, PrefetchSetting, RunConfig, RunReport,
+    Workload, belady_fetches, open_embedded, open_embedded_with, page_string, run as run_workload,
     run_native_on,
 };
 use thor_oo7::load::{LoadOptions, LoadReport, Padding, load_dir};
@@ -810,16 +810,7 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     let endpoint = a.session.endpoint()?;
     let workload: Workload = a.traversal.parse()?;
     let big = a.big_dir.as_deref().map(|d| big_endpoint(&endpoint, d)).transpose()?;
-    let mut policies: Vec<SeriesSpec> = a
-        .policies
-        .split(',')
-        .map(|p| SeriesSpec::parse(p.trim(), false))
-        .collect::<anyhow::Result<_>>()?;
-    if big.is_some() {
-        for p in a.big_policies.split(',') {
-            policies.push(SeriesSpec::parse(p.trim(), true)?);
-        }
-    }
+    let policies = sweep_series(&a, big.is_some())?;
     // The database a series runs on.
     let on = |sp: &SeriesSpec| match (&big, sp.big) {
         (Some(b), true) => b,
@@ -829,17 +820,7 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
     // Which series each chart draws, checked before anything runs.
     let plot: Vec<String> = a.plot.iter().map(|n| n.trim().to_uppercase()).collect();
     let drawn = chart_series(&names, !a.no_belady, &plot)?;
-    let sizes: Vec<f64> = if a.sizes_mb.is_empty() {
-        let max = match a.max_mb {
-            Some(m) => m,
-            None => database_bytes(&endpoint)
-                .map(|b| 1.2 * b as f64 / MIB)
-                .context("give --max-mb for a remote server")?,
-        };
-        spaced(a.min_mb, max, a.points, a.log)?
-    } else {
-        a.sizes_mb.clone()
-    };
+    let sizes = sweep_sizes(&a, &endpoint)?;
     std::fs::create_dir_all(&a.out)?;
     let page_size = endpoint_page_size(&endpoint);
     let hot = !a.cold;
@@ -854,17 +835,95 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
         commit_every: a.session.commit_every,
         prefetch: a.session.prefetch_or(PrefetchSetting::OFF),
     };
-    // An update traversal changes the database it runs on. On an embedded database every point
-    // (and Belady's recording) runs on a fresh copy of it, so all start from the same state; a
-    // remote server's database cannot be copied from here, and the output says it was changed.
+    // An update traversal changes its database: every point (and Belady's recording) runs on a
+    // fresh copy of an embedded one; a server's cannot be copied, and the output says so.
     let writes = matches!(workload, Workload::Op(op) if op.writes());
     let fresh = writes && matches!(endpoint, Endpoint::Embedded(_));
+    let (points, series_of) = sweep_points(&policies, &sizes, on, cfg, fresh, workload)?;
+    let belady = if a.no_belady {
+        Vec::new()
+    } else {
+        // The traversal's page visits do not depend on the cache: one recording serves all.
+        let max_mb = sizes.iter().cloned().fold(0.0, f64::max);
+        let (_scratch, e) = point_endpoint(&endpoint, fresh)?;
+        let string = page_string(&e, &cfg(PolicyConfig::Fpc, (max_mb * MIB) as usize, false))
+            .context("recording the page string")?;
+        let paged = |mb: f64| {
+            points
+                .iter()
+                .zip(&series_of)
+                .filter(|(p, k)| {
+                    p.cache_mb == mb && pages_only(&policies[**k].policy) && !policies[**k].big
+                })
+                .map(|(p, _)| p.report.usable_frames)
+                .max()
+        };
+        belady_sweep(&string, &sizes, page_size, paged, workload, &a.out)?
+    };
+    let stem = file_stem(workload.name());
+    let csv = a.out.join(format!("{stem}.csv"));
+    write_csv(&csv, &points)?;
+    let series_names: Vec<String> = series_of.iter().map(|&k| policies[k].name.clone()).collect();
+    let plotted = plotted_series(&names, &series_names, &points, &belady);
+    let kind = if hot { "hot" } else { "cold" };
+    let title = format!(
+        "{kind} {} traversal, {} KiB pages",
+        workload.name().to_uppercase(),
+        page_size / 1024
+    );
+    let (charts, derived) = sweep_charts(&plotted, &drawn, &a.out, &stem, &title)?;
+    let mins = if a.find_min {
+        let max_mb = sizes.iter().cloned().fold(0.0, f64::max);
+        let mins = sweep_mins(&policies, on, cfg, fresh, max_mb, page_size)?;
+        let path = a.out.join(format!("{stem}-min.json"));
+        std::fs::write(path, serde_json::to_string_pretty(&mins)?)?;
+        mins
+    } else {
+        Vec::new()
+    };
+    let changed = (writes && !fresh).then(|| changed_note(workload));
+    let outcome = SweepOutcome {
+        workload,
+        endpoint: &endpoint,
+        big: big.as_ref(),
+        points: &points,
+        belady: &belady,
+        mins: &mins,
+        sizes: &sizes,
+        fresh,
+        changed: changed.as_deref(),
+        csv: &csv,
+        charts: &charts,
+    };
+    let v = sweep_json(&outcome, &a, page_size, derived);
+    let json_path = a.out.join(format!("{stem}.json"));
+    std::fs::write(&json_path, serde_json::to_string_pretty(&v)?)
+        .with_context(|| format!("writing {}", json_path.display()))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print_sweep(&outcome);
+    }
+    Ok(())
+}
+
+/// Runs every series of a sweep at every size (`on`: the database a series runs on; `cfg`: a
+/// run's configuration from its policy, cache bytes and foreground replacement). Returns the
+/// points and, for each, its series (its index in `policies`).
+fn sweep_points<'e>(
+    policies: &[SeriesSpec],
+    sizes: &[f64],
+    on: impl Fn(&SeriesSpec) -> &'e Endpoint,
+    cfg: impl Fn(PolicyConfig, usize, bool) -> RunConfig,
+    fresh: bool,
+    workload: Workload,
+) -> anyhow::Result<(Vec<Point>, Vec<usize>)> {
     let bar = progress((sizes.len() * policies.len()) as u64, "sweeping");
     let mut points: Vec<Point> = Vec::new();
     // The series each point belongs to (its index in `policies`).
     let mut series_of: Vec<usize> = Vec::new();
     for (k, sp) in policies.iter().enumerate() {
-        for &mb in &sizes {
+        for &mb in sizes {
             let (_scratch, e) = point_endpoint(on(sp), fresh)?;
             let mut r = run_workload(&e, &cfg(sp.policy, (mb * MIB) as usize, sp.fg), NoRunTrace)
                 .with_context(|| format!("{} at {mb} MiB", workload.name()))?;
@@ -882,49 +941,90 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
         }
     }
     bar.finish_and_clear();
-    let mut belady: Vec<BeladyPoint> = Vec::new();
-    if !a.no_belady {
-        // The traversal's page visits do not depend on the cache: one recording serves all.
-        let max_mb = sizes.iter().cloned().fold(0.0, f64::max);
-        let (_scratch, e) = point_endpoint(&endpoint, fresh)?;
-        let string = page_string(&e, &cfg(PolicyConfig::Fpc, (max_mb * MIB) as usize, false))
-            .context("recording the page string")?;
-        for &mb in &sizes {
-            let paged = points
-                .iter()
-                .zip(&series_of)
-                .filter(|(p, k)| {
-                    p.cache_mb == mb && pages_only(&policies[**k].policy) && !policies[**k].big
-                })
-                .map(|(p, _)| p.report.usable_frames)
-                .max();
-            let frames = paged.unwrap_or((mb * MIB) as usize / page_size);
-            belady.push(BeladyPoint {
-                cache_mb: mb,
-                frames,
-                fetches: belady_fetches(&string, frames),
-            });
-        }
-        let path = a.out.join(format!("{}-belady.csv", file_stem(workload.name())));
-        let mut s = String::from("traversal,cache_mb,frames,fetches\n");
-        for b in &belady {
-            let _ = writeln!(s, "{},{},{},{}", workload.name(), b.cache_mb, b.frames, b.fetches);
-        }
-        std::fs::write(&path, s).with_context(|| format!("writing {}", path.display()))?;
+    Ok((points, series_of))
+}
+
+/// `--find-min`: for each series, the smallest cache (up to `max_mb`) at which a traversal
+/// misses nothing, by bisection.
+fn sweep_mins<'e>(
+    policies: &[SeriesSpec],
+    on: impl Fn(&SeriesSpec) -> &'e Endpoint,
+    cfg: impl Fn(PolicyConfig, usize, bool) -> RunConfig,
+    fresh: bool,
+    max_mb: f64,
+    page_size: usize,
+) -> anyhow::Result<Vec<MinCache>> {
+    let max_bytes = (max_mb * MIB) as usize;
+    let bar = progress(policies.len() as u64, "bisecting");
+    let mut mins = Vec::new();
+    for sp in policies {
+        // An update traversal's bisection runs on one fresh copy per policy: its probes see
+        // the updates of the probes before them.
+        let (_scratch, e) = point_endpoint(on(sp), fresh)?;
+        mins.push(find_min(&e, |b| cfg(sp.policy, b, sp.fg), &sp.name, max_bytes, page_size)?);
+        bar.inc(1);
     }
-    let stem = file_stem(workload.name());
-    let csv = a.out.join(format!("{stem}.csv"));
-    write_csv(&csv, &points)?;
+    bar.finish_and_clear();
+    Ok(mins)
+}
+
+/// What a sweep says of an update traversal run on a server, whose database it cannot copy.
+fn changed_note(workload: Workload) -> String {
+    format!(
+        "{} changes the database and the server's could not be copied: each point ran on the \
+         database the points before it left",
+        workload.name()
+    )
+}
+
+/// The series of a sweep: its `--policies`, then (with a `--big-dir` database) its
+/// `--big-policies`.
+fn sweep_series(a: &SweepArgs, big: bool) -> anyhow::Result<Vec<SeriesSpec>> {
+    let mut policies: Vec<SeriesSpec> = a
+        .policies
+        .split(',')
+        .map(|p| SeriesSpec::parse(p.trim(), false))
+        .collect::<anyhow::Result<_>>()?;
+    if big {
+        for p in a.big_policies.split(',') {
+            policies.push(SeriesSpec::parse(p.trim(), true)?);
+        }
+    }
+    Ok(policies)
+}
+
+/// The cache sizes of a sweep, in MiB: `--sizes-mb`, or `--points` spaced from `--min-mb` to
+/// `--max-mb` (default: 1.2 times the database's size, known for an embedded one).
+fn sweep_sizes(a: &SweepArgs, endpoint: &Endpoint) -> anyhow::Result<Vec<f64>> {
+    if !a.sizes_mb.is_empty() {
+        return Ok(a.sizes_mb.clone());
+    }
+    let max = match a.max_mb {
+        Some(m) => m,
+        None => database_bytes(endpoint)
+            .map(|b| 1.2 * b as f64 / MIB)
+            .context("give --max-mb for a remote server")?,
+    };
+    spaced(a.min_mb, max, a.points, a.log)
+}
+
+/// A sweep's charts: for fetches and elapsed time, every series as `OUT/<stem>-<what>.csv`,
+/// and the series `--plot` draws (`drawn`: fetches', elapsed time's) as a chart titled
+/// `title: <what> against client cache size`. Returns the chart files and the derived series' points (for the JSON).
+fn sweep_charts(
+    plotted: &Plotted,
+    drawn: &(Vec<String>, Vec<String>),
+    out: &Path,
+    stem: &str,
+    title: &str,
+) -> anyhow::Result<(Vec<PathBuf>, serde_json::Map<String, serde_json::Value>)> {
     let mut charts = Vec::new();
-    let kind = if hot { "hot" } else { "cold" };
-    let series_names: Vec<String> = series_of.iter().map(|&k| policies[k].name.clone()).collect();
-    let plotted = plotted_series(&names, &series_names, &points, &belady);
     let mut derived = serde_json::Map::new();
     for (what, y_label, all, draw) in [
         ("fetches", "fetches", &plotted.fetches, &drawn.0),
         ("elapsed", "elapsed time (s, without commit)", &plotted.elapsed, &drawn.1),
     ] {
-        let path = a.out.join(format!("{stem}-{what}.csv"));
+        let path = out.join(format!("{stem}-{what}.csv"));
         let mut s = format!("series,cache_mb,{what}\n");
         for (name, pts) in all {
             for (x, y) in pts {
@@ -945,64 +1045,97 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
             continue;
         }
         let spec = ChartSpec {
-            title: format!(
-                "{} {} traversal, {} KiB pages: {what} against client cache size",
-                kind,
-                workload.name().to_uppercase(),
-                page_size / 1024
-            ),
+            title: format!("{title}: {what} against client cache size"),
             x_label: "client cache size, frames and tables (MiB)".into(),
             y_label: y_label.into(),
             legend: Legend::UpperRight,
             ..ChartSpec::default()
         };
-        let files = line_chart(&a.out.join(format!("{stem}-{what}")), &spec, &series)?;
-        charts.extend(files);
+        charts.extend(line_chart(&out.join(format!("{stem}-{what}")), &spec, &series)?);
     }
-    let mut mins = Vec::new();
-    if a.find_min {
-        let max_bytes = (sizes.iter().cloned().fold(0.0, f64::max) * MIB) as usize;
-        let bar = progress(policies.len() as u64, "bisecting");
-        for sp in &policies {
-            // An update traversal's bisection runs on one fresh copy per policy: its probes
-            // see the updates of the probes before them.
-            let (_scratch, e) = point_endpoint(on(sp), fresh)?;
-            mins.push(find_min(&e, |b| cfg(sp.policy, b, sp.fg), &sp.name, max_bytes, page_size)?);
-            bar.inc(1);
-        }
-        bar.finish_and_clear();
-        std::fs::write(
-            a.out.join(format!("{stem}-min.json")),
-            serde_json::to_string_pretty(&mins)?,
-        )?;
+    Ok((charts, derived))
+}
+
+/// Belady's fetches at each size of a sweep, from one recorded page string, written to
+/// `OUT/<traversal>-belady.csv`. `paged(mb)`: the frames the page-based series had at `mb`, if
+/// any ran (else the size in whole pages).
+fn belady_sweep(
+    string: &PageString,
+    sizes: &[f64],
+    page_size: usize,
+    paged: impl Fn(f64) -> Option<usize>,
+    workload: Workload,
+    out: &Path,
+) -> anyhow::Result<Vec<BeladyPoint>> {
+    let mut belady = Vec::new();
+    for &mb in sizes {
+        let frames = paged(mb).unwrap_or((mb * MIB) as usize / page_size);
+        belady.push(BeladyPoint { cache_mb: mb, frames, fetches: belady_fetches(string, frames) });
     }
-    let changed = (writes && !fresh).then(|| {
-        format!(
-            "{} changes the database and the server's could not be copied: each point ran on \
-             the database the points before it left",
-            workload.name()
-        )
-    });
+    let path = out.join(format!("{}-belady.csv", file_stem(workload.name())));
+    let mut s = String::from("traversal,cache_mb,frames,fetches\n");
+    for b in &belady {
+        let _ = writeln!(s, "{},{},{},{}", workload.name(), b.cache_mb, b.frames, b.fetches);
+    }
+    std::fs::write(&path, s).with_context(|| format!("writing {}", path.display()))?;
+    Ok(belady)
+}
+
+/// What a sweep found, for [`print_sweep`].
+struct SweepOutcome<'a> {
+    workload: Workload,
+    endpoint: &'a Endpoint,
+    big: Option<&'a Endpoint>,
+    points: &'a [Point],
+    belady: &'a [BeladyPoint],
+    mins: &'a [MinCache],
+    sizes: &'a [f64],
+    fresh: bool,
+    changed: Option<&'a str>,
+    csv: &'a Path,
+    charts: &'a [PathBuf],
+}
+
+/// A sweep's outcome as one JSON document (written to `OUT/<stem>.json`, and printed with
+/// `--json`).
+fn sweep_json(
+    o: &SweepOutcome<'_>,
+    a: &SweepArgs,
+    page_size: usize,
+    derived: serde_json::Map<String, serde_json::Value>,
+) -> serde_json::Value {
     let databases = json!({
-        "database": database_json(&endpoint, Padding::None),
-        "big_database": big.as_ref().map(|b| {
+        "database": database_json(o.endpoint, Padding::None),
+        "big_database": o.big.map(|b| {
             let mut v = database_json(b, Padding::Gom);
             v["dir"] = json!(a.big_dir.as_ref().map(|d| d.display().to_string()));
             v
         }),
     });
-    let v = json!({ "traversal": workload.name(), "hot": hot, "repeat": a.repeat,
-        "page_bytes": page_size, "fresh_copies": fresh, "database_changed": changed,
+    let charts: Vec<String> = o.charts.iter().map(|c| c.display().to_string()).collect();
+    json!({ "traversal": o.workload.name(), "hot": !a.cold, "repeat": a.repeat,
+        "page_bytes": page_size, "fresh_copies": o.fresh, "database_changed": o.changed,
         "databases": databases,
-        "points": points, "belady": belady, "derived": derived, "min_cache": mins,
-        "csv": csv.display().to_string(), "charts": charts.iter().map(|c| c.display().to_string()).collect::<Vec<_>>() });
-    let json_path = a.out.join(format!("{stem}.json"));
-    std::fs::write(&json_path, serde_json::to_string_pretty(&v)?)
-        .with_context(|| format!("writing {}", json_path.display()))?;
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
-    }
+        "points": o.points, "belady": o.belady, "derived": derived, "min_cache": o.mins,
+        "csv": o.csv.display().to_string(), "charts": charts })
+}
+
+/// A sweep's outcome as text on stdout: the runs' table, then the notes, Belady's fetches, the
+/// smallest caches and the files written.
+fn print_sweep(o: &SweepOutcome<'_>) {
+    let SweepOutcome {
+        workload,
+        endpoint,
+        big,
+        points,
+        belady,
+        mins,
+        sizes,
+        fresh,
+        changed,
+        csv,
+        charts,
+    } = *o;
     let reports: Vec<RunReport> = points.iter().map(|p| p.report.clone()).collect();
     print!("{}", run_table(&reports));
     if fresh {
@@ -1011,21 +1144,21 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
             workload.name()
         );
     }
-    if let Some(c) = &changed {
+    if let Some(c) = changed {
         println!("note: {c}");
     }
-    for b in &belady {
+    for b in belady {
         println!("belady at {} MiB: {} fetches with {} frames", b.cache_mb, b.fetches, b.frames);
     }
-    if let Some(b) = &big {
+    if let Some(b) = big {
         let size = |e: &Endpoint| database_bytes(e).map_or("?".into(), |n| n.to_string());
         println!(
             "the -big series ran on the database padded to GOM's sizes: {} bytes, against {}",
             size(b),
-            size(&endpoint)
+            size(endpoint)
         );
     }
-    for m in &mins {
+    for m in mins {
         match m.min_cache_mb {
             Some(mb) => println!(
                 "smallest cache without misses, {}: {mb:.3} MiB ({} probes)",
@@ -1048,7 +1181,6 @@ fn sweep(a: SweepArgs) -> anyhow::Result<()> {
         csv.display(),
         charts.iter().map(|c| c.display().to_string()).collect::<Vec<_>>().join(", ")
     );
-    Ok(())
 }
 
 /// What a series run on the `--big-dir` database has appended to its name.

@@ -20,7 +20,6 @@
 //! When the server goes away the client makes a new session (retrying the connection for up to
 //! `--reconnect-s`), reloads the bank and goes on.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -29,7 +28,7 @@ use clap::Args;
 use thor_client::{ClientError, Ref, Session, SessionConfig};
 use thor_net::{ClientConfig, TcpTransport};
 
-use crate::bank::{self, Account, is_conflict, version_of};
+use crate::bank::{self, Account, Outcome, Recorder, is_conflict, lost, version_of};
 
 /// Options of `thor bench transfer-client`.
 #[derive(Debug, Args)]
@@ -64,19 +63,11 @@ enum SessionEnd {
 }
 
 pub fn run(a: TransferClient) -> Result<()> {
-    if a.h.client >= 1 << 31 {
-        bail!("--client must be below 2^31");
-    }
     let deadline = Instant::now() + Duration::from_secs_f64(a.h.seconds);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&a.h.history)
-        .with_context(|| format!("opening {}", a.h.history.display()))?;
-    let mut out = std::io::BufWriter::new(file);
+    let mut rec = Recorder::open(&a.h)?;
     let mut rng = thor_storage::SplitMix64::new(0x7A45 ^ u64::from(a.h.client));
     let mut attempt = 0u32;
-    let (mut committed, mut aborted, mut uncertain, mut sessions) = (0u64, 0u64, 0u64, 0u64);
+    let mut sessions = 0u64;
     if let Some(n) = a.h.setup {
         if n < 2 {
             bail!("--setup needs at least 2 accounts");
@@ -88,7 +79,7 @@ pub fn run(a: TransferClient) -> Result<()> {
         bank::open_bank(&s, n, a.h.opening)?;
     }
     loop {
-        if stopped(&a, deadline) {
+        if a.h.stopped(deadline) {
             break;
         }
         let s = match connect(&a) {
@@ -103,7 +94,7 @@ pub fn run(a: TransferClient) -> Result<()> {
             Err(e) => return Err(e).context("loading the bank"),
         };
         let end = loop {
-            if stopped(&a, deadline) {
+            if a.h.stopped(deadline) {
                 break SessionEnd::Stopped;
             }
             attempt = attempt.checked_add(1).context("attempt numbers ran out")?;
@@ -130,38 +121,15 @@ pub fn run(a: TransferClient) -> Result<()> {
                     break SessionEnd::Lost;
                 }
                 if is_conflict(&e) {
-                    aborted += 1;
+                    rec.aborted_early();
                     continue;
                 }
                 return Err(e).context("transfer");
             }
-            let outcome = match s.commit() {
-                Ok(_) => {
-                    committed += 1;
-                    "committed"
-                }
-                Err(e) if is_conflict(&e) => {
-                    // Aborted already; nothing to undo.
-                    aborted += 1;
-                    "aborted"
-                }
-                Err(e) if lost(&e) || matches!(e, ClientError::CommitUnknown(_)) => {
-                    uncertain += 1;
-                    "uncertain"
-                }
-                Err(e) => return Err(e).context("commit"),
-            };
-            let r = crate::bank::Record {
-                id,
-                client: a.h.client,
-                outcome,
-                reads: &reads,
-                writes: &writes,
-            };
-            serde_json::to_writer(&mut out, &r)?;
-            out.write_all(b"\n")?;
-            out.flush()?;
-            if outcome == "uncertain" {
+            // An abort at commit leaves nothing to undo.
+            let outcome = rec.outcome(s.commit())?;
+            rec.record(id, outcome, &reads, &writes)?;
+            if outcome == Outcome::Uncertain {
                 break SessionEnd::Lost;
             }
         };
@@ -169,12 +137,7 @@ pub fn run(a: TransferClient) -> Result<()> {
             break;
         }
     }
-    out.flush()?;
-    eprintln!(
-        "client {}: {committed} committed, {aborted} aborted, {uncertain} uncertain, {sessions} session(s)",
-        a.h.client
-    );
-    Ok(())
+    rec.finish(&format!("{sessions} session(s)"))
 }
 
 /// Reads both accounts and, for a transfer, moves up to `want` from the first to the second,
@@ -207,16 +170,6 @@ fn transfer(
 /// The account's stored name (a loaded reference is always stored).
 fn oref_of(r: Ref<Account>) -> u32 {
     r.oref().map_or(0, |o| o.raw())
-}
-
-/// Whether an error means the connection is gone (make a new session).
-pub(crate) fn lost(e: &ClientError) -> bool {
-    matches!(e, ClientError::Transport(_) | ClientError::Unexpected(_))
-        || matches!(e, ClientError::Server { code, .. } if *code == thor_wire::ErrorCode::SessionExpired)
-}
-
-fn stopped(a: &TransferClient, deadline: Instant) -> bool {
-    Instant::now() >= deadline || a.h.stop_file.as_ref().is_some_and(|f| f.exists())
 }
 
 /// A new session, retrying the connection for up to `--reconnect-s`.

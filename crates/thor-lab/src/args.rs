@@ -1,0 +1,64 @@
+//! Value parsers for clap that the experiments and the `thor` shell share: each refuses a bad
+//! value at the flag, with its name, rather than deep inside a cache or an engine.
+
+/// A `--seconds` value: a positive, finite number of seconds (clap's value parser).
+pub fn positive_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(_) => Err(format!("{s} is not a positive number of seconds")),
+        Err(e) => Err(format!("{s}: {e}")),
+    }
+}
+
+/// A size (`--cache-mb`, `--sizes-mb`, ...): a positive, finite number, fractions allowed
+/// (clap's value parser). Zero, negative and NaN sizes are refused here, with the flag's name,
+/// rather than deep inside a cache or an engine.
+pub fn positive_size(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(_) => Err(format!("{s} is not a positive size")),
+        Err(e) => Err(format!("{s}: {e}")),
+    }
+}
+
+/// A `--page-kb` value: a page size in KiB that the page format allows (clap's value parser),
+/// checked before anything is created.
+pub fn page_kb(s: &str) -> Result<usize, String> {
+    use thor_core::limits::{PAGE_SIZE_MAX, PAGE_SIZE_MIN, is_valid_page_size};
+    match s.parse::<i64>() {
+        Ok(v) if v > 0 && is_valid_page_size((v as usize).saturating_mul(1024)) => Ok(v as usize),
+        Ok(_) => Err(format!(
+            "{s} is not a page size: a power of two from {} to {} KiB",
+            PAGE_SIZE_MIN / 1024,
+            PAGE_SIZE_MAX / 1024
+        )),
+        Err(e) => Err(format!("{s}: {e}")),
+    }
+}
+
+/// A count or whole size that must be at least 1 (`--clients`, `--repeat`, `--bulk-mb`, ...;
+/// clap's value parser).
+pub fn at_least_one<T: TryFrom<i64, Error: std::fmt::Display>>(s: &str) -> Result<T, String> {
+    match s.parse::<i64>() {
+        Ok(v) if v >= 1 => T::try_from(v).map_err(|e| format!("{s}: {e}")),
+        Ok(_) => Err(format!("{s} is not a count of at least 1")),
+        Err(e) => Err(format!("{s}: {e}")),
+    }
+}
+
+/// `--peer ID=HOST:PORT` (`thor server`) and `--server ID=HOST:PORT` (the cluster client).
+pub fn parse_peer(s: &str) -> Result<(u32, std::net::SocketAddr), String> {
+    let (id, addr) = s.split_once('=').ok_or("expected ID=HOST:PORT, e.g. 2=127.0.0.1:7401")?;
+    let id: u32 = id.trim().parse().map_err(|_| format!("server id {id:?} is not a number"))?;
+    if id == 0 {
+        return Err("server ids start at 1".into());
+    }
+    use std::net::ToSocketAddrs;
+    let addr = addr
+        .trim()
+        .to_socket_addrs()
+        .map_err(|e| format!("{addr}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{addr} names no address"))?;
+    Ok((id, addr))
+}

@@ -1,0 +1,46 @@
+//! thor-lab: thor's laboratory. Everything the `thor` command runs to measure or study the store
+//! rather than to operate it: the benchmarks (`thor bench`), the OO7 experiments (load, run,
+//! sweeps, the miss penalty and its figures, multi-client runs, the recovery study, OO7 across
+//! two servers), the loopback floor, the plots, the bank clients that the process tests kill
+//! servers under, and (with the `sim` feature) the two simulators on the command line
+//! (`thor sim`).
+//!
+//! Each experiment is a module owning its clap argument struct and a `run` function, so the
+//! `thor` binary (crates/thor-cli) only parses and dispatches. The crate is not published: its
+//! API is the command line's, and it changes with the experiments.
+//!
+//! The bank: [`bank`] is the one model of accounts and recorded histories. The transfer client
+//! (one server) and the cluster client (several, two-phase commit) differ only in how they reach
+//! the accounts; both record through [`bank::Recorder`] (one history line per transaction that
+//! reached its commit, its answer classified by [`bank::Recorder::outcome`]), and
+//! `thor bench clients` uses the same accounts in process. The history checker (`thor-history`)
+//! reads what they record.
+//!
+//! Feature `sim`: links `thor-sim` and `thor-cachesim` for `thor sim` and
+//! `thor oo7 multi --sim`. Without it the shipped binary carries neither simulator.
+
+pub mod args;
+pub mod bank;
+pub mod bench;
+mod bench_clients;
+mod bench_twopc;
+mod cluster_client;
+#[cfg(feature = "sim")]
+mod cluster_sim;
+mod floor;
+pub mod oo7;
+mod oo7_cluster;
+mod oo7_multi;
+mod oo7_penalty;
+mod oo7_penalty_figures;
+mod oo7_recovery;
+mod plot;
+#[cfg(feature = "sim")]
+pub mod sim;
+mod transfer_client;
+
+pub use args::{at_least_one, page_kb, positive_seconds, positive_size};
+
+/// What a command that needs a simulator says in a binary built without them.
+pub const NO_SIM: &str = "this thor was built without the simulators; build it with \
+                          `--features lab` (cargo build -p thor-cli --features lab)";
