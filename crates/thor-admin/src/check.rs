@@ -130,7 +130,7 @@ use thor_server::io::PAGE_FILE;
 use thor_server::record;
 use thor_server::superblock::{self, Superblock, SuperblockError};
 use thor_storage::log::inspect::{Finding, Inspection, RecordAt, inspect};
-use thor_storage::{Disk, FileDisk, LogOptions, PageFile, ReadOnlyDisk, StorageError};
+use thor_storage::{Disk, FileDisk, LogOptions, PageFile, StorageError};
 
 mod repair;
 
@@ -453,6 +453,19 @@ pub fn check(
     check_locked(&disk, dir.display().to_string(), options.max_problems, progress)
 }
 
+/// Checks the database on `disk`, named `shown` in the report: the same check as [`check`],
+/// for a database that is not in a directory of its own (the simulation's `MemDisk` after a
+/// crash and recovery). The caller guarantees that nothing writes to `disk` meanwhile; no lock
+/// is taken.
+pub fn check_disk(
+    disk: &dyn Disk,
+    shown: &str,
+    options: &CheckOptions,
+    progress: &dyn Progress,
+) -> Result<Report, CheckError> {
+    check_locked(disk, shown.to_string(), options.max_problems, progress)
+}
+
 /// Sets aside the log records of `dir` recovery cannot read, then checks the database; see
 /// `check::repair` (its module documentation). The directory is locked for writing meanwhile.
 /// Returns what was set aside (empty: every record decodes) and the check's report.
@@ -505,7 +518,7 @@ fn in_use(e: StorageError) -> CheckError {
 
 /// Checks the database in `disk` (its directory locked), shown as `shown`.
 fn check_locked(
-    disk: &ReadOnlyDisk,
+    disk: &dyn Disk,
     shown: String,
     max: usize,
     progress: &dyn Progress,
@@ -519,10 +532,7 @@ fn check_locked(
 
 /// Reads and judges the superblock. `Ok(None)`: it is damaged (a problem is reported) and
 /// nothing else can be checked without its page size.
-fn read_superblock(
-    disk: &ReadOnlyDisk,
-    report: &mut Report,
-) -> Result<Option<Superblock>, CheckError> {
+fn read_superblock(disk: &dyn Disk, report: &mut Report) -> Result<Option<Superblock>, CheckError> {
     let f = disk.open(superblock::FILE, false)?;
     let len = f.len()?;
     // A little more than a superblock, to tell "too long" from "right length".
@@ -755,7 +765,7 @@ impl LogPass1 {
 /// The state of a check in progress.
 struct Checker<'d> {
     /// The directory, read-only.
-    disk: &'d ReadOnlyDisk,
+    disk: &'d dyn Disk,
     /// The superblock.
     sb: Superblock,
     /// Bytes per page.
@@ -791,7 +801,7 @@ struct Checker<'d> {
 
 impl<'d> Checker<'d> {
     fn new(
-        disk: &'d ReadOnlyDisk,
+        disk: &'d dyn Disk,
         sb: Superblock,
         mut report: Report,
         progress: &'d dyn Progress,

@@ -23,6 +23,8 @@ pub mod limits;
 pub mod upgrade;
 
 pub use backup::{BackupError, backup_offline};
-pub use check::{CheckError, CheckOptions, NoProgress, Report, check, repair_and_check};
+pub use check::{
+    CheckError, CheckOptions, NoProgress, Report, check, check_disk, repair_and_check,
+};
 pub use compact::{CompactError, compact};
 pub use upgrade::{ClassUpgrade, Incompatibility, UpgradeError, UpgradeReport, upgrade};
