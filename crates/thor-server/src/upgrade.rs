@@ -97,8 +97,8 @@ use thor_storage::{Disk, FileDisk, OverlayDisk, StorageError};
 use tracing::info;
 
 use crate::engine::{BulkLoader, CommitRequest, Engine, EngineOptions};
-use crate::error::EngineError;
 use crate::limits;
+use thor_server_core::EngineError;
 
 /// The program named in the `LOCK` files the upgrade takes.
 const HOLDER: &str = "thor upgrade";

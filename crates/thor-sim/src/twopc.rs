@@ -51,7 +51,7 @@ use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use thor_core::le::{put_u32, u32_at};
 use thor_core::{ClassDesc, Oref, PageView, RawRef, ServerId, VarKind};
-use thor_server::core::twopc::TwoPcConfig;
+use thor_server::TwoPcConfig;
 use thor_server::io::{self, CommitLog, DiskSide};
 use thor_server::{CommitIn, ConnId, Core, CoreConfig, DirectOp, DirectResult, Effect, Input};
 use thor_storage::{FaultPlan, Log, LogOptions, MemDisk, SplitMix64};

@@ -126,7 +126,7 @@ pub struct SimConfig {
     /// Backups taken of the live server at random times, each recovered and checked.
     pub backups: usize,
     /// The server's page cache places client reads and demotions as DEMOTE does
-    /// (`thor_server::pagecache::CacheMode::Exclusive`) instead of LRU.
+    /// (`thor_server::CacheMode::Exclusive`) instead of LRU.
     pub exclusive_page_cache: bool,
     /// Payload bytes of every cell: with more than a few hundred, the database spans several
     /// pages (the runs with an exclusive cache use that, so that demotions bring data).
@@ -199,7 +199,7 @@ impl SimConfig {
             reads_tracked_max: thor_server::limits::READS_TRACKED_MAX,
             commit_mode: CommitMode::Obj,
             page_client: PageClientConfig { buffer_pages: 1, block_bytes: 64, steal_pages: 0 },
-            wpl: thor_server::core::wpl::WPL_CONFIG_DEFAULT,
+            wpl: thor_server::WPL_CONFIG_DEFAULT,
             prefetch: None,
         };
         if cfg.exclusive_page_cache {
@@ -574,7 +574,7 @@ struct World {
 fn core_config(cfg: &SimConfig) -> CoreConfig {
     CoreConfig {
         // With an exclusive cache, install at once: a page is taken back only if it was sent
-        // without MOB versions in it (`thor_server::core::demote`), so the MOB must often be
+        // without MOB versions in it (thor-server-core's `core/demote.rs`), so the MOB must often be
         // empty of a page for demotions to bring data.
         flush_start_percent: if cfg.exclusive_page_cache { 0 } else { 50 },
         mob_bytes: cfg.mob_bytes,
@@ -582,11 +582,11 @@ fn core_config(cfg: &SimConfig) -> CoreConfig {
         flush_batch_pages: 3,
         log_buffer_bytes: 64 << 10,
         page_cache_mode: if cfg.exclusive_page_cache {
-            thor_server::pagecache::CacheMode::Exclusive
+            thor_server::CacheMode::Exclusive
         } else {
-            thor_server::pagecache::CacheMode::Inclusive
+            thor_server::CacheMode::Inclusive
         },
-        cc: thor_server::core::cc::CcConfig {
+        cc: thor_server::CcConfig {
             reads_tracked_max: cfg.reads_tracked_max,
             ..Default::default()
         },

@@ -858,7 +858,7 @@ impl Store {
             Some(s) => rec.finish_prepared(s),
             None => rec.finish(),
         });
-        let log_bytes = thor_storage::log::record::encoded_len(record.len());
+        let log_bytes = crate::limits::log_record_len(record.len());
         self.next_lsn = lsn.next();
         self.unsynced_bytes += log_bytes;
         self.pending_mob_cost += commit_cost(n_objects, record.len());
@@ -1018,7 +1018,7 @@ impl Store {
         let mut objects = Vec::with_capacity(n_objects);
         let mut data = Vec::with_capacity(n_objects);
         let mut image_records = Vec::with_capacity(shipped.len());
-        let mut log_bytes = thor_storage::log::record::encoded_len(record.len());
+        let mut log_bytes = crate::limits::log_record_len(record.len());
         let mut bytes = record.len();
         for (k, ((page, _), mut buf)) in shipped.iter().zip(bases).enumerate() {
             let mut vs: Vec<(Oid, Vec<u8>)> = Vec::new();
@@ -1041,7 +1041,7 @@ impl Store {
             let mut out = Vec::with_capacity(WPL_IMAGE_HEADER_BYTES + buf.len());
             thor_recovery::wpl::encode_image(*page, txn, &buf, &mut out);
             let img = Bytes::from(out);
-            log_bytes += thor_storage::log::record::encoded_len(img.len());
+            log_bytes += crate::limits::log_record_len(img.len());
             bytes += img.len();
             image_records.push((Lsn(first.0 + k as u64), *page, img));
         }
@@ -1082,7 +1082,7 @@ impl Store {
     pub fn append_plain(&mut self, record: &[u8]) -> Lsn {
         let lsn = self.next_lsn;
         self.next_lsn = lsn.next();
-        let log_bytes = thor_storage::log::record::encoded_len(record.len());
+        let log_bytes = crate::limits::log_record_len(record.len());
         self.unsynced_bytes += log_bytes;
         self.plain.push_back((lsn, log_bytes));
         lsn
@@ -1093,6 +1093,43 @@ impl Store {
     pub fn publish_held(&mut self, h: &Held) {
         let versions = h.versions.iter().map(|(o, r)| (*o, false, h.record.slice(r.clone())));
         self.mob.insert_all(h.lsn, h.record.len(), versions);
+    }
+
+    /// Asserts the store's relations: LSNs (durable before next, the checkpoint not past the
+    /// next, prepared commits and plain records in LSN order between them), the budgets equal
+    /// to their sums (unsynced log bytes, the MOB cost of prepared commits), the MOB's and the
+    /// page cache's own invariants, and the tail page's room within a page.
+    pub fn check_invariants(&self) {
+        assert!(
+            self.durable_lsn < self.next_lsn,
+            "durable {:?} before next {:?}",
+            self.durable_lsn,
+            self.next_lsn
+        );
+        assert!(self.superblock.checkpoint <= self.next_lsn, "checkpoint not past the log");
+        let mut last = self.durable_lsn;
+        for p in &self.pending {
+            assert!(p.lsn > last, "prepared commits in LSN order, above the durable LSN");
+            assert!(p.first_lsn() <= p.lsn);
+            last = p.lsn;
+        }
+        assert!(last < self.next_lsn, "every prepared commit was appended");
+        let mut last = self.durable_lsn;
+        for (lsn, _) in &self.plain {
+            assert!(*lsn > last, "plain records in LSN order, above the durable LSN");
+            last = *lsn;
+        }
+        assert!(last < self.next_lsn);
+        let unsynced: usize = self.pending.iter().map(|p| p.log_bytes).sum::<usize>()
+            + self.plain.iter().map(|(_, b)| b).sum::<usize>();
+        assert_eq!(unsynced, self.unsynced_bytes, "unsynced log bytes are their sum");
+        let cost: usize =
+            self.pending.iter().map(|p| commit_cost(p.objects.len(), p.mob_bytes())).sum();
+        assert_eq!(cost, self.pending_mob_cost, "the MOB cost of prepared commits is their sum");
+        assert!(self.tail.free <= self.page_size, "the tail page's room is within a page");
+        assert!(self.opened.iter().zip(self.opened.iter().skip(1)).all(|(a, b)| a.0 <= b.0));
+        self.mob.check_invariants();
+        self.cache.check_invariants();
     }
 
     /// Moves every durable prepared commit into the MOB, in LSN order, and hands each to `done`.

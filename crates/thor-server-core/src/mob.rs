@@ -326,6 +326,7 @@ impl Mob {
 
     /// Removes the version of `oref` written by `lsn` if it is still the buffered one (a newer
     /// version that arrived while the flusher was writing stays). Returns whether it was removed.
+    #[cfg(test)]
     pub fn remove_if(&mut self, oref: Oref, lsn: Lsn) -> bool {
         let Some(page) = oref.page() else { return false };
         self.remove_installed(page, &[(oref.oid(), lsn)]) == 1
@@ -373,9 +374,9 @@ impl Mob {
 }
 
 impl Mob {
-    /// Checks the invariants of the module documentation (tests).
-    #[cfg(test)]
-    fn check_invariants(&self) {
+    /// Checks the invariants of the module documentation (the core's `check_invariants`, and
+    /// the tests).
+    pub fn check_invariants(&self) {
         let mut live: BTreeMap<Lsn, usize> = BTreeMap::new();
         let mut pinned: BTreeMap<Lsn, usize> = BTreeMap::new();
         let mut n = 0;
@@ -452,7 +453,7 @@ fn unpin(groups: &mut BTreeMap<Lsn, Group>, here: &mut Delta, lsn: Lsn, old: Lsn
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::collections::HashMap;
+    use rustc_hash::{FxHashMap as HashMap, FxHashSet};
 
     fn oref(p: u32, o: u16) -> Oref {
         Oref::new(PageId::new(p).unwrap(), Oid::new(o).unwrap())
@@ -583,14 +584,14 @@ mod tests {
         #[test]
         fn matches_model(ops in proptest::collection::vec(op(), 1..60)) {
             let mut m = Mob::new();
-            let mut model = Model::new();
+            let mut model = Model::default();
             let mut next = 10u64;
             for op in ops {
                 match op {
                     Op::Commit(objs) => {
                         let lsn = Lsn(next);
                         next += 1;
-                        let mut seen = std::collections::HashSet::new();
+                        let mut seen = FxHashSet::default();
                         let objs: Vec<_> = objs
                             .into_iter()
                             .filter(|(p, o, _)| seen.insert((*p, *o)))

@@ -51,18 +51,19 @@
 //! synchronised wall-clock time. The core uses it for idle installation, and (with concurrency
 //! control) for transaction timestamps. [`Input::Tick`] lets time pass without other input.
 
-pub mod cc;
-pub mod credentials;
-pub mod demote;
-pub mod install;
-pub(crate) mod orefset;
-pub mod pagecommit;
-pub mod prefetch;
-pub mod resume;
+pub(crate) mod cc;
+pub(crate) mod credentials;
+pub(crate) mod demote;
+pub(crate) mod install;
+mod invariants;
+mod orefset;
+pub(crate) mod pagecommit;
+pub(crate) mod prefetch;
+pub(crate) mod resume;
 mod sessions;
-pub mod store;
-pub mod twopc;
-pub mod wpl;
+pub(crate) mod store;
+pub(crate) mod twopc;
+pub(crate) mod wpl;
 
 use std::collections::VecDeque;
 
@@ -120,6 +121,11 @@ pub struct CoreConfig {
     /// Most further pages one `Prefetch` reply carries, whatever the client asks
     /// ([`prefetch`]); 0 answers every `Prefetch` with its page alone.
     pub prefetch_pages_max: usize,
+    /// The key of the core's one keyed hash (demotion's hashes of pages sent, see
+    /// `crate::siphash`). The core takes no OS randomness: a driver that serves untrusted
+    /// clients draws this from the OS when it opens (thor-server's `Engine` does), a
+    /// simulation derives it from its seed. The default is a fixed, public key.
+    pub hash_key: [u64; 2],
 }
 
 impl Default for CoreConfig {
@@ -130,14 +136,15 @@ impl Default for CoreConfig {
             flush_batch_pages: limits::FLUSH_BATCH_PAGES_DEFAULT,
             flush_start_percent: limits::FLUSH_START_PERCENT,
             idle_flush_after_us: limits::IDLE_FLUSH_AFTER_US,
-            log_buffer_bytes: thor_storage::limits::BUFFER_BYTES_MAX_DEFAULT,
-            record_bytes_max: thor_storage::limits::RECORD_BYTES_MAX_DEFAULT,
+            log_buffer_bytes: limits::LOG_BUFFER_BYTES_DEFAULT,
+            record_bytes_max: limits::LOG_RECORD_BYTES_MAX_DEFAULT,
             cc: cc::CcConfig::default(),
             twopc: twopc::TwoPcConfig::default(),
             protocol: ProtocolConfig::default(),
             page_cache_mode: crate::pagecache::CacheMode::Inclusive,
             wpl: wpl::WPL_CONFIG_DEFAULT,
             prefetch_pages_max: thor_wire::limits::PREFETCH_PAGES_MAX,
+            hash_key: [0x7468_6f72_2d63_6f72, 0x652d_6b65_792d_3331],
         }
     }
 }
@@ -704,7 +711,7 @@ impl Core {
         Ok(Core {
             cc,
             twopc: twopc::TwoPc::new(cfg.twopc.clone()),
-            demotions: demote::Demotions::new(),
+            demotions: demote::Demotions::new(cfg.hash_key),
             prepared_cc: FxHashMap::default(),
             pages: pagecommit::PageCommits::default(),
             resume: resume::Resumes::new(),
@@ -862,6 +869,23 @@ impl Core {
         self.round.is_some()
     }
 
+    /// When the driver must step the core next (with [`Input::Tick`] if nothing else
+    /// arrives), in the driver's microseconds: the earliest of the idle install (a MOB left
+    /// unchanged for [`CoreConfig::idle_flush_after_us`]) and two-phase commit's timers
+    /// (queries, vote timeouts, resends). `None`: nothing waits on time, and only an input
+    /// can make the core act. A deadline at or before the last `now` means "step now".
+    /// (quinn-proto's `poll_timeout`: the driver sleeps to it, and need not poll.)
+    pub fn next_deadline_us(&self) -> Option<u64> {
+        let idle = (self.round.is_none()
+            && self.failed.is_none()
+            && !self.recovering
+            && !self.read_only
+            && !self.store.mob.is_empty()
+            && self.store.pending.is_empty())
+        .then(|| self.last_commit_us.saturating_add(self.cfg.idle_flush_after_us));
+        [idle, self.twopc_deadline_us()].into_iter().flatten().min()
+    }
+
     /// Updates the driver's counters (log and traffic) that `Stats` reports.
     pub fn set_driver_counters(&mut self, c: DriverCounters) {
         self.driver = c;
@@ -873,6 +897,8 @@ impl Core {
         self.step_inner(now_us, input, fx);
         self.attach_invalidations(&mut fx[first..]);
         self.stamp_replies(&mut fx[first..]);
+        #[cfg(debug_assertions)]
+        self.check_invariants();
     }
 
     /// Puts each connection's pending invalidations on its first reply of this step (every
@@ -1485,7 +1511,7 @@ impl Core {
             }
             // One pass over the objects for both (a commit may write 99,000).
             let record_bytes = head.commit.record_bytes();
-            let log_bytes = thor_storage::log::record::encoded_len(record_bytes);
+            let log_bytes = crate::limits::log_record_len(record_bytes);
             // A two-phase part's record carries its section after the objects: counted, so
             // that no record the log would refuse (which stops the server) is ever appended.
             let section_bytes =
@@ -1899,6 +1925,8 @@ impl Core {
         let mut abandoned = Vec::new();
         self.store.abandon_pending(|p| abandoned.push(p.lsn));
         for lsn in abandoned {
+            // Its timestamp goes too: nothing of it will be published.
+            self.prepared_cc.remove(&lsn);
             if let Some(origin) = self.prepared_origin.remove(&lsn) {
                 self.answer_commit(origin, Err(EngineError::Failed(why.clone())), fx);
             }
@@ -2147,9 +2175,8 @@ impl From<Commit> for CommitIn {
     }
 }
 
-/// The client id type sessions hand out, re-exported for drivers.
-pub type Client = ClientId;
-
+#[cfg(test)]
+mod testdisk;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -356,6 +356,7 @@ impl Cc {
     }
 
     /// `VQ.t`.
+    #[cfg(test)]
     pub fn threshold(&self) -> Timestamp {
         self.threshold
     }
@@ -493,6 +494,23 @@ impl Cc {
     /// Forgets a session's state (its connection ended).
     pub fn disconnect(&mut self, conn: ConnId) {
         self.clients.remove(&conn);
+    }
+
+    /// Asserts its bounds and relations: the validation queue within its bound, each
+    /// directory within its bound, and every invalidation waiting to be sent one the client
+    /// has not acknowledged.
+    pub fn check_invariants(&self) {
+        assert!(self.vq.len() <= self.cfg.vq_entries_max.max(1), "VQ bound");
+        for (conn, c) in &self.clients {
+            assert!(
+                c.directory.pages.len() <= self.cfg.directory_pages_max.max(1),
+                "directory of {conn} within its bound"
+            );
+            assert!(c.directory.shift <= 32);
+            for o in &c.unsent {
+                assert!(c.invalid.contains_key(o), "unsent invalidation {o:?} of {conn} pending");
+            }
+        }
     }
 
     /// Page `page` was sent to `conn`'s client.

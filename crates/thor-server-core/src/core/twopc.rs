@@ -997,6 +997,58 @@ impl Core {
     }
 
     /// Time passed: queries, vote timeouts, resends, and the threshold after a restart.
+    /// The earliest time at which two-phase commit acts on time alone: a participant's query,
+    /// a coordinator's vote timeout, a decision's resend ([`Core::twopc_tick`]), parked work
+    /// giving up ([`Core::run_unparked`]). `None`: nothing is waiting on time.
+    pub(super) fn twopc_deadline_us(&self) -> Option<u64> {
+        let me = self.me();
+        let c = &self.twopc.cfg;
+        let queries = self
+            .twopc
+            .parts
+            .values()
+            .filter(|p| p.coordinator != me && p.held.is_some() && !p.committing)
+            .map(|p| p.last_query_us.saturating_add(c.query_after_us));
+        let coords = self.twopc.coords.values().filter_map(|co| match &co.state {
+            CoordState::Voting if co.recovered => Some(0),
+            CoordState::Voting => Some(co.started_us.saturating_add(c.vote_timeout_us)),
+            CoordState::Deciding => None,
+            CoordState::Telling { last_send_us, .. } => {
+                Some(last_send_us.saturating_add(c.resend_after_us))
+            }
+        });
+        let parked = self.twopc.parked.iter().map(|p| p.until_us);
+        queries.chain(coords).chain(parked).min()
+    }
+
+    /// Asserts two-phase commit's bookkeeping: the held bytes are the held records' sum, every
+    /// prepare record by LSN names its part, every part's and coordinator's record was
+    /// appended, versions are held only once durable, and a decision is told to each
+    /// participant once.
+    pub(super) fn twopc_check_invariants(&self) {
+        let held: usize =
+            self.twopc.parts.values().filter_map(|p| p.held.as_ref()).map(|h| h.record.len()).sum();
+        assert_eq!(held, self.twopc.held_bytes, "two-phase held bytes are their sum");
+        for (lsn, stamp) in &self.twopc.by_lsn {
+            let p = self.twopc.parts.get(stamp);
+            assert!(p.is_some_and(|p| p.lsn == *lsn), "prepare at {lsn:?} names its part");
+        }
+        for p in self.twopc.parts.values() {
+            assert!(p.lsn < self.store.next_lsn, "a part's prepare record was appended");
+            if let Some(h) = &p.held {
+                assert!(h.lsn <= self.store.durable_lsn, "versions held once durable");
+            }
+        }
+        for c in self.twopc.coords.values() {
+            if let Some(lsn) = c.lsn {
+                assert!(lsn < self.store.next_lsn);
+            }
+            if let CoordState::Telling { unacked, .. } = &c.state {
+                assert!(unacked.windows(2).all(|w| w[0] != w[1]), "each participant told once");
+            }
+        }
+    }
+
     pub(super) fn twopc_tick(&mut self, fx: &mut Vec<Effect>) {
         let now = self.now_us;
         let me = self.me();
