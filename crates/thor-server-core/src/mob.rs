@@ -245,6 +245,12 @@ impl Mob {
                 note_page(&mut here.pages, page);
             }
         }
+        self.charge(lsn, record_bytes, here);
+    }
+
+    /// Applies what one record's objects changed (`here`) to the record's group: its live and
+    /// pinned counts, its pages, and the record's charge.
+    fn charge(&mut self, lsn: Lsn, record_bytes: usize, here: Delta) {
         if here.live == 0 && here.pinned == 0 && here.pages.is_empty() {
             return;
         }

@@ -922,7 +922,11 @@ impl Shared {
                     }
                     Effect::Append { lsn, record } => match self.log.append_shared(record) {
                         Ok(got) => {
-                            debug_assert_eq!(got, lsn, "the log and the core agree on LSNs");
+                            // The core numbers records and the log stores them: a record
+                            // at another LSN than the core's would make every later durable
+                            // report, checkpoint and truncation wrong, so this is checked in
+                            // every build, not only in debug ones.
+                            assert_eq!(got, lsn, "the log and the core agree on LSNs");
                             work.sync = true;
                         }
                         Err(e) => followups.push(Input::LogFailed { why: e.to_string() }),
@@ -1016,6 +1020,18 @@ impl Shared {
     }
 
     /// Steps an input that reports completed I/O, then performs what follows.
+    /// How long the installer may sleep before the core's next deadline, within
+    /// [`TICK_MIN`]..=[`TICK`].
+    fn tick_wait(&self) -> Duration {
+        let deadline = self.locked.lock().core.next_deadline_us();
+        match deadline {
+            Some(d) => {
+                Duration::from_micros(d.saturating_sub(self.clock.now_us())).clamp(TICK_MIN, TICK)
+            }
+            None => TICK,
+        }
+    }
+
     fn report(&self, input: Input) -> Work {
         let mut l = self.locked.lock();
         self.step_locked(&mut l, input)
@@ -1146,16 +1162,24 @@ struct OwnCounters {
     log_disk_bytes: u64,
 }
 
-/// How often the installer ticks the core when it has nothing else to do.
+/// The longest the installer goes without ticking the core when it has nothing else to do
+/// (a deadline set by another thread's step is seen at the latest then).
 const TICK: Duration = Duration::from_millis(100);
 
-/// The installer thread: install rounds and checkpoints, and ticks when idle.
+/// The shortest wait between ticks: a deadline that a tick does not move (nothing can be done
+/// yet) is not polled in a loop.
+const TICK_MIN: Duration = Duration::from_millis(1);
+
+/// The installer thread: install rounds and checkpoints, and ticks at the core's deadline
+/// ([`Core::next_deadline_us`]), or every [`TICK`] at the latest.
 fn installer(s: &Shared) {
     loop {
+        // Read before taking the jobs lock: a step holds the core's lock while it queues jobs.
+        let wait = s.tick_wait();
         let job = {
             let mut jobs = s.jobs.lock();
             if jobs.is_empty() && !s.stop.load(Relaxed) {
-                s.jobs_wake.wait_for(&mut jobs, TICK);
+                s.jobs_wake.wait_for(&mut jobs, wait);
             }
             if s.stop.load(Relaxed) && jobs.is_empty() {
                 return;

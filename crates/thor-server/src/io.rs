@@ -567,6 +567,7 @@ pub fn recover(
         })?)
     };
     core.finish_recovery(next_lsn, image)?;
+    core.check_invariants();
     if replayed > 0 {
         info!(records = replayed, rounds, "recovered from the log");
     }

@@ -37,5 +37,41 @@ pub mod twopc;
 pub mod world;
 
 pub use check::Violation;
+
+use thor_server::{Core, Effect, Input};
+
+/// Steps `core` as every simulated server is stepped: the step, then the core's invariants
+/// ([`Core::check_invariants`]: a debug build's `Core::step` asserts them itself, a release
+/// build's does not, so the simulation does), then the check that its deadline is complete: a
+/// [`Input::Tick`] before [`Core::next_deadline_us`] must do nothing, since a driver that
+/// sleeps to the deadline would never send it.
+pub(crate) fn step_checked(
+    core: &mut Core,
+    now: u64,
+    input: Input,
+    fx: &mut Vec<Effect>,
+) -> Result<(), Violation> {
+    let early_tick =
+        matches!(input, Input::Tick) && core.next_deadline_us().is_none_or(|d| d > now);
+    let first = fx.len();
+    core.step(now, input, fx);
+    if !cfg!(debug_assertions) {
+        core.check_invariants();
+    }
+    if early_tick && fx.len() > first {
+        return Err(Violation(format!(
+            "a tick at {now} before the core's deadline ({:?}) acted: {:?}",
+            core.next_deadline_us(),
+            &fx[first..]
+        )));
+    }
+    Ok(())
+}
+
+/// A key for the core's keyed hash ([`thor_server::CoreConfig::hash_key`]) from a run's seed,
+/// so that nothing in a run comes from the OS.
+pub(crate) fn hash_key(seed: u64) -> [u64; 2] {
+    [seed ^ 0x7468_6f72_2d73_696d, seed.rotate_left(32) ^ 0x6861_7368_2d6b_6579]
+}
 pub use pagemode::PageClientConfig;
 pub use world::{Outcome, SimConfig, SimFailure, SimPrefetch, run};

@@ -268,7 +268,7 @@ struct World {
 
 /// The settings of every server of a run of `servers` servers (ids 1..=servers), each of
 /// which knows all the others as peers.
-fn core_config(servers: usize) -> CoreConfig {
+fn core_config(servers: usize, seed: u64) -> CoreConfig {
     CoreConfig {
         flush_start_percent: 50,
         mob_bytes: 8 << 10,
@@ -283,6 +283,7 @@ fn core_config(servers: usize) -> CoreConfig {
             future_max_us: 20_000,
             ..TwoPcConfig::default()
         },
+        hash_key: crate::hash_key(seed),
         ..CoreConfig::default()
     }
 }
@@ -388,7 +389,7 @@ impl World {
 
     fn start(&mut self, s: usize) -> Result<(), Violation> {
         let disk = Arc::new(self.servers[s].disk.clone());
-        let r = io::recover(disk, core_config(self.cfg.servers), log_options())
+        let r = io::recover(disk, core_config(self.cfg.servers, self.cfg.seed), log_options())
             .map_err(|e| Violation(format!("server {} does not open: {e}", s + 1)))?;
         self.servers[s].node =
             Some(Node { core: r.core, disk_side: r.disk_side, log: r.log, sync_scheduled: false });
@@ -424,7 +425,7 @@ impl World {
         // transaction of the history.
         // Clients start once the servers take timestamps near their clocks (after an open,
         // those up to `future_max_us` ahead of the clock are refused).
-        let after = core_config(self.cfg.servers).twopc.future_max_us + 1_000;
+        let after = core_config(self.cfg.servers, self.cfg.seed).twopc.future_max_us + 1_000;
         for c in 0..self.cfg.clients {
             let d = after + self.rng.below(1_000);
             self.at(d, Ev::Wake(c));
@@ -440,7 +441,7 @@ impl World {
         while let Some(input) = inputs.pop() {
             let node = self.servers[s].node.as_mut().expect("the server is up");
             let mut fx = Vec::new();
-            node.core.step(now, input, &mut fx);
+            crate::step_checked(&mut node.core, now, input, &mut fx)?;
             let mut appended = false;
             for e in fx {
                 match e {
@@ -564,7 +565,7 @@ impl World {
     fn step(&mut self, s: usize, input: Input) -> Result<(), Violation> {
         let Some(node) = self.servers[s].node.as_mut() else { return Ok(()) };
         let mut fx = Vec::new();
-        node.core.step(self.now, input, &mut fx);
+        crate::step_checked(&mut node.core, self.now, input, &mut fx)?;
         self.route(s, fx)
     }
 

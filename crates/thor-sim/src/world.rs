@@ -591,6 +591,7 @@ fn core_config(cfg: &SimConfig) -> CoreConfig {
             ..Default::default()
         },
         wpl: cfg.wpl,
+        hash_key: crate::hash_key(cfg.seed),
         ..CoreConfig::default()
     }
 }
@@ -789,7 +790,7 @@ impl World {
         while let Some(input) = inputs.pop() {
             let node = self.node.as_mut().expect("the server is up");
             let mut fx = Vec::new();
-            node.core.step(self.now, input, &mut fx);
+            crate::step_checked(&mut node.core, self.now, input, &mut fx)?;
             let mut appended = false;
             for e in fx {
                 match e {
@@ -989,7 +990,7 @@ impl World {
     fn step(&mut self, input: Input) -> Result<(), Violation> {
         let Some(node) = self.node.as_mut() else { return Ok(()) };
         let mut fx = Vec::new();
-        node.core.step(self.now, input, &mut fx);
+        crate::step_checked(&mut node.core, self.now, input, &mut fx)?;
         self.route(fx)
     }
 
@@ -1666,146 +1667,163 @@ impl World {
         let think = 10 + self.rng.below(1_500);
         match msg {
             Msg::Broken => {
-                if let Waiting::Early(_) = self.clients[c].waiting {
-                    // Records sent before a commit that was never sent: the server drops
-                    // them with the session, and nothing of the transaction was logged.
-                    self.clients[c].in_flight = None;
-                }
-                if let Waiting::Commit(t) = self.clients[c].waiting {
-                    // Uncertain: it may or may not have committed.
-                    let id = self.clients[c].id;
-                    self.trace(|| format!("client {id} txn {t} uncertain"));
-                    self.clients[c].done += 1;
-                    self.out.uncertain += 1;
-                    if let Some(txn) = self.clients[c].in_flight.take() {
-                        self.uncertain.push(((id, t), txn));
-                    }
-                }
-                // A transaction being prepared is abandoned with its session.
-                self.clients[c].plan = None;
-                let client = &mut self.clients[c];
-                client.conn = None;
-                client.waiting = Waiting::Nothing;
-                // A new connection is a new session: nothing to acknowledge or demote there.
-                client.new_session();
-                let d = 500 + self.rng.below(5_000);
-                self.at(d, Ev::ClientWake(c));
+                self.client_broken(c);
                 Ok(())
             }
-            Msg::Reply(rid, reply, close) => {
-                let waiting = std::mem::replace(&mut self.clients[c].waiting, Waiting::Nothing);
-                let id = self.clients[c].id;
-                let sent = self.clients[c].next_id - 1;
-                if rid != sent {
-                    return Err(Violation(format!(
-                        "client {id} got the reply to request {rid}, waiting for {sent}"
-                    )));
-                }
-                let client = &mut self.clients[c];
-                for &o in &reply.invalidations {
-                    if client.holds(o) {
-                        client.held_acks.push(o);
-                    } else {
-                        client.acks.push(o);
-                    }
-                    // Applied before the body is used: the cached copy of the page goes.
-                    if let Some(p) = o.page() {
-                        client.drop_page(p);
-                    }
-                }
-                if matches!(waiting, Waiting::Commit(_)) {
-                    // The commit is answered: what its transaction read may be acknowledged.
-                    let held = std::mem::take(&mut client.held_acks);
-                    client.acks.extend(held);
-                    client.end_page_txn();
-                }
-                self.out.invalidations += reply.invalidations.len() as u64;
-                // The reply answers the demotions reported on the request.
-                let client = &mut self.clients[c];
-                for (page, bytes) in std::mem::take(&mut client.noticed) {
-                    if reply.wanted.contains(&page) {
-                        client.to_send.push((page, bytes));
-                    }
-                }
-                let got: Vec<(PageId, Bytes)> = match &reply.body {
-                    ReplyBody::Page { page, bytes } => vec![(*page, bytes.clone())],
-                    ReplyBody::Pages(pages) => pages.clone(),
-                    _ => Vec::new(),
-                };
-                for (page, bytes) in got {
-                    if client.held.len() >= HELD_PAGES {
-                        client.held.remove(0);
-                    }
-                    client.held.push((page, bytes.clone()));
-                    if let Some(pf) = self.cfg.prefetch {
-                        client.cache_page(page, bytes, pf.cache_pages);
-                    }
-                }
-                match (waiting, reply.body) {
-                    (Waiting::Hello, ReplyBody::HelloOk(info)) => {
-                        self.clients[c].demotes = info.demotions;
-                    }
-                    (Waiting::Commit(t), ReplyBody::CommitRefused { code, .. })
-                        if code.is_conflict() =>
-                    {
-                        // Refused by concurrency control: it never reached the log, so the
-                        // checker must never see it.
-                        self.trace(|| format!("client {id} txn {t} refused ({code})"));
-                        self.clients[c].done += 1;
-                        self.out.refused += 1;
-                        if let Some(txn) = self.clients[c].in_flight.take() {
-                            self.history.add_aborted(txn);
-                        }
-                    }
-                    (Waiting::Fetch(_), ReplyBody::Page { .. }) => {}
-                    (Waiting::Fetch(p), ReplyBody::Pages(pages)) if pages[0].0 == p => {}
-                    (Waiting::TxnFetch(p), ReplyBody::Pages(pages)) if pages[0].0 == p => {
-                        self.read_cells(c, p, &pages[0].1)?;
-                    }
-                    (Waiting::TxnFetch(p), ReplyBody::Page { page, bytes }) if p == page => {
-                        self.read_cells(c, page, &bytes)?;
-                        if self.cfg.commit_mode.is_page_based() {
-                            self.clients[c].images.push((page, bytes));
-                        }
-                    }
-                    (Waiting::Early(t), ReplyBody::Ack) => {
-                        self.send_page_request(c, conn, t);
-                    }
-                    (Waiting::Commit(t), ReplyBody::CommitOk { lsn, created }) => {
-                        let mut txn = self.clients[c].in_flight.take().expect("a commit in flight");
-                        let read_only = txn.writes.is_empty() && created.is_empty();
-                        if !read_only && !self.checker.is_acked((id, t)) {
-                            return Err(Violation(format!(
-                                "client {id} got CommitOk (LSN {lsn}) for txn {t}, which the log does not hold acknowledged"
-                            )));
-                        }
-                        self.trace(|| format!("client {id} txn {t} committed at {lsn}"));
-                        for o in &created {
-                            txn = txn.write(u64::from(o.raw()), version_of(id, t));
-                        }
-                        if read_only {
-                            self.history.add_committed(txn);
-                        } else {
-                            self.history.add_committed(txn.ordered(lsn.0));
-                        }
-                        self.cells.extend(created);
-                        self.clients[c].done += 1;
-                    }
-                    (w, body) => {
-                        return Err(Violation(format!(
-                            "client {id} waiting for {w:?} got {body:?}"
-                        )));
-                    }
-                }
-                if close {
-                    return Err(Violation(format!(
-                        "client {id}'s connection closed by the server"
-                    )));
-                }
-                self.at(think, Ev::ClientWake(c));
-                Ok(())
-            }
+            Msg::Reply(rid, reply, close) => self.client_reply(c, conn, (rid, reply, close), think),
             Msg::Connect | Msg::Request(..) => Err(Violation("a request sent to a client".into())),
+        }
+    }
+
+    /// Client `c`'s connection broke: what it waited for is uncertain, and it reconnects
+    /// later as a new session.
+    fn client_broken(&mut self, c: usize) {
+        if let Waiting::Early(_) = self.clients[c].waiting {
+            // Records sent before a commit that was never sent: the server drops
+            // them with the session, and nothing of the transaction was logged.
+            self.clients[c].in_flight = None;
+        }
+        if let Waiting::Commit(t) = self.clients[c].waiting {
+            // Uncertain: it may or may not have committed.
+            let id = self.clients[c].id;
+            self.trace(|| format!("client {id} txn {t} uncertain"));
+            self.clients[c].done += 1;
+            self.out.uncertain += 1;
+            if let Some(txn) = self.clients[c].in_flight.take() {
+                self.uncertain.push(((id, t), txn));
+            }
+        }
+        // A transaction being prepared is abandoned with its session.
+        self.clients[c].plan = None;
+        let client = &mut self.clients[c];
+        client.conn = None;
+        client.waiting = Waiting::Nothing;
+        // A new connection is a new session: nothing to acknowledge or demote there.
+        client.new_session();
+        let d = 500 + self.rng.below(5_000);
+        self.at(d, Ev::ClientWake(c));
+    }
+
+    /// Client `c` got the reply `rid` (`close`: the server closes the connection after it);
+    /// it thinks for `think` before its next step.
+    fn client_reply(
+        &mut self,
+        c: usize,
+        conn: ConnId,
+        (rid, reply, close): (u64, Reply, bool),
+        think: u64,
+    ) -> Result<(), Violation> {
+        let waiting = std::mem::replace(&mut self.clients[c].waiting, Waiting::Nothing);
+        let id = self.clients[c].id;
+        let sent = self.clients[c].next_id - 1;
+        if rid != sent {
+            return Err(Violation(format!(
+                "client {id} got the reply to request {rid}, waiting for {sent}"
+            )));
+        }
+        self.take_reply_sections(c, &reply, &waiting);
+        match (waiting, reply.body) {
+            (Waiting::Hello, ReplyBody::HelloOk(info)) => {
+                self.clients[c].demotes = info.demotions;
+            }
+            (Waiting::Commit(t), ReplyBody::CommitRefused { code, .. }) if code.is_conflict() => {
+                // Refused by concurrency control: it never reached the log, so the
+                // checker must never see it.
+                self.trace(|| format!("client {id} txn {t} refused ({code})"));
+                self.clients[c].done += 1;
+                self.out.refused += 1;
+                if let Some(txn) = self.clients[c].in_flight.take() {
+                    self.history.add_aborted(txn);
+                }
+            }
+            (Waiting::Fetch(_), ReplyBody::Page { .. }) => {}
+            (Waiting::Fetch(p), ReplyBody::Pages(pages)) if pages[0].0 == p => {}
+            (Waiting::TxnFetch(p), ReplyBody::Pages(pages)) if pages[0].0 == p => {
+                self.read_cells(c, p, &pages[0].1)?;
+            }
+            (Waiting::TxnFetch(p), ReplyBody::Page { page, bytes }) if p == page => {
+                self.read_cells(c, page, &bytes)?;
+                if self.cfg.commit_mode.is_page_based() {
+                    self.clients[c].images.push((page, bytes));
+                }
+            }
+            (Waiting::Early(t), ReplyBody::Ack) => {
+                self.send_page_request(c, conn, t);
+            }
+            (Waiting::Commit(t), ReplyBody::CommitOk { lsn, created }) => {
+                let mut txn = self.clients[c].in_flight.take().expect("a commit in flight");
+                let read_only = txn.writes.is_empty() && created.is_empty();
+                if !read_only && !self.checker.is_acked((id, t)) {
+                    return Err(Violation(format!(
+                        "client {id} got CommitOk (LSN {lsn}) for txn {t}, which the log does not hold acknowledged"
+                    )));
+                }
+                self.trace(|| format!("client {id} txn {t} committed at {lsn}"));
+                for o in &created {
+                    txn = txn.write(u64::from(o.raw()), version_of(id, t));
+                }
+                if read_only {
+                    self.history.add_committed(txn);
+                } else {
+                    self.history.add_committed(txn.ordered(lsn.0));
+                }
+                self.cells.extend(created);
+                self.clients[c].done += 1;
+            }
+            (w, body) => {
+                return Err(Violation(format!("client {id} waiting for {w:?} got {body:?}")));
+            }
+        }
+        if close {
+            return Err(Violation(format!("client {id}'s connection closed by the server")));
+        }
+        self.at(think, Ev::ClientWake(c));
+        Ok(())
+    }
+
+    /// The sections every reply carries, applied before its body: invalidations (the cached
+    /// copies go; acknowledgements are held while a transaction that read them is open),
+    /// the demoted pages the server wants, and the pages it sent.
+    fn take_reply_sections(&mut self, c: usize, reply: &Reply, waiting: &Waiting) {
+        let client = &mut self.clients[c];
+        for &o in &reply.invalidations {
+            if client.holds(o) {
+                client.held_acks.push(o);
+            } else {
+                client.acks.push(o);
+            }
+            // Applied before the body is used: the cached copy of the page goes.
+            if let Some(p) = o.page() {
+                client.drop_page(p);
+            }
+        }
+        if matches!(waiting, Waiting::Commit(_)) {
+            // The commit is answered: what its transaction read may be acknowledged.
+            let held = std::mem::take(&mut client.held_acks);
+            client.acks.extend(held);
+            client.end_page_txn();
+        }
+        self.out.invalidations += reply.invalidations.len() as u64;
+        // The reply answers the demotions reported on the request.
+        let client = &mut self.clients[c];
+        for (page, bytes) in std::mem::take(&mut client.noticed) {
+            if reply.wanted.contains(&page) {
+                client.to_send.push((page, bytes));
+            }
+        }
+        let got: Vec<(PageId, Bytes)> = match &reply.body {
+            ReplyBody::Page { page, bytes } => vec![(*page, bytes.clone())],
+            ReplyBody::Pages(pages) => pages.clone(),
+            _ => Vec::new(),
+        };
+        for (page, bytes) in got {
+            if client.held.len() >= HELD_PAGES {
+                client.held.remove(0);
+            }
+            client.held.push((page, bytes.clone()));
+            if let Some(pf) = self.cfg.prefetch {
+                client.cache_page(page, bytes, pf.cache_pages);
+            }
         }
     }
 }
@@ -1819,7 +1837,7 @@ fn fetch_from(node: &mut Node, now: u64, page: PageId) -> Result<Bytes, Violatio
     let mut inputs = vec![Input::Direct { ticket: 1, op: DirectOp::Fetch(page) }];
     while let Some(input) = inputs.pop() {
         let mut fx = Vec::new();
-        node.core.step(now, input, &mut fx);
+        crate::step_checked(&mut node.core, now, input, &mut fx)?;
         for e in fx {
             match e {
                 Effect::Done { result: DirectResult::Page(Ok(bytes)), .. } => return Ok(bytes),

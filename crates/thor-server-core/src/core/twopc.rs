@@ -352,6 +352,47 @@ impl Core {
         }
     }
 
+    /// A read-only part of a two-phase commit: validated now, entered as committed, answered
+    /// and voted on; there is no phase two. `p` names the transaction (its commit is empty:
+    /// `c` is what was asked).
+    fn prepare_read_only(&mut self, origin: Origin, p: Prepare, c: CommitIn, fx: &mut Vec<Effect>) {
+        let me = self.me();
+        let Prepare { stamp, coordinator, participants, .. } = p;
+        let ts = ts_of(stamp);
+        let conn = origin.conn();
+        match self.cc.validate_at(conn, &c.reads, &[], ts) {
+            Ok(ts) => {
+                self.cc.insert(ts, &c.reads, &[], true, self.now_us);
+                self.twopc.counters.read_only += 1;
+                if let Some(co) = coordinator {
+                    self.peer(co, PeerMsg::Vote { stamp, from: me, yes: true }, fx);
+                }
+                if let Origin::Conn { conn, id } = origin {
+                    let r = Reply::new(ReplyBody::Prepared { created: Vec::new() });
+                    self.reply(conn, id, r, false, fx);
+                }
+            }
+            Err(r) => {
+                if let Some(on) = self.in_doubt_writer(&r) {
+                    let commit = thor_wire::Commit {
+                        reads: c.reads,
+                        versions: Vec::new(),
+                        created: Vec::new(),
+                        id: None,
+                    };
+                    let p = Prepare { stamp, coordinator, participants, commit };
+                    return self.park(on, r, ParkedWork::Prepare(origin, p));
+                }
+                if let Some(co) = coordinator {
+                    self.peer(co, PeerMsg::Vote { stamp, from: me, yes: false }, fx);
+                }
+                self.cc.count_refusal(&r);
+                self.counters.commits_refused += 1;
+                self.answer_commit(origin, Err(EngineError::Conflict(r)), fx);
+            }
+        }
+    }
+
     /// A client's `Prepare` (the session is busy until it is answered).
     pub(super) fn prepare_request(&mut self, origin: Origin, p: Prepare, fx: &mut Vec<Effect>) {
         self.last_commit_us = self.now_us;
@@ -401,40 +442,9 @@ impl Core {
         }
         let ts = ts_of(stamp);
         if !mine.writes {
-            // Read-only: validate now, enter as committed, answer and vote. No phase two.
-            let conn = origin.conn();
-            match self.cc.validate_at(conn, &c.reads, &[], ts) {
-                Ok(ts) => {
-                    self.cc.insert(ts, &c.reads, &[], true, self.now_us);
-                    self.twopc.counters.read_only += 1;
-                    if let Some(co) = coordinator {
-                        self.peer(co, PeerMsg::Vote { stamp, from: me, yes: true }, fx);
-                    }
-                    if let Origin::Conn { conn, id } = origin {
-                        let r = Reply::new(ReplyBody::Prepared { created: Vec::new() });
-                        self.reply(conn, id, r, false, fx);
-                    }
-                }
-                Err(r) => {
-                    if let Some(on) = self.in_doubt_writer(&r) {
-                        let commit = thor_wire::Commit {
-                            reads: c.reads,
-                            versions: Vec::new(),
-                            created: Vec::new(),
-                            id: None,
-                        };
-                        let p = Prepare { stamp, coordinator, participants, commit };
-                        return self.park(on, r, ParkedWork::Prepare(origin, p));
-                    }
-                    if let Some(co) = coordinator {
-                        self.peer(co, PeerMsg::Vote { stamp, from: me, yes: false }, fx);
-                    }
-                    self.cc.count_refusal(&r);
-                    self.counters.commits_refused += 1;
-                    self.answer_commit(origin, Err(EngineError::Conflict(r)), fx);
-                }
-            }
-            return;
+            let p =
+                Prepare { stamp, coordinator, participants, commit: thor_wire::Commit::default() };
+            return self.prepare_read_only(origin, p, c, fx);
         }
         let coordinator = coordinator.expect("Prepare::check: a writing transaction has one");
         if self.twopc.parts.len() >= self.twopc.cfg.parts_max
