@@ -51,6 +51,9 @@
 //!   offline checker and the simulation's checker also read), [`superblock`] (the checkpoint
 //!   codec), [`limits`] (every bound, with its reason).
 //!
+//! With the test-only `mutants` feature it also exports `Mutant` and `Core::set_mutant`
+//! (deliberately broken protocols the simulation must catch).
+//!
 //! # Invariants
 //!
 //! [`Core::check_invariants`] asserts the relations that hold between steps; the simulation
@@ -60,6 +63,7 @@ mod core;
 mod error;
 pub mod limits;
 mod mob;
+mod mutants;
 mod pagecache;
 pub mod record;
 mod siphash;
@@ -80,4 +84,6 @@ pub use crate::core::{
     Input, ProtocolConfig, ReadError, Ticket, error_reply, refused_code,
 };
 pub use crate::error::{EngineError, InvalidCommit};
+#[cfg(feature = "mutants")]
+pub use crate::mutants::Mutant;
 pub use crate::pagecache::{CacheMode, PageCacheStats};

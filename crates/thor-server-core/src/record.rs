@@ -574,6 +574,9 @@ pub fn salvage(rec: &[u8]) -> Salvaged {
     Salvaged { record, dropped, lossless, dropped_created }
 }
 
+/// An object [`salvage`] keeps: its oref, whether it was created, its bytes.
+type SalvagedObject<'a> = (Oref, bool, &'a [u8]);
+
 /// What [`salvage`] has found so far: what it dropped, whether nothing was lost, the orefs of
 /// created objects it could not keep, and whether the objects can still be framed.
 struct Found {
@@ -620,7 +623,7 @@ fn salvage_objects<'a>(
     mut pos: usize,
     count: usize,
     f: &mut Found,
-) -> (Vec<(Oref, bool, &'a [u8])>, usize) {
+) -> (Vec<SalvagedObject<'a>>, usize) {
     let mut objects: Vec<(Oref, bool, &[u8])> = Vec::new();
     for i in 0..count {
         if !f.framed {

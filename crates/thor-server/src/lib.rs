@@ -33,6 +33,8 @@ pub mod limits;
 pub mod upgrade;
 pub mod wpl_log;
 
+#[cfg(feature = "mutants")]
+pub use thor_server_core::Mutant;
 pub use thor_server_core::{
     BulkDone, CacheMode, CcConfig, CcCounters, CheckpointJob, CommitIn, CommitOutcome, ConnId,
     Core, CoreConfig, CoreStats, Credential, CredentialError, Credentials, DemoteCounters,

@@ -68,6 +68,35 @@ pub(crate) fn step_checked(
     Ok(())
 }
 
+/// Runs `f` with every server the simulation starts on this thread running mutant `m` (a
+/// deliberately broken protocol, see `thor_server_core`'s `mutants`): the mutant tests use it
+/// to show that the checkers catch each.
+#[cfg(feature = "mutants")]
+pub fn with_mutant<T>(m: thor_server::Mutant, f: impl FnOnce() -> T) -> T {
+    MUTANT.with(|c| c.set(Some(m)));
+    let out = f();
+    MUTANT.with(|c| c.set(None));
+    out
+}
+
+#[cfg(feature = "mutants")]
+thread_local! {
+    /// The mutant of [`with_mutant`], per thread: each test's runs are its own.
+    static MUTANT: std::cell::Cell<Option<thor_server::Mutant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Applies [`with_mutant`]'s mutant, if any, to a core the simulation just started.
+#[cfg(feature = "mutants")]
+pub(crate) fn mutate(core: &mut Core) {
+    if let Some(m) = MUTANT.with(|c| c.get()) {
+        core.set_mutant(m);
+    }
+}
+
+/// Without the `mutants` feature no core is ever mutated.
+#[cfg(not(feature = "mutants"))]
+pub(crate) fn mutate(_: &mut Core) {}
+
 /// A key for the core's keyed hash ([`thor_server::CoreConfig::hash_key`]) from a run's seed,
 /// so that nothing in a run comes from the OS.
 pub(crate) fn hash_key(seed: u64) -> [u64; 2] {

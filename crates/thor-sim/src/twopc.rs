@@ -391,8 +391,10 @@ impl World {
         let disk = Arc::new(self.servers[s].disk.clone());
         let r = io::recover(disk, core_config(self.cfg.servers, self.cfg.seed), log_options())
             .map_err(|e| Violation(format!("server {} does not open: {e}", s + 1)))?;
+        let mut core = r.core;
+        crate::mutate(&mut core);
         self.servers[s].node =
-            Some(Node { core: r.core, disk_side: r.disk_side, log: r.log, sync_scheduled: false });
+            Some(Node { core, disk_side: r.disk_side, log: r.log, sync_scheduled: false });
         let e = self.servers[s].epoch;
         self.at(TICK_US, Ev::Tick(s, e));
         Ok(())

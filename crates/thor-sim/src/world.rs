@@ -730,6 +730,7 @@ impl World {
         let next = r.core.next_lsn();
         let mut core = r.core;
         core.set_commit_mode(self.cfg.commit_mode);
+        crate::mutate(&mut core);
         self.node = Some(Node { core, disk_side: r.disk_side, log: r.log, sync_scheduled: false });
         self.checker.recovered(next)?;
         self.check_everything()?;

@@ -705,6 +705,9 @@ pub struct Core {
     /// Resuming sessions on new connections: the history of changes, session keys, seen
     /// stamps (`resume`).
     resume: resume::Resumes,
+    /// The deliberately broken protocol this core runs (tests only, `crate::mutants`).
+    #[cfg(feature = "mutants")]
+    mutant: Option<crate::mutants::Mutant>,
 }
 
 impl Core {
@@ -723,6 +726,8 @@ impl Core {
             cc,
             twopc: twopc::TwoPc::new(cfg.twopc.clone()),
             demotions: demote::Demotions::new(cfg.hash_key),
+            #[cfg(feature = "mutants")]
+            mutant: None,
             prepared_cc: FxHashMap::default(),
             pages: pagecommit::PageCommits::default(),
             resume: resume::Resumes::new(),
@@ -878,6 +883,24 @@ impl Core {
     /// Whether an install round is in flight.
     pub fn round_in_flight(&self) -> bool {
         self.round.is_some()
+    }
+
+    /// Whether this core runs mutant `m` (always `false` without the `mutants` feature).
+    #[cfg(feature = "mutants")]
+    fn mutated(&self, m: crate::mutants::Mutant) -> bool {
+        self.mutant == Some(m)
+    }
+
+    /// Whether this core runs mutant `m` (always `false` without the `mutants` feature).
+    #[cfg(not(feature = "mutants"))]
+    fn mutated(&self, _: crate::mutants::Mutant) -> bool {
+        false
+    }
+
+    #[cfg(feature = "mutants")]
+    pub(crate) fn set_mutant_inner(&mut self, m: crate::mutants::Mutant) {
+        self.mutant = Some(m);
+        self.cc.mutant = Some(m);
     }
 
     /// When the driver must step the core next (with [`Input::Tick`] if nothing else
@@ -1629,6 +1652,10 @@ impl Core {
             };
         }
         let conn = head.origin.conn();
+        if self.mutated(crate::mutants::Mutant::ValidationOff) {
+            let ts = self.cc.validate(None, &[], &[], None, self.now_us);
+            return Some((ts.expect("a fresh timestamp passes"), writes));
+        }
         match self.cc.validate(conn, &head.commit.reads, &writes, head.commit.ts, self.now_us) {
             Ok(ts) => Some((ts, writes)),
             Err(r) => {

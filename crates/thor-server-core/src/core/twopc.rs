@@ -601,12 +601,13 @@ impl Core {
     /// Decides commit if every vote is in.
     fn maybe_decide(&mut self, stamp: Stamp, fx: &mut Vec<Effect>) {
         let own_ready = self.twopc.parts.get(&stamp).is_some_and(|p| p.held.is_some());
+        let skips_votes = self.mutated(crate::mutants::Mutant::CoordinatorSkipsVotes);
         let Some(c) = self.twopc.coords.get_mut(&stamp) else { return };
         if c.state != CoordState::Voting || c.recovered || !own_ready {
             return;
         }
         let Some(others) = &c.others else { return };
-        if !others.iter().all(|o| c.yes.contains(&o.server)) {
+        if !skips_votes && !others.iter().all(|o| c.yes.contains(&o.server)) {
             return;
         }
         let tell: Vec<ServerId> = others.iter().filter(|o| o.writes).map(|o| o.server).collect();
@@ -954,6 +955,9 @@ impl Core {
                 };
                 let lsn = self.append_plain(record::encode_decision(&d), fx);
                 self.twopc.after_durable.insert(lsn, AfterDurable::PartCommitted(stamp));
+                if self.mutated(crate::mutants::Mutant::ParticipantAcksEarly) {
+                    self.peer(from, PeerMsg::DecideAck { stamp, from: me }, fx);
+                }
             }
             PeerMsg::DecideAck { stamp, from } => {
                 let Some(c) = self.twopc.coords.get_mut(&stamp) else { return };
