@@ -380,9 +380,36 @@ impl Mob {
 }
 
 impl Mob {
-    /// Checks the invariants of the module documentation (the core's `check_invariants`, and
-    /// the tests).
-    pub fn check_invariants(&self) {
+    /// The invariants a core asserts after every step, in one pass over the entries with no
+    /// allocation: each page's entries non-empty and in oid order, each entry's pin not after
+    /// its version, the entry count, every entry counted once live and once pinned over all
+    /// groups, and the bytes equal to their sum (entries' overhead plus the records of live
+    /// groups). [`Mob::check_invariants`] checks the per-group counts too (tests).
+    pub fn check_sums(&self) {
+        let mut n = 0;
+        for (page, vs) in &self.pages {
+            assert!(!vs.is_empty(), "page {page} has an empty vector");
+            assert!(vs.windows(2).all(|w| w[0].0 < w[1].0), "page {page} out of oid order");
+            assert!(vs.iter().all(|(_, e)| e.pin <= e.lsn), "page {page}: a pin after its version");
+            n += vs.len();
+        }
+        assert_eq!(n, self.len, "MOB entries counted");
+        let (mut live, mut pinned, mut bytes) = (0, 0, n * ENTRY_OVERHEAD_BYTES);
+        for g in self.groups.values() {
+            assert!(g.live > 0 || g.pinned > 0, "an empty group");
+            live += g.live;
+            pinned += g.pinned;
+            if g.live > 0 {
+                bytes += g.record_bytes;
+            }
+        }
+        assert_eq!((live, pinned), (n, n), "every entry live in one group and pinned in one");
+        assert_eq!(bytes, self.bytes, "the MOB's bytes are their sum");
+    }
+
+    /// Checks the invariants of the module documentation (tests).
+    #[cfg(test)]
+    fn check_invariants(&self) {
         let mut live: BTreeMap<Lsn, usize> = BTreeMap::new();
         let mut pinned: BTreeMap<Lsn, usize> = BTreeMap::new();
         let mut n = 0;

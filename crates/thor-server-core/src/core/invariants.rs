@@ -43,16 +43,23 @@ impl Core {
 
     /// Origins and timestamps of prepared one-phase commits, and held refusals.
     fn check_prepared(&self) {
-        let plain: FxHashSet<Lsn> =
-            self.store.pending.iter().filter(|p| !p.held).map(|p| p.lsn).collect();
-        for lsn in self.prepared_origin.keys() {
-            assert!(plain.contains(lsn), "the origin at {lsn:?} waits for a prepared commit");
+        // Prepared commits are in LSN order (`Store::check_invariants`): found by binary search.
+        let pending = &self.store.pending;
+        let plain = |lsn: &Lsn| {
+            pending.binary_search_by_key(lsn, |p| p.lsn).is_ok_and(|i| !pending[i].held)
+        };
+        let mut n_plain = 0;
+        for p in pending.iter().filter(|p| !p.held) {
+            assert!(
+                self.prepared_origin.contains_key(&p.lsn),
+                "the commit at {:?} has an origin",
+                p.lsn
+            );
+            n_plain += 1;
         }
-        for lsn in &plain {
-            assert!(self.prepared_origin.contains_key(lsn), "the commit at {lsn:?} has an origin");
-        }
+        assert_eq!(self.prepared_origin.len(), n_plain, "every origin waits for a prepared commit");
         for lsn in self.prepared_cc.keys() {
-            assert!(plain.contains(lsn), "the timestamp at {lsn:?} is a prepared commit's");
+            assert!(plain(lsn), "the timestamp at {lsn:?} is a prepared commit's");
         }
         let mut conns = FxHashSet::default();
         for (lsn, origin, _) in &self.held_refusals {

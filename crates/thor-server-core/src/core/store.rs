@@ -1127,7 +1127,7 @@ impl Store {
         assert_eq!(cost, self.pending_mob_cost, "the MOB cost of prepared commits is their sum");
         assert!(self.tail.free <= self.page_size, "the tail page's room is within a page");
         assert!(self.opened.iter().zip(self.opened.iter().skip(1)).all(|(a, b)| a.0 <= b.0));
-        self.mob.check_invariants();
+        self.mob.check_sums();
         self.cache.check_invariants();
     }
 
