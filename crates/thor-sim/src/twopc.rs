@@ -126,7 +126,9 @@ impl TwoPcSimConfig {
 /// What a run did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TwoPcOutcome {
-    /// A hash of every event in order: equal for equal runs.
+    /// A hash of every event in order and of every client message's and peer message's
+    /// contents: equal for equal runs, in one process or two (nothing in it comes from random
+    /// state).
     pub trace_hash: u64,
     /// Events processed.
     pub events: u64,
@@ -516,7 +518,7 @@ impl World {
         }
         match ev {
             Ev::ToServer(s, conn, req, id) => {
-                self.mix(&[self.now, 1, s as u64, conn, id]);
+                self.mix(&[self.now, 1, s as u64, conn, id, crate::digest_request(id, &req)]);
                 self.trace(|| format!("server {} gets {} {id} on {conn}", s + 1, req.body.name()));
                 if self.servers[s].node.is_none() || !self.conns.contains_key(&conn) {
                     return Ok(());
@@ -530,7 +532,8 @@ impl World {
                 Ok(())
             }
             Ev::ToClient(c, s, conn, msg) => {
-                self.mix(&[self.now, 2, c as u64, conn]);
+                let digest = msg.as_ref().map_or(0, |(id, r)| crate::digest_reply(*id, r));
+                self.mix(&[self.now, 2, c as u64, conn, digest]);
                 self.trace(|| match &msg {
                     Some((id, r)) => {
                         format!("client {c} gets {} for {id} from server {}", r.body.name(), s + 1)
@@ -540,7 +543,8 @@ impl World {
                 self.at_client(c, s, conn, msg)
             }
             Ev::Peer(s, epoch, msg) => {
-                self.mix(&[self.now, 3, s as u64]);
+                let digest = crate::digest_bytes(format!("{msg:?}").as_bytes());
+                self.mix(&[self.now, 3, s as u64, digest]);
                 if self.servers[s].epoch != epoch || self.servers[s].node.is_none() {
                     return Ok(());
                 }

@@ -258,7 +258,8 @@ impl SimConfig {
 /// What a run did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Outcome {
-    /// A hash of every event in order: equal for equal runs.
+    /// A hash of every event in order, of every message's contents and of every log record's
+    /// bytes: equal for equal runs, in one process or two (nothing in it comes from random state).
     pub trace_hash: u64,
     /// Events processed.
     pub events: u64,
@@ -339,6 +340,17 @@ enum Msg {
     Reply(u64, Reply, bool),
     /// The connection broke (to either side).
     Broken,
+}
+
+/// A digest of a message's contents for the trace hash (`Outcome::trace_hash`), so that two
+/// runs of a seed agree only if every message carried the same bytes.
+fn digest_msg(msg: &Msg) -> u64 {
+    match msg {
+        Msg::Connect => 1,
+        Msg::Request(id, req) => crate::digest_request(*id, req),
+        Msg::Reply(id, reply, close) => crate::digest_reply(*id, reply) ^ u64::from(*close),
+        Msg::Broken => 2,
+    }
 }
 
 /// Something that happens at a virtual time.
@@ -952,11 +964,11 @@ impl World {
                 self.client_wake(c)
             }
             Ev::ToServer(conn, msg) => {
-                self.mix(&[self.now, 2, conn]);
+                self.mix(&[self.now, 2, conn, digest_msg(&msg)]);
                 self.at_server(conn, msg)
             }
             Ev::ToClient(c, conn, msg) => {
-                self.mix(&[self.now, 3, c as u64, conn]);
+                self.mix(&[self.now, 3, c as u64, conn, digest_msg(&msg)]);
                 self.at_client(c, conn, msg)
             }
             Ev::LogSync(epoch) => {
@@ -1028,7 +1040,7 @@ impl World {
                     let schedule = !node.sync_scheduled;
                     node.sync_scheduled = true;
                     self.checker.appended(lsn, &record)?;
-                    self.mix(&[self.now, 11, lsn.0]);
+                    self.mix(&[self.now, 11, lsn.0, crate::digest_bytes(&record)]);
                     if schedule {
                         let d = self.disk_latency();
                         self.at(d, Ev::LogSync(self.epoch));
