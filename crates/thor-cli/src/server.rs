@@ -14,7 +14,7 @@
 //! # Who may connect
 //!
 //! `--credentials FILE` gives scoped credentials, one `NAME SCOPE SECRET` a line
-//! (`thor_server::core::credentials` has the format): `read-only`, `read-write`, `operator`
+//! (thor-server-core's `core/credentials.rs` has the format): `read-only`, `read-write`, `operator`
 //! (adds `Stats` and `Backup`) and `peer:ID` (the messages of server ID, and nothing else). A
 //! client presents a secret as its token. A server presents the secret of the first `peer:ID`
 //! line of its own id to its peers, so one file can serve a whole cluster; with `--peer`, the
@@ -412,8 +412,8 @@ fn open_engine(
             .mob_mb
             .map_or(EngineOptions::default().mob_bytes, |mb| (mb * 1048576.0) as usize),
         page_cache_mode: match args.page_cache {
-            PageCacheMode::Inclusive => thor_server::pagecache::CacheMode::Inclusive,
-            PageCacheMode::Exclusive => thor_server::pagecache::CacheMode::Exclusive,
+            PageCacheMode::Inclusive => thor_server::CacheMode::Inclusive,
+            PageCacheMode::Exclusive => thor_server::CacheMode::Exclusive,
         },
         commit_mode: args.commit_mode,
         prefetch_pages_max: args.prefetch_max,

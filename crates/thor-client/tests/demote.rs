@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use thor_client::{PolicyConfig, Ref, Session, SessionConfig};
 use thor_net::{ClientConfig, LocalTransport};
-use thor_server::pagecache::CacheMode;
+use thor_server::CacheMode;
 use thor_server::{Engine, EngineOptions};
 use thor_storage::MemDisk;
 

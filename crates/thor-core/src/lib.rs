@@ -50,8 +50,10 @@ pub mod large;
 pub mod le;
 pub mod limits;
 pub mod page;
+pub mod storage_error;
 
 pub use class::{ClassDesc, VarKind, builtin};
 pub use error::FormatError;
 pub use ids::{ClientId, Lsn, NotAnObject, Oid, Oref, PageId, RawRef, ServerId};
 pub use page::{PageMut, PageView};
+pub use storage_error::StorageError;

@@ -43,8 +43,8 @@ use thor_oo7::multi::{
     Length, MultiConfig, MultiReport, Progress, Sharing, check_modules, database_modules,
     run_multi_with,
 };
+use thor_server::CacheMode;
 use thor_server::EngineOptions;
-use thor_server::pagecache::CacheMode;
 use thor_storage::DirectReadStats;
 use thor_wire::ServerStats;
 

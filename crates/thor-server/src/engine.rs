@@ -82,16 +82,16 @@ use thor_storage::{Disk, LogOptions, StorageError};
 use thor_wire::{Reply, Request, RequestBody, WireError};
 use tracing::{debug, error, warn};
 
-use crate::core::install::FlushReport;
-use crate::core::store::{CommitIn, CommitOutcome, empty_page};
-use crate::core::{
-    BulkDone, ConnId, Core, CoreConfig, CoreStats, DirectOp, DirectResult, DriverCounters, Effect,
-    Input, ProtocolConfig, Ticket,
-};
-use crate::error::{EngineError, InvalidCommit};
 use crate::io::{self, Clock, CommitLog, DiskSide, SystemClock};
 use crate::limits;
 use crate::packer::PagePacker;
+use thor_server_core::FlushReport;
+use thor_server_core::{
+    BulkDone, ConnId, Core, CoreConfig, CoreStats, DirectOp, DirectResult, DriverCounters, Effect,
+    Input, ProtocolConfig, Ticket,
+};
+use thor_server_core::{CommitIn, CommitOutcome, empty_page};
+use thor_server_core::{EngineError, InvalidCommit};
 
 /// Settings of an engine. `page_size` and `server_id` matter only when creating a database.
 #[derive(Debug, Clone)]
@@ -116,16 +116,16 @@ pub struct EngineOptions {
     /// Sessions: credentials (or the single token), connection limit, frame limit.
     pub protocol: ProtocolConfig,
     /// Bounds of concurrency control (validation queue, directories, invalid sets).
-    pub cc: crate::core::cc::CcConfig,
+    pub cc: thor_server_core::CcConfig,
     /// Where backups asked for over the protocol go (`thor server --backup-dir`): a client
     /// names a relative path inside it. `None` (the default) refuses them; [`Engine::backup`]
     /// takes any path, being the program's own call.
     pub backup_dir: Option<std::path::PathBuf>,
     /// Where pages clients read go in the page cache: inclusive LRU (the default) or DEMOTE's
-    /// exclusive placement ([`crate::pagecache::CacheMode`]).
-    pub page_cache_mode: crate::pagecache::CacheMode,
+    /// exclusive placement ([`thor_server_core::CacheMode`]).
+    pub page_cache_mode: thor_server_core::CacheMode,
     /// Timeouts and bounds of two-phase commit.
-    pub twopc: crate::core::twopc::TwoPcConfig,
+    pub twopc: thor_server_core::TwoPcConfig,
     /// Where messages to other servers go (two-phase commit). `None`: a server on its own;
     /// its messages to peers are dropped (and transactions that name peers cannot commit).
     pub peers: Option<Arc<dyn PeerSink>>,
@@ -209,10 +209,10 @@ impl Default for EngineOptions {
             background_flusher: true,
             log: LogOptions::default(),
             protocol: ProtocolConfig::default(),
-            cc: crate::core::cc::CcConfig::default(),
+            cc: thor_server_core::CcConfig::default(),
             backup_dir: None,
-            page_cache_mode: crate::pagecache::CacheMode::Inclusive,
-            twopc: crate::core::twopc::TwoPcConfig::default(),
+            page_cache_mode: thor_server_core::CacheMode::Inclusive,
+            twopc: thor_server_core::TwoPcConfig::default(),
             peers: None,
             commit_mode: thor_wire::CommitMode::Obj,
             prefetch_pages_max: thor_wire::limits::PREFETCH_PAGES_MAX,
@@ -234,10 +234,21 @@ impl EngineOptions {
             cc: self.cc,
             twopc: self.twopc.clone(),
             page_cache_mode: self.page_cache_mode,
-            wpl: crate::core::wpl::WPL_CONFIG_DEFAULT,
+            wpl: thor_server_core::WPL_CONFIG_DEFAULT,
             prefetch_pages_max: self.prefetch_pages_max,
+            hash_key: os_hash_key(),
         }
     }
+}
+
+/// A fresh key for the core's keyed hash ([`CoreConfig::hash_key`]), from the OS's randomness:
+/// the core takes none itself, so the driver draws it (std's `RandomState` is seeded from the
+/// OS; hashing two constants under two fresh states gives two independent words).
+fn os_hash_key() -> [u64; 2] {
+    use std::hash::BuildHasher;
+    let a = std::collections::hash_map::RandomState::new().hash_one(0x6b65_7930u64);
+    let b = std::collections::hash_map::RandomState::new().hash_one(0x6b65_7931u64);
+    [a, b]
 }
 
 /// A commit: new versions of existing objects and newly created objects (see
@@ -833,13 +844,13 @@ impl Engine {
     /// Replaces the server's credentials (`thor server` does on SIGHUP): every open session
     /// whose credential is gone or has a new secret is told `Error(Unauthenticated)` and
     /// closed ([`Input::Credentials`]).
-    pub fn set_credentials(&self, credentials: crate::core::credentials::Credentials) {
+    pub fn set_credentials(&self, credentials: thor_server_core::Credentials) {
         let work = self.shared.report(Input::Credentials(credentials));
         self.settle(work);
     }
 
     /// Two-phase commit's state and counters.
-    pub fn twopc_stats(&self) -> crate::core::twopc::TwoPcStats {
+    pub fn twopc_stats(&self) -> thor_server_core::TwoPcStats {
         self.shared.locked.lock().core.twopc_stats()
     }
 
@@ -913,7 +924,11 @@ impl Shared {
                     }
                     Effect::Append { lsn, record } => match self.log.append_shared(record) {
                         Ok(got) => {
-                            debug_assert_eq!(got, lsn, "the log and the core agree on LSNs");
+                            // The core numbers records and the log stores them: a record
+                            // at another LSN than the core's would make every later durable
+                            // report, checkpoint and truncation wrong, so this is checked in
+                            // every build, not only in debug ones.
+                            assert_eq!(got, lsn, "the log and the core agree on LSNs");
                             work.sync = true;
                         }
                         Err(e) => followups.push(Input::LogFailed { why: e.to_string() }),
@@ -1007,6 +1022,18 @@ impl Shared {
     }
 
     /// Steps an input that reports completed I/O, then performs what follows.
+    /// How long the installer may sleep before the core's next deadline, within
+    /// [`TICK_MIN`]..=[`TICK`].
+    fn tick_wait(&self) -> Duration {
+        let deadline = self.locked.lock().core.next_deadline_us();
+        match deadline {
+            Some(d) => {
+                Duration::from_micros(d.saturating_sub(self.clock.now_us())).clamp(TICK_MIN, TICK)
+            }
+            None => TICK,
+        }
+    }
+
     fn report(&self, input: Input) -> Work {
         let mut l = self.locked.lock();
         self.step_locked(&mut l, input)
@@ -1137,16 +1164,24 @@ struct OwnCounters {
     log_disk_bytes: u64,
 }
 
-/// How often the installer ticks the core when it has nothing else to do.
+/// The longest the installer goes without ticking the core when it has nothing else to do
+/// (a deadline set by another thread's step is seen at the latest then).
 const TICK: Duration = Duration::from_millis(100);
 
-/// The installer thread: install rounds and checkpoints, and ticks when idle.
+/// The shortest wait between ticks: a deadline that a tick does not move (nothing can be done
+/// yet) is not polled in a loop.
+const TICK_MIN: Duration = Duration::from_millis(1);
+
+/// The installer thread: install rounds and checkpoints, and ticks at the core's deadline
+/// ([`Core::next_deadline_us`]), or every [`TICK`] at the latest.
 fn installer(s: &Shared) {
     loop {
+        // Read before taking the jobs lock: a step holds the core's lock while it queues jobs.
+        let wait = s.tick_wait();
         let job = {
             let mut jobs = s.jobs.lock();
             if jobs.is_empty() && !s.stop.load(Relaxed) {
-                s.jobs_wake.wait_for(&mut jobs, TICK);
+                s.jobs_wake.wait_for(&mut jobs, wait);
             }
             if s.stop.load(Relaxed) && jobs.is_empty() {
                 return;

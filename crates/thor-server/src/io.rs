@@ -8,14 +8,14 @@
 //! - [`CommitLog`]: the transaction log as the core's drivers see it (append in LSN order, make
 //!   durable, truncate). `thor_storage::Log` is the one implementation today; a replicated log
 //!   (a later issue) stands in behind the same trait.
-//! - [`DiskSide`]: reads pages for fetches and validation ([`crate::core::Effect::Read`]),
-//!   performs install rounds ([`crate::core::Effect::Install`]: installation reads, images,
+//! - [`DiskSide`]: reads pages for fetches and validation ([`thor_server_core::Effect::Read`]),
+//!   performs install rounds ([`thor_server_core::Effect::Install`]: installation reads, images,
 //!   double-write buffer, page writes, fsync) and checkpoints
-//!   ([`crate::core::Effect::Checkpoint`]: superblock, then log truncation).
+//!   ([`thor_server_core::Effect::Checkpoint`]: superblock, then log truncation).
 //! - [`create`] and [`recover`]: making a database, and opening one by replaying its log into a
 //!   new core within the MOB's budget (installing as it goes).
 //! - [`DiskSide::backup_into`] and [`DiskSide::backup_to_dir`]: a consistent copy of a live
-//!   database ([`crate::core::Effect::Backup`]). A backup is what a crash would leave with
+//!   database ([`thor_server_core::Effect::Backup`]). A backup is what a crash would leave with
 //!   everything synced: the superblock, the page file and the log's durable records. Opening it
 //!   runs ordinary recovery, whose replay from the checkpoint is idempotent over pages that
 //!   already hold later installs (the crash case `docs/format.md` analyses), so it holds
@@ -35,11 +35,11 @@ use thor_core::{Lsn, PageId, PageView, builtin, page};
 use thor_storage::{Disk, FileDisk, Log, LogExtent, LogOptions, PageFile, StorageError};
 use tracing::info;
 
-use crate::core::install::{CheckpointJob, InstallJob, Installed};
-use crate::core::{Core, CoreConfig, Effect, Input, ReadError};
 use crate::dwb::DoubleWrite;
-use crate::error::EngineError;
 use crate::superblock::{self, Superblock};
+use thor_server_core::EngineError;
+use thor_server_core::{CheckpointJob, InstallJob, Installed};
+use thor_server_core::{Core, CoreConfig, Effect, Input, ReadError};
 
 /// The page file's name in a database directory.
 pub const PAGE_FILE: &str = "pages";
@@ -567,6 +567,7 @@ pub fn recover(
         })?)
     };
     core.finish_recovery(next_lsn, image)?;
+    core.check_invariants();
     if replayed > 0 {
         info!(records = replayed, rounds, "recovered from the log");
     }

@@ -1,148 +1,17 @@
-//! Bounds of the engine, with the reasons for their values.
+//! Bounds of the driver, with the reasons for their values, and the core's
+//! ([`thor_server_core::limits`], re-exported here so that every bound of a server has one
+//! home to look in).
 
-/// Most objects one commit may write (versions plus created objects). T2b on the OO7 medium
-/// database writes 100,000 objects in one transaction; a bound well above keeps a runaway client
-/// from exhausting the server.
-pub const COMMIT_OBJECTS_MAX: usize = 1 << 20;
-
-/// Most bytes of object data in one commit. A commit must fit in the log record limit and in the
-/// MOB; 256 MiB is far above any benchmark transaction.
-pub const COMMIT_BYTES_MAX: usize = 256 << 20;
-
-/// Default MOB budget. Thor's experiments used 6 MB; memory is cheaper now and a bigger MOB
-/// absorbs more writes per page.
-pub const MOB_BYTES_DEFAULT: usize = 64 << 20;
-
-/// The flusher starts when the MOB holds more than this fraction (percent) of its budget.
-pub const FLUSH_START_PERCENT: usize = 50;
-
-/// Default page cache budget (the papers' server had 30 MB of page cache).
-pub const PAGE_CACHE_BYTES_DEFAULT: usize = 64 << 20;
-
-/// Pages the flusher installs per round: enough to batch writes into long runs, few enough that
-/// one round's memory (two copies of each page) stays small.
-pub const FLUSH_BATCH_PAGES_DEFAULT: usize = 256;
+pub use thor_server_core::limits::*;
 
 /// Pages a bulk load keeps in memory (so that references in them can still be patched) before
 /// writing the oldest out: 512 MiB of 8 KB pages.
 pub const BULK_WINDOW_PAGES: usize = 65_536;
 
-const _: () = assert!(FLUSH_START_PERCENT > 0 && FLUSH_START_PERCENT < 100);
-const _: () = assert!(COMMIT_BYTES_MAX <= u32::MAX as usize);
-
-/// How long the MOB may sit unchanged before it is installed anyway: when no commit arrived for
-/// this long and none is in flight, installing costs nobody anything and keeps the log short,
-/// so that recovery after a crash is fast.
-pub const IDLE_FLUSH_AFTER_US: u64 = 500_000;
-
-/// The largest frame a connection may send before its session is open (`Hello` succeeded):
-/// the largest `Hello` (header, token, name, empty piggyback section) with room to spare. A
-/// peer that has not authenticated cannot make the server buffer more than this.
-pub const PRE_HELLO_FRAME_BYTES_MAX: usize = 4 << 10;
-
-// The largest Hello must fit.
-const _: () = assert!(
-    PRE_HELLO_FRAME_BYTES_MAX
-        > thor_wire::limits::FRAME_HEADER_BYTES
-            + 32
-            + thor_wire::limits::TOKEN_BYTES_MAX
-            + thor_wire::limits::CLIENT_NAME_BYTES_MAX
-);
-
-/// Sessions (client connections) a server handler allows at once, by default. Each session
-/// can make the server buffer one frame (up to the frame limit) and hold one blocking thread
-/// while its commit waits for the log; 256 keeps that bounded on a small machine while being
-/// far more clients than the papers' experiments ran.
-pub const SESSIONS_MAX_DEFAULT: usize = 256;
-
-/// Most transactions in the validation queue (concurrency control). A transaction is at most a
-/// few hundred bytes of queue plus 4 bytes per object it read or wrote; beyond this many, the
-/// oldest committed ones leave and the threshold timestamp rises above them.
-pub const VQ_ENTRIES_MAX: usize = 16_384;
-
-/// Most objects a transaction's reads are recorded for one by one in concurrency control's
-/// per-object index (`CcConfig::reads_tracked_max`); a transaction that read more raises the
-/// validation threshold to its timestamp instead. 65,536 objects: a few MB of index at most per
-/// transaction, far above what interactive transactions read, while a traversal of a whole
-/// database (OO7's T1 reads 437,000) costs no index of its size.
-pub const READS_TRACKED_MAX: usize = 65_536;
-
-/// Committed transactions older than this leave the validation queue, raising its threshold: a
-/// transaction must reach validation within this long of its timestamp (10 s; the paper
-/// suggests minutes for a wide-area system, where prepares travel between servers).
-pub const VQ_THRESHOLD_DELTA_US: u64 = 10_000_000;
-
-/// Most page entries of one client's directory before it is coarsened into page groups: 1 GiB
-/// of 8 KB pages, a large client cache.
-pub const DIRECTORY_PAGES_MAX: usize = 131_072;
-
-/// Most unacknowledged invalidations of one client before its session expires: far more than
-/// a client that reads its replies ever leaves, and 4 MiB of orefs at most.
-pub const INVALID_SET_MAX: usize = 1 << 20;
-
-/// Most changes the resume history keeps (`core::resume`): how far back a client whose
-/// connection broke can be told what changed. 65,536 commits are minutes of a busy server;
-/// a change's entry is a few dozen bytes besides its orefs.
-pub const HISTORY_CHANGES_MAX: usize = 1 << 16;
-
-/// Most orefs (objects written, and created objects of commits with an id) the resume
-/// history keeps: 4 MiB, as the invalid sets' bound; a resume looks at each at most once.
-pub const HISTORY_OREFS_MAX: usize = 1 << 20;
-
-/// Most sent-page records kept for demotion, over all sessions (`core::demote`): a keyed hash
-/// and a generation, about 40 bytes each with the map, so at most 20 MiB. 2^19 pages of 8 KB
-/// is 4 GiB of client caches, far above what the sessions a server admits hold in practice.
-pub const DEMOTE_RECORDS_MAX: usize = 1 << 19;
-
-/// Most pages the demotion bookkeeping remembers as written since they were sent. Past it the
-/// marks are dropped and every earlier sending counts as stale: a commit stream that writes
-/// this many distinct pages between a fetch and its demotion makes the demotion useless anyway.
-pub const DEMOTE_CHANGED_MAX: usize = 1 << 16;
-
-/// Most credentials a server holds (`thor server --credentials`). A credential is a few
-/// hundred bytes, and `Hello` compares the token with every one of them, so the bound keeps
-/// that comparison (about a microsecond per thousand credentials of 32-byte secrets) from
-/// becoming work an unauthenticated client can multiply; 1024 is far more than the clients,
-/// operators and peers one database has.
-pub const CREDENTIALS_MAX: usize = 1024;
-
-/// The longest credential name (it appears in logs and in `Forbidden` messages).
-pub const CREDENTIAL_NAME_BYTES_MAX: usize = 64;
-
-/// The shortest secret a credentials file may give: 16 bytes (128 bits if random), so that
-/// guessing one over the network is hopeless. The single token (`--token-file`, `THOR_TOKEN`)
-/// keeps today's rule, any non-empty string.
-pub const CREDENTIAL_SECRET_BYTES_MIN: usize = 16;
-
-/// The largest credentials file read: a thousand credentials of the longest name and secret
-/// fit (about 1.1 MB); a larger file is refused before it is read whole.
-pub const CREDENTIALS_FILE_BYTES_MAX: u64 = 2 << 20;
-
-const _: () = assert!(CREDENTIAL_SECRET_BYTES_MIN <= thor_wire::limits::TOKEN_BYTES_MAX);
-const _: () = assert!(
-    (CREDENTIALS_MAX * (CREDENTIAL_NAME_BYTES_MAX + 16 + thor_wire::limits::TOKEN_BYTES_MAX + 3))
-        as u64
-        <= CREDENTIALS_FILE_BYTES_MAX
-);
-/// Sessions waiting for `Hello` may hold at most one slot in this many (a quarter of
-/// `sessions_max`, at least one): connections that have not authenticated cannot take the
-/// server's slots from clients. Beyond the share, the oldest of them is closed for the newer
-/// (`core::sessions`, *Slots*). A quarter leaves room for a burst of clients connecting at
-/// once, each waiting a round trip for its `Hello` to arrive.
-pub const PRE_HELLO_SESSIONS_SHARE: usize = 4;
-
-/// Most sessions kept while their connection closes (their last reply on its way, no slot
-/// held). The driver reports each gone within its write timeout; past this many, new
-/// connections are refused until it does, so that closing connections cannot grow the
-/// session table without bound.
-pub const CLOSING_SESSIONS_MAX: usize = 1024;
-
-/// Most ids remembered of the requests a connection sent past the in-flight bound, each to be
-/// answered with an error naming it; later ones are only counted, and named by number in the
-/// last error. Twice the bound: a client that pipelines past it by mistake (a counting bug)
-/// is told which requests were lost, one by one, while a flood costs 8 bytes a request at most
-/// this many times.
-pub const DROPPED_IDS_MAX: usize = 2 * thor_wire::limits::IN_FLIGHT_MAX;
-
-const _: () = assert!(PRE_HELLO_SESSIONS_SHARE >= 2);
-const _: () = assert!(DROPPED_IDS_MAX >= 1);
+// The core restates the log's figures it budgets with (it cannot depend on thor-storage):
+// they must be the log's.
+const _: () = assert!(LOG_RECORD_HEADER_BYTES == thor_storage::limits::RECORD_HEADER_BYTES);
+const _: () = assert!(LOG_BUFFER_BYTES_DEFAULT == thor_storage::limits::BUFFER_BYTES_MAX_DEFAULT);
+const _: () =
+    assert!(LOG_RECORD_BYTES_MAX_DEFAULT == thor_storage::limits::RECORD_BYTES_MAX_DEFAULT);
+const _: () = assert!(log_record_len(7) == thor_storage::log::record::encoded_len(7));

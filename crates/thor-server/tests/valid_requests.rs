@@ -121,7 +121,7 @@ fn read_set_on_page_zero_is_refused() {
     }
     // Through the embedded API: the typed reason.
     let err = e
-        .commit_in(thor_server::core::store::CommitIn {
+        .commit_in(thor_server::CommitIn {
             reads: vec![page_zero],
             versions: vec![(obj, Bytes::from(version.clone()))],
             ..Default::default()

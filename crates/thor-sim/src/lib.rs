@@ -29,6 +29,14 @@
 //! too) is a second, independent judge, of isolation rather than durability: given the
 //! transactions the clients committed (what each read and wrote) it proves the history
 //! serializable, or names the anomaly (a lost update, a dirty read, a dependency cycle).
+//!
+//! Every server is stepped through one function (`step_checked`): after each step the core's
+//! own invariants are asserted ([`thor_server::Core::check_invariants`]), and a tick that
+//! arrives before the core's deadline ([`thor_server::Core::next_deadline_us`]) must do
+//! nothing. A run's trace hash covers every event, every message's contents and every log
+//! record's bytes; `tests/cluster.rs` runs seeds in two processes and compares them. With the
+//! `mutants` feature, `with_mutant` runs deliberately broken protocols, and
+//! `tests/mutants.rs` shows that the checkers catch each.
 
 pub mod acked;
 pub mod check;
@@ -37,5 +45,108 @@ pub mod twopc;
 pub mod world;
 
 pub use check::Violation;
+
+use thor_server::{Core, Effect, Input};
+
+/// Steps `core` as every simulated server is stepped: the step, then the core's invariants
+/// ([`Core::check_invariants`]: a debug build's `Core::step` asserts them itself, a release
+/// build's does not, so the simulation does), then the check that its deadline is complete: a
+/// [`Input::Tick`] before [`Core::next_deadline_us`] must do nothing, since a driver that
+/// sleeps to the deadline would never send it.
+pub(crate) fn step_checked(
+    core: &mut Core,
+    now: u64,
+    input: Input,
+    fx: &mut Vec<Effect>,
+) -> Result<(), Violation> {
+    let early_tick =
+        matches!(input, Input::Tick) && core.next_deadline_us().is_none_or(|d| d > now);
+    let first = fx.len();
+    core.step(now, input, fx);
+    if !cfg!(debug_assertions) {
+        core.check_invariants();
+    }
+    if early_tick && fx.len() > first {
+        return Err(Violation(format!(
+            "a tick at {now} before the core's deadline ({:?}) acted: {:?}",
+            core.next_deadline_us(),
+            &fx[first..]
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `f` with every server the simulation starts on this thread running mutant `m` (a
+/// deliberately broken protocol, see `thor_server_core`'s `mutants`): the mutant tests use it
+/// to show that the checkers catch each.
+#[cfg(feature = "mutants")]
+pub fn with_mutant<T>(m: thor_server::Mutant, f: impl FnOnce() -> T) -> T {
+    MUTANT.with(|c| c.set(Some(m)));
+    let out = f();
+    MUTANT.with(|c| c.set(None));
+    out
+}
+
+#[cfg(feature = "mutants")]
+thread_local! {
+    /// The mutant of [`with_mutant`], per thread: each test's runs are its own.
+    static MUTANT: std::cell::Cell<Option<thor_server::Mutant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Applies [`with_mutant`]'s mutant, if any, to a core the simulation just started.
+#[cfg(feature = "mutants")]
+pub(crate) fn mutate(core: &mut Core) {
+    if let Some(m) = MUTANT.with(|c| c.get()) {
+        core.set_mutant(m);
+    }
+}
+
+/// Without the `mutants` feature no core is ever mutated.
+#[cfg(not(feature = "mutants"))]
+pub(crate) fn mutate(_: &mut Core) {}
+
+/// A digest of bytes for a trace hash: the same in every process (no random state).
+pub(crate) fn digest_bytes(bytes: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = rustc_hash::FxHasher::default();
+    h.write(bytes);
+    h.write_usize(bytes.len());
+    h.finish()
+}
+
+thread_local! {
+    /// One frame buffer per thread for the digests below (a message is digested at every
+    /// delivery: no allocation each time).
+    static FRAME: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A digest of a request's contents (its frame as the wire encodes it), for a trace hash.
+pub(crate) fn digest_request(id: u64, req: &thor_wire::Request) -> u64 {
+    FRAME.with_borrow_mut(|frame| {
+        frame.clear();
+        match req.encode(id, usize::MAX, frame) {
+            Ok(()) => digest_bytes(frame),
+            // A request no encoder would send (the simulation forges some): its description.
+            Err(_) => digest_bytes(format!("{id} {req:?}").as_bytes()),
+        }
+    })
+}
+
+/// A digest of a reply's contents (its frame as the wire encodes it), for a trace hash.
+pub(crate) fn digest_reply(id: u64, reply: &thor_wire::Reply) -> u64 {
+    FRAME.with_borrow_mut(|frame| {
+        frame.clear();
+        match reply.encode(id, usize::MAX, frame) {
+            Ok(()) => digest_bytes(frame),
+            Err(_) => digest_bytes(format!("{id} {reply:?}").as_bytes()),
+        }
+    })
+}
+
+/// A key for the core's keyed hash ([`thor_server::CoreConfig::hash_key`]) from a run's seed,
+/// so that nothing in a run comes from the OS.
+pub(crate) fn hash_key(seed: u64) -> [u64; 2] {
+    [seed ^ 0x7468_6f72_2d73_696d, seed.rotate_left(32) ^ 0x6861_7368_2d6b_6579]
+}
 pub use pagemode::PageClientConfig;
 pub use world::{Outcome, SimConfig, SimFailure, SimPrefetch, run};

@@ -51,7 +51,7 @@ use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use thor_core::le::{put_u32, u32_at};
 use thor_core::{ClassDesc, Oref, PageView, RawRef, ServerId, VarKind};
-use thor_server::core::twopc::TwoPcConfig;
+use thor_server::TwoPcConfig;
 use thor_server::io::{self, CommitLog, DiskSide};
 use thor_server::{CommitIn, ConnId, Core, CoreConfig, DirectOp, DirectResult, Effect, Input};
 use thor_storage::{FaultPlan, Log, LogOptions, MemDisk, SplitMix64};
@@ -126,7 +126,9 @@ impl TwoPcSimConfig {
 /// What a run did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TwoPcOutcome {
-    /// A hash of every event in order: equal for equal runs.
+    /// A hash of every event in order and of every client message's and peer message's
+    /// contents: equal for equal runs, in one process or two (nothing in it comes from random
+    /// state).
     pub trace_hash: u64,
     /// Events processed.
     pub events: u64,
@@ -268,7 +270,7 @@ struct World {
 
 /// The settings of every server of a run of `servers` servers (ids 1..=servers), each of
 /// which knows all the others as peers.
-fn core_config(servers: usize) -> CoreConfig {
+fn core_config(servers: usize, seed: u64) -> CoreConfig {
     CoreConfig {
         flush_start_percent: 50,
         mob_bytes: 8 << 10,
@@ -283,6 +285,7 @@ fn core_config(servers: usize) -> CoreConfig {
             future_max_us: 20_000,
             ..TwoPcConfig::default()
         },
+        hash_key: crate::hash_key(seed),
         ..CoreConfig::default()
     }
 }
@@ -388,10 +391,12 @@ impl World {
 
     fn start(&mut self, s: usize) -> Result<(), Violation> {
         let disk = Arc::new(self.servers[s].disk.clone());
-        let r = io::recover(disk, core_config(self.cfg.servers), log_options())
+        let r = io::recover(disk, core_config(self.cfg.servers, self.cfg.seed), log_options())
             .map_err(|e| Violation(format!("server {} does not open: {e}", s + 1)))?;
+        let mut core = r.core;
+        crate::mutate(&mut core);
         self.servers[s].node =
-            Some(Node { core: r.core, disk_side: r.disk_side, log: r.log, sync_scheduled: false });
+            Some(Node { core, disk_side: r.disk_side, log: r.log, sync_scheduled: false });
         let e = self.servers[s].epoch;
         self.at(TICK_US, Ev::Tick(s, e));
         Ok(())
@@ -424,7 +429,7 @@ impl World {
         // transaction of the history.
         // Clients start once the servers take timestamps near their clocks (after an open,
         // those up to `future_max_us` ahead of the clock are refused).
-        let after = core_config(self.cfg.servers).twopc.future_max_us + 1_000;
+        let after = core_config(self.cfg.servers, self.cfg.seed).twopc.future_max_us + 1_000;
         for c in 0..self.cfg.clients {
             let d = after + self.rng.below(1_000);
             self.at(d, Ev::Wake(c));
@@ -440,7 +445,7 @@ impl World {
         while let Some(input) = inputs.pop() {
             let node = self.servers[s].node.as_mut().expect("the server is up");
             let mut fx = Vec::new();
-            node.core.step(now, input, &mut fx);
+            crate::step_checked(&mut node.core, now, input, &mut fx)?;
             let mut appended = false;
             for e in fx {
                 match e {
@@ -513,7 +518,7 @@ impl World {
         }
         match ev {
             Ev::ToServer(s, conn, req, id) => {
-                self.mix(&[self.now, 1, s as u64, conn, id]);
+                self.mix(&[self.now, 1, s as u64, conn, id, crate::digest_request(id, &req)]);
                 self.trace(|| format!("server {} gets {} {id} on {conn}", s + 1, req.body.name()));
                 if self.servers[s].node.is_none() || !self.conns.contains_key(&conn) {
                     return Ok(());
@@ -527,7 +532,8 @@ impl World {
                 Ok(())
             }
             Ev::ToClient(c, s, conn, msg) => {
-                self.mix(&[self.now, 2, c as u64, conn]);
+                let digest = msg.as_ref().map_or(0, |(id, r)| crate::digest_reply(*id, r));
+                self.mix(&[self.now, 2, c as u64, conn, digest]);
                 self.trace(|| match &msg {
                     Some((id, r)) => {
                         format!("client {c} gets {} for {id} from server {}", r.body.name(), s + 1)
@@ -537,7 +543,8 @@ impl World {
                 self.at_client(c, s, conn, msg)
             }
             Ev::Peer(s, epoch, msg) => {
-                self.mix(&[self.now, 3, s as u64]);
+                let digest = crate::digest_bytes(format!("{msg:?}").as_bytes());
+                self.mix(&[self.now, 3, s as u64, digest]);
                 if self.servers[s].epoch != epoch || self.servers[s].node.is_none() {
                     return Ok(());
                 }
@@ -564,7 +571,7 @@ impl World {
     fn step(&mut self, s: usize, input: Input) -> Result<(), Violation> {
         let Some(node) = self.servers[s].node.as_mut() else { return Ok(()) };
         let mut fx = Vec::new();
-        node.core.step(self.now, input, &mut fx);
+        crate::step_checked(&mut node.core, self.now, input, &mut fx)?;
         self.route(s, fx)
     }
 

@@ -126,7 +126,7 @@ pub struct SimConfig {
     /// Backups taken of the live server at random times, each recovered and checked.
     pub backups: usize,
     /// The server's page cache places client reads and demotions as DEMOTE does
-    /// (`thor_server::pagecache::CacheMode::Exclusive`) instead of LRU.
+    /// (`thor_server::CacheMode::Exclusive`) instead of LRU.
     pub exclusive_page_cache: bool,
     /// Payload bytes of every cell: with more than a few hundred, the database spans several
     /// pages (the runs with an exclusive cache use that, so that demotions bring data).
@@ -199,7 +199,7 @@ impl SimConfig {
             reads_tracked_max: thor_server::limits::READS_TRACKED_MAX,
             commit_mode: CommitMode::Obj,
             page_client: PageClientConfig { buffer_pages: 1, block_bytes: 64, steal_pages: 0 },
-            wpl: thor_server::core::wpl::WPL_CONFIG_DEFAULT,
+            wpl: thor_server::WPL_CONFIG_DEFAULT,
             prefetch: None,
         };
         if cfg.exclusive_page_cache {
@@ -258,7 +258,8 @@ impl SimConfig {
 /// What a run did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Outcome {
-    /// A hash of every event in order: equal for equal runs.
+    /// A hash of every event in order, of every message's contents and of every log record's
+    /// bytes: equal for equal runs, in one process or two (nothing in it comes from random state).
     pub trace_hash: u64,
     /// Events processed.
     pub events: u64,
@@ -339,6 +340,17 @@ enum Msg {
     Reply(u64, Reply, bool),
     /// The connection broke (to either side).
     Broken,
+}
+
+/// A digest of a message's contents for the trace hash (`Outcome::trace_hash`), so that two
+/// runs of a seed agree only if every message carried the same bytes.
+fn digest_msg(msg: &Msg) -> u64 {
+    match msg {
+        Msg::Connect => 1,
+        Msg::Request(id, req) => crate::digest_request(*id, req),
+        Msg::Reply(id, reply, close) => crate::digest_reply(*id, reply) ^ u64::from(*close),
+        Msg::Broken => 2,
+    }
 }
 
 /// Something that happens at a virtual time.
@@ -574,7 +586,7 @@ struct World {
 fn core_config(cfg: &SimConfig) -> CoreConfig {
     CoreConfig {
         // With an exclusive cache, install at once: a page is taken back only if it was sent
-        // without MOB versions in it (`thor_server::core::demote`), so the MOB must often be
+        // without MOB versions in it (thor-server-core's `core/demote.rs`), so the MOB must often be
         // empty of a page for demotions to bring data.
         flush_start_percent: if cfg.exclusive_page_cache { 0 } else { 50 },
         mob_bytes: cfg.mob_bytes,
@@ -582,15 +594,16 @@ fn core_config(cfg: &SimConfig) -> CoreConfig {
         flush_batch_pages: 3,
         log_buffer_bytes: 64 << 10,
         page_cache_mode: if cfg.exclusive_page_cache {
-            thor_server::pagecache::CacheMode::Exclusive
+            thor_server::CacheMode::Exclusive
         } else {
-            thor_server::pagecache::CacheMode::Inclusive
+            thor_server::CacheMode::Inclusive
         },
-        cc: thor_server::core::cc::CcConfig {
+        cc: thor_server::CcConfig {
             reads_tracked_max: cfg.reads_tracked_max,
             ..Default::default()
         },
         wpl: cfg.wpl,
+        hash_key: crate::hash_key(cfg.seed),
         ..CoreConfig::default()
     }
 }
@@ -729,6 +742,7 @@ impl World {
         let next = r.core.next_lsn();
         let mut core = r.core;
         core.set_commit_mode(self.cfg.commit_mode);
+        crate::mutate(&mut core);
         self.node = Some(Node { core, disk_side: r.disk_side, log: r.log, sync_scheduled: false });
         self.checker.recovered(next)?;
         self.check_everything()?;
@@ -789,7 +803,7 @@ impl World {
         while let Some(input) = inputs.pop() {
             let node = self.node.as_mut().expect("the server is up");
             let mut fx = Vec::new();
-            node.core.step(self.now, input, &mut fx);
+            crate::step_checked(&mut node.core, self.now, input, &mut fx)?;
             let mut appended = false;
             for e in fx {
                 match e {
@@ -950,11 +964,11 @@ impl World {
                 self.client_wake(c)
             }
             Ev::ToServer(conn, msg) => {
-                self.mix(&[self.now, 2, conn]);
+                self.mix(&[self.now, 2, conn, digest_msg(&msg)]);
                 self.at_server(conn, msg)
             }
             Ev::ToClient(c, conn, msg) => {
-                self.mix(&[self.now, 3, c as u64, conn]);
+                self.mix(&[self.now, 3, c as u64, conn, digest_msg(&msg)]);
                 self.at_client(c, conn, msg)
             }
             Ev::LogSync(epoch) => {
@@ -989,7 +1003,7 @@ impl World {
     fn step(&mut self, input: Input) -> Result<(), Violation> {
         let Some(node) = self.node.as_mut() else { return Ok(()) };
         let mut fx = Vec::new();
-        node.core.step(self.now, input, &mut fx);
+        crate::step_checked(&mut node.core, self.now, input, &mut fx)?;
         self.route(fx)
     }
 
@@ -1026,7 +1040,7 @@ impl World {
                     let schedule = !node.sync_scheduled;
                     node.sync_scheduled = true;
                     self.checker.appended(lsn, &record)?;
-                    self.mix(&[self.now, 11, lsn.0]);
+                    self.mix(&[self.now, 11, lsn.0, crate::digest_bytes(&record)]);
                     if schedule {
                         let d = self.disk_latency();
                         self.at(d, Ev::LogSync(self.epoch));
@@ -1666,146 +1680,163 @@ impl World {
         let think = 10 + self.rng.below(1_500);
         match msg {
             Msg::Broken => {
-                if let Waiting::Early(_) = self.clients[c].waiting {
-                    // Records sent before a commit that was never sent: the server drops
-                    // them with the session, and nothing of the transaction was logged.
-                    self.clients[c].in_flight = None;
-                }
-                if let Waiting::Commit(t) = self.clients[c].waiting {
-                    // Uncertain: it may or may not have committed.
-                    let id = self.clients[c].id;
-                    self.trace(|| format!("client {id} txn {t} uncertain"));
-                    self.clients[c].done += 1;
-                    self.out.uncertain += 1;
-                    if let Some(txn) = self.clients[c].in_flight.take() {
-                        self.uncertain.push(((id, t), txn));
-                    }
-                }
-                // A transaction being prepared is abandoned with its session.
-                self.clients[c].plan = None;
-                let client = &mut self.clients[c];
-                client.conn = None;
-                client.waiting = Waiting::Nothing;
-                // A new connection is a new session: nothing to acknowledge or demote there.
-                client.new_session();
-                let d = 500 + self.rng.below(5_000);
-                self.at(d, Ev::ClientWake(c));
+                self.client_broken(c);
                 Ok(())
             }
-            Msg::Reply(rid, reply, close) => {
-                let waiting = std::mem::replace(&mut self.clients[c].waiting, Waiting::Nothing);
-                let id = self.clients[c].id;
-                let sent = self.clients[c].next_id - 1;
-                if rid != sent {
-                    return Err(Violation(format!(
-                        "client {id} got the reply to request {rid}, waiting for {sent}"
-                    )));
-                }
-                let client = &mut self.clients[c];
-                for &o in &reply.invalidations {
-                    if client.holds(o) {
-                        client.held_acks.push(o);
-                    } else {
-                        client.acks.push(o);
-                    }
-                    // Applied before the body is used: the cached copy of the page goes.
-                    if let Some(p) = o.page() {
-                        client.drop_page(p);
-                    }
-                }
-                if matches!(waiting, Waiting::Commit(_)) {
-                    // The commit is answered: what its transaction read may be acknowledged.
-                    let held = std::mem::take(&mut client.held_acks);
-                    client.acks.extend(held);
-                    client.end_page_txn();
-                }
-                self.out.invalidations += reply.invalidations.len() as u64;
-                // The reply answers the demotions reported on the request.
-                let client = &mut self.clients[c];
-                for (page, bytes) in std::mem::take(&mut client.noticed) {
-                    if reply.wanted.contains(&page) {
-                        client.to_send.push((page, bytes));
-                    }
-                }
-                let got: Vec<(PageId, Bytes)> = match &reply.body {
-                    ReplyBody::Page { page, bytes } => vec![(*page, bytes.clone())],
-                    ReplyBody::Pages(pages) => pages.clone(),
-                    _ => Vec::new(),
-                };
-                for (page, bytes) in got {
-                    if client.held.len() >= HELD_PAGES {
-                        client.held.remove(0);
-                    }
-                    client.held.push((page, bytes.clone()));
-                    if let Some(pf) = self.cfg.prefetch {
-                        client.cache_page(page, bytes, pf.cache_pages);
-                    }
-                }
-                match (waiting, reply.body) {
-                    (Waiting::Hello, ReplyBody::HelloOk(info)) => {
-                        self.clients[c].demotes = info.demotions;
-                    }
-                    (Waiting::Commit(t), ReplyBody::CommitRefused { code, .. })
-                        if code.is_conflict() =>
-                    {
-                        // Refused by concurrency control: it never reached the log, so the
-                        // checker must never see it.
-                        self.trace(|| format!("client {id} txn {t} refused ({code})"));
-                        self.clients[c].done += 1;
-                        self.out.refused += 1;
-                        if let Some(txn) = self.clients[c].in_flight.take() {
-                            self.history.add_aborted(txn);
-                        }
-                    }
-                    (Waiting::Fetch(_), ReplyBody::Page { .. }) => {}
-                    (Waiting::Fetch(p), ReplyBody::Pages(pages)) if pages[0].0 == p => {}
-                    (Waiting::TxnFetch(p), ReplyBody::Pages(pages)) if pages[0].0 == p => {
-                        self.read_cells(c, p, &pages[0].1)?;
-                    }
-                    (Waiting::TxnFetch(p), ReplyBody::Page { page, bytes }) if p == page => {
-                        self.read_cells(c, page, &bytes)?;
-                        if self.cfg.commit_mode.is_page_based() {
-                            self.clients[c].images.push((page, bytes));
-                        }
-                    }
-                    (Waiting::Early(t), ReplyBody::Ack) => {
-                        self.send_page_request(c, conn, t);
-                    }
-                    (Waiting::Commit(t), ReplyBody::CommitOk { lsn, created }) => {
-                        let mut txn = self.clients[c].in_flight.take().expect("a commit in flight");
-                        let read_only = txn.writes.is_empty() && created.is_empty();
-                        if !read_only && !self.checker.is_acked((id, t)) {
-                            return Err(Violation(format!(
-                                "client {id} got CommitOk (LSN {lsn}) for txn {t}, which the log does not hold acknowledged"
-                            )));
-                        }
-                        self.trace(|| format!("client {id} txn {t} committed at {lsn}"));
-                        for o in &created {
-                            txn = txn.write(u64::from(o.raw()), version_of(id, t));
-                        }
-                        if read_only {
-                            self.history.add_committed(txn);
-                        } else {
-                            self.history.add_committed(txn.ordered(lsn.0));
-                        }
-                        self.cells.extend(created);
-                        self.clients[c].done += 1;
-                    }
-                    (w, body) => {
-                        return Err(Violation(format!(
-                            "client {id} waiting for {w:?} got {body:?}"
-                        )));
-                    }
-                }
-                if close {
-                    return Err(Violation(format!(
-                        "client {id}'s connection closed by the server"
-                    )));
-                }
-                self.at(think, Ev::ClientWake(c));
-                Ok(())
-            }
+            Msg::Reply(rid, reply, close) => self.client_reply(c, conn, (rid, reply, close), think),
             Msg::Connect | Msg::Request(..) => Err(Violation("a request sent to a client".into())),
+        }
+    }
+
+    /// Client `c`'s connection broke: what it waited for is uncertain, and it reconnects
+    /// later as a new session.
+    fn client_broken(&mut self, c: usize) {
+        if let Waiting::Early(_) = self.clients[c].waiting {
+            // Records sent before a commit that was never sent: the server drops
+            // them with the session, and nothing of the transaction was logged.
+            self.clients[c].in_flight = None;
+        }
+        if let Waiting::Commit(t) = self.clients[c].waiting {
+            // Uncertain: it may or may not have committed.
+            let id = self.clients[c].id;
+            self.trace(|| format!("client {id} txn {t} uncertain"));
+            self.clients[c].done += 1;
+            self.out.uncertain += 1;
+            if let Some(txn) = self.clients[c].in_flight.take() {
+                self.uncertain.push(((id, t), txn));
+            }
+        }
+        // A transaction being prepared is abandoned with its session.
+        self.clients[c].plan = None;
+        let client = &mut self.clients[c];
+        client.conn = None;
+        client.waiting = Waiting::Nothing;
+        // A new connection is a new session: nothing to acknowledge or demote there.
+        client.new_session();
+        let d = 500 + self.rng.below(5_000);
+        self.at(d, Ev::ClientWake(c));
+    }
+
+    /// Client `c` got the reply `rid` (`close`: the server closes the connection after it);
+    /// it thinks for `think` before its next step.
+    fn client_reply(
+        &mut self,
+        c: usize,
+        conn: ConnId,
+        (rid, reply, close): (u64, Reply, bool),
+        think: u64,
+    ) -> Result<(), Violation> {
+        let waiting = std::mem::replace(&mut self.clients[c].waiting, Waiting::Nothing);
+        let id = self.clients[c].id;
+        let sent = self.clients[c].next_id - 1;
+        if rid != sent {
+            return Err(Violation(format!(
+                "client {id} got the reply to request {rid}, waiting for {sent}"
+            )));
+        }
+        self.take_reply_sections(c, &reply, &waiting);
+        match (waiting, reply.body) {
+            (Waiting::Hello, ReplyBody::HelloOk(info)) => {
+                self.clients[c].demotes = info.demotions;
+            }
+            (Waiting::Commit(t), ReplyBody::CommitRefused { code, .. }) if code.is_conflict() => {
+                // Refused by concurrency control: it never reached the log, so the
+                // checker must never see it.
+                self.trace(|| format!("client {id} txn {t} refused ({code})"));
+                self.clients[c].done += 1;
+                self.out.refused += 1;
+                if let Some(txn) = self.clients[c].in_flight.take() {
+                    self.history.add_aborted(txn);
+                }
+            }
+            (Waiting::Fetch(_), ReplyBody::Page { .. }) => {}
+            (Waiting::Fetch(p), ReplyBody::Pages(pages)) if pages[0].0 == p => {}
+            (Waiting::TxnFetch(p), ReplyBody::Pages(pages)) if pages[0].0 == p => {
+                self.read_cells(c, p, &pages[0].1)?;
+            }
+            (Waiting::TxnFetch(p), ReplyBody::Page { page, bytes }) if p == page => {
+                self.read_cells(c, page, &bytes)?;
+                if self.cfg.commit_mode.is_page_based() {
+                    self.clients[c].images.push((page, bytes));
+                }
+            }
+            (Waiting::Early(t), ReplyBody::Ack) => {
+                self.send_page_request(c, conn, t);
+            }
+            (Waiting::Commit(t), ReplyBody::CommitOk { lsn, created }) => {
+                let mut txn = self.clients[c].in_flight.take().expect("a commit in flight");
+                let read_only = txn.writes.is_empty() && created.is_empty();
+                if !read_only && !self.checker.is_acked((id, t)) {
+                    return Err(Violation(format!(
+                        "client {id} got CommitOk (LSN {lsn}) for txn {t}, which the log does not hold acknowledged"
+                    )));
+                }
+                self.trace(|| format!("client {id} txn {t} committed at {lsn}"));
+                for o in &created {
+                    txn = txn.write(u64::from(o.raw()), version_of(id, t));
+                }
+                if read_only {
+                    self.history.add_committed(txn);
+                } else {
+                    self.history.add_committed(txn.ordered(lsn.0));
+                }
+                self.cells.extend(created);
+                self.clients[c].done += 1;
+            }
+            (w, body) => {
+                return Err(Violation(format!("client {id} waiting for {w:?} got {body:?}")));
+            }
+        }
+        if close {
+            return Err(Violation(format!("client {id}'s connection closed by the server")));
+        }
+        self.at(think, Ev::ClientWake(c));
+        Ok(())
+    }
+
+    /// The sections every reply carries, applied before its body: invalidations (the cached
+    /// copies go; acknowledgements are held while a transaction that read them is open),
+    /// the demoted pages the server wants, and the pages it sent.
+    fn take_reply_sections(&mut self, c: usize, reply: &Reply, waiting: &Waiting) {
+        let client = &mut self.clients[c];
+        for &o in &reply.invalidations {
+            if client.holds(o) {
+                client.held_acks.push(o);
+            } else {
+                client.acks.push(o);
+            }
+            // Applied before the body is used: the cached copy of the page goes.
+            if let Some(p) = o.page() {
+                client.drop_page(p);
+            }
+        }
+        if matches!(waiting, Waiting::Commit(_)) {
+            // The commit is answered: what its transaction read may be acknowledged.
+            let held = std::mem::take(&mut client.held_acks);
+            client.acks.extend(held);
+            client.end_page_txn();
+        }
+        self.out.invalidations += reply.invalidations.len() as u64;
+        // The reply answers the demotions reported on the request.
+        let client = &mut self.clients[c];
+        for (page, bytes) in std::mem::take(&mut client.noticed) {
+            if reply.wanted.contains(&page) {
+                client.to_send.push((page, bytes));
+            }
+        }
+        let got: Vec<(PageId, Bytes)> = match &reply.body {
+            ReplyBody::Page { page, bytes } => vec![(*page, bytes.clone())],
+            ReplyBody::Pages(pages) => pages.clone(),
+            _ => Vec::new(),
+        };
+        for (page, bytes) in got {
+            if client.held.len() >= HELD_PAGES {
+                client.held.remove(0);
+            }
+            client.held.push((page, bytes.clone()));
+            if let Some(pf) = self.cfg.prefetch {
+                client.cache_page(page, bytes, pf.cache_pages);
+            }
         }
     }
 }
@@ -1819,7 +1850,7 @@ fn fetch_from(node: &mut Node, now: u64, page: PageId) -> Result<Bytes, Violatio
     let mut inputs = vec![Input::Direct { ticket: 1, op: DirectOp::Fetch(page) }];
     while let Some(input) = inputs.pop() {
         let mut fx = Vec::new();
-        node.core.step(now, input, &mut fx);
+        crate::step_checked(&mut node.core, now, input, &mut fx)?;
         for e in fx {
             match e {
                 Effect::Done { result: DirectResult::Page(Ok(bytes)), .. } => return Ok(bytes),

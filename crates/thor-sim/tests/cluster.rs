@@ -92,6 +92,41 @@ fn the_same_seed_gives_the_same_trace() {
     assert_ne!(a.trace_hash, b.trace_hash, "different seeds give different runs");
 }
 
+/// The environment variable that makes [`a_seed_gives_the_same_trace_in_two_processes`] the
+/// child: it runs the seed it names and prints its trace hash.
+const TRACE_CHILD: &str = "THOR_SIM_TRACE_CHILD";
+
+/// What FoundationDB checks of its simulator: one seed gives the same run in two processes, so
+/// nothing in a run depends on a process's state (its random hash keys, addresses, time). The
+/// test spawns itself twice as the child, which prints the trace hash of each seed (every
+/// event, every message's contents, every record's bytes), and compares both with its own.
+#[test]
+fn a_seed_gives_the_same_trace_in_two_processes() {
+    let seeds = [3u64, 11, 4243];
+    if let Ok(which) = std::env::var(TRACE_CHILD) {
+        let seed: u64 = which.parse().expect("a seed");
+        let o = run(&SimConfig::for_seed(seed)).unwrap();
+        println!("trace-hash {seed} {:#018x} {}", o.trace_hash, o.events);
+        return;
+    }
+    let me = std::env::current_exe().expect("the test binary");
+    for seed in seeds {
+        let here = run(&SimConfig::for_seed(seed)).unwrap();
+        let want = format!("trace-hash {seed} {:#018x} {}", here.trace_hash, here.events);
+        for child in 0..2 {
+            let out = std::process::Command::new(&me)
+                .args(["--exact", "a_seed_gives_the_same_trace_in_two_processes", "--nocapture"])
+                .env(TRACE_CHILD, seed.to_string())
+                .output()
+                .expect("the child runs");
+            assert!(out.status.success(), "child {child}: {out:?}");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let got = stdout.lines().find(|l| l.starts_with("trace-hash")).expect("a trace line");
+            assert_eq!(got, want, "seed {seed}, child {child} against this process");
+        }
+    }
+}
+
 #[test]
 fn replay() {
     let seed = std::env::var("THOR_SIM_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0);

@@ -22,7 +22,7 @@
 //!   server could not tell: the client drops every cached copy) or there was none; and what
 //!   became of the lost commit.
 //!
-//! The server's side of it, and why it is sound, is `thor_server::core::resume`.
+//! The server's side of it, and why it is sound, is thor-server-core's `core/resume.rs`.
 //!
 //! ```text
 //! Resume   0x000B  +----------+-----------+--------------------------------+

@@ -50,7 +50,7 @@
 //! with both, the pages it caches anything of and its session key; the server keeps the
 //! cache only if both stamps are points of its own history of changes, and then sends the
 //! invalidations of everything that changed on those pages since `complete`; otherwise the
-//! session drops every cached copy. `thor_server::core::resume` has the argument why this is
+//! session drops every cached copy. thor-server-core's `core/resume.rs` has the argument why this is
 //! sound, including a restarted server and a database replaced by a backup. Page-based
 //! commit modes keep page images beside the cache: a session in one of them drops its cache
 //! on a reconnect.

@@ -858,7 +858,7 @@ impl Store {
             Some(s) => rec.finish_prepared(s),
             None => rec.finish(),
         });
-        let log_bytes = thor_storage::log::record::encoded_len(record.len());
+        let log_bytes = crate::limits::log_record_len(record.len());
         self.next_lsn = lsn.next();
         self.unsynced_bytes += log_bytes;
         self.pending_mob_cost += commit_cost(n_objects, record.len());
@@ -914,6 +914,45 @@ impl Store {
         Ok(Some(buf))
     }
 
+    /// The committed images of the pages a WPL commit ships (each no newer than its shipped
+    /// copy: a page written since the client read it refuses the commit), after checking that
+    /// every written object's page is shipped; or the pages to read first.
+    fn wpl_bases(
+        &mut self,
+        c: &CommitIn,
+        shipped: &[(PageId, Bytes)],
+        images: &Images,
+    ) -> Result<Vec<Vec<u8>>, Stop> {
+        let mut bases = Vec::with_capacity(shipped.len());
+        let mut need = Vec::new();
+        for (page, bytes) in shipped {
+            match self.committed_page(*page, images)? {
+                Some(base) => {
+                    let committed = PageView::assume_parsed(&base).version();
+                    let copy = PageView::assume_parsed(bytes).version();
+                    if copy < committed {
+                        let r = super::cc::Refusal::PageWritten(*page);
+                        return Err(EngineError::Conflict(r).into());
+                    }
+                    bases.push(base);
+                }
+                None => need.push(*page),
+            }
+        }
+        if !need.is_empty() {
+            return Err(Stop::Need(need));
+        }
+        // Every written object's page is shipped: checked before anything is allocated, so
+        // that a refusal leaves no allocated oref without a record (a hole in its page).
+        if let Some((o, _)) =
+            c.versions.iter().find(|(o, _)| !shipped.iter().any(|(p, _)| o.page() == Some(*p)))
+        {
+            let why = format!("the page of written object {o} was not shipped");
+            return Err(InvalidCommit::BadPageRecord(why).into());
+        }
+        Ok(bases)
+    }
+
     /// Prepares a whole-page-logging commit (`c.wpl` holds the shipped pages, each carrying
     /// a written object of `c.versions`): checks it like any commit, then WPL's page rule,
     /// then allocates its created objects and builds its records, the LSNs in order:
@@ -951,33 +990,7 @@ impl Store {
             return Err(EngineError::BulkLoadActive.into());
         }
         let descs = self.validate(c, images)?;
-        let mut bases = Vec::with_capacity(shipped.len());
-        let mut need = Vec::new();
-        for (page, bytes) in shipped {
-            match self.committed_page(*page, images)? {
-                Some(base) => {
-                    let committed = PageView::assume_parsed(&base).version();
-                    let copy = PageView::assume_parsed(bytes).version();
-                    if copy < committed {
-                        let r = super::cc::Refusal::PageWritten(*page);
-                        return Err(EngineError::Conflict(r).into());
-                    }
-                    bases.push(base);
-                }
-                None => need.push(*page),
-            }
-        }
-        if !need.is_empty() {
-            return Err(Stop::Need(need));
-        }
-        // Every written object's page is shipped: checked before anything is allocated, so
-        // that a refusal leaves no allocated oref without a record (a hole in its page).
-        if let Some((o, _)) =
-            c.versions.iter().find(|(o, _)| !shipped.iter().any(|(p, _)| o.page() == Some(*p)))
-        {
-            let why = format!("the page of written object {o} was not shipped");
-            return Err(InvalidCommit::BadPageRecord(why).into());
-        }
+        let bases = self.wpl_bases(c, shipped, images)?;
         let first = self.next_lsn;
         let lsn = Lsn(first.0 + shipped.len() as u64);
         let txn = thor_recovery::TxnId(lsn.0);
@@ -989,11 +1002,7 @@ impl Store {
         };
         // The commit record: its body is the written orefs, then a kind-2 record of the
         // created objects (and the timestamp and read set, for concurrency control).
-        let mut body = Vec::with_capacity(c.wpl_commit_bytes());
-        body.extend_from_slice(&(c.versions.len() as u32).to_le_bytes());
-        for (o, _) in &c.versions {
-            body.extend_from_slice(&o.raw().to_le_bytes());
-        }
+        let mut body = wpl_body_orefs(c);
         let created_bytes: usize = c.created.iter().map(Bytes::len).sum();
         let mut rec = RecordBuilder::with_capacity(
             record::encoded_len(c.reads.len(), c.created.len(), created_bytes) + 8,
@@ -1018,7 +1027,7 @@ impl Store {
         let mut objects = Vec::with_capacity(n_objects);
         let mut data = Vec::with_capacity(n_objects);
         let mut image_records = Vec::with_capacity(shipped.len());
-        let mut log_bytes = thor_storage::log::record::encoded_len(record.len());
+        let mut log_bytes = crate::limits::log_record_len(record.len());
         let mut bytes = record.len();
         for (k, ((page, _), mut buf)) in shipped.iter().zip(bases).enumerate() {
             let mut vs: Vec<(Oid, Vec<u8>)> = Vec::new();
@@ -1041,21 +1050,11 @@ impl Store {
             let mut out = Vec::with_capacity(WPL_IMAGE_HEADER_BYTES + buf.len());
             thor_recovery::wpl::encode_image(*page, txn, &buf, &mut out);
             let img = Bytes::from(out);
-            log_bytes += thor_storage::log::record::encoded_len(img.len());
+            log_bytes += crate::limits::log_record_len(img.len());
             bytes += img.len();
             image_records.push((Lsn(first.0 + k as u64), *page, img));
         }
-        for (o, _) in &c.versions {
-            let (_, _, img) = image_records
-                .iter()
-                .find(|(_, p, _)| o.page() == Some(*p))
-                .ok_or(InvalidCommit::NoSuchObject(*o))?;
-            let view = PageView::assume_parsed(&img[WPL_IMAGE_HEADER_BYTES..]);
-            let r = view.object_range(o.oid()).ok_or(InvalidCommit::NoSuchObject(*o))?;
-            let r = WPL_IMAGE_HEADER_BYTES + r.start..WPL_IMAGE_HEADER_BYTES + r.end;
-            objects.push(ObjectAt::new(*o, false, 0..0));
-            data.push(img.slice(r));
-        }
+        wpl_version_slices(c, &image_records, &mut objects, &mut data)?;
         for (i, r) in ranges.into_iter().enumerate() {
             let r = at + r.start..at + r.end;
             objects.push(ObjectAt::new(created[i], true, r.clone()));
@@ -1082,7 +1081,7 @@ impl Store {
     pub fn append_plain(&mut self, record: &[u8]) -> Lsn {
         let lsn = self.next_lsn;
         self.next_lsn = lsn.next();
-        let log_bytes = thor_storage::log::record::encoded_len(record.len());
+        let log_bytes = crate::limits::log_record_len(record.len());
         self.unsynced_bytes += log_bytes;
         self.plain.push_back((lsn, log_bytes));
         lsn
@@ -1093,6 +1092,43 @@ impl Store {
     pub fn publish_held(&mut self, h: &Held) {
         let versions = h.versions.iter().map(|(o, r)| (*o, false, h.record.slice(r.clone())));
         self.mob.insert_all(h.lsn, h.record.len(), versions);
+    }
+
+    /// Asserts the store's relations: LSNs (durable before next, the checkpoint not past the
+    /// next, prepared commits and plain records in LSN order between them), the budgets equal
+    /// to their sums (unsynced log bytes, the MOB cost of prepared commits), the MOB's and the
+    /// page cache's own invariants, and the tail page's room within a page.
+    pub fn check_invariants(&self) {
+        assert!(
+            self.durable_lsn < self.next_lsn,
+            "durable {:?} before next {:?}",
+            self.durable_lsn,
+            self.next_lsn
+        );
+        assert!(self.superblock.checkpoint <= self.next_lsn, "checkpoint not past the log");
+        let mut last = self.durable_lsn;
+        for p in &self.pending {
+            assert!(p.lsn > last, "prepared commits in LSN order, above the durable LSN");
+            assert!(p.first_lsn() <= p.lsn);
+            last = p.lsn;
+        }
+        assert!(last < self.next_lsn, "every prepared commit was appended");
+        let mut last = self.durable_lsn;
+        for (lsn, _) in &self.plain {
+            assert!(*lsn > last, "plain records in LSN order, above the durable LSN");
+            last = *lsn;
+        }
+        assert!(last < self.next_lsn);
+        let unsynced: usize = self.pending.iter().map(|p| p.log_bytes).sum::<usize>()
+            + self.plain.iter().map(|(_, b)| b).sum::<usize>();
+        assert_eq!(unsynced, self.unsynced_bytes, "unsynced log bytes are their sum");
+        let cost: usize =
+            self.pending.iter().map(|p| commit_cost(p.objects.len(), p.mob_bytes())).sum();
+        assert_eq!(cost, self.pending_mob_cost, "the MOB cost of prepared commits is their sum");
+        assert!(self.tail.free <= self.page_size, "the tail page's room is within a page");
+        assert!(self.opened.iter().zip(self.opened.iter().skip(1)).all(|(a, b)| a.0 <= b.0));
+        self.mob.check_sums();
+        self.cache.check_invariants();
     }
 
     /// Moves every durable prepared commit into the MOB, in LSN order, and hands each to `done`.
@@ -1139,11 +1175,19 @@ impl Store {
     fn validate(&mut self, c: &CommitIn, images: &Images) -> Result<Descs, Stop> {
         check_names(c)?;
         let mut need: Vec<PageId> = Vec::new();
-        let note = |p: PageId, need: &mut Vec<PageId>| {
-            if !need.contains(&p) {
-                need.push(p);
-            }
-        };
+        let created = self.validate_created(c, images, &mut need)?;
+        let versions = self.validate_versions(c, images, &mut need)?;
+        if need.is_empty() { Ok(Descs { created, versions }) } else { Err(Stop::Need(need)) }
+    }
+
+    /// [`Store::validate`] of the created objects: the class of each (created classes first,
+    /// since other created objects may be their instances). Pages needed go in `need`.
+    fn validate_created(
+        &mut self,
+        c: &CommitIn,
+        images: &Images,
+        need: &mut Vec<PageId>,
+    ) -> Result<Vec<Arc<ClassDesc>>, Stop> {
         let n_created = c.created.len();
         // Classes created by this commit first: other created objects may be their instances.
         let mut created_class: Vec<Option<Arc<ClassDesc>>> = vec![None; n_created];
@@ -1156,7 +1200,7 @@ impl Store {
                 created_class[i] = Some(Arc::new(d));
             }
         }
-        let mut descs = Descs { created: Vec::with_capacity(n_created), versions: Vec::new() };
+        let mut created = Vec::with_capacity(n_created);
         for (i, obj) in c.created.iter().enumerate() {
             page::check_object_bytes(obj, self.page_size)
                 .map_err(|source| InvalidCommit::ObjectTooLarge { index: i, cause: source })?;
@@ -1174,16 +1218,31 @@ impl Store {
                         return Err(InvalidCommit::NotAClass { oref: Oref::NULL, class }.into());
                     }
                     Lookup::Missing(p) => {
-                        note(p, &mut need);
+                        note(p, need);
                         continue;
                     }
                 },
             };
-            self.check_object(&desc, obj, n_created, images, &mut need, Refs::Check, || {
+            self.check_object(&desc, obj, n_created, images, need, Refs::Check, || {
                 what_created(i)
             })?;
-            descs.created.push(desc);
+            created.push(desc);
         }
+        Ok(created)
+    }
+
+    /// [`Store::validate`] of the new versions: each names an existing object once, keeps its
+    /// class and size, and matches its class. Their classes are returned only when the commit
+    /// creates objects (references to those are checked against them). Pages needed go in
+    /// `need`.
+    fn validate_versions(
+        &mut self,
+        c: &CommitIn,
+        images: &Images,
+        need: &mut Vec<PageId>,
+    ) -> Result<Vec<Arc<ClassDesc>>, Stop> {
+        let n_created = c.created.len();
+        let mut versions = Vec::new();
         // Duplicates are found with a map per page, not a hash entry per object.
         let mut seen = super::orefset::OrefSet::new();
         // The last page image and class looked up: a commit's objects come page by page, and
@@ -1205,7 +1264,7 @@ impl Store {
                 Lookup::Found(()) => {}
                 Lookup::Absent => return Err(InvalidCommit::NoSuchObject(oref).into()),
                 Lookup::Missing(p) => {
-                    note(p, &mut need);
+                    note(p, need);
                     continue;
                 }
             }
@@ -1214,7 +1273,7 @@ impl Store {
                 Lookup::Found(x) => x,
                 Lookup::Absent => return Err(InvalidCommit::NoSuchObject(oref).into()),
                 Lookup::Missing(p) => {
-                    note(p, &mut need);
+                    note(p, need);
                     continue;
                 }
             };
@@ -1240,7 +1299,7 @@ impl Store {
                     return Err(InvalidCommit::NotAClass { oref, class }.into());
                 }
                 Lookup::Missing(p) => {
-                    note(p, &mut need);
+                    note(p, need);
                     continue;
                 }
             };
@@ -1255,14 +1314,12 @@ impl Store {
                 Lookup::Found(true) => Refs::Kept,
                 _ => Refs::Check,
             };
-            self.check_object(&desc, obj, n_created, images, &mut need, refs, || {
-                what_version(oref)
-            })?;
+            self.check_object(&desc, obj, n_created, images, need, refs, || what_version(oref))?;
             if n_created > 0 {
-                descs.versions.push(desc);
+                versions.push(desc);
             }
         }
-        if need.is_empty() { Ok(descs) } else { Err(Stop::Need(need)) }
+        Ok(versions)
     }
 
     /// Checks an object's shape against its class and (unless `refs` says they are the
@@ -1406,6 +1463,46 @@ struct Descs {
     created: Vec<Arc<ClassDesc>>,
     /// Empty when `created` is.
     versions: Vec<Arc<ClassDesc>>,
+}
+
+/// The start of a WPL commit record's body: the count and orefs of the objects it writes
+/// (the created objects' kind-2 record follows).
+fn wpl_body_orefs(c: &CommitIn) -> Vec<u8> {
+    let mut body = Vec::with_capacity(c.wpl_commit_bytes());
+    body.extend_from_slice(&(c.versions.len() as u32).to_le_bytes());
+    for (o, _) in &c.versions {
+        body.extend_from_slice(&o.raw().to_le_bytes());
+    }
+    body
+}
+
+/// The slice of each written object's new version in its page's image record (a WPL commit's
+/// versions live in the images, not in the commit record).
+fn wpl_version_slices(
+    c: &CommitIn,
+    image_records: &[(Lsn, PageId, Bytes)],
+    objects: &mut Vec<ObjectAt>,
+    data: &mut Vec<Bytes>,
+) -> Result<(), InvalidCommit> {
+    for (o, _) in &c.versions {
+        let (_, _, img) = image_records
+            .iter()
+            .find(|(_, p, _)| o.page() == Some(*p))
+            .ok_or(InvalidCommit::NoSuchObject(*o))?;
+        let view = PageView::assume_parsed(&img[WPL_IMAGE_HEADER_BYTES..]);
+        let r = view.object_range(o.oid()).ok_or(InvalidCommit::NoSuchObject(*o))?;
+        let r = WPL_IMAGE_HEADER_BYTES + r.start..WPL_IMAGE_HEADER_BYTES + r.end;
+        objects.push(ObjectAt::new(*o, false, 0..0));
+        data.push(img.slice(r));
+    }
+    Ok(())
+}
+
+/// Adds `p` to the pages a validation needs, once.
+fn note(p: PageId, need: &mut Vec<PageId>) {
+    if !need.contains(&p) {
+        need.push(p);
+    }
 }
 
 /// Refuses a commit whose read set or versions hold an oref that names no object: null, or on

@@ -1,11 +1,8 @@
 //! Scenario tests of resuming sessions (`super::resume`): seen stamps on replies, a cache
 //! kept or dropped on a new connection, and the outcome of a commit whose answer was lost.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use thor_core::{Oref, PageId};
-use thor_storage::Disk;
 use thor_wire::{
     CacheVerdict, Commit, ErrorCode, Hello, Outcome, Reply, ReplyBody, Request, RequestBody,
     Resume, Resumed, SeenRange,
@@ -121,18 +118,8 @@ fn a_cache_is_kept_across_a_crash_when_the_log_holds_the_clients_stamp() {
 }
 
 /// A copy of every durable file of `disk` (as a backup holds), on a new disk.
-fn copy_of(disk: &Arc<dyn Disk>) -> Arc<dyn Disk> {
-    let copy: Arc<dyn Disk> = Arc::new(thor_storage::MemDisk::new());
-    for name in disk.list().unwrap() {
-        let from = disk.open(&name, false).unwrap();
-        let mut bytes = vec![0u8; from.len().unwrap() as usize];
-        from.read_exact_at(0, &mut bytes).unwrap();
-        let to = copy.open(&name, true).unwrap();
-        to.write_at(0, &bytes).unwrap();
-        to.sync().unwrap();
-    }
-    copy.sync_dir().unwrap();
-    copy
+fn copy_of(disk: &super::testdisk::Disk) -> super::testdisk::Disk {
+    std::rc::Rc::new(std::cell::RefCell::new(disk.borrow().durable_copy()))
 }
 
 #[test]

@@ -87,6 +87,7 @@ pub struct PageCache {
 
 impl PageCache {
     /// An inclusive cache of at most `capacity_bytes` of `page_size`-byte pages.
+    #[cfg(test)]
     pub fn new(capacity_bytes: usize, page_size: usize) -> PageCache {
         PageCache::with_mode(capacity_bytes, page_size, CacheMode::Inclusive)
     }
@@ -100,6 +101,19 @@ impl PageCache {
             order: (capacity > 0).then(|| Lru::new(capacity).expect("capacity within bounds")),
             mode,
             stats: PageCacheStats::default(),
+        }
+    }
+
+    /// Asserts the cache's relations: the eviction order holds as many pages as are cached,
+    /// and no more than its capacity; a zero-page cache holds nothing. (Constant time: the core
+    /// calls it after every step.)
+    pub fn check_invariants(&self) {
+        match &self.order {
+            Some(o) => {
+                assert_eq!(o.len(), self.pages.len(), "the order holds the cached pages");
+                assert!(o.len() <= o.capacity(), "the page cache within its capacity");
+            }
+            None => assert!(self.pages.is_empty(), "a zero-page cache keeps nothing"),
         }
     }
 
@@ -165,6 +179,7 @@ impl PageCache {
     }
 
     /// The image of `page`, marking it used.
+    #[cfg(test)]
     pub fn get(&mut self, page: PageId) -> Option<Bytes> {
         match self.pages.get(&page) {
             Some(img) => {
@@ -217,11 +232,13 @@ impl PageCache {
     }
 
     /// Pages held.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.pages.len()
     }
 
     /// Whether no page is held.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.pages.is_empty()
     }

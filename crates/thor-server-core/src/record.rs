@@ -529,93 +529,24 @@ pub fn salvage(rec: &[u8]) -> Salvaged {
             kind.map_or(String::new(), |k| format!(", kind {k}"))
         ));
     }
-    let mut dropped = Vec::new();
-    let mut lossless = true;
-    let mut dropped_created = Vec::new();
-    let mut ts = (0, 0);
-    let mut reads = Vec::new();
-    let mut pos = HEADER_BYTES;
-    // Whether the objects can be read: not when the read set's end is unknown.
-    let mut framed = true;
-    if rec[0] != KIND_COMMIT_V1 {
-        if rec.len() - pos < CC_BYTES {
-            return whole(format!(
-                "the whole record ({} bytes): its timestamp is cut off",
-                rec.len()
-            ));
-        }
-        ts = (le::u64_at(rec, pos), le::u32_at(rec, pos + 8));
-        let n = le::u32_at(rec, pos + 12) as usize;
-        pos += CC_BYTES;
-        let present = ((rec.len() - pos) / 4).min(n);
-        for i in 0..present {
-            let w = le::u32_at(rec, pos + 4 * i);
-            match Oref::object(w) {
-                Ok(o) => reads.push(o),
-                Err(e) => dropped.push(format!("read-set word {i} ({w:#010x}): {e}")),
+    let mut f =
+        Found { dropped: Vec::new(), lossless: true, dropped_created: Vec::new(), framed: true };
+    let (ts, reads, pos) = if rec[0] != KIND_COMMIT_V1 {
+        match salvage_reads(rec, &mut f) {
+            Some(r) => r,
+            None => {
+                return whole(format!(
+                    "the whole record ({} bytes): its timestamp is cut off",
+                    rec.len()
+                ));
             }
         }
-        if present < n {
-            dropped.push(format!(
-                "the read set claims {n} words, the record holds {present}: the objects after it \
-                 cannot be found"
-            ));
-            lossless = false;
-            framed = false;
-        }
-        pos += 4 * present;
-    }
+    } else {
+        ((0, 0), Vec::new(), HEADER_BYTES)
+    };
     let count = le::u32_at(rec, 4) as usize;
-    let mut objects: Vec<(Oref, bool, &[u8])> = Vec::new();
-    for i in 0..count {
-        if !framed {
-            break;
-        }
-        let bad_frame = |why: &str| {
-            format!(
-                "objects {i} to {} of {count} ({} bytes from byte {pos}): {why}",
-                count - 1,
-                rec.len() - pos
-            )
-        };
-        if rec.len() - pos < OBJECT_PREFIX_BYTES {
-            dropped.push(bad_frame("the prefix of the first is cut off"));
-            lossless = false;
-            framed = false;
-            break;
-        }
-        let w = le::u32_at(rec, pos);
-        let len = le::u16_at(rec, pos + 4) as usize;
-        let flags = le::u16_at(rec, pos + 6);
-        let bad = if flags & !FLAG_CREATED != 0 {
-            Some("the first has unknown flags")
-        } else if len < OBJECT_HEADER_BYTES || !len.is_multiple_of(OBJECT_ALIGN) {
-            Some("the first has a length that is no object's")
-        } else if rec.len() - pos - OBJECT_PREFIX_BYTES < len {
-            Some("the first runs past the end")
-        } else {
-            None
-        };
-        if let Some(why) = bad {
-            dropped.push(bad_frame(why));
-            if flags & FLAG_CREATED != 0 {
-                dropped_created.extend(Oref::object(w));
-            }
-            lossless = false;
-            framed = false;
-            break;
-        }
-        let data = &rec[pos + OBJECT_PREFIX_BYTES..pos + OBJECT_PREFIX_BYTES + len];
-        let created = flags & FLAG_CREATED != 0;
-        match Oref::object(w) {
-            Ok(o) => objects.push((o, created, data)),
-            Err(e) => {
-                dropped.push(format!("object {i} ({w:#010x}, {len} bytes): {e}"));
-                lossless = false;
-            }
-        }
-        pos += OBJECT_PREFIX_BYTES + len;
-    }
+    let (objects, pos) = salvage_objects(rec, pos, count, &mut f);
+    let Found { mut dropped, mut lossless, dropped_created, framed } = f;
     let mut b = RecordBuilder::with_capacity(0, ts, &reads);
     for (o, created, data) in &objects {
         b.push(*o, *created, data);
@@ -641,6 +572,109 @@ pub fn salvage(rec: &[u8]) -> Salvaged {
     };
     debug_assert!(decode_any(&record, |_| {}).is_ok(), "a salvaged record decodes");
     Salvaged { record, dropped, lossless, dropped_created }
+}
+
+/// An object [`salvage`] keeps: its oref, whether it was created, its bytes.
+type SalvagedObject<'a> = (Oref, bool, &'a [u8]);
+
+/// What [`salvage`] has found so far: what it dropped, whether nothing was lost, the orefs of
+/// created objects it could not keep, and whether the objects can still be framed.
+struct Found {
+    dropped: Vec<String>,
+    lossless: bool,
+    dropped_created: Vec<Oref>,
+    framed: bool,
+}
+
+/// The timestamp and the readable read set of a (non-V1) commit or prepare record, and where
+/// its objects start; `None` when the timestamp is cut off.
+fn salvage_reads(rec: &[u8], f: &mut Found) -> Option<((u64, u32), Vec<Oref>, usize)> {
+    let mut pos = HEADER_BYTES;
+    if rec.len() - pos < CC_BYTES {
+        return None;
+    }
+    let ts = (le::u64_at(rec, pos), le::u32_at(rec, pos + 8));
+    let n = le::u32_at(rec, pos + 12) as usize;
+    pos += CC_BYTES;
+    let present = ((rec.len() - pos) / 4).min(n);
+    let mut reads = Vec::with_capacity(present);
+    for i in 0..present {
+        let w = le::u32_at(rec, pos + 4 * i);
+        match Oref::object(w) {
+            Ok(o) => reads.push(o),
+            Err(e) => f.dropped.push(format!("read-set word {i} ({w:#010x}): {e}")),
+        }
+    }
+    if present < n {
+        f.dropped.push(format!(
+            "the read set claims {n} words, the record holds {present}: the objects after it \
+             cannot be found"
+        ));
+        f.lossless = false;
+        f.framed = false;
+    }
+    Some((ts, reads, pos + 4 * present))
+}
+
+/// The well-formed objects of a record from `pos` (`count` claimed), and where they end;
+/// stops at the first that cannot be framed.
+fn salvage_objects<'a>(
+    rec: &'a [u8],
+    mut pos: usize,
+    count: usize,
+    f: &mut Found,
+) -> (Vec<SalvagedObject<'a>>, usize) {
+    let mut objects: Vec<(Oref, bool, &[u8])> = Vec::new();
+    for i in 0..count {
+        if !f.framed {
+            break;
+        }
+        let bad_frame = |why: &str| {
+            format!(
+                "objects {i} to {} of {count} ({} bytes from byte {pos}): {why}",
+                count - 1,
+                rec.len() - pos
+            )
+        };
+        if rec.len() - pos < OBJECT_PREFIX_BYTES {
+            f.dropped.push(bad_frame("the prefix of the first is cut off"));
+            f.lossless = false;
+            f.framed = false;
+            break;
+        }
+        let w = le::u32_at(rec, pos);
+        let len = le::u16_at(rec, pos + 4) as usize;
+        let flags = le::u16_at(rec, pos + 6);
+        let bad = if flags & !FLAG_CREATED != 0 {
+            Some("the first has unknown flags")
+        } else if len < OBJECT_HEADER_BYTES || !len.is_multiple_of(OBJECT_ALIGN) {
+            Some("the first has a length that is no object's")
+        } else if rec.len() - pos - OBJECT_PREFIX_BYTES < len {
+            Some("the first runs past the end")
+        } else {
+            None
+        };
+        if let Some(why) = bad {
+            f.dropped.push(bad_frame(why));
+            if flags & FLAG_CREATED != 0 {
+                f.dropped_created.extend(Oref::object(w));
+            }
+            f.lossless = false;
+            f.framed = false;
+            break;
+        }
+        let data = &rec[pos + OBJECT_PREFIX_BYTES..pos + OBJECT_PREFIX_BYTES + len];
+        let created = flags & FLAG_CREATED != 0;
+        match Oref::object(w) {
+            Ok(o) => objects.push((o, created, data)),
+            Err(e) => {
+                f.dropped.push(format!("object {i} ({w:#010x}, {len} bytes): {e}"));
+                f.lossless = false;
+            }
+        }
+        pos += OBJECT_PREFIX_BYTES + len;
+    }
+    (objects, pos)
 }
 
 /// A prepare record's two-phase section (`rest`, what follows its objects), checked.

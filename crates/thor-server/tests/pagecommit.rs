@@ -1,3 +1,6 @@
+//! (Moved out of the core crate with the split of issue 31: these drive a real log on a
+//! `MemDisk`, which only the driver crate may use.)
+//!
 //! Scenario tests of the page modes in the core, one behaviour each: records applied to the
 //! committed image (read from disk when it is not cached), shipped pages, and every way a
 //! page-based commit can be malformed, refused before anything is logged.
@@ -17,8 +20,8 @@ use thor_wire::{
     RequestBody,
 };
 
-use super::super::{ConnId, Core, CoreConfig, Effect, Input};
-use crate::io::{self, CommitLog, DiskSide};
+use thor_server::io::{self, CommitLog, DiskSide};
+use thor_server::{ConnId, Core, CoreConfig, Effect, Input};
 
 /// A core on an in-memory disk whose effects are all performed at once.
 struct Harness {
@@ -715,11 +718,9 @@ fn wpl_restart_brings_back_a_copy_whose_image_lies_below_the_superblock_checkpoi
     };
     put_u32(&mut o, 0, class);
     put_u32(&mut o, 8, 4242);
-    let c = super::super::store::CommitIn {
-        versions: vec![(it[599], Bytes::from(o))],
-        ..Default::default()
-    };
-    h.step(Input::Direct { ticket: 1, op: super::super::DirectOp::Commit(c) });
+    let c =
+        thor_server::CommitIn { versions: vec![(it[599], Bytes::from(o))], ..Default::default() };
+    h.step(Input::Direct { ticket: 1, op: thor_server::DirectOp::Commit(c) });
     h.settle();
     // ...then a WPL commit to page p: its image, then its commit record.
     let img = h.fetch(1, 4, p);

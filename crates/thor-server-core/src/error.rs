@@ -1,7 +1,7 @@
 //! Errors of the engine. Each variant tells the caller what to do about it.
 
+use thor_core::StorageError;
 use thor_core::{FormatError, Oref, PageId};
-use thor_storage::StorageError;
 
 use crate::superblock::SuperblockError;
 

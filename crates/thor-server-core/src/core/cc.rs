@@ -317,6 +317,9 @@ pub struct Cc {
     /// objects, with their writes (see the module documentation). Rarely more than one.
     big: Vec<(Timestamp, OrefSet)>,
     counters: CcCounters,
+    /// The deliberately broken protocol (tests only, `crate::mutants`).
+    #[cfg(feature = "mutants")]
+    pub mutant: Option<crate::mutants::Mutant>,
 }
 
 impl Cc {
@@ -332,6 +335,8 @@ impl Cc {
             objs: FxHashMap::default(),
             big: Vec::new(),
             counters: CcCounters::default(),
+            #[cfg(feature = "mutants")]
+            mutant: None,
         }
     }
 
@@ -356,6 +361,7 @@ impl Cc {
     }
 
     /// `VQ.t`.
+    #[cfg(test)]
     pub fn threshold(&self) -> Timestamp {
         self.threshold
     }
@@ -400,6 +406,7 @@ impl Cc {
         ts: Timestamp,
     ) -> Result<Timestamp, Refusal> {
         if let Some(c) = conn.and_then(|c| self.clients.get(&c))
+            && !self.mutated(crate::mutants::Mutant::InvalidSetOff)
             && !c.invalid.is_empty()
             && let Some(o) = reads.iter().chain(writes).find(|o| c.invalid.contains_key(o))
         {
@@ -493,6 +500,35 @@ impl Cc {
     /// Forgets a session's state (its connection ended).
     pub fn disconnect(&mut self, conn: ConnId) {
         self.clients.remove(&conn);
+    }
+
+    /// Asserts its bounds and relations: the validation queue within its bound, each
+    /// directory within its bound, and every invalidation waiting to be sent one the client
+    /// has not acknowledged.
+    pub fn check_invariants(&self) {
+        assert!(self.vq.len() <= self.cfg.vq_entries_max.max(1), "VQ bound");
+        for (conn, c) in &self.clients {
+            assert!(
+                c.directory.pages.len() <= self.cfg.directory_pages_max.max(1),
+                "directory of {conn} within its bound"
+            );
+            assert!(c.directory.shift <= 32);
+            for o in &c.unsent {
+                assert!(c.invalid.contains_key(o), "unsent invalidation {o:?} of {conn} pending");
+            }
+        }
+    }
+
+    /// Whether this runs mutant `m` (always `false` without the `mutants` feature).
+    #[cfg(feature = "mutants")]
+    fn mutated(&self, m: crate::mutants::Mutant) -> bool {
+        self.mutant == Some(m)
+    }
+
+    /// Whether this runs mutant `m` (always `false` without the `mutants` feature).
+    #[cfg(not(feature = "mutants"))]
+    fn mutated(&self, _: crate::mutants::Mutant) -> bool {
+        false
     }
 
     /// Page `page` was sent to `conn`'s client.
@@ -604,7 +640,9 @@ impl Cc {
                 }
             }
             let Some(info) = self.objs.get(o) else { continue };
-            if info.uncommitted.iter().any(|&u| u < ts) {
+            if info.uncommitted.iter().any(|&u| u < ts)
+                && !self.mutated(crate::mutants::Mutant::Rule1Off)
+            {
                 return Err((Refusal::Rule1(*o), false));
             }
             if info.uncommitted.iter().any(|&u| u > ts) {

@@ -245,6 +245,12 @@ impl Mob {
                 note_page(&mut here.pages, page);
             }
         }
+        self.charge(lsn, record_bytes, here);
+    }
+
+    /// Applies what one record's objects changed (`here`) to the record's group: its live and
+    /// pinned counts, its pages, and the record's charge.
+    fn charge(&mut self, lsn: Lsn, record_bytes: usize, here: Delta) {
         if here.live == 0 && here.pinned == 0 && here.pages.is_empty() {
             return;
         }
@@ -326,6 +332,7 @@ impl Mob {
 
     /// Removes the version of `oref` written by `lsn` if it is still the buffered one (a newer
     /// version that arrived while the flusher was writing stays). Returns whether it was removed.
+    #[cfg(test)]
     pub fn remove_if(&mut self, oref: Oref, lsn: Lsn) -> bool {
         let Some(page) = oref.page() else { return false };
         self.remove_installed(page, &[(oref.oid(), lsn)]) == 1
@@ -373,6 +380,33 @@ impl Mob {
 }
 
 impl Mob {
+    /// The invariants a core asserts after every step, in one pass over the entries with no
+    /// allocation: each page's entries non-empty and in oid order, each entry's pin not after
+    /// its version, the entry count, every entry counted once live and once pinned over all
+    /// groups, and the bytes equal to their sum (entries' overhead plus the records of live
+    /// groups). [`Mob::check_invariants`] checks the per-group counts too (tests).
+    pub fn check_sums(&self) {
+        let mut n = 0;
+        for (page, vs) in &self.pages {
+            assert!(!vs.is_empty(), "page {page} has an empty vector");
+            assert!(vs.windows(2).all(|w| w[0].0 < w[1].0), "page {page} out of oid order");
+            assert!(vs.iter().all(|(_, e)| e.pin <= e.lsn), "page {page}: a pin after its version");
+            n += vs.len();
+        }
+        assert_eq!(n, self.len, "MOB entries counted");
+        let (mut live, mut pinned, mut bytes) = (0, 0, n * ENTRY_OVERHEAD_BYTES);
+        for g in self.groups.values() {
+            assert!(g.live > 0 || g.pinned > 0, "an empty group");
+            live += g.live;
+            pinned += g.pinned;
+            if g.live > 0 {
+                bytes += g.record_bytes;
+            }
+        }
+        assert_eq!((live, pinned), (n, n), "every entry live in one group and pinned in one");
+        assert_eq!(bytes, self.bytes, "the MOB's bytes are their sum");
+    }
+
     /// Checks the invariants of the module documentation (tests).
     #[cfg(test)]
     fn check_invariants(&self) {
@@ -452,7 +486,7 @@ fn unpin(groups: &mut BTreeMap<Lsn, Group>, here: &mut Delta, lsn: Lsn, old: Lsn
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::collections::HashMap;
+    use rustc_hash::{FxHashMap as HashMap, FxHashSet};
 
     fn oref(p: u32, o: u16) -> Oref {
         Oref::new(PageId::new(p).unwrap(), Oid::new(o).unwrap())
@@ -583,14 +617,14 @@ mod tests {
         #[test]
         fn matches_model(ops in proptest::collection::vec(op(), 1..60)) {
             let mut m = Mob::new();
-            let mut model = Model::new();
+            let mut model = Model::default();
             let mut next = 10u64;
             for op in ops {
                 match op {
                     Op::Commit(objs) => {
                         let lsn = Lsn(next);
                         next += 1;
-                        let mut seen = std::collections::HashSet::new();
+                        let mut seen = FxHashSet::default();
                         let objs: Vec<_> = objs
                             .into_iter()
                             .filter(|(p, o, _)| seen.insert((*p, *o)))

@@ -352,6 +352,47 @@ impl Core {
         }
     }
 
+    /// A read-only part of a two-phase commit: validated now, entered as committed, answered
+    /// and voted on; there is no phase two. `p` names the transaction (its commit is empty:
+    /// `c` is what was asked).
+    fn prepare_read_only(&mut self, origin: Origin, p: Prepare, c: CommitIn, fx: &mut Vec<Effect>) {
+        let me = self.me();
+        let Prepare { stamp, coordinator, participants, .. } = p;
+        let ts = ts_of(stamp);
+        let conn = origin.conn();
+        match self.cc.validate_at(conn, &c.reads, &[], ts) {
+            Ok(ts) => {
+                self.cc.insert(ts, &c.reads, &[], true, self.now_us);
+                self.twopc.counters.read_only += 1;
+                if let Some(co) = coordinator {
+                    self.peer(co, PeerMsg::Vote { stamp, from: me, yes: true }, fx);
+                }
+                if let Origin::Conn { conn, id } = origin {
+                    let r = Reply::new(ReplyBody::Prepared { created: Vec::new() });
+                    self.reply(conn, id, r, false, fx);
+                }
+            }
+            Err(r) => {
+                if let Some(on) = self.in_doubt_writer(&r) {
+                    let commit = thor_wire::Commit {
+                        reads: c.reads,
+                        versions: Vec::new(),
+                        created: Vec::new(),
+                        id: None,
+                    };
+                    let p = Prepare { stamp, coordinator, participants, commit };
+                    return self.park(on, r, ParkedWork::Prepare(origin, p));
+                }
+                if let Some(co) = coordinator {
+                    self.peer(co, PeerMsg::Vote { stamp, from: me, yes: false }, fx);
+                }
+                self.cc.count_refusal(&r);
+                self.counters.commits_refused += 1;
+                self.answer_commit(origin, Err(EngineError::Conflict(r)), fx);
+            }
+        }
+    }
+
     /// A client's `Prepare` (the session is busy until it is answered).
     pub(super) fn prepare_request(&mut self, origin: Origin, p: Prepare, fx: &mut Vec<Effect>) {
         self.last_commit_us = self.now_us;
@@ -401,40 +442,9 @@ impl Core {
         }
         let ts = ts_of(stamp);
         if !mine.writes {
-            // Read-only: validate now, enter as committed, answer and vote. No phase two.
-            let conn = origin.conn();
-            match self.cc.validate_at(conn, &c.reads, &[], ts) {
-                Ok(ts) => {
-                    self.cc.insert(ts, &c.reads, &[], true, self.now_us);
-                    self.twopc.counters.read_only += 1;
-                    if let Some(co) = coordinator {
-                        self.peer(co, PeerMsg::Vote { stamp, from: me, yes: true }, fx);
-                    }
-                    if let Origin::Conn { conn, id } = origin {
-                        let r = Reply::new(ReplyBody::Prepared { created: Vec::new() });
-                        self.reply(conn, id, r, false, fx);
-                    }
-                }
-                Err(r) => {
-                    if let Some(on) = self.in_doubt_writer(&r) {
-                        let commit = thor_wire::Commit {
-                            reads: c.reads,
-                            versions: Vec::new(),
-                            created: Vec::new(),
-                            id: None,
-                        };
-                        let p = Prepare { stamp, coordinator, participants, commit };
-                        return self.park(on, r, ParkedWork::Prepare(origin, p));
-                    }
-                    if let Some(co) = coordinator {
-                        self.peer(co, PeerMsg::Vote { stamp, from: me, yes: false }, fx);
-                    }
-                    self.cc.count_refusal(&r);
-                    self.counters.commits_refused += 1;
-                    self.answer_commit(origin, Err(EngineError::Conflict(r)), fx);
-                }
-            }
-            return;
+            let p =
+                Prepare { stamp, coordinator, participants, commit: thor_wire::Commit::default() };
+            return self.prepare_read_only(origin, p, c, fx);
         }
         let coordinator = coordinator.expect("Prepare::check: a writing transaction has one");
         if self.twopc.parts.len() >= self.twopc.cfg.parts_max
@@ -591,12 +601,13 @@ impl Core {
     /// Decides commit if every vote is in.
     fn maybe_decide(&mut self, stamp: Stamp, fx: &mut Vec<Effect>) {
         let own_ready = self.twopc.parts.get(&stamp).is_some_and(|p| p.held.is_some());
+        let skips_votes = self.mutated(crate::mutants::Mutant::CoordinatorSkipsVotes);
         let Some(c) = self.twopc.coords.get_mut(&stamp) else { return };
         if c.state != CoordState::Voting || c.recovered || !own_ready {
             return;
         }
         let Some(others) = &c.others else { return };
-        if !others.iter().all(|o| c.yes.contains(&o.server)) {
+        if !skips_votes && !others.iter().all(|o| c.yes.contains(&o.server)) {
             return;
         }
         let tell: Vec<ServerId> = others.iter().filter(|o| o.writes).map(|o| o.server).collect();
@@ -944,6 +955,9 @@ impl Core {
                 };
                 let lsn = self.append_plain(record::encode_decision(&d), fx);
                 self.twopc.after_durable.insert(lsn, AfterDurable::PartCommitted(stamp));
+                if self.mutated(crate::mutants::Mutant::ParticipantAcksEarly) {
+                    self.peer(from, PeerMsg::DecideAck { stamp, from: me }, fx);
+                }
             }
             PeerMsg::DecideAck { stamp, from } => {
                 let Some(c) = self.twopc.coords.get_mut(&stamp) else { return };
@@ -997,6 +1011,58 @@ impl Core {
     }
 
     /// Time passed: queries, vote timeouts, resends, and the threshold after a restart.
+    /// The earliest time at which two-phase commit acts on time alone: a participant's query,
+    /// a coordinator's vote timeout, a decision's resend ([`Core::twopc_tick`]), parked work
+    /// giving up ([`Core::run_unparked`]). `None`: nothing is waiting on time.
+    pub(super) fn twopc_deadline_us(&self) -> Option<u64> {
+        let me = self.me();
+        let c = &self.twopc.cfg;
+        let queries = self
+            .twopc
+            .parts
+            .values()
+            .filter(|p| p.coordinator != me && p.held.is_some() && !p.committing)
+            .map(|p| p.last_query_us.saturating_add(c.query_after_us));
+        let coords = self.twopc.coords.values().filter_map(|co| match &co.state {
+            CoordState::Voting if co.recovered => Some(0),
+            CoordState::Voting => Some(co.started_us.saturating_add(c.vote_timeout_us)),
+            CoordState::Deciding => None,
+            CoordState::Telling { last_send_us, .. } => {
+                Some(last_send_us.saturating_add(c.resend_after_us))
+            }
+        });
+        let parked = self.twopc.parked.iter().map(|p| p.until_us);
+        queries.chain(coords).chain(parked).min()
+    }
+
+    /// Asserts two-phase commit's bookkeeping: the held bytes are the held records' sum, every
+    /// prepare record by LSN names its part, every part's and coordinator's record was
+    /// appended, versions are held only once durable, and a decision is told to each
+    /// participant once.
+    pub(super) fn twopc_check_invariants(&self) {
+        let held: usize =
+            self.twopc.parts.values().filter_map(|p| p.held.as_ref()).map(|h| h.record.len()).sum();
+        assert_eq!(held, self.twopc.held_bytes, "two-phase held bytes are their sum");
+        for (lsn, stamp) in &self.twopc.by_lsn {
+            let p = self.twopc.parts.get(stamp);
+            assert!(p.is_some_and(|p| p.lsn == *lsn), "prepare at {lsn:?} names its part");
+        }
+        for p in self.twopc.parts.values() {
+            assert!(p.lsn < self.store.next_lsn, "a part's prepare record was appended");
+            if let Some(h) = &p.held {
+                assert!(h.lsn <= self.store.durable_lsn, "versions held once durable");
+            }
+        }
+        for c in self.twopc.coords.values() {
+            if let Some(lsn) = c.lsn {
+                assert!(lsn < self.store.next_lsn);
+            }
+            if let CoordState::Telling { unacked, .. } = &c.state {
+                assert!(unacked.windows(2).all(|w| w[0] != w[1]), "each participant told once");
+            }
+        }
+    }
+
     pub(super) fn twopc_tick(&mut self, fx: &mut Vec<Effect>) {
         let now = self.now_us;
         let me = self.me();

@@ -2,26 +2,22 @@
 //! by the test, so each test shows one behaviour of the state machine exactly.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use thor_core::le::put_u32;
 use thor_core::{ClassDesc, ClientId, Oref, PageId, PageView, RawRef, VarKind, builtin};
-use thor_storage::{LogOptions, MemDisk};
 use thor_wire::{
     Commit, ErrorCode, Hello, RefusedCode, Reply, ReplyBody, Request, RequestBody, WIRE_VERSION,
     WireError,
 };
 
+use super::testdisk::{self, Disk, MemDb};
 use super::*;
-use crate::io::{self, CommitLog, DiskSide};
 
 /// A core on an in-memory disk, whose effects the test performs when it chooses.
 pub(super) struct Harness {
-    pub disk: Arc<dyn thor_storage::Disk>,
+    pub disk: Disk,
     pub core: Core,
-    disk_side: DiskSide,
-    log: Arc<thor_storage::Log>,
     /// Effects emitted and not yet performed or taken, in order.
     pub pending: VecDeque<Effect>,
     pub now: u64,
@@ -38,22 +34,13 @@ impl Harness {
 
     /// A new database of server `id`.
     pub(super) fn with_id(cfg: CoreConfig, id: ServerId) -> Harness {
-        let disk: Arc<dyn thor_storage::Disk> = Arc::new(MemDisk::new());
-        io::create(&*disk, 4096, id).unwrap();
-        Harness::open(disk, cfg)
+        Harness::open(MemDb::create(4096, id), cfg)
     }
 
     /// A core recovered from `disk` (as after a crash: whatever the log holds is replayed).
-    pub(super) fn open(disk: Arc<dyn thor_storage::Disk>, cfg: CoreConfig) -> Harness {
-        let r = io::recover(disk.clone(), cfg, LogOptions::default()).unwrap();
-        Harness {
-            disk,
-            core: r.core,
-            disk_side: r.disk_side,
-            log: r.log,
-            pending: VecDeque::new(),
-            now: 1,
-        }
+    pub(super) fn open(disk: Disk, cfg: CoreConfig) -> Harness {
+        let core = testdisk::recover(&disk, cfg);
+        Harness { disk, core, pending: VecDeque::new(), now: 1 }
     }
 
     pub(super) fn step(&mut self, input: Input) {
@@ -72,12 +59,12 @@ impl Harness {
             while let Some(e) = self.pending.pop_front() {
                 match e {
                     Effect::Append { lsn, record } => {
-                        assert_eq!(self.log.append(&record).unwrap(), lsn);
+                        self.disk.borrow_mut().append(lsn, record);
                         appended = true;
                     }
                     Effect::Reply { .. } | Effect::Done { .. } | Effect::Peer { .. } => out.push(e),
                     other => {
-                        let input = self.disk_side.perform(&other, &*self.log).unwrap();
+                        let input = self.disk.borrow_mut().perform(&other).unwrap();
                         self.step(input);
                     }
                 }
@@ -85,7 +72,7 @@ impl Harness {
             if !appended {
                 return out;
             }
-            let lsn = self.log.sync().unwrap();
+            let lsn = self.disk.borrow_mut().sync();
             self.step(Input::Durable { lsn });
         }
     }
@@ -293,7 +280,7 @@ fn fetch_returns_the_page_or_no_such_page() {
     let r = h.request(1, 2, RequestBody::Fetch { page: PageId::FIRST });
     let ReplyBody::Page { page, bytes } = r.body else { panic!("{r:?}") };
     assert_eq!(page, PageId::FIRST);
-    assert_eq!(&bytes[..], &h.disk_side.read_page(PageId::FIRST).unwrap()[..]);
+    assert_eq!(&bytes[..], &h.disk.borrow().read_page(PageId::FIRST).unwrap()[..]);
     let r = h.request(1, 3, RequestBody::Fetch { page: PageId::new(99).unwrap() });
     assert_eq!(error_code(&r), Some(ErrorCode::NoSuchPage));
     let r = h.request(1, 4, RequestBody::Stats);
@@ -511,7 +498,7 @@ fn commits_wait_for_room_in_the_mob_and_go_on_after_an_install() {
         while let Some(e) = h.pending.pop_front() {
             match e {
                 Effect::Append { record, .. } => {
-                    h.log.append(&record).unwrap();
+                    h.disk.borrow_mut().append_next(record);
                     appended = true;
                 }
                 e @ Effect::Install(_) => installs.push(e),
@@ -521,7 +508,7 @@ fn commits_wait_for_room_in_the_mob_and_go_on_after_an_install() {
         if !appended {
             break;
         }
-        let lsn = h.log.sync().unwrap();
+        let lsn = h.disk.borrow_mut().sync();
         h.step(Input::Durable { lsn });
     }
     assert_eq!(h.core.stats().commits_queued, 1, "the second commit waits for room");

@@ -51,18 +51,19 @@
 //! synchronised wall-clock time. The core uses it for idle installation, and (with concurrency
 //! control) for transaction timestamps. [`Input::Tick`] lets time pass without other input.
 
-pub mod cc;
-pub mod credentials;
-pub mod demote;
-pub mod install;
-pub(crate) mod orefset;
-pub mod pagecommit;
-pub mod prefetch;
-pub mod resume;
+pub(crate) mod cc;
+pub(crate) mod credentials;
+pub(crate) mod demote;
+pub(crate) mod install;
+mod invariants;
+mod orefset;
+pub(crate) mod pagecommit;
+pub(crate) mod prefetch;
+pub(crate) mod resume;
 mod sessions;
-pub mod store;
-pub mod twopc;
-pub mod wpl;
+pub(crate) mod store;
+pub(crate) mod twopc;
+pub(crate) mod wpl;
 
 use std::collections::VecDeque;
 
@@ -120,6 +121,11 @@ pub struct CoreConfig {
     /// Most further pages one `Prefetch` reply carries, whatever the client asks
     /// ([`prefetch`]); 0 answers every `Prefetch` with its page alone.
     pub prefetch_pages_max: usize,
+    /// The key of the core's one keyed hash (demotion's hashes of pages sent, see
+    /// `crate::siphash`). The core takes no OS randomness: a driver that serves untrusted
+    /// clients draws this from the OS when it opens (thor-server's `Engine` does), a
+    /// simulation derives it from its seed. The default is a fixed, public key.
+    pub hash_key: [u64; 2],
 }
 
 impl Default for CoreConfig {
@@ -130,14 +136,15 @@ impl Default for CoreConfig {
             flush_batch_pages: limits::FLUSH_BATCH_PAGES_DEFAULT,
             flush_start_percent: limits::FLUSH_START_PERCENT,
             idle_flush_after_us: limits::IDLE_FLUSH_AFTER_US,
-            log_buffer_bytes: thor_storage::limits::BUFFER_BYTES_MAX_DEFAULT,
-            record_bytes_max: thor_storage::limits::RECORD_BYTES_MAX_DEFAULT,
+            log_buffer_bytes: limits::LOG_BUFFER_BYTES_DEFAULT,
+            record_bytes_max: limits::LOG_RECORD_BYTES_MAX_DEFAULT,
             cc: cc::CcConfig::default(),
             twopc: twopc::TwoPcConfig::default(),
             protocol: ProtocolConfig::default(),
             page_cache_mode: crate::pagecache::CacheMode::Inclusive,
             wpl: wpl::WPL_CONFIG_DEFAULT,
             prefetch_pages_max: thor_wire::limits::PREFETCH_PAGES_MAX,
+            hash_key: [0x7468_6f72_2d63_6f72, 0x652d_6b65_792d_3331],
         }
     }
 }
@@ -505,6 +512,17 @@ struct Queued {
 }
 
 /// Where a bulk load is.
+/// What a phase of [`Core::pump`] did with the head of the commit queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pumped {
+    /// Passed: on to the next phase.
+    Go,
+    /// Answered (refused, parked or prepared): on to the next commit.
+    Next,
+    /// Must wait (for room, pages or the log): the pump stops.
+    Wait,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bulk {
     /// None.
@@ -687,6 +705,9 @@ pub struct Core {
     /// Resuming sessions on new connections: the history of changes, session keys, seen
     /// stamps (`resume`).
     resume: resume::Resumes,
+    /// The deliberately broken protocol this core runs (tests only, `crate::mutants`).
+    #[cfg(feature = "mutants")]
+    mutant: Option<crate::mutants::Mutant>,
 }
 
 impl Core {
@@ -704,7 +725,9 @@ impl Core {
         Ok(Core {
             cc,
             twopc: twopc::TwoPc::new(cfg.twopc.clone()),
-            demotions: demote::Demotions::new(),
+            demotions: demote::Demotions::new(cfg.hash_key),
+            #[cfg(feature = "mutants")]
+            mutant: None,
             prepared_cc: FxHashMap::default(),
             pages: pagecommit::PageCommits::default(),
             resume: resume::Resumes::new(),
@@ -862,6 +885,41 @@ impl Core {
         self.round.is_some()
     }
 
+    /// Whether this core runs mutant `m` (always `false` without the `mutants` feature).
+    #[cfg(feature = "mutants")]
+    fn mutated(&self, m: crate::mutants::Mutant) -> bool {
+        self.mutant == Some(m)
+    }
+
+    /// Whether this core runs mutant `m` (always `false` without the `mutants` feature).
+    #[cfg(not(feature = "mutants"))]
+    fn mutated(&self, _: crate::mutants::Mutant) -> bool {
+        false
+    }
+
+    #[cfg(feature = "mutants")]
+    pub(crate) fn set_mutant_inner(&mut self, m: crate::mutants::Mutant) {
+        self.mutant = Some(m);
+        self.cc.mutant = Some(m);
+    }
+
+    /// When the driver must step the core next (with [`Input::Tick`] if nothing else
+    /// arrives), in the driver's microseconds: the earliest of the idle install (a MOB left
+    /// unchanged for [`CoreConfig::idle_flush_after_us`]) and two-phase commit's timers
+    /// (queries, vote timeouts, resends). `None`: nothing waits on time, and only an input
+    /// can make the core act. A deadline at or before the last `now` means "step now".
+    /// (quinn-proto's `poll_timeout`: the driver sleeps to it, and need not poll.)
+    pub fn next_deadline_us(&self) -> Option<u64> {
+        let idle = (self.round.is_none()
+            && self.failed.is_none()
+            && !self.recovering
+            && !self.read_only
+            && !self.store.mob.is_empty()
+            && self.store.pending.is_empty())
+        .then(|| self.last_commit_us.saturating_add(self.cfg.idle_flush_after_us));
+        [idle, self.twopc_deadline_us()].into_iter().flatten().min()
+    }
+
     /// Updates the driver's counters (log and traffic) that `Stats` reports.
     pub fn set_driver_counters(&mut self, c: DriverCounters) {
         self.driver = c;
@@ -873,6 +931,8 @@ impl Core {
         self.step_inner(now_us, input, fx);
         self.attach_invalidations(&mut fx[first..]);
         self.stamp_replies(&mut fx[first..]);
+        #[cfg(debug_assertions)]
+        self.check_invariants();
     }
 
     /// Puts each connection's pending invalidations on its first reply of this step (every
@@ -1455,191 +1515,240 @@ impl Core {
         }
     }
 
-    /// Prepares queued commits, in order, until one must wait.
+    /// Prepares queued commits, in order, until one must wait. Each head passes four phases:
+    /// the gate (the server takes writes, there is room, the record fits), validation (a
+    /// timestamp from concurrency control, or two-phase commit's), preparation (orefs and the
+    /// record, or the pages it needs) and the append. A phase that answers the head (a
+    /// refusal) moves on to the next; one that must wait stops the pump.
     fn pump(&mut self, fx: &mut Vec<Effect>) {
         while let Some(head) = self.queue.front() {
             if !head.waiting_for.is_empty() {
                 return;
             }
-            if let Some(why) = &self.failed {
-                let e = EngineError::Failed(why.clone());
-                let q = self.queue.pop_front().expect("checked");
-                self.answer_commit(q.origin, Err(e), fx);
-                continue;
+            match self.gate_head(fx) {
+                Pumped::Go => {}
+                Pumped::Next => continue,
+                Pumped::Wait => return,
             }
-            if self.read_only {
-                let q = self.queue.pop_front().expect("checked");
-                self.answer_commit(q.origin, Err(EngineError::ReadOnly), fx);
-                continue;
+            let Some((ts, writes)) = self.validate_head(fx) else { continue };
+            match self.prepare_head(ts, &writes, fx) {
+                Pumped::Go | Pumped::Next => continue,
+                Pumped::Wait => return,
             }
-            // Room in the MOB for it and every prepared commit (a commit bigger than the whole
-            // budget goes through once the MOB is empty, so that it cannot wait forever) and
-            // in the log buffer.
-            if self.needs_room(&head.commit) {
-                let head = self.queue.front_mut().expect("checked");
-                if !head.counted_waits.0 {
-                    head.counted_waits.0 = true;
-                    self.counters.mob_waits += 1;
-                }
-                return;
+        }
+    }
+
+    /// The gate of the commit at the head of the queue: the server takes writes, the MOB and
+    /// the log buffer have room, its records fit the log, the page modes' own gate.
+    fn gate_head(&mut self, fx: &mut Vec<Effect>) -> Pumped {
+        let head = self.queue.front().expect("a head to gate");
+        let refusal = match (&self.failed, self.read_only) {
+            (Some(why), _) => Some(EngineError::Failed(why.clone())),
+            (None, true) => Some(EngineError::ReadOnly),
+            (None, false) => None,
+        };
+        if let Some(e) = refusal {
+            let q = self.queue.pop_front().expect("checked");
+            self.answer_commit(q.origin, Err(e), fx);
+            return Pumped::Next;
+        }
+        // Room in the MOB for it and every prepared commit (a commit bigger than the whole
+        // budget goes through once the MOB is empty, so that it cannot wait forever) and
+        // in the log buffer.
+        if self.needs_room(&head.commit) {
+            let head = self.queue.front_mut().expect("checked");
+            if !head.counted_waits.0 {
+                head.counted_waits.0 = true;
+                self.counters.mob_waits += 1;
             }
-            // One pass over the objects for both (a commit may write 99,000).
-            let record_bytes = head.commit.record_bytes();
-            let log_bytes = thor_storage::log::record::encoded_len(record_bytes);
-            // A two-phase part's record carries its section after the objects: counted, so
-            // that no record the log would refuse (which stops the server) is ever appended.
-            let section_bytes =
-                head.twopc.as_deref().map_or(0, |t| Core::twopc_section(t).encoded_len());
-            let largest = match head.commit.wpl {
-                None => record_bytes + section_bytes,
-                Some(_) => head.commit.largest_record(),
+            return Pumped::Wait;
+        }
+        // One pass over the objects for both (a commit may write 99,000).
+        let record_bytes = head.commit.record_bytes();
+        let log_bytes = crate::limits::log_record_len(record_bytes);
+        // A two-phase part's record carries its section after the objects: counted, so
+        // that no record the log would refuse (which stops the server) is ever appended.
+        let section_bytes =
+            head.twopc.as_deref().map_or(0, |t| Core::twopc_section(t).encoded_len());
+        let largest = match head.commit.wpl {
+            None => record_bytes + section_bytes,
+            Some(_) => head.commit.largest_record(),
+        };
+        if largest > self.cfg.record_bytes_max {
+            let e = InvalidCommit::TooLarge {
+                what: "record bytes",
+                got: largest,
+                max: self.cfg.record_bytes_max,
             };
-            if largest > self.cfg.record_bytes_max {
-                let q = self.queue.pop_front().expect("checked");
-                let e = InvalidCommit::TooLarge {
-                    what: "record bytes",
-                    got: largest,
-                    max: self.cfg.record_bytes_max,
-                };
-                if q.twopc.is_some() {
-                    // A two-phase part: refused as its validation would be (a no vote).
-                    self.twopc_refused(q, e.into(), fx);
-                    continue;
-                }
+            self.refuse_head(e.into(), fx);
+            return Pumped::Next;
+        }
+        if self.store.unsynced_bytes > 0
+            && self.store.unsynced_bytes + log_bytes > self.cfg.log_buffer_bytes
+        {
+            let head = self.queue.front_mut().expect("checked");
+            if !head.counted_waits.1 {
+                head.counted_waits.1 = true;
+                self.counters.log_waits += 1;
+            }
+            return Pumped::Wait;
+        }
+        self.page_mode_gate(fx)
+    }
+
+    /// Refuses the head of the queue as invalid before validation: a two-phase part as its
+    /// validation would be (a no vote), any other commit counted and answered.
+    fn refuse_head(&mut self, e: EngineError, fx: &mut Vec<Effect>) {
+        let q = self.queue.pop_front().expect("a head to refuse");
+        if q.twopc.is_some() {
+            self.twopc_refused(q, e, fx);
+            return;
+        }
+        self.counters.commits_refused += 1;
+        self.answer_commit(q.origin, Err(e), fx);
+    }
+
+    /// Whole-page logging's gate (`wpl`): the table's bounds, and its checkpoint when due.
+    fn page_mode_gate(&mut self, fx: &mut Vec<Effect>) -> Pumped {
+        let head = self.queue.front().expect("a head to gate");
+        if head.commit.wpl.is_none() {
+            return Pumped::Go;
+        }
+        let c = head.commit.clone();
+        let wpl::Gate::Refuse(e) = self.wpl_gate(&c, fx) else { return Pumped::Go };
+        let q = self.queue.pop_front().expect("checked");
+        match e {
+            EngineError::Conflict(r) => self.refuse(q.origin, r, fx),
+            e => {
                 self.counters.commits_refused += 1;
-                self.answer_commit(q.origin, Err(e.into()), fx);
-                continue;
+                self.answer_commit(q.origin, Err(e), fx);
             }
-            if self.store.unsynced_bytes > 0
-                && self.store.unsynced_bytes + log_bytes > self.cfg.log_buffer_bytes
-            {
-                let head = self.queue.front_mut().expect("checked");
-                if !head.counted_waits.1 {
-                    head.counted_waits.1 = true;
-                    self.counters.log_waits += 1;
-                }
-                return;
-            }
-            let allow_create = self.bulk == Bulk::Idle;
-            let head = self.queue.front().expect("checked");
-            if head.commit.wpl.is_some() {
-                let c = head.commit.clone();
-                if let wpl::Gate::Refuse(e) = self.wpl_gate(&c, fx) {
+        }
+        Pumped::Next
+    }
+
+    /// Validates the head of the queue: its timestamp and the objects it writes, or `None`
+    /// when it was refused or parked behind a transaction in doubt (the head is gone).
+    fn validate_head(
+        &mut self,
+        fx: &mut Vec<Effect>,
+    ) -> Option<(cc::Timestamp, Vec<thor_core::Oref>)> {
+        let head = self.queue.front().expect("a head to validate");
+        let writes: Vec<thor_core::Oref> = head.commit.versions.iter().map(|v| v.0).collect();
+        if head.twopc.is_some() {
+            return match self.twopc_validate(&writes) {
+                Ok(ts) => Some((ts, writes)),
+                Err(e) => {
                     let q = self.queue.pop_front().expect("checked");
-                    match e {
-                        EngineError::Conflict(r) => self.refuse(q.origin, r, fx),
-                        e => {
-                            self.counters.commits_refused += 1;
-                            self.answer_commit(q.origin, Err(e), fx);
-                        }
-                    }
-                    continue;
-                }
-            }
-            let head = self.queue.front().expect("checked");
-            let conn = head.origin.conn();
-            let writes: Vec<thor_core::Oref> = head.commit.versions.iter().map(|v| v.0).collect();
-            let two_phase = head.twopc.is_some();
-            let ts = if two_phase {
-                match self.twopc_validate(&writes) {
-                    Ok(ts) => ts,
-                    Err(e) => {
-                        let q = self.queue.pop_front().expect("checked");
-                        if let EngineError::Conflict(r) = &e
-                            && let Some(on) = self.in_doubt_writer(r)
-                        {
-                            self.park(on, *r, twopc::ParkedWork::Queued(q));
-                            continue;
-                        }
+                    if let EngineError::Conflict(r) = &e
+                        && let Some(on) = self.in_doubt_writer(r)
+                    {
+                        self.park(on, *r, twopc::ParkedWork::Queued(q));
+                    } else {
                         self.twopc_refused(q, e, fx);
-                        continue;
                     }
-                }
-            } else {
-                match self.cc.validate(
-                    conn,
-                    &head.commit.reads,
-                    &writes,
-                    head.commit.ts,
-                    self.now_us,
-                ) {
-                    Ok(ts) => ts,
-                    Err(r) => {
-                        let q = self.queue.pop_front().expect("checked");
-                        match self.in_doubt_writer(&r) {
-                            Some(on) => self.park(on, r, twopc::ParkedWork::Queued(q)),
-                            None => self.refuse(q.origin, r, fx),
-                        }
-                        continue;
-                    }
+                    None
                 }
             };
-            let head = self.queue.front().expect("checked");
-            let section = head.twopc.as_deref().map(Core::twopc_section);
-            let prepared = if head.commit.wpl.is_some() && !two_phase {
-                self.store.prepare_wpl(
-                    &head.commit,
-                    &head.images,
-                    allow_create,
-                    (ts.time_us, ts.server),
-                )
-            } else {
-                self.store.prepare(
-                    &head.commit,
-                    &head.images,
-                    allow_create,
-                    (ts.time_us, ts.server),
-                    section.as_ref(),
-                )
-            };
-            match prepared {
-                Ok(p) => {
-                    if let Some(w) = &p.wpl {
-                        for (lsn, _, record) in &w.images {
-                            fx.push(Effect::Append { lsn: *lsn, record: record.clone() });
-                        }
-                    }
-                    fx.push(Effect::Append { lsn: p.lsn, record: p.record.clone() });
-                    let wpl_images = p.wpl.as_ref().map(|w| w.images.clone());
-                    let created = p.created.clone();
-                    let q = self.queue.pop_front().expect("checked");
-                    let lsn = self.store.pending.back().expect("just prepared").lsn;
-                    if two_phase {
-                        self.twopc_prepared(q, ts, &writes, lsn, created);
-                        continue;
-                    }
-                    self.cc.insert(ts, &q.commit.reads, &writes, false, self.now_us);
-                    self.prepared_cc.insert(lsn, (ts, conn));
-                    self.prepared_origin.insert(lsn, q.origin);
-                    if let Some(images) = wpl_images {
-                        self.wpl_prepared(lsn, &images, fx);
-                    }
+        }
+        let conn = head.origin.conn();
+        if self.mutated(crate::mutants::Mutant::ValidationOff) {
+            let ts = self.cc.validate(None, &[], &[], None, self.now_us);
+            return Some((ts.expect("a fresh timestamp passes"), writes));
+        }
+        match self.cc.validate(conn, &head.commit.reads, &writes, head.commit.ts, self.now_us) {
+            Ok(ts) => Some((ts, writes)),
+            Err(r) => {
+                let q = self.queue.pop_front().expect("checked");
+                match self.in_doubt_writer(&r) {
+                    Some(on) => self.park(on, r, twopc::ParkedWork::Queued(q)),
+                    None => self.refuse(q.origin, r, fx),
                 }
-                Err(Stop::Need(pages)) => {
-                    for p in &pages {
-                        self.counters.validation_reads += 1;
-                        self.want_read(*p, None, fx);
-                    }
-                    self.queue.front_mut().expect("checked").waiting_for = pages;
-                    return;
+                None
+            }
+        }
+    }
+
+    /// Prepares the validated head of the queue (orefs, the record) and appends it; or asks
+    /// for the pages preparing it needs (`Wait`); or refuses it (`Next`).
+    fn prepare_head(
+        &mut self,
+        ts: cc::Timestamp,
+        writes: &[thor_core::Oref],
+        fx: &mut Vec<Effect>,
+    ) -> Pumped {
+        let allow_create = self.bulk == Bulk::Idle;
+        let head = self.queue.front().expect("a head to prepare");
+        let two_phase = head.twopc.is_some();
+        let section = head.twopc.as_deref().map(Core::twopc_section);
+        let at = (ts.time_us, ts.server);
+        let prepared = if head.commit.wpl.is_some() && !two_phase {
+            self.store.prepare_wpl(&head.commit, &head.images, allow_create, at)
+        } else {
+            let s = section.as_ref();
+            self.store.prepare(&head.commit, &head.images, allow_create, at, s)
+        };
+        match prepared {
+            Ok(_) => {
+                self.append_prepared(ts, writes, fx);
+                Pumped::Go
+            }
+            Err(Stop::Need(pages)) => {
+                for p in &pages {
+                    self.counters.validation_reads += 1;
+                    self.want_read(*p, None, fx);
                 }
-                Err(Stop::Fail(e)) => {
-                    let q = self.queue.pop_front().expect("checked");
-                    if q.twopc.is_some() {
-                        self.twopc_refused(q, e, fx);
-                        continue;
-                    }
-                    if let EngineError::Conflict(r @ cc::Refusal::PageWritten(_)) = e {
-                        self.wpl_page_rule_refused();
-                        self.refuse(q.origin, r, fx);
-                        continue;
-                    }
+                self.queue.front_mut().expect("checked").waiting_for = pages;
+                Pumped::Wait
+            }
+            Err(Stop::Fail(e)) => {
+                let q = self.queue.pop_front().expect("checked");
+                if q.twopc.is_some() {
+                    self.twopc_refused(q, e, fx);
+                } else if let EngineError::Conflict(r @ cc::Refusal::PageWritten(_)) = e {
+                    self.wpl_page_rule_refused();
+                    self.refuse(q.origin, r, fx);
+                } else {
                     if matches!(e, EngineError::Invalid(_)) {
                         self.counters.commits_refused += 1;
                     }
                     self.answer_commit(q.origin, Err(e), fx);
                 }
+                Pumped::Next
             }
+        }
+    }
+
+    /// Appends a prepared commit's records (LSNs in effect order) and hands the head of the
+    /// queue to whoever waits for its durability: two-phase commit for a part, else the
+    /// prepared-commit tables (and whole-page logging's, for its images).
+    fn append_prepared(
+        &mut self,
+        ts: cc::Timestamp,
+        writes: &[thor_core::Oref],
+        fx: &mut Vec<Effect>,
+    ) {
+        let p = self.store.pending.back().expect("just prepared");
+        if let Some(w) = &p.wpl {
+            for (lsn, _, record) in &w.images {
+                fx.push(Effect::Append { lsn: *lsn, record: record.clone() });
+            }
+        }
+        fx.push(Effect::Append { lsn: p.lsn, record: p.record.clone() });
+        let wpl_images = p.wpl.as_ref().map(|w| w.images.clone());
+        let created = p.created.clone();
+        let lsn = p.lsn;
+        let q = self.queue.pop_front().expect("the head was prepared");
+        if q.twopc.is_some() {
+            self.twopc_prepared(q, ts, writes, lsn, created);
+            return;
+        }
+        let conn = q.origin.conn();
+        self.cc.insert(ts, &q.commit.reads, writes, false, self.now_us);
+        self.prepared_cc.insert(lsn, (ts, conn));
+        self.prepared_origin.insert(lsn, q.origin);
+        if let Some(images) = wpl_images {
+            self.wpl_prepared(lsn, &images, fx);
         }
     }
 
@@ -1899,6 +2008,8 @@ impl Core {
         let mut abandoned = Vec::new();
         self.store.abandon_pending(|p| abandoned.push(p.lsn));
         for lsn in abandoned {
+            // Its timestamp goes too: nothing of it will be published.
+            self.prepared_cc.remove(&lsn);
             if let Some(origin) = self.prepared_origin.remove(&lsn) {
                 self.answer_commit(origin, Err(EngineError::Failed(why.clone())), fx);
             }
@@ -2147,9 +2258,8 @@ impl From<Commit> for CommitIn {
     }
 }
 
-/// The client id type sessions hand out, re-exported for drivers.
-pub type Client = ClientId;
-
+#[cfg(test)]
+mod testdisk;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! request. The server keeps them only if they are still the page's current image:
 //!
 //! - **The bytes are the ones sent.** When the server sends a page to a session it keeps a
-//!   keyed hash of it (SipHash with keys drawn at random when the server starts, so a client
+//!   keyed hash of it (SipHash keyed by `CoreConfig::hash_key`, secret to the driver, so a client
 //!   cannot make a forged page match). Demoted bytes whose hash differs are refused: a client
 //!   that sent its swizzled frame, a buggy or hostile one, never puts wrong bytes in the cache.
 //!   The hash is kept only for pages sent exactly as installed (no MOB versions applied, not a
@@ -28,9 +28,6 @@
 //!   changed. Conservative (a demotion refused that could have been kept), never wrong.
 //! - Pages asked for and not yet received: at most [`DEMOTED_WANTED_MAX`] per session, so
 //!   what a client must hold for the server is bounded too.
-
-use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
 
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
@@ -68,7 +65,8 @@ pub struct DemoteCounters {
 /// See the module documentation.
 #[derive(Debug)]
 pub struct Demotions {
-    keys: RandomState,
+    /// The key of the hash of sent pages (`CoreConfig::hash_key`).
+    key: [u64; 2],
     sent: FxHashMap<ConnId, FxHashMap<PageId, Sent>>,
     records: usize,
     /// Pages asked for, to go on the session's next reply.
@@ -83,17 +81,12 @@ pub struct Demotions {
     counters: DemoteCounters,
 }
 
-impl Default for Demotions {
-    fn default() -> Self {
-        Demotions::new()
-    }
-}
-
 impl Demotions {
-    /// No pages sent yet; fresh hash keys.
-    pub fn new() -> Demotions {
+    /// No pages sent yet; pages sent are hashed under `key` (secret from clients, so that
+    /// none can make other bytes pass for a page it was sent).
+    pub fn new(key: [u64; 2]) -> Demotions {
         Demotions {
-            keys: RandomState::new(),
+            key,
             sent: FxHashMap::default(),
             records: 0,
             wanted: FxHashMap::default(),
@@ -110,13 +103,34 @@ impl Demotions {
         self.counters
     }
 
-    /// Sent-page records held now (all sessions).
-    pub fn records(&self) -> usize {
-        self.records
+    /// Asserts what the module documentation promises: the record count is the records'
+    /// number and within its bound, each session's asked-for count is its asked records and
+    /// within [`DEMOTED_WANTED_MAX`], the written-page marks within theirs, the floor not past
+    /// the generation. Calls `in_directory(conn, page)` for every page sent and not asked for:
+    /// the client holds it, so concurrency control's directory must cover it.
+    pub fn check_invariants(&self, mut in_directory: impl FnMut(ConnId, PageId) -> bool) {
+        let records: usize = self.sent.values().map(|m| m.len()).sum();
+        assert_eq!(records, self.records, "demotion records counted");
+        assert!(self.records <= limits::DEMOTE_RECORDS_MAX);
+        for (conn, m) in &self.sent {
+            let asked = m.values().filter(|s| s.asked).count();
+            assert_eq!(asked, self.asked.get(conn).copied().unwrap_or(0), "asked of {conn}");
+            assert!(asked <= DEMOTED_WANTED_MAX);
+            for (page, s) in m {
+                assert!(s.generation <= self.generation);
+                assert!(s.asked || in_directory(*conn, *page), "{conn} holds {page} off-directory");
+            }
+        }
+        for (conn, n) in &self.asked {
+            assert!(self.sent.contains_key(conn) || *n == 0, "asked without records: {conn}");
+        }
+        assert!(self.changed.len() <= limits::DEMOTE_CHANGED_MAX);
+        assert!(self.floor <= self.generation.saturating_add(1));
+        assert!(self.changed.values().all(|g| *g <= self.generation));
     }
 
     fn hash(&self, bytes: &[u8]) -> u64 {
-        self.keys.hash_one(bytes)
+        crate::siphash::hash(self.key, bytes)
     }
 
     /// `conn` was sent `page` as `bytes`, its installed image.
@@ -259,7 +273,7 @@ mod tests {
 
     #[test]
     fn a_page_is_taken_back_only_as_sent_and_unchanged() {
-        let mut d = Demotions::new();
+        let mut d = Demotions::new([3, 4]);
         let mut c = cache();
         let img = vec![7u8; 1024];
         d.page_sent(1, p(3), &img);
@@ -277,7 +291,7 @@ mod tests {
         assert_eq!(d.take_wanted(1), vec![p(3)]);
         d.data(1, p(3), Bytes::from(img.clone()), &mut c);
         assert_eq!(c.peek(p(3)).map(|b| b.to_vec()), Some(img.clone()));
-        assert_eq!(d.records(), 0);
+        assert_eq!(d.records, 0);
         // Unsolicited data: refused.
         d.data(1, p(4), Bytes::from(img), &mut c);
         assert_eq!(d.counters().refused, 2);
@@ -285,7 +299,7 @@ mod tests {
 
     #[test]
     fn a_page_written_after_it_was_sent_is_not_asked_for_or_kept() {
-        let mut d = Demotions::new();
+        let mut d = Demotions::new([3, 4]);
         let mut c = cache();
         let img = vec![1u8; 1024];
         d.page_sent(1, p(3), &img);
@@ -303,7 +317,7 @@ mod tests {
 
     #[test]
     fn the_written_marks_are_bounded_by_a_floor() {
-        let mut d = Demotions::new();
+        let mut d = Demotions::new([3, 4]);
         d.page_sent(1, p(1), &[0u8; 1024]);
         for i in 0..=limits::DEMOTE_CHANGED_MAX as u32 {
             d.pages_written([p(2 + i)]);
@@ -315,7 +329,7 @@ mod tests {
 
     #[test]
     fn a_session_asks_for_at_most_the_bound_and_forgets_all_at_disconnect() {
-        let mut d = Demotions::new();
+        let mut d = Demotions::new([3, 4]);
         let mut c = cache();
         for i in 1..=DEMOTED_WANTED_MAX as u32 {
             d.page_sent(1, p(i), &[0u8; 1024]);
@@ -326,8 +340,8 @@ mod tests {
         d.page_sent(1, p(500), &[0u8; 1024]);
         d.notice(1, p(500), &mut c);
         assert_eq!(d.take_wanted(1), vec![p(500)]);
-        assert_eq!(d.records(), 1);
+        assert_eq!(d.records, 1);
         d.disconnect(1);
-        assert_eq!(d.records(), 0);
+        assert_eq!(d.records, 0);
     }
 }

@@ -175,11 +175,6 @@ impl Staged {
 }
 
 impl PageCommits {
-    /// The state of a server in `mode`.
-    pub fn new(mode: CommitMode) -> PageCommits {
-        PageCommits { mode, ..PageCommits::default() }
-    }
-
     /// The server's commit mode.
     pub fn mode(&self) -> CommitMode {
         self.mode
@@ -579,6 +574,3 @@ impl Core {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;
