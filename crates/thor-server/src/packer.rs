@@ -12,7 +12,7 @@ use thor_core::ids::OIDS_PER_PAGE;
 use thor_core::limits::{OFFSET_ENTRY_BYTES, PAGE_HEADER_BYTES};
 use thor_core::{Oid, Oref, PageId};
 
-use crate::error::EngineError;
+use thor_server_core::EngineError;
 
 /// Places objects into fresh pages from a first page on; see the module documentation.
 #[derive(Debug, Clone)]
