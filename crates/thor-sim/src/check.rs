@@ -412,3 +412,25 @@ fn page_range(page: PageId) -> std::ops::RangeInclusive<Oref> {
     );
     first..=last
 }
+
+/// The offline checker (`thor check`, [`thor_admin::check_disk`]) on a database as a crash
+/// or a backup left it, before recovery: every page, every log record and every reference
+/// must pass, as an operator running `thor check` on it would require. `what` names the
+/// database in the violation. The disk's fault plan is off meanwhile (the check only reads).
+pub fn offline(disk: &thor_storage::MemDisk, what: &str) -> Result<(), Violation> {
+    let plan = disk.fault_plan();
+    disk.set_fault_plan(thor_storage::FaultPlan::default());
+    let options = thor_admin::CheckOptions { max_problems: 20 };
+    let report = thor_admin::check_disk(disk, what, &options, &thor_admin::NoProgress);
+    disk.set_fault_plan(plan);
+    let report = report.map_err(|e| Violation(format!("thor check cannot check {what}: {e}")))?;
+    if !report.is_healthy() {
+        let lines: Vec<String> = report.problems().iter().map(ToString::to_string).collect();
+        return Err(Violation(format!(
+            "thor check finds {} problems in {what}:\n{}",
+            report.problems_total(),
+            lines.join("\n")
+        )));
+    }
+    Ok(())
+}

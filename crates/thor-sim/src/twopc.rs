@@ -390,6 +390,8 @@ impl World {
     }
 
     fn start(&mut self, s: usize) -> Result<(), Violation> {
+        let what = format!("server {}'s database after a crash", s + 1);
+        crate::check::offline(&self.servers[s].disk, &what)?;
         let disk = Arc::new(self.servers[s].disk.clone());
         let r = io::recover(disk, core_config(self.cfg.servers, self.cfg.seed), log_options())
             .map_err(|e| Violation(format!("server {} does not open: {e}", s + 1)))?;

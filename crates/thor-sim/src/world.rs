@@ -735,6 +735,7 @@ impl World {
 
     /// Recovers the server from the disk and checks the recovered state.
     fn start_server(&mut self) -> Result<(), Violation> {
+        crate::check::offline(&self.disk, "the database after a crash")?;
         let r = io::recover(Arc::new(self.disk.clone()), core_config(&self.cfg), log_options())
             .map_err(|e| Violation(format!("the database does not open after a crash: {e}")))?;
         self.out.install_rounds += r.rounds;
@@ -1132,6 +1133,7 @@ impl World {
         self.trace(|| format!("backup up to LSN {}", info.lsn));
         self.out.backups += 1;
         dest.crash(self.rng.next_u64());
+        crate::check::offline(&dest, "a backup")?;
         let r = io::recover(Arc::new(dest), core_config(&self.cfg), log_options())
             .map_err(|e| Violation(format!("a backup does not open: {e}")))?;
         let mut r = r;
