@@ -24,6 +24,48 @@
 //! traits, the page-file side, recovery); [`engine`] is the threaded embedded driver, which
 //! `thor-net`'s TCP server and in-process transport also use; `thor-sim` drives the same core
 //! deterministically in one thread.
+//!
+//! # Mechanisms (the detail behind ARCHITECTURE.md)
+//!
+//! `io.rs` is what drivers share: the `Clock` trait (`SystemClock`), the `CommitLog` trait (the
+//! `thor_storage::Log` implements it; a replicated log can stand in later), `DiskSide` (page
+//! reads, install rounds behind the double-write buffer `dwb.rs`, superblock writes
+//! `superblock.rs`, and backups), `create` and `recover`. A backup (`DiskSide::backup_into`,
+//! `backup_to_dir`) copies the superblock, the page file and the log's durable extent
+//! (`Log::durable_extent`) while install rounds and checkpoints wait on a lock they otherwise
+//! share (`DiskSide::hold_installs`, which the engine holds from a round's first write until the
+//! core has stepped its outcome, so a backup also sees a failed round as a failed server and
+//! refuses), so it is what a crash would leave with everything synced, and recovery opens it with
+//! exactly the commits up to the extent's LSN (`tests/backup.rs` checks a backup taken under
+//! commit load holds a committed prefix); a directory backup is made under `.NAME.partial` and
+//! renamed. Recovery streams the log from the checkpoint
+//! (`Log::open_streaming` + `Log::reader`) and replays it into a core, running install rounds
+//! whenever the MOB passes its budget, so an open after a crash holds the MOB's budget plus one
+//! read chunk and one record, however long the log (`tests/open_memory.rs` measures it).
+//!
+//! `engine.rs` is the embedded driver, `Engine`: the core behind a mutex, stepped by whichever
+//! thread has input. `Reply` effects go to the connection's `ReplySink`; `Read`s and the log's
+//! sync after an append are returned to the caller as `Work` and performed after unlocking, then
+//! reported (`PageRead`, `Durable`; each `Read` timed into `ServerStats::page_read_ns`, and the
+//! network drivers' fetch service times added with `note_fetch_served`, passed to the core with
+//! the traffic counters as `DriverCounters`). The log's own group commit shares fsyncs: the committer leads
+//! its own fsync and everyone who appended meanwhile shares it, so no commit waits for a hand-off
+//! to another thread. An installer thread runs install rounds and checkpoints and ticks the
+//! core at `Core::next_deadline_us` (between 1 ms and 100 ms). A page-cache hit of the embedded `fetch` is a query (`Core::fetch_cached`), not a step.
+//! Without the installer thread (`background_flusher: false`, for deterministic tests) the caller
+//! performs every effect before returning. `close` (or drop) installs everything, rotates the log
+//! and deletes its old segments; `halt` stops as a crash would. After a storage failure (a failed
+//! log or page-file write or fsync) the engine logs it once at ERROR, reports `Health::Failed`
+//! (`Engine::health`, without the core's lock) and the `health` counters, refuses commits and new
+//! sessions (the core answers `Connect` with `ServerFailed`), serves reads of committed data, and
+//! writes nothing more, closing included; the way back is a new open. `Engine::open_read_only`
+//! runs recovery, then refuses writing commits, flush rounds and bulk loads (`EngineError::
+//! ReadOnly`) and never starts an install round. The engine records `thor_commit_seconds` and
+//! `thor_fetch_seconds` into the `metrics` facade (no-ops without a recorder) and adds its own
+//! counters (uptime, version, file sizes, health) to `ServerStats`. `BulkLoader` writes large databases
+//! straight into pages; its packing is predictable from the objects' sizes (`first_page`), and a
+//! loader that patches nothing writes its pages out as it goes (`write_out`).
+//! `bin/thor-commit-loop.rs` is the fixture of the process-kill test.
 
 pub mod dwb;
 pub mod engine;

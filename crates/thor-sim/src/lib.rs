@@ -37,6 +37,80 @@
 //! record's bytes; `tests/cluster.rs` runs seeds in two processes and compares them. With the
 //! `mutants` feature, `with_mutant` runs deliberately broken protocols, and
 //! `tests/mutants.rs` shows that the checkers catch each.
+//!
+//! # Mechanisms and invariants (the detail behind ARCHITECTURE.md)
+//!
+//! The deterministic whole-cluster simulation (`world.rs`): the real `thor_server::Core`, several
+//! simulated clients (each commits new items and rewrites its own counters, and fetches pages),
+//! a simulated network (latency, reordering, a lost message breaks the connection and the client
+//! reconnects as over TCP) and `MemDisk` with its crash model, all in one thread under one seeded
+//! scheduler with virtual time. The server crashes at random steps (an I/O may die halfway; the
+//! disk keeps any subset of unsynced writes, torn at sector granularity) and recovers with
+//! `io::recover` on the same disk. `check.rs` judges every run: after each crash and at the end,
+//! the recovered state is exactly the state after some prefix of the log that contains every
+//! acknowledged commit, and every fetched page shows exactly the commits that were durable when it
+//! was composed. Backups of the live server are taken at random times (0 to 2 per seed); each is
+//! crashed (losing whatever it did not sync), recovered and checked the same way: exactly the log
+//! up to the LSN it claims, with every commit acknowledged before it. A run's trace hashes to a number, so a test shows that a seed replays exactly; a
+//! failure prints `THOR_SIM_SEED=<n> cargo test -p thor-sim --test cluster replay -- --nocapture`
+//! (with `THOR_SIM_MODE=<mode>` and `--test page_modes` in a page mode) and the equivalent `thor
+//! sim cluster --seed <n> [--commit-mode <mode>] --trace`.
+//!
+//! *Architecture Invariant:* nothing in a run reads a real clock, thread or device; every random
+//! choice comes from the seed.
+//!
+//! `twopc.rs` is the cluster of two or three servers: real cores over their own `MemDisk`s,
+//! clients whose transfers take an account at one server and one at another (sometimes reading a
+//! third server's too) and whose audits read two servers, all committed with two-phase commit;
+//! crashes of any server at any event and inside syncs, installs and checkpoints; lost client
+//! messages (a broken connection, after which a client discards what it read on that session);
+//! server-to-server messages lost, delayed and reordered. At the end faults stop, everything in
+//! doubt is decided, and the run is judged: the history (with the clients' timestamps as order
+//! keys) must be conflict-serializable *in timestamp order* and end in the final state of every
+//! server, so a transfer committed at one server only is an anomaly; and the money is conserved.
+//! Every server knows the others as peers (`TwoPcConfig::peers`). `tests/twopc.rs` runs 10,000
+//! seeds (`THOR_SIM_TWOPC_SEEDS` for more: 100,000 take about 15 s in release); deliberately broken protocols (a coordinator that skips the writers' votes, a
+//! participant that acknowledges before its decision is durable) fail within a few seeds.
+//!
+//! The server may run a page-based commit mode (`SimConfig::for_seed_in(seed, mode)`; the page
+//! settings are drawn from a stream of their own so `obj` seeds replay as before): the clients
+//! then fetch every page they write and commit as thor-client's page modes do, built in
+//! `pagemode.rs` with thor-recovery's recovery buffer, differ and encoder (a small buffer makes
+//! `PageRecords` with undo go before the `PageCommit`; in half the seeds clients hold at most one
+//! or two written pages and steal the oldest, sending its records and, ESM and WPL, the page
+//! whole early; ESM ships the pages sealed whole; WPL ships
+//! the written pages whole and nothing else, with a small WPL table drawn per seed), and
+//! hold the acknowledgement of an invalidation on a page they diff against until their commit
+//! is answered. The durability checker learns a WPL commit from its page images (every object
+//! equal to the log so far except the transaction's new versions, credited at its commit record).
+//! `tests/page_modes.rs` runs 500 seeds per mode (`THOR_SIM_SEEDS` per mode for
+//! more), each judged by both the durability checker and the serializability checker.
+//!
+//! A third of the seeds run with prefetch (`SimConfig::prefetch`, `SimPrefetch`, drawn from a
+//! stream of its own; `obj` mode only, as thor-client): clients fetch with `Prefetch`, keep every
+//! page they get in a small cache and read cells from it without fetching, drop a page when an
+//! invalidation names one of its objects or for room, and report it discarded only when neither
+//! the plan nor the commit request of the open transaction read it. Every page of a `Pages`
+//! reply is checked by the durability checker, and reads from cached copies are judged by the
+//! serializability checker: a server that skipped the registration of prefetched pages fails
+//! within 20 seeds, and so did a client that reported a page discarded on the commit that read it.
+//!
+//! `acked.rs` is issue 30's differential harness between the wire decoder, the core and
+//! recovery: any bytes are a *program* of requests (commits, two-phase prepares, whole-page
+//! commits, raw payloads, honest peers' messages, install rounds, time passing) built from a small
+//! prebuilt database and edge-case words (null, page 0, tagged, past the tail, huge counts),
+//! encoded by hand, damaged byte by byte, decoded by the wire decoder and run by the real
+//! `Engine` on a `MemDisk`; then every log record must decode with recovery's decoders, the
+//! engine must recover from a crash and serve exactly the pages it served, and a backup must
+//! open and serve them too. The fuzz target `fuzz/fuzz_targets/recover.rs`, the bounded run
+//! `tests/acked.rs` (20,000 programs) and thor-cli's property test call it; `acked::trace`
+//! prints what one input does.
+//!
+//! *API Boundary:* `acked::{run, run_with, trace, fixture, check_log, AckedRun, AckedFailure}`;
+//! `SimConfig::{for_seed, for_seed_in}`, `SimPrefetch`, `PageClientConfig`, `run`, `Outcome`,
+//! `SimFailure`, `Violation`; `twopc::{TwoPcSimConfig, run_twopc, TwoPcOutcome, TwoPcFailure}`;
+//! the tests in `tests/cluster.rs` (10,000 seeds by default, `THOR_SIM_SEEDS` for more),
+//! `tests/page_modes.rs` and `tests/twopc.rs`.
 
 pub mod acked;
 pub mod check;
