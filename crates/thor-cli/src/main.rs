@@ -2,6 +2,29 @@
 //!
 //! Each subcommand lives in its own module and owns its argument struct; `main` only parses and
 //! dispatches, so that subcommands can be added without touching each other.
+//!
+//! # The server, stats and logging (the detail behind ARCHITECTURE.md)
+//!
+//! `server.rs` is `thor server`: its credentials come from `--credentials FILE` (scoped; a
+//! server presents its own `peer:ID` secret to its peers, which `TcpPeers` starts only once the
+//! database is open and its id known) or the single token (`--token-file`, `THOR_TOKEN`), and are
+//! re-read on SIGHUP by a thread of their own (`Engine::set_credentials`: sessions of revoked
+//! credentials are closed); `--peer` gives both the peers' addresses and the servers two-phase
+//! commit may name. `tests/credentials.rs` runs it as a process: scopes over TCP, revocation on
+//! SIGHUP, two servers authenticating to each other with their peer credentials.
+//!
+//! `stats.rs` is `thor stats ADDR` (`HOST:PORT` or `unix:PATH`, token from `THOR_TOKEN`; a
+//! server's version, uptime, health and size, then its counters, those of modes that are off
+//! hidden, as a table, JSON or Prometheus text) and the `--metrics-listen` endpoint of `thor
+//! server` (`MetricsServer`: hyper's HTTP/1.1 on a thread and runtime of its own, `GET /metrics`
+//! rendered by `metrics-exporter-prometheus` from the `metrics` facade the engine's latency
+//! histograms record into, `GET /health` 200 or 503; stopped before the engine closes, so that
+//! shutdown checkpoints); both render `ServerStats` with the help text its field docs give
+//! (`ServerStats::HELP`). `server.rs` watches the engine's health and, after a storage failure
+//! and a grace, shuts the server down and exits with status 75 (the guide says why). `main.rs` sets up
+//! logging once for every command (`-v`/`-q`, `--log-format`, `RUST_LOG`) and prints an error as
+//! one line, each cause once.
+//!
 
 use clap::{Parser, Subcommand};
 

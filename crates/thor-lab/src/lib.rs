@@ -18,6 +18,24 @@
 //!
 //! Feature `sim`: links `thor-sim` and `thor-cachesim` for `thor sim` and
 //! `thor oo7 multi --sim`. Without it the shipped binary carries neither simulator.
+//!
+//! # The load drivers (the detail behind ARCHITECTURE.md)
+//!
+//! The load drivers share `bank.rs` (accounts reached from root slot 0, each write storing
+//! a version unique to it so histories can be checked): `thor bench clients` (`bench_clients.rs`:
+//! N client threads over loopback TCP running transfers or the shared-counters workload through
+//! `Session::run`; throughput, aborts, latency, the server's refusals by cause, the total checked)
+//! and `thor bench transfer-client` (`transfer_client.rs`: one client process that survives
+//! server restarts and appends every transaction it sent for commit to a JSON-lines history;
+//! thor-cli's `tests/kill_transfers.rs` runs eight of them while SIGKILLing the server twenty times and checks
+//! the history with `thor_history`), and `thor bench cluster-client` (`cluster_client.rs`: the
+//! same over a `Cluster`, each transfer between accounts at two servers; thor-cli's `tests/kill_cluster.rs`
+//! runs two `thor server` processes and four of them while SIGKILLing either server a dozen
+//! times, then checks the money and the history against both servers' final state). `thor bench
+//! twopc` (`bench_twopc.rs`) times commits at one server against two over TCP or in process, and
+//! `thor oo7 cluster` (`oo7_cluster.rs`, over `thor_oo7::split`) runs OO7 with its two modules at
+//! two servers against one; `docs/cluster.md` has both.
+//!
 
 pub mod args;
 pub mod bank;
