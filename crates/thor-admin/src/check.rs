@@ -914,7 +914,7 @@ impl<'d> Checker<'d> {
             last_created_page: 0,
         };
         let page_size = self.page_size;
-        let mut wpl = thor_server::wpl_log::WplObjects::default();
+        let mut wpl = thor_study::wpl_log::WplObjects::default();
         let inspection = inspect(self.disk, &LogOptions::default(), |r: RecordAt<'_>| {
             bar.inc(1);
             if segments.last().is_none_or(|s| s != r.segment) {
@@ -1373,7 +1373,7 @@ impl<'d> Checker<'d> {
         let checkpoint = self.sb.checkpoint;
         let disk = self.disk;
         let page_size = self.page_size;
-        let mut wpl = thor_server::wpl_log::WplObjects::default();
+        let mut wpl = thor_study::wpl_log::WplObjects::default();
         inspect(disk, &LogOptions::default(), |r| {
             bar.inc(1);
             // Fed every record: a WPL commit's images may lie below the checkpoint.

@@ -12,6 +12,11 @@
 //!   ([`CheckpointJob`], [`superblock`]) and lets the driver truncate the log;
 //! - rebuilds its state from the log's records on open ([`Core::replay`]).
 //!
+//! How a commit becomes log records is one seam inside it, the commit path (`CommitPath` in
+//! `core/commit_path.rs`, whose docs state what any commit path may do to the log): object
+//! shipping by default, whole-page logging in the study's `wpl` mode
+//! ([`Core::set_commit_mode`]; thor-study holds its restart over a real log).
+//!
 //! # The seal
 //!
 //! The core reads no clock, spawns no thread, touches no file or socket and takes no OS

@@ -543,7 +543,7 @@ pub fn recover(
         expected = lsn.next();
         // The first WPL record replay meets: WPL's copies go back into the MOB before any
         // further replay (an install round during replay must see them; see `restore_wpl`).
-        if !wpl_restored && payload.first().is_some_and(|k| thor_recovery::wpl::is_wpl_kind(*k)) {
+        if !wpl_restored && thor_study::wpl_log::is_wpl_record(payload) {
             wpl_restored = true;
             restore_wpl(&mut core, &disk_side, &log, page_size)?;
         }
@@ -593,44 +593,22 @@ fn unreadable(disk: &dyn Disk, opts: &LogOptions, lsn: Lsn, e: EngineError) -> E
     }
 }
 
-/// WPL's restart at recovery (`crate::wpl_log`): the table rebuilt by one backward pass, and
-/// each committed copy it names handed to the core with its home page's version (0 for a page
-/// opened since the superblock's checkpoint, which may have no home yet): the core puts back
-/// into the MOB the copies forward replay cannot see (see `Core::wpl_restored`).
-///
-/// *Why at the first WPL record, not after replay:* replay may run install rounds (the MOB's
-/// budget); one that wrote a page home without the copy's objects in the MOB would make the
-/// home look newer than the copy while lacking it. A copy not yet home keeps its commit's
-/// versions in the MOB, so the superblock's checkpoint lies at or below that commit's record
-/// and replay meets a WPL record (that one, or an earlier one) before any round could install
-/// a version of the page newer than the copy. A log without WPL records from the checkpoint
-/// on has no copy that is not home, and no backward pass is made.
+/// WPL's restart at recovery (the study's hook, `thor_study::wpl_log::restore`), reading
+/// each named copy's home page from the page file.
 fn restore_wpl(
     core: &mut Core,
     disk_side: &DiskSide,
     log: &Log,
     page_size: usize,
 ) -> Result<(), EngineError> {
-    let r = crate::wpl_log::restart(log, page_size, core.config().wpl)
-        .map_err(|e| EngineError::CorruptRecord { lsn: 0, why: e.to_string() })?;
-    let on_disk = core.alloc_page_at_checkpoint().unwrap_or(PageId::FIRST);
-    let mut copies = Vec::with_capacity(r.copies.len());
-    let mut named: Vec<_> = r.copies.into_iter().collect();
-    named.sort_unstable_by_key(|(p, _)| *p);
-    for (page, (copy, image)) in named {
-        let home = if page <= on_disk {
-            let img = disk_side.read_page(page).map_err(|e| match e {
-                ReadError::Corrupt(source) => EngineError::CorruptPage { page, cause: source },
-                ReadError::Storage(why) => EngineError::Read { page, why },
-            })?;
-            PageView::parse(&img).map(|v| v.version()).unwrap_or(Lsn::ZERO)
-        } else {
-            Lsn::ZERO
-        };
-        copies.push((page, copy.lsn, image, home));
-    }
-    info!(copies = copies.len(), checkpoint = ?r.checkpoint, "WPL restart");
-    core.wpl_restored(r.table, copies)
+    let r = thor_study::wpl_log::restore(core, log, page_size, |page| {
+        disk_side.read_page(page).map_err(|e| match e {
+            ReadError::Corrupt(source) => EngineError::CorruptPage { page, cause: source },
+            ReadError::Storage(why) => EngineError::Read { page, why },
+        })
+    })?;
+    info!(copies = r.copies, checkpoint = ?r.checkpoint, "WPL restart");
+    Ok(())
 }
 
 /// Runs one install round and its checkpoint synchronously (recovery, before the core has a

@@ -72,7 +72,6 @@ pub mod engine;
 pub mod io;
 pub mod limits;
 pub mod packer;
-pub mod wpl_log;
 
 #[cfg(feature = "mutants")]
 pub use thor_server_core::Mutant;

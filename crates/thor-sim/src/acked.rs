@@ -58,9 +58,10 @@ use thor_core::checksum::Crc32c;
 use thor_core::le::{put_u32, u32_at};
 use thor_core::{ClassDesc, Oref, PageId, PageView, RawRef, ServerId, VarKind, builtin, page};
 use thor_server::engine::{ReplySink, Work};
-use thor_server::{Clock, Engine, EngineOptions, record, wpl_log};
+use thor_server::{Clock, Engine, EngineOptions, record};
 use thor_storage::log::inspect::inspect;
 use thor_storage::{Disk, LogOptions, MemDisk};
+use thor_study::wpl_log;
 use thor_wire::limits::FRAME_BYTES_MAX;
 use thor_wire::{
     CLIENT_TIE_BIT, CommitMode, ErrorCode, Hello, PeerMsg, Reply, ReplyBody, Request, RequestBody,

@@ -53,11 +53,12 @@
 use std::fmt::Write as _;
 
 use thor_core::Lsn;
-use thor_server::{record, wpl_log};
+use thor_server::record;
 use thor_storage::limits::RECORD_HEADER_BYTES;
 use thor_storage::log::inspect::inspect;
 use thor_storage::log::record::{Header, encode_into};
 use thor_storage::{Disk, FileDisk, LogOptions};
+use thor_study::wpl_log;
 
 use super::CheckError;
 

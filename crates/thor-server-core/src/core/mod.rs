@@ -38,6 +38,13 @@
 //! ([`CoreConfig::log_buffer_bytes`]; a durable report frees them), so that a driver's log
 //! append never waits for the disk.
 //!
+//! How a commit becomes log records is the *commit path*'s (`commit_path::CommitPath`, chosen
+//! by the commit mode): object shipping (one commit record; the default) or whole-page
+//! logging (page images, a commit record, a table with its own checkpoints and truncation
+//! floor; `wpl`). The path's hooks are the only places the mode shows: `pump`, `durable`,
+//! `needs_room`, `installed` and the checkpoint call them and never branch on the mode. The
+//! seam's docs state what any path may do to the log.
+//!
 //! # Per-client order
 //!
 //! A client's replies leave in the order of its requests (the protocol promises it). A request
@@ -52,6 +59,7 @@
 //! control) for transaction timestamps. [`Input::Tick`] lets time pass without other input.
 
 pub(crate) mod cc;
+mod commit_path;
 pub(crate) mod credentials;
 pub(crate) mod demote;
 pub(crate) mod install;
@@ -702,6 +710,8 @@ pub struct Core {
     twopc: twopc::TwoPc,
     /// The page-based commit modes' state (`pagecommit`).
     pages: pagecommit::PageCommits,
+    /// How commits reach the log (`commit_path`): object shipping, or whole-page logging.
+    path: Box<dyn commit_path::CommitPath>,
     /// Resuming sessions on new connections: the history of changes, session keys, seen
     /// stamps (`resume`).
     resume: resume::Resumes,
@@ -730,6 +740,7 @@ impl Core {
             mutant: None,
             prepared_cc: FxHashMap::default(),
             pages: pagecommit::PageCommits::default(),
+            path: Box::new(commit_path::ObjectShipping),
             resume: resume::Resumes::new(),
             sessions: Sessions::new(cfg.protocol.clone()),
             cfg,
@@ -759,7 +770,11 @@ impl Core {
     /// Replays one durable log record (recovery, before any other input).
     pub fn replay(&mut self, lsn: Lsn, record: Bytes) -> Result<(), EngineError> {
         let crc = thor_core::checksum::crc32c(&record);
-        match self.store.replay(lsn, record)? {
+        let replayed = match self.path.replay(&mut self.store, lsn, &record) {
+            Some(r) => r?,
+            None => self.store.replay(lsn, record)?,
+        };
+        match replayed {
             store::Replay::Commit(r) => {
                 if r.ts != cc::Timestamp::default() {
                     self.cc.restore(r.ts, &r.reads, &r.writes);
@@ -1570,10 +1585,7 @@ impl Core {
         // that no record the log would refuse (which stops the server) is ever appended.
         let section_bytes =
             head.twopc.as_deref().map_or(0, |t| Core::twopc_section(t).encoded_len());
-        let largest = match head.commit.wpl {
-            None => record_bytes + section_bytes,
-            Some(_) => head.commit.largest_record(),
-        };
+        let largest = head.commit.largest_record(section_bytes);
         if largest > self.cfg.record_bytes_max {
             let e = InvalidCommit::TooLarge {
                 what: "record bytes",
@@ -1593,7 +1605,7 @@ impl Core {
             }
             return Pumped::Wait;
         }
-        self.page_mode_gate(fx)
+        self.path_gate(fx)
     }
 
     /// Refuses the head of the queue as invalid before validation: a two-phase part as its
@@ -1608,14 +1620,17 @@ impl Core {
         self.answer_commit(q.origin, Err(e), fx);
     }
 
-    /// Whole-page logging's gate (`wpl`): the table's bounds, and its checkpoint when due.
-    fn page_mode_gate(&mut self, fx: &mut Vec<Effect>) -> Pumped {
+    /// The commit path's gate ([`commit_path::CommitPath::gate`]): what the path can never
+    /// take is refused; it may append records of its own first.
+    fn path_gate(&mut self, fx: &mut Vec<Effect>) -> Pumped {
         let head = self.queue.front().expect("a head to gate");
-        if head.commit.wpl.is_none() {
-            return Pumped::Go;
+        let open = self.log_open_to_path();
+        let mut log = commit_path::PathLog::new(&mut self.store, fx, open);
+        let gated = self.path.gate(&head.commit, &mut log);
+        if let Some(why) = log.into_failure() {
+            self.fail(why, fx);
         }
-        let c = head.commit.clone();
-        let wpl::Gate::Refuse(e) = self.wpl_gate(&c, fx) else { return Pumped::Go };
+        let Err(e) = gated else { return Pumped::Go };
         let q = self.queue.pop_front().expect("checked");
         match e {
             EngineError::Conflict(r) => self.refuse(q.origin, r, fx),
@@ -1679,16 +1694,14 @@ impl Core {
     ) -> Pumped {
         let allow_create = self.bulk == Bulk::Idle;
         let head = self.queue.front().expect("a head to prepare");
-        let two_phase = head.twopc.is_some();
         let section = head.twopc.as_deref().map(Core::twopc_section);
-        let at = (ts.time_us, ts.server);
-        let prepared = if head.commit.wpl.is_some() && !two_phase {
-            self.store.prepare_wpl(&head.commit, &head.images, allow_create, at)
-        } else {
-            let s = section.as_ref();
-            self.store.prepare(&head.commit, &head.images, allow_create, at, s)
+        let at = commit_path::PrepareAt {
+            images: &head.images,
+            allow_create,
+            ts: (ts.time_us, ts.server),
+            section: section.as_ref(),
         };
-        match prepared {
+        match self.path.prepare(&mut self.store, &head.commit, at) {
             Ok(_) => {
                 self.append_prepared(ts, writes, fx);
                 Pumped::Go
@@ -1706,7 +1719,6 @@ impl Core {
                 if q.twopc.is_some() {
                     self.twopc_refused(q, e, fx);
                 } else if let EngineError::Conflict(r @ cc::Refusal::PageWritten(_)) = e {
-                    self.wpl_page_rule_refused();
                     self.refuse(q.origin, r, fx);
                 } else {
                     if matches!(e, EngineError::Invalid(_)) {
@@ -1719,9 +1731,9 @@ impl Core {
         }
     }
 
-    /// Appends a prepared commit's records (LSNs in effect order) and hands the head of the
-    /// queue to whoever waits for its durability: two-phase commit for a part, else the
-    /// prepared-commit tables (and whole-page logging's, for its images).
+    /// Appends a prepared commit's records through the commit path (LSNs in effect order)
+    /// and hands the head of the queue to whoever waits for its durability: two-phase commit
+    /// for a part, else the prepared-commit tables.
     fn append_prepared(
         &mut self,
         ts: cc::Timestamp,
@@ -1729,13 +1741,10 @@ impl Core {
         fx: &mut Vec<Effect>,
     ) {
         let p = self.store.pending.back().expect("just prepared");
-        if let Some(w) = &p.wpl {
-            for (lsn, _, record) in &w.images {
-                fx.push(Effect::Append { lsn: *lsn, record: record.clone() });
-            }
+        if let Err(why) = self.path.append(p, fx) {
+            self.fail(why, fx);
         }
-        fx.push(Effect::Append { lsn: p.lsn, record: p.record.clone() });
-        let wpl_images = p.wpl.as_ref().map(|w| w.images.clone());
+        let p = self.store.pending.back().expect("just prepared");
         let created = p.created.clone();
         let lsn = p.lsn;
         let q = self.queue.pop_front().expect("the head was prepared");
@@ -1747,16 +1756,14 @@ impl Core {
         self.cc.insert(ts, &q.commit.reads, writes, false, self.now_us);
         self.prepared_cc.insert(lsn, (ts, conn));
         self.prepared_origin.insert(lsn, q.origin);
-        if let Some(images) = wpl_images {
-            self.wpl_prepared(lsn, &images, fx);
-        }
     }
 
     fn durable(&mut self, lsn: Lsn, fx: &mut Vec<Effect>) {
         let mut done = Vec::new();
         self.store.publish(lsn, |p| done.push(p));
-        let wpl_done: Vec<Lsn> = done.iter().filter(|p| p.wpl.is_some()).map(|p| p.lsn).collect();
-        self.wpl_durable(lsn, &wpl_done, fx);
+        if let Err(why) = self.path.durable(lsn, &done) {
+            self.fail(why, fx);
+        }
         for p in done {
             if p.held {
                 self.twopc_durable(p, fx);
@@ -1860,7 +1867,7 @@ impl Core {
     /// else is buffered or prepared.
     fn needs_room(&self, c: &CommitIn) -> bool {
         let held = self.store.mob.bytes() + self.store.pending_mob_cost + self.twopc.held_bytes;
-        (held > 0 && held + Store::mob_cost(c) > self.cfg.mob_bytes) || self.wpl_needs_room(c)
+        (held > 0 && held + Store::mob_cost(c) > self.cfg.mob_bytes) || self.path.needs_room(c)
     }
 
     /// Plans an install round of the oldest MOB pages and emits it (recovery calls this
@@ -1936,7 +1943,7 @@ impl Core {
             let version = thor_core::PageView::assume_parsed(&img).version();
             self.store.cache.insert(*page, img);
             self.store.fresh.remove(page);
-            self.wpl_installed(*page, version);
+            self.path.installed(*page, version);
             self.store.mob.remove_installed(*page, versions);
         }
         self.install_gen += 1;
@@ -1959,15 +1966,27 @@ impl Core {
         c.installation_reads += done.installation_reads as u64;
         let round = self.round.as_mut().expect("checked");
         round.report.checkpoint = checkpoint;
-        let truncate_before = self.wpl_truncation(checkpoint);
+        // Nothing is truncated while recovering: the commit path's floor may not be known
+        // yet (WPL's table is rebuilt at the first WPL record replay meets).
+        let truncate_before =
+            if self.recovering { None } else { self.path.truncation_floor(checkpoint) };
         fx.push(Effect::Checkpoint(CheckpointJob {
             id: job,
             superblock: self.store.superblock.clone(),
             truncate_before,
         }));
-        // The copies this round took home leave the log's needs once a checkpoint record
-        // without them is durable.
-        self.wpl_checkpoint(fx);
+        let open = self.log_open_to_path();
+        let mut log = commit_path::PathLog::new(&mut self.store, fx, open);
+        self.path.installed_round(&mut log);
+        if let Some(why) = log.into_failure() {
+            self.fail(why, fx);
+        }
+    }
+
+    /// Whether the commit path may append records of its own: not while recovering
+    /// (recovery's driver appends nothing), not once the server failed.
+    fn log_open_to_path(&self) -> bool {
+        !self.recovering && self.failed.is_none()
     }
 
     fn checkpointed(&mut self, job: u64, result: Result<(), String>, fx: &mut Vec<Effect>) {

@@ -142,9 +142,6 @@ pub struct PageCommits {
     parked: Vec<Parked>,
     /// Counters.
     pub counters: PageCounters,
-    /// Whole-page logging's table and counters: set in `wpl` mode, or by recovery when the
-    /// log holds WPL copies not yet home (whatever the mode now, they must go home).
-    pub wpl: Option<super::wpl::WplState>,
 }
 
 impl Staged {

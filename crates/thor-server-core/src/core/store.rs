@@ -105,10 +105,11 @@ impl CommitIn {
         }
     }
 
-    /// The largest single log record this commit becomes.
-    pub fn largest_record(&self) -> usize {
+    /// The largest single log record this commit becomes, with a two-phase part's section
+    /// of `section_bytes` after its objects.
+    pub fn largest_record(&self, section_bytes: usize) -> usize {
         match &self.wpl {
-            None => self.record_bytes(),
+            None => self.record_bytes() + section_bytes,
             Some(pages) => pages
                 .iter()
                 .map(|(_, b)| WPL_IMAGE_HEADER_BYTES + b.len())
@@ -405,9 +406,6 @@ impl Store {
     /// Returns the transaction's timestamp, read set and modified objects (not the created
     /// ones), for the validation queue.
     pub fn replay(&mut self, lsn: Lsn, rec: Bytes) -> Result<Replay, EngineError> {
-        if rec.first().is_some_and(|k| thor_recovery::wpl::is_wpl_kind(*k)) {
-            return self.replay_wpl(lsn, rec);
-        }
         self.wpl_images.1.clear();
         let len = rec.len();
         let base = rec.as_ptr() as usize;
@@ -465,11 +463,11 @@ impl Store {
     /// the commit record then puts the written objects' bytes from its images into the MOB
     /// under its LSN, as normal operation did, and replays its body (the created objects,
     /// like kind 2; the written orefs go to concurrency control). Checkpoints are for WPL's
-    /// backward restart (`crate::wpl_log`). So forward replay rebuilds every commit from the
+    /// backward restart (`thor_study::wpl_log`). So forward replay rebuilds every commit from the
     /// superblock's checkpoint on, as in `obj` mode; what it cannot see are the images of a
     /// commit whose commit record is at or above the checkpoint and its images below it, which
     /// WPL's restart brings back (`Core::wpl_restored`).
-    fn replay_wpl(&mut self, lsn: Lsn, rec: Bytes) -> Result<Replay, EngineError> {
+    pub(crate) fn replay_wpl(&mut self, lsn: Lsn, rec: Bytes) -> Result<Replay, EngineError> {
         let bad = |why: String| EngineError::CorruptRecord { lsn: lsn.0, why };
         self.wpl_seen = true;
         self.next_lsn = self.next_lsn.max(lsn.next());

@@ -1,17 +1,23 @@
 //! Whole-page logging (WPL) in the core (issue 14, `papers/quickstore-recovery-sigmod95.txt`
-//! section 3.4): the commit path's WPL steps, the WPL table, its checkpoints, and the pages
-//! leaving it when install rounds write them home.
+//! section 3.4): [`WholePageLogging`], the commit path (`super::commit_path::CommitPath`) of
+//! the `wpl` mode: the WPL table, its checkpoints, and the pages leaving it when install
+//! rounds write them home. Each step below is one hook of the seam:
 //!
 //! ```text
 //!  PageCommit (mode wpl, written pages whole) ──► pagecommit: versions taken from the pages
-//!      ──► commit queue ──► gate: table room (else wait, like a full MOB), checkpoint if due
-//!      ──► CLOCC ──► Store::prepare_wpl: page rule, images (kind 6), commit record (kind 7)
-//!      ──► table.log_page × pages, table.commit_appended ──► Append × (pages + 1)
-//!  Durable ──► MOB gets the versions (slices of the images) ──► table.commit_durable ──► CommitOk
-//!  install round writes a page home (version >= the copy's LSN) ──► table.installed
-//!      ──► checkpoint record (kind 8) of the table ──► durable: table.checkpoint_durable
-//!  superblock checkpoint job: the log truncated below min(superblock checkpoint,
-//!      table.truncation_point())
+//!      ──► commit queue ──► needs_room: table room (else wait, like a full MOB)
+//!      ──► gate: the page rule, a checkpoint if due ──► CLOCC
+//!      ──► prepare: Store::prepare_wpl: page rule, images (kind 6), commit record (kind 7)
+//!      ──► append: Append × (pages + 1), table.log_page × pages, table.commit_appended
+//!  Durable ──► MOB gets the versions (slices of the images) ──► durable: table.commit_durable
+//!      ──► CommitOk
+//!  install round writes a page home (version >= the copy's LSN) ──► installed: table.installed
+//!      ──► installed_round: checkpoint record (kind 8) of the table
+//!      ──► durable: table.checkpoint_durable
+//!  superblock checkpoint job: the log truncated below truncation_floor: min(superblock
+//!      checkpoint, table.truncation_point())
+//!  recovery: replay: WPL records (Store::replay_wpl), once thor-study's restore installed
+//!      the path with the rebuilt table (Core::wpl_restored)
 //! ```
 //!
 //! # Why the MOB holds a WPL commit's versions
@@ -30,11 +36,12 @@
 //! # Crash safety
 //!
 //! A commit's images and its commit record are appended in one step; it is acknowledged when
-//! the commit record is durable, so restart (`crate::wpl_log::restart`: one backward pass to
-//! the newest checkpoint with a committed-transactions list) finds every image of it. The
-//! superblock checkpoint may pass a copy's image (the MOB keeps the commit's versions under
-//! the commit record's LSN), but the log is never truncated below the oldest copy the newest
-//! durable WPL checkpoint lists, nor below that checkpoint. At recovery (`crate::io::recover`)
+//! the commit record is durable, so restart (`thor_study::wpl_log::restart`: one backward
+//! pass to the newest checkpoint with a committed-transactions list) finds every image of it.
+//! The superblock checkpoint may pass a copy's image (the MOB keeps the commit's versions
+//! under the commit record's LSN), but the log is never truncated below the oldest copy the
+//! newest durable WPL checkpoint lists, nor below that checkpoint (the path's truncation
+//! floor). At recovery (thor-server's `io::recover`, calling `thor_study::wpl_log::restore`)
 //! each committed copy the rebuilt table names is kept for the replay of its commit record,
 //! which puts the objects the commit wrote back into the MOB under the commit's LSN, as
 //! normal operation did, unless the page's home is at least as new (an install round wrote
@@ -47,7 +54,8 @@ use thor_core::{Lsn, PageId, PageView};
 use thor_recovery::wpl::WplEntry;
 use thor_recovery::{TxnId, WplConfig, WplTable};
 
-use super::store::CommitIn;
+use super::commit_path::{CommitPath, ObjectShipping, PathLog, PrepareAt};
+use super::store::{CommitIn, Prepared, Replay, Stop, Store};
 use super::{Core, Effect};
 use crate::error::{EngineError, InvalidCommit};
 
@@ -77,55 +85,182 @@ pub struct WplCounters {
     pub restored: u64,
 }
 
-/// The core's WPL state.
+/// Whole-page logging's commit path: the WPL table, its pending checkpoint and counters.
 #[derive(Debug)]
-pub struct WplState {
+pub(crate) struct WholePageLogging {
     /// The table of logged pages.
-    pub table: WplTable,
+    table: WplTable,
     /// The newest checkpoint record appended and not yet durable.
     pending_checkpoint: Option<Lsn>,
     /// Sorts checkpoint entries (kept to reuse its memory).
     scratch: Vec<WplEntry>,
     /// Counters.
-    pub counters: WplCounters,
+    counters: WplCounters,
 }
 
-impl WplState {
-    /// A state around `table`.
-    pub fn new(table: WplTable) -> WplState {
-        WplState {
+impl WholePageLogging {
+    /// A path around `table`.
+    pub fn new(table: WplTable) -> WholePageLogging {
+        WholePageLogging {
             table,
             pending_checkpoint: None,
             scratch: Vec::new(),
             counters: WplCounters::default(),
         }
     }
+
+    /// Appends a checkpoint record of the table (not while the log is closed to the path:
+    /// recovery's driver appends nothing, nor does a failed server).
+    fn checkpoint(&mut self, log: &mut PathLog<'_>) {
+        if !log.may_append() {
+            return;
+        }
+        let lsn = log.next_lsn();
+        let mut out = Vec::new();
+        if let Err(e) = self.table.checkpoint_record(lsn, &mut self.scratch, &mut out) {
+            return log.fail(format!("the WPL checkpoint: {e}"));
+        }
+        self.pending_checkpoint = Some(lsn);
+        self.counters.checkpoints += 1;
+        let at = log.append(out);
+        assert_eq!(at, lsn, "the checkpoint record went where it says it is");
+    }
 }
 
-/// What the gate before a WPL commit's validation says.
-pub(super) enum Gate {
-    /// Validate and prepare it.
-    Go,
-    /// Refuse it.
-    Refuse(EngineError),
+impl CommitPath for WholePageLogging {
+    fn keeps_log_state(&self) -> bool {
+        true
+    }
+
+    /// A WPL commit waits while the table has no room for its pages (an install round frees
+    /// it) or too many commits are in flight (durability frees them).
+    fn needs_room(&self, c: &CommitIn) -> bool {
+        let Some(pages) = &c.wpl else { return false };
+        let cfg = self.table.config();
+        pages.len() <= cfg.entries_max
+            && (self.table.len() + pages.len() > cfg.entries_max
+                || self.table.txns() >= cfg.txns_max)
+    }
+
+    /// Refuses what the table can never take, and appends a checkpoint first when one is due
+    /// (or none was ever written: restart needs one once the log's start is truncated).
+    fn gate(&mut self, c: &CommitIn, log: &mut PathLog<'_>) -> Result<(), EngineError> {
+        let Some(pages) = &c.wpl else { return Ok(()) };
+        let cfg = self.table.config();
+        if pages.len() > cfg.entries_max {
+            let max = cfg.entries_max;
+            return Err(InvalidCommit::TooLarge { what: "pages", got: pages.len(), max }.into());
+        }
+        // One uncommitted copy per page: the page rule makes a second one impossible for a
+        // client that reports its copy's version truly; one that does not is refused here.
+        if let Some((p, _)) = pages.iter().find(|(p, _)| self.table.uncommitted(*p).is_some()) {
+            self.counters.page_rule_refusals += 1;
+            return Err(EngineError::Conflict(super::cc::Refusal::PageWritten(*p)));
+        }
+        let first = self.table.truncation_point().is_none() && !self.table.checkpoint_pending();
+        if self.table.checkpoint_due() || first {
+            self.checkpoint(log);
+        }
+        Ok(())
+    }
+
+    /// A WPL commit (not a two-phase part: those are prepared as object shipping prepares
+    /// them) is prepared by `Store::prepare_wpl`; every other commit as object shipping does.
+    fn prepare(&mut self, store: &mut Store, c: &CommitIn, at: PrepareAt<'_>) -> Result<(), Stop> {
+        if c.wpl.is_none() || at.section.is_some() {
+            return ObjectShipping.prepare(store, c, at);
+        }
+        let r = store.prepare_wpl(c, at.images, at.allow_create, at.ts).map(drop);
+        if let Err(Stop::Fail(EngineError::Conflict(super::cc::Refusal::PageWritten(_)))) = &r {
+            self.counters.page_rule_refusals += 1;
+        }
+        r
+    }
+
+    /// The page images, then the commit record; the table hears of every record before the
+    /// driver appends it.
+    fn append(&mut self, p: &Prepared, fx: &mut Vec<Effect>) -> Result<(), String> {
+        let Some(w) = &p.wpl else { return ObjectShipping.append(p, fx) };
+        for (lsn, _, record) in &w.images {
+            fx.push(Effect::Append { lsn: *lsn, record: record.clone() });
+        }
+        fx.push(Effect::Append { lsn: p.lsn, record: p.record.clone() });
+        let txn = TxnId(p.lsn.0);
+        let mut r = Ok(());
+        for (at, page, _) in &w.images {
+            r = r.and_then(|()| self.table.log_page(txn, *page, *at));
+        }
+        r = r.and_then(|()| self.table.commit_appended(txn, p.lsn));
+        self.counters.images += w.images.len() as u64;
+        // The gate checked room, busy pages and the checkpoint interval: a refusal here is a
+        // bug, and the table no longer matches the log.
+        r.map_err(|e| format!("the WPL table refused a prepared commit: {e}"))
+    }
+
+    fn durable(&mut self, durable: Lsn, published: &[Prepared]) -> Result<(), String> {
+        let mut r = Ok(());
+        for p in published.iter().filter(|p| p.wpl.is_some()) {
+            r = r.and_then(|()| self.table.commit_durable(TxnId(p.lsn.0)).map(drop));
+        }
+        if let Some(at) = self.pending_checkpoint
+            && at <= durable
+        {
+            self.pending_checkpoint = None;
+            self.table.checkpoint_durable(at);
+        }
+        r.map_err(|e| format!("the WPL table lost a commit: {e}"))
+    }
+
+    /// A committed copy the written page covers leaves the table.
+    fn installed(&mut self, page: PageId, version: Lsn) {
+        if let Some(c) = self.table.committed(page)
+            && c.lsn <= version
+            && self.table.installed(page, c.lsn)
+        {
+            self.counters.installed += 1;
+        }
+    }
+
+    /// Below the superblock's checkpoint and below what WPL's restart reads (nothing before a
+    /// WPL checkpoint is durable).
+    fn truncation_floor(&self, checkpoint: Lsn) -> Option<Lsn> {
+        self.table.truncation_point().map(|t| t.min(checkpoint))
+    }
+
+    /// The copies this round took home leave the log's needs once a checkpoint record without
+    /// them is durable.
+    fn installed_round(&mut self, log: &mut PathLog<'_>) {
+        self.checkpoint(log);
+    }
+
+    fn replay(
+        &mut self,
+        store: &mut Store,
+        lsn: Lsn,
+        rec: &Bytes,
+    ) -> Option<Result<Replay, EngineError>> {
+        let wpl = rec.first().is_some_and(|k| thor_recovery::wpl::is_wpl_kind(*k));
+        wpl.then(|| store.replay_wpl(lsn, rec.clone()))
+    }
+
+    fn wpl_stats(&self) -> (WplCounters, usize) {
+        (self.counters, self.table.len())
+    }
 }
 
 impl Core {
-    /// The WPL table's bounds.
-    fn wpl_config(&self) -> WplConfig {
-        self.cfg.wpl
-    }
-
     /// Starts whole-page logging with an empty table, unless recovery rebuilt one.
     pub(super) fn wpl_start(&mut self) {
-        if self.pages.wpl.is_none() {
-            let table = WplTable::new(self.wpl_config()).expect("checked by Core::new");
-            self.pages.wpl = Some(WplState::new(table));
+        if !self.path.keeps_log_state() {
+            let table = WplTable::new(self.cfg.wpl).expect("checked by Core::new");
+            self.path = Box::new(WholePageLogging::new(table));
         }
     }
 
     /// Recovery rebuilt `table`; `copies` are its committed copies (page, the copy's LSN, its
-    /// page image, and the version of the page's home, 0 if it has none on disk).
+    /// page image, and the version of the page's home, 0 if it has none on disk). From here on
+    /// the server's commit path is whole-page logging, whatever its mode: the copies must go
+    /// home, and replay meets WPL records.
     ///
     /// - A copy whose home is at least as new went home before the crash: it leaves the
     ///   table (a home at version `h` holds every commit to the page up to `h`).
@@ -162,154 +297,19 @@ impl Core {
                 .map_err(|source| EngineError::CorruptPage { page, cause: source })?;
             restored += 1;
         }
-        let mut state = WplState::new(table);
-        state.counters.restored = restored;
-        self.pages.wpl = Some(state);
+        let mut path = WholePageLogging::new(table);
+        path.counters.restored = restored;
+        self.path = Box::new(path);
         Ok(())
-    }
-
-    /// Whether a WPL commit must wait before it is prepared: the table has no room for its
-    /// pages (an install round frees it) or too many commits are in flight (durability
-    /// frees them).
-    pub(super) fn wpl_needs_room(&self, c: &CommitIn) -> bool {
-        let (Some(pages), Some(w)) = (&c.wpl, &self.pages.wpl) else { return false };
-        let cfg = w.table.config();
-        pages.len() <= cfg.entries_max
-            && (w.table.len() + pages.len() > cfg.entries_max || w.table.txns() >= cfg.txns_max)
-    }
-
-    /// Before a WPL commit is validated: refuses what the table can never take, and appends a
-    /// checkpoint first when one is due (or none was ever written: restart needs one once the
-    /// log's start is truncated).
-    pub(super) fn wpl_gate(&mut self, c: &CommitIn, fx: &mut Vec<Effect>) -> Gate {
-        let Some(pages) = &c.wpl else { return Gate::Go };
-        let Some(w) = &self.pages.wpl else {
-            let why = "a whole-page commit to a server not in wpl mode".to_string();
-            return Gate::Refuse(InvalidCommit::BadPageRecord(why).into());
-        };
-        let cfg = w.table.config();
-        if pages.len() > cfg.entries_max {
-            return Gate::Refuse(
-                InvalidCommit::TooLarge { what: "pages", got: pages.len(), max: cfg.entries_max }
-                    .into(),
-            );
-        }
-        // One uncommitted copy per page: the page rule makes a second one impossible for a
-        // client that reports its copy's version truly; one that does not is refused here.
-        if let Some((p, _)) = pages.iter().find(|(p, _)| w.table.uncommitted(*p).is_some()) {
-            w_count_refusal(&mut self.pages.wpl);
-            return Gate::Refuse(EngineError::Conflict(super::cc::Refusal::PageWritten(*p)));
-        }
-        let first = w.table.truncation_point().is_none() && !w.table.checkpoint_pending();
-        if w.table.checkpoint_due() || first {
-            self.wpl_checkpoint(fx);
-        }
-        Gate::Go
-    }
-
-    /// A WPL commit was prepared at `lsn` with these page images: the table hears of every
-    /// record before the driver appends it.
-    pub(super) fn wpl_prepared(
-        &mut self,
-        lsn: Lsn,
-        images: &[(Lsn, PageId, Bytes)],
-        fx: &mut Vec<Effect>,
-    ) {
-        let Some(w) = self.pages.wpl.as_mut() else { return };
-        let txn = TxnId(lsn.0);
-        let mut r = Ok(());
-        for (at, page, _) in images {
-            r = r.and_then(|()| w.table.log_page(txn, *page, *at));
-        }
-        r = r.and_then(|()| w.table.commit_appended(txn, lsn));
-        w.counters.images += images.len() as u64;
-        if let Err(e) = r {
-            // The gate checked room, busy pages and the checkpoint interval: a refusal here
-            // is a bug, and the table no longer matches the log.
-            self.fail(format!("the WPL table refused a prepared commit: {e}"), fx);
-        }
-    }
-
-    /// The log is durable up to `durable`; `committed` are the WPL commits published now.
-    pub(super) fn wpl_durable(&mut self, durable: Lsn, committed: &[Lsn], fx: &mut Vec<Effect>) {
-        let Some(w) = self.pages.wpl.as_mut() else { return };
-        let mut r = Ok(());
-        for lsn in committed {
-            r = r.and_then(|()| w.table.commit_durable(TxnId(lsn.0)).map(drop));
-        }
-        if let Some(at) = w.pending_checkpoint
-            && at <= durable
-        {
-            w.pending_checkpoint = None;
-            w.table.checkpoint_durable(at);
-        }
-        if let Err(e) = r {
-            self.fail(format!("the WPL table lost a commit: {e}"), fx);
-        }
-    }
-
-    /// An install round wrote `page` home at `version` (durable): a committed copy it covers
-    /// leaves the table.
-    pub(super) fn wpl_installed(&mut self, page: PageId, version: Lsn) {
-        let Some(w) = self.pages.wpl.as_mut() else { return };
-        if let Some(c) = w.table.committed(page)
-            && c.lsn <= version
-            && w.table.installed(page, c.lsn)
-        {
-            w.counters.installed += 1;
-        }
-    }
-
-    /// Where the log may be truncated after an install round whose superblock checkpoint is
-    /// `checkpoint`: below it and below what WPL's restart reads (nothing while recovering,
-    /// before the table is rebuilt, nor before a WPL checkpoint is durable).
-    pub(super) fn wpl_truncation(&self, checkpoint: Lsn) -> Option<Lsn> {
-        match &self.pages.wpl {
-            _ if self.recovering => None,
-            None => Some(checkpoint),
-            Some(w) => w.table.truncation_point().map(|t| t.min(checkpoint)),
-        }
-    }
-
-    /// Appends a checkpoint record of the table (not while recovering: recovery's driver
-    /// appends nothing).
-    pub(super) fn wpl_checkpoint(&mut self, fx: &mut Vec<Effect>) {
-        if self.recovering || self.failed.is_some() {
-            return;
-        }
-        let lsn = self.store.next_lsn;
-        let Some(w) = self.pages.wpl.as_mut() else { return };
-        let mut out = Vec::new();
-        if let Err(e) = w.table.checkpoint_record(lsn, &mut w.scratch, &mut out) {
-            return self.fail(format!("the WPL checkpoint: {e}"), fx);
-        }
-        w.pending_checkpoint = Some(lsn);
-        w.counters.checkpoints += 1;
-        let at = self.store.append_plain(&out);
-        debug_assert_eq!(at, lsn);
-        fx.push(Effect::Append { lsn, record: Bytes::from(out) });
     }
 
     /// WPL's counters (zero when the server never logged whole pages).
     pub fn wpl_counters(&self) -> WplCounters {
-        self.pages.wpl.as_ref().map(|w| w.counters).unwrap_or_default()
+        self.path.wpl_stats().0
     }
 
     /// Copies in the WPL table now.
     pub fn wpl_table_len(&self) -> usize {
-        self.pages.wpl.as_ref().map_or(0, |w| w.table.len())
-    }
-}
-
-impl Core {
-    /// Counts a refusal by the page rule.
-    pub(super) fn wpl_page_rule_refused(&mut self) {
-        w_count_refusal(&mut self.pages.wpl);
-    }
-}
-
-fn w_count_refusal(w: &mut Option<WplState>) {
-    if let Some(w) = w {
-        w.counters.page_rule_refusals += 1;
+        self.path.wpl_stats().1
     }
 }

@@ -19,11 +19,11 @@
 //! page and transaction the table names, and be a page that parses as stored for that page
 //! id. A log that fails any check is an error naming the LSN, never a panic.
 //!
-//! Recovery (`crate::io::recover`) runs it when forward replay meets the first WPL record,
-//! and the core puts back the copies forward replay cannot see (`Core::wpl_restored`). It is
-//! tested against generated histories over a crashing [`thor_storage::MemDisk`]
-//! (`tests/wpl_restart.rs`), and with the `wpl` commit mode in the core's scenario tests and
-//! the whole-cluster simulation.
+//! Recovery (thor-server's `io::recover`) calls [`restore`] when forward replay meets the
+//! first WPL record ([`is_wpl_record`]): it runs the restart and hands the core the copies
+//! forward replay cannot see (`Core::wpl_restored`). It is tested against generated histories
+//! over a crashing [`thor_storage::MemDisk`] (`tests/wpl_restart.rs`), and with the `wpl`
+//! commit mode in thor-server's scenario tests and the whole-cluster simulation.
 //!
 //! [`WplObjects`] reads the objects WPL commits wrote out of a log read forward, for offline
 //! tools (`thor check`).
@@ -33,6 +33,7 @@ use rustc_hash::{FxBuildHasher, FxHashMap};
 use thor_core::{Lsn, PageId, PageView};
 use thor_recovery::WplTable;
 use thor_recovery::wpl::{self, BackwardLog, LogCopy, RestartError, WplConfig, WplRecord};
+use thor_server_core::{Core, EngineError};
 use thor_storage::{Log, LogBackReader, StorageError};
 
 /// The log read backward, WPL's records only: the server's own records (commit records and
@@ -164,6 +165,61 @@ pub fn restart(
     })
 }
 
+/// Whether a record of a server's log is one of whole-page logging's (kinds 6 to 8): the
+/// first one forward replay meets is when recovery calls [`restore`].
+pub fn is_wpl_record(payload: &[u8]) -> bool {
+    payload.first().is_some_and(|k| wpl::is_wpl_kind(*k))
+}
+
+/// What [`restore`] did: copies handed to the core, and the checkpoint the pass stopped at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restored {
+    /// Committed copies the rebuilt table named (each handed to the core with its home's
+    /// version).
+    pub copies: usize,
+    /// The WPL checkpoint the backward pass stopped at, if the log has one.
+    pub checkpoint: Option<Lsn>,
+}
+
+/// WPL's restart at recovery: the table rebuilt by one backward pass over `log`, and each
+/// committed copy it names handed to `core` with its home page's version, read with
+/// `read_home` (0 for a page opened since the superblock's checkpoint, which may have no home
+/// yet): the core puts back into the MOB the copies forward replay cannot see (see
+/// `Core::wpl_restored`), and commits from then on through whole-page logging's path.
+///
+/// *Why at the first WPL record, not after replay:* replay may run install rounds (the MOB's
+/// budget); one that wrote a page home without the copy's objects in the MOB would make the
+/// home look newer than the copy while lacking it. A copy not yet home keeps its commit's
+/// versions in the MOB, so the superblock's checkpoint lies at or below that commit's record
+/// and replay meets a WPL record (that one, or an earlier one) before any round could install
+/// a version of the page newer than the copy. A log without WPL records from the checkpoint
+/// on has no copy that is not home, and no backward pass is made.
+pub fn restore(
+    core: &mut Core,
+    log: &Log,
+    page_size: usize,
+    mut read_home: impl FnMut(PageId) -> Result<Bytes, EngineError>,
+) -> Result<Restored, EngineError> {
+    let r = restart(log, page_size, core.config().wpl)
+        .map_err(|e| EngineError::CorruptRecord { lsn: 0, why: e.to_string() })?;
+    let on_disk = core.alloc_page_at_checkpoint().unwrap_or(PageId::FIRST);
+    let mut copies = Vec::with_capacity(r.copies.len());
+    let mut named: Vec<_> = r.copies.into_iter().collect();
+    named.sort_unstable_by_key(|(p, _)| *p);
+    for (page, (copy, image)) in named {
+        let home = if page <= on_disk {
+            let img = read_home(page)?;
+            PageView::parse(&img).map(|v| v.version()).unwrap_or(Lsn::ZERO)
+        } else {
+            Lsn::ZERO
+        };
+        copies.push((page, copy.lsn, image, home));
+    }
+    let restored = Restored { copies: copies.len(), checkpoint: r.checkpoint };
+    core.wpl_restored(r.table, copies)?;
+    Ok(restored)
+}
+
 /// The objects WPL commits wrote, from a log read forward (as recovery's forward replay reads
 /// it, `core::store`): a page image waits for its commit record, which then yields the
 /// written objects (from its images) and the created ones (from its body). Memory: the pages
@@ -212,7 +268,8 @@ impl WplObjects {
             WplRecord::Checkpoint(_) | WplRecord::Commit { .. } => return Ok(Some(Vec::new())),
             WplRecord::CommitWith { txn, body } => (txn.0, body),
         };
-        let (writes, inner) = crate::record::split_wpl_body(body).map_err(|e| e.to_string())?;
+        let (writes, inner) =
+            thor_server_core::record::split_wpl_body(body).map_err(|e| e.to_string())?;
         let images = std::mem::take(&mut self.images);
         let images = if images.0 == txn { images.1 } else { Vec::new() };
         let mut out = Vec::new();
@@ -227,7 +284,7 @@ impl WplObjects {
                 .ok_or_else(|| format!("its image of page {page} lacks {o}"))?;
             out.push(WplObject { oref: o, created: false, data: data.to_vec() });
         }
-        crate::record::decode(inner, |o| {
+        thor_server_core::record::decode(inner, |o| {
             out.push(WplObject { oref: o.oref, created: o.created, data: o.data.to_vec() });
         })
         .map_err(|e| format!("the commit record in its body: {e}"))?;

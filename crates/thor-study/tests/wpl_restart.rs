@@ -1,4 +1,4 @@
-//! WPL's restart over a real log (`thor_server::wpl_log::restart`): generated histories of
+//! WPL's restart over a real log (`thor_study::wpl_log::restart`): generated histories of
 //! whole-page logging (pages logged, commits, aborts, checkpoints, copies moved home, the log
 //! truncated below what the newest durable checkpoint needs), with the server's own records
 //! interleaved, written to a thor-storage log on a [`MemDisk`] that then crashes (unsynced
@@ -15,8 +15,8 @@ use std::sync::Arc;
 use thor_core::{Lsn, PageId, PageMut};
 use thor_recovery::wpl::{self, WplConfig, WplEntry};
 use thor_recovery::{TxnId, WplError, WplTable};
-use thor_server::wpl_log;
 use thor_storage::{Log, LogOptions, MemDisk, SplitMix64};
+use thor_study::wpl_log;
 
 const PAGE: usize = 1024;
 const PAGES: u64 = 12;
