@@ -144,13 +144,13 @@
 //! while the commit is prepared and not durable (`Prepared::first_lsn`), and the log is never
 //! truncated below a copy the newest durable WPL checkpoint lists.
 //!
-//! `wpl_log.rs` is whole-page logging's restart over the server's log (issue 14): WPL's records
+//! thor-study's `wpl_log.rs` is whole-page logging's restart over the server's log (issue 14): WPL's records
 //! (kinds 6 to 8, which `record.rs` checks at compile time never to be the server's own) share
 //! the log; `restart` runs `thor_recovery::wpl::restart`'s backward pass over
 //! `Log::backward_reader`, passing over the server's records, then reads back, in one forward
 //! read from the oldest, the image of every committed copy the rebuilt table names, each checked
 //! as a WPL image of that page and as a stored page (`WplRestartError`, never a panic).
-//! `tests/wpl_restart.rs` crashes generated histories on a `MemDisk` and checks every page.
+//! thor-study's `tests/wpl_restart.rs` crashes generated histories on a `MemDisk` and checks every page.
 //! `WplObjects` reads a WPL commit's objects from a forward read of a log (`thor check`).
 //!
 //! `core/prefetch.rs` answers `Prefetch` (issue 16): the asked page as a fetch (a page-cache
@@ -266,19 +266,6 @@
 //! `engine.rs`'s `PeerSink` is where an engine's messages to other servers go
 //! (`EngineOptions::peers`; `Engine::peer_message` delivers one in): `LocalPeers` delivers straight
 //! into the engines of one process (tests, in-process clusters), `thor_net::TcpPeers` over TCP.
-//!
-//! *API Boundary:* `Core`, `CoreConfig`, `Input`, `Effect`, `DirectOp`, `DirectResult`,
-//! `TwoPcConfig`, `TwoPcStats`, `PeerSink`, `LocalPeers`, `ProtocolConfig`, `Credentials`,
-//! `Credential`, `Scope`, `CredentialError`, `Engine::set_credentials`;
-//! `Clock`, `CommitLog`, `DiskSide`, `io::{create, recover}`; `Engine::{create, open,
-//! open_with_clock, open_read_only, health, commit, fetch, flush_round, flush_all, bulk_load, backup, backup_into, stats,
-//! server_stats, connect, request, disconnect, close, halt, note_traffic, note_fetch_served}`, `BulkLoader::{add, object_mut,
-//! first_page, write_out, finish}`, `ReplySink`, `EngineOptions`, `Health`, `CommitRequest`,
-//! `CommitOutcome`, `EngineError`, `InvalidCommit`; `upgrade` (`upgrade::check_prefix`),
-//! `UpgradeReport`, `ClassUpgrade`, `UpgradeError`, `Incompatibility`; `core::wpl::{WplCounters,
-//! WPL_CONFIG_DEFAULT}` (`CoreConfig::wpl`, `CoreStats::{wpl, wpl_table}`), `wpl_log::{restart,
-//! WplBackward, WplRestarted, WplRestartError, WplObjects, WplObject}`,
-//! `record::{split_wpl_body, decode_any, salvage, Salvaged, empty_commit}`.
 //!
 //! *Architecture Invariant:* a record the core builds from a commit it acknowledges decodes
 //! with the record decoder recovery uses (one definition of an object's name, `Oref::object`; a
