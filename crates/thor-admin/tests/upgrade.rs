@@ -3,6 +3,8 @@
 //! source's files untouched, a torn tail included) and refuses damaged sources with an error,
 //! never a panic.
 
+// The engine fixtures thor-server's tests use (items, classes, tags), shared, not copied.
+#[path = "../../thor-server/tests/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -12,23 +12,8 @@ use thor_net::{ClientConfig, TcpTransport};
 
 use super::thor;
 
-thor_client::class! {
-    /// As `thor bench transfer-client` stores it.
-    pub class Account("bench.Account") {
-        balance: u64,
-        version: u64,
-    }
-}
-
-thor_client::class! {
-    pub class Accounts("bench.Accounts") {}
-    var refs<Account>;
-}
-
-thor_client::class! {
-    pub class Bank("bench.Bank") {}
-    var refs<Accounts>;
-}
+/// The classes `thor bench transfer-client` stores, declared once, in the laboratory.
+pub use thor_lab::bank::{Account, Bank};
 
 /// `thor bench transfer-client` against `addr` as client `id`, recording its history in
 /// `history`, with `extra` arguments.
