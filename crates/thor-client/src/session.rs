@@ -2105,10 +2105,11 @@ impl Inner {
     }
 
     /// The cache's `before_write`, then the commit path's (the page modes copy the object's
-    /// units into their recovery buffer, [`commit_path`]).
+    /// units into their recovery buffer, [`commit_path`]). Only the page modes have a hook
+    /// there (and page state): object shipping's writes make no call through the seam.
     fn before_write(&mut self, i: u32) -> Result<(), ClientError> {
         self.cache.before_write(i)?;
-        if self.doomed.is_none() {
+        if self.pages.is_some() && self.doomed.is_none() {
             let path = self.path;
             path.before_write(self, i)?;
         }
