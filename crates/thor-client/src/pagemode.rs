@@ -64,7 +64,7 @@
 //! the oldest written page is *stolen*: its records so far go to the server with undo bytes
 //! and, in the ESM modes and WPL, the page whole (one `PageRecords`), its saved units are
 //! released and its image is dropped. The server stages what it got until the commit
-//! (thor-server `core/pagecommit.rs`). The written objects keep their new bytes in the cache
+//! (thor-study's `pagecommit.rs`). The written objects keep their new bytes in the cache
 //! (no-steal there), so a later write to the page fetches the committed image again and lays
 //! the transaction's objects back into it ([`PageState::restore_image`]); the page is then
 //! written again and goes at commit as any other (ESM and WPL: the newer copy replaces the

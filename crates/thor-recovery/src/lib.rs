@@ -26,8 +26,8 @@
 //!
 //! The parts of the QuickStore recovery study's schemes (`papers/quickstore-recovery-sigmod95.txt`,
 //! issue 14) that are logic, not I/O, shared by the client library (which produces records,
-//! thor-client `pagemode.rs`) and the server (which applies them, thor-server
-//! `core/pagecommit.rs`, and for WPL thor-server-core's `core/wpl.rs` and thor-study's `wpl_log.rs`). `diff.rs`: update detection against a saved
+//! thor-client `pagemode.rs`) and the server (which applies them: thor-study's `pagecommit.rs`,
+//! and for WPL its `wpl.rs` and `wpl_log.rs`). `diff.rs`: update detection against a saved
 //! pre-image (`PreImage`: a whole page for PD, copied blocks for SD and SL), maximal runs of
 //! changed bytes found eight bytes at a time, and the paper's minimum-traffic merging (two regions
 //! merge when `k·gap <= H`, `k` the images per region, `H` = 4 bytes per region), confined to the

@@ -12,18 +12,21 @@
 //!   ([`CheckpointJob`], [`superblock`]) and lets the driver truncate the log;
 //! - rebuilds its state from the log's records on open ([`Core::replay`]).
 //!
-//! How a commit becomes log records is one seam inside it, the commit path (`CommitPath` in
-//! `core/commit_path.rs`, whose docs state what any commit path may do to the log): object
-//! shipping by default, whole-page logging in the study's `wpl` mode
-//! ([`Core::set_commit_mode`]; thor-study holds its restart over a real log).
+//! How a request becomes a commit and a commit becomes log records is one seam, the commit path
+//! ([`CommitPath`], whose docs state what any commit path may do to the log): thor's own
+//! object shipping ([`ObjectShipping`]) is here and the default; the QuickStore study's page
+//! modes (the page-diffing translators and whole-page logging) are thor-study's, installed
+//! with [`Core::set_commit_path`] (thor-study's `set_commit_mode`). A path sees the core
+//! through the [`Store`]'s public methods (check, allocate, build, push a prepared commit,
+//! replay), [`PathLog`] and [`PageReads`].
 //!
 //! # The seal
 //!
 //! The core reads no clock, spawns no thread, touches no file or socket and takes no OS
 //! randomness. The compiler enforces it two ways:
 //!
-//! - its dependencies (thor-core, thor-wire, thor-policy and the pure thor-recovery) offer
-//!   none of those, and it does not depend on thor-storage;
+//! - its dependencies (thor-core, thor-wire, thor-policy) offer none of those, and it does
+//!   not depend on thor-storage;
 //! - `clippy.toml` in this crate's directory lists `disallowed-methods` and
 //!   `disallowed-types` (`Instant::now`, `SystemTime::now`, `thread::spawn`, `std::fs`,
 //!   `std::net`, `RandomState`, `HashMap` with the default hasher, ...), and CI runs clippy with
@@ -49,8 +52,12 @@
 //! - the settings and counters of its concerns: [`CcConfig`], [`CcCounters`], [`Refusal`],
 //!   [`Timestamp`], [`TwoPcConfig`], [`TwoPcStats`], [`TwoPcCounters`], [`Credentials`],
 //!   [`Credential`], [`CredentialError`], [`Scope`], [`Need`], [`DemoteCounters`],
-//!   [`PrefetchCounters`], [`ResumeCounters`], [`PageCounters`], [`WplCounters`],
-//!   [`WPL_CONFIG_DEFAULT`], [`CacheMode`], [`PageCacheStats`];
+//!   [`PrefetchCounters`], [`ResumeCounters`], [`CacheMode`], [`PageCacheStats`];
+//! - the commit-path seam: [`CommitPath`], [`ObjectShipping`], [`Store`] (through its public
+//!   methods only), [`Checked`], [`PathCommit`], [`Prepared`], [`PrepareAt`], [`Images`],
+//!   [`Stop`], [`ReplayedRecord`], [`PathLog`], [`PageReads`], [`PageStep`], [`Requester`],
+//!   [`LogBytes`], and the counters a path reports: [`PathCounters`], [`PageCounters`],
+//!   [`WplCounters`];
 //! - errors: [`EngineError`], [`InvalidCommit`];
 //! - three modules that are APIs in themselves: [`record`] (the log record codec, which the
 //!   offline checker and the simulation's checker also read), [`superblock`] (the checkpoint
@@ -110,48 +117,21 @@
 //! runs half its seeds with the exclusive cache, cells spread over pages and clients demoting,
 //! some with forged bytes that must never be cached.
 //!
-//! `core/pagecommit.rs` is the server half of the page-based commit modes (issue 14;
-//! `EngineOptions::commit_mode`, `thor server --commit-mode`, said in `HelloOk` and `ServerStats`):
-//! records and dirty pages a client sends early (its recovery buffer was full, or it stole a
-//! written page) are checked and staged per connection (bounded; never applied before their
-//! commit, since no fetch may see an uncommitted transaction; a stolen page counts as shipped
-//! with the commit unless the commit ships a newer copy); a `PageCommit`'s
-//! records are applied to each page's committed image (page cache plus MOB, or a page read the
-//! commit waits for: PD-REDO) or the written objects are taken from the shipped pages (ESM), every
-//! region must lie inside an object the commit names, and the result (the written objects whole)
-//! enters the commit path above as any commit does, so validation, the log record, recovery and
-//! installation are `obj` mode's. `core/pagecommit/tests.rs` has one scenario per behaviour.
+//! `core/commit_path.rs` is the seam between requests, the commit queue and the log
+//! (`CommitPath`): the page requests (`PageRecords`, `PageCommit`) go to the path, which makes
+//! them commits (reading the page images it needs through `PageReads`); the queue's head goes
+//! through the path's gate, prepare and append; durability, install rounds, the checkpoint's
+//! truncation floor and recovery's replay of the path's own record kinds (at or above
+//! `record::FIRST_PATH_KIND`) call its hooks. Object shipping is the core's own path; the
+//! QuickStore study's page-diffing translators and whole-page logging (issue 14) are
+//! thor-study's (`pagecommit.rs`, `wpl.rs`, `path.rs`, its restart in `wpl_log.rs`), so no
+//! mode branch is left here. A commit a path builds with records of its own (WPL's page
+//! images before its commit record) is pushed with `Store::push_prepared`, which assigns the
+//! LSNs in order; its objects' bytes may lie in any of its records (`Prepared::preceding`).
 //!
-//! `core/wpl.rs` with `Store::prepare_wpl` (`core/store.rs`) is the `wpl` commit mode
-//! (whole-page logging, issue 14): a `PageCommit` of whole pages becomes a commit carrying the
-//! shipped pages; a gate before validation keeps room in the WPL table (a commit waits for an
-//! install round like one waiting for MOB room) and writes a WPL checkpoint record when due; at
-//! prepare the page rule refuses a page written (published or prepared) since the client's copy,
-//! and the server logs one image per written page, its own committed page with the written
-//! objects laid in, then a WPL commit record whose body holds the written orefs and a kind-2
-//! record of the created objects. The versions enter the MOB as slices of the images, so fetches,
-//! CLOCC, demotion and install rounds are unchanged; install rounds take copies out of the table
-//! and are followed by a WPL checkpoint; the log is truncated below the lower of the superblock
-//! checkpoint and the table's truncation point. Recovery replays WPL commits forward from their
-//! images and, at the first WPL record, runs WPL's backward restart and keeps every named copy
-//! newer than its home for replay (`Core::wpl_restored`, `Store::restore_page_copy`): each WPL
-//! commit record whose own images lie below the checkpoint takes the objects it wrote from its
-//! page's copy, under its own LSN, as normal operation published them (the whole page once went
-//! into the MOB under the image's LSN: the page came back with an older version, and the copy's
-//! stale objects hid a two-phase part decided after it; both found by `thor_sim::acked`).
-//!
-//! *Architecture Invariant:* a WPL commit's first image is never below the superblock checkpoint
-//! while the commit is prepared and not durable (`Prepared::first_lsn`), and the log is never
-//! truncated below a copy the newest durable WPL checkpoint lists.
-//!
-//! thor-study's `wpl_log.rs` is whole-page logging's restart over the server's log (issue 14): WPL's records
-//! (kinds 6 to 8, which `record.rs` checks at compile time never to be the server's own) share
-//! the log; `restart` runs `thor_recovery::wpl::restart`'s backward pass over
-//! `Log::backward_reader`, passing over the server's records, then reads back, in one forward
-//! read from the oldest, the image of every committed copy the rebuilt table names, each checked
-//! as a WPL image of that page and as a stored page (`WplRestartError`, never a panic).
-//! thor-study's `tests/wpl_restart.rs` crashes generated histories on a `MemDisk` and checks every page.
-//! `WplObjects` reads a WPL commit's objects from a forward read of a log (`thor check`).
+//! *Architecture Invariant:* a prepared commit's first record is never below the superblock
+//! checkpoint while it is prepared and not durable (`Prepared::first_lsn`), and the log is
+//! never truncated below a path's truncation floor.
 //!
 //! `core/prefetch.rs` answers `Prefetch` (issue 16): the asked page as a fetch (a page-cache
 //! hit, or the read it waits for), then, in the same step, up to the smaller of what the client
@@ -285,15 +265,20 @@ mod siphash;
 pub mod superblock;
 
 pub use crate::core::cc::{CcConfig, CcCounters, Refusal, Timestamp};
+pub use crate::core::commit_path::{
+    CommitPath, LogBytes, ObjectShipping, PageCounters, PageReads, PageStep, PathCounters, PathLog,
+    PrepareAt, Requester, WplCounters,
+};
 pub use crate::core::credentials::{Credential, CredentialError, Credentials, Need, Scope};
 pub use crate::core::demote::DemoteCounters;
 pub use crate::core::install::{CheckpointJob, FlushReport, InstallJob, Installed, PageJob};
-pub use crate::core::pagecommit::PageCounters;
 pub use crate::core::prefetch::PrefetchCounters;
 pub use crate::core::resume::ResumeCounters;
-pub use crate::core::store::{CommitIn, CommitOutcome, empty_page};
+pub use crate::core::store::{
+    Checked, CommitIn, CommitOutcome, Images, PathCommit, Prepared, ReplayedRecord, Stop, Store,
+    empty_page,
+};
 pub use crate::core::twopc::{TwoPcConfig, TwoPcCounters, TwoPcStats};
-pub use crate::core::wpl::{WPL_CONFIG_DEFAULT, WplCounters};
 pub use crate::core::{
     BulkDone, ConnId, Core, CoreConfig, CoreStats, DirectOp, DirectResult, DriverCounters, Effect,
     Input, ProtocolConfig, ReadError, Ticket, error_reply, refused_code,

@@ -47,7 +47,6 @@
 //!         the coordinator: every participant acknowledged the decision; forget it
 //! ```
 
-use thor_core::le::u32_at;
 use thor_core::limits::{OBJECT_ALIGN, OBJECT_HEADER_BYTES};
 use thor_core::{NotAnObject, Oref, ServerId, le};
 
@@ -62,15 +61,11 @@ pub const KIND_DECIDE: u8 = 4;
 /// A coordinator's note that every participant applied its decision.
 pub const KIND_END: u8 = 5;
 
-// Whole-page logging's records (`thor_recovery::wpl`) may share this log: their kinds must
-// not be any of this module's.
-const _: () = {
-    let mut k = KIND_COMMIT_V1;
-    while k <= KIND_END {
-        assert!(!thor_recovery::wpl::is_wpl_kind(k));
-        k += 1;
-    }
-};
+/// The lowest kind a commit path's own records may have (`CommitPath::replay` gets them): no
+/// kind of this module is at or above it, so records of a path (thor-study's whole-page
+/// logging uses 6 to 8) share the log with the store's.
+pub const FIRST_PATH_KIND: u8 = 6;
+const _: () = assert!(KIND_END < FIRST_PATH_KIND && KIND_COMMIT_V1 > 0);
 /// Byte 1 of a kind-2 record: the record ends with the commit's id.
 pub const FLAG_COMMIT_ID: u8 = 1;
 /// Bytes of a commit id at the end of a record.
@@ -84,32 +79,6 @@ const HEADER_BYTES: usize = 8;
 const CC_BYTES: usize = 16;
 const OBJECT_PREFIX_BYTES: usize = 8;
 const FLAG_CREATED: u16 = 1;
-
-/// The body of a WPL commit record as thor-server writes it (`thor_recovery::wpl`'s commit
-/// record with flags bit 0; see `core::store::Store::prepare_wpl`):
-///
-/// ```text
-/// | W u32 | W written orefs u32 | a commit record (kind 2): timestamp, read set, the created objects |
-/// ```
-///
-/// Returns the written orefs (each checked: a stored, non-null oref) and the commit record.
-pub fn split_wpl_body(body: &[u8]) -> Result<(Vec<Oref>, &[u8]), RecordError> {
-    if body.len() < 4 {
-        return Err(RecordError("a WPL commit body without its count of written objects"));
-    }
-    let n = u32_at(body, 0) as usize;
-    if n > crate::limits::COMMIT_OBJECTS_MAX || body.len() < 4 + 4 * n {
-        return Err(RecordError("a WPL commit body with more written objects than it holds"));
-    }
-    let mut writes = Vec::with_capacity(n);
-    for i in 0..n {
-        match Oref::object(u32_at(body, 4 + 4 * i)) {
-            Ok(o) => writes.push(o),
-            Err(_) => return Err(RecordError("a WPL commit body names an object that is not one")),
-        }
-    }
-    Ok((writes, &body[4 + 4 * n..]))
-}
 
 /// One object of a commit record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -913,9 +882,6 @@ mod tests {
                 rec.extend_from_slice(&[4, 0, 0, 0, 7, 0, 0, 0]);
             }
             prop_assert_eq!(decode(&rec, |_| {}).is_ok(), Oref::object(word).is_ok());
-            let mut body = 1u32.to_le_bytes().to_vec();
-            body.extend_from_slice(&word.to_le_bytes());
-            prop_assert_eq!(split_wpl_body(&body).is_ok(), Oref::object(word).is_ok());
         }
 
         /// Whatever the bytes, a salvaged record decodes; one that decodes is kept as it is;

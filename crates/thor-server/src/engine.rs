@@ -234,7 +234,6 @@ impl EngineOptions {
             cc: self.cc,
             twopc: self.twopc.clone(),
             page_cache_mode: self.page_cache_mode,
-            wpl: thor_server_core::WPL_CONFIG_DEFAULT,
             prefetch_pages_max: self.prefetch_pages_max,
             hash_key: os_hash_key(),
         }
@@ -268,7 +267,7 @@ impl From<CommitRequest> for CommitIn {
             created: r.created.into_iter().map(Bytes::from).collect(),
             reads: Vec::new(),
             ts: None,
-            wpl: None,
+            pages: None,
             id: None,
         }
     }
@@ -498,13 +497,13 @@ impl Engine {
         read_only: bool,
     ) -> Result<Engine, EngineError> {
         let start_us = clock.now_us();
-        let mut rec = io::recover(disk, opts.core_config(), opts.log.clone())?;
+        let study = thor_study::StudyOptions { mode: opts.commit_mode, ..Default::default() };
+        let mut rec = io::recover(disk, opts.core_config(), opts.log.clone(), &study)?;
         if created {
             rec.core.created_now();
         } else {
             rec.core.recovered_at(start_us);
         }
-        rec.core.set_commit_mode(opts.commit_mode);
         if read_only {
             rec.core.set_read_only();
         }

@@ -501,6 +501,7 @@ pub fn recover(
     disk: Arc<dyn Disk>,
     cfg: CoreConfig,
     log_opts: LogOptions,
+    study: &thor_study::StudyOptions,
 ) -> Result<Recovered, EngineError> {
     let sb = read_superblock(&*disk)?;
     let page_size = sb.page_size;
@@ -524,6 +525,9 @@ pub fn recover(
         });
     }
     let mut core = Core::new(cfg, sb)?;
+    // The commit mode's path before replay: the log's records of a page mode meet the path
+    // that replays them.
+    thor_study::set_commit_mode(&mut core, study)?;
     let mut replayed = 0;
     let mut rounds = 0;
     let mut fx = Vec::new();
@@ -545,7 +549,7 @@ pub fn recover(
         // further replay (an install round during replay must see them; see `restore_wpl`).
         if !wpl_restored && thor_study::wpl_log::is_wpl_record(payload) {
             wpl_restored = true;
-            restore_wpl(&mut core, &disk_side, &log, page_size)?;
+            restore_wpl(&mut core, &disk_side, &log, page_size, study.wpl)?;
         }
         if let Err(e) = core.replay(lsn, Bytes::copy_from_slice(payload)) {
             return Err(unreadable(&*disk, &log_opts, lsn, e));
@@ -600,8 +604,9 @@ fn restore_wpl(
     disk_side: &DiskSide,
     log: &Log,
     page_size: usize,
+    cfg: thor_study::WplConfig,
 ) -> Result<(), EngineError> {
-    let r = thor_study::wpl_log::restore(core, log, page_size, |page| {
+    let r = thor_study::wpl_log::restore(core, log, page_size, cfg, |page| {
         disk_side.read_page(page).map_err(|e| match e {
             ReadError::Corrupt(source) => EngineError::CorruptPage { page, cause: source },
             ReadError::Storage(why) => EngineError::Read { page, why },

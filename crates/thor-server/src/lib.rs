@@ -81,10 +81,10 @@ pub use thor_server_core::{
     DirectOp, DirectResult, DriverCounters, Effect, EngineError, FlushReport, Input, InstallJob,
     Installed, InvalidCommit, Need, PageCacheStats, PageCounters, PageJob, PrefetchCounters,
     ProtocolConfig, ReadError, Refusal, ResumeCounters, Scope, Ticket, Timestamp, TwoPcConfig,
-    TwoPcCounters, TwoPcStats, WPL_CONFIG_DEFAULT, WplCounters, empty_page, error_reply,
-    refused_code,
+    TwoPcCounters, TwoPcStats, WplCounters, empty_page, error_reply, refused_code,
 };
 pub use thor_server_core::{record, superblock};
+pub use thor_study::{StudyOptions, WPL_CONFIG_DEFAULT};
 
 pub use engine::{
     BulkLoader, BulkReport, CommitRequest, Engine, EngineOptions, EngineStats, Health, LocalPeers,

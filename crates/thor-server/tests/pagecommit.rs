@@ -21,7 +21,7 @@ use thor_wire::{
 };
 
 use thor_server::io::{self, CommitLog, DiskSide};
-use thor_server::{ConnId, Core, CoreConfig, Effect, Input};
+use thor_server::{ConnId, Core, CoreConfig, Effect, Input, StudyOptions};
 
 /// A core on an in-memory disk whose effects are all performed at once.
 struct Harness {
@@ -34,19 +34,23 @@ struct Harness {
     reads: usize,
 }
 
+/// `wpl` mode with the default table.
+fn wpl_mode() -> StudyOptions {
+    StudyOptions { mode: CommitMode::Wpl, ..StudyOptions::default() }
+}
+
 impl Harness {
     fn new(mode: CommitMode, cache_pages: usize) -> Harness {
         let cfg = CoreConfig { page_cache_bytes: cache_pages * 4096, ..CoreConfig::default() };
         let disk = MemDisk::new();
         io::create(&disk, 4096, ServerId(7)).unwrap();
-        Harness::open(disk, mode, cfg)
+        Harness::open(disk, StudyOptions { mode, ..StudyOptions::default() }, cfg)
     }
 
     /// Opens (recovers) the database on `disk`.
-    fn open(disk: MemDisk, mode: CommitMode, cfg: CoreConfig) -> Harness {
-        let r = io::recover(Arc::new(disk.clone()), cfg, LogOptions::default()).unwrap();
-        let mut core = r.core;
-        core.set_commit_mode(mode);
+    fn open(disk: MemDisk, study: StudyOptions, cfg: CoreConfig) -> Harness {
+        let r = io::recover(Arc::new(disk.clone()), cfg, LogOptions::default(), &study).unwrap();
+        let core = r.core;
         Harness {
             core,
             disk_side: r.disk_side,
@@ -673,8 +677,8 @@ fn wpl_a_commit_waits_for_room_in_a_full_table_and_a_round_makes_it() {
     let disk = MemDisk::new();
     io::create(&disk, 4096, ServerId(7)).unwrap();
     let wpl = thor_recovery::WplConfig { entries_max: 1, txns_max: 4, commits_per_checkpoint: 2 };
-    let cfg = CoreConfig { wpl, ..CoreConfig::default() };
-    let mut h = Harness::open(disk, CommitMode::Wpl, cfg);
+    let study = StudyOptions { mode: CommitMode::Wpl, wpl };
+    let mut h = Harness::open(disk, study, CoreConfig::default());
     h.connect(1);
     let it = items(&mut h, 1, 600);
     let (p, q) = (it[0].page().unwrap(), it[599].page().unwrap());
@@ -705,7 +709,7 @@ fn wpl_restart_brings_back_a_copy_whose_image_lies_below_the_superblock_checkpoi
     let disk = MemDisk::new();
     io::create(&disk, 4096, ServerId(7)).unwrap();
     let cfg = CoreConfig { flush_batch_pages: 1, ..CoreConfig::default() };
-    let mut h = Harness::open(disk.clone(), CommitMode::Wpl, cfg.clone());
+    let mut h = Harness::open(disk.clone(), wpl_mode(), cfg.clone());
     h.connect(1);
     let it = items(&mut h, 1, 600);
     install_all(&mut h);
@@ -734,7 +738,7 @@ fn wpl_restart_brings_back_a_copy_whose_image_lies_below_the_superblock_checkpoi
     h.settle();
     assert_eq!(h.core.checkpoint(), lsn, "the checkpoint lies between the image and the commit");
     drop(h);
-    let mut h = Harness::open(disk, CommitMode::Wpl, cfg);
+    let mut h = Harness::open(disk, wpl_mode(), cfg);
     assert_eq!(h.core.stats().wpl.restored, 1, "the copy came back from the log");
     h.connect(1);
     let now = h.fetch(1, 2, p);

@@ -393,8 +393,10 @@ impl World {
         let what = format!("server {}'s database after a crash", s + 1);
         crate::check::offline(&self.servers[s].disk, &what)?;
         let disk = Arc::new(self.servers[s].disk.clone());
-        let r = io::recover(disk, core_config(self.cfg.servers, self.cfg.seed), log_options())
-            .map_err(|e| Violation(format!("server {} does not open: {e}", s + 1)))?;
+        let study = thor_server::StudyOptions::default();
+        let r =
+            io::recover(disk, core_config(self.cfg.servers, self.cfg.seed), log_options(), &study)
+                .map_err(|e| Violation(format!("server {} does not open: {e}", s + 1)))?;
         let mut core = r.core;
         crate::mutate(&mut core);
         self.servers[s].node =

@@ -583,6 +583,11 @@ struct World {
     payload: usize,
 }
 
+/// The commit mode of a run's server and its WPL table's bounds.
+fn study_options(cfg: &SimConfig) -> thor_server::StudyOptions {
+    thor_server::StudyOptions { mode: cfg.commit_mode, wpl: cfg.wpl }
+}
+
 fn core_config(cfg: &SimConfig) -> CoreConfig {
     CoreConfig {
         // With an exclusive cache, install at once: a page is taken back only if it was sent
@@ -602,7 +607,6 @@ fn core_config(cfg: &SimConfig) -> CoreConfig {
             reads_tracked_max: cfg.reads_tracked_max,
             ..Default::default()
         },
-        wpl: cfg.wpl,
         hash_key: crate::hash_key(cfg.seed),
         ..CoreConfig::default()
     }
@@ -736,13 +740,13 @@ impl World {
     /// Recovers the server from the disk and checks the recovered state.
     fn start_server(&mut self) -> Result<(), Violation> {
         crate::check::offline(&self.disk, "the database after a crash")?;
-        let r = io::recover(Arc::new(self.disk.clone()), core_config(&self.cfg), log_options())
+        let (disk, study) = (Arc::new(self.disk.clone()), study_options(&self.cfg));
+        let r = io::recover(disk, core_config(&self.cfg), log_options(), &study)
             .map_err(|e| Violation(format!("the database does not open after a crash: {e}")))?;
         self.out.install_rounds += r.rounds;
         self.out.wpl_restored += r.core.stats().wpl.restored;
         let next = r.core.next_lsn();
         let mut core = r.core;
-        core.set_commit_mode(self.cfg.commit_mode);
         crate::mutate(&mut core);
         self.node = Some(Node { core, disk_side: r.disk_side, log: r.log, sync_scheduled: false });
         self.checker.recovered(next)?;
@@ -1134,10 +1138,9 @@ impl World {
         self.out.backups += 1;
         dest.crash(self.rng.next_u64());
         crate::check::offline(&dest, "a backup")?;
-        let r = io::recover(Arc::new(dest), core_config(&self.cfg), log_options())
+        let study = study_options(&self.cfg);
+        let r = io::recover(Arc::new(dest), core_config(&self.cfg), log_options(), &study)
             .map_err(|e| Violation(format!("a backup does not open: {e}")))?;
-        let mut r = r;
-        r.core.set_commit_mode(self.cfg.commit_mode);
         if r.core.next_lsn().0 != info.lsn.0 + 1 {
             return Err(Violation(format!(
                 "a backup claims LSN {} but recovers to {}",

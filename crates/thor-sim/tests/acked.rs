@@ -28,11 +28,11 @@ fn program(seed: u64) -> Vec<u8> {
 ///
 /// - 19899: a whole-page-logging commit's copy restored by recovery went into the MOB under
 ///   its image record's LSN, not its commit's: the page was served after the crash with an
-///   older version than before (`Core::wpl_restored`).
+///   older version than before (thor-study's `WplLog::restored`).
 /// - 193721: recovery put a whole-page-logging copy into the MOB whole, and its stale bytes of
 ///   an object a two-phase part wrote (prepared before the WPL commit, decided after it, so
 ///   published under an older LSN) hid that part's committed version after the crash
-///   (`Store::restore_page_copy`).
+///   (thor-study's `WplReplay::restore`).
 #[test]
 fn programs_that_found_bugs_pass() {
     for seed in [19899, 193721] {

@@ -21,7 +21,7 @@
 //!
 //! Recovery (thor-server's `io::recover`) calls [`restore`] when forward replay meets the
 //! first WPL record ([`is_wpl_record`]): it runs the restart and hands the core the copies
-//! forward replay cannot see (`Core::wpl_restored`). It is tested against generated histories
+//! forward replay cannot see (`StudyPath`'s restore). It is tested against generated histories
 //! over a crashing [`thor_storage::MemDisk`] (`tests/wpl_restart.rs`), and with the `wpl`
 //! commit mode in thor-server's scenario tests and the whole-cluster simulation.
 //!
@@ -184,8 +184,10 @@ pub struct Restored {
 /// WPL's restart at recovery: the table rebuilt by one backward pass over `log`, and each
 /// committed copy it names handed to `core` with its home page's version, read with
 /// `read_home` (0 for a page opened since the superblock's checkpoint, which may have no home
-/// yet): the core puts back into the MOB the copies forward replay cannot see (see
-/// `Core::wpl_restored`), and commits from then on through whole-page logging's path.
+/// yet): the core's commit path (a [`crate::StudyPath`], installed if another is) keeps the
+/// copies forward replay cannot see for replay to put back into the MOB
+/// (`WplLog::restored`), and commits from then on through whole-page logging's table.
+/// `cfg` bounds the table.
 ///
 /// *Why at the first WPL record, not after replay:* replay may run install rounds (the MOB's
 /// budget); one that wrote a page home without the copy's objects in the MOB would make the
@@ -198,9 +200,10 @@ pub fn restore(
     core: &mut Core,
     log: &Log,
     page_size: usize,
+    cfg: WplConfig,
     mut read_home: impl FnMut(PageId) -> Result<Bytes, EngineError>,
 ) -> Result<Restored, EngineError> {
-    let r = restart(log, page_size, core.config().wpl)
+    let r = restart(log, page_size, cfg)
         .map_err(|e| EngineError::CorruptRecord { lsn: 0, why: e.to_string() })?;
     let on_disk = core.alloc_page_at_checkpoint().unwrap_or(PageId::FIRST);
     let mut copies = Vec::with_capacity(r.copies.len());
@@ -216,7 +219,10 @@ pub fn restore(
         copies.push((page, copy.lsn, image, home));
     }
     let restored = Restored { copies: copies.len(), checkpoint: r.checkpoint };
-    core.wpl_restored(r.table, copies)?;
+    let pages = crate::path::study_path(core, cfg).restored(r.table, copies)?;
+    for page in pages {
+        core.store_mut().forget_slots(page);
+    }
     Ok(restored)
 }
 
@@ -268,8 +274,7 @@ impl WplObjects {
             WplRecord::Checkpoint(_) | WplRecord::Commit { .. } => return Ok(Some(Vec::new())),
             WplRecord::CommitWith { txn, body } => (txn.0, body),
         };
-        let (writes, inner) =
-            thor_server_core::record::split_wpl_body(body).map_err(|e| e.to_string())?;
+        let (writes, inner) = crate::wpl::split_body(body).map_err(|e| e.to_string())?;
         let images = std::mem::take(&mut self.images);
         let images = if images.0 == txn { images.1 } else { Vec::new() };
         let mut out = Vec::new();

@@ -145,7 +145,7 @@ pub enum Refusal {
     Rule2b(Oref),
     /// Whole-page logging's page rule: a commit wrote or created an object on this page
     /// after the client's copy of it was sent, so the copy cannot be logged whole (see
-    /// `Store::prepare_wpl`). Answered as `Stale`: run again on a fresh copy of the page.
+    /// thor-study's `wpl::prepare`). Answered as `Stale`: run again on a fresh copy of the page.
     PageWritten(thor_core::PageId),
 }
 

@@ -38,12 +38,13 @@
 //! ([`CoreConfig::log_buffer_bytes`]; a durable report frees them), so that a driver's log
 //! append never waits for the disk.
 //!
-//! How a commit becomes log records is the *commit path*'s (`commit_path::CommitPath`, chosen
-//! by the commit mode): object shipping (one commit record; the default) or whole-page
-//! logging (page images, a commit record, a table with its own checkpoints and truncation
-//! floor; `wpl`). The path's hooks are the only places the mode shows: `pump`, `durable`,
-//! `needs_room`, `installed` and the checkpoint call them and never branch on the mode. The
-//! seam's docs state what any path may do to the log.
+//! How a request becomes a commit and a commit becomes log records is the *commit path*'s
+//! (`commit_path::CommitPath`, installed with [`Core::set_commit_path`]): object shipping
+//! (one commit record; the default, here) or one of the QuickStore study's page modes
+//! (thor-study: page-diffing translators, whole-page logging with its own records, table,
+//! checkpoints and truncation floor). The path's hooks are the only places the mode shows:
+//! page requests, `pump`, `durable`, `needs_room`, `installed` and the checkpoint call them
+//! and never branch on the mode. The seam's docs state what any path may do to the log.
 //!
 //! # Per-client order
 //!
@@ -59,19 +60,17 @@
 //! control) for transaction timestamps. [`Input::Tick`] lets time pass without other input.
 
 pub(crate) mod cc;
-mod commit_path;
+pub(crate) mod commit_path;
 pub(crate) mod credentials;
 pub(crate) mod demote;
 pub(crate) mod install;
 mod invariants;
 mod orefset;
-pub(crate) mod pagecommit;
 pub(crate) mod prefetch;
 pub(crate) mod resume;
 mod sessions;
 pub(crate) mod store;
 pub(crate) mod twopc;
-pub(crate) mod wpl;
 
 use std::collections::VecDeque;
 
@@ -124,8 +123,6 @@ pub struct CoreConfig {
     /// Where pages clients read and demote go in the page cache (inclusive LRU, or DEMOTE's
     /// exclusive placement; see [`crate::pagecache`]).
     pub page_cache_mode: crate::pagecache::CacheMode,
-    /// The bounds of the WPL table (whole-page logging, [`wpl`]).
-    pub wpl: thor_recovery::WplConfig,
     /// Most further pages one `Prefetch` reply carries, whatever the client asks
     /// ([`prefetch`]); 0 answers every `Prefetch` with its page alone.
     pub prefetch_pages_max: usize,
@@ -150,7 +147,6 @@ impl Default for CoreConfig {
             twopc: twopc::TwoPcConfig::default(),
             protocol: ProtocolConfig::default(),
             page_cache_mode: crate::pagecache::CacheMode::Inclusive,
-            wpl: wpl::WPL_CONFIG_DEFAULT,
             prefetch_pages_max: thor_wire::limits::PREFETCH_PAGES_MAX,
             hash_key: [0x7468_6f72_2d63_6f72, 0x652d_6b65_792d_3331],
         }
@@ -481,7 +477,7 @@ pub enum Effect {
 
 /// Who is waiting for an answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Origin {
+pub(crate) enum Origin {
     /// A request of a connection.
     Conn { conn: ConnId, id: u64 },
     /// A direct operation.
@@ -636,7 +632,7 @@ pub struct CoreStats {
     /// Whole-page logging: page images and checkpoint records appended, copies the table
     /// dropped when their page went home, commits refused by the page rule, copies restored
     /// into the MOB at recovery (all zero in other modes).
-    pub wpl: wpl::WplCounters,
+    pub wpl: commit_path::WplCounters,
     /// Copies in the WPL table now.
     pub wpl_table: usize,
     /// Prefetch: requests, pages sent beyond the asked ones, candidates passed over.
@@ -708,9 +704,8 @@ pub struct Core {
     prepared_cc: FxHashMap<Lsn, (cc::Timestamp, Option<ConnId>)>,
     /// Two-phase commit: parts in doubt, transactions coordinated here.
     twopc: twopc::TwoPc,
-    /// The page-based commit modes' state (`pagecommit`).
-    pages: pagecommit::PageCommits,
-    /// How commits reach the log (`commit_path`): object shipping, or whole-page logging.
+    /// How requests become commits and commits reach the log (`commit_path`): object
+    /// shipping, or a page mode of thor-study's.
     path: Box<dyn commit_path::CommitPath>,
     /// Resuming sessions on new connections: the history of changes, session keys, seen
     /// stamps (`resume`).
@@ -728,8 +723,6 @@ impl Core {
         if cfg.mob_bytes == 0 || cfg.log_buffer_bytes == 0 {
             return Err(EngineError::BadOptions("budgets must be positive".into()));
         }
-        thor_recovery::WplTable::new(cfg.wpl)
-            .map_err(|e| EngineError::BadOptions(format!("the WPL table's bounds: {e}")))?;
         let store = Store::new(sb, cfg.page_cache_bytes, cfg.page_cache_mode);
         let cc = cc::Cc::new(cfg.cc, store.superblock.server_id.0);
         Ok(Core {
@@ -739,7 +732,6 @@ impl Core {
             #[cfg(feature = "mutants")]
             mutant: None,
             prepared_cc: FxHashMap::default(),
-            pages: pagecommit::PageCommits::default(),
             path: Box::new(commit_path::ObjectShipping),
             resume: resume::Resumes::new(),
             sessions: Sessions::new(cfg.protocol.clone()),
@@ -771,7 +763,7 @@ impl Core {
     pub fn replay(&mut self, lsn: Lsn, record: Bytes) -> Result<(), EngineError> {
         let crc = thor_core::checksum::crc32c(&record);
         let replayed = match self.path.replay(&mut self.store, lsn, &record) {
-            Some(r) => r?,
+            Some(r) => r?.0,
             None => self.store.replay(lsn, record)?,
         };
         match replayed {
@@ -813,6 +805,7 @@ impl Core {
         log_next: Lsn,
         image: Option<Bytes>,
     ) -> Result<(), EngineError> {
+        self.path.replayed_all(&mut self.store);
         self.store.replayed_all(log_next);
         self.store.set_tail_from(image)?;
         let floor = self.cc.last_ts();
@@ -1010,7 +1003,7 @@ impl Core {
                 self.sessions.disconnect(conn);
                 self.cc.disconnect(conn);
                 self.demotions.disconnect(conn);
-                self.pages.disconnect(conn);
+                self.path.disconnect(conn);
                 self.resume.disconnect(conn);
             }
             Input::Direct { ticket, op } => self.direct(ticket, op, fx),
@@ -1236,7 +1229,14 @@ impl Core {
                 self.sessions.set_busy(conn);
                 fx.push(Effect::Backup { conn, id, path });
             }
-            Action::PageRecords(r) => self.page_records(conn, id, r, fx),
+            Action::PageRecords(r) => {
+                // Answered at once, like `Stats`: the session was never busy with it.
+                let reply = match self.path.page_records(conn, r, self.store.page_size) {
+                    Ok(()) => Reply::new(ReplyBody::Ack),
+                    Err(why) => Reply::error(thor_wire::ErrorCode::Malformed, &why),
+                };
+                fx.push(Effect::Reply { conn, id, reply, close: false });
+            }
             Action::PageCommit(c) => {
                 self.sessions.set_busy(conn);
                 self.page_commit(Origin::Conn { conn, id }, c, fx);
@@ -1254,6 +1254,84 @@ impl Core {
         }
     }
 
+    /// Installs the commit path (`commit_path`): thor-study's page modes, or object shipping
+    /// back. Before any client connects (`Engine` does it from its options); a path that
+    /// keeps log state (a WPL table recovery rebuilt) may be replaced only by one its maker
+    /// gave that state to (thor-study does: `thor_study::set_commit_mode`).
+    pub fn set_commit_path(&mut self, path: Box<dyn commit_path::CommitPath>) {
+        self.path = path;
+    }
+
+    /// The commit path installed (thor-study reaches its own path's state through
+    /// `CommitPath::as_any_mut`).
+    pub fn commit_path_mut(&mut self) -> &mut dyn commit_path::CommitPath {
+        &mut *self.path
+    }
+
+    /// The server's commit mode: its commit path's.
+    pub fn commit_mode(&self) -> thor_wire::CommitMode {
+        self.path.mode()
+    }
+
+    /// The store, for a commit path that restores state into it at recovery (thor-study's
+    /// whole-page logging forgets the layout of the pages it restored copies of).
+    pub fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
+    /// `PageCommit`: the commit path makes it a commit (reading page images it needs first,
+    /// in which case it answers from `page_read`).
+    fn page_commit(&mut self, origin: Origin, c: thor_wire::PageCommit, fx: &mut Vec<Effect>) {
+        let mut reads = commit_path::PageReads::new(&mut self.store);
+        let step = self.path.page_commit(commit_path::Requester(origin), c, &mut reads);
+        let (read, applied) = (std::mem::take(&mut reads.read), reads.applied);
+        self.counters.fetch_versions_applied += applied;
+        for page in read {
+            self.want_read(page, None, fx);
+        }
+        match step {
+            commit_path::PageStep::Commit(c) => self.page_committed(origin, Ok(c), fx),
+            commit_path::PageStep::Refused(e) => self.page_committed(origin, Err(e), fx),
+            commit_path::PageStep::Waiting => {}
+        }
+    }
+
+    /// A page commit became `c`: into the commit queue, or answered with its refusal.
+    fn page_committed(
+        &mut self,
+        origin: Origin,
+        c: Result<CommitIn, EngineError>,
+        fx: &mut Vec<Effect>,
+    ) {
+        match c {
+            Ok(c) => self.commit(origin, c, fx),
+            Err(e) => self.answer_commit(origin, Err(e), fx),
+        }
+    }
+
+    /// The page modes' counters as `ServerStats` fields (the others default).
+    fn page_stats(&self) -> thor_wire::ServerStats {
+        let c = self.path.counters();
+        let (p, w) = (c.pages, c.wpl);
+        thor_wire::ServerStats {
+            commit_mode: u64::from(self.path.mode().code()),
+            page_commits: p.page_commits,
+            page_records: p.records,
+            page_records_early: p.records_early,
+            page_record_bytes: p.record_bytes,
+            pages_shipped: p.pages_shipped,
+            redo_reads: p.redo_reads,
+            wpl_images: w.images,
+            wpl_checkpoints: w.checkpoints,
+            wpl_installed: w.installed,
+            wpl_restored: w.restored,
+            wpl_page_rule_refusals: w.page_rule_refusals,
+            wpl_table: c.wpl_table as u64,
+            pages_early: p.pages_early,
+            ..thor_wire::ServerStats::default()
+        }
+    }
+
     /// What `HelloOk` tells a client.
     fn server_info_parts(&self) -> sessions::InfoParts {
         sessions::InfoParts {
@@ -1261,7 +1339,7 @@ impl Core {
             page_size: self.store.page_size,
             root: self.store.superblock.root,
             demotions: self.store.cache.mode() == crate::pagecache::CacheMode::Exclusive,
-            commit_mode: self.pages.mode(),
+            commit_mode: self.path.mode(),
         }
     }
 
@@ -1418,7 +1496,15 @@ impl Core {
             };
             self.answer_fetch(w, page, ahead, r, fx);
         }
-        self.page_commit_read(page, image.as_ref().map_err(failure), fx);
+        if self.path.waits_for_pages() {
+            let composed = match &image {
+                Ok(img) => self.store.with_mob(page, img.clone()).map(|(b, _)| b),
+                Err(e) => Err(failure(e)),
+            };
+            for (from, c) in self.path.page_read(page, composed.as_ref()) {
+                self.page_committed(from.0, c, fx);
+            }
+        }
         // Only the head of the commit queue is validated, so only it can wait for a page.
         let Some(head) = self.queue.front_mut() else { return };
         let Some(i) = head.waiting_for.iter().position(|p| *p == page) else { return };
@@ -1578,14 +1664,13 @@ impl Core {
             }
             return Pumped::Wait;
         }
-        // One pass over the objects for both (a commit may write 99,000).
-        let record_bytes = head.commit.record_bytes();
-        let log_bytes = crate::limits::log_record_len(record_bytes);
         // A two-phase part's record carries its section after the objects: counted, so
         // that no record the log would refuse (which stops the server) is ever appended.
         let section_bytes =
             head.twopc.as_deref().map_or(0, |t| Core::twopc_section(t).encoded_len());
-        let largest = head.commit.largest_record(section_bytes);
+        let sized = self.path.log_bytes(&head.commit, section_bytes);
+        let log_bytes = crate::limits::log_record_len(sized.total);
+        let largest = sized.largest;
         if largest > self.cfg.record_bytes_max {
             let e = InvalidCommit::TooLarge {
                 what: "record bytes",
@@ -1867,7 +1952,8 @@ impl Core {
     /// else is buffered or prepared.
     fn needs_room(&self, c: &CommitIn) -> bool {
         let held = self.store.mob.bytes() + self.store.pending_mob_cost + self.twopc.held_bytes;
-        (held > 0 && held + Store::mob_cost(c) > self.cfg.mob_bytes) || self.path.needs_room(c)
+        let cost = crate::mob::commit_cost(c.objects(), self.path.log_bytes(c, 0).total);
+        (held > 0 && held + cost > self.cfg.mob_bytes) || self.path.needs_room(c)
     }
 
     /// Plans an install round of the oldest MOB pages and emits it (recovery calls this
@@ -2103,8 +2189,8 @@ impl Core {
             checkpoint: self.store.superblock.checkpoint.0,
             pages_allocated: self.store.tail.page.get(),
             commits_queued: self.queue.len(),
-            wpl: self.wpl_counters(),
-            wpl_table: self.wpl_table_len(),
+            wpl: self.path.counters().wpl,
+            wpl_table: self.path.counters().wpl_table,
             prefetch: self.prefetch,
             requests_forbidden: self.sessions.counters().forbidden,
             sessions_revoked: self.sessions.counters().sessions_revoked,
@@ -2271,7 +2357,7 @@ impl From<Commit> for CommitIn {
             created: c.created,
             reads: c.reads,
             ts: None,
-            wpl: None,
+            pages: None,
             id: c.id,
         }
     }

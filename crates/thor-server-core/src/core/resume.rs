@@ -542,7 +542,7 @@ impl Core {
         self.sessions.supersede(old, fx);
         self.cc.disconnect(old);
         self.demotions.disconnect(old);
-        self.pages.disconnect(old);
+        self.path.disconnect(old);
         self.resume.disconnect(old);
     }
 }

@@ -232,9 +232,9 @@ pub enum Action {
     Commit(CommitIn),
     /// Answer with the counters.
     Stats,
-    /// Stage page records sent before commit (`super::pagecommit`).
+    /// Stage page records sent before commit (the commit path's, `super::commit_path`).
     PageRecords(thor_wire::PageRecords),
-    /// Serve a page-based commit (`super::pagecommit`).
+    /// Serve a page-based commit (the commit path's, `super::commit_path`).
     PageCommit(thor_wire::PageCommit),
     /// Have the driver write a backup to this path (on the server's machine).
     Backup(String),

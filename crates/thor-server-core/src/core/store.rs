@@ -45,8 +45,6 @@ use crate::mob::{Mob, commit_cost};
 use crate::pagecache::PageCache;
 use crate::record::{self, RecordBuilder};
 use crate::superblock::Superblock;
-use thor_recovery::limits::{WPL_COMMIT_BYTES, WPL_IMAGE_HEADER_BYTES};
-use thor_recovery::wpl::WplRecord;
 
 /// A commit as the core receives it: new versions of existing objects and newly created
 /// objects, as shared byte slices (of a received frame, without copying).
@@ -66,10 +64,11 @@ pub struct CommitIn {
     /// The timestamp to validate at; `None` (every client commit): a fresh one from the
     /// server's clock. Set by a coordinator's prepare, and by tests.
     pub ts: Option<super::cc::Timestamp>,
-    /// Whole-page logging: the written pages as the client shipped them (at least one),
-    /// whose `version` field says which committed state the client's copy was (see
-    /// [`Store::prepare_wpl`]). `None` for every other commit.
-    pub wpl: Option<Vec<(PageId, Bytes)>>,
+    /// The written pages as the client shipped them whole (at least one), for a commit path
+    /// that logs pages (thor-study's whole-page logging, whose page rule reads their
+    /// `version`). `None` for every other commit; the core's own path refuses a commit with
+    /// pages at its gate.
+    pub pages: Option<Vec<(PageId, Bytes)>>,
     /// The id its client gave it (`CommitWithId`), kept in its record so that the client can
     /// learn its outcome after a broken connection (`super::resume`).
     pub id: Option<u64>,
@@ -92,41 +91,11 @@ impl CommitIn {
             + self.created.iter().map(Bytes::len).sum::<usize>()
     }
 
-    /// The bytes of the record(s) this commit becomes: a commit record, or under WPL the
-    /// page images and the commit record with its body.
+    /// The bytes of the commit record the core's own path makes of it (kind 2; a commit path
+    /// with records of its own sizes them itself: `CommitPath::log_bytes`).
     pub fn record_bytes(&self) -> usize {
         let id = if self.id.is_some() { record::COMMIT_ID_BYTES } else { 0 };
-        id + match &self.wpl {
-            None => record::encoded_len(self.reads.len(), self.objects(), self.data_bytes()),
-            Some(pages) => {
-                pages.iter().map(|(_, b)| WPL_IMAGE_HEADER_BYTES + b.len()).sum::<usize>()
-                    + self.wpl_commit_bytes()
-            }
-        }
-    }
-
-    /// The largest single log record this commit becomes, with a two-phase part's section
-    /// of `section_bytes` after its objects.
-    pub fn largest_record(&self, section_bytes: usize) -> usize {
-        match &self.wpl {
-            None => self.record_bytes() + section_bytes,
-            Some(pages) => pages
-                .iter()
-                .map(|(_, b)| WPL_IMAGE_HEADER_BYTES + b.len())
-                .max()
-                .unwrap_or(0)
-                .max(self.wpl_commit_bytes()),
-        }
-    }
-
-    /// A WPL commit record's bytes: header, the written orefs, and a commit record of the
-    /// created objects (see [`Store::prepare_wpl`]).
-    fn wpl_commit_bytes(&self) -> usize {
-        let created: usize = self.created.iter().map(Bytes::len).sum();
-        WPL_COMMIT_BYTES
-            + 4
-            + 4 * self.versions.len()
-            + record::encoded_len(self.reads.len(), self.created.len(), created)
+        id + record::encoded_len(self.reads.len(), self.objects(), self.data_bytes())
     }
 }
 
@@ -166,34 +135,58 @@ pub(crate) enum Replay {
     Decide(record::Decision),
     /// A coordinator's end of a transaction.
     End((u64, u32)),
-    /// A record that changes nothing forward replay rebuilds (a WPL page image or
-    /// checkpoint: WPL's backward restart reads those).
+    /// A record that changes nothing forward replay rebuilds (a record a commit path keeps
+    /// for a restart of its own, such as whole-page logging's page images and checkpoints).
     Nothing,
+}
+
+/// What replaying one record rebuilt, as a commit path's replay hook returns it
+/// (`CommitPath::replay`): opaque, so that only the store makes one of a commit.
+#[derive(Debug)]
+pub struct ReplayedRecord(pub(crate) Replay);
+
+impl ReplayedRecord {
+    /// A record forward replay rebuilds nothing from.
+    pub fn nothing() -> ReplayedRecord {
+        ReplayedRecord(Replay::Nothing)
+    }
+
+    /// Sets the objects a replayed commit modified (a path whose commit record names its
+    /// written objects apart from the objects it carries); false if the record was not an
+    /// ordinary commit.
+    pub fn set_writes(&mut self, writes: Vec<Oref>) -> bool {
+        match &mut self.0 {
+            Replay::Commit(r) => {
+                r.writes = writes;
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 /// A commit in the log, not yet known durable, not yet visible.
 #[derive(Debug)]
-pub(crate) struct Prepared {
-    /// Its place in the log.
-    pub lsn: Lsn,
-    /// The record, shared with the log append and (once durable) the MOB.
-    pub record: Bytes,
+pub struct Prepared {
+    /// Its place in the log: its commit record's LSN, the highest of its records'.
+    pub(crate) lsn: Lsn,
+    /// The commit record, shared with the log append and (once durable) the MOB.
+    pub(crate) record: Bytes,
     /// Each object: oref, whether created, and where its bytes are in `record`.
-    pub objects: Vec<ObjectAt>,
+    pub(crate) objects: Vec<ObjectAt>,
     /// The orefs given to the created objects.
-    pub created: Vec<Oref>,
-    /// Bytes the log holds for it until it is durable (record plus log framing).
-    pub log_bytes: usize,
+    pub(crate) created: Vec<Oref>,
+    /// Bytes the log holds for it until it is durable (records plus log framing).
+    pub(crate) log_bytes: usize,
     /// A part of a two-phase commit (record kind 3): once durable, only its created objects
     /// are published; its versions are held until the decision ([`Store::publish_held`]).
-    pub held: bool,
-    /// Whole-page logging: the page images appended before the commit record (LSN, page,
-    /// record), each object's bytes (slices of the images and of the commit record, in
-    /// `objects` order: they are not all in `record`), and the memory they hold. `None` for
-    /// every other commit.
-    pub wpl: Option<WplPrepared>,
+    pub(crate) held: bool,
+    /// A commit a path built with records of its own ([`Store::push_prepared`]): the records
+    /// appended before the commit record, and each object's bytes. `None` for the core's own
+    /// commits, whose objects are all in `record`.
+    pub(crate) preceding: Option<Preceding>,
     /// The id its client gave the commit (`super::resume`).
-    pub id: Option<u64>,
+    pub(crate) id: Option<u64>,
 }
 
 /// One object of a prepared commit: which, whether the commit created it, and where its bytes
@@ -228,12 +221,12 @@ impl ObjectAt {
     }
 }
 
-/// What a prepared WPL commit holds besides its commit record.
+/// What a commit a path built holds besides its commit record.
 #[derive(Debug)]
-pub(crate) struct WplPrepared {
-    /// The page images, in LSN order, each appended before the commit record.
-    pub images: Vec<(Lsn, PageId, Bytes)>,
-    /// Each object's bytes, in `objects` order.
+pub(crate) struct Preceding {
+    /// The records appended before the commit record, in LSN order.
+    pub records: Vec<(Lsn, Bytes)>,
+    /// Each object's bytes, in `objects` order (slices of the records).
     pub data: Vec<Bytes>,
     /// Bytes of all its records: what its MOB versions keep alive.
     pub bytes: usize,
@@ -241,21 +234,83 @@ pub(crate) struct WplPrepared {
 
 impl Prepared {
     /// The bytes of object `i` (of `objects`).
-    pub fn data(&self, i: usize) -> Bytes {
-        match &self.wpl {
+    pub(crate) fn data(&self, i: usize) -> Bytes {
+        match &self.preceding {
             Some(w) => w.data[i].clone(),
             None => self.record.slice(self.objects[i].range()),
         }
     }
 
-    /// The LSN of its first record (a WPL commit's first page image; else its record's).
-    pub fn first_lsn(&self) -> Lsn {
-        self.wpl.as_ref().and_then(|w| w.images.first()).map_or(self.lsn, |(l, _, _)| *l)
+    /// The LSN of its first record.
+    pub(crate) fn first_lsn(&self) -> Lsn {
+        self.preceding.as_ref().and_then(|w| w.records.first()).map_or(self.lsn, |(l, _)| *l)
     }
 
     /// The memory its MOB versions keep alive: the record(s) they are slices of.
-    pub fn mob_bytes(&self) -> usize {
-        self.wpl.as_ref().map_or(self.record.len(), |w| w.bytes)
+    pub(crate) fn mob_bytes(&self) -> usize {
+        self.preceding.as_ref().map_or(self.record.len(), |w| w.bytes)
+    }
+
+    /// Its commit record's LSN (the highest of its records').
+    pub fn lsn(&self) -> Lsn {
+        self.lsn
+    }
+
+    /// Its commit record.
+    pub fn record(&self) -> &Bytes {
+        &self.record
+    }
+
+    /// The records appended before its commit record, with their LSNs (empty for the core's
+    /// own commits).
+    pub fn preceding(&self) -> &[(Lsn, Bytes)] {
+        self.preceding.as_ref().map_or(&[], |p| &p.records)
+    }
+
+    /// Whether a path built it with records of its own ([`Store::push_prepared`]).
+    pub fn is_path_built(&self) -> bool {
+        self.preceding.is_some()
+    }
+}
+
+/// A commit a path built with records of its own, for [`Store::push_prepared`].
+#[derive(Debug)]
+pub struct PathCommit {
+    /// The records appended before the commit record, in order.
+    pub preceding: Vec<Bytes>,
+    /// The commit record.
+    pub record: Bytes,
+    /// Each object, in the order the MOB gets them: its oref and whether the commit created
+    /// it.
+    pub objects: Vec<(Oref, bool)>,
+    /// Each object's bytes (slices of the records, which they keep alive in the MOB).
+    pub data: Vec<Bytes>,
+    /// The orefs given to the created objects ([`Store::allocate_created`]).
+    pub created: Vec<Oref>,
+    /// The id its client gave the commit.
+    pub id: Option<u64>,
+}
+
+/// A commit [`Store::check`] passed: the classes its tagged references are patched with.
+#[derive(Debug)]
+pub struct Checked {
+    descs: Descs,
+    /// Objects it writes and creates.
+    objects: usize,
+}
+
+impl Checked {
+    /// Objects the commit writes and creates.
+    pub fn objects(&self) -> usize {
+        self.objects
+    }
+
+    /// Replaces the tagged references of `bytes`, version `i` of the commit, with the orefs
+    /// given to its created objects (nothing to do when it creates none).
+    pub fn patch_version(&self, i: usize, bytes: &mut [u8], created: &[Oref]) {
+        if let Some(desc) = self.descs.versions.get(i) {
+            patch_created(bytes, desc, false, created, &mut Vec::new());
+        }
     }
 }
 
@@ -274,7 +329,7 @@ pub(crate) struct Held {
 
 /// Why `prepare` could not finish.
 #[derive(Debug)]
-pub(crate) enum Stop {
+pub enum Stop {
     /// These page images are needed (read them and try again).
     Need(Vec<PageId>),
     /// The commit is refused or cannot be done.
@@ -308,7 +363,7 @@ const SLOTS_UNKNOWN: u16 = u16::MAX;
 
 /// Page images a commit being validated brought along (read for it from disk), so that the
 /// page cache may evict them meanwhile without losing them.
-pub(crate) type Images = Vec<(PageId, Bytes)>;
+pub type Images = Vec<(PageId, Bytes)>;
 
 /// What is known of an object during validation.
 enum Lookup<T> {
@@ -320,50 +375,42 @@ enum Lookup<T> {
     Missing(PageId),
 }
 
-/// The object state. See the module documentation.
+/// The object state. See the module documentation. A commit path sees it through its public
+/// methods: what a path with records of its own needs to check, allocate, build and replay a
+/// commit (`CommitPath`).
 #[derive(Debug)]
-pub(crate) struct Store {
+pub struct Store {
     /// Bytes per page.
-    pub page_size: usize,
+    pub(crate) page_size: usize,
     /// Published versions waiting to be installed.
-    pub mob: Mob,
+    pub(crate) mob: Mob,
     /// Installed page images.
-    pub cache: PageCache,
+    pub(crate) cache: PageCache,
     /// The allocation point.
-    pub tail: Tail,
+    pub(crate) tail: Tail,
     /// Offset-table size of each page, where known ([`SLOTS_UNKNOWN`] otherwise).
     slots: Vec<u16>,
     /// Decoded class objects.
     classes: FxHashMap<Oref, Arc<ClassDesc>>,
     /// Prepared commits in LSN order.
-    pub pending: VecDeque<Prepared>,
+    pub(crate) pending: VecDeque<Prepared>,
     /// Pages with no image on disk yet: they start from empty.
-    pub fresh: FxHashSet<PageId>,
+    pub(crate) fresh: FxHashSet<PageId>,
     /// (LSN that opened the page, page), for pages opened since the checkpoint.
-    pub opened: VecDeque<(Lsn, PageId)>,
+    pub(crate) opened: VecDeque<(Lsn, PageId)>,
     /// The superblock as last written (or being written).
-    pub superblock: Superblock,
+    pub(crate) superblock: Superblock,
     /// The LSN the next record gets.
-    pub next_lsn: Lsn,
+    pub(crate) next_lsn: Lsn,
     /// Every record up to this LSN is durable.
-    pub durable_lsn: Lsn,
+    pub(crate) durable_lsn: Lsn,
     /// Log bytes appended and not yet durable.
-    pub unsynced_bytes: usize,
+    pub(crate) unsynced_bytes: usize,
     /// What the prepared commits will add to the MOB when they are published.
-    pub pending_mob_cost: usize,
+    pub(crate) pending_mob_cost: usize,
     /// Records appended that publish nothing (two-phase decisions and ends), not yet durable:
     /// LSN and log bytes.
     plain: VecDeque<(Lsn, usize)>,
-    /// Whether replay met a WPL record (so WPL's restart has something to rebuild).
-    pub wpl_seen: bool,
-    /// Replay: the page images of the WPL commit being read (its transaction number and
-    /// records), until its commit record. A commit's images and commit record are appended
-    /// in one step, consecutively, so this holds one commit's pages at most.
-    wpl_images: (u64, Vec<(PageId, Bytes)>),
-    /// Recovery: the committed WPL copies restart restored whose images lie below the
-    /// checkpoint, by page: their commit record's LSN and image, until replay meets that
-    /// record (see [`Store::restore_page_copy`]).
-    wpl_copies: FxHashMap<PageId, (Lsn, Bytes)>,
 }
 
 impl Store {
@@ -372,7 +419,7 @@ impl Store {
     /// Until recovery ends, `next_lsn` is the next record to replay (the checkpoint, then one
     /// past each record replayed), not the log's end: an install round during replay must not
     /// move the checkpoint past records that are not replayed yet.
-    pub fn new(
+    pub(crate) fn new(
         sb: Superblock,
         page_cache_bytes: usize,
         page_cache_mode: crate::pagecache::CacheMode,
@@ -396,17 +443,13 @@ impl Store {
             unsynced_bytes: 0,
             pending_mob_cost: 0,
             plain: VecDeque::new(),
-            wpl_seen: false,
-            wpl_images: (0, Vec::new()),
-            wpl_copies: FxHashMap::default(),
         }
     }
 
     /// Replays one durable log record into the MOB (recovery).
     /// Returns the transaction's timestamp, read set and modified objects (not the created
     /// ones), for the validation queue.
-    pub fn replay(&mut self, lsn: Lsn, rec: Bytes) -> Result<Replay, EngineError> {
-        self.wpl_images.1.clear();
+    pub(crate) fn replay(&mut self, lsn: Lsn, rec: Bytes) -> Result<Replay, EngineError> {
         let len = rec.len();
         let base = rec.as_ptr() as usize;
         let mut objects = Vec::new();
@@ -459,126 +502,15 @@ impl Store {
         })
     }
 
-    /// Replays a WPL record. A page image waits for its commit record (the next records);
-    /// the commit record then puts the written objects' bytes from its images into the MOB
-    /// under its LSN, as normal operation did, and replays its body (the created objects,
-    /// like kind 2; the written orefs go to concurrency control). Checkpoints are for WPL's
-    /// backward restart (`thor_study::wpl_log`). So forward replay rebuilds every commit from the
-    /// superblock's checkpoint on, as in `obj` mode; what it cannot see are the images of a
-    /// commit whose commit record is at or above the checkpoint and its images below it, which
-    /// WPL's restart brings back (`Core::wpl_restored`).
-    pub(crate) fn replay_wpl(&mut self, lsn: Lsn, rec: Bytes) -> Result<Replay, EngineError> {
-        let bad = |why: String| EngineError::CorruptRecord { lsn: lsn.0, why };
-        self.wpl_seen = true;
-        self.next_lsn = self.next_lsn.max(lsn.next());
-        self.durable_lsn = self.durable_lsn.max(lsn);
-        let (txn, body) = match thor_recovery::wpl::decode(&rec, lsn, self.page_size) {
-            Ok(WplRecord::CommitWith { txn, body }) => (txn.0, body),
-            Ok(WplRecord::PageImage { page, txn, .. }) => {
-                if self.wpl_images.0 != txn.0 {
-                    self.wpl_images = (txn.0, Vec::new());
-                }
-                self.wpl_images.1.push((page, rec.slice(WPL_IMAGE_HEADER_BYTES..)));
-                return Ok(Replay::Nothing);
-            }
-            Ok(_) => return Ok(Replay::Nothing),
-            Err(e) => return Err(bad(e.to_string())),
-        };
-        let (writes, inner) = record::split_wpl_body(body).map_err(|e| bad(e.to_string()))?;
-        let at = WPL_COMMIT_BYTES + (body.len() - inner.len());
-        let inner = rec.slice(at..);
-        let images = std::mem::take(&mut self.wpl_images);
-        let images = if images.0 == txn { images.1 } else { Vec::new() };
-        let held: usize = images.iter().map(|(_, b)| b.len()).sum::<usize>() + rec.len();
-        for o in &writes {
-            // Images below the checkpoint are not replayed: WPL's restart has them, as the
-            // committed copies it restored (`restore_page_copy`).
-            let (page, img, held) = match images.iter().find(|(p, _)| o.page() == Some(*p)) {
-                Some((page, img)) => (*page, img.clone(), held),
-                // The page's restored copy is this commit's or a newer commit's (the table
-                // keeps a page's newest copy), whose image holds the page as committed when
-                // that commit was prepared: this commit's version of the object, or a newer
-                // one, which replay meets again under its own LSN.
-                None => match o.page().and_then(|p| self.wpl_copies.get(&p)) {
-                    Some((l, img)) if *l >= lsn => {
-                        (o.page().expect("found"), img.clone(), img.len())
-                    }
-                    _ => continue,
-                },
-            };
-            let view = PageView::parse_stored(&img, page).map_err(|e| bad(e.to_string()))?;
-            let r = view
-                .object_range(o.oid())
-                .ok_or_else(|| bad(format!("its image of page {page} lacks {o}")))?;
-            self.mob.insert(*o, lsn, false, img.slice(r), held);
-        }
-        for p in writes.iter().filter_map(|o| o.page()) {
-            if self.wpl_copies.get(&p).is_some_and(|(l, _)| *l == lsn) {
-                self.wpl_copies.remove(&p);
-            }
-        }
-        let mut replay = self.replay(lsn, inner)?;
-        if let Replay::Commit(r) = &mut replay {
-            r.writes = writes;
-        } else {
-            return Err(bad("a WPL commit's body is not a commit record".into()));
-        }
-        Ok(replay)
-    }
-
-    /// Recovery: keeps a committed WPL copy of `page` (a page image whose commit record is at
-    /// `lsn`, the image's version) for replay: the WPL commit records from the checkpoint up
-    /// to `lsn` whose own images of `page` lie below the checkpoint take from it the objects
-    /// they wrote, into the MOB under their own LSNs, as each commit published them before the
-    /// crash (the copy holds the page as committed when its commit was prepared, so its bytes
-    /// of an object an older commit wrote are that commit's or newer ones, which replay meets
-    /// again under their own LSNs). The page's offset-table size is forgotten (the copy may
-    /// have more objects than was known): it is recomputed from its image and the MOB when
-    /// needed.
-    ///
-    /// *Only the written objects.* The image holds the whole page as it was when the commit
-    /// was prepared, its other objects included; putting those into the MOB under `lsn` (as
-    /// recovery once did) made them newer than a version committed later under an earlier LSN
-    /// (a two-phase part prepared before the WPL commit and decided after it publishes its
-    /// versions under its prepare record's LSN), and recovery lost that version (found by
-    /// `thor_sim::acked`). Every other object of the page is as it was without the copy: home
-    /// (what records below the checkpoint wrote is installed) or replayed from its own record.
-    ///
-    /// The commit record is at or above the superblock's checkpoint whenever the copy is not
-    /// home (its versions were in the MOB, which holds the checkpoint down), so replay meets
-    /// it; a copy it did not meet is put into the MOB whole by [`Store::replayed_all`].
-    pub fn restore_page_copy(
-        &mut self,
-        page: PageId,
-        lsn: Lsn,
-        image: Bytes,
-    ) -> Result<(), FormatError> {
-        PageView::parse_stored(&image, page)?;
-        self.wpl_copies.insert(page, (lsn, image));
-        if let Some(n) = self.slots.get_mut(page.index()) {
-            *n = SLOTS_UNKNOWN;
-        }
-        Ok(())
-    }
-
     /// Recovery replayed every record: the log continues at `log_next`.
-    pub fn replayed_all(&mut self, log_next: Lsn) {
-        // A restored WPL copy whose commit record replay did not meet (see
-        // `restore_page_copy`: not expected) goes into the MOB whole, rather than be lost.
-        for (page, (lsn, image)) in std::mem::take(&mut self.wpl_copies) {
-            let view = PageView::assume_parsed(&image);
-            for (oid, _) in view.objects() {
-                let r = view.object_range(oid).expect("an object the view listed");
-                self.mob.insert(Oref::new(page, oid), lsn, false, image.slice(r), image.len());
-            }
-        }
+    pub(crate) fn replayed_all(&mut self, log_next: Lsn) {
         self.next_lsn = self.next_lsn.max(log_next);
         self.durable_lsn = Lsn(self.next_lsn.0.saturating_sub(1));
     }
 
     /// Finishes recovery: learns the tail page's free space from its image (`image` is the
     /// installed image of the tail page, `None` if it is fresh).
-    pub fn set_tail_from(&mut self, image: Option<Bytes>) -> Result<(), EngineError> {
+    pub(crate) fn set_tail_from(&mut self, image: Option<Bytes>) -> Result<(), EngineError> {
         let page = self.tail.page;
         let buf = self.compose_with(page, image.as_deref())?;
         // The tail page is where the next commits allocate and what clients read first.
@@ -607,7 +539,7 @@ impl Store {
     /// The page as a fetch sees it, if its installed image is at hand: cached or fresh (pages
     /// past the tail do not exist). `Ok(None)` means the image must be read from disk first.
     /// Counts a page cache lookup.
-    pub fn compose(&mut self, page: PageId) -> Result<Option<(Bytes, usize)>, EngineError> {
+    pub(crate) fn compose(&mut self, page: PageId) -> Result<Option<(Bytes, usize)>, EngineError> {
         if page > self.tail.page {
             return Err(EngineError::NoSuchPage(page.get()));
         }
@@ -624,7 +556,7 @@ impl Store {
     /// The page as a fetch sees it if that needs no disk read (cached or fresh), without
     /// counting a page-cache miss when it does: `None` then. Prefetch's guesses use it, so
     /// that they neither wait for the disk nor skew the cache's hit ratio.
-    pub fn compose_if_cached(
+    pub(crate) fn compose_if_cached(
         &mut self,
         page: PageId,
     ) -> Option<Result<(Bytes, usize), EngineError>> {
@@ -637,7 +569,7 @@ impl Store {
 
     /// The descriptor of the stored class `class` if it is known without reading a page (a
     /// built-in class, one decoded before, or one whose class object is cached).
-    pub fn class_desc_cached(&mut self, class: Oref) -> Option<Arc<ClassDesc>> {
+    pub(crate) fn class_desc_cached(&mut self, class: Oref) -> Option<Arc<ClassDesc>> {
         match self.class_desc(class, &Images::new()) {
             Ok(Lookup::Found(d)) => Some(d),
             _ => None,
@@ -646,7 +578,11 @@ impl Store {
 
     /// `base` with the MOB's versions of `page` applied and sealed; also returns how many
     /// versions were applied. A page without buffered versions is returned as it is (shared).
-    pub fn with_mob(&self, page: PageId, base: Bytes) -> Result<(Bytes, usize), EngineError> {
+    pub(crate) fn with_mob(
+        &self,
+        page: PageId,
+        base: Bytes,
+    ) -> Result<(Bytes, usize), EngineError> {
         if !self.mob.has_page(page) {
             return Ok((base, 0));
         }
@@ -800,7 +736,7 @@ impl Store {
     /// builds its record (each object copied once, tagged references patched) and records it
     /// as prepared with the next LSN. The caller appends the record to the log.
     /// `ts` (clock microseconds, server id) is the timestamp concurrency control gave it.
-    pub fn prepare(
+    pub(crate) fn prepare(
         &mut self,
         c: &CommitIn,
         images: &Images,
@@ -868,7 +804,7 @@ impl Store {
             created,
             log_bytes,
             held,
-            wpl: None,
+            preceding: None,
             id: c.id.filter(|_| section.is_none()),
         });
         Ok(self.pending.back().expect("just pushed"))
@@ -877,7 +813,7 @@ impl Store {
     /// The committed state of `page` as the next prepared commit sees it: its installed image
     /// (fresh, brought by the commit or cached), the MOB's versions and every prepared
     /// commit's, with `version` the newest LSN that wrote it. `None`: the image must be read.
-    fn committed_page(
+    pub fn committed_page(
         &mut self,
         page: PageId,
         images: &Images,
@@ -912,171 +848,9 @@ impl Store {
         Ok(Some(buf))
     }
 
-    /// The committed images of the pages a WPL commit ships (each no newer than its shipped
-    /// copy: a page written since the client read it refuses the commit), after checking that
-    /// every written object's page is shipped; or the pages to read first.
-    fn wpl_bases(
-        &mut self,
-        c: &CommitIn,
-        shipped: &[(PageId, Bytes)],
-        images: &Images,
-    ) -> Result<Vec<Vec<u8>>, Stop> {
-        let mut bases = Vec::with_capacity(shipped.len());
-        let mut need = Vec::new();
-        for (page, bytes) in shipped {
-            match self.committed_page(*page, images)? {
-                Some(base) => {
-                    let committed = PageView::assume_parsed(&base).version();
-                    let copy = PageView::assume_parsed(bytes).version();
-                    if copy < committed {
-                        let r = super::cc::Refusal::PageWritten(*page);
-                        return Err(EngineError::Conflict(r).into());
-                    }
-                    bases.push(base);
-                }
-                None => need.push(*page),
-            }
-        }
-        if !need.is_empty() {
-            return Err(Stop::Need(need));
-        }
-        // Every written object's page is shipped: checked before anything is allocated, so
-        // that a refusal leaves no allocated oref without a record (a hole in its page).
-        if let Some((o, _)) =
-            c.versions.iter().find(|(o, _)| !shipped.iter().any(|(p, _)| o.page() == Some(*p)))
-        {
-            let why = format!("the page of written object {o} was not shipped");
-            return Err(InvalidCommit::BadPageRecord(why).into());
-        }
-        Ok(bases)
-    }
-
-    /// Prepares a whole-page-logging commit (`c.wpl` holds the shipped pages, each carrying
-    /// a written object of `c.versions`): checks it like any commit, then WPL's page rule,
-    /// then allocates its created objects and builds its records, the LSNs in order:
-    ///
-    /// ```text
-    ///  one page image per shipped page (kind 6): the page's committed state (installed image,
-    ///      MOB, prepared commits) with this commit's versions laid in, tagged references
-    ///      patched, `version` = the commit record's LSN, sealed; txn = that LSN
-    ///  the commit record (kind 7 with a body): W u32 | W written orefs | a commit record
-    ///      (kind 2: timestamp, read set, the created objects)
-    /// ```
-    ///
-    /// *The page rule.* A page goes to the log whole, so the client's copy must be the page's
-    /// committed state: a shipped page whose `version` is older than the committed state's
-    /// (some commit, published or only prepared, wrote or created an object on it since the
-    /// client fetched it) is refused ([`super::cc::Refusal::PageWritten`]). It is checked
-    /// here, at prepare, against everything prepared before, so no commit queued ahead can
-    /// slip between the check and the log. The image logged is the server's own committed
-    /// state with the written objects laid in, not the client's bytes, so that even a
-    /// client's stale neighbour bytes never reach the log.
-    ///
-    /// *Why the created objects ride in the commit record.* The server allocates them at
-    /// prepare; recovery replays the commit record forward (before WPL's backward restart) to
-    /// learn the allocation, as it does for kind 2. The page images hold only the versions.
-    pub fn prepare_wpl(
-        &mut self,
-        c: &CommitIn,
-        images: &Images,
-        allow_create: bool,
-        ts: (u64, u32),
-    ) -> Result<&Prepared, Stop> {
-        let shipped = c.wpl.as_ref().expect("a WPL commit");
-        let n_objects = checked_object_count(c)?;
-        if !allow_create && !c.created.is_empty() {
-            return Err(EngineError::BulkLoadActive.into());
-        }
-        let descs = self.validate(c, images)?;
-        let bases = self.wpl_bases(c, shipped, images)?;
-        let first = self.next_lsn;
-        let lsn = Lsn(first.0 + shipped.len() as u64);
-        let txn = thor_recovery::TxnId(lsn.0);
-        let created = self.allocate(c.created.len(), c.created.iter().map(Bytes::len), lsn)?;
-        // Reference offsets of the object being patched; one buffer for the whole commit.
-        let mut offs: Vec<usize> = Vec::new();
-        let mut patch = |bytes: &mut [u8], desc: &ClassDesc, header: bool| {
-            patch_created(bytes, desc, header, &created, &mut offs);
-        };
-        // The commit record: its body is the written orefs, then a kind-2 record of the
-        // created objects (and the timestamp and read set, for concurrency control).
-        let mut body = wpl_body_orefs(c);
-        let created_bytes: usize = c.created.iter().map(Bytes::len).sum();
-        let mut rec = RecordBuilder::with_capacity(
-            record::encoded_len(c.reads.len(), c.created.len(), created_bytes) + 8,
-            ts,
-            &c.reads,
-        );
-        if let Some(id) = c.id {
-            rec = rec.with_id(id);
-        }
-        let mut ranges = Vec::with_capacity(c.created.len());
-        for (i, data) in c.created.iter().enumerate() {
-            let range = rec.push(created[i], true, data);
-            patch(rec.bytes_mut(range.clone()), &descs.created[i], true);
-            ranges.push(range);
-        }
-        let at = WPL_COMMIT_BYTES + body.len();
-        body.extend_from_slice(&rec.finish());
-        let mut commit = Vec::with_capacity(WPL_COMMIT_BYTES + body.len());
-        thor_recovery::wpl::encode_commit_with(txn, &body, &mut commit);
-        let record = Bytes::from(commit);
-        // The page images, each the committed state with this commit's versions laid in.
-        let mut objects = Vec::with_capacity(n_objects);
-        let mut data = Vec::with_capacity(n_objects);
-        let mut image_records = Vec::with_capacity(shipped.len());
-        let mut log_bytes = crate::limits::log_record_len(record.len());
-        let mut bytes = record.len();
-        for (k, ((page, _), mut buf)) in shipped.iter().zip(bases).enumerate() {
-            let mut vs: Vec<(Oid, Vec<u8>)> = Vec::new();
-            for (i, (o, d)) in c.versions.iter().enumerate() {
-                if o.page() == Some(*page) {
-                    let mut d = d.to_vec();
-                    if let Some(desc) = descs.versions.get(i) {
-                        patch(&mut d, desc, false);
-                    }
-                    vs.push((o.oid(), d));
-                }
-            }
-            let mut refs: Vec<(Oid, &[u8])> = vs.iter().map(|(o, d)| (*o, &d[..])).collect();
-            let mut p = PageMut::open(&mut buf)
-                .map_err(|source| EngineError::CorruptPage { page: *page, cause: source })?;
-            p.apply(&mut refs, &mut Vec::new())
-                .map_err(|source| EngineError::CorruptPage { page: *page, cause: source })?;
-            p.set_version(lsn);
-            p.seal();
-            let mut out = Vec::with_capacity(WPL_IMAGE_HEADER_BYTES + buf.len());
-            thor_recovery::wpl::encode_image(*page, txn, &buf, &mut out);
-            let img = Bytes::from(out);
-            log_bytes += crate::limits::log_record_len(img.len());
-            bytes += img.len();
-            image_records.push((Lsn(first.0 + k as u64), *page, img));
-        }
-        wpl_version_slices(c, &image_records, &mut objects, &mut data)?;
-        for (i, r) in ranges.into_iter().enumerate() {
-            let r = at + r.start..at + r.end;
-            objects.push(ObjectAt::new(created[i], true, r.clone()));
-            data.push(record.slice(r));
-        }
-        self.next_lsn = lsn.next();
-        self.unsynced_bytes += log_bytes;
-        self.pending_mob_cost += commit_cost(n_objects, bytes);
-        self.pending.push_back(Prepared {
-            lsn,
-            record,
-            objects,
-            created,
-            log_bytes,
-            held: false,
-            wpl: Some(WplPrepared { images: image_records, data, bytes }),
-            id: c.id,
-        });
-        Ok(self.pending.back().expect("just pushed"))
-    }
-
     /// Appends a record that publishes nothing (a two-phase decision or end): returns its LSN.
     /// The caller emits the append.
-    pub fn append_plain(&mut self, record: &[u8]) -> Lsn {
+    pub(crate) fn append_plain(&mut self, record: &[u8]) -> Lsn {
         let lsn = self.next_lsn;
         self.next_lsn = lsn.next();
         let log_bytes = crate::limits::log_record_len(record.len());
@@ -1087,16 +861,145 @@ impl Store {
 
     /// Publishes the held versions of a two-phase part that committed: into the MOB under
     /// the prepare record's LSN.
-    pub fn publish_held(&mut self, h: &Held) {
+    pub(crate) fn publish_held(&mut self, h: &Held) {
         let versions = h.versions.iter().map(|(o, r)| (*o, false, h.record.slice(r.clone())));
         self.mob.insert_all(h.lsn, h.record.len(), versions);
+    }
+
+    // ---- What a commit path with records of its own uses (`CommitPath`) ----
+
+    /// Bytes per page.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// The LSN the next record appended gets.
+    pub fn next_lsn(&self) -> Lsn {
+        self.next_lsn
+    }
+
+    /// Checks commit `c` as [`Store::prepare`] does before it builds a record (its size, its
+    /// orefs, every version against its object, every created object against its class),
+    /// allocating nothing: a refusal leaves the store as it was.
+    pub fn check(
+        &mut self,
+        c: &CommitIn,
+        images: &Images,
+        allow_create: bool,
+    ) -> Result<Checked, Stop> {
+        let objects = checked_object_count(c)?;
+        if !allow_create && !c.created.is_empty() {
+            return Err(EngineError::BulkLoadActive.into());
+        }
+        let descs = self.validate(c, images)?;
+        Ok(Checked { descs, objects })
+    }
+
+    /// Gives orefs to the created objects of `c` (checked) at the tail, in order, for the
+    /// commit whose commit record will be at `lsn`.
+    pub fn allocate_created(&mut self, c: &CommitIn, lsn: Lsn) -> Result<Vec<Oref>, Stop> {
+        Ok(self.allocate(c.created.len(), c.created.iter().map(Bytes::len), lsn)?)
+    }
+
+    /// A commit record (kind 2) of `c`'s created objects only, with its timestamp `ts`, read
+    /// set and id, their tagged references patched to `created`: for a path whose commit
+    /// record carries the created objects while its versions travel elsewhere. Returns the
+    /// record and where each created object's bytes are in it.
+    pub fn created_record(
+        c: &CommitIn,
+        checked: &Checked,
+        created: &[Oref],
+        ts: (u64, u32),
+    ) -> (Vec<u8>, Vec<Range<usize>>) {
+        let bytes: usize = c.created.iter().map(Bytes::len).sum();
+        let mut rec = RecordBuilder::with_capacity(
+            record::encoded_len(c.reads.len(), c.created.len(), bytes) + 8,
+            ts,
+            &c.reads,
+        );
+        if let Some(id) = c.id {
+            rec = rec.with_id(id);
+        }
+        let mut offs = Vec::new();
+        let mut ranges = Vec::with_capacity(c.created.len());
+        for (i, data) in c.created.iter().enumerate() {
+            let range = rec.push(created[i], true, data);
+            let desc = &checked.descs.created[i];
+            patch_created(rec.bytes_mut(range.clone()), desc, true, created, &mut offs);
+            ranges.push(range);
+        }
+        (rec.finish(), ranges)
+    }
+
+    /// Records a commit a path built as prepared, its commit record at `lsn`: `c.preceding`
+    /// are appended first, at the LSNs from [`Store::next_lsn`] on, so `lsn` must be
+    /// `next_lsn + c.preceding.len()`. The path then appends the records
+    /// (`CommitPath::append`).
+    pub fn push_prepared(&mut self, lsn: Lsn, c: PathCommit) -> &Prepared {
+        let first = self.next_lsn;
+        assert_eq!(
+            lsn.0,
+            first.0 + c.preceding.len() as u64,
+            "a path's commit record follows its preceding records"
+        );
+        assert_eq!(c.objects.len(), c.data.len(), "one slice of bytes per object");
+        let mut log_bytes = crate::limits::log_record_len(c.record.len());
+        let mut bytes = c.record.len();
+        let mut records = Vec::with_capacity(c.preceding.len());
+        for (k, r) in c.preceding.into_iter().enumerate() {
+            log_bytes += crate::limits::log_record_len(r.len());
+            bytes += r.len();
+            records.push((Lsn(first.0 + k as u64), r));
+        }
+        let objects: Vec<ObjectAt> =
+            c.objects.iter().map(|(o, created)| ObjectAt::new(*o, *created, 0..0)).collect();
+        self.next_lsn = lsn.next();
+        self.unsynced_bytes += log_bytes;
+        self.pending_mob_cost += commit_cost(objects.len(), bytes);
+        self.pending.push_back(Prepared {
+            lsn,
+            record: c.record,
+            objects,
+            created: c.created,
+            log_bytes,
+            held: false,
+            preceding: Some(Preceding { records, data: c.data, bytes }),
+            id: c.id,
+        });
+        self.pending.back().expect("just pushed")
+    }
+
+    /// Replays one durable log record of the store's own kinds (recovery), for a path that
+    /// unwraps such a record from one of its own.
+    pub fn replay_record(&mut self, lsn: Lsn, rec: Bytes) -> Result<ReplayedRecord, EngineError> {
+        self.replay(lsn, rec).map(ReplayedRecord)
+    }
+
+    /// Recovery met a record at `lsn` that it replays nothing from (a path's own).
+    pub fn replayed_nothing(&mut self, lsn: Lsn) {
+        self.next_lsn = self.next_lsn.max(lsn.next());
+        self.durable_lsn = self.durable_lsn.max(lsn);
+    }
+
+    /// Recovery: a version of `oref` committed at `lsn`, into the MOB (a path's replay of a
+    /// commit whose versions its own records hold); `held` is the memory `bytes` keeps alive.
+    pub fn replay_version(&mut self, oref: Oref, lsn: Lsn, bytes: Bytes, held: usize) {
+        self.mob.insert(oref, lsn, false, bytes, held);
+    }
+
+    /// Forgets the offset-table size of `page` (a path restored a copy of it that may have
+    /// more objects than was known): it is recomputed from its image and the MOB when needed.
+    pub fn forget_slots(&mut self, page: PageId) {
+        if let Some(n) = self.slots.get_mut(page.index()) {
+            *n = SLOTS_UNKNOWN;
+        }
     }
 
     /// Asserts the store's relations: LSNs (durable before next, the checkpoint not past the
     /// next, prepared commits and plain records in LSN order between them), the budgets equal
     /// to their sums (unsynced log bytes, the MOB cost of prepared commits), the MOB's and the
     /// page cache's own invariants, and the tail page's room within a page.
-    pub fn check_invariants(&self) {
+    pub(crate) fn check_invariants(&self) {
         assert!(
             self.durable_lsn < self.next_lsn,
             "durable {:?} before next {:?}",
@@ -1130,7 +1033,7 @@ impl Store {
     }
 
     /// Moves every durable prepared commit into the MOB, in LSN order, and hands each to `done`.
-    pub fn publish(&mut self, durable: Lsn, mut done: impl FnMut(Prepared)) {
+    pub(crate) fn publish(&mut self, durable: Lsn, mut done: impl FnMut(Prepared)) {
         self.durable_lsn = self.durable_lsn.max(durable);
         while self.plain.front().is_some_and(|(l, _)| *l <= self.durable_lsn) {
             let (_, log_bytes) = self.plain.pop_front().expect("checked");
@@ -1152,7 +1055,7 @@ impl Store {
 
     /// Forgets every prepared commit (the log failed: nobody knows whether they are durable;
     /// recovery decides). Hands each to `failed`.
-    pub fn abandon_pending(&mut self, mut failed: impl FnMut(Prepared)) {
+    pub(crate) fn abandon_pending(&mut self, mut failed: impl FnMut(Prepared)) {
         for (_, log_bytes) in self.plain.drain(..) {
             self.unsynced_bytes -= log_bytes;
         }
@@ -1161,11 +1064,6 @@ impl Store {
             self.pending_mob_cost -= commit_cost(p.objects.len(), p.mob_bytes());
             failed(p);
         }
-    }
-
-    /// Memory the MOB would need for `c` beyond what it holds.
-    pub fn mob_cost(c: &CommitIn) -> usize {
-        commit_cost(c.objects(), c.record_bytes())
     }
 
     /// Checks a commit against the store; returns the class of every object, or the pages
@@ -1407,7 +1305,7 @@ impl Store {
     }
 
     /// Notes the pages a bulk load wrote: their slot counts and the new tail.
-    pub fn bulk_loaded(&mut self, first: PageId, slots: &[u16], tail: Tail) {
+    pub(crate) fn bulk_loaded(&mut self, first: PageId, slots: &[u16], tail: Tail) {
         for (i, n) in slots.iter().enumerate() {
             let p = PageId::new(first.get() + i as u32).expect("loaded pages are in range");
             self.set_slots(p, *n as usize);
@@ -1418,7 +1316,7 @@ impl Store {
     }
 
     /// The checkpoint the current state allows: every record below it is installed.
-    pub fn checkpoint_lsn(&self) -> Lsn {
+    pub(crate) fn checkpoint_lsn(&self) -> Lsn {
         // A record not yet durable (a two-phase decision or end too) stays above the
         // checkpoint: the superblock never names a point the log may not reach after a crash.
         [
@@ -1457,43 +1355,11 @@ fn refs_kept(desc: &ClassDesc, old: &[u8], new: &[u8]) -> bool {
 /// tagged references needs. A commit that creates nothing has none to patch (validation
 /// refused every tagged reference), so its versions' classes are not kept: 99,000 of them
 /// for OO7's T2b, each a reference count taken and dropped and 8 bytes of a fresh vector.
+#[derive(Debug)]
 struct Descs {
     created: Vec<Arc<ClassDesc>>,
     /// Empty when `created` is.
     versions: Vec<Arc<ClassDesc>>,
-}
-
-/// The start of a WPL commit record's body: the count and orefs of the objects it writes
-/// (the created objects' kind-2 record follows).
-fn wpl_body_orefs(c: &CommitIn) -> Vec<u8> {
-    let mut body = Vec::with_capacity(c.wpl_commit_bytes());
-    body.extend_from_slice(&(c.versions.len() as u32).to_le_bytes());
-    for (o, _) in &c.versions {
-        body.extend_from_slice(&o.raw().to_le_bytes());
-    }
-    body
-}
-
-/// The slice of each written object's new version in its page's image record (a WPL commit's
-/// versions live in the images, not in the commit record).
-fn wpl_version_slices(
-    c: &CommitIn,
-    image_records: &[(Lsn, PageId, Bytes)],
-    objects: &mut Vec<ObjectAt>,
-    data: &mut Vec<Bytes>,
-) -> Result<(), InvalidCommit> {
-    for (o, _) in &c.versions {
-        let (_, _, img) = image_records
-            .iter()
-            .find(|(_, p, _)| o.page() == Some(*p))
-            .ok_or(InvalidCommit::NoSuchObject(*o))?;
-        let view = PageView::assume_parsed(&img[WPL_IMAGE_HEADER_BYTES..]);
-        let r = view.object_range(o.oid()).ok_or(InvalidCommit::NoSuchObject(*o))?;
-        let r = WPL_IMAGE_HEADER_BYTES + r.start..WPL_IMAGE_HEADER_BYTES + r.end;
-        objects.push(ObjectAt::new(*o, false, 0..0));
-        data.push(img.slice(r));
-    }
-    Ok(())
 }
 
 /// Adds `p` to the pages a validation needs, once.

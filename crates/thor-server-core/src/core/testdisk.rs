@@ -154,7 +154,7 @@ pub(crate) fn recover(disk: &Disk, cfg: CoreConfig) -> Core {
         disk.borrow().log.iter().filter(|(l, _)| *l >= checkpoint).cloned().collect();
     for (lsn, record) in records {
         assert!(
-            !record.first().is_some_and(|k| thor_recovery::wpl::is_wpl_kind(*k)),
+            record.first().is_none_or(|k| *k < crate::record::FIRST_PATH_KIND),
             "the in-memory test database does not restore whole-page logging"
         );
         core.replay(lsn, record).expect("replay");

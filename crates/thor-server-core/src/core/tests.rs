@@ -1052,7 +1052,7 @@ fn an_inclusive_server_takes_no_demotions() {
     assert_eq!((s.demotions_wanted, s.demotions_stored, s.demoted_bytes), (0, 0, 0));
 }
 
-/// The commit path chosen by the mode (`commit_path`): object shipping takes no whole pages,
+/// The core's own commit path (`commit_path`): object shipping takes no whole pages,
 /// refusing such a commit at its gate before anything reaches the log.
 #[test]
 fn a_whole_page_commit_to_a_server_not_in_wpl_mode_is_refused_at_the_gate() {
@@ -1063,7 +1063,7 @@ fn a_whole_page_commit_to_a_server_not_in_wpl_mode_is_refused_at_the_gate() {
     let page = x.page().expect("an object's page");
     let c = CommitIn {
         versions: vec![(x, Bytes::from(item_of(class, 9)))],
-        wpl: Some(vec![(page, Bytes::from(vec![0u8; 4096]))]),
+        pages: Some(vec![(page, Bytes::from(vec![0u8; 4096]))]),
         ..CommitIn::default()
     };
     h.step(Input::Direct { ticket: 77, op: DirectOp::Commit(c) });
@@ -1077,19 +1077,5 @@ fn a_whole_page_commit_to_a_server_not_in_wpl_mode_is_refused_at_the_gate() {
         "{answer:?}"
     );
     assert_eq!(h.core.store.next_lsn, next, "nothing was appended");
-    assert_eq!(h.core.stats().wpl, wpl::WplCounters::default());
-}
-
-/// Choosing `wpl` installs whole-page logging's path; choosing another mode afterwards keeps
-/// it, since it holds log state (copies not yet home) that only it can take home and truncate
-/// past.
-#[test]
-fn a_mode_change_keeps_a_commit_path_that_holds_log_state() {
-    let mut h = Harness::new(config());
-    assert!(!h.core.path.keeps_log_state(), "object shipping by default");
-    h.core.set_commit_mode(thor_wire::CommitMode::Wpl);
-    assert!(h.core.path.keeps_log_state(), "whole-page logging");
-    h.core.set_commit_mode(thor_wire::CommitMode::Obj);
-    assert!(h.core.path.keeps_log_state(), "kept");
-    assert_eq!(h.core.commit_mode(), thor_wire::CommitMode::Obj);
+    assert_eq!(h.core.stats().wpl, commit_path::WplCounters::default());
 }

@@ -1,7 +1,9 @@
 //! The page-based commit modes at the server (issue 14, `papers/quickstore-recovery-sigmod95.txt`):
 //! PD-REDO, PD-ESM, SD-ESM and SL-ESM beside thor's own `obj` mode, and the entry of WPL
-//! (whole-page logging: `wpl_page_commit` here, the rest in `super::wpl` and
-//! `Store::prepare_wpl`), whose commits carry pages and no records.
+//! (whole-page logging: [`PageCommits::page_commit`] in `wpl` mode here, the rest in
+//! `crate::wpl`), whose commits carry pages and no records. These are the page hooks of the
+//! core's commit-path seam (`thor_server_core::CommitPath::page_records`, `page_commit`,
+//! `page_read`, `disconnect`), which [`crate::StudyPath`] routes here.
 //!
 //! # What arrives
 //!
@@ -65,11 +67,10 @@ use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use thor_core::{Oref, PageId, PageView};
 use thor_recovery::{Images, PageRecord};
-use thor_wire::{CommitMode, PageCommit, PageRecords, Reply, ReplyBody};
-
-use super::store::CommitIn;
-use super::{ConnId, Core, Effect, Origin};
-use crate::error::{EngineError, InvalidCommit};
+use thor_server_core::{
+    CommitIn, ConnId, EngineError, InvalidCommit, PageCounters, PageReads, PageStep, Requester,
+};
+use thor_wire::{CommitMode, PageCommit, PageRecords};
 
 /// Most bytes of page records staged for one connection's open transaction. The client's
 /// recovery buffer sends early records only when it is full, so a transaction stages about as
@@ -81,26 +82,6 @@ pub const STAGED_BYTES_MAX: usize = 64 << 20;
 const _: () = assert!(
     thor_wire::limits::PAGE_RECORD_BYTES_MAX >= thor_recovery::limits::PAGE_RECORD_BYTES_MAX
 );
-
-/// Counters of the page modes (reported in `ServerStats`).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PageCounters {
-    /// Page-based commits handed to the commit path.
-    pub page_commits: u64,
-    /// Page records received (at commit and before).
-    pub records: u64,
-    /// Page records received before commit.
-    pub records_early: u64,
-    /// Dirty pages received before commit (stolen from a client's memory; also counted in
-    /// `pages_shipped`).
-    pub pages_early: u64,
-    /// Bytes of page records received.
-    pub record_bytes: u64,
-    /// Dirty pages received whole.
-    pub pages_shipped: u64,
-    /// Pages read from disk to apply records to.
-    pub redo_reads: u64,
-}
 
 /// What one connection's open transaction sent before its commit.
 #[derive(Debug, Default)]
@@ -120,7 +101,7 @@ struct Staged {
 /// A page-based commit waiting for page images.
 #[derive(Debug)]
 struct Parked {
-    origin: Origin,
+    from: Requester,
     commit: PageCommit,
     /// Every record to apply, early ones first, in order.
     records: Vec<Bytes>,
@@ -128,13 +109,14 @@ struct Parked {
     images: Vec<(PageId, Bytes)>,
     /// Pages still being read.
     waiting: Vec<PageId>,
+    /// Bytes per page.
+    page_size: usize,
 }
 
-/// The page modes' state in a core.
+/// The page modes' state in a server: what connections staged, the commits waiting for page
+/// reads, and the counters.
 #[derive(Debug, Default)]
 pub struct PageCommits {
-    /// The server's commit mode.
-    mode: CommitMode,
     /// Early records per connection (removed at commit, refusal and disconnect).
     staged: FxHashMap<ConnId, Staged>,
     /// Commits waiting for page reads: at most one per connection (a session's later
@@ -171,89 +153,70 @@ impl Staged {
     }
 }
 
-impl PageCommits {
-    /// The server's commit mode.
-    pub fn mode(&self) -> CommitMode {
-        self.mode
-    }
-
-    /// Forgets a connection's staged records.
-    pub fn disconnect(&mut self, conn: ConnId) {
-        self.staged.remove(&conn);
-    }
-}
-
 fn bad(why: impl Into<String>) -> EngineError {
     EngineError::Invalid(InvalidCommit::BadPageRecord(why.into()))
 }
 
-impl Core {
-    /// Sets the commit mode (before any client connects; `Engine` does it from its options).
-    pub fn set_commit_mode(&mut self, mode: CommitMode) {
-        self.pages.mode = mode;
-        if mode == CommitMode::Wpl {
-            self.wpl_start();
+/// Checks what a `PageRecords` carries for a server in `mode`.
+fn check_early(r: &PageRecords, mode: CommitMode, page_size: usize) -> Result<(), String> {
+    if !r.records.is_empty() && !mode.sends_records() {
+        return Err(format!("the server's commit mode is {mode}, which takes no page records"));
+    }
+    if !r.pages.is_empty() && !mode.ships_pages() {
+        return Err(format!("the server's commit mode is {mode}, which takes no pages"));
+    }
+    for (i, (p, bytes)) in r.pages.iter().enumerate() {
+        if r.pages[..i].iter().any(|(q, _)| q == p) {
+            return Err(format!("page {p} stolen twice in one message"));
+        }
+        if bytes.len() != page_size {
+            return Err("a stolen page of another size".into());
+        }
+        PageView::parse_stored(bytes, *p).map_err(|e| format!("stolen page {p}: {e}"))?;
+    }
+    for rec in &r.records {
+        let p = PageRecord::parse(rec, page_size).map_err(|e| e.to_string())?;
+        let h = p.header();
+        if h.txn.0 != r.txn || h.images != Images::RedoUndo {
+            return Err("an early record must name its transaction and carry undo".into());
         }
     }
+    Ok(())
+}
 
-    /// The server's commit mode.
-    pub fn commit_mode(&self) -> CommitMode {
-        self.pages.mode
+impl PageCommits {
+    /// Forgets a connection's staged records.
+    pub fn disconnect(&mut self, conn: ConnId) {
+        self.staged.remove(&conn);
     }
 
-    /// `PageRecords`: checks and stages early records and stolen pages, and answers `Ack`. A
-    /// malformed record or page, or staging beyond [`STAGED_BYTES_MAX`], is answered with an
-    /// error (the session stays open) and poisons the transaction's staging, so that its commit
-    /// is refused rather than applied without what was dropped.
-    pub(super) fn page_records(
+    /// Whether a commit waits for a page read.
+    pub fn waits_for_pages(&self) -> bool {
+        !self.parked.is_empty()
+    }
+
+    /// `PageRecords`: checks and stages early records and stolen pages (the core answers
+    /// `Ack`). A malformed record or page, or staging beyond [`STAGED_BYTES_MAX`], is
+    /// refused (the session stays open) and poisons the transaction's staging, so that its
+    /// commit is refused rather than applied without what was dropped.
+    pub fn page_records(
         &mut self,
         conn: ConnId,
-        id: u64,
         r: PageRecords,
-        fx: &mut Vec<Effect>,
-    ) {
-        let page_size = self.store.page_size;
-        let result = (|| {
-            if !r.records.is_empty() && !self.pages.mode.sends_records() {
-                return Err(format!(
-                    "the server's commit mode is {}, which takes no page records",
-                    self.pages.mode
-                ));
-            }
-            if !r.pages.is_empty() && !self.pages.mode.ships_pages() {
-                return Err(format!(
-                    "the server's commit mode is {}, which takes no pages",
-                    self.pages.mode
-                ));
-            }
-            for (i, (p, bytes)) in r.pages.iter().enumerate() {
-                if r.pages[..i].iter().any(|(q, _)| q == p) {
-                    return Err(format!("page {p} stolen twice in one message"));
-                }
-                if bytes.len() != page_size {
-                    return Err("a stolen page of another size".into());
-                }
-                PageView::parse_stored(bytes, *p).map_err(|e| format!("stolen page {p}: {e}"))?;
-            }
-            for rec in &r.records {
-                let p = PageRecord::parse(rec, page_size).map_err(|e| e.to_string())?;
-                let h = p.header();
-                if h.txn.0 != r.txn || h.images != Images::RedoUndo {
-                    return Err("an early record must name its transaction and carry undo".into());
-                }
-            }
-            Ok(())
-        })();
-        let staged = self.pages.staged.entry(conn).or_default();
+        mode: CommitMode,
+        page_size: usize,
+    ) -> Result<(), String> {
+        let result = check_early(&r, mode, page_size);
+        let staged = self.staged.entry(conn).or_default();
         if staged.txn != r.txn {
             *staged = Staged { txn: r.txn, ..Staged::default() };
         }
         let record_bytes: usize = r.records.iter().map(Bytes::len).sum();
         let added = record_bytes + r.pages.len() * page_size;
-        let reply = match result {
+        match result {
             Ok(()) if staged.bytes.saturating_add(added) <= STAGED_BYTES_MAX => {
                 staged.bytes += added;
-                let c = &mut self.pages.counters;
+                let c = &mut self.counters;
                 c.records += r.records.len() as u64;
                 c.records_early += r.records.len() as u64;
                 c.record_bytes += record_bytes as u64;
@@ -267,72 +230,64 @@ impl Core {
                         None => staged.pages.push((p, bytes)),
                     }
                 }
-                Reply::new(ReplyBody::Ack)
+                Ok(())
             }
             Ok(()) => {
                 // Poisoned: the commit of this transaction is refused (its txn matches a
                 // staging marked over the bound).
                 staged.poison();
-                Reply::error(
-                    thor_wire::ErrorCode::Malformed,
-                    "page records and pages staged beyond the bound",
-                )
+                Err("page records and pages staged beyond the bound".into())
             }
             Err(why) => {
                 staged.poison();
-                Reply::error(thor_wire::ErrorCode::Malformed, &why)
+                Err(why)
             }
-        };
-        // Answered at once, like `Stats`: the session was never busy with it.
-        fx.push(Effect::Reply { conn, id, reply, close: false });
+        }
     }
 
-    /// `PageCommit`: gathers the records and the images they apply to (parking for reads),
-    /// then hands the commit to thor's commit path.
-    pub(super) fn page_commit(&mut self, origin: Origin, mut c: PageCommit, fx: &mut Vec<Effect>) {
-        let staged = origin.conn().and_then(|conn| self.pages.staged.remove(&conn));
-        if c.mode != self.pages.mode.code() || !self.pages.mode.is_page_based() {
-            let why = format!(
-                "the client committed in mode {}, the server's is {}",
-                c.mode, self.pages.mode
-            );
-            return self.answer_commit(origin, Err(bad(why)), fx);
+    /// `PageCommit`: gathers the records and the images they apply to (waiting for reads),
+    /// and makes the commit thor's commit path takes.
+    pub fn page_commit(
+        &mut self,
+        from: Requester,
+        mut c: PageCommit,
+        mode: CommitMode,
+        reads: &mut PageReads<'_>,
+    ) -> PageStep {
+        let staged = from.conn().and_then(|conn| self.staged.remove(&conn));
+        if c.mode != mode.code() || !mode.is_page_based() {
+            let why = format!("the client committed in mode {}, the server's is {mode}", c.mode);
+            return PageStep::Refused(bad(why));
         }
-        let page_size = self.store.page_size;
+        let page_size = reads.page_size();
         // The commit's own pages are checked before the staged ones join them (those were
         // checked when they came).
         for (i, (p, bytes)) in c.pages.iter().enumerate() {
             if c.pages[..i].iter().any(|(q, _)| q == p) {
-                return self.answer_commit(origin, Err(bad(format!("page {p} shipped twice"))), fx);
+                return PageStep::Refused(bad(format!("page {p} shipped twice")));
             }
             if bytes.len() != page_size {
-                return self.answer_commit(origin, Err(bad("a shipped page of another size")), fx);
+                return PageStep::Refused(bad("a shipped page of another size"));
             }
             if let Err(e) = PageView::parse_stored(bytes, *p) {
-                return self.answer_commit(origin, Err(bad(format!("shipped page {p}: {e}"))), fx);
+                return PageStep::Refused(bad(format!("shipped page {p}: {e}")));
             }
         }
-        self.pages.counters.records += c.records.len() as u64;
-        self.pages.counters.record_bytes += c.records.iter().map(|r| r.len() as u64).sum::<u64>();
-        self.pages.counters.pages_shipped += c.pages.len() as u64;
+        self.counters.records += c.records.len() as u64;
+        self.counters.record_bytes += c.records.iter().map(|r| r.len() as u64).sum::<u64>();
+        self.counters.pages_shipped += c.pages.len() as u64;
         let mut records = match staged.map_or(Ok(Vec::new()), |s| s.merge_into(&mut c)) {
             Ok(r) => r,
-            Err(why) => return self.answer_commit(origin, Err(bad(why)), fx),
+            Err(why) => return PageStep::Refused(bad(why)),
         };
-        if self.pages.mode == CommitMode::Wpl {
-            return self.wpl_page_commit(origin, c, fx);
+        if mode == CommitMode::Wpl {
+            return self.wpl_page_commit(c);
         }
         for rec in &c.records {
             match PageRecord::parse(rec, page_size) {
                 Ok(p) if p.header().txn.0 == c.txn => {}
-                Ok(_) => {
-                    return self.answer_commit(
-                        origin,
-                        Err(bad("a record of another transaction")),
-                        fx,
-                    );
-                }
-                Err(e) => return self.answer_commit(origin, Err(bad(e.to_string())), fx),
+                Ok(_) => return PageStep::Refused(bad("a record of another transaction")),
+                Err(e) => return PageStep::Refused(bad(e.to_string())),
             }
         }
         records.extend(c.records.iter().cloned());
@@ -342,7 +297,7 @@ impl Core {
         for o in &c.writes {
             match o.page() {
                 Some(p) => need.push(p),
-                None => return self.answer_commit(origin, Err(bad("a write of oref 0")), fx),
+                None => return PageStep::Refused(bad("a write of oref 0")),
             }
         }
         for rec in &records {
@@ -352,41 +307,38 @@ impl Core {
         need.dedup();
         need.retain(|p| !c.pages.iter().any(|(q, _)| q == p));
         let mut parked =
-            Parked { origin, commit: c, records, images: Vec::new(), waiting: Vec::new() };
+            Parked { from, commit: c, records, images: Vec::new(), waiting: Vec::new(), page_size };
         for page in need {
-            match self.store.compose(page) {
-                Ok(Some((img, applied))) => {
-                    self.counters.fetch_versions_applied += applied as u64;
-                    parked.images.push((page, img));
-                }
+            match reads.committed_image(page) {
+                Ok(Some(img)) => parked.images.push((page, img)),
                 Ok(None) => {
-                    self.pages.counters.redo_reads += 1;
+                    self.counters.redo_reads += 1;
                     parked.waiting.push(page);
-                    self.want_read(page, None, fx);
                 }
-                Err(e) => return self.answer_commit(parked.origin, Err(e), fx),
+                Err(e) => return PageStep::Refused(e),
             }
         }
         if parked.waiting.is_empty() {
-            self.finish_page_commit(parked, fx);
+            match self.finish(parked) {
+                Ok(c) => PageStep::Commit(c),
+                Err(e) => PageStep::Refused(e),
+            }
         } else {
-            self.pages.parked.push(parked);
+            self.parked.push(parked);
+            PageStep::Waiting
         }
     }
 
     /// `PageCommit` in `wpl` mode: every written page whole and no records. The written
     /// objects' bytes are taken from the shipped pages, and the commit goes to the queue with
-    /// the pages, where `Store::prepare_wpl` checks the page rule and logs the pages.
+    /// the pages, where whole-page logging's prepare checks the page rule and logs the pages.
     ///
-    /// `c.pages` were checked by [`Core::page_commit`] (the commit's own) or when they were
-    /// staged (stolen ones): distinct, of the page size, each a well-formed stored page of the
-    /// id it names.
-    fn wpl_page_commit(&mut self, origin: Origin, c: PageCommit, fx: &mut Vec<Effect>) {
-        let refuse = |core: &mut Core, why: String, fx: &mut Vec<Effect>| {
-            core.answer_commit(origin, Err(bad(why)), fx)
-        };
+    /// `c.pages` were checked by [`PageCommits::page_commit`] (the commit's own) or when they
+    /// were staged (stolen ones): distinct, of the page size, each a well-formed stored page
+    /// of the id it names.
+    fn wpl_page_commit(&mut self, c: PageCommit) -> PageStep {
         if !c.records.is_empty() {
-            return refuse(self, "a WPL commit carries no page records".into(), fx);
+            return PageStep::Refused(bad("a WPL commit carries no page records"));
         }
         let views: Vec<PageView<'_>> =
             c.pages.iter().map(|(_, bytes)| PageView::assume_parsed(bytes)).collect();
@@ -394,93 +346,90 @@ impl Core {
         let mut used = vec![false; c.pages.len()];
         for o in &c.writes {
             let Some(k) = c.pages.iter().position(|(p, _)| o.page() == Some(*p)) else {
-                return refuse(self, format!("the page of written object {o} was not shipped"), fx);
+                let why = format!("the page of written object {o} was not shipped");
+                return PageStep::Refused(bad(why));
             };
             let Some(r) = views[k].object_range(o.oid()) else {
-                let e = EngineError::Invalid(InvalidCommit::NoSuchObject(*o));
-                return self.answer_commit(origin, Err(e), fx);
+                return PageStep::Refused(EngineError::Invalid(InvalidCommit::NoSuchObject(*o)));
             };
             used[k] = true;
             versions.push((*o, c.pages[k].1.slice(r)));
         }
         if let Some(k) = used.iter().position(|u| !u) {
             let why = format!("page {} shipped with no written object", c.pages[k].0);
-            return refuse(self, why, fx);
+            return PageStep::Refused(bad(why));
         }
         drop(views);
-        self.pages.counters.page_commits += 1;
+        self.counters.page_commits += 1;
         // A commit that writes no existing object logs no page: its created objects go in
         // thor's ordinary commit record (the server allocates them, so no client page holds
         // them), which WPL's restart passes over and forward replay replays.
-        let wpl = if c.pages.is_empty() { None } else { Some(c.pages) };
-        let ci = CommitIn { versions, created: c.created, reads: c.reads, ts: None, wpl, id: None };
-        self.commit(origin, ci, fx);
+        let pages = if c.pages.is_empty() { None } else { Some(c.pages) };
+        PageStep::Commit(CommitIn {
+            versions,
+            created: c.created,
+            reads: c.reads,
+            ts: None,
+            pages,
+            id: None,
+        })
     }
 
     /// A page read completed: parked commits waiting for it take its committed image (the
-    /// read with the MOB's versions applied), and those with every image go on.
-    pub(super) fn page_commit_read(
+    /// read with the MOB's versions applied), and those with every image are done.
+    pub fn page_read(
         &mut self,
         page: PageId,
-        image: Result<&Bytes, EngineError>,
-        fx: &mut Vec<Effect>,
-    ) {
-        if self.pages.parked.is_empty() {
-            return;
-        }
-        let composed = match image {
-            Ok(img) => self.store.with_mob(page, img.clone()).map(|(b, _)| b),
-            Err(e) => Err(e),
-        };
+        image: Result<&Bytes, &EngineError>,
+    ) -> Vec<(Requester, Result<CommitIn, EngineError>)> {
+        let mut done = Vec::new();
         let mut i = 0;
-        while i < self.pages.parked.len() {
-            let Some(w) = self.pages.parked[i].waiting.iter().position(|p| *p == page) else {
+        while i < self.parked.len() {
+            let Some(w) = self.parked[i].waiting.iter().position(|p| *p == page) else {
                 i += 1;
                 continue;
             };
-            let mut parked = self.pages.parked.swap_remove(i);
+            let mut parked = self.parked.swap_remove(i);
             parked.waiting.swap_remove(w);
-            match &composed {
+            match image {
                 Ok(img) => parked.images.push((page, img.clone())),
                 Err(e) => {
                     let e = EngineError::Read { page, why: e.to_string() };
-                    self.answer_commit(parked.origin, Err(e), fx);
+                    done.push((parked.from, Err(e)));
                     continue;
                 }
             }
             if parked.waiting.is_empty() {
-                self.finish_page_commit(parked, fx);
+                let from = parked.from;
+                done.push((from, self.finish(parked)));
             } else {
-                self.pages.parked.push(parked);
+                self.parked.push(parked);
             }
         }
+        done
     }
 
-    /// Applies the records, extracts the written objects and commits them.
-    fn finish_page_commit(&mut self, p: Parked, fx: &mut Vec<Effect>) {
-        match expand(&p, self.store.page_size) {
-            Ok(versions) => {
-                self.pages.counters.page_commits += 1;
-                let Parked { origin, commit, .. } = p;
-                let c = CommitIn {
-                    versions,
-                    created: commit.created,
-                    reads: commit.reads,
-                    ts: None,
-                    wpl: None,
-                    id: None,
-                };
-                self.commit(origin, c, fx);
-            }
-            Err(e) => self.answer_commit(p.origin, Err(e), fx),
-        }
+    /// Applies the records and extracts the written objects: the commit.
+    fn finish(&mut self, p: Parked) -> Result<CommitIn, EngineError> {
+        let versions = expand(&p)?;
+        self.counters.page_commits += 1;
+        let Parked { commit, .. } = p;
+        Ok(CommitIn {
+            versions,
+            created: commit.created,
+            reads: commit.reads,
+            ts: None,
+            pages: None,
+            id: None,
+        })
     }
 }
 
 /// The new bytes of every written object: records applied to the committed images (REDO), or
 /// taken from the shipped pages (ESM). Every region must lie inside a written object.
-fn expand(p: &Parked, page_size: usize) -> Result<Vec<(Oref, Bytes)>, EngineError> {
+fn expand(p: &Parked) -> Result<Vec<(Oref, Bytes)>, EngineError> {
     let c = &p.commit;
+    let page_size = p.page_size;
     // Working copies of the pages records apply to; shipped pages are final already.
     let mut work: FxHashMap<PageId, Vec<u8>> = FxHashMap::default();
     for (page, img) in &p.images {
@@ -545,29 +494,4 @@ fn expand(p: &Parked, page_size: usize) -> Result<Vec<(Oref, Bytes)>, EngineErro
         versions.push((*o, Bytes::copy_from_slice(bytes)));
     }
     Ok(versions)
-}
-
-impl Core {
-    /// The page modes' counters as `ServerStats` fields (the others default).
-    pub(super) fn page_stats(&self) -> thor_wire::ServerStats {
-        let p = &self.pages.counters;
-        let w = self.wpl_counters();
-        thor_wire::ServerStats {
-            commit_mode: u64::from(self.pages.mode.code()),
-            page_commits: p.page_commits,
-            page_records: p.records,
-            page_records_early: p.records_early,
-            page_record_bytes: p.record_bytes,
-            pages_shipped: p.pages_shipped,
-            redo_reads: p.redo_reads,
-            wpl_images: w.images,
-            wpl_checkpoints: w.checkpoints,
-            wpl_installed: w.installed,
-            wpl_restored: w.restored,
-            wpl_page_rule_refusals: w.page_rule_refusals,
-            wpl_table: self.wpl_table_len() as u64,
-            pages_early: p.pages_early,
-            ..thor_wire::ServerStats::default()
-        }
-    }
 }
