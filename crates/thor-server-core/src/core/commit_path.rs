@@ -360,7 +360,7 @@ impl<'a> PathLog<'a> {
 
     /// The LSN the next record appended gets.
     pub fn next_lsn(&self) -> Lsn {
-        self.store.next_lsn
+        self.store.next_lsn()
     }
 
     /// Appends `record` at the next LSN (counted in the log buffer until durable).

@@ -33,7 +33,10 @@ impl Core {
         self.check_prepared();
         self.check_queue();
         if self.failed.is_some() {
-            assert!(self.store.pending.is_empty(), "a failed core abandoned its prepared commits");
+            assert!(
+                self.store.pending().is_empty(),
+                "a failed core abandoned its prepared commits"
+            );
             assert!(self.queue.is_empty(), "a failed core answered its queue");
         }
         if let Some(r) = &self.round {
@@ -44,7 +47,7 @@ impl Core {
     /// Origins and timestamps of prepared one-phase commits, and held refusals.
     fn check_prepared(&self) {
         // Prepared commits are in LSN order (`Store::check_invariants`): found by binary search.
-        let pending = &self.store.pending;
+        let pending = self.store.pending();
         let plain = |lsn: &Lsn| {
             pending.binary_search_by_key(lsn, |p| p.lsn).is_ok_and(|i| !pending[i].held)
         };
@@ -63,7 +66,7 @@ impl Core {
         }
         let mut conns = FxHashSet::default();
         for (lsn, origin, _) in &self.held_refusals {
-            assert!(*lsn < self.store.next_lsn, "a held refusal waits for an appended LSN");
+            assert!(*lsn < self.store.next_lsn(), "a held refusal waits for an appended LSN");
             if let Origin::Conn { conn, .. } = origin {
                 assert!(conns.insert(*conn), "at most one held refusal per connection");
             }

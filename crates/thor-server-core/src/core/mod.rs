@@ -724,7 +724,7 @@ impl Core {
             return Err(EngineError::BadOptions("budgets must be positive".into()));
         }
         let store = Store::new(sb, cfg.page_cache_bytes, cfg.page_cache_mode);
-        let cc = cc::Cc::new(cfg.cc, store.superblock.server_id.0);
+        let cc = cc::Cc::new(cfg.cc, store.superblock().server_id.0);
         Ok(Core {
             cc,
             twopc: twopc::TwoPc::new(cfg.twopc.clone()),
@@ -789,13 +789,13 @@ impl Core {
     /// The page new objects went to as of the superblock's checkpoint (`None`: the first):
     /// it and the pages below it are on disk; pages above it may have no home image yet.
     pub fn alloc_page_at_checkpoint(&self) -> Option<PageId> {
-        self.store.superblock.alloc_page
+        self.store.superblock().alloc_page
     }
 
     /// The tail page and whether it is fresh (recovery reads its image unless it is).
     pub fn tail_page(&self) -> (PageId, bool) {
-        let p = self.store.tail.page;
-        (p, self.store.fresh.contains(&p))
+        let p = self.store.tail_page();
+        (p, self.store.is_fresh(p))
     }
 
     /// Ends recovery: the log continues at `log_next`, and `image` is the installed image of
@@ -822,12 +822,12 @@ impl Core {
 
     /// This server's id.
     pub fn server_id(&self) -> ServerId {
-        self.store.superblock.server_id
+        self.store.superblock().server_id
     }
 
     /// The persistent root object.
     pub fn root(&self) -> thor_core::Oref {
-        self.store.superblock.root
+        self.store.superblock().root
     }
 
     /// The settings.
@@ -837,7 +837,7 @@ impl Core {
 
     /// The LSN the next record gets.
     pub fn next_lsn(&self) -> Lsn {
-        self.store.next_lsn
+        self.store.next_lsn()
     }
 
     /// Whether a storage failure stopped the core.
@@ -867,7 +867,7 @@ impl Core {
     /// stop now: the log holds nothing the pages lack).
     pub fn is_quiescent(&self) -> bool {
         self.store.mob.is_empty()
-            && self.store.pending.is_empty()
+            && self.store.pending().is_empty()
             && self.round.is_none()
             && self.queue.is_empty()
     }
@@ -875,7 +875,7 @@ impl Core {
     /// The checkpoint of the last superblock the core handed out: the log below it is no
     /// longer needed.
     pub fn checkpoint(&self) -> Lsn {
-        self.store.superblock.checkpoint
+        self.store.superblock().checkpoint
     }
 
     /// The client a connection's session belongs to, once `Hello` succeeded.
@@ -923,7 +923,7 @@ impl Core {
             && !self.recovering
             && !self.read_only
             && !self.store.mob.is_empty()
-            && self.store.pending.is_empty())
+            && self.store.pending().is_empty())
         .then(|| self.last_commit_us.saturating_add(self.cfg.idle_flush_after_us));
         [idle, self.twopc_deadline_us()].into_iter().flatten().min()
     }
@@ -963,8 +963,8 @@ impl Core {
 
     fn step_inner(&mut self, now_us: u64, input: Input, fx: &mut Vec<Effect>) {
         self.now_us = self.now_us.max(now_us);
-        let (server, checkpoint) = (self.store.superblock.server_id.0, self.checkpoint());
-        self.resume.history.set_base(self.now_us, server, checkpoint, self.store.next_lsn);
+        let (server, checkpoint) = (self.store.superblock().server_id.0, self.checkpoint());
+        self.resume.history.set_base(self.now_us, server, checkpoint, self.store.next_lsn());
         if self.twopc.raise_after_recovery {
             // Read-only validations before the crash left no record; refuse every client
             // timestamp that could lie below one of them (see `Cc::raise_threshold`).
@@ -1335,9 +1335,9 @@ impl Core {
     /// What `HelloOk` tells a client.
     fn server_info_parts(&self) -> sessions::InfoParts {
         sessions::InfoParts {
-            server_id: self.store.superblock.server_id,
+            server_id: self.store.superblock().server_id,
             page_size: self.store.page_size,
-            root: self.store.superblock.root,
+            root: self.store.superblock().root,
             demotions: self.store.cache.mode() == crate::pagecache::CacheMode::Exclusive,
             commit_mode: self.path.mode(),
         }
@@ -1381,7 +1381,7 @@ impl Core {
                         self.bulk = Bulk::Finishing(ticket);
                         fx.push(Effect::Checkpoint(CheckpointJob {
                             id: job,
-                            superblock: self.store.superblock.clone(),
+                            superblock: self.store.superblock().clone(),
                             truncate_before: None,
                         }));
                     }
@@ -1540,7 +1540,7 @@ impl Core {
                     self.cc.insert(ts, &c.reads, &[], true, self.now_us);
                     self.counters.commits += 1;
                     self.counters.read_only_commits += 1;
-                    let out = CommitOutcome { lsn: self.store.durable_lsn, created: Vec::new() };
+                    let out = CommitOutcome { lsn: self.store.durable_lsn(), created: Vec::new() };
                     self.answer_commit(origin, Ok(out), fx);
                 }
                 Err(r) => match self.in_doubt_writer(&r) {
@@ -1593,7 +1593,7 @@ impl Core {
         self.cc.count_refusal(&r);
         self.counters.commits_refused += 1;
         if matches!(r, cc::Refusal::Rule1(_))
-            && let Some(p) = self.store.pending.back()
+            && let Some(p) = self.store.pending().back()
         {
             self.held_refusals.push((p.lsn, origin, r));
             return;
@@ -1680,8 +1680,8 @@ impl Core {
             self.refuse_head(e.into(), fx);
             return Pumped::Next;
         }
-        if self.store.unsynced_bytes > 0
-            && self.store.unsynced_bytes + log_bytes > self.cfg.log_buffer_bytes
+        if self.store.unsynced_bytes() > 0
+            && self.store.unsynced_bytes() + log_bytes > self.cfg.log_buffer_bytes
         {
             let head = self.queue.front_mut().expect("checked");
             if !head.counted_waits.1 {
@@ -1825,11 +1825,11 @@ impl Core {
         writes: &[thor_core::Oref],
         fx: &mut Vec<Effect>,
     ) {
-        let p = self.store.pending.back().expect("just prepared");
+        let p = self.store.pending().back().expect("just prepared");
         if let Err(why) = self.path.append(p, fx) {
             self.fail(why, fx);
         }
-        let p = self.store.pending.back().expect("just prepared");
+        let p = self.store.pending().back().expect("just prepared");
         let created = p.created.clone();
         let lsn = p.lsn;
         let q = self.queue.pop_front().expect("the head was prepared");
@@ -1906,7 +1906,7 @@ impl Core {
             && !self.store.mob.is_empty();
         let mob = &self.store.mob;
         let idle = !mob.is_empty()
-            && self.store.pending.is_empty()
+            && self.store.pending().is_empty()
             && self.now_us.saturating_sub(self.last_commit_us) >= self.cfg.idle_flush_after_us;
         let draining = matches!(self.bulk, Bulk::Draining(_));
         let due = mob.bytes() > start
@@ -1920,16 +1920,16 @@ impl Core {
         if mob.is_empty() {
             // Nothing to install: answer who asked.
             let report = FlushReport {
-                checkpoint: self.store.superblock.checkpoint,
+                checkpoint: self.store.superblock().checkpoint,
                 ..FlushReport::default()
             };
             for t in std::mem::take(&mut self.flush_waiters) {
                 fx.push(Effect::Done { ticket: t, result: DirectResult::Flushed(Ok(report)) });
             }
             if let Bulk::Draining(ticket) = self.bulk
-                && self.store.pending.is_empty()
+                && self.store.pending().is_empty()
             {
-                match self.store.tail.page.next() {
+                match self.store.tail_page().next() {
                     Some(first) => {
                         self.bulk = Bulk::Active;
                         let r = DirectResult::BulkBegun(Ok(first));
@@ -1951,7 +1951,7 @@ impl Core {
     /// would exceed the budget. A commit alone bigger than the budget waits only until nothing
     /// else is buffered or prepared.
     fn needs_room(&self, c: &CommitIn) -> bool {
-        let held = self.store.mob.bytes() + self.store.pending_mob_cost + self.twopc.held_bytes;
+        let held = self.store.mob.bytes() + self.store.pending_mob_cost() + self.twopc.held_bytes;
         let cost = crate::mob::commit_cost(c.objects(), self.path.log_bytes(c, 0).total);
         (held > 0 && held + cost > self.cfg.mob_bytes) || self.path.needs_room(c)
     }
@@ -1976,7 +1976,7 @@ impl Core {
             });
             jobs.push(PageJob {
                 page,
-                fresh: self.store.fresh.contains(&page),
+                fresh: self.store.is_fresh(page),
                 base: self.store.cache.peek(page).cloned(),
                 versions,
             });
@@ -2027,8 +2027,7 @@ impl Core {
                 }
             }
             let version = thor_core::PageView::assume_parsed(&img).version();
-            self.store.cache.insert(*page, img);
-            self.store.fresh.remove(page);
+            self.store.installed_home(*page, img);
             self.path.installed(*page, version);
             self.store.mob.remove_installed(*page, versions);
         }
@@ -2038,13 +2037,7 @@ impl Core {
             Some(f) => self.store.checkpoint_lsn().min(f),
             None => self.store.checkpoint_lsn(),
         };
-        // The allocation page as of the checkpoint: the last page opened below it.
-        while self.store.opened.front().is_some_and(|(l, _)| *l < checkpoint) {
-            let (_, p) = self.store.opened.pop_front().expect("checked");
-            self.store.superblock.alloc_page = Some(p);
-        }
-        self.store.superblock.checkpoint = checkpoint;
-        self.store.superblock.generation += 1;
+        let superblock = self.store.checkpoint_at(checkpoint);
         let c = &mut self.counters;
         c.flush_rounds += 1;
         c.pages_written += pages.len() as u64;
@@ -2056,11 +2049,7 @@ impl Core {
         // yet (WPL's table is rebuilt at the first WPL record replay meets).
         let truncate_before =
             if self.recovering { None } else { self.path.truncation_floor(checkpoint) };
-        fx.push(Effect::Checkpoint(CheckpointJob {
-            id: job,
-            superblock: self.store.superblock.clone(),
-            truncate_before,
-        }));
+        fx.push(Effect::Checkpoint(CheckpointJob { id: job, superblock, truncate_before }));
         let open = self.log_open_to_path();
         let mut log = commit_path::PathLog::new(&mut self.store, fx, open);
         self.path.installed_round(&mut log);
@@ -2186,8 +2175,8 @@ impl Core {
             },
             mob_waits: c.mob_waits,
             log_waits: c.log_waits,
-            checkpoint: self.store.superblock.checkpoint.0,
-            pages_allocated: self.store.tail.page.get(),
+            checkpoint: self.store.superblock().checkpoint.0,
+            pages_allocated: self.store.tail_page().get(),
             commits_queued: self.queue.len(),
             wpl: self.path.counters().wpl,
             wpl_table: self.path.counters().wpl_table,

@@ -89,7 +89,7 @@ impl Core {
             PrefetchHint::Referenced => self.referenced_pages(page, bytes),
             // `PrefetchHint` is non-exhaustive; any other hint is the creation order.
             _ => {
-                let tail = self.store.tail.page.get();
+                let tail = self.store.tail_page().get();
                 let last = tail.min(page.get().saturating_add((max * CANDIDATES_PER_PAGE) as u32));
                 (page.get() + 1..=last).filter_map(PageId::new).collect()
             }
@@ -98,7 +98,7 @@ impl Core {
             if out.len() >= max {
                 break;
             }
-            if q == page || q > self.store.tail.page || self.cc.directory_has(conn, q) {
+            if q == page || q > self.store.tail_page() || self.cc.directory_has(conn, q) {
                 continue;
             }
             match self.store.compose_if_cached(q) {
@@ -162,7 +162,7 @@ impl Core {
         // image (no MOB versions in them, not a fresh page).
         if self.sessions.demotes(conn)
             && !self.store.mob.has_page(page)
-            && !self.store.fresh.contains(&page)
+            && !self.store.is_fresh(page)
         {
             self.demotions.page_sent(conn, page, bytes);
         }

@@ -454,8 +454,8 @@ impl Core {
             fx.push(Effect::Reply { conn, id, reply: Reply::new(body), close: false });
             return;
         };
-        let until = Lsn(self.store.next_lsn.0.saturating_sub(1));
-        if self.failed.is_none() && self.store.durable_lsn < until {
+        let until = Lsn(self.store.next_lsn().0.saturating_sub(1));
+        if self.failed.is_none() && self.store.durable_lsn() < until {
             self.sessions.set_busy(conn);
             let w = Waiting { conn, id, until, commit, high, cache };
             self.resume.waiting.push(w);

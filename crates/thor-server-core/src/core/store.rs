@@ -387,27 +387,27 @@ pub struct Store {
     /// Installed page images.
     pub(crate) cache: PageCache,
     /// The allocation point.
-    pub(crate) tail: Tail,
+    tail: Tail,
     /// Offset-table size of each page, where known ([`SLOTS_UNKNOWN`] otherwise).
     slots: Vec<u16>,
     /// Decoded class objects.
     classes: FxHashMap<Oref, Arc<ClassDesc>>,
     /// Prepared commits in LSN order.
-    pub(crate) pending: VecDeque<Prepared>,
+    pending: VecDeque<Prepared>,
     /// Pages with no image on disk yet: they start from empty.
-    pub(crate) fresh: FxHashSet<PageId>,
+    fresh: FxHashSet<PageId>,
     /// (LSN that opened the page, page), for pages opened since the checkpoint.
-    pub(crate) opened: VecDeque<(Lsn, PageId)>,
+    opened: VecDeque<(Lsn, PageId)>,
     /// The superblock as last written (or being written).
-    pub(crate) superblock: Superblock,
+    superblock: Superblock,
     /// The LSN the next record gets.
-    pub(crate) next_lsn: Lsn,
+    next_lsn: Lsn,
     /// Every record up to this LSN is durable.
-    pub(crate) durable_lsn: Lsn,
+    durable_lsn: Lsn,
     /// Log bytes appended and not yet durable.
-    pub(crate) unsynced_bytes: usize,
+    unsynced_bytes: usize,
     /// What the prepared commits will add to the MOB when they are published.
-    pub(crate) pending_mob_cost: usize,
+    pending_mob_cost: usize,
     /// Records appended that publish nothing (two-phase decisions and ends), not yet durable:
     /// LSN and log bytes.
     plain: VecDeque<(Lsn, usize)>,
@@ -864,6 +864,61 @@ impl Store {
     pub(crate) fn publish_held(&mut self, h: &Held) {
         let versions = h.versions.iter().map(|(o, r)| (*o, false, h.record.slice(r.clone())));
         self.mob.insert_all(h.lsn, h.record.len(), versions);
+    }
+
+    /// Every record up to this LSN is durable.
+    pub(crate) fn durable_lsn(&self) -> Lsn {
+        self.durable_lsn
+    }
+
+    /// Log bytes appended and not yet durable.
+    pub(crate) fn unsynced_bytes(&self) -> usize {
+        self.unsynced_bytes
+    }
+
+    /// What the prepared commits will add to the MOB when they are published.
+    pub(crate) fn pending_mob_cost(&self) -> usize {
+        self.pending_mob_cost
+    }
+
+    /// The prepared commits, in LSN order.
+    pub(crate) fn pending(&self) -> &VecDeque<Prepared> {
+        &self.pending
+    }
+
+    /// The superblock as last written (or being written).
+    pub(crate) fn superblock(&self) -> &Superblock {
+        &self.superblock
+    }
+
+    /// The page new objects go to.
+    pub(crate) fn tail_page(&self) -> PageId {
+        self.tail.page
+    }
+
+    /// Whether `page` has no image on disk yet (opened since the checkpoint).
+    pub(crate) fn is_fresh(&self, page: PageId) -> bool {
+        self.fresh.contains(&page)
+    }
+
+    /// An install round wrote `page` home as `img`: cached, and no longer fresh.
+    pub(crate) fn installed_home(&mut self, page: PageId, img: Bytes) {
+        self.cache.insert(page, img);
+        self.fresh.remove(&page);
+    }
+
+    /// The superblock an install round writes with its checkpoint at `checkpoint`: the
+    /// allocation page as of the checkpoint (the last page opened below it) and the next
+    /// generation. It is the superblock from now on.
+    pub(crate) fn checkpoint_at(&mut self, checkpoint: Lsn) -> Superblock {
+        assert!(checkpoint <= self.next_lsn, "a checkpoint is not past the log");
+        while self.opened.front().is_some_and(|(l, _)| *l < checkpoint) {
+            let (_, p) = self.opened.pop_front().expect("checked");
+            self.superblock.alloc_page = Some(p);
+        }
+        self.superblock.checkpoint = checkpoint;
+        self.superblock.generation += 1;
+        self.superblock.clone()
     }
 
     // ---- What a commit path with records of its own uses (`CommitPath`) ----

@@ -1059,7 +1059,7 @@ fn a_whole_page_commit_to_a_server_not_in_wpl_mode_is_refused_at_the_gate() {
     let mut h = Harness::new(config());
     h.connect(1, b"");
     let (class, x, _) = two_items(&mut h, 1);
-    let next = h.core.store.next_lsn;
+    let next = h.core.store.next_lsn();
     let page = x.page().expect("an object's page");
     let c = CommitIn {
         versions: vec![(x, Bytes::from(item_of(class, 9)))],
@@ -1076,6 +1076,6 @@ fn a_whole_page_commit_to_a_server_not_in_wpl_mode_is_refused_at_the_gate() {
         matches!(answer, Some(Err(EngineError::Invalid(InvalidCommit::BadPageRecord(_))))),
         "{answer:?}"
     );
-    assert_eq!(h.core.store.next_lsn, next, "nothing was appended");
+    assert_eq!(h.core.store.next_lsn(), next, "nothing was appended");
     assert_eq!(h.core.stats().wpl, commit_path::WplCounters::default());
 }

@@ -325,7 +325,7 @@ impl Core {
     }
 
     fn me(&self) -> ServerId {
-        self.store.superblock.server_id
+        self.store.superblock().server_id
     }
 
     /// Whether `id` is another server this one can reach ([`TwoPcConfig::peers`]).
@@ -1048,14 +1048,14 @@ impl Core {
             assert!(p.is_some_and(|p| p.lsn == *lsn), "prepare at {lsn:?} names its part");
         }
         for p in self.twopc.parts.values() {
-            assert!(p.lsn < self.store.next_lsn, "a part's prepare record was appended");
+            assert!(p.lsn < self.store.next_lsn(), "a part's prepare record was appended");
             if let Some(h) = &p.held {
-                assert!(h.lsn <= self.store.durable_lsn, "versions held once durable");
+                assert!(h.lsn <= self.store.durable_lsn(), "versions held once durable");
             }
         }
         for c in self.twopc.coords.values() {
             if let Some(lsn) = c.lsn {
-                assert!(lsn < self.store.next_lsn);
+                assert!(lsn < self.store.next_lsn());
             }
             if let CoordState::Telling { unacked, .. } = &c.state {
                 assert!(unacked.windows(2).all(|w| w[0] != w[1]), "each participant told once");
