@@ -162,3 +162,28 @@ fn cross_server_transfers_survive_sigkills_of_either_server() {
         summary.reads
     );
 }
+
+/// `thor bench cross-server` runs its servers and clients as processes, kills a server on
+/// schedule and reports what the clients' histories show: commits, and for every kill either
+/// the time to the next acknowledged transfer or that none came.
+#[test]
+fn cross_server_bench_reports_commits_and_the_time_from_each_kill_to_an_ack() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = thor()
+        .args(["bench", "cross-server", "--clients", "2", "--seconds", "3", "--kill-every-s", "1"])
+        .args(["--accounts", "4", "--json", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = &rows[0];
+    assert_eq!(r["clients"], 2);
+    assert!(r["committed"].as_u64().unwrap() > 0, "{r}");
+    let kills = r["kills"].as_u64().unwrap();
+    assert_eq!(kills, 2, "a kill each second before the end of a 3-second run: {r}");
+    let acked = kills - r["kills_without_ack"].as_u64().unwrap();
+    assert_eq!(acked > 0, r["kill_to_ack_ms_max"].is_number(), "{r}");
+    assert!(dir.path().join("clients-2/server-1.log").exists());
+}

@@ -68,6 +68,18 @@ pub struct Record<'a, O> {
     pub outcome: &'a str,
     pub reads: &'a [(O, u64)],
     pub writes: &'a [(O, u64, u64)],
+    /// When the transaction began and when its commit was answered: wall-clock microseconds
+    /// since the Unix epoch (comparable across the processes of one machine; `thor bench
+    /// cross-server` times commits and restarts with them).
+    pub t0_us: u64,
+    pub t1_us: u64,
+}
+
+/// Wall-clock microseconds since the Unix epoch (0 if the clock is before it).
+pub fn wall_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 impl HistoryArgs {
@@ -116,6 +128,8 @@ pub struct Recorder {
     client: u32,
     /// Transactions committed, aborted (before or at commit), and of unknown outcome.
     counts: [u64; 3],
+    /// When the transaction being run began ([`Recorder::begin`]), wall-clock microseconds.
+    began_us: u64,
 }
 
 impl Recorder {
@@ -129,7 +143,17 @@ impl Recorder {
             .append(true)
             .open(&h.history)
             .with_context(|| format!("opening {}", h.history.display()))?;
-        Ok(Recorder { out: std::io::BufWriter::new(file), client: h.client, counts: [0; 3] })
+        Ok(Recorder {
+            out: std::io::BufWriter::new(file),
+            client: h.client,
+            counts: [0; 3],
+            began_us: 0,
+        })
+    }
+
+    /// A transaction begins (its history line's `t0_us`).
+    pub fn begin(&mut self) {
+        self.began_us = wall_us();
     }
 
     /// A transaction that aborted before it was sent for commit: counted, not recorded (nobody
@@ -160,7 +184,16 @@ impl Recorder {
         writes: &[(O, u64, u64)],
     ) -> Result<()> {
         use std::io::Write;
-        let r = Record { id, client: self.client, outcome: outcome.name(), reads, writes };
+        let (t0_us, t1_us) = (self.began_us, wall_us());
+        let r = Record {
+            id,
+            client: self.client,
+            outcome: outcome.name(),
+            reads,
+            writes,
+            t0_us,
+            t1_us,
+        };
         serde_json::to_writer(&mut self.out, &r)?;
         self.out.write_all(b"\n")?;
         self.out.flush()?;

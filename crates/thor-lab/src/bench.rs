@@ -64,6 +64,10 @@ enum BenchWhat {
     ClusterClient(crate::cluster_client::ClusterClient),
     /// Commit latency at one server against two, read-only against read-write, over TCP.
     Twopc(crate::bench_twopc::TwoPcBench),
+    /// Two server processes and 1-8 client processes doing cross-server transfers and
+    /// audits, with no faults or a server SIGKILLed every few seconds: throughput, aborts,
+    /// latency, time from a kill to the next acknowledged transfer.
+    CrossServer(crate::bench_cross::CrossBench),
 }
 
 #[derive(Debug, Args)]
@@ -90,6 +94,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         BenchWhat::TransferClient(b) => crate::transfer_client::run(b),
         BenchWhat::ClusterClient(b) => crate::cluster_client::run(b),
         BenchWhat::Twopc(b) => crate::bench_twopc::run(b),
+        BenchWhat::CrossServer(b) => crate::bench_cross::run(b),
     }
 }
 

@@ -112,6 +112,7 @@ pub fn run(a: ClusterClient) -> Result<()> {
                 break 'outer;
             }
             attempt = attempt.checked_add(1).context("attempt numbers ran out")?;
+            rec.begin();
             let id = u64::from(a.h.client) << 32 | u64::from(attempt);
             let i = rng.below(ids.len() as u64) as usize;
             let j = (i + 1 + rng.below(ids.len() as u64 - 1) as usize) % ids.len();

@@ -98,6 +98,7 @@ pub fn run(a: TransferClient) -> Result<()> {
                 break SessionEnd::Stopped;
             }
             attempt = attempt.checked_add(1).context("attempt numbers ran out")?;
+            rec.begin();
             let id = u64::from(a.h.client) << 32 | u64::from(attempt);
             let (mut reads, mut writes) = (Vec::new(), Vec::new());
             let from = rng.below(accounts.len() as u64) as usize;
