@@ -28,7 +28,9 @@ impl Core {
     pub fn check_invariants(&self) {
         self.store.check_invariants();
         self.cc.check_invariants();
-        self.demotions.check_invariants(|conn, page| self.cc.directory_has(conn, page));
+        self.demotions.check_invariants(self.cc.directory_changes(), |conn, page| {
+            self.cc.directory_has(conn, page)
+        });
         self.twopc_check_invariants();
         self.check_prepared();
         self.check_queue();
