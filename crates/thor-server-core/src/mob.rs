@@ -400,8 +400,8 @@ impl Mob {
     ///
     /// A MOB that did not change since the last walk that passed (`changes`) is not walked
     /// again: the walk is a function of the MOB's state alone, so it would pass again. Most of
-    /// a core's steps (fetches, ticks, acknowledgements) leave the MOB as it was, and a walk
-    /// per step was a tenth of the simulation's time.
+    /// a core's steps (fetches, ticks, acknowledgements) leave the MOB as it was; the
+    /// simulation, which checks after every step, walked it for nothing.
     pub fn check_sums(&self) {
         if self.walked.load(Ordering::Relaxed) == self.changes + 1 {
             return;

@@ -124,8 +124,8 @@ impl Demotions {
     /// `directories` counts the changes to those directories ([`super::cc::Cc::directory_changes`]):
     /// the walk depends on the records and the directories alone, so when neither changed
     /// since the last walk that passed it is not repeated. (Demotion keeps a record of every
-    /// page sent to every session: walking them all after every step of the simulation was a
-    /// third of the time its invariants took.)
+    /// page sent to every session: walking them all after every step of the simulation was
+    /// the largest part of the time its invariants took.)
     pub fn check_invariants(
         &self,
         directories: u64,
