@@ -6,7 +6,7 @@
 //! serializability (`thor_history`): the version a read returns names the write it saw.
 
 use anyhow::{Context, Result, bail};
-use thor_client::{ClientError, Ref, Session};
+use thor_client::{ClientError, CommitInfo, Ref, Session, View};
 
 thor_client::class! {
     /// A bank account, or a shared counter.
@@ -212,6 +212,113 @@ impl Recorder {
         );
         Ok(())
     }
+}
+
+/// What the transaction loop of a history-recording client ([`run_transfers`]) needs of its
+/// connection: one server's session with its bank (`thor bench transfer-client`) or a cluster
+/// with every server's (`thor bench cluster-client`).
+pub trait Teller {
+    /// An account as this client reaches it.
+    type Acct: Copy;
+    /// How the history names an account (an oref; a server and an oref).
+    type Object: serde::Serialize;
+    /// Draws the next transaction's two accounts, `from` then `to` (never the same one).
+    fn pick(&self, rng: &mut thor_storage::SplitMix64) -> [Self::Acct; 2];
+    /// Reads account `a` in the open transaction.
+    fn get(&self, a: Self::Acct) -> Result<View<'_, Account>, ClientError>;
+    /// The history's name of `a`.
+    fn object(&self, a: Self::Acct) -> Self::Object;
+    /// Commits the open transaction.
+    fn commit(&self) -> Result<CommitInfo, ClientError>;
+    /// Abandons the open transaction.
+    fn abort(&self);
+}
+
+/// The transaction loop both history-recording clients run until `deadline` or the stop
+/// file (see [`HistoryArgs::stopped`]): over a connection `connect` makes (`Ok(None)`: the
+/// connection was lost while loading the bank, make another), transactions that read two
+/// accounts and move an amount from the first to the second (seven in eight) or only read
+/// them (an audit), each write storing a version unique to it ([`version_of`]). A transaction
+/// that conflicts before its commit is aborted and counted, not recorded (nobody saw it);
+/// every one sent for commit is recorded with its outcome. A lost connection, or a commit
+/// whose outcome is uncertain, ends the connection and `connect` makes a new one. Returns how
+/// many connections were made.
+pub fn run_transfers<T: Teller>(
+    h: &HistoryArgs,
+    deadline: std::time::Instant,
+    rec: &mut Recorder,
+    rng: &mut thor_storage::SplitMix64,
+    mut connect: impl FnMut() -> Result<Option<T>>,
+) -> Result<u64> {
+    let mut attempt = 0u32;
+    let mut connections = 0u64;
+    'connection: while !h.stopped(deadline) {
+        let conn = connect()?;
+        connections += 1;
+        let Some(t) = conn else { continue };
+        loop {
+            if h.stopped(deadline) {
+                break 'connection;
+            }
+            attempt = attempt.checked_add(1).context("attempt numbers ran out")?;
+            rec.begin();
+            let id = u64::from(h.client) << 32 | u64::from(attempt);
+            let pair = t.pick(rng);
+            let audit = rng.below(8) == 0;
+            let want = 1 + rng.below(100);
+            let version = version_of(h.client, attempt);
+            let (mut reads, mut writes) = (Vec::new(), Vec::new());
+            let before_commit =
+                transfer(&t, pair, (!audit).then_some(want), version, &mut reads, &mut writes);
+            if let Err(e) = before_commit {
+                // Not sent for commit: nobody saw it, nothing to record. A conflict here is an
+                // invalidation of something it read; the next attempt reads afresh.
+                t.abort();
+                if lost(&e) {
+                    continue 'connection;
+                }
+                if is_conflict(&e) {
+                    rec.aborted_early();
+                    continue;
+                }
+                return Err(e).context("transfer");
+            }
+            // An abort at commit leaves nothing to undo.
+            let outcome = rec.outcome(t.commit())?;
+            rec.record(id, outcome, &reads, &writes)?;
+            if outcome == Outcome::Uncertain {
+                continue 'connection;
+            }
+        }
+    }
+    Ok(connections)
+}
+
+/// Reads both accounts and, for a transfer, moves up to `want` from the first to the second,
+/// writing `version` into both; notes what it read and wrote.
+fn transfer<T: Teller>(
+    t: &T,
+    pair: [T::Acct; 2],
+    want: Option<u64>,
+    version: u64,
+    reads: &mut Vec<(T::Object, u64)>,
+    writes: &mut Vec<(T::Object, u64, u64)>,
+) -> Result<(), ClientError> {
+    let a = t.get(pair[0])?;
+    let b = t.get(pair[1])?;
+    for (acct, v) in pair.iter().zip([&a, &b]) {
+        reads.push((t.object(*acct), v.get(Account::version)));
+    }
+    let Some(want) = want else { return Ok(()) };
+    let amount = want.min(a.get(Account::balance));
+    let (to_a, to_b) = (a.get(Account::balance) - amount, b.get(Account::balance) + amount);
+    a.set(Account::balance, to_a)?;
+    b.set(Account::balance, to_b)?;
+    a.set(Account::version, version)?;
+    b.set(Account::version, version)?;
+    writes.push((t.object(pair[0]), version, to_a));
+    writes.push((t.object(pair[1]), version, to_b));
+    Ok(())
 }
 
 /// Accounts per chunk object (4 KiB of references: fits any page size).

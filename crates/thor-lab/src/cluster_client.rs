@@ -22,11 +22,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use thor_client::{ClientError, Cluster, Ref, SessionConfig, XRef};
+use thor_client::{ClientError, Cluster, CommitInfo, Ref, SessionConfig, View, XRef};
 use thor_core::ServerId;
 use thor_net::{ClientConfig, TcpTransport};
 
-use crate::bank::{self, Account, Outcome, Recorder, is_conflict, lost, version_of};
+use thor_storage::SplitMix64;
+
+use crate::bank::{self, Account, Recorder, Teller, lost, run_transfers};
 
 /// Options of `thor bench cluster-client`.
 #[derive(Debug, Args)]
@@ -70,6 +72,46 @@ fn cluster(a: &ClusterClient) -> Result<Cluster> {
     Ok(Cluster::new(&ids, ids[0], connect, SessionConfig::default())?)
 }
 
+/// A cluster and the accounts of every server's bank.
+struct Clustered {
+    c: Cluster,
+    /// The servers, in `--server` order.
+    ids: Vec<ServerId>,
+    accounts: HashMap<ServerId, Vec<Ref<Account>>>,
+}
+
+impl Teller for Clustered {
+    type Acct = XRef<Account>;
+    type Object = u64;
+
+    /// An account at one server and one at another.
+    fn pick(&self, rng: &mut SplitMix64) -> [XRef<Account>; 2] {
+        let ids = &self.ids;
+        let i = rng.below(ids.len() as u64) as usize;
+        let j = (i + 1 + rng.below(ids.len() as u64 - 1) as usize) % ids.len();
+        let (si, sj) = (ids[i], ids[j]);
+        let from = self.accounts[&si][rng.below(self.accounts[&si].len() as u64) as usize];
+        let to = self.accounts[&sj][rng.below(self.accounts[&sj].len() as u64) as usize];
+        [XRef::at(si, from), XRef::at(sj, to)]
+    }
+
+    fn get(&self, a: XRef<Account>) -> Result<View<'_, Account>, ClientError> {
+        self.c.get(a)
+    }
+
+    fn object(&self, a: XRef<Account>) -> u64 {
+        object(a.server, a.r)
+    }
+
+    fn commit(&self) -> Result<CommitInfo, ClientError> {
+        self.c.commit()
+    }
+
+    fn abort(&self) {
+        self.c.abort();
+    }
+}
+
 pub fn run(a: ClusterClient) -> Result<()> {
     if a.servers.len() < 2 {
         bail!("a cluster needs two --server at least");
@@ -77,7 +119,7 @@ pub fn run(a: ClusterClient) -> Result<()> {
     let ids: Vec<ServerId> = a.servers.iter().map(|&(id, _)| ServerId(id)).collect();
     let deadline = Instant::now() + Duration::from_secs_f64(a.h.seconds);
     let mut rec = Recorder::open(&a.h)?;
-    let mut rng = thor_storage::SplitMix64::new(0xC1A5 ^ u64::from(a.h.client));
+    let mut rng = SplitMix64::new(0xC1A5 ^ u64::from(a.h.client));
     if let Some(n) = a.h.setup {
         if n < 1 {
             bail!("--setup needs at least 1 account per server");
@@ -91,11 +133,8 @@ pub fn run(a: ClusterClient) -> Result<()> {
             bank::open_bank(s, n, a.h.opening)?;
         }
     }
-    let mut attempt = 0u32;
-    let mut clusters = 0u64;
-    'outer: while !a.h.stopped(deadline) {
+    let clusters = run_transfers(&a.h, deadline, &mut rec, &mut rng, || {
         let c = cluster(&a)?;
-        clusters += 1;
         let mut accounts: HashMap<ServerId, Vec<Ref<Account>>> = HashMap::new();
         for &id in &ids {
             match c.session(id).and_then(bank::load_bank) {
@@ -103,77 +142,11 @@ pub fn run(a: ClusterClient) -> Result<()> {
                     accounts.insert(id, x);
                 }
                 Ok(_) => bail!("server {} has an empty bank", id.0),
-                Err(e) if lost(&e) => continue 'outer,
+                Err(e) if lost(&e) => return Ok(None),
                 Err(e) => return Err(e).context("loading the banks"),
             }
         }
-        loop {
-            if a.h.stopped(deadline) {
-                break 'outer;
-            }
-            attempt = attempt.checked_add(1).context("attempt numbers ran out")?;
-            rec.begin();
-            let id = u64::from(a.h.client) << 32 | u64::from(attempt);
-            let i = rng.below(ids.len() as u64) as usize;
-            let j = (i + 1 + rng.below(ids.len() as u64 - 1) as usize) % ids.len();
-            let (si, sj) = (ids[i], ids[j]);
-            let from = accounts[&si][rng.below(accounts[&si].len() as u64) as usize];
-            let to = accounts[&sj][rng.below(accounts[&sj].len() as u64) as usize];
-            let audit = rng.below(8) == 0;
-            let want = 1 + rng.below(100);
-            let version = version_of(a.h.client, attempt);
-            let (mut reads, mut writes) = (Vec::new(), Vec::new());
-            let before = transfer(
-                &c,
-                [XRef::at(si, from), XRef::at(sj, to)],
-                (!audit).then_some(want),
-                version,
-                &mut reads,
-                &mut writes,
-            );
-            if let Err(e) = before {
-                c.abort();
-                if lost(&e) {
-                    continue 'outer;
-                }
-                if is_conflict(&e) {
-                    rec.aborted_early();
-                    continue;
-                }
-                return Err(e).context("transfer");
-            }
-            let outcome = rec.outcome(c.commit())?;
-            rec.record(id, outcome, &reads, &writes)?;
-            if outcome == Outcome::Uncertain {
-                continue 'outer;
-            }
-        }
-    }
+        Ok(Some(Clustered { c, ids: ids.clone(), accounts }))
+    })?;
     rec.finish(&format!("{clusters} cluster session(s)"))
-}
-
-/// Reads both accounts and, for a transfer, moves up to `want` from the first to the second,
-/// writing `version` into both.
-fn transfer(
-    c: &Cluster,
-    pair: [XRef<Account>; 2],
-    want: Option<u64>,
-    version: u64,
-    reads: &mut Vec<(u64, u64)>,
-    writes: &mut Vec<(u64, u64, u64)>,
-) -> Result<(), ClientError> {
-    let a = c.get(pair[0])?;
-    let b = c.get(pair[1])?;
-    reads.push((object(pair[0].server, pair[0].r), a.get(Account::version)));
-    reads.push((object(pair[1].server, pair[1].r), b.get(Account::version)));
-    let Some(want) = want else { return Ok(()) };
-    let amount = want.min(a.get(Account::balance));
-    let (to_a, to_b) = (a.get(Account::balance) - amount, b.get(Account::balance) + amount);
-    a.set(Account::balance, to_a)?;
-    b.set(Account::balance, to_b)?;
-    a.set(Account::version, version)?;
-    b.set(Account::version, version)?;
-    writes.push((object(pair[0].server, pair[0].r), version, to_a));
-    writes.push((object(pair[1].server, pair[1].r), version, to_b));
-    Ok(())
 }

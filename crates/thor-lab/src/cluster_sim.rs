@@ -67,6 +67,7 @@ pub fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
                 sum.lost_connections += o.lost_connections;
                 sum.install_rounds += o.install_rounds;
                 sum.backups += o.backups;
+                sum.offline_checks += o.offline_checks;
                 sum.page_commits += o.page_commits;
                 sum.records_early += o.records_early;
             }
@@ -101,6 +102,7 @@ fn print_outcome(o: &Outcome, runs: u64) {
     println!("  install rounds         {}", o.install_rounds);
     println!("  pages checked          {}", o.pages_checked);
     println!("  backups checked        {}", o.backups);
+    println!("  databases thor-checked {}", o.offline_checks);
     if o.page_commits > 0 {
         println!("  page commits sent      {}", o.page_commits);
         println!("  early page records     {}", o.records_early);

@@ -31,11 +31,13 @@
 //! the history with `thor_history`), and `thor bench cluster-client` (`cluster_client.rs`: the
 //! same over a `Cluster`, each transfer between accounts at two servers; thor-cli's `tests/kill_cluster.rs`
 //! runs two `thor server` processes and four of them while SIGKILLing either server a dozen
-//! times, then checks the money and the history against both servers' final state). `thor bench
-//! twopc` (`bench_twopc.rs`) times commits at one server against two over TCP or in process;
-//! `thor bench cross-server` (`bench_cross.rs`) runs two server processes and 1-8 cluster
-//! clients, with or without a SIGKILL every few seconds, and reports throughput, aborts,
-//! latency and the time from a kill to the next acknowledged transfer (issue 32's figures);
+//! times, then checks the money and the history against both servers' final state); the two
+//! run one transaction loop, `bank::run_transfers`, over a `bank::Teller` (a session with its
+//! bank, or a cluster with every server's). `thor bench twopc` (`bench_twopc.rs`) times commits
+//! at one server against two over TCP or in process; `thor bench cross-server`
+//! (`bench_cross.rs`) runs two server processes and 1-8 cluster clients, with or without a
+//! SIGKILL every few seconds, and reports throughput, aborts, latency and the time from a kill
+//! to the next acknowledged transfer (issue 32's figures);
 //! `thor oo7 cluster` (`oo7_cluster.rs`, over `thor_oo7::split`) runs OO7 with its two modules at
 //! two servers against one; `docs/cluster.md` has both.
 //!

@@ -25,10 +25,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use thor_client::{ClientError, Ref, Session, SessionConfig};
+use thor_client::{ClientError, CommitInfo, Ref, Session, SessionConfig, View};
 use thor_net::{ClientConfig, TcpTransport};
 
-use crate::bank::{self, Account, Outcome, Recorder, is_conflict, lost, version_of};
+use thor_storage::SplitMix64;
+
+use crate::bank::{self, Account, Recorder, Teller, lost, run_transfers};
 
 /// Options of `thor bench transfer-client`.
 #[derive(Debug, Args)]
@@ -54,20 +56,45 @@ fn timeout(seconds: f64) -> Option<Duration> {
     (seconds > 0.0).then(|| Duration::from_secs_f64(seconds))
 }
 
-/// What one session of the client ended with.
-enum SessionEnd {
-    /// The deadline passed or the stop file appeared.
-    Stopped,
-    /// The connection failed: make a new session.
-    Lost,
+/// One server's session and the accounts of its bank.
+struct OneServer {
+    s: Session,
+    accounts: Vec<Ref<Account>>,
+}
+
+impl Teller for OneServer {
+    type Acct = Ref<Account>;
+    type Object = u32;
+
+    fn pick(&self, rng: &mut SplitMix64) -> [Ref<Account>; 2] {
+        let n = self.accounts.len();
+        let from = rng.below(n as u64) as usize;
+        let to = (from + 1 + rng.below(n as u64 - 1) as usize) % n;
+        [self.accounts[from], self.accounts[to]]
+    }
+
+    fn get(&self, a: Ref<Account>) -> Result<View<'_, Account>, ClientError> {
+        self.s.get(a)
+    }
+
+    /// The account's stored name (a loaded reference is always stored).
+    fn object(&self, a: Ref<Account>) -> u32 {
+        a.oref().map_or(0, |o| o.raw())
+    }
+
+    fn commit(&self) -> Result<CommitInfo, ClientError> {
+        self.s.commit()
+    }
+
+    fn abort(&self) {
+        self.s.abort();
+    }
 }
 
 pub fn run(a: TransferClient) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs_f64(a.h.seconds);
     let mut rec = Recorder::open(&a.h)?;
-    let mut rng = thor_storage::SplitMix64::new(0x7A45 ^ u64::from(a.h.client));
-    let mut attempt = 0u32;
-    let mut sessions = 0u64;
+    let mut rng = SplitMix64::new(0x7A45 ^ u64::from(a.h.client));
     if let Some(n) = a.h.setup {
         if n < 2 {
             bail!("--setup needs at least 2 accounts");
@@ -78,99 +105,19 @@ pub fn run(a: TransferClient) -> Result<()> {
         }
         bank::open_bank(&s, n, a.h.opening)?;
     }
-    loop {
-        if a.h.stopped(deadline) {
-            break;
-        }
+    let sessions = run_transfers(&a.h, deadline, &mut rec, &mut rng, || {
         let s = match connect(&a) {
             Ok(s) => s,
             Err(e) => bail!("no server at {} for {} s: {e:#}", a.connect, a.h.reconnect_s),
         };
-        sessions += 1;
-        let accounts = match bank::load_bank(&s) {
-            Ok(x) if x.len() >= 2 => x,
+        match bank::load_bank(&s) {
+            Ok(accounts) if accounts.len() >= 2 => Ok(Some(OneServer { s, accounts })),
             Ok(x) => bail!("the bank has {} accounts; transfers need 2", x.len()),
-            Err(e) if lost(&e) => continue,
-            Err(e) => return Err(e).context("loading the bank"),
-        };
-        let end = loop {
-            if a.h.stopped(deadline) {
-                break SessionEnd::Stopped;
-            }
-            attempt = attempt.checked_add(1).context("attempt numbers ran out")?;
-            rec.begin();
-            let id = u64::from(a.h.client) << 32 | u64::from(attempt);
-            let (mut reads, mut writes) = (Vec::new(), Vec::new());
-            let from = rng.below(accounts.len() as u64) as usize;
-            let to = (from + 1 + rng.below(accounts.len() as u64 - 1) as usize) % accounts.len();
-            let audit = rng.below(8) == 0;
-            let want = 1 + rng.below(100);
-            let version = version_of(a.h.client, attempt);
-            let before_commit = transfer(
-                &s,
-                [accounts[from], accounts[to]],
-                (!audit).then_some(want),
-                version,
-                &mut reads,
-                &mut writes,
-            );
-            if let Err(e) = before_commit {
-                // Not sent for commit: nobody saw it, nothing to record. A conflict here is an
-                // invalidation of something it read; the next attempt reads afresh.
-                s.abort();
-                if lost(&e) {
-                    break SessionEnd::Lost;
-                }
-                if is_conflict(&e) {
-                    rec.aborted_early();
-                    continue;
-                }
-                return Err(e).context("transfer");
-            }
-            // An abort at commit leaves nothing to undo.
-            let outcome = rec.outcome(s.commit())?;
-            rec.record(id, outcome, &reads, &writes)?;
-            if outcome == Outcome::Uncertain {
-                break SessionEnd::Lost;
-            }
-        };
-        if matches!(end, SessionEnd::Stopped) {
-            break;
+            Err(e) if lost(&e) => Ok(None),
+            Err(e) => Err(e).context("loading the bank"),
         }
-    }
+    })?;
     rec.finish(&format!("{sessions} session(s)"))
-}
-
-/// Reads both accounts and, for a transfer, moves up to `want` from the first to the second,
-/// writing `version` into both.
-fn transfer(
-    s: &Session,
-    pair: [Ref<Account>; 2],
-    want: Option<u64>,
-    version: u64,
-    reads: &mut Vec<(u32, u64)>,
-    writes: &mut Vec<(u32, u64, u64)>,
-) -> Result<(), ClientError> {
-    let a = s.get(pair[0])?;
-    let b = s.get(pair[1])?;
-    for (r, v) in pair.iter().zip([&a, &b]) {
-        reads.push((oref_of(*r), v.get(Account::version)));
-    }
-    let Some(want) = want else { return Ok(()) };
-    let amount = want.min(a.get(Account::balance));
-    let (to_a, to_b) = (a.get(Account::balance) - amount, b.get(Account::balance) + amount);
-    a.set(Account::balance, to_a)?;
-    b.set(Account::balance, to_b)?;
-    a.set(Account::version, version)?;
-    b.set(Account::version, version)?;
-    writes.push((oref_of(pair[0]), version, to_a));
-    writes.push((oref_of(pair[1]), version, to_b));
-    Ok(())
-}
-
-/// The account's stored name (a loaded reference is always stored).
-fn oref_of(r: Ref<Account>) -> u32 {
-    r.oref().map_or(0, |o| o.raw())
 }
 
 /// A new session, retrying the connection for up to `--reconnect-s`.

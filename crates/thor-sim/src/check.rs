@@ -300,6 +300,11 @@ impl Checker {
     }
 
     /// [`Checker::page`] against `state` (the durable state, or a backup's).
+    ///
+    /// The page's objects come in oid order and so do the state's objects of the page (its
+    /// range of orefs): the two are walked side by side, each durable object met once, rather
+    /// than looked up one by one and then counted (a page is checked every time a client is
+    /// sent one).
     pub fn page_of(
         &self,
         state: &BTreeMap<Oref, Bytes>,
@@ -311,16 +316,19 @@ impl Checker {
         if v.page_id() != page {
             return violation(format!("page {page} sent with the header of page {}", v.page_id()));
         }
-        let mut seen = 0;
+        let mut durable = state.range(page_range(page)).peekable();
         for (oid, obj) in v.objects() {
             if self.txn_of(obj).is_none() {
                 continue;
             }
             let oref = Oref::new(page, oid);
-            seen += 1;
-            match state.get(&oref) {
-                Some(want) if &want[..] == obj => {}
-                Some(want) => {
+            // A durable object before this one that the page does not show.
+            if durable.next_if(|(o, _)| **o < oref).is_some() {
+                return self.page_count_violation(state, &v, page);
+            }
+            match durable.next_if(|(o, _)| **o == oref) {
+                Some((_, want)) if &want[..] == obj => {}
+                Some((_, want)) => {
                     return violation(format!(
                         "page {page}: {oref:?} is {:?} (txn {:?}), the durable state has {:?} (txn {:?})",
                         obj,
@@ -337,13 +345,24 @@ impl Checker {
                 }
             }
         }
-        let expected = state.range(page_range(page)).count();
-        if seen != expected {
-            return violation(format!(
-                "page {page} shows {seen} simulation objects, the durable state has {expected}"
-            ));
+        if durable.next().is_some() {
+            return self.page_count_violation(state, &v, page);
         }
         Ok(())
+    }
+
+    /// The violation of a page that misses durable simulation objects.
+    fn page_count_violation(
+        &self,
+        state: &BTreeMap<Oref, Bytes>,
+        v: &PageView<'_>,
+        page: PageId,
+    ) -> Result<(), Violation> {
+        let seen = v.objects().filter(|(_, obj)| self.txn_of(obj).is_some()).count();
+        let expected = state.range(page_range(page)).count();
+        violation(format!(
+            "page {page} shows {seen} simulation objects, the durable state has {expected}"
+        ))
     }
 
     /// The pages that hold durable simulation objects.
@@ -433,4 +452,69 @@ pub fn offline(disk: &thor_storage::MemDisk, what: &str) -> Result<(), Violation
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use thor_core::{Oid, PageMut};
+
+    use super::*;
+
+    /// The simulation class's oref, raw: page 1, oid 2.
+    const CLASS: u32 = Oref::new(PageId::new(1).unwrap(), Oid::new(2).unwrap()).raw();
+    const PAGE: u32 = 9;
+
+    /// A simulation object written by client `writer` in its transaction `txn`.
+    fn cell(writer: u32, txn: u32) -> Bytes {
+        let mut b = vec![0u8; 20];
+        b[..4].copy_from_slice(&CLASS.to_le_bytes());
+        b[8..12].copy_from_slice(&writer.to_le_bytes());
+        b[12..16].copy_from_slice(&txn.to_le_bytes());
+        Bytes::from(b)
+    }
+
+    /// A page of `objects` in oid order (`None`: a slot filled with a non-simulation object).
+    fn page(objects: &[Option<Bytes>]) -> Vec<u8> {
+        let mut b = vec![0u8; 1024];
+        let mut p = PageMut::init(&mut b, PageId::new(PAGE).unwrap()).unwrap();
+        for o in objects {
+            let other = Bytes::from(vec![0u8; 8]);
+            p.append(o.as_ref().unwrap_or(&other)).unwrap();
+        }
+        p.seal();
+        b
+    }
+
+    fn oref(oid: u16) -> Oref {
+        Oref::new(PageId::new(PAGE).unwrap(), Oid::new(oid).unwrap())
+    }
+
+    fn checker() -> Checker {
+        let mut c = Checker::new(Lsn(1));
+        let class = Oref::from_raw(CLASS).unwrap();
+        c.set_layout(CellLayout { class, writer_at: 8, txn_at: 12 });
+        c
+    }
+
+    #[test]
+    fn a_page_passes_only_with_exactly_the_durable_objects() {
+        let c = checker();
+        let state: BTreeMap<Oref, Bytes> =
+            [(oref(0), cell(1, 1)), (oref(2), cell(2, 7))].into_iter().collect();
+        let pid = PageId::new(PAGE).unwrap();
+        let exact = page(&[Some(cell(1, 1)), None, Some(cell(2, 7))]);
+        c.page_of(&state, pid, &exact).expect("the durable state, exactly");
+        let stale = page(&[Some(cell(1, 1)), None, Some(cell(2, 6))]);
+        let e = c.page_of(&state, pid, &stale).unwrap_err();
+        assert!(e.0.contains("the durable state has"), "{e:?}");
+        let missing_first = page(&[None, None, Some(cell(2, 7))]);
+        let e = c.page_of(&state, pid, &missing_first).unwrap_err();
+        assert!(e.0.contains("shows 1 simulation objects, the durable state has 2"), "{e:?}");
+        let missing_last = page(&[Some(cell(1, 1))]);
+        let e = c.page_of(&state, pid, &missing_last).unwrap_err();
+        assert!(e.0.contains("shows 1 simulation objects, the durable state has 2"), "{e:?}");
+        let extra = page(&[Some(cell(1, 1)), Some(cell(3, 3)), Some(cell(2, 7))]);
+        let e = c.page_of(&state, pid, &extra).unwrap_err();
+        assert!(e.0.contains("no durable record wrote it"), "{e:?}");
+    }
 }

@@ -114,11 +114,13 @@
 
 pub mod acked;
 pub mod check;
+mod digest;
 pub mod pagemode;
 pub mod twopc;
 pub mod world;
 
 pub use check::Violation;
+pub(crate) use digest::{digest_bytes, digest_reply, digest_request};
 
 use thor_server::{Core, Effect, Input};
 
@@ -178,44 +180,6 @@ pub(crate) fn mutate(core: &mut Core) {
 /// Without the `mutants` feature no core is ever mutated.
 #[cfg(not(feature = "mutants"))]
 pub(crate) fn mutate(_: &mut Core) {}
-
-/// A digest of bytes for a trace hash: the same in every process (no random state).
-pub(crate) fn digest_bytes(bytes: &[u8]) -> u64 {
-    use std::hash::Hasher;
-    let mut h = rustc_hash::FxHasher::default();
-    h.write(bytes);
-    h.write_usize(bytes.len());
-    h.finish()
-}
-
-thread_local! {
-    /// One frame buffer per thread for the digests below (a message is digested at every
-    /// delivery: no allocation each time).
-    static FRAME: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// A digest of a request's contents (its frame as the wire encodes it), for a trace hash.
-pub(crate) fn digest_request(id: u64, req: &thor_wire::Request) -> u64 {
-    FRAME.with_borrow_mut(|frame| {
-        frame.clear();
-        match req.encode(id, usize::MAX, frame) {
-            Ok(()) => digest_bytes(frame),
-            // A request no encoder would send (the simulation forges some): its description.
-            Err(_) => digest_bytes(format!("{id} {req:?}").as_bytes()),
-        }
-    })
-}
-
-/// A digest of a reply's contents (its frame as the wire encodes it), for a trace hash.
-pub(crate) fn digest_reply(id: u64, reply: &thor_wire::Reply) -> u64 {
-    FRAME.with_borrow_mut(|frame| {
-        frame.clear();
-        match reply.encode(id, usize::MAX, frame) {
-            Ok(()) => digest_bytes(frame),
-            Err(_) => digest_bytes(format!("{id} {reply:?}").as_bytes()),
-        }
-    })
-}
 
 /// A key for the core's keyed hash ([`thor_server::CoreConfig::hash_key`]) from a run's seed,
 /// so that nothing in a run comes from the OS.

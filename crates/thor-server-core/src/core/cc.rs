@@ -309,6 +309,10 @@ pub struct Cc {
     threshold: Timestamp,
     /// Per-session state, by connection.
     clients: FxHashMap<ConnId, ClientState>,
+    /// How many times a directory was changed (a page added or discarded, a client's state
+    /// made or dropped): demotion's invariants depend on the directories and are not walked
+    /// again while neither they nor demotion's records changed.
+    directory_changes: u64,
     /// The validation queue, in timestamp order.
     vq: BTreeMap<Timestamp, Entry>,
     /// Per-object summary of the queue.
@@ -331,6 +335,7 @@ impl Cc {
             last_ts: Timestamp { time_us: 0, server },
             threshold: Timestamp::default(),
             clients: FxHashMap::default(),
+            directory_changes: 0,
             vq: BTreeMap::new(),
             objs: FxHashMap::default(),
             big: Vec::new(),
@@ -499,6 +504,7 @@ impl Cc {
 
     /// Forgets a session's state (its connection ended).
     pub fn disconnect(&mut self, conn: ConnId) {
+        self.directory_changes += 1;
         self.clients.remove(&conn);
     }
 
@@ -534,10 +540,17 @@ impl Cc {
     /// Page `page` was sent to `conn`'s client.
     pub fn page_sent(&mut self, conn: ConnId, page: PageId) {
         let max = self.cfg.directory_pages_max;
+        self.directory_changes += 1;
         let c = self.clients.entry(conn).or_default();
         if c.directory.add(page, max) {
             self.counters.directories_coarsened += 1;
         }
+    }
+
+    /// How many times a directory was changed: while it stays the same, every
+    /// [`Cc::directory_has`] answers as before.
+    pub fn directory_changes(&self) -> u64 {
+        self.directory_changes
     }
 
     /// Whether `conn`'s directory holds `page` (the client may cache it: it was sent and not
@@ -565,6 +578,7 @@ impl Cc {
         for p in discarded {
             c.directory.discard(*p);
         }
+        self.directory_changes += u64::from(!discarded.is_empty());
     }
 
     /// Up to `max` invalidations for the next reply to `conn`, marked sent.
@@ -755,6 +769,7 @@ impl Cc {
             }
         }
         self.vq.get_mut(&ts).expect("checked").mos = mos;
+        self.directory_changes += u64::from(!expired.is_empty());
         for conn in &expired {
             self.clients.remove(conn);
             self.counters.sessions_expired += 1;
@@ -767,6 +782,7 @@ impl Cc {
     /// commit had just changed them. Returns whether the set passed its bound (the caller
     /// expires the session then).
     pub fn invalidate_resumed(&mut self, conn: ConnId, objects: &[Oref]) -> bool {
+        self.directory_changes += 1;
         let c = self.clients.entry(conn).or_default();
         for o in objects {
             let p = c.invalid.entry(*o).or_default();

@@ -29,6 +29,8 @@
 //! - Pages asked for and not yet received: at most [`DEMOTED_WANTED_MAX`] per session, so
 //!   what a client must hold for the server is bounded too.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use thor_core::PageId;
@@ -79,6 +81,14 @@ pub struct Demotions {
     /// Pages sent before this generation count as changed (see "Bounds").
     floor: u64,
     counters: DemoteCounters,
+    /// How many times the records were changed: every `pub` method that takes `&mut self`
+    /// adds one (the private ones are called only from those). No other code reaches the
+    /// fields, so equal counts mean unchanged records.
+    changes: u64,
+    /// `(changes + 1, directories)` as of the last walk of [`Demotions::check_invariants`]
+    /// that passed (`changes + 1` is 0: none yet). Atomics, not `Cell`s, to keep the core
+    /// `Sync`; only `check_invariants` reads them.
+    walked: [AtomicU64; 2],
 }
 
 impl Demotions {
@@ -95,6 +105,8 @@ impl Demotions {
             generation: 0,
             floor: 0,
             counters: DemoteCounters::default(),
+            changes: 0,
+            walked: [AtomicU64::new(0), AtomicU64::new(0)],
         }
     }
 
@@ -108,7 +120,29 @@ impl Demotions {
     /// within [`DEMOTED_WANTED_MAX`], the written-page marks within theirs, the floor not past
     /// the generation. Calls `in_directory(conn, page)` for every page sent and not asked for:
     /// the client holds it, so concurrency control's directory must cover it.
-    pub fn check_invariants(&self, mut in_directory: impl FnMut(ConnId, PageId) -> bool) {
+    ///
+    /// `directories` counts the changes to those directories ([`super::cc::Cc::directory_changes`]):
+    /// the walk depends on the records and the directories alone, so when neither changed
+    /// since the last walk that passed it is not repeated. (Demotion keeps a record of every
+    /// page sent to every session: walking them all after every step of the simulation was
+    /// the largest part of the time its invariants took.)
+    pub fn check_invariants(
+        &self,
+        directories: u64,
+        in_directory: impl FnMut(ConnId, PageId) -> bool,
+    ) {
+        let key = [self.changes + 1, directories];
+        if key.iter().zip(&self.walked).all(|(k, w)| w.load(Ordering::Relaxed) == *k) {
+            return;
+        }
+        self.walk(in_directory);
+        for (k, w) in key.iter().zip(&self.walked) {
+            w.store(*k, Ordering::Relaxed);
+        }
+    }
+
+    /// The walk of [`Demotions::check_invariants`].
+    fn walk(&self, mut in_directory: impl FnMut(ConnId, PageId) -> bool) {
         let records: usize = self.sent.values().map(|m| m.len()).sum();
         assert_eq!(records, self.records, "demotion records counted");
         assert!(self.records <= limits::DEMOTE_RECORDS_MAX);
@@ -135,6 +169,7 @@ impl Demotions {
 
     /// `conn` was sent `page` as `bytes`, its installed image.
     pub fn page_sent(&mut self, conn: ConnId, page: PageId, bytes: &[u8]) {
+        self.changes += 1;
         // A page asked for and fetched again instead: the client holds it, and its bytes
         // will not come (a client drops a demoted copy when the page returns).
         self.forget(conn, page);
@@ -147,6 +182,7 @@ impl Demotions {
 
     /// A commit that wrote objects of `pages` was published.
     pub fn pages_written(&mut self, pages: impl IntoIterator<Item = PageId>) {
+        self.changes += 1;
         self.generation += 1;
         // A commit names a page once per object it writes there, one after the other: a page
         // is marked once per run (OO7's T2b: 4,000 marks, not 99,000).
@@ -192,6 +228,7 @@ impl Demotions {
     /// `conn` discarded `page`: unless the server asked for its bytes (which come on their
     /// own), nothing of it will come back.
     pub fn discarded(&mut self, conn: ConnId, page: PageId) {
+        self.changes += 1;
         if self.sent.get(&conn).and_then(|m| m.get(&page)).is_some_and(|s| !s.asked) {
             self.forget(conn, page);
         }
@@ -199,6 +236,7 @@ impl Demotions {
 
     /// `conn` demoted `page`: reorder it if cached, else ask for it if it is worth keeping.
     pub fn notice(&mut self, conn: ConnId, page: PageId, cache: &mut PageCache) {
+        self.changes += 1;
         self.counters.notices += 1;
         match cache.demote(page, None) {
             Demoted::Reordered | Demoted::Stored => {
@@ -227,6 +265,7 @@ impl Demotions {
 
     /// `conn` sent the bytes of demoted `page`: keep them if they are its current image.
     pub fn data(&mut self, conn: ConnId, page: PageId, bytes: Bytes, cache: &mut PageCache) {
+        self.changes += 1;
         self.counters.bytes += bytes.len() as u64;
         let ok = match self.forget(conn, page) {
             Some(s) if s.asked => self.unchanged(page, &s) && self.hash(&bytes) == s.hash,
@@ -241,6 +280,7 @@ impl Demotions {
 
     /// The pages to ask `conn` for on its next reply (at most [`DEMOTED_WANTED_MAX`]).
     pub fn take_wanted(&mut self, conn: ConnId) -> Vec<PageId> {
+        self.changes += 1;
         self.wanted.remove(&conn).unwrap_or_default()
     }
 
@@ -251,6 +291,7 @@ impl Demotions {
 
     /// `conn`'s session ended.
     pub fn disconnect(&mut self, conn: ConnId) {
+        self.changes += 1;
         if let Some(m) = self.sent.remove(&conn) {
             self.records -= m.len();
         }
@@ -269,6 +310,25 @@ mod tests {
 
     fn cache() -> PageCache {
         PageCache::with_mode(4 * 1024, 1024, crate::pagecache::CacheMode::Exclusive)
+    }
+
+    #[test]
+    fn the_invariants_are_walked_again_when_records_or_directories_change() {
+        let mut d = Demotions::new([3, 4]);
+        d.page_sent(1, p(3), &[7u8; 64]);
+        let covered = |_: ConnId, _: PageId| true;
+        let uncovered = |_: ConnId, _: PageId| false;
+        d.check_invariants(0, covered);
+        // Neither the records nor the directories changed: the walk that passed stands.
+        d.check_invariants(0, uncovered);
+        // A directory changed: the walk finds the page sent that it no longer covers.
+        let walked = std::panic::catch_unwind(|| d.check_invariants(1, uncovered));
+        assert!(walked.is_err(), "a page sent outside the directory is caught");
+        d.check_invariants(1, covered);
+        // The records changed: walked again.
+        d.page_sent(1, p(4), &[7u8; 64]);
+        let walked = std::panic::catch_unwind(|| d.check_invariants(1, uncovered));
+        assert!(walked.is_err(), "a new record is checked");
     }
 
     #[test]
