@@ -29,11 +29,22 @@
 //! - *Lost, delayed or reordered server-to-server message*: dropped with the configured chance,
 //!   each delivered after its own latency (so they reorder freely).
 //!
+//! # Liveness
+//!
+//! Once every client has run its transactions, faults stop and crashed servers recover. After
+//! a grace period (the vote timeout, two queries and a restart: what the last faults may still
+//! cost) every client runs a few more transactions, and after every event the run checks that
+//! no client's transaction has taken longer than half the vote timeout and that no server has
+//! held a prepared part that long (`Liveness`). A stall (a part held, or a client kept waiting,
+//! until a timeout although the outcome was known) fails the run like a safety violation, with
+//! its replay command. Over the 10,000 seeds of `tests/twopc.rs` the longest transaction under
+//! the check took 7.0 ms and the longest-held part 6.2 ms of virtual time, against the bound
+//! of 100 ms; the mutant that drops an early no vote fails it (`tests/mutants.rs`).
+//!
 //! # The judgement
 //!
-//! At the end faults stop, crashed servers recover, and the run continues until no server has
-//! a transaction in doubt or one it still coordinates. Then the final state of every account
-//! is fetched, and:
+//! At the end the run continues until no server has a transaction in doubt or one it still
+//! coordinates. Then the final state of every account is fetched, and:
 //!
 //! - the history (every transaction that reached its prepare, with what it read and wrote; a
 //!   transfer committed if its coordinator said so, aborted if refused, uncertain otherwise) is
@@ -68,6 +79,9 @@ pub const TICK_US: u64 = 10_000;
 
 /// Events a run may take before it is declared stuck.
 const EVENTS_MAX: u64 = 300_000;
+
+/// Transactions each client runs after the faults stop, under the liveness check.
+const CALM_TXNS: usize = 3;
 
 /// Where an account's fields are in its object.
 const WRITER_AT: usize = 4;
@@ -146,6 +160,11 @@ pub struct TwoPcOutcome {
     pub peer_lost: u64,
     /// Client connections broken by lost messages.
     pub lost_connections: u64,
+    /// Under the liveness check (after the faults stopped and the grace passed): the longest
+    /// a client's transaction took, in virtual microseconds.
+    pub calm_txn_us_max: u64,
+    /// Under the liveness check: the longest a server held a prepared part.
+    pub calm_part_us_max: u64,
 }
 
 /// A run that found a violation.
@@ -236,6 +255,8 @@ struct Txn {
     prepared: bool,
     /// A connection broke before the outcome was known.
     broken: bool,
+    /// When the client started it (its first fetch).
+    started_us: u64,
 }
 
 struct Client {
@@ -266,6 +287,39 @@ struct World {
     faults: bool,
     /// A violation found where it cannot be returned at once (reported by the next event).
     deferred_violation: Option<Violation>,
+    /// From when the liveness check holds: the faults stopped a grace period before (see
+    /// [`Liveness`]).
+    calm_from: Option<u64>,
+}
+
+/// The liveness check (issue 32): once the faults of a run have stopped and a grace period
+/// has passed, every client's transaction ends within [`Liveness::txn_us_max`] of its start
+/// (or of the grace's end), and no server holds a prepared part longer than
+/// [`Liveness::part_us_max`]. A run that breaks either fails like a safety violation, with
+/// its replay command.
+///
+/// The grace lets what the faults left behind finish: a vote lost just before they stopped
+/// costs the vote timeout, a decision lost costs a participant's query, a crashed server
+/// comes back within 31 ms. After it, nothing in the protocol needs to wait for a timeout: a
+/// transaction of a fault-free cluster takes a few round trips and log syncs, a few
+/// milliseconds of virtual time. The bounds are half the vote timeout, so a part held (or a
+/// client kept waiting) until the vote timeout when the outcome was already known, as issue
+/// 32's stalls did, fails the run.
+#[derive(Debug, Clone, Copy)]
+struct Liveness {
+    grace_us: u64,
+    txn_us_max: u64,
+    part_us_max: u64,
+}
+
+impl Liveness {
+    fn of(cfg: &TwoPcConfig) -> Liveness {
+        Liveness {
+            grace_us: cfg.vote_timeout_us + 2 * cfg.query_after_us + 50_000,
+            txn_us_max: cfg.vote_timeout_us / 2,
+            part_us_max: cfg.vote_timeout_us / 2,
+        }
+    }
 }
 
 /// The settings of every server of a run of `servers` servers (ids 1..=servers), each of
@@ -356,6 +410,7 @@ impl World {
             out: TwoPcOutcome::default(),
             faults: true,
             deferred_violation: None,
+            calm_from: None,
             cfg,
         }
     }
@@ -396,6 +451,9 @@ impl World {
         let r = io::recover(disk, core_config(self.cfg.servers, self.cfg.seed), log_options())
             .map_err(|e| Violation(format!("server {} does not open: {e}", s + 1)))?;
         let mut core = r.core;
+        // As `thor-server`'s engine does at an open: the threshold is raised from the clock
+        // at recovery, not from the first input, which may come later.
+        core.recovered_at(self.now);
         crate::mutate(&mut core);
         self.servers[s].node =
             Some(Node { core, disk_side: r.disk_side, log: r.log, sync_scheduled: false });
@@ -479,13 +537,22 @@ impl World {
             if self.out.events > EVENTS_MAX {
                 return Err(Violation("the run does not finish (stuck?)".into()));
             }
-            let all_done = self.clients.iter().all(|c| c.done >= self.cfg.txns_per_client);
-            if all_done && self.faults {
-                // Faults stop; crashed servers come back; the protocol finishes.
+            let faulty_done = self.clients.iter().all(|c| c.done >= self.cfg.txns_per_client);
+            if faulty_done && self.faults {
+                // Faults stop; crashed servers come back; the protocol finishes what the
+                // faults left; then the clients run again, under the liveness check.
                 self.faults = false;
+                let grace = self.liveness().grace_us;
+                self.calm_from = Some(self.now + grace);
                 self.trace(|| "clients done: faults stop".into());
+                for c in 0..self.cfg.clients {
+                    let d = grace + self.rng.below(1_000);
+                    self.at(d, Ev::Wake(c));
+                }
             }
-            if !self.faults {
+            let all_done =
+                self.clients.iter().all(|c| c.done >= self.cfg.txns_per_client + CALM_TXNS);
+            if all_done {
                 let settled = self.servers.iter().all(|s| {
                     s.node.as_ref().is_some_and(|n| {
                         let t = n.core.twopc_stats();
@@ -511,7 +578,49 @@ impl World {
                 self.crash(s, "at a random event");
             }
             self.event(ev)?;
+            self.check_liveness()?;
         }
+    }
+
+    fn liveness(&self) -> Liveness {
+        Liveness::of(&core_config(self.cfg.servers, self.cfg.seed).twopc)
+    }
+
+    /// The liveness check (see [`Liveness`]), after every event once it holds.
+    fn check_liveness(&mut self) -> Result<(), Violation> {
+        let Some(calm) = self.calm_from.filter(|&c| self.now >= c) else { return Ok(()) };
+        let l = self.liveness();
+        for (c, client) in self.clients.iter().enumerate() {
+            let Some(t) = &client.txn else { continue };
+            let took = self.now - t.started_us.max(calm);
+            self.out.calm_txn_us_max = self.out.calm_txn_us_max.max(took);
+            if took > l.txn_us_max {
+                return Err(Violation(format!(
+                    "liveness: client {c}'s transaction {} (started at {} us, stamp {}) has not ended after {took} us of a fault-free cluster (bound {} us)",
+                    t.id, t.started_us, t.stamp, l.txn_us_max
+                )));
+            }
+        }
+        for (s, server) in self.servers.iter().enumerate() {
+            let Some(node) = &server.node else {
+                return Err(Violation(format!(
+                    "liveness: server {} is still down {} us after the faults stopped",
+                    s + 1,
+                    self.now - calm + l.grace_us
+                )));
+            };
+            let Some(since) = node.core.twopc_oldest_part_us() else { continue };
+            let held = self.now - since.max(calm);
+            self.out.calm_part_us_max = self.out.calm_part_us_max.max(held);
+            if held > l.part_us_max {
+                return Err(Violation(format!(
+                    "liveness: server {} has held a prepared part for {held} us (prepared at {since} us) in a fault-free cluster with every server up (bound {} us)",
+                    s + 1,
+                    l.part_us_max
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn event(&mut self, ev: Ev) -> Result<(), Violation> {
@@ -783,7 +892,9 @@ impl World {
 
     /// Client `c` starts a transaction (or, done, stops).
     fn wake(&mut self, c: usize) -> Result<(), Violation> {
-        if self.clients[c].txn.is_some() || self.clients[c].done >= self.cfg.txns_per_client {
+        // While the faults last a client runs `txns_per_client`; then it waits for the calm.
+        let txns = self.cfg.txns_per_client + if self.faults { 0 } else { CALM_TXNS };
+        if self.clients[c].txn.is_some() || self.clients[c].done >= txns {
             return Ok(());
         }
         let n = self.cfg.servers as u64;
@@ -811,7 +922,7 @@ impl World {
         let id = self.clients[c].next_txn;
         self.clients[c].next_txn += 1;
         let amount = 1 + self.rng.below(50) as u32;
-        let mut txn = Txn { id, uses, amount, ..Txn::default() };
+        let mut txn = Txn { id, uses, amount, started_us: self.now, ..Txn::default() };
         for i in 0..txn.uses.len() {
             let u = txn.uses[i];
             let page = self.servers[u.server].accounts[u.account].page().expect("a real page");

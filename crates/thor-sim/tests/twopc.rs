@@ -30,6 +30,8 @@ fn half(part: u64) -> TwoPcOutcome {
                 sum.crashes += o.crashes;
                 sum.peer_lost += o.peer_lost;
                 sum.lost_connections += o.lost_connections;
+                sum.calm_txn_us_max = sum.calm_txn_us_max.max(o.calm_txn_us_max);
+                sum.calm_part_us_max = sum.calm_part_us_max.max(o.calm_part_us_max);
             }
             Err(f) => panic!("{f}"),
         }

@@ -16,21 +16,59 @@
 //!   that has the pages, the committer's included: it may have fetched a page while in doubt)
 //!   and acknowledges. On abort it drops the versions at once.
 //! - **Coordinator** (a writing participant the client named). Its own part is prepared like
-//!   any participant's; it collects the others' votes (a `Query` counts as a yes); when its
-//!   own part is durable and every vote is yes it appends the commit decision, and when that is
+//!   any participant's; it collects the others' votes (a `Query` counts as a yes, unless the
+//!   transaction cannot commit here: *Presumed abort*); when its own part is durable and every
+//!   vote is yes it appends the commit decision, and when that is
 //!   durable it publishes its part, answers the client `CommitOk` (three message delays after
 //!   the client's prepare) and tells the writing participants, resending until each
 //!   acknowledges, then appends an *end* record and forgets the transaction. A no vote, its own
 //!   refusal or [`TwoPcConfig::vote_timeout_us`] without every vote aborts: it answers the
 //!   client `Aborted`, tells the writing participants and remembers the answer (a
-//!   *tombstone*). Abort is presumed: a coordinator asked about a transaction it has no record
-//!   of answers abort and keeps a tombstone, so a prepare that arrives late is refused.
+//!   *tombstone*).
+//!
+//! # Nothing waits for a timeout once the outcome is known
+//!
+//! The vote timeout is for votes that may never come (a participant that crashed, a message
+//! lost). Every path on which the outcome is already decided acts at once (issue 32):
+//!
+//! - **An early no vote.** A participant's no that reaches the coordinator before the client's
+//!   prepare is remembered as a tombstone; the prepare is then refused `Aborted` at once, and
+//!   the coordinator never prepares (nor holds) its own part.
+//! - **Early yes votes.** A coordinator that aborts before the client's prepare came (a no, or
+//!   its timeout) tells the participants whose early votes it holds: they are in doubt.
+//! - **A refused prepare.** A coordinator that refuses the client's prepare before validation
+//!   (timestamp too far ahead, a server it does not know, too many transactions) aborts and
+//!   keeps a tombstone; a participant that does votes no.
+//! - **A session that ends** while its writing part waits for the clock votes no (as one that
+//!   ends while its part is queued does).
+//!
+//! # Presumed abort, and when "no record" means abort
+//!
+//! A coordinator asked about a transaction (a query, or a vote) of which it has no record
+//! answers abort at once, keeping a tombstone, when it *cannot commit it*: a tombstone says so,
+//! or the timestamp is below the validation threshold, where its own part could never validate
+//! ([`Core::cannot_commit`]). After a restart the threshold is above every timestamp validated
+//! before the crash (the clock at recovery plus [`crate::limits::VALIDATION_LEAD_MAX_US`],
+//! [`Core::recovered_at`]), so a restarted coordinator answers abort to every transaction a
+//! participant prepared before the crash, at its first query. A coordinator that is asked about
+//! a transaction at or above the threshold may still receive its client's prepare (the
+//! participant's prepare came first): that query counts as an early yes vote, bounded by the
+//! vote timeout, and if the prepare never comes the abort is told to the voter then. Tombstones
+//! are capped and expire below the threshold ([`crate::limits::TWOPC_TOMBSTONES_MAX`]).
+//!
+//! # No validation ahead of the clock
+//!
+//! A prepare whose timestamp is more than [`crate::limits::VALIDATION_LEAD_MAX_US`] ahead of
+//! this server's clock waits (parked, one per session) until the clock is that close; beyond
+//! [`TwoPcConfig::future_max_us`] it is refused. So a restart need only refuse client
+//! timestamps up to its clock plus the lead (it used to refuse `future_max_us`, 200 ms).
 //!
 //! # Restart
 //!
 //! Recovery replays the records from the checkpoint: a prepare without a decision is in doubt
 //! again (held versions, committing in the validation queue); the participant asks its
-//! coordinator ([`TwoPcConfig::query_after_us`]) until it learns the outcome. A coordinator
+//! coordinator ([`TwoPcConfig::query_after_us`]) until it learns the outcome (a coordinator
+//! with no record answers abort, see *Presumed abort*). A coordinator
 //! that finds its own prepare undecided aborts it (nobody can have been told commit: the
 //! decision is sent only once durable); one that finds a commit decision without an end
 //! resends it. The checkpoint never passes the prepare record of a transaction still in doubt
@@ -83,8 +121,9 @@ pub struct TwoPcConfig {
     /// the oldest are forgotten first, and those below the validation threshold expire (see
     /// [`crate::limits::TWOPC_TOMBSTONES_MAX`]).
     pub tombstones_max: usize,
-    /// A prepare whose timestamp is further ahead of this server's clock is refused: after a
-    /// restart the threshold is raised this far above the clock (see `Cc::raise_threshold`).
+    /// A prepare whose timestamp is further ahead of this server's clock is refused; one
+    /// ahead by less, but by more than [`crate::limits::VALIDATION_LEAD_MAX_US`], waits for
+    /// the clock.
     pub future_max_us: u64,
 }
 
