@@ -703,3 +703,25 @@ fn a_prepare_ahead_of_the_clock_waits_for_it() {
     c.deliver_all();
     assert!(matches!(c.reply(S1, 100).unwrap().body, ReplyBody::CommitOk { .. }));
 }
+
+/// A writing part that waits for the clock and whose session ends will never be prepared:
+/// its server votes no at once, and the coordinator aborts and drops its own part then,
+/// instead of holding it until the vote timeout.
+#[test]
+fn a_part_waiting_for_the_clock_whose_session_ends_votes_no() {
+    let mut c = Cluster::new(2);
+    let it = items(&mut c);
+    let now = c.node(S1).now;
+    let ahead = 10 * crate::limits::VALIDATION_LEAD_MAX_US;
+    // The client's clock is ahead of S2's, not of S1's.
+    c.node(S1).now += ahead;
+    write_both(&mut c, &it, stamp(now + ahead), 100);
+    c.deliver_all();
+    assert_eq!(c.node(S1).core.twopc.in_doubt(), 1, "S1 prepared its part");
+    assert_eq!(c.node(S2).core.twopc_stats().counters.waited_for_clock, 1);
+    c.node(S2).step(Input::Disconnect { conn: CONN });
+    c.deliver_all();
+    assert_eq!(c.reply(S1, 100).and_then(refusal), Some(RefusedCode::Aborted));
+    assert_eq!(c.node(S1).core.twopc.in_doubt(), 0, "S1 dropped its part at once");
+    assert_eq!(c.item_ref(S1, it[0].1, 200), it[0].1.raw());
+}

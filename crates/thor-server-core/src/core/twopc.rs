@@ -47,10 +47,13 @@
 //! A coordinator asked about a transaction (a query, or a vote) of which it has no record
 //! answers abort at once, keeping a tombstone, when it *cannot commit it*: a tombstone says so,
 //! or the timestamp is below the validation threshold, where its own part could never validate
-//! ([`Core::cannot_commit`]). After a restart the threshold is above every timestamp validated
-//! before the crash (the clock at recovery plus [`crate::limits::VALIDATION_LEAD_MAX_US`],
-//! [`Core::recovered_at`]), so a restarted coordinator answers abort to every transaction a
-//! participant prepared before the crash, at its first query. A coordinator that is asked about
+//! ([`Core::cannot_commit`]). After a restart the threshold is the clock at recovery plus
+//! [`crate::limits::VALIDATION_LEAD_MAX_US`] ([`Core::recovered_at`]). A participant prepared
+//! its part at most that lead ahead of its own clock, so with clocks synchronized to within
+//! the restart's duration (11 ms measured), a restarted coordinator answers abort at the first
+//! query about every transaction prepared before the crash; with clocks further apart, a
+//! query about a timestamp at or above its threshold is an early vote, as below, and the
+//! participant learns the abort at the vote timeout. A coordinator that is asked about
 //! a transaction at or above the threshold may still receive its client's prepare (the
 //! participant's prepare came first): that query counts as an early yes vote, bounded by the
 //! vote timeout, and if the prepare never comes the abort is told to the voter then. Tombstones
@@ -1137,7 +1140,8 @@ impl Core {
     /// own part could never validate, since every timestamp below the validation threshold is
     /// refused (`Cc::validate_at`). After a restart the threshold is the clock at recovery
     /// plus [`crate::limits::VALIDATION_LEAD_MAX_US`] (above every timestamp validated before
-    /// the crash), so every transaction a participant prepared before the crash is below it.
+    /// the crash), so every transaction a participant prepared before the crash is below it
+    /// when the clocks agree to within the restart's duration.
     /// A transaction at or above it may still see its client's prepare arrive: a vote or query
     /// about it is remembered as an early vote instead (bounded by the vote timeout).
     fn cannot_commit(&self, stamp: Stamp) -> bool {
