@@ -4,7 +4,8 @@
 //! server-to-server messages are lost, delayed and reordered. Every run is judged at the end
 //! (`thor_sim::twopc`): every transaction all or nothing across servers, the history
 //! serializable in the clients' timestamp order and ending in the final state, and the money
-//! conserved.
+//! conserved. After the faults stop, every run also checks liveness: the clients' further
+//! transactions each end, and every prepared part is decided, within half the vote timeout.
 //!
 //! `THOR_SIM_TWOPC_SEEDS` sets how many seeds the two `seeds_*` tests run between them
 //! (default 10,000); `THOR_SIM_SEED=N` with the `replay` test replays one seed with its trace.
