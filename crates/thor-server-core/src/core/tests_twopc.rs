@@ -725,3 +725,34 @@ fn a_part_waiting_for_the_clock_whose_session_ends_votes_no() {
     assert_eq!(c.node(S1).core.twopc.in_doubt(), 0, "S1 dropped its part at once");
     assert_eq!(c.item_ref(S1, it[0].1, 200), it[0].1.raw());
 }
+
+/// A read-only part that waits for a part in doubt (it read what that part writes) and whose
+/// session ends will never vote: its server votes no at once, and the coordinator aborts then
+/// instead of at the vote timeout.
+#[test]
+fn a_waiting_read_only_part_whose_session_ends_votes_no() {
+    let mut c = Cluster::new(3);
+    let it = items(&mut c);
+    let now = c.node(S1).now;
+    // T1 writes at S1 and S2; S2's decision is lost: S2's part is in doubt.
+    write_both(&mut c, &it, stamp(now + 10), 100);
+    c.run(|to, m| !(to == S2 && matches!(m, PeerMsg::Decide { .. })));
+    assert_eq!(c.node(S2).core.twopc.in_doubt(), 1);
+    // T2 writes at S3 (coordinating) and reads at S2 what T1's part writes: S2 holds it back.
+    let ts = stamp(now + 20);
+    let ps = [(S2, false), (S3, true)];
+    let (class3, item3) = it[2];
+    c.prepare(
+        S3,
+        101,
+        prep(ts, Some(S3), &ps, part(vec![item3], vec![(item3, version(class3, 0))])),
+    );
+    c.prepare(S2, 101, prep(ts, Some(S3), &ps, part(vec![it[1].1], vec![])));
+    c.deliver_all();
+    assert_eq!(c.node(S2).core.twopc_stats().counters.parked, 1);
+    assert!(c.reply(S3, 101).is_none(), "S3 waits for S2's vote");
+    c.node(S2).step(Input::Disconnect { conn: CONN });
+    c.deliver_all();
+    assert_eq!(c.reply(S3, 101).and_then(refusal), Some(RefusedCode::Aborted));
+    assert_eq!(c.node(S3).core.twopc.in_doubt(), 0, "S3 dropped its part at once");
+}

@@ -39,8 +39,8 @@
 //! - **A refused prepare.** A coordinator that refuses the client's prepare before validation
 //!   (timestamp too far ahead, a server it does not know, too many transactions) aborts and
 //!   keeps a tombstone; a participant that does votes no.
-//! - **A session that ends** while its writing part waits for the clock votes no (as one that
-//!   ends while its part is queued does).
+//! - **A session that ends** while its part waits (for the clock, or a read-only part for a
+//!   part in doubt here) votes no, as one that ends while its part is queued does.
 //!
 //! # Presumed abort, and when "no record" means abort
 //!
@@ -376,11 +376,12 @@ impl Core {
     /// not validate. Nothing validated further ahead of the clock than
     /// [`crate::limits::VALIDATION_LEAD_MAX_US`] (prepares ahead wait for the clock; server
     /// timestamps run ahead only by a microsecond per transaction validated within one
-    /// microsecond of clock, see the limit), so every one of them is at most
-    /// the clock at the crash plus that lead, and the clock at recovery is later than the
-    /// crash (the clock never goes back: the assumption the 200 ms window made too). The threshold is raised above the clock
-    /// plus the lead: client timestamps taken after the restart validate at once (recovery
-    /// outlasts the lead), where the threshold used to be 200 ms (`future_max_us`) ahead.
+    /// microsecond of clock, see the limit), so every one of them is at most the clock at the
+    /// crash plus that lead, and the clock at recovery is later than the crash (the clock
+    /// never goes back: the assumption the 200 ms window made too). The threshold is raised
+    /// above the clock plus the lead: client timestamps taken after the restart validate at
+    /// once (recovery outlasts the lead), where the threshold used to be 200 ms
+    /// (`future_max_us`) ahead.
     pub fn recovered_at(&mut self, now_us: u64) {
         if self.twopc.raise_after_recovery {
             self.twopc.raise_after_recovery = false;
@@ -890,9 +891,10 @@ impl Core {
     }
 
     /// Takes `conn`'s parked work away (its session ended); returns the queued commits among it
-    /// (read-only work needs nothing more: it wrote nothing and nobody waits for it). A writing
-    /// part that waited for the clock will never be prepared: its coordinator is told now
-    /// ([`Core::twopc_abandoned`]) rather than left to wait for the vote timeout.
+    /// (a read-only commit needs nothing more: it wrote nothing and nobody waits for it). A part
+    /// of a two-phase commit that waited (for the clock, or a read-only part for a part in
+    /// doubt) will never vote: its coordinator is told no now ([`Core::twopc_abandoned`])
+    /// rather than left to wait for the vote timeout.
     pub(super) fn twopc_unpark_conn(
         &mut self,
         conn: super::ConnId,
@@ -907,9 +909,7 @@ impl Core {
             match p.work {
                 ParkedWork::Queued(q) => queued.push(q),
                 ParkedWork::Prepare(_, p) => {
-                    let me = self.me();
-                    let writes = p.participants.iter().any(|q| q.server == me && q.writes);
-                    if let (true, Some(coordinator)) = (writes, p.coordinator) {
+                    if let Some(coordinator) = p.coordinator {
                         let info =
                             TxnInfo { stamp: p.stamp, coordinator, participants: p.participants };
                         self.twopc_abandoned(&info, fx);
