@@ -31,15 +31,17 @@
 //!
 //! # Liveness
 //!
-//! Once every client has run its transactions, faults stop and crashed servers recover. After
-//! a grace period (the vote timeout, two queries and a restart: what the last faults may still
-//! cost) every client runs a few more transactions, and after every event the run checks that
-//! no client's transaction has taken longer than half the vote timeout and that no server has
-//! held a prepared part that long (`Liveness`). A stall (a part held, or a client kept waiting,
-//! until a timeout although the outcome was known) fails the run like a safety violation, with
-//! its replay command. Over the 10,000 seeds of `tests/twopc.rs` the longest transaction under
-//! the check took 7.0 ms and the longest-held part 6.2 ms of virtual time, against the bound
-//! of 100 ms; the mutant that drops an early no vote fails it (`tests/mutants.rs`).
+//! Once every client has run its transactions, faults stop and crashed servers recover. Once
+//! every server is up and has settled what the faults left (no part in doubt, no transaction
+//! coordinated, for 20 ms so that nothing is still on its way; this must happen within ten
+//! vote timeouts), every client runs a few more transactions, and after every event the run
+//! checks that no client's transaction has taken longer than half the vote timeout and that
+//! no server has held a prepared part that long (`Liveness`). A stall (a part held, or a
+//! client kept waiting, until a timeout although the outcome was known) fails the run like a
+//! safety violation, with its replay command. Over the 10,000 seeds of `tests/twopc.rs`
+//! settling took at most 420 ms of virtual time, and under the check the longest transaction
+//! took 6.9 ms and the longest-held part 6.9 ms, against the bound of 100 ms; the mutant that
+//! drops an early no vote fails it (`tests/mutants.rs`).
 //!
 //! # The judgement
 //!
@@ -82,6 +84,12 @@ const EVENTS_MAX: u64 = 300_000;
 
 /// Transactions each client runs after the faults stop, under the liveness check.
 const CALM_TXNS: usize = 3;
+
+/// How long the cluster must stay settled after the faults stop before the liveness check
+/// starts: longer than any message of the faulty part of the run takes to land (0.4 ms) and
+/// than the work it starts (a prepare that arrives and is logged, a few disk latencies of at
+/// most 2 ms), so that nothing the faults left is still on its way.
+const SETTLED_QUIET_US: u64 = 20_000;
 
 /// Where an account's fields are in its object.
 const WRITER_AT: usize = 4;
@@ -160,8 +168,11 @@ pub struct TwoPcOutcome {
     pub peer_lost: u64,
     /// Client connections broken by lost messages.
     pub lost_connections: u64,
-    /// Under the liveness check (after the faults stopped and the grace passed): the longest
-    /// a client's transaction took, in virtual microseconds.
+    /// How long the cluster took to settle what the faults left (virtual microseconds from
+    /// the faults' end until no part is in doubt and no transaction coordinated).
+    pub settle_us: u64,
+    /// Under the liveness check (after the faults stopped and the cluster settled): the
+    /// longest a client's transaction took, in virtual microseconds.
     pub calm_txn_us_max: u64,
     /// Under the liveness check: the longest a server held a prepared part.
     pub calm_part_us_max: u64,
@@ -287,27 +298,31 @@ struct World {
     faults: bool,
     /// A violation found where it cannot be returned at once (reported by the next event).
     deferred_violation: Option<Violation>,
-    /// From when the liveness check holds: the faults stopped a grace period before (see
-    /// [`Liveness`]).
+    /// When the faults stopped.
+    faults_stopped_at: Option<u64>,
+    /// Since when the cluster has been settled, after the faults stopped.
+    settled_since: Option<u64>,
+    /// From when the liveness check holds: the faults stopped and the cluster settled since
+    /// (see [`Liveness`]).
     calm_from: Option<u64>,
 }
 
-/// The liveness check (issue 32): once the faults of a run have stopped and a grace period
-/// has passed, every client's transaction ends within [`Liveness::txn_us_max`] of its start
-/// (or of the grace's end), and no server holds a prepared part longer than
-/// [`Liveness::part_us_max`]. A run that breaks either fails like a safety violation, with
-/// its replay command.
+/// The liveness check (issue 32): once the faults of a run have stopped, the cluster settles
+/// what they left within [`Liveness::settle_us_max`]; from then on every client's
+/// transaction ends within [`Liveness::txn_us_max`] of its start, and no server holds a
+/// prepared part longer than [`Liveness::part_us_max`]. A run that breaks any fails like a
+/// safety violation, with its replay command.
 ///
-/// The grace lets what the faults left behind finish: a vote lost just before they stopped
-/// costs the vote timeout, a decision lost costs a participant's query, a crashed server
-/// comes back within 31 ms. After it, nothing in the protocol needs to wait for a timeout: a
-/// transaction of a fault-free cluster takes a few round trips and log syncs, a few
-/// milliseconds of virtual time. The bounds are half the vote timeout, so a part held (or a
-/// client kept waiting) until the vote timeout when the outcome was already known, as issue
-/// 32's stalls did, fails the run.
+/// What the faults left may take timeouts to settle: a vote or a client's prepare lost costs
+/// the vote timeout, and a transaction held back behind that part may meet the same fate, so
+/// the leftovers may chain (one link per client at most). Once settled, nothing in the
+/// protocol needs to wait for a timeout: a transaction of a fault-free cluster takes a few
+/// round trips and log syncs, a few milliseconds of virtual time. The bounds are half the
+/// vote timeout, so a part held (or a client kept waiting) until the vote timeout when the
+/// outcome was already known, as issue 32's stalls did, fails the run.
 #[derive(Debug, Clone, Copy)]
 struct Liveness {
-    grace_us: u64,
+    settle_us_max: u64,
     txn_us_max: u64,
     part_us_max: u64,
 }
@@ -315,7 +330,7 @@ struct Liveness {
 impl Liveness {
     fn of(cfg: &TwoPcConfig) -> Liveness {
         Liveness {
-            grace_us: cfg.vote_timeout_us + 2 * cfg.query_after_us + 50_000,
+            settle_us_max: 10 * cfg.vote_timeout_us,
             txn_us_max: cfg.vote_timeout_us / 2,
             part_us_max: cfg.vote_timeout_us / 2,
         }
@@ -410,6 +425,8 @@ impl World {
             out: TwoPcOutcome::default(),
             faults: true,
             deferred_violation: None,
+            faults_stopped_at: None,
+            settled_since: None,
             calm_from: None,
             cfg,
         }
@@ -542,13 +559,11 @@ impl World {
                 // Faults stop; crashed servers come back; the protocol finishes what the
                 // faults left; then the clients run again, under the liveness check.
                 self.faults = false;
-                let grace = self.liveness().grace_us;
-                self.calm_from = Some(self.now + grace);
+                self.faults_stopped_at = Some(self.now);
                 self.trace(|| "clients done: faults stop".into());
-                for c in 0..self.cfg.clients {
-                    let d = grace + self.rng.below(1_000);
-                    self.at(d, Ev::Wake(c));
-                }
+            }
+            if let (Some(stopped), None) = (self.faults_stopped_at, self.calm_from) {
+                self.maybe_calm(stopped)?;
             }
             let all_done =
                 self.clients.iter().all(|c| c.done >= self.cfg.txns_per_client + CALM_TXNS);
@@ -582,6 +597,59 @@ impl World {
         }
     }
 
+    /// After the faults stopped at `stopped`: once every server is up and has settled what
+    /// they left, the liveness check starts and the clients run again.
+    fn maybe_calm(&mut self, stopped: u64) -> Result<(), Violation> {
+        let settled = self.servers.iter().all(|s| {
+            s.node.as_ref().is_some_and(|n| {
+                let t = n.core.twopc_stats();
+                t.in_doubt == 0 && t.coordinating == 0
+            })
+        });
+        let l = self.liveness();
+        if !settled {
+            self.settled_since = None;
+            if self.now - stopped > l.settle_us_max {
+                let left: Vec<String> = self
+                    .servers
+                    .iter()
+                    .enumerate()
+                    .map(|(s, sv)| match &sv.node {
+                        Some(n) => {
+                            let t = n.core.twopc_stats();
+                            format!(
+                                "server {}: {} in doubt, {} coordinated",
+                                s + 1,
+                                t.in_doubt,
+                                t.coordinating
+                            )
+                        }
+                        None => format!("server {}: down", s + 1),
+                    })
+                    .collect();
+                return Err(Violation(format!(
+                    "liveness: the cluster has not settled {} us after the faults stopped (bound {} us): {}",
+                    self.now - stopped,
+                    l.settle_us_max,
+                    left.join(", ")
+                )));
+            }
+            return Ok(());
+        }
+        let since = *self.settled_since.get_or_insert(self.now);
+        if self.now - since < SETTLED_QUIET_US {
+            return Ok(());
+        }
+        self.out.settle_us = since - stopped;
+        self.calm_from = Some(self.now);
+        self.trace(|| "settled: the liveness check starts".into());
+        for c in 0..self.cfg.clients {
+            let d = 1 + self.rng.below(1_000);
+            self.at(d, Ev::Wake(c));
+        }
+        Ok(())
+    }
+
     fn liveness(&self) -> Liveness {
         Liveness::of(&core_config(self.cfg.servers, self.cfg.seed).twopc)
     }
@@ -604,9 +672,9 @@ impl World {
         for (s, server) in self.servers.iter().enumerate() {
             let Some(node) = &server.node else {
                 return Err(Violation(format!(
-                    "liveness: server {} is still down {} us after the faults stopped",
+                    "liveness: server {} is down {} us into the fault-free run",
                     s + 1,
-                    self.now - calm + l.grace_us
+                    self.now - calm
                 )));
             };
             let Some(since) = node.core.twopc_oldest_part_us() else { continue };

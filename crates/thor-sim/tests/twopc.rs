@@ -31,6 +31,7 @@ fn half(part: u64) -> TwoPcOutcome {
                 sum.crashes += o.crashes;
                 sum.peer_lost += o.peer_lost;
                 sum.lost_connections += o.lost_connections;
+                sum.settle_us = sum.settle_us.max(o.settle_us);
                 sum.calm_txn_us_max = sum.calm_txn_us_max.max(o.calm_txn_us_max);
                 sum.calm_part_us_max = sum.calm_part_us_max.max(o.calm_part_us_max);
             }
