@@ -158,12 +158,10 @@ fn open(dirs: &[PathBuf], over: Over) -> Result<Vec<Node>> {
         };
         nodes.push(Node { engine, server });
     }
-    // A server just opened refuses client timestamps up to `future_max_us` past its start
-    // (read-only validations before a crash leave no record): the run starts after that.
-    std::thread::sleep(
-        Duration::from_micros(thor_server::TwoPcConfig::default().future_max_us)
-            + Duration::from_millis(20),
-    );
+    // A server just opened refuses client timestamps up to 1 ms past its clock at recovery
+    // (`thor_server_core::limits::VALIDATION_LEAD_MAX_US`: read-only validations before a
+    // crash leave no record): the run starts after that.
+    std::thread::sleep(Duration::from_millis(20));
     Ok(nodes)
 }
 

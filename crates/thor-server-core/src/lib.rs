@@ -217,9 +217,13 @@
 //! decision without an end is resent. The checkpoint never passes the prepare of a part in doubt or
 //! of a transaction still being told (`TwoPc::log_floor`), nor a record not yet durable (a decision
 //! or end included). After a restart the threshold is raised to the clock plus
-//! `TwoPcConfig::future_max_us` (prepares further ahead are refused): the read-only validations
-//! before the crash left no record, and a client timestamp below one of them could otherwise
-//! validate a write that one of them should have seen. A database just created skips this.
+//! `limits::VALIDATION_LEAD_MAX_US` (1 ms): the read-only validations before the crash left no
+//! record, and a client timestamp below one of them could otherwise validate a write that one of
+//! them should have seen; none of them was more than that lead ahead of the clock (a prepare
+//! further ahead waits for the clock). A database just created skips this. A coordinator asked
+//! about a transaction below the threshold of which it has no record answers abort at once
+//! (its prepare could never validate there); a no vote that comes before the client's prepare
+//! is remembered, and the prepare is refused at once.
 //! `core/tests_twopc.rs` has one scenario per behaviour over two or three cores whose messages the
 //! test routes or drops, with restarts of either role.
 //!

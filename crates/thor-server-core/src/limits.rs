@@ -164,3 +164,29 @@ pub const LOG_RECORD_BYTES_MAX_DEFAULT: usize = 64 * 1024 * 1024;
 pub const fn log_record_len(payload_len: usize) -> usize {
     LOG_RECORD_HEADER_BYTES + payload_len
 }
+
+/// Most two-phase transactions a coordinator remembers as aborted (`TwoPcConfig::tombstones_max`
+/// by default): presumed-abort answers, its own aborts, and *early no votes* (a participant's
+/// no that arrived before the client's `Prepare`, so that the prepare is refused at once
+/// instead of prepared and held until the vote timeout). A tombstone is 12 bytes in a B-tree,
+/// so 65,536 cost about 1.5 MiB at most. Tombstones also *expire*: one whose timestamp falls
+/// below the validation threshold is dropped, since a prepare at that timestamp is refused by
+/// validation anyway and a vote or query about it is answered abort (`core::twopc`,
+/// *Presumed abort*); the threshold trails the clock by at most
+/// [`VQ_THRESHOLD_DELTA_US`], so a tombstone lives about that long. Forgetting one early (the
+/// cap) is safe: it only brings back the wait for the vote timeout.
+pub const TWOPC_TOMBSTONES_MAX: usize = 1 << 16;
+
+/// How far ahead of this server's clock a transaction is validated, in microseconds: a
+/// two-phase `Prepare` whose client timestamp is further ahead waits until the clock is this
+/// close (at most `TwoPcConfig::future_max_us`, beyond which it is refused). A timestamp the
+/// server chooses is the clock, or one microsecond after the last one given out when several
+/// validate within a microsecond: it runs ahead of the clock only while the server validates
+/// more than one transaction per microsecond of clock, and by one microsecond per such
+/// transaction; a thousand of them in a row is far beyond what a server does (a validation
+/// costs tens of microseconds). So every timestamp validated before a crash is at most the
+/// clock then plus this lead, and a restarted server refuses client timestamps only up to its
+/// clock at recovery plus this lead (`Core::recovered_at`), instead of the 200 ms
+/// (`future_max_us`) it refused before: recovery itself takes longer than 1 ms (11 ms
+/// measured, issue 32), so in practice nothing is refused.
+pub const VALIDATION_LEAD_MAX_US: u64 = 1_000;

@@ -24,6 +24,10 @@ pub enum Mutant {
     /// record is durable (so the coordinator may forget the transaction while the
     /// participant can still lose its decision in a crash).
     ParticipantAcksEarly,
+    /// A two-phase coordinator drops a participant's no vote that arrives before the client's
+    /// prepare (issue 32's first cause of stalls): safe, but the coordinator then prepares its
+    /// own part and holds it until the vote timeout. Only a liveness check can catch it.
+    CoordinatorDropsEarlyNo,
 }
 
 #[cfg(feature = "mutants")]

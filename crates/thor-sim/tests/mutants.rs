@@ -69,6 +69,18 @@ fn a_participant_that_acknowledges_early_is_caught() {
     assert_caught(Mutant::ParticipantAcksEarly, caught_in_twopc(Mutant::ParticipantAcksEarly));
 }
 
+/// Issue 32's first stall, kept as a mutant: a coordinator that drops a no vote arriving
+/// before the client's prepare is safe (it aborts at the vote timeout), so only the liveness
+/// check can catch it: it must fail on liveness, not on a safety check.
+#[test]
+fn a_coordinator_that_drops_an_early_no_vote_is_caught_on_liveness() {
+    let found = caught_in_twopc(Mutant::CoordinatorDropsEarlyNo);
+    if let Some((_, why)) = &found {
+        assert!(why.contains("liveness:"), "caught, but not on liveness: {why}");
+    }
+    assert_caught(Mutant::CoordinatorDropsEarlyNo, found);
+}
+
 /// Without a mutant the same seeds pass: what the tests above catch is the mutant.
 #[test]
 fn the_real_protocol_passes_the_same_seeds() {

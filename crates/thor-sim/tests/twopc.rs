@@ -4,7 +4,8 @@
 //! server-to-server messages are lost, delayed and reordered. Every run is judged at the end
 //! (`thor_sim::twopc`): every transaction all or nothing across servers, the history
 //! serializable in the clients' timestamp order and ending in the final state, and the money
-//! conserved.
+//! conserved. After the faults stop, every run also checks liveness: the clients' further
+//! transactions each end, and every prepared part is decided, within half the vote timeout.
 //!
 //! `THOR_SIM_TWOPC_SEEDS` sets how many seeds the two `seeds_*` tests run between them
 //! (default 10,000); `THOR_SIM_SEED=N` with the `replay` test replays one seed with its trace.
@@ -30,6 +31,9 @@ fn half(part: u64) -> TwoPcOutcome {
                 sum.crashes += o.crashes;
                 sum.peer_lost += o.peer_lost;
                 sum.lost_connections += o.lost_connections;
+                sum.settle_us = sum.settle_us.max(o.settle_us);
+                sum.calm_txn_us_max = sum.calm_txn_us_max.max(o.calm_txn_us_max);
+                sum.calm_part_us_max = sum.calm_part_us_max.max(o.calm_part_us_max);
             }
             Err(f) => panic!("{f}"),
         }

@@ -365,8 +365,7 @@ impl Cc {
         self.clients.values().map(|c| c.invalid.len()).sum()
     }
 
-    /// `VQ.t`.
-    #[cfg(test)]
+    /// `VQ.t`: nothing below it validates.
     pub fn threshold(&self) -> Timestamp {
         self.threshold
     }

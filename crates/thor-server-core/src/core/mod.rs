@@ -967,10 +967,9 @@ impl Core {
         self.resume.history.set_base(self.now_us, server, checkpoint, self.store.next_lsn());
         if self.twopc.raise_after_recovery {
             // Read-only validations before the crash left no record; refuse every client
-            // timestamp that could lie below one of them (see `Cc::raise_threshold`).
-            self.twopc.raise_after_recovery = false;
-            let t = self.now_us.saturating_add(self.twopc.cfg.future_max_us);
-            self.cc.raise_threshold(cc::Timestamp { time_us: t, server: 0 });
+            // timestamp that could lie below one of them (see `Core::recovered_at`).
+            let now = self.now_us;
+            self.recovered_at(now);
         }
         match input {
             Input::Connect { conn } => match &self.failed {
@@ -1576,7 +1575,7 @@ impl Core {
             }
         }
         self.queue = kept;
-        dropped.extend(self.twopc_unpark_conn(conn));
+        dropped.extend(self.twopc_unpark_conn(conn, fx));
         for q in dropped {
             if let Some(info) = q.twopc {
                 self.twopc_abandoned(&info, fx);

@@ -233,7 +233,9 @@ fn peer_message_on_client_connection_is_refused() {
     let mut h = server(usual());
     h.connect(1, OPS);
     h.connect(2, PEER2);
-    let query = RequestBody::Peer(PeerMsg::Query { stamp: stamp(5), from: ServerId(2) });
+    // (At a timestamp above the threshold the open raised: one below it could never commit
+    // here, and a query about it would be answered abort at once.)
+    let query = RequestBody::Peer(PeerMsg::Query { stamp: stamp(5_000), from: ServerId(2) });
     // A client, even an operator, cannot speak as a server: nothing happens (a query about a
     // transaction this server does not coordinate would count as an early yes vote).
     assert_forbidden(ask(&mut h, 1, 2, query.clone()), "peer credential of server 2");
@@ -253,7 +255,8 @@ fn peer_claiming_another_id_is_refused() {
     let mut h = server(usual());
     h.connect(2, PEER2);
     h.connect(3, PEER3);
-    let vote = |from| RequestBody::Peer(PeerMsg::Vote { stamp: stamp(5), from, yes: true });
+    // Above the threshold the open raised (a vote below it is answered abort at once).
+    let vote = |from| RequestBody::Peer(PeerMsg::Vote { stamp: stamp(5_000), from, yes: true });
     // Server 2's credential speaking as server 3 (or as this server).
     assert_forbidden(ask(&mut h, 2, 2, vote(ServerId(3))), "peer credential of server 3");
     assert_forbidden(ask(&mut h, 2, 3, vote(ServerId(1))), "peer credential of server 1");
@@ -270,7 +273,8 @@ fn peer_claiming_another_id_is_refused() {
     assert_eq!(ask(&mut h, 1, 3, vote(ServerId(2))).0.body, ReplyBody::Ack);
     assert_eq!(h.core.twopc_stats().coordinating, 1, "the early vote is remembered");
     // Messages a driver delivers directly are held to the same list.
-    h.step(Input::Peer { msg: PeerMsg::Vote { stamp: stamp(9), from: ServerId(4), yes: true } });
+    let msg = PeerMsg::Vote { stamp: stamp(9_000), from: ServerId(4), yes: true };
+    h.step(Input::Peer { msg });
     h.settle();
     assert_eq!(h.core.twopc_stats().coordinating, 1, "server 4 is unknown");
 }

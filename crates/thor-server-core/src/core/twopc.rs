@@ -16,21 +16,62 @@
 //!   that has the pages, the committer's included: it may have fetched a page while in doubt)
 //!   and acknowledges. On abort it drops the versions at once.
 //! - **Coordinator** (a writing participant the client named). Its own part is prepared like
-//!   any participant's; it collects the others' votes (a `Query` counts as a yes); when its
-//!   own part is durable and every vote is yes it appends the commit decision, and when that is
+//!   any participant's; it collects the others' votes (a `Query` counts as a yes, unless the
+//!   transaction cannot commit here: *Presumed abort*); when its own part is durable and every
+//!   vote is yes it appends the commit decision, and when that is
 //!   durable it publishes its part, answers the client `CommitOk` (three message delays after
 //!   the client's prepare) and tells the writing participants, resending until each
 //!   acknowledges, then appends an *end* record and forgets the transaction. A no vote, its own
 //!   refusal or [`TwoPcConfig::vote_timeout_us`] without every vote aborts: it answers the
 //!   client `Aborted`, tells the writing participants and remembers the answer (a
-//!   *tombstone*). Abort is presumed: a coordinator asked about a transaction it has no record
-//!   of answers abort and keeps a tombstone, so a prepare that arrives late is refused.
+//!   *tombstone*).
+//!
+//! # Nothing waits for a timeout once the outcome is known
+//!
+//! The vote timeout is for votes that may never come (a participant that crashed, a message
+//! lost). Every path on which the outcome is already decided acts at once (issue 32):
+//!
+//! - **An early no vote.** A participant's no that reaches the coordinator before the client's
+//!   prepare is remembered as a tombstone; the prepare is then refused `Aborted` at once, and
+//!   the coordinator never prepares (nor holds) its own part.
+//! - **Early yes votes.** A coordinator that aborts before the client's prepare came (a no, or
+//!   its timeout) tells the participants whose early votes it holds: they are in doubt.
+//! - **A refused prepare.** A coordinator that refuses the client's prepare before validation
+//!   (timestamp too far ahead, a server it does not know, too many transactions) aborts and
+//!   keeps a tombstone; a participant that does votes no.
+//! - **A session that ends** while its part waits (for the clock, or a read-only part for a
+//!   part in doubt here) votes no, as one that ends while its part is queued does.
+//!
+//! # Presumed abort, and when "no record" means abort
+//!
+//! A coordinator asked about a transaction (a query, or a vote) of which it has no record
+//! answers abort at once, keeping a tombstone, when it *cannot commit it*: a tombstone says so,
+//! or the timestamp is below the validation threshold, where its own part could never validate
+//! ([`Core::cannot_commit`]). After a restart the threshold is the clock at recovery plus
+//! [`crate::limits::VALIDATION_LEAD_MAX_US`] ([`Core::recovered_at`]). A participant prepared
+//! its part at most that lead ahead of its own clock, so with clocks synchronized to within
+//! the restart's duration (11 ms measured), a restarted coordinator answers abort at the first
+//! query about every transaction prepared before the crash; with clocks further apart, a
+//! query about a timestamp at or above its threshold is an early vote, as below, and the
+//! participant learns the abort at the vote timeout. A coordinator that is asked about
+//! a transaction at or above the threshold may still receive its client's prepare (the
+//! participant's prepare came first): that query counts as an early yes vote, bounded by the
+//! vote timeout, and if the prepare never comes the abort is told to the voter then. Tombstones
+//! are capped and expire below the threshold ([`crate::limits::TWOPC_TOMBSTONES_MAX`]).
+//!
+//! # No validation ahead of the clock
+//!
+//! A prepare whose timestamp is more than [`crate::limits::VALIDATION_LEAD_MAX_US`] ahead of
+//! this server's clock waits (parked, one per session) until the clock is that close; beyond
+//! [`TwoPcConfig::future_max_us`] it is refused. So a restart need only refuse client
+//! timestamps up to its clock plus the lead (it used to refuse `future_max_us`, 200 ms).
 //!
 //! # Restart
 //!
 //! Recovery replays the records from the checkpoint: a prepare without a decision is in doubt
 //! again (held versions, committing in the validation queue); the participant asks its
-//! coordinator ([`TwoPcConfig::query_after_us`]) until it learns the outcome. A coordinator
+//! coordinator ([`TwoPcConfig::query_after_us`]) until it learns the outcome (a coordinator
+//! with no record answers abort, see *Presumed abort*). A coordinator
 //! that finds its own prepare undecided aborts it (nobody can have been told commit: the
 //! decision is sent only once durable); one that finds a commit decision without an end
 //! resends it. The checkpoint never passes the prepare record of a transaction still in doubt
@@ -79,11 +120,13 @@ pub struct TwoPcConfig {
     pub parts_max: usize,
     /// Most transactions this server coordinates at once (early votes included).
     pub coords_max: usize,
-    /// Most presumed-abort answers remembered; the oldest are forgotten first (safe: a
-    /// transaction whose participants were told abort never gets every vote again).
+    /// Most aborted transactions remembered (presumed-abort answers, aborts, early no votes);
+    /// the oldest are forgotten first, and those below the validation threshold expire (see
+    /// [`crate::limits::TWOPC_TOMBSTONES_MAX`]).
     pub tombstones_max: usize,
-    /// A prepare whose timestamp is further ahead of this server's clock is refused: after a
-    /// restart the threshold is raised this far above the clock (see `Cc::raise_threshold`).
+    /// A prepare whose timestamp is further ahead of this server's clock is refused; one
+    /// ahead by less, but by more than [`crate::limits::VALIDATION_LEAD_MAX_US`], waits for
+    /// the clock.
     pub future_max_us: u64,
 }
 
@@ -96,7 +139,7 @@ impl Default for TwoPcConfig {
             resend_after_us: 500_000,
             parts_max: 4096,
             coords_max: 4096,
-            tombstones_max: 1 << 16,
+            tombstones_max: crate::limits::TWOPC_TOMBSTONES_MAX,
             future_max_us: 200_000,
         }
     }
@@ -123,6 +166,12 @@ pub struct TwoPcCounters {
     pub presumed_aborts: u64,
     /// Transactions that waited for a part in doubt here instead of being refused (rule 1).
     pub parked: u64,
+    /// No votes that arrived before the client's prepare, remembered so that the prepare is
+    /// refused at once.
+    pub early_no_votes: u64,
+    /// Prepares that waited for the clock (their timestamp was more than
+    /// [`crate::limits::VALIDATION_LEAD_MAX_US`] ahead of it).
+    pub waited_for_clock: u64,
 }
 
 /// What the client's prepare said about the transaction, kept with its queued part.
@@ -156,6 +205,9 @@ struct Part {
     aborted_early: bool,
     /// A commit decision record is appended and not yet durable.
     committing: bool,
+    /// When it was prepared here (its record appended), or 0 if restored by recovery: how
+    /// long it has held its objects ([`Core::twopc_oldest_part_us`]).
+    since_us: u64,
 }
 
 /// Where a coordinated transaction is.
@@ -193,7 +245,8 @@ pub(super) enum ParkedWork {
     Queued(Queued),
     /// A read-only commit.
     ReadOnly(Origin, CommitIn),
-    /// A read-only part of a two-phase commit.
+    /// A two-phase prepare: a read-only part waiting for a part in doubt, or any part waiting
+    /// for the clock (its timestamp ahead of it by more than the lead).
     Prepare(Origin, Prepare),
 }
 
@@ -207,12 +260,14 @@ fn parked_conn(w: &ParkedWork) -> Option<super::ConnId> {
 
 #[derive(Debug)]
 struct Parked {
-    /// The part in doubt it waits for.
-    on: Stamp,
-    /// When it gives up waiting (and is refused as it would have been).
+    /// The part in doubt it waits for; `None`: it waits for the clock only (a prepare whose
+    /// timestamp is ahead of it, see [`crate::limits::VALIDATION_LEAD_MAX_US`]).
+    on: Option<Stamp>,
+    /// When it gives up waiting (and is refused as it would have been), or, waiting for the
+    /// clock, when it runs.
     until_us: u64,
-    /// The refusal it got.
-    refusal: Refusal,
+    /// The refusal it got (`None`: waiting for the clock, it is run again, not refused).
+    refusal: Option<Refusal>,
     work: ParkedWork,
 }
 
@@ -315,13 +370,31 @@ impl Core {
 
     /// Recovery ended at `now_us` (the driver's clock at the open): the threshold is raised
     /// from then, not from the first input, which may come much later.
+    ///
+    /// Read-only validations before the crash left no record, nor did the read sets of
+    /// commits whose records the checkpoint passed; a client timestamp below one of them must
+    /// not validate. Nothing validated further ahead of the clock than
+    /// [`crate::limits::VALIDATION_LEAD_MAX_US`] (prepares ahead wait for the clock; server
+    /// timestamps run ahead only by a microsecond per transaction validated within one
+    /// microsecond of clock, see the limit), so every one of them is at most the clock at the
+    /// crash plus that lead, and the clock at recovery is later than the crash (the clock
+    /// never goes back: the assumption the 200 ms window made too). The threshold is raised
+    /// above the clock plus the lead: client timestamps taken after the restart validate at
+    /// once (recovery outlasts the lead), where the threshold used to be 200 ms
+    /// (`future_max_us`) ahead.
     pub fn recovered_at(&mut self, now_us: u64) {
         if self.twopc.raise_after_recovery {
             self.twopc.raise_after_recovery = false;
             self.now_us = self.now_us.max(now_us);
-            let t = now_us.saturating_add(self.twopc.cfg.future_max_us);
+            let t = now_us.saturating_add(crate::limits::VALIDATION_LEAD_MAX_US + 1);
             self.cc.raise_threshold(Timestamp { time_us: t, server: 0 });
         }
+    }
+
+    /// When the part held longest here was prepared (0: restored by recovery), if any part is
+    /// in doubt: the simulation's liveness check bounds how long a part is held.
+    pub fn twopc_oldest_part_us(&self) -> Option<u64> {
+        self.twopc.parts.values().map(|p| p.since_us).min()
     }
 
     fn me(&self) -> ServerId {
@@ -397,11 +470,27 @@ impl Core {
     pub(super) fn prepare_request(&mut self, origin: Origin, p: Prepare, fx: &mut Vec<Effect>) {
         self.last_commit_us = self.now_us;
         let me = self.me();
-        let Prepare { stamp, coordinator, participants, commit } = p;
         if let Some(why) = &self.failed {
             let e = EngineError::Failed(why.clone());
+            self.refuse_vote(p.stamp, p.coordinator, fx);
             return self.answer_commit(origin, Err(e), fx);
         }
+        // Nothing validates further ahead of the clock than the lead (see
+        // `limits::VALIDATION_LEAD_MAX_US`): a prepare whose timestamp is ahead by more (a
+        // client clock that runs ahead of this server's) waits for the clock to come close.
+        // What waits is one request per session, so the session bound bounds it.
+        let lead = crate::limits::VALIDATION_LEAD_MAX_US;
+        let future_max = self.twopc.cfg.future_max_us;
+        if p.stamp.time_us > self.now_us.saturating_add(lead)
+            && p.stamp.time_us <= self.now_us.saturating_add(future_max)
+        {
+            self.twopc.counters.waited_for_clock += 1;
+            let until_us = p.stamp.time_us - lead;
+            let work = ParkedWork::Prepare(origin, p);
+            self.twopc.parked.push(Parked { on: None, until_us, refusal: None, work });
+            return;
+        }
+        let Prepare { stamp, coordinator, participants, commit } = p;
         let Some(mine) = participants.iter().find(|q| q.server == me).copied() else {
             let why = format!("server {} is not among the transaction's participants", me.0);
             return self.refuse_prepare(origin, RefusedCode::Other, &why, fx);
@@ -409,13 +498,15 @@ impl Core {
         let c = CommitIn::from(commit);
         if !mine.writes && !c.is_read_only() {
             let why = "the prepare carries objects for a participant it calls read-only";
+            self.refuse_vote(stamp, coordinator, fx);
             return self.refuse_prepare(origin, RefusedCode::Other, why, fx);
         }
         // A transaction that writes needs messages between its servers: this one must be able
         // to vote to (or be) the coordinator and, as coordinator, to tell every participant.
         // A part whose coordinator it cannot reach would stay in doubt across restarts, its
         // objects held and the log kept; so it is refused now, before anything is logged,
-        // held or sent. (A read-only transaction has no coordinator and sends nothing.)
+        // held or sent. (A read-only transaction has no coordinator and sends nothing.) A
+        // coordinator it knows is told no, so that it aborts at once.
         if let Some(co) = coordinator
             && let Some(q) =
                 participants.iter().find(|q| q.server != me && !self.knows_server(q.server))
@@ -425,19 +516,22 @@ impl Core {
                 "{role}, server {}, is not a server this one knows (it has no --peer {}=HOST:PORT); nothing was prepared",
                 q.server.0, q.server.0
             );
+            if co == me || self.knows_server(co) {
+                self.refuse_vote(stamp, coordinator, fx);
+            }
             return self.refuse_prepare(origin, RefusedCode::UnknownServer, &why, fx);
         }
-        if stamp.time_us > self.now_us.saturating_add(self.twopc.cfg.future_max_us) {
+        if stamp.time_us > self.now_us.saturating_add(future_max) {
             let why = format!(
-                "timestamp {stamp} is more than {} us ahead of this server's clock",
-                self.twopc.cfg.future_max_us
+                "timestamp {stamp} is more than {future_max} us ahead of this server's clock"
             );
-            if let Some(co) = coordinator.filter(|&co| co != me) {
-                self.peer(co, PeerMsg::Vote { stamp, from: me, yes: false }, fx);
-            }
+            self.refuse_vote(stamp, coordinator, fx);
             return self.refuse_prepare(origin, RefusedCode::TooOld, &why, fx);
         }
         if self.twopc.tombstones.contains(&stamp) {
+            // Aborted already: by this coordinator, or by a participant's no vote that came
+            // before this prepare (remembered for this moment: the part is not prepared and
+            // held until the vote timeout).
             return self.refuse_prepare(origin, RefusedCode::Aborted, "already aborted", fx);
         }
         let ts = ts_of(stamp);
@@ -452,9 +546,7 @@ impl Core {
                 && self.twopc.coords.len() >= self.twopc.cfg.coords_max
                 && !self.twopc.coords.contains_key(&stamp))
         {
-            if coordinator != me {
-                self.peer(coordinator, PeerMsg::Vote { stamp, from: me, yes: false }, fx);
-            }
+            self.refuse_vote(stamp, Some(coordinator), fx);
             let why = "too many transactions in two-phase commit here; retry";
             return self.refuse_prepare(origin, RefusedCode::RetryLater, why, fx);
         }
@@ -485,6 +577,28 @@ impl Core {
             counted_waits: (false, false),
             twopc: Some(Box::new(info)),
         });
+    }
+
+    /// This server will not prepare its part of `stamp` (refused before validation), so the
+    /// transaction cannot commit. A participant votes no to its coordinator (if it knows it);
+    /// the coordinator itself aborts (telling the participants whose votes came already) and
+    /// remembers the abort, so that every vote still to come is answered abort at once. No
+    /// part is held until the vote timeout for an outcome that is already decided.
+    fn refuse_vote(&mut self, stamp: Stamp, coordinator: Option<ServerId>, fx: &mut Vec<Effect>) {
+        let me = self.me();
+        match coordinator {
+            Some(co) if co == me => {
+                if self.twopc.coords.contains_key(&stamp) {
+                    self.coord_abort(stamp, fx);
+                } else {
+                    self.tombstone(stamp);
+                }
+            }
+            Some(co) if self.knows_server(co) => {
+                self.peer(co, PeerMsg::Vote { stamp, from: me, yes: false }, fx);
+            }
+            _ => {}
+        }
     }
 
     /// Validates and prepares the head of the queue, a two-phase part. Returns the refusal
@@ -560,6 +674,7 @@ impl Core {
                 last_query_us: self.now_us,
                 aborted_early: false,
                 committing: false,
+                since_us: self.now_us,
             },
         );
         self.twopc.by_lsn.insert(lsn, info.stamp);
@@ -642,8 +757,14 @@ impl Core {
         self.twopc.counters.decided_abort += 1;
         self.tombstone(stamp);
         let me = self.me();
-        for o in c.others.iter().flatten().filter(|o| o.writes) {
-            self.peer(o.server, PeerMsg::Decide { stamp, from: me, commit: false }, fx);
+        // The writing participants; before the client's prepare, the ones known are those that
+        // voted (early), which are in doubt: told now, not when they next ask.
+        let tell: Vec<ServerId> = match &c.others {
+            Some(others) => others.iter().filter(|o| o.writes).map(|o| o.server).collect(),
+            None => c.yes.clone(),
+        };
+        for s in tell {
+            self.peer(s, PeerMsg::Decide { stamp, from: me, commit: false }, fx);
         }
         if let Some(origin) = c.origin {
             self.counters.commits_refused += 1;
@@ -653,7 +774,17 @@ impl Core {
         self.part_abort(stamp, fx);
     }
 
+    /// Remembers that `stamp` aborted. Tombstones below the validation threshold expire
+    /// ([`Core::cannot_commit`] answers for them), and past the cap the oldest go (see
+    /// [`crate::limits::TWOPC_TOMBSTONES_MAX`]).
     fn tombstone(&mut self, stamp: Stamp) {
+        let threshold = self.cc.threshold();
+        while self.twopc.tombstones.first().is_some_and(|s| ts_of(*s) < threshold) {
+            self.twopc.tombstones.pop_first();
+        }
+        if ts_of(stamp) < threshold {
+            return;
+        }
         self.twopc.tombstones.insert(stamp);
         while self.twopc.tombstones.len() > self.twopc.cfg.tombstones_max {
             self.twopc.tombstones.pop_first();
@@ -760,18 +891,34 @@ impl Core {
     }
 
     /// Takes `conn`'s parked work away (its session ended); returns the queued commits among it
-    /// (read-only work needs nothing more: it wrote nothing and nobody waits for it).
-    pub(super) fn twopc_unpark_conn(&mut self, conn: super::ConnId) -> Vec<Queued> {
+    /// (a read-only commit needs nothing more: it wrote nothing and nobody waits for it). A part
+    /// of a two-phase commit that waited (for the clock, or a read-only part for a part in
+    /// doubt) will never vote: its coordinator is told no now ([`Core::twopc_abandoned`])
+    /// rather than left to wait for the vote timeout.
+    pub(super) fn twopc_unpark_conn(
+        &mut self,
+        conn: super::ConnId,
+        fx: &mut Vec<Effect>,
+    ) -> Vec<Queued> {
         let (mine, rest): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut self.twopc.parked)
             .into_iter()
             .partition(|p| parked_conn(&p.work) == Some(conn));
         self.twopc.parked = rest;
-        mine.into_iter()
-            .filter_map(|p| match p.work {
-                ParkedWork::Queued(q) => Some(q),
-                _ => None,
-            })
-            .collect()
+        let mut queued = Vec::new();
+        for p in mine {
+            match p.work {
+                ParkedWork::Queued(q) => queued.push(q),
+                ParkedWork::Prepare(_, p) => {
+                    if let Some(coordinator) = p.coordinator {
+                        let info =
+                            TxnInfo { stamp: p.stamp, coordinator, participants: p.participants };
+                        self.twopc_abandoned(&info, fx);
+                    }
+                }
+                ParkedWork::ReadOnly(..) => {}
+            }
+        }
+        queued
     }
 
     /// A two-phase part whose session ended before it was validated: it will never be
@@ -796,7 +943,7 @@ impl Core {
     pub(super) fn park(&mut self, on: Stamp, refusal: Refusal, work: ParkedWork) {
         let until_us = self.now_us.saturating_add(self.twopc.cfg.vote_timeout_us);
         self.twopc.counters.parked += 1;
-        self.twopc.parked.push(Parked { on, until_us, refusal, work });
+        self.twopc.parked.push(Parked { on: Some(on), until_us, refusal: Some(refusal), work });
     }
 
     /// The part `stamp` was decided: what waited for it runs again at the end of the step
@@ -807,7 +954,7 @@ impl Core {
             return;
         }
         let (ready, rest): (Vec<Parked>, Vec<Parked>) =
-            std::mem::take(&mut self.twopc.parked).into_iter().partition(|p| p.on == stamp);
+            std::mem::take(&mut self.twopc.parked).into_iter().partition(|p| p.on == Some(stamp));
         self.twopc.parked = rest;
         self.twopc.unparked.extend(ready.into_iter().map(|p| (p.work, None)));
     }
@@ -819,7 +966,7 @@ impl Core {
             let (late, rest): (Vec<Parked>, Vec<Parked>) =
                 std::mem::take(&mut self.twopc.parked).into_iter().partition(|p| p.until_us <= now);
             self.twopc.parked = rest;
-            self.twopc.unparked.extend(late.into_iter().map(|p| (p.work, Some(p.refusal))));
+            self.twopc.unparked.extend(late.into_iter().map(|p| (p.work, p.refusal)));
         }
         if self.twopc.unparked.is_empty() {
             return;
@@ -908,7 +1055,7 @@ impl Core {
         match msg {
             PeerMsg::Vote { stamp, from, yes } => {
                 if !yes {
-                    return self.coord_abort(stamp, fx);
+                    return self.vote_no(stamp, fx);
                 }
                 self.vote_yes(stamp, from, fx);
             }
@@ -970,9 +1117,40 @@ impl Core {
         }
     }
 
+    /// A no vote: the transaction aborts. If the client's prepare has not arrived yet (no
+    /// entry, or only early votes), the abort is remembered (a tombstone) so that the prepare
+    /// is refused at once when it comes, and this server never prepares its own part: without
+    /// the tombstone it would prepare, hold its objects and wait for a vote that never comes
+    /// until the vote timeout (issue 32's first cause of stalls).
+    fn vote_no(&mut self, stamp: Stamp, fx: &mut Vec<Effect>) {
+        if self.twopc.coords.contains_key(&stamp) {
+            return self.coord_abort(stamp, fx);
+        }
+        if self.twopc.tombstones.contains(&stamp) {
+            return;
+        }
+        if self.mutated(crate::mutants::Mutant::CoordinatorDropsEarlyNo) {
+            return;
+        }
+        self.twopc.counters.early_no_votes += 1;
+        self.tombstone(stamp);
+    }
+
+    /// Whether this coordinator can no longer commit `stamp`, of which it has no record: its
+    /// own part could never validate, since every timestamp below the validation threshold is
+    /// refused (`Cc::validate_at`). After a restart the threshold is the clock at recovery
+    /// plus [`crate::limits::VALIDATION_LEAD_MAX_US`] (above every timestamp validated before
+    /// the crash), so every transaction a participant prepared before the crash is below it
+    /// when the clocks agree to within the restart's duration.
+    /// A transaction at or above it may still see its client's prepare arrive: a vote or query
+    /// about it is remembered as an early vote instead (bounded by the vote timeout).
+    fn cannot_commit(&self, stamp: Stamp) -> bool {
+        self.twopc.tombstones.contains(&stamp) || ts_of(stamp) < self.cc.threshold()
+    }
+
     /// A yes vote (or a query, which repeats one) from `from`.
     fn vote_yes(&mut self, stamp: Stamp, from: ServerId, fx: &mut Vec<Effect>) {
-        let refuse = self.twopc.tombstones.contains(&stamp)
+        let refuse = self.cannot_commit(stamp)
             || self.twopc.coords.len() >= self.twopc.cfg.coords_max
             || self.twopc.parts.contains_key(&stamp);
         match self.twopc.coords.get_mut(&stamp) {
@@ -1135,6 +1313,7 @@ impl Core {
                         last_query_us: 0,
                         aborted_early: false,
                         committing: false,
+                        since_us: 0,
                     },
                 );
                 if section.coordinator == me {
