@@ -30,6 +30,7 @@ impl Core {
         self.cc.check_invariants();
         self.demotions.check_invariants(|conn, page| self.cc.directory_has(conn, page));
         self.twopc_check_invariants();
+        self.fair_check_invariants();
         self.check_prepared();
         self.check_queue();
         if self.failed.is_some() {
