@@ -162,7 +162,8 @@ fn contention(s: &ServerStats) -> String {
     let refused: u64 = aborts(s).iter().map(|(_, n)| n).sum();
     let causes: Vec<String> =
         aborts(s).iter().filter(|(_, n)| *n > 0).map(|(c, n)| format!("{c} {n}")).collect();
-    let causes = if causes.is_empty() { String::new() } else { format!(" ({})", causes.join(", ")) };
+    let causes =
+        if causes.is_empty() { String::new() } else { format!(" ({})", causes.join(", ")) };
     format!(
         "conflicts: {refused} commits refused{causes}, {} transactions aborted at clients by \
          invalidations, {} retries\nfair retries: {} claims ({} expired unused), {} commits \
@@ -566,7 +567,10 @@ mod tests {
             ),
             "{t}"
         );
-        assert!(t.contains("fair retries: 3 claims (0 expired unused), 4 commits held back"), "{t}");
+        assert!(
+            t.contains("fair retries: 3 claims (0 expired unused), 4 commits held back"),
+            "{t}"
+        );
         assert!(t.contains("client_invalidation_aborts") && t.contains("fair_held "), "{t}");
     }
 

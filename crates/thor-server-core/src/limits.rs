@@ -76,14 +76,20 @@ pub const VQ_THRESHOLD_DELTA_US: u64 = 10_000_000;
 /// of 8 KB pages, a large client cache.
 pub const DIRECTORY_PAGES_MAX: usize = 131_072;
 
-/// Fair retries (`core::fair`): how long a claim holds back other sessions' commits that write
-/// its object, and the longest a held commit waits in all. The holder must run its transaction
-/// again in that time: the client's backoff (at most 50 ms by default,
-/// `thor_client::SessionConfig::run_backoff_max`, and a few hundred microseconds after the
-/// few losses that earn a claim), a fetch of the new version and its commit, with its group
-/// commit's fsync. 80 ms covers the longest default backoff with room for the rest; a claim
-/// that is not used in time only delays its rivals this long once.
-pub const FAIR_HOLD_US: u64 = 80_000;
+/// Fair retries (`core::fair`): how long an armed claim holds back other sessions' commits
+/// that write its object, and the longest a held commit waits in all. A claim is armed by its
+/// holder's first request after its loss (after the client's backoff), which fetches the new
+/// version or commits again; the hold must cover that fetch, the commit and its group commit's
+/// fsync: under a millisecond on loopback, a few on a local network with a disk that syncs in
+/// 10 ms. 20 ms leaves room for those, and a claim whose holder does not commit in time delays
+/// its rivals that long once.
+pub const FAIR_HOLD_US: u64 = 20_000;
+
+/// Fair retries: how long a claim waits to be armed by its holder's next request, holding no
+/// one back meanwhile: the holder's backoff, at most 50 ms with the client's defaults
+/// (`thor_client::SessionConfig::run_backoff_max`), with room. A holder that does not come
+/// back in time (its application gave up) loses the claim.
+pub const FAIR_ARM_WITHIN_US: u64 = 80_000;
 
 /// Fair retries: consecutive losses (refusals by validation, or aborts by an invalidation the
 /// client reports) after which a session gets a claim on the object it lost on. Two: one loss
@@ -106,6 +112,7 @@ pub const FAIR_HELD_MAX: usize = 1024;
 
 const _: () = assert!(FAIR_LOSSES_MIN >= 1);
 const _: () = assert!(FAIR_HOLD_US < VQ_THRESHOLD_DELTA_US);
+const _: () = assert!(FAIR_ARM_WITHIN_US < VQ_THRESHOLD_DELTA_US);
 
 /// Most unacknowledged invalidations of one client before its session expires: far more than
 /// a client that reads its replies ever leaves, and 4 MiB of orefs at most.

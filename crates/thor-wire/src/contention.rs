@@ -62,7 +62,11 @@ impl Contention {
         if self.is_empty() {
             return Err(WireError::BadValue { what: "contention", why: "an empty report" });
         }
-        check_limit("invalidation aborts", self.invalidation_aborts as usize, CONTENTION_COUNT_MAX)?;
+        check_limit(
+            "invalidation aborts",
+            self.invalidation_aborts as usize,
+            CONTENTION_COUNT_MAX,
+        )?;
         check_limit("retries", self.retries as usize, CONTENTION_COUNT_MAX)?;
         match self.object {
             Some(o) if self.invalidation_aborts > 0 => check_oref(o, "contention object"),

@@ -1303,7 +1303,7 @@ mod tests {
         assert!(matches!(req_err(kind::ABORT, &p), WireError::TrailingBytes { .. }));
         let f = raw_frame(kind::STATS, &empty_pb);
         let mut bad = f.to_vec();
-        bad[10] = 4;
+        bad[10] = 8;
         let crc = {
             let mut c = Crc32c::new();
             c.update(&bad[0..4]);
@@ -1313,8 +1313,21 @@ mod tests {
         bad[4..8].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(
             decode_request(Bytes::from(bad), FRAME_BYTES_MAX).unwrap_err(),
-            WireError::ReservedFlags(4)
+            WireError::ReservedFlags(8)
         );
+        // Bit 2 is the contention report's (version 6): without its section the frame is short.
+        assert!(matches!(
+            req_err_flagged(kind::STATS, FLAG_CONTENTION, &empty_pb),
+            WireError::Truncated { what: "invalidation aborts" }
+        ));
+        // And it belongs to requests.
+        let mut reply_pb = 0u32.to_le_bytes().to_vec();
+        reply_pb.extend_from_slice(&[0; 12]);
+        assert!(matches!(
+            decode_reply(raw_frame_flagged(kind::ACK, FLAG_CONTENTION, &reply_pb), FRAME_BYTES_MAX)
+                .unwrap_err(),
+            WireError::BadValue { what: "flags", .. }
+        ));
         // The seen section belongs to replies.
         assert!(matches!(
             req_err_flagged(kind::STATS, FLAG_SEEN, &empty_pb),

@@ -226,7 +226,6 @@ pub struct CcCounters {
     pub sessions_expired: u64,
 }
 
-
 /// What concurrency control knows about one object: enough to apply rules 1 and 2 with one
 /// lookup.
 #[derive(Debug, Clone, Default)]

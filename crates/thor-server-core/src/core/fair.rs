@@ -16,22 +16,37 @@
 //! transaction, or when its client aborts a transaction because an invalidation named an
 //! object it used (the client reports that on its next request: `thor_wire::contention`).
 //! Its losses count up until it commits. At its [`FairConfig::losses_min`]-th loss in a row on
-//! an object that no other session holds a live claim on, it gets a *claim* on the object,
-//! for [`FairConfig::hold_us`]:
+//! an object that no other session holds a live claim on, it gets a *claim* on the object. The
+//! claim is *armed* by the session's next request, which comes after its client's backoff and
+//! fetches the new version (or commits again), and from then holds rivals back for
+//! [`FairConfig::hold_us`]:
 //!
 //! ```text
-//!   A commits o ─► B refused (Stale o) ─► B refused again: B claims o for hold_us
+//!   A commits o ─► B refused (Stale o) ─► B refused again: B claims o
+//!   B backs off (A commits on meanwhile) ─► B fetches o: the claim is armed
 //!   A's next commit writes o: held back (parked at the server, not refused)
-//!   B fetches o, commits ──────────► B's commit is durable: the claim ends
+//!   B commits ──────────► B's commit is durable: the claim ends
 //!   A's held commit is validated now ─► refused Stale o (A read the old o): A loses, and so on
 //! ```
 //!
-//! While a claim is live, a commit of another session that writes the claimed object is held
-//! back at the head of the commit queue: taken out of the queue and kept until the claim ends
-//! (the holder's writing commit is durable, the holder commits anything, its session ends) or
-//! expires, then put back at the front of the queue and validated. Held commits are not
-//! refused: a refusal would grow the rival's backoff the way losing grew the loser's, and the
-//! two would trade places instead of taking turns.
+//! While an armed claim stands, a commit of another session that writes the claimed object is
+//! held back at the head of the commit queue: taken out of the queue and kept until the claim
+//! ends (the holder's writing commit is durable, the holder commits anything, its session
+//! ends) or expires, then put back at the front of the queue and validated. Held commits are
+//! not refused: a refusal would grow the rival's backoff the way losing grew the loser's, and
+//! the two would trade places instead of taking turns. A claim is not armed at once because
+//! the holder's backoff is not the window a rival must keep out of (its fetch and commit are),
+//! and holding rivals back through the backoff stalls the object for nothing: with 16 clients
+//! on 4 counters that cut throughput by more than half. A claim not armed within
+//! [`FairConfig::arm_within_us`] lapses, and an armed claim ends when its holder loses again
+//! on another object (that attempt is over), so rivals do not wait out the hold for a commit
+//! that will not come.
+//!
+//! Only sessions on a winning streak are held back: a session that has itself lost
+//! [`FairConfig::losses_min`] times in a row (every claim holder among them) never is.
+//! Holding back other losers only makes them lose more: with 16 clients on 4 counters most
+//! sessions are repeated losers, and holding them back too cut throughput by two thirds and
+//! let two holders wait for each other.
 //!
 //! Only the object lost on is claimed (a session holds at most
 //! [`crate::limits::FAIR_CLAIMS_PER_SESSION_MAX`] claims; a further one replaces its oldest),
@@ -55,8 +70,9 @@
 //! - A held commit waits at most [`FairConfig::hold_us`] from when it was first held, however
 //!   claims come and go meanwhile; then it is validated regardless (counted in
 //!   `fair_held_timed_out`). [`crate::Core::next_deadline_us`] wakes the driver for it.
-//! - A claim lives at most [`FairConfig::hold_us`] and is never extended: a holder that does
-//!   not commit in time (its application gave up) delays its rivals that long once.
+//! - A claim waits at most [`FairConfig::arm_within_us`] to be armed, then holds at most
+//!   [`FairConfig::hold_us`], and is never extended: a holder that does not commit in time
+//!   (its application gave up) delays its rivals that long once.
 //! - Claims: at most [`crate::limits::FAIR_CLAIMS_PER_SESSION_MAX`] per session; a session's
 //!   claims and loss count go with it. Held commits: at most one per session (a session has
 //!   one commit in flight) and [`crate::limits::FAIR_HELD_MAX`] in all.
@@ -74,9 +90,12 @@ use crate::limits::{FAIR_CLAIMS_PER_SESSION_MAX, FAIR_HELD_MAX};
 /// The settings of fair retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FairConfig {
-    /// How long a claim lives, and the longest a held commit waits in all (0 turns fair
-    /// retries off: no claims, nothing held back).
+    /// How long an armed claim holds back rivals, and the longest a held commit waits in all
+    /// (0 turns fair retries off: no claims, nothing held back).
     pub hold_us: u64,
+    /// How long a claim waits to be armed by its holder's next request (it holds no one back
+    /// meanwhile): the holder's backoff, at most.
+    pub arm_within_us: u64,
     /// Losses in a row after which a session claims the object it lost on.
     pub losses_min: u32,
 }
@@ -85,6 +104,7 @@ impl Default for FairConfig {
     fn default() -> Self {
         FairConfig {
             hold_us: crate::limits::FAIR_HOLD_US,
+            arm_within_us: crate::limits::FAIR_ARM_WITHIN_US,
             losses_min: crate::limits::FAIR_LOSSES_MIN,
         }
     }
@@ -95,8 +115,11 @@ impl Default for FairConfig {
 struct Claim {
     /// The session that holds it.
     conn: ConnId,
-    /// When it ends unless its holder commits first.
+    /// When it ends unless its holder commits first (armed: `hold_us` after it was armed; not
+    /// yet: `arm_within_us` after it was given).
     until_us: u64,
+    /// Whether its holder has made a request since it lost (armed claims hold rivals back).
+    armed: bool,
 }
 
 /// What fair retries know of one session that lost.
@@ -166,12 +189,26 @@ impl Claims {
         }
         let l = self.losers.entry(conn).or_default();
         l.losses = l.losses.saturating_add(1);
+        // A holder that lost again on another object has had its turn on the ones it claimed:
+        // those armed claims end now, and the commits they held back go on, rather than
+        // waiting out the hold for a commit that will not come. (A loss on the claimed object
+        // itself keeps the claim: it lost to a rival's commit validated before the claim was
+        // armed, and its next attempt, within the hold, is the one the claim is for.)
+        let by_object = &mut self.by_object;
+        l.claimed.retain(|x| {
+            let spent =
+                Some(*x) != object && by_object.get(x).is_some_and(|c| c.conn == conn && c.armed);
+            if spent {
+                by_object.remove(x);
+            }
+            !spent
+        });
         let Some(o) = object else { return false };
         if l.losses < self.cfg.losses_min {
             return false;
         }
         match self.by_object.get(&o) {
-            // A live claim stands, the session's own included (claims are never extended).
+            // A live claim of another session stands; the session's own is not extended.
             Some(c) if c.until_us > now_us => return false,
             Some(c) if c.conn != conn => {
                 // An expired claim of another session: it goes, unused.
@@ -191,10 +228,30 @@ impl Claims {
             self.by_object.remove(&oldest);
         }
         l.claimed.push(o);
-        let until_us = now_us.saturating_add(self.cfg.hold_us);
-        self.by_object.insert(o, Claim { conn, until_us });
+        let until_us = now_us.saturating_add(self.cfg.arm_within_us);
+        self.by_object.insert(o, Claim { conn, until_us, armed: false });
         self.counters.claims += 1;
         true
+    }
+
+    /// `conn` made a request: its claims not yet armed are armed, and hold rivals back for
+    /// `hold_us` from now. (The request that follows a loss comes after the client's backoff: it
+    /// fetches the new version or commits again, and that is the window a rival's commit must
+    /// not fall into. Holding rivals back during the backoff would stall the object for
+    /// nothing.)
+    pub fn active(&mut self, conn: ConnId, now_us: u64) {
+        self.now_us = self.now_us.max(now_us);
+        let Some(l) = self.losers.get(&conn) else { return };
+        for o in &l.claimed {
+            if let Some(c) = self.by_object.get_mut(o)
+                && c.conn == conn
+                && !c.armed
+                && c.until_us > now_us
+            {
+                c.armed = true;
+                c.until_us = now_us.saturating_add(self.cfg.hold_us);
+            }
+        }
     }
 
     /// `conn` committed (or validated a transaction that writes nothing): it lost no more, and
@@ -232,22 +289,32 @@ impl Claims {
         }
     }
 
-    /// The first object of `writes` that another session than `conn` holds a live claim on,
-    /// with the claim's end.
+    /// The first object of `writes` that another session than `conn` holds an armed claim on,
+    /// with the claim's end; `None` if `conn` is itself a repeated loser (it has lost
+    /// [`FairConfig::losses_min`] times in a row): only sessions on a winning streak are held
+    /// back. Holding back other losers would only make them lose more (with 16 clients on 4
+    /// counters, most sessions are repeated losers; holding them back too cut throughput by
+    /// two thirds), and two holders could wait for each other.
     pub fn against(&mut self, conn: ConnId, writes: &[Oref], now_us: u64) -> Option<(Oref, u64)> {
         self.now_us = self.now_us.max(now_us);
-        if self.by_object.is_empty() {
+        if self.by_object.is_empty() || self.is_loser(conn) {
             return None;
         }
         writes.iter().find_map(|o| {
             let c = self.by_object.get(o)?;
-            (c.conn != conn && c.until_us > now_us).then_some((*o, c.until_us))
+            (c.armed && c.conn != conn && c.until_us > now_us).then_some((*o, c.until_us))
         })
     }
 
-    /// Whether another session than `conn` holds a live claim on `o`.
+    /// Whether `conn` has lost [`FairConfig::losses_min`] times in a row.
+    fn is_loser(&self, conn: ConnId) -> bool {
+        self.losers.get(&conn).is_some_and(|l| l.losses >= self.cfg.losses_min)
+    }
+
+    /// Whether the claim on `o` still holds `conn` back (as [`Claims::against`] judges it).
     pub fn stands(&self, o: Oref, conn: ConnId, now_us: u64) -> bool {
-        self.by_object.get(&o).is_some_and(|c| c.conn != conn && c.until_us > now_us)
+        let Some(c) = self.by_object.get(&o) else { return false };
+        c.armed && c.conn != conn && c.until_us > now_us && !self.is_loser(conn)
     }
 
     /// Asserts that claims and losers agree and keep their bounds.
@@ -383,20 +450,36 @@ mod tests {
     }
 
     fn claims() -> Claims {
-        Claims::new(FairConfig { hold_us: 100, losses_min: 2 })
+        Claims::new(FairConfig { hold_us: 100, arm_within_us: 1000, losses_min: 2 })
     }
 
     #[test]
-    fn a_second_loss_in_a_row_claims_the_object_for_a_while() {
+    fn a_second_loss_in_a_row_claims_the_object_armed_by_the_next_request() {
         let mut c = claims();
         assert!(!c.lost(7, Some(o(1)), 10), "one loss is ordinary contention");
         assert!(c.against(8, &[o(1)], 10).is_none());
         assert!(c.lost(7, Some(o(1)), 20));
-        assert_eq!(c.against(8, &[o(2), o(1)], 21), Some((o(1), 120)));
-        assert_eq!(c.against(7, &[o(1)], 21), None, "the holder is not held back");
-        assert_eq!(c.against(8, &[o(1)], 120), None, "expired");
+        assert!(c.against(8, &[o(1)], 21).is_none(), "not armed: 7 is backing off");
+        c.active(7, 30);
+        assert_eq!(c.against(8, &[o(2), o(1)], 31), Some((o(1), 130)));
+        assert_eq!(c.against(7, &[o(1)], 31), None, "the holder is not held back");
+        assert_eq!(c.against(8, &[o(1)], 130), None, "expired");
         c.check_invariants();
         assert_eq!(c.counters().claims, 1);
+    }
+
+    #[test]
+    fn a_claim_not_armed_in_time_holds_no_one_back() {
+        let mut c = claims();
+        c.lost(7, Some(o(1)), 0);
+        c.lost(7, Some(o(1)), 1);
+        c.active(7, 1001);
+        assert!(c.against(8, &[o(1)], 1002).is_none());
+        // Another loser takes the expired claim.
+        c.lost(8, Some(o(1)), 1003);
+        assert!(c.lost(8, Some(o(1)), 1004));
+        assert_eq!(c.counters().claims_expired, 1);
+        c.check_invariants();
     }
 
     #[test]
@@ -406,11 +489,14 @@ mod tests {
         assert!(c.lost(7, Some(o(1)), 10));
         c.lost(8, Some(o(1)), 20);
         assert!(!c.lost(8, Some(o(1)), 30), "7 holds it");
-        assert!(!c.lost(7, Some(o(1)), 40), "not extended");
-        assert_eq!(c.against(8, &[o(1)], 50), Some((o(1), 110)));
+        assert!(!c.lost(7, Some(o(1)), 40), "its claim, not armed yet, stands as it was");
+        c.active(7, 50);
+        c.active(7, 60);
+        assert_eq!(c.against(9, &[o(1)], 60), Some((o(1), 150)), "armed once");
         // Expired: the next loser takes it.
-        assert!(c.lost(8, Some(o(1)), 110));
-        assert_eq!(c.against(7, &[o(1)], 111), Some((o(1), 210)));
+        assert!(c.lost(8, Some(o(1)), 150));
+        c.active(8, 151);
+        assert_eq!(c.against(9, &[o(1)], 151), Some((o(1), 251)));
         assert_eq!(c.counters().claims_expired, 1);
         c.check_invariants();
     }
@@ -420,10 +506,12 @@ mod tests {
         let mut c = claims();
         c.lost(7, Some(o(1)), 0);
         c.lost(7, Some(o(1)), 1);
+        c.active(7, 2);
         c.won(7);
         assert!(c.against(8, &[o(1)], 3).is_none());
         assert!(!c.lost(7, Some(o(1)), 4), "the count started again");
         c.lost(7, Some(o(1)), 5);
+        c.active(7, 6);
         c.disconnect(7);
         assert!(c.against(8, &[o(1)], 7).is_none());
         c.check_invariants();
@@ -437,16 +525,48 @@ mod tests {
             c.lost(7, Some(o(i)), u64::from(i));
             c.check_invariants();
         }
+        c.active(7, 5);
         assert!(c.against(8, &[o(0)], 5).is_none(), "the oldest claim made room");
         let last = FAIR_CLAIMS_PER_SESSION_MAX as u16;
         assert!(c.against(8, &[o(last)], 5).is_some());
     }
 
     #[test]
-    fn off_means_no_claims() {
-        let mut c = Claims::new(FairConfig { hold_us: 0, losses_min: 1 });
+    fn repeated_losers_are_not_held_back() {
+        let mut c = claims();
         assert!(!c.lost(7, Some(o(1)), 0));
-        assert!(c.against(8, &[o(1)], 0).is_none());
+        assert!(c.lost(7, Some(o(1)), 1));
+        c.active(7, 2);
+        assert!(c.against(8, &[o(1)], 3).is_some(), "8 has not lost");
+        c.lost(8, Some(o(2)), 3);
+        assert!(c.against(8, &[o(1)], 4).is_some(), "one loss");
+        c.lost(8, Some(o(2)), 4);
+        assert!(c.against(8, &[o(1)], 5).is_none(), "a repeated loser goes on");
+        assert!(!c.stands(o(1), 8, 5));
+        assert!(c.against(7, &[o(2)], 5).is_none(), "so does the holder");
+    }
+
+    #[test]
+    fn a_holder_that_loses_again_releases_its_rivals_and_may_claim_anew() {
+        let mut c = claims();
+        c.lost(7, Some(o(1)), 0);
+        c.lost(7, Some(o(1)), 1);
+        c.active(7, 2);
+        assert!(c.against(9, &[o(1)], 3).is_some());
+        // Its attempt lost on another object: the claim on o(1) is spent, one on o(2) begins.
+        assert!(c.lost(7, Some(o(2)), 4));
+        assert!(!c.stands(o(1), 9, 5) && c.against(9, &[o(2)], 5).is_none(), "not armed yet");
+        c.active(7, 6);
+        assert_eq!(c.against(9, &[o(1), o(2)], 7), Some((o(2), 106)));
+        c.check_invariants();
+    }
+
+    #[test]
+    fn off_means_no_claims() {
+        let mut c = Claims::new(FairConfig { hold_us: 0, arm_within_us: 0, losses_min: 1 });
+        assert!(!c.lost(7, Some(o(1)), 0));
+        c.active(7, 1);
+        assert!(c.against(8, &[o(1)], 1).is_none());
     }
 
     #[test]
@@ -455,6 +575,7 @@ mod tests {
         let r = thor_wire::Contention { invalidation_aborts: 1, retries: 1, object: Some(o(3)) };
         c.reported(7, &r, 0);
         c.reported(7, &r, 1);
+        c.active(7, 1);
         assert!(c.against(8, &[o(3)], 2).is_some());
         let f = c.counters();
         assert_eq!((f.invalidation_aborts, f.retries), (2, 2));

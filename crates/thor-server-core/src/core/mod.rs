@@ -1187,9 +1187,12 @@ impl Core {
             let pb = std::mem::take(&mut req.piggyback);
             self.sessions.count_piggyback(&pb);
             self.cc.piggyback(conn, &pb.acks, &pb.discarded);
+            // A report may earn the session a claim; any request of a repeated loser arms its
+            // claims (`fair`).
             if let Some(c) = &pb.contention {
                 self.cc.claims_mut().reported(conn, c, self.now_us);
             }
+            self.cc.claims_mut().active(conn, self.now_us);
             // Demotion only from sessions invited to it. It does not touch the directory: the
             // client reports a demoted page as discarded too, when CLOCC allows. Data first,
             // then notices, then discards, so that none forgets what the one before needs.

@@ -309,7 +309,10 @@ fn a_held_commit_waits_at_most_the_hold_and_then_validates() {
     // expires, and then validated and committed as without fair retries.
     let hold_us = 1_000;
     let cfg = CoreConfig {
-        cc: cc::CcConfig { fair: FairConfig { hold_us, losses_min: 1 }, ..cc::CcConfig::default() },
+        cc: cc::CcConfig {
+            fair: FairConfig { hold_us, arm_within_us: hold_us, losses_min: 1 },
+            ..cc::CcConfig::default()
+        },
         ..config()
     };
     let mut h = Harness::new(cfg);
@@ -326,15 +329,25 @@ fn a_held_commit_waits_at_most_the_hold_and_then_validates() {
     let r = h.request(2, 4, txn(class, &[x], &[x], 1));
     assert!(matches!(r.body, ReplyBody::CommitRefused { .. }), "{r:?}");
     assert_eq!(h.core.cc.claims().counters().claims, 1);
+    // Client 2's next request (after its backoff) arms the claim.
+    let mut req = Request::new(RequestBody::Fetch { page });
+    req.piggyback.acks = r.invalidations.clone();
+    h.step(Input::Request { conn: 2, id: 5, req });
+    h.settle();
     // Client 1's next commit of x is held: no answer, and a deadline at the claim's end.
     let at = h.now + 1;
-    h.core.step(at, Input::Request { conn: 1, id: 5, req: Request::new(txn(class, &[x], &[x], 2)) }, &mut Vec::new());
+    h.core.step(
+        at,
+        Input::Request { conn: 1, id: 5, req: Request::new(txn(class, &[x], &[x], 2)) },
+        &mut Vec::new(),
+    );
     h.now = at;
     assert_eq!(h.core.cc.claims().counters().held, 1);
     let deadline = h.core.next_deadline_us().expect("a held commit's wait ends");
     assert!(deadline <= at + hold_us, "{deadline} {at}");
     // Other sessions' requests go on meanwhile.
-    let r = serve(&mut h, deadline - 1, Input::Request { conn: 2, id: 5, req: Request::new(RequestBody::Stats) });
+    let stats = Input::Request { conn: 2, id: 6, req: Request::new(RequestBody::Stats) };
+    let r = serve(&mut h, deadline - 1, stats);
     assert_eq!(r.len(), 1);
     // At the deadline the commit is validated and commits.
     let replies = serve(&mut h, deadline, Input::Tick);
@@ -348,7 +361,7 @@ fn a_held_commit_waits_at_most_the_hold_and_then_validates() {
 fn the_holders_commit_releases_the_held_rival_which_then_sees_its_change() {
     let cfg = CoreConfig {
         cc: cc::CcConfig {
-            fair: FairConfig { hold_us: 1_000_000, losses_min: 1 },
+            fair: FairConfig { hold_us: 1_000_000, arm_within_us: 1_000_000, losses_min: 1 },
             ..cc::CcConfig::default()
         },
         ..config()
@@ -363,13 +376,14 @@ fn the_holders_commit_releases_the_held_rival_which_then_sees_its_change() {
     h.request(1, 4, txn(class, &[x], &[x], 1));
     let r = h.request(2, 4, txn(class, &[x], &[x], 1));
     assert!(matches!(r.body, ReplyBody::CommitRefused { .. }), "{r:?}");
-    // Client 1's commit is held; client 2 (the holder) acks, fetches and commits.
-    h.step(Input::Request { conn: 1, id: 5, req: Request::new(txn(class, &[x], &[x], 2)) });
-    assert!(h.settle().is_empty(), "held: no answer");
+    // Client 2 (the holder) acks and fetches: that arms its claim. Client 1's commit is held;
+    // client 2 commits.
     let mut req = Request::new(RequestBody::Fetch { page });
     req.piggyback.acks = r.invalidations.clone();
     h.step(Input::Request { conn: 2, id: 5, req });
     h.settle();
+    h.step(Input::Request { conn: 1, id: 5, req: Request::new(txn(class, &[x], &[x], 2)) });
+    assert!(h.settle().is_empty(), "held: no answer");
     h.step(Input::Request { conn: 2, id: 6, req: Request::new(txn(class, &[x], &[x], 2)) });
     let out = h.settle();
     let r2 = &super::tests::replies_to(&out, 2)[0].1;
@@ -387,7 +401,7 @@ fn the_holders_commit_releases_the_held_rival_which_then_sees_its_change() {
 fn a_disconnect_drops_a_held_commit_and_the_sessions_claims() {
     let cfg = CoreConfig {
         cc: cc::CcConfig {
-            fair: FairConfig { hold_us: 1_000_000, losses_min: 1 },
+            fair: FairConfig { hold_us: 1_000_000, arm_within_us: 1_000_000, losses_min: 1 },
             ..cc::CcConfig::default()
         },
         ..config()
@@ -402,6 +416,7 @@ fn a_disconnect_drops_a_held_commit_and_the_sessions_claims() {
     h.request(1, 3, RequestBody::Fetch { page });
     h.request(1, 4, txn(class, &[x], &[x], 1));
     h.request(2, 4, txn(class, &[x], &[x], 1));
+    h.request(2, 5, RequestBody::Stats);
     h.step(Input::Request { conn: 1, id: 5, req: Request::new(txn(class, &[x], &[x], 2)) });
     assert!(h.settle().is_empty());
     h.step(Input::Disconnect { conn: 1 });
@@ -417,7 +432,7 @@ fn a_disconnect_drops_a_held_commit_and_the_sessions_claims() {
 fn a_reported_invalidation_abort_counts_and_is_a_loss() {
     let cfg = CoreConfig {
         cc: cc::CcConfig {
-            fair: FairConfig { hold_us: 1_000_000, losses_min: 2 },
+            fair: FairConfig { hold_us: 1_000_000, arm_within_us: 1_000_000, losses_min: 2 },
             ..cc::CcConfig::default()
         },
         ..config()

@@ -177,7 +177,7 @@ pub fn request() -> impl Strategy<Value = Request> {
 }
 
 fn stats() -> impl Strategy<Value = ServerStats> {
-    (vec(any::<u64>(), 90), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
+    (vec(any::<u64>(), 96), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
         commits: w[0],
         versions_committed: w[1],
         objects_created: w[2],
@@ -270,6 +270,12 @@ fn stats() -> impl Strategy<Value = ServerStats> {
         database_bytes: w[87],
         log_disk_bytes: w[88],
         mob_bytes_max: w[89],
+        client_invalidation_aborts: w[90],
+        client_retries: w[91],
+        fair_claims: w[92],
+        fair_held: w[93],
+        fair_held_timed_out: w[94],
+        fair_claims_expired: w[95],
     })
 }
 
