@@ -283,7 +283,7 @@ fn smaller_over_larger(c: [u64; 2]) -> f64 {
 
 #[test]
 fn hot_counter_is_shared_fairly() {
-    let out = hot_counter(FairConfig::default(), RUN_US);
+    let out = hot_counter(FairConfig::ON, RUN_US);
     let ratio = smaller_over_larger(out.commits);
     assert!(ratio >= 1.0 / 3.0, "the smaller share is at least a third of the larger: {out:?}");
     // Serializable: every commit incremented the value the one before it wrote.
@@ -295,7 +295,7 @@ fn hot_counter_is_shared_fairly() {
 fn without_fair_retries_one_client_starves_the_other() {
     // The same run with fair retries off: what issue 32 measured over TCP (10,803 commits
     // against 1). It shows that the scenario above reproduces the starvation it cures.
-    let off = FairConfig { hold_us: 0, ..FairConfig::default() };
+    let off = FairConfig { hold_us: 0, ..FairConfig::ON };
     let out = hot_counter(off, RUN_US);
     let ratio = smaller_over_larger(out.commits);
     assert!(ratio < 1.0 / 3.0, "{out:?}");
