@@ -134,6 +134,7 @@ fn table(stats: &ServerStats, all: bool) -> String {
         stats.log_disk_bytes as f64 / 1e6,
         if stats.page_cache_exclusive == 1 { "exclusive" } else { "inclusive" },
     ));
+    out.push_str(&contention(stats));
     let mut hidden = 0;
     for ((name, v), help) in stats.iter().zip(ServerStats::HELP) {
         if !all && !shown(stats, name) {
@@ -152,6 +153,28 @@ fn table(stats: &ServerStats, all: bool) -> String {
         ));
     }
     out
+}
+
+/// The contention summary: conflicts by cause, the server's refusals and the aborts clients
+/// found themselves (which they report, protocol version 6), the retries, and what fair
+/// retries did.
+fn contention(s: &ServerStats) -> String {
+    let refused: u64 = aborts(s).iter().map(|(_, n)| n).sum();
+    let causes: Vec<String> =
+        aborts(s).iter().filter(|(_, n)| *n > 0).map(|(c, n)| format!("{c} {n}")).collect();
+    let causes =
+        if causes.is_empty() { String::new() } else { format!(" ({})", causes.join(", ")) };
+    format!(
+        "conflicts: {refused} commits refused{causes}, {} transactions aborted at clients by \
+         invalidations, {} retries\nfair retries: {} claims ({} expired unused), {} commits \
+         held back ({} until their wait ran out)\n\n",
+        s.client_invalidation_aborts,
+        s.client_retries,
+        s.fair_claims,
+        s.fair_claims_expired,
+        s.fair_held,
+        s.fair_held_timed_out,
+    )
 }
 
 /// `3d 4h 5m 6s`, leaving out the leading zero units.
@@ -526,6 +549,32 @@ mod tests {
     }
 
     #[test]
+    fn the_contention_line_shows_refusals_client_aborts_and_retries() {
+        let s = ServerStats {
+            refused_stale: 5,
+            refused_rule1: 2,
+            client_invalidation_aborts: 30,
+            client_retries: 37,
+            fair_claims: 3,
+            fair_held: 4,
+            ..Default::default()
+        };
+        let t = table(&s, false);
+        assert!(
+            t.contains(
+                "conflicts: 7 commits refused (stale 5, rule1 2), 30 transactions aborted at \
+                 clients by invalidations, 37 retries\n"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("fair retries: 3 claims (0 expired unused), 4 commits held back"),
+            "{t}"
+        );
+        assert!(t.contains("client_invalidation_aborts") && t.contains("fair_held "), "{t}");
+    }
+
+    #[test]
     fn counters_of_modes_that_are_off_are_hidden() {
         let s = ServerStats { page_cache_exclusive: 0, ..Default::default() };
         let t = table(&s, false);
@@ -545,6 +594,7 @@ mod tests {
         };
         let t = table(&s, false);
         assert!(t.contains("demotions_stored") && t.contains("wpl_images"), "{t}");
+        assert!(t.contains("conflicts: 0 commits refused, 0 transactions aborted"), "{t}");
         assert!(t.contains("page_commits ") && t.contains("twopc_prepared"), "{t}");
         assert!(t.contains("FAILED") && t.contains("up 1h 2m 3s"), "{t}");
     }

@@ -164,7 +164,11 @@
 //! `run_backoff_min`, `run_backoff_max`; SplitMix64 seeded by the client id). With
 //! `SessionConfig::refresh_after` (1 s by default), a transaction whose first access comes that
 //! long after the last reply first makes an `Abort` round trip, the cheapest request, to collect
-//! pending invalidations. `tests/clocc.rs` has one scenario per behaviour.
+//! pending invalidations. On a connection that agreed on wire version 6, the next request
+//! carries a contention report (`thor_wire::contention`): the transactions an invalidation
+//! doomed and the attempts `run` made again since the last report, and the object of the latest
+//! doom, which the server counts (its refusal counters never see those aborts) and which its
+//! fair retries treat as a loss on that object. `tests/clocc.rs` has one scenario per behaviour.
 //!
 //! A broken connection (`session/reconnect.rs`, issue 38): every request waits for its reply at
 //! most `SessionConfig::request_timeout` (a commit `commit_timeout`, set on the transport per

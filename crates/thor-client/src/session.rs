@@ -90,7 +90,10 @@ use thor_core::le::u32_at;
 use thor_core::{
     ClassDesc, FormatError, Lsn, Oref, PageId, RawRef, ServerId, VarKind, builtin, large,
 };
-use thor_wire::limits::{ACKS_MAX, DEMOTED_PAGES_MAX, DISCARDED_PAGES_MAX, PREFETCH_PAGES_MAX};
+use thor_wire::limits::{
+    ACKS_MAX, CONTENTION_COUNT_MAX, DEMOTED_PAGES_MAX, DISCARDED_PAGES_MAX, PREFETCH_PAGES_MAX,
+};
+use thor_wire::version::VERSION_CONTENTION;
 use thor_wire::{
     Piggyback, Prefetch, PrefetchHint, Reply, ReplyBody, Request, RequestBody, ServerInfo,
     Transport,
@@ -410,6 +413,11 @@ struct Inner {
     /// it: they stay as cheap as before, and whatever the application does meanwhile is
     /// thrown away by that commit or abort.
     doomed: Option<String>,
+    /// The contention not yet reported to the server (`thor_wire::contention`, version 6):
+    /// transactions an invalidation doomed, attempts run again, and the object of the latest
+    /// doom. It rides on the next request of a connection that agreed on version 6, so that
+    /// the server counts the aborts it never saw and its fair retries see this client lose.
+    unreported: thor_wire::Contention,
     /// The class of the object whose invalidation doomed the transaction, looked up before
     /// its copy left the cache (`Inner::doom` names it in the message).
     hit_class: Option<String>,
@@ -886,6 +894,7 @@ impl Session {
                 cfg,
                 in_transaction: false,
                 doomed: None,
+                unreported: thor_wire::Contention::default(),
                 hit_class: None,
                 path,
                 pages,
@@ -1227,6 +1236,8 @@ impl Session {
                     let inner = self.inner();
                     let wait = inner.backoff(attempt);
                     inner.stats.retries += 1;
+                    let u = &mut inner.unreported;
+                    u.retries = (u.retries + 1).min(CONTENTION_COUNT_MAX as u32);
                     std::thread::sleep(wait);
                     attempt += 1;
                 }
@@ -1737,6 +1748,10 @@ impl Inner {
         debug_assert!(self.ahead.is_none(), "a request sent while a read-ahead is in flight");
         self.timeout_for(&body);
         let mut req = Request::new(body);
+        // The contention report first: its 12 bytes count against the room for the rest.
+        if self.info.version >= VERSION_CONTENTION && !self.unreported.is_empty() {
+            req.piggyback.contention = Some(std::mem::take(&mut self.unreported));
+        }
         // A body over a limit fails in `send` below whatever rides on it.
         let room = req.frame_bytes().map_or(0, |n| self.info.max_frame_bytes.saturating_sub(n) / 4);
         let acks = self.cache.take_acks(ACKS_MAX.min(room));
@@ -1749,15 +1764,24 @@ impl Inner {
         let room = room - demoted.len();
         let fit = room.saturating_sub(2) * 4 / (self.info.page_size + 8);
         let demoted_pages = self.cache.take_demoted_pages(DEMOTED_PAGES_MAX.min(fit));
-        req.piggyback = Piggyback { acks, discarded, demoted, demoted_pages };
+        let contention = req.piggyback.contention.take();
+        req.piggyback = Piggyback { acks, discarded, demoted, demoted_pages, contention };
         // Given up, not lent: the in-process transport hands it to the server without a copy.
         if let Err(failed) = self.transport.send_owned(req) {
             let (e, req) = *failed;
             // The pages' bytes are not kept: the server stops waiting for them by itself.
-            let Piggyback { acks, discarded, demoted, .. } = req.piggyback;
+            let Piggyback { acks, discarded, demoted, contention, .. } = req.piggyback;
             self.cache.requeue_acks(acks);
             self.cache.requeue_discarded(&discarded);
             self.cache.requeue_demoted(&demoted);
+            if let Some(c) = contention {
+                // What happened since is added to it; the latest doom's object wins.
+                let u = &mut self.unreported;
+                let most = CONTENTION_COUNT_MAX as u32;
+                u.invalidation_aborts = (u.invalidation_aborts + c.invalidation_aborts).min(most);
+                u.retries = (u.retries + c.retries).min(most);
+                u.object = u.object.or(c.object);
+            }
             return Err(e);
         }
         Ok(())
@@ -1833,6 +1857,9 @@ impl Inner {
         }
         self.pinned(Inner::abort_local);
         self.stats.conflicts += 1;
+        let u = &mut self.unreported;
+        u.invalidation_aborts = (u.invalidation_aborts + 1).min(CONTENTION_COUNT_MAX as u32);
+        u.object = Some(o);
         let class = match self.hit_class.take() {
             Some(name) => format!(" (an object of class {name})"),
             None => String::new(),

@@ -9,7 +9,10 @@
 //!   random amount (at most what the first holds) from the first to the second, commit;
 //! - `--workload counters` (the ZODB comparison, `bench/zodb/counters.py`): read 1 to 4 distinct
 //!   counters; a quarter of the transactions commit there (read-only), the others increment a
-//!   random non-empty subset of what they read.
+//!   random non-empty subset of what they read;
+//! - `--workload hot`: every transaction reads the first counter and increments it: one hot
+//!   object, the case where one client can starve another (issue 32). The table then lists
+//!   each client's commits, and `--attempts` sets how often a transaction may be retried.
 //!
 //! A conflict (the server's `Stale`, `Conflict` or `TooOld`, or an invalidation that hit the
 //! running transaction) aborts the attempt; the client retries the same transaction after a
@@ -48,6 +51,8 @@ enum Workload {
     /// increment a random non-empty subset of what they read (the ZODB comparison,
     /// `bench/zodb/counters.py`).
     Counters,
+    /// Every transaction increments the first counter: one object every client writes.
+    Hot,
 }
 /// Options of `thor bench clients`.
 #[derive(Debug, Args)]
@@ -67,6 +72,10 @@ pub struct ClientsBench {
     /// Directory to create the database in (default: a temporary directory).
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
+    /// Attempts a transaction may take before the run fails
+    /// (`SessionConfig::run_attempts_max`).
+    #[arg(long, default_value_t = RUN_ATTEMPTS)]
+    attempts: u32,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -87,6 +96,8 @@ struct Run {
     abort_rate: f64,
     p50_us: f64,
     p99_us: f64,
+    /// Each client's committed transactions, in client order: how fairly they shared.
+    per_client: Vec<u64>,
     /// Why the server refused commits, and what else its concurrency control did.
     server: ServerCc,
 }
@@ -104,6 +115,14 @@ struct ServerCc {
     invalidations_sent: u64,
     invalidations_acked: u64,
     commits_per_fsync: f64,
+    /// Aborts the clients found themselves (an invalidation hit the running transaction),
+    /// as they reported them.
+    client_invalidation_aborts: u64,
+    /// Attempts the clients ran again, as they reported them.
+    client_retries: u64,
+    /// Fair retries: claims given to repeated losers, and commits held back for them.
+    fair_claims: u64,
+    fair_held: u64,
 }
 
 /// What one client did.
@@ -121,6 +140,7 @@ pub fn run(b: ClientsBench) -> Result<()> {
     let least = match b.workload {
         Workload::Transfers => 2,
         Workload::Counters => 4,
+        Workload::Hot => 1,
     };
     if b.accounts < least {
         bail!("--accounts must be at least {least} for {:?}", b.workload);
@@ -148,6 +168,9 @@ pub fn run(b: ClientsBench) -> Result<()> {
         Workload::Counters => println!(
             "\nshared counters (read 1 to 4, a quarter read-only, the others increment some), over loopback TCP"
         ),
+        Workload::Hot => {
+            println!("\none hot counter that every transaction increments, over loopback TCP")
+        }
     }
     println!(
         "{:>8} {:>9} {:>10} {:>9} {:>9} {:>11} {:>8} {:>9} {:>9}",
@@ -174,6 +197,16 @@ pub fn run(b: ClientsBench) -> Result<()> {
             r.p50_us,
             r.p99_us
         );
+    }
+    println!("\neach client's commits (smallest share over largest)");
+    for r in &runs {
+        let (min, max) = (r.per_client.iter().min(), r.per_client.iter().max());
+        let ratio = match (min, max) {
+            (Some(&a), Some(&b)) if b > 0 => a as f64 / b as f64,
+            _ => 0.0,
+        };
+        let each: Vec<String> = r.per_client.iter().map(u64::to_string).collect();
+        println!("{:>8} {:>6.3}  {}", r.clients, ratio, each.join(" "));
     }
     println!("\nat the server: refusals by cause, invalidations, group commit");
     println!(
@@ -205,9 +238,18 @@ pub fn run(b: ClientsBench) -> Result<()> {
             c.commits_per_fsync
         );
     }
+    println!("\nreported by the clients, and fair retries");
     println!(
-        "(aborts the client counted but the server did not refuse were doomed by an invalidation)"
+        "{:>8} {:>12} {:>9} {:>8} {:>8}",
+        "clients", "inval abort", "retries", "claims", "held"
     );
+    for r in &runs {
+        let c = &r.server;
+        println!(
+            "{:>8} {:>12} {:>9} {:>8} {:>8}",
+            r.clients, c.client_invalidation_aborts, c.client_retries, c.fair_claims, c.fair_held
+        );
+    }
     Ok(())
 }
 
@@ -224,16 +266,17 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
     let engine = Arc::new(Engine::create(Arc::new(disk), EngineOptions::default())?);
     let server = Server::start("127.0.0.1:0", engine.clone(), NetConfig::default())?;
     let addr = server.local_addr();
+    let attempts = b.attempts;
     let connect = move |name: String| -> Result<Session> {
         let cfg = ClientConfig { client_name: name, ..ClientConfig::default() };
         let t = TcpTransport::connect(addr, &cfg)?;
         // Under high contention a transfer may lose many times in a row: retry for long.
-        let cfg = SessionConfig { run_attempts_max: RUN_ATTEMPTS, ..SessionConfig::default() };
+        let cfg = SessionConfig { run_attempts_max: attempts, ..SessionConfig::default() };
         Ok(Session::new(Box::new(t), cfg)?)
     };
     let opening = match b.workload {
         Workload::Transfers => OPENING,
-        Workload::Counters => 0,
+        Workload::Counters | Workload::Hot => 0,
     };
     let accounts = bank::open_bank(&connect("setup".into())?, b.accounts, opening)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -251,8 +294,10 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
     std::thread::sleep(Duration::from_secs_f64(b.seconds));
     stop.store(true, Ordering::Relaxed);
     let mut all = Tally::default();
+    let mut per_client = Vec::with_capacity(clients);
     for t in threads {
         let t = t.join().map_err(|_| anyhow::anyhow!("a client thread panicked"))??;
+        per_client.push(t.committed);
         all.committed += t.committed;
         all.read_only += t.read_only;
         all.aborted += t.aborted;
@@ -278,6 +323,10 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
         invalidations_sent: st.invalidations_sent,
         invalidations_acked: st.invalidations_acked,
         commits_per_fsync: st.commits_per_fsync,
+        client_invalidation_aborts: st.client_invalidation_aborts,
+        client_retries: st.client_retries,
+        fair_claims: st.fair_claims,
+        fair_held: st.fair_held,
     };
     server.shutdown()?;
     all.latencies_us.sort_by(f64::total_cmp);
@@ -298,6 +347,7 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
         abort_rate: if attempts == 0 { 0.0 } else { all.aborted as f64 / attempts as f64 },
         p50_us: pct(0.5),
         p99_us: pct(0.99),
+        per_client,
         server: server_cc,
     })
 }
@@ -342,6 +392,7 @@ fn draw(workload: Workload, n: usize, rng: &mut thor_storage::SplitMix64) -> Pla
             };
             Plan { accounts, transfer: None, increment }
         }
+        Workload::Hot => Plan { accounts: vec![0], transfer: None, increment: vec![true] },
     }
 }
 

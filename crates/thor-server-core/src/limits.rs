@@ -76,6 +76,44 @@ pub const VQ_THRESHOLD_DELTA_US: u64 = 10_000_000;
 /// of 8 KB pages, a large client cache.
 pub const DIRECTORY_PAGES_MAX: usize = 131_072;
 
+/// Fair retries (`core::fair`): how long an armed claim holds back other sessions' commits
+/// that write its object, and the longest a held commit waits in all. A claim is armed by its
+/// holder's first request after its loss (after the client's backoff), which fetches the new
+/// version or commits again; the hold must cover that fetch, the commit and its group commit's
+/// fsync: under a millisecond on loopback, a few on a local network with a disk that syncs in
+/// 10 ms. 20 ms leaves room for those, and a claim whose holder does not commit in time delays
+/// its rivals that long once.
+pub const FAIR_HOLD_US: u64 = 20_000;
+
+/// Fair retries: how long a claim waits to be armed by its holder's next request, holding no
+/// one back meanwhile: the holder's backoff, at most 50 ms with the client's defaults
+/// (`thor_client::SessionConfig::run_backoff_max`), with room. A holder that does not come
+/// back in time (its application gave up) loses the claim.
+pub const FAIR_ARM_WITHIN_US: u64 = 80_000;
+
+/// Fair retries: consecutive losses (refusals by validation, or aborts by an invalidation the
+/// client reports) after which a session gets a claim on the object it lost on. Two: one loss
+/// is ordinary contention that a retry usually wins; a second in a row means a rival is
+/// committing back to back, which is when one client starved the other (10,803 commits
+/// against 1 in 5 s, issue 32). Claiming at the first loss made every conflict hold commits
+/// back.
+pub const FAIR_LOSSES_MIN: u32 = 2;
+
+/// Fair retries: most objects one session holds claims on at once; a further claim replaces its
+/// oldest. A transaction that keeps losing usually loses on one or two hot objects; four lets
+/// a transfer between two hot accounts claim both, and bounds the claims to four per session.
+pub const FAIR_CLAIMS_PER_SESSION_MAX: usize = 4;
+
+/// Fair retries: most commits held back at once. Each session has at most one commit in
+/// flight, so the session limit bounds them already; this bound is a second guard that keeps
+/// the held list (scanned once per step) small whatever the session limit. Past it a commit
+/// is validated at once, as without fair retries.
+pub const FAIR_HELD_MAX: usize = 1024;
+
+const _: () = assert!(FAIR_LOSSES_MIN >= 1);
+const _: () = assert!(FAIR_HOLD_US < VQ_THRESHOLD_DELTA_US);
+const _: () = assert!(FAIR_ARM_WITHIN_US < VQ_THRESHOLD_DELTA_US);
+
 /// Most unacknowledged invalidations of one client before its session expires: far more than
 /// a client that reads its replies ever leaves, and 4 MiB of orefs at most.
 pub const INVALID_SET_MAX: usize = 1 << 20;

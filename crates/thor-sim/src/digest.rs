@@ -85,11 +85,17 @@ pub(crate) fn digest_request(id: u64, req: &Request) -> u64 {
             return framed(|f| req.encode(id, usize::MAX, f), || format!("{id} {req:?}"));
         }
     }
-    let Piggyback { acks, discarded, demoted, demoted_pages } = piggyback;
+    let Piggyback { acks, discarded, demoted, demoted_pages, contention } = piggyback;
     acks.hash(&mut h);
     discarded.hash(&mut h);
     demoted.hash(&mut h);
     demoted_pages.hash(&mut h);
+    if let Some(c) = contention {
+        let thor_wire::contention::Contention { invalidation_aborts, retries, object } = c;
+        invalidation_aborts.hash(&mut h);
+        retries.hash(&mut h);
+        object.hash(&mut h);
+    }
     h.finish()
 }
 

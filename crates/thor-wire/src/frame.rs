@@ -22,6 +22,9 @@
 //!   so a version-1 peer, which never negotiates demotion, never sees it. Bit 1
 //!   ([`FLAG_SEEN`], version 5) says a reply carries the seen section (`crate::resume`); a
 //!   server sets it only on connections that agreed on version 5, and a request never has it.
+//!   Bit 2 ([`FLAG_CONTENTION`], version 6) says a request carries the contention report
+//!   (`crate::contention`); a client sets it only on connections that agreed on version 6, and
+//!   a reply never has it.
 //!   The other bits are reserved and zero; a receiver refuses a frame with any of them set.
 //! - `request id` is chosen by the client; the reply to a request carries the same id. The
 //!   server answers requests in the order they arrive. Errors that answer no request (a frame
@@ -44,8 +47,10 @@ pub const FLAGS_NONE: u16 = 0;
 pub const FLAG_DEMOTION: u16 = 1;
 /// A reply carries the seen section (version 5, `crate::resume`).
 pub const FLAG_SEEN: u16 = 2;
+/// A request carries the contention report (version 6, `crate::contention`).
+pub const FLAG_CONTENTION: u16 = 4;
 /// Every flag this version knows.
-const FLAGS_KNOWN: u16 = FLAG_DEMOTION | FLAG_SEEN;
+const FLAGS_KNOWN: u16 = FLAG_DEMOTION | FLAG_SEEN | FLAG_CONTENTION;
 
 /// A frame whose header has been checked: its length, checksum and flags. The payload is not
 /// decoded yet (see [`crate::Request::decode`] and [`crate::Reply::decode`]); a receiver that
@@ -56,7 +61,8 @@ pub struct Frame {
     pub kind: u16,
     /// The request id: chosen by the client, echoed by the server.
     pub id: u64,
-    /// The header's flags (only known ones: [`FLAG_DEMOTION`], [`FLAG_SEEN`]).
+    /// The header's flags (only known ones: [`FLAG_DEMOTION`], [`FLAG_SEEN`],
+    /// [`FLAG_CONTENTION`]).
     pub flags: u16,
     /// The message's bytes after the header (a zero-copy slice of the frame).
     pub payload: Bytes,
@@ -81,7 +87,7 @@ pub fn frame_size(
     Ok(total as usize)
 }
 
-fn checksum(frame: &[u8]) -> u32 {
+pub(crate) fn checksum(frame: &[u8]) -> u32 {
     let mut crc = Crc32c::new();
     crc.update(&frame[0..4]);
     crc.update(&frame[8..]);

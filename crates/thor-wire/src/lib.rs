@@ -28,6 +28,8 @@
 //! - [`prefetch`]: `Prefetch` and `Pages` (version 4), a fetch that brings further pages.
 //! - [`resume`]: `Resume`, `Resumed`, `CommitWithId` and the seen section of replies (version
 //!   5): a session that survives a broken connection.
+//! - [`contention`]: the contention report on requests (version 6): the aborts a client found
+//!   itself and its retries.
 //! - [`stats`]: the counters of a `Stats` reply.
 //! - [`code`]: the codes of `Error` and `CommitRefused` replies.
 //! - [`version`]: which protocol version each message, flag and code needs.
@@ -72,7 +74,9 @@
 //! and each code needs (`Request::version_needed`, `ErrorCode::since`, `RefusedCode::since`): the
 //! server answers a request newer than its connection's version `UnknownType` and never sends a
 //! code newer than it. Version 5 added `Error(Forbidden)` (a request outside the session's
-//! credential's scope) and the refusal `UnknownServer`.
+//! credential's scope) and the refusal `UnknownServer`. Version 6 added the contention report
+//! on requests (`contention.rs`, frame flag `FLAG_CONTENTION`): the aborts a client found
+//! itself and its retries, which the server counts and its fair retries use.
 //!
 //! `pagecommit.rs` has the page-based commit modes' messages (`PageRecords`, `PageCommit`) and
 //! `CommitMode`, which `HelloOk`'s flags carry (bits 1-3). `prefetch.rs` has version 4's
@@ -93,10 +97,11 @@
 //! version 5's `ErrorCode::Forbidden`, `RefusedCode::UnknownServer`; `version::{REQUEST_VERSIONS,
 //! request_version, VERSION_*}`;
 //! and its resume: `Resume`, `Resumed`, `Seen`, `SeenRange`, `HistoryPoint`, `CacheVerdict`,
-//! `Outcome`, `Commit::id`.
+//! `Outcome`, `Commit::id`; version 6's `Contention` (`Piggyback::contention`).
 
 pub mod code;
 mod codec;
+pub mod contention;
 pub mod error;
 pub mod frame;
 pub mod limits;
@@ -110,6 +115,7 @@ pub mod twopc;
 pub mod version;
 
 pub use code::{ErrorCode, RefusedCode};
+pub use contention::Contention;
 pub use error::WireError;
 pub use frame::{Frame, frame_size};
 pub use limits::{WIRE_VERSION, WIRE_VERSION_MIN};

@@ -36,9 +36,18 @@ pub const FRAME_BYTES_SETTING_MIN: usize = 64 << 10;
 /// It also added resuming a session on a new connection (`crate::resume`): `Resume`,
 /// `Resumed`, `CommitWithId` and the seen section of replies (frame flag `FLAG_SEEN`), which
 /// a server sends and a client sends only on connections that agreed on 5.
-pub const WIRE_VERSION: u16 = 5;
+/// Version 6 added the contention report on requests (`crate::contention`, frame flag
+/// `FLAG_CONTENTION`): the aborts a client found itself and its retries, which a client sends
+/// only on connections that agreed on 6.
+pub const WIRE_VERSION: u16 = 6;
 /// The oldest protocol version this build still speaks.
 pub const WIRE_VERSION_MIN: u16 = 1;
+
+/// The largest count in a contention report (`crate::contention`). A client sends a request
+/// between any two of its aborts or retries, so an honest report holds one or two; 1024
+/// leaves room for a client that reports late and bounds what one request can add to a
+/// server's counters.
+pub const CONTENTION_COUNT_MAX: usize = 1024;
 
 /// The longest authentication token. A 256-bit secret in hex is 64 bytes; 1 KiB allows any
 /// sensible secret format (a signed token, a passphrase) and bounds the Hello frame.

@@ -27,6 +27,9 @@
 //!
 //! Then, on replies of version-5 connections (frame flag `FLAG_SEEN`), the *seen* section: the
 //! newest change visible when the reply was sent ([`crate::resume`] has its layout and use).
+//! And on requests of version-6 connections (frame flag `FLAG_CONTENTION`), after the demotion
+//! sections, the *contention* report: the aborts the client found itself and its retries since
+//! its last report ([`crate::contention`] has its layout and use).
 //!
 //! Acks confirm invalidations the client has applied; discarded pages are pages the client
 //! dropped from its cache (so that the server's directory of cached pages can forget them).
@@ -145,7 +148,7 @@ use thor_core::{ClientId, Lsn, Oref, PageId, ServerId};
 use crate::code::{ErrorCode, RefusedCode};
 use crate::codec::{Put, Reader, check_limit, check_oref};
 use crate::error::WireError;
-use crate::frame::{self, FLAG_DEMOTION, FLAG_SEEN, FLAGS_NONE, Frame};
+use crate::frame::{self, FLAG_CONTENTION, FLAG_DEMOTION, FLAG_SEEN, FLAGS_NONE, Frame};
 use crate::limits::{
     ACKS_MAX, CLIENT_NAME_BYTES_MAX, COMMIT_OBJECTS_MAX, DEMOTED_PAGES_MAX, DEMOTED_WANTED_MAX,
     DISCARDED_PAGES_MAX, FRAME_BYTES_MAX, FRAME_BYTES_SETTING_MIN, FRAME_HEADER_BYTES,
@@ -260,6 +263,9 @@ pub struct Piggyback {
     pub demoted: Vec<PageId>,
     /// The bytes of demoted pages the server asked for, in their stored form.
     pub demoted_pages: Vec<(PageId, Bytes)>,
+    /// The contention the client met since its last report (version 6, frame flag
+    /// [`FLAG_CONTENTION`]): the aborts it found itself and its retries.
+    pub contention: Option<crate::contention::Contention>,
 }
 
 impl Piggyback {
@@ -274,6 +280,7 @@ impl Piggyback {
             && self.discarded.is_empty()
             && self.demoted.is_empty()
             && self.demoted_pages.is_empty()
+            && self.contention.is_none()
     }
 }
 
@@ -638,6 +645,10 @@ impl Request {
         if pb.has_demotions() {
             n += 8 + 4 * pb.demoted.len();
         }
+        if let Some(c) = &pb.contention {
+            c.check()?;
+            n += crate::contention::CONTENTION_BYTES;
+        }
         for (_, bytes) in &pb.demoted_pages {
             if !is_valid_page_size(bytes.len()) {
                 return Err(WireError::BadValue { what: "demoted page", why: "not a page size" });
@@ -691,7 +702,10 @@ impl Request {
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
         let size = self.frame_bytes()?;
-        let flags = if self.piggyback.has_demotions() { FLAG_DEMOTION } else { FLAGS_NONE };
+        let mut flags = if self.piggyback.has_demotions() { FLAG_DEMOTION } else { FLAGS_NONE };
+        if self.piggyback.contention.is_some() {
+            flags |= FLAG_CONTENTION;
+        }
         encode_frame(size, self.body.kind(), flags, id, max_frame_bytes, out, |out| {
             self.write_payload(out)
         })
@@ -717,6 +731,9 @@ impl Request {
                 out.put_u32(bytes.len() as u32);
                 out.extend_from_slice(bytes);
             }
+        }
+        if let Some(c) = &pb.contention {
+            c.put(out);
         }
         match &self.body {
             RequestBody::Hello(h) => {
@@ -780,7 +797,12 @@ impl Request {
                 demoted_pages.push((page, r.bytes(len, "demoted page bytes")?));
             }
         }
-        let piggyback = Piggyback { acks, discarded, demoted, demoted_pages };
+        let contention = if frame.flags & FLAG_CONTENTION != 0 {
+            Some(crate::contention::Contention::get(&mut r)?)
+        } else {
+            None
+        };
+        let piggyback = Piggyback { acks, discarded, demoted, demoted_pages, contention };
         let body = match frame.kind {
             kind::HELLO => {
                 if r.u32("hello magic")? != HELLO_MAGIC {
@@ -971,6 +993,12 @@ impl Reply {
                 WireError::UnexpectedType { kind: frame.kind, expected: "reply" }
             } else {
                 WireError::UnknownType(frame.kind)
+            });
+        }
+        if frame.flags & FLAG_CONTENTION != 0 {
+            return Err(WireError::BadValue {
+                what: "flags",
+                why: "a contention report on a reply",
             });
         }
         let mut r = Reader::new(frame.payload.clone());
@@ -1275,7 +1303,7 @@ mod tests {
         assert!(matches!(req_err(kind::ABORT, &p), WireError::TrailingBytes { .. }));
         let f = raw_frame(kind::STATS, &empty_pb);
         let mut bad = f.to_vec();
-        bad[10] = 4;
+        bad[10] = 8;
         let crc = {
             let mut c = Crc32c::new();
             c.update(&bad[0..4]);
@@ -1285,8 +1313,21 @@ mod tests {
         bad[4..8].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(
             decode_request(Bytes::from(bad), FRAME_BYTES_MAX).unwrap_err(),
-            WireError::ReservedFlags(4)
+            WireError::ReservedFlags(8)
         );
+        // Bit 2 is the contention report's (version 6): without its section the frame is short.
+        assert!(matches!(
+            req_err_flagged(kind::STATS, FLAG_CONTENTION, &empty_pb),
+            WireError::Truncated { what: "invalidation aborts" }
+        ));
+        // And it belongs to requests.
+        let mut reply_pb = 0u32.to_le_bytes().to_vec();
+        reply_pb.extend_from_slice(&[0; 12]);
+        assert!(matches!(
+            decode_reply(raw_frame_flagged(kind::ACK, FLAG_CONTENTION, &reply_pb), FRAME_BYTES_MAX)
+                .unwrap_err(),
+            WireError::BadValue { what: "flags", .. }
+        ));
         // The seen section belongs to replies.
         assert!(matches!(
             req_err_flagged(kind::STATS, FLAG_SEEN, &empty_pb),

@@ -298,6 +298,23 @@ server_stats! {
     log_disk_bytes: u64,
     /// The MOB's budget in bytes (mob_bytes over this is how full it is).
     mob_bytes_max: u64,
+    /// Transactions clients aborted themselves because an invalidation named an object they
+    /// used (reported on their next request, version 6): conflicts the refusal counters do
+    /// not see.
+    client_invalidation_aborts: u64,
+    /// Attempts clients ran again after a conflict (reported, version 6).
+    client_retries: u64,
+    /// Fair retries: claims given to sessions that kept losing on an object (each holds back
+    /// other sessions' commits that write the object until the holder commits).
+    fair_claims: u64,
+    /// Fair retries: commits held back because another session's claim covered an object
+    /// they write.
+    fair_held: u64,
+    /// Fair retries: held commits released because their wait ran out before the claim
+    /// ended.
+    fair_held_timed_out: u64,
+    /// Fair retries: claims that ended unused (their holder did not commit in time).
+    fair_claims_expired: u64,
 }
 
 /// `ServerStats::health` of a server that serves.

@@ -18,6 +18,7 @@
 //! | 3 | two-phase commit: `Prepare`, `Peer`, the reply `Prepared`, the refusal `Aborted` |
 //! | 4 | prefetch: `Prefetch` and the reply `Pages` |
 //! | 5 | scoped credentials: `Error(Forbidden)`, the refusal `UnknownServer`; resuming a session: `Resume`, `CommitWithId`, the reply `Resumed` and the frame flag `FLAG_SEEN` on replies (`crate::resume`) |
+//! | 6 | the contention report on requests: the frame flag [`crate::frame::FLAG_CONTENTION`] and its section (`crate::contention`) |
 
 use crate::limits::{WIRE_VERSION, WIRE_VERSION_MIN};
 use crate::message::{Request, kind};
@@ -33,6 +34,9 @@ pub const VERSION_SCOPES: u16 = 5;
 /// The version that added resuming a session (`Resume`, `CommitWithId`, `Resumed`, the seen
 /// section of replies): the same as [`VERSION_SCOPES`], both came in one release.
 pub const VERSION_RESUME: u16 = 5;
+/// The version that added the contention report on requests (the frame flag
+/// [`crate::frame::FLAG_CONTENTION`], `crate::contention`).
+pub const VERSION_CONTENTION: u16 = 6;
 
 /// Every request type and the version that added it.
 pub const REQUEST_VERSIONS: [(u16, u16); 14] = [
@@ -66,10 +70,11 @@ pub const fn request_version(kind: u16) -> Option<u16> {
 
 impl Request {
     /// The oldest version in which this request can be sent: its type's, or demotion's if its
-    /// piggyback carries demotion sections.
+    /// piggyback carries demotion sections, or the contention report's if it carries one.
     pub fn version_needed(&self) -> u16 {
         let body = request_version(self.body.kind()).expect("every request type is in the table");
-        if self.piggyback.has_demotions() { body.max(VERSION_DEMOTION) } else { body }
+        let body = if self.piggyback.has_demotions() { body.max(VERSION_DEMOTION) } else { body };
+        if self.piggyback.contention.is_some() { body.max(VERSION_CONTENTION) } else { body }
     }
 }
 
@@ -86,6 +91,7 @@ const _: () = assert!(VERSION_TWO_PHASE < VERSION_PREFETCH);
 const _: () = assert!(VERSION_PREFETCH < VERSION_SCOPES);
 const _: () = assert!(VERSION_SCOPES <= WIRE_VERSION);
 const _: () = assert!(VERSION_PREFETCH < VERSION_RESUME && VERSION_RESUME <= WIRE_VERSION);
+const _: () = assert!(VERSION_RESUME < VERSION_CONTENTION && VERSION_CONTENTION <= WIRE_VERSION);
 
 #[cfg(test)]
 mod tests {
@@ -165,5 +171,9 @@ mod tests {
         demoting.piggyback.demoted.clear();
         demoting.piggyback.demoted_pages = vec![(PageId::FIRST, Bytes::from(vec![0; 4096]))];
         assert_eq!(demoting.version_needed(), VERSION_DEMOTION);
+        let mut reporting = Request::new(RequestBody::Fetch { page: PageId::FIRST });
+        reporting.piggyback.contention =
+            Some(crate::Contention { retries: 1, ..crate::Contention::default() });
+        assert_eq!(reporting.version_needed(), VERSION_CONTENTION);
     }
 }

@@ -50,6 +50,15 @@
 //! invalid set only once every sending of it has been acknowledged, so that an ack of an early
 //! invalidation never clears a later one the client has not seen.
 //!
+//! # Fair retries
+//!
+//! Validation is first come, first served, which lets a client that commits back to back
+//! starve one that keeps losing to it. [`Cc`] also keeps the claims of repeated losers
+//! (`super::fair`): a session's losses count up from its refusals ([`Cc::lost`]) and the
+//! invalidation aborts its client reports, until it commits ([`Cc::committed`]) or validates a
+//! transaction that writes nothing. The core holds back other sessions' commits that write a
+//! claimed object; the rules themselves are unchanged.
+//!
 //! # After a crash
 //!
 //! The VQ is restored from the commit records after the checkpoint (each carries its timestamp
@@ -65,6 +74,7 @@ use smallvec::SmallVec;
 use thor_core::{Oref, PageId};
 
 use super::ConnId;
+use super::fair::{Claims, FairConfig};
 use super::orefset::OrefSet;
 
 /// A transaction's place in the serial order: the server clock's microseconds, then the
@@ -111,6 +121,9 @@ pub struct CcConfig {
     /// bounded, a read-only traversal of 437,000 objects costs no table of that size, and a
     /// commit of 99,000 objects no index entry per object.
     pub reads_tracked_max: usize,
+    /// Fair retries (`super::fair`): how long a repeated loser's claim holds back its rivals,
+    /// and after how many losses in a row it gets one.
+    pub fair: FairConfig,
 }
 
 impl Default for CcConfig {
@@ -121,6 +134,7 @@ impl Default for CcConfig {
             directory_pages_max: crate::limits::DIRECTORY_PAGES_MAX,
             invalid_max: crate::limits::INVALID_SET_MAX,
             reads_tracked_max: crate::limits::READS_TRACKED_MAX,
+            fair: FairConfig::default(),
         }
     }
 }
@@ -320,6 +334,8 @@ pub struct Cc {
     /// The committing transactions that name more than [`CcConfig::reads_tracked_max`]
     /// objects, with their writes (see the module documentation). Rarely more than one.
     big: Vec<(Timestamp, OrefSet)>,
+    /// Fair retries: repeated losers' claims (`super::fair`).
+    claims: Claims,
     counters: CcCounters,
     /// The deliberately broken protocol (tests only, `crate::mutants`).
     #[cfg(feature = "mutants")]
@@ -339,6 +355,7 @@ impl Cc {
             vq: BTreeMap::new(),
             objs: FxHashMap::default(),
             big: Vec::new(),
+            claims: Claims::new(cfg.fair),
             counters: CcCounters::default(),
             #[cfg(feature = "mutants")]
             mutant: None,
@@ -348,6 +365,25 @@ impl Cc {
     /// The counters.
     pub fn counters(&self) -> CcCounters {
         self.counters
+    }
+
+    /// Fair retries' claims (`super::fair`).
+    pub fn claims(&self) -> &Claims {
+        &self.claims
+    }
+
+    /// Fair retries' claims, to count what the core holds back.
+    pub fn claims_mut(&mut self) -> &mut Claims {
+        &mut self.claims
+    }
+
+    /// Validation refused a transaction of `conn` for `r`: a loss, which may earn its session a
+    /// claim on the object `r` names (`super::fair`). The embedded API's commits (`None`)
+    /// never claim.
+    pub fn lost(&mut self, conn: Option<ConnId>, r: &Refusal, now_us: u64) {
+        if let Some(conn) = conn {
+            self.claims.lost(conn, r.object(), now_us);
+        }
     }
 
     /// Entries in the validation queue now.
@@ -501,10 +537,11 @@ impl Cc {
         true
     }
 
-    /// Forgets a session's state (its connection ended).
+    /// Forgets a session's state (its connection ended), its claims included.
     pub fn disconnect(&mut self, conn: ConnId) {
         self.directory_changes += 1;
         self.clients.remove(&conn);
+        self.claims.disconnect(conn);
     }
 
     /// Asserts its bounds and relations: the validation queue within its bound, each
@@ -522,6 +559,7 @@ impl Cc {
                 assert!(c.invalid.contains_key(o), "unsent invalidation {o:?} of {conn} pending");
             }
         }
+        self.claims.check_invariants();
     }
 
     /// Whether this runs mutant `m` (always `false` without the `mutants` feature).
@@ -604,8 +642,28 @@ impl Cc {
 
     /// Validates a transaction of `conn` (`None`: the embedded API, which caches nothing) that
     /// read `reads` and writes `writes`, at `ts` (`None`: a fresh timestamp). Changes nothing
-    /// but counters of retries; on success returns the timestamp to [`Cc::insert`] it at.
+    /// but counters of retries, and, when a transaction that writes nothing passes, its
+    /// session's claims (it has won: `super::fair`); on success returns the timestamp to
+    /// [`Cc::insert`] it at.
     pub fn validate(
+        &mut self,
+        conn: Option<ConnId>,
+        reads: &[Oref],
+        writes: &[Oref],
+        ts: Option<Timestamp>,
+        now_us: u64,
+    ) -> Result<Timestamp, Refusal> {
+        let r = self.validate_rules(conn, reads, writes, ts, now_us);
+        if r.is_ok()
+            && writes.is_empty()
+            && let Some(conn) = conn
+        {
+            self.claims.won(conn);
+        }
+        r
+    }
+
+    fn validate_rules(
         &mut self,
         conn: Option<ConnId>,
         reads: &[Oref],
@@ -727,6 +785,10 @@ impl Cc {
     /// it wrote gets that object in its invalid set. Returns the sessions whose invalid sets
     /// passed their bound (to expire).
     pub fn committed(&mut self, ts: Timestamp, committer: Option<ConnId>) -> Vec<ConnId> {
+        if let Some(conn) = committer {
+            // It won: its claims end and the commits they held back go on.
+            self.claims.won(conn);
+        }
         let Some(entry) = self.vq.get_mut(&ts) else { return Vec::new() };
         entry.committed = true;
         let mos = std::mem::take(&mut entry.mos);

@@ -41,6 +41,7 @@ impl Core {
             self.cc.directory_has(conn, page)
         });
         self.twopc_check_invariants();
+        self.fair_check_invariants();
         self.check_prepared();
         self.check_queue();
         if self.failed.is_some() {

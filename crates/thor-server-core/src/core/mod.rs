@@ -63,6 +63,7 @@ pub(crate) mod cc;
 pub(crate) mod commit_path;
 pub(crate) mod credentials;
 pub(crate) mod demote;
+pub(crate) mod fair;
 pub(crate) mod install;
 mod invariants;
 mod orefset;
@@ -704,6 +705,8 @@ pub struct Core {
     prepared_cc: FxHashMap<Lsn, (cc::Timestamp, Option<ConnId>)>,
     /// Two-phase commit: parts in doubt, transactions coordinated here.
     twopc: twopc::TwoPc,
+    /// Commits held back for repeated losers' claims (`fair`).
+    held: fair::Held,
     /// How requests become commits and commits reach the log (`commit_path`): object
     /// shipping, or a page mode of thor-study's.
     path: Box<dyn commit_path::CommitPath>,
@@ -728,6 +731,7 @@ impl Core {
         Ok(Core {
             cc,
             twopc: twopc::TwoPc::new(cfg.twopc.clone()),
+            held: fair::Held::default(),
             demotions: demote::Demotions::new(cfg.hash_key),
             #[cfg(feature = "mutants")]
             mutant: None,
@@ -914,7 +918,8 @@ impl Core {
     /// When the driver must step the core next (with [`Input::Tick`] if nothing else
     /// arrives), in the driver's microseconds: the earliest of the idle install (a MOB left
     /// unchanged for [`CoreConfig::idle_flush_after_us`]) and two-phase commit's timers
-    /// (queries, vote timeouts, resends). `None`: nothing waits on time, and only an input
+    /// (queries, vote timeouts, resends) and the end of a held commit's wait (`fair`). `None`:
+    /// nothing waits on time, and only an input
     /// can make the core act. A deadline at or before the last `now` means "step now".
     /// (quinn-proto's `poll_timeout`: the driver sleeps to it, and need not poll.)
     pub fn next_deadline_us(&self) -> Option<u64> {
@@ -925,7 +930,7 @@ impl Core {
             && !self.store.mob.is_empty()
             && self.store.pending().is_empty())
         .then(|| self.last_commit_us.saturating_add(self.cfg.idle_flush_after_us));
-        [idle, self.twopc_deadline_us()].into_iter().flatten().min()
+        [idle, self.twopc_deadline_us(), self.fair_deadline_us()].into_iter().flatten().min()
     }
 
     /// Updates the driver's counters (log and traffic) that `Stats` reports.
@@ -1033,6 +1038,7 @@ impl Core {
             }
         }
         self.run_unparked(fx);
+        self.fair_release();
         self.pump(fx);
         self.maybe_start_round(fx);
         self.drain(fx);
@@ -1173,6 +1179,12 @@ impl Core {
             let pb = std::mem::take(&mut req.piggyback);
             self.sessions.count_piggyback(&pb);
             self.cc.piggyback(conn, &pb.acks, &pb.discarded);
+            // A report may earn the session a claim; any request of a repeated loser arms its
+            // claims (`fair`).
+            if let Some(c) = &pb.contention {
+                self.cc.claims_mut().reported(conn, c, self.now_us);
+            }
+            self.cc.claims_mut().active(conn, self.now_us);
             // Demotion only from sessions invited to it. It does not touch the directory: the
             // client reports a demoted page as discarded too, when CLOCC allows. Data first,
             // then notices, then discards, so that none forgets what the one before needs.
@@ -1562,6 +1574,7 @@ impl Core {
     /// Drops the queued (and parked) commits of `conn`, whose session ends. The head of the
     /// queue may be waiting for page reads; those complete into the page cache regardless.
     fn drop_unvalidated(&mut self, conn: ConnId, fx: &mut Vec<Effect>) {
+        self.fair_drop(conn);
         if !self.queue.iter().any(|q| q.origin.conn() == Some(conn)) && !self.twopc_parks(conn) {
             return;
         }
@@ -1750,6 +1763,10 @@ impl Core {
                 }
             };
         }
+        if self.fair_hold_head(&writes) {
+            return None;
+        }
+        let head = self.queue.front().expect("not held");
         let conn = head.origin.conn();
         if self.mutated(crate::mutants::Mutant::ValidationOff) {
             let ts = self.cc.validate(None, &[], &[], None, self.now_us);
@@ -1761,7 +1778,10 @@ impl Core {
                 let q = self.queue.pop_front().expect("checked");
                 match self.in_doubt_writer(&r) {
                     Some(on) => self.park(on, r, twopc::ParkedWork::Queued(q)),
-                    None => self.refuse(q.origin, r, fx),
+                    None => {
+                        self.cc.lost(conn, &r, self.now_us);
+                        self.refuse(q.origin, r, fx)
+                    }
                 }
                 None
             }
@@ -2202,6 +2222,7 @@ impl Core {
         let c = self.cc.counters();
         let d = self.demotions.counters();
         let t = self.twopc_stats();
+        let f = self.cc.claims().counters();
         ServerStats {
             commits: e.commits,
             versions_committed: e.versions_committed,
@@ -2283,6 +2304,12 @@ impl Core {
             database_bytes: self.driver.database_bytes,
             log_disk_bytes: self.driver.log_disk_bytes,
             mob_bytes_max: self.cfg.mob_bytes as u64,
+            client_invalidation_aborts: f.invalidation_aborts,
+            client_retries: f.retries,
+            fair_claims: f.claims,
+            fair_held: f.held,
+            fair_held_timed_out: f.held_timed_out,
+            fair_claims_expired: f.claims_expired,
             ..self.page_stats()
         }
     }
@@ -2357,6 +2384,8 @@ mod testdisk;
 mod tests;
 #[cfg(test)]
 mod tests_creds;
+#[cfg(test)]
+mod tests_fair;
 #[cfg(test)]
 mod tests_prefetch;
 #[cfg(test)]

@@ -33,13 +33,29 @@ pub fn piggyback() -> impl Strategy<Value = Piggyback> {
         vec(page_id(), 0..8),
         vec(page_id(), 0..8),
         vec((page_id(), vec(any::<u8>(), 1024..=1024)), 0..3),
+        proptest::option::of(contention()),
     )
-        .prop_map(|(acks, discarded, demoted, data)| Piggyback {
+        .prop_map(|(acks, discarded, demoted, data, contention)| Piggyback {
             acks,
             discarded,
             demoted,
             demoted_pages: data.into_iter().map(|(p, b)| (p, Bytes::from(b))).collect(),
+            contention,
         })
+}
+
+/// A well-formed contention report (version 6): at least one count, the object exactly when
+/// an invalidation abort is reported.
+pub fn contention() -> impl Strategy<Value = thor_wire::Contention> {
+    let most = thor_wire::limits::CONTENTION_COUNT_MAX as u32;
+    (0..=most, 0..=most, oref()).prop_filter_map("an empty report", |(aborts, retries, o)| {
+        let c = thor_wire::Contention {
+            invalidation_aborts: aborts,
+            retries,
+            object: (aborts > 0).then_some(o),
+        };
+        (!c.is_empty()).then_some(c)
+    })
 }
 
 pub fn request_body() -> impl Strategy<Value = RequestBody> {
@@ -161,7 +177,7 @@ pub fn request() -> impl Strategy<Value = Request> {
 }
 
 fn stats() -> impl Strategy<Value = ServerStats> {
-    (vec(any::<u64>(), 90), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
+    (vec(any::<u64>(), 96), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
         commits: w[0],
         versions_committed: w[1],
         objects_created: w[2],
@@ -254,6 +270,12 @@ fn stats() -> impl Strategy<Value = ServerStats> {
         database_bytes: w[87],
         log_disk_bytes: w[88],
         mob_bytes_max: w[89],
+        client_invalidation_aborts: w[90],
+        client_retries: w[91],
+        fair_claims: w[92],
+        fair_held: w[93],
+        fair_held_timed_out: w[94],
+        fair_claims_expired: w[95],
     })
 }
 
