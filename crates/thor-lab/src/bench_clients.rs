@@ -159,7 +159,13 @@ pub fn run(b: ClientsBench) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "runs": runs }))?);
         return Ok(());
     }
-    match b.workload {
+    print_tables(b.workload, &runs);
+    Ok(())
+}
+
+/// The tables of `thor bench clients`: throughput, each client's share, the server's counters.
+fn print_tables(workload: Workload, runs: &[Run]) {
+    match workload {
         Workload::Transfers => {
             println!(
                 "\ntransfers between accounts (read two balances, write both), over loopback TCP"
@@ -184,7 +190,7 @@ pub fn run(b: ClientsBench) -> Result<()> {
         "p50 us",
         "p99 us"
     );
-    for r in &runs {
+    for r in runs {
         println!(
             "{:>8} {:>9} {:>10} {:>9} {:>9} {:>11.0} {:>7.1}% {:>9.0} {:>9.0}",
             r.clients,
@@ -199,7 +205,7 @@ pub fn run(b: ClientsBench) -> Result<()> {
         );
     }
     println!("\neach client's commits (smallest share over largest)");
-    for r in &runs {
+    for r in runs {
         let (min, max) = (r.per_client.iter().min(), r.per_client.iter().max());
         let ratio = match (min, max) {
             (Some(&a), Some(&b)) if b > 0 => a as f64 / b as f64,
@@ -222,7 +228,7 @@ pub fn run(b: ClientsBench) -> Result<()> {
         "inval ack",
         "c/fsync"
     );
-    for r in &runs {
+    for r in runs {
         let c = &r.server;
         println!(
             "{:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9} {:>10} {:>10} {:>8.2}",
@@ -243,14 +249,13 @@ pub fn run(b: ClientsBench) -> Result<()> {
         "{:>8} {:>12} {:>9} {:>8} {:>8}",
         "clients", "inval abort", "retries", "claims", "held"
     );
-    for r in &runs {
+    for r in runs {
         let c = &r.server;
         println!(
             "{:>8} {:>12} {:>9} {:>8} {:>8}",
             r.clients, c.client_invalidation_aborts, c.client_retries, c.fair_claims, c.fair_held
         );
     }
-    Ok(())
 }
 
 fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {

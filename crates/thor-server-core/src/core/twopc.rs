@@ -534,7 +534,6 @@ impl Core {
             // held until the vote timeout).
             return self.refuse_prepare(origin, RefusedCode::Aborted, "already aborted", fx);
         }
-        let ts = ts_of(stamp);
         if !mine.writes {
             let p =
                 Prepare { stamp, coordinator, participants, commit: thor_wire::Commit::default() };
@@ -550,9 +549,17 @@ impl Core {
             let why = "too many transactions in two-phase commit here; retry";
             return self.refuse_prepare(origin, RefusedCode::RetryLater, why, fx);
         }
+        self.queue_part(origin, TxnInfo { stamp, coordinator, participants }, c);
+    }
+
+    /// Queues a writing part the prepare checks passed (registering the transaction first if
+    /// this server coordinates it): it is validated and prepared at the head of the queue.
+    fn queue_part(&mut self, origin: Origin, info: TxnInfo, mut c: CommitIn) {
+        let me = self.me();
+        let TxnInfo { stamp, coordinator, .. } = info;
         if coordinator == me {
             let others: Vec<Participant> =
-                participants.iter().filter(|q| q.server != me).copied().collect();
+                info.participants.iter().filter(|q| q.server != me).copied().collect();
             let now = self.now_us;
             let e = self.twopc.coords.entry(stamp).or_insert_with(|| Coord {
                 others: None,
@@ -566,9 +573,7 @@ impl Core {
             e.others = Some(others);
             e.origin = Some(origin);
         }
-        let info = TxnInfo { stamp, coordinator, participants };
-        let mut c = c;
-        c.ts = Some(ts);
+        c.ts = Some(ts_of(stamp));
         self.queue.push_back(Queued {
             origin,
             commit: c,
