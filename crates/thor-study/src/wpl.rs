@@ -52,6 +52,7 @@
 
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
+use thor_core::le::u32_at;
 use thor_core::{Lsn, Oid, Oref, PageId, PageMut, PageView};
 use thor_recovery::limits::{WPL_COMMIT_BYTES, WPL_IMAGE_HEADER_BYTES};
 use thor_recovery::wpl::{WplEntry, WplRecord};
@@ -97,17 +98,16 @@ pub(crate) fn is_wpl(rec: &[u8]) -> bool {
 ///
 /// Returns the written orefs (each checked: a stored, non-null oref) and the commit record.
 pub fn split_body(body: &[u8]) -> Result<(Vec<Oref>, &[u8]), RecordError> {
-    let u32_at = |at: usize| u32::from_le_bytes(body[at..at + 4].try_into().expect("4 bytes"));
     if body.len() < 4 {
         return Err(RecordError("a WPL commit body without its count of written objects"));
     }
-    let n = u32_at(0) as usize;
+    let n = u32_at(body, 0) as usize;
     if n > thor_server_core::limits::COMMIT_OBJECTS_MAX || body.len() < 4 + 4 * n {
         return Err(RecordError("a WPL commit body with more written objects than it holds"));
     }
     let mut writes = Vec::with_capacity(n);
     for i in 0..n {
-        match Oref::object(u32_at(4 + 4 * i)) {
+        match Oref::object(u32_at(body, 4 + 4 * i)) {
             Ok(o) => writes.push(o),
             Err(_) => return Err(RecordError("a WPL commit body names an object that is not one")),
         }

@@ -2162,6 +2162,7 @@ impl Core {
         let c = &self.counters;
         let cache = self.store.cache.stats();
         let d = &self.driver;
+        let path = self.path.counters();
         CoreStats {
             commits: c.commits,
             read_only_commits: c.read_only_commits,
@@ -2197,8 +2198,8 @@ impl Core {
             checkpoint: self.store.superblock().checkpoint.0,
             pages_allocated: self.store.tail_page().get(),
             commits_queued: self.queue.len(),
-            wpl: self.path.counters().wpl,
-            wpl_table: self.path.counters().wpl_table,
+            wpl: path.wpl,
+            wpl_table: path.wpl_table,
             prefetch: self.prefetch,
             requests_forbidden: self.sessions.counters().forbidden,
             sessions_revoked: self.sessions.counters().sessions_revoked,
