@@ -103,6 +103,7 @@ use crate::error::{ClientError, ConflictCause};
 
 mod commit_path;
 mod page_path;
+mod read_only;
 pub mod reconnect;
 use crate::latency::LatencyHistogram;
 use crate::limits::{LARGE_PIECES_MAX, PREFETCH_FRAMES_DIVISOR, SLOW_PATH_ROUNDS_MAX};
@@ -212,6 +213,13 @@ pub struct SessionConfig {
     /// apply it twice. Off by default; turn it on for transactions whose second application
     /// does no harm (idempotent ones).
     pub run_retries_unknown: bool,
+    /// Whether a transaction that wrote nothing commits at the client, without a message,
+    /// when the last reply vouched for the state it read (`read_only`, wire version 7). On by
+    /// default: such a transaction is serializable and never refused for a change it did not
+    /// see, but it may read a state as old as the last reply (at most
+    /// [`SessionConfig::refresh_after`] old when a transaction begins). Off, it is sent to
+    /// the server and validated, and refused if anything it read has changed since.
+    pub read_only_at_client: bool,
 }
 
 impl Default for SessionConfig {
@@ -235,6 +243,7 @@ impl Default for SessionConfig {
             commit_timeout: Some(crate::limits::COMMIT_TIMEOUT_DEFAULT),
             reconnect: ReconnectConfig::default(),
             run_retries_unknown: false,
+            read_only_at_client: true,
         }
     }
 }
@@ -277,6 +286,9 @@ pub struct ClientStats {
     pub invalidations: u64,
     /// Round trips made only to collect invalidations, after [`SessionConfig::refresh_after`].
     pub refreshes: u64,
+    /// Read-only transactions committed at the client without a message (`read_only`); also
+    /// counted in `commits`.
+    pub read_only_local: u64,
 }
 
 impl ClientStats {
@@ -454,6 +466,9 @@ struct Inner {
     /// The stamps of the replies received (`reconnect`): `None` until a version-5 server
     /// stamped one that came with every invalidation.
     seen: Option<thor_wire::SeenRange>,
+    /// The last reply's stamp was complete and settled: a read-only transaction may commit
+    /// here ([`read_only`]).
+    settled: bool,
     /// State of the generator of commit ids (SplitMix64, seeded at random).
     ids: u64,
     /// A commit whose answer was lost and whose outcome is not learned yet.
@@ -909,6 +924,7 @@ impl Session {
                 timeout_now: None,
                 key: reconnect::random_u64(),
                 seen: None,
+                settled: false,
                 ids: reconnect::random_u64(),
                 unresolved: None,
                 last_outcome: None,
@@ -1805,6 +1821,7 @@ impl Inner {
         let reply = self.transport.recv()?;
         self.last_reply = Instant::now();
         self.note_seen(&reply);
+        self.note_settled(&reply);
         // Every demotion reported so far is answered by this reply (one request at a time).
         self.cache.demotions_answered(&reply.wanted);
         if reply.invalidations.is_empty() {
@@ -2151,6 +2168,9 @@ impl Inner {
         if let Err(e) = settled.and_then(|()| self.check_doomed()) {
             self.end_aborted();
             return Err(e);
+        }
+        if let Some(info) = self.commit_read_only_locally() {
+            return Ok(info);
         }
         self.in_transaction = false;
         let path = self.path;

@@ -67,6 +67,10 @@ fn config(pages: u16, hint: PrefetchHint) -> SessionConfig {
         run_backoff_max: Duration::from_millis(1),
         prefetch_pages: Some(pages),
         prefetch_hint: hint,
+        // These tests watch the server validate what was read from prefetched pages, so
+        // read-only transactions go to it rather than committing at the client
+        // (`tests/read_only.rs` has those).
+        read_only_at_client: false,
         ..SessionConfig::default()
     }
 }

@@ -76,6 +76,10 @@ pub struct ClientsBench {
     /// (`SessionConfig::run_attempts_max`).
     #[arg(long, default_value_t = RUN_ATTEMPTS)]
     attempts: u32,
+    /// Send read-only transactions to the server to be validated, as before wire version 7,
+    /// instead of committing them at the client (`SessionConfig::read_only_at_client`).
+    #[arg(long)]
+    read_only_at_server: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -91,6 +95,13 @@ struct Run {
     committed: u64,
     /// Committed transactions that wrote nothing.
     read_only: u64,
+    /// Attempts of transactions that write nothing which did not commit (refused by the
+    /// server or hit by an invalidation), and their share of such attempts.
+    read_only_refused: u64,
+    read_only_refused_rate: f64,
+    /// Of the read-only transactions committed, those committed at their client without a
+    /// message (wire version 7: `thor_client::ClientStats::read_only_local`).
+    read_only_local: u64,
     aborted: u64,
     commits_per_s: f64,
     abort_rate: f64,
@@ -130,6 +141,10 @@ struct ServerCc {
 struct Tally {
     committed: u64,
     read_only: u64,
+    /// Attempts of read-only transactions that did not commit.
+    read_only_refused: u64,
+    /// Read-only transactions committed at the client.
+    read_only_local: u64,
     aborted: u64,
     /// Units added to the counters by committed transactions.
     increments: u64,
@@ -204,6 +219,23 @@ fn print_tables(workload: Workload, runs: &[Run]) {
             r.p99_us
         );
     }
+    if runs.iter().any(|r| r.read_only > 0) {
+        println!("\nread-only transactions: committed, of them at the client, attempts refused");
+        println!(
+            "{:>8} {:>10} {:>10} {:>10} {:>9}",
+            "clients", "committed", "at client", "refused", "refused"
+        );
+        for r in runs {
+            println!(
+                "{:>8} {:>10} {:>10} {:>10} {:>8.2}%",
+                r.clients,
+                r.read_only,
+                r.read_only_local,
+                r.read_only_refused,
+                100.0 * r.read_only_refused_rate
+            );
+        }
+    }
     println!("\neach client's commits (smallest share over largest)");
     for r in runs {
         let (min, max) = (r.per_client.iter().min(), r.per_client.iter().max());
@@ -271,12 +303,16 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
     let engine = Arc::new(Engine::create(Arc::new(disk), EngineOptions::default())?);
     let server = Server::start("127.0.0.1:0", engine.clone(), NetConfig::default())?;
     let addr = server.local_addr();
-    let attempts = b.attempts;
+    let (attempts, at_client) = (b.attempts, !b.read_only_at_server);
     let connect = move |name: String| -> Result<Session> {
         let cfg = ClientConfig { client_name: name, ..ClientConfig::default() };
         let t = TcpTransport::connect(addr, &cfg)?;
         // Under high contention a transfer may lose many times in a row: retry for long.
-        let cfg = SessionConfig { run_attempts_max: attempts, ..SessionConfig::default() };
+        let cfg = SessionConfig {
+            run_attempts_max: attempts,
+            read_only_at_client: at_client,
+            ..SessionConfig::default()
+        };
         Ok(Session::new(Box::new(t), cfg)?)
     };
     let opening = match b.workload {
@@ -305,6 +341,8 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
         per_client.push(t.committed);
         all.committed += t.committed;
         all.read_only += t.read_only;
+        all.read_only_refused += t.read_only_refused;
+        all.read_only_local += t.read_only_local;
         all.aborted += t.aborted;
         all.increments += t.increments;
         all.latencies_us.extend(t.latencies_us);
@@ -347,6 +385,9 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
         seconds: elapsed,
         committed: all.committed,
         read_only: all.read_only,
+        read_only_refused: all.read_only_refused,
+        read_only_refused_rate: refused_share(all.read_only_refused, all.read_only),
+        read_only_local: all.read_only_local,
         aborted: all.aborted,
         commits_per_s: all.committed as f64 / elapsed,
         abort_rate: if attempts == 0 { 0.0 } else { all.aborted as f64 / attempts as f64 },
@@ -355,6 +396,13 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
         per_client,
         server: server_cc,
     })
+}
+
+/// The share of attempts refused, of `refused` attempts that failed and `committed` that
+/// did not.
+fn refused_share(refused: u64, committed: u64) -> f64 {
+    let attempts = refused + committed;
+    if attempts == 0 { 0.0 } else { refused as f64 / attempts as f64 }
 }
 
 /// One transaction to run until it commits: the accounts it reads, and what it adds to each
@@ -414,9 +462,11 @@ fn work(
     let mut t = Tally::default();
     let mut attempt = 0u32;
     let conflicts_before = s.stats().conflicts;
+    let local_before = s.stats().read_only_local;
     while !stop.load(Ordering::Relaxed) {
         let plan = draw(workload, accounts.len(), &mut rng);
         let began = Instant::now();
+        let first_attempt = attempt;
         let added = s
             .run(|s| {
                 attempt += 1;
@@ -447,9 +497,12 @@ fn work(
         t.increments += added;
         if plan.transfer.is_none() && added == 0 {
             t.read_only += 1;
+            // Every attempt but the one that committed was refused or doomed.
+            t.read_only_refused += u64::from(attempt - first_attempt - 1);
         }
         t.latencies_us.push(began.elapsed().as_secs_f64() * 1e6);
     }
     t.aborted = s.stats().conflicts - conflicts_before;
+    t.read_only_local = s.stats().read_only_local - local_before;
     Ok(t)
 }

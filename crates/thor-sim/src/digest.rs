@@ -136,10 +136,11 @@ pub(crate) fn digest_reply(id: u64, reply: &Reply) -> u64 {
     invalidations.hash(&mut h);
     wanted.hash(&mut h);
     match seen {
-        Some(Seen { stamp, complete }) => {
+        Some(Seen { stamp, complete, settled }) => {
             h.write_u8(1);
             stamp.hash(&mut h);
             complete.hash(&mut h);
+            settled.hash(&mut h);
         }
         None => h.write_u8(0),
     }
@@ -210,7 +211,11 @@ mod tests {
         let mut wanted = plain.clone();
         wanted.wanted.push(page(2));
         let mut seen = plain.clone();
-        seen.seen = Some(Seen { stamp: thor_wire::HistoryPoint::default(), complete: true });
+        seen.seen = Some(Seen {
+            stamp: thor_wire::HistoryPoint::default(),
+            complete: true,
+            settled: false,
+        });
         let digests = [&plain, &inval, &wanted, &seen]
             .map(|r| digest_reply(1, r))
             .into_iter()

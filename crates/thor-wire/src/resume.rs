@@ -43,8 +43,8 @@
 //!
 //! seen section of a reply (flag FLAG_SEEN, after the invalidations and wanted pages):
 //!                  +----------+-----------+-------------+
-//!                  | lsn: u64 | mark: u64 | flags: u32  |  flags bit 0: complete
-//!                  +----------+-----------+-------------+
+//!                  | lsn: u64 | mark: u64 | flags: u32  |  flags bit 0: complete,
+//!                  +----------+-----------+-------------+  bit 1: settled (version 7)
 //!
 //! CommitWithId 0x000C  +---------+--------------------------------+
 //!                      | id: u64 | a Commit body (see crate::message) |   id not 0
@@ -78,6 +78,13 @@ pub struct Seen {
     pub stamp: HistoryPoint,
     /// Every invalidation of a change up to it is on this reply or an earlier one.
     pub complete: bool,
+    /// Settled (version 7): every transaction the server validates from now on is serialized
+    /// after every change up to the stamp, and none that is serialized before one of them is
+    /// still undecided. So the changes up to the stamp are a prefix of the serial order, and
+    /// a read-only transaction whose reads all reflect exactly that state (a complete stamp
+    /// on the last reply, no invalidation that hit it) can commit at the client, serialized
+    /// right after the stamp. Sent only on connections that agreed on version 7.
+    pub settled: bool,
 }
 
 /// What a resuming client has seen: the two stamps of [`Seen`] sections it keeps.
@@ -149,6 +156,7 @@ pub struct Resumed {
 const RESUME_FLAG_SEEN: u32 = 1;
 const RESUME_FLAG_COMMIT: u32 = 2;
 const SEEN_FLAG_COMPLETE: u32 = 1;
+const SEEN_FLAG_SETTLED: u32 = 2;
 
 /// Bytes of a [`Seen`] section.
 pub(crate) const SEEN_BYTES: usize = 20;
@@ -167,16 +175,22 @@ impl HistoryPoint {
 impl Seen {
     pub(crate) fn put(&self, out: &mut Vec<u8>) {
         self.stamp.put(out);
-        out.put_u32(if self.complete { SEEN_FLAG_COMPLETE } else { 0 });
+        let flags = if self.complete { SEEN_FLAG_COMPLETE } else { 0 }
+            | if self.settled { SEEN_FLAG_SETTLED } else { 0 };
+        out.put_u32(flags);
     }
 
     pub(crate) fn get(r: &mut Reader) -> Result<Seen, WireError> {
         let stamp = HistoryPoint::get(r, "seen stamp")?;
         let flags = r.u32("seen flags")?;
-        if flags & !SEEN_FLAG_COMPLETE != 0 {
+        if flags & !(SEEN_FLAG_COMPLETE | SEEN_FLAG_SETTLED) != 0 {
             return Err(WireError::BadValue { what: "seen flags", why: "unknown bit set" });
         }
-        Ok(Seen { stamp, complete: flags & SEEN_FLAG_COMPLETE != 0 })
+        Ok(Seen {
+            stamp,
+            complete: flags & SEEN_FLAG_COMPLETE != 0,
+            settled: flags & SEEN_FLAG_SETTLED != 0,
+        })
     }
 }
 

@@ -19,6 +19,7 @@
 //! | 4 | prefetch: `Prefetch` and the reply `Pages` |
 //! | 5 | scoped credentials: `Error(Forbidden)`, the refusal `UnknownServer`; resuming a session: `Resume`, `CommitWithId`, the reply `Resumed` and the frame flag `FLAG_SEEN` on replies (`crate::resume`) |
 //! | 6 | the contention report on requests: the frame flag [`crate::frame::FLAG_CONTENTION`] and its section (`crate::contention`) |
+//! | 7 | the settled bit of a reply's seen section (`crate::resume::Seen::settled`): read-only transactions commit at the client |
 
 use crate::limits::{WIRE_VERSION, WIRE_VERSION_MIN};
 use crate::message::{Request, kind};
@@ -37,6 +38,10 @@ pub const VERSION_RESUME: u16 = 5;
 /// The version that added the contention report on requests (the frame flag
 /// [`crate::frame::FLAG_CONTENTION`], `crate::contention`).
 pub const VERSION_CONTENTION: u16 = 6;
+/// The version that added the settled bit of a reply's seen section
+/// ([`crate::resume::Seen::settled`]), on which a client commits a read-only transaction
+/// without a message.
+pub const VERSION_SETTLED: u16 = 7;
 
 /// Every request type and the version that added it.
 pub const REQUEST_VERSIONS: [(u16, u16); 14] = [
@@ -92,6 +97,7 @@ const _: () = assert!(VERSION_PREFETCH < VERSION_SCOPES);
 const _: () = assert!(VERSION_SCOPES <= WIRE_VERSION);
 const _: () = assert!(VERSION_PREFETCH < VERSION_RESUME && VERSION_RESUME <= WIRE_VERSION);
 const _: () = assert!(VERSION_RESUME < VERSION_CONTENTION && VERSION_CONTENTION <= WIRE_VERSION);
+const _: () = assert!(VERSION_CONTENTION < VERSION_SETTLED && VERSION_SETTLED <= WIRE_VERSION);
 
 #[cfg(test)]
 mod tests {

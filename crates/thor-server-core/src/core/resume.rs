@@ -110,6 +110,7 @@ use std::collections::VecDeque;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use thor_core::{Lsn, Oref, PageId};
+use thor_wire::version::VERSION_SETTLED;
 use thor_wire::{HistoryPoint, Outcome, SeenRange};
 
 use thor_wire::{CacheVerdict, Reply, ReplyBody, Resume, Resumed, Seen};
@@ -346,8 +347,9 @@ pub struct ResumeCounters {
 pub(crate) struct Resumes {
     /// The history of changes.
     pub history: History,
-    /// Connections whose replies carry the seen section (they agreed on version 5).
-    pub stamped: FxHashSet<ConnId>,
+    /// Connections whose replies carry the seen section (they agreed on version 5), with the
+    /// version agreed (from 7 the section may say settled).
+    pub stamped: FxHashMap<ConnId, u16>,
     /// The connection of each session key, and back.
     keys: FxHashMap<u64, ConnId>,
     key_of: FxHashMap<ConnId, u64>,
@@ -361,7 +363,7 @@ impl Resumes {
     pub(crate) fn new() -> Resumes {
         Resumes {
             history: History::new(HISTORY_CHANGES_MAX, HISTORY_OREFS_MAX),
-            stamped: FxHashSet::default(),
+            stamped: FxHashMap::default(),
             keys: FxHashMap::default(),
             key_of: FxHashMap::default(),
             waiting: Vec::new(),
@@ -413,20 +415,31 @@ impl Core {
 
     /// Stamps the replies of version-5 connections with the newest change and whether every
     /// invalidation up to it has been sent (called when the step's invalidations are on its
-    /// replies). A `HelloOk` of version 5 or later starts the stamping of its connection.
+    /// replies), and from version 7 whether the state is settled
+    /// (`Core::read_only_settled`). A `HelloOk` of version 5 or later starts the stamping of
+    /// its connection.
     pub(super) fn stamp_replies(&mut self, fx: &mut [Effect]) {
         let last = self.resume.history.last();
+        let settled = self.read_only_settled();
+        let mut said_settled = false;
         for e in fx {
             let Effect::Reply { conn, reply, .. } = e else { continue };
             if let ReplyBody::HelloOk(info) = &reply.body
                 && info.version >= 5
             {
-                self.resume.stamped.insert(*conn);
+                self.resume.stamped.insert(*conn, info.version);
             }
-            if self.resume.stamped.contains(conn) {
+            if let Some(&version) = self.resume.stamped.get(conn) {
                 let complete = !self.cc.has_unsent(*conn);
-                reply.seen = Some(Seen { stamp: last, complete });
+                let settled = settled && version >= VERSION_SETTLED;
+                said_settled |= settled;
+                reply.seen = Some(Seen { stamp: last, complete, settled });
             }
+        }
+        if said_settled {
+            // Every timestamp given out so far is at or above every visible change's.
+            let floor = &mut self.twopc.settled_floor;
+            *floor = (*floor).max(self.cc.last_ts());
         }
     }
 

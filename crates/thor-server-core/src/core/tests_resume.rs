@@ -262,3 +262,66 @@ fn a_resume_closes_the_old_connection_and_waits_for_what_it_prepared() {
     assert_eq!(resumed(&r).outcome, Some(Outcome::NotCommitted));
     assert_eq!(h.core.resume.counters.fenced, 3, "each resume closed the one before");
 }
+
+/// Whether a reply says settled (version 7): a read-only transaction may commit at the client.
+fn settled(r: &Reply) -> bool {
+    r.seen.expect("a version-5 reply carries the seen section").settled
+}
+
+#[test]
+fn a_server_without_peers_says_settled_to_clients_of_version_7() {
+    let mut h = Harness::new(config());
+    h.connect(1, b"");
+    let (class, x, _) = two_items(&mut h, 1);
+    assert!(settled(&h.request(1, 2, RequestBody::Abort)));
+    assert!(settled(&h.request(1, 3, txn(class, &[], &[x], 5))), "a commit's reply too");
+    // A client of version 6 cannot read the bit: it is never set on its replies.
+    h.step(Input::Connect { conn: 2 });
+    let old = Hello { max_version: 6, ..Hello::new(&b""[..], "old") };
+    let r = h.request(2, 1, RequestBody::Hello(old));
+    assert!(matches!(r.body, ReplyBody::HelloOk(_)) && !settled(&r), "{r:?}");
+    assert!(!settled(&h.request(2, 2, RequestBody::Abort)));
+}
+
+#[test]
+fn a_server_with_peers_never_says_settled() {
+    let mut cfg = config();
+    cfg.twopc.peers = vec![thor_core::ServerId(8)];
+    let mut h = Harness::new(cfg);
+    h.connect(1, b"");
+    let (class, x, _) = two_items(&mut h, 1);
+    assert!(!settled(&h.request(1, 2, RequestBody::Abort)));
+    assert!(!settled(&h.request(1, 3, txn(class, &[], &[x], 5))));
+}
+
+/// A writing part's timestamp is its client's. On a server with no peers (which says
+/// settled) such a part can only name this server alone; one whose timestamp is at or below
+/// a timestamp given out before a settled reply would be serialized before a state a client
+/// may have committed a read-only transaction on, so it is refused.
+#[test]
+fn a_writing_part_below_what_a_settled_reply_covered_is_refused() {
+    let mut h = Harness::new(config());
+    h.connect(1, b"");
+    let (class, x, _) = two_items(&mut h, 1);
+    h.now += 1_000_000;
+    h.request(1, 2, txn(class, &[], &[x], 5));
+    assert!(settled(&h.request(1, 3, RequestBody::Abort)));
+    let (threshold, last) = (h.core.cc.threshold(), h.core.cc.last_ts());
+    assert!(last.time_us > threshold.time_us + 1, "{threshold:?} {last:?}");
+    let me = h.core.store.superblock().server_id;
+    let stamp = thor_wire::Stamp { time_us: last.time_us - 1, tie: thor_wire::CLIENT_TIE_BIT | 3 };
+    let versions = vec![(x, Bytes::from(item_of(class, 6)))];
+    let p = thor_wire::Prepare {
+        stamp,
+        coordinator: Some(me),
+        participants: vec![thor_wire::Participant { server: me, writes: true }],
+        commit: Commit { reads: vec![x], versions, created: vec![], id: None },
+    };
+    let r = h.request(1, 4, RequestBody::Prepare(Box::new(p.clone())));
+    assert_eq!(super::tests::refusal(&r), Some(thor_wire::RefusedCode::TooOld), "{r:?}");
+    // Above it, the same part commits.
+    let later = thor_wire::Stamp { time_us: h.now + 10, ..stamp };
+    let r =
+        h.request(1, 5, RequestBody::Prepare(Box::new(thor_wire::Prepare { stamp: later, ..p })));
+    assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}");
+}

@@ -304,6 +304,10 @@ pub(crate) struct TwoPc {
     /// Parts whose committing client fetched a page they write while they were in doubt (its
     /// copy may be the old version: it is invalidated too when the part commits).
     refetched: Vec<Stamp>,
+    /// The latest timestamp given out when a reply was stamped *settled*
+    /// (`Core::read_only_settled`): a writing part at or below it is refused, since a client
+    /// may have committed a read-only transaction serialized after it on what it read.
+    pub settled_floor: Timestamp,
 }
 
 fn ts_of(s: Stamp) -> Timestamp {
@@ -615,9 +619,36 @@ impl Core {
             return Err(EngineError::Aborted("the coordinator already aborted".into()));
         }
         let ts = ts_of(info.stamp);
+        if ts <= self.twopc.settled_floor {
+            // Only on a server with no peers (the only kind that stamps replies settled),
+            // where a writing part is one whose sole participant is this server: its
+            // timestamp is the client's, and a read-only transaction committed at a client on
+            // a settled stamp is serialized after every change up to it.
+            let threshold = self.twopc.settled_floor;
+            return Err(EngineError::Conflict(Refusal::TooOld { ts, threshold }));
+        }
         let conn = head.origin.conn();
         let reads = head.commit.reads.clone();
         self.cc.validate_at(conn, &reads, writes, ts).map_err(EngineError::Conflict)
+    }
+
+    /// Whether replies may be stamped *settled* (`thor_wire::Seen::settled`): every commit
+    /// this server validates from now on is serialized after every change visible now, and
+    /// no transaction serialized before one of them is undecided.
+    ///
+    /// Why it holds here. A commit's timestamp comes from this server's clock, after every
+    /// timestamp given out before (`Cc::fresh_ts`), and commits become visible in the order
+    /// they were validated, so the visible changes are a prefix of the timestamp order and
+    /// every later validation sorts after them. The exceptions are two-phase parts, whose
+    /// timestamp is the client's and may sort before changes already visible: so a server
+    /// with peers never says settled (its parts are ordinary work, and a read-only
+    /// transaction there is validated as before), and on one without, where a writing part
+    /// can only name this server alone, no part may be in doubt and a part at or below the
+    /// floor is refused (`TwoPc::settled_floor`). A restart raises the validation threshold
+    /// above every timestamp the clock allowed before the crash, so the floor need not
+    /// survive it.
+    pub(super) fn read_only_settled(&self) -> bool {
+        self.twopc.cfg.peers.is_empty() && self.twopc.parts.is_empty()
     }
 
     /// The section of the prepare record for the head of the queue.

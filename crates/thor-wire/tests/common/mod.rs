@@ -342,12 +342,12 @@ pub fn reply() -> impl Strategy<Value = Reply> {
         reply_body(),
         vec(oref(), 0..8),
         vec(page_id(), 0..8),
-        proptest::option::of((point(), any::<bool>())),
+        proptest::option::of((point(), any::<bool>(), any::<bool>())),
     )
         .prop_map(|(body, invalidations, wanted, seen)| Reply {
             body,
             invalidations,
             wanted,
-            seen: seen.map(|(stamp, complete)| Seen { stamp, complete }),
+            seen: seen.map(|(stamp, complete, settled)| Seen { stamp, complete, settled }),
         })
 }
