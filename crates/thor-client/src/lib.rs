@@ -6,6 +6,10 @@
 //!   concurrency control refuses it ([`ClientError::Conflict`]). Requests time out, and a
 //!   session made with a [`Dialer`] ([`Session::connect`]) survives a broken connection
 //!   ([`session::reconnect`]).
+//! - [`proto`]: the client's protocol as a sans-I/O state machine, [`proto::ClientCore`]
+//!   (time passed in, no transport, no blocking), which `Session` drives; its object-level API
+//!   lets a non-blocking driver (a simulator of many clients in one thread) run the real
+//!   client protocol.
 //! - [`typed`]: classes declared once with [`class!`], typed references [`Ref`], and
 //!   [`View`]s that read fields straight from the cached bytes.
 //! - [`cluster`]: [`Cluster`], sessions with several servers, references across them through
@@ -214,6 +218,7 @@ pub mod latency;
 pub mod limits;
 pub mod pagemode;
 pub mod prefetch;
+pub mod proto;
 pub mod session;
 pub mod spill;
 pub mod typed;

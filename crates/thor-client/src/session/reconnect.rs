@@ -78,13 +78,13 @@ use std::time::{Duration, Instant};
 
 use thor_wire::limits::RESUME_PAGES_MAX;
 use thor_wire::{
-    CacheVerdict, ErrorCode, Outcome, Reply, ReplyBody, RequestBody, Resume, SeenRange, Transport,
-    TransportError,
+    CacheVerdict, ErrorCode, Outcome, ReplyBody, RequestBody, Resume, Transport, TransportError,
 };
 
-use super::{Inner, splitmix64, unexpected};
+use super::{Inner, unexpected};
 use crate::error::{ClientError, ConflictCause};
 use crate::limits::{RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN, RECONNECT_GIVE_UP_DEFAULT};
+use crate::proto::{ClientCore, splitmix64};
 
 /// Opens a new connection to the session's server. It is called with the attempt's number
 /// (0 first, counting from the break), so that a dialer that knows several addresses of a
@@ -236,23 +236,6 @@ impl Inner {
         }
     }
 
-    /// Notes a reply's seen stamp (see the module documentation).
-    pub(super) fn note_seen(&mut self, reply: &Reply) {
-        let Some(s) = reply.seen else { return };
-        let complete = if s.complete { Some(s.stamp) } else { self.seen.map(|r| r.complete) };
-        self.seen = complete.map(|complete| SeenRange { high: s.stamp, complete });
-    }
-
-    /// A fresh commit id (never 0).
-    pub(super) fn next_commit_id(&mut self) -> u64 {
-        loop {
-            let id = splitmix64(&mut self.ids);
-            if id != 0 {
-                return id;
-            }
-        }
-    }
-
     /// The connection broke (`cause` says how) outside a commit: the open transaction is
     /// aborted, and the session reconnects. Returns the error for the caller: a conflict
     /// (`Disconnected`) if it reconnected, so that the transaction runs again; the error that
@@ -268,7 +251,7 @@ impl Inner {
              the transaction: run it again"
         );
         if self.in_transaction && self.doomed.is_none() {
-            self.pinned(Inner::abort_local);
+            self.core.pinned(ClientCore::abort_local);
             self.stats.conflicts += 1;
             self.reconnect.aborted += 1;
             self.doomed = Some(message.clone());
@@ -374,7 +357,8 @@ impl Inner {
         self.broken = false;
         self.timeout_now = None;
         self.ahead = None;
-        self.cache.set_demotion(if new.demotions { self.cfg.demote_pages } else { 0 });
+        let demote = if new.demotions { self.cfg.demote_pages } else { 0 };
+        self.cache.set_demotion(demote);
         // Demoted pages the old connection's server wanted are not this one's business.
         self.cache.demotions_answered(&[]);
         if new.version < 4 {
@@ -471,12 +455,12 @@ impl Inner {
         });
         // The acknowledgements this queued are for invalidations no server sent.
         self.cache.forget_acks();
-        self.stale_views = self.views.iter().any(|&v| v != super::DEAD_VIEW);
+        self.stale_views = self.views.iter().any(|&v| v != crate::proto::DEAD_VIEW);
         // The schema may have changed with the database (a restored backup).
         self.schema = None;
         self.class_words.iter_mut().for_each(|w| *w = 0);
         let path = self.path;
-        path.cache_dropped(self);
+        path.cache_dropped(&mut self.core);
     }
 }
 

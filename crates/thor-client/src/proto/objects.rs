@@ -1,0 +1,311 @@
+//! The core's object-level API, for a driver that does not block.
+//!
+//! One request is outstanding at a time, as on a connection: each call that needs the server
+//! returns the [`Request`] to send, and the driver feeds the reply to it into
+//! [`ClientCore::receive`], which says what it did as an [`Event`]. Nothing here waits, sleeps
+//! or reads a clock: `now_ns` comes with the calls that need it.
+//!
+//! ```text
+//!   begin(now) ──► None: go on             │ Some(Abort): send, receive ──► Ready / Doomed
+//!   read(oref) ──► Hit(bytes)              │ Send(Fetch): send, receive ──► Fetched / Doomed,
+//!                                          │                                  then read again
+//!   write(oref, at, bytes)  (a resident object of the transaction; not its references)
+//!   commit(now) ──► Commit request: send, receive ──► Committed(info) / Refused(error)
+//!   abort()                 (local: the next request collects the invalidations)
+//! ```
+//!
+//! A transaction an invalidation dooms is aborted in the cache at once (as in a `Session`);
+//! the reply that brought the invalidation answers with [`Event::Doomed`], and the next
+//! `read` or `commit` fails with the conflict. The driver then starts the transaction again
+//! ([`ClientCore::backoff`] says how long to wait first).
+//!
+//! Objects are read and written as their stored bytes (references as orefs, as a commit
+//! ships them): a read copies the object unswizzled; a write changes bytes outside the
+//! object's header and its reference slots, which keep the references the object had.
+//! Commits go by object shipping (`obj` mode); a core for a server in a page-based mode
+//! refuses [`ClientCore::commit`] ([`ClientError::Usage`]): its commit path makes round trips of
+//! its own and is driven by `Session` only.
+
+use thor_cache::core::Need;
+use thor_core::{Oref, PageId};
+use thor_wire::{Reply, ReplyBody, Request, RequestBody};
+
+use super::ClientCore;
+use crate::error::ClientError;
+use crate::session::{CommitInfo, Part, unexpected};
+
+/// Most rounds a read makes on the objects the cache holds before it asks for a page: the
+/// object itself, then its class object (whose own class, the metaclass, is built in).
+const READ_ROUNDS_MAX: u32 = 3;
+
+/// What the reply the driver will feed answers.
+#[derive(Debug)]
+pub(crate) enum Pending {
+    /// A refresh (an `Abort` with nothing open, answered with `Ack`).
+    Refresh,
+    /// A fetch of this page.
+    Fetch(PageId),
+    /// A commit, with what its end needs.
+    Commit(Part),
+}
+
+/// What [`ClientCore::read`] found.
+#[derive(Debug)]
+pub enum Read {
+    /// The object is cached: its bytes as stored (references as orefs).
+    Hit(Vec<u8>),
+    /// A miss: send this request, feed its reply to [`ClientCore::receive`], and read again.
+    Send(Request),
+}
+
+/// What a reply did ([`ClientCore::receive`]).
+#[derive(Debug)]
+pub enum Event {
+    /// The reply to a refresh was applied; the transaction goes on.
+    Ready,
+    /// The page asked for is installed: read again.
+    Fetched(PageId),
+    /// An invalidation on the reply hit the open transaction, which is aborted: start it again.
+    /// The error is the conflict its next read or commit would return.
+    Doomed(ClientError),
+    /// The transaction committed.
+    Committed(CommitInfo),
+    /// The server refused the commit, and the transaction is aborted; the error says why
+    /// ([`ClientError::is_conflict`]: run it again).
+    Refused(ClientError),
+}
+
+impl ClientCore {
+    /// Starts a transaction at `now_ns`. Returns the refresh request to send first if the last
+    /// reply is older than [`crate::SessionConfig::refresh_after`] (feed its reply to
+    /// [`ClientCore::receive`] before reading).
+    pub fn begin(&mut self, now_ns: u64) -> Result<Option<Request>, ClientError> {
+        if self.in_transaction {
+            return Err(ClientError::Usage("begin with a transaction open"));
+        }
+        self.idle()?;
+        self.in_transaction = true;
+        if !self.needs_refresh(now_ns) {
+            return Ok(None);
+        }
+        self.stats.refreshes += 1;
+        self.pending = Some(Pending::Refresh);
+        Ok(Some(self.request(RequestBody::Abort, None)))
+    }
+
+    /// Reads the object `oref` in the open transaction (it joins the read set): its bytes if
+    /// it is cached, else the fetch to send. Fails with the conflict if the transaction is
+    /// doomed.
+    pub fn read(&mut self, oref: Oref) -> Result<Read, ClientError> {
+        self.ready()?;
+        if oref.is_null() {
+            return Err(ClientError::NullReference);
+        }
+        let i = self.cache.entry_for(oref)?;
+        if let Some(loc) = self.cache.access(i, oref.raw()) {
+            let mut out = Vec::new();
+            self.cache.copy_unswizzled(loc, &mut out);
+            return Ok(Read::Hit(out));
+        }
+        for _ in 0..READ_ROUNDS_MAX {
+            let t = self.conversion.start();
+            let need = self.cache.resolve(i);
+            self.conversion.stop(t);
+            let page = match need? {
+                Need::Resident(loc) => {
+                    let mut out = Vec::new();
+                    self.cache.copy_unswizzled(loc, &mut out);
+                    return Ok(Read::Hit(out));
+                }
+                Need::Page(p) | Need::Stale(p) => p,
+                Need::Class(c) => {
+                    let ci = self.cache.entry_for(c)?;
+                    match self.cache.resolve(ci)? {
+                        Need::Resident(loc) => {
+                            self.register_class_at(c, loc)?;
+                            continue;
+                        }
+                        Need::Page(p) | Need::Stale(p) => p,
+                        Need::Class(_) => {
+                            return Err(ClientError::BadClass(format!(
+                                "{c:?}, the class of {oref:?}, is not a class object"
+                            )));
+                        }
+                    }
+                }
+            };
+            self.stats.slow_accesses += 1;
+            let req = self.request(RequestBody::Fetch { page }, Some(page));
+            // The frame for the page is freed now, before its reply.
+            if let Err(e) = self.cache.while_fetching() {
+                self.unsent(req);
+                return Err(e.into());
+            }
+            self.pending = Some(Pending::Fetch(page));
+            return Ok(Read::Send(req));
+        }
+        Err(ClientError::Cache(thor_cache::CacheError::Full { frames: self.cache.usable_frames() }))
+    }
+
+    /// Overwrites bytes `at..at + bytes.len()` of the object `oref`, which the open
+    /// transaction has read and the cache holds (read it first). The range must lie within
+    /// the object and outside its class word and its reference slots ([`ClientError::Usage`]
+    /// otherwise). The first write of an object takes its undo copy.
+    pub fn write(&mut self, oref: Oref, at: usize, bytes: &[u8]) -> Result<(), ClientError> {
+        self.ready()?;
+        let i = self.cache.entry_for(oref)?;
+        let loc = self
+            .cache
+            .access(i, oref.raw())
+            .ok_or(ClientError::Usage("write an object the cache holds: read it first"))?;
+        let obj = self.cache.object(loc);
+        let end = at.checked_add(bytes.len()).filter(|&e| e <= obj.len());
+        let Some(end) = end.filter(|_| at >= thor_core::limits::OBJECT_HEADER_BYTES) else {
+            return Err(ClientError::Usage("write past the object or over its header"));
+        };
+        let desc = self.cache.class(self.cache.class_word(loc)).cloned();
+        let desc = desc.ok_or(ClientError::Usage("write to an object of an unknown class"))?;
+        let mut over_ref = false;
+        desc.for_each_ref_offset(obj, |o| over_ref |= o < end && at < o + 4);
+        if over_ref {
+            return Err(ClientError::Usage("write over a reference slot"));
+        }
+        self.cache.before_write(i)?;
+        // SAFETY: `at..end` lies within the object at `loc` (checked above), which stays where
+        // it is: nothing between the check and the copy moves objects.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.cache.object_ptr(loc).add(at),
+                bytes.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Commits the open transaction at `now_ns`: the request to send (its reply goes to
+    /// [`ClientCore::receive`], which ends the transaction). Read-only transactions go to the
+    /// server too, which validates their reads. A doomed transaction ends here with its
+    /// conflict.
+    pub fn commit(&mut self, now_ns: u64) -> Result<Request, ClientError> {
+        self.idle()?;
+        if !self.in_transaction {
+            return Err(ClientError::Usage("commit without a transaction"));
+        }
+        if self.pages.is_some() {
+            return Err(ClientError::Usage("the page modes commit through a Session"));
+        }
+        if let Err(e) = self.check_doomed() {
+            self.end_aborted();
+            return Err(e);
+        }
+        self.in_transaction = false;
+        let (mut c, shipped) = match self.commit_request() {
+            Ok(c) => c,
+            Err(e) => {
+                self.abort_local();
+                return Err(e);
+            }
+        };
+        let (n_modified, n_created) = (c.versions.len(), c.created.len());
+        if self.asks_outcomes && self.info.version >= 5 && n_modified + n_created > 0 {
+            c.id = Some(self.next_commit_id());
+        }
+        let part = Part {
+            class_slots: self.class_slots(),
+            n_created,
+            n_modified,
+            shipped,
+            started_ns: now_ns,
+        };
+        self.pending = Some(Pending::Commit(part));
+        Ok(self.request(RequestBody::Commit(c), None))
+    }
+
+    /// Aborts the open transaction locally (no message: the next request brings the
+    /// invalidations pending for this client).
+    pub fn abort(&mut self) -> Result<(), ClientError> {
+        self.idle()?;
+        self.end_aborted();
+        Ok(())
+    }
+
+    /// Takes the reply to the request sent last, at `now_ns`: applies its invalidations and
+    /// what else rides on it, then its body, and says what it did.
+    pub fn receive(&mut self, reply: Reply, now_ns: u64) -> Result<Event, ClientError> {
+        let pending = self.pending.take().ok_or(ClientError::Unexpected("a reply to nothing"))?;
+        let hit = self.apply(&reply, now_ns);
+        let (page, hit) = match pending {
+            // A commit's answer dooms nothing: a refused transaction is aborted anyway, and a
+            // committed one was validated, so the changes announced with it come after it.
+            Pending::Commit(part) => return self.commit_answered(part, reply.body, now_ns),
+            Pending::Refresh => (None, hit),
+            Pending::Fetch(page) => (Some(page), hit),
+        };
+        if let Some(o) = hit {
+            self.doom(o);
+        }
+        let event = match (page, reply.body) {
+            (None, ReplyBody::Ack) => Event::Ready,
+            (Some(page), ReplyBody::Page { page: got, bytes }) if got == page => {
+                let t = self.conversion.start();
+                let installed = self.cache.install_page(page, &bytes);
+                self.conversion.stop(t);
+                installed?;
+                self.stats.fetches += 1;
+                Event::Fetched(page)
+            }
+            (Some(_), ReplyBody::Page { .. }) => {
+                return Err(ClientError::Unexpected("page other than asked"));
+            }
+            (_, other) => return Err(unexpected(other)),
+        };
+        match self.check_doomed() {
+            Err(e) => Ok(Event::Doomed(e)),
+            Ok(()) => Ok(event),
+        }
+    }
+
+    /// Ends the transaction whose commit `body` answers.
+    fn commit_answered(
+        &mut self,
+        part: Part,
+        body: ReplyBody,
+        now_ns: u64,
+    ) -> Result<Event, ClientError> {
+        match body {
+            ReplyBody::CommitOk { lsn, created } => {
+                self.committed(part, lsn, &created, now_ns).map(Event::Committed)
+            }
+            ReplyBody::CommitRefused { code, message } => {
+                self.abort_local();
+                let e = ClientError::refused(code, message);
+                if e.is_conflict() {
+                    self.stats.conflicts += 1;
+                }
+                Ok(Event::Refused(e))
+            }
+            other => {
+                self.abort_local();
+                Err(unexpected(other))
+            }
+        }
+    }
+
+    /// Fails unless no reply is awaited.
+    fn idle(&self) -> Result<(), ClientError> {
+        match self.pending {
+            None => Ok(()),
+            Some(_) => Err(ClientError::Usage("a reply is awaited: receive it first")),
+        }
+    }
+
+    /// Fails unless a transaction is open, not doomed, and no reply is awaited.
+    fn ready(&self) -> Result<(), ClientError> {
+        self.idle()?;
+        if !self.in_transaction {
+            return Err(ClientError::Usage("begin a transaction first"));
+        }
+        self.check_doomed()
+    }
+}
