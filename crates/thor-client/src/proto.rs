@@ -49,11 +49,13 @@
 //! own in the middle of an operation); it uses the same primitives, so both speak one protocol.
 //!
 //! What is not in the core yet: the page modes' commit path and their round trips before the
-//! commit ([`crate::session`]'s `page_path`, which takes the driver), reconnecting and resuming
+//! commit ([`crate::session`]'s `page_path`, which takes the driver); reconnecting and resuming
 //! (`reconnect`: dialing, the `Resume` exchange and what it does to the cache live in the
 //! driver; the core keeps the stamps, the key, the commit ids and the commit whose outcome is
-//! unresolved), and two-phase commit's parts (`Session::part_send`, driven by
-//! [`crate::cluster`]).
+//! unresolved), so a driver of the object-level API cannot yet carry a core across a broken
+//! connection; and the two-phase commit's client side (choosing the stamp and the coordinator,
+//! deciding from the votes), which is [`crate::cluster`]'s for sessions and the driver's for
+//! cores ([`ClientCore::prepare`], [`ClientCore::finish_part`]).
 
 pub mod objects;
 
@@ -247,6 +249,9 @@ pub struct ClientCore {
     pub(crate) stale_views: bool,
     /// What the reply the object-level API waits for answers ([`objects`]).
     pub(crate) pending: Option<objects::Pending>,
+    /// The part of a transaction over several servers that voted and waits for its end
+    /// ([`ClientCore::finish_part`]).
+    pub(crate) voted: Option<Part>,
 }
 
 impl std::fmt::Debug for ClientCore {
@@ -332,6 +337,7 @@ impl ClientCore {
             reconnect: ReconnectStats::default(),
             stale_views: false,
             pending: None,
+            voted: None,
         })
     }
 

@@ -15,15 +15,21 @@ use thor_client::proto::{ClientCore, Event, Read, Seeds};
 use thor_client::{ClientError, ConflictCause, SessionConfig};
 use thor_core::{Oref, RawRef, ServerId, builtin};
 use thor_server::io::{self, DiskSide};
-use thor_server::{CommitLog, ConnId, Core, CoreConfig, Effect, Input, StudyOptions};
+use thor_server::{CommitLog, ConnId, Core, CoreConfig, Effect, Input, StudyOptions, TwoPcConfig};
 use thor_storage::{Log, LogOptions, MemDisk};
-use thor_wire::{Commit, Hello, Reply, ReplyBody, Request, RequestBody, ServerInfo};
+use thor_wire::{
+    CLIENT_TIE_BIT, Commit, Hello, Participant, PeerMsg, Reply, ReplyBody, Request, RequestBody,
+    ServerInfo, Stamp,
+};
 
 const PAGE_SIZE: usize = 4096;
 /// Bytes of each counter's byte part: more than half a page, so no two share a page.
 const COUNTER_BYTES: usize = PAGE_SIZE * 5 / 8;
 /// A nanosecond in the core's time, a microsecond in the server's.
 const US: u64 = 1_000;
+
+/// A message from one server core to another: its addressee and the message.
+type PeerSend = (ServerId, PeerMsg);
 
 /// The server: its core, and the disk side and log that perform its effects synchronously.
 struct Server {
@@ -37,23 +43,35 @@ struct Server {
 
 impl Server {
     fn new() -> Server {
+        Server::of(1, 1)
+    }
+
+    /// Server `id` of `n` (peers of one another for two-phase commit).
+    fn of(id: u32, n: u32) -> Server {
         let disk = MemDisk::new();
-        io::create(&disk, PAGE_SIZE, ServerId(1)).unwrap();
-        let r = io::recover(
-            Arc::new(disk),
-            CoreConfig::default(),
-            LogOptions::default(),
-            &StudyOptions::default(),
-        )
-        .unwrap();
+        io::create(&disk, PAGE_SIZE, ServerId(id)).unwrap();
+        let twopc =
+            TwoPcConfig { peers: (1..=n).map(ServerId).collect(), ..TwoPcConfig::default() };
+        let cfg = CoreConfig { twopc, ..CoreConfig::default() };
+        let r = io::recover(Arc::new(disk), cfg, LogOptions::default(), &StudyOptions::default())
+            .unwrap();
         Server { core: r.core, disk: r.disk_side, log: r.log, now_us: 1, conns: 0, ids: 0 }
     }
 
     /// Steps `input` and every input its effects lead to (appends are synced at once, reads
-    /// and install rounds performed at once); returns the replies it sent.
+    /// and install rounds performed at once); returns the replies it sent. Messages to other
+    /// servers are refused: see [`Server::step_peers`].
     fn step(&mut self, input: Input) -> Vec<(ConnId, Reply)> {
+        let (replies, peers) = self.step_peers(input);
+        assert!(peers.is_empty(), "a message to another server: {peers:?}");
+        replies
+    }
+
+    /// [`Server::step`], returning the messages to other servers too.
+    fn step_peers(&mut self, input: Input) -> (Vec<(ConnId, Reply)>, Vec<PeerSend>) {
         let mut inputs = vec![input];
         let mut replies = Vec::new();
+        let mut peers = Vec::new();
         while let Some(input) = inputs.pop() {
             let mut fx = Vec::new();
             self.core.step(self.now_us, input, &mut fx);
@@ -69,13 +87,12 @@ impl Server {
                     e @ (Effect::Read { .. } | Effect::Install(_) | Effect::Checkpoint(_)) => {
                         inputs.extend(self.disk.perform(&e, &*self.log));
                     }
-                    e @ (Effect::Peer { .. } | Effect::Backup { .. }) => {
-                        panic!("one server and no backups: {e:?}")
-                    }
+                    Effect::Peer { to, msg } => peers.push((to, msg)),
+                    e @ Effect::Backup { .. } => panic!("no backups: {e:?}"),
                 }
             }
         }
-        replies
+        (replies, peers)
     }
 
     /// Delivers `req` on `conn` and returns the reply to it.
@@ -134,7 +151,7 @@ impl Client {
         for _ in 0..4 {
             match self.core.read(oref).unwrap() {
                 Read::Hit(bytes) => return Ok(bytes),
-                Read::Send(req) => match self.exchange(server, req, now_ns) {
+                Read::Send(req) => match self.exchange(server, *req, now_ns) {
                     Event::Fetched(_) => {}
                     e => return Err(e),
                 },
@@ -322,6 +339,77 @@ fn an_idle_client_refreshes_before_its_transaction_and_reads_the_new_value() {
     assert_eq!(b.core.stats().refreshes, 1);
     let req = b.core.commit(now).unwrap();
     assert!(matches!(b.exchange(&mut server, req, now), Event::Committed(_)));
+}
+
+/// Delivers `input` to server `s` (index into `servers`) and every message between the
+/// servers that follows, until none is left; returns the replies to clients, by server index.
+fn deliver(servers: &mut [Server], s: usize, input: Input) -> Vec<(usize, ConnId, Reply)> {
+    let mut queue = vec![(s, input)];
+    let mut replies = Vec::new();
+    while let Some((s, input)) = queue.pop() {
+        let (got, peers) = servers[s].step_peers(input);
+        replies.extend(got.into_iter().map(|(conn, r)| (s, conn, r)));
+        for (to, msg) in peers {
+            queue.insert(0, (to.0 as usize - 1, Input::Peer { msg }));
+        }
+    }
+    replies
+}
+
+#[test]
+fn a_transaction_over_two_servers_prepares_at_both_and_commits_with_the_coordinator() {
+    let mut servers = vec![Server::of(1, 2), Server::of(2, 2)];
+    let (c1, _) = setup(&mut servers[0]);
+    let (c2, _) = setup(&mut servers[1]);
+    // One client with a core per server.
+    let mut x = Client::new(&mut servers[0], 5);
+    let mut y = Client::new(&mut servers[1], 6);
+    // Past the window after a start in which a server refuses two-phase stamps it cannot
+    // order (`TooOld`).
+    let now = 5_000_000 * US;
+    // A second after their last reply (the cores were made at 0): each refreshes first.
+    assert!(matches!(x.begin(&mut servers[0], now), Some(Event::Ready)));
+    assert!(matches!(y.begin(&mut servers[1], now), Some(Event::Ready)));
+    let v1 = x.value(&mut servers[0], c1, now).unwrap();
+    let v2 = y.value(&mut servers[1], c2, now).unwrap();
+    x.set(c1, v1 + 1);
+    y.set(c2, v2 + 1);
+    let stamp = Stamp { time_us: now / US, tie: CLIENT_TIE_BIT | 7 };
+    let participants = vec![
+        Participant { server: ServerId(1), writes: true },
+        Participant { server: ServerId(2), writes: true },
+    ];
+    let coordinator = Some(ServerId(1));
+    let px = x.core.prepare(stamp, coordinator, participants.clone(), now).unwrap();
+    let py = y.core.prepare(stamp, coordinator, participants, now).unwrap();
+    assert!(matches!(x.core.read(c1), Err(ClientError::Usage(_))), "one request at a time");
+    // The participant's part first: it prepares, votes to the coordinator and answers.
+    let mut replies = deliver(&mut servers, 1, Input::Request { conn: y.conn, id: 1, req: py });
+    replies.extend(deliver(&mut servers, 0, Input::Request { conn: x.conn, id: 1, req: px }));
+    let mut decision = None;
+    let mut votes = 0;
+    for (s, conn, reply) in replies {
+        let core = if s == 0 { &mut x.core } else { &mut y.core };
+        assert_eq!(conn, if s == 0 { x.conn } else { y.conn });
+        match core.receive(reply, now).unwrap() {
+            Event::Voted { lsn, created } => {
+                assert!(created.is_empty());
+                votes += 1;
+                if let Some(lsn) = lsn {
+                    assert_eq!(s, 0, "the coordinator decides");
+                    decision = Some(lsn);
+                }
+            }
+            e => panic!("a part should vote: {e:?}"),
+        }
+    }
+    assert_eq!(votes, 2);
+    let lsn = decision.expect("the coordinator committed");
+    assert_eq!(x.core.finish_part(Some((lsn, &[])), now).unwrap().unwrap().modified, 1);
+    assert_eq!(y.core.finish_part(Some((lsn, &[])), now).unwrap().unwrap().modified, 1);
+    assert!(matches!(x.core.finish_part(None, now), Err(ClientError::Usage(_))));
+    assert_eq!(committed_value(&mut servers[0], c1), 1);
+    assert_eq!(committed_value(&mut servers[1], c2), 1);
 }
 
 /// Where a client of [`interleaved_increments_of_three_clients_count_every_commit`] is.

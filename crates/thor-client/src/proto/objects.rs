@@ -11,8 +11,15 @@
 //!                                          │                                  then read again
 //!   write(oref, at, bytes)  (a resident object of the transaction; not its references)
 //!   commit(now) ──► Commit request: send, receive ──► Committed(info) / Refused(error)
+//!   prepare(stamp, coordinator, participants, now) ──► Prepare request: send, receive
+//!               ──► Voted { lsn, created } / Refused(error);  then finish_part(outcome)
 //!   abort()                 (local: the next request collects the invalidations)
 //! ```
+//!
+//! With several servers the driver holds one core per server and is the two-phase commit's
+//! client side, as `crate::Cluster` is for sessions: it prepares each server's part under one
+//! header (a stamp, the coordinator, the participants), collects the votes, and ends every
+//! part with the decision.
 //!
 //! A transaction an invalidation dooms is aborted in the cache at once (as in a `Session`);
 //! the reply that brought the invalidation answers with [`Event::Doomed`], and the next
@@ -27,8 +34,8 @@
 //! its own and is driven by `Session` only.
 
 use thor_cache::core::Need;
-use thor_core::{Oref, PageId};
-use thor_wire::{Reply, ReplyBody, Request, RequestBody};
+use thor_core::{Lsn, Oref, PageId, ServerId};
+use thor_wire::{Commit, Participant, Reply, ReplyBody, Request, RequestBody, Stamp};
 
 use super::ClientCore;
 use crate::error::ClientError;
@@ -47,6 +54,8 @@ pub(crate) enum Pending {
     Fetch(PageId),
     /// A commit, with what its end needs.
     Commit(Part),
+    /// A part of a transaction over several servers (`Prepare`), with what its end needs.
+    Prepare(Part),
 }
 
 /// What [`ClientCore::read`] found.
@@ -55,7 +64,8 @@ pub enum Read {
     /// The object is cached: its bytes as stored (references as orefs).
     Hit(Vec<u8>),
     /// A miss: send this request, feed its reply to [`ClientCore::receive`], and read again.
-    Send(Request),
+    /// (Boxed: a request is large next to a hit, and a miss costs a round trip anyway.)
+    Send(Box<Request>),
 }
 
 /// What a reply did ([`ClientCore::receive`]).
@@ -70,6 +80,15 @@ pub enum Event {
     Doomed(ClientError),
     /// The transaction committed.
     Committed(CommitInfo),
+    /// This server's part of a transaction over several servers is prepared (`lsn` is
+    /// `None`), or committed if this server coordinates it (`lsn` is the decision): the orefs
+    /// it gave the part's created objects. The part waits for [`ClientCore::finish_part`].
+    Voted {
+        /// The coordinator's decision, when this server is the coordinator.
+        lsn: Option<Lsn>,
+        /// The orefs of the part's created objects, in creation order.
+        created: Vec<Oref>,
+    },
     /// The server refused the commit, and the transaction is aborted; the error says why
     /// ([`ClientError::is_conflict`]: run it again).
     Refused(ClientError),
@@ -142,7 +161,7 @@ impl ClientCore {
                 return Err(e.into());
             }
             self.pending = Some(Pending::Fetch(page));
-            return Ok(Read::Send(req));
+            return Ok(Read::Send(Box::new(req)));
         }
         Err(ClientError::Cache(thor_cache::CacheError::Full { frames: self.cache.usable_frames() }))
     }
@@ -188,6 +207,55 @@ impl ClientCore {
     /// server too, which validates their reads. A doomed transaction ends here with its
     /// conflict.
     pub fn commit(&mut self, now_ns: u64) -> Result<Request, ClientError> {
+        let (mut c, part) = self.close_transaction(now_ns)?;
+        if self.asks_outcomes && self.info.version >= 5 && part.n_modified + part.n_created > 0 {
+            c.id = Some(self.next_commit_id());
+        }
+        self.pending = Some(Pending::Commit(part));
+        Ok(self.request(RequestBody::Commit(c), None))
+    }
+
+    /// Prepares this server's part of a transaction over several servers at `now_ns`: the
+    /// `Prepare` request to send, under the two-phase header every part shares (`stamp`, the
+    /// `coordinator`: `None` if no part writes; the `participants`). Its reply goes to
+    /// [`ClientCore::receive`]: [`Event::Voted`] or [`Event::Refused`]. A part that voted
+    /// waits for [`ClientCore::finish_part`] with the transaction's outcome.
+    pub fn prepare(
+        &mut self,
+        stamp: Stamp,
+        coordinator: Option<ServerId>,
+        participants: Vec<Participant>,
+        now_ns: u64,
+    ) -> Result<Request, ClientError> {
+        let (commit, part) = self.close_transaction(now_ns)?;
+        let p = thor_wire::Prepare { stamp, coordinator, participants, commit };
+        self.pending = Some(Pending::Prepare(part));
+        Ok(self.request(RequestBody::Prepare(Box::new(p)), None))
+    }
+
+    /// Ends the part that voted ([`Event::Voted`]) at `now_ns`: committed at `lsn` with the
+    /// orefs this server gave its created objects, or aborted (`None`: the transaction
+    /// aborted, or its outcome is unknown here). Returns what the part did if it committed.
+    pub fn finish_part(
+        &mut self,
+        outcome: Option<(Lsn, &[Oref])>,
+        now_ns: u64,
+    ) -> Result<Option<CommitInfo>, ClientError> {
+        self.idle()?;
+        let part = self.voted.take().ok_or(ClientError::Usage("no part waits for its end"))?;
+        match outcome {
+            Some((lsn, orefs)) => self.committed(part, lsn, orefs, now_ns).map(Some),
+            None => {
+                self.pinned(ClientCore::abort_local);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Ends the open transaction's work for a commit or a part at `now_ns`: its commit body
+    /// and what its end needs. A doomed transaction ends here with its conflict; one whose
+    /// request cannot be built is aborted.
+    fn close_transaction(&mut self, now_ns: u64) -> Result<(Commit, Part), ClientError> {
         self.idle()?;
         if !self.in_transaction {
             return Err(ClientError::Usage("commit without a transaction"));
@@ -195,31 +263,29 @@ impl ClientCore {
         if self.pages.is_some() {
             return Err(ClientError::Usage("the page modes commit through a Session"));
         }
+        if self.voted.is_some() {
+            return Err(ClientError::Usage("a part waits for its end: finish it first"));
+        }
         if let Err(e) = self.check_doomed() {
             self.end_aborted();
             return Err(e);
         }
         self.in_transaction = false;
-        let (mut c, shipped) = match self.commit_request() {
+        let (c, shipped) = match self.commit_request() {
             Ok(c) => c,
             Err(e) => {
                 self.abort_local();
                 return Err(e);
             }
         };
-        let (n_modified, n_created) = (c.versions.len(), c.created.len());
-        if self.asks_outcomes && self.info.version >= 5 && n_modified + n_created > 0 {
-            c.id = Some(self.next_commit_id());
-        }
         let part = Part {
             class_slots: self.class_slots(),
-            n_created,
-            n_modified,
+            n_created: c.created.len(),
+            n_modified: c.versions.len(),
             shipped,
             started_ns: now_ns,
         };
-        self.pending = Some(Pending::Commit(part));
-        Ok(self.request(RequestBody::Commit(c), None))
+        Ok((c, part))
     }
 
     /// Aborts the open transaction locally (no message: the next request brings the
@@ -239,6 +305,7 @@ impl ClientCore {
             // A commit's answer dooms nothing: a refused transaction is aborted anyway, and a
             // committed one was validated, so the changes announced with it come after it.
             Pending::Commit(part) => return self.commit_answered(part, reply.body, now_ns),
+            Pending::Prepare(part) => return Ok(self.part_answered(part, reply.body)),
             Pending::Refresh => (None, hit),
             Pending::Fetch(page) => (Some(page), hit),
         };
@@ -290,6 +357,29 @@ impl ClientCore {
                 Err(unexpected(other))
             }
         }
+    }
+
+    /// Takes the answer to a part: a vote keeps the part for [`ClientCore::finish_part`]; a
+    /// refusal (or an answer that is neither) aborts it.
+    fn part_answered(&mut self, part: Part, body: ReplyBody) -> Event {
+        let (lsn, created) = match body {
+            ReplyBody::Prepared { created } => (None, created),
+            ReplyBody::CommitOk { lsn, created } => (Some(lsn), created),
+            ReplyBody::CommitRefused { code, message } => {
+                self.abort_local();
+                let e = ClientError::refused(code, message);
+                if e.is_conflict() {
+                    self.stats.conflicts += 1;
+                }
+                return Event::Refused(e);
+            }
+            other => {
+                self.abort_local();
+                return Event::Refused(unexpected(other));
+            }
+        };
+        self.voted = Some(part);
+        Event::Voted { lsn, created }
     }
 
     /// Fails unless no reply is awaited.
