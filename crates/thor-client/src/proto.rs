@@ -42,8 +42,10 @@
 //! servers in one thread), [`objects`] puts these together into a small API over orefs: begin a
 //! transaction ([`ClientCore::begin`]: a refresh request when one is due), read an object
 //! ([`ClientCore::read`]: its bytes on a hit, the fetch to send on a miss), write bytes of it
-//! ([`ClientCore::write`]), commit ([`ClientCore::commit`]: the request), and feed the reply to
-//! whatever was sent ([`ClientCore::receive`]: an [`Event`]). One request is outstanding at a
+//! ([`ClientCore::write`]), commit ([`ClientCore::commit`]: the request) or prepare a part of a
+//! transaction over several servers ([`ClientCore::prepare`], ended by
+//! [`ClientCore::finish_part`]), and feed the reply to whatever was sent
+//! ([`ClientCore::receive`]: an [`Event`]). One request is outstanding at a
 //! time, as on a session's connection. `Session` does not go through that API (it keeps its
 //! blocking loops, its read-ahead and its page-mode commit path, which make round trips of their
 //! own in the middle of an operation); it uses the same primitives, so both speak one protocol.

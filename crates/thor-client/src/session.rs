@@ -1190,6 +1190,7 @@ impl Session {
             return Ok(());
         }
         inner.dialer = None;
+        inner.core.asks_outcomes = false;
         inner.round_trip(RequestBody::Goodbye)?;
         Ok(())
     }
