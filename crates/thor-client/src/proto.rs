@@ -33,8 +33,8 @@
 //! - **Transactions**: the refresh decision ([`ClientCore::needs_refresh`]: a transaction whose
 //!   first access comes [`SessionConfig::refresh_after`] after the last reply first collects
 //!   the pending invalidations), the doomed state, local abort, commit requests and their ids,
-//!   the outcome of a commit ([`ClientCore::committed`]), the backoff of retries with its
-//!   jitter, and the read-ahead decision ([`ClientCore::ahead_page`]).
+//!   the outcome of a commit (`ClientCore::committed`), the backoff of retries with its
+//!   jitter, and the read-ahead decision (`ClientCore::ahead_page`).
 //!
 //! # The object-level API
 //!

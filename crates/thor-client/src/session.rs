@@ -273,7 +273,7 @@ pub struct ClientStats {
     /// Object accesses that missed the hit path (installation, fetch, or stale handle).
     pub slow_accesses: u64,
     /// Time converting objects to the in-cache format: installing them and swizzling.
-    /// Estimated from a sample of the calls ([`ConversionClock`]).
+    /// Estimated from a sample of the calls (`proto::ConversionClock`).
     pub conversion_time: Duration,
     /// Bytes of object versions shipped at commit.
     pub bytes_shipped: u64,
