@@ -50,14 +50,18 @@
 //! blocking loops, its read-ahead and its page-mode commit path, which make round trips of their
 //! own in the middle of an operation); it uses the same primitives, so both speak one protocol.
 //!
-//! What is not in the core yet: the page modes' commit path and their round trips before the
-//! commit ([`crate::session`]'s `page_path`, which takes the driver); reconnecting and resuming
-//! (`reconnect`: dialing, the `Resume` exchange and what it does to the cache live in the
-//! driver; the core keeps the stamps, the key, the commit ids and the commit whose outcome is
-//! unresolved), so a driver of the object-level API cannot yet carry a core across a broken
-//! connection; and the two-phase commit's client side (choosing the stamp and the coordinator,
-//! deciding from the votes), which is [`crate::cluster`]'s for sessions and the driver's for
-//! cores ([`ClientCore::prepare`], [`ClientCore::finish_part`]).
+//! Broken connections: [`ClientCore::disconnected`] ends what was in flight (an open
+//! transaction is aborted, a commit whose answer was lost is in doubt), and
+//! [`ClientCore::resume`] adopts a new connection's `HelloOk` and builds the `Resume` that
+//! keeps the cache where the server can vouch for it and asks about the commit in doubt; its
+//! answer ends that commit. `Session` uses the same `adopt`, `Resume` body and answer.
+//!
+//! What is not in the core: the page modes' commit path and their round trips before the
+//! commit (`session::page_path`, which takes the driver); dialing, timeouts and the backoff
+//! between reconnect attempts (`session::reconnect`, the driver's); and the two-phase commit's
+//! client side (choosing the stamp and the coordinator, deciding from the votes), which is
+//! [`crate::cluster`]'s for sessions and the driver's for cores ([`ClientCore::prepare`],
+//! [`ClientCore::finish_part`]).
 
 pub mod objects;
 
@@ -254,6 +258,9 @@ pub struct ClientCore {
     /// The part of a transaction over several servers that voted and waits for its end
     /// ([`ClientCore::finish_part`]).
     pub(crate) voted: Option<Part>,
+    /// The commit whose answer a broken connection lost, until resuming learns its outcome
+    /// ([`ClientCore::disconnected`], [`ClientCore::resume`]).
+    pub(crate) in_doubt: Option<Part>,
 }
 
 impl std::fmt::Debug for ClientCore {
@@ -340,6 +347,7 @@ impl ClientCore {
             stale_views: false,
             pending: None,
             voted: None,
+            in_doubt: None,
         })
     }
 

@@ -133,6 +133,30 @@ impl Client {
         Client { core, conn }
     }
 
+    /// A client that can resume after a broken connection: its commits carry ids, and its
+    /// first request registers its key.
+    fn resumable(server: &mut Server, seed: u64) -> Client {
+        let (conn, info) = server.connect();
+        let cfg = SessionConfig { prefetch_pages: Some(0), ..SessionConfig::default() };
+        let seeds = Seeds { key: seed, commit_ids: seed ^ 0x5eed };
+        let core = ClientCore::new(info, cfg, seeds, None, true).unwrap();
+        let mut c = Client { core, conn };
+        let req = c.core.resume(info).unwrap().expect("a version-5 server resumes");
+        assert!(matches!(c.exchange(server, req, 0), Event::Resumed { .. }));
+        c
+    }
+
+    /// The connection breaks (the server hears of it too); then a new one resumes the
+    /// session. Returns what the `Resume`'s reply did.
+    fn break_and_resume(&mut self, server: &mut Server, now_ns: u64) -> Event {
+        assert!(server.step(Input::Disconnect { conn: self.conn }).is_empty());
+        self.core.disconnected();
+        let (conn, info) = server.connect();
+        self.conn = conn;
+        let req = self.core.resume(info).unwrap().expect("a version-5 server resumes");
+        self.exchange(server, req, now_ns)
+    }
+
     /// Sends `req` and feeds its reply back at `now_ns`.
     fn exchange(&mut self, server: &mut Server, req: Request, now_ns: u64) -> Event {
         server.now_us = now_ns / US;
@@ -410,6 +434,57 @@ fn a_transaction_over_two_servers_prepares_at_both_and_commits_with_the_coordina
     assert!(matches!(x.core.finish_part(None, now), Err(ClientError::Usage(_))));
     assert_eq!(committed_value(&mut servers[0], c1), 1);
     assert_eq!(committed_value(&mut servers[1], c2), 1);
+}
+
+#[test]
+fn a_commit_whose_answer_is_lost_is_learned_on_resume() {
+    let mut server = Server::new();
+    let (c, _) = setup(&mut server);
+    let mut a = Client::resumable(&mut server, 2);
+    let now = 10 * US;
+    assert!(a.begin(&mut server, now).is_none());
+    let v = a.value(&mut server, c, now).unwrap();
+    a.set(c, v + 1);
+    let req = a.core.commit(now).unwrap();
+    // The server commits, and its answer is lost with the connection.
+    let lost = server.call(a.conn, req);
+    assert!(matches!(lost.body, ReplyBody::CommitOk { .. }));
+    match a.break_and_resume(&mut server, now) {
+        Event::Committed(info) => assert_eq!(info.modified, 1),
+        e => panic!("the resume should learn the commit happened: {e:?}"),
+    }
+    assert_eq!(a.core.stats().commits, 1);
+    assert_eq!(committed_value(&mut server, c), 1);
+}
+
+#[test]
+fn a_broken_connection_aborts_the_open_transaction_and_the_resumed_cache_is_told_what_changed() {
+    let mut server = Server::new();
+    let (c, _) = setup(&mut server);
+    let mut a = Client::new(&mut server, 2);
+    let mut b = Client::resumable(&mut server, 3);
+    let now = 10 * US;
+    // B caches the counter and is in a transaction when its connection breaks; meanwhile A
+    // increments the counter.
+    assert!(b.begin(&mut server, now).is_none());
+    assert_eq!(b.value(&mut server, c, now).unwrap(), 0);
+    assert!(a.begin(&mut server, now).is_none());
+    let va = a.value(&mut server, c, now).unwrap();
+    a.set(c, va + 1);
+    let req = a.core.commit(now).unwrap();
+    assert!(matches!(a.exchange(&mut server, req, now), Event::Committed(_)));
+    match b.break_and_resume(&mut server, now) {
+        Event::Resumed { cache_kept } => assert!(cache_kept, "the server vouches for B's cache"),
+        e => panic!("{e:?}"),
+    }
+    assert!(b.core.is_doomed(), "the open transaction was aborted");
+    assert!(matches!(b.core.read(c), Err(ClientError::Conflict { .. })));
+    assert!(matches!(b.core.commit(now), Err(ClientError::Conflict { .. })));
+    // The resume brought the invalidation of the counter: the next transaction reads A's value.
+    assert!(b.begin(&mut server, now).is_none());
+    assert_eq!(b.value(&mut server, c, now).unwrap(), 1);
+    let req = b.core.commit(now).unwrap();
+    assert!(matches!(b.exchange(&mut server, req, now), Event::Committed(_)));
 }
 
 /// Where a client of [`interleaved_increments_of_three_clients_count_every_commit`] is.

@@ -14,6 +14,8 @@
 //!   prepare(stamp, coordinator, participants, now) ──► Prepare request: send, receive
 //!               ──► Voted { lsn, created } / Refused(error);  then finish_part(outcome)
 //!   abort()                 (local: the next request collects the invalidations)
+//!   disconnected(); resume(info) ──► Resume request: send, receive ──► Resumed { cache_kept },
+//!               or the lost commit's end: Committed / Refused(Disconnected) / Unknown
 //! ```
 //!
 //! With several servers the driver holds one core per server and is the two-phase commit's
@@ -35,10 +37,13 @@
 
 use thor_cache::core::Need;
 use thor_core::{Lsn, Oref, PageId, ServerId};
-use thor_wire::{Commit, Participant, Reply, ReplyBody, Request, RequestBody, Stamp};
+use thor_wire::{
+    CacheVerdict, Commit, Outcome, Participant, Reply, ReplyBody, Request, RequestBody, ServerInfo,
+    Stamp,
+};
 
 use super::ClientCore;
-use crate::error::ClientError;
+use crate::error::{ClientError, ConflictCause};
 use crate::session::{CommitInfo, Part, unexpected};
 
 /// Most rounds a read makes on the objects the cache holds before it asks for a page: the
@@ -52,10 +57,12 @@ pub(crate) enum Pending {
     Refresh,
     /// A fetch of this page.
     Fetch(PageId),
-    /// A commit, with what its end needs.
-    Commit(Part),
+    /// A commit, with what its end needs and the id to ask about it with.
+    Commit(Part, Option<u64>),
     /// A part of a transaction over several servers (`Prepare`), with what its end needs.
     Prepare(Part),
+    /// A `Resume` asking about this commit, sent with this many objects installed.
+    Resume { commit: Option<u64>, before: u64 },
 }
 
 /// What [`ClientCore::read`] found.
@@ -90,8 +97,18 @@ pub enum Event {
         created: Vec<Oref>,
     },
     /// The server refused the commit, and the transaction is aborted; the error says why
-    /// ([`ClientError::is_conflict`]: run it again).
+    /// ([`ClientError::is_conflict`]: run it again). Also a commit whose answer a broken
+    /// connection lost and that did not happen (`ConflictCause::Disconnected`).
     Refused(ClientError),
+    /// The session resumed on a new connection ([`ClientCore::resume`]): the server kept the
+    /// cache (and sent the invalidations of what changed meanwhile) or it was dropped.
+    Resumed {
+        /// Whether the cached copies were kept.
+        cache_kept: bool,
+    },
+    /// The commit whose answer a broken connection lost may or may not have happened, and
+    /// the server cannot tell ([`ClientError::CommitUnknown`]); it is aborted in the cache.
+    Unknown(ClientError),
 }
 
 impl ClientCore {
@@ -211,7 +228,7 @@ impl ClientCore {
         if self.asks_outcomes && self.info.version >= 5 && part.n_modified + part.n_created > 0 {
             c.id = Some(self.next_commit_id());
         }
-        self.pending = Some(Pending::Commit(part));
+        self.pending = Some(Pending::Commit(part, c.id));
         Ok(self.request(RequestBody::Commit(c), None))
     }
 
@@ -304,7 +321,10 @@ impl ClientCore {
         let (page, hit) = match pending {
             // A commit's answer dooms nothing: a refused transaction is aborted anyway, and a
             // committed one was validated, so the changes announced with it come after it.
-            Pending::Commit(part) => return self.commit_answered(part, reply.body, now_ns),
+            Pending::Commit(part, _) => return self.commit_answered(part, reply.body, now_ns),
+            Pending::Resume { commit, before } => {
+                return self.resume_answered(reply.body, commit, before, now_ns);
+            }
             Pending::Prepare(part) => return Ok(self.part_answered(part, reply.body)),
             Pending::Refresh => (None, hit),
             Pending::Fetch(page) => (Some(page), hit),
@@ -357,6 +377,112 @@ impl ClientCore {
                 Err(unexpected(other))
             }
         }
+    }
+
+    /// The connection broke: the reply awaited, if any, will not come. An open transaction is
+    /// aborted (its next read or commit fails with the conflict); a commit whose answer was
+    /// awaited is in doubt until [`ClientCore::resume`] learns its outcome; a part whose vote
+    /// was awaited is aborted here (a two-phase commit's outcome is not asked about).
+    pub fn disconnected(&mut self) {
+        self.ahead = None;
+        self.reconnect.breaks += 1;
+        match self.pending.take() {
+            Some(Pending::Commit(part, id)) => {
+                if id.is_some() {
+                    self.unresolved = id;
+                    self.last_outcome = None;
+                }
+                self.in_doubt = Some(part);
+            }
+            Some(Pending::Prepare(_)) => self.pinned(ClientCore::abort_local),
+            Some(Pending::Fetch(_) | Pending::Refresh | Pending::Resume { .. }) | None => {}
+        }
+        if self.in_transaction && self.doomed.is_none() {
+            self.pinned(ClientCore::abort_local);
+            self.stats.conflicts += 1;
+            self.reconnect.aborted += 1;
+            self.doomed = Some(
+                "the connection to the server broke; the transaction was aborted: run it again"
+                    .to_string(),
+            );
+        }
+    }
+
+    /// Resumes the session on a connection whose server said `info` (`HelloOk`): the first
+    /// one (which registers the session's key, as a `Session` that reconnects does) or a new
+    /// one after [`ClientCore::disconnected`]. Returns the `Resume` to send, which asks about
+    /// the commit in doubt; its reply goes to [`ClientCore::receive`]: [`Event::Resumed`], or
+    /// the commit in doubt's end ([`Event::Committed`], [`Event::Refused`] if it did not
+    /// happen, [`Event::Unknown`]). `None` for a server that cannot resume (before version 5):
+    /// the cache is dropped and a commit in doubt is aborted in the cache, its outcome unknown.
+    pub fn resume(&mut self, info: ServerInfo) -> Result<Option<Request>, ClientError> {
+        self.idle()?;
+        self.adopt(info)?;
+        let commit = self.unresolved;
+        let before = self.installed_objects();
+        match self.resume_body(commit, before) {
+            Some(body) => {
+                self.pending = Some(Pending::Resume { commit, before });
+                Ok(Some(self.request(body, None)))
+            }
+            None => {
+                if self.in_doubt.take().is_some() {
+                    self.pinned(ClientCore::abort_local);
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Takes the answer to `Resume`, which asked about `commit`.
+    fn resume_answered(
+        &mut self,
+        body: ReplyBody,
+        commit: Option<u64>,
+        before: u64,
+        now_ns: u64,
+    ) -> Result<Event, ClientError> {
+        let r = match body {
+            ReplyBody::Resumed(r) => r,
+            other => return Err(unexpected(other)),
+        };
+        self.resumed(&r, commit, before);
+        let Some(part) = self.in_doubt.take() else {
+            return Ok(Event::Resumed { cache_kept: r.cache != CacheVerdict::Dropped });
+        };
+        let writes = part.n_modified + part.n_created > 0;
+        Ok(match r.outcome {
+            Some(Outcome::Committed { lsn, created }) => {
+                match self.pinned(|c| c.committed(part, lsn, &created, now_ns)) {
+                    Ok(info) => Event::Committed(info),
+                    Err(e) => Event::Unknown(e),
+                }
+            }
+            Some(Outcome::NotCommitted) => self.lost_commit_aborted("did not happen"),
+            // A transaction that wrote nothing changed nothing either way.
+            _ if !writes => self.lost_commit_aborted("wrote nothing"),
+            _ => {
+                self.pinned(ClientCore::abort_local);
+                Event::Unknown(ClientError::CommitUnknown(Box::new(ClientError::Transport(
+                    thor_wire::TransportError::Broken,
+                ))))
+            }
+        })
+    }
+
+    /// Ends a commit whose answer was lost and that did not happen (or did not matter): aborted,
+    /// a `Disconnected` conflict (run it again).
+    fn lost_commit_aborted(&mut self, why: &str) -> Event {
+        self.pinned(ClientCore::abort_local);
+        self.stats.conflicts += 1;
+        self.reconnect.aborted += 1;
+        Event::Refused(ClientError::Conflict {
+            cause: ConflictCause::Disconnected,
+            message: format!(
+                "the connection broke during the commit, which {why}; the session resumed: \
+                 run it again"
+            ),
+        })
     }
 
     /// Takes the answer to a part: a vote keeps the part for [`ClientCore::finish_part`]; a

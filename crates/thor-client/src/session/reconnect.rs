@@ -78,7 +78,8 @@ use std::time::{Duration, Instant};
 
 use thor_wire::limits::RESUME_PAGES_MAX;
 use thor_wire::{
-    CacheVerdict, ErrorCode, Outcome, ReplyBody, RequestBody, Resume, Transport, TransportError,
+    CacheVerdict, ErrorCode, Outcome, ReplyBody, RequestBody, Resume, ServerInfo, Transport,
+    TransportError,
 };
 
 use super::{Inner, unexpected};
@@ -336,7 +337,44 @@ impl Inner {
         transport: Box<dyn Transport>,
         commit: Option<u64>,
     ) -> Result<Resumed, ClientError> {
-        let new = *transport.server();
+        self.core.adopt(*transport.server())?;
+        self.transport = transport;
+        self.broken = false;
+        self.timeout_now = None;
+        let commit = commit.or(self.unresolved);
+        match self.resume(commit) {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                self.break_connection();
+                Err(e)
+            }
+        }
+    }
+
+    /// Resumes the session on the new connection (see the module documentation).
+    fn resume(&mut self, commit: Option<u64>) -> Result<Resumed, ClientError> {
+        let before = self.installed_objects();
+        let Some(resume) = self.core.resume_body(commit, before) else {
+            return Ok(Resumed { outcome: commit.map(|_| Outcome::Unknown) });
+        };
+        self.timeout_for(&RequestBody::Abort);
+        let sent = self.send_raw(resume, None);
+        let (reply, _) = sent.and_then(|()| self.recv_raw()).map_err(ClientError::Transport)?;
+        let r = match reply.body {
+            ReplyBody::Resumed(r) => r,
+            other => return Err(unexpected(other)),
+        };
+        self.core.resumed(&r, commit, before);
+        Ok(Resumed { outcome: r.outcome })
+    }
+}
+
+impl ClientCore {
+    /// Takes a new connection whose server said `new` (`HelloOk`): checks that it is the same
+    /// database's server in the same commit mode, and adopts what it says (version, frame
+    /// limit, demotions). Acknowledgements and demotions owed to the old connection's server
+    /// are forgotten (its invalid set went with it), and a read-ahead in flight is gone.
+    pub fn adopt(&mut self, new: ServerInfo) -> Result<(), ClientError> {
         let old = self.info;
         if new.server_id != old.server_id || new.page_size != old.page_size || new.root != old.root
         {
@@ -352,10 +390,7 @@ impl Inner {
                 new.commit_mode, old.commit_mode
             )));
         }
-        self.transport = transport;
         self.info = new;
-        self.broken = false;
-        self.timeout_now = None;
         self.ahead = None;
         let demote = if new.demotions { self.cfg.demote_pages } else { 0 };
         self.cache.set_demotion(demote);
@@ -367,24 +402,21 @@ impl Inner {
         // Acknowledgements of invalidations the old connection's server sent: that server's
         // invalid set is gone.
         self.cache.forget_acks();
-        let commit = commit.or(self.unresolved);
-        match self.resume(commit) {
-            Ok(r) => Ok(r),
-            Err(e) => {
-                self.break_connection();
-                Err(e)
-            }
-        }
+        Ok(())
     }
 
-    /// Resumes the session on the new connection (see the module documentation).
-    fn resume(&mut self, commit: Option<u64>) -> Result<Resumed, ClientError> {
-        let before = self.installed_objects();
+    /// The `Resume` to send on a new connection, asking about `commit` if given; `before` is
+    /// the installed objects before (for the counters). The cache is dropped first where the
+    /// server could not vouch for it: its copies are kept beside it (the page modes), no stamp
+    /// came with every invalidation yet, or its pages do not fit the request. `None` for a
+    /// server that cannot resume (before version 5): the cache is dropped, and a commit asked
+    /// about has an unknown outcome.
+    pub(crate) fn resume_body(&mut self, commit: Option<u64>, before: u64) -> Option<RequestBody> {
         if self.info.version < 5 {
             // No resume: the server cannot tell what changed, nor what became of a commit.
             self.drop_cache();
             self.count_resume(false, before);
-            return Ok(Resumed { outcome: commit.map(|_| Outcome::Unknown) });
+            return None;
         }
         if self.path.keeps_pages() {
             // The page modes' images and recovery buffer are kept beside the cache.
@@ -399,14 +431,13 @@ impl Inner {
             }
             pages.clear();
         }
-        let resume = Resume { key: self.key, seen: self.seen, commit, pages };
-        self.timeout_for(&RequestBody::Abort);
-        let sent = self.send_raw(RequestBody::Resume(resume), None);
-        let (reply, _) = sent.and_then(|()| self.recv_raw()).map_err(ClientError::Transport)?;
-        let r = match reply.body {
-            ReplyBody::Resumed(r) => r,
-            other => return Err(unexpected(other)),
-        };
+        Some(RequestBody::Resume(Resume { key: self.key, seen: self.seen, commit, pages }))
+    }
+
+    /// Applies the server's answer to `Resume` (which asked about `commit`; `before` as for
+    /// [`ClientCore::resume_body`]): the cache dropped if the server could not vouch for it,
+    /// the counters, and the outcome of the commit whose answer was lost.
+    pub(crate) fn resumed(&mut self, r: &thor_wire::Resumed, commit: Option<u64>, before: u64) {
         if r.cache == CacheVerdict::Dropped {
             self.drop_cache();
         }
@@ -423,7 +454,6 @@ impl Inner {
             self.unresolved = None;
             self.last_outcome = r.outcome.as_ref().map(outcome_of);
         }
-        Ok(Resumed { outcome: r.outcome })
     }
 
     /// Counts a resume and the installed objects it kept of `before`.
@@ -442,7 +472,7 @@ impl Inner {
     }
 
     /// Installed objects in the cache now (a walk of every frame).
-    fn installed_objects(&self) -> u64 {
+    pub(crate) fn installed_objects(&self) -> u64 {
         let o = self.cache.occupancy();
         (o.intact_installed + o.compacted_installed) as u64
     }
@@ -450,8 +480,8 @@ impl Inner {
     /// Drops every cached copy: the server cannot vouch for them. Objects pinned by views
     /// leave when the views go; until then no transaction may start (`Inner::begin`).
     fn drop_cache(&mut self) {
-        self.pinned(|inner| {
-            inner.cache.invalidate_all();
+        self.pinned(|core| {
+            core.cache.invalidate_all();
         });
         // The acknowledgements this queued are for invalidations no server sent.
         self.cache.forget_acks();
@@ -460,7 +490,7 @@ impl Inner {
         self.schema = None;
         self.class_words.iter_mut().for_each(|w| *w = 0);
         let path = self.path;
-        path.cache_dropped(&mut self.core);
+        path.cache_dropped(self);
     }
 }
 
