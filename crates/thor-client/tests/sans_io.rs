@@ -487,6 +487,37 @@ fn a_broken_connection_aborts_the_open_transaction_and_the_resumed_cache_is_told
     assert!(matches!(b.exchange(&mut server, req, now), Event::Committed(_)));
 }
 
+#[test]
+fn a_created_object_takes_its_oref_at_commit_and_another_client_reads_it_through_the_root() {
+    let mut server = Server::new();
+    setup(&mut server);
+    let mut a = Client::new(&mut server, 2);
+    let mut b = Client::new(&mut server, 3);
+    let now = 10 * US;
+    let root = a.core.server().root;
+    let slot = builtin::desc(builtin::REFS).unwrap().var_offset() + 4 * 2;
+    assert!(a.begin(&mut server, now).is_none());
+    a.read(&mut server, root, now).unwrap();
+    let mut bytes = builtin::desc(builtin::BYTES).unwrap().new_object(builtin::BYTES.raw(), 8);
+    bytes[value_at()..value_at() + 8].copy_from_slice(&7u64.to_le_bytes());
+    let made = a.core.create(&bytes).unwrap();
+    assert!(made.oref().is_none(), "no oref before the commit");
+    let r = a.core.handle(root).unwrap();
+    // The count word of the root's reference part is no reference slot.
+    let count = builtin::desc(builtin::REFS).unwrap().count_offset();
+    assert!(matches!(a.core.set_ref(r, count, made), Err(ClientError::Usage(_))));
+    a.core.set_ref(r, slot, made).unwrap();
+    let req = a.core.commit(now).unwrap();
+    let Event::Committed(info) = a.exchange(&mut server, req, now) else { panic!("A commits") };
+    assert_eq!((info.created, info.modified), (1, 1));
+    let oref = a.core.canonical(made).unwrap().oref().expect("an oref after the commit");
+    // B finds it through root slot 2 and reads its value.
+    assert!(b.begin(&mut server, now).is_none());
+    let root_bytes = b.read(&mut server, root, now).unwrap();
+    assert_eq!(u32::from_le_bytes(root_bytes[slot..slot + 4].try_into().unwrap()), oref.raw());
+    assert_eq!(b.value(&mut server, oref, now).unwrap(), 7);
+}
+
 /// Where a client of [`interleaved_increments_of_three_clients_count_every_commit`] is.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Step {

@@ -10,6 +10,7 @@
 //!   read(oref) ──► Hit(bytes)              │ Send(Fetch): send, receive ──► Fetched / Doomed,
 //!                                          │                                  then read again
 //!   write(oref, at, bytes)  (a resident object of the transaction; not its references)
+//!   create(bytes) ──► handle;  set_ref(obj, off, target);  canonical(handle) after the commit
 //!   commit(now) ──► Commit request: send, receive ──► Committed(info) / Refused(error)
 //!   prepare(stamp, coordinator, participants, now) ──► Prepare request: send, receive
 //!               ──► Voted { lsn, created } / Refused(error);  then finish_part(outcome)
@@ -45,6 +46,7 @@ use thor_wire::{
 use super::ClientCore;
 use crate::error::{ClientError, ConflictCause};
 use crate::session::{CommitInfo, Part, unexpected};
+use crate::typed::{Any, Ref};
 
 /// Most rounds a read makes on the objects the cache holds before it asks for a page: the
 /// object itself, then its class object (whose own class, the metaclass, is built in).
@@ -217,6 +219,58 @@ impl ClientCore {
             )
         };
         Ok(())
+    }
+
+    /// Creates an object in the open transaction from its stored bytes (`bytes`: its class
+    /// word first, a class the cache knows, such as a built-in one or the class of an object
+    /// read before; every reference slot null). Returns its handle: it gets its oref when the
+    /// transaction commits ([`ClientCore::canonical`]); until then [`ClientCore::set_ref`]
+    /// points references at it, which the commit ships tagged.
+    pub fn create(&mut self, bytes: &[u8]) -> Result<Ref<Any>, ClientError> {
+        self.ready()?;
+        let made = self.pinned(|c| c.cache.create(bytes))?;
+        Ok(Ref::new(made.entry, made.serial))
+    }
+
+    /// A handle on the object `oref`, for [`ClientCore::set_ref`].
+    pub fn handle(&mut self, oref: Oref) -> Result<Ref<Any>, ClientError> {
+        Ok(Ref::new(self.cache.entry_for(oref)?, oref.raw()))
+    }
+
+    /// The current form of handle `r`: after the commit that created an object, its handle
+    /// names it by its oref ([`Ref::oref`]).
+    pub fn canonical(&mut self, r: Ref<Any>) -> Result<Ref<Any>, ClientError> {
+        if r.is_null() {
+            return Ok(r);
+        }
+        let i = self.cache.rebind(r.idx, r.oref)?;
+        Ok(Ref::new(i, self.cache.oref_of(i)))
+    }
+
+    /// Points the reference slot at byte `off` of object `obj` (one the cache holds: read or
+    /// created in the open transaction) at `target` ([`Ref::NULL`]: null). `off` must be one
+    /// of the object's reference slots ([`ClientError::Usage`] otherwise).
+    pub fn set_ref(
+        &mut self,
+        obj: Ref<Any>,
+        off: usize,
+        target: Ref<Any>,
+    ) -> Result<(), ClientError> {
+        self.ready()?;
+        let i = self.cache.rebind(obj.idx, obj.oref)?;
+        let loc = self
+            .cache
+            .access(i, self.cache.oref_of(i))
+            .ok_or(ClientError::Usage("set a reference in an object the cache holds"))?;
+        let desc = self.cache.class(self.cache.class_word(loc)).cloned();
+        let desc = desc.ok_or(ClientError::Usage("an object of an unknown class"))?;
+        let mut slot = false;
+        desc.for_each_ref_offset(self.cache.object(loc), |o| slot |= o == off);
+        if !slot {
+            return Err(ClientError::Usage("set_ref at an offset that is no reference slot"));
+        }
+        self.cache.before_write(i)?;
+        self.store_ref(i, off, target.idx, target.oref)
     }
 
     /// Commits the open transaction at `now_ns`: the request to send (its reply goes to
