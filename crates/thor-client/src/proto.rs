@@ -261,6 +261,9 @@ pub struct ClientCore {
     /// The commit whose answer a broken connection lost, until resuming learns its outcome
     /// ([`ClientCore::disconnected`], [`ClientCore::resume`]).
     pub(crate) in_doubt: Option<Part>,
+    /// The entry whose page the object-level API fetched again because the cached copy did
+    /// not hold it (`Need::Stale`); a second miss of the same kind is `NoSuchObject`.
+    pub(crate) stale_refetch: Option<u32>,
 }
 
 impl std::fmt::Debug for ClientCore {
@@ -348,6 +351,7 @@ impl ClientCore {
             pending: None,
             voted: None,
             in_doubt: None,
+            stale_refetch: None,
         })
     }
 

@@ -518,6 +518,34 @@ fn a_created_object_takes_its_oref_at_commit_and_another_client_reads_it_through
     assert_eq!(b.value(&mut server, oref, now).unwrap(), 7);
 }
 
+#[test]
+fn reading_an_object_its_page_does_not_hold_fails_after_one_refetch() {
+    let mut server = Server::new();
+    let (c, _) = setup(&mut server);
+    let mut a = Client::new(&mut server, 2);
+    let now = 10 * US;
+    assert!(a.begin(&mut server, now).is_none());
+    a.value(&mut server, c, now).unwrap();
+    // The counter's page holds one object: a later object id on it names nothing.
+    let missing = Oref::new(c.page().unwrap(), thor_core::Oid::new(c.oid().get() + 5).unwrap());
+    let mut fetches = 0;
+    let err = loop {
+        match a.core.read(missing) {
+            Ok(Read::Send(req)) => {
+                fetches += 1;
+                assert!(fetches <= 2, "a read that fetches for ever");
+                assert!(matches!(a.exchange(&mut server, *req, now), Event::Fetched(_)));
+            }
+            Ok(Read::Hit(_)) => panic!("a hit on a missing object"),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(err, ClientError::Cache(thor_cache::CacheError::NoSuchObject(o)) if o == missing)
+    );
+    assert_eq!(fetches, 1, "the cached page, then one fresh copy of it");
+}
+
 /// Where a client of [`interleaved_increments_of_three_clients_count_every_commit`] is.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Step {

@@ -151,11 +151,23 @@ impl ClientCore {
             self.conversion.stop(t);
             let page = match need? {
                 Need::Resident(loc) => {
+                    self.stale_refetch = None;
                     let mut out = Vec::new();
                     self.cache.copy_unswizzled(loc, &mut out);
                     return Ok(Read::Hit(out));
                 }
-                Need::Page(p) | Need::Stale(p) => p,
+                Need::Page(p) => p,
+                // The cached page does not hold the object: fetch it once more, and if the
+                // fresh page does not either, the object does not exist (a server's bytes do
+                // not make a driver fetch for ever).
+                Need::Stale(_) if self.stale_refetch == Some(i) => {
+                    self.stale_refetch = None;
+                    return Err(ClientError::Cache(thor_cache::CacheError::NoSuchObject(oref)));
+                }
+                Need::Stale(p) => {
+                    self.stale_refetch = Some(i);
+                    p
+                }
                 Need::Class(c) => {
                     let ci = self.cache.entry_for(c)?;
                     match self.cache.resolve(ci)? {
