@@ -73,6 +73,15 @@
 //! A two-phase commit over several servers ([`crate::Cluster`]) whose answers were lost is not
 //! asked about: it is [`ClientError::CommitUnknown`], and each server's session reconnects by
 //! itself at its next request.
+//!
+//! # Who does what
+//!
+//! Dialing, timeouts and the backoff between attempts are the session's (it is the driver).
+//! What a new connection means for the protocol is the core's ([`crate::proto`]):
+//! `ClientCore::adopt` checks the new `HelloOk` and forgets what was owed to the old
+//! connection's server, `ClientCore::resume_body` decides what of the cache to offer and builds
+//! the `Resume`, and `ClientCore::resumed` applies the answer. A driver without a session uses
+//! the same steps through `ClientCore::disconnected` and `ClientCore::resume`.
 
 use std::time::{Duration, Instant};
 
