@@ -1234,7 +1234,11 @@ impl Session {
 /// Checks a `Pages` reply to a prefetch of `page` with up to `extra` further pages. The
 /// decoder saw to it that there is at least one page, no page twice, and at most the
 /// protocol's bound; the rest is the client's to check.
-fn check_pages(pages: &[(PageId, Bytes)], page: PageId, extra: u16) -> Result<(), ClientError> {
+pub(crate) fn check_pages(
+    pages: &[(PageId, Bytes)],
+    page: PageId,
+    extra: u16,
+) -> Result<(), ClientError> {
     if pages[0].0 != page {
         return Err(ClientError::Unexpected("page other than asked"));
     }

@@ -546,6 +546,31 @@ fn reading_an_object_its_page_does_not_hold_fails_after_one_refetch() {
     assert_eq!(fetches, 1, "the cached page, then one fresh copy of it");
 }
 
+#[test]
+fn a_prefetching_client_reads_the_second_counter_without_a_round_trip() {
+    let mut server = Server::new();
+    let (c, other) = setup(&mut server);
+    let (conn, info) = server.connect();
+    let cfg = SessionConfig { prefetch_pages: Some(4), ..SessionConfig::default() };
+    let seeds = Seeds { key: 7, commit_ids: 8 };
+    let mut a = Client { core: ClientCore::new(info, cfg, seeds, None, false).unwrap(), conn };
+    let now = 10 * US;
+    assert!(a.begin(&mut server, now).is_none());
+    // The counters' pages follow one another; the first fetch brings the second with it.
+    let first = c.page().unwrap().get().min(other.page().unwrap().get());
+    let (lo, hi) = if c.page().unwrap().get() == first { (c, other) } else { (other, c) };
+    assert_eq!(a.value(&mut server, lo, now).unwrap(), 0);
+    let fetched = a.core.stats().fetches;
+    assert!(a.core.stats().pages_prefetched >= 1, "{:?}", a.core.stats());
+    match a.core.read(hi).unwrap() {
+        Read::Hit(bytes) => assert_eq!(value_of(&bytes), 0),
+        Read::Send(req) => panic!("the prefetched page should serve the read: {req:?}"),
+    }
+    assert_eq!(a.core.stats().fetches, fetched);
+    let req = a.core.commit(now).unwrap();
+    assert!(matches!(a.exchange(&mut server, req, now), Event::Committed(_)));
+}
+
 /// Where a client of [`interleaved_increments_of_three_clients_count_every_commit`] is.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Step {

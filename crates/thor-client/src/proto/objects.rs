@@ -7,7 +7,7 @@
 //!
 //! ```text
 //!   begin(now) ──► None: go on             │ Some(Abort): send, receive ──► Ready / Doomed
-//!   read(oref) ──► Hit(bytes)              │ Send(Fetch): send, receive ──► Fetched / Doomed,
+//!   read(oref) ──► Hit(bytes)              │ Send(Fetch or Prefetch): send, receive ──► Fetched / Doomed,
 //!                                          │                                  then read again
 //!   write(oref, at, bytes)  (a resident object of the transaction; not its references)
 //!   create(bytes) ──► handle;  set_ref(obj, off, target);  canonical(handle) after the commit
@@ -45,7 +45,7 @@ use thor_wire::{
 
 use super::ClientCore;
 use crate::error::{ClientError, ConflictCause};
-use crate::session::{CommitInfo, Part, unexpected};
+use crate::session::{CommitInfo, Part, check_pages, unexpected};
 use crate::typed::{Any, Ref};
 
 /// Most rounds a read makes on the objects the cache holds before it asks for a page: the
@@ -59,6 +59,8 @@ pub(crate) enum Pending {
     Refresh,
     /// A fetch of this page.
     Fetch(PageId),
+    /// A fetch of this page with up to this many further pages (`Prefetch`).
+    Prefetch(PageId, u16),
     /// A commit, with what its end needs and the id to ask about it with.
     Commit(Part, Option<u64>),
     /// A part of a transaction over several servers (`Prepare`), with what its end needs.
@@ -185,16 +187,47 @@ impl ClientCore {
                 }
             };
             self.stats.slow_accesses += 1;
-            let req = self.request(RequestBody::Fetch { page }, Some(page));
-            // The frame for the page is freed now, before its reply.
-            if let Err(e) = self.cache.while_fetching() {
-                self.unsent(req);
-                return Err(e.into());
-            }
-            self.pending = Some(Pending::Fetch(page));
-            return Ok(Read::Send(Box::new(req)));
+            return self.fetch_request(page).map(|req| Read::Send(Box::new(req)));
         }
         Err(ClientError::Cache(thor_cache::CacheError::Full { frames: self.cache.usable_frames() }))
+    }
+
+    /// The request for `page`: a `Prefetch` of further pages too when the client prefetches
+    /// (its window, [`crate::prefetch`]), else a `Fetch`. The frames for the pages are freed
+    /// now, before the reply.
+    fn fetch_request(&mut self, page: PageId) -> Result<Request, ClientError> {
+        let extra = self.prefetch_extra();
+        let (body, pending) = if extra > 0 {
+            let hint = self.cfg.prefetch_hint;
+            let body = RequestBody::Prefetch(thor_wire::Prefetch { page, extra, hint });
+            (body, Pending::Prefetch(page, extra))
+        } else {
+            (RequestBody::Fetch { page }, Pending::Fetch(page))
+        };
+        let req = self.request(body, Some(page));
+        if let Err(e) = self.cache.while_fetching_pages(1 + usize::from(extra)) {
+            self.unsent(req);
+            return Err(e.into());
+        }
+        self.pending = Some(pending);
+        Ok(req)
+    }
+
+    /// Installs the pages of a reply to a `Prefetch` of `page`: the further ones first (except
+    /// those the cache holds), the page asked for last, so that no prefetched page's
+    /// installation evicts it before the read that asked for it.
+    fn install_pages(
+        &mut self,
+        page: PageId,
+        extra: u16,
+        mut pages: Vec<(PageId, bytes::Bytes)>,
+    ) -> Result<(), ClientError> {
+        check_pages(&pages, page, extra)?;
+        let (_, asked) = pages.swap_remove(0);
+        self.install_prefetched(pages)?;
+        self.cache.install_page(page, &asked)?;
+        self.stats.fetches += 1;
+        Ok(())
     }
 
     /// Overwrites bytes `at..at + bytes.len()` of the object `oref`, which the open
@@ -394,6 +427,19 @@ impl ClientCore {
             Pending::Prepare(part) => return Ok(self.part_answered(part, reply.body)),
             Pending::Refresh => (None, hit),
             Pending::Fetch(page) => (Some(page), hit),
+            Pending::Prefetch(page, extra) => {
+                if let Some(o) = hit {
+                    self.doom(o);
+                }
+                match reply.body {
+                    ReplyBody::Pages(pages) => self.install_pages(page, extra, pages)?,
+                    other => return Err(unexpected(other)),
+                }
+                return Ok(match self.check_doomed() {
+                    Err(e) => Event::Doomed(e),
+                    Ok(()) => Event::Fetched(page),
+                });
+            }
         };
         if let Some(o) = hit {
             self.doom(o);
@@ -461,7 +507,13 @@ impl ClientCore {
                 self.in_doubt = Some(part);
             }
             Some(Pending::Prepare(_)) => self.pinned(ClientCore::abort_local),
-            Some(Pending::Fetch(_) | Pending::Refresh | Pending::Resume { .. }) | None => {}
+            Some(
+                Pending::Fetch(_)
+                | Pending::Prefetch(..)
+                | Pending::Refresh
+                | Pending::Resume { .. },
+            )
+            | None => {}
         }
         if self.in_transaction && self.doomed.is_none() {
             self.pinned(ClientCore::abort_local);
