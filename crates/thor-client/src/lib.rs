@@ -6,6 +6,10 @@
 //!   concurrency control refuses it ([`ClientError::Conflict`]). Requests time out, and a
 //!   session made with a [`Dialer`] ([`Session::connect`]) survives a broken connection
 //!   ([`session::reconnect`]).
+//! - [`proto`]: the client's protocol as a sans-I/O state machine, [`proto::ClientCore`]
+//!   (time passed in, no transport, no blocking), which `Session` drives; its object-level API
+//!   lets a non-blocking driver (a simulator of many clients in one thread) run the real
+//!   client protocol.
 //! - [`typed`]: classes declared once with [`class!`], typed references [`Ref`], and
 //!   [`View`]s that read fields straight from the cached bytes.
 //! - [`cluster`]: [`Cluster`], sessions with several servers, references across them through
@@ -36,17 +40,20 @@
 //! *Architecture invariant:* the client talks to the server only through a
 //! [`thor_wire::Transport`], so tests and embedded uses run it over an in-process transport.
 //! Its only other I/O is the spill file ([`spill`]), an unlinked temporary file that holds
-//! nothing past the transaction that wrote it.
+//! nothing past the transaction that wrote it. The protocol itself ([`proto::ClientCore`])
+//! does no I/O at all: it returns requests and takes replies, with time passed in; `Session`
+//! is the driver that owns the transport, the clock and the waits.
 //!
 //! # Invariants and API boundary
 //!
 //! (The detail behind this crate's paragraph in ARCHITECTURE.md.)
 //!
-//! The library applications use (`session.rs`, `typed.rs`). A `Session` owns a transport
-//! (`thor_wire::Transport`) and a `ClientCache`, which holds the current transaction (read set,
-//! modified objects with their undo copies, created objects); the session drives it through the
-//! cache's transaction interface and keeps only what is its own (class slots pointed at classes
-//! the transaction created). Commit ships the new versions of modified objects and the created
+//! The library applications use (`session.rs`, `typed.rs`), over the protocol core
+//! (`proto.rs`, `proto/objects.rs`). A `Session` owns a transport (`thor_wire::Transport`) and
+//! a `ClientCore`, which owns the `ClientCache`, which holds the current transaction (read set,
+//! modified objects with their undo copies, created objects); the core drives it through the
+//! cache's transaction interface and keeps beside it only the class slots pointed at classes
+//! the transaction created. Commit ships the new versions of modified objects and the created
 //! objects as the cache exports them (object shipping, never pages; all of them exported
 //! straight into one buffer, `ClientCache::export_append`, that the request's slices share), with references to created
 //! objects tagged by their index in the commit; abort restores the undo copies and drops created
@@ -214,6 +221,7 @@ pub mod latency;
 pub mod limits;
 pub mod pagemode;
 pub mod prefetch;
+pub mod proto;
 pub mod session;
 pub mod spill;
 pub mod typed;

@@ -14,12 +14,12 @@
 //! ```
 //!
 //! The transaction's state lives in the cache (`thor_cache::txn`): its read set, its modified
-//! objects with an undo copy of each taken at the first write ([`ClientCache::before_write`]),
+//! objects with an undo copy of each taken at the first write ([`ClientCache::before_write`](thor_cache::ClientCache::before_write)),
 //! and the objects it created. The session drives it through that small interface and never
 //! touches the cache's tables. Commit ships only objects, never pages: the new versions of
-//! modified objects and the created objects as [`ClientCache::export`] writes them, with
+//! modified objects and the created objects as [`ClientCache::export`](thor_cache::ClientCache::export) writes them, with
 //! references to created objects tagged by their index in the commit. Abort puts the undo
-//! copies back and drops the created objects ([`ClientCache::abort_done`]).
+//! copies back and drops the created objects ([`ClientCache::abort_done`](thor_cache::ClientCache::abort_done)).
 //!
 //! # Concurrency control (CLOCC)
 //!
@@ -60,6 +60,22 @@
 //!   the last reply first makes a cheap round trip (an `Abort`, which the server answers with
 //!   `Ack` and nothing else) to collect them.
 //!
+//! # The protocol core and its driver
+//!
+//! The protocol is not the session's own: it lives in a sans-I/O state machine,
+//! [`ClientCore`] ([`crate::proto`]), which owns the cache and every piece of protocol state
+//! (the transaction, doomed or not, the acknowledgements and contention to report, the stamps,
+//! commit ids, the refresh decision, backoff jitter) and never touches a transport, a clock or
+//! a thread. The session's state, `Inner`, is that core plus what drives it: the transport,
+//! the clock's origin (the core's `now_ns` is the time since the session was made), reply
+//! timeouts and the dialer. `Inner` dereferences to its core, so the driver's code reads the
+//! protocol state as its own fields. Sending is `ClientCore::request` then the transport
+//! (`ClientCore::unsent` if it could not send); receiving is the transport's blocking `recv`
+//! then `ClientCore::apply`. What stays in the session: the typed API (views, pins, classes,
+//! the schema), the blocking loops of an access (resolve, fetch, install, again), prefetch's
+//! and read-ahead's requests (their decisions are the core's), the commit path's round trips
+//! (the page modes), reconnecting and resuming ([`reconnect`]), and two-phase commit's parts.
+//!
 //! # A broken connection
 //!
 //! Every request waits for its reply a bounded time ([`SessionConfig::request_timeout`],
@@ -85,32 +101,24 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use thor_cache::core::Need;
-use thor_cache::{CacheConfig, CacheError, CacheStats, ClientCache, PolicyConfig};
+use thor_cache::{CacheError, CacheStats, PolicyConfig};
 use thor_core::le::u32_at;
 use thor_core::{
     ClassDesc, FormatError, Lsn, Oref, PageId, RawRef, ServerId, VarKind, builtin, large,
 };
-use thor_wire::limits::{
-    ACKS_MAX, CONTENTION_COUNT_MAX, DEMOTED_PAGES_MAX, DISCARDED_PAGES_MAX, PREFETCH_PAGES_MAX,
-};
-use thor_wire::version::VERSION_CONTENTION;
-use thor_wire::{
-    Piggyback, Prefetch, PrefetchHint, Reply, ReplyBody, Request, RequestBody, ServerInfo,
-    Transport,
-};
+use thor_wire::{Prefetch, PrefetchHint, Reply, ReplyBody, RequestBody, ServerInfo, Transport};
 
 use crate::error::{ClientError, ConflictCause};
+use crate::proto::{ClientCore, DEAD_VIEW, Seeds};
 
-mod commit_path;
-mod page_path;
-mod read_only;
+pub(crate) mod commit_path;
+pub(crate) mod page_path;
 pub mod reconnect;
 use crate::latency::LatencyHistogram;
-use crate::limits::{LARGE_PIECES_MAX, PREFETCH_FRAMES_DIVISOR, SLOW_PATH_ROUNDS_MAX};
-use crate::pagemode::{PageModeStats, PageState, RecoveryConfig};
+use crate::limits::{LARGE_PIECES_MAX, SLOW_PATH_ROUNDS_MAX};
+use crate::pagemode::{PageModeStats, RecoveryConfig};
 use crate::typed::{Any, Class, Field, FieldType, Ref, Refs, VarSpec};
-use commit_path::{Built, CommitPath, Kept, ObjectShipping};
-use page_path::PageModes;
+use commit_path::{Built, Kept};
 pub use reconnect::{CommitOutcome, Dialer, ReconnectConfig, ReconnectStats};
 
 /// The root slot that holds the schema directory (the list of class objects). Applications
@@ -273,7 +281,7 @@ pub struct ClientStats {
     /// Object accesses that missed the hit path (installation, fetch, or stale handle).
     pub slow_accesses: u64,
     /// Time converting objects to the in-cache format: installing them and swizzling.
-    /// Estimated from a sample of the calls ([`ConversionClock`]).
+    /// Estimated from a sample of the calls (`proto::ConversionClock`).
     pub conversion_time: Duration,
     /// Bytes of object versions shipped at commit.
     pub bytes_shipped: u64,
@@ -315,144 +323,27 @@ pub struct CommitInfo {
     pub modified: usize,
 }
 
-/// The session's state. See the module documentation for how it is borrowed.
-/// Conversion time, sampled. Reading the clock costs about 35 ns on this machine (two reads a
-/// call), as much as installing an object or swizzling a reference, so timing every call
-/// roughly doubled the conversion time it reported (and slowed the traversal by as much). One
-/// call in [`CONVERSION_SAMPLE_EVERY`] is timed, the first included, and the total is the
-/// sampled calls' mean times all calls: the calls are many (hundreds per fetched page) and
-/// alike, so the estimate's error is small next to the run-to-run spread. One in 16 still
-/// cost 2.8% of a cold OO7 T1 on medium (`perf`: 150,000 clock reads); one in 64 leaves
-/// about 19,000 timed calls in that run.
-#[derive(Debug, Default)]
-struct ConversionClock {
-    /// Conversion calls (installations and swizzles).
-    calls: u64,
-    /// Calls timed.
-    sampled: u64,
-    /// Their time.
-    sampled_time: Duration,
-}
-
-/// Fetches made without reading ahead after a read-ahead that did not hold the page the next
-/// miss wanted ([`SessionConfig::read_ahead`]).
-const AHEAD_COOL_FETCHES: u32 = 2;
-/// Pages after a reply's last one looked at for one the cache does not hold, to read ahead.
-const AHEAD_SKIP_MAX: u32 = 4;
-
-/// The clock the session gives its cache for replacement's timers (thor-cache reads none of
-/// its own, `thor_cache::timer`): monotonic nanoseconds since the process's first call.
+/// The clock the session gives its core for the cache's replacement timers and the sampled
+/// conversion time (thor-cache and the core read none of their own, `thor_cache::timer`):
+/// monotonic nanoseconds since the process's first call.
 fn stat_clock_ns() -> u64 {
     static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
-/// One conversion call in this many is timed (a power of two).
-const CONVERSION_SAMPLE_EVERY: u64 = 64;
-
-impl ConversionClock {
-    /// Counts a call; the clock reading if this one is timed.
-    #[inline]
-    fn start(&mut self) -> Option<Instant> {
-        self.calls += 1;
-        (self.calls & (CONVERSION_SAMPLE_EVERY - 1) == 1).then(Instant::now)
-    }
-
-    /// Ends a call begun by [`ConversionClock::start`].
-    #[inline]
-    fn stop(&mut self, t: Option<Instant>) {
-        if let Some(t) = t {
-            self.sampled += 1;
-            self.sampled_time += t.elapsed();
-        }
-    }
-
-    /// The estimated time of all calls.
-    fn estimate(&self) -> Duration {
-        if self.sampled == 0 {
-            return Duration::ZERO;
-        }
-        let ns = self.sampled_time.as_nanos() * self.calls as u128 / self.sampled as u128;
-        Duration::from_nanos(ns.min(u64::MAX as u128) as u64)
-    }
-}
-
-struct Inner {
+/// The session's state: the protocol core and what drives it (see the module documentation
+/// for how it is borrowed). It dereferences to its [`ClientCore`], so the driver's code reads
+/// the protocol state as its own fields; the core never sees the driver.
+pub(crate) struct Inner {
+    /// The protocol: the cache, the transaction and every request's and reply's share of
+    /// the protocol ([`crate::proto`]).
+    core: ClientCore,
     transport: Box<dyn Transport>,
-    info: ServerInfo,
-    cache: ClientCache,
-    /// Class slot → class word in this database (0: not looked up yet).
-    class_words: Vec<u32>,
-    /// Class slot → bytes of the fixed part of the class stored for it, set with
-    /// `class_words`: the declaration's `C::FIXED_BYTES`, or more when the stored class extends
-    /// the declaration (`ClassDesc::extends`). Typed views of a class with a variable part find
-    /// its count word after this many bytes, and `create` makes objects of the stored size.
-    /// Never cleared (a view may outlive the abort that forgets the slot's class word), only
-    /// set again when the slot is looked up again.
-    class_fixed: Vec<u32>,
-    /// The schema directory as read: class name → (class word, descriptor).
-    schema: Option<FxHashMap<String, (u32, ClassDesc)>>,
-    /// Class slots the current transaction pointed at classes it created, with the created
-    /// class's serial: at commit they take the class's oref, at abort they are looked up again.
-    new_class_slots: Vec<(usize, u32)>,
-    /// Counters; `conversion_time` is filled in from `conversion` when they are read.
-    stats: ClientStats,
-    /// Installation and swizzling time, sampled.
-    conversion: ConversionClock,
+    /// The origin of the core's time (`now_ns`): when the session was made.
+    epoch: Instant,
     /// The latency of every fetch (request sent to page installed, as `stats.fetch_time`
     /// sums), for its p50 and p99: fixed size, no allocation per fetch.
     fetch_latency: LatencyHistogram,
-    /// Locations of the live views, in creation order ([`DEAD_VIEW`] for one dropped out of
-    /// order). A view's object must not move or leave the cache; rather than counting a pin in
-    /// the object's frame on every access (a cache miss per `get`), the session keeps this
-    /// small list and pins the frames only while it runs something that may move objects
-    /// (fetch, create, commit, abort): see [`Inner::pinned`]. This is how Thor kept its
-    /// invariant too: replacement scanned the stack for pointers (HAC paper, section 3.2.4).
-    views: Vec<u32>,
-    /// Nesting depth of [`Inner::pinned`] sections: the views' pins are in their frames while
-    /// it is above zero.
-    pinned_depth: u32,
-    /// The settings ([`Session::run`]'s attempts and backoff, the refresh interval).
-    cfg: SessionConfig,
-    /// Whether a transaction is open: something was accessed or created since the last commit
-    /// or abort. The first access of a transaction checks for a refresh
-    /// ([`SessionConfig::refresh_after`]); [`Session::run`] refuses to start inside one.
-    in_transaction: bool,
-    /// Set when an invalidation hit the open transaction (the message names the object). The
-    /// transaction was aborted in the cache at once; the application learns of it at its next
-    /// slow-path access or commit ([`ClientError::Conflict`] with
-    /// [`ConflictCause::Invalidated`]), and a commit or abort clears it. Hits do not look at
-    /// it: they stay as cheap as before, and whatever the application does meanwhile is
-    /// thrown away by that commit or abort.
-    doomed: Option<String>,
-    /// The contention not yet reported to the server (`thor_wire::contention`, version 6):
-    /// transactions an invalidation doomed, attempts run again, and the object of the latest
-    /// doom. It rides on the next request of a connection that agreed on version 6, so that
-    /// the server counts the aborts it never saw and its fair retries see this client lose.
-    unreported: thor_wire::Contention,
-    /// The class of the object whose invalidation doomed the transaction, looked up before
-    /// its copy left the cache (`Inner::doom` names it in the message).
-    hit_class: Option<String>,
-    /// How transactions are committed: object shipping, or the page modes when the server
-    /// runs one ([`commit_path`]).
-    path: &'static dyn CommitPath,
-    /// The page modes' state (images, recovery buffer), exactly when `path` is
-    /// [`PageModes`]; the path's code uses it ([`page_path`], [`crate::pagemode`]).
-    pages: Option<PageState>,
-    /// Prefetch's window, when the session prefetches ([`SessionConfig::prefetch_pages`]).
-    prefetch: Option<crate::prefetch::Window>,
-    /// The read-ahead in flight, if any: the page it asks for and the further pages. While
-    /// it is in flight no other request is sent ([`Inner::settle_ahead`] comes first), so the
-    /// server sees the same one-at-a-time sequence of requests as without read-ahead.
-    ahead: Option<(PageId, u16)>,
-    /// Fetches to make before reading ahead again, after a read-ahead that did not hold the
-    /// page the next miss wanted.
-    ahead_cool: u32,
-    /// When the last reply arrived (for [`SessionConfig::refresh_after`]).
-    last_reply: Instant,
-    /// State of the generator of [`Session::run`]'s backoff jitter (SplitMix64), seeded from
-    /// the session's client id so that clients do not retry in step.
-    jitter: u64,
     /// How to open a new connection when this one breaks (`None`: the session ends with it).
     dialer: Option<Dialer>,
     /// The connection broke: the next request reconnects first.
@@ -461,28 +352,22 @@ struct Inner {
     broke_at: Instant,
     /// The reply timeout set on the transport now (`None`: not set since it was made).
     timeout_now: Option<Option<Duration>>,
-    /// The session's key, the same on every connection (`thor_wire::Resume::key`).
-    key: u64,
-    /// The stamps of the replies received (`reconnect`): `None` until a version-5 server
-    /// stamped one that came with every invalidation.
-    seen: Option<thor_wire::SeenRange>,
-    /// The last reply's stamp was complete and settled: a read-only transaction may commit
-    /// here ([`read_only`]).
-    settled: bool,
-    /// State of the generator of commit ids (SplitMix64, seeded at random).
-    ids: u64,
-    /// A commit whose answer was lost and whose outcome is not learned yet.
-    unresolved: Option<u64>,
-    /// The outcome of the last commit whose answer was lost, once learned.
-    last_outcome: Option<CommitOutcome>,
-    /// Reconnect counters.
-    reconnect: ReconnectStats,
-    /// Views lived through a dropped cache: no transaction starts until they are gone.
-    stale_views: bool,
 }
 
-/// A slot of [`Inner::views`] whose view was dropped while later ones live.
-const DEAD_VIEW: u32 = u32::MAX;
+impl std::ops::Deref for Inner {
+    type Target = ClientCore;
+    #[inline(always)]
+    fn deref(&self) -> &ClientCore {
+        &self.core
+    }
+}
+
+impl std::ops::DerefMut for Inner {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut ClientCore {
+        &mut self.core
+    }
+}
 
 /// A client session: a connection to a server, a cache, and the current transaction.
 pub struct Session {
@@ -507,7 +392,7 @@ pub struct View<'s, C: Class + ?Sized> {
     loc: u32,
     /// Pointer to the object's first byte.
     ptr: *mut u8,
-    /// This view's place in the session's list of live views (see [`Inner::views`]).
+    /// This view's place in the session's list of live views (see `ClientCore::views`).
     slot: u32,
     _c: PhantomData<fn() -> C>,
 }
@@ -652,7 +537,8 @@ impl<'s, C: Class + ?Sized> View<'s, C> {
         if w == 0 {
             return Ref::NULL;
         }
-        self.s.inner().swizzle(self.loc, off, w)
+        let (i, o) = self.s.inner().core.swizzle(self.loc, off, w);
+        Ref::new(i, o)
     }
 
     /// Reads a field.
@@ -858,78 +744,32 @@ impl Session {
         dialer: Option<Dialer>,
     ) -> Result<Session, ClientError> {
         let info = *transport.server();
-        let cache = ClientCache::new(CacheConfig {
-            budget_bytes: cfg.cache_bytes,
-            page_size: info.page_size,
-            policy: cfg.policy,
-            background_replacement: cfg.background_replacement,
-        })?;
-        let mut cache = cache;
-        cache.set_clock(stat_clock_ns);
-        if info.demotions {
-            cache.set_demotion(cfg.demote_pages);
-        }
-        let (path, pages): (&'static dyn CommitPath, _) = if info.commit_mode.is_page_based() {
-            let state =
-                PageState::new(info.commit_mode, info.page_size, cfg.cache_bytes, cfg.recovery)?;
-            (&PageModes, Some(state))
-        } else {
-            (&ObjectShipping, None)
-        };
-        if pages.is_none() && cfg.spill_bytes_max > 0 {
-            let store = crate::spill::FileSpill::new(std::env::temp_dir());
-            cache.set_spill(Box::new(store), cfg.spill_bytes_max)?;
-        }
-        // Prefetch needs version 4's `Prefetch`; the page modes keep fetched pages' images
-        // and fetch one page at a time.
-        let n_prefetch = cfg.prefetch_pages.unwrap_or(if transport.in_process() {
+        // Prefetch's default is off over an in-process transport, where a round trip costs
+        // little more than a page.
+        let prefetch_pages = Some(cfg.prefetch_pages.unwrap_or(if transport.in_process() {
             0
         } else {
             crate::limits::PREFETCH_PAGES_DEFAULT
-        });
-        let prefetch = (n_prefetch > 0 && info.version >= 4 && pages.is_none()).then(|| {
-            let max = usize::from(n_prefetch).min(PREFETCH_PAGES_MAX) as u16;
-            let (used, unused) = cache.prefetch_outcomes();
-            crate::prefetch::Window::new(max, used, unused)
-        });
+        }));
+        let seeds = Seeds { key: reconnect::random_u64(), commit_ids: reconnect::random_u64() };
+        let core_cfg = SessionConfig { prefetch_pages, ..cfg };
+        let mut core =
+            ClientCore::new(info, core_cfg, seeds, Some(stat_clock_ns), dialer.is_some())?;
+        if core.pages.is_none() && cfg.spill_bytes_max > 0 {
+            let store = crate::spill::FileSpill::new(std::env::temp_dir());
+            core.cache.set_spill(Box::new(store), cfg.spill_bytes_max)?;
+        }
+        let now = Instant::now();
         let s = Session {
             inner: UnsafeCell::new(Inner {
+                core,
                 transport,
-                info,
-                cache,
-                class_words: Vec::new(),
-                class_fixed: Vec::new(),
-                schema: None,
-                new_class_slots: Vec::new(),
-                stats: ClientStats::default(),
-                conversion: ConversionClock::default(),
+                epoch: now,
                 fetch_latency: LatencyHistogram::new(),
-                views: Vec::new(),
-                pinned_depth: 0,
-                cfg,
-                in_transaction: false,
-                doomed: None,
-                unreported: thor_wire::Contention::default(),
-                hit_class: None,
-                path,
-                pages,
-                prefetch,
-                ahead: None,
-                ahead_cool: 0,
-                last_reply: Instant::now(),
-                jitter: u64::from(info.client_id.0) << 32 | u64::from(info.server_id.0),
                 dialer,
                 broken: false,
-                broke_at: Instant::now(),
+                broke_at: now,
                 timeout_now: None,
-                key: reconnect::random_u64(),
-                seen: None,
-                settled: false,
-                ids: reconnect::random_u64(),
-                unresolved: None,
-                last_outcome: None,
-                reconnect: ReconnectStats::default(),
-                stale_views: false,
             }),
         };
         let inner = s.inner();
@@ -1197,6 +1037,21 @@ impl Session {
         }
     }
 
+    /// Brings the session up to date with one round trip: the invalidations pending for it
+    /// arrive, so the next transaction sees every commit acknowledged (to any client) before
+    /// this call. Read-only transactions commit on the state of the last reply
+    /// (docs/clocc.md, "Read-only transactions"), which without this may be as old as
+    /// [`SessionConfig::refresh_after`]; call it where the application knows of a commit it
+    /// did not make (another client told it so) and must see it. Outside a transaction only.
+    pub fn sync(&self) -> Result<(), ClientError> {
+        let inner = self.inner();
+        if inner.in_transaction {
+            return Err(ClientError::Usage("sync inside a transaction: commit or abort it first"));
+        }
+        inner.ensure_connected()?;
+        inner.refresh()
+    }
+
     /// Runs a transaction: calls `f`, then commits, and on a conflict
     /// ([`ClientError::is_conflict`]) runs it again, up to
     /// [`SessionConfig::run_attempts_max`] attempts in all, waiting between attempts with
@@ -1249,11 +1104,8 @@ impl Session {
                     if (e.is_conflict() || (unknown && self.inner().cfg.run_retries_unknown))
                         && attempt < attempts =>
                 {
-                    let inner = self.inner();
-                    let wait = inner.backoff(attempt);
-                    inner.stats.retries += 1;
-                    let u = &mut inner.unreported;
-                    u.retries = (u.retries + 1).min(CONTENTION_COUNT_MAX as u32);
+                    // The core counts the retry and reports it to the server.
+                    let wait = self.inner().backoff(attempt);
                     std::thread::sleep(wait);
                     attempt += 1;
                 }
@@ -1264,8 +1116,7 @@ impl Session {
 
     /// The session's counters.
     pub fn stats(&self) -> ClientStats {
-        let inner = self.inner();
-        ClientStats { conversion_time: inner.conversion.estimate(), ..inner.stats }
+        self.inner().core.stats()
     }
 
     /// The most pages each fetch asks the server to add (0: the session does not prefetch)
@@ -1365,6 +1216,7 @@ impl Session {
             return Ok(());
         }
         inner.dialer = None;
+        inner.core.asks_outcomes = false;
         inner.round_trip(RequestBody::Goodbye)?;
         Ok(())
     }
@@ -1408,7 +1260,11 @@ impl Session {
 /// Checks a `Pages` reply to a prefetch of `page` with up to `extra` further pages. The
 /// decoder saw to it that there is at least one page, no page twice, and at most the
 /// protocol's bound; the rest is the client's to check.
-fn check_pages(pages: &[(PageId, Bytes)], page: PageId, extra: u16) -> Result<(), ClientError> {
+pub(crate) fn check_pages(
+    pages: &[(PageId, Bytes)],
+    page: PageId,
+    extra: u16,
+) -> Result<(), ClientError> {
     if pages[0].0 != page {
         return Err(ClientError::Unexpected("page other than asked"));
     }
@@ -1433,7 +1289,7 @@ fn unsent_commit(e: thor_wire::TransportError) -> ClientError {
     }
 }
 
-fn unexpected(body: ReplyBody) -> ClientError {
+pub(crate) fn unexpected(body: ReplyBody) -> ClientError {
     match body {
         ReplyBody::Error { code, message } => ClientError::Server { code, message },
         other => ClientError::Unexpected(other.name()),
@@ -1441,59 +1297,19 @@ fn unexpected(body: ReplyBody) -> ClientError {
 }
 
 impl Inner {
-    /// Records a new view of the object at `loc`; returns its slot.
-    #[inline]
-    fn push_view(&mut self, loc: u32) -> u32 {
-        debug_assert_eq!(self.pinned_depth, 0, "views are made outside pinned sections");
-        self.views.push(loc);
-        (self.views.len() - 1) as u32
-    }
-
-    /// Forgets the view in `slot`.
-    #[inline]
-    fn drop_view(&mut self, slot: u32) {
-        debug_assert_eq!(self.pinned_depth, 0, "views are dropped outside pinned sections");
-        if slot as usize + 1 == self.views.len() {
-            self.views.pop();
-            while self.views.last() == Some(&DEAD_VIEW) {
-                self.views.pop();
-            }
-        } else {
-            self.views[slot as usize] = DEAD_VIEW;
-        }
-    }
-
     /// Runs `f` with every live view's frame pinned, so that nothing `f` does (fetching,
     /// replacement, compaction, commit, abort) moves or evicts an object a view points to.
     fn pinned<R>(&mut self, f: impl FnOnce(&mut Inner) -> R) -> R {
-        if self.pinned_depth == 0 {
-            for &loc in &self.views {
-                if loc != DEAD_VIEW {
-                    self.cache.pin(loc);
-                }
-            }
-            // Frames kept only for views that are gone can go now.
-            self.cache.release_dead_frames();
-        }
-        self.pinned_depth += 1;
+        self.core.pin_views();
         let r = f(self);
-        self.pinned_depth -= 1;
-        if self.pinned_depth == 0 {
-            for &loc in &self.views {
-                if loc != DEAD_VIEW {
-                    self.cache.unpin(loc);
-                }
-            }
-        }
+        self.core.unpin_views();
         r
     }
 
-    fn type_mismatch<C: Class + ?Sized>(&self, got: u32) -> ClientError {
-        let found = self
-            .cache
-            .class(got)
-            .map_or_else(|| format!("class {got:#x}"), |d| d.name().to_string());
-        ClientError::TypeMismatch { expected: C::NAME, found }
+    /// The core's time now: nanoseconds since the session was made.
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
     }
 
     /// The slow path of an access: rebinds a stale handle, installs the object, fetches its
@@ -1555,7 +1371,7 @@ impl Inner {
                 self.fetch_latency.record(took);
                 return Ok(());
             }
-            self.ahead_cool = AHEAD_COOL_FETCHES;
+            self.ahead_cool = crate::proto::AHEAD_COOL_FETCHES;
         }
         let extra = self.prefetch_extra();
         if extra > 0 {
@@ -1589,17 +1405,6 @@ impl Inner {
         Ok(())
     }
 
-    /// How many further pages the next fetch asks for: prefetch's window
-    /// ([`crate::prefetch`]) within an eighth of the cache's frames, or 0 (a plain `Fetch`)
-    /// when the session does not prefetch.
-    fn prefetch_extra(&mut self) -> u16 {
-        let Some(w) = &mut self.prefetch else { return 0 };
-        let (used, unused) = self.cache.prefetch_outcomes();
-        let n = w.next(used, unused);
-        let frames = self.cache.usable_frames() / PREFETCH_FRAMES_DIVISOR;
-        usize::from(n).min(frames) as u16
-    }
-
     /// A fetch of `page` with up to `extra` further pages in the reply (`Prefetch`).
     ///
     /// Frames for all of them are freed while the request is on the wire. The reply's
@@ -1626,31 +1431,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Installs the pages a reply brought beyond the one asked for, except those the cache
-    /// holds already. Returns how many it installed and the highest page id among them (0:
-    /// none).
-    fn install_prefetched(
-        &mut self,
-        pages: Vec<(PageId, Bytes)>,
-    ) -> Result<(u64, u32), ClientError> {
-        let mut brought = 0;
-        let mut last = 0;
-        for (q, bytes) in pages {
-            last = last.max(q.get());
-            if self.cache.has_page(q) {
-                self.stats.prefetch_skipped += 1;
-                continue;
-            }
-            self.cache.install_prefetched(q, &bytes)?;
-            self.stats.pages_prefetched += 1;
-            brought += 1;
-        }
-        if let Some(w) = &mut self.prefetch {
-            w.brought(brought);
-        }
-        Ok((brought, last))
-    }
-
     /// Reads ahead ([`SessionConfig::read_ahead`]) after a reply to a prefetch of `extra`
     /// further pages brought `brought` of them, the highest being page `last`: asks now for
     /// the first page after `last` that the cache does not hold, with as many further pages
@@ -1658,41 +1438,11 @@ impl Inner {
     /// meanwhile with the pages it has; the next miss (or any other request) takes the reply
     /// first ([`Inner::drain_ahead`]).
     ///
-    /// Only when the server's pages follow in creation order (the hint `Following`) and it
-    /// found at least half of what was asked: then the pages after them are the likely next
-    /// ones. A read-ahead whose pages the next miss did not want stops reading ahead for
-    /// [`AHEAD_COOL_FETCHES`] fetches. Nothing is read ahead while the transaction is doomed
-    /// (its next access fails anyway). A read-ahead that fails to send is dropped: the next
-    /// miss fetches as before, and the send error recurs there if the connection is gone.
+    /// Whether and what to read ahead is the core's decision ([`ClientCore::ahead_page`]). A
+    /// read-ahead that fails to send is dropped: the next miss fetches as before, and the send
+    /// error recurs there if the connection is gone.
     fn read_ahead(&mut self, last: u32, brought: u64, extra: u16) {
-        if !self.cfg.read_ahead
-            || self.ahead.is_some()
-            || self.doomed.is_some()
-            || self.prefetch.is_none()
-            || !matches!(self.cfg.prefetch_hint, PrefetchHint::Following)
-            || brought * 2 < u64::from(extra)
-        {
-            return;
-        }
-        if self.ahead_cool > 0 {
-            self.ahead_cool -= 1;
-            return;
-        }
-        let Some(page) = (1..=AHEAD_SKIP_MAX)
-            .filter_map(|k| last.checked_add(k).and_then(PageId::new))
-            .find(|&p| !self.cache.has_page(p))
-        else {
-            return;
-        };
-        // As many pages as the request before it asked for. The window is not consulted:
-        // it would read the pages just brought and not yet used as a miss that used none of
-        // them and halve itself; it moves at the next demand fetch, which sees how the pages
-        // of both replies were used. Only a prefetched page evicted unused meanwhile (the
-        // cache is too small for what comes) stops the read-ahead.
-        let (_, unused) = self.cache.prefetch_outcomes();
-        if self.prefetch.as_ref().is_none_or(|w| w.wasted_since(unused)) {
-            return;
-        }
+        let Some(page) = self.core.ahead_page(last, brought, extra) else { return };
         let hint = self.cfg.prefetch_hint;
         if self.send(RequestBody::Prefetch(Prefetch { page, extra, hint }), Some(page)).is_err() {
             return;
@@ -1763,41 +1513,11 @@ impl Inner {
         // be the read-ahead's, not this request's.
         debug_assert!(self.ahead.is_none(), "a request sent while a read-ahead is in flight");
         self.timeout_for(&body);
-        let mut req = Request::new(body);
-        // The contention report first: its 12 bytes count against the room for the rest.
-        if self.info.version >= VERSION_CONTENTION && !self.unreported.is_empty() {
-            req.piggyback.contention = Some(std::mem::take(&mut self.unreported));
-        }
-        // A body over a limit fails in `send` below whatever rides on it.
-        let room = req.frame_bytes().map_or(0, |n| self.info.max_frame_bytes.saturating_sub(n) / 4);
-        let acks = self.cache.take_acks(ACKS_MAX.min(room));
-        let room = room - acks.len();
-        let discarded = self.cache.take_discarded(DISCARDED_PAGES_MAX.min(room), fetching);
-        let room = room - discarded.len();
-        let demoted = self.cache.take_demoted(DISCARDED_PAGES_MAX.min(room), fetching);
-        // Demoted pages the server asked for, as many as fit in what is left of the frame
-        // (`room` is in 4-byte words; two go to the demotion sections' counts).
-        let room = room - demoted.len();
-        let fit = room.saturating_sub(2) * 4 / (self.info.page_size + 8);
-        let demoted_pages = self.cache.take_demoted_pages(DEMOTED_PAGES_MAX.min(fit));
-        let contention = req.piggyback.contention.take();
-        req.piggyback = Piggyback { acks, discarded, demoted, demoted_pages, contention };
+        let req = self.core.request(body, fetching);
         // Given up, not lent: the in-process transport hands it to the server without a copy.
         if let Err(failed) = self.transport.send_owned(req) {
             let (e, req) = *failed;
-            // The pages' bytes are not kept: the server stops waiting for them by itself.
-            let Piggyback { acks, discarded, demoted, contention, .. } = req.piggyback;
-            self.cache.requeue_acks(acks);
-            self.cache.requeue_discarded(&discarded);
-            self.cache.requeue_demoted(&demoted);
-            if let Some(c) = contention {
-                // What happened since is added to it; the latest doom's object wins.
-                let u = &mut self.unreported;
-                let most = CONTENTION_COUNT_MAX as u32;
-                u.invalidation_aborts = (u.invalidation_aborts + c.invalidation_aborts).min(most);
-                u.retries = (u.retries + c.retries).min(most);
-                u.object = u.object.or(c.object);
-            }
+            self.core.unsent(req);
             return Err(e);
         }
         Ok(())
@@ -1819,31 +1539,8 @@ impl Inner {
     /// [`Inner::recv`] without mending a broken connection: the transport's error as it is.
     fn recv_raw(&mut self) -> Result<(Reply, Option<Oref>), thor_wire::TransportError> {
         let reply = self.transport.recv()?;
-        self.last_reply = Instant::now();
-        self.note_seen(&reply);
-        self.note_settled(&reply);
-        // Every demotion reported so far is answered by this reply (one request at a time).
-        self.cache.demotions_answered(&reply.wanted);
-        if reply.invalidations.is_empty() {
-            return Ok((reply, None));
-        }
-        // Views' frames are pinned while invalidations apply: an object a view points at stays
-        // (it leaves when the transaction ends).
-        let hit = self.pinned(|inner| {
-            let mut hit = None;
-            for &o in &reply.invalidations {
-                // The class is looked up before the copy leaves, for the conflict's message,
-                // and only until the first object the transaction used.
-                let class =
-                    if hit.is_none() { inner.cache.class_name(o).map(str::to_owned) } else { None };
-                if inner.cache.invalidate(o).conflict && hit.is_none() {
-                    hit = Some(o);
-                    inner.hit_class = class;
-                }
-            }
-            hit
-        });
-        self.stats.invalidations += reply.invalidations.len() as u64;
+        let now = self.now_ns();
+        let hit = self.core.apply(&reply, now);
         Ok((reply, hit))
     }
 
@@ -1864,37 +1561,6 @@ impl Inner {
         self.recv_checked()
     }
 
-    /// An invalidation of `o` hit the open transaction: it cannot commit. Abort it in the cache
-    /// now (its stale copies leave, invalidated modified objects are discarded rather than
-    /// restored, and their acknowledgements can go out); the application hears of it at its
-    /// next slow-path access or commit.
-    fn doom(&mut self, o: Oref) {
-        if self.doomed.is_some() {
-            return;
-        }
-        self.pinned(Inner::abort_local);
-        self.stats.conflicts += 1;
-        let u = &mut self.unreported;
-        u.invalidation_aborts = (u.invalidation_aborts + 1).min(CONTENTION_COUNT_MAX as u32);
-        u.object = Some(o);
-        let class = match self.hit_class.take() {
-            Some(name) => format!(" (an object of class {name})"),
-            None => String::new(),
-        };
-        self.doomed = Some(format!("object {o}{class} changed after this client's copy was sent"));
-    }
-
-    /// The conflict error if the open transaction is doomed.
-    fn check_doomed(&self) -> Result<(), ClientError> {
-        match &self.doomed {
-            None => Ok(()),
-            Some(message) => Err(ClientError::Conflict {
-                cause: ConflictCause::Invalidated,
-                message: message.clone(),
-            }),
-        }
-    }
-
     /// The first access or creation of a transaction: if the last reply is older than
     /// [`SessionConfig::refresh_after`], first collect the invalidations pending for this
     /// client with the cheapest round trip there is (`Abort` with no transaction open: the
@@ -1913,61 +1579,34 @@ impl Inner {
             }
             // Their objects can leave now.
             self.stale_views = false;
-            self.pinned(Inner::abort_cache);
+            self.core.pinned(ClientCore::abort_cache);
         }
-        if let Some(after) = self.cfg.refresh_after
-            && self.last_reply.elapsed() >= after
-        {
+        if self.core.needs_refresh(self.now_ns()) {
             self.stats.refreshes += 1;
-            let refreshed = match self.round_trip(RequestBody::Abort) {
-                // Reconnected: the resume brought what the refresh would have.
-                Err(ClientError::Conflict { cause: ConflictCause::Disconnected, .. }) => Ok(()),
-                Err(e) => Err(e),
-                Ok(r) => match r.body {
-                    ReplyBody::Ack => Ok(()),
-                    other => Err(unexpected(other)),
-                },
-            };
-            refreshed?;
+            self.refresh()?;
         }
         self.in_transaction = true;
         Ok(())
     }
 
-    /// Ends the open transaction as aborted, locally: the cache's abort (unless an invalidation
-    /// did it already, in which case what was done since is undone), no message to the server.
-    fn end_aborted(&mut self) {
-        self.in_transaction = false;
-        if self.doomed.take().is_some() {
-            // Counted when the invalidation aborted it.
-            self.pinned(Inner::abort_cache);
-        } else {
-            self.pinned(Inner::abort_local);
+    /// Collects the invalidations pending for this client with the cheapest round trip there
+    /// is (`Abort` with no transaction open: the server answers `Ack` and changes nothing).
+    fn refresh(&mut self) -> Result<(), ClientError> {
+        match self.round_trip(RequestBody::Abort) {
+            // Reconnected: the resume brought what the refresh would have.
+            Err(ClientError::Conflict { cause: ConflictCause::Disconnected, .. }) => Ok(()),
+            Err(e) => Err(e),
+            Ok(r) => match r.body {
+                ReplyBody::Ack => Ok(()),
+                other => Err(unexpected(other)),
+            },
         }
-    }
-
-    /// How long [`Session::run`] waits after its `attempt`-th attempt (from 1) conflicted:
-    /// `run_backoff_min` doubled per earlier attempt, capped at `run_backoff_max`, then a
-    /// random point in the upper half of that.
-    fn backoff(&mut self, attempt: u32) -> Duration {
-        let min = self.cfg.run_backoff_min.as_nanos() as u64;
-        let max = (self.cfg.run_backoff_max.as_nanos() as u64).max(min);
-        let cap = min.saturating_mul(1u64 << (attempt - 1).min(63)).min(max);
-        let half = cap / 2;
-        let r = splitmix64(&mut self.jitter);
-        Duration::from_nanos(cap - half + r % (half + 1))
     }
 
     fn load_class(&mut self, class: Oref) -> Result<(), ClientError> {
         let idx = self.cache.entry_for(class)?;
         let (_, _, loc) = self.slow_get(idx, class.raw())?;
-        if self.cache.class_word(loc) != builtin::META.raw() {
-            return Err(ClientError::BadClass(format!("{class:?} is not a class object")));
-        }
-        let desc = ClassDesc::from_class_object(self.cache.object(loc))
-            .map_err(|e| ClientError::BadClass(e.to_string()))?;
-        self.cache.register_class(class.raw(), Arc::new(desc))?;
-        Ok(())
+        self.core.register_class_at(class, loc)
     }
 
     /// The class word of `C` in this database, registering the class (creating its class
@@ -1984,18 +1623,6 @@ impl Inner {
             return Ok(w);
         }
         self.register::<C>(slot)
-    }
-
-    /// The class word of `C` if it is known without work, else 0: the hit path's check, one
-    /// load. An installed object's class word is never 0 (null names no class, and an object
-    /// is installed only with its class registered), so 0 sends the caller to
-    /// [`Inner::class_word`], which registers `C`.
-    #[inline(always)]
-    fn known_class_word<C: Class + ?Sized>(&self) -> u32 {
-        match C::BUILTIN {
-            Some(b) => b.raw(),
-            None => self.class_words.get(C::slot()).copied().unwrap_or(0),
-        }
     }
 
     #[cold]
@@ -2124,30 +1751,6 @@ impl Inner {
         Ok(cword)
     }
 
-    /// Swizzles the unswizzled, non-null reference word `w` at byte `off` of the object at
-    /// `loc` (the first time it is read in the cache) and returns its handle.
-    #[cold]
-    #[inline(never)]
-    fn swizzle<T: ?Sized>(&mut self, loc: u32, off: usize, w: u32) -> Ref<T> {
-        let t = self.conversion.start();
-        let r = match self.cache.follow(loc, off) {
-            Ok(Some((i, o))) => Ref::new(i, o),
-            Ok(None) => Ref::NULL,
-            // The table is full: hand out an unbound handle; it resolves by oref on use.
-            Err(_) => Ref::new(u32::MAX, w),
-        };
-        self.conversion.stop(t);
-        r
-    }
-
-    /// Stores a reference (handle `(idx, oref)`, or null) at byte `off` of the object of entry
-    /// `obj`, which the transaction has written ([`ClientCache::before_write`]) or created.
-    fn store_ref(&mut self, obj: u32, off: usize, idx: u32, oref: u32) -> Result<(), ClientError> {
-        let target = if oref == 0 { None } else { Some(self.cache.rebind(idx, oref)?) };
-        self.cache.store_ref(obj, off, target)?;
-        Ok(())
-    }
-
     /// The cache's `before_write`, then the commit path's (the page modes copy the object's
     /// units into their recovery buffer, [`commit_path`]). Only the page modes have a hook
     /// there (and page state): object shipping's writes make no call through the seam.
@@ -2161,7 +1764,7 @@ impl Inner {
     }
 
     fn commit(&mut self) -> Result<CommitInfo, ClientError> {
-        let t = Instant::now();
+        let t = self.now_ns();
         // The read-ahead's reply before the commit is built: its invalidations may doom the
         // transaction, which must be known before anything is sent.
         let settled = self.settle_ahead();
@@ -2183,16 +1786,12 @@ impl Inner {
         };
         // Where the classes this transaction created are among its created objects, for their
         // slots to take the orefs the server gives them.
-        let class_slots: Vec<(usize, Option<u32>)> = self
-            .new_class_slots
-            .iter()
-            .map(|&(slot, serial)| (slot, self.cache.created_index(serial)))
-            .collect();
+        let class_slots = self.class_slots();
         // The invalidations on the reply are applied whatever it says, but they doom nothing: a
         // refused transaction is aborted anyway, and a committed one was validated by the
         // server, so the changes they announce come after it in the serial order.
         let writes = n_modified + n_created > 0;
-        let part = Part { class_slots, n_created, n_modified, shipped, started: t };
+        let part = Part { class_slots, n_created, n_modified, shipped, started_ns: t };
         if let Err(e) = self.send_raw(body, None) {
             if reconnect::unsent(&e) {
                 // Nothing left the client: the transaction had no effect.
@@ -2216,7 +1815,8 @@ impl Inner {
         };
         match reply.body {
             ReplyBody::CommitOk { lsn, created: orefs } => {
-                let r = self.committed(part, lsn, &orefs);
+                let now = self.now_ns();
+                let r = self.core.committed(part, lsn, &orefs, now);
                 if r.is_ok() {
                     path.committed(self, kept, lsn);
                 }
@@ -2284,7 +1884,8 @@ impl Inner {
         };
         match outcome {
             Some(thor_wire::Outcome::Committed { lsn, created }) => {
-                let r = self.committed(part, lsn, &created);
+                let now = self.now_ns();
+                let r = self.core.committed(part, lsn, &created, now);
                 if r.is_ok() {
                     let path = self.path;
                     path.committed(self, kept, lsn);
@@ -2306,41 +1907,10 @@ impl Inner {
         }
     }
 
-    /// The server committed the transaction (`lsn`; the orefs of its created objects):
-    /// the cache makes it so.
-    fn committed(
-        &mut self,
-        part: Part,
-        lsn: Lsn,
-        orefs: &[Oref],
-    ) -> Result<CommitInfo, ClientError> {
-        if let Err(e) = self.cache.commit_done(orefs) {
-            // The server says it committed, with orefs that cannot be right: its outcome is
-            // unknown; the cache goes back to before the transaction.
-            self.abort_local();
-            return Err(ClientError::CommitUnknown(Box::new(e.into())));
-        }
-        // Classes created by this transaction now have orefs.
-        self.new_class_slots.clear();
-        for (slot, k) in part.class_slots {
-            if let Some(k) = k {
-                self.class_words[slot] = orefs[k as usize].raw();
-            }
-        }
-        if part.n_created > 0 && self.schema.is_some() {
-            // Re-read lazily: class words in it were serials.
-            self.schema = None;
-        }
-        self.stats.commits += 1;
-        self.stats.commit_time += part.started.elapsed();
-        self.stats.bytes_shipped += part.shipped;
-        Ok(CommitInfo { lsn, created: part.n_created, modified: part.n_modified })
-    }
-
     /// Sends this session's part of a transaction over several servers (`Prepare`), without
     /// waiting for the answer. On an error the part is aborted in the cache.
     fn part_send(&mut self, header: PrepareHeader) -> Result<Part, ClientError> {
-        let t = Instant::now();
+        let t = self.now_ns();
         let settled = self.settle_ahead();
         if let Err(e) = settled.and_then(|()| self.check_doomed()) {
             self.end_aborted();
@@ -2354,17 +1924,13 @@ impl Inner {
                 return Err(e);
             }
         };
-        let class_slots: Vec<(usize, Option<u32>)> = self
-            .new_class_slots
-            .iter()
-            .map(|&(slot, serial)| (slot, self.cache.created_index(serial)))
-            .collect();
+        let class_slots = self.class_slots();
         let part = Part {
             class_slots,
             n_created: commit.created.len(),
             n_modified: commit.versions.len(),
             shipped,
-            started: t,
+            started_ns: t,
         };
         let p = thor_wire::Prepare {
             stamp: header.stamp,
@@ -2385,43 +1951,18 @@ impl Inner {
         }
         Ok(part)
     }
-
-    /// Whether this session's part of the open transaction writes (modifies or creates).
-    fn part_writes(&self) -> bool {
-        self.cache.modified().len() > 0 || !self.cache.created().is_empty()
-    }
-
-    /// Aborts the transaction in the cache and counts it.
-    fn abort_local(&mut self) {
-        self.abort_cache();
-        self.stats.aborts += 1;
-    }
-
-    /// Aborts the transaction in the cache: undo copies back, created objects and the class
-    /// slots pointed at created classes dropped.
-    fn abort_cache(&mut self) {
-        let created_any = !self.cache.created().is_empty();
-        self.cache.abort_done();
-        let path = self.path;
-        path.aborted(self);
-        for (slot, _) in std::mem::take(&mut self.new_class_slots) {
-            self.class_words[slot] = 0;
-        }
-        if created_any {
-            self.schema = None;
-        }
-    }
 }
 
 /// What a commit keeps while its answer is on the way.
 #[derive(Debug)]
 pub(crate) struct Part {
     /// Where the classes the transaction created are among its created objects.
-    class_slots: Vec<(usize, Option<u32>)>,
-    n_created: usize,
-    n_modified: usize,
-    shipped: u64,
-    started: Instant,
+    pub(crate) class_slots: Vec<(usize, Option<u32>)>,
+    pub(crate) n_created: usize,
+    pub(crate) n_modified: usize,
+    pub(crate) shipped: u64,
+    /// When the commit started, on the core's clock.
+    pub(crate) started_ns: u64,
 }
 
 /// The two-phase commit header of a part: the same for every participant.
@@ -2499,9 +2040,12 @@ impl Session {
     ) -> Result<CommitInfo, ClientError> {
         let inner = self.inner();
         match outcome {
-            Some((lsn, orefs)) => inner.pinned(|i| i.committed(part, lsn, orefs)),
+            Some((lsn, orefs)) => {
+                let now = inner.now_ns();
+                inner.core.pinned(|c| c.committed(part, lsn, orefs, now))
+            }
             None => {
-                inner.pinned(Inner::abort_local);
+                inner.core.pinned(ClientCore::abort_local);
                 Ok(CommitInfo { lsn: Lsn(0), created: 0, modified: 0 })
             }
         }
@@ -2514,16 +2058,6 @@ impl Session {
         let idx = inner.cache.entry_for(oref)?;
         Ok(Ref::new(idx, oref.raw()))
     }
-}
-
-/// SplitMix64 (Steele, Lea and Flood, 2014): one 64-bit word of state, well mixed, enough for
-/// backoff jitter.
-fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 // `Session` must stay `!Sync` (its cell is not synchronised); it is `Send` when its transport

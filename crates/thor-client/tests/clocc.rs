@@ -300,7 +300,7 @@ fn run_returns_other_errors_at_once() {
 
 /// A read-only transaction commits at the client on the state it read, although another
 /// client changed a value it read meanwhile: it is serialized before that change (the last
-/// reply vouched for the state: `session/read_only.rs`). A transaction that writes after
+/// reply vouched for the state: `proto/read_only.rs`). A transaction that writes after
 /// reading the same stale value goes to the server and is refused, and the refusal brings
 /// the invalidation.
 #[test]

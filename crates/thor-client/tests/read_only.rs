@@ -1,4 +1,4 @@
-//! Read-only transactions that commit at the client (`session/read_only.rs`, wire version 7):
+//! Read-only transactions that commit at the client (`proto/read_only.rs`, wire version 7):
 //! when, and that the histories they make stay serializable, judged by the history checker.
 //!
 //! The database: `COUNTERS` counters, listed by a `Counters` object in root slot 0. Every write

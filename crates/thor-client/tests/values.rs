@@ -227,6 +227,9 @@ fn two_sessions_pushing_to_one_sequence_conflict() {
     assert!(err.is_conflict(), "{err}");
     // Run again, B sees A's push and adds its own after it.
     b.run(|s| s.seq(seq_b)?.push(2)).unwrap();
+    // A's copy is of the state of its last reply, before B's push: a read-only transaction
+    // would commit on it (docs/clocc.md, "Read-only transactions"). `sync` brings B's push.
+    a.sync().unwrap();
     assert_eq!(a.run(|s| s.seq(seq)?.to_vec()).unwrap(), vec![0, 1, 2]);
 }
 

@@ -27,9 +27,13 @@
 //! commit (the page modes fetch page images and send records early, as QuickStore's client
 //! does when it evicts a dirty page), each an ordinary request whose reply's invalidations
 //! apply (and may doom the transaction); the commit request itself is sent by the session, one
-//! per transaction. A path keeps no state of its own: the page modes' state is the session's
-//! `Inner::pages`, so that an invalidation arriving on one of the path's round trips can abort
-//! it (`Inner::abort_cache` calls [`CommitPath::aborted`]) while the path is running.
+//! per transaction. A path keeps no state of its own: the page modes' state is the protocol
+//! core's `ClientCore::pages`, so that an invalidation arriving on one of the path's round trips
+//! can abort it (`ClientCore::abort_cache` calls [`CommitPath::aborted`]) while the path is
+//! running. The hooks that only change state ([`CommitPath::committed`],
+//! [`CommitPath::aborted`], [`CommitPath::cache_dropped`]) take the core; the two that may
+//! make round trips ([`CommitPath::before_write`], [`CommitPath::request`]) take the session's
+//! driver, which is why the page modes commit through a `Session` only.
 //!
 //! The path is a `&'static dyn CommitPath`, chosen when the session is made: the hooks cost
 //! one indirect call each, on a write (after the cache's undo copy) and at commit, never on a
@@ -42,6 +46,7 @@ use thor_wire::{Commit, RequestBody};
 
 use super::Inner;
 use crate::error::ClientError;
+use crate::proto::ClientCore;
 
 /// How a session's transactions are committed (see the module documentation).
 pub(crate) trait CommitPath: Sync + std::fmt::Debug {
@@ -54,15 +59,15 @@ pub(crate) trait CommitPath: Sync + std::fmt::Debug {
     fn request(&self, s: &mut Inner) -> Result<Built, ClientError>;
 
     /// The server committed the transaction at `lsn` and the cache made it so.
-    fn committed(&self, s: &mut Inner, kept: Kept, lsn: Lsn);
+    fn committed(&self, s: &mut ClientCore, kept: Kept, lsn: Lsn);
 
     /// The transaction ended without committing (aborted, refused, doomed or lost), after the
     /// cache's abort.
-    fn aborted(&self, s: &mut Inner);
+    fn aborted(&self, s: &mut ClientCore);
 
     /// The cache was dropped (a reconnect whose server cannot vouch for it): what the path
     /// keeps beside the cache starts over.
-    fn cache_dropped(&self, s: &mut Inner);
+    fn cache_dropped(&self, s: &mut ClientCore);
 
     /// Whether the path keeps copies of pages beside the cache, which a resumed cache does
     /// not cover (a reconnect then drops the cache, and calls [`CommitPath::cache_dropped`]).
@@ -111,7 +116,7 @@ impl CommitPath for ObjectShipping {
         // can reconnect to ask). A read-only transaction needs none: whether or not it
         // committed, it changed nothing, and running it again is always right.
         let writes = n_modified + n_created > 0;
-        let id = (s.info.version >= 5 && writes && s.dialer.is_some()).then(|| s.next_commit_id());
+        let id = (s.info.version >= 5 && writes && s.asks_outcomes).then(|| s.next_commit_id());
         c.id = id;
         Ok(Built {
             body: RequestBody::Commit(c),
@@ -123,22 +128,22 @@ impl CommitPath for ObjectShipping {
         })
     }
 
-    fn committed(&self, _: &mut Inner, _: Kept, _: Lsn) {}
+    fn committed(&self, _: &mut ClientCore, _: Kept, _: Lsn) {}
 
-    fn aborted(&self, _: &mut Inner) {}
+    fn aborted(&self, _: &mut ClientCore) {}
 
-    fn cache_dropped(&self, _: &mut Inner) {}
+    fn cache_dropped(&self, _: &mut ClientCore) {}
 
     fn keeps_pages(&self) -> bool {
         false
     }
 }
 
-impl Inner {
+impl ClientCore {
     /// The commit request for the current transaction: its read set, the new versions of the
     /// objects it modified and the objects it created, as the cache exports them. Also the
     /// body of a part of a transaction over several servers (`Inner::part_send`).
-    pub(super) fn commit_request(&self) -> Result<(Commit, u64), ClientError> {
+    pub(crate) fn commit_request(&self) -> Result<(Commit, u64), ClientError> {
         let cache = &self.cache;
         let mut reads: Vec<Oref> = Vec::with_capacity(cache.read_count());
         cache.for_each_read(|o| reads.push(o));

@@ -15,9 +15,10 @@ use super::commit_path::{Built, CommitPath, Kept};
 use super::{Inner, unexpected};
 use crate::error::ClientError;
 use crate::pagemode::{PageState, Written};
+use crate::proto::ClientCore;
 
 /// The page-based commit modes (PD-REDO, PD-ESM, SD-ESM, SL-ESM, WPL): the session's state for
-/// them is `Inner::pages`, present exactly when this is the session's path.
+/// them is `ClientCore::pages`, present exactly when this is the session's path.
 #[derive(Debug)]
 pub(crate) struct PageModes;
 
@@ -43,17 +44,17 @@ impl CommitPath for PageModes {
 
     /// The recovery buffer's copies of this transaction are released, and the images take
     /// the committed bytes.
-    fn committed(&self, s: &mut Inner, kept: Kept, lsn: Lsn) {
+    fn committed(&self, s: &mut ClientCore, kept: Kept, lsn: Lsn) {
         s.pm_mut().committed(kept.images, lsn);
     }
 
-    fn aborted(&self, s: &mut Inner) {
+    fn aborted(&self, s: &mut ClientCore) {
         s.pm_mut().aborted();
     }
 
     /// The images and the recovery buffer start over; the settings were accepted when the
     /// session was made, so they are again.
-    fn cache_dropped(&self, s: &mut Inner) {
+    fn cache_dropped(&self, s: &mut ClientCore) {
         let fresh =
             PageState::new(s.info.commit_mode, s.info.page_size, s.cfg.cache_bytes, s.cfg.recovery);
         if let Ok(p) = fresh {
@@ -66,17 +67,19 @@ impl CommitPath for PageModes {
     }
 }
 
-impl Inner {
+impl ClientCore {
     /// The page modes' state: present whenever [`PageModes`] is the session's path.
     fn pm(&self) -> &PageState {
         self.pages.as_ref().expect("the page modes' path without their state")
     }
 
-    /// [`Inner::pm`], to change.
+    /// [`ClientCore::pm`], to change.
     fn pm_mut(&mut self) -> &mut PageState {
         self.pages.as_mut().expect("the page modes' path without their state")
     }
+}
 
+impl Inner {
     fn page_first_write(&mut self, i: u32) -> Result<(), ClientError> {
         let word = self.cache.oref_of(i);
         // Created objects (tagged serials) travel whole, as in `obj` mode.

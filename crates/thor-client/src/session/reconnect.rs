@@ -73,18 +73,28 @@
 //! A two-phase commit over several servers ([`crate::Cluster`]) whose answers were lost is not
 //! asked about: it is [`ClientError::CommitUnknown`], and each server's session reconnects by
 //! itself at its next request.
+//!
+//! # Who does what
+//!
+//! Dialing, timeouts and the backoff between attempts are the session's (it is the driver).
+//! What a new connection means for the protocol is the core's ([`crate::proto`]):
+//! `ClientCore::adopt` checks the new `HelloOk` and forgets what was owed to the old
+//! connection's server, `ClientCore::resume_body` decides what of the cache to offer and builds
+//! the `Resume`, and `ClientCore::resumed` applies the answer. A driver without a session uses
+//! the same steps through `ClientCore::disconnected` and `ClientCore::resume`.
 
 use std::time::{Duration, Instant};
 
 use thor_wire::limits::RESUME_PAGES_MAX;
 use thor_wire::{
-    CacheVerdict, ErrorCode, Outcome, Reply, ReplyBody, RequestBody, Resume, SeenRange, Transport,
+    CacheVerdict, ErrorCode, Outcome, ReplyBody, RequestBody, Resume, ServerInfo, Transport,
     TransportError,
 };
 
-use super::{Inner, splitmix64, unexpected};
+use super::{Inner, unexpected};
 use crate::error::{ClientError, ConflictCause};
 use crate::limits::{RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN, RECONNECT_GIVE_UP_DEFAULT};
+use crate::proto::{ClientCore, splitmix64};
 
 /// Opens a new connection to the session's server. It is called with the attempt's number
 /// (0 first, counting from the break), so that a dialer that knows several addresses of a
@@ -236,23 +246,6 @@ impl Inner {
         }
     }
 
-    /// Notes a reply's seen stamp (see the module documentation).
-    pub(super) fn note_seen(&mut self, reply: &Reply) {
-        let Some(s) = reply.seen else { return };
-        let complete = if s.complete { Some(s.stamp) } else { self.seen.map(|r| r.complete) };
-        self.seen = complete.map(|complete| SeenRange { high: s.stamp, complete });
-    }
-
-    /// A fresh commit id (never 0).
-    pub(super) fn next_commit_id(&mut self) -> u64 {
-        loop {
-            let id = splitmix64(&mut self.ids);
-            if id != 0 {
-                return id;
-            }
-        }
-    }
-
     /// The connection broke (`cause` says how) outside a commit: the open transaction is
     /// aborted, and the session reconnects. Returns the error for the caller: a conflict
     /// (`Disconnected`) if it reconnected, so that the transaction runs again; the error that
@@ -268,7 +261,7 @@ impl Inner {
              the transaction: run it again"
         );
         if self.in_transaction && self.doomed.is_none() {
-            self.pinned(Inner::abort_local);
+            self.core.pinned(ClientCore::abort_local);
             self.stats.conflicts += 1;
             self.reconnect.aborted += 1;
             self.doomed = Some(message.clone());
@@ -353,7 +346,44 @@ impl Inner {
         transport: Box<dyn Transport>,
         commit: Option<u64>,
     ) -> Result<Resumed, ClientError> {
-        let new = *transport.server();
+        self.core.adopt(*transport.server())?;
+        self.transport = transport;
+        self.broken = false;
+        self.timeout_now = None;
+        let commit = commit.or(self.unresolved);
+        match self.resume(commit) {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                self.break_connection();
+                Err(e)
+            }
+        }
+    }
+
+    /// Resumes the session on the new connection (see the module documentation).
+    fn resume(&mut self, commit: Option<u64>) -> Result<Resumed, ClientError> {
+        let before = self.installed_objects();
+        let Some(resume) = self.core.resume_body(commit, before) else {
+            return Ok(Resumed { outcome: commit.map(|_| Outcome::Unknown) });
+        };
+        self.timeout_for(&RequestBody::Abort);
+        let sent = self.send_raw(resume, None);
+        let (reply, _) = sent.and_then(|()| self.recv_raw()).map_err(ClientError::Transport)?;
+        let r = match reply.body {
+            ReplyBody::Resumed(r) => r,
+            other => return Err(unexpected(other)),
+        };
+        self.core.resumed(&r, commit, before);
+        Ok(Resumed { outcome: r.outcome })
+    }
+}
+
+impl ClientCore {
+    /// Takes a new connection whose server said `new` (`HelloOk`): checks that it is the same
+    /// database's server in the same commit mode, and adopts what it says (version, frame
+    /// limit, demotions). Acknowledgements and demotions owed to the old connection's server
+    /// are forgotten (its invalid set went with it), and a read-ahead in flight is gone.
+    pub fn adopt(&mut self, new: ServerInfo) -> Result<(), ClientError> {
         let old = self.info;
         if new.server_id != old.server_id || new.page_size != old.page_size || new.root != old.root
         {
@@ -369,12 +399,10 @@ impl Inner {
                 new.commit_mode, old.commit_mode
             )));
         }
-        self.transport = transport;
         self.info = new;
-        self.broken = false;
-        self.timeout_now = None;
         self.ahead = None;
-        self.cache.set_demotion(if new.demotions { self.cfg.demote_pages } else { 0 });
+        let demote = if new.demotions { self.cfg.demote_pages } else { 0 };
+        self.cache.set_demotion(demote);
         // Demoted pages the old connection's server wanted are not this one's business.
         self.cache.demotions_answered(&[]);
         if new.version < 4 {
@@ -383,24 +411,21 @@ impl Inner {
         // Acknowledgements of invalidations the old connection's server sent: that server's
         // invalid set is gone.
         self.cache.forget_acks();
-        let commit = commit.or(self.unresolved);
-        match self.resume(commit) {
-            Ok(r) => Ok(r),
-            Err(e) => {
-                self.break_connection();
-                Err(e)
-            }
-        }
+        Ok(())
     }
 
-    /// Resumes the session on the new connection (see the module documentation).
-    fn resume(&mut self, commit: Option<u64>) -> Result<Resumed, ClientError> {
-        let before = self.installed_objects();
+    /// The `Resume` to send on a new connection, asking about `commit` if given; `before` is
+    /// the installed objects before (for the counters). The cache is dropped first where the
+    /// server could not vouch for it: its copies are kept beside it (the page modes), no stamp
+    /// came with every invalidation yet, or its pages do not fit the request. `None` for a
+    /// server that cannot resume (before version 5): the cache is dropped, and a commit asked
+    /// about has an unknown outcome.
+    pub(crate) fn resume_body(&mut self, commit: Option<u64>, before: u64) -> Option<RequestBody> {
         if self.info.version < 5 {
             // No resume: the server cannot tell what changed, nor what became of a commit.
             self.drop_cache();
             self.count_resume(false, before);
-            return Ok(Resumed { outcome: commit.map(|_| Outcome::Unknown) });
+            return None;
         }
         if self.path.keeps_pages() {
             // The page modes' images and recovery buffer are kept beside the cache.
@@ -415,14 +440,13 @@ impl Inner {
             }
             pages.clear();
         }
-        let resume = Resume { key: self.key, seen: self.seen, commit, pages };
-        self.timeout_for(&RequestBody::Abort);
-        let sent = self.send_raw(RequestBody::Resume(resume), None);
-        let (reply, _) = sent.and_then(|()| self.recv_raw()).map_err(ClientError::Transport)?;
-        let r = match reply.body {
-            ReplyBody::Resumed(r) => r,
-            other => return Err(unexpected(other)),
-        };
+        Some(RequestBody::Resume(Resume { key: self.key, seen: self.seen, commit, pages }))
+    }
+
+    /// Applies the server's answer to `Resume` (which asked about `commit`; `before` as for
+    /// [`ClientCore::resume_body`]): the cache dropped if the server could not vouch for it,
+    /// the counters, and the outcome of the commit whose answer was lost.
+    pub(crate) fn resumed(&mut self, r: &thor_wire::Resumed, commit: Option<u64>, before: u64) {
         if r.cache == CacheVerdict::Dropped {
             self.drop_cache();
         }
@@ -439,7 +463,6 @@ impl Inner {
             self.unresolved = None;
             self.last_outcome = r.outcome.as_ref().map(outcome_of);
         }
-        Ok(Resumed { outcome: r.outcome })
     }
 
     /// Counts a resume and the installed objects it kept of `before`.
@@ -458,7 +481,7 @@ impl Inner {
     }
 
     /// Installed objects in the cache now (a walk of every frame).
-    fn installed_objects(&self) -> u64 {
+    pub(crate) fn installed_objects(&self) -> u64 {
         let o = self.cache.occupancy();
         (o.intact_installed + o.compacted_installed) as u64
     }
@@ -466,12 +489,12 @@ impl Inner {
     /// Drops every cached copy: the server cannot vouch for them. Objects pinned by views
     /// leave when the views go; until then no transaction may start (`Inner::begin`).
     fn drop_cache(&mut self) {
-        self.pinned(|inner| {
-            inner.cache.invalidate_all();
+        self.pinned(|core| {
+            core.cache.invalidate_all();
         });
         // The acknowledgements this queued are for invalidations no server sent.
         self.cache.forget_acks();
-        self.stale_views = self.views.iter().any(|&v| v != super::DEAD_VIEW);
+        self.stale_views = self.views.iter().any(|&v| v != crate::proto::DEAD_VIEW);
         // The schema may have changed with the database (a restored backup).
         self.schema = None;
         self.class_words.iter_mut().for_each(|w| *w = 0);

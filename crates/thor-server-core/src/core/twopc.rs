@@ -648,7 +648,8 @@ impl Core {
     /// above every timestamp the clock allowed before the crash, so the floor need not
     /// survive it.
     pub(super) fn read_only_settled(&self) -> bool {
-        self.twopc.cfg.peers.is_empty() && self.twopc.parts.is_empty()
+        let me = self.me();
+        !self.twopc.cfg.peers.iter().any(|&p| p != me) && self.twopc.parts.is_empty()
     }
 
     /// The section of the prepare record for the head of the queue.

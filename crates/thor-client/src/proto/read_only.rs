@@ -21,26 +21,28 @@
 //! the state it read may be older than the server's newest by as much as the time since the
 //! last reply, which [`super::SessionConfig::refresh_after`] bounds (a transaction whose first
 //! access comes later than that after the last reply makes a round trip first). Its
-//! [`super::CommitInfo::lsn`] is the stamp's LSN: the change it is serialized after.
+//! [`CommitInfo::lsn`] is the stamp's LSN: the change it is serialized after.
 //!
 //! A cluster's parts ([`crate::Cluster`]) and the page modes (whose copies beside the cache no
 //! stamp covers) still send read-only transactions to be validated, as does a session whose
 //! server does not say settled (an older server, or one with peers: see thor-server-core's
 //! `Core::read_only_settled`).
 
-use super::{CommitInfo, Inner};
+use super::ClientCore;
+use crate::error::ClientError;
+use crate::session::CommitInfo;
 
-impl Inner {
+impl ClientCore {
     /// Notes whether a reply's stamp vouches for a read-only commit at the client (called for
     /// every reply, before anything uses it).
-    pub(super) fn note_settled(&mut self, reply: &thor_wire::Reply) {
+    pub(crate) fn note_settled(&mut self, reply: &thor_wire::Reply) {
         self.settled = reply.seen.is_some_and(|s| s.complete && s.settled);
     }
 
     /// Commits the open transaction here if it is read-only and the last reply vouched for
     /// the state it read (see the module documentation); `None` if it must go to the server.
     /// Called with the read-ahead settled and the transaction known not to be doomed.
-    pub(super) fn commit_read_only_locally(&mut self) -> Option<CommitInfo> {
+    pub(crate) fn commit_read_only_locally(&mut self) -> Option<CommitInfo> {
         debug_assert!(self.doomed.is_none() && self.ahead.is_none());
         let read_only = self.cache.modified().len() == 0
             && self.cache.created().is_empty()
@@ -58,5 +60,24 @@ impl Inner {
         self.stats.commits += 1;
         self.stats.read_only_local += 1;
         Some(CommitInfo { lsn, created: 0, modified: 0 })
+    }
+
+    /// For a driver of the object-level API ([`super::objects`]): commits the open
+    /// transaction here, with no message, if it wrote nothing and the last reply vouched for
+    /// the state it read (see the module documentation); `None` if it must be sent
+    /// ([`ClientCore::commit`]). A doomed transaction fails with its conflict, as `commit`
+    /// would.
+    pub fn commit_here(&mut self) -> Result<Option<CommitInfo>, ClientError> {
+        if self.pending.is_some() {
+            return Err(ClientError::Usage("a reply is awaited: receive it first"));
+        }
+        if !self.in_transaction || self.pages.is_some() || self.voted.is_some() {
+            return Ok(None);
+        }
+        if let Err(e) = self.check_doomed() {
+            self.end_aborted();
+            return Err(e);
+        }
+        Ok(self.commit_read_only_locally())
     }
 }
