@@ -933,6 +933,16 @@ impl Core {
         [idle, self.twopc_deadline_us(), self.fair_deadline_us()].into_iter().flatten().min()
     }
 
+    /// The earliest of [`Core::next_deadline_us`]'s deadlines at which a request may be
+    /// answered (or a message sent) by a tick: two-phase commit's timers and the end of a held
+    /// commit's wait, without the idle install, which answers nobody. A driver without a
+    /// thread of its own that ticks (an engine without its installer) has its waiting callers
+    /// tick here: without a tick a commit held back for a claim whose holder runs on the same
+    /// thread would wait for ever.
+    pub fn answer_deadline_us(&self) -> Option<u64> {
+        [self.twopc_deadline_us(), self.fair_deadline_us()].into_iter().flatten().min()
+    }
+
     /// Updates the driver's counters (log and traffic) that `Stats` reports.
     pub fn set_driver_counters(&mut self, c: DriverCounters) {
         self.driver = c;
