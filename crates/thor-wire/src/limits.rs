@@ -39,7 +39,10 @@ pub const FRAME_BYTES_SETTING_MIN: usize = 64 << 10;
 /// Version 6 added the contention report on requests (`crate::contention`, frame flag
 /// `FLAG_CONTENTION`): the aborts a client found itself and its retries, which a client sends
 /// only on connections that agreed on 6.
-pub const WIRE_VERSION: u16 = 6;
+/// Version 7 added the peer message `AskVote` (`crate::twopc`): a coordinator asks a
+/// participant for a vote it still waits for; a server sends it only to peers whose session
+/// agreed on 7.
+pub const WIRE_VERSION: u16 = 7;
 /// The oldest protocol version this build still speaks.
 pub const WIRE_VERSION_MIN: u16 = 1;
 
