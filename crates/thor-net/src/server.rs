@@ -3,6 +3,7 @@
 //!
 //! ```text
 //!  accept loop ──► connection task (one per connection, on one thread)
+//!   (ticks an engine without its installer thread at its deadlines)
 //!                    engine.connect(sink)          (a session slot, before anything is read)
 //!                    [TLS handshake]               (under the handshake deadline)
 //!                    loop {

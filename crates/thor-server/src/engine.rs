@@ -17,7 +17,8 @@
 //!      ▼
 //!   the caller, unlocked: page reads ─► step PageRead; log.sync ─► step Durable
 //!   installer thread:   install round or checkpoint ─► step Installed / Checkpointed;
-//!                       a Tick every 100 ms when idle (idle installation)
+//!                       a Tick at the core's deadline, every 100 ms at the latest (idle
+//!                       installation); a step that sets an earlier deadline wakes it
 //! ```
 //!
 //! *Group commit:* whoever appends a record syncs the log after unlocking, through the log's
@@ -30,7 +31,11 @@
 //! *Without threads* ([`EngineOptions::background_flusher`] false) the caller performs every
 //! effect itself before the call returns: reads, install rounds, checkpoints and the log's
 //! fsync (concurrent callers share fsyncs through the log's own group commit). Tests use this
-//! for determinism; the behaviour is the same.
+//! for determinism; the behaviour is the same. Nothing then ticks the core but its callers: a
+//! caller that waits for an answer (a direct operation, an in-process transport's reply, the
+//! TCP accept loop) wakes at the core's [`Core::answer_deadline_us`] and ticks
+//! ([`Engine::caller_tick_wait`]), so that a commit held back by fair retries is released at
+//! the end of its bounded wait even when the holder's session runs on the waiting thread.
 //!
 //! *Shutdown* ([`Engine::close`], or dropping the engine) installs everything in the MOB and
 //! truncates the log, so that the next open replays nothing.

@@ -42,6 +42,37 @@
 //! - **A session that ends** while its part waits (for the clock, or a read-only part for a
 //!   part in doubt here) votes no, as one that ends while its part is queued does.
 //!
+//! # A vote that will never come
+//!
+//! A participant that crashed before its prepare record was durable has, after its restart,
+//! no record of the transaction and will never vote; nor will one whose client's prepare was
+//! lost. A coordinator that has had the client's prepare and still misses votes
+//! [`TwoPcConfig::ask_vote_after_us`] later (100 ms) asks those participants
+//! (`PeerMsg::AskVote`), and again at that interval until the vote timeout. The participant
+//! answers:
+//!
+//! - its part prepared (record durable): yes again (its first vote may have been lost);
+//! - its part on its way (queued for validation, waiting for the clock or for a part in
+//!   doubt, its record not yet durable): nothing; the vote comes when the part gets there;
+//! - no record and none coming: no, and it remembers the abort (a tombstone), so that the
+//!   client's prepare, should it arrive late (merely delayed in the network, or behind
+//!   another request of its session), is refused `Aborted` and nothing is prepared. A
+//!   tombstone below the validation threshold is not kept: such a prepare fails validation
+//!   anyway.
+//!
+//! The coordinator aborts on the no at once (presumed abort). Sound: a participant answers no
+//! only when it has never voted yes (a yes is sent only once the prepare record is durable,
+//! and a durable part survives a restart, so it is found); and a no that crosses a yes already
+//! counted changes nothing once the coordinator decided commit. Should a participant forget
+//! its tombstone (the cap) and prepare the late prepare after all, its yes reaches a
+//! coordinator that aborted and has had the client's prepare already (it asks only then): it
+//! answers abort, or takes the yes for an early vote of a transaction whose prepare never
+//! comes, and aborts at the vote timeout; it never commits. A read-only participant keeps no
+//! record of its part and answers no too: its vote was lost, and the transaction aborts
+//! 100 ms after the prepare instead of at the vote timeout. Peers older than wire version 7
+//! are not asked (thor-net's `TcpPeers` does not send them the message): their missing
+//! votes wait for the vote timeout, as before.
+//!
 //! # Presumed abort, and when "no record" means abort
 //!
 //! A coordinator asked about a transaction (a query, or a vote) of which it has no record
