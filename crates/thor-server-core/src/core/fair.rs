@@ -401,9 +401,10 @@ impl Core {
 
     /// Puts the held commits whose claim ended, or whose wait ran out, back at the front of
     /// the commit queue, in the order they were held (they arrived before what is queued).
-    pub(super) fn fair_release(&mut self) {
+    /// Returns whether it released any.
+    pub(super) fn fair_release(&mut self) -> bool {
         if self.held.commits.is_empty() {
-            return;
+            return false;
         }
         let now = self.now_us;
         let held = std::mem::take(&mut self.held.commits);
@@ -419,9 +420,9 @@ impl Core {
             }
             out.push(h.q);
         }
-        for q in out.into_iter().rev() {
-            self.queue.push_front(q);
-        }
+        let released = !out.is_empty();
+        self.requeue_front(out);
+        released
     }
 
     /// Drops `conn`'s held commit (its session ends; unvalidated commits go with it).

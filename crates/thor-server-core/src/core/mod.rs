@@ -1050,6 +1050,11 @@ impl Core {
         self.run_unparked(fx);
         self.fair_release();
         self.pump(fx);
+        // Validating may end a claim (its holder refused again, or committing): the commits
+        // it held go back to the queue now, not at a later step (their deadline is later).
+        while self.fair_release() {
+            self.pump(fx);
+        }
         self.maybe_start_round(fx);
         self.drain(fx);
     }
@@ -1643,6 +1648,17 @@ impl Core {
     /// timestamp from concurrency control, or two-phase commit's), preparation (orefs and the
     /// record, or the pages it needs) and the append. A phase that answers the head (a
     /// refusal) moves on to the next; one that must wait stops the pump.
+    /// Puts commits taken out of the queue (held back by fair retries, parked behind a part
+    /// in doubt) back at its front, in their order, but behind a head whose prepare is under
+    /// way (it waits for page reads): a page read is matched only against the head
+    /// ([`Core::page_read`]), so a head pushed back would wait for a read already answered.
+    pub(super) fn requeue_front(&mut self, commits: Vec<Queued>) {
+        let at = usize::from(self.queue.front().is_some_and(|q| !q.waiting_for.is_empty()));
+        for q in commits.into_iter().rev() {
+            self.queue.insert(at, q);
+        }
+    }
+
     fn pump(&mut self, fx: &mut Vec<Effect>) {
         while let Some(head) = self.queue.front() {
             if !head.waiting_for.is_empty() {

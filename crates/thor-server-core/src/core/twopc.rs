@@ -1051,9 +1051,7 @@ impl Core {
             }
             self.twopc.no_park = false;
         }
-        for q in front.into_iter().rev() {
-            self.queue.push_front(q);
-        }
+        self.requeue_front(front);
     }
 
     /// A record appended by two-phase commit is durable up to `lsn`.
