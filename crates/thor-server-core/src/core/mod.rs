@@ -1652,7 +1652,7 @@ impl Core {
     /// in doubt) back at its front, in their order, but behind a head whose prepare is under
     /// way (it waits for page reads): a page read is matched only against the head
     /// ([`Core::page_read`]), so a head pushed back would wait for a read already answered.
-    pub(super) fn requeue_front(&mut self, commits: Vec<Queued>) {
+    fn requeue_front(&mut self, commits: Vec<Queued>) {
         let at = usize::from(self.queue.front().is_some_and(|q| !q.waiting_for.is_empty()));
         for q in commits.into_iter().rev() {
             self.queue.insert(at, q);
