@@ -96,9 +96,20 @@ impl Server {
     }
 
     /// Delivers `req` on `conn` and returns the reply to it.
+    /// A commit the server holds back for another session's claim (fair retries) is answered
+    /// once the claim ends or its hold runs out: time passes to the core's deadlines, each a
+    /// tick, until the reply comes (a bounded number of them).
     fn call(&mut self, conn: ConnId, req: Request) -> Reply {
         self.ids += 1;
         let mut replies = self.step(Input::Request { conn, id: self.ids, req });
+        for _ in 0..16 {
+            if !replies.is_empty() {
+                break;
+            }
+            let deadline = self.core.next_deadline_us().expect("a held commit has a deadline");
+            self.now_us = self.now_us.max(deadline);
+            replies = self.step(Input::Tick);
+        }
         assert_eq!(replies.len(), 1, "one reply per request: {replies:?}");
         let (to, reply) = replies.pop().unwrap();
         assert_eq!(to, conn);

@@ -3,7 +3,8 @@
 //! No socket, no encoding and no extra thread: `send` steps the server's core on the caller's
 //! thread (and performs any disk read it needs right there), and the reply waits in this
 //! session's queue until `recv`. A commit's reply arrives once the engine's log writer made it
-//! durable, so `recv` may wait for it. It is what `thor demo` and embedded experiments use, and
+//! durable, so `recv` may wait for it (ticking an engine without its installer thread at its
+//! deadlines meanwhile, see [`Engine::caller_tick_wait`]). It is what `thor demo` and embedded experiments use, and
 //! the baseline the TCP transport's overhead is measured against.
 //!
 //! It enforces what a TCP connection would: requests over a protocol limit or the server's
@@ -40,13 +41,27 @@ impl ReplySink for Inbox {
 }
 
 impl Inbox {
-    fn wait(&self) -> (u64, Reply, bool) {
-        let mut q = self.replies.lock();
+    /// The next reply. An engine without its installer thread is ticked from here at its
+    /// deadlines ([`Engine::caller_tick_wait`]): a commit held back for a claim of a session
+    /// this same thread drives (fair retries) is released by that tick at the end of its
+    /// bounded wait, where nothing else would step the engine.
+    fn wait(&self, engine: &Engine) -> (u64, Reply, bool) {
         loop {
+            // Read before the inbox's lock: a step holds the engine's lock while it delivers.
+            let wait = engine.caller_tick_wait();
+            let mut q = self.replies.lock();
             if let Some(r) = q.pop_front() {
                 return r;
             }
-            self.arrived.wait(&mut q);
+            match wait {
+                None => self.arrived.wait(&mut q),
+                Some(d) => {
+                    if self.arrived.wait_for(&mut q, d).timed_out() && q.is_empty() {
+                        drop(q);
+                        engine.tick_if_due();
+                    }
+                }
+            }
         }
     }
 }
@@ -92,7 +107,7 @@ impl LocalTransport {
         }
         let work = engine.request(conn, 1, hello(config));
         engine.settle(work);
-        let (_, reply, close) = inbox.wait();
+        let (_, reply, close) = inbox.wait(&engine);
         if close {
             engine.disconnect(conn);
         }
@@ -162,7 +177,7 @@ impl Transport for LocalTransport {
         if self.in_flight == 0 {
             return Err(TransportError::NothingInFlight);
         }
-        let (_, reply, close) = self.inbox.wait();
+        let (_, reply, close) = self.inbox.wait(&self.engine);
         self.in_flight -= 1;
         if close {
             self.closed = true;

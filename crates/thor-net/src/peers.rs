@@ -7,7 +7,9 @@
 //! cluster's single token), sends each message as a `Peer` request and reads its `Ack`. The
 //! peer checks that the credential is a peer's and that it names the sender the message
 //! claims; a refusal (`Forbidden`, or `Unauthenticated` at `Hello`) is a misconfiguration and
-//! is logged as a warning. [`TcpPeers::set_token`] changes the secret for the sessions opened
+//! is logged as a warning. A message newer than the version the peer's session agreed on (a
+//! coordinator's `AskVote` to a server older than version 7) is not sent (and counted as
+//! dropped): the peer would close the session on it. [`TcpPeers::set_token`] changes the secret for the sessions opened
 //! from then on (a server whose credentials were re-read). Two-phase commit resends what matters
 //! on its own timeouts, so this layer never retries: a message that cannot be sent now (queue
 //! full, peer unreachable, connection broken) is dropped and counted. After a failed connect
@@ -173,6 +175,14 @@ fn peer_thread(
         }
         let t = conn.as_mut().expect("connected above");
         let req = Request::new(RequestBody::Peer(msg));
+        if req.version_needed() > t.server().version {
+            // An older peer does not know this message (a coordinator's `AskVote`, version
+            // 7): sent, it would close the session. Not sending it costs what that version
+            // cost (the vote is waited for until the vote timeout).
+            debug!("server {} speaks version {}: not sent {msg:?}", id.0, t.server().version);
+            counters.dropped.fetch_add(1, Relaxed);
+            continue;
+        }
         match t.round_trip(&req) {
             Ok(r) if matches!(r.body, ReplyBody::Ack) => {
                 counters.sent.fetch_add(1, Relaxed);

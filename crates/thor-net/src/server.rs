@@ -3,6 +3,7 @@
 //!
 //! ```text
 //!  accept loop ──► connection task (one per connection, on one thread)
+//!   (ticks an engine without its installer thread at its deadlines)
 //!                    engine.connect(sink)          (a session slot, before anything is read)
 //!                    [TLS handshake]               (under the handshake deadline)
 //!                    loop {
@@ -1066,8 +1067,15 @@ async fn serve_with_stats<L: Listen>(
     let mut tasks = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
+        // An engine without its installer thread is ticked from here at its deadlines (a
+        // commit held back by fair retries, two-phase commit's timers): nothing else would.
+        let tick = shared.engine.caller_tick_wait();
         tokio::select! {
             _ = &mut shutdown => break,
+            _ = tokio::time::sleep(tick.unwrap_or(Duration::MAX)), if tick.is_some() => {
+                let engine = shared.engine.clone();
+                tokio::task::spawn_blocking(move || engine.tick_if_due());
+            }
             Some(done) = tasks.join_next(), if !tasks.is_empty() => {
                 if let Err(e) = done {
                     warn!("a connection task failed: {e}");

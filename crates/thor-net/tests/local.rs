@@ -75,3 +75,33 @@ fn the_local_transport_enforces_tokens_limits_and_frame_sizes() {
     // The slot is free again once the transport is dropped.
     LocalTransport::connect(h, &right).unwrap();
 }
+
+/// One thread drives two in-process sessions of an engine without its installer thread, as
+/// thor-client's tests do. Session B lost twice on an object and so claimed it (fair retries),
+/// and its next request armed the claim; session A's commit of the object is then held back
+/// for B, whose commit could only come from this same thread. A's wait ends at the hold
+/// bound, by the tick its own wait makes (`Engine::caller_tick_wait`), instead of never.
+#[test]
+fn a_commit_held_for_a_session_on_the_same_thread_is_released_at_the_hold_bound() {
+    let db = Db::new();
+    let opts = thor_server::EngineOptions { background_flusher: false, ..opts() };
+    let h = Arc::new(Engine::create(db.disk(), opts).unwrap());
+    let mut a = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
+    let mut b = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
+    let class = commit_ok(&mut a, vec![], vec![item_class().to_class_object()])[0];
+    let x = commit_ok(&mut a, vec![], vec![item(class.raw(), 0, 0, b"x")])[0];
+    // B reads x, A writes it, and B's write of its copy is refused: twice.
+    for seq in 1..=2 {
+        let old = read(&mut b, x);
+        commit_ok(&mut a, vec![(x, item(class.raw(), 0, seq * 10, b"x"))], vec![]);
+        let r = b.round_trip(&commit_req(vec![(x, old)], vec![])).unwrap();
+        assert!(matches!(r.body, ReplyBody::CommitRefused { .. }), "{r:?}");
+    }
+    assert_eq!(h.server_stats().fair_claims, 1, "B claimed x");
+    read(&mut b, x);
+    // A writes x again: held back for B, and released when the claim runs out (its hold
+    // began when B armed it, just before A's wait; either bound ends A's wait).
+    commit_ok(&mut a, vec![(x, item(class.raw(), 0, 99, b"x"))], vec![]);
+    assert_eq!(h.server_stats().fair_held, 1, "A's commit was held back");
+    assert_eq!(seq_of(&read(&mut a, x)), 99);
+}

@@ -17,7 +17,8 @@
 //!      ▼
 //!   the caller, unlocked: page reads ─► step PageRead; log.sync ─► step Durable
 //!   installer thread:   install round or checkpoint ─► step Installed / Checkpointed;
-//!                       a Tick every 100 ms when idle (idle installation)
+//!                       a Tick at the core's deadline, every 100 ms at the latest (idle
+//!                       installation); a step that sets an earlier deadline wakes it
 //! ```
 //!
 //! *Group commit:* whoever appends a record syncs the log after unlocking, through the log's
@@ -30,7 +31,11 @@
 //! *Without threads* ([`EngineOptions::background_flusher`] false) the caller performs every
 //! effect itself before the call returns: reads, install rounds, checkpoints and the log's
 //! fsync (concurrent callers share fsyncs through the log's own group commit). Tests use this
-//! for determinism; the behaviour is the same.
+//! for determinism; the behaviour is the same. Nothing then ticks the core but its callers: a
+//! caller that waits for an answer (a direct operation, an in-process transport's reply, the
+//! TCP accept loop) wakes at the core's [`Core::answer_deadline_us`] and ticks
+//! ([`Engine::caller_tick_wait`]), so that a commit held back by fair retries is released at
+//! the end of its bounded wait even when the holder's session runs on the waiting thread.
 //!
 //! *Shutdown* ([`Engine::close`], or dropping the engine) installs everything in the MOB and
 //! truncates the log, so that the next open replays nothing.
@@ -386,6 +391,14 @@ struct Shared {
     jobs: Mutex<VecDeque<Effect>>,
     /// Wakes the installer.
     jobs_wake: Condvar,
+    /// When the installer means to wake next (the clock's microseconds; `u64::MAX` before it
+    /// first sleeps), written under the core's lock: a step that sets an earlier deadline
+    /// ([`Core::next_deadline_us`]: a held commit's wait, a two-phase timer) wakes it, so that
+    /// it ticks then and not up to [`TICK`] later.
+    installer_wake_us: AtomicU64,
+    /// Set (under the jobs lock) by a step that woke the installer for an earlier deadline:
+    /// it computes its wait again instead of ticking.
+    rewake: AtomicBool,
     /// Set to stop the threads.
     stop: AtomicBool,
     /// The next connection id.
@@ -523,6 +536,8 @@ impl Engine {
             threaded: opts.background_flusher,
             jobs: Mutex::new(VecDeque::new()),
             jobs_wake: Condvar::new(),
+            installer_wake_us: AtomicU64::new(u64::MAX),
+            rewake: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
             last_now: AtomicU64::new(start_us),
@@ -766,13 +781,62 @@ impl Engine {
             Ok(slot) => slot,
             Err(result) => return result,
         };
-        let mut r = slot.result.lock();
         loop {
+            // Read before the slot's lock: a step holds the core's lock while it fills slots.
+            let wait = self.caller_tick_wait();
+            let mut r = slot.result.lock();
             if let Some(result) = r.take() {
                 return result;
             }
-            slot.ready.wait(&mut r);
+            match wait {
+                None => slot.ready.wait(&mut r),
+                Some(d) => {
+                    if slot.ready.wait_for(&mut r, d).timed_out() && r.is_none() {
+                        drop(r);
+                        self.tick_if_due();
+                    }
+                }
+            }
         }
+    }
+
+    /// For a caller that waits for an answer of this engine (a direct operation, an
+    /// in-process transport's reply, a network driver): how long it may sleep before it must
+    /// call [`Engine::tick_if_due`], between [`TICK_MIN`] and [`TICK`]. `None`: the engine's
+    /// installer thread ticks the core at its deadlines, nobody else need.
+    ///
+    /// Without that thread nothing else would: a commit held back for another session's
+    /// claim (fair retries) is released by a tick at the end of its wait, and when the
+    /// claim's holder runs on the waiting caller's own thread (one thread driving two
+    /// in-process sessions) no other step comes. Each waiting caller then wakes at the core's
+    /// [`Core::answer_deadline_us`] and ticks, so the held commit waits its bound (20 ms),
+    /// not for ever; with no deadline it looks again every [`TICK`], since another thread's
+    /// step may set one.
+    pub fn caller_tick_wait(&self) -> Option<Duration> {
+        if self.shared.threaded {
+            return None;
+        }
+        let deadline = self.shared.locked.lock().core.answer_deadline_us();
+        Some(match deadline {
+            Some(d) => Duration::from_micros(d.saturating_sub(self.shared.clock.now_us()))
+                .clamp(TICK_MIN, TICK),
+            None => TICK,
+        })
+    }
+
+    /// Ticks the core if one of its deadlines that answer waiting requests
+    /// ([`Core::answer_deadline_us`]) has come: what a caller that waited
+    /// [`Engine::caller_tick_wait`] does.
+    pub fn tick_if_due(&self) {
+        let work = {
+            let mut l = self.shared.locked.lock();
+            let now = self.shared.clock.now_us();
+            if l.core.answer_deadline_us().is_none_or(|d| d > now) {
+                return;
+            }
+            self.shared.step_locked(&mut l, Input::Tick)
+        };
+        self.settle(work);
     }
 
     // ---- The connection API, for transports (in-process and TCP). ----
@@ -958,7 +1022,27 @@ impl Shared {
         {
             self.note_failure(why, now);
         }
+        if self.threaded {
+            self.wake_installer_for(l.core.next_deadline_us(), now);
+        }
         work
+    }
+
+    /// Wakes the installer if the core's `deadline` comes after `now` and before the
+    /// installer means to wake. Called with the core's lock held, which `tick_wait` also holds
+    /// while it plans. A deadline already due is left to the installer's own wait (at most
+    /// [`TICK_MIN`] once it planned for it): one that a tick did not move would otherwise
+    /// wake it at every step.
+    fn wake_installer_for(&self, deadline: Option<u64>, now: u64) {
+        let Some(d) = deadline else { return };
+        if d <= now || d >= self.installer_wake_us.load(Relaxed) {
+            return;
+        }
+        // No second wake for the same deadline before the installer plans again.
+        self.installer_wake_us.store(d, Relaxed);
+        let _jobs = self.jobs.lock();
+        self.rewake.store(true, Relaxed);
+        self.jobs_wake.notify_one();
     }
 
     /// Says a storage failure once: at ERROR, with what follows and what to do, and in
@@ -1023,14 +1107,18 @@ impl Shared {
     /// Steps an input that reports completed I/O, then performs what follows.
     /// How long the installer may sleep before the core's next deadline, within
     /// [`TICK_MIN`]..=[`TICK`].
+    /// Planned under the core's lock, so that a step that sets an earlier deadline sees the
+    /// plan and wakes the installer ([`Shared::wake_installer_for`]).
     fn tick_wait(&self) -> Duration {
-        let deadline = self.locked.lock().core.next_deadline_us();
-        match deadline {
-            Some(d) => {
-                Duration::from_micros(d.saturating_sub(self.clock.now_us())).clamp(TICK_MIN, TICK)
-            }
+        let l = self.locked.lock();
+        let now = self.clock.now_us();
+        let wait = match l.core.next_deadline_us() {
+            Some(d) => Duration::from_micros(d.saturating_sub(now)).clamp(TICK_MIN, TICK),
             None => TICK,
-        }
+        };
+        self.installer_wake_us.store(now.saturating_add(wait.as_micros() as u64), Relaxed);
+        drop(l);
+        wait
     }
 
     fn report(&self, input: Input) -> Work {
@@ -1172,24 +1260,29 @@ const TICK: Duration = Duration::from_millis(100);
 const TICK_MIN: Duration = Duration::from_millis(1);
 
 /// The installer thread: install rounds and checkpoints, and ticks at the core's deadline
-/// ([`Core::next_deadline_us`]), or every [`TICK`] at the latest.
+/// ([`Core::next_deadline_us`]), or every [`TICK`] at the latest. A step on another thread
+/// that sets an earlier deadline wakes it to plan again ([`Shared::wake_installer_for`]).
 fn installer(s: &Shared) {
     loop {
         // Read before taking the jobs lock: a step holds the core's lock while it queues jobs.
         let wait = s.tick_wait();
-        let job = {
+        let (job, timed_out) = {
             let mut jobs = s.jobs.lock();
-            if jobs.is_empty() && !s.stop.load(Relaxed) {
-                s.jobs_wake.wait_for(&mut jobs, wait);
+            let mut timed_out = false;
+            if jobs.is_empty() && !s.stop.load(Relaxed) && !s.rewake.swap(false, Relaxed) {
+                timed_out = s.jobs_wake.wait_for(&mut jobs, wait).timed_out();
+                s.rewake.store(false, Relaxed);
             }
             if s.stop.load(Relaxed) && jobs.is_empty() {
                 return;
             }
-            jobs.pop_front()
+            (jobs.pop_front(), timed_out)
         };
         let work = match job {
             Some(effect) => s.perform(&effect),
-            None => s.report(Input::Tick),
+            None if timed_out => s.report(Input::Tick),
+            // Woken for an earlier deadline: plan the wait again.
+            None => continue,
         };
         s.settle(work);
     }

@@ -51,9 +51,11 @@
 //! the traffic counters as `DriverCounters`). The log's own group commit shares fsyncs: the committer leads
 //! its own fsync and everyone who appended meanwhile shares it, so no commit waits for a hand-off
 //! to another thread. An installer thread runs install rounds and checkpoints and ticks the
-//! core at `Core::next_deadline_us` (between 1 ms and 100 ms). A page-cache hit of the embedded `fetch` is a query (`Core::fetch_cached`), not a step.
+//! core at `Core::next_deadline_us` (between 1 ms and 100 ms), woken early by a step that sets an
+//! earlier deadline (a commit held back by fair retries, a two-phase timer). A page-cache hit of the embedded `fetch` is a query (`Core::fetch_cached`), not a step.
 //! Without the installer thread (`background_flusher: false`, for deterministic tests) the caller
-//! performs every effect before returning. `close` (or drop) installs everything, rotates the log
+//! performs every effect before returning, and a caller that waits for an answer ticks the core
+//! at `Core::answer_deadline_us` (`Engine::caller_tick_wait`, `Engine::tick_if_due`). `close` (or drop) installs everything, rotates the log
 //! and deletes its old segments; `halt` stops as a crash would. After a storage failure (a failed
 //! log or page-file write or fsync) the engine logs it once at ERROR, reports `Health::Failed`
 //! (`Engine::health`, without the core's lock) and the `health` counters, refuses commits and new

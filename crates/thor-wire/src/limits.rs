@@ -39,10 +39,12 @@ pub const FRAME_BYTES_SETTING_MIN: usize = 64 << 10;
 /// Version 6 added the contention report on requests (`crate::contention`, frame flag
 /// `FLAG_CONTENTION`): the aborts a client found itself and its retries, which a client sends
 /// only on connections that agreed on 6.
-/// Version 7 added the *settled* bit of a reply's seen section (`crate::resume::Seen`): the
-/// server vouches that no transaction can still be serialized before the stamp's state, so a
-/// client may commit a read-only transaction on what it read without asking; a server sets
-/// it only on connections that agreed on 7.
+/// Version 7 added two things that came in one release: the *settled* bit of a reply's seen
+/// section (`crate::resume::Seen`): the server vouches that no transaction can still be
+/// serialized before the stamp's state, so a client may commit a read-only transaction on
+/// what it read without asking (a server sets it only on connections that agreed on 7); and
+/// the peer message `AskVote` (`crate::twopc`): a coordinator asks a participant for a vote
+/// it still waits for (a server sends it only to peers whose session agreed on 7).
 pub const WIRE_VERSION: u16 = 7;
 /// The oldest protocol version this build still speaks.
 pub const WIRE_VERSION_MIN: u16 = 1;

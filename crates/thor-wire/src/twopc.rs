@@ -16,7 +16,10 @@
 //! a sender other than the credential's server, version 5); they are answered with `Ack` and
 //! may be lost, repeated or reordered: every one is idempotent, and
 //! timeouts resend what matters (a participant in doubt sends [`PeerMsg::Query`], which is
-//! also a repeated yes vote; a coordinator resends an unacknowledged decision).
+//! also a repeated yes vote; a coordinator resends an unacknowledged decision; a coordinator
+//! still waiting for a vote asks for it with [`PeerMsg::AskVote`], version 7, which a
+//! participant with no record of the transaction answers no, refusing the prepare from then
+//! on).
 //!
 //! ```text
 //! Prepare   0x0008  +-------------+----------+---------+----------+--------+---------------------------+
@@ -32,7 +35,7 @@
 //!                   | op: u8 | time_us: u64| tie: u32 | from: u32 | flag: u8|
 //!                   +--------+-------------+----------+-----------+---------+
 //!                   op: 1 Vote (flag: 1 yes, 0 no), 2 Decide (flag: 1 commit, 0 abort),
-//!                   3 DecideAck (flag 0), 4 Query (flag 0)
+//!                   3 DecideAck (flag 0), 4 Query (flag 0), 5 AskVote (flag 0; version 7)
 //!
 //! Prepared  0x0088  +--------+------------------------+
 //!                   | C: u32 | C created orefs (u32)  |  a participant's answer to Prepare: its part
@@ -198,6 +201,19 @@ pub enum PeerMsg {
         /// The participant.
         from: ServerId,
     },
+    /// A coordinator still waiting for a participant's vote asks for it (version 7,
+    /// [`crate::version::VERSION_ASK_VOTE`]). The participant answers with a [`PeerMsg::Vote`]:
+    /// yes again if its part is prepared, no if it has no record of the transaction and none
+    /// is coming (it restarted since its prepare, which was never durable; or the client's
+    /// prepare has not reached it). Having answered no it refuses that prepare should it
+    /// arrive later. It does not answer while its part is on its way (queued, waiting, or
+    /// its prepare record not yet durable): the vote comes then.
+    AskVote {
+        /// The transaction.
+        stamp: Stamp,
+        /// The coordinator.
+        from: ServerId,
+    },
 }
 
 impl PeerMsg {
@@ -210,7 +226,8 @@ impl PeerMsg {
             PeerMsg::Vote { stamp, .. }
             | PeerMsg::Decide { stamp, .. }
             | PeerMsg::DecideAck { stamp, .. }
-            | PeerMsg::Query { stamp, .. } => stamp,
+            | PeerMsg::Query { stamp, .. }
+            | PeerMsg::AskVote { stamp, .. } => stamp,
         }
     }
 
@@ -220,7 +237,8 @@ impl PeerMsg {
             PeerMsg::Vote { from, .. }
             | PeerMsg::Decide { from, .. }
             | PeerMsg::DecideAck { from, .. }
-            | PeerMsg::Query { from, .. } => from,
+            | PeerMsg::Query { from, .. }
+            | PeerMsg::AskVote { from, .. } => from,
         }
     }
 
@@ -230,11 +248,20 @@ impl PeerMsg {
             PeerMsg::Decide { commit, .. } => (2, commit),
             PeerMsg::DecideAck { .. } => (3, false),
             PeerMsg::Query { .. } => (4, false),
+            PeerMsg::AskVote { .. } => (5, false),
         };
         out.push(op);
         put_stamp(out, self.stamp());
         out.put_u32(self.from().0);
         out.push(u8::from(flag));
+    }
+
+    /// The oldest protocol version in which it can be sent.
+    pub fn version_needed(&self) -> u16 {
+        match self {
+            PeerMsg::AskVote { .. } => crate::version::VERSION_ASK_VOTE,
+            _ => crate::version::VERSION_TWO_PHASE,
+        }
     }
 
     pub(crate) fn get(r: &mut Reader) -> Result<PeerMsg, WireError> {
@@ -247,8 +274,12 @@ impl PeerMsg {
             (2, commit) => PeerMsg::Decide { stamp, from, commit },
             (3, false) => PeerMsg::DecideAck { stamp, from },
             (4, false) => PeerMsg::Query { stamp, from },
-            (3 | 4, true) => {
-                return Err(WireError::BadValue { what: "peer flag", why: "set on an ack/query" });
+            (5, false) => PeerMsg::AskVote { stamp, from },
+            (3..=5, true) => {
+                return Err(WireError::BadValue {
+                    what: "peer flag",
+                    why: "set on an ack, a query or a request for a vote",
+                });
             }
             _ => return Err(WireError::BadValue { what: "peer op", why: "unknown" }),
         })

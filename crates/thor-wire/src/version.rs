@@ -19,7 +19,7 @@
 //! | 4 | prefetch: `Prefetch` and the reply `Pages` |
 //! | 5 | scoped credentials: `Error(Forbidden)`, the refusal `UnknownServer`; resuming a session: `Resume`, `CommitWithId`, the reply `Resumed` and the frame flag `FLAG_SEEN` on replies (`crate::resume`) |
 //! | 6 | the contention report on requests: the frame flag [`crate::frame::FLAG_CONTENTION`] and its section (`crate::contention`) |
-//! | 7 | the settled bit of a reply's seen section (`crate::resume::Seen::settled`): read-only transactions commit at the client |
+//! | 7 | the settled bit of a reply's seen section (`crate::resume::Seen::settled`): read-only transactions commit at the client; a coordinator's request for a missing vote: the peer message `AskVote` (`crate::twopc`) |
 
 use crate::limits::{WIRE_VERSION, WIRE_VERSION_MIN};
 use crate::message::{Request, kind};
@@ -42,6 +42,10 @@ pub const VERSION_CONTENTION: u16 = 6;
 /// ([`crate::resume::Seen::settled`]), on which a client commits a read-only transaction
 /// without a message.
 pub const VERSION_SETTLED: u16 = 7;
+/// The version that added the peer message `AskVote` (a coordinator asks a participant for
+/// its missing vote, `crate::twopc`). A server sends it only to peers whose session agreed
+/// on it; an older peer's vote is waited for until the vote timeout, as before.
+pub const VERSION_ASK_VOTE: u16 = 7;
 
 /// Every request type and the version that added it.
 pub const REQUEST_VERSIONS: [(u16, u16); 14] = [
@@ -78,6 +82,10 @@ impl Request {
     /// piggyback carries demotion sections, or the contention report's if it carries one.
     pub fn version_needed(&self) -> u16 {
         let body = request_version(self.body.kind()).expect("every request type is in the table");
+        let body = match &self.body {
+            crate::message::RequestBody::Peer(m) => body.max(m.version_needed()),
+            _ => body,
+        };
         let body = if self.piggyback.has_demotions() { body.max(VERSION_DEMOTION) } else { body };
         if self.piggyback.contention.is_some() { body.max(VERSION_CONTENTION) } else { body }
     }
@@ -98,6 +106,7 @@ const _: () = assert!(VERSION_SCOPES <= WIRE_VERSION);
 const _: () = assert!(VERSION_PREFETCH < VERSION_RESUME && VERSION_RESUME <= WIRE_VERSION);
 const _: () = assert!(VERSION_RESUME < VERSION_CONTENTION && VERSION_CONTENTION <= WIRE_VERSION);
 const _: () = assert!(VERSION_CONTENTION < VERSION_SETTLED && VERSION_SETTLED <= WIRE_VERSION);
+const _: () = assert!(VERSION_CONTENTION < VERSION_ASK_VOTE && VERSION_ASK_VOTE <= WIRE_VERSION);
 
 #[cfg(test)]
 mod tests {
@@ -181,5 +190,8 @@ mod tests {
         reporting.piggyback.contention =
             Some(crate::Contention { retries: 1, ..crate::Contention::default() });
         assert_eq!(reporting.version_needed(), VERSION_CONTENTION);
+        let stamp = Stamp { time_us: 1, tie: crate::CLIENT_TIE_BIT };
+        let ask = Request::new(RequestBody::Peer(PeerMsg::AskVote { stamp, from: ServerId(2) }));
+        assert_eq!(ask.version_needed(), VERSION_ASK_VOTE);
     }
 }

@@ -69,7 +69,10 @@
 //!
 //! - A held commit waits at most [`FairConfig::hold_us`] from when it was first held, however
 //!   claims come and go meanwhile; then it is validated regardless (counted in
-//!   `fair_held_timed_out`). [`crate::Core::next_deadline_us`] wakes the driver for it.
+//!   `fair_held_timed_out`). [`crate::Core::next_deadline_us`] (and
+//!   [`crate::Core::answer_deadline_us`]) wakes the driver for it: a driver must tick then
+//!   whenever something waits, or the held commit waits for ever (one thread driving two
+//!   in-process sessions, the holder's and the rival's, steps nothing else meanwhile).
 //! - A claim waits at most [`FairConfig::arm_within_us`] to be armed, then holds at most
 //!   [`FairConfig::hold_us`], and is never extended: a holder that does not commit in time
 //!   (its application gave up) delays its rivals that long once.
@@ -109,13 +112,18 @@ impl FairConfig {
     };
 }
 
+impl FairConfig {
+    /// Fair retries off: no claims, nothing held back (validation first come, first served).
+    pub const OFF: FairConfig = FairConfig { hold_us: 0, ..FairConfig::ON };
+}
+
 impl Default for FairConfig {
-    /// Off for now: a held commit is released at the core's deadline, and a driver that does
-    /// not tick (an engine without its installer thread, one thread driving two sessions)
-    /// waited for ever; thor-client's `tests/clocc.rs` hung. Turn it on with
-    /// [`FairConfig::ON`] where the driver ticks.
+    /// On ([`FairConfig::ON`]). A held commit is released by a step at the core's deadline
+    /// ([`crate::Core::answer_deadline_us`]), so every driver ticks then whenever something
+    /// waits: thor-server's engine (its installer thread, woken for an earlier deadline; or,
+    /// without it, each waiting caller), its in-process transport and thor-net's server loop.
     fn default() -> Self {
-        FairConfig { hold_us: 0, ..FairConfig::ON }
+        FairConfig::ON
     }
 }
 
@@ -393,9 +401,10 @@ impl Core {
 
     /// Puts the held commits whose claim ended, or whose wait ran out, back at the front of
     /// the commit queue, in the order they were held (they arrived before what is queued).
-    pub(super) fn fair_release(&mut self) {
+    /// Returns whether it released any.
+    pub(super) fn fair_release(&mut self) -> bool {
         if self.held.commits.is_empty() {
-            return;
+            return false;
         }
         let now = self.now_us;
         let held = std::mem::take(&mut self.held.commits);
@@ -411,9 +420,9 @@ impl Core {
             }
             out.push(h.q);
         }
-        for q in out.into_iter().rev() {
-            self.queue.push_front(q);
-        }
+        let released = !out.is_empty();
+        self.requeue_front(out);
+        released
     }
 
     /// Drops `conn`'s held commit (its session ends; unvalidated commits go with it).

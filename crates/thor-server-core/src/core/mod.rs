@@ -933,6 +933,16 @@ impl Core {
         [idle, self.twopc_deadline_us(), self.fair_deadline_us()].into_iter().flatten().min()
     }
 
+    /// The earliest of [`Core::next_deadline_us`]'s deadlines at which a request may be
+    /// answered (or a message sent) by a tick: two-phase commit's timers and the end of a held
+    /// commit's wait, without the idle install, which answers nobody. A driver without a
+    /// thread of its own that ticks (an engine without its installer) has its waiting callers
+    /// tick here: without a tick a commit held back for a claim whose holder runs on the same
+    /// thread would wait for ever.
+    pub fn answer_deadline_us(&self) -> Option<u64> {
+        [self.twopc_deadline_us(), self.fair_deadline_us()].into_iter().flatten().min()
+    }
+
     /// Updates the driver's counters (log and traffic) that `Stats` reports.
     pub fn set_driver_counters(&mut self, c: DriverCounters) {
         self.driver = c;
@@ -1040,6 +1050,11 @@ impl Core {
         self.run_unparked(fx);
         self.fair_release();
         self.pump(fx);
+        // Validating may end a claim (its holder refused again, or committing): the commits
+        // it held go back to the queue now, not at a later step (their deadline is later).
+        while self.fair_release() {
+            self.pump(fx);
+        }
         self.maybe_start_round(fx);
         self.drain(fx);
     }
@@ -1633,6 +1648,17 @@ impl Core {
     /// timestamp from concurrency control, or two-phase commit's), preparation (orefs and the
     /// record, or the pages it needs) and the append. A phase that answers the head (a
     /// refusal) moves on to the next; one that must wait stops the pump.
+    /// Puts commits taken out of the queue (held back by fair retries, parked behind a part
+    /// in doubt) back at its front, in their order, but behind a head whose prepare is under
+    /// way (it waits for page reads): a page read is matched only against the head
+    /// ([`Core::page_read`]), so a head pushed back would wait for a read already answered.
+    fn requeue_front(&mut self, commits: Vec<Queued>) {
+        let at = usize::from(self.queue.front().is_some_and(|q| !q.waiting_for.is_empty()));
+        for q in commits.into_iter().rev() {
+            self.queue.insert(at, q);
+        }
+    }
+
     fn pump(&mut self, fx: &mut Vec<Effect>) {
         while let Some(head) = self.queue.front() {
             if !head.waiting_for.is_empty() {

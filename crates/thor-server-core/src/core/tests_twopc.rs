@@ -756,3 +756,119 @@ fn a_waiting_read_only_part_whose_session_ends_votes_no() {
     assert_eq!(c.reply(S3, 101).and_then(refusal), Some(RefusedCode::Aborted));
     assert_eq!(c.node(S3).core.twopc.in_doubt(), 0, "S3 dropped its part at once");
 }
+
+/// The prepare of a transaction that writes the item at `s`, S1 coordinating, S1 and S2
+/// writing.
+fn write_part(it: &[(Oref, Oref)], s: ServerId, ts: Stamp) -> Prepare {
+    let (class, item) = it[s.0 as usize - 1];
+    prep(ts, Some(S1), &[(S1, true), (S2, true)], part(vec![item], vec![(item, version(class, 0))]))
+}
+
+/// The stall found last: a participant crashed before its prepare record was durable, so after
+/// its restart it has no record of the transaction and will never vote. The coordinator asks
+/// for the missing vote ([`TwoPcConfig::ask_vote_after_us`] after the client's prepare); the
+/// participant, with no record and none coming, answers no, and the coordinator aborts then
+/// (presumed abort) instead of at its vote timeout.
+#[test]
+fn participant_restarted_without_its_part_votes_no_at_once() {
+    let mut c = Cluster::new(2);
+    let it = items(&mut c);
+    let now = c.node(S1).now;
+    let ts = stamp(now + 10);
+    // S2 takes the client's prepare and crashes before its record is durable.
+    c.prepare(S2, 100, write_part(&it, S2, ts));
+    c.restart(S2);
+    assert_eq!(c.node(S2).core.twopc.in_doubt(), 0, "nothing of the part survived");
+    c.prepare(S1, 100, write_part(&it, S1, ts));
+    c.deliver_all();
+    assert!(c.reply(S1, 100).is_none(), "waiting for S2's vote");
+    assert_eq!(c.node(S1).core.twopc.in_doubt(), 1, "the coordinator's own part is held");
+    let ask_after = cfg().twopc.ask_vote_after_us;
+    assert!(ask_after * 10 <= cfg().twopc.vote_timeout_us, "asked well before the timeout");
+    let deadline = c.node(S1).core.next_deadline_us().expect("the coordinator waits on time");
+    assert!(deadline <= c.node(S1).now + ask_after, "it wakes to ask, not at the timeout");
+    c.tick(ask_after);
+    c.deliver_all();
+    assert!(c.sent_to(S2).iter().any(|m| matches!(m, PeerMsg::AskVote { .. })), "asked");
+    assert!(
+        c.sent_to(S1).iter().any(|m| matches!(m, PeerMsg::Vote { yes: false, .. })),
+        "S2 answered no"
+    );
+    assert_eq!(c.reply(S1, 100).and_then(refusal), Some(RefusedCode::Aborted));
+    assert_eq!(c.node(S1).core.twopc.in_doubt(), 0, "the coordinator's part is released");
+    assert_eq!(c.node(S1).core.twopc.coordinating(), 0);
+    assert_eq!(c.item_ref(S1, it[0].1, 200), it[0].1.raw(), "nothing committed");
+    let (st1, st2) = (c.node(S1).core.twopc_stats(), c.node(S2).core.twopc_stats());
+    assert_eq!((st1.counters.votes_asked, st2.counters.asked_votes_no), (1, 1));
+}
+
+/// A prepare merely delayed in the network: the participant has not seen it when the
+/// coordinator asks, answers no, and remembers that it did, so the late prepare is refused
+/// (and nothing is prepared or held), never voted yes on after the no.
+#[test]
+fn a_participant_that_voted_no_when_asked_refuses_the_late_prepare() {
+    let mut c = Cluster::new(2);
+    let it = items(&mut c);
+    let now = c.node(S1).now;
+    let ts = stamp(now + 10);
+    c.prepare(S1, 100, write_part(&it, S1, ts));
+    c.deliver_all();
+    c.tick(cfg().twopc.ask_vote_after_us);
+    c.deliver_all();
+    assert_eq!(c.reply(S1, 100).and_then(refusal), Some(RefusedCode::Aborted));
+    // The client's prepare reaches S2 now.
+    c.prepare(S2, 100, write_part(&it, S2, ts));
+    c.deliver_all();
+    assert_eq!(c.reply(S2, 100).and_then(refusal), Some(RefusedCode::Aborted));
+    assert_eq!(c.node(S2).core.twopc.in_doubt(), 0, "nothing prepared after the no");
+    assert!(
+        !c.sent_to(S1).iter().any(|m| matches!(m, PeerMsg::Vote { yes: true, .. })),
+        "no yes vote after the no"
+    );
+    assert_eq!(c.item_ref(S2, it[1].1, 200), it[1].1.raw());
+}
+
+/// A participant whose part is prepared answers a request for its vote with yes again: a
+/// lost vote costs the interval of the request, not the vote timeout.
+#[test]
+fn a_lost_yes_vote_is_given_again_when_asked() {
+    let mut c = Cluster::new(2);
+    let it = items(&mut c);
+    let now = c.node(S1).now;
+    write_both(&mut c, &it, stamp(now + 10), 100);
+    c.run(|to, m| !(to == S1 && matches!(m, PeerMsg::Vote { .. })));
+    assert!(c.reply(S1, 100).is_none(), "the vote was lost");
+    c.tick(cfg().twopc.ask_vote_after_us);
+    c.deliver_all();
+    assert!(matches!(c.reply(S1, 100).unwrap().body, ReplyBody::CommitOk { .. }));
+    c.deliver_all();
+    assert_eq!(c.item_ref(S2, it[1].1, 200), 0, "committed at S2");
+    assert_eq!(c.node(S2).core.twopc_stats().counters.asked_votes_no, 0);
+}
+
+/// A part on its way (here waiting for the clock: its timestamp is ahead of S2's clock by
+/// more than the lead) does not answer a request for its vote: it votes when it gets there,
+/// and the transaction commits.
+#[test]
+fn a_part_on_its_way_is_not_voted_no_when_asked() {
+    let mut c = Cluster::new(2);
+    let it = items(&mut c);
+    // S1's clock (and the client's) runs ahead of S2's.
+    let ahead = cfg().twopc.ask_vote_after_us + 2_000;
+    c.node(S1).now += ahead;
+    let now = c.node(S1).now;
+    write_both(&mut c, &it, stamp(now + 10), 100);
+    c.deliver_all();
+    assert_eq!(c.node(S2).core.twopc_stats().counters.waited_for_clock, 1);
+    c.node(S1).now += cfg().twopc.ask_vote_after_us;
+    c.node(S1).step(Input::Tick);
+    c.deliver_all();
+    assert_eq!(c.node(S1).core.twopc_stats().counters.votes_asked, 1);
+    assert_eq!(c.node(S2).core.twopc_stats().counters.asked_votes_no, 0, "no answer yet");
+    assert!(c.reply(S1, 100).is_none());
+    // S2's clock reaches the timestamp: the part is prepared and votes yes.
+    c.node(S2).now = now + 10 + cfg().twopc.ask_vote_after_us;
+    c.node(S2).step(Input::Tick);
+    c.deliver_all();
+    assert!(matches!(c.reply(S1, 100).unwrap().body, ReplyBody::CommitOk { .. }));
+}

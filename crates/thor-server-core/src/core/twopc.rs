@@ -42,6 +42,37 @@
 //! - **A session that ends** while its part waits (for the clock, or a read-only part for a
 //!   part in doubt here) votes no, as one that ends while its part is queued does.
 //!
+//! # A vote that will never come
+//!
+//! A participant that crashed before its prepare record was durable has, after its restart,
+//! no record of the transaction and will never vote; nor will one whose client's prepare was
+//! lost. A coordinator that has had the client's prepare and still misses votes
+//! [`TwoPcConfig::ask_vote_after_us`] later (100 ms) asks those participants
+//! (`PeerMsg::AskVote`), and again at that interval until the vote timeout. The participant
+//! answers:
+//!
+//! - its part prepared (record durable): yes again (its first vote may have been lost);
+//! - its part on its way (queued for validation, waiting for the clock or for a part in
+//!   doubt, its record not yet durable): nothing; the vote comes when the part gets there;
+//! - no record and none coming: no, and it remembers the abort (a tombstone), so that the
+//!   client's prepare, should it arrive late (merely delayed in the network, or behind
+//!   another request of its session), is refused `Aborted` and nothing is prepared. A
+//!   tombstone below the validation threshold is not kept: such a prepare fails validation
+//!   anyway.
+//!
+//! The coordinator aborts on the no at once (presumed abort). Sound: a participant answers no
+//! only when it has never voted yes (a yes is sent only once the prepare record is durable,
+//! and a durable part survives a restart, so it is found); and a no that crosses a yes already
+//! counted changes nothing once the coordinator decided commit. Should a participant forget
+//! its tombstone (the cap) and prepare the late prepare after all, its yes reaches a
+//! coordinator that aborted and has had the client's prepare already (it asks only then): it
+//! answers abort, or takes the yes for an early vote of a transaction whose prepare never
+//! comes, and aborts at the vote timeout; it never commits. A read-only participant keeps no
+//! record of its part and answers no too: its vote was lost, and the transaction aborts
+//! 100 ms after the prepare instead of at the vote timeout. Peers older than wire version 7
+//! are not asked (thor-net's `TcpPeers` does not send them the message): their missing
+//! votes wait for the vote timeout, as before.
+//!
 //! # Presumed abort, and when "no record" means abort
 //!
 //! A coordinator asked about a transaction (a query, or a vote) of which it has no record
@@ -113,6 +144,10 @@ pub struct TwoPcConfig {
     pub vote_timeout_us: u64,
     /// A participant in doubt asks its coordinator for the decision this often.
     pub query_after_us: u64,
+    /// A coordinator that has had the client's prepare but not every vote this long (since
+    /// the prepare, or since it last asked) asks the participants that have not voted
+    /// (`PeerMsg::AskVote`), until the vote timeout. See *A vote that will never come*.
+    pub ask_vote_after_us: u64,
     /// A coordinator resends a commit decision to participants that did not acknowledge it
     /// this often.
     pub resend_after_us: u64,
@@ -136,6 +171,7 @@ impl Default for TwoPcConfig {
             peers: Vec::new(),
             vote_timeout_us: 2_000_000,
             query_after_us: 500_000,
+            ask_vote_after_us: 100_000,
             resend_after_us: 500_000,
             parts_max: 4096,
             coords_max: 4096,
@@ -172,6 +208,11 @@ pub struct TwoPcCounters {
     /// Prepares that waited for the clock (their timestamp was more than
     /// [`crate::limits::VALIDATION_LEAD_MAX_US`] ahead of it).
     pub waited_for_clock: u64,
+    /// Requests for a missing vote sent, as coordinator (`PeerMsg::AskVote`).
+    pub votes_asked: u64,
+    /// Requests for a vote answered no, as participant: no record of the transaction and
+    /// none coming (it restarted since, or the client's prepare has not come).
+    pub asked_votes_no: u64,
 }
 
 /// What the client's prepare said about the transaction, kept with its queued part.
@@ -236,6 +277,17 @@ struct Coord {
     recovered: bool,
     /// Its own prepare record, which the log keeps until the end record.
     lsn: Option<Lsn>,
+    /// When it last asked the participants that have not voted for their votes (or had the
+    /// client's prepare): it asks again [`TwoPcConfig::ask_vote_after_us`] later.
+    last_ask_us: u64,
+}
+
+impl Coord {
+    /// The other participants whose votes it still waits for (none before the client's
+    /// prepare, which names them).
+    fn missing_votes(&self) -> impl Iterator<Item = ServerId> + '_ {
+        self.others.iter().flatten().map(|o| o.server).filter(|s| !self.yes.contains(s))
+    }
 }
 
 /// Work held back until a part in doubt here is decided (see [`Core::park`]).
@@ -573,9 +625,11 @@ impl Core {
                 state: CoordState::Voting,
                 recovered: false,
                 lsn: None,
+                last_ask_us: now,
             });
             e.others = Some(others);
             e.origin = Some(origin);
+            e.last_ask_us = now;
         }
         c.ts = Some(ts_of(stamp));
         self.queue.push_back(Queued {
@@ -1029,9 +1083,7 @@ impl Core {
             }
             self.twopc.no_park = false;
         }
-        for q in front.into_iter().rev() {
-            self.queue.push_front(q);
-        }
+        self.requeue_front(front);
     }
 
     /// A record appended by two-phase commit is durable up to `lsn`.
@@ -1143,6 +1195,7 @@ impl Core {
                     self.peer(from, PeerMsg::DecideAck { stamp, from: me }, fx);
                 }
             }
+            PeerMsg::AskVote { stamp, from } => self.vote_asked(stamp, from, fx),
             PeerMsg::DecideAck { stamp, from } => {
                 let Some(c) = self.twopc.coords.get_mut(&stamp) else { return };
                 let CoordState::Telling { unacked, .. } = &mut c.state else { return };
@@ -1212,6 +1265,7 @@ impl Core {
                         state: CoordState::Voting,
                         recovered: false,
                         lsn: None,
+                        last_ask_us: now,
                     },
                 );
             }
@@ -1240,7 +1294,14 @@ impl Core {
             .map(|p| p.last_query_us.saturating_add(c.query_after_us));
         let coords = self.twopc.coords.values().filter_map(|co| match &co.state {
             CoordState::Voting if co.recovered => Some(0),
-            CoordState::Voting => Some(co.started_us.saturating_add(c.vote_timeout_us)),
+            CoordState::Voting => {
+                let timeout = co.started_us.saturating_add(c.vote_timeout_us);
+                let ask = co
+                    .missing_votes()
+                    .next()
+                    .map(|_| co.last_ask_us.saturating_add(c.ask_vote_after_us));
+                Some(ask.map_or(timeout, |a| a.min(timeout)))
+            }
             CoordState::Deciding => None,
             CoordState::Telling { last_send_us, .. } => {
                 Some(last_send_us.saturating_add(c.resend_after_us))
@@ -1325,6 +1386,70 @@ impl Core {
         for (stamp, s) in resend {
             self.peer(s, PeerMsg::Decide { stamp, from: me, commit: true }, fx);
         }
+        self.ask_votes(fx);
+    }
+
+    /// Asks the participants whose votes a coordinator still waits for, once
+    /// [`TwoPcConfig::ask_vote_after_us`] passed since the client's prepare or the last ask
+    /// (see *A vote that will never come*).
+    fn ask_votes(&mut self, fx: &mut Vec<Effect>) {
+        let (now, me, after) = (self.now_us, self.me(), self.twopc.cfg.ask_vote_after_us);
+        let mut asks = Vec::new();
+        for (stamp, c) in self.twopc.coords.iter_mut() {
+            if c.state != CoordState::Voting
+                || c.recovered
+                || now.saturating_sub(c.last_ask_us) < after
+            {
+                continue;
+            }
+            let before = asks.len();
+            asks.extend(c.missing_votes().map(|s| (*stamp, s)));
+            if asks.len() > before {
+                c.last_ask_us = now;
+            }
+        }
+        for (stamp, s) in asks {
+            self.twopc.counters.votes_asked += 1;
+            self.peer(s, PeerMsg::AskVote { stamp, from: me }, fx);
+        }
+    }
+
+    /// The coordinator `from` asks for this server's vote on `stamp`. A part prepared here
+    /// votes yes again (its first vote may have been lost); a part on its way (queued, waiting,
+    /// or its prepare record not yet durable) votes when it gets there, so nothing is said
+    /// now. With no record and none coming the answer is no, and the abort is remembered (a
+    /// tombstone) so that the client's prepare, should it come late, is refused: the
+    /// participant never votes yes after it said no.
+    fn vote_asked(&mut self, stamp: Stamp, from: ServerId, fx: &mut Vec<Effect>) {
+        let me = self.me();
+        if self.twopc.coords.contains_key(&stamp) {
+            // This server coordinates it: the question is not one it can be asked.
+            return;
+        }
+        if let Some(p) = self.twopc.parts.get(&stamp) {
+            if p.coordinator == from && p.held.is_some() && !p.aborted_early && !p.committing {
+                self.peer(from, PeerMsg::Vote { stamp, from: me, yes: true }, fx);
+            }
+            return;
+        }
+        if !self.twopc.tombstones.contains(&stamp) && self.twopc_part_coming(stamp) {
+            return;
+        }
+        self.twopc.counters.asked_votes_no += 1;
+        self.tombstone(stamp);
+        self.peer(from, PeerMsg::Vote { stamp, from: me, yes: false }, fx);
+    }
+
+    /// Whether a part of `stamp` is on its way here: queued for validation, or waiting (for
+    /// the clock, or for a part in doubt here).
+    fn twopc_part_coming(&self, stamp: Stamp) -> bool {
+        let queued = |q: &Queued| q.twopc.as_ref().is_some_and(|i| i.stamp == stamp);
+        self.queue.iter().any(queued)
+            || self.twopc.parked.iter().any(|p| match &p.work {
+                ParkedWork::Queued(q) => queued(q),
+                ParkedWork::Prepare(_, p) => p.stamp == stamp,
+                ParkedWork::ReadOnly(..) => false,
+            })
     }
 
     /// Replays a two-phase record at `lsn` (recovery). `r` is what the store made of it.
@@ -1370,6 +1495,7 @@ impl Core {
                             state: CoordState::Voting,
                             recovered: true,
                             lsn: Some(held_lsn),
+                            last_ask_us: 0,
                         },
                     );
                 }

@@ -161,13 +161,14 @@ pub fn prepare() -> impl Strategy<Value = Prepare> {
 }
 
 pub fn peer() -> impl Strategy<Value = PeerMsg> {
-    (0u8..4, stamp(), any::<u32>(), any::<bool>()).prop_map(|(op, stamp, from, flag)| {
+    (0u8..5, stamp(), any::<u32>(), any::<bool>()).prop_map(|(op, stamp, from, flag)| {
         let from = ServerId(from);
         match op {
             0 => PeerMsg::Vote { stamp, from, yes: flag },
             1 => PeerMsg::Decide { stamp, from, commit: flag },
             2 => PeerMsg::DecideAck { stamp, from },
-            _ => PeerMsg::Query { stamp, from },
+            3 => PeerMsg::Query { stamp, from },
+            _ => PeerMsg::AskVote { stamp, from },
         }
     })
 }
