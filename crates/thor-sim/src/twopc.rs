@@ -34,13 +34,17 @@
 //! Once every client has run its transactions, faults stop and crashed servers recover. Once
 //! every server is up and has settled what the faults left (no part in doubt, no transaction
 //! coordinated, for 20 ms so that nothing is still on its way; this must happen within ten
-//! vote timeouts), every client runs a few more transactions, and after every event the run
-//! checks that no client's transaction has taken longer than half the vote timeout and that
-//! no server has held a prepared part that long (`Liveness`). A stall (a part held, or a
+//! vote timeouts), every client runs again until it has committed
+//! `liveness::CALM_COMMITS` times, and after every event the run checks (with the
+//! single-server world's checker, `liveness::Progress`) that no client's transaction has taken
+//! longer than half the vote timeout and that no client has gone a vote timeout without a
+//! commit, and that no server has held a prepared part longer than half the vote timeout
+//! (`Liveness`). A stall (a part held, or a
 //! client kept waiting, until a timeout although the outcome was known) fails the run like a
 //! safety violation, with its replay command. Over the 10,000 seeds of `tests/twopc.rs`
-//! settling took at most 420 ms of virtual time, and under the check the longest transaction
-//! took 6.9 ms and the longest-held part 6.9 ms, against the bound of 100 ms; the mutant that
+//! settling took at most 410 ms of virtual time, and under the check the longest transaction
+//! took 8.4 ms and the longest-held part 8.5 ms, against the bound of 100 ms, and the longest
+//! a client went without a commit 33 ms, against 200 ms; the mutant that
 //! drops an early no vote fails it (`tests/mutants.rs`).
 //!
 //! # The judgement
@@ -74,6 +78,7 @@ use thor_wire::{
 };
 
 use crate::check::Violation;
+use crate::liveness::{Bounds, Progress};
 use thor_history as serial;
 
 /// Virtual microseconds between ticks of each server.
@@ -82,9 +87,6 @@ pub const TICK_US: u64 = 10_000;
 /// Events a run may take before it is declared stuck.
 const EVENTS_MAX: u64 = 300_000;
 
-/// Transactions each client runs after the faults stop, under the liveness check.
-const CALM_TXNS: usize = 3;
-
 /// How long the cluster must stay settled after the faults stop before the liveness check
 /// starts: longer than any message of the faulty part of the run takes to land (0.4 ms) and
 /// than the work it starts (a prepare that arrives and is logged, a few disk latencies of at
@@ -92,11 +94,11 @@ const CALM_TXNS: usize = 3;
 const SETTLED_QUIET_US: u64 = 20_000;
 
 /// Where an account's fields are in its object.
-const WRITER_AT: usize = 4;
-const TXN_AT: usize = 8;
-const BALANCE_AT: usize = 12;
+pub(crate) const WRITER_AT: usize = 4;
+pub(crate) const TXN_AT: usize = 8;
+pub(crate) const BALANCE_AT: usize = 12;
 /// Every account's balance before the first transfer.
-const OPENING: u32 = 1_000;
+pub(crate) const OPENING: u32 = 1_000;
 
 /// What a run does. [`TwoPcSimConfig::for_seed`] derives one from a seed.
 #[derive(Debug, Clone)]
@@ -176,12 +178,14 @@ pub struct TwoPcOutcome {
     pub calm_txn_us_max: u64,
     /// Under the liveness check: the longest a server held a prepared part.
     pub calm_part_us_max: u64,
+    /// Under the liveness check: the longest a client went without a commit.
+    pub calm_commit_us_max: u64,
 }
 
 /// A run that found a violation.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
-    "seed {seed}: {violation} (at event {event}, virtual time {time_us} us)\n  replay: THOR_SIM_SEED={seed} cargo test -p thor-sim --test twopc replay -- --nocapture"
+    "seed {seed}: {violation} (at event {event}, virtual time {time_us} us)\n  replay: THOR_SIM_SEED={seed} cargo test -p thor-sim --test twopc replay -- --nocapture\n     or: thor sim twopc --seed {seed} --trace"
 )]
 pub struct TwoPcFailure {
     /// The seed.
@@ -302,9 +306,9 @@ struct World {
     faults_stopped_at: Option<u64>,
     /// Since when the cluster has been settled, after the faults stopped.
     settled_since: Option<u64>,
-    /// From when the liveness check holds: the faults stopped and the cluster settled since
+    /// The clients' progress once the faults stopped and the cluster settled, and its check
     /// (see [`Liveness`]).
-    calm_from: Option<u64>,
+    progress: Progress,
 }
 
 /// The liveness check (issue 32): once the faults of a run have stopped, the cluster settles
@@ -325,6 +329,9 @@ struct Liveness {
     settle_us_max: u64,
     txn_us_max: u64,
     part_us_max: u64,
+    /// Longest a client may go without a commit: a few transactions refused by conflicts
+    /// with the other clients, each ending within a few round trips.
+    commit_us_max: u64,
 }
 
 impl Liveness {
@@ -333,13 +340,14 @@ impl Liveness {
             settle_us_max: 10 * cfg.vote_timeout_us,
             txn_us_max: cfg.vote_timeout_us / 2,
             part_us_max: cfg.vote_timeout_us / 2,
+            commit_us_max: cfg.vote_timeout_us,
         }
     }
 }
 
 /// The settings of every server of a run of `servers` servers (ids 1..=servers), each of
 /// which knows all the others as peers.
-fn core_config(servers: usize, seed: u64) -> CoreConfig {
+pub(crate) fn core_config(servers: usize, seed: u64) -> CoreConfig {
     CoreConfig {
         flush_start_percent: 50,
         mob_bytes: 8 << 10,
@@ -359,7 +367,7 @@ fn core_config(servers: usize, seed: u64) -> CoreConfig {
     }
 }
 
-fn log_options() -> LogOptions {
+pub(crate) fn log_options() -> LogOptions {
     LogOptions { segment_bytes: 8 << 10, buffer_bytes_max: 64 << 10, ..LogOptions::default() }
 }
 
@@ -427,7 +435,7 @@ impl World {
             deferred_violation: None,
             faults_stopped_at: None,
             settled_since: None,
-            calm_from: None,
+            progress: Progress::default(),
             cfg,
         }
     }
@@ -564,12 +572,10 @@ impl World {
                 self.faults_stopped_at = Some(self.now);
                 self.trace(|| "clients done: faults stop".into());
             }
-            if let (Some(stopped), None) = (self.faults_stopped_at, self.calm_from) {
+            if let (Some(stopped), false) = (self.faults_stopped_at, self.progress.calm()) {
                 self.maybe_calm(stopped)?;
             }
-            let all_done =
-                self.clients.iter().all(|c| c.done >= self.cfg.txns_per_client + CALM_TXNS);
-            if all_done {
+            if self.progress.all_done() {
                 let settled = self.servers.iter().all(|s| {
                     s.node.as_ref().is_some_and(|n| {
                         let t = n.core.twopc_stats();
@@ -643,7 +649,7 @@ impl World {
             return Ok(());
         }
         self.out.settle_us = since - stopped;
-        self.calm_from = Some(self.now);
+        self.progress.begin(self.now, self.cfg.clients);
         self.trace(|| "settled: the liveness check starts".into());
         for c in 0..self.cfg.clients {
             let d = 1 + self.rng.below(1_000);
@@ -658,19 +664,21 @@ impl World {
 
     /// The liveness check (see [`Liveness`]), after every event once it holds.
     fn check_liveness(&mut self) -> Result<(), Violation> {
-        let Some(calm) = self.calm_from.filter(|&c| self.now >= c) else { return Ok(()) };
+        let Some(calm) = self.progress.from() else { return Ok(()) };
         let l = self.liveness();
-        for (c, client) in self.clients.iter().enumerate() {
-            let Some(t) = &client.txn else { continue };
-            let took = self.now - t.started_us.max(calm);
-            self.out.calm_txn_us_max = self.out.calm_txn_us_max.max(took);
-            if took > l.txn_us_max {
-                return Err(Violation(format!(
-                    "liveness: client {c}'s transaction {} (started at {} us, stamp {}) has not ended after {took} us of a fault-free cluster (bound {} us)",
-                    t.id, t.started_us, t.stamp, l.txn_us_max
-                )));
-            }
-        }
+        let bounds = Bounds { wait_us_max: l.txn_us_max, commit_us_max: l.commit_us_max };
+        let clients = &self.clients;
+        let who = |c: usize| match &clients[c].txn {
+            Some(t) => format!(
+                "client {c} (its transaction {} started at {} us, stamp {})",
+                t.id, t.started_us, t.stamp
+            ),
+            None => format!("client {c}"),
+        };
+        let checked = self.progress.check(self.now, bounds, who);
+        self.out.calm_txn_us_max = self.progress.wait_us_seen;
+        self.out.calm_commit_us_max = self.progress.commit_us_seen;
+        checked?;
         for (s, server) in self.servers.iter().enumerate() {
             let Some(node) = &server.node else {
                 return Err(Violation(format!(
@@ -962,9 +970,14 @@ impl World {
 
     /// Client `c` starts a transaction (or, done, stops).
     fn wake(&mut self, c: usize) -> Result<(), Violation> {
-        // While the faults last a client runs `txns_per_client`; then it waits for the calm.
-        let txns = self.cfg.txns_per_client + if self.faults { 0 } else { CALM_TXNS };
-        if self.clients[c].txn.is_some() || self.clients[c].done >= txns {
+        // While the faults last a client runs `txns_per_client`; then it waits for the calm,
+        // in which it runs until it has committed `liveness::CALM_COMMITS` times.
+        let more = if self.progress.calm() {
+            self.progress.wants_more(c)
+        } else {
+            self.faults && self.clients[c].done < self.cfg.txns_per_client
+        };
+        if self.clients[c].txn.is_some() || !more {
             return Ok(());
         }
         let n = self.cfg.servers as u64;
@@ -1000,6 +1013,8 @@ impl World {
             txn.fetch_ids.push(rid);
         }
         self.trace(|| format!("client {c} starts txn {id}: {:?}", txn.uses));
+        // The transaction is the client's open step for the liveness check.
+        self.progress.asked(c, self.now);
         self.clients[c].txn = Some(txn);
         Ok(())
     }
@@ -1149,6 +1164,10 @@ impl World {
             return Ok(());
         }
         let t = self.clients[c].txn.take().expect("checked");
+        self.progress.answered(c);
+        if t.prepared && t.outcome == Some(true) {
+            self.progress.committed(c, self.now);
+        }
         if t.prepared {
             let mut h =
                 serial::Txn::new((u64::from(c as u32 + 1) << 32) | u64::from(t.id), c as u32 + 1)

@@ -38,6 +38,20 @@
 //! reference validation and oref allocation are exercised too. Clients acknowledge the
 //! invalidations that arrive on replies; a commit refused by concurrency control is aborted.
 //!
+//! # Liveness
+//!
+//! When every client has done its `txns_per_client` commits the faults stop (no more crashes,
+//! lost messages or dying I/O); once the server has been up for [`SETTLED_QUIET_US`] (it must
+//! be back within [`SETTLE_US_MAX`]) the *calm* begins: every client runs again until it has
+//! [`crate::liveness::CALM_COMMITS`] acknowledged commits, and after every event the run checks
+//! that no client's request has waited longer than five ticks for its answer and that no client
+//! has gone ten ticks without a commit ([`CALM_BOUNDS`], [`crate::liveness`]). A commit stuck
+//! behind an install round, a WPL checkpoint or a full MOB that nothing drains, or a client
+//! refused again and again, fails the run like a safety violation. Over the 10,000 seeds of
+//! `tests/cluster.rs` and the 500 per mode of `tests/page_modes.rs` the longest wait was 17 ms
+//! and the longest a client went without a commit 45 ms (`thor sim cluster` prints both).
+//! The calm's commits join the history and are judged with the rest.
+//!
 //! # Serializability
 //!
 //! Every transaction that reached its commit goes into a [`serial::History`] with what it read
@@ -84,6 +98,7 @@ use thor_wire::{
 };
 
 use crate::check::{CellLayout, Checker, Violation};
+use crate::liveness::{Bounds, Progress};
 use crate::pagemode::{self, PageClientConfig};
 use thor_history as serial;
 
@@ -310,6 +325,13 @@ pub struct Outcome {
     pub cached_reads: u64,
     /// Pages clients reported discarded.
     pub discards: u64,
+    /// How long the server took to settle once the faults stopped (virtual microseconds
+    /// from the faults' end to the calm's start, see [`crate::liveness`]).
+    pub settle_us: u64,
+    /// In the calm: the longest a client's request waited for its answer.
+    pub calm_wait_us_max: u64,
+    /// In the calm: the longest a client went without an acknowledged commit.
+    pub calm_commit_us_max: u64,
 }
 
 /// A run that found a violation.
@@ -628,6 +650,12 @@ struct World {
     forged: Vec<(PageId, Bytes)>,
     /// Payload bytes of every cell (their class's variable part).
     payload: usize,
+    /// When the faults stopped (the clients had done their faulty work).
+    faults_stopped_at: Option<u64>,
+    /// Since when the server has been up after the faults stopped.
+    settled_since: Option<u64>,
+    /// The clients' progress in the calm, and its check ([`crate::liveness`]).
+    progress: Progress,
 }
 
 /// The commit mode of a run's server and its WPL table's bounds.
@@ -752,6 +780,9 @@ impl World {
             hash: 0xcbf2_9ce4_8422_2325,
             forged: Vec::new(),
             payload,
+            faults_stopped_at: None,
+            settled_since: None,
+            progress: Progress::default(),
         };
         w.start_server()?;
         w.setup()?;
@@ -912,9 +943,20 @@ impl World {
             let d = self.rng.below(BACKUP_WINDOW_US);
             self.at(d, Ev::Backup);
         }
-        loop {
-            if self.clients.iter().all(|c| c.done >= self.cfg.txns_per_client) {
-                break;
+        // The faulty part, then the calm under the liveness check ([`crate::liveness`]).
+        while !self.progress.all_done() {
+            if self.faults_stopped_at.is_none()
+                && self.clients.iter().all(|c| c.done >= self.cfg.txns_per_client)
+            {
+                // Faults stop; a crashed server comes back; then the clients run again.
+                self.cfg.loss_ppm = 0;
+                self.cfg.io_death_ppm = 0;
+                self.cfg.crash_ppm = 0;
+                self.faults_stopped_at = Some(self.now);
+                self.trace(|| "clients done: faults stop".into());
+            }
+            if let (Some(stopped), false) = (self.faults_stopped_at, self.progress.calm()) {
+                self.maybe_calm(stopped)?;
             }
             let Some(((t, _), ev)) = self.queue.pop_first() else {
                 return Err(Violation("nothing left to happen but clients are not done".into()));
@@ -931,12 +973,12 @@ impl World {
                 self.crash("at random");
             }
             self.event(ev)?;
+            self.progress.check(self.now, CALM_BOUNDS, |c| format!("client {}", c + 1))?;
         }
-        // Quiesce: no more faults; let everything in flight finish, then check everything,
-        // then crash once more and check what recovery gives.
-        self.cfg.loss_ppm = 0;
-        self.cfg.io_death_ppm = 0;
-        self.cfg.crash_ppm = 0;
+        self.out.calm_wait_us_max = self.progress.wait_us_seen;
+        self.out.calm_commit_us_max = self.progress.commit_us_seen;
+        // Quiesce: let everything in flight finish, then check everything, then crash once
+        // more and check what recovery gives.
         while let Some(((t, _), ev)) = self.queue.pop_first() {
             self.now = t;
             self.out.events += 1;
@@ -958,6 +1000,44 @@ impl World {
         self.out.acked = self.checker.acked() as u64;
         self.out.trace_hash = self.hash;
         Ok(())
+    }
+
+    /// After the faults stopped at `stopped`: once the server has been up for
+    /// [`SETTLED_QUIET_US`] the calm begins and the clients run again. A server that does not
+    /// come back within [`SETTLE_US_MAX`] breaks liveness.
+    fn maybe_calm(&mut self, stopped: u64) -> Result<(), Violation> {
+        if self.node.is_none() {
+            self.settled_since = None;
+            if self.now - stopped > SETTLE_US_MAX {
+                return Err(Violation(format!(
+                    "liveness: the server is still down {} us after the faults stopped (bound {SETTLE_US_MAX} us)",
+                    self.now - stopped
+                )));
+            }
+            return Ok(());
+        }
+        let since = *self.settled_since.get_or_insert(self.now);
+        if self.now - since < SETTLED_QUIET_US {
+            return Ok(());
+        }
+        self.out.settle_us = since - stopped;
+        self.progress.begin(self.now, self.clients.len());
+        self.trace(|| "settled: the calm and its liveness check begin".into());
+        for c in 0..self.clients.len() {
+            let d = self.rng.below(1_000);
+            self.at(d, Ev::ClientWake(c));
+        }
+        Ok(())
+    }
+
+    /// Whether client `c` has work left: its faulty transactions before the faults stop,
+    /// its calm commits once the calm has begun, nothing in between.
+    fn has_work(&self, c: usize) -> bool {
+        if self.progress.calm() {
+            self.progress.wants_more(c)
+        } else {
+            self.faults_stopped_at.is_none() && self.clients[c].done < self.cfg.txns_per_client
+        }
     }
 
     /// The serializability check of what clients observed: uncertain commits are decided by
@@ -1269,6 +1349,9 @@ impl World {
         }
         let t = (self.now + d).max(link.last_to_server + 1);
         link.last_to_server = t;
+        if let Msg::Request(..) = msg {
+            self.progress.asked(link.client, self.now);
+        }
         self.seq += 1;
         self.queue.insert((t, self.seq), Ev::ToServer(conn, msg));
     }
@@ -1413,10 +1496,10 @@ impl World {
     }
 
     fn client_wake(&mut self, c: usize) -> Result<(), Violation> {
-        let client = &self.clients[c];
-        if client.done >= self.cfg.txns_per_client || client.waiting != Waiting::Nothing {
+        if !self.has_work(c) || self.clients[c].waiting != Waiting::Nothing {
             return Ok(());
         }
+        let client = &self.clients[c];
         if client.conn.is_none() {
             // Connect: the connection and the Hello travel together, in order.
             let conn = self.next_conn;
@@ -1767,6 +1850,7 @@ impl World {
         }
         // A transaction being prepared is abandoned with its session.
         self.clients[c].plan = None;
+        self.progress.answered(c);
         let client = &mut self.clients[c];
         client.conn = None;
         client.waiting = Waiting::Nothing;
@@ -1786,6 +1870,7 @@ impl World {
         think: u64,
     ) -> Result<(), Violation> {
         let waiting = std::mem::replace(&mut self.clients[c].waiting, Waiting::Nothing);
+        self.progress.answered(c);
         let id = self.clients[c].id;
         let sent = self.clients[c].next_id - 1;
         if rid != sent {
@@ -1841,6 +1926,7 @@ impl World {
                 }
                 self.cells.extend(created);
                 self.clients[c].done += 1;
+                self.progress.committed(c, self.now);
             }
             (w, body) => {
                 return Err(Violation(format!("client {id} waiting for {w:?} got {body:?}")));
@@ -1902,6 +1988,22 @@ impl World {
 
 /// When backups may be taken: the first 200 ms of virtual time, where every run has load.
 const BACKUP_WINDOW_US: u64 = 200_000;
+
+/// How long the server must have been up after the faults stopped before the calm begins:
+/// longer than anything of the faulty part takes to land (a message, 0.4 ms; a disk
+/// operation, 2 ms), so that the calm starts from a settled server.
+const SETTLED_QUIET_US: u64 = 20_000;
+
+/// Longest a crashed server may take to come back once the faults stopped: its restart
+/// comes at most 21 ms after the crash, and recovery takes no virtual time.
+const SETTLE_US_MAX: u64 = 100_000;
+
+/// The calm's bounds ([`crate::liveness`]). A request of a fault-free run takes a round trip
+/// and at most a few disk operations (each under 2.05 ms) and install rounds; one that waits
+/// several ticks is stuck behind something. A client's commit needs a few requests and think
+/// times of at most 1.5 ms; the commit bound leaves room for a run of conflicts with the
+/// other clients (their refusals do not count as commits).
+const CALM_BOUNDS: Bounds = Bounds { wait_us_max: 5 * TICK_US, commit_us_max: 10 * TICK_US };
 
 /// Fetches `page` from a server that no client uses (a recovered backup), performing its
 /// page reads at once.
