@@ -133,6 +133,7 @@ mod digest;
 mod liveness;
 pub mod pagemode;
 pub mod script;
+mod server;
 pub mod twopc;
 pub mod world;
 

@@ -41,21 +41,21 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::error::Error;
 use std::fmt::Write as _;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use thor_core::le::{put_u32, u32_at};
 use thor_core::{ClassDesc, Oref, PageView, RawRef, ServerId, VarKind};
-use thor_server::io::{self, CommitLog, DiskSide};
-use thor_server::{CommitIn, ConnId, Core, DirectOp, DirectResult, Effect, Input};
-use thor_storage::{Log, MemDisk};
+use thor_server::io;
+use thor_server::{CommitIn, ConnId, DirectOp, DirectResult, Effect, Input};
+use thor_storage::MemDisk;
 use thor_wire::{
     CLIENT_TIE_BIT, Commit, Hello, Participant, PeerMsg, Prepare, ReplyBody, Request, RequestBody,
     Stamp,
 };
 
 use crate::check::Violation;
-use crate::twopc::{BALANCE_AT, OPENING, TICK_US, TXN_AT, WRITER_AT, core_config, log_options};
+use crate::server::{self, Node};
+use crate::twopc::{BALANCE_AT, OPENING, TICK_US, TXN_AT, WRITER_AT, core_config};
 
 /// The client's connection at every server (one client, one connection each).
 const CONN: ConnId = 1;
@@ -71,19 +71,22 @@ const DELIVERIES_MAX: usize = 1_000;
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
-/// A live server process.
-struct Node {
-    core: Core,
-    disk_side: DiskSide,
-    log: Arc<Log>,
-}
-
 /// A server: its disk, its process if it is up, its accounts.
 struct Server {
     disk: MemDisk,
     node: Option<Node>,
     class: Oref,
     accounts: Vec<Oref>,
+}
+
+/// The replies and peer messages of a step, in order.
+#[derive(Default)]
+struct Said(Vec<Effect>);
+
+impl server::Settled for Said {
+    fn said(&mut self, effect: Effect) {
+        self.0.push(effect);
+    }
 }
 
 /// One account a transaction writes: (server, account, balance it writes).
@@ -231,13 +234,10 @@ impl Scenario {
 
     /// Recovers server `s` from its disk and connects the client to it.
     fn open(&mut self, s: usize, n: usize) -> Res<()> {
-        let disk = Arc::new(self.servers[s].disk.clone());
         let study = thor_server::StudyOptions::default();
-        let r = io::recover(disk, core_config(n, 0), log_options(), &study)?;
-        let mut core = r.core;
-        core.recovered_at(self.now);
-        crate::mutate(&mut core);
-        self.servers[s].node = Some(Node { core, disk_side: r.disk_side, log: r.log });
+        let (mut node, _) = server::open(&self.servers[s].disk, core_config(n, 0), &study)?;
+        node.core.recovered_at(self.now);
+        self.servers[s].node = Some(node);
         self.step(s, Input::Connect { conn: CONN })?;
         let hello = Request::new(RequestBody::Hello(Hello::new(&b""[..], "scenario")));
         self.step(s, Input::Request { conn: CONN, id: 0, req: hello })?;
@@ -247,35 +247,11 @@ impl Scenario {
     /// Steps server `s` with `input` and performs every effect at once: appends are synced,
     /// disk effects done, replies printed, peer messages queued. Returns the direct answers.
     fn step(&mut self, s: usize, input: Input) -> Res<Vec<DirectResult>> {
-        let mut answers = Vec::new();
-        let mut inputs = vec![input];
-        while let Some(input) = inputs.pop() {
-            let Some(node) = self.servers[s].node.as_mut() else { break };
-            let mut fx = Vec::new();
-            crate::step_checked(&mut node.core, self.now, input, &mut fx).map_err(violation)?;
-            let (mut appended, mut said) = (false, Vec::new());
-            for e in fx {
-                match e {
-                    Effect::Append { record, .. } => {
-                        node.log.append(&record)?;
-                        appended = true;
-                    }
-                    Effect::Done { result, .. } => answers.push(result),
-                    e @ (Effect::Reply { .. } | Effect::Peer { .. }) => said.push(e),
-                    other => {
-                        if let Some(i) = node.disk_side.perform(&other, &*node.log) {
-                            inputs.push(i);
-                        }
-                    }
-                }
-            }
-            if appended {
-                let lsn = node.log.sync()?;
-                inputs.push(Input::Durable { lsn });
-            }
-            for e in said {
-                self.said(s, e)?;
-            }
+        let Some(node) = self.servers[s].node.as_mut() else { return Ok(Vec::new()) };
+        let mut said = Said::default();
+        let answers = server::settle_now(node, self.now, input, &mut said).map_err(violation)?;
+        for e in said.0 {
+            self.said(s, e)?;
         }
         Ok(answers)
     }

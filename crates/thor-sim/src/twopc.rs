@@ -61,17 +61,14 @@
 //! - replaying the committed transfers in that order keeps the total of all balances, and the
 //!   final balances add up to the opening total.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use thor_core::le::{put_u32, u32_at};
 use thor_core::{ClassDesc, Oref, PageView, RawRef, ServerId, VarKind};
 use thor_server::TwoPcConfig;
-use thor_server::io::{self, CommitLog, DiskSide};
-use thor_server::{CommitIn, ConnId, Core, CoreConfig, DirectOp, DirectResult, Effect, Input};
-use thor_storage::{FaultPlan, Log, LogOptions, MemDisk, SplitMix64};
+use thor_server::io::{self, CommitLog};
+use thor_server::{CommitIn, ConnId, CoreConfig, DirectOp, DirectResult, Effect, Input};
+use thor_storage::{FaultPlan, MemDisk, SplitMix64};
 use thor_wire::{
     CLIENT_TIE_BIT, Commit, Hello, Participant, PeerMsg, Prepare, Reply, ReplyBody, Request,
     RequestBody, Stamp,
@@ -79,6 +76,7 @@ use thor_wire::{
 
 use crate::check::Violation;
 use crate::liveness::{Bounds, Progress};
+use crate::server::{self, EventQueue, Node, io_violation};
 use thor_history as serial;
 
 /// Virtual microseconds between ticks of each server.
@@ -217,13 +215,6 @@ enum Ev {
     Wake(usize),
 }
 
-struct Node {
-    core: Core,
-    disk_side: DiskSide,
-    log: Arc<Log>,
-    sync_scheduled: bool,
-}
-
 struct Server {
     disk: MemDisk,
     node: Option<Node>,
@@ -287,7 +278,7 @@ struct World {
     rng: SplitMix64,
     now: u64,
     seq: u64,
-    queue: BTreeMap<(u64, u64), Ev>,
+    queue: EventQueue<Ev>,
     servers: Vec<Server>,
     clients: Vec<Client>,
     /// Connection -> (client, server).
@@ -367,20 +358,12 @@ pub(crate) fn core_config(servers: usize, seed: u64) -> CoreConfig {
     }
 }
 
-pub(crate) fn log_options() -> LogOptions {
-    LogOptions { segment_bytes: 8 << 10, buffer_bytes_max: 64 << 10, ..LogOptions::default() }
-}
-
 fn obj_id(server: usize, o: Oref) -> serial::ObjId {
     ((server as u64 + 1) << 32) | u64::from(o.raw())
 }
 
 fn version_of(writer: u32, txn: u32) -> serial::Version {
     (u64::from(writer) << 32) | u64::from(txn)
-}
-
-fn io_violation(e: thor_storage::StorageError) -> Violation {
-    Violation(format!("storage: {e}"))
 }
 
 /// Runs one simulation of a cluster; returns what it did, or the first violation found.
@@ -421,7 +404,7 @@ impl World {
             rng,
             now: 1_000_000,
             seq: 0,
-            queue: BTreeMap::new(),
+            queue: EventQueue::default(),
             servers,
             clients,
             conns: FxHashMap::default(),
@@ -472,18 +455,14 @@ impl World {
     fn start(&mut self, s: usize) -> Result<(), Violation> {
         let what = format!("server {}'s database after a crash", s + 1);
         crate::check::offline(&self.servers[s].disk, &what)?;
-        let disk = Arc::new(self.servers[s].disk.clone());
         let study = thor_server::StudyOptions::default();
-        let r =
-            io::recover(disk, core_config(self.cfg.servers, self.cfg.seed), log_options(), &study)
-                .map_err(|e| Violation(format!("server {} does not open: {e}", s + 1)))?;
-        let mut core = r.core;
+        let cfg = core_config(self.cfg.servers, self.cfg.seed);
+        let (mut node, _) = server::open(&self.servers[s].disk, cfg, &study)
+            .map_err(|e| Violation(format!("server {} does not open: {e}", s + 1)))?;
         // As `thor-server`'s engine does at an open: the threshold is raised from the clock
         // at recovery, not from the first input, which may come later.
-        core.recovered_at(self.now);
-        crate::mutate(&mut core);
-        self.servers[s].node =
-            Some(Node { core, disk_side: r.disk_side, log: r.log, sync_scheduled: false });
+        node.core.recovered_at(self.now);
+        self.servers[s].node = Some(node);
         let e = self.servers[s].epoch;
         self.at(TICK_US, Ev::Tick(s, e));
         Ok(())
@@ -526,35 +505,8 @@ impl World {
 
     /// Steps server `s` and performs everything at once (setup and the final reads).
     fn settle_now(&mut self, s: usize, input: Input) -> Result<Vec<DirectResult>, Violation> {
-        let mut answers = Vec::new();
-        let mut inputs = vec![input];
-        let now = self.now;
-        while let Some(input) = inputs.pop() {
-            let node = self.servers[s].node.as_mut().expect("the server is up");
-            let mut fx = Vec::new();
-            crate::step_checked(&mut node.core, now, input, &mut fx)?;
-            let mut appended = false;
-            for e in fx {
-                match e {
-                    Effect::Append { record, .. } => {
-                        node.log.append(&record).map_err(io_violation)?;
-                        appended = true;
-                    }
-                    Effect::Done { result, .. } => answers.push(result),
-                    Effect::Reply { .. } | Effect::Peer { .. } => {}
-                    other => {
-                        if let Some(i) = node.disk_side.perform(&other, &*node.log) {
-                            inputs.push(i);
-                        }
-                    }
-                }
-            }
-            if appended {
-                let lsn = node.log.sync().map_err(io_violation)?;
-                inputs.push(Input::Durable { lsn });
-            }
-        }
-        Ok(answers)
+        let node = self.servers[s].node.as_mut().expect("the server is up");
+        server::settle_now(node, self.now, input, &mut ())
     }
 
     fn run(&mut self) -> Result<(), Violation> {

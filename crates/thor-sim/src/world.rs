@@ -80,8 +80,7 @@
 //! transactions in serial order ([`serial::check_conserved_total`]), the accounts' total must
 //! be the same after every one.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -89,9 +88,9 @@ use rustc_hash::FxHashMap;
 use bytes::Bytes;
 use thor_core::le::{put_u32, u32_at};
 use thor_core::{ClassDesc, Lsn, Oref, PageId, PageView, RawRef, ServerId, VarKind};
-use thor_server::io::{self, CommitLog, DiskSide};
-use thor_server::{CommitIn, ConnId, Core, CoreConfig, DirectOp, DirectResult, Effect, Input};
-use thor_storage::{FaultPlan, Log, LogOptions, MemDisk, SplitMix64};
+use thor_server::io::{self, CommitLog};
+use thor_server::{CommitIn, ConnId, CoreConfig, DirectOp, DirectResult, Effect, Input};
+use thor_storage::{FaultPlan, MemDisk, SplitMix64};
 use thor_wire::{
     Commit, CommitMode, Hello, PageCommit, PageRecords, Prefetch, PrefetchHint, Reply, ReplyBody,
     Request, RequestBody,
@@ -100,6 +99,7 @@ use thor_wire::{
 use crate::check::{CellLayout, Checker, Violation};
 use crate::liveness::{Bounds, Progress};
 use crate::pagemode::{self, PageClientConfig};
+use crate::server::{self, EventQueue, Node, io_violation};
 use thor_history as serial;
 
 /// Virtual microseconds between ticks of the server.
@@ -399,16 +399,6 @@ enum Ev {
     Restart,
 }
 
-/// The server process.
-#[derive(Debug)]
-struct Node {
-    core: Core,
-    disk_side: DiskSide,
-    log: Arc<Log>,
-    /// Whether a log sync event is scheduled.
-    sync_scheduled: bool,
-}
-
 /// A connection as the network sees it.
 #[derive(Debug)]
 struct Link {
@@ -570,47 +560,13 @@ impl Client {
     }
 }
 
-/// The events to come, earliest first: by virtual time, then by insertion number (unique, so
-/// the order is total and a seed replays it exactly). A binary heap of small keys over a slab
-/// of the events, so that an event is moved in once and out once: a `BTreeMap` of the events
-/// themselves shifted them (a few hundred bytes each) within its nodes on every insert and
-/// pop, a twentieth of a run.
-#[derive(Debug, Default)]
-struct EventQueue {
-    /// `(time, insertion number, slot)`, earliest on top.
-    heap: BinaryHeap<Reverse<(u64, u64, usize)>>,
-    /// The events by slot: `Some` exactly for the slots in `heap`.
-    slots: Vec<Option<Ev>>,
-    /// Slots of `slots` that hold no event, for reuse.
-    free: Vec<usize>,
-}
-
-impl EventQueue {
-    /// Queues `ev` at `(time, insertion number)`.
-    fn insert(&mut self, at: (u64, u64), ev: Ev) {
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.slots[slot] = Some(ev);
-                slot
-            }
-            None => {
-                self.slots.push(Some(ev));
-                self.slots.len() - 1
-            }
-        };
-        self.heap.push(Reverse((at.0, at.1, slot)));
+/// The durability checker learns every record and durable point of a step settled at once.
+impl server::Settled for Checker {
+    fn appended(&mut self, lsn: Lsn, record: &Bytes) -> Result<(), Violation> {
+        Checker::appended(self, lsn, record)
     }
-
-    /// The earliest event and its `(time, insertion number)`.
-    fn pop_first(&mut self) -> Option<((u64, u64), Ev)> {
-        let Reverse((time, seq, slot)) = self.heap.pop()?;
-        let ev = self.slots[slot].take().expect("a queued slot holds its event");
-        self.free.push(slot);
-        Some(((time, seq), ev))
-    }
-
-    fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+    fn durable(&mut self, lsn: Lsn) {
+        Checker::durable(self, lsn);
     }
 }
 
@@ -620,7 +576,7 @@ struct World {
     rng: SplitMix64,
     now: u64,
     seq: u64,
-    queue: EventQueue,
+    queue: EventQueue<Ev>,
     disk: MemDisk,
     /// Incremented by every crash; events of an older server are ignored.
     epoch: u32,
@@ -685,10 +641,6 @@ fn core_config(cfg: &SimConfig) -> CoreConfig {
         hash_key: crate::hash_key(cfg.seed),
         ..CoreConfig::default()
     }
-}
-
-fn log_options() -> LogOptions {
-    LogOptions { segment_bytes: 8 << 10, buffer_bytes_max: 64 << 10, ..LogOptions::default() }
 }
 
 /// Runs one simulation; returns what it did, or the first violation found.
@@ -824,15 +776,13 @@ impl World {
             self.out.offline_checks += 1;
             crate::check::offline(&self.disk, "the database after a crash")?;
         }
-        let (disk, study) = (Arc::new(self.disk.clone()), study_options(&self.cfg));
-        let r = io::recover(disk, core_config(&self.cfg), log_options(), &study)
+        let study = study_options(&self.cfg);
+        let (node, opened) = server::open(&self.disk, core_config(&self.cfg), &study)
             .map_err(|e| Violation(format!("the database does not open after a crash: {e}")))?;
-        self.out.install_rounds += r.rounds;
-        self.out.wpl_restored += r.core.stats().wpl.restored;
-        let next = r.core.next_lsn();
-        let mut core = r.core;
-        crate::mutate(&mut core);
-        self.node = Some(Node { core, disk_side: r.disk_side, log: r.log, sync_scheduled: false });
+        self.out.install_rounds += opened.rounds;
+        self.out.wpl_restored += node.core.stats().wpl.restored;
+        let next = node.core.next_lsn();
+        self.node = Some(node);
         self.checker.recovered(next)?;
         self.check_everything()?;
         self.at(TICK_US, Ev::Tick(self.epoch));
@@ -887,39 +837,8 @@ impl World {
     /// Steps the server with `input` and performs every effect at once (setup and checks,
     /// with no client connected); returns the direct answers.
     fn settle_now(&mut self, input: Input) -> Result<Vec<DirectResult>, Violation> {
-        let mut answers = Vec::new();
-        let mut inputs = vec![input];
-        while let Some(input) = inputs.pop() {
-            let node = self.node.as_mut().expect("the server is up");
-            let mut fx = Vec::new();
-            crate::step_checked(&mut node.core, self.now, input, &mut fx)?;
-            let mut appended = false;
-            for e in fx {
-                match e {
-                    Effect::Append { lsn, record } => {
-                        let got = node.log.append_shared(record.clone()).map_err(io_violation)?;
-                        if got != lsn {
-                            return Err(Violation(format!("log gave {got}, core expected {lsn}")));
-                        }
-                        self.checker.appended(lsn, &record)?;
-                        appended = true;
-                    }
-                    Effect::Done { result, .. } => answers.push(result),
-                    Effect::Reply { .. } => {}
-                    other => {
-                        if let Some(i) = node.disk_side.perform(&other, &*node.log) {
-                            inputs.push(i);
-                        }
-                    }
-                }
-            }
-            if appended {
-                let lsn = node.log.sync().map_err(io_violation)?;
-                self.checker.durable(lsn);
-                inputs.push(Input::Durable { lsn });
-            }
-        }
-        Ok(answers)
+        let node = self.node.as_mut().expect("the server is up");
+        server::settle_now(node, self.now, input, &mut self.checker)
     }
 
     /// Fetches every page that holds simulation objects, directly, and checks it.
@@ -1273,7 +1192,7 @@ impl World {
         self.out.offline_checks += 1;
         crate::check::offline(&dest, "a backup")?;
         let study = study_options(&self.cfg);
-        let r = io::recover(Arc::new(dest), core_config(&self.cfg), log_options(), &study)
+        let r = io::recover(Arc::new(dest), core_config(&self.cfg), server::log_options(), &study)
             .map_err(|e| Violation(format!("a backup does not open: {e}")))?;
         if r.core.next_lsn().0 != info.lsn.0 + 1 {
             return Err(Violation(format!(
@@ -2030,28 +1949,9 @@ fn fetch_from(node: &mut Node, now: u64, page: PageId) -> Result<Bytes, Violatio
     Err(Violation(format!("a backup's page {page} was never served")))
 }
 
-fn io_violation(e: thor_storage::StorageError) -> Violation {
-    Violation(format!("the disk failed outside an injected fault: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_event_queue_pops_by_time_then_insertion_and_reuses_its_slots() {
-        let mut q = EventQueue::default();
-        q.insert((5, 1), Ev::ClientWake(1));
-        q.insert((3, 2), Ev::ClientWake(2));
-        q.insert((5, 0), Ev::ClientWake(0));
-        let order: Vec<(u64, u64)> =
-            std::iter::from_fn(|| q.pop_first().map(|(at, _)| at)).collect();
-        assert_eq!(order, [(3, 2), (5, 0), (5, 1)]);
-        assert!(q.is_empty());
-        q.insert((9, 3), Ev::ClientWake(3));
-        assert_eq!(q.slots.len(), 3, "a freed slot is reused");
-        assert!(matches!(q.pop_first(), Some(((9, 3), Ev::ClientWake(3)))));
-    }
 
     /// The database every run starts from (`World::new`: nothing in it depends on the seed),
     /// judged by the offline checker once here rather than in every seed.
