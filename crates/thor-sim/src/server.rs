@@ -16,7 +16,7 @@ use bytes::Bytes;
 use thor_core::Lsn;
 use thor_server::io::{self, CommitLog, DiskSide};
 use thor_server::{Core, CoreConfig, DirectResult, Effect, Input, StudyOptions};
-use thor_storage::{Log, LogOptions, MemDisk, StorageError};
+use thor_storage::{FaultPlan, Log, LogOptions, MemDisk, StorageError};
 
 use crate::check::Violation;
 
@@ -28,6 +28,80 @@ pub(crate) struct Node {
     pub disk_side: DiskSide,
     pub log: Arc<Log>,
     pub sync_scheduled: bool,
+}
+
+/// A server as every world sees it: its disk, which outlives every crash; its process while
+/// it is up; and its epoch, incremented by every crash, so that the events a dead process
+/// scheduled (log syncs, disk effects, ticks, messages to it) are recognised and ignored.
+#[derive(Debug)]
+pub(crate) struct Process {
+    pub disk: MemDisk,
+    pub node: Option<Node>,
+    pub epoch: u32,
+}
+
+impl Process {
+    /// A server over `disk`, not started.
+    pub fn new(disk: MemDisk) -> Process {
+        Process { disk, node: None, epoch: 0 }
+    }
+
+    /// Whether an event of `epoch` concerns the live process.
+    pub fn live(&self, epoch: u32) -> bool {
+        self.epoch == epoch && self.node.is_some()
+    }
+
+    /// Starts the process from the disk by recovery ([`open`]).
+    pub fn start(
+        &mut self,
+        cfg: CoreConfig,
+        study: &StudyOptions,
+    ) -> Result<Opened, thor_server::EngineError> {
+        let (node, opened) = open(&self.disk, cfg, study)?;
+        self.node = Some(node);
+        Ok(opened)
+    }
+
+    /// The process dies (the one crash model of every world): the disk keeps what a power
+    /// failure allows (any subset of unsynced writes, torn at sector granularity, chosen by
+    /// `seed`; the crash also ends any fault plan), and a new epoch begins.
+    pub fn kill(&mut self, seed: u64) {
+        self.node = None;
+        self.epoch += 1;
+        self.disk.crash(seed);
+    }
+
+    /// The disk dies `extra_ops` operations from now, taking the process down inside the I/O
+    /// about to run (a log sync, an install round, a checkpoint).
+    pub fn plan_death(&self, extra_ops: u64) {
+        let ops = self.disk.counters().ops + extra_ops;
+        self.disk.set_fault_plan(FaultPlan { die_after_ops: Some(ops), ..FaultPlan::default() });
+    }
+
+    /// Appends the record the core asked for at `lsn`; returns whether a log sync must be
+    /// scheduled (none is yet: later appends share it).
+    pub fn append(&mut self, lsn: Lsn, record: Bytes) -> Result<bool, Violation> {
+        let node = self.node.as_mut().expect("effects come from a live server");
+        let got = node.log.append_shared(record).map_err(io_violation)?;
+        if got != lsn {
+            return Err(Violation(format!("log gave {got}, core expected {lsn}")));
+        }
+        Ok(!std::mem::replace(&mut node.sync_scheduled, true))
+    }
+
+    /// The scheduled log sync: writes and syncs what the log buffers.
+    pub fn sync_log(&mut self) -> Result<Lsn, StorageError> {
+        let node = self.node.as_mut().expect("a sync of a live server");
+        node.sync_scheduled = false;
+        node.log.sync()
+    }
+
+    /// Performs a disk effect (a page read, an install round, a checkpoint); returns the
+    /// input that reports it.
+    pub fn perform(&mut self, effect: &Effect) -> Option<Input> {
+        let node = self.node.as_mut().expect("an effect of a live server");
+        node.disk_side.perform(effect, &*node.log)
+    }
 }
 
 /// What recovery gave besides the process.

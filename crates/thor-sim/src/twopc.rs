@@ -66,9 +66,9 @@ use rustc_hash::FxHashMap;
 use thor_core::le::{put_u32, u32_at};
 use thor_core::{ClassDesc, Oref, PageView, RawRef, ServerId, VarKind};
 use thor_server::TwoPcConfig;
-use thor_server::io::{self, CommitLog};
+use thor_server::io;
 use thor_server::{CommitIn, ConnId, CoreConfig, DirectOp, DirectResult, Effect, Input};
-use thor_storage::{FaultPlan, MemDisk, SplitMix64};
+use thor_storage::{MemDisk, SplitMix64};
 use thor_wire::{
     CLIENT_TIE_BIT, Commit, Hello, Participant, PeerMsg, Prepare, Reply, ReplyBody, Request,
     RequestBody, Stamp,
@@ -76,7 +76,7 @@ use thor_wire::{
 
 use crate::check::Violation;
 use crate::liveness::{Bounds, Progress};
-use crate::server::{self, EventQueue, Node, io_violation};
+use crate::server::{self, EventQueue, Process, io_violation};
 use thor_history as serial;
 
 /// Virtual microseconds between ticks of each server.
@@ -216,9 +216,7 @@ enum Ev {
 }
 
 struct Server {
-    disk: MemDisk,
-    node: Option<Node>,
-    epoch: u32,
+    p: Process,
     accounts: Vec<Oref>,
 }
 
@@ -398,7 +396,7 @@ impl World {
             })
             .collect();
         let servers = (0..cfg.servers)
-            .map(|_| Server { disk: MemDisk::new(), node: None, epoch: 0, accounts: Vec::new() })
+            .map(|_| Server { p: Process::new(MemDisk::new()), accounts: Vec::new() })
             .collect();
         World {
             rng,
@@ -454,16 +452,17 @@ impl World {
 
     fn start(&mut self, s: usize) -> Result<(), Violation> {
         let what = format!("server {}'s database after a crash", s + 1);
-        crate::check::offline(&self.servers[s].disk, &what)?;
+        crate::check::offline(&self.servers[s].p.disk, &what)?;
         let study = thor_server::StudyOptions::default();
         let cfg = core_config(self.cfg.servers, self.cfg.seed);
-        let (mut node, _) = server::open(&self.servers[s].disk, cfg, &study)
+        self.servers[s]
+            .p
+            .start(cfg, &study)
             .map_err(|e| Violation(format!("server {} does not open: {e}", s + 1)))?;
         // As `thor-server`'s engine does at an open: the threshold is raised from the clock
         // at recovery, not from the first input, which may come later.
-        node.core.recovered_at(self.now);
-        self.servers[s].node = Some(node);
-        let e = self.servers[s].epoch;
+        self.servers[s].p.node.as_mut().expect("started").core.recovered_at(self.now);
+        let e = self.servers[s].p.epoch;
         self.at(TICK_US, Ev::Tick(s, e));
         Ok(())
     }
@@ -471,7 +470,7 @@ impl World {
     /// Creates each server's database, its account class and accounts.
     fn setup(&mut self) -> Result<(), Violation> {
         for s in 0..self.cfg.servers {
-            io::create(&self.servers[s].disk, 4096, ServerId(s as u32 + 1))
+            io::create(&self.servers[s].p.disk, 4096, ServerId(s as u32 + 1))
                 .map_err(|e| Violation(format!("create: {e}")))?;
             self.start(s)?;
             let mut created = vec![Bytes::from(self.desc.to_class_object())];
@@ -505,7 +504,7 @@ impl World {
 
     /// Steps server `s` and performs everything at once (setup and the final reads).
     fn settle_now(&mut self, s: usize, input: Input) -> Result<Vec<DirectResult>, Violation> {
-        let node = self.servers[s].node.as_mut().expect("the server is up");
+        let node = self.servers[s].p.node.as_mut().expect("the server is up");
         server::settle_now(node, self.now, input, &mut ())
     }
 
@@ -529,7 +528,7 @@ impl World {
             }
             if self.progress.all_done() {
                 let settled = self.servers.iter().all(|s| {
-                    s.node.as_ref().is_some_and(|n| {
+                    s.p.node.as_ref().is_some_and(|n| {
                         let t = n.core.twopc_stats();
                         t.in_doubt == 0 && t.coordinating == 0
                     })
@@ -561,7 +560,7 @@ impl World {
     /// they left, the liveness check starts and the clients run again.
     fn maybe_calm(&mut self, stopped: u64) -> Result<(), Violation> {
         let settled = self.servers.iter().all(|s| {
-            s.node.as_ref().is_some_and(|n| {
+            s.p.node.as_ref().is_some_and(|n| {
                 let t = n.core.twopc_stats();
                 t.in_doubt == 0 && t.coordinating == 0
             })
@@ -574,7 +573,7 @@ impl World {
                     .servers
                     .iter()
                     .enumerate()
-                    .map(|(s, sv)| match &sv.node {
+                    .map(|(s, sv)| match &sv.p.node {
                         Some(n) => {
                             let t = n.core.twopc_stats();
                             format!(
@@ -632,7 +631,7 @@ impl World {
         self.out.calm_commit_us_max = self.progress.commit_us_seen;
         checked?;
         for (s, server) in self.servers.iter().enumerate() {
-            let Some(node) = &server.node else {
+            let Some(node) = &server.p.node else {
                 return Err(Violation(format!(
                     "liveness: server {} is down {} us into the fault-free run",
                     s + 1,
@@ -661,13 +660,13 @@ impl World {
             Ev::ToServer(s, conn, req, id) => {
                 self.mix(&[self.now, 1, s as u64, conn, id, crate::digest_request(id, &req)]);
                 self.trace(|| format!("server {} gets {} {id} on {conn}", s + 1, req.body.name()));
-                if self.servers[s].node.is_none() || !self.conns.contains_key(&conn) {
+                if self.servers[s].p.node.is_none() || !self.conns.contains_key(&conn) {
                     return Ok(());
                 }
                 self.step(s, Input::Request { conn, id, req })
             }
             Ev::Disconnect(s, conn) => {
-                if self.servers[s].node.is_some() {
+                if self.servers[s].p.node.is_some() {
                     self.step(s, Input::Disconnect { conn })?;
                 }
                 Ok(())
@@ -686,7 +685,7 @@ impl World {
             Ev::Peer(s, epoch, msg) => {
                 let digest = crate::digest_bytes(format!("{msg:?}").as_bytes());
                 self.mix(&[self.now, 3, s as u64, digest]);
-                if self.servers[s].epoch != epoch || self.servers[s].node.is_none() {
+                if !self.servers[s].p.live(epoch) {
                     return Ok(());
                 }
                 self.trace(|| format!("server {} gets {msg:?}", s + 1));
@@ -695,7 +694,7 @@ impl World {
             Ev::LogSync(s, epoch) => self.log_sync(s, epoch),
             Ev::Io(s, epoch, e) => self.io(s, epoch, e),
             Ev::Tick(s, epoch) => {
-                if self.servers[s].epoch != epoch || self.servers[s].node.is_none() {
+                if !self.servers[s].p.live(epoch) {
                     return Ok(());
                 }
                 self.at(TICK_US, Ev::Tick(s, epoch));
@@ -710,7 +709,7 @@ impl World {
     }
 
     fn step(&mut self, s: usize, input: Input) -> Result<(), Violation> {
-        let Some(node) = self.servers[s].node.as_mut() else { return Ok(()) };
+        let Some(node) = self.servers[s].p.node.as_mut() else { return Ok(()) };
         let mut fx = Vec::new();
         crate::step_checked(&mut node.core, self.now, input, &mut fx)?;
         self.route(s, fx)
@@ -729,15 +728,9 @@ impl World {
                     }
                 }
                 Effect::Append { lsn, record } => {
-                    let node = self.servers[s].node.as_mut().expect("effects of a live server");
-                    let got = node.log.append(&record).map_err(io_violation)?;
-                    if got != lsn {
-                        return Err(Violation(format!("log gave {got}, core expected {lsn}")));
-                    }
-                    if !node.sync_scheduled {
-                        node.sync_scheduled = true;
+                    if self.servers[s].p.append(lsn, record)? {
                         let d = self.disk_latency();
-                        let e = self.servers[s].epoch;
+                        let e = self.servers[s].p.epoch;
                         self.at(d, Ev::LogSync(s, e));
                     }
                 }
@@ -755,14 +748,14 @@ impl World {
                         continue;
                     }
                     let d = self.latency();
-                    let e = self.servers[t - 1].epoch;
+                    let e = self.servers[t - 1].p.epoch;
                     self.at(d, Ev::Peer(t - 1, e, msg));
                 }
                 Effect::Done { .. } => {}
                 Effect::Backup { .. } => return Err(Violation("a backup nobody asked for".into())),
                 e @ (Effect::Read { .. } | Effect::Install(_) | Effect::Checkpoint(_)) => {
                     let d = self.disk_latency();
-                    let ep = self.servers[s].epoch;
+                    let ep = self.servers[s].p.epoch;
                     self.at(d, Ev::Io(s, ep, e));
                 }
             }
@@ -774,20 +767,17 @@ impl World {
         if self.out.crashes >= self.cfg.crashes_max as u64 || !self.chance(self.cfg.io_death_ppm) {
             return false;
         }
-        let disk = &self.servers[s].disk;
-        let ops = disk.counters().ops + self.rng.below(12);
-        disk.set_fault_plan(FaultPlan { die_after_ops: Some(ops), ..FaultPlan::default() });
+        let extra = self.rng.below(12);
+        self.servers[s].p.plan_death(extra);
         true
     }
 
     fn log_sync(&mut self, s: usize, epoch: u32) -> Result<(), Violation> {
-        if self.servers[s].epoch != epoch || self.servers[s].node.is_none() {
+        if !self.servers[s].p.live(epoch) {
             return Ok(());
         }
         let dies = self.maybe_die_midway(s);
-        let node = self.servers[s].node.as_mut().expect("checked");
-        node.sync_scheduled = false;
-        let r = node.log.sync();
+        let r = self.servers[s].p.sync_log();
         if dies {
             self.crash(s, "during a log sync");
             return Ok(());
@@ -797,12 +787,11 @@ impl World {
     }
 
     fn io(&mut self, s: usize, epoch: u32, effect: Effect) -> Result<(), Violation> {
-        if self.servers[s].epoch != epoch || self.servers[s].node.is_none() {
+        if !self.servers[s].p.live(epoch) {
             return Ok(());
         }
         let dies = !matches!(effect, Effect::Read { .. }) && self.maybe_die_midway(s);
-        let node = self.servers[s].node.as_mut().expect("checked");
-        let input = node.disk_side.perform(&effect, &*node.log);
+        let input = self.servers[s].p.perform(&effect);
         if dies {
             self.crash(s, "during an install or checkpoint");
             return Ok(());
@@ -814,17 +803,14 @@ impl World {
     }
 
     fn crash(&mut self, s: usize, why: &str) {
-        if self.servers[s].node.is_none() {
+        if self.servers[s].p.node.is_none() {
             return;
         }
         self.trace(|| format!("server {} crashes {why}", s + 1));
         self.mix(&[self.now, 8, s as u64]);
-        self.servers[s].node = None;
-        self.servers[s].epoch += 1;
         self.out.crashes += 1;
         let seed = self.rng.next_u64();
-        self.servers[s].disk.crash(seed);
-        self.servers[s].disk.set_fault_plan(FaultPlan::default());
+        self.servers[s].p.kill(seed);
         let broken: Vec<ConnId> =
             self.conns.iter().filter(|(_, (_, sv))| *sv == s).map(|(c, _)| *c).collect();
         for conn in broken {
@@ -874,7 +860,7 @@ impl World {
                 last_to_server: 0,
                 last_to_client: 0,
             });
-            if self.servers[s].node.is_some() {
+            if self.servers[s].p.node.is_some() {
                 // The connection opens at once (a model of the accept), then Hello travels.
                 // Any step may emit effects for others (work that waited, timeouts): routed.
                 if let Err(v) = self.step(s, Input::Connect { conn }) {

@@ -88,7 +88,7 @@ use rustc_hash::FxHashMap;
 use bytes::Bytes;
 use thor_core::le::{put_u32, u32_at};
 use thor_core::{ClassDesc, Lsn, Oref, PageId, PageView, RawRef, ServerId, VarKind};
-use thor_server::io::{self, CommitLog};
+use thor_server::io;
 use thor_server::{CommitIn, ConnId, CoreConfig, DirectOp, DirectResult, Effect, Input};
 use thor_storage::{FaultPlan, MemDisk, SplitMix64};
 use thor_wire::{
@@ -99,7 +99,7 @@ use thor_wire::{
 use crate::check::{CellLayout, Checker, Violation};
 use crate::liveness::{Bounds, Progress};
 use crate::pagemode::{self, PageClientConfig};
-use crate::server::{self, EventQueue, Node, io_violation};
+use crate::server::{self, EventQueue, Node, Process, io_violation};
 use thor_history as serial;
 
 /// Virtual microseconds between ticks of the server.
@@ -577,10 +577,9 @@ struct World {
     now: u64,
     seq: u64,
     queue: EventQueue<Ev>,
-    disk: MemDisk,
-    /// Incremented by every crash; events of an older server are ignored.
-    epoch: u32,
-    node: Option<Node>,
+    /// The server: its disk, its process while it is up, its epoch (events of an older
+    /// process are ignored).
+    server: Process,
     links: BTreeMap<ConnId, Link>,
     next_conn: ConnId,
     clients: Vec<Client>,
@@ -710,9 +709,7 @@ impl World {
             now: 0,
             seq: 0,
             queue: EventQueue::default(),
-            disk,
-            epoch: 0,
-            node: None,
+            server: Process::new(disk),
             links: BTreeMap::new(),
             next_conn: 1,
             clients,
@@ -774,18 +771,20 @@ impl World {
     fn start_server(&mut self) -> Result<(), Violation> {
         if self.out.crashes > 0 {
             self.out.offline_checks += 1;
-            crate::check::offline(&self.disk, "the database after a crash")?;
+            crate::check::offline(&self.server.disk, "the database after a crash")?;
         }
         let study = study_options(&self.cfg);
-        let (node, opened) = server::open(&self.disk, core_config(&self.cfg), &study)
+        let opened = self
+            .server
+            .start(core_config(&self.cfg), &study)
             .map_err(|e| Violation(format!("the database does not open after a crash: {e}")))?;
+        let node = self.server.node.as_ref().expect("started");
         self.out.install_rounds += opened.rounds;
         self.out.wpl_restored += node.core.stats().wpl.restored;
         let next = node.core.next_lsn();
-        self.node = Some(node);
         self.checker.recovered(next)?;
         self.check_everything()?;
-        self.at(TICK_US, Ev::Tick(self.epoch));
+        self.at(TICK_US, Ev::Tick(self.server.epoch));
         Ok(())
     }
 
@@ -837,7 +836,7 @@ impl World {
     /// Steps the server with `input` and performs every effect at once (setup and checks,
     /// with no client connected); returns the direct answers.
     fn settle_now(&mut self, input: Input) -> Result<Vec<DirectResult>, Violation> {
-        let node = self.node.as_mut().expect("the server is up");
+        let node = self.server.node.as_mut().expect("the server is up");
         server::settle_now(node, self.now, input, &mut self.checker)
     }
 
@@ -885,7 +884,7 @@ impl World {
             if self.out.events > EVENTS_MAX {
                 return Err(Violation(format!("no progress after {EVENTS_MAX} events")));
             }
-            if self.node.is_some()
+            if self.server.node.is_some()
                 && (self.out.crashes as usize) < self.cfg.crashes_max
                 && self.chance(self.cfg.crash_ppm)
             {
@@ -909,7 +908,7 @@ impl World {
             }
             self.event(ev)?;
         }
-        if self.node.is_none() {
+        if self.server.node.is_none() {
             return Err(Violation("the server is down after quiescence".into()));
         }
         self.check_everything()?;
@@ -925,7 +924,7 @@ impl World {
     /// [`SETTLED_QUIET_US`] the calm begins and the clients run again. A server that does not
     /// come back within [`SETTLE_US_MAX`] breaks liveness.
     fn maybe_calm(&mut self, stopped: u64) -> Result<(), Violation> {
-        if self.node.is_none() {
+        if self.server.node.is_none() {
             self.settled_since = None;
             if self.now - stopped > SETTLE_US_MAX {
                 return Err(Violation(format!(
@@ -1037,7 +1036,7 @@ impl World {
                 self.io(epoch, effect)
             }
             Ev::Tick(epoch) => {
-                if epoch == self.epoch && self.node.is_some() {
+                if epoch == self.server.epoch && self.server.node.is_some() {
                     self.mix(&[self.now, 6]);
                     self.step(Input::Tick)?;
                     self.at(TICK_US, Ev::Tick(epoch));
@@ -1058,7 +1057,7 @@ impl World {
 
     /// Steps the live server and routes its effects.
     fn step(&mut self, input: Input) -> Result<(), Violation> {
-        let Some(node) = self.node.as_mut() else { return Ok(()) };
+        let Some(node) = self.server.node.as_mut() else { return Ok(()) };
         let mut fx = Vec::new();
         crate::step_checked(&mut node.core, self.now, input, &mut fx)?;
         self.route(fx)
@@ -1089,18 +1088,12 @@ impl World {
                     self.send_to_client(conn, Msg::Reply(id, reply, close));
                 }
                 Effect::Append { lsn, record } => {
-                    let node = self.node.as_mut().expect("effects come from a live server");
-                    let got = node.log.append_shared(record.clone()).map_err(io_violation)?;
-                    if got != lsn {
-                        return Err(Violation(format!("log gave {got}, core expected {lsn}")));
-                    }
-                    let schedule = !node.sync_scheduled;
-                    node.sync_scheduled = true;
+                    let schedule = self.server.append(lsn, record.clone())?;
                     self.checker.appended(lsn, &record)?;
                     self.mix(&[self.now, 11, lsn.0, crate::digest_bytes(&record)]);
                     if schedule {
                         let d = self.disk_latency();
-                        self.at(d, Ev::LogSync(self.epoch));
+                        self.at(d, Ev::LogSync(self.server.epoch));
                     }
                 }
                 Effect::Done { .. } => {}
@@ -1116,7 +1109,7 @@ impl World {
                 }
                 e @ (Effect::Read { .. } | Effect::Install(_) | Effect::Checkpoint(_)) => {
                     let d = self.disk_latency();
-                    self.at(d, Ev::Io(self.epoch, e));
+                    self.at(d, Ev::Io(self.server.epoch, e));
                 }
             }
         }
@@ -1130,19 +1123,17 @@ impl World {
         {
             return false;
         }
-        let ops = self.disk.counters().ops + self.rng.below(12);
-        self.disk.set_fault_plan(FaultPlan { die_after_ops: Some(ops), ..FaultPlan::default() });
+        let extra = self.rng.below(12);
+        self.server.plan_death(extra);
         true
     }
 
     fn log_sync(&mut self, epoch: u32) -> Result<(), Violation> {
-        if epoch != self.epoch || self.node.is_none() {
+        if !self.server.live(epoch) {
             return Ok(());
         }
         let dies = self.maybe_die_midway();
-        let node = self.node.as_mut().expect("checked");
-        node.sync_scheduled = false;
-        let r = node.log.sync();
+        let r = self.server.sync_log();
         if dies {
             self.crash("during a log sync");
             return Ok(());
@@ -1154,12 +1145,11 @@ impl World {
     }
 
     fn io(&mut self, epoch: u32, effect: Effect) -> Result<(), Violation> {
-        if epoch != self.epoch || self.node.is_none() {
+        if !self.server.live(epoch) {
             return Ok(());
         }
         let dies = !matches!(effect, Effect::Read { .. }) && self.maybe_die_midway();
-        let node = self.node.as_mut().expect("checked");
-        let input = node.disk_side.perform(&effect, &*node.log);
+        let input = self.server.perform(&effect);
         if dies {
             self.crash("during an install or checkpoint");
             return Ok(());
@@ -1177,14 +1167,14 @@ impl World {
     /// (a backup reports only what it synced), recovers it, and checks that it holds exactly
     /// the log up to the LSN it claims, with every commit acknowledged so far.
     fn backup(&mut self) -> Result<(), Violation> {
-        let Some(node) = self.node.as_ref() else { return Ok(()) };
+        let Some(node) = self.server.node.as_ref() else { return Ok(()) };
         // The backup only reads the live disk: a death armed for a later install or
         // checkpoint waits until it is done.
-        let plan = self.disk.fault_plan();
-        self.disk.set_fault_plan(FaultPlan::default());
+        let plan = self.server.disk.fault_plan();
+        self.server.disk.set_fault_plan(FaultPlan::default());
         let dest = MemDisk::new();
         let taken = node.disk_side.backup_into(&*node.log, &dest, || Ok(()));
-        self.disk.set_fault_plan(plan);
+        self.server.disk.set_fault_plan(plan);
         let info = taken.map_err(|e| Violation(format!("a backup failed: {e}")))?;
         self.trace(|| format!("backup up to LSN {}", info.lsn));
         self.out.backups += 1;
@@ -1214,21 +1204,19 @@ impl World {
 
     /// The server process dies: its connections break and the disk loses what it may.
     fn crash(&mut self, why: &str) {
-        if self.node.is_none() {
+        if self.server.node.is_none() {
             return;
         }
         self.trace(|| format!("server crashes {why}"));
         self.mix(&[self.now, 8, self.out.crashes]);
-        if let Some(n) = &self.node {
+        if let Some(n) = &self.server.node {
             let w = n.core.stats().wpl;
             self.out.wpl_installed += w.installed;
             self.out.wpl_page_rule_refusals += w.page_rule_refusals;
         }
-        self.node = None;
-        self.epoch += 1;
         self.out.crashes += 1;
         let seed = self.rng.next_u64();
-        self.disk.crash(seed);
+        self.server.kill(seed);
         let conns: Vec<ConnId> =
             self.links.iter().filter(|(_, l)| l.alive).map(|(c, _)| *c).collect();
         for conn in conns {
@@ -1377,7 +1365,7 @@ impl World {
 
     /// No page the server was sent forged (or unasked) bytes of holds them in its cache.
     fn check_forged(&mut self) -> Result<(), Violation> {
-        let Some(node) = self.node.as_ref() else {
+        let Some(node) = self.server.node.as_ref() else {
             self.forged.clear();
             return Ok(());
         };
@@ -1393,7 +1381,7 @@ impl World {
     }
 
     fn at_server(&mut self, conn: ConnId, msg: Msg) -> Result<(), Violation> {
-        if self.node.is_none() {
+        if self.server.node.is_none() {
             return Ok(());
         }
         match msg {
@@ -1423,7 +1411,7 @@ impl World {
             // Connect: the connection and the Hello travel together, in order.
             let conn = self.next_conn;
             self.next_conn += 1;
-            let alive = self.node.is_some();
+            let alive = self.server.node.is_some();
             self.links.insert(
                 conn,
                 Link { client: c, alive: true, last_to_server: 0, last_to_client: 0 },
