@@ -59,6 +59,11 @@
 //! *Architecture Invariant:* nothing in a run reads a real clock, thread or device; every random
 //! choice comes from the seed.
 //!
+//! Every world runs its servers through `server.rs` (`server::Process`: the disk, the process
+//! started by recovery, the epoch; the one crash model; `settle_now`, the step whose effects are
+//! performed at once; the event queue), the first step of issue 32's merge of the worlds into one
+//! harness of N servers. The worlds still have their own event loops and clients.
+//!
 //! Every run checks liveness too (`liveness.rs`, issue 32): once the faults of a run stop and
 //! the cluster has settled, every client runs again, and no request may wait, and no client go
 //! without a commit, longer than a bound; a run that breaks it fails like a safety violation,
