@@ -467,7 +467,7 @@ impl Scenario {
         let n = self.servers.len();
         self.open(s, n)?;
         let t = self.servers[s].node.as_ref().expect("opened").core.twopc_stats();
-        writeln!(self.out, "s{} recovered: {} parts in doubt", s + 1, t.in_doubt)?;
+        writeln!(self.out, "s{} recovered, parts in doubt: {}", s + 1, t.in_doubt)?;
         Ok(())
     }
 

@@ -26,3 +26,8 @@ fn restarted_coordinator_presumes_abort() {
 fn restart_serves_without_a_refusal_window() {
     script("restart_serves_without_a_refusal_window");
 }
+
+#[test]
+fn a_restarted_participant_learns_the_outcome_by_asking() {
+    script("a_restarted_participant_learns_the_outcome_by_asking");
+}
