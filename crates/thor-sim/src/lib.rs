@@ -111,9 +111,9 @@
 //! the two-phase world's servers stepped one message at a time, with crashes, restarts and time
 //! said by the script; `tests/scenarios.rs` runs the scripts of `tests/scenarios/`
 //! (`early_no_vote_aborts_at_once`, `restarted_coordinator_presumes_abort`,
-//! `restart_serves_without_a_refusal_window`, `a_restarted_participant_learns_the_outcome_by_asking`),
-//! and `tests/mutants.rs` shows the first one's
-//! output change under the mutant that drops an early no vote.
+//! `restart_serves_without_a_refusal_window`,
+//! `a_restarted_participant_learns_the_outcome_by_asking`), and `tests/mutants.rs` shows the
+//! first one's output change under the mutant that drops an early no vote.
 //!
 //! `acked.rs` is issue 30's differential harness between the wire decoder, the core and
 //! recovery: any bytes are a *program* of requests (commits, two-phase prepares, whole-page
