@@ -41,6 +41,9 @@ fn quarter(part: u64) -> Outcome {
                 sum.pages_prefetched += o.pages_prefetched;
                 sum.cached_reads += o.cached_reads;
                 sum.discards += o.discards;
+                sum.settle_us = sum.settle_us.max(o.settle_us);
+                sum.calm_wait_us_max = sum.calm_wait_us_max.max(o.calm_wait_us_max);
+                sum.calm_commit_us_max = sum.calm_commit_us_max.max(o.calm_commit_us_max);
             }
             Err(f) => panic!("{f}"),
         }
