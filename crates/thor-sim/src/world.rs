@@ -38,6 +38,13 @@
 //! reference validation and oref allocation are exercised too. Clients acknowledge the
 //! invalidations that arrive on replies; a commit refused by concurrency control is aborted.
 //!
+//! In two thirds of the seeds ([`SimConfig::real_clients`], drawn from a stream of its own)
+//! one or two *real* clients run beside them: thor's own client protocol,
+//! `thor_client::proto::ClientCore`, driven one message at a time (the `real` module). Their
+//! transactions join the same history and the same liveness check, so a bug in the client's
+//! protocol (a stale read that commits, an acknowledgement sent too early, a commit in doubt
+//! ended wrongly after a resume) fails a run as a server's would.
+//!
 //! # Liveness
 //!
 //! When every client has done its `txns_per_client` commits the faults stop (no more crashes,
@@ -102,6 +109,9 @@ use crate::pagemode::{self, PageClientConfig};
 use crate::server::{self, EventQueue, Node, Process, io_violation};
 use thor_history as serial;
 
+mod real;
+use real::RealClient;
+
 /// Virtual microseconds between ticks of the server.
 pub const TICK_US: u64 = 20_000;
 
@@ -161,6 +171,9 @@ pub struct SimConfig {
     /// Clients fetch with `Prefetch` and cache the pages they get (`obj` mode only, as
     /// thor-client); `None`: plain fetches, nothing cached.
     pub prefetch: Option<SimPrefetch>,
+    /// Clients that run thor's own client protocol (`thor_client::proto::ClientCore`) beside
+    /// the simulated ones (`obj` mode only: the core's page-mode commit path is `Session`'s).
+    pub real_clients: usize,
 }
 
 /// The clients' prefetch in a run (see the module documentation).
@@ -217,6 +230,7 @@ impl SimConfig {
             page_client: PageClientConfig { buffer_pages: 1, block_bytes: 64, steal_pages: 0 },
             wpl: thor_server::WPL_CONFIG_DEFAULT,
             prefetch: None,
+            real_clients: 0,
         };
         if cfg.exclusive_page_cache {
             // The database of a run is a few pages: a cache smaller than that makes clients'
@@ -230,6 +244,8 @@ impl SimConfig {
             cfg.reads_tracked_max = 1 + r.below(4) as usize;
         }
         cfg.prefetch = SimPrefetch::for_seed(seed);
+        // A stream of its own, so the draws above stay as they were.
+        cfg.real_clients = SplitMix64::new(seed ^ 0x4EA1_0000_0000_0000).below(3) as usize;
         cfg
     }
 
@@ -242,8 +258,9 @@ impl SimConfig {
         let mut cfg = SimConfig::for_seed(seed);
         cfg.commit_mode = mode;
         if mode.is_page_based() {
-            // thor-client prefetches only in `obj` mode.
+            // thor-client prefetches only in `obj` mode, and its core commits only there.
             cfg.prefetch = None;
+            cfg.real_clients = 0;
             let mut r = SplitMix64::new(seed ^ 0x9A6E_D0DE_0000_0000);
             cfg.page_client = PageClientConfig {
                 buffer_pages: [1, 1, 2, 64][r.below(4) as usize],
@@ -332,6 +349,12 @@ pub struct Outcome {
     pub calm_wait_us_max: u64,
     /// In the calm: the longest a client went without an acknowledged commit.
     pub calm_commit_us_max: u64,
+    /// Commits of real clients acknowledged (by the server or, read-only, at the client).
+    pub real_commits: u64,
+    /// Of those, read-only transactions committed at the client without a message.
+    pub real_read_only_here: u64,
+    /// Real clients' transactions doomed by an invalidation before their commit.
+    pub real_doomed: u64,
 }
 
 /// A run that found a violation.
@@ -583,6 +606,9 @@ struct World {
     links: BTreeMap<ConnId, Link>,
     next_conn: ConnId,
     clients: Vec<Client>,
+    /// The real clients; their world index (events, links, progress) follows the simulated
+    /// clients'.
+    real: Vec<RealClient>,
     checker: Checker,
     /// Cells known to exist durably (every client may write them). The first [`ACCOUNTS`] are
     /// bank accounts.
@@ -713,6 +739,7 @@ impl World {
             links: BTreeMap::new(),
             next_conn: 1,
             clients,
+            real: Vec::new(),
             checker: Checker::new(Lsn(1)),
             history: serial::History::new(),
             read_only: BTreeSet::new(),
@@ -733,6 +760,10 @@ impl World {
             settled_since: None,
             progress: Progress::default(),
         };
+        let prefetch = w.cfg.prefetch.map(|p| p.extra);
+        w.real = (0..w.cfg.real_clients)
+            .map(|k| RealClient::new(w.cfg.seed, (w.cfg.clients + 1 + k) as u32, prefetch))
+            .collect();
         w.start_server()?;
         w.setup()?;
         Ok(w)
@@ -857,6 +888,7 @@ impl World {
             let d = self.rng.below(1_000);
             self.at(d, Ev::ClientWake(c));
         }
+        self.real_wake_all();
         for _ in 0..self.cfg.backups {
             let d = self.rng.below(BACKUP_WINDOW_US);
             self.at(d, Ev::Backup);
@@ -865,6 +897,7 @@ impl World {
         while !self.progress.all_done() {
             if self.faults_stopped_at.is_none()
                 && self.clients.iter().all(|c| c.done >= self.cfg.txns_per_client)
+                && self.real.iter().all(|c| c.done >= self.cfg.txns_per_client)
             {
                 // Faults stop; a crashed server comes back; then the clients run again.
                 self.cfg.loss_ppm = 0;
@@ -939,12 +972,13 @@ impl World {
             return Ok(());
         }
         self.out.settle_us = since - stopped;
-        self.progress.begin(self.now, self.clients.len());
+        self.progress.begin(self.now, self.clients.len() + self.real.len());
         self.trace(|| "settled: the calm and its liveness check begin".into());
         for c in 0..self.clients.len() {
             let d = self.rng.below(1_000);
             self.at(d, Ev::ClientWake(c));
         }
+        self.real_wake_all();
         Ok(())
     }
 
@@ -954,7 +988,11 @@ impl World {
         if self.progress.calm() {
             self.progress.wants_more(c)
         } else {
-            self.faults_stopped_at.is_none() && self.clients[c].done < self.cfg.txns_per_client
+            let done = match c.checked_sub(self.clients.len()) {
+                Some(r) => self.real[r].done,
+                None => self.clients[c].done,
+            };
+            self.faults_stopped_at.is_none() && done < self.cfg.txns_per_client
         }
     }
 
@@ -1403,6 +1441,9 @@ impl World {
     }
 
     fn client_wake(&mut self, c: usize) -> Result<(), Violation> {
+        if let Some(r) = c.checked_sub(self.clients.len()) {
+            return self.real_wake(r);
+        }
         if !self.has_work(c) || self.clients[c].waiting != Waiting::Nothing {
             return Ok(());
         }
@@ -1723,6 +1764,9 @@ impl World {
     }
 
     fn at_client(&mut self, c: usize, conn: ConnId, msg: Msg) -> Result<(), Violation> {
+        if let Some(r) = c.checked_sub(self.clients.len()) {
+            return self.at_real_client(r, conn, msg);
+        }
         if self.clients[c].conn != Some(conn) {
             return Ok(());
         }

@@ -23,6 +23,22 @@ fn caught_in_cluster(m: Mutant) -> Option<(u64, String)> {
     })
 }
 
+/// The first seed of the single-server world with real clients only (thor's own client
+/// protocol, `thor_client::proto::ClientCore`, and no simulated client) that `m` fails, if
+/// any within [`SEEDS`]: the checkers see a broken server through the real client too.
+fn caught_by_real_clients(m: Mutant) -> Option<(u64, String)> {
+    with_mutant(m, || {
+        (0..SEEDS).find_map(|seed| {
+            let cfg = SimConfig {
+                clients: 0,
+                real_clients: 2 + (seed % 3) as usize,
+                ..SimConfig::for_seed(seed)
+            };
+            run(&cfg).err().map(|f| (seed, f.to_string()))
+        })
+    })
+}
+
 /// The first seed of the two-phase world that `m` fails, if any within [`SEEDS`].
 fn caught_in_twopc(m: Mutant) -> Option<(u64, String)> {
     with_mutant(m, || {
@@ -58,6 +74,16 @@ fn the_invalid_set_check_off_is_caught() {
 #[test]
 fn rule_1_off_is_caught() {
     assert_caught(Mutant::Rule1Off, caught_in_cluster(Mutant::Rule1Off));
+}
+
+#[test]
+fn validation_off_is_caught_by_real_clients_alone() {
+    assert_caught(Mutant::ValidationOff, caught_by_real_clients(Mutant::ValidationOff));
+}
+
+#[test]
+fn rule_1_off_is_caught_by_real_clients_alone() {
+    assert_caught(Mutant::Rule1Off, caught_by_real_clients(Mutant::Rule1Off));
 }
 
 #[test]
