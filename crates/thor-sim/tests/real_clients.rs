@@ -25,7 +25,7 @@ fn real_only(seed: u64) -> SimConfig {
 }
 
 /// Runs `cfg` of every seed; panics with the first failure's replay; sums what they did.
-fn run_all(cfg: fn(u64) -> SimConfig) -> Outcome {
+fn run_all(cfg: fn(u64) -> SimConfig, only: bool) -> Outcome {
     let mut sum = Outcome::default();
     for seed in 0..seeds() {
         match run(&cfg(seed)) {
@@ -41,7 +41,11 @@ fn run_all(cfg: fn(u64) -> SimConfig) -> Outcome {
                 sum.calm_commit_us_max = sum.calm_commit_us_max.max(o.calm_commit_us_max);
                 sum.calm_wait_us_max = sum.calm_wait_us_max.max(o.calm_wait_us_max);
             }
-            Err(f) => panic!("{f}\n  (this test's configuration: real clients forced on)"),
+            Err(f) => panic!(
+                "{f}\n  (real clients forced on: the replay of this configuration is\n   THOR_SIM_SEED={} {}cargo test -p thor-sim --test real_clients replay_real -- --nocapture)",
+                f.seed,
+                if only { "THOR_SIM_REAL_ONLY=1 " } else { "" }
+            ),
         }
     }
     sum
@@ -59,12 +63,12 @@ fn assert_exercised(sum: &Outcome) {
 
 #[test]
 fn real_clients_beside_simulated_ones_stay_serializable_and_live() {
-    assert_exercised(&run_all(mixed));
+    assert_exercised(&run_all(mixed, false));
 }
 
 #[test]
 fn real_clients_alone_stay_serializable_and_live() {
-    assert_exercised(&run_all(real_only));
+    assert_exercised(&run_all(real_only, true));
 }
 
 #[test]
