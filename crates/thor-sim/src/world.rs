@@ -355,6 +355,8 @@ pub struct Outcome {
     pub real_read_only_here: u64,
     /// Real clients' transactions doomed by an invalidation before their commit.
     pub real_doomed: u64,
+    /// Frames the real clients' caches evicted (replacement under the faults).
+    pub real_frames_evicted: u64,
 }
 
 /// A run that found a violation.
@@ -948,6 +950,7 @@ impl World {
         self.crash("at the end");
         self.start_server()?;
         self.check_history()?;
+        self.out.real_frames_evicted = self.real_frames_evicted();
         self.out.acked = self.checker.acked() as u64;
         self.out.trace_hash = self.hash;
         Ok(())

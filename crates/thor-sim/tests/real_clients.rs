@@ -33,6 +33,7 @@ fn run_all(cfg: fn(u64) -> SimConfig, only: bool) -> Outcome {
                 sum.real_commits += o.real_commits;
                 sum.real_read_only_here += o.real_read_only_here;
                 sum.real_doomed += o.real_doomed;
+                sum.real_frames_evicted += o.real_frames_evicted;
                 sum.uncertain += o.uncertain;
                 sum.refused += o.refused;
                 sum.crashes += o.crashes;
@@ -57,6 +58,7 @@ fn assert_exercised(sum: &Outcome) {
     if seeds() >= 200 {
         assert!(sum.real_commits > 0 && sum.real_read_only_here > 0, "{sum:?}");
         assert!(sum.real_doomed > 0 && sum.refused > 0, "{sum:?}");
+        assert!(sum.real_frames_evicted > 0, "{sum:?}");
         assert!(sum.crashes > 0 && sum.lost_connections > 0 && sum.uncertain > 0, "{sum:?}");
     }
 }

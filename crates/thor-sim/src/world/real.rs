@@ -42,8 +42,10 @@ use thor_wire::{Hello, Reply, ReplyBody, Request, RequestBody};
 use super::{ACCOUNTS, CELL_TXN_AT, CELL_WRITER_AT, Ev, Link, Msg, World, serial, version_of};
 use crate::check::Violation;
 
-/// The client caches of real clients: small, so that replacement runs.
-const REAL_CACHE_BYTES: [usize; 2] = [256 << 10, 4 << 20];
+/// The client caches of real clients: in a third of the clients eight frames of 4 KB, fewer
+/// than a run's database spans (with the larger cells of half the seeds) plus what a prefetch
+/// brings, so that replacement evicts pages under the faults; the others hold everything.
+const REAL_CACHE_BYTES: [usize; 3] = [32 << 10, 256 << 10, 4 << 20];
 
 /// What a real client waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +71,9 @@ struct RealTxn {
     read: Vec<(Oref, serial::Version)>,
     /// A bank transfer: this amount moves from the first cell (an account) to the second.
     transfer: Option<i64>,
+    /// Whether it wrote each cell it read (at once after reading it, while the cache surely
+    /// holds it: a later write could find it evicted).
+    wrote: Vec<bool>,
 }
 
 /// A real client (see the module documentation).
@@ -109,7 +114,7 @@ impl RealClient {
     pub(super) fn new(seed: u64, id: u32, prefetch: Option<u16>) -> RealClient {
         let mut rng = SplitMix64::new(seed ^ 0x4EA1_C11E_0000_0000 ^ u64::from(id) << 20);
         let session = SessionConfig {
-            cache_bytes: REAL_CACHE_BYTES[rng.below(2) as usize],
+            cache_bytes: REAL_CACHE_BYTES[rng.below(3) as usize],
             prefetch_pages: Some(prefetch.unwrap_or(0)),
             // Now and then a transaction collects the pending invalidations first.
             refresh_after: Some(Duration::from_millis(1 + rng.below(20))),
@@ -174,6 +179,12 @@ impl World {
             Msg::Reply(rid, reply, close) => self.real_reply(r, (rid, reply, close), think),
             Msg::Connect | Msg::Request(..) => Err(Violation("a request sent to a client".into())),
         }
+    }
+
+    /// Frames the real clients' caches evicted in the run.
+    pub(super) fn real_frames_evicted(&self) -> u64 {
+        let cores = self.real.iter().filter_map(|c| c.core.as_ref());
+        cores.map(|core| core.cache().stats().replacement.frames_evicted).sum()
     }
 
     fn now_ns(&self) -> u64 {
@@ -246,7 +257,7 @@ impl World {
                 }
             }
         }
-        self.real[r].txn = Some(RealTxn { cells, read: Vec::new(), transfer });
+        self.real[r].txn = Some(RealTxn { cells, read: Vec::new(), transfer, wrote: Vec::new() });
         let now = self.now_ns();
         let id = self.real[r].id;
         let core = self.real[r].core.as_mut().expect("connected");
@@ -274,6 +285,17 @@ impl World {
                 Ok(Read::Hit(bytes)) => {
                     let v = version_of(u32_at(&bytes, CELL_WRITER_AT), u32_at(&bytes, CELL_TXN_AT));
                     txn.read.push((o, v));
+                    // A transfer writes both accounts; another transaction each cell it read
+                    // with probability 1/2, keeping its balance.
+                    let write = txn.transfer.is_some() || client.rng.below(2) == 0;
+                    txn.wrote.push(write);
+                    if write {
+                        let t = client.next_txn;
+                        let w = core
+                            .write(o, CELL_WRITER_AT, &id.to_le_bytes())
+                            .and_then(|()| core.write(o, CELL_TXN_AT, &t.to_le_bytes()));
+                        w.map_err(|e| broken(id, "write", e))?;
+                    }
                 }
                 Ok(Read::Send(req)) => {
                     self.real_send(r, *req, RealWaiting::Fetch);
@@ -302,7 +324,7 @@ impl World {
         Ok(())
     }
 
-    /// Real client `r` read everything: it writes some of the cells it read and commits.
+    /// Real client `r` read (and wrote) everything: it commits.
     fn real_commit(&mut self, r: usize) -> Result<(), Violation> {
         let client = &mut self.real[r];
         let (id, t) = (client.id, client.next_txn);
@@ -313,7 +335,7 @@ impl World {
         }
         let core = client.core.as_mut().expect("connected");
         for (i, (o, v)) in txn.read.iter().enumerate() {
-            if txn.transfer.is_none() && client.rng.below(2) == 0 {
+            if !txn.wrote[i] {
                 continue;
             }
             let moved = match (txn.transfer, i) {
@@ -324,10 +346,6 @@ impl World {
             if let Some(&b) = self.balances.get(&(u64::from(o.raw()), *v)) {
                 self.balances.insert((u64::from(o.raw()), version_of(id, t)), b + moved);
             }
-            let w = core
-                .write(*o, CELL_WRITER_AT, &id.to_le_bytes())
-                .and_then(|()| core.write(*o, CELL_TXN_AT, &t.to_le_bytes()));
-            w.map_err(|e| broken(id, "write", e))?;
             h = h.write(u64::from(o.raw()), version_of(id, t));
         }
         client.next_txn += 1;
