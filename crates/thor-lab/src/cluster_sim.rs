@@ -1,9 +1,11 @@
 //! `thor sim cluster`: the deterministic whole-cluster simulation (`thor-sim`) over any number
 //! of seeds, or one seed with its trace, with the server in any commit mode. The test suite
-//! runs 10,000 seeds in `obj` mode and 500 in each page mode; this runs more.
+//! runs 10,000 seeds in `obj` mode and 500 in each page mode; this runs more. `thor sim twopc`
+//! does the same for the two-phase world (`thor_sim::twopc`, 10,000 seeds in the test suite).
 
 use anyhow::bail;
 use clap::Args;
+use thor_sim::twopc::{TwoPcOutcome, TwoPcSimConfig, run_twopc};
 use thor_sim::{Outcome, SimConfig, run};
 use thor_wire::CommitMode;
 
@@ -70,6 +72,9 @@ pub fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
                 sum.offline_checks += o.offline_checks;
                 sum.page_commits += o.page_commits;
                 sum.records_early += o.records_early;
+                sum.settle_us = sum.settle_us.max(o.settle_us);
+                sum.calm_wait_us_max = sum.calm_wait_us_max.max(o.calm_wait_us_max);
+                sum.calm_commit_us_max = sum.calm_commit_us_max.max(o.calm_commit_us_max);
             }
             Err(f) => {
                 bar.abandon();
@@ -103,11 +108,100 @@ fn print_outcome(o: &Outcome, runs: u64) {
     println!("  pages checked          {}", o.pages_checked);
     println!("  backups checked        {}", o.backups);
     println!("  databases thor-checked {}", o.offline_checks);
+    // Maxima over the runs (liveness, see thor_sim's `liveness` module).
+    println!("  longest settle         {} us", o.settle_us);
+    println!("  calm: longest wait     {} us", o.calm_wait_us_max);
+    println!("  calm: longest no-commit {} us", o.calm_commit_us_max);
     if o.page_commits > 0 {
         println!("  page commits sent      {}", o.page_commits);
         println!("  early page records     {}", o.records_early);
     }
     if runs == 1 {
         println!("  trace hash             {:016x}", o.trace_hash);
+    }
+}
+
+/// Arguments of `thor sim twopc`.
+#[derive(Debug, Args)]
+pub struct TwopcArgs {
+    /// Run this one seed (with --trace, print every event).
+    #[arg(long, conflicts_with_all = ["seeds", "start"])]
+    seed: Option<u64>,
+    /// How many seeds to run.
+    #[arg(long, default_value_t = 10_000)]
+    seeds: u64,
+    /// The first seed.
+    #[arg(long, default_value_t = 0)]
+    start: u64,
+    /// Print every event of the run (with --seed).
+    #[arg(long, requires = "seed")]
+    trace: bool,
+}
+
+/// Runs `thor sim twopc`.
+pub fn twopc(a: TwopcArgs) -> anyhow::Result<()> {
+    if let Some(seed) = a.seed {
+        let mut cfg = TwoPcSimConfig::for_seed(seed);
+        cfg.trace = a.trace;
+        println!("seed {seed}: {cfg:?}");
+        return match run_twopc(&cfg) {
+            Ok(o) => {
+                print_twopc_outcome(&o, 1);
+                Ok(())
+            }
+            Err(f) => bail!("{f}"),
+        };
+    }
+    if a.seeds == 0 {
+        bail!("--seeds must be at least 1");
+    }
+    let bar = progress(a.seeds, "seeds");
+    let mut sum = TwoPcOutcome::default();
+    for seed in a.start..a.start.saturating_add(a.seeds) {
+        match run_twopc(&TwoPcSimConfig::for_seed(seed)) {
+            Ok(o) => {
+                sum.events += o.events;
+                sum.committed += o.committed;
+                sum.aborted += o.aborted;
+                sum.uncertain += o.uncertain;
+                sum.three_server += o.three_server;
+                sum.crashes += o.crashes;
+                sum.peer_lost += o.peer_lost;
+                sum.lost_connections += o.lost_connections;
+                sum.settle_us = sum.settle_us.max(o.settle_us);
+                sum.calm_txn_us_max = sum.calm_txn_us_max.max(o.calm_txn_us_max);
+                sum.calm_part_us_max = sum.calm_part_us_max.max(o.calm_part_us_max);
+                sum.calm_commit_us_max = sum.calm_commit_us_max.max(o.calm_commit_us_max);
+            }
+            Err(f) => {
+                bar.abandon();
+                bail!("{f}");
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    println!("seeds {}..{}: every run passed the checks", a.start, a.start + a.seeds);
+    print_twopc_outcome(&sum, a.seeds);
+    Ok(())
+}
+
+fn print_twopc_outcome(o: &TwoPcOutcome, runs: u64) {
+    println!("  runs                    {runs}");
+    println!("  events                  {}", o.events);
+    println!("  committed               {}", o.committed);
+    println!("  aborted                 {}", o.aborted);
+    println!("  uncertain               {}", o.uncertain);
+    println!("  three-server txns       {}", o.three_server);
+    println!("  server crashes          {}", o.crashes);
+    println!("  peer messages lost      {}", o.peer_lost);
+    println!("  connections lost        {}", o.lost_connections);
+    // Maxima over the runs (liveness).
+    println!("  longest settle          {} us", o.settle_us);
+    println!("  calm: longest txn       {} us", o.calm_txn_us_max);
+    println!("  calm: longest part      {} us", o.calm_part_us_max);
+    println!("  calm: longest no-commit {} us", o.calm_commit_us_max);
+    if runs == 1 {
+        println!("  trace hash              {:016x}", o.trace_hash);
     }
 }

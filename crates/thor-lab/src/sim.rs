@@ -65,6 +65,10 @@ enum SimCommand {
     /// The deterministic whole-cluster simulation of thor itself (server core, clients,
     /// network, crashes), checked run by run; any number of seeds, or one with its trace.
     Cluster(crate::cluster_sim::ClusterArgs),
+    /// The deterministic simulation of two or three servers with two-phase commit (transfers
+    /// and audits, peer-message faults), checked run by run for serializability in timestamp
+    /// order, conserved money and liveness; any number of seeds, or one with its trace.
+    Twopc(crate::cluster_sim::TwopcArgs),
 }
 
 /// Runs `thor sim`.
@@ -78,6 +82,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         SimCommand::Gen(a) => gen_trace(a),
         SimCommand::Speed(a) => speed(a),
         SimCommand::Cluster(a) => crate::cluster_sim::cluster(a),
+        SimCommand::Twopc(a) => crate::cluster_sim::twopc(a),
     }
 }
 

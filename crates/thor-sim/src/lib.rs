@@ -59,6 +59,18 @@
 //! *Architecture Invariant:* nothing in a run reads a real clock, thread or device; every random
 //! choice comes from the seed.
 //!
+//! Every world runs its servers through `server.rs` (`server::Process`: the disk, the process
+//! started by recovery, the epoch; the one crash model; `settle_now`, the step whose effects are
+//! performed at once; the event queue), the first step of issue 32's merge of the worlds into one
+//! harness of N servers. The worlds still have their own event loops and clients.
+//!
+//! Every run checks liveness too (`liveness.rs`, issue 32): once the faults of a run stop and
+//! the cluster has settled, every client runs again, and no request may wait, and no client go
+//! without a commit, longer than a bound; a run that breaks it fails like a safety violation,
+//! with its replay command. The single-server world checks it with `liveness::Progress`; the
+//! two-phase world also checks that no server holds a prepared part longer than half the vote
+//! timeout.
+//!
 //! `twopc.rs` is the cluster of two or three servers: real cores over their own `MemDisk`s,
 //! clients whose transfers take an account at one server and one at another (sometimes reading a
 //! third server's too) and whose audits read two servers, all committed with two-phase commit;
@@ -95,6 +107,14 @@
 //! serializability checker: a server that skipped the registration of prefetched pages fails
 //! within 20 seeds, and so did a client that reported a page discarded on the commit that read it.
 //!
+//! `script.rs` is the scenario language for hand-written cases (golden scripts, `goldenscript`):
+//! the two-phase world's servers stepped one message at a time, with crashes, restarts and time
+//! said by the script; `tests/scenarios.rs` runs the scripts of `tests/scenarios/`
+//! (`early_no_vote_aborts_at_once`, `restarted_coordinator_presumes_abort`,
+//! `restart_serves_without_a_refusal_window`,
+//! `a_restarted_participant_learns_the_outcome_by_asking`), and `tests/mutants.rs` shows the
+//! first one's output change under the mutant that drops an early no vote.
+//!
 //! `acked.rs` is issue 30's differential harness between the wire decoder, the core and
 //! recovery: any bytes are a *program* of requests (commits, two-phase prepares, whole-page
 //! commits, raw payloads, honest peers' messages, install rounds, time passing) built from a small
@@ -109,13 +129,17 @@
 //! *API Boundary:* `acked::{run, run_with, trace, fixture, check_log, AckedRun, AckedFailure}`;
 //! `SimConfig::{for_seed, for_seed_in}`, `SimPrefetch`, `PageClientConfig`, `run`, `Outcome`,
 //! `SimFailure`, `Violation`; `twopc::{TwoPcSimConfig, run_twopc, TwoPcOutcome, TwoPcFailure}`;
+//! `script::Scenario` (a `goldenscript::Runner`);
 //! the tests in `tests/cluster.rs` (10,000 seeds by default, `THOR_SIM_SEEDS` for more),
 //! `tests/page_modes.rs` and `tests/twopc.rs`.
 
 pub mod acked;
 pub mod check;
 mod digest;
+mod liveness;
 pub mod pagemode;
+pub mod script;
+mod server;
 pub mod twopc;
 pub mod world;
 

@@ -34,13 +34,17 @@
 //! Once every client has run its transactions, faults stop and crashed servers recover. Once
 //! every server is up and has settled what the faults left (no part in doubt, no transaction
 //! coordinated, for 20 ms so that nothing is still on its way; this must happen within ten
-//! vote timeouts), every client runs a few more transactions, and after every event the run
-//! checks that no client's transaction has taken longer than half the vote timeout and that
-//! no server has held a prepared part that long (`Liveness`). A stall (a part held, or a
+//! vote timeouts), every client runs again until it has committed
+//! `liveness::CALM_COMMITS` times, and after every event the run checks (with the
+//! single-server world's checker, `liveness::Progress`) that no client's transaction has taken
+//! longer than half the vote timeout and that no client has gone a vote timeout without a
+//! commit, and that no server has held a prepared part longer than half the vote timeout
+//! (`Liveness`). A stall (a part held, or a
 //! client kept waiting, until a timeout although the outcome was known) fails the run like a
 //! safety violation, with its replay command. Over the 10,000 seeds of `tests/twopc.rs`
-//! settling took at most 420 ms of virtual time, and under the check the longest transaction
-//! took 6.9 ms and the longest-held part 6.9 ms, against the bound of 100 ms; the mutant that
+//! settling took at most 410 ms of virtual time, and under the check the longest transaction
+//! took 8.4 ms and the longest-held part 8.5 ms, against the bound of 100 ms, and the longest
+//! a client went without a commit 33 ms, against 200 ms; the mutant that
 //! drops an early no vote fails it (`tests/mutants.rs`).
 //!
 //! # The judgement
@@ -57,23 +61,22 @@
 //! - replaying the committed transfers in that order keeps the total of all balances, and the
 //!   final balances add up to the opening total.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use thor_core::le::{put_u32, u32_at};
 use thor_core::{ClassDesc, Oref, PageView, RawRef, ServerId, VarKind};
 use thor_server::TwoPcConfig;
-use thor_server::io::{self, CommitLog, DiskSide};
-use thor_server::{CommitIn, ConnId, Core, CoreConfig, DirectOp, DirectResult, Effect, Input};
-use thor_storage::{FaultPlan, Log, LogOptions, MemDisk, SplitMix64};
+use thor_server::io;
+use thor_server::{CommitIn, ConnId, CoreConfig, DirectOp, DirectResult, Effect, Input};
+use thor_storage::{MemDisk, SplitMix64};
 use thor_wire::{
     CLIENT_TIE_BIT, Commit, Hello, Participant, PeerMsg, Prepare, Reply, ReplyBody, Request,
     RequestBody, Stamp,
 };
 
 use crate::check::Violation;
+use crate::liveness::{Bounds, Progress};
+use crate::server::{self, EventQueue, Process, io_violation};
 use thor_history as serial;
 
 /// Virtual microseconds between ticks of each server.
@@ -82,9 +85,6 @@ pub const TICK_US: u64 = 10_000;
 /// Events a run may take before it is declared stuck.
 const EVENTS_MAX: u64 = 300_000;
 
-/// Transactions each client runs after the faults stop, under the liveness check.
-const CALM_TXNS: usize = 3;
-
 /// How long the cluster must stay settled after the faults stop before the liveness check
 /// starts: longer than any message of the faulty part of the run takes to land (0.4 ms) and
 /// than the work it starts (a prepare that arrives and is logged, a few disk latencies of at
@@ -92,11 +92,11 @@ const CALM_TXNS: usize = 3;
 const SETTLED_QUIET_US: u64 = 20_000;
 
 /// Where an account's fields are in its object.
-const WRITER_AT: usize = 4;
-const TXN_AT: usize = 8;
-const BALANCE_AT: usize = 12;
+pub(crate) const WRITER_AT: usize = 4;
+pub(crate) const TXN_AT: usize = 8;
+pub(crate) const BALANCE_AT: usize = 12;
 /// Every account's balance before the first transfer.
-const OPENING: u32 = 1_000;
+pub(crate) const OPENING: u32 = 1_000;
 
 /// What a run does. [`TwoPcSimConfig::for_seed`] derives one from a seed.
 #[derive(Debug, Clone)]
@@ -176,12 +176,14 @@ pub struct TwoPcOutcome {
     pub calm_txn_us_max: u64,
     /// Under the liveness check: the longest a server held a prepared part.
     pub calm_part_us_max: u64,
+    /// Under the liveness check: the longest a client went without a commit.
+    pub calm_commit_us_max: u64,
 }
 
 /// A run that found a violation.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
-    "seed {seed}: {violation} (at event {event}, virtual time {time_us} us)\n  replay: THOR_SIM_SEED={seed} cargo test -p thor-sim --test twopc replay -- --nocapture"
+    "seed {seed}: {violation} (at event {event}, virtual time {time_us} us)\n  replay: THOR_SIM_SEED={seed} cargo test -p thor-sim --test twopc replay -- --nocapture\n     or: thor sim twopc --seed {seed} --trace"
 )]
 pub struct TwoPcFailure {
     /// The seed.
@@ -213,17 +215,8 @@ enum Ev {
     Wake(usize),
 }
 
-struct Node {
-    core: Core,
-    disk_side: DiskSide,
-    log: Arc<Log>,
-    sync_scheduled: bool,
-}
-
 struct Server {
-    disk: MemDisk,
-    node: Option<Node>,
-    epoch: u32,
+    p: Process,
     accounts: Vec<Oref>,
 }
 
@@ -283,7 +276,7 @@ struct World {
     rng: SplitMix64,
     now: u64,
     seq: u64,
-    queue: BTreeMap<(u64, u64), Ev>,
+    queue: EventQueue<Ev>,
     servers: Vec<Server>,
     clients: Vec<Client>,
     /// Connection -> (client, server).
@@ -302,9 +295,9 @@ struct World {
     faults_stopped_at: Option<u64>,
     /// Since when the cluster has been settled, after the faults stopped.
     settled_since: Option<u64>,
-    /// From when the liveness check holds: the faults stopped and the cluster settled since
+    /// The clients' progress once the faults stopped and the cluster settled, and its check
     /// (see [`Liveness`]).
-    calm_from: Option<u64>,
+    progress: Progress,
 }
 
 /// The liveness check (issue 32): once the faults of a run have stopped, the cluster settles
@@ -325,6 +318,9 @@ struct Liveness {
     settle_us_max: u64,
     txn_us_max: u64,
     part_us_max: u64,
+    /// Longest a client may go without a commit: a few transactions refused by conflicts
+    /// with the other clients, each ending within a few round trips.
+    commit_us_max: u64,
 }
 
 impl Liveness {
@@ -333,13 +329,14 @@ impl Liveness {
             settle_us_max: 10 * cfg.vote_timeout_us,
             txn_us_max: cfg.vote_timeout_us / 2,
             part_us_max: cfg.vote_timeout_us / 2,
+            commit_us_max: cfg.vote_timeout_us,
         }
     }
 }
 
 /// The settings of every server of a run of `servers` servers (ids 1..=servers), each of
 /// which knows all the others as peers.
-fn core_config(servers: usize, seed: u64) -> CoreConfig {
+pub(crate) fn core_config(servers: usize, seed: u64) -> CoreConfig {
     CoreConfig {
         flush_start_percent: 50,
         mob_bytes: 8 << 10,
@@ -359,20 +356,12 @@ fn core_config(servers: usize, seed: u64) -> CoreConfig {
     }
 }
 
-fn log_options() -> LogOptions {
-    LogOptions { segment_bytes: 8 << 10, buffer_bytes_max: 64 << 10, ..LogOptions::default() }
-}
-
 fn obj_id(server: usize, o: Oref) -> serial::ObjId {
     ((server as u64 + 1) << 32) | u64::from(o.raw())
 }
 
 fn version_of(writer: u32, txn: u32) -> serial::Version {
     (u64::from(writer) << 32) | u64::from(txn)
-}
-
-fn io_violation(e: thor_storage::StorageError) -> Violation {
-    Violation(format!("storage: {e}"))
 }
 
 /// Runs one simulation of a cluster; returns what it did, or the first violation found.
@@ -407,13 +396,13 @@ impl World {
             })
             .collect();
         let servers = (0..cfg.servers)
-            .map(|_| Server { disk: MemDisk::new(), node: None, epoch: 0, accounts: Vec::new() })
+            .map(|_| Server { p: Process::new(MemDisk::new()), accounts: Vec::new() })
             .collect();
         World {
             rng,
             now: 1_000_000,
             seq: 0,
-            queue: BTreeMap::new(),
+            queue: EventQueue::default(),
             servers,
             clients,
             conns: FxHashMap::default(),
@@ -427,7 +416,7 @@ impl World {
             deferred_violation: None,
             faults_stopped_at: None,
             settled_since: None,
-            calm_from: None,
+            progress: Progress::default(),
             cfg,
         }
     }
@@ -463,20 +452,17 @@ impl World {
 
     fn start(&mut self, s: usize) -> Result<(), Violation> {
         let what = format!("server {}'s database after a crash", s + 1);
-        crate::check::offline(&self.servers[s].disk, &what)?;
-        let disk = Arc::new(self.servers[s].disk.clone());
+        crate::check::offline(&self.servers[s].p.disk, &what)?;
         let study = thor_server::StudyOptions::default();
-        let r =
-            io::recover(disk, core_config(self.cfg.servers, self.cfg.seed), log_options(), &study)
-                .map_err(|e| Violation(format!("server {} does not open: {e}", s + 1)))?;
-        let mut core = r.core;
+        let cfg = core_config(self.cfg.servers, self.cfg.seed);
+        self.servers[s]
+            .p
+            .start(cfg, &study)
+            .map_err(|e| Violation(format!("server {} does not open: {e}", s + 1)))?;
         // As `thor-server`'s engine does at an open: the threshold is raised from the clock
         // at recovery, not from the first input, which may come later.
-        core.recovered_at(self.now);
-        crate::mutate(&mut core);
-        self.servers[s].node =
-            Some(Node { core, disk_side: r.disk_side, log: r.log, sync_scheduled: false });
-        let e = self.servers[s].epoch;
+        self.servers[s].p.node.as_mut().expect("started").core.recovered_at(self.now);
+        let e = self.servers[s].p.epoch;
         self.at(TICK_US, Ev::Tick(s, e));
         Ok(())
     }
@@ -484,7 +470,7 @@ impl World {
     /// Creates each server's database, its account class and accounts.
     fn setup(&mut self) -> Result<(), Violation> {
         for s in 0..self.cfg.servers {
-            io::create(&self.servers[s].disk, 4096, ServerId(s as u32 + 1))
+            io::create(&self.servers[s].p.disk, 4096, ServerId(s as u32 + 1))
                 .map_err(|e| Violation(format!("create: {e}")))?;
             self.start(s)?;
             let mut created = vec![Bytes::from(self.desc.to_class_object())];
@@ -518,35 +504,8 @@ impl World {
 
     /// Steps server `s` and performs everything at once (setup and the final reads).
     fn settle_now(&mut self, s: usize, input: Input) -> Result<Vec<DirectResult>, Violation> {
-        let mut answers = Vec::new();
-        let mut inputs = vec![input];
-        let now = self.now;
-        while let Some(input) = inputs.pop() {
-            let node = self.servers[s].node.as_mut().expect("the server is up");
-            let mut fx = Vec::new();
-            crate::step_checked(&mut node.core, now, input, &mut fx)?;
-            let mut appended = false;
-            for e in fx {
-                match e {
-                    Effect::Append { record, .. } => {
-                        node.log.append(&record).map_err(io_violation)?;
-                        appended = true;
-                    }
-                    Effect::Done { result, .. } => answers.push(result),
-                    Effect::Reply { .. } | Effect::Peer { .. } => {}
-                    other => {
-                        if let Some(i) = node.disk_side.perform(&other, &*node.log) {
-                            inputs.push(i);
-                        }
-                    }
-                }
-            }
-            if appended {
-                let lsn = node.log.sync().map_err(io_violation)?;
-                inputs.push(Input::Durable { lsn });
-            }
-        }
-        Ok(answers)
+        let node = self.servers[s].p.node.as_mut().expect("the server is up");
+        server::settle_now(node, self.now, input, &mut ())
     }
 
     fn run(&mut self) -> Result<(), Violation> {
@@ -564,14 +523,12 @@ impl World {
                 self.faults_stopped_at = Some(self.now);
                 self.trace(|| "clients done: faults stop".into());
             }
-            if let (Some(stopped), None) = (self.faults_stopped_at, self.calm_from) {
+            if let (Some(stopped), false) = (self.faults_stopped_at, self.progress.calm()) {
                 self.maybe_calm(stopped)?;
             }
-            let all_done =
-                self.clients.iter().all(|c| c.done >= self.cfg.txns_per_client + CALM_TXNS);
-            if all_done {
+            if self.progress.all_done() {
                 let settled = self.servers.iter().all(|s| {
-                    s.node.as_ref().is_some_and(|n| {
+                    s.p.node.as_ref().is_some_and(|n| {
                         let t = n.core.twopc_stats();
                         t.in_doubt == 0 && t.coordinating == 0
                     })
@@ -603,7 +560,7 @@ impl World {
     /// they left, the liveness check starts and the clients run again.
     fn maybe_calm(&mut self, stopped: u64) -> Result<(), Violation> {
         let settled = self.servers.iter().all(|s| {
-            s.node.as_ref().is_some_and(|n| {
+            s.p.node.as_ref().is_some_and(|n| {
                 let t = n.core.twopc_stats();
                 t.in_doubt == 0 && t.coordinating == 0
             })
@@ -616,7 +573,7 @@ impl World {
                     .servers
                     .iter()
                     .enumerate()
-                    .map(|(s, sv)| match &sv.node {
+                    .map(|(s, sv)| match &sv.p.node {
                         Some(n) => {
                             let t = n.core.twopc_stats();
                             format!(
@@ -643,7 +600,7 @@ impl World {
             return Ok(());
         }
         self.out.settle_us = since - stopped;
-        self.calm_from = Some(self.now);
+        self.progress.begin(self.now, self.cfg.clients);
         self.trace(|| "settled: the liveness check starts".into());
         for c in 0..self.cfg.clients {
             let d = 1 + self.rng.below(1_000);
@@ -658,21 +615,23 @@ impl World {
 
     /// The liveness check (see [`Liveness`]), after every event once it holds.
     fn check_liveness(&mut self) -> Result<(), Violation> {
-        let Some(calm) = self.calm_from.filter(|&c| self.now >= c) else { return Ok(()) };
+        let Some(calm) = self.progress.from() else { return Ok(()) };
         let l = self.liveness();
-        for (c, client) in self.clients.iter().enumerate() {
-            let Some(t) = &client.txn else { continue };
-            let took = self.now - t.started_us.max(calm);
-            self.out.calm_txn_us_max = self.out.calm_txn_us_max.max(took);
-            if took > l.txn_us_max {
-                return Err(Violation(format!(
-                    "liveness: client {c}'s transaction {} (started at {} us, stamp {}) has not ended after {took} us of a fault-free cluster (bound {} us)",
-                    t.id, t.started_us, t.stamp, l.txn_us_max
-                )));
-            }
-        }
+        let bounds = Bounds { wait_us_max: l.txn_us_max, commit_us_max: l.commit_us_max };
+        let clients = &self.clients;
+        let who = |c: usize| match &clients[c].txn {
+            Some(t) => format!(
+                "client {c} (its transaction {} started at {} us, stamp {})",
+                t.id, t.started_us, t.stamp
+            ),
+            None => format!("client {c}"),
+        };
+        let checked = self.progress.check(self.now, bounds, who);
+        self.out.calm_txn_us_max = self.progress.wait_us_seen;
+        self.out.calm_commit_us_max = self.progress.commit_us_seen;
+        checked?;
         for (s, server) in self.servers.iter().enumerate() {
-            let Some(node) = &server.node else {
+            let Some(node) = &server.p.node else {
                 return Err(Violation(format!(
                     "liveness: server {} is down {} us into the fault-free run",
                     s + 1,
@@ -701,13 +660,13 @@ impl World {
             Ev::ToServer(s, conn, req, id) => {
                 self.mix(&[self.now, 1, s as u64, conn, id, crate::digest_request(id, &req)]);
                 self.trace(|| format!("server {} gets {} {id} on {conn}", s + 1, req.body.name()));
-                if self.servers[s].node.is_none() || !self.conns.contains_key(&conn) {
+                if self.servers[s].p.node.is_none() || !self.conns.contains_key(&conn) {
                     return Ok(());
                 }
                 self.step(s, Input::Request { conn, id, req })
             }
             Ev::Disconnect(s, conn) => {
-                if self.servers[s].node.is_some() {
+                if self.servers[s].p.node.is_some() {
                     self.step(s, Input::Disconnect { conn })?;
                 }
                 Ok(())
@@ -726,7 +685,7 @@ impl World {
             Ev::Peer(s, epoch, msg) => {
                 let digest = crate::digest_bytes(format!("{msg:?}").as_bytes());
                 self.mix(&[self.now, 3, s as u64, digest]);
-                if self.servers[s].epoch != epoch || self.servers[s].node.is_none() {
+                if !self.servers[s].p.live(epoch) {
                     return Ok(());
                 }
                 self.trace(|| format!("server {} gets {msg:?}", s + 1));
@@ -735,7 +694,7 @@ impl World {
             Ev::LogSync(s, epoch) => self.log_sync(s, epoch),
             Ev::Io(s, epoch, e) => self.io(s, epoch, e),
             Ev::Tick(s, epoch) => {
-                if self.servers[s].epoch != epoch || self.servers[s].node.is_none() {
+                if !self.servers[s].p.live(epoch) {
                     return Ok(());
                 }
                 self.at(TICK_US, Ev::Tick(s, epoch));
@@ -750,7 +709,7 @@ impl World {
     }
 
     fn step(&mut self, s: usize, input: Input) -> Result<(), Violation> {
-        let Some(node) = self.servers[s].node.as_mut() else { return Ok(()) };
+        let Some(node) = self.servers[s].p.node.as_mut() else { return Ok(()) };
         let mut fx = Vec::new();
         crate::step_checked(&mut node.core, self.now, input, &mut fx)?;
         self.route(s, fx)
@@ -769,15 +728,9 @@ impl World {
                     }
                 }
                 Effect::Append { lsn, record } => {
-                    let node = self.servers[s].node.as_mut().expect("effects of a live server");
-                    let got = node.log.append(&record).map_err(io_violation)?;
-                    if got != lsn {
-                        return Err(Violation(format!("log gave {got}, core expected {lsn}")));
-                    }
-                    if !node.sync_scheduled {
-                        node.sync_scheduled = true;
+                    if self.servers[s].p.append(lsn, record)? {
                         let d = self.disk_latency();
-                        let e = self.servers[s].epoch;
+                        let e = self.servers[s].p.epoch;
                         self.at(d, Ev::LogSync(s, e));
                     }
                 }
@@ -795,14 +748,14 @@ impl World {
                         continue;
                     }
                     let d = self.latency();
-                    let e = self.servers[t - 1].epoch;
+                    let e = self.servers[t - 1].p.epoch;
                     self.at(d, Ev::Peer(t - 1, e, msg));
                 }
                 Effect::Done { .. } => {}
                 Effect::Backup { .. } => return Err(Violation("a backup nobody asked for".into())),
                 e @ (Effect::Read { .. } | Effect::Install(_) | Effect::Checkpoint(_)) => {
                     let d = self.disk_latency();
-                    let ep = self.servers[s].epoch;
+                    let ep = self.servers[s].p.epoch;
                     self.at(d, Ev::Io(s, ep, e));
                 }
             }
@@ -814,20 +767,17 @@ impl World {
         if self.out.crashes >= self.cfg.crashes_max as u64 || !self.chance(self.cfg.io_death_ppm) {
             return false;
         }
-        let disk = &self.servers[s].disk;
-        let ops = disk.counters().ops + self.rng.below(12);
-        disk.set_fault_plan(FaultPlan { die_after_ops: Some(ops), ..FaultPlan::default() });
+        let extra = self.rng.below(12);
+        self.servers[s].p.plan_death(extra);
         true
     }
 
     fn log_sync(&mut self, s: usize, epoch: u32) -> Result<(), Violation> {
-        if self.servers[s].epoch != epoch || self.servers[s].node.is_none() {
+        if !self.servers[s].p.live(epoch) {
             return Ok(());
         }
         let dies = self.maybe_die_midway(s);
-        let node = self.servers[s].node.as_mut().expect("checked");
-        node.sync_scheduled = false;
-        let r = node.log.sync();
+        let r = self.servers[s].p.sync_log();
         if dies {
             self.crash(s, "during a log sync");
             return Ok(());
@@ -837,12 +787,11 @@ impl World {
     }
 
     fn io(&mut self, s: usize, epoch: u32, effect: Effect) -> Result<(), Violation> {
-        if self.servers[s].epoch != epoch || self.servers[s].node.is_none() {
+        if !self.servers[s].p.live(epoch) {
             return Ok(());
         }
         let dies = !matches!(effect, Effect::Read { .. }) && self.maybe_die_midway(s);
-        let node = self.servers[s].node.as_mut().expect("checked");
-        let input = node.disk_side.perform(&effect, &*node.log);
+        let input = self.servers[s].p.perform(&effect);
         if dies {
             self.crash(s, "during an install or checkpoint");
             return Ok(());
@@ -854,17 +803,14 @@ impl World {
     }
 
     fn crash(&mut self, s: usize, why: &str) {
-        if self.servers[s].node.is_none() {
+        if self.servers[s].p.node.is_none() {
             return;
         }
         self.trace(|| format!("server {} crashes {why}", s + 1));
         self.mix(&[self.now, 8, s as u64]);
-        self.servers[s].node = None;
-        self.servers[s].epoch += 1;
         self.out.crashes += 1;
         let seed = self.rng.next_u64();
-        self.servers[s].disk.crash(seed);
-        self.servers[s].disk.set_fault_plan(FaultPlan::default());
+        self.servers[s].p.kill(seed);
         let broken: Vec<ConnId> =
             self.conns.iter().filter(|(_, (_, sv))| *sv == s).map(|(c, _)| *c).collect();
         for conn in broken {
@@ -914,7 +860,7 @@ impl World {
                 last_to_server: 0,
                 last_to_client: 0,
             });
-            if self.servers[s].node.is_some() {
+            if self.servers[s].p.node.is_some() {
                 // The connection opens at once (a model of the accept), then Hello travels.
                 // Any step may emit effects for others (work that waited, timeouts): routed.
                 if let Err(v) = self.step(s, Input::Connect { conn }) {
@@ -962,9 +908,14 @@ impl World {
 
     /// Client `c` starts a transaction (or, done, stops).
     fn wake(&mut self, c: usize) -> Result<(), Violation> {
-        // While the faults last a client runs `txns_per_client`; then it waits for the calm.
-        let txns = self.cfg.txns_per_client + if self.faults { 0 } else { CALM_TXNS };
-        if self.clients[c].txn.is_some() || self.clients[c].done >= txns {
+        // While the faults last a client runs `txns_per_client`; then it waits for the calm,
+        // in which it runs until it has committed `liveness::CALM_COMMITS` times.
+        let more = if self.progress.calm() {
+            self.progress.wants_more(c)
+        } else {
+            self.faults && self.clients[c].done < self.cfg.txns_per_client
+        };
+        if self.clients[c].txn.is_some() || !more {
             return Ok(());
         }
         let n = self.cfg.servers as u64;
@@ -1000,6 +951,8 @@ impl World {
             txn.fetch_ids.push(rid);
         }
         self.trace(|| format!("client {c} starts txn {id}: {:?}", txn.uses));
+        // The transaction is the client's open step for the liveness check.
+        self.progress.asked(c, self.now);
         self.clients[c].txn = Some(txn);
         Ok(())
     }
@@ -1149,6 +1102,10 @@ impl World {
             return Ok(());
         }
         let t = self.clients[c].txn.take().expect("checked");
+        self.progress.answered(c);
+        if t.prepared && t.outcome == Some(true) {
+            self.progress.committed(c, self.now);
+        }
         if t.prepared {
             let mut h =
                 serial::Txn::new((u64::from(c as u32 + 1) << 32) | u64::from(t.id), c as u32 + 1)

@@ -38,6 +38,27 @@
 //! reference validation and oref allocation are exercised too. Clients acknowledge the
 //! invalidations that arrive on replies; a commit refused by concurrency control is aborted.
 //!
+//! In two thirds of the seeds ([`SimConfig::real_clients`], drawn from a stream of its own)
+//! one or two *real* clients run beside them: thor's own client protocol,
+//! `thor_client::proto::ClientCore`, driven one message at a time (the `real` module). Their
+//! transactions join the same history and the same liveness check, so a bug in the client's
+//! protocol (a stale read that commits, an acknowledgement sent too early, a commit in doubt
+//! ended wrongly after a resume) fails a run as a server's would.
+//!
+//! # Liveness
+//!
+//! When every client has done its `txns_per_client` commits the faults stop (no more crashes,
+//! lost messages or dying I/O); once the server has been up for [`SETTLED_QUIET_US`] (it must
+//! be back within [`SETTLE_US_MAX`]) the *calm* begins: every client runs again until it has
+//! [`crate::liveness::CALM_COMMITS`] acknowledged commits, and after every event the run checks
+//! that no client's request has waited longer than five ticks for its answer and that no client
+//! has gone ten ticks without a commit ([`CALM_BOUNDS`], [`crate::liveness`]). A commit stuck
+//! behind an install round, a WPL checkpoint or a full MOB that nothing drains, or a client
+//! refused again and again, fails the run like a safety violation. Over the 10,000 seeds of
+//! `tests/cluster.rs` and the 500 per mode of `tests/page_modes.rs` the longest wait was 17 ms
+//! and the longest a client went without a commit 45 ms (`thor sim cluster` prints both).
+//! The calm's commits join the history and are judged with the rest.
+//!
 //! # Serializability
 //!
 //! Every transaction that reached its commit goes into a [`serial::History`] with what it read
@@ -66,8 +87,7 @@
 //! transactions in serial order ([`serial::check_conserved_total`]), the accounts' total must
 //! be the same after every one.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -75,17 +95,22 @@ use rustc_hash::FxHashMap;
 use bytes::Bytes;
 use thor_core::le::{put_u32, u32_at};
 use thor_core::{ClassDesc, Lsn, Oref, PageId, PageView, RawRef, ServerId, VarKind};
-use thor_server::io::{self, CommitLog, DiskSide};
-use thor_server::{CommitIn, ConnId, Core, CoreConfig, DirectOp, DirectResult, Effect, Input};
-use thor_storage::{FaultPlan, Log, LogOptions, MemDisk, SplitMix64};
+use thor_server::io;
+use thor_server::{CommitIn, ConnId, CoreConfig, DirectOp, DirectResult, Effect, Input};
+use thor_storage::{FaultPlan, MemDisk, SplitMix64};
 use thor_wire::{
     Commit, CommitMode, Hello, PageCommit, PageRecords, Prefetch, PrefetchHint, Reply, ReplyBody,
     Request, RequestBody,
 };
 
 use crate::check::{CellLayout, Checker, Violation};
+use crate::liveness::{Bounds, Progress};
 use crate::pagemode::{self, PageClientConfig};
+use crate::server::{self, EventQueue, Node, Process, io_violation};
 use thor_history as serial;
+
+mod real;
+use real::RealClient;
 
 /// Virtual microseconds between ticks of the server.
 pub const TICK_US: u64 = 20_000;
@@ -146,6 +171,9 @@ pub struct SimConfig {
     /// Clients fetch with `Prefetch` and cache the pages they get (`obj` mode only, as
     /// thor-client); `None`: plain fetches, nothing cached.
     pub prefetch: Option<SimPrefetch>,
+    /// Clients that run thor's own client protocol (`thor_client::proto::ClientCore`) beside
+    /// the simulated ones (`obj` mode only: the core's page-mode commit path is `Session`'s).
+    pub real_clients: usize,
 }
 
 /// The clients' prefetch in a run (see the module documentation).
@@ -202,6 +230,7 @@ impl SimConfig {
             page_client: PageClientConfig { buffer_pages: 1, block_bytes: 64, steal_pages: 0 },
             wpl: thor_server::WPL_CONFIG_DEFAULT,
             prefetch: None,
+            real_clients: 0,
         };
         if cfg.exclusive_page_cache {
             // The database of a run is a few pages: a cache smaller than that makes clients'
@@ -215,6 +244,8 @@ impl SimConfig {
             cfg.reads_tracked_max = 1 + r.below(4) as usize;
         }
         cfg.prefetch = SimPrefetch::for_seed(seed);
+        // A stream of its own, so the draws above stay as they were.
+        cfg.real_clients = SplitMix64::new(seed ^ 0x4EA1_0000_0000_0000).below(3) as usize;
         cfg
     }
 
@@ -227,8 +258,9 @@ impl SimConfig {
         let mut cfg = SimConfig::for_seed(seed);
         cfg.commit_mode = mode;
         if mode.is_page_based() {
-            // thor-client prefetches only in `obj` mode.
+            // thor-client prefetches only in `obj` mode, and its core commits only there.
             cfg.prefetch = None;
+            cfg.real_clients = 0;
             let mut r = SplitMix64::new(seed ^ 0x9A6E_D0DE_0000_0000);
             cfg.page_client = PageClientConfig {
                 buffer_pages: [1, 1, 2, 64][r.below(4) as usize],
@@ -310,6 +342,21 @@ pub struct Outcome {
     pub cached_reads: u64,
     /// Pages clients reported discarded.
     pub discards: u64,
+    /// How long the server took to settle once the faults stopped (virtual microseconds
+    /// from the faults' end to the calm's start, see [`crate::liveness`]).
+    pub settle_us: u64,
+    /// In the calm: the longest a client's request waited for its answer.
+    pub calm_wait_us_max: u64,
+    /// In the calm: the longest a client went without an acknowledged commit.
+    pub calm_commit_us_max: u64,
+    /// Commits of real clients acknowledged (by the server or, read-only, at the client).
+    pub real_commits: u64,
+    /// Of those, read-only transactions committed at the client without a message.
+    pub real_read_only_here: u64,
+    /// Real clients' transactions doomed by an invalidation before their commit.
+    pub real_doomed: u64,
+    /// Frames the real clients' caches evicted (replacement under the faults).
+    pub real_frames_evicted: u64,
 }
 
 /// A run that found a violation.
@@ -375,16 +422,6 @@ enum Ev {
     Tick(u32),
     /// The crashed server restarts.
     Restart,
-}
-
-/// The server process.
-#[derive(Debug)]
-struct Node {
-    core: Core,
-    disk_side: DiskSide,
-    log: Arc<Log>,
-    /// Whether a log sync event is scheduled.
-    sync_scheduled: bool,
 }
 
 /// A connection as the network sees it.
@@ -548,47 +585,13 @@ impl Client {
     }
 }
 
-/// The events to come, earliest first: by virtual time, then by insertion number (unique, so
-/// the order is total and a seed replays it exactly). A binary heap of small keys over a slab
-/// of the events, so that an event is moved in once and out once: a `BTreeMap` of the events
-/// themselves shifted them (a few hundred bytes each) within its nodes on every insert and
-/// pop, a twentieth of a run.
-#[derive(Debug, Default)]
-struct EventQueue {
-    /// `(time, insertion number, slot)`, earliest on top.
-    heap: BinaryHeap<Reverse<(u64, u64, usize)>>,
-    /// The events by slot: `Some` exactly for the slots in `heap`.
-    slots: Vec<Option<Ev>>,
-    /// Slots of `slots` that hold no event, for reuse.
-    free: Vec<usize>,
-}
-
-impl EventQueue {
-    /// Queues `ev` at `(time, insertion number)`.
-    fn insert(&mut self, at: (u64, u64), ev: Ev) {
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.slots[slot] = Some(ev);
-                slot
-            }
-            None => {
-                self.slots.push(Some(ev));
-                self.slots.len() - 1
-            }
-        };
-        self.heap.push(Reverse((at.0, at.1, slot)));
+/// The durability checker learns every record and durable point of a step settled at once.
+impl server::Settled for Checker {
+    fn appended(&mut self, lsn: Lsn, record: &Bytes) -> Result<(), Violation> {
+        Checker::appended(self, lsn, record)
     }
-
-    /// The earliest event and its `(time, insertion number)`.
-    fn pop_first(&mut self) -> Option<((u64, u64), Ev)> {
-        let Reverse((time, seq, slot)) = self.heap.pop()?;
-        let ev = self.slots[slot].take().expect("a queued slot holds its event");
-        self.free.push(slot);
-        Some(((time, seq), ev))
-    }
-
-    fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+    fn durable(&mut self, lsn: Lsn) {
+        Checker::durable(self, lsn);
     }
 }
 
@@ -598,14 +601,16 @@ struct World {
     rng: SplitMix64,
     now: u64,
     seq: u64,
-    queue: EventQueue,
-    disk: MemDisk,
-    /// Incremented by every crash; events of an older server are ignored.
-    epoch: u32,
-    node: Option<Node>,
+    queue: EventQueue<Ev>,
+    /// The server: its disk, its process while it is up, its epoch (events of an older
+    /// process are ignored).
+    server: Process,
     links: BTreeMap<ConnId, Link>,
     next_conn: ConnId,
     clients: Vec<Client>,
+    /// The real clients; their world index (events, links, progress) follows the simulated
+    /// clients'.
+    real: Vec<RealClient>,
     checker: Checker,
     /// Cells known to exist durably (every client may write them). The first [`ACCOUNTS`] are
     /// bank accounts.
@@ -628,6 +633,12 @@ struct World {
     forged: Vec<(PageId, Bytes)>,
     /// Payload bytes of every cell (their class's variable part).
     payload: usize,
+    /// When the faults stopped (the clients had done their faulty work).
+    faults_stopped_at: Option<u64>,
+    /// Since when the server has been up after the faults stopped.
+    settled_since: Option<u64>,
+    /// The clients' progress in the calm, and its check ([`crate::liveness`]).
+    progress: Progress,
 }
 
 /// The commit mode of a run's server and its WPL table's bounds.
@@ -657,10 +668,6 @@ fn core_config(cfg: &SimConfig) -> CoreConfig {
         hash_key: crate::hash_key(cfg.seed),
         ..CoreConfig::default()
     }
-}
-
-fn log_options() -> LogOptions {
-    LogOptions { segment_bytes: 8 << 10, buffer_bytes_max: 64 << 10, ..LogOptions::default() }
 }
 
 /// Runs one simulation; returns what it did, or the first violation found.
@@ -730,12 +737,11 @@ impl World {
             now: 0,
             seq: 0,
             queue: EventQueue::default(),
-            disk,
-            epoch: 0,
-            node: None,
+            server: Process::new(disk),
             links: BTreeMap::new(),
             next_conn: 1,
             clients,
+            real: Vec::new(),
             checker: Checker::new(Lsn(1)),
             history: serial::History::new(),
             read_only: BTreeSet::new(),
@@ -752,7 +758,14 @@ impl World {
             hash: 0xcbf2_9ce4_8422_2325,
             forged: Vec::new(),
             payload,
+            faults_stopped_at: None,
+            settled_since: None,
+            progress: Progress::default(),
         };
+        let prefetch = w.cfg.prefetch.map(|p| p.extra);
+        w.real = (0..w.cfg.real_clients)
+            .map(|k| RealClient::new(w.cfg.seed, (w.cfg.clients + 1 + k) as u32, prefetch))
+            .collect();
         w.start_server()?;
         w.setup()?;
         Ok(w)
@@ -791,20 +804,20 @@ impl World {
     fn start_server(&mut self) -> Result<(), Violation> {
         if self.out.crashes > 0 {
             self.out.offline_checks += 1;
-            crate::check::offline(&self.disk, "the database after a crash")?;
+            crate::check::offline(&self.server.disk, "the database after a crash")?;
         }
-        let (disk, study) = (Arc::new(self.disk.clone()), study_options(&self.cfg));
-        let r = io::recover(disk, core_config(&self.cfg), log_options(), &study)
+        let study = study_options(&self.cfg);
+        let opened = self
+            .server
+            .start(core_config(&self.cfg), &study)
             .map_err(|e| Violation(format!("the database does not open after a crash: {e}")))?;
-        self.out.install_rounds += r.rounds;
-        self.out.wpl_restored += r.core.stats().wpl.restored;
-        let next = r.core.next_lsn();
-        let mut core = r.core;
-        crate::mutate(&mut core);
-        self.node = Some(Node { core, disk_side: r.disk_side, log: r.log, sync_scheduled: false });
+        let node = self.server.node.as_ref().expect("started");
+        self.out.install_rounds += opened.rounds;
+        self.out.wpl_restored += node.core.stats().wpl.restored;
+        let next = node.core.next_lsn();
         self.checker.recovered(next)?;
         self.check_everything()?;
-        self.at(TICK_US, Ev::Tick(self.epoch));
+        self.at(TICK_US, Ev::Tick(self.server.epoch));
         Ok(())
     }
 
@@ -856,39 +869,8 @@ impl World {
     /// Steps the server with `input` and performs every effect at once (setup and checks,
     /// with no client connected); returns the direct answers.
     fn settle_now(&mut self, input: Input) -> Result<Vec<DirectResult>, Violation> {
-        let mut answers = Vec::new();
-        let mut inputs = vec![input];
-        while let Some(input) = inputs.pop() {
-            let node = self.node.as_mut().expect("the server is up");
-            let mut fx = Vec::new();
-            crate::step_checked(&mut node.core, self.now, input, &mut fx)?;
-            let mut appended = false;
-            for e in fx {
-                match e {
-                    Effect::Append { lsn, record } => {
-                        let got = node.log.append_shared(record.clone()).map_err(io_violation)?;
-                        if got != lsn {
-                            return Err(Violation(format!("log gave {got}, core expected {lsn}")));
-                        }
-                        self.checker.appended(lsn, &record)?;
-                        appended = true;
-                    }
-                    Effect::Done { result, .. } => answers.push(result),
-                    Effect::Reply { .. } => {}
-                    other => {
-                        if let Some(i) = node.disk_side.perform(&other, &*node.log) {
-                            inputs.push(i);
-                        }
-                    }
-                }
-            }
-            if appended {
-                let lsn = node.log.sync().map_err(io_violation)?;
-                self.checker.durable(lsn);
-                inputs.push(Input::Durable { lsn });
-            }
-        }
-        Ok(answers)
+        let node = self.server.node.as_mut().expect("the server is up");
+        server::settle_now(node, self.now, input, &mut self.checker)
     }
 
     /// Fetches every page that holds simulation objects, directly, and checks it.
@@ -908,13 +890,26 @@ impl World {
             let d = self.rng.below(1_000);
             self.at(d, Ev::ClientWake(c));
         }
+        self.real_wake_all();
         for _ in 0..self.cfg.backups {
             let d = self.rng.below(BACKUP_WINDOW_US);
             self.at(d, Ev::Backup);
         }
-        loop {
-            if self.clients.iter().all(|c| c.done >= self.cfg.txns_per_client) {
-                break;
+        // The faulty part, then the calm under the liveness check ([`crate::liveness`]).
+        while !self.progress.all_done() {
+            if self.faults_stopped_at.is_none()
+                && self.clients.iter().all(|c| c.done >= self.cfg.txns_per_client)
+                && self.real.iter().all(|c| c.done >= self.cfg.txns_per_client)
+            {
+                // Faults stop; a crashed server comes back; then the clients run again.
+                self.cfg.loss_ppm = 0;
+                self.cfg.io_death_ppm = 0;
+                self.cfg.crash_ppm = 0;
+                self.faults_stopped_at = Some(self.now);
+                self.trace(|| "clients done: faults stop".into());
+            }
+            if let (Some(stopped), false) = (self.faults_stopped_at, self.progress.calm()) {
+                self.maybe_calm(stopped)?;
             }
             let Some(((t, _), ev)) = self.queue.pop_first() else {
                 return Err(Violation("nothing left to happen but clients are not done".into()));
@@ -924,19 +919,19 @@ impl World {
             if self.out.events > EVENTS_MAX {
                 return Err(Violation(format!("no progress after {EVENTS_MAX} events")));
             }
-            if self.node.is_some()
+            if self.server.node.is_some()
                 && (self.out.crashes as usize) < self.cfg.crashes_max
                 && self.chance(self.cfg.crash_ppm)
             {
                 self.crash("at random");
             }
             self.event(ev)?;
+            self.progress.check(self.now, CALM_BOUNDS, |c| format!("client {}", c + 1))?;
         }
-        // Quiesce: no more faults; let everything in flight finish, then check everything,
-        // then crash once more and check what recovery gives.
-        self.cfg.loss_ppm = 0;
-        self.cfg.io_death_ppm = 0;
-        self.cfg.crash_ppm = 0;
+        self.out.calm_wait_us_max = self.progress.wait_us_seen;
+        self.out.calm_commit_us_max = self.progress.commit_us_seen;
+        // Quiesce: let everything in flight finish, then check everything, then crash once
+        // more and check what recovery gives.
         while let Some(((t, _), ev)) = self.queue.pop_first() {
             self.now = t;
             self.out.events += 1;
@@ -948,16 +943,60 @@ impl World {
             }
             self.event(ev)?;
         }
-        if self.node.is_none() {
+        if self.server.node.is_none() {
             return Err(Violation("the server is down after quiescence".into()));
         }
         self.check_everything()?;
         self.crash("at the end");
         self.start_server()?;
         self.check_history()?;
+        self.out.real_frames_evicted = self.real_frames_evicted();
         self.out.acked = self.checker.acked() as u64;
         self.out.trace_hash = self.hash;
         Ok(())
+    }
+
+    /// After the faults stopped at `stopped`: once the server has been up for
+    /// [`SETTLED_QUIET_US`] the calm begins and the clients run again. A server that does not
+    /// come back within [`SETTLE_US_MAX`] breaks liveness.
+    fn maybe_calm(&mut self, stopped: u64) -> Result<(), Violation> {
+        if self.server.node.is_none() {
+            self.settled_since = None;
+            if self.now - stopped > SETTLE_US_MAX {
+                return Err(Violation(format!(
+                    "liveness: the server is still down {} us after the faults stopped (bound {SETTLE_US_MAX} us)",
+                    self.now - stopped
+                )));
+            }
+            return Ok(());
+        }
+        let since = *self.settled_since.get_or_insert(self.now);
+        if self.now - since < SETTLED_QUIET_US {
+            return Ok(());
+        }
+        self.out.settle_us = since - stopped;
+        self.progress.begin(self.now, self.clients.len() + self.real.len());
+        self.trace(|| "settled: the calm and its liveness check begin".into());
+        for c in 0..self.clients.len() {
+            let d = self.rng.below(1_000);
+            self.at(d, Ev::ClientWake(c));
+        }
+        self.real_wake_all();
+        Ok(())
+    }
+
+    /// Whether client `c` has work left: its faulty transactions before the faults stop,
+    /// its calm commits once the calm has begun, nothing in between.
+    fn has_work(&self, c: usize) -> bool {
+        if self.progress.calm() {
+            self.progress.wants_more(c)
+        } else {
+            let done = match c.checked_sub(self.clients.len()) {
+                Some(r) => self.real[r].done,
+                None => self.clients[c].done,
+            };
+            self.faults_stopped_at.is_none() && done < self.cfg.txns_per_client
+        }
     }
 
     /// The serializability check of what clients observed: uncertain commits are decided by
@@ -1038,7 +1077,7 @@ impl World {
                 self.io(epoch, effect)
             }
             Ev::Tick(epoch) => {
-                if epoch == self.epoch && self.node.is_some() {
+                if epoch == self.server.epoch && self.server.node.is_some() {
                     self.mix(&[self.now, 6]);
                     self.step(Input::Tick)?;
                     self.at(TICK_US, Ev::Tick(epoch));
@@ -1059,7 +1098,7 @@ impl World {
 
     /// Steps the live server and routes its effects.
     fn step(&mut self, input: Input) -> Result<(), Violation> {
-        let Some(node) = self.node.as_mut() else { return Ok(()) };
+        let Some(node) = self.server.node.as_mut() else { return Ok(()) };
         let mut fx = Vec::new();
         crate::step_checked(&mut node.core, self.now, input, &mut fx)?;
         self.route(fx)
@@ -1090,18 +1129,12 @@ impl World {
                     self.send_to_client(conn, Msg::Reply(id, reply, close));
                 }
                 Effect::Append { lsn, record } => {
-                    let node = self.node.as_mut().expect("effects come from a live server");
-                    let got = node.log.append_shared(record.clone()).map_err(io_violation)?;
-                    if got != lsn {
-                        return Err(Violation(format!("log gave {got}, core expected {lsn}")));
-                    }
-                    let schedule = !node.sync_scheduled;
-                    node.sync_scheduled = true;
+                    let schedule = self.server.append(lsn, record.clone())?;
                     self.checker.appended(lsn, &record)?;
                     self.mix(&[self.now, 11, lsn.0, crate::digest_bytes(&record)]);
                     if schedule {
                         let d = self.disk_latency();
-                        self.at(d, Ev::LogSync(self.epoch));
+                        self.at(d, Ev::LogSync(self.server.epoch));
                     }
                 }
                 Effect::Done { .. } => {}
@@ -1117,7 +1150,7 @@ impl World {
                 }
                 e @ (Effect::Read { .. } | Effect::Install(_) | Effect::Checkpoint(_)) => {
                     let d = self.disk_latency();
-                    self.at(d, Ev::Io(self.epoch, e));
+                    self.at(d, Ev::Io(self.server.epoch, e));
                 }
             }
         }
@@ -1131,19 +1164,17 @@ impl World {
         {
             return false;
         }
-        let ops = self.disk.counters().ops + self.rng.below(12);
-        self.disk.set_fault_plan(FaultPlan { die_after_ops: Some(ops), ..FaultPlan::default() });
+        let extra = self.rng.below(12);
+        self.server.plan_death(extra);
         true
     }
 
     fn log_sync(&mut self, epoch: u32) -> Result<(), Violation> {
-        if epoch != self.epoch || self.node.is_none() {
+        if !self.server.live(epoch) {
             return Ok(());
         }
         let dies = self.maybe_die_midway();
-        let node = self.node.as_mut().expect("checked");
-        node.sync_scheduled = false;
-        let r = node.log.sync();
+        let r = self.server.sync_log();
         if dies {
             self.crash("during a log sync");
             return Ok(());
@@ -1155,12 +1186,11 @@ impl World {
     }
 
     fn io(&mut self, epoch: u32, effect: Effect) -> Result<(), Violation> {
-        if epoch != self.epoch || self.node.is_none() {
+        if !self.server.live(epoch) {
             return Ok(());
         }
         let dies = !matches!(effect, Effect::Read { .. }) && self.maybe_die_midway();
-        let node = self.node.as_mut().expect("checked");
-        let input = node.disk_side.perform(&effect, &*node.log);
+        let input = self.server.perform(&effect);
         if dies {
             self.crash("during an install or checkpoint");
             return Ok(());
@@ -1178,14 +1208,14 @@ impl World {
     /// (a backup reports only what it synced), recovers it, and checks that it holds exactly
     /// the log up to the LSN it claims, with every commit acknowledged so far.
     fn backup(&mut self) -> Result<(), Violation> {
-        let Some(node) = self.node.as_ref() else { return Ok(()) };
+        let Some(node) = self.server.node.as_ref() else { return Ok(()) };
         // The backup only reads the live disk: a death armed for a later install or
         // checkpoint waits until it is done.
-        let plan = self.disk.fault_plan();
-        self.disk.set_fault_plan(FaultPlan::default());
+        let plan = self.server.disk.fault_plan();
+        self.server.disk.set_fault_plan(FaultPlan::default());
         let dest = MemDisk::new();
         let taken = node.disk_side.backup_into(&*node.log, &dest, || Ok(()));
-        self.disk.set_fault_plan(plan);
+        self.server.disk.set_fault_plan(plan);
         let info = taken.map_err(|e| Violation(format!("a backup failed: {e}")))?;
         self.trace(|| format!("backup up to LSN {}", info.lsn));
         self.out.backups += 1;
@@ -1193,7 +1223,7 @@ impl World {
         self.out.offline_checks += 1;
         crate::check::offline(&dest, "a backup")?;
         let study = study_options(&self.cfg);
-        let r = io::recover(Arc::new(dest), core_config(&self.cfg), log_options(), &study)
+        let r = io::recover(Arc::new(dest), core_config(&self.cfg), server::log_options(), &study)
             .map_err(|e| Violation(format!("a backup does not open: {e}")))?;
         if r.core.next_lsn().0 != info.lsn.0 + 1 {
             return Err(Violation(format!(
@@ -1215,21 +1245,19 @@ impl World {
 
     /// The server process dies: its connections break and the disk loses what it may.
     fn crash(&mut self, why: &str) {
-        if self.node.is_none() {
+        if self.server.node.is_none() {
             return;
         }
         self.trace(|| format!("server crashes {why}"));
         self.mix(&[self.now, 8, self.out.crashes]);
-        if let Some(n) = &self.node {
+        if let Some(n) = &self.server.node {
             let w = n.core.stats().wpl;
             self.out.wpl_installed += w.installed;
             self.out.wpl_page_rule_refusals += w.page_rule_refusals;
         }
-        self.node = None;
-        self.epoch += 1;
         self.out.crashes += 1;
         let seed = self.rng.next_u64();
-        self.disk.crash(seed);
+        self.server.kill(seed);
         let conns: Vec<ConnId> =
             self.links.iter().filter(|(_, l)| l.alive).map(|(c, _)| *c).collect();
         for conn in conns {
@@ -1269,6 +1297,9 @@ impl World {
         }
         let t = (self.now + d).max(link.last_to_server + 1);
         link.last_to_server = t;
+        if let Msg::Request(..) = msg {
+            self.progress.asked(link.client, self.now);
+        }
         self.seq += 1;
         self.queue.insert((t, self.seq), Ev::ToServer(conn, msg));
     }
@@ -1375,7 +1406,7 @@ impl World {
 
     /// No page the server was sent forged (or unasked) bytes of holds them in its cache.
     fn check_forged(&mut self) -> Result<(), Violation> {
-        let Some(node) = self.node.as_ref() else {
+        let Some(node) = self.server.node.as_ref() else {
             self.forged.clear();
             return Ok(());
         };
@@ -1391,7 +1422,7 @@ impl World {
     }
 
     fn at_server(&mut self, conn: ConnId, msg: Msg) -> Result<(), Violation> {
-        if self.node.is_none() {
+        if self.server.node.is_none() {
             return Ok(());
         }
         match msg {
@@ -1413,15 +1444,18 @@ impl World {
     }
 
     fn client_wake(&mut self, c: usize) -> Result<(), Violation> {
-        let client = &self.clients[c];
-        if client.done >= self.cfg.txns_per_client || client.waiting != Waiting::Nothing {
+        if let Some(r) = c.checked_sub(self.clients.len()) {
+            return self.real_wake(r);
+        }
+        if !self.has_work(c) || self.clients[c].waiting != Waiting::Nothing {
             return Ok(());
         }
+        let client = &self.clients[c];
         if client.conn.is_none() {
             // Connect: the connection and the Hello travel together, in order.
             let conn = self.next_conn;
             self.next_conn += 1;
-            let alive = self.node.is_some();
+            let alive = self.server.node.is_some();
             self.links.insert(
                 conn,
                 Link { client: c, alive: true, last_to_server: 0, last_to_client: 0 },
@@ -1733,6 +1767,9 @@ impl World {
     }
 
     fn at_client(&mut self, c: usize, conn: ConnId, msg: Msg) -> Result<(), Violation> {
+        if let Some(r) = c.checked_sub(self.clients.len()) {
+            return self.at_real_client(r, conn, msg);
+        }
         if self.clients[c].conn != Some(conn) {
             return Ok(());
         }
@@ -1767,6 +1804,7 @@ impl World {
         }
         // A transaction being prepared is abandoned with its session.
         self.clients[c].plan = None;
+        self.progress.answered(c);
         let client = &mut self.clients[c];
         client.conn = None;
         client.waiting = Waiting::Nothing;
@@ -1786,6 +1824,7 @@ impl World {
         think: u64,
     ) -> Result<(), Violation> {
         let waiting = std::mem::replace(&mut self.clients[c].waiting, Waiting::Nothing);
+        self.progress.answered(c);
         let id = self.clients[c].id;
         let sent = self.clients[c].next_id - 1;
         if rid != sent {
@@ -1841,6 +1880,7 @@ impl World {
                 }
                 self.cells.extend(created);
                 self.clients[c].done += 1;
+                self.progress.committed(c, self.now);
             }
             (w, body) => {
                 return Err(Violation(format!("client {id} waiting for {w:?} got {body:?}")));
@@ -1903,6 +1943,22 @@ impl World {
 /// When backups may be taken: the first 200 ms of virtual time, where every run has load.
 const BACKUP_WINDOW_US: u64 = 200_000;
 
+/// How long the server must have been up after the faults stopped before the calm begins:
+/// longer than anything of the faulty part takes to land (a message, 0.4 ms; a disk
+/// operation, 2 ms), so that the calm starts from a settled server.
+const SETTLED_QUIET_US: u64 = 20_000;
+
+/// Longest a crashed server may take to come back once the faults stopped: its restart
+/// comes at most 21 ms after the crash, and recovery takes no virtual time.
+const SETTLE_US_MAX: u64 = 100_000;
+
+/// The calm's bounds ([`crate::liveness`]). A request of a fault-free run takes a round trip
+/// and at most a few disk operations (each under 2.05 ms) and install rounds; one that waits
+/// several ticks is stuck behind something. A client's commit needs a few requests and think
+/// times of at most 1.5 ms; the commit bound leaves room for a run of conflicts with the
+/// other clients (their refusals do not count as commits).
+const CALM_BOUNDS: Bounds = Bounds { wait_us_max: 5 * TICK_US, commit_us_max: 10 * TICK_US };
+
 /// Fetches `page` from a server that no client uses (a recovered backup), performing its
 /// page reads at once.
 fn fetch_from(node: &mut Node, now: u64, page: PageId) -> Result<Bytes, Violation> {
@@ -1928,28 +1984,9 @@ fn fetch_from(node: &mut Node, now: u64, page: PageId) -> Result<Bytes, Violatio
     Err(Violation(format!("a backup's page {page} was never served")))
 }
 
-fn io_violation(e: thor_storage::StorageError) -> Violation {
-    Violation(format!("the disk failed outside an injected fault: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_event_queue_pops_by_time_then_insertion_and_reuses_its_slots() {
-        let mut q = EventQueue::default();
-        q.insert((5, 1), Ev::ClientWake(1));
-        q.insert((3, 2), Ev::ClientWake(2));
-        q.insert((5, 0), Ev::ClientWake(0));
-        let order: Vec<(u64, u64)> =
-            std::iter::from_fn(|| q.pop_first().map(|(at, _)| at)).collect();
-        assert_eq!(order, [(3, 2), (5, 0), (5, 1)]);
-        assert!(q.is_empty());
-        q.insert((9, 3), Ev::ClientWake(3));
-        assert_eq!(q.slots.len(), 3, "a freed slot is reused");
-        assert!(matches!(q.pop_first(), Some(((9, 3), Ev::ClientWake(3)))));
-    }
 
     /// The database every run starts from (`World::new`: nothing in it depends on the seed),
     /// judged by the offline checker once here rather than in every seed.

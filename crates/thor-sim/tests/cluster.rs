@@ -8,7 +8,9 @@
 //! In a third of the seeds clients fetch with prefetch and cache the pages they get
 //! (`SimConfig::prefetch`): a prefetched page the server did not register for invalidations,
 //! or a page reported discarded while a transaction still reads it, shows as a committed stale
-//! read to the serializability checker.
+//! read to the serializability checker. In two thirds of the seeds one or two *real* clients
+//! run thor's own client protocol (`thor_client::proto::ClientCore`) beside the simulated ones
+//! (`SimConfig::real_clients`; `tests/real_clients.rs` forces them on).
 //!
 //! `THOR_SIM_SEEDS` sets how many seeds the four `seeds_*` tests run between them (default
 //! 10,000); `THOR_SIM_SEED=N` with the `replay` test replays one seed with its trace printed.
@@ -41,6 +43,12 @@ fn quarter(part: u64) -> Outcome {
                 sum.pages_prefetched += o.pages_prefetched;
                 sum.cached_reads += o.cached_reads;
                 sum.discards += o.discards;
+                sum.real_commits += o.real_commits;
+                sum.real_read_only_here += o.real_read_only_here;
+                sum.real_doomed += o.real_doomed;
+                sum.settle_us = sum.settle_us.max(o.settle_us);
+                sum.calm_wait_us_max = sum.calm_wait_us_max.max(o.calm_wait_us_max);
+                sum.calm_commit_us_max = sum.calm_commit_us_max.max(o.calm_commit_us_max);
             }
             Err(f) => panic!("{f}"),
         }
@@ -77,6 +85,10 @@ fn seeds_fourth_quarter() {
         assert!(sum.demotions_sent > 0 && sum.demotions_forged > 0, "{sum:?}");
         // Prefetch: pages prefetched, read from clients' caches, and reported discarded.
         assert!(sum.pages_prefetched > 0 && sum.cached_reads > 0 && sum.discards > 0, "{sum:?}");
+        // Real clients (thor's client protocol): commits, read-only ones at the client, and
+        // transactions doomed by invalidations.
+        assert!(sum.real_commits > 0 && sum.real_read_only_here > 0, "{sum:?}");
+        assert!(sum.real_doomed > 0, "{sum:?}");
     }
 }
 

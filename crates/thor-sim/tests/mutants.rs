@@ -6,6 +6,7 @@
 //! Run with `cargo test -p thor-sim --features mutants --test mutants` (`.ci/run` does).
 
 use thor_server::Mutant;
+use thor_sim::script::Scenario;
 use thor_sim::twopc::{TwoPcSimConfig, run_twopc};
 use thor_sim::{SimConfig, run, with_mutant};
 
@@ -19,6 +20,22 @@ fn caught_in_cluster(m: Mutant) -> Option<(u64, String)> {
     with_mutant(m, || {
         (0..SEEDS)
             .find_map(|seed| run(&SimConfig::for_seed(seed)).err().map(|f| (seed, f.to_string())))
+    })
+}
+
+/// The first seed of the single-server world with real clients only (thor's own client
+/// protocol, `thor_client::proto::ClientCore`, and no simulated client) that `m` fails, if
+/// any within [`SEEDS`]: the checkers see a broken server through the real client too.
+fn caught_by_real_clients(m: Mutant) -> Option<(u64, String)> {
+    with_mutant(m, || {
+        (0..SEEDS).find_map(|seed| {
+            let cfg = SimConfig {
+                clients: 0,
+                real_clients: 2 + (seed % 3) as usize,
+                ..SimConfig::for_seed(seed)
+            };
+            run(&cfg).err().map(|f| (seed, f.to_string()))
+        })
     })
 }
 
@@ -60,6 +77,16 @@ fn rule_1_off_is_caught() {
 }
 
 #[test]
+fn validation_off_is_caught_by_real_clients_alone() {
+    assert_caught(Mutant::ValidationOff, caught_by_real_clients(Mutant::ValidationOff));
+}
+
+#[test]
+fn rule_1_off_is_caught_by_real_clients_alone() {
+    assert_caught(Mutant::Rule1Off, caught_by_real_clients(Mutant::Rule1Off));
+}
+
+#[test]
 fn a_coordinator_that_skips_votes_is_caught() {
     assert_caught(Mutant::CoordinatorSkipsVotes, caught_in_twopc(Mutant::CoordinatorSkipsVotes));
 }
@@ -79,6 +106,23 @@ fn a_coordinator_that_drops_an_early_no_vote_is_caught_on_liveness() {
         assert!(why.contains("liveness:"), "caught, but not on liveness: {why}");
     }
     assert_caught(Mutant::CoordinatorDropsEarlyNo, found);
+}
+
+/// The hand-written scenario of the same stall (`tests/scenarios/early_no_vote_aborts_at_once`)
+/// shows it too: under the mutant the coordinator forgets the early no vote, prepares its own
+/// part when the client's prepare comes, and holds it, so the script's golden output no
+/// longer matches.
+#[test]
+fn the_early_no_vote_scenario_shows_a_coordinator_that_drops_it() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scenarios/early_no_vote_aborts_at_once");
+    let golden = std::fs::read_to_string(path).expect("the script");
+    let got = with_mutant(Mutant::CoordinatorDropsEarlyNo, || {
+        goldenscript::generate(&mut Scenario::default(), &golden)
+    })
+    .expect("the script runs");
+    eprintln!("{got}");
+    assert_ne!(got, golden, "the mutant changes what the scenario shows");
+    assert!(got.contains("s1: in doubt 1, coordinating 1"), "s1 holds its part: {got}");
 }
 
 /// Without a mutant the same seeds pass: what the tests above catch is the mutant.

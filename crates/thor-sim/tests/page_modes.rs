@@ -51,6 +51,9 @@ fn all_seeds(mode: CommitMode) -> Outcome {
                 sum.wpl_restored += o.wpl_restored;
                 sum.wpl_installed += o.wpl_installed;
                 sum.wpl_page_rule_refusals += o.wpl_page_rule_refusals;
+                sum.settle_us = sum.settle_us.max(o.settle_us);
+                sum.calm_wait_us_max = sum.calm_wait_us_max.max(o.calm_wait_us_max);
+                sum.calm_commit_us_max = sum.calm_commit_us_max.max(o.calm_commit_us_max);
             }
             Err(f) => panic!("{f}"),
         }

@@ -34,6 +34,7 @@ fn half(part: u64) -> TwoPcOutcome {
                 sum.settle_us = sum.settle_us.max(o.settle_us);
                 sum.calm_txn_us_max = sum.calm_txn_us_max.max(o.calm_txn_us_max);
                 sum.calm_part_us_max = sum.calm_part_us_max.max(o.calm_part_us_max);
+                sum.calm_commit_us_max = sum.calm_commit_us_max.max(o.calm_commit_us_max);
             }
             Err(f) => panic!("{f}"),
         }

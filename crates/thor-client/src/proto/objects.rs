@@ -125,6 +125,10 @@ impl ClientCore {
         }
         self.idle()?;
         self.in_transaction = true;
+        // A fetch again of a stale page belongs to the read that made it: one a doomed
+        // transaction left unfinished says nothing about this transaction's reads (its entry
+        // may even name another object now).
+        self.stale_refetch = None;
         if !self.needs_refresh(now_ns) {
             return Ok(None);
         }
@@ -497,6 +501,11 @@ impl ClientCore {
     /// was awaited is aborted here (a two-phase commit's outcome is not asked about).
     pub fn disconnected(&mut self) {
         self.ahead = None;
+        // A fetch again of a stale page whose reply the break lost was never answered: the
+        // next miss of that object fetches again instead of calling it missing (found by
+        // thor-sim's real clients: an object created on a cached page read as `NoSuchObject`
+        // after a resume).
+        self.stale_refetch = None;
         self.reconnect.breaks += 1;
         match self.pending.take() {
             Some(Pending::Commit(part, id)) => {
