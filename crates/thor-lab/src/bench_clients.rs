@@ -136,6 +136,28 @@ struct ServerCc {
     fair_held: u64,
 }
 
+impl ServerCc {
+    /// The counters of `st`, the server's statistics at the end of a run.
+    fn of(st: &thor_wire::stats::ServerStats) -> ServerCc {
+        ServerCc {
+            refused_stale: st.refused_stale,
+            refused_threshold: st.refused_threshold,
+            refused_rule1: st.refused_rule1,
+            refused_rule2a: st.refused_rule2a,
+            refused_rule2b: st.refused_rule2b,
+            retried_passed: st.retried_passed,
+            read_only_validated: st.read_only_validated,
+            invalidations_sent: st.invalidations_sent,
+            invalidations_acked: st.invalidations_acked,
+            commits_per_fsync: st.commits_per_fsync,
+            client_invalidation_aborts: st.client_invalidation_aborts,
+            client_retries: st.client_retries,
+            fair_claims: st.fair_claims,
+            fair_held: st.fair_held,
+        }
+    }
+}
+
 /// What one client did.
 #[derive(Debug, Default)]
 struct Tally {
@@ -219,23 +241,7 @@ fn print_tables(workload: Workload, runs: &[Run]) {
             r.p99_us
         );
     }
-    if runs.iter().any(|r| r.read_only > 0) {
-        println!("\nread-only transactions: committed, of them at the client, attempts refused");
-        println!(
-            "{:>8} {:>10} {:>10} {:>10} {:>9}",
-            "clients", "committed", "at client", "refused", "refused"
-        );
-        for r in runs {
-            println!(
-                "{:>8} {:>10} {:>10} {:>10} {:>8.2}%",
-                r.clients,
-                r.read_only,
-                r.read_only_local,
-                r.read_only_refused,
-                100.0 * r.read_only_refused_rate
-            );
-        }
-    }
+    print_read_only(runs);
     println!("\neach client's commits (smallest share over largest)");
     for r in runs {
         let (min, max) = (r.per_client.iter().min(), r.per_client.iter().max());
@@ -286,6 +292,28 @@ fn print_tables(workload: Workload, runs: &[Run]) {
         println!(
             "{:>8} {:>12} {:>9} {:>8} {:>8}",
             r.clients, c.client_invalidation_aborts, c.client_retries, c.fair_claims, c.fair_held
+        );
+    }
+}
+
+/// The read-only transactions' table, if any ran: committed, at the client, refused.
+fn print_read_only(runs: &[Run]) {
+    if runs.iter().all(|r| r.read_only == 0) {
+        return;
+    }
+    println!("\nread-only transactions: committed, of them at the client, attempts refused");
+    println!(
+        "{:>8} {:>10} {:>10} {:>10} {:>9}",
+        "clients", "committed", "at client", "refused", "refused"
+    );
+    for r in runs {
+        println!(
+            "{:>8} {:>10} {:>10} {:>10} {:>8.2}%",
+            r.clients,
+            r.read_only,
+            r.read_only_local,
+            r.read_only_refused,
+            100.0 * r.read_only_refused_rate
         );
     }
 }
@@ -354,23 +382,7 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
     if total != want {
         bail!("the accounts hold {total} units in all, not {want}: a committed update was lost");
     }
-    let st = engine.server_stats();
-    let server_cc = ServerCc {
-        refused_stale: st.refused_stale,
-        refused_threshold: st.refused_threshold,
-        refused_rule1: st.refused_rule1,
-        refused_rule2a: st.refused_rule2a,
-        refused_rule2b: st.refused_rule2b,
-        retried_passed: st.retried_passed,
-        read_only_validated: st.read_only_validated,
-        invalidations_sent: st.invalidations_sent,
-        invalidations_acked: st.invalidations_acked,
-        commits_per_fsync: st.commits_per_fsync,
-        client_invalidation_aborts: st.client_invalidation_aborts,
-        client_retries: st.client_retries,
-        fair_claims: st.fair_claims,
-        fair_held: st.fair_held,
-    };
+    let server_cc = ServerCc::of(&engine.server_stats());
     server.shutdown()?;
     all.latencies_us.sort_by(f64::total_cmp);
     let pct = |p: f64| {
