@@ -244,6 +244,15 @@ fn setup(server: &mut Server) -> (Oref, Oref) {
     }
 }
 
+/// Client `cl` increments counter `c` in a transaction of its own and commits it.
+fn increment(cl: &mut Client, server: &mut Server, c: Oref, now: u64) {
+    assert!(cl.begin(server, now).is_none());
+    let v = cl.value(server, c, now).unwrap();
+    cl.set(c, v + 1);
+    let req = cl.core.commit(now).unwrap();
+    assert!(matches!(cl.exchange(server, req, now), Event::Committed(_)));
+}
+
 /// A fresh client's reading of counter `c`.
 fn committed_value(server: &mut Server, c: Oref) -> u64 {
     let mut reader = Client::new(server, 99);
@@ -357,11 +366,7 @@ fn an_idle_client_refreshes_before_its_transaction_and_reads_the_new_value() {
     let req = b.core.commit(now).unwrap();
     assert!(matches!(b.exchange(&mut server, req, now), Event::Committed(_)));
     // A increments it; B hears nothing (it sends nothing).
-    assert!(a.begin(&mut server, now).is_none());
-    let va = a.value(&mut server, c, now).unwrap();
-    a.set(c, va + 1);
-    let req = a.core.commit(now).unwrap();
-    assert!(matches!(a.exchange(&mut server, req, now), Event::Committed(_)));
+    increment(&mut a, &mut server, c, now);
     // Within `refresh_after` of its last reply B starts without a round trip; once it has
     // passed, the core asks for one, and its reply brings the invalidation before B reads.
     let after = SessionConfig::default().refresh_after.unwrap().as_nanos() as u64;
@@ -479,11 +484,7 @@ fn a_broken_connection_aborts_the_open_transaction_and_the_resumed_cache_is_told
     // increments the counter.
     assert!(b.begin(&mut server, now).is_none());
     assert_eq!(b.value(&mut server, c, now).unwrap(), 0);
-    assert!(a.begin(&mut server, now).is_none());
-    let va = a.value(&mut server, c, now).unwrap();
-    a.set(c, va + 1);
-    let req = a.core.commit(now).unwrap();
-    assert!(matches!(a.exchange(&mut server, req, now), Event::Committed(_)));
+    increment(&mut a, &mut server, c, now);
     match b.break_and_resume(&mut server, now) {
         Event::Resumed { cache_kept } => assert!(cache_kept, "the server vouches for B's cache"),
         e => panic!("{e:?}"),
@@ -684,11 +685,7 @@ fn a_read_only_transaction_commits_here_on_the_state_its_last_reply_vouched_for(
     assert!(a.begin(&mut server, now).is_none());
     assert_eq!(a.value(&mut server, c, now).unwrap(), 0);
     // B increments the counter and commits before A commits.
-    assert!(b.begin(&mut server, now).is_none());
-    let vb = b.value(&mut server, c, now).unwrap();
-    b.set(c, vb + 1);
-    let req = b.core.commit(now).unwrap();
-    assert!(matches!(b.exchange(&mut server, req, now), Event::Committed(_)));
+    increment(&mut b, &mut server, c, now);
     let info = a.core.commit_here().unwrap().expect("committed here");
     assert_eq!((info.created, info.modified), (0, 0));
     assert_eq!(a.core.stats().read_only_local, 1);

@@ -58,23 +58,7 @@ pub fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
     for seed in a.start..a.start.saturating_add(a.seeds) {
         match run(&SimConfig::for_seed_in(seed, a.commit_mode)) {
             Ok(o) => {
-                sum.events += o.events;
-                sum.acked += o.acked;
-                sum.uncertain += o.uncertain;
-                sum.refused += o.refused;
-                sum.invalidations += o.invalidations;
-                sum.history_txns += o.history_txns;
-                sum.crashes += o.crashes;
-                sum.pages_checked += o.pages_checked;
-                sum.lost_connections += o.lost_connections;
-                sum.install_rounds += o.install_rounds;
-                sum.backups += o.backups;
-                sum.offline_checks += o.offline_checks;
-                sum.page_commits += o.page_commits;
-                sum.records_early += o.records_early;
-                sum.settle_us = sum.settle_us.max(o.settle_us);
-                sum.calm_wait_us_max = sum.calm_wait_us_max.max(o.calm_wait_us_max);
-                sum.calm_commit_us_max = sum.calm_commit_us_max.max(o.calm_commit_us_max);
+                sum.absorb(&o);
             }
             Err(f) => {
                 bar.abandon();
@@ -160,18 +144,7 @@ pub fn twopc(a: TwopcArgs) -> anyhow::Result<()> {
     for seed in a.start..a.start.saturating_add(a.seeds) {
         match run_twopc(&TwoPcSimConfig::for_seed(seed)) {
             Ok(o) => {
-                sum.events += o.events;
-                sum.committed += o.committed;
-                sum.aborted += o.aborted;
-                sum.uncertain += o.uncertain;
-                sum.three_server += o.three_server;
-                sum.crashes += o.crashes;
-                sum.peer_lost += o.peer_lost;
-                sum.lost_connections += o.lost_connections;
-                sum.settle_us = sum.settle_us.max(o.settle_us);
-                sum.calm_txn_us_max = sum.calm_txn_us_max.max(o.calm_txn_us_max);
-                sum.calm_part_us_max = sum.calm_part_us_max.max(o.calm_part_us_max);
-                sum.calm_commit_us_max = sum.calm_commit_us_max.max(o.calm_commit_us_max);
+                sum.absorb(&o);
             }
             Err(f) => {
                 bar.abandon();

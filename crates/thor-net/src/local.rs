@@ -47,6 +47,11 @@ impl Inbox {
     /// bounded wait, where nothing else would step the engine.
     fn wait(&self, engine: &Engine) -> (u64, Reply, bool) {
         loop {
+            // The reply is usually there already (the request's step delivered it): take it
+            // without asking the engine anything.
+            if let Some(r) = self.replies.lock().pop_front() {
+                return r;
+            }
             // Read before the inbox's lock: a step holds the engine's lock while it delivers.
             let wait = engine.caller_tick_wait();
             let mut q = self.replies.lock();

@@ -782,6 +782,10 @@ impl Engine {
             Err(result) => return result,
         };
         loop {
+            // Filled already (by a step on another thread): no need to ask the core.
+            if let Some(result) = slot.result.lock().take() {
+                return result;
+            }
             // Read before the slot's lock: a step holds the core's lock while it fills slots.
             let wait = self.caller_tick_wait();
             let mut r = slot.result.lock();

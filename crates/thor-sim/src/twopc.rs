@@ -180,6 +180,25 @@ pub struct TwoPcOutcome {
     pub calm_commit_us_max: u64,
 }
 
+impl TwoPcOutcome {
+    /// Adds run `o` to a sum of runs: its counts are added, its maxima (`settle_us`, the calm's
+    /// `_max` fields) taken; the trace hash, which belongs to one run, is left as it is.
+    pub fn absorb(&mut self, o: &TwoPcOutcome) {
+        self.events += o.events;
+        self.committed += o.committed;
+        self.aborted += o.aborted;
+        self.uncertain += o.uncertain;
+        self.three_server += o.three_server;
+        self.crashes += o.crashes;
+        self.peer_lost += o.peer_lost;
+        self.lost_connections += o.lost_connections;
+        self.settle_us = self.settle_us.max(o.settle_us);
+        self.calm_txn_us_max = self.calm_txn_us_max.max(o.calm_txn_us_max);
+        self.calm_part_us_max = self.calm_part_us_max.max(o.calm_part_us_max);
+        self.calm_commit_us_max = self.calm_commit_us_max.max(o.calm_commit_us_max);
+    }
+}
+
 /// A run that found a violation.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(

@@ -359,6 +359,43 @@ pub struct Outcome {
     pub real_frames_evicted: u64,
 }
 
+impl Outcome {
+    /// Adds run `o` to a sum of runs: its counts are added, its maxima (`settle_us`, the calm's
+    /// `_max` fields) taken; the trace hash, which belongs to one run, is left as it is.
+    pub fn absorb(&mut self, o: &Outcome) {
+        self.events += o.events;
+        self.acked += o.acked;
+        self.uncertain += o.uncertain;
+        self.refused += o.refused;
+        self.invalidations += o.invalidations;
+        self.history_txns += o.history_txns;
+        self.crashes += o.crashes;
+        self.pages_checked += o.pages_checked;
+        self.lost_connections += o.lost_connections;
+        self.install_rounds += o.install_rounds;
+        self.backups += o.backups;
+        self.offline_checks += o.offline_checks;
+        self.demotions_sent += o.demotions_sent;
+        self.demotions_forged += o.demotions_forged;
+        self.page_commits += o.page_commits;
+        self.records_early += o.records_early;
+        self.pages_stolen += o.pages_stolen;
+        self.wpl_restored += o.wpl_restored;
+        self.wpl_installed += o.wpl_installed;
+        self.wpl_page_rule_refusals += o.wpl_page_rule_refusals;
+        self.pages_prefetched += o.pages_prefetched;
+        self.cached_reads += o.cached_reads;
+        self.discards += o.discards;
+        self.settle_us = self.settle_us.max(o.settle_us);
+        self.calm_wait_us_max = self.calm_wait_us_max.max(o.calm_wait_us_max);
+        self.calm_commit_us_max = self.calm_commit_us_max.max(o.calm_commit_us_max);
+        self.real_commits += o.real_commits;
+        self.real_read_only_here += o.real_read_only_here;
+        self.real_doomed += o.real_doomed;
+        self.real_frames_evicted += o.real_frames_evicted;
+    }
+}
+
 /// A run that found a violation.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
@@ -1443,6 +1480,28 @@ impl World {
         }
     }
 
+    /// A new connection of client `c` (simulated or real): its link, not yet used.
+    fn open_link(&mut self, c: usize) -> ConnId {
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        self.links
+            .insert(conn, Link { client: c, alive: true, last_to_server: 0, last_to_client: 0 });
+        conn
+    }
+
+    /// Connects `conn` (set up by [`World::open_link`], its client waiting for `HelloOk` as
+    /// request 1): the connection and the `Hello` travel together, in order. With the server
+    /// down the connection is refused at once, and the client tries again later.
+    fn greet(&mut self, conn: ConnId, name: &str) {
+        if self.server.node.is_none() {
+            self.break_link(conn, false);
+            return;
+        }
+        self.send_to_server(conn, Msg::Connect);
+        let hello = Request::new(RequestBody::Hello(Hello::new(&b""[..], name)));
+        self.send_to_server(conn, Msg::Request(1, hello));
+    }
+
     fn client_wake(&mut self, c: usize) -> Result<(), Violation> {
         if let Some(r) = c.checked_sub(self.clients.len()) {
             return self.real_wake(r);
@@ -1452,26 +1511,12 @@ impl World {
         }
         let client = &self.clients[c];
         if client.conn.is_none() {
-            // Connect: the connection and the Hello travel together, in order.
-            let conn = self.next_conn;
-            self.next_conn += 1;
-            let alive = self.server.node.is_some();
-            self.links.insert(
-                conn,
-                Link { client: c, alive: true, last_to_server: 0, last_to_client: 0 },
-            );
+            let conn = self.open_link(c);
             let client = &mut self.clients[c];
             client.conn = Some(conn);
             client.waiting = Waiting::Hello;
             client.next_id = 2;
-            if !alive {
-                // Connection refused: the server is down. Try again later.
-                self.break_link(conn, false);
-                return Ok(());
-            }
-            self.send_to_server(conn, Msg::Connect);
-            let hello = Request::new(RequestBody::Hello(Hello::new(&b""[..], "sim")));
-            self.send_to_server(conn, Msg::Request(1, hello));
+            self.greet(conn, "sim");
             return Ok(());
         }
         let conn = client.conn.expect("checked");

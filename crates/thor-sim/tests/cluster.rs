@@ -30,25 +30,7 @@ fn quarter(part: u64) -> Outcome {
     for seed in from..to {
         match run(&SimConfig::for_seed(seed)) {
             Ok(o) => {
-                sum.events += o.events;
-                sum.acked += o.acked;
-                sum.uncertain += o.uncertain;
-                sum.crashes += o.crashes;
-                sum.pages_checked += o.pages_checked;
-                sum.lost_connections += o.lost_connections;
-                sum.install_rounds += o.install_rounds;
-                sum.backups += o.backups;
-                sum.demotions_sent += o.demotions_sent;
-                sum.demotions_forged += o.demotions_forged;
-                sum.pages_prefetched += o.pages_prefetched;
-                sum.cached_reads += o.cached_reads;
-                sum.discards += o.discards;
-                sum.real_commits += o.real_commits;
-                sum.real_read_only_here += o.real_read_only_here;
-                sum.real_doomed += o.real_doomed;
-                sum.settle_us = sum.settle_us.max(o.settle_us);
-                sum.calm_wait_us_max = sum.calm_wait_us_max.max(o.calm_wait_us_max);
-                sum.calm_commit_us_max = sum.calm_commit_us_max.max(o.calm_commit_us_max);
+                sum.absorb(&o);
             }
             Err(f) => panic!("{f}"),
         }

@@ -33,27 +33,7 @@ fn all_seeds(mode: CommitMode) -> Outcome {
     for seed in 0..n {
         match run(&SimConfig::for_seed_in(seed, mode)) {
             Ok(o) => {
-                sum.events += o.events;
-                sum.acked += o.acked;
-                sum.uncertain += o.uncertain;
-                sum.refused += o.refused;
-                sum.crashes += o.crashes;
-                sum.pages_checked += o.pages_checked;
-                sum.lost_connections += o.lost_connections;
-                sum.history_txns += o.history_txns;
-                sum.install_rounds += o.install_rounds;
-                sum.backups += o.backups;
-                sum.demotions_sent += o.demotions_sent;
-                sum.demotions_forged += o.demotions_forged;
-                sum.page_commits += o.page_commits;
-                sum.records_early += o.records_early;
-                sum.pages_stolen += o.pages_stolen;
-                sum.wpl_restored += o.wpl_restored;
-                sum.wpl_installed += o.wpl_installed;
-                sum.wpl_page_rule_refusals += o.wpl_page_rule_refusals;
-                sum.settle_us = sum.settle_us.max(o.settle_us);
-                sum.calm_wait_us_max = sum.calm_wait_us_max.max(o.calm_wait_us_max);
-                sum.calm_commit_us_max = sum.calm_commit_us_max.max(o.calm_commit_us_max);
+                sum.absorb(&o);
             }
             Err(f) => panic!("{f}"),
         }

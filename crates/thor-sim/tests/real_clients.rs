@@ -30,17 +30,7 @@ fn run_all(cfg: fn(u64) -> SimConfig, only: bool) -> Outcome {
     for seed in 0..seeds() {
         match run(&cfg(seed)) {
             Ok(o) => {
-                sum.real_commits += o.real_commits;
-                sum.real_read_only_here += o.real_read_only_here;
-                sum.real_doomed += o.real_doomed;
-                sum.real_frames_evicted += o.real_frames_evicted;
-                sum.uncertain += o.uncertain;
-                sum.refused += o.refused;
-                sum.crashes += o.crashes;
-                sum.lost_connections += o.lost_connections;
-                sum.history_txns += o.history_txns;
-                sum.calm_commit_us_max = sum.calm_commit_us_max.max(o.calm_commit_us_max);
-                sum.calm_wait_us_max = sum.calm_wait_us_max.max(o.calm_wait_us_max);
+                sum.absorb(&o);
             }
             Err(f) => panic!(
                 "{f}\n  (real clients forced on: the replay of this configuration is\n   THOR_SIM_SEED={} {}cargo test -p thor-sim --test real_clients replay_real -- --nocapture)",

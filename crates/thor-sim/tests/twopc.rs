@@ -23,18 +23,7 @@ fn half(part: u64) -> TwoPcOutcome {
     for seed in from..to {
         match run_twopc(&TwoPcSimConfig::for_seed(seed)) {
             Ok(o) => {
-                sum.events += o.events;
-                sum.committed += o.committed;
-                sum.aborted += o.aborted;
-                sum.uncertain += o.uncertain;
-                sum.three_server += o.three_server;
-                sum.crashes += o.crashes;
-                sum.peer_lost += o.peer_lost;
-                sum.lost_connections += o.lost_connections;
-                sum.settle_us = sum.settle_us.max(o.settle_us);
-                sum.calm_txn_us_max = sum.calm_txn_us_max.max(o.calm_txn_us_max);
-                sum.calm_part_us_max = sum.calm_part_us_max.max(o.calm_part_us_max);
-                sum.calm_commit_us_max = sum.calm_commit_us_max.max(o.calm_commit_us_max);
+                sum.absorb(&o);
             }
             Err(f) => panic!("{f}"),
         }
@@ -63,13 +52,7 @@ fn runs_cover_what_they_claim() {
     let mut sum = TwoPcOutcome::default();
     for seed in 0..300 {
         let o = run_twopc(&TwoPcSimConfig::for_seed(seed)).unwrap_or_else(|f| panic!("{f}"));
-        sum.committed += o.committed;
-        sum.aborted += o.aborted;
-        sum.uncertain += o.uncertain;
-        sum.three_server += o.three_server;
-        sum.crashes += o.crashes;
-        sum.peer_lost += o.peer_lost;
-        sum.lost_connections += o.lost_connections;
+        sum.absorb(&o);
     }
     assert!(sum.committed > 500, "{sum:?}");
     assert!(sum.aborted > 0 && sum.uncertain > 0, "{sum:?}");

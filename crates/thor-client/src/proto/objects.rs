@@ -636,7 +636,7 @@ impl ClientCore {
     }
 
     /// Fails unless no reply is awaited.
-    fn idle(&self) -> Result<(), ClientError> {
+    pub(super) fn idle(&self) -> Result<(), ClientError> {
         match self.pending {
             None => Ok(()),
             Some(_) => Err(ClientError::Usage("a reply is awaited: receive it first")),

@@ -68,9 +68,7 @@ impl ClientCore {
     /// ([`ClientCore::commit`]). A doomed transaction fails with its conflict, as `commit`
     /// would.
     pub fn commit_here(&mut self) -> Result<Option<CommitInfo>, ClientError> {
-        if self.pending.is_some() {
-            return Err(ClientError::Usage("a reply is awaited: receive it first"));
-        }
+        self.idle()?;
         if !self.in_transaction || self.pages.is_some() || self.voted.is_some() {
             return Ok(None);
         }

@@ -37,9 +37,9 @@ use thor_core::Oref;
 use thor_core::le::u32_at;
 use thor_server::ConnId;
 use thor_storage::SplitMix64;
-use thor_wire::{Hello, Reply, ReplyBody, Request, RequestBody};
+use thor_wire::{Reply, ReplyBody, Request, RequestBody};
 
-use super::{ACCOUNTS, CELL_TXN_AT, CELL_WRITER_AT, Ev, Link, Msg, World, serial, version_of};
+use super::{ACCOUNTS, CELL_TXN_AT, CELL_WRITER_AT, Ev, Msg, World, serial, version_of};
 use crate::check::Violation;
 
 /// The client caches of real clients: in a third of the clients eight frames of 4 KB, fewer
@@ -208,24 +208,12 @@ impl World {
             return Ok(());
         }
         if self.real[r].conn.is_none() {
-            let conn = self.next_conn;
-            self.next_conn += 1;
-            let alive = self.server.node.is_some();
-            self.links.insert(
-                conn,
-                Link { client: c, alive: true, last_to_server: 0, last_to_client: 0 },
-            );
+            let conn = self.open_link(c);
             let client = &mut self.real[r];
             client.conn = Some(conn);
             client.waiting = RealWaiting::Hello;
             client.next_id = 2;
-            if !alive {
-                self.break_link(conn, false);
-                return Ok(());
-            }
-            self.send_to_server(conn, Msg::Connect);
-            let hello = Request::new(RequestBody::Hello(Hello::new(&b""[..], "sim-real")));
-            self.send_to_server(conn, Msg::Request(1, hello));
+            self.greet(conn, "sim-real");
             return Ok(());
         }
         if self.real[r].txn.is_none() {
