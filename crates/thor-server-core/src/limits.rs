@@ -215,6 +215,13 @@ pub const fn log_record_len(payload_len: usize) -> usize {
 /// cap) is safe: it only brings back the wait for the vote timeout.
 pub const TWOPC_TOMBSTONES_MAX: usize = 1 << 16;
 
+/// Most read-only two-phase parts remembered as having voted yes, so that a coordinator that
+/// lost the vote and asks for it again hears yes (`core::twopc`, *A vote that will never
+/// come*). They are kept for the vote timeout (2 s), so 8,192 covers 4,096 read-only parts a
+/// second, at 24 bytes each (192 KiB). Forgetting one early is safe: the answer is then no and
+/// the transaction aborts, as every such transaction did before.
+pub const TWOPC_READ_ONLY_YES_MAX: usize = 8192;
+
 /// How far ahead of this server's clock a transaction is validated, in microseconds: a
 /// two-phase `Prepare` whose client timestamp is further ahead waits until the clock is this
 /// close (at most `TwoPcConfig::future_max_us`, beyond which it is refused). A timestamp the

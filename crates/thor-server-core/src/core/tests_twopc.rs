@@ -872,3 +872,62 @@ fn a_part_on_its_way_is_not_voted_no_when_asked() {
     c.deliver_all();
     assert!(matches!(c.reply(S1, 100).unwrap().body, ReplyBody::CommitOk { .. }));
 }
+
+/// The client's prepare to the coordinator was lost (its connection broke) after the other
+/// participant prepared and voted yes. The coordinator, with a vote but no prepare, aborts
+/// [`TwoPcConfig::prepare_wait_us`] after the vote and tells the participant, which stops
+/// holding its part; it used to wait for the vote timeout. A prepare that comes after all is
+/// refused.
+#[test]
+fn a_lost_prepare_to_the_coordinator_aborts_after_the_prepare_wait() {
+    let mut c = Cluster::new(2);
+    let it = items(&mut c);
+    let now = c.node(S1).now;
+    let ts = stamp(now + 10);
+    c.prepare(S2, 100, write_part(&it, S2, ts));
+    c.deliver_all();
+    assert_eq!(c.node(S2).core.twopc.in_doubt(), 1, "S2 prepared and voted");
+    assert_eq!(c.node(S1).core.twopc.coordinating(), 1, "S1 keeps the early vote");
+    let wait = cfg().twopc.prepare_wait_us;
+    assert!(wait * 10 <= cfg().twopc.vote_timeout_us, "well before the vote timeout");
+    let deadline = c.node(S1).core.next_deadline_us().expect("the coordinator waits on time");
+    assert!(deadline <= c.node(S1).now + wait, "it wakes at the prepare's wait");
+    c.tick(wait);
+    c.deliver_all();
+    assert_eq!(c.node(S1).core.twopc.coordinating(), 0, "aborted");
+    assert_eq!(c.node(S2).core.twopc.in_doubt(), 0, "S2 learned the abort and let its part go");
+    assert_eq!(c.node(S1).core.twopc_stats().counters.prepares_missed, 1);
+    assert_eq!(c.item_ref(S2, it[1].1, 200), it[1].1.raw(), "nothing committed at S2");
+    c.prepare(S1, 101, write_part(&it, S1, ts));
+    c.deliver_all();
+    assert_eq!(c.reply(S1, 101).and_then(refusal), Some(RefusedCode::Aborted));
+    assert_eq!(c.node(S1).core.twopc.in_doubt(), 0, "the late prepare held nothing");
+}
+
+/// A read-only participant keeps no log record of its part, but it remembers its yes vote: a
+/// coordinator that lost that vote asks, hears yes again, and commits, where the transaction
+/// used to abort.
+#[test]
+fn a_read_only_participant_whose_vote_was_lost_says_yes_again() {
+    let mut c = Cluster::new(2);
+    let it = items(&mut c);
+    let now = c.node(S1).now;
+    let ts = stamp(now + 10);
+    let ps = [(S1, true), (S2, false)];
+    let (class1, item1) = it[0];
+    c.prepare(
+        S1,
+        100,
+        prep(ts, Some(S1), &ps, part(vec![item1], vec![(item1, version(class1, 0))])),
+    );
+    c.prepare(S2, 100, prep(ts, Some(S1), &ps, part(vec![it[1].1], vec![])));
+    c.run(|to, m| !(to == S1 && matches!(m, PeerMsg::Vote { from: S2, .. })));
+    assert!(matches!(c.reply(S2, 100).unwrap().body, ReplyBody::Prepared { .. }));
+    assert!(c.reply(S1, 100).is_none(), "the vote was lost");
+    c.tick(cfg().twopc.ask_vote_after_us);
+    c.deliver_all();
+    assert!(matches!(c.reply(S1, 100).unwrap().body, ReplyBody::CommitOk { .. }));
+    let st2 = c.node(S2).core.twopc_stats().counters;
+    assert_eq!((st2.asked_read_only_yes, st2.asked_votes_no), (1, 0));
+    assert_eq!(c.item_ref(S1, item1, 200), 0, "committed at S1");
+}

@@ -67,11 +67,27 @@
 //! its tombstone (the cap) and prepare the late prepare after all, its yes reaches a
 //! coordinator that aborted and has had the client's prepare already (it asks only then): it
 //! answers abort, or takes the yes for an early vote of a transaction whose prepare never
-//! comes, and aborts at the vote timeout; it never commits. A read-only participant keeps no
-//! record of its part and answers no too: its vote was lost, and the transaction aborts
-//! 100 ms after the prepare instead of at the vote timeout. Peers older than wire version 7
-//! are not asked (thor-net's `TcpPeers` does not send them the message): their missing
-//! votes wait for the vote timeout, as before.
+//! comes, and aborts when that prepare does not come (below); it never commits. A read-only
+//! participant keeps no record of its part in the log, but remembers for the vote timeout
+//! that it voted yes (at most [`crate::limits::TWOPC_READ_ONLY_YES_MAX`]), and says yes
+//! again: its validated entry in the validation queue constrains every later validation, so
+//! the first yes still stands. One it forgot says no, and the transaction aborts. Peers older
+//! than wire version 7 are not asked (thor-net's `TcpPeers` does not send them the message):
+//! their missing votes wait for the vote timeout, as before.
+//!
+//! # A prepare that will never come
+//!
+//! The client's prepare to the coordinator may be lost (its connection broke) while the
+//! other participants prepared and voted yes. Those early votes used to keep the coordinator
+//! waiting for the vote timeout (2 s), and the participants in doubt, holding their parts
+//! against every conflicting transaction. A client sends all its prepares at once, and a
+//! participant votes only once its prepare record is durable, so the coordinator's prepare,
+//! if it is coming at all, arrives first or within the network's jitter. A coordinator that
+//! has a vote (or a query) but not the client's prepare [`TwoPcConfig::prepare_wait_us`]
+//! (100 ms) after the first of them aborts and tells the voters, keeping a tombstone so that
+//! a prepare that does come later is refused `Aborted`. Sound as any abort before a commit
+//! decision is (presumed abort). A prepare waiting here for the clock
+//! (*No validation ahead of the clock*) counts as come.
 //!
 //! # Presumed abort, and when "no record" means abort
 //!
@@ -148,6 +164,12 @@ pub struct TwoPcConfig {
     /// the prepare, or since it last asked) asks the participants that have not voted
     /// (`PeerMsg::AskVote`), until the vote timeout. See *A vote that will never come*.
     pub ask_vote_after_us: u64,
+    /// A coordinator that has had a participant's vote (or query) but not the client's
+    /// prepare this long aborts, telling the voters: the prepare was lost (a client's
+    /// prepares leave together, and a participant votes only after its prepare record is
+    /// durable, so a prepare still on its way this much later is all but impossible). See
+    /// *A prepare that will never come*.
+    pub prepare_wait_us: u64,
     /// A coordinator resends a commit decision to participants that did not acknowledge it
     /// this often.
     pub resend_after_us: u64,
@@ -172,6 +194,7 @@ impl Default for TwoPcConfig {
             vote_timeout_us: 2_000_000,
             query_after_us: 500_000,
             ask_vote_after_us: 100_000,
+            prepare_wait_us: 100_000,
             resend_after_us: 500_000,
             parts_max: 4096,
             coords_max: 4096,
@@ -213,6 +236,12 @@ pub struct TwoPcCounters {
     /// Requests for a vote answered no, as participant: no record of the transaction and
     /// none coming (it restarted since, or the client's prepare has not come).
     pub asked_votes_no: u64,
+    /// Requests for a vote answered yes again by a read-only participant, whose validated
+    /// part is still in the validation queue (its first vote was lost).
+    pub asked_read_only_yes: u64,
+    /// Transactions aborted as coordinator because the client's prepare did not come
+    /// [`TwoPcConfig::prepare_wait_us`] after a participant's vote.
+    pub prepares_missed: u64,
 }
 
 /// What the client's prepare said about the transaction, kept with its queued part.
@@ -360,6 +389,12 @@ pub(crate) struct TwoPc {
     /// (`Core::read_only_settled`): a writing part at or below it is refused, since a client
     /// may have committed a read-only transaction serialized after it on what it read.
     pub settled_floor: Timestamp,
+    /// The read-only parts validated here that voted yes to a coordinator, with when, kept
+    /// for the vote timeout (after it the coordinator asks no more) and at most
+    /// [`crate::limits::TWOPC_READ_ONLY_YES_MAX`]: asked again for its vote (the first was
+    /// lost), such a part says yes again instead of no. Forgetting one early is safe: the
+    /// answer is then no, and the transaction aborts as it did before.
+    read_only_yes: std::collections::VecDeque<(Stamp, u64)>,
 }
 
 fn ts_of(s: Stamp) -> Timestamp {
@@ -373,6 +408,21 @@ fn stamp_of(ts: (u64, u32)) -> Stamp {
 impl TwoPc {
     pub fn new(cfg: TwoPcConfig) -> TwoPc {
         TwoPc { cfg, ..TwoPc::default() }
+    }
+
+    /// Remembers that the read-only part `stamp` voted yes at `now_us`, forgetting those older
+    /// than the vote timeout and, beyond the cap, the oldest.
+    fn remember_read_only_yes(&mut self, stamp: Stamp, now_us: u64) {
+        let keep_us = self.cfg.vote_timeout_us;
+        while let Some(&(_, at)) = self.read_only_yes.front() {
+            if now_us.saturating_sub(at) < keep_us
+                && self.read_only_yes.len() < crate::limits::TWOPC_READ_ONLY_YES_MAX
+            {
+                break;
+            }
+            self.read_only_yes.pop_front();
+        }
+        self.read_only_yes.push_back((stamp, now_us));
     }
 
     /// The oldest log record two-phase commit still needs: the prepare record of every part in
@@ -494,6 +544,7 @@ impl Core {
                 self.cc.insert(ts, &c.reads, &[], true, self.now_us);
                 self.twopc.counters.read_only += 1;
                 if let Some(co) = coordinator {
+                    self.twopc.remember_read_only_yes(stamp, self.now_us);
                     self.peer(co, PeerMsg::Vote { stamp, from: me, yes: true }, fx);
                 }
                 if let Origin::Conn { conn, id } = origin {
@@ -1292,7 +1343,7 @@ impl Core {
             .values()
             .filter(|p| p.coordinator != me && p.held.is_some() && !p.committing)
             .map(|p| p.last_query_us.saturating_add(c.query_after_us));
-        let coords = self.twopc.coords.values().filter_map(|co| match &co.state {
+        let coords = self.twopc.coords.iter().filter_map(|(&stamp, co)| match &co.state {
             CoordState::Voting if co.recovered => Some(0),
             CoordState::Voting => {
                 let timeout = co.started_us.saturating_add(c.vote_timeout_us);
@@ -1300,7 +1351,16 @@ impl Core {
                     .missing_votes()
                     .next()
                     .map(|_| co.last_ask_us.saturating_add(c.ask_vote_after_us));
-                Some(ask.map_or(timeout, |a| a.min(timeout)))
+                let missed = co
+                    .others
+                    .is_none()
+                    .then(|| co.started_us.saturating_add(c.prepare_wait_us))
+                    .filter(|_| !self.prepare_parked(stamp));
+                [ask, missed]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .map_or(Some(timeout), |t| Some(t.min(timeout)))
             }
             CoordState::Deciding => None,
             CoordState::Telling { last_send_us, .. } => {
@@ -1362,13 +1422,18 @@ impl Core {
             self.twopc.counters.queries_sent += 1;
             self.peer(co, PeerMsg::Query { stamp, from: me }, fx);
         }
+        let prepare_wait_us = self.twopc.cfg.prepare_wait_us;
         let mut abort = Vec::new();
+        let mut missed = Vec::new();
         let mut resend = Vec::new();
         for (stamp, c) in self.twopc.coords.iter_mut() {
             match &mut c.state {
                 CoordState::Voting => {
-                    if c.recovered || now.saturating_sub(c.started_us) >= vote_timeout_us {
+                    let waited = now.saturating_sub(c.started_us);
+                    if c.recovered || waited >= vote_timeout_us {
                         abort.push(*stamp);
+                    } else if c.others.is_none() && waited >= prepare_wait_us {
+                        missed.push(*stamp);
                     }
                 }
                 CoordState::Deciding => {}
@@ -1382,6 +1447,12 @@ impl Core {
         }
         for stamp in abort {
             self.coord_abort(stamp, fx);
+        }
+        for stamp in missed {
+            if !self.prepare_parked(stamp) {
+                self.twopc.counters.prepares_missed += 1;
+                self.coord_abort(stamp, fx);
+            }
         }
         for (stamp, s) in resend {
             self.peer(s, PeerMsg::Decide { stamp, from: me, commit: true }, fx);
@@ -1435,9 +1506,25 @@ impl Core {
         if !self.twopc.tombstones.contains(&stamp) && self.twopc_part_coming(stamp) {
             return;
         }
+        if self.twopc.read_only_yes.iter().any(|&(s, _)| s == stamp) {
+            // A read-only part validated here (it keeps no other record): it voted yes, and
+            // that vote was lost. Its entry in the validation queue constrains every later
+            // validation, so the yes stands.
+            self.twopc.counters.asked_read_only_yes += 1;
+            return self.peer(from, PeerMsg::Vote { stamp, from: me, yes: true }, fx);
+        }
         self.twopc.counters.asked_votes_no += 1;
         self.tombstone(stamp);
         self.peer(from, PeerMsg::Vote { stamp, from: me, yes: false }, fx);
+    }
+
+    /// Whether the client's prepare of `stamp` waits here for the clock (before it is
+    /// queued, so before the transaction is registered as coordinated here).
+    fn prepare_parked(&self, stamp: Stamp) -> bool {
+        self.twopc
+            .parked
+            .iter()
+            .any(|p| matches!(&p.work, ParkedWork::Prepare(_, p) if p.stamp == stamp))
     }
 
     /// Whether a part of `stamp` is on its way here: queued for validation, or waiting (for
