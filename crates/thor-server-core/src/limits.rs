@@ -110,6 +110,12 @@ pub const FAIR_CLAIMS_PER_SESSION_MAX: usize = 4;
 /// is validated at once, as without fair retries.
 pub const FAIR_HELD_MAX: usize = 1024;
 
+/// Most sessions waiting in one object's line for a claim (fair retries, `core::fair`, *Many
+/// losers*). A session waits in one line at most, so all lines together hold at most one
+/// entry per session; the cap bounds one line's walk. A loser that finds the line full
+/// competes as it would without fair retries.
+pub const FAIR_LINE_MAX: usize = 256;
+
 const _: () = assert!(FAIR_LOSSES_MIN >= 1);
 const _: () = assert!(FAIR_HOLD_US < VQ_THRESHOLD_DELTA_US);
 const _: () = assert!(FAIR_ARM_WITHIN_US < VQ_THRESHOLD_DELTA_US);
