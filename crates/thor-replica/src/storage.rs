@@ -129,11 +129,17 @@ impl Replay {
                 "entries from {first} do not continue a log of ({snap}, {last}]"
             ));
         }
-        self.entries.truncate((first - snap - 1) as usize);
-        let prev_term = self.entries.back().map_or(self.snapshot.get_metadata().term, |e| e.term);
+        // The term of the entry before `first` (checked before anything changes, so that a
+        // refused call leaves the state as it was).
+        let keep = (first - snap - 1) as usize;
+        let prev_term = match keep {
+            0 => self.snapshot.get_metadata().term,
+            k => self.entries[k - 1].term,
+        };
         if es[0].term < prev_term {
             return Err(format!("entry {first} has term {} below {prev_term}", es[0].term));
         }
+        self.entries.truncate(keep);
         self.entries.extend(es);
         Ok(())
     }
