@@ -7,6 +7,7 @@ pub mod journal;
 pub mod limits;
 pub mod logger;
 pub mod replica;
+pub mod sim;
 pub mod storage;
 
 pub use error::{LogError, ProposeError, ReplicaError, StepError};

@@ -310,6 +310,18 @@ impl Replica {
         self.node.raft.prs().conf().to_conf_state()
     }
 
+    /// Tells raft-rs how sending a snapshot to `to` went: a transport that lost the message
+    /// reports [`raft::SnapshotStatus::Failure`], so the leader sends another instead of
+    /// waiting for ever.
+    pub fn report_snapshot(&mut self, to: u64, status: raft::SnapshotStatus) {
+        self.node.report_snapshot(to, status);
+    }
+
+    /// Tells raft-rs that `to` could not be reached (the leader then probes it again).
+    pub fn report_unreachable(&mut self, to: u64) {
+        self.node.report_unreachable(to);
+    }
+
     /// Proposals waiting for their index to commit.
     pub fn proposals_in_flight(&self) -> usize {
         self.proposals.len()
@@ -490,8 +502,8 @@ impl Replica {
                     // is the one this replica proposed, so the proposal is committed.
                     fx.acknowledged.push(p);
                 } else {
-                    // Another leader's entry took the index: ours will never commit.
-                    assert!(term < e.term, "a later term replaced the proposal");
+                    // Another leader's entry took the index (of a later term, or of an
+                    // earlier one that a later leader held and committed): ours never will.
                     fx.lost.push(p);
                 }
             }
