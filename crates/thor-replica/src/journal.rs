@@ -67,8 +67,9 @@ pub enum JournalRecord {
     HardState(HardState),
     /// The current membership.
     ConfState(ConfState),
-    /// A fresh start: everything Raft needs, superseding all earlier records.
-    Base(Base),
+    /// A fresh start: everything Raft needs, superseding all earlier records (boxed: it is
+    /// much larger than the others and rare).
+    Base(Box<Base>),
 }
 
 /// The contents of a BASE record.
@@ -174,7 +175,8 @@ pub fn encode_conf_state(c: &ConfState) -> Vec<u8> {
 /// The bytes a BASE record will take, to check it against the record bound before encoding.
 pub fn base_encoded_len(b: &Base) -> usize {
     let conf = |c: &ConfState| {
-        8 + 8 * (c.voters.len() + c.learners.len() + c.voters_outgoing.len() + c.learners_next.len())
+        8 + 8
+            * (c.voters.len() + c.learners.len() + c.voters_outgoing.len() + c.learners_next.len())
             + 1
     };
     2 + 16
@@ -249,38 +251,41 @@ impl<'a> Cursor<'a> {
         (0..n).map(|_| self.u64(what)).collect()
     }
     fn conf(&mut self) -> Result<ConfState, DecodeError> {
-        let mut c = ConfState::default();
-        c.voters = self.ids("voters")?;
-        c.learners = self.ids("learners")?;
-        c.voters_outgoing = self.ids("outgoing voters")?;
-        c.learners_next = self.ids("next learners")?;
-        c.auto_leave = match self.u8("auto_leave")? {
-            0 => false,
-            1 => true,
-            b => return Err(DecodeError(format!("auto_leave byte {b}"))),
-        };
-        Ok(c)
+        Ok(ConfState {
+            voters: self.ids("voters")?,
+            learners: self.ids("learners")?,
+            voters_outgoing: self.ids("outgoing voters")?,
+            learners_next: self.ids("next learners")?,
+            auto_leave: match self.u8("auto_leave")? {
+                0 => false,
+                1 => true,
+                b => return Err(DecodeError(format!("auto_leave byte {b}"))),
+            },
+            ..ConfState::default()
+        })
     }
     fn hard_state(&mut self) -> Result<HardState, DecodeError> {
-        let mut hs = HardState::default();
-        hs.term = self.u64("term")?;
-        hs.vote = self.u64("vote")?;
-        hs.commit = self.u64("commit")?;
-        Ok(hs)
+        Ok(HardState {
+            term: self.u64("term")?,
+            vote: self.u64("vote")?,
+            commit: self.u64("commit")?,
+            ..HardState::default()
+        })
     }
     fn entry(&mut self) -> Result<Entry, DecodeError> {
-        let mut e = Entry::default();
-        e.index = self.u64("entry index")?;
-        e.term = self.u64("entry term")?;
-        e.entry_type = match self.u8("entry type")? {
-            0 => EntryType::EntryNormal,
-            1 => EntryType::EntryConfChange,
-            2 => EntryType::EntryConfChangeV2,
-            t => return Err(DecodeError(format!("entry type {t}"))),
-        };
-        e.data = self.bytes("entry data")?;
-        e.context = self.bytes("entry context")?;
-        Ok(e)
+        Ok(Entry {
+            index: self.u64("entry index")?,
+            term: self.u64("entry term")?,
+            entry_type: match self.u8("entry type")? {
+                0 => EntryType::EntryNormal,
+                1 => EntryType::EntryConfChange,
+                2 => EntryType::EntryConfChangeV2,
+                t => return Err(DecodeError(format!("entry type {t}"))),
+            },
+            data: self.bytes("entry data")?,
+            context: self.bytes("entry context")?,
+            ..Entry::default()
+        })
     }
     /// `count` entries with consecutive indexes.
     fn entries(&mut self, count: usize) -> Result<Vec<Entry>, DecodeError> {
@@ -351,7 +356,7 @@ pub fn decode(bytes: &[u8]) -> Result<JournalRecord, DecodeError> {
                     first.index
                 )));
             }
-            JournalRecord::Base(Base {
+            JournalRecord::Base(Box::new(Base {
                 snapshot_index,
                 snapshot_term,
                 snapshot_conf,
@@ -359,7 +364,7 @@ pub fn decode(bytes: &[u8]) -> Result<JournalRecord, DecodeError> {
                 hard_state,
                 conf_state,
                 entries,
-            })
+            }))
         }
         t => return Err(DecodeError(format!("unknown journal record tag {t}"))),
     };
@@ -373,25 +378,16 @@ mod tests {
     use proptest::prelude::*;
 
     fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
-        let mut e = Entry::default();
-        e.index = index;
-        e.term = term;
-        e.data = Bytes::copy_from_slice(data);
-        e
+        Entry { index, term, data: Bytes::copy_from_slice(data), ..Entry::default() }
     }
 
     fn conf(voters: &[u64]) -> ConfState {
-        let mut c = ConfState::default();
-        c.voters = voters.to_vec();
-        c
+        ConfState { voters: voters.to_vec(), ..ConfState::default() }
     }
 
     #[test]
     fn every_record_kind_round_trips() {
-        let mut hs = HardState::default();
-        hs.term = 4;
-        hs.vote = 2;
-        hs.commit = 9;
+        let hs = HardState { term: 4, vote: 2, commit: 9, ..HardState::default() };
         let mut cc = conf(&[1, 2, 3]);
         cc.learners = vec![4];
         cc.auto_leave = true;
@@ -412,7 +408,7 @@ mod tests {
             (encode_entries(&es), JournalRecord::Entries(es.clone())),
             (encode_hard_state(&hs), JournalRecord::HardState(hs.clone())),
             (encode_conf_state(&cc), JournalRecord::ConfState(cc.clone())),
-            (encode_base(&base), JournalRecord::Base(base.clone())),
+            (encode_base(&base), JournalRecord::Base(Box::new(base.clone()))),
         ] {
             assert_eq!(decode(&bytes).unwrap(), want);
         }

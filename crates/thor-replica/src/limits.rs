@@ -41,6 +41,12 @@ pub const COMMITTED_BYTES_PER_READY_MAX: u64 = 16 * 1024 * 1024;
 /// in-flight window, a heartbeat, a snapshot); the bound leaves room for that to every member.
 pub const MESSAGES_PER_ADVANCE_MAX: usize = REPLICAS_MAX * (APPENDS_IN_FLIGHT_PER_PEER_MAX + 8);
 
+/// Readies one [`crate::Replica::advance`] handles. raft-rs makes a new ready only after new
+/// input or a persisted one (typically two rounds: the entries, then the commit they allow);
+/// the bound keeps one call finite whatever happens, and the rest waits for the next call
+/// (`has_ready` stays true).
+pub const ADVANCE_ROUNDS_MAX: usize = 8;
+
 /// Raft entries one journal record holds. A ready's entries go to the journal in records of at
 /// most this many (and at most [`JOURNAL_RECORD_BYTES_MAX`] bytes), all in one flush batch: a
 /// torn tail then cuts whole records, so recovery keeps a prefix of the entries, never half of

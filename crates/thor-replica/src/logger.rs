@@ -6,7 +6,7 @@
 
 use std::fmt::{self, Write as _};
 
-use slog::{Drain, Key, Level, OwnedKVList, Record, Serializer, KV};
+use slog::{Drain, KV, Key, Level, OwnedKVList, Record, Serializer};
 
 use crate::limits::LOG_LINE_BYTES_MAX;
 

@@ -50,9 +50,9 @@ use raft::{Config, RawNode, StateRole};
 
 use crate::error::{ProposeError, ReplicaError, StepError};
 use crate::limits::{
-    APPEND_MESSAGE_BYTES_MAX, APPENDS_IN_FLIGHT_PER_PEER_MAX, COMMITTED_BYTES_PER_READY_MAX,
-    ELECTION_TICKS, HEARTBEAT_TICKS, MESSAGES_PER_ADVANCE_MAX, PROPOSAL_BYTES_MAX,
-    PROPOSALS_IN_FLIGHT_MAX, UNCOMMITTED_BYTES_MAX,
+    ADVANCE_ROUNDS_MAX, APPEND_MESSAGE_BYTES_MAX, APPENDS_IN_FLIGHT_PER_PEER_MAX,
+    COMMITTED_BYTES_PER_READY_MAX, ELECTION_TICKS, HEARTBEAT_TICKS, MESSAGES_PER_ADVANCE_MAX,
+    PROPOSAL_BYTES_MAX, PROPOSALS_IN_FLIGHT_MAX, UNCOMMITTED_BYTES_MAX,
 };
 use crate::logger;
 use crate::storage::RaftLog;
@@ -208,7 +208,8 @@ pub struct ReplicaStatus {
 /// `[election, 2 * election)`: a pure function, so a run replays; different per replica and
 /// per term, so split votes resolve.
 pub fn election_timeout_for(seed: u64, id: u64, term: u64, election: usize) -> usize {
-    let mut z = seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ term.wrapping_mul(0xD1B5_4A32_D192_ED03);
+    let mut z =
+        seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ term.wrapping_mul(0xD1B5_4A32_D192_ED03);
     // SplitMix64's finalizer: every input bit affects every output bit.
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -266,16 +267,9 @@ impl Replica {
         };
         let node = RawNode::new(&raft_config, log, &logger::logger(config.id))
             .map_err(|e| ReplicaError::Raft(e.to_string()))?;
-        let reported =
-            RoleChange { role: Role::Follower, term: node.raft.term, leader: None };
-        let mut r = Replica {
-            node,
-            config,
-            proposals: BTreeMap::new(),
-            applied,
-            applied_conf,
-            reported,
-        };
+        let reported = RoleChange { role: Role::Follower, term: node.raft.term, leader: None };
+        let mut r =
+            Replica { node, config, proposals: BTreeMap::new(), applied, applied_conf, reported };
         r.seed_timeout();
         Ok(r)
     }
@@ -413,8 +407,11 @@ impl Replica {
     pub fn advance(&mut self) -> Result<Effects, ReplicaError> {
         let mut fx = Effects::default();
         // Each round consumes a ready; raft-rs produces a new one only after new input or
-        // after the previous one's persistence, so this ends after a few rounds.
-        while self.node.has_ready() {
+        // after the previous one's persistence, so this ends after a few rounds; the bound
+        // makes sure of it (what is left waits for the next call).
+        let mut rounds = 0;
+        while self.node.has_ready() && rounds < ADVANCE_ROUNDS_MAX {
+            rounds += 1;
             let mut rd = self.node.ready();
             self.send(&mut fx, rd.take_messages());
             if !rd.snapshot().is_empty() {
@@ -458,7 +455,11 @@ impl Replica {
         }
     }
 
-    fn install(&mut self, fx: &mut Effects, snap: raft::eraftpb::Snapshot) -> Result<(), ReplicaError> {
+    fn install(
+        &mut self,
+        fx: &mut Effects,
+        snap: raft::eraftpb::Snapshot,
+    ) -> Result<(), ReplicaError> {
         let meta = snap.get_metadata();
         let (index, term, conf) = (meta.index, meta.term, meta.get_conf_state().clone());
         let image = snap.data.clone();
@@ -485,13 +486,15 @@ impl Replica {
                 EntryType::EntryNormal if e.data.is_empty() => Apply::Noop,
                 EntryType::EntryNormal => Apply::Record(e.data.clone()),
                 EntryType::EntryConfChange => {
-                    let cc = ConfChange::parse_from_bytes(&e.data)
-                        .map_err(|err| ReplicaError::Raft(format!("conf change {}: {err}", e.index)))?;
+                    let cc = ConfChange::parse_from_bytes(&e.data).map_err(|err| {
+                        ReplicaError::Raft(format!("conf change {}: {err}", e.index))
+                    })?;
                     self.apply_membership(&cc)?
                 }
                 EntryType::EntryConfChangeV2 => {
-                    let cc = ConfChangeV2::parse_from_bytes(&e.data)
-                        .map_err(|err| ReplicaError::Raft(format!("conf change {}: {err}", e.index)))?;
+                    let cc = ConfChangeV2::parse_from_bytes(&e.data).map_err(|err| {
+                        ReplicaError::Raft(format!("conf change {}: {err}", e.index))
+                    })?;
                     self.apply_membership(&cc)?
                 }
             };
@@ -513,7 +516,10 @@ impl Replica {
         Ok(())
     }
 
-    fn apply_membership(&mut self, cc: &impl raft_proto::ConfChangeI) -> Result<Apply, ReplicaError> {
+    fn apply_membership(
+        &mut self,
+        cc: &impl raft_proto::ConfChangeI,
+    ) -> Result<Apply, ReplicaError> {
         let cs = self
             .node
             .apply_conf_change(cc)
@@ -527,7 +533,12 @@ impl Replica {
     /// term (a no-op when it already holds it).
     fn seed_timeout(&mut self) {
         let r = &mut self.node.raft;
-        let t = election_timeout_for(self.config.seed, self.config.id, r.term, self.config.election_ticks);
+        let t = election_timeout_for(
+            self.config.seed,
+            self.config.id,
+            r.term,
+            self.config.election_ticks,
+        );
         if r.randomized_election_timeout() != t {
             r.set_randomized_election_timeout(t);
         }

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use raft::SnapshotStatus;
 use raft::eraftpb::{ConfChangeSingle, ConfChangeType, ConfChangeV2, Message, MessageType};
-use thor_storage::{Disk, MemDisk, SplitMix64};
+use thor_storage::{Disk, FaultDisk, FaultPlan, MemDisk, SplitMix64};
 
 use crate::error::ProposeError;
 use crate::replica::{Apply, Effects, Proposal, Replica, ReplicaConfig, Role};
@@ -87,8 +87,13 @@ impl ClusterConfig {
 /// One simulated server: its disk, its replica while it runs, and its application state.
 #[derive(Debug)]
 struct Node {
-    /// The node's disk; survives crashes (minus unsynced writes).
-    disk: MemDisk,
+    /// The node's disk; survives crashes (minus unsynced writes). Fault-injecting, so that a
+    /// test can fail an fsync: the records it covered are written but not durable, and the
+    /// crash that follows may tear them.
+    disk: FaultDisk,
+    /// Whether an fsync failure was injected: the replica's next error is expected, and
+    /// crashes it (as a server stops when its log is poisoned).
+    sync_fault_armed: bool,
     /// Whether it was a founding member (bootstrapped with the founding membership).
     founder: bool,
     /// The running replica, or `None` while crashed.
@@ -123,6 +128,8 @@ pub struct SimStats {
     pub restores: u64,
     /// Crashes.
     pub crashes: u64,
+    /// Crashes that followed an injected fsync failure.
+    pub failed_syncs: u64,
 }
 
 /// A replica group in one thread. See the module documentation.
@@ -196,7 +203,8 @@ impl Cluster {
         };
         for id in 1..=cfg.replicas {
             let node = Node {
-                disk: MemDisk::with_sector_bytes(64),
+                disk: FaultDisk::wrap(MemDisk::with_sector_bytes(64)),
+                sync_fault_armed: false,
                 founder: true,
                 replica: None,
                 state: Vec::new(),
@@ -224,7 +232,8 @@ impl Cluster {
         } else {
             RaftLog::open(disk, journal_options())
         };
-        let log = log.unwrap_or_else(|e| panic!("seed {}: replica {id} reopens: {e}", self.cfg.seed));
+        let log =
+            log.unwrap_or_else(|e| panic!("seed {}: replica {id} reopens: {e}", self.cfg.seed));
         let replica = Replica::open(ReplicaConfig::new(id, self.cfg.seed ^ id), log)
             .unwrap_or_else(|e| panic!("seed {}: replica {id} starts: {e}", self.cfg.seed));
         node.state = decode_image(&replica.snapshot_image());
@@ -322,10 +331,31 @@ impl Cluster {
             return;
         }
         node.disk.crash(seed);
+        node.sync_fault_armed = false;
         node.state.clear();
         node.applied = 0;
         self.proposed.retain(|(r, _), _| *r != id);
         self.stats.crashes += 1;
+    }
+
+    /// Makes replica `id`'s next fsync fail: what it covered is written but not durable. The
+    /// replica's journal is then poisoned, its next `advance` fails, and the harness crashes
+    /// it (a crash that may tear those writes).
+    pub fn fail_next_sync(&mut self, id: u64) {
+        let node = self.nodes.get_mut(&id).expect("known node");
+        if node.replica.is_some() {
+            let syncs = node.disk.counters().syncs;
+            node.disk.set_plan(FaultPlan { fail_sync_at: Some(syncs + 1), ..FaultPlan::default() });
+            node.sync_fault_armed = true;
+        }
+    }
+
+    /// Withdraws every planned disk fault (an fsync failure not yet reached).
+    pub fn clear_disk_faults(&mut self) {
+        for n in self.nodes.values_mut() {
+            n.disk.set_plan(FaultPlan::default());
+            n.sync_fault_armed = false;
+        }
     }
 
     /// Restarts a crashed replica from its disk.
@@ -340,7 +370,8 @@ impl Cluster {
     pub fn add_node(&mut self, id: u64) {
         assert!(!self.nodes.contains_key(&id), "node {id} exists");
         let node = Node {
-            disk: MemDisk::with_sector_bytes(64),
+            disk: FaultDisk::wrap(MemDisk::with_sector_bytes(64)),
+            sync_fault_armed: false,
             founder: false,
             replica: None,
             state: Vec::new(),
@@ -434,7 +465,11 @@ impl Cluster {
                 {
                     self.tick();
                 }
-                if self.acknowledged.get(&p.index).is_some_and(|(t, r)| *t == p.term && *r == record) {
+                if self
+                    .acknowledged
+                    .get(&p.index)
+                    .is_some_and(|(t, r)| *t == p.term && *r == record)
+                {
                     return Some(p.index);
                 }
                 continue;
@@ -498,8 +533,14 @@ impl Cluster {
             let Some(r) = self.nodes.get_mut(&id).and_then(|n| n.replica.as_mut()) else {
                 continue;
             };
-            let fx = r.advance().unwrap_or_else(|e| panic!("seed {}: replica {id}: {e}", self.cfg.seed));
-            self.handle(id, fx);
+            match r.advance() {
+                Ok(fx) => self.handle(id, fx),
+                Err(_) if self.nodes[&id].sync_fault_armed => {
+                    self.stats.failed_syncs += 1;
+                    self.crash(id);
+                }
+                Err(e) => self.fail(format!("replica {id}: {e}")),
+            }
         }
     }
 
@@ -590,8 +631,14 @@ impl Cluster {
         }
         let image = encode_image(&node.state);
         let r = node.replica.as_mut().expect("running");
-        r.compact(image).unwrap_or_else(|e| panic!("seed {}: replica {id} compacts: {e}", self.cfg.seed));
-        node.compacted = node.applied;
+        match r.compact(image) {
+            Ok(()) => node.compacted = node.applied,
+            Err(_) if node.sync_fault_armed => {
+                self.stats.failed_syncs += 1;
+                self.crash(id);
+            }
+            Err(e) => self.fail(format!("replica {id} compacts: {e}")),
+        }
     }
 
     /// Checks that every acknowledged record is in every running replica's applied sequence
@@ -619,12 +666,14 @@ impl Cluster {
         let mut out = format!("tick {}, partition {:?}\n", self.now, self.groups);
         for (id, n) in &self.nodes {
             match &n.replica {
-                Some(r) => out += &format!(
-                    "  {id}: {:?} voters {:?} applied {}\n",
-                    r.status(),
-                    r.conf_state().voters,
-                    n.applied
-                ),
+                Some(r) => {
+                    out += &format!(
+                        "  {id}: {:?} voters {:?} applied {}\n",
+                        r.status(),
+                        r.conf_state().voters,
+                        n.applied
+                    )
+                }
                 None => out += &format!("  {id}: down\n"),
             }
         }

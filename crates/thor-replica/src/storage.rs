@@ -96,14 +96,18 @@ struct Replay {
     entries: VecDeque<Entry>,
 }
 
+/// A raft-rs snapshot with this metadata and image.
+fn snapshot_of(index: u64, term: u64, conf: ConfState, image: Bytes) -> Snapshot {
+    let mut meta = raft::eraftpb::SnapshotMetadata { index, term, ..Default::default() };
+    meta.set_conf_state(conf);
+    let mut snapshot = Snapshot { data: image, ..Snapshot::default() };
+    snapshot.set_metadata(meta);
+    snapshot
+}
+
 impl Replay {
     fn from_base(b: Base) -> Replay {
-        let mut snapshot = Snapshot::default();
-        snapshot.data = b.image;
-        let meta = snapshot.mut_metadata();
-        meta.index = b.snapshot_index;
-        meta.term = b.snapshot_term;
-        meta.set_conf_state(b.snapshot_conf);
+        let snapshot = snapshot_of(b.snapshot_index, b.snapshot_term, b.snapshot_conf, b.image);
         Replay {
             hard_state: b.hard_state,
             conf_state: b.conf_state,
@@ -125,9 +129,7 @@ impl Replay {
         let Some(first) = es.first() else { return Ok(()) };
         let (first, snap, last) = (first.index, self.snapshot_index(), self.last_index());
         if first <= snap || first > last + 1 {
-            return Err(format!(
-                "entries from {first} do not continue a log of ({snap}, {last}]"
-            ));
+            return Err(format!("entries from {first} do not continue a log of ({snap}, {last}]"));
         }
         // The term of the entry before `first` (checked before anything changes, so that a
         // refused call leaves the state as it was).
@@ -162,7 +164,7 @@ impl RaftLog {
             let rec = journal::decode(payload).map_err(|e| malformed(e.0))?;
             match rec {
                 JournalRecord::Base(b) => {
-                    state = Replay::from_base(b);
+                    state = Replay::from_base(*b);
                     seen_base = true;
                 }
                 _ if !seen_base => {
@@ -217,13 +219,9 @@ impl RaftLog {
         }
         let mut log = RaftLog::open(disk, opts)?;
         if log.recovery.records_replayed == 0 && log.log.next_lsn() == Lsn(1) {
-            let mut conf = ConfState::default();
-            conf.voters = voters.to_vec();
-            let base = Base {
-                snapshot_conf: conf.clone(),
-                conf_state: conf.clone(),
-                ..Base::default()
-            };
+            let conf = ConfState { voters: voters.to_vec(), ..ConfState::default() };
+            let base =
+                Base { snapshot_conf: conf.clone(), conf_state: conf.clone(), ..Base::default() };
             log.log.append(&journal::encode_base(&base))?;
             log.sync()?;
             log.conf_state = conf.clone();
@@ -414,13 +412,7 @@ impl RaftLog {
         let lsn = self.log.append(&journal::encode_base(&base))?;
         self.log.flush()?;
         self.entries.drain(..drop_n);
-        let mut snapshot = Snapshot::default();
-        snapshot.data = image;
-        let meta = snapshot.mut_metadata();
-        meta.index = index;
-        meta.term = term;
-        meta.set_conf_state(conf);
-        self.snapshot = snapshot;
+        self.snapshot = snapshot_of(index, term, conf, image);
         // The BASE is durable: the records below it are no longer needed.
         self.log.truncate_before(lsn)?;
         Ok(())

@@ -33,12 +33,11 @@ fn seen(log: &RaftLog) -> Seen {
 
 fn entries(first: u64, n: u64, term: u64, tag: u8) -> Vec<Entry> {
     (first..first + n)
-        .map(|i| {
-            let mut e = Entry::default();
-            e.index = i;
-            e.term = term;
-            e.data = Bytes::from(vec![tag; (i % 7 + 1) as usize * 13]);
-            e
+        .map(|i| Entry {
+            index: i,
+            term,
+            data: Bytes::from(vec![tag; (i % 7 + 1) as usize * 13]),
+            ..Entry::default()
         })
         .collect()
 }
@@ -51,8 +50,12 @@ fn open(disk: &MemDisk, opts: LogOptions) -> RaftLog {
 /// the records are then written but not durable, which is when a crash tears them.
 fn open_faulty(disk: &MemDisk) -> (RaftLog, FaultDisk) {
     let faulty = FaultDisk::wrap(disk.clone());
-    let log = RaftLog::bootstrap(Arc::new(faulty.clone()) as Arc<dyn Disk>, journal_options(), &[1, 2, 3])
-        .unwrap();
+    let log = RaftLog::bootstrap(
+        Arc::new(faulty.clone()) as Arc<dyn Disk>,
+        journal_options(),
+        &[1, 2, 3],
+    )
+    .unwrap();
     (log, faulty)
 }
 
@@ -158,8 +161,7 @@ fn compaction_drops_old_segments_and_survives_a_crash() {
         log.set_hard_state(hs).unwrap();
         log.sync().unwrap();
     }
-    let mut conf = ConfState::default();
-    conf.voters = vec![1, 2, 3];
+    let conf = ConfState { voters: vec![1, 2, 3], ..ConfState::default() };
     log.compact(150, conf.clone(), Bytes::from_static(b"image at 150")).unwrap();
     assert_eq!(log.snapshot_index(), 150);
     assert!(log.journal().first_lsn().0 > 1, "whole segments below the base were deleted");
@@ -191,8 +193,10 @@ fn an_installed_snapshot_replaces_the_log_and_survives_a_restart() {
     let disk = MemDisk::new();
     let mut log = open(&disk, journal_options());
     log.append(&entries(1, 4, 1, 1)).unwrap();
-    let mut snap = raft::eraftpb::Snapshot::default();
-    snap.data = Bytes::from_static(b"leader's image");
+    let mut snap = raft::eraftpb::Snapshot {
+        data: Bytes::from_static(b"leader's image"),
+        ..Default::default()
+    };
     snap.mut_metadata().index = 30;
     snap.mut_metadata().term = 3;
     snap.mut_metadata().mut_conf_state().voters = vec![1, 2, 3, 4];
@@ -215,8 +219,7 @@ fn entries_that_skip_an_index_or_rewrite_the_snapshot_are_refused() {
     log.append(&entries(1, 3, 1, 1)).unwrap();
     assert!(log.append(&entries(5, 1, 1, 2)).is_err(), "a gap");
     assert!(log.append(&entries(2, 1, 0, 2)).is_err(), "a term going back");
-    let mut hs = HardState::default();
-    hs.commit = 9;
+    let hs = HardState { commit: 9, ..HardState::default() };
     assert!(log.set_hard_state(hs).is_err(), "commit past the last entry");
     // The refused calls changed nothing.
     assert_eq!(log.last_index_now(), 3);

@@ -76,7 +76,8 @@ fn deposed_leader_cannot_acknowledge() {
         assert!(c.run_until(LEADER_TICKS_MAX, |c| c.leader().is_some_and(|l| l != old)));
         let new = commit_n(&mut c, "majority", 5);
         // With check-quorum the isolated leader steps down on its own.
-        assert!(c.run_until(LEADER_TICKS_MAX, |c| c.replica(old).unwrap().status().role != Role::Leader));
+        assert!(c.run_until(LEADER_TICKS_MAX, |c| c.replica(old).unwrap().status().role
+            != Role::Leader));
         c.heal();
         settle(&mut c, *new.last().unwrap());
         for p in &stranded {
@@ -110,14 +111,24 @@ fn minority_partition_makes_no_progress_majority_does() {
             // The old leader may still accept a proposal before it steps down; none commits.
             let _ = c.propose(leader, rec(&format!("minority-{i}")));
         }
-        assert!(c.run_until(LEADER_TICKS_MAX, |c| c.leader().is_some_and(|l| majority.contains(&l))));
+        assert!(
+            c.run_until(LEADER_TICKS_MAX, |c| c.leader().is_some_and(|l| majority.contains(&l)))
+        );
         let progress = commit_n(&mut c, "majority", 5);
         for _ in 0..LEADER_TICKS_MAX {
             c.tick();
         }
         for (n, id) in minority.iter().enumerate() {
-            assert_eq!(c.applied_index(*id), frozen[n], "seed {seed}: minority replica {id} applied nothing");
-            assert_ne!(c.replica(*id).unwrap().status().role, Role::Leader, "seed {seed}: no minority leader");
+            assert_eq!(
+                c.applied_index(*id),
+                frozen[n],
+                "seed {seed}: minority replica {id} applied nothing"
+            );
+            assert_ne!(
+                c.replica(*id).unwrap().status().role,
+                Role::Leader,
+                "seed {seed}: no minority leader"
+            );
         }
         assert!(
             c.acknowledged().values().all(|(_, r)| !r.starts_with(b"minority")),
@@ -150,7 +161,8 @@ fn restarted_replica_recovers_its_log() {
         assert!(r.log().recovery().records_replayed > 0, "seed {seed}: replayed its journal");
         assert_eq!(r.status().last_index, last_before, "seed {seed}: every synced entry recovered");
         // It re-applies its committed entries from its own log, the same sequence as before.
-        assert!(c.run_until(COMMIT_TICKS_MAX, |c| c.applied_records(follower).len() >= applied_before.len()));
+        assert!(c.run_until(COMMIT_TICKS_MAX, |c| c.applied_records(follower).len()
+            >= applied_before.len()));
         assert_eq!(c.applied_records(follower)[..applied_before.len()], applied_before[..]);
         c.heal();
         let more = commit_n(&mut c, "after", 3);
@@ -180,8 +192,10 @@ fn replace_dead_replica_online() {
                     && c.propose_membership(l, &add, &remove).is_ok()
                 {
                     done = c.run_until(COMMIT_TICKS_MAX, |c| {
-                        let voters = c.replica(c.leader().unwrap_or(l)).unwrap().conf_state().voters;
-                        add.iter().all(|a| voters.contains(a)) && remove.iter().all(|r| !voters.contains(r))
+                        let voters =
+                            c.replica(c.leader().unwrap_or(l)).unwrap().conf_state().voters;
+                        add.iter().all(|a| voters.contains(a))
+                            && remove.iter().all(|r| !voters.contains(r))
                     });
                     if done {
                         break;
