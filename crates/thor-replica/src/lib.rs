@@ -42,10 +42,13 @@
 //! replays a run exactly (`tests/seeds.rs` checks it).
 //!
 //! *Invariant (durability):* an entry or a vote is reported persisted to raft-rs, and so to a
-//! peer, only after the journal's fsync covering it returned: [`Replica::advance`] journals a
-//! ready's entries and hard state, syncs, and only then hands out the messages raft-rs held
-//! back until persistence. A failed fsync poisons the journal and the replica must be reopened
-//! from its disk.
+//! peer, only after the journal's fsync covering it returned. Handling is in two halves:
+//! [`Replica::ready`] journals readies' entries and hard state (buffered) and hands out what
+//! needs no durability; [`Replica::persist`] syncs the journal, tells raft-rs, and only then
+//! hands out the messages raft-rs held back until persistence. The driver may do other work
+//! (or crash) between them; [`Replica::advance`] does both at once. A failed fsync poisons the
+//! journal and the replica must be reopened from its disk. (`tests/mutants.rs` runs a replica
+//! that reports before it syncs and shows the harness catches it.)
 //!
 //! *Invariant (acknowledgement):* a proposal is acknowledged ([`Effects::acknowledged`]) only
 //! when the entry committed at its index has the term it was proposed in, i.e. Raft committed
@@ -66,8 +69,8 @@
 //! as thor's recovery replays its log from a checkpoint.
 //!
 //! *API Boundary:* [`RaftLog`] (`open`, `bootstrap`, `compact`, and raft-rs's `Storage`),
-//! [`Replica`] (`open`, `tick`, `step`, `propose`, `propose_membership`, `advance`,
-//! `compact`, `status`), [`Effects`] and its parts, the error enums, [`sim::Cluster`] for
+//! [`Replica`] (`open`, `tick`, `step`, `propose`, `propose_membership`, `ready`, `persist`,
+//! `advance`, `compact`, `report_snapshot`, `status`), [`Effects`] and its parts, the error enums, [`sim::Cluster`] for
 //! tests. raft-rs's message type (`raft::eraftpb::Message`) crosses the boundary as is: its
 //! wire encoding (raft-rs's protobuf codec) is the transport's business.
 //!
@@ -81,10 +84,10 @@
 //!
 //! # What is not here yet
 //!
-//! - Persistence is synchronous inside [`Replica::advance`] (one fsync per call that has
-//!   something to persist). The engine will want its group commit: raft-rs's
-//!   `advance_append_async` / `on_persist_ready` allow the fsync to happen on the log's own
-//!   thread; the journal's `Log` already batches.
+//! - [`Replica::persist`] performs the fsync itself, on the caller's thread. The engine will
+//!   want it on its log writer thread (group commit across the readies of many ticks): the
+//!   split is already there (raft-rs's `advance_append_async` / `on_persist_ready` underneath),
+//!   what is missing is a `persisted_up_to(lsn)` entry point that takes the sync from outside.
 //! - The snapshot image is the application's bytes, kept in the journal's BASE record (at
 //!   most [`limits::SNAPSHOT_BYTES_MAX`]). A thor server's snapshot is its page file and log
 //!   tail, which must travel outside Raft's messages (backup's machinery), with raft-rs told
@@ -102,7 +105,7 @@ pub mod storage;
 
 pub use error::{LogError, ProposeError, ReplicaError, StepError};
 pub use replica::{
-    Apply, Committed, Effects, Proposal, Replica, ReplicaConfig, ReplicaStatus, Restore, Role,
-    RoleChange, election_timeout_for,
+    Apply, Committed, Effects, Mutant, Proposal, Replica, ReplicaConfig, ReplicaStatus, Restore,
+    Role, RoleChange, election_timeout_for,
 };
 pub use storage::{JOURNAL_PREFIX, RaftLog, Recovery, journal_options};

@@ -47,6 +47,11 @@ pub const MESSAGES_PER_ADVANCE_MAX: usize = REPLICAS_MAX * (APPENDS_IN_FLIGHT_PE
 /// (`has_ready` stays true).
 pub const ADVANCE_ROUNDS_MAX: usize = 8;
 
+/// Readies journalled by [`crate::Replica::ready`] and not yet synced by
+/// [`crate::Replica::persist`]: past it `ready` takes no more until a persist, so a driver
+/// that defers its fsync cannot pile up unbounded held messages.
+pub const UNSYNCED_READIES_MAX: usize = 64;
+
 /// Raft entries one journal record holds. A ready's entries go to the journal in records of at
 /// most this many (and at most [`JOURNAL_RECORD_BYTES_MAX`] bytes), all in one flush batch: a
 /// torn tail then cuts whole records, so recovery keeps a prefix of the entries, never half of

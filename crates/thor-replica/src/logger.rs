@@ -1,7 +1,7 @@
 //! raft-rs logs through `slog`; thor logs through `tracing`. [`TracingDrain`] is a small slog
 //! drain that turns each slog record into a tracing event at the same level, with the replica's
 //! key-value pairs rendered into the message (bounded by
-//! [`LOG_LINE_BYTES_MAX`](crate::limits::LOG_LINE_BYTES_MAX)). No thread, no buffer: the event
+//! [`crate::limits::LOG_LINE_BYTES_MAX`]). No thread, no buffer: the event
 //! is emitted in the call that logged it, so a simulation's log stays in step with its run.
 
 use std::fmt::{self, Write as _};

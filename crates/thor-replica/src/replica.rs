@@ -9,9 +9,12 @@
 //!   every tick ───► tick() ──────────────────────────────────────►  election / heartbeat clock
 //!   peer message ─► step(msg) ───────────────────────────────────►  raft-rs
 //!   client record ► propose(bytes) ─► Proposal { index, term } ──►  leader's log
-//!   then ─────────► advance() ─────► journal entries + hard state, fsync (the injected Disk)
+//!   then ─────────► ready() ───────► journal entries + hard state (buffered)
 //!                                    ◄── Effects { messages, restore, committed, acknowledged,
-//!                                                  lost, undecided, role }
+//!                                                  lost, undecided, role, needs_sync }
+//!   when it may ──► persist() ─────► fsync (the injected Disk), then the held messages
+//!                                    ◄── Effects (as above)
+//!   (advance() = ready() + persist(): both at once)
 //! ```
 //!
 //! No clock, no thread, no socket: time is [`Replica::tick`], the network is the messages the
@@ -24,8 +27,9 @@
 //!
 //! A proposal is *acknowledged* (in [`Effects::acknowledged`]) only when the entry at its index
 //! is committed by Raft with the term it was proposed in, which means a majority of the group
-//! had it durable. Entries are journalled and fsynced inside [`Replica::advance`] before any
-//! message that reports them persisted (append responses, votes) is handed out. A leader that
+//! had it durable. Entries are journalled by [`Replica::ready`] and fsynced by
+//! [`Replica::persist`] before any message that reports them persisted (append responses,
+//! votes) is handed out. A leader that
 //! is deposed keeps its proposals pending; each is resolved when its index commits: with the
 //! same term it is acknowledged, with another term (the new leader's entry replaced it) it is
 //! [`Effects::lost`]. So a deposed leader never reports a proposal committed that the new term
@@ -41,7 +45,7 @@
 //! leader sends a snapshot, [`Effects::restore`] comes first: the driver replaces its state
 //! with the image before applying what follows.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
 use protobuf::Message as _;
@@ -52,7 +56,7 @@ use crate::error::{ProposeError, ReplicaError, StepError};
 use crate::limits::{
     ADVANCE_ROUNDS_MAX, APPEND_MESSAGE_BYTES_MAX, APPENDS_IN_FLIGHT_PER_PEER_MAX,
     COMMITTED_BYTES_PER_READY_MAX, ELECTION_TICKS, HEARTBEAT_TICKS, MESSAGES_PER_ADVANCE_MAX,
-    PROPOSAL_BYTES_MAX, PROPOSALS_IN_FLIGHT_MAX, UNCOMMITTED_BYTES_MAX,
+    PROPOSAL_BYTES_MAX, PROPOSALS_IN_FLIGHT_MAX, UNCOMMITTED_BYTES_MAX, UNSYNCED_READIES_MAX,
 };
 use crate::logger;
 use crate::storage::RaftLog;
@@ -70,12 +74,30 @@ pub struct ReplicaConfig {
     pub election_ticks: usize,
     /// Ticks between a leader's heartbeats.
     pub heartbeat_ticks: usize,
+    /// A deliberately broken variant, for tests that prove the checks can fail. `None` in
+    /// anything real.
+    pub mutant: Option<Mutant>,
+}
+
+/// Deliberately broken variants of the replica: the harness's checks must catch each (see
+/// `tests/mutants.rs`), which shows they can fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutant {
+    /// Hands out the messages that report entries and votes persisted (append responses,
+    /// votes) before the journal is synced: a follower acknowledges what a crash can lose.
+    ReportBeforeSync,
 }
 
 impl ReplicaConfig {
     /// Replica `id` with the default tick counts.
     pub fn new(id: u64, seed: u64) -> Self {
-        ReplicaConfig { id, seed, election_ticks: ELECTION_TICKS, heartbeat_ticks: HEARTBEAT_TICKS }
+        ReplicaConfig {
+            id,
+            seed,
+            election_ticks: ELECTION_TICKS,
+            heartbeat_ticks: HEARTBEAT_TICKS,
+            mutant: None,
+        }
     }
 }
 
@@ -181,6 +203,34 @@ pub struct Effects {
     /// Messages dropped because more than [`MESSAGES_PER_ADVANCE_MAX`] were produced (Raft
     /// resends what matters).
     pub messages_dropped: usize,
+    /// Journalled records wait for [`Replica::persist`] (only after [`Replica::ready`];
+    /// [`Replica::advance`] persists them itself).
+    pub needs_sync: bool,
+}
+
+impl Effects {
+    /// Appends `later`'s effects to these, in order (a restore in `later` supersedes the
+    /// committed entries before it, as within one call).
+    pub fn absorb(&mut self, later: Effects) {
+        for m in later.messages {
+            if self.messages.len() < MESSAGES_PER_ADVANCE_MAX {
+                self.messages.push(m);
+            } else {
+                self.messages_dropped += 1;
+            }
+        }
+        if later.restore.is_some() {
+            self.committed.clear();
+            self.restore = later.restore;
+        }
+        self.committed.extend(later.committed);
+        self.acknowledged.extend(later.acknowledged);
+        self.lost.extend(later.lost);
+        self.undecided.extend(later.undecided);
+        self.role = later.role.or(self.role);
+        self.messages_dropped += later.messages_dropped;
+        self.needs_sync = later.needs_sync;
+    }
 }
 
 /// A replica's externally visible state.
@@ -232,6 +282,9 @@ pub struct Replica {
     applied_conf: ConfState,
     /// The role, term and leader last reported.
     reported: RoleChange,
+    /// Readies journalled but not yet synced, oldest first: their numbers, and the messages
+    /// raft-rs holds until they are persisted. At most [`UNSYNCED_READIES_MAX`].
+    unsynced: VecDeque<(u64, Vec<Message>)>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -268,8 +321,15 @@ impl Replica {
         let node = RawNode::new(&raft_config, log, &logger::logger(config.id))
             .map_err(|e| ReplicaError::Raft(e.to_string()))?;
         let reported = RoleChange { role: Role::Follower, term: node.raft.term, leader: None };
-        let mut r =
-            Replica { node, config, proposals: BTreeMap::new(), applied, applied_conf, reported };
+        let mut r = Replica {
+            node,
+            config,
+            proposals: BTreeMap::new(),
+            applied,
+            applied_conf,
+            reported,
+            unsynced: VecDeque::new(),
+        };
         r.seed_timeout();
         Ok(r)
     }
@@ -401,16 +461,41 @@ impl Replica {
         Ok(())
     }
 
-    /// Handles everything raft-rs has ready: journals and syncs entries and hard state, then
-    /// hands out messages, committed entries and the fate of proposals. Call after every
-    /// `tick`, `step` or `propose` (or a batch of them).
+    /// Handles everything raft-rs has ready and makes it durable: [`Replica::ready`], then
+    /// [`Replica::persist`] until nothing is left to sync. Call after every `tick`, `step` or
+    /// `propose` (or a batch of them) when the caller has no reason to defer the fsync.
     pub fn advance(&mut self) -> Result<Effects, ReplicaError> {
+        let mut fx = self.ready()?;
+        // Each persist reports readies persisted, which may make one more ready (the commit
+        // they allow); bounded like the readies themselves.
+        let mut rounds = 0;
+        while fx.needs_sync && rounds < ADVANCE_ROUNDS_MAX {
+            rounds += 1;
+            let more = self.persist()?;
+            fx.absorb(more);
+        }
+        Ok(fx)
+    }
+
+    /// The first half of handling raft-rs's readies: journals their entries, hard state and
+    /// snapshot (buffered, **not** synced), and hands out what needs no durability: messages
+    /// raft-rs may send at once (a leader's appends), committed entries (raft-rs hands only
+    /// entries this replica has persisted) and the fate of proposals. Messages that report the
+    /// new entries or vote persisted (a follower's append responses, votes) are held back
+    /// until [`Replica::persist`]. `Effects::needs_sync` says whether a persist is due.
+    ///
+    /// Between the two halves the driver may do anything else (deliver more messages, tick);
+    /// a crash in between loses the journalled records, which nobody was told were durable.
+    pub fn ready(&mut self) -> Result<Effects, ReplicaError> {
         let mut fx = Effects::default();
         // Each round consumes a ready; raft-rs produces a new one only after new input or
-        // after the previous one's persistence, so this ends after a few rounds; the bound
-        // makes sure of it (what is left waits for the next call).
+        // after a previous one's persistence, so this ends after a few rounds; the bounds
+        // make sure of it (what is left waits for the next call).
         let mut rounds = 0;
-        while self.node.has_ready() && rounds < ADVANCE_ROUNDS_MAX {
+        while self.node.has_ready()
+            && rounds < ADVANCE_ROUNDS_MAX
+            && self.unsynced.len() < UNSYNCED_READIES_MAX
+        {
             rounds += 1;
             let mut rd = self.node.ready();
             self.send(&mut fx, rd.take_messages());
@@ -424,25 +509,54 @@ impl Replica {
             if let Some(hs) = rd.hs() {
                 store.set_hard_state(hs.clone())?;
             }
-            // Before any message that reports these entries or this vote persisted.
-            store.sync()?;
-            self.send(&mut fx, rd.take_persisted_messages());
-            let mut light = self.node.advance(rd);
-            if let Some(commit) = light.commit_index() {
-                let mut hs = self.node.store().hard_state().clone();
-                hs.commit = commit;
-                // Journalled with the next sync; a lost commit index is learned again from
-                // the leader, so it need not be durable now.
-                self.node.mut_store().set_hard_state(hs)?;
+            let mut held = rd.take_persisted_messages();
+            if self.config.mutant == Some(Mutant::ReportBeforeSync) {
+                self.send(&mut fx, std::mem::take(&mut held));
             }
-            self.send(&mut fx, light.take_messages());
-            let committed = light.take_committed_entries();
-            self.apply(&mut fx, committed)?;
-            self.node.advance_apply();
+            self.unsynced.push_back((rd.number(), held));
+            self.node.advance_append_async(rd);
         }
+        self.report_applied();
+        fx.needs_sync = !self.unsynced.is_empty();
         self.seed_timeout();
         self.note_role(&mut fx);
         Ok(fx)
+    }
+
+    /// The second half: makes everything journalled durable (one fsync of the journal),
+    /// tells raft-rs the readies are persisted, hands out the messages held for that, and
+    /// handles what became ready because of it (as [`Replica::ready`] does).
+    pub fn persist(&mut self) -> Result<Effects, ReplicaError> {
+        let mut fx = Effects::default();
+        let Some(&(last, _)) = self.unsynced.back() else {
+            return Ok(fx);
+        };
+        // Before any message that reports these entries or votes persisted.
+        self.node.mut_store().sync()?;
+        let held: Vec<Vec<Message>> = self.unsynced.drain(..).map(|(_, m)| m).collect();
+        for msgs in held {
+            self.send(&mut fx, msgs);
+        }
+        self.node.on_persist_ready(last);
+        self.report_applied();
+        let more = self.ready()?;
+        fx.absorb(more);
+        Ok(fx)
+    }
+
+    /// Tells raft-rs how far the application applied. An installed snapshot counts as applied
+    /// only once persisted (raft-rs's rule), so the report waits for that.
+    fn report_applied(&mut self) {
+        let log = &self.node.raft.raft_log;
+        let to = self.applied.min(log.persisted);
+        if to > log.applied {
+            self.node.advance_apply_to(to);
+        }
+    }
+
+    /// Whether journalled readies wait for [`Replica::persist`].
+    pub fn needs_sync(&self) -> bool {
+        !self.unsynced.is_empty()
     }
 
     fn send(&mut self, fx: &mut Effects, msgs: Vec<Message>) {

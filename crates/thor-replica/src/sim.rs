@@ -13,7 +13,8 @@
 //! Each node is a [`Replica`] over a [`RaftLog`] on its own [`MemDisk`], and an application:
 //! the sequence of records it applied (its "database"), whose encoding is the snapshot image.
 //! [`Cluster::tick`] advances every live replica's clock, delivers the messages that are due,
-//! and runs every replica's [`Replica::advance`], routing what it sends through the network.
+//! and runs every replica's [`Replica::ready`] and (at once, or some ticks later, by seed)
+//! [`Replica::persist`], routing what it sends through the network.
 //! Crashes drop a replica and crash its disk (unsynced writes lost or torn, by seed); restarts
 //! reopen it from the disk alone.
 //!
@@ -40,7 +41,7 @@ use raft::eraftpb::{ConfChangeSingle, ConfChangeType, ConfChangeV2, Message, Mes
 use thor_storage::{Disk, FaultDisk, FaultPlan, MemDisk, SplitMix64};
 
 use crate::error::ProposeError;
-use crate::replica::{Apply, Effects, Proposal, Replica, ReplicaConfig, Role};
+use crate::replica::{Apply, Effects, Mutant, Proposal, Replica, ReplicaConfig, Role};
 use crate::storage::{RaftLog, journal_options};
 
 /// Messages the simulated network holds at once; past it a new message is dropped (which Raft
@@ -75,12 +76,24 @@ pub struct ClusterConfig {
     /// Every replica compacts its log after this many applied entries (so that lagging and new
     /// replicas catch up from a snapshot), or never.
     pub compact_every: Option<u64>,
+    /// Per thousand: how often a replica defers the fsync of what it journalled to a later
+    /// tick (the window in which a crash loses unsynced writes).
+    pub defer_sync_per_mille: u64,
+    /// Every replica runs this deliberately broken variant (checker tests only).
+    pub mutant: Option<Mutant>,
 }
 
 impl ClusterConfig {
     /// `replicas` founding members, a perfect network, no compaction.
     pub fn new(replicas: u64, seed: u64) -> Self {
-        ClusterConfig { replicas, seed, net: NetConfig::default(), compact_every: None }
+        ClusterConfig {
+            replicas,
+            seed,
+            net: NetConfig::default(),
+            compact_every: None,
+            defer_sync_per_mille: 0,
+            mutant: None,
+        }
     }
 }
 
@@ -234,7 +247,9 @@ impl Cluster {
         };
         let log =
             log.unwrap_or_else(|e| panic!("seed {}: replica {id} reopens: {e}", self.cfg.seed));
-        let replica = Replica::open(ReplicaConfig::new(id, self.cfg.seed ^ id), log)
+        let rcfg =
+            ReplicaConfig { mutant: self.cfg.mutant, ..ReplicaConfig::new(id, self.cfg.seed ^ id) };
+        let replica = Replica::open(rcfg, log)
             .unwrap_or_else(|e| panic!("seed {}: replica {id} starts: {e}", self.cfg.seed));
         node.state = decode_image(&replica.snapshot_image());
         node.applied = replica.status().snapshot_index;
@@ -527,20 +542,37 @@ impl Cluster {
         }
     }
 
+    /// Runs every replica's readies. Each journals them, then persists them at once, or, with
+    /// probability `defer_sync_per_mille`, in a later tick: a crash in between loses what was
+    /// journalled but not synced, which no peer was told was durable.
     fn advance_all(&mut self) {
         let ids: Vec<u64> = self.nodes.keys().copied().collect();
         for id in ids {
-            let Some(r) = self.nodes.get_mut(&id).and_then(|n| n.replica.as_mut()) else {
-                continue;
-            };
-            match r.advance() {
-                Ok(fx) => self.handle(id, fx),
-                Err(_) if self.nodes[&id].sync_fault_armed => {
-                    self.stats.failed_syncs += 1;
-                    self.crash(id);
-                }
-                Err(e) => self.fail(format!("replica {id}: {e}")),
+            self.run_replica(id, Replica::ready);
+            let due = self.replica(id).is_some_and(Replica::needs_sync);
+            if due && self.rng.below(1000) >= self.cfg.defer_sync_per_mille {
+                self.run_replica(id, Replica::persist);
             }
+        }
+    }
+
+    /// Runs `step` (ready or persist) on replica `id` if it is up and handles its effects; an
+    /// error after an injected fsync failure crashes it.
+    fn run_replica(
+        &mut self,
+        id: u64,
+        step: fn(&mut Replica) -> Result<Effects, crate::error::ReplicaError>,
+    ) {
+        let Some(r) = self.nodes.get_mut(&id).and_then(|n| n.replica.as_mut()) else {
+            return;
+        };
+        match step(r) {
+            Ok(fx) => self.handle(id, fx),
+            Err(_) if self.nodes[&id].sync_fault_armed => {
+                self.stats.failed_syncs += 1;
+                self.crash(id);
+            }
+            Err(e) => self.fail(format!("replica {id}: {e}")),
         }
     }
 
