@@ -457,6 +457,9 @@ impl Replica {
     /// [`ReplicaStatus::applied`]) as the snapshot for followers too far behind.
     pub fn compact(&mut self, image: Bytes) -> Result<(), ReplicaError> {
         let (index, conf) = (self.applied, self.applied_conf.clone());
+        // raft-rs must have taken the applied index (ready and persist report it before they
+        // return), or it could later ask for entries compacted below it.
+        assert_eq!(self.node.raft.raft_log.applied, index, "raft-rs knows the applied index");
         self.node.mut_store().compact(index, conf, image)?;
         Ok(())
     }
@@ -499,7 +502,8 @@ impl Replica {
             rounds += 1;
             let mut rd = self.node.ready();
             self.send(&mut fx, rd.take_messages());
-            if !rd.snapshot().is_empty() {
+            let snapshot = !rd.snapshot().is_empty();
+            if snapshot {
                 self.install(&mut fx, rd.snapshot().clone())?;
             }
             let committed = rd.take_committed_entries();
@@ -515,6 +519,13 @@ impl Replica {
             }
             self.unsynced.push_back((rd.number(), held));
             self.node.advance_append_async(rd);
+            if snapshot {
+                // raft-rs drops its own copy of the snapshot as the ready is advanced, but
+                // counts it applied only once persisted: in between, its applied index lies
+                // below the journal's compacted entries, and a campaign would ask for them.
+                // So an installed snapshot is persisted at once (installs are rare).
+                self.sync_unsynced(&mut fx)?;
+            }
         }
         self.report_applied();
         fx.needs_sync = !self.unsynced.is_empty();
@@ -528,20 +539,30 @@ impl Replica {
     /// handles what became ready because of it (as [`Replica::ready`] does).
     pub fn persist(&mut self) -> Result<Effects, ReplicaError> {
         let mut fx = Effects::default();
-        let Some(&(last, _)) = self.unsynced.back() else {
+        if self.unsynced.is_empty() {
             return Ok(fx);
+        }
+        self.sync_unsynced(&mut fx)?;
+        let more = self.ready()?;
+        fx.absorb(more);
+        Ok(fx)
+    }
+
+    /// Syncs the journal, reports every unsynced ready persisted, and hands out the messages
+    /// held for them.
+    fn sync_unsynced(&mut self, fx: &mut Effects) -> Result<(), ReplicaError> {
+        let Some(&(last, _)) = self.unsynced.back() else {
+            return Ok(());
         };
         // Before any message that reports these entries or votes persisted.
         self.node.mut_store().sync()?;
         let held: Vec<Vec<Message>> = self.unsynced.drain(..).map(|(_, m)| m).collect();
         for msgs in held {
-            self.send(&mut fx, msgs);
+            self.send(fx, msgs);
         }
         self.node.on_persist_ready(last);
         self.report_applied();
-        let more = self.ready()?;
-        fx.absorb(more);
-        Ok(fx)
+        Ok(())
     }
 
     /// Tells raft-rs how far the application applied. An installed snapshot counts as applied

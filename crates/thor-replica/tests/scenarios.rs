@@ -217,5 +217,12 @@ fn replace_dead_replica_online() {
         c.crash(victim);
         let last = commit_n(&mut c, "quorum-with-new", 3);
         settle(&mut c, *last.last().unwrap());
+        // The victim restarts from its disk, re-applies the membership changes in its log,
+        // and catches up as a member of the new group.
+        c.restart(victim);
+        let end = commit_n(&mut c, "after-restart", 2);
+        settle(&mut c, *end.last().unwrap());
+        let voters = c.replica(victim).unwrap().conf_state().voters;
+        assert!(voters.contains(&4) && !voters.contains(&dead), "seed {seed}: {voters:?}");
     }
 }

@@ -26,7 +26,10 @@ fn seeded_runs_keep_every_acknowledged_record_and_recover_liveness() {
     let seeds = env_u64("THOR_REPLICA_SEEDS").unwrap_or(SEEDS_DEFAULT);
     let mut total = SimStats::default();
     for seed in 0..seeds {
-        let (s, _) = run(seed);
+        // A panic inside raft-rs does not name the seed: name it here.
+        let (s, _) = std::panic::catch_unwind(|| run(seed)).unwrap_or_else(|_| {
+            panic!("seed {seed} failed (replay it alone with THOR_REPLICA_SEED={seed})")
+        });
         total.acknowledged += s.acknowledged;
         total.lost += s.lost;
         total.crashes += s.crashes;
