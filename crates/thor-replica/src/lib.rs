@@ -72,7 +72,9 @@
 //! [`Replica`] (`open`, `tick`, `step`, `propose`, `propose_membership`, `ready`, `persist`,
 //! `advance`, `compact`, `report_snapshot`, `status`), [`Effects`] and its parts, the error enums, [`sim::Cluster`] for
 //! tests. raft-rs's message type (`raft::eraftpb::Message`) crosses the boundary as is: its
-//! wire encoding (raft-rs's protobuf codec) is the transport's business.
+//! wire encoding (raft-rs's protobuf codec) is the transport's business. That codec is
+//! protobuf 2.28, which a crafted message can crash (RUSTSEC-2024-0437): a transport must
+//! decode only what authenticated group members send.
 //!
 //! # Membership
 //!
