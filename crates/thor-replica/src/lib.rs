@@ -84,6 +84,26 @@
 //! from the leader: by log if the leader still holds every entry, else from the snapshot the
 //! leader's last compaction kept ([`Replica::compact`]).
 //!
+//! # How the engine is meant to sit on it (the next step; a proposal, not built)
+//!
+//! - *The log is the journal.* A replicated server writes no `log.*` of its own: the core's
+//!   `Effect::Append { lsn, record }` becomes [`Replica::propose`] of `lsn ‖ record` (the core
+//!   numbers records densely; Raft indexes are not dense, since no-ops and membership entries
+//!   take indexes, so the LSN travels in the entry). `CommitLog::sync` returns the highest LSN
+//!   whose proposal is in [`Effects::acknowledged`] with every one before it; a proposal
+//!   [`Effects::lost`] or [`Effects::undecided`] is a commit whose outcome the client learns
+//!   by retrying. `truncate_before` becomes [`Replica::compact`] at the checkpoint's index.
+//! - *Followers apply as recovery does.* A follower's driver feeds each
+//!   [`Apply::Record`] to the core's `replay(lsn, record)` in index order, running install
+//!   rounds when the MOB is over budget, exactly as `thor_server::io::recover` does; its
+//!   checkpoint is its compaction. A restart is recovery from the snapshot plus the committed
+//!   entries [`Replica::advance`] hands out again.
+//! - *Becoming leader.* When [`Effects::role`] says Leader, the engine waits for
+//!   [`ReplicaStatus::term_applied`] (everything committed before its term is applied, so its
+//!   core's next LSN is the last applied LSN + 1), finishes recovery (CLOCC's queue from the
+//!   replayed records, sessions restarted conservatively) and only then takes commits. On
+//!   losing leadership it stops acknowledging at once.
+//!
 //! # What is not here yet
 //!
 //! - [`Replica::persist`] performs the fsync itself, on the caller's thread. The engine will

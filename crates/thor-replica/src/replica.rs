@@ -252,6 +252,11 @@ pub struct ReplicaStatus {
     pub last_index: u64,
     /// Its snapshot (compaction) index.
     pub snapshot_index: u64,
+    /// Whether an entry of the current term has been handed to the application (and so every
+    /// entry before it). A new leader's log may end with entries of earlier terms that its first
+    /// commit decides; only once it has applied them does its state include every committed
+    /// record, so the engine starts serving as leader when this holds (see the crate docs).
+    pub term_applied: bool,
 }
 
 /// The randomized election timeout of replica `id` in `term` for a run seeded with `seed`, in
@@ -351,6 +356,7 @@ impl Replica {
             applied: self.applied,
             last_index: self.node.store().last_index_now(),
             snapshot_index: self.node.store().snapshot_index(),
+            term_applied: r.apply_to_current_term(),
         }
     }
 

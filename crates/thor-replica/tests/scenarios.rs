@@ -74,8 +74,13 @@ fn deposed_leader_cannot_acknowledge() {
         for i in 0..5 {
             stranded.push(c.propose(old, rec(&format!("stranded-{i}"))).expect("still leader"));
         }
-        // The majority elects a new leader and commits over the stranded entries.
+        // The majority elects a new leader and commits over the stranded entries; once it has
+        // applied its own term's first entry, it holds every committed record.
         assert!(c.run_until(LEADER_TICKS_MAX, |c| c.leader().is_some_and(|l| l != old)));
+        let leader = c.leader().unwrap();
+        assert!(
+            c.run_until(COMMIT_TICKS_MAX, |c| c.replica(leader).unwrap().status().term_applied)
+        );
         let new = commit_n(&mut c, "majority", 5);
         // With check-quorum the isolated leader steps down on its own.
         assert!(c.run_until(LEADER_TICKS_MAX, |c| c.replica(old).unwrap().status().role
