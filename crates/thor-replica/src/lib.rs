@@ -1,0 +1,133 @@
+//! thor-replica: a thor server's replica group, sans-I/O, on raft-rs.
+//!
+//! Issue 33 makes every thor server a replica group, so that no single machine's loss stops
+//! service. This crate is the foundation: consensus from a proven library (raft-rs, TiKV's
+//! Raft), Raft's durable state in thor's own checksummed log, and a synchronous state machine
+//! around it that a server's engine (and the simulation) can drive. It does **not** yet run in
+//! a server: the engine's commit path, `thor server --group` and the merged simulation come
+//! next (see "What is not here yet").
+//!
+//! # The pieces
+//!
+//! ```text
+//!   driver (engine / sim)         thor-replica                          raft-rs
+//!   ─────────────────────         ────────────                          ───────
+//!   tick, step(msg), ─────────►   Replica  ──── RawNode<RaftLog> ─────► Raft state machine
+//!   propose(record)               │  seeded election timeouts
+//!                                 │  proposals: index → term
+//!   Effects ◄───────── advance()  │  ready → journal + fsync → messages, committed, acks
+//!                                 ▼
+//!                                 RaftLog (raft::Storage)
+//!                                 │  in memory: hard state, membership, snapshot, entries
+//!                                 ▼
+//!                                 journal records ──► thor_storage::Log ──► Disk (any)
+//! ```
+//!
+//! - [`journal`]: the byte layout of Raft's state as records of a thor log (ENTRIES,
+//!   HARD_STATE, CONF_STATE, and self-contained BASE records that make compaction safe).
+//! - [`storage`]: [`RaftLog`], raft-rs's `Storage` over that journal, recovered by replay on
+//!   open (a torn tail is cut by the thor log as always: whole records, never half an entry).
+//! - [`replica`]: [`Replica`], the state machine the driver calls, and its [`Effects`].
+//! - [`logger`]: raft-rs logs through slog; a small drain turns that into tracing events.
+//! - [`sim`]: a deterministic harness (replicas over `MemDisk`s and a seeded network) with
+//!   the checks that the tests and, later, the merged simulation use.
+//! - [`limits`]: every bound, with its reason.
+//!
+//! # Invariants
+//!
+//! *Architecture Invariant:* no I/O of its own. Time is [`Replica::tick`], the network is the
+//! messages the driver carries, the disk is the [`thor_storage::Disk`] the journal was opened
+//! on, randomness is the replica's seed (raft-rs's thread-local random election timeout is
+//! overridden after every call by [`election_timeout_for`]`(seed, id, term)`). A seed
+//! replays a run exactly (`tests/seeds.rs` checks it).
+//!
+//! *Invariant (durability):* an entry or a vote is reported persisted to raft-rs, and so to a
+//! peer, only after the journal's fsync covering it returned. Handling is in two halves:
+//! [`Replica::ready`] journals readies' entries and hard state (buffered) and hands out what
+//! needs no durability; [`Replica::persist`] syncs the journal, tells raft-rs, and only then
+//! hands out the messages raft-rs held back until persistence. The driver may do other work
+//! (or crash) between them; [`Replica::advance`] does both at once. A failed fsync poisons the
+//! journal and the replica must be reopened from its disk. (`tests/mutants.rs` runs a replica
+//! that reports before it syncs and shows the harness catches it.)
+//!
+//! *Invariant (acknowledgement):* a proposal is acknowledged ([`Effects::acknowledged`]) only
+//! when the entry committed at its index has the term it was proposed in, i.e. Raft committed
+//! that very entry on a majority's disks. A deposed leader's proposals are resolved when their
+//! indexes commit: another term there means [`Effects::lost`]; a snapshot over them means
+//! [`Effects::undecided`]; never acknowledged. (An entry overwritten on the proposer is not
+//! yet lost: a later leader that holds it may still commit it, as in Figure 8 of the Raft
+//! paper; only the committed term decides.)
+//!
+//! *Invariant (recovery):* after any crash, [`RaftLog::open`] recovers a state that existed
+//! before it at a journal record boundary at or after the last sync: synced entries, hard
+//! state and membership survive; unsynced ones survive as a prefix of whole records or not
+//! at all. Its commit index never points past its last entry.
+//!
+//! *Invariant (application):* [`Effects::committed`] hands each committed entry once per run,
+//! in index order, after [`Effects::restore`] if a snapshot was installed. A restarted
+//! replica starts from its snapshot image and is handed every committed entry after it again,
+//! as thor's recovery replays its log from a checkpoint.
+//!
+//! *API Boundary:* [`RaftLog`] (`open`, `bootstrap`, `compact`, and raft-rs's `Storage`),
+//! [`Replica`] (`open`, `tick`, `step`, `propose`, `propose_membership`, `ready`, `persist`,
+//! `advance`, `compact`, `report_snapshot`, `status`), [`Effects`] and its parts, the error enums, [`sim::Cluster`] for
+//! tests. raft-rs's message type (`raft::eraftpb::Message`) crosses the boundary as is: its
+//! wire encoding (raft-rs's protobuf codec) is the transport's business. That codec is
+//! protobuf 2.28, which a crafted message can crash (RUSTSEC-2024-0437): a transport must
+//! decode only what authenticated group members send.
+//!
+//! # Membership
+//!
+//! A replica is added or removed through raft-rs's membership changes
+//! ([`Replica::propose_membership`] with a `ConfChangeV2`), one change at a time. A new
+//! replica starts with an empty journal ([`RaftLog::open`], not `bootstrap`) and catches up
+//! from the leader: by log if the leader still holds every entry, else from the snapshot the
+//! leader's last compaction kept ([`Replica::compact`]).
+//!
+//! # How the engine is meant to sit on it (the next step; a proposal, not built)
+//!
+//! - *The log is the journal.* A replicated server writes no `log.*` of its own: the core's
+//!   `Effect::Append { lsn, record }` becomes [`Replica::propose`] of `lsn ‖ record` (the core
+//!   numbers records densely; Raft indexes are not dense, since no-ops and membership entries
+//!   take indexes, so the LSN travels in the entry). `CommitLog::sync` returns the highest LSN
+//!   whose proposal is in [`Effects::acknowledged`] with every one before it; a proposal
+//!   [`Effects::lost`] or [`Effects::undecided`] is a commit whose outcome the client learns
+//!   by retrying. `truncate_before` becomes [`Replica::compact`] at the checkpoint's index.
+//! - *Followers apply as recovery does.* A follower's driver feeds each
+//!   [`Apply::Record`] to the core's `replay(lsn, record)` in index order, running install
+//!   rounds when the MOB is over budget, exactly as `thor_server::io::recover` does; its
+//!   checkpoint is its compaction. A restart is recovery from the snapshot plus the committed
+//!   entries [`Replica::advance`] hands out again.
+//! - *Becoming leader.* When [`Effects::role`] says Leader, the engine waits for
+//!   [`ReplicaStatus::term_applied`] (everything committed before its term is applied, so its
+//!   core's next LSN is the last applied LSN + 1), finishes recovery (CLOCC's queue from the
+//!   replayed records, sessions restarted conservatively) and only then takes commits. On
+//!   losing leadership it stops acknowledging at once.
+//!
+//! # What is not here yet
+//!
+//! - [`Replica::persist`] performs the fsync itself, on the caller's thread. The engine will
+//!   want it on its log writer thread (group commit across the readies of many ticks): the
+//!   split is already there (raft-rs's `advance_append_async` / `on_persist_ready` underneath),
+//!   what is missing is a `persisted_up_to(lsn)` entry point that takes the sync from outside.
+//! - The snapshot image is the application's bytes, kept in the journal's BASE record (at
+//!   most [`limits::SNAPSHOT_BYTES_MAX`]). A thor server's snapshot is its page file and log
+//!   tail, which must travel outside Raft's messages (backup's machinery), with raft-rs told
+//!   through `report_snapshot`.
+//! - No leases or read-index: nothing here answers reads.
+//! - No wire format, no transport, no CLI, no metrics: the engine and thor-net's job.
+
+pub mod error;
+pub mod journal;
+pub mod limits;
+pub mod logger;
+pub mod replica;
+pub mod sim;
+pub mod storage;
+
+pub use error::{LogError, ProposeError, ReplicaError, StepError};
+pub use replica::{
+    Apply, Committed, Effects, Mutant, Proposal, Replica, ReplicaConfig, ReplicaStatus, Restore,
+    Role, RoleChange, election_timeout_for,
+};
+pub use storage::{JOURNAL_PREFIX, RaftLog, Recovery, journal_options};
