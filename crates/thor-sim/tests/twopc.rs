@@ -65,6 +65,7 @@ fn runs_cover_what_they_claim() {
     assert!(sum.three_server > 0 && sum.crashes > 50, "{sum:?}");
     assert!(sum.peer_lost > 0 && sum.lost_connections > 0, "{sum:?}");
     assert!(sum.real_commits > 100 && sum.real_doomed > 0 && sum.real_uncertain > 0, "{sum:?}");
+    assert!(sum.one_server_runs > 0 && sum.real_read_only_here > 0, "{sum:?}");
 }
 
 /// Seed `seed`'s run with real clients only (two or three), and no simulated client.

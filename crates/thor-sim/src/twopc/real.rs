@@ -47,11 +47,13 @@ use thor_wire::{Reply, ReplyBody, Request, Stamp};
 
 use super::{BALANCE_AT, TXN_AT, Use, Violation, WRITER_AT, World, participants_of, stamp_of};
 
-/// How many real clients seed `seed` runs: none in a third of the seeds (which replay as
-/// before real clients existed), one or two in the others.
-pub(super) fn clients_of(seed: u64) -> usize {
+/// How many real clients seed `seed` runs (none in a third of the seeds, one or two in the
+/// others), and whether it runs one server (a quarter of the seeds); a seed with neither
+/// replays as before either existed.
+pub(super) fn merged_of(seed: u64) -> (usize, bool) {
     let mut r = SplitMix64::new(seed ^ 0x4EA1_2BC0_0000_0000);
-    [0, 1, 2][r.below(3) as usize]
+    let real = [0, 1, 2][r.below(3) as usize];
+    (real, r.below(4) == 0)
 }
 
 /// What a real client's connection to one server waits for.
@@ -325,6 +327,9 @@ impl World {
         let (participants, coordinator) = participants_of(&t.uses);
         t.coordinator = coordinator;
         let now_ns = self.now_ns();
+        if self.cfg.servers == 1 {
+            return self.real_commit(c, t);
+        }
         for p in &participants {
             let s = p.server.0 as usize - 1;
             let header = (t.stamp, coordinator.map(|s| thor_core::ServerId(s as u32 + 1)));
@@ -338,6 +343,41 @@ impl World {
         t.prepared = true;
         self.trace(|| format!("real client {c} prepares txn {} at {}", t.id, t.stamp));
         self.real(c).txn = Some(t);
+        Ok(())
+    }
+
+    /// With one server: real client `c` commits `t` there, a read-only one at the client if
+    /// the server's last reply said its reads were settled ([`ClientCore::commit_here`]: a
+    /// server without peers says so), else with a `Commit`.
+    fn real_commit(&mut self, c: usize, mut t: RealTxn) -> Result<(), Violation> {
+        let now_ns = self.now_ns();
+        let core = self.real(c).cores[0].as_mut().expect("connected");
+        t.prepared = true;
+        t.parts[0] = PartState::Awaiting;
+        if t.uses.iter().all(|u| !u.writes) {
+            match core.commit_here() {
+                Ok(Some(info)) => {
+                    self.trace(|| format!("real client {c} commits txn {} here", t.id));
+                    self.out.real_read_only_here += 1;
+                    t.parts[0] = PartState::Ended;
+                    t.outcome = Some(Ok(info.lsn));
+                    self.real(c).txn = Some(t);
+                    return self.real_settle(c);
+                }
+                Ok(None) => {}
+                Err(e) if e.is_conflict() => {
+                    t.prepared = false;
+                    self.real(c).txn = Some(t);
+                    return self.real_abandon(c);
+                }
+                Err(e) => return Err(broken(c, "commit here", e)),
+            }
+        }
+        let core = self.real(c).cores[0].as_mut().expect("connected");
+        let req = core.commit(now_ns).map_err(|e| broken(c, "commit", e))?;
+        self.trace(|| format!("real client {c} commits txn {}", t.id));
+        self.real(c).txn = Some(t);
+        self.real_send(c, 0, req, Wait::Part);
         Ok(())
     }
 
@@ -417,7 +457,11 @@ impl World {
         let event = core.receive(reply, now_ns).map_err(|e| broken(c, "receive", e))?;
         self.trace(|| format!("real client {c}: server {} says {event:?}", s + 1));
         match (wait, event) {
-            (Wait::Resume, Event::Resumed { .. }) => self.real_wake(c),
+            // The answer about a commit whose connection broke (a session kept with
+            // `real_unknown_keeps_cache`): its transaction already ended as uncertain, and the
+            // final state decides it.
+            (Wait::Resume, Event::Resumed { .. } | Event::Committed(_) | Event::Refused(_))
+            | (Wait::Resume, Event::Unknown(_)) => self.real_wake(c),
             (Wait::Refresh | Wait::Fetch, Event::Ready | Event::Fetched(_)) => {
                 if self.real(c).txn.as_ref().is_some_and(|t| t.broken) {
                     self.real_settle(c)
@@ -458,6 +502,11 @@ impl World {
     fn real_part(&mut self, c: usize, s: usize, event: Event) -> Result<(), Violation> {
         let t = self.real(c).txn.as_mut().expect("a part belongs to the open transaction");
         match event {
+            // One server: the commit's answer ends it (the core ended the transaction).
+            Event::Committed(info) => {
+                t.parts[s] = PartState::Ended;
+                t.outcome = Some(Ok(info.lsn));
+            }
             Event::Voted { lsn, created } => {
                 t.parts[s] = PartState::Voted(created);
                 match (lsn, t.coordinator) {
@@ -573,7 +622,8 @@ impl World {
             (None, _) => None,
         };
         if t.prepared {
-            self.record(c, t.id, t.stamp, &t.uses, outcome);
+            let order = self.order_of(t.stamp, &t.uses, decided);
+            self.record(c, t.id, order, &t.uses, outcome);
             match outcome {
                 Some(true) => self.out.real_commits += 1,
                 None => self.out.real_uncertain += 1,
