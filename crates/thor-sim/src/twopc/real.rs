@@ -14,10 +14,12 @@
 //! acknowledgements, discards, the refresh decision) and apply every reply (invalidations
 //! before the body, dooming the open transaction they hit); the world only carries messages.
 //!
-//! An audit goes to the servers too: a core may commit a read-only transaction by itself
-//! ([`ClientCore::commit_here`]) only when its server said its reads were settled, which a
-//! server with peers never says, and the parts of a transaction over several servers are
-//! serializable only together, which no single core can judge.
+//! With several servers an audit goes to the servers too: a core may commit a read-only
+//! transaction by itself ([`ClientCore::commit_here`]) only when its server said its reads
+//! were settled, which a server with peers never says, and the parts of a transaction over
+//! several servers are serializable only together, which no single core can judge. With one
+//! server (no peers) a transaction is a plain commit ([`ClientCore::commit`]), and an audit
+//! first tries `commit_here`, which the history checker judges like any other commit.
 //!
 //! Faults: a broken connection goes to [`ClientCore::disconnected`] (an open transaction is
 //! doomed; a part whose answer was awaited is aborted in that core), and the next use of the
