@@ -1,7 +1,8 @@
 //! `thor sim cluster`: the deterministic whole-cluster simulation (`thor-sim`) over any number
 //! of seeds, or one seed with its trace, with the server in any commit mode. The test suite
 //! runs 10,000 seeds in `obj` mode and 500 in each page mode; this runs more. `thor sim twopc`
-//! does the same for the two-phase world (`thor_sim::twopc`, 10,000 seeds in the test suite).
+//! does the same for the cluster world (`thor_sim::twopc`: one to three servers, simulated and
+//! real clients, 10,000 seeds in the test suite).
 
 use anyhow::bail;
 use clap::Args;
@@ -169,6 +170,11 @@ fn print_twopc_outcome(o: &TwoPcOutcome, runs: u64) {
     println!("  server crashes          {}", o.crashes);
     println!("  peer messages lost      {}", o.peer_lost);
     println!("  connections lost        {}", o.lost_connections);
+    println!("  one-server runs         {}", o.one_server_runs);
+    println!("  real clients: committed {}", o.real_commits);
+    println!("  real: committed here    {}", o.real_read_only_here);
+    println!("  real: doomed            {}", o.real_doomed);
+    println!("  real: uncertain         {}", o.real_uncertain);
     // Maxima over the runs (liveness).
     println!("  longest settle          {} us", o.settle_us);
     println!("  calm: longest txn       {} us", o.calm_txn_us_max);

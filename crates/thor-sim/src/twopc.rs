@@ -1,4 +1,4 @@
-//! The simulated cluster of several servers: two or three real cores, each over its own
+//! The simulated cluster of N servers (one to three): real cores, each over its own
 //! [`MemDisk`], clients whose transactions span them (two-phase commit, `thor_wire::twopc`),
 //! a network between everyone, and faults, advanced one event at a time from a queue ordered
 //! by virtual time and insertion, all from one seed.
@@ -13,6 +13,20 @@
 //!   coordinates), sometimes with a third server read-only (it reads an account there);
 //! - *audits* that read one account on each of two servers (read-only: no coordinator; every
 //!   participant answers the client).
+//!
+//! With one server (a quarter of the seeds, [`TwoPcSimConfig::servers`]) a transfer moves money
+//! between two of its accounts and an audit reads two, each a single-server `Commit` (the
+//! server has no peers); the history then orders commits by their LSN, the server's serial
+//! order.
+//!
+//! Two kinds of client run side by side: the hand-written *simulated* clients (this file),
+//! which build their requests themselves, and, in two thirds of the seeds, *real* clients
+//! (`real.rs`): thor's own client protocol, one [`thor_client::proto::ClientCore`] per server
+//! as `thor_client::Cluster` keeps one session per server, doing the same transfers and audits
+//! through the cores' `prepare`/`finish_part` (with one server, `commit`, or a read-only
+//! commit at the client, `commit_here`). Both kinds join the same history, conservation and
+//! liveness checks; a seed without real clients and with several servers replays exactly as
+//! before they existed (both are drawn from a stream of their own).
 //!
 //! Each server's core is driven as a real driver would: appends go to the log's buffer and a
 //! log-sync event reports durability (group commit); reads, install rounds and checkpoints are
@@ -42,10 +56,14 @@
 //! (`Liveness`). A stall (a part held, or a
 //! client kept waiting, until a timeout although the outcome was known) fails the run like a
 //! safety violation, with its replay command. Over the 10,000 seeds of `tests/twopc.rs`
-//! settling took at most 410 ms of virtual time, and under the check the longest transaction
-//! took 8.4 ms and the longest-held part 8.5 ms, against the bound of 100 ms, and the longest
-//! a client went without a commit 33 ms, against 200 ms; the mutant that
-//! drops an early no vote fails it (`tests/mutants.rs`).
+//! (real clients and one-server runs included) settling took at most 408 ms of virtual time,
+//! and under the check the longest-held part 7.8 ms, against the bound of 100 ms; the longest
+//! transaction took 32 ms, against 100 ms, and the longest a client went without a commit
+//! 63 ms, against 200 ms. The transactions over 12 ms were all in one-server runs with real
+//! clients (seed 9: a single-server commit answered 30 ms after it arrived, with nothing else
+//! traced in between); before those runs existed the longest took 8.4 ms. The mutant that
+//! drops an early no vote fails the check (`tests/mutants.rs`), with simulated clients and
+//! with real clients alone.
 //!
 //! # The judgement
 //!
@@ -79,6 +97,8 @@ use crate::liveness::{Bounds, Progress};
 use crate::server::{self, EventQueue, Process, io_violation};
 use thor_history as serial;
 
+mod real;
+
 /// Virtual microseconds between ticks of each server.
 pub const TICK_US: u64 = 10_000;
 
@@ -103,7 +123,8 @@ pub(crate) const OPENING: u32 = 1_000;
 pub struct TwoPcSimConfig {
     /// The seed of every random choice.
     pub seed: u64,
-    /// Servers (2 or 3).
+    /// Servers (1 to 3). With one, every transaction is a single-server commit (`Commit`, no
+    /// two-phase commit), and the server has no peers.
     pub servers: usize,
     /// Clients (at most 15).
     pub clients: usize,
@@ -121,6 +142,13 @@ pub struct TwoPcSimConfig {
     pub loss_ppm: u64,
     /// Chance per server-to-server message that it is lost, in ppm.
     pub peer_loss_ppm: u64,
+    /// Real clients (thor's own client protocol, one `ClientCore` per server: `real.rs`),
+    /// beside the simulated ones; `clients + real_clients` is at most 15.
+    pub real_clients: usize,
+    /// Real clients keep their session (and its cache) at a server whose part of a
+    /// transaction that may have committed ended without the decision, instead of starting a
+    /// new one (`real.rs`'s `real_forget`): off, as a driver must; on, to show why.
+    pub real_unknown_keeps_cache: bool,
     /// Print every event to stderr.
     pub trace: bool,
 }
@@ -129,9 +157,13 @@ impl TwoPcSimConfig {
     /// The configuration of seed `seed`.
     pub fn for_seed(seed: u64) -> TwoPcSimConfig {
         let mut r = SplitMix64::new(seed ^ 0x0002_9C00_2BC0_0000);
+        // Real clients, and the single-server runs, are drawn from a stream of their own, so
+        // that a seed with neither replays as before they existed.
+        let (real_clients, one_server) = real::merged_of(seed);
+        let servers = 2 + r.below(2) as usize;
         TwoPcSimConfig {
             seed,
-            servers: 2 + r.below(2) as usize,
+            servers: if one_server { 1 } else { servers },
             clients: 2 + r.below(3) as usize,
             accounts: 2 + r.below(3) as usize,
             txns_per_client: 4 + r.below(8) as usize,
@@ -140,6 +172,8 @@ impl TwoPcSimConfig {
             io_death_ppm: [0, 50_000, 150_000][r.below(3) as usize],
             loss_ppm: [0, 5_000, 20_000][r.below(3) as usize],
             peer_loss_ppm: [0, 50_000, 200_000][r.below(3) as usize],
+            real_clients,
+            real_unknown_keeps_cache: false,
             trace: false,
         }
     }
@@ -178,6 +212,19 @@ pub struct TwoPcOutcome {
     pub calm_part_us_max: u64,
     /// Under the liveness check: the longest a client went without a commit.
     pub calm_commit_us_max: u64,
+    /// Transactions of real clients their coordinator (or, read-only, every server) said
+    /// committed.
+    pub real_commits: u64,
+    /// Transactions of real clients doomed (by an invalidation or a broken connection) before
+    /// they were prepared.
+    pub real_doomed: u64,
+    /// Transactions of real clients whose outcome they never learned.
+    pub real_uncertain: u64,
+    /// Read-only transactions a real client committed by itself (one server, which said its
+    /// reads were settled: `ClientCore::commit_here`).
+    pub real_read_only_here: u64,
+    /// Runs of one server (every transaction a single-server commit).
+    pub one_server_runs: u64,
 }
 
 impl TwoPcOutcome {
@@ -196,6 +243,11 @@ impl TwoPcOutcome {
         self.calm_txn_us_max = self.calm_txn_us_max.max(o.calm_txn_us_max);
         self.calm_part_us_max = self.calm_part_us_max.max(o.calm_part_us_max);
         self.calm_commit_us_max = self.calm_commit_us_max.max(o.calm_commit_us_max);
+        self.real_commits += o.real_commits;
+        self.real_doomed += o.real_doomed;
+        self.real_uncertain += o.real_uncertain;
+        self.real_read_only_here += o.real_read_only_here;
+        self.one_server_runs += o.one_server_runs;
     }
 }
 
@@ -280,14 +332,21 @@ struct Txn {
     broken: bool,
     /// When the client started it (its first fetch).
     started_us: u64,
+    /// With one server: the LSN of its commit, as acknowledged.
+    lsn: Option<thor_core::Lsn>,
 }
 
+/// A client: its connections, and what drives them. A simulated client's transaction is
+/// [`Client::txn`]; a real client (`real`) is driven by thor's client protocol and keeps
+/// `txn` empty.
 struct Client {
     links: Vec<Option<Link>>,
     next_id: u64,
     done: usize,
     txn: Option<Txn>,
     next_txn: u32,
+    /// A real client's protocol cores and transaction (`real.rs`).
+    real: Option<Box<real::RealClient>>,
 }
 
 struct World {
@@ -363,7 +422,12 @@ pub(crate) fn core_config(servers: usize, seed: u64) -> CoreConfig {
         flush_batch_pages: 2,
         log_buffer_bytes: 64 << 10,
         twopc: TwoPcConfig {
-            peers: (1..=servers as u32).map(ServerId).collect(),
+            // One server alone has no peers (and so may say its reads are settled).
+            peers: if servers == 1 {
+                Vec::new()
+            } else {
+                (1..=servers as u32).map(ServerId).collect()
+            },
             vote_timeout_us: 200_000,
             query_after_us: 40_000,
             resend_after_us: 40_000,
@@ -373,6 +437,27 @@ pub(crate) fn core_config(servers: usize, seed: u64) -> CoreConfig {
         hash_key: crate::hash_key(seed),
         ..CoreConfig::default()
     }
+}
+
+/// The two-phase stamp of client `c`'s transaction `id` prepared at `now`: the time, and a
+/// tie-breaker unique to the transaction (the client's number and the transaction's).
+fn stamp_of(c: usize, id: u32, now: u64) -> Stamp {
+    Stamp { time_us: now, tie: CLIENT_TIE_BIT | ((c as u32 + 1) << 16) | (id & 0xffff) }
+}
+
+/// The participants of a transaction that uses `uses` (each server once, writing if any of
+/// its uses writes), and its coordinator: the server of the first write (`None`: read-only).
+fn participants_of(uses: &[Use]) -> (Vec<Participant>, Option<usize>) {
+    let mut ps: Vec<Participant> = Vec::new();
+    for u in uses {
+        match ps.iter_mut().find(|p| p.server.0 as usize == u.server + 1) {
+            Some(p) => p.writes |= u.writes,
+            None => {
+                ps.push(Participant { server: ServerId(u.server as u32 + 1), writes: u.writes })
+            }
+        }
+    }
+    (ps, uses.iter().find(|u| u.writes).map(|u| u.server))
 }
 
 fn obj_id(server: usize, o: Oref) -> serial::ObjId {
@@ -405,13 +490,15 @@ impl World {
     fn new(cfg: TwoPcSimConfig) -> World {
         let rng = SplitMix64::new(cfg.seed);
         let desc = ClassDesc::new("sim.Account", 12, &[], VarKind::None).expect("a valid class");
-        let clients = (0..cfg.clients)
-            .map(|_| Client {
+        let clients = (0..cfg.clients + cfg.real_clients)
+            .map(|c| Client {
                 links: vec![None; cfg.servers],
                 next_id: 1,
                 done: 0,
                 txn: None,
                 next_txn: 1,
+                real: (c >= cfg.clients)
+                    .then(|| Box::new(real::RealClient::new(cfg.seed, c, cfg.servers))),
             })
             .collect();
         let servers = (0..cfg.servers)
@@ -430,7 +517,10 @@ impl World {
             class: Vec::new(),
             history: serial::History::new(),
             balances: FxHashMap::default(),
-            out: TwoPcOutcome::default(),
+            out: TwoPcOutcome {
+                one_server_runs: u64::from(cfg.servers == 1),
+                ..TwoPcOutcome::default()
+            },
             faults: true,
             deferred_violation: None,
             faults_stopped_at: None,
@@ -514,7 +604,7 @@ impl World {
         // Clients start once the servers take timestamps near their clocks (after an open,
         // those up to `future_max_us` ahead of the clock are refused).
         let after = core_config(self.cfg.servers, self.cfg.seed).twopc.future_max_us + 1_000;
-        for c in 0..self.cfg.clients {
+        for c in 0..self.clients.len() {
             let d = after + self.rng.below(1_000);
             self.at(d, Ev::Wake(c));
         }
@@ -619,9 +709,9 @@ impl World {
             return Ok(());
         }
         self.out.settle_us = since - stopped;
-        self.progress.begin(self.now, self.cfg.clients);
+        self.progress.begin(self.now, self.clients.len());
         self.trace(|| "settled: the liveness check starts".into());
-        for c in 0..self.cfg.clients {
+        for c in 0..self.clients.len() {
             let d = 1 + self.rng.below(1_000);
             self.at(d, Ev::Wake(c));
         }
@@ -638,12 +728,13 @@ impl World {
         let l = self.liveness();
         let bounds = Bounds { wait_us_max: l.txn_us_max, commit_us_max: l.commit_us_max };
         let clients = &self.clients;
-        let who = |c: usize| match &clients[c].txn {
-            Some(t) => format!(
+        let who = |c: usize| match (&clients[c].txn, &clients[c].real) {
+            (Some(t), _) => format!(
                 "client {c} (its transaction {} started at {} us, stamp {})",
                 t.id, t.started_us, t.stamp
             ),
-            None => format!("client {c}"),
+            (None, Some(r)) => format!("real client {c} ({})", r.describe()),
+            (None, None) => format!("client {c}"),
         };
         let checked = self.progress.check(self.now, bounds, who);
         self.out.calm_txn_us_max = self.progress.wait_us_seen;
@@ -868,40 +959,59 @@ impl World {
 
     /// Client `c` sends `body` to server `s` (connecting first if it must); returns the id.
     fn send(&mut self, c: usize, s: usize, body: RequestBody) -> u64 {
-        if self.clients[c].links[s].is_none() {
-            let conn = self.next_conn;
-            self.next_conn += 1;
-            self.conns.insert(conn, (c, s));
-            self.clients[c].links[s] = Some(Link {
-                conn,
-                dead: false,
-                acks: Vec::new(),
-                last_to_server: 0,
-                last_to_client: 0,
-            });
-            if self.servers[s].p.node.is_some() {
-                // The connection opens at once (a model of the accept), then Hello travels.
-                // Any step may emit effects for others (work that waited, timeouts): routed.
-                if let Err(v) = self.step(s, Input::Connect { conn }) {
-                    self.deferred_violation.get_or_insert(v);
-                }
-            } else {
-                // Refused: the client learns that the connection is broken.
-                self.conns.remove(&conn);
-                self.clients[c].links[s] = None;
-                let d = self.latency();
-                self.at(d, Ev::ToClient(c, s, conn, None));
-                let id = self.clients[c].next_id;
-                self.clients[c].next_id += 1;
-                return id;
-            }
-            let hello = RequestBody::Hello(Hello::new(&b""[..], "sim"));
-            self.send_on_link(c, s, hello);
+        if self.clients[c].links[s].is_none() && !self.connect(c, s, "sim") {
+            let id = self.clients[c].next_id;
+            self.clients[c].next_id += 1;
+            return id;
         }
         self.send_on_link(c, s, body)
     }
 
+    /// Opens client `c`'s connection to server `s` and sends its `Hello` (with `name`):
+    /// `true`, or `false` if the server is down and refuses it (the client learns that the
+    /// connection is broken).
+    fn connect(&mut self, c: usize, s: usize, name: &str) -> bool {
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        self.conns.insert(conn, (c, s));
+        self.clients[c].links[s] = Some(Link {
+            conn,
+            dead: false,
+            acks: Vec::new(),
+            last_to_server: 0,
+            last_to_client: 0,
+        });
+        if self.servers[s].p.node.is_none() {
+            // Refused: the client learns that the connection is broken.
+            self.conns.remove(&conn);
+            self.clients[c].links[s] = None;
+            let d = self.latency();
+            self.at(d, Ev::ToClient(c, s, conn, None));
+            return false;
+        }
+        // The connection opens at once (a model of the accept), then Hello travels.
+        // Any step may emit effects for others (work that waited, timeouts): routed.
+        if let Err(v) = self.step(s, Input::Connect { conn }) {
+            self.deferred_violation.get_or_insert(v);
+        }
+        let hello = Request::new(RequestBody::Hello(Hello::new(&b""[..], name)));
+        self.transmit(c, s, hello);
+        true
+    }
+
+    /// A simulated client's request: `body` with the acknowledgements of the invalidations
+    /// it has received.
     fn send_on_link(&mut self, c: usize, s: usize, body: RequestBody) -> u64 {
+        let mut req = Request::new(body);
+        if let Some(link) = self.clients[c].links[s].as_mut().filter(|l| !l.dead) {
+            req.piggyback.acks = std::mem::take(&mut link.acks);
+        }
+        self.transmit(c, s, req)
+    }
+
+    /// Client `c` sends `req` on its connection to server `s` (lost, with the connection,
+    /// by the configured chance); returns its id.
+    fn transmit(&mut self, c: usize, s: usize, req: Request) -> u64 {
         let id = self.clients[c].next_id;
         self.clients[c].next_id += 1;
         let lost = self.chance(self.cfg.loss_ppm);
@@ -909,10 +1019,6 @@ impl World {
         // The connection broke a moment ago (its Hello was lost): the client hears of it.
         let Some(link) = self.clients[c].links[s].as_mut().filter(|l| !l.dead) else { return id };
         let conn = link.conn;
-        let mut req = Request::new(body);
-        if !matches!(req.body, RequestBody::Hello(_)) {
-            req.piggyback.acks = std::mem::take(&mut link.acks);
-        }
         if lost {
             self.out.lost_connections += 1;
             self.break_link(conn);
@@ -927,15 +1033,48 @@ impl World {
 
     /// Client `c` starts a transaction (or, done, stops).
     fn wake(&mut self, c: usize) -> Result<(), Violation> {
+        if self.clients[c].real.is_some() {
+            return self.real_wake(c);
+        }
         // While the faults last a client runs `txns_per_client`; then it waits for the calm,
         // in which it runs until it has committed `liveness::CALM_COMMITS` times.
-        let more = if self.progress.calm() {
+        if self.clients[c].txn.is_some() || !self.has_work(c) {
+            return Ok(());
+        }
+        let (uses, amount) = self.choose_uses();
+        let id = self.clients[c].next_txn;
+        self.clients[c].next_txn += 1;
+        let mut txn = Txn { id, uses, amount, started_us: self.now, ..Txn::default() };
+        for i in 0..txn.uses.len() {
+            let u = txn.uses[i];
+            let page = self.servers[u.server].accounts[u.account].page().expect("a real page");
+            let rid = self.send(c, u.server, RequestBody::Fetch { page });
+            txn.fetch_ids.push(rid);
+        }
+        self.trace(|| format!("client {c} starts txn {id}: {:?}", txn.uses));
+        // The transaction is the client's open step for the liveness check.
+        self.progress.asked(c, self.now);
+        self.clients[c].txn = Some(txn);
+        Ok(())
+    }
+
+    /// Whether client `c` has transactions left to run: while the faults last
+    /// `txns_per_client`; then, once the calm has begun, until it has committed
+    /// `liveness::CALM_COMMITS` times.
+    fn has_work(&self, c: usize) -> bool {
+        if self.progress.calm() {
             self.progress.wants_more(c)
         } else {
             self.faults && self.clients[c].done < self.cfg.txns_per_client
-        };
-        if self.clients[c].txn.is_some() || !more {
-            return Ok(());
+        }
+    }
+
+    /// The accounts of a client's next transaction, and the amount a transfer moves: an
+    /// audit reads one account at each of two servers; a transfer writes one at each of two,
+    /// sometimes reading a third server's too.
+    fn choose_uses(&mut self) -> (Vec<Use>, u32) {
+        if self.cfg.servers == 1 {
+            return self.choose_uses_at_one();
         }
         let n = self.cfg.servers as u64;
         let a = self.rng.below(n) as usize;
@@ -959,21 +1098,23 @@ impl World {
                 self.out.three_server += 1;
             }
         }
-        let id = self.clients[c].next_txn;
-        self.clients[c].next_txn += 1;
         let amount = 1 + self.rng.below(50) as u32;
-        let mut txn = Txn { id, uses, amount, started_us: self.now, ..Txn::default() };
-        for i in 0..txn.uses.len() {
-            let u = txn.uses[i];
-            let page = self.servers[u.server].accounts[u.account].page().expect("a real page");
-            let rid = self.send(c, u.server, RequestBody::Fetch { page });
-            txn.fetch_ids.push(rid);
-        }
-        self.trace(|| format!("client {c} starts txn {id}: {:?}", txn.uses));
-        // The transaction is the client's open step for the liveness check.
-        self.progress.asked(c, self.now);
-        self.clients[c].txn = Some(txn);
-        Ok(())
+        (uses, amount)
+    }
+
+    /// [`World::choose_uses`] with one server: an audit reads two of its accounts, a
+    /// transfer writes two.
+    fn choose_uses_at_one(&mut self) -> (Vec<Use>, u32) {
+        let n = self.servers[0].accounts.len() as u64;
+        let a = self.rng.below(n) as usize;
+        let b = (a + 1 + self.rng.below(n - 1) as usize) % n as usize;
+        let writes = self.rng.below(4) != 0;
+        let uses = vec![
+            Use { server: 0, account: a, writes, seen: None },
+            Use { server: 0, account: b, writes, seen: None },
+        ];
+        let amount = 1 + self.rng.below(50) as u32;
+        (uses, amount)
     }
 
     fn at_client(
@@ -983,6 +1124,10 @@ impl World {
         conn: ConnId,
         msg: Option<(u64, Reply)>,
     ) -> Result<(), Violation> {
+        if self.clients[c].real.is_some() {
+            return self.at_real_client(c, s, conn, msg);
+        }
+        let one = self.cfg.servers == 1;
         let Some((id, reply)) = msg else {
             // A connection to server `s` broke: the session is over (the next request opens
             // another), and the transaction fails if it used the server: what it read there
@@ -1036,6 +1181,12 @@ impl World {
             t.awaiting.remove(i);
             let coordinating = t.coordinator == Some(s);
             match &reply.body {
+                // One server: its commit's answer (a read-only one's too) decides.
+                ReplyBody::CommitOk { lsn, .. } if one => {
+                    t.outcome = Some(true);
+                    t.lsn = Some(*lsn);
+                }
+                ReplyBody::CommitRefused { .. } if one => t.outcome = Some(false),
                 ReplyBody::CommitOk { .. } if coordinating => t.outcome = Some(true),
                 ReplyBody::CommitRefused { .. } if coordinating || t.coordinator.is_none() => {
                     t.outcome = Some(false)
@@ -1064,24 +1215,17 @@ impl World {
             let _ = self.maybe_finish(c);
             return;
         }
-        let tie = CLIENT_TIE_BIT | ((c as u32 + 1) << 16) | (t.id & 0xffff);
-        t.stamp = Stamp { time_us: self.now, tie };
-        let participants: Vec<Participant> = {
-            let mut ps: Vec<Participant> = Vec::new();
-            for u in &t.uses {
-                match ps.iter_mut().find(|p| p.server.0 as usize == u.server + 1) {
-                    Some(p) => p.writes |= u.writes,
-                    None => ps.push(Participant {
-                        server: ServerId(u.server as u32 + 1),
-                        writes: u.writes,
-                    }),
-                }
-            }
-            ps
-        };
-        t.coordinator = t.uses.iter().find(|u| u.writes).map(|u| u.server);
-        let (from, to) = (t.uses[0].seen.expect("read").2, t.uses[1].seen.expect("read").2);
-        let amount = t.amount.min(from);
+        t.stamp = stamp_of(c, t.id, self.now);
+        let (participants, coordinator) = participants_of(&t.uses);
+        t.coordinator = coordinator;
+        if self.cfg.servers == 1 {
+            let commit = self.single_commit(c, t.id, &t.uses, t.amount);
+            let id = self.send(c, 0, RequestBody::Commit(commit));
+            t.awaiting.push((0, id));
+            t.prepared = true;
+            self.clients[c].txn = Some(t);
+            return;
+        }
         for p in &participants {
             let s = p.server.0 as usize - 1;
             let mut commit = Commit::default();
@@ -1089,12 +1233,11 @@ impl World {
                 let o = self.servers[s].accounts[u.account];
                 commit.reads.push(o);
                 if u.writes {
-                    let balance = if i == 0 { from - amount } else { to + amount };
+                    let balance = self.new_balance(c, t.id, &t.uses, t.amount, i);
                     let mut v = self.desc.new_object(self.class[s].raw(), 0);
                     put_u32(&mut v, WRITER_AT, c as u32 + 1);
                     put_u32(&mut v, TXN_AT, t.id);
                     put_u32(&mut v, BALANCE_AT, balance);
-                    self.balances.insert((obj_id(s, o), version_of(c as u32 + 1, t.id)), balance);
                     commit.versions.push((o, Bytes::from(v)));
                 }
             }
@@ -1111,6 +1254,39 @@ impl World {
         self.clients[c].txn = Some(t);
     }
 
+    /// With one server: the commit of client `c`'s transaction `id`, which read `uses` and
+    /// writes each of them that it writes.
+    fn single_commit(&mut self, c: usize, id: u32, uses: &[Use], amount: u32) -> Commit {
+        let mut commit = Commit::default();
+        for (i, u) in uses.iter().enumerate() {
+            let o = self.servers[0].accounts[u.account];
+            commit.reads.push(o);
+            if u.writes {
+                let balance = self.new_balance(c, id, uses, amount, i);
+                let mut v = self.desc.new_object(self.class[0].raw(), 0);
+                put_u32(&mut v, WRITER_AT, c as u32 + 1);
+                put_u32(&mut v, TXN_AT, id);
+                put_u32(&mut v, BALANCE_AT, balance);
+                commit.versions.push((o, Bytes::from(v)));
+            }
+        }
+        commit
+    }
+
+    /// The order key of client `c`'s transaction in the history: its two-phase stamp, or with
+    /// one server the LSN of its commit (the server's serial order), if it wrote and committed.
+    fn order_of(
+        &self,
+        stamp: Stamp,
+        uses: &[Use],
+        committed_at: Option<thor_core::Lsn>,
+    ) -> Option<u64> {
+        if self.cfg.servers > 1 {
+            return Some((stamp.time_us << 20) | u64::from(stamp.tie & 0xf_ffff));
+        }
+        committed_at.filter(|_| uses.iter().any(|u| u.writes)).map(|lsn| lsn.0)
+    }
+
     /// Ends the client's transaction if its outcome is known (or cannot be), records it, and
     /// schedules the next.
     fn maybe_finish(&mut self, c: usize) -> Result<(), Violation> {
@@ -1121,42 +1297,76 @@ impl World {
             return Ok(());
         }
         let t = self.clients[c].txn.take().expect("checked");
-        self.progress.answered(c);
-        if t.prepared && t.outcome == Some(true) {
-            self.progress.committed(c, self.now);
-        }
         if t.prepared {
-            let mut h =
-                serial::Txn::new((u64::from(c as u32 + 1) << 32) | u64::from(t.id), c as u32 + 1)
-                    .ordered((t.stamp.time_us << 20) | u64::from(t.stamp.tie & 0xf_ffff));
-            for u in &t.uses {
-                let o = self.servers[u.server].accounts[u.account];
-                let (w, x, _) = u.seen.expect("prepared transactions read everything");
-                h = h.read(obj_id(u.server, o), version_of(w, x));
-                if u.writes {
-                    h = h.write(obj_id(u.server, o), version_of(c as u32 + 1, t.id));
-                }
-            }
-            match t.outcome {
-                Some(true) => {
-                    self.out.committed += 1;
-                    self.history.add_committed(h);
-                }
-                Some(false) => {
-                    self.out.aborted += 1;
-                    self.history.add_aborted(h);
-                }
-                None => {
-                    self.out.uncertain += 1;
-                    self.history.add_uncertain(h);
-                }
-            }
+            let order = self.order_of(t.stamp, &t.uses, t.lsn);
+            self.record(c, t.id, order, &t.uses, t.outcome);
         }
         self.trace(|| format!("client {c} ends txn {}: {:?}", t.id, t.outcome));
+        self.txn_ended(c, t.prepared && t.outcome == Some(true));
+        Ok(())
+    }
+
+    /// Client `c`'s transaction ended (`committed`, or not): the liveness check hears of it,
+    /// and the client's next transaction starts after a while.
+    fn txn_ended(&mut self, c: usize, committed: bool) {
+        self.progress.answered(c);
+        if committed {
+            self.progress.committed(c, self.now);
+        }
         self.clients[c].done += 1;
         let d = 100 + self.rng.below(3_000);
         self.at(d, Ev::Wake(c));
-        Ok(())
+    }
+
+    /// The new balance of account `uses[i]` (written) of client `c`'s transfer `id` of
+    /// `amount` (at most what the first account holds), remembered for the conservation
+    /// check.
+    fn new_balance(&mut self, c: usize, id: u32, uses: &[Use], amount: u32, i: usize) -> u32 {
+        let (from, to) = (uses[0].seen.expect("read").2, uses[1].seen.expect("read").2);
+        let amount = amount.min(from);
+        let balance = if i == 0 { from - amount } else { to + amount };
+        let u = uses[i];
+        let o = self.servers[u.server].accounts[u.account];
+        self.balances.insert((obj_id(u.server, o), version_of(c as u32 + 1, id)), balance);
+        balance
+    }
+
+    /// Adds client `c`'s prepared transaction `id` to the history: what it read and wrote,
+    /// with its `order` key ([`World::order_of`]), committed, aborted or (`None`) uncertain.
+    fn record(
+        &mut self,
+        c: usize,
+        id: u32,
+        order: Option<u64>,
+        uses: &[Use],
+        outcome: Option<bool>,
+    ) {
+        let mut h = serial::Txn::new((u64::from(c as u32 + 1) << 32) | u64::from(id), c as u32 + 1);
+        if let Some(key) = order {
+            h = h.ordered(key);
+        }
+        for u in uses {
+            let o = self.servers[u.server].accounts[u.account];
+            let (w, x, _) = u.seen.expect("prepared transactions read everything");
+            h = h.read(obj_id(u.server, o), version_of(w, x));
+            if u.writes {
+                h = h.write(obj_id(u.server, o), version_of(c as u32 + 1, id));
+            }
+        }
+        match outcome {
+            Some(true) => {
+                self.out.committed += 1;
+                self.history.add_committed(h);
+            }
+            Some(false) => {
+                self.out.aborted += 1;
+                self.history.add_aborted(h);
+            }
+            None => {
+                self.out.uncertain += 1;
+                self.history.add_uncertain(h);
+            }
+        }
     }
 
     /// The final judgement (see the module documentation).

@@ -48,6 +48,21 @@ fn caught_in_twopc(m: Mutant) -> Option<(u64, String)> {
     })
 }
 
+/// The first seed of the two-phase world with real clients only (two or three, each with one
+/// `ClientCore` per server, and no simulated client) that `m` fails, if any within [`SEEDS`].
+fn caught_in_twopc_by_real_clients(m: Mutant) -> Option<(u64, String)> {
+    with_mutant(m, || {
+        (0..SEEDS).find_map(|seed| {
+            let cfg = TwoPcSimConfig {
+                clients: 0,
+                real_clients: 2 + (seed % 2) as usize,
+                ..TwoPcSimConfig::for_seed(seed)
+            };
+            run_twopc(&cfg).err().map(|f| (seed, f.to_string()))
+        })
+    })
+}
+
 fn assert_caught(m: Mutant, found: Option<(u64, String)>) {
     match found {
         Some((seed, why)) => {
@@ -106,6 +121,23 @@ fn a_coordinator_that_drops_an_early_no_vote_is_caught_on_liveness() {
         assert!(why.contains("liveness:"), "caught, but not on liveness: {why}");
     }
     assert_caught(Mutant::CoordinatorDropsEarlyNo, found);
+}
+
+/// The same stall, seen through thor's own client protocol: real clients alone, their
+/// transactions prepared by `ClientCore`, fail the run on liveness.
+#[test]
+fn a_coordinator_that_drops_an_early_no_vote_is_caught_on_liveness_by_real_clients_alone() {
+    let found = caught_in_twopc_by_real_clients(Mutant::CoordinatorDropsEarlyNo);
+    if let Some((_, why)) = &found {
+        assert!(why.contains("liveness:"), "caught, but not on liveness: {why}");
+    }
+    assert_caught(Mutant::CoordinatorDropsEarlyNo, found);
+}
+
+#[test]
+fn a_coordinator_that_skips_votes_is_caught_by_real_clients_alone() {
+    let m = Mutant::CoordinatorSkipsVotes;
+    assert_caught(m, caught_in_twopc_by_real_clients(m));
 }
 
 /// The hand-written scenario of the same stall (`tests/scenarios/early_no_vote_aborts_at_once`)

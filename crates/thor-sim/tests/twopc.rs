@@ -1,5 +1,6 @@
-//! The simulation of a cluster of two or three servers over many seeds: transfers between
-//! accounts on different servers commit with two-phase commit while servers crash (at any
+//! The simulation of a cluster of one to three servers over many seeds: transfers between
+//! accounts on different servers commit with two-phase commit (with one server, a quarter of
+//! the seeds, with single-server commits, ordered by LSN) while servers crash (at any
 //! event, and inside log syncs, installs and checkpoints), client connections break and
 //! server-to-server messages are lost, delayed and reordered. Every run is judged at the end
 //! (`thor_sim::twopc`): every transaction all or nothing across servers, the history
@@ -7,8 +8,15 @@
 //! conserved. After the faults stop, every run also checks liveness: the clients' further
 //! transactions each end, and every prepared part is decided, within half the vote timeout.
 //!
+//! Two thirds of the seeds run one or two real clients (thor's own client protocol, one
+//! `ClientCore` per server, `thor_sim::twopc`'s `real.rs`) beside the simulated ones; the
+//! `real_clients_*` test runs real clients alone (half as many seeds again), so that more
+//! than 10,000 runs have real clients in them.
+//!
 //! `THOR_SIM_TWOPC_SEEDS` sets how many seeds the two `seeds_*` tests run between them
-//! (default 10,000); `THOR_SIM_SEED=N` with the `replay` test replays one seed with its trace.
+//! (default 10,000); `THOR_SIM_SEED=N` with the `replay` test replays one seed with its trace
+//! (`THOR_SIM_REAL_ONLY=1`: the seed's run with real clients only, as `real_only` makes it;
+//! `THOR_SIM_REAL_KEEP_CACHE=1`: with `real_unknown_keeps_cache`).
 
 use thor_sim::twopc::{TwoPcOutcome, TwoPcSimConfig, run_twopc};
 
@@ -58,6 +66,51 @@ fn runs_cover_what_they_claim() {
     assert!(sum.aborted > 0 && sum.uncertain > 0, "{sum:?}");
     assert!(sum.three_server > 0 && sum.crashes > 50, "{sum:?}");
     assert!(sum.peer_lost > 0 && sum.lost_connections > 0, "{sum:?}");
+    assert!(sum.real_commits > 100 && sum.real_doomed > 0 && sum.real_uncertain > 0, "{sum:?}");
+    assert!(sum.one_server_runs > 0 && sum.real_read_only_here > 0, "{sum:?}");
+}
+
+/// Seed `seed`'s run with real clients only (two or three), and no simulated client.
+fn real_only(seed: u64) -> TwoPcSimConfig {
+    TwoPcSimConfig {
+        clients: 0,
+        real_clients: 2 + (seed % 2) as usize,
+        ..TwoPcSimConfig::for_seed(seed)
+    }
+}
+
+#[test]
+fn real_clients_alone_commit_across_servers_through_every_fault() {
+    let n = (total_seeds() / 2).max(1);
+    let mut sum = TwoPcOutcome::default();
+    for seed in 0..n {
+        match run_twopc(&real_only(seed)) {
+            Ok(o) => sum.absorb(&o),
+            Err(f) => panic!(
+                "{f}\n  (real clients only: THOR_SIM_SEED={seed} THOR_SIM_REAL_ONLY=1 cargo test -p thor-sim --test twopc replay -- --nocapture)"
+            ),
+        }
+    }
+    eprintln!("real clients only: {sum:?}");
+    assert_eq!(sum.committed, sum.real_commits, "only real clients commit: {sum:?}");
+    if n >= 200 {
+        assert!(sum.real_commits > 0 && sum.aborted > 0 && sum.real_uncertain > 0, "{sum:?}");
+        assert!(sum.crashes > 0 && sum.lost_connections > 0, "{sum:?}");
+    }
+}
+
+/// A driver whose part of a transaction that may have committed ends without the decision
+/// keeps the copies from before the transaction in its cache, which the server, taking the
+/// writer to hold the new versions, never invalidates. The real clients drop that session
+/// (`real_unknown_keeps_cache` off); kept, the checker sees the stale reads.
+#[test]
+fn a_real_client_that_keeps_its_cache_after_an_unknown_outcome_is_caught() {
+    let keeps = |seed| TwoPcSimConfig { real_unknown_keeps_cache: true, ..real_only(seed) };
+    let found = (0..500).find_map(|seed| run_twopc(&keeps(seed)).err());
+    let f =
+        found.expect("a stale cache kept after an unknown outcome went unnoticed for 500 seeds");
+    eprintln!("caught: {f}");
+    assert!(f.violation.0.contains("not serializable"), "{f}");
 }
 
 #[test]
@@ -74,7 +127,10 @@ fn replay() {
     let Some(seed) = std::env::var("THOR_SIM_SEED").ok().and_then(|s| s.parse().ok()) else {
         return;
     };
-    let mut cfg = TwoPcSimConfig::for_seed(seed);
+    let real_only_run = std::env::var("THOR_SIM_REAL_ONLY").is_ok_and(|v| v == "1");
+    let mut cfg = if real_only_run { real_only(seed) } else { TwoPcSimConfig::for_seed(seed) };
+    cfg.real_unknown_keeps_cache =
+        std::env::var("THOR_SIM_REAL_KEEP_CACHE").is_ok_and(|v| v == "1");
     cfg.trace = true;
     match run_twopc(&cfg) {
         Ok(o) => eprintln!("seed {seed}: {o:?}"),
