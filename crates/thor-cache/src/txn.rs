@@ -534,12 +534,30 @@ impl ClientCache {
     /// is a stale version), is discarded instead (`papers/thor-ecoop99.txt` section 4.1): the
     /// next access fetches the committed version.
     pub fn abort_done(&mut self) {
+        self.abort_with(false);
+    }
+
+    /// Aborts the current transaction when its outcome is *unknown*: it may have committed at
+    /// the server (a two-phase part whose decision was not learned, a commit whose answer was
+    /// lost). Like [`ClientCache::abort_done`], except that every object it modified is
+    /// discarded instead of getting its undo copy back: if the transaction committed, that
+    /// copy is stale, and the server, which takes this client to hold what it wrote, would
+    /// never invalidate it. The next access fetches the committed version.
+    pub fn abort_unknown(&mut self) {
+        self.abort_with(true);
+    }
+
+    fn abort_with(&mut self, discard_modified: bool) {
         let mut undo = std::mem::take(&mut self.tx.undo);
         let mut discard = Vec::new();
         for r in &undo.records {
             let stolen = self.core.entries[r.entry as usize].flags & F_SPILLED != 0;
             match undo.copy(r) {
-                Some(copy) if !stolen && !self.tx.invalid_modified.contains(&r.entry) => {
+                Some(copy)
+                    if !stolen
+                        && !discard_modified
+                        && !self.tx.invalid_modified.contains(&r.entry) =>
+                {
                     self.core.restore_object(r.entry, copy);
                     self.core.clear_modified(r.entry);
                 }

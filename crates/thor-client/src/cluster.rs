@@ -43,6 +43,7 @@ use thor_core::{Lsn, Oref, ServerId};
 use thor_wire::{CLIENT_TIE_BIT, Participant, Stamp, Transport};
 
 use crate::error::{ClientError, ConflictCause};
+use crate::proto::PartOutcome;
 use crate::session::{CommitInfo, PartReply, PrepareHeader, Session, SessionConfig, View};
 use crate::typed::{Class, Ref};
 
@@ -414,17 +415,25 @@ impl Cluster {
         let ids: Vec<ServerId> = sent.iter().map(|(id, _, _)| *id).collect();
         let decision = decide(coordinator, &ids, &mut got, first_err);
         let mut info = CommitInfo { lsn: Lsn(0), created: 0, modified: 0 };
+        // Whether the transaction may have committed without this client knowing which parts
+        // did: committed (a part whose answer was lost), or its outcome unknown.
+        let maybe_committed = matches!(&decision, Ok(_) | Err(ClientError::CommitUnknown(_)));
         for ((_, s, part), g) in sent.into_iter().zip(&got) {
             match (&decision, g.orefs.as_deref()) {
                 (Ok(lsn), Some(orefs)) => {
-                    let i = s.part_end(part, Some((*lsn, orefs)))?;
+                    let i = s.part_end(part, PartOutcome::Committed(*lsn, orefs))?;
                     info.created += i.created;
                     info.modified += i.modified;
                 }
-                // Aborted, or committed with this part's answer lost: its cache goes back to
-                // before the transaction (its session must reconnect anyway).
+                // Committed with this part's answer lost, or unknown: what the part wrote
+                // leaves the cache (its copies from before may be stale, and its server takes
+                // this client to hold the new versions, so it would not invalidate them).
+                _ if maybe_committed => {
+                    s.part_end(part, PartOutcome::Unknown)?;
+                }
+                // Aborted: the cache goes back to before the transaction.
                 _ => {
-                    s.part_end(part, None)?;
+                    s.part_end(part, PartOutcome::Aborted)?;
                 }
             }
         }

@@ -88,7 +88,7 @@ use crate::session::page_path::PageModes;
 use crate::session::{ClientStats, CommitInfo, CommitOutcome, Part, ReconnectStats, SessionConfig};
 use crate::typed::Class;
 
-pub use objects::{Event, Read};
+pub use objects::{Event, PartOutcome, Read};
 
 /// Fetches made without reading ahead after a read-ahead that did not hold the page the next
 /// miss wanted ([`SessionConfig::read_ahead`]).
@@ -780,8 +780,8 @@ impl ClientCore {
     ) -> Result<CommitInfo, ClientError> {
         if let Err(e) = self.cache.commit_done(orefs) {
             // The server says it committed, with orefs that cannot be right: its outcome is
-            // unknown; the cache goes back to before the transaction.
-            self.abort_local();
+            // unknown; what it wrote leaves the cache (the transaction did commit).
+            self.abort_unknown();
             return Err(ClientError::CommitUnknown(Box::new(e.into())));
         }
         // Classes created by this transaction now have orefs.
@@ -812,11 +812,30 @@ impl ClientCore {
         self.stats.aborts += 1;
     }
 
+    /// Aborts, and counts, a transaction whose outcome is unknown (it may have committed at
+    /// the server): as [`ClientCore::abort_local`], but the objects it modified leave the
+    /// cache instead of going back to their copies from before it, which are stale if it
+    /// committed (`ClientCache::abort_unknown`; found by thor-sim's real clients in the
+    /// two-phase world: a part ended without its decision kept the old copies, and a later
+    /// transaction read one and validated, a lost update).
+    pub(crate) fn abort_unknown(&mut self) {
+        self.abort_cache_with(true);
+        self.stats.aborts += 1;
+    }
+
     /// Aborts the transaction in the cache: undo copies back, created objects and the class
     /// slots pointed at created classes dropped.
     pub(crate) fn abort_cache(&mut self) {
+        self.abort_cache_with(false);
+    }
+
+    fn abort_cache_with(&mut self, outcome_unknown: bool) {
         let created_any = !self.cache.created().is_empty();
-        self.cache.abort_done();
+        if outcome_unknown {
+            self.cache.abort_unknown();
+        } else {
+            self.cache.abort_done();
+        }
         let path = self.path;
         path.aborted(self);
         for (slot, _) in std::mem::take(&mut self.new_class_slots) {

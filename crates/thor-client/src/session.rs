@@ -109,7 +109,7 @@ use thor_core::{
 use thor_wire::{Prefetch, PrefetchHint, Reply, ReplyBody, RequestBody, ServerInfo, Transport};
 
 use crate::error::{ClientError, ConflictCause};
-use crate::proto::{ClientCore, DEAD_VIEW, Seeds};
+use crate::proto::{ClientCore, DEAD_VIEW, PartOutcome, Seeds};
 
 pub(crate) mod commit_path;
 pub(crate) mod page_path;
@@ -1799,7 +1799,7 @@ impl Inner {
                 return Err(unsent_commit(e));
             }
             if self.dialer.is_none() {
-                self.abort_local();
+                self.abort_unknown();
                 return Err(ClientError::CommitUnknown(Box::new(ClientError::Transport(e))));
             }
             return self.commit_lost(part, kept, id, writes, ClientError::Transport(e));
@@ -1862,7 +1862,7 @@ impl Inner {
         cause: ClientError,
     ) -> Result<CommitInfo, ClientError> {
         if self.dialer.is_none() {
-            self.abort_local();
+            self.abort_unknown();
             return Err(ClientError::CommitUnknown(Box::new(cause)));
         }
         self.break_connection();
@@ -1878,7 +1878,7 @@ impl Inner {
                 return Err(e);
             }
             Err(e) => {
-                self.abort_local();
+                self.abort_unknown();
                 return Err(ClientError::CommitUnknown(Box::new(e)));
             }
         };
@@ -1901,7 +1901,7 @@ impl Inner {
                  reconnected and the server says it did not happen: run it again"
             ))),
             _ => {
-                self.abort_local();
+                self.abort_unknown();
                 Err(ClientError::CommitUnknown(Box::new(cause)))
             }
         }
@@ -1946,7 +1946,7 @@ impl Inner {
             // Not sent whole: the server cannot prepare it. The connection is mended by the
             // next request.
             self.break_connection();
-            self.abort_local();
+            self.abort_unknown();
             return Err(ClientError::CommitUnknown(Box::new(ClientError::Transport(e))));
         }
         Ok(part)
@@ -2032,21 +2032,27 @@ impl Session {
         }
     }
 
-    /// Ends a part: committed with the orefs its server gave the created objects, or aborted.
+    /// Ends a part: committed with the orefs its server gave the created objects, aborted, or
+    /// with its outcome unknown here (what it wrote leaves the cache).
     pub(crate) fn part_end(
         &self,
         part: Part,
-        outcome: Option<(Lsn, &[Oref])>,
+        outcome: PartOutcome<'_>,
     ) -> Result<CommitInfo, ClientError> {
         let inner = self.inner();
+        let none = CommitInfo { lsn: Lsn(0), created: 0, modified: 0 };
         match outcome {
-            Some((lsn, orefs)) => {
+            PartOutcome::Committed(lsn, orefs) => {
                 let now = inner.now_ns();
                 inner.core.pinned(|c| c.committed(part, lsn, orefs, now))
             }
-            None => {
+            PartOutcome::Aborted => {
                 inner.core.pinned(ClientCore::abort_local);
-                Ok(CommitInfo { lsn: Lsn(0), created: 0, modified: 0 })
+                Ok(none)
+            }
+            PartOutcome::Unknown => {
+                inner.core.pinned(ClientCore::abort_unknown);
+                Ok(none)
             }
         }
     }

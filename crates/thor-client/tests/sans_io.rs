@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use thor_client::proto::{ClientCore, Event, Read, Seeds};
+use thor_client::proto::{ClientCore, Event, PartOutcome, Read, Seeds};
 use thor_client::{ClientError, ConflictCause, SessionConfig};
 use thor_core::{Oref, RawRef, ServerId, builtin};
 use thor_server::io::{self, DiskSide};
@@ -445,9 +445,15 @@ fn a_transaction_over_two_servers_prepares_at_both_and_commits_with_the_coordina
     }
     assert_eq!(votes, 2);
     let lsn = decision.expect("the coordinator committed");
-    assert_eq!(x.core.finish_part(Some((lsn, &[])), now).unwrap().unwrap().modified, 1);
-    assert_eq!(y.core.finish_part(Some((lsn, &[])), now).unwrap().unwrap().modified, 1);
-    assert!(matches!(x.core.finish_part(None, now), Err(ClientError::Usage(_))));
+    assert_eq!(
+        x.core.finish_part(PartOutcome::Committed(lsn, &[]), now).unwrap().unwrap().modified,
+        1
+    );
+    assert_eq!(
+        y.core.finish_part(PartOutcome::Committed(lsn, &[]), now).unwrap().unwrap().modified,
+        1
+    );
+    assert!(matches!(x.core.finish_part(PartOutcome::Aborted, now), Err(ClientError::Usage(_))));
     assert_eq!(committed_value(&mut servers[0], c1), 1);
     assert_eq!(committed_value(&mut servers[1], c2), 1);
 }

@@ -145,10 +145,6 @@ pub struct TwoPcSimConfig {
     /// Real clients (thor's own client protocol, one `ClientCore` per server: `real.rs`),
     /// beside the simulated ones; `clients + real_clients` is at most 15.
     pub real_clients: usize,
-    /// Real clients keep their session (and its cache) at a server whose part of a
-    /// transaction that may have committed ended without the decision, instead of starting a
-    /// new one (`real.rs`'s `real_forget`): off, as a driver must; on, to show why.
-    pub real_unknown_keeps_cache: bool,
     /// Print every event to stderr.
     pub trace: bool,
 }
@@ -173,7 +169,6 @@ impl TwoPcSimConfig {
             loss_ppm: [0, 5_000, 20_000][r.below(3) as usize],
             peer_loss_ppm: [0, 50_000, 200_000][r.below(3) as usize],
             real_clients,
-            real_unknown_keeps_cache: false,
             trace: false,
         }
     }

@@ -15,8 +15,7 @@
 //!
 //! `THOR_SIM_TWOPC_SEEDS` sets how many seeds the two `seeds_*` tests run between them
 //! (default 10,000); `THOR_SIM_SEED=N` with the `replay` test replays one seed with its trace
-//! (`THOR_SIM_REAL_ONLY=1`: the seed's run with real clients only, as `real_only` makes it;
-//! `THOR_SIM_REAL_KEEP_CACHE=1`: with `real_unknown_keeps_cache`).
+//! (`THOR_SIM_REAL_ONLY=1`: the seed's run with real clients only, as `real_only` makes it).
 
 use thor_sim::twopc::{TwoPcOutcome, TwoPcSimConfig, run_twopc};
 
@@ -99,18 +98,16 @@ fn real_clients_alone_commit_across_servers_through_every_fault() {
     }
 }
 
-/// A driver whose part of a transaction that may have committed ends without the decision
-/// keeps the copies from before the transaction in its cache, which the server, taking the
-/// writer to hold the new versions, never invalidates. The real clients drop that session
-/// (`real_unknown_keeps_cache` off); kept, the checker sees the stale reads.
+/// A part of a transaction that may have committed, ended without the decision (its
+/// coordinator's answer or its own lost), used to put back the copies from before the
+/// transaction, which the server, taking the writer to hold the new versions, never
+/// invalidated: the next transaction read one and validated, a lost update. Real-only seed 28
+/// found it (`ClientCore::finish_part` with `PartOutcome::Unknown`, and `disconnected`, now
+/// drop what the part wrote). The seed passes, with the real clients keeping their sessions.
 #[test]
-fn a_real_client_that_keeps_its_cache_after_an_unknown_outcome_is_caught() {
-    let keeps = |seed| TwoPcSimConfig { real_unknown_keeps_cache: true, ..real_only(seed) };
-    let found = (0..500).find_map(|seed| run_twopc(&keeps(seed)).err());
-    let f =
-        found.expect("a stale cache kept after an unknown outcome went unnoticed for 500 seeds");
-    eprintln!("caught: {f}");
-    assert!(f.violation.0.contains("not serializable"), "{f}");
+fn a_part_ended_without_its_decision_leaves_no_stale_copy() {
+    let out = run_twopc(&real_only(28)).unwrap_or_else(|f| panic!("{f}"));
+    assert!(out.real_commits > 0, "{out:?}");
 }
 
 #[test]
@@ -129,8 +126,6 @@ fn replay() {
     };
     let real_only_run = std::env::var("THOR_SIM_REAL_ONLY").is_ok_and(|v| v == "1");
     let mut cfg = if real_only_run { real_only(seed) } else { TwoPcSimConfig::for_seed(seed) };
-    cfg.real_unknown_keeps_cache =
-        std::env::var("THOR_SIM_REAL_KEEP_CACHE").is_ok_and(|v| v == "1");
     cfg.trace = true;
     match run_twopc(&cfg) {
         Ok(o) => eprintln!("seed {seed}: {o:?}"),

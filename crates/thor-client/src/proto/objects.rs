@@ -79,6 +79,19 @@ pub enum Read {
     Send(Box<Request>),
 }
 
+/// How a two-phase part that voted ends ([`ClientCore::finish_part`]).
+#[derive(Debug, Clone, Copy)]
+pub enum PartOutcome<'a> {
+    /// The transaction committed at `lsn`; this server gave its created objects these orefs.
+    Committed(Lsn, &'a [Oref]),
+    /// The transaction aborted: the part's objects go back to their copies from before it.
+    Aborted,
+    /// The outcome is not known here (the coordinator's answer, or this part's, was lost): the
+    /// objects the part wrote leave the cache, since their old copies are stale if it
+    /// committed.
+    Unknown,
+}
+
 /// What a reply did ([`ClientCore::receive`]).
 #[derive(Debug)]
 pub enum Event {
@@ -353,20 +366,25 @@ impl ClientCore {
         Ok(self.request(RequestBody::Prepare(Box::new(p)), None))
     }
 
-    /// Ends the part that voted ([`Event::Voted`]) at `now_ns`: committed at `lsn` with the
-    /// orefs this server gave its created objects, or aborted (`None`: the transaction
-    /// aborted, or its outcome is unknown here). Returns what the part did if it committed.
+    /// Ends the part that voted ([`Event::Voted`]) at `now_ns` with the transaction's
+    /// `outcome`. Returns what the part did if it committed.
     pub fn finish_part(
         &mut self,
-        outcome: Option<(Lsn, &[Oref])>,
+        outcome: PartOutcome<'_>,
         now_ns: u64,
     ) -> Result<Option<CommitInfo>, ClientError> {
         self.idle()?;
         let part = self.voted.take().ok_or(ClientError::Usage("no part waits for its end"))?;
         match outcome {
-            Some((lsn, orefs)) => self.committed(part, lsn, orefs, now_ns).map(Some),
-            None => {
+            PartOutcome::Committed(lsn, orefs) => {
+                self.committed(part, lsn, orefs, now_ns).map(Some)
+            }
+            PartOutcome::Aborted => {
                 self.pinned(ClientCore::abort_local);
+                Ok(None)
+            }
+            PartOutcome::Unknown => {
+                self.pinned(ClientCore::abort_unknown);
                 Ok(None)
             }
         }
@@ -515,7 +533,9 @@ impl ClientCore {
                 }
                 self.in_doubt = Some(part);
             }
-            Some(Pending::Prepare(_)) => self.pinned(ClientCore::abort_local),
+            // The part may have been prepared, and the transaction may commit: what it wrote
+            // leaves the cache.
+            Some(Pending::Prepare(_)) => self.pinned(ClientCore::abort_unknown),
             Some(
                 Pending::Fetch(_)
                 | Pending::Prefetch(..)
@@ -589,7 +609,7 @@ impl ClientCore {
             // A transaction that wrote nothing changed nothing either way.
             _ if !writes => self.lost_commit_aborted("wrote nothing"),
             _ => {
-                self.pinned(ClientCore::abort_local);
+                self.pinned(ClientCore::abort_unknown);
                 Event::Unknown(ClientError::CommitUnknown(Box::new(ClientError::Transport(
                     thor_wire::TransportError::Broken,
                 ))))

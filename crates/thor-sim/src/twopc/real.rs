@@ -38,7 +38,7 @@
 
 use std::time::Duration;
 
-use thor_client::proto::{ClientCore, Event, Read, Seeds};
+use thor_client::proto::{ClientCore, Event, PartOutcome, Read, Seeds};
 use thor_client::{ClientError, SessionConfig};
 use thor_core::Lsn;
 use thor_core::Oref;
@@ -426,11 +426,13 @@ impl World {
         match std::mem::replace(&mut t.parts[s], PartState::Lost) {
             // The core aborted the part whose answer the break lost.
             PartState::Awaiting => {}
-            // A part that voted is ended here (without the decision, as `Cluster` ends a
-            // part whose session broke: its cache goes back to before the transaction).
+            // A part that voted is ended here without the decision, as `Cluster` ends a part
+            // whose session broke: what it wrote leaves the cache (the transaction may yet
+            // commit, and then the copies from before it are stale).
             PartState::Voted(_) => {
                 let core = r.cores[s].as_mut().expect("it voted");
-                core.finish_part(None, now_ns).map_err(|e| broken(c, "finish", e))?;
+                core.finish_part(PartOutcome::Unknown, now_ns)
+                    .map_err(|e| broken(c, "finish", e))?;
             }
             p @ (PartState::None | PartState::Ended | PartState::Lost) => t.parts[s] = p,
         }
@@ -459,9 +461,8 @@ impl World {
         let event = core.receive(reply, now_ns).map_err(|e| broken(c, "receive", e))?;
         self.trace(|| format!("real client {c}: server {} says {event:?}", s + 1));
         match (wait, event) {
-            // The answer about a commit whose connection broke (a session kept with
-            // `real_unknown_keeps_cache`): its transaction already ended as uncertain, and the
-            // final state decides it.
+            // The answer about a commit whose connection broke: its transaction already ended
+            // as uncertain, and the final state decides it.
             (Wait::Resume, Event::Resumed { .. } | Event::Committed(_) | Event::Refused(_))
             | (Wait::Resume, Event::Unknown(_)) => self.real_wake(c),
             (Wait::Refresh | Wait::Fetch, Event::Ready | Event::Fetched(_)) => {
@@ -556,30 +557,6 @@ impl World {
         self.real_settle(c)
     }
 
-    /// Real client `c` drops its session at server `s` (its core, cache and connection): the
-    /// next use of the server starts a new one.
-    ///
-    /// A part whose transaction may have committed but that the core ended without the
-    /// decision (its coordinator's answer was lost, or its own) went back to the copies from
-    /// before the transaction ([`ClientCore::finish_part`] with `None`, or
-    /// [`ClientCore::disconnected`]), while the server, if the transaction committed, takes
-    /// the writer's cache to hold the new versions and never invalidates them there: the next
-    /// transaction would read a stale copy and validate. The core has no way to end a part
-    /// "outcome unknown" that drops what it wrote, so the driver drops the session: a new one
-    /// is another client to the server, whose copies every later commit invalidates.
-    /// (`TwoPcSimConfig::real_unknown_keeps_cache` keeps the session instead, which the
-    /// checker shows unsound within a few hundred seeds.)
-    fn real_forget(&mut self, c: usize, s: usize) {
-        self.trace(|| format!("real client {c} drops its session at server {}", s + 1));
-        let r = self.real(c);
-        r.cores[s] = None;
-        r.conns[s] = None;
-        r.waiting[s] = (Wait::Nothing, 0);
-        if let Some(conn) = self.clients[c].links[s].take().map(|l| l.conn) {
-            self.break_link(conn);
-        }
-    }
-
     /// Ends real client `c`'s transaction once it is decided (or abandoned, or its outcome
     /// cannot be learned) and no request of it is in flight: every part that voted is ended
     /// with the decision, every other core's transaction aborted; a prepared transaction
@@ -597,27 +574,23 @@ impl World {
             _ => None,
         };
         let maybe_committed = !matches!(t.outcome, Some(Err(())));
-        let keep = self.cfg.real_unknown_keeps_cache;
-        let mut forget = Vec::new();
         let r = self.real(c);
         for (s, part) in t.parts.iter().enumerate() {
             let Some(core) = r.cores[s].as_mut() else { continue };
-            let writes = t.uses.iter().any(|u| u.server == s && u.writes);
-            // Ended without the decision, by a transaction that may have committed.
-            let unsure = maybe_committed && writes && !keep;
             match part {
-                PartState::Voted(_) if unsure && decided.is_none() => forget.push(s),
-                PartState::Lost if unsure => forget.push(s),
                 PartState::Voted(created) => {
-                    let outcome = decided.map(|lsn| (lsn, created.as_slice()));
+                    let outcome = match decided {
+                        Some(lsn) => PartOutcome::Committed(lsn, created.as_slice()),
+                        // Ended without the decision, by a transaction that may have
+                        // committed: what the part wrote leaves the cache.
+                        None if maybe_committed => PartOutcome::Unknown,
+                        None => PartOutcome::Aborted,
+                    };
                     core.finish_part(outcome, now_ns).map_err(|e| broken(c, "finish", e))?;
                 }
                 _ if core.in_transaction() => core.abort().map_err(|e| broken(c, "abort", e))?,
                 _ => {}
             }
-        }
-        for s in forget {
-            self.real_forget(c, s);
         }
         let outcome = match (t.outcome, t.broken) {
             (Some(o), _) => Some(o.is_ok()),
