@@ -76,6 +76,10 @@ pub struct ClientsBench {
     /// (`SessionConfig::run_attempts_max`).
     #[arg(long, default_value_t = RUN_ATTEMPTS)]
     attempts: u32,
+    /// The longest wait between attempts, in microseconds (`SessionConfig::run_backoff_max`;
+    /// default: the session's).
+    #[arg(long)]
+    backoff_max_us: Option<u64>,
     /// Send read-only transactions to the server to be validated, as before wire version 7,
     /// instead of committing them at the client (`SessionConfig::read_only_at_client`).
     #[arg(long)]
@@ -332,6 +336,9 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
     let server = Server::start("127.0.0.1:0", engine.clone(), NetConfig::default())?;
     let addr = server.local_addr();
     let (attempts, at_client) = (b.attempts, !b.read_only_at_server);
+    let backoff_max = b
+        .backoff_max_us
+        .map_or(SessionConfig::default().run_backoff_max, std::time::Duration::from_micros);
     let connect = move |name: String| -> Result<Session> {
         let cfg = ClientConfig { client_name: name, ..ClientConfig::default() };
         let t = TcpTransport::connect(addr, &cfg)?;
@@ -339,6 +346,7 @@ fn one_run(b: &ClientsBench, clients: usize) -> Result<Run> {
         let cfg = SessionConfig {
             run_attempts_max: attempts,
             read_only_at_client: at_client,
+            run_backoff_max: backoff_max,
             ..SessionConfig::default()
         };
         Ok(Session::new(Box::new(t), cfg)?)
