@@ -68,14 +68,17 @@
 //!
 //! # Deletion and space
 //!
-//! A remove that leaves a node (not the root) less than a quarter full, by bytes or by
-//! entries, merges it with a neighbour under the same parent whenever the two fit in one node,
-//! again while the result is under a quarter full; a parent that loses its last-but-one
-//! child's entry to a merge is rebalanced the same way, and a root with a single child gives
-//! way to that child. Splits leave both halves at least three-eighths full. So no two
-//! neighbours under one parent are both under a quarter full, and the entries of a level
-//! take at least an eighth of its nodes' room: the waste is bounded by eight pages per page
-//! of entries. Nodes a merge emptied and the nodes [`MapView::clear`] drops are not reused
+//! A node is *underfull* when it holds fewer than two entries, or less than a quarter of its
+//! bytes and of its slots. A remove that leaves a node other than the root underfull merges
+//! it with a neighbour under the same parent when the two fit in one node (the parent loses
+//! an entry and is treated the same way), and otherwise shares the two nodes' entries evenly
+//! between them (the parent's separator changes). A root with a single child gives way to
+//! that child. Splits leave both halves at least three-eighths full. So after every
+//! operation no node but the root is underfull, with one exception: a separator that a
+//! redistribution made shorter leaves its parent a little emptier without rebalancing it.
+//! Leaves are therefore at least a quarter full by bytes (or hold a quarter of the fanout of
+//! references): a map takes at most about four pages per page of entries, plus the internal
+//! nodes. The nodes a merge leaves behind and the ones [`MapView::clear`] drops are not reused
 //! (thor has no collector yet).
 //!
 //! # Example
@@ -503,11 +506,16 @@ fn fits(entries: &[Entry], shape: Shape, area: usize) -> bool {
 /// fewer than two entries (so that every internal node but the root has two children and
 /// every leaf a neighbour to merge with).
 fn underfull(entries: &[Entry], shape: Shape, area: usize) -> bool {
-    if entries.len() < 2 {
+    underfull_at(used_bytes(entries, shape), entries.len(), shape, area)
+}
+
+/// [`underfull`] of a node of `count` entries that use `used` bytes of the area.
+fn underfull_at(used: usize, count: usize, shape: Shape, area: usize) -> bool {
+    if count < 2 {
         return true;
     }
-    let by_bytes = used_bytes(entries, shape) * 4 < area;
-    let by_slots = !shape.slots || entries.len() * 4 < MAP_FANOUT;
+    let by_bytes = used * 4 < area;
+    let by_slots = !shape.slots || count * 4 < MAP_FANOUT;
     by_bytes && by_slots
 }
 
@@ -652,19 +660,95 @@ impl<'v, 's> NodeRead<'v, 's> {
         Ok(r.cast())
     }
 
-    /// Every entry, for the write path.
+    /// Every entry, for the write path (parsed from one copy of the area).
     fn entries(&self, slots: bool) -> Result<Vec<Entry>, ClientError> {
+        let a = self.v.var_bytes();
         let mut out = Vec::with_capacity(self.count);
         for i in 0..self.count {
-            let mut key = Vec::new();
-            let vat = self.key(i, &mut key)?;
-            let mut val = vec![0u8; self.vbytes];
-            self.v.read_var_bytes(vat, &mut val)?;
+            let (at, len) = area_entry(&a, self.count, i, self.vbytes)?;
+            let key = a[at..at + len].to_vec();
+            let val = a[at + len..at + len + self.vbytes].to_vec();
             let r = if slots { self.slot(i) } else { Ref::NULL };
             out.push(Entry { key, val, r });
         }
         Ok(out)
     }
+
+    /// A copy of the area and the bytes its entries use, if the entries lie packed in key
+    /// order right after the directory (as [`encode_area`] writes them), so that one entry
+    /// can be spliced in or out without decoding the rest; `None` for any other layout.
+    fn packed(&self) -> Result<Option<(Vec<u8>, usize)>, ClientError> {
+        let a = self.v.var_bytes();
+        let mut end = self.count * DIR_BYTES;
+        for i in 0..self.count {
+            let (at, len) = area_entry(&a, self.count, i, self.vbytes)?;
+            if at != end + KLEN_BYTES {
+                return Ok(None);
+            }
+            end = at + len + self.vbytes;
+        }
+        Ok(Some((a, end)))
+    }
+}
+
+/// Entry `i` of an area of `count` entries: the offset of its key and the key's length,
+/// checked to lie (with a value of `vbytes`) within the area.
+fn area_entry(
+    a: &[u8],
+    count: usize,
+    i: usize,
+    vbytes: usize,
+) -> Result<(usize, usize), ClientError> {
+    let word = |at: usize| -> Result<usize, ClientError> {
+        a.get(at..at + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+            .ok_or_else(|| bad("an entry lies outside its node"))
+    };
+    let at = word(i * DIR_BYTES)?;
+    if at < count * DIR_BYTES {
+        return Err(bad("an entry lies outside its node"));
+    }
+    let len = word(at)?;
+    if len > MAP_KEY_BYTES_MAX || at + KLEN_BYTES + len + vbytes > a.len() {
+        return Err(bad("an entry's key runs past its node"));
+    }
+    Ok((at + KLEN_BYTES, len))
+}
+
+/// The packed area `a` (of `count` entries using `used` bytes) with an entry of `entry`
+/// bytes (its key's length word, key and value) inserted at position `pos`.
+fn splice_in(a: &[u8], count: usize, used: usize, pos: usize, entry: &[u8]) -> Vec<u8> {
+    // The directory holds where each entry (its key's length word) starts.
+    let dir = |i: usize| u16::from_le_bytes([a[2 * i], a[2 * i + 1]]) as usize;
+    let at = if pos < count { dir(pos) } else { used };
+    let mut out = Vec::with_capacity(used + DIR_BYTES + entry.len());
+    for i in 0..=count {
+        let start = match i.cmp(&pos) {
+            std::cmp::Ordering::Less => dir(i) + DIR_BYTES,
+            std::cmp::Ordering::Equal => at + DIR_BYTES,
+            std::cmp::Ordering::Greater => dir(i - 1) + DIR_BYTES + entry.len(),
+        };
+        out.extend_from_slice(&(start as u16).to_le_bytes());
+    }
+    out.extend_from_slice(&a[count * DIR_BYTES..at]);
+    out.extend_from_slice(entry);
+    out.extend_from_slice(&a[at..used]);
+    out
+}
+
+/// The packed area `a` (of `count` entries using `used` bytes) without entry `pos`, which
+/// takes `len` bytes (its key's length word, key and value).
+fn splice_out(a: &[u8], count: usize, used: usize, pos: usize, len: usize) -> Vec<u8> {
+    let dir = |i: usize| u16::from_le_bytes([a[2 * i], a[2 * i + 1]]) as usize;
+    let at = dir(pos);
+    let mut out = Vec::with_capacity(used);
+    for i in (0..count).filter(|&i| i != pos) {
+        let off = if i < pos { dir(i) - DIR_BYTES } else { dir(i) - DIR_BYTES - len };
+        out.extend_from_slice(&(off as u16).to_le_bytes());
+    }
+    out.extend_from_slice(&a[count * DIR_BYTES..at]);
+    out.extend_from_slice(&a[at + len..used]);
+    out
 }
 
 // ------------------------------------------------------------------------------------------
@@ -892,6 +976,30 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
             Err(i) => i,
         };
         let shape = self.leaf_shape();
+        // The common case: the entry fits, and is spliced into the area as it is.
+        let room = self.area.min(n.area);
+        if (!shape.slots || n.count < MAP_FANOUT)
+            && let Some((a, used)) = n.packed()?
+            && used + entry_bytes(k.len(), V::BYTES) <= room
+        {
+            let mut e = Vec::with_capacity(KLEN_BYTES + k.len() + V::BYTES);
+            e.extend_from_slice(&(k.len() as u16).to_le_bytes());
+            e.extend_from_slice(&k);
+            if !V::IS_REF {
+                let mut b = [0u8; 1 + MAP_VALUE_BYTES_MAX];
+                value.to_bytes(&mut b[..V::BYTES]);
+                e.extend_from_slice(&b[..V::BYTES]);
+            }
+            leaf.write_var_bytes(0, &splice_in(&a, n.count, used, pos, &e))?;
+            leaf.set(MapNode::COUNT, n.count as u32 + 1)?;
+            if V::IS_REF {
+                for i in (pos..n.count).rev() {
+                    leaf.set(MapNode::slot_field(i + 1), n.slot(i))?;
+                }
+                leaf.set(MapNode::slot_field(pos), value.to_ref())?;
+            }
+            return Ok(None);
+        }
         let mut entries = n.entries(shape.slots)?;
         let old_count = n.count;
         let mut val = vec![0u8; V::BYTES];
@@ -965,6 +1073,23 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
         let Ok(i) = n.search(&k, &mut buf)? else { return Ok(None) };
         let vat = n.key(i, &mut buf)?;
         let old = self.value(&n, i, vat)?;
+        // The common case: the leaf is the root or stays over a quarter full, and the entry
+        // is spliced out of the area.
+        let len = KLEN_BYTES + buf.len() + V::BYTES;
+        if let Some((a, used)) = n.packed()? {
+            let (left, count) = (used - DIR_BYTES - len, n.count - 1);
+            if path.is_empty() || !underfull_at(left, count, self.leaf_shape(), self.area) {
+                leaf.write_var_bytes(0, &splice_out(&a, n.count, used, i, len))?;
+                leaf.set(MapNode::COUNT, count as u32)?;
+                if V::IS_REF {
+                    for j in i..count {
+                        leaf.set(MapNode::slot_field(j), n.slot(j + 1))?;
+                    }
+                    leaf.set(MapNode::slot_field(count), Ref::NULL)?;
+                }
+                return Ok(Some(old));
+            }
+        }
         let mut entries = n.entries(V::IS_REF)?;
         let old_count = n.count;
         entries.remove(i);
@@ -1396,6 +1521,32 @@ mod tests {
         encode_area(&[e(b"ab", 1), e(b"c", 1)], &mut out);
         assert_eq!(out, [4, 0, 9, 0, 2, 0, b'a', b'b', 7, 1, 0, b'c', 7]);
         assert_eq!(used_bytes(&[e(b"ab", 1), e(b"c", 1)], Shape { vbytes: 1, slots: false }), 13);
+    }
+
+    /// Splicing an entry in or out of a packed area gives what encoding the entries does.
+    #[test]
+    fn splices_equal_a_fresh_encoding() {
+        let shape = Shape { vbytes: 2, slots: false };
+        let all: Vec<Entry> = [&b"a"[..], b"bcd", b"", b"ef", b"ghij"]
+            .iter()
+            .map(|k| Entry { key: k.to_vec(), val: vec![k.len() as u8, 9], r: Ref::NULL })
+            .collect();
+        let enc = |es: &[Entry]| {
+            let mut out = Vec::new();
+            encode_area(es, &mut out);
+            out
+        };
+        for pos in 0..all.len() {
+            let mut without = all.clone();
+            let gone = without.remove(pos);
+            let mut e = (gone.key.len() as u16).to_le_bytes().to_vec();
+            e.extend_from_slice(&gone.key);
+            e.extend_from_slice(&gone.val);
+            let (a, used) = (enc(&without), used_bytes(&without, shape));
+            assert_eq!(splice_in(&a, without.len(), used, pos, &e), enc(&all), "in at {pos}");
+            let (a, used) = (enc(&all), used_bytes(&all, shape));
+            assert_eq!(splice_out(&a, all.len(), used, pos, e.len()), enc(&without), "out {pos}");
+        }
     }
 
     #[test]
