@@ -470,3 +470,61 @@ fn concurrent_inserts_into_different_leaves_both_commit() {
     })
     .unwrap();
 }
+
+/// A map whose stored nodes are damaged (or written by someone else) gives
+/// `ClientError::BadValue`, never a panic or an endless iteration: an entry offset past the
+/// area, a count past the fanout, and a leaf chain that loops back on itself.
+#[test]
+fn a_malformed_map_is_a_bad_value_not_a_panic_or_a_loop() {
+    use thor_client::map::{MapHeader, MapNode};
+    let bad = |r: Result<(), ClientError>| {
+        assert!(matches!(r, Err(ClientError::BadValue(_))), "{r:?}");
+    };
+    // Two levels: a root over leaves (400 entries need two leaves of 8 KiB).
+    let build = || {
+        let (_disk, h) = with_map::<u64, u64>(8192);
+        let s = session(&h);
+        s.run(|s| {
+            let m = s.map(s.root::<Map<u64, u64>>(0)?)?;
+            (0..400).try_for_each(|k| m.insert(k, k).map(drop))
+        })
+        .unwrap();
+        (h, s)
+    };
+    let root = |s: &Session| -> Ref<MapNode> {
+        let header = s.get(s.root::<MapHeader>(0).unwrap()).unwrap();
+        header.get(MapHeader::root)
+    };
+    let first_leaf = |s: &Session| -> Ref<MapNode> {
+        let r = s.get(root(s)).unwrap();
+        r.get(thor_client::Field::<MapNode, Ref<MapNode>>::at(16))
+    };
+    fn map(s: &Session) -> thor_client::MapView<'_, u64, u64> {
+        s.map(s.root::<Map<u64, u64>>(0).unwrap()).unwrap()
+    }
+
+    // An entry offset past the area.
+    let (_h, s) = build();
+    s.get(first_leaf(&s)).unwrap().write_var_bytes(0, &[0xff, 0xff]).unwrap();
+    bad(map(&s).get(&0).map(drop));
+    bad(map(&s).insert(0, 1).map(drop));
+    s.abort();
+
+    // A count past the fanout in an internal node.
+    let (_h, s) = build();
+    let count = thor_client::Field::<MapNode, u32>::at(4);
+    s.get(root(&s)).unwrap().set(count, 10_000).unwrap();
+    bad(map(&s).get(&0).map(drop));
+    s.abort();
+
+    // A leaf whose `next` is itself: iteration and `len` stop with an error.
+    let (_h, s) = build();
+    let leaf = first_leaf(&s);
+    let next = thor_client::Field::<MapNode, Ref<MapNode>>::at(12);
+    s.get(leaf).unwrap().set(next, leaf).unwrap();
+    let m = map(&s);
+    let got: Vec<Result<(u64, u64), ClientError>> = m.iter().unwrap().collect();
+    assert!(got.len() <= 400, "{} items", got.len());
+    assert!(matches!(got.last(), Some(Err(ClientError::BadValue(_)))));
+    bad(m.len().map(drop));
+}
