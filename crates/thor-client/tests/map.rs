@@ -26,8 +26,14 @@ fn engine(disk: &MemDisk, page_size: usize) -> Arc<Engine> {
 /// A session with no prefetch (each miss fetches one page, so `fetches` counts nodes) and
 /// no refresh (requests go when the test says).
 fn session(h: &Arc<Engine>) -> Session {
+    session_with(h, SessionConfig::default().run_attempts_max)
+}
+
+/// [`session`] with `run` making up to `attempts` attempts.
+fn session_with(h: &Arc<Engine>, attempts: u32) -> Session {
     let t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
     let cfg = SessionConfig {
+        run_attempts_max: attempts,
         cache_bytes: 16 << 20,
         policy: PolicyConfig::HAC,
         prefetch_pages: Some(0),
@@ -527,4 +533,52 @@ fn a_malformed_map_is_a_bad_value_not_a_panic_or_a_loop() {
     assert!(got.len() <= 400, "{} items", got.len());
     assert!(matches!(got.last(), Some(Err(ClientError::BadValue(_)))));
     bad(m.len().map(drop));
+}
+
+/// Four clients insert and remove keys of their own concurrently, in small transactions that
+/// `run` retries on conflicts (splits, merges and shared leaves make many): every committed
+/// change is in the map at the end, in order, and nothing else is. 1 KiB pages make the tree
+/// split and merge often.
+#[test]
+fn concurrent_clients_changing_their_own_keys_keep_every_committed_change() {
+    const CLIENTS: u64 = 4;
+    const KEYS: u64 = 1_000;
+    let (_disk, h) = with_map::<u64, u64>(1024);
+    let start = Arc::new(std::sync::Barrier::new(CLIENTS as usize));
+    let threads: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let (h, start) = (h.clone(), start.clone());
+            std::thread::spawn(move || {
+                // The clients' keys interleave, so they share every leaf: many attempts.
+                let s = session_with(&h, 10_000);
+                start.wait();
+                // Client c owns the keys k with k % CLIENTS == c; it inserts them in batches
+                // of 10, then removes every third.
+                let mine: Vec<u64> = (0..KEYS).map(|i| i * CLIENTS + c).collect();
+                for batch in mine.chunks(10) {
+                    s.run(|s| {
+                        let m = s.map(s.root::<Map<u64, u64>>(0)?)?;
+                        batch.iter().try_for_each(|&k| m.insert(k, k + 1).map(drop))
+                    })
+                    .unwrap();
+                }
+                for batch in mine.chunks(30) {
+                    s.run(|s| {
+                        let m = s.map(s.root::<Map<u64, u64>>(0)?)?;
+                        for &k in batch.iter().step_by(3) {
+                            assert_eq!(m.remove(&k)?, Some(k + 1));
+                        }
+                        Ok(())
+                    })
+                    .unwrap();
+                }
+                s.stats().conflicts
+            })
+        })
+        .collect();
+    let conflicts: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let s = session(&h);
+    let want: Vec<(u64, u64)> =
+        (0..KEYS * CLIENTS).filter(|k| (k / CLIENTS) % 3 != 0).map(|k| (k, k + 1)).collect();
+    assert_eq!(entries::<u64, u64>(&s).unwrap(), want, "after {conflicts} conflicts");
 }
