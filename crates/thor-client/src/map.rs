@@ -25,6 +25,9 @@
 //!
 //! # Node layout
 //!
+//! The layout is `thor_core::mapnode`'s, shared with the server (which will read leaves to
+//! merge commits, `docs/clocc.md`, "Map leaves"):
+//!
 //! ```text
 //!  offset  0: class word (the object header)
 //!          4: count   u32  entries in the node
@@ -105,55 +108,35 @@ use std::borrow::Borrow;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 
-use thor_core::{ClassDesc, VarKind};
+use thor_core::ClassDesc;
+use thor_core::mapnode::{
+    self, COUNT_AT, DIR_BYTES, KLEN_BYTES, LEVEL_AT, NEXT_AT, SLOTS_AT, area_bytes, entry_bytes,
+    splice_in, splice_out,
+};
 
 use crate::error::ClientError;
 use crate::session::{Session, View};
 use crate::typed::{Any, Class, Field, NoVar, OptionalValue, Ref, VarBytes};
 
 /// Reference slots of a node: the most children of an internal node and entries of a leaf
-/// of reference values. 128 slots are 512 bytes of the node's fixed part (which must fit the
-/// smallest page, `thor_core::limits::CLASS_FIXED_MAX_BYTES`), a sixteenth of an 8 KiB page,
-/// and give a tree of a million entries three or four levels.
-pub const MAP_FANOUT: usize = 128;
+/// of reference values (`thor_core::mapnode::FANOUT`).
+pub const MAP_FANOUT: usize = mapnode::FANOUT;
 
-/// The longest key, in bytes of its encoding, in pages large enough: a node must hold at
-/// least four of the largest entries so that a split of a full node gives two halves that
-/// each fit ([`MapView::key_bytes_max`] is smaller in small pages).
-pub const MAP_KEY_BYTES_MAX: usize = 1024;
+/// The longest key, in bytes of its encoding, in pages large enough
+/// (`thor_core::mapnode::KEY_BYTES_MAX`; [`MapView::key_bytes_max`] is smaller in small
+/// pages).
+pub const MAP_KEY_BYTES_MAX: usize = mapnode::KEY_BYTES_MAX;
 
-/// The largest value stored in a leaf's bytes (`[u8; N]` values up to this many bytes).
+/// The largest value stored in a leaf's bytes (`[u8; N]` values up to this many bytes): a
+/// node must still hold four entries of the longest keys with such values in the smallest
+/// pages' area.
 pub const MAP_VALUE_BYTES_MAX: usize = 64;
 
-/// Most levels of a tree: a million entries take four, and every level at least halves the
-/// entries below it once split, so 32 levels are far beyond any map that fits a database. A
-/// path longer than this is a malformed map (a cycle of nodes), not a deep one.
-pub const MAP_HEIGHT_MAX: u32 = 32;
+/// Most levels of a tree (`thor_core::mapnode::HEIGHT_MAX`): a longer path is a malformed
+/// map, not a deep one.
+pub const MAP_HEIGHT_MAX: u32 = mapnode::HEIGHT_MAX;
 
-// The node's fixed part must fit the smallest page with room for entries.
-const _: () = assert!(NODE_FIXED_BYTES <= thor_core::limits::CLASS_FIXED_MAX_BYTES);
-const _: () = assert!(area_bytes(thor_core::limits::PAGE_SIZE_MIN) >= 400);
-const _: () = assert!(area_bytes(thor_core::limits::PAGE_SIZE_MAX) <= u16::MAX as usize);
-
-/// Offsets of the node's fields in the object (after the 4-byte class word).
-const COUNT_AT: usize = 4;
-const LEVEL_AT: usize = 8;
-const NEXT_AT: usize = 12;
-const SLOTS_AT: usize = 16;
-/// Bytes of the node's fixed part: count, level, next and the slots.
-const NODE_FIXED_BYTES: usize = 12 + 4 * MAP_FANOUT;
-/// Bytes of a directory entry and of a key's length word.
-const DIR_BYTES: usize = 2;
-const KLEN_BYTES: usize = 2;
-
-/// The entry area of a node in a page of `page_size` bytes: the largest object the page
-/// holds, less the class word, the fixed part and the variable part's count word.
-const fn area_bytes(page_size: usize) -> usize {
-    thor_core::limits::max_object_bytes(page_size)
-        - thor_core::limits::OBJECT_HEADER_BYTES
-        - NODE_FIXED_BYTES
-        - 4
-}
+const _: () = assert!(area_bytes(thor_core::limits::PAGE_SIZE_MIN) / 4 > MAP_VALUE_BYTES_MAX + 8);
 
 /// The class of a map's nodes (see the module documentation for its layout).
 #[derive(Debug)]
@@ -172,14 +155,11 @@ impl MapNode {
 }
 
 impl Class for MapNode {
-    const NAME: &'static str = "thor.MapNode";
+    const NAME: &'static str = mapnode::NAME;
     type Var = VarBytes;
-    const FIXED_BYTES: usize = NODE_FIXED_BYTES;
+    const FIXED_BYTES: usize = mapnode::FIXED_BYTES;
     fn desc() -> ClassDesc {
-        // Words of the fixed part: count 0, level 1, next 2, slots from 3.
-        let refs: Vec<u16> = std::iter::once(2).chain(3..3 + MAP_FANOUT as u16).collect();
-        ClassDesc::new(Self::NAME, NODE_FIXED_BYTES, &refs, VarKind::Bytes)
-            .expect("thor.MapNode is a valid class")
+        mapnode::desc()
     }
     #[inline]
     fn slot() -> usize {
@@ -492,12 +472,6 @@ struct Shape {
     slots: bool,
 }
 
-/// Bytes an entry takes in the area: its directory word, its key's length word, its key and
-/// its value.
-fn entry_bytes(key_len: usize, vbytes: usize) -> usize {
-    DIR_BYTES + KLEN_BYTES + key_len + vbytes
-}
-
 /// Bytes of the area `entries` take.
 fn used_bytes(entries: &[Entry], shape: Shape) -> usize {
     entries.iter().map(|e| entry_bytes(e.key.len(), shape.vbytes)).sum()
@@ -527,17 +501,7 @@ fn underfull_at(used: usize, count: usize, shape: Shape, area: usize) -> bool {
 
 /// The area of `entries`: directory, then the entries in order.
 fn encode_area(entries: &[Entry], out: &mut Vec<u8>) {
-    out.clear();
-    let mut at = entries.len() * DIR_BYTES;
-    for e in entries {
-        out.extend_from_slice(&(at as u16).to_le_bytes());
-        at += KLEN_BYTES + e.key.len() + e.val.len();
-    }
-    for e in entries {
-        out.extend_from_slice(&(e.key.len() as u16).to_le_bytes());
-        out.extend_from_slice(&e.key);
-        out.extend_from_slice(&e.val);
-    }
+    mapnode::encode_area(entries.iter().map(|e| (&e.key[..], &e.val[..])), out);
 }
 
 /// The index where `entries` (which do not fit one node of `area` bytes) split in two
@@ -671,7 +635,7 @@ impl<'v, 's> NodeRead<'v, 's> {
         let a = self.v.var_bytes();
         let mut out = Vec::with_capacity(self.count);
         for i in 0..self.count {
-            let (at, len) = area_entry(&a, self.count, i, self.vbytes)?;
+            let (at, len) = mapnode::entry(&a, self.count, i, self.vbytes).map_err(format_bad)?;
             let key = a[at..at + len].to_vec();
             let val = a[at + len..at + len + self.vbytes].to_vec();
             let r = if slots { self.slot(i) } else { Ref::NULL };
@@ -685,76 +649,14 @@ impl<'v, 's> NodeRead<'v, 's> {
     /// can be spliced in or out without decoding the rest; `None` for any other layout.
     fn packed(&self) -> Result<Option<(Vec<u8>, usize)>, ClientError> {
         let a = self.v.var_bytes();
-        let mut end = self.count * DIR_BYTES;
-        for i in 0..self.count {
-            let (at, len) = area_entry(&a, self.count, i, self.vbytes)?;
-            if at != end + KLEN_BYTES {
-                return Ok(None);
-            }
-            end = at + len + self.vbytes;
-        }
-        Ok(Some((a, end)))
+        let used = mapnode::packed_len(&a, self.count, self.vbytes).map_err(format_bad)?;
+        Ok(used.map(|u| (a, u)))
     }
 }
 
-/// Entry `i` of an area of `count` entries: the offset of its key and the key's length,
-/// checked to lie (with a value of `vbytes`) within the area.
-fn area_entry(
-    a: &[u8],
-    count: usize,
-    i: usize,
-    vbytes: usize,
-) -> Result<(usize, usize), ClientError> {
-    let word = |at: usize| -> Result<usize, ClientError> {
-        a.get(at..at + 2)
-            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
-            .ok_or_else(|| bad("an entry lies outside its node"))
-    };
-    let at = word(i * DIR_BYTES)?;
-    if at < count * DIR_BYTES {
-        return Err(bad("an entry lies outside its node"));
-    }
-    let len = word(at)?;
-    if len > MAP_KEY_BYTES_MAX || at + KLEN_BYTES + len + vbytes > a.len() {
-        return Err(bad("an entry's key runs past its node"));
-    }
-    Ok((at + KLEN_BYTES, len))
-}
-
-/// The packed area `a` (of `count` entries using `used` bytes) with an entry of `entry`
-/// bytes (its key's length word, key and value) inserted at position `pos`.
-fn splice_in(a: &[u8], count: usize, used: usize, pos: usize, entry: &[u8]) -> Vec<u8> {
-    // The directory holds where each entry (its key's length word) starts.
-    let dir = |i: usize| u16::from_le_bytes([a[2 * i], a[2 * i + 1]]) as usize;
-    let at = if pos < count { dir(pos) } else { used };
-    let mut out = Vec::with_capacity(used + DIR_BYTES + entry.len());
-    for i in 0..=count {
-        let start = match i.cmp(&pos) {
-            std::cmp::Ordering::Less => dir(i) + DIR_BYTES,
-            std::cmp::Ordering::Equal => at + DIR_BYTES,
-            std::cmp::Ordering::Greater => dir(i - 1) + DIR_BYTES + entry.len(),
-        };
-        out.extend_from_slice(&(start as u16).to_le_bytes());
-    }
-    out.extend_from_slice(&a[count * DIR_BYTES..at]);
-    out.extend_from_slice(entry);
-    out.extend_from_slice(&a[at..used]);
-    out
-}
-
-/// The packed area `a` (of `count` entries using `used` bytes) without entry `pos`, which
-/// takes `len` bytes (its key's length word, key and value).
-fn splice_out(a: &[u8], count: usize, used: usize, pos: usize, len: usize) -> Vec<u8> {
-    let dir = |i: usize| u16::from_le_bytes([a[2 * i], a[2 * i + 1]]) as usize;
-    let at = dir(pos);
-    let mut out = Vec::with_capacity(used);
-    for i in (0..count).filter(|&i| i != pos) {
-        let off = if i < pos { dir(i) - DIR_BYTES } else { dir(i) - DIR_BYTES - len };
-        out.extend_from_slice(&(off as u16).to_le_bytes());
-    }
-    out.extend_from_slice(&a[count * DIR_BYTES..at]);
-    out.extend_from_slice(&a[at + len..used]);
-    out
+/// A node's bytes that `thor_core::mapnode` found malformed.
+fn format_bad(e: thor_core::FormatError) -> ClientError {
+    ClientError::BadValue(format!("map: {e}"))
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1519,48 +1421,5 @@ mod tests {
         let many: Vec<Entry> = (0..=MAP_FANOUT as u16).map(|i| e(&i.to_be_bytes(), 0)).collect();
         let m = split_point(&many, shape, area);
         assert!(m <= MAP_FANOUT && many.len() - m <= MAP_FANOUT);
-    }
-
-    #[test]
-    fn the_area_encoding_has_a_directory_then_entries() {
-        let mut out = Vec::new();
-        encode_area(&[e(b"ab", 1), e(b"c", 1)], &mut out);
-        assert_eq!(out, [4, 0, 9, 0, 2, 0, b'a', b'b', 7, 1, 0, b'c', 7]);
-        assert_eq!(used_bytes(&[e(b"ab", 1), e(b"c", 1)], Shape { vbytes: 1, slots: false }), 13);
-    }
-
-    /// Splicing an entry in or out of a packed area gives what encoding the entries does.
-    #[test]
-    fn splices_equal_a_fresh_encoding() {
-        let shape = Shape { vbytes: 2, slots: false };
-        let all: Vec<Entry> = [&b"a"[..], b"bcd", b"", b"ef", b"ghij"]
-            .iter()
-            .map(|k| Entry { key: k.to_vec(), val: vec![k.len() as u8, 9], r: Ref::NULL })
-            .collect();
-        let enc = |es: &[Entry]| {
-            let mut out = Vec::new();
-            encode_area(es, &mut out);
-            out
-        };
-        for pos in 0..all.len() {
-            let mut without = all.clone();
-            let gone = without.remove(pos);
-            let mut e = (gone.key.len() as u16).to_le_bytes().to_vec();
-            e.extend_from_slice(&gone.key);
-            e.extend_from_slice(&gone.val);
-            let (a, used) = (enc(&without), used_bytes(&without, shape));
-            assert_eq!(splice_in(&a, without.len(), used, pos, &e), enc(&all), "in at {pos}");
-            let (a, used) = (enc(&all), used_bytes(&all, shape));
-            assert_eq!(splice_out(&a, all.len(), used, pos, e.len()), enc(&without), "out {pos}");
-        }
-    }
-
-    #[test]
-    fn node_layout_matches_the_class() {
-        let d = MapNode::desc();
-        assert_eq!(d.fixed_bytes(), NODE_FIXED_BYTES);
-        assert_eq!(d.ref_slots().len(), MAP_FANOUT + 1);
-        assert_eq!(d.count_offset(), SLOTS_AT + 4 * MAP_FANOUT);
-        assert_eq!(d.object_bytes(area_bytes(8192)), thor_core::limits::max_object_bytes(8192));
     }
 }
