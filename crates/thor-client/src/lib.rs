@@ -219,6 +219,7 @@ pub mod cluster;
 pub mod error;
 pub mod latency;
 pub mod limits;
+pub mod map;
 pub mod pagemode;
 pub mod prefetch;
 pub mod proto;
@@ -230,6 +231,7 @@ pub mod values;
 pub use cluster::{Cluster, ClusterStats, Connector, Surrogate, XRef};
 pub use error::{ClientError, ConflictCause};
 pub use latency::LatencyHistogram;
+pub use map::{KeyEncode, Map, MapIter, MapKey, MapValue, MapView, PrefixKey};
 pub use pagemode::{PageModeStats, RecoveryConfig};
 pub use session::{
     ClientStats, CommitInfo, CommitOutcome, Dialer, ReconnectConfig, ReconnectStats, SCHEMA_SLOT,

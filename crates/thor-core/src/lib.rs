@@ -49,6 +49,7 @@ pub mod ids;
 pub mod large;
 pub mod le;
 pub mod limits;
+pub mod mapnode;
 pub mod page;
 pub mod storage_error;
 

@@ -131,6 +131,8 @@ pub use thor_client::{
     Ref, Refs, SCHEMA_SLOT, Seq, SeqView, Session, SessionConfig, Str, Surrogate, View, XRef,
     max_str_bytes,
 };
+/// The persistent ordered map (`thor_client::map`, the guide's "Collections").
+pub use thor_client::{KeyEncode, Map, MapIter, MapKey, MapValue, MapView, PrefixKey};
 pub use thor_net::{TlsClient, TlsError};
 /// Whether an embedded database serves, serves read-only, or has failed ([`Database::health`]).
 #[cfg(feature = "embedded")]
