@@ -121,7 +121,7 @@ fn upgraded_database_passes_check() {
         s.set_root(0, all.as_ref())?;
         // Garbage: persons nothing reaches.
         for _ in 0..100 {
-            s.create::<v1::Person>(0)?;
+            s.create_fixed::<v1::Person>()?;
         }
         Ok(())
     })

@@ -91,14 +91,14 @@ fn setup(addr: SocketAddr) {
     s.run(|s| {
         let accounts = s.create::<Refs<Account>>(ACCOUNTS)?;
         for i in 0..ACCOUNTS {
-            let a = s.create::<Account>(0)?;
+            let a = s.create_fixed::<Account>()?;
             a.set(Account::balance, OPENING)?;
             accounts.set_var_ref(i, a.as_ref())?;
         }
         s.set_root(0, accounts.as_ref())?;
         let ledgers = s.create::<Refs<Ledger>>(CLIENTS)?;
         for i in 0..CLIENTS {
-            ledgers.set_var_ref(i, s.create::<Ledger>(0)?.as_ref())?;
+            ledgers.set_var_ref(i, s.create_fixed::<Ledger>()?.as_ref())?;
         }
         s.set_root(1, ledgers.as_ref())
     })

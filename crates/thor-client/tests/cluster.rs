@@ -61,7 +61,7 @@ fn setup() -> Setup {
     let st = Setup { engines, peers };
     let c = st.cluster();
     for id in [S1, S2] {
-        let a = c.create::<Account>(id, 0).unwrap();
+        let a = c.create_fixed::<Account>(id).unwrap();
         c.session(id).unwrap().get(a.r).unwrap().set(Account::balance, 100).unwrap();
         c.session(id).unwrap().set_root(0, a.r).unwrap();
         // One server per transaction here: each commits alone.
@@ -122,7 +122,7 @@ fn cross_server_reference_is_followed() {
     let c = st.cluster();
     // A holder at server 1 that names the account at server 2: a surrogate at server 1.
     let target = account(&c, S2);
-    let h = c.create::<Holder>(S1, 0).unwrap();
+    let h = c.create_fixed::<Holder>(S1).unwrap();
     let r = c.refer(S1, target).unwrap();
     c.get(h).unwrap().set(Holder::account, r).unwrap();
     c.session(S1).unwrap().set_root(1, h.r).unwrap();

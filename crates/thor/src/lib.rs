@@ -36,7 +36,7 @@
 //! let s = thor::open(&path)?;
 //! // One transaction creates the counter and points root slot 0 at it.
 //! s.run(|s| {
-//!     let c = s.create::<Counter>(0)?;
+//!     let c = s.create_fixed::<Counter>()?;
 //!     s.set_root(0, c.as_ref())
 //! })?;
 //! // Another adds one. `run` commits, and runs the closure again after a conflict.

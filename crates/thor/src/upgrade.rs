@@ -61,7 +61,7 @@ use crate::Error;
 /// # let (old, new) = (dir.path().join("old"), dir.path().join("new"));
 /// let s = thor::open(&old)?;
 /// s.run(|s| {
-///     let p = s.create::<v1::Person>(0)?;
+///     let p = s.create_fixed::<v1::Person>()?;
 ///     p.set(v1::Person::age, 42)?;
 ///     s.set_root(0, p.as_ref())
 /// })?;

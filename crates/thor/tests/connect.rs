@@ -32,7 +32,7 @@ fn clients_connect_with_the_token_and_see_each_others_commits() {
     assert_eq!(a.policy_name(), "hac", "the CLI's default cache");
     let r: Ref<Counter> = a
         .run(|s| {
-            let c = s.create::<Counter>(0)?;
+            let c = s.create_fixed::<Counter>()?;
             c.set(Counter::value, 41)?;
             s.set_root(0, c.as_ref())?;
             Ok(c.as_ref())
@@ -101,7 +101,7 @@ fn a_local_client_connects_through_the_unix_socket_and_shares_the_database_with_
     let local = thor::connect_unix(&path, TOKEN).unwrap();
     local
         .run(|s| {
-            let c = s.create::<Counter>(0)?;
+            let c = s.create_fixed::<Counter>()?;
             c.set(Counter::value, 7)?;
             s.set_root(0, c.as_ref())
         })
@@ -146,7 +146,7 @@ fn connect_tls_runs_transactions_over_tls() {
     let s = thor::connect_tls(&addr, TOKEN, &trusted).unwrap();
     let n = s
         .run(|s| {
-            let c = s.create::<Counter>(0)?;
+            let c = s.create_fixed::<Counter>()?;
             c.set(Counter::value, 7)?;
             s.set_root(0, c.as_ref())?;
             Ok(c.get(Counter::value))
@@ -248,7 +248,7 @@ fn silent_server_times_out() {
         .run(|s| {
             let list = s.create::<thor::Refs<Counter>>(2)?;
             for i in 0..2 {
-                let c = s.create::<Counter>(0)?;
+                let c = s.create_fixed::<Counter>()?;
                 c.set(Counter::value, 10 + i)?;
                 list.set_var_ref(i as usize, c.as_ref())?;
             }

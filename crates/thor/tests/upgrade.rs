@@ -333,7 +333,7 @@ fn appended_fields_can_be_written_and_committed() {
     .unwrap();
     // New objects of the new layout too.
     s.run(|s| {
-        let p = s.create::<v2::Person>(0)?;
+        let p = s.create_fixed::<v2::Person>()?;
         p.set(v2::Person::height, 7)?;
         s.set_root(4, p.as_ref())
     })
@@ -365,7 +365,7 @@ fn old_database_opened_with_new_declaration_points_at_the_upgrade() {
             s.get(all.var_ref(0)).map(drop)
         })
         .unwrap_err();
-    let creating = s.run(|s| s.create::<v2::Person>(0).map(drop)).unwrap_err();
+    let creating = s.run(|s| s.create_fixed::<v2::Person>().map(drop)).unwrap_err();
     for err in [reading, creating] {
         assert!(matches!(err, ClientError::SchemaMismatch { class: "test.Person" }), "{err:?}");
         assert!(err.to_string().contains("thor::Upgrade"), "{err}");
