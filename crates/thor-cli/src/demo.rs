@@ -107,7 +107,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let before = first.get(Person::age);
     first.set(Person::age, 999)?;
     drop(first);
-    let ghost = s.create_fixed::<Person>()?.as_ref();
+    let ghost = s.create::<Person>(0)?.as_ref();
     s.abort();
     ensure!(s.get(s.root::<Person>(0)?)?.get(Person::age) == before, "abort restored the age");
     ensure!(s.get(ghost).is_err(), "the created object is gone");

@@ -103,7 +103,7 @@ fn typed_graph_survives_sigkill_of_the_server_after_commit() {
     let n = s.get(root).unwrap();
     n.set(Node::id, 777).unwrap();
     drop(n);
-    s.create_fixed::<Node>().unwrap();
+    s.create::<Node>(0).unwrap();
     s.abort();
     assert_eq!(s.get(root).unwrap().get(Node::id), 1);
     let other = session(addr, 1 << 20);

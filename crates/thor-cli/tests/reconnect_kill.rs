@@ -116,7 +116,7 @@ fn client(
 ) -> Seen {
     let s = thor::connect_with(addr, "", config()).unwrap();
     let (accounts, ledger) = s
-        .run(|s| {
+        .run::<_, thor_client::ClientError>(|s| {
             let list = s.get(s.root::<Refs<Account>>(0)?)?;
             let accounts: Vec<Ref<Account>> = (0..ACCOUNTS).map(|i| list.var_ref(i)).collect();
             Ok((accounts, s.get(s.root::<Refs<Ledger>>(1)?)?.var_ref(id)))
@@ -248,7 +248,7 @@ fn sessions_carry_on_across_server_kills_and_stops() {
     let _server = start_at(&dir, addr);
     let s = thor::connect_with(addr, "", config()).unwrap();
     let (total, ledgers) = s
-        .run(|s| {
+        .run::<_, thor_client::ClientError>(|s| {
             let list = s.get(s.root::<Refs<Account>>(0)?)?;
             let mut total = 0;
             for i in 0..ACCOUNTS {

@@ -857,7 +857,14 @@ impl Session {
     /// it (bytes or references), all fields zero (null references). It gets its oref when the
     /// transaction commits. If the database stores `C` extended (`ClassDesc::extends`), the
     /// object has the stored size, its extra bytes zero. A class without a variable part is
-    /// made by [`Session::create_fixed`] (asking this for one does not compile).
+    /// made by [`Session::create_fixed`]; asking this for one does not compile:
+    ///
+    /// ```compile_fail
+    /// # thor_client::class! { pub class Point("doc.Point") { x: u32 } }
+    /// # fn demo(s: &thor_client::Session) -> Result<(), thor_client::ClientError> {
+    /// s.create::<Point>(0)?; // Point has no variable part: `s.create_fixed::<Point>()`
+    /// # Ok(()) }
+    /// ```
     pub fn create<C: Class + ?Sized>(&self, var_len: usize) -> Result<View<'_, C>, ClientError>
     where
         C::Var: VarPart,

@@ -777,7 +777,7 @@ impl<'s, T: Trace> Db<'s, T> {
         let used = s.create::<Refs<BaseAssembly>>(1)?;
         used.set_var_ref(0, base)?;
         cpv.set(CompositePart::used_in_priv, used.as_ref())?;
-        cpv.set(CompositePart::used_in_shar, s.create_fixed::<Refs<BaseAssembly>>()?.as_ref())?;
+        cpv.set(CompositePart::used_in_shar, s.create::<Refs<BaseAssembly>>(0)?.as_ref())?;
         // The document.
         let title = document_title(g.id);
         let doc = s.create_fixed::<Document>()?;

@@ -119,7 +119,7 @@ fn create_bank(s: &Session) -> Result<(), thor::Error> {
 
 /// Prints every account with its owner, in one (read-only) transaction; returns the total.
 fn print_bank(s: &Session) -> Result<u64, thor::Error> {
-    let rows = s.run(|s| {
+    let rows = s.run::<_, thor::ClientError>(|s| {
         let accounts = s.get(s.root::<Refs<Account>>(ACCOUNTS_SLOT)?)?;
         let mut rows = Vec::new();
         for i in 0..accounts.var_len() {

@@ -43,7 +43,7 @@
 //! let n = s.run(|s| {
 //!     let c = s.get(s.root::<Counter>(0)?)?;
 //!     c.set(Counter::value, c.get(Counter::value) + 1)?;
-//!     Ok(c.get(Counter::value))
+//!     Ok::<_, thor::ClientError>(c.get(Counter::value))
 //! })?;
 //! assert_eq!(n, 1);
 //! # Ok(()) }

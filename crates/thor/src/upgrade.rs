@@ -73,7 +73,7 @@ use crate::Error;
 /// let s = thor::open(&new)?;
 /// let (age, height) = s.run(|s| {
 ///     let p = s.get(s.root::<v2::Person>(0)?)?;
-///     Ok((p.get(v2::Person::age), p.get(v2::Person::height)))
+///     Ok::<_, thor::ClientError>((p.get(v2::Person::age), p.get(v2::Person::height)))
 /// })?;
 /// assert_eq!((age, height), (42, 0));
 /// # Ok(()) }

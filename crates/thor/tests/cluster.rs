@@ -74,7 +74,8 @@ fn cluster_from_the_facade_alone() {
     let d = thor::connect_cluster(&[(1, &addrs[0]), (2, &addrs[1])], TOKEN).unwrap();
     let balance = |id: thor::ServerId| {
         let s = d.session(id).unwrap();
-        s.run(|s| Ok(s.get(s.root::<Account>(0)?)?.get(Account::balance))).unwrap()
+        s.run::<_, thor::ClientError>(|s| Ok(s.get(s.root::<Account>(0)?)?.get(Account::balance)))
+            .unwrap()
     };
     assert_eq!((balance(s1), balance(s2)), (70, 130));
 
