@@ -744,6 +744,9 @@ impl<'s, T: Elem> SeqView<'s, T> {
     }
 }
 
+/// A chunk a pass holds: its view, its first element's index, and its element count.
+type HeldChunk<'s, T> = (View<'s, <T as Elem>::Storage>, usize, usize);
+
 /// The chunks of a sequence that one pass over it is reading: the last two stay pinned, so
 /// that a pass that moves elements from one chunk to the one before it descends from the root
 /// once per chunk, not once per element.
@@ -752,8 +755,8 @@ struct Chunks<'v, 's, T: Elem> {
     seq: &'v SeqView<'s, T>,
     /// The length the pass works on.
     len: usize,
-    /// Chunks read: each with its first element's index and its element count.
-    held: [Option<(View<'s, T::Storage>, usize, usize)>; 2],
+    /// Chunks read.
+    held: [Option<HeldChunk<'s, T>>; 2],
     /// Which of `held` the next chunk read replaces.
     victim: usize,
 }

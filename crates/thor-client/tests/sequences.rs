@@ -152,8 +152,27 @@ fn appending_to_a_long_sequence_logs_a_small_record() {
         s.run(|s| s.seq(seq)?.push(5_000 + i)).unwrap();
         logged.push(h.stats().log_bytes - before);
     }
+    // The same measure for a write to a sequence in the layout before chunks (one storage
+    // object of 1,019 u64s, which is what every push to such a sequence rewrote).
+    let flat = s
+        .run(|s| {
+            let storage = s.create::<thor_client::Bytes>(1_019 * 8)?;
+            let header = s.create_fixed::<SeqHeader>()?;
+            header.set(SeqHeader::len, 1_019)?;
+            header.set(SeqHeader::elem, <u64 as thor_client::Elem>::CODE)?;
+            header.set(SeqHeader::storage, storage.as_ref().cast())?;
+            Ok::<_, ClientError>(header.as_ref().cast::<Seq<u64>>())
+        })
+        .unwrap();
+    let before = h.stats().log_bytes;
+    s.run(|s| s.seq(flat)?.set(1_018, 7)).unwrap();
+    let flat_logged = h.stats().log_bytes - before;
     let max = *logged.iter().max().unwrap();
-    eprintln!("log bytes per append onto 5,000 u64s: {logged:?}");
+    eprintln!(
+        "log bytes per append onto 5,000 u64s: {logged:?}; one write to a one-object \
+         sequence of 1,019: {flat_logged}"
+    );
+    assert!(flat_logged > 8_000, "the old layout logs its whole storage: {flat_logged}");
     // A chunk is 1 KiB; the header, the record's framing and a directory now and then come
     // on top. The old layout logged over 8,000 bytes here.
     assert!(max < 2 * 1024, "an append logged {max} bytes: {logged:?}");

@@ -90,7 +90,6 @@ fn run_with_an_application_error_aborts_and_returns_it() {
         other => panic!("expected the application's error, got {other:?}"),
     }
     assert_eq!(attempts.get(), 1, "an application error is not retried");
-    drop(withdraw);
     // The write before the error was undone, here and at the server.
     let read = |s: &Session| {
         s.run(|s| Ok::<_, ClientError>(s.get(s.root::<Account>(0)?)?.get(Account::balance)))
