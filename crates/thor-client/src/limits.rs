@@ -98,7 +98,7 @@ const _: () = assert!(RECONNECT_BACKOFF_MAX.as_nanos() < RECONNECT_GIVE_UP_DEFAU
 pub const SEQ_CHUNK_BYTES_LOG2: u32 = 10;
 
 /// The tallest sequence tree a session reads or builds (levels, the chunks included). The
-/// length is a `u32`; in the smallest pages (1 KiB: chunks of 512 bytes, directories of 245
+/// length is a `u32`; in the smallest pages (1 KiB: chunks of 512 bytes, directories of 247
 /// references) 2^32 `u64`s need 5 levels, in 8 KiB pages 4. A header whose length would need
 /// more is refused as malformed before any object of it is read.
 pub const SEQ_HEIGHT_MAX: u32 = 5;

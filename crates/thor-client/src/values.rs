@@ -831,3 +831,28 @@ impl<T: Elem> Iterator for SeqIter<'_, '_, T> {
         (0, Some(self.chunks.len - self.next))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tree_is_as_tall_as_its_length_needs() {
+        let l = Layout::Tree { leaf: 256, fanout: 2039 };
+        let lens = [0, 1, 256, 257, 256 * 2039, 256 * 2039 + 1];
+        assert_eq!(lens.map(|n| l.height(n)), [0, 1, 1, 2, 2, 3]);
+        assert_eq!(l.cap(3), 256 * 2039 * 2039);
+        assert_eq!((chunk_bytes_log2(8192), fanout(8192)), (10, 2039));
+        assert_eq!((chunk_bytes_log2(1024), fanout(1024)), (9, 247));
+        // Every page size holds u32::MAX elements of every element size within the bound.
+        for page in [1024, 2048, 4096, 8192, 16384, 32768] {
+            for size in [1, 4, 8] {
+                let l = Layout::Tree {
+                    leaf: (1 << chunk_bytes_log2(page)) / size,
+                    fanout: fanout(page),
+                };
+                assert!(l.height(u32::MAX as usize) <= SEQ_HEIGHT_MAX, "page {page} size {size}");
+            }
+        }
+    }
+}
