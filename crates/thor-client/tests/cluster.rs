@@ -255,3 +255,45 @@ fn lost_votes_abort_after_the_timeout() {
     let fresh = st.cluster();
     assert_eq!((balance(&fresh, S1), balance(&fresh, S2)), (100, 100));
 }
+
+/// The application's refusal of a transfer over two servers.
+#[derive(Debug)]
+enum TransferError {
+    TooPoor { have: u64 },
+    Db(ClientError),
+}
+
+impl From<ClientError> for TransferError {
+    fn from(e: ClientError) -> Self {
+        TransferError::Db(e)
+    }
+}
+
+/// `Cluster::run` with the application's own error: the transfer writes at both servers,
+/// then refuses; the error comes back as itself after one attempt, and neither server keeps
+/// a write.
+#[test]
+fn cluster_run_with_an_application_error_aborts_and_returns_it() {
+    let st = setup();
+    let c = st.cluster();
+    let mut attempts = 0;
+    let got = c.run(|c| {
+        attempts += 1;
+        transfer(c, S1, S2, 60)?;
+        let have = balance(c, S1);
+        if have < 50 {
+            return Err(TransferError::TooPoor { have });
+        }
+        Ok(())
+    });
+    assert!(matches!(got, Err(TransferError::TooPoor { have: 40 })), "{got:?}");
+    assert_eq!(attempts, 1);
+    // Nothing of it stayed: a fresh client reads the balances before it.
+    let other = st.cluster();
+    other
+        .run(|c| {
+            assert_eq!((balance(c, S1), balance(c, S2)), (100, 100));
+            Ok::<_, ClientError>(())
+        })
+        .unwrap();
+}
