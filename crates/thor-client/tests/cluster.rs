@@ -288,6 +288,12 @@ fn cluster_run_with_an_application_error_aborts_and_returns_it() {
     });
     assert!(matches!(got, Err(TransferError::TooPoor { have: 40 })), "{got:?}");
     assert_eq!(attempts, 1);
+    // thor's errors convert into the application's: a null reference, as `Db`.
+    let got = c.run(|c| -> Result<(), TransferError> {
+        c.get(XRef::<Account>::at(S1, thor_client::Ref::NULL))?;
+        Ok(())
+    });
+    assert!(matches!(got, Err(TransferError::Db(ClientError::NullReference))), "{got:?}");
     // Nothing of it stayed: a fresh client reads the balances before it.
     let other = st.cluster();
     other
