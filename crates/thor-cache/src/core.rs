@@ -2060,6 +2060,11 @@ impl CacheCore {
         }
     }
 
+    /// Makes `serial` the next created object's serial (see [`crate::ClientCache::set_next_serial`]).
+    pub(crate) fn set_next_serial(&mut self, serial: u32) {
+        self.next_serial = serial & RawRef::TAG_MAX;
+    }
+
     /// The oref a created object got at its commit, if remembered.
     pub(crate) fn renamed(&self, serial_word: u32) -> Option<u32> {
         self.renames.get(&serial_word).copied()

@@ -324,6 +324,16 @@ impl ClientCache {
         self.tx.undo.records.iter().map(|r| r.entry)
     }
 
+    /// Makes `serial` the serial of the next object created (later ones count up from it,
+    /// wrapping at [`RawRef::TAG_MAX`]). Serials only need to be unique in one cache; a process
+    /// that runs several caches gives each a block of its own so that a tagged serial names
+    /// one object process-wide (`thor_client::Ref`'s equality relies on it). Between
+    /// transactions only: a transaction's serials are consecutive.
+    pub fn set_next_serial(&mut self, serial: u32) {
+        assert!(self.tx.created.is_empty(), "set_next_serial inside a transaction that created");
+        self.core.set_next_serial(serial);
+    }
+
     /// The entries of the objects the current transaction created, in creation order: the
     /// order the commit ships them in.
     pub fn created(&self) -> &[u32] {

@@ -521,7 +521,7 @@ mod tests {
         let t =
             thor_net::LocalTransport::connect(engine.clone(), &ClientConfig::default()).unwrap();
         let s = Session::new(Box::new(t), SessionConfig::default()).unwrap();
-        s.create::<Note>(0).unwrap().set(Note::n, 1).unwrap();
+        s.create_fixed::<Note>().unwrap().set(Note::n, 1).unwrap();
         s.commit().unwrap();
         let (status, body) = get("/metrics");
         assert_eq!(status, hyper::StatusCode::OK);
@@ -530,7 +530,7 @@ mod tests {
 
         disk.set_capacity(Some(disk.used_bytes()));
         let failed = (0..1000).find_map(|i| {
-            s.create::<Note>(0).unwrap().set(Note::n, i).unwrap();
+            s.create_fixed::<Note>().unwrap().set(Note::n, i).unwrap();
             s.commit().err()
         });
         let err = failed.expect("the full disk refused a commit");

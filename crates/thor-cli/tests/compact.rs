@@ -104,7 +104,7 @@ fn upgraded_database_passes_check() {
     let s = thor::open(&src).unwrap();
     // One `thor.Refs` of them: 2000 references fill most of a page.
     let n = 2000;
-    s.run(|s| {
+    s.run::<_, thor_client::ClientError>(|s| {
         let all = s.create::<thor::Refs<v1::Person>>(n)?;
         for i in 0..n {
             let p = s.create::<v1::Person>(i % 3)?;

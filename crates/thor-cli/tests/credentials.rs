@@ -117,7 +117,7 @@ fn scopes_are_enforced_and_sighup_revokes() {
 
     // The writer writes; the reader reads it and cannot write, and goes on reading.
     let w = session(addr, WRITER);
-    let note = w.create::<Note>(0).unwrap();
+    let note = w.create_fixed::<Note>().unwrap();
     note.set(Note::n, 7).unwrap();
     let r = note.as_ref();
     w.set_root(0, r).unwrap();
@@ -205,7 +205,7 @@ fn peers_authenticate_with_their_peer_credentials() {
     let give_up = Instant::now() + PATIENCE;
     loop {
         for id in ids {
-            let x = c.create::<Note>(id, 0).unwrap();
+            let x = c.create_fixed::<Note>(id).unwrap();
             c.get(x).unwrap().set(Note::n, u64::from(id.0)).unwrap();
         }
         match c.commit() {

@@ -81,7 +81,7 @@ fn the_metrics_endpoint_answers_and_its_counters_move() {
     )
     .unwrap();
     for i in 0..3 {
-        s.create::<Note>(0).unwrap().set(Note::n, i).unwrap();
+        s.create_fixed::<Note>().unwrap().set(Note::n, i).unwrap();
         s.commit().unwrap();
     }
     let (_, body) = get(metrics, "/metrics");
@@ -159,7 +159,7 @@ fn metrics_server_checkpoints_on_shutdown() {
     )
     .unwrap();
     for i in 0..5 {
-        s.create::<Note>(0).unwrap().set(Note::n, i).unwrap();
+        s.create_fixed::<Note>().unwrap().set(Note::n, i).unwrap();
         s.commit().unwrap();
     }
     drop(s);

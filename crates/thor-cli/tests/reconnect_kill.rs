@@ -91,14 +91,14 @@ fn setup(addr: SocketAddr) {
     s.run(|s| {
         let accounts = s.create::<Refs<Account>>(ACCOUNTS)?;
         for i in 0..ACCOUNTS {
-            let a = s.create::<Account>(0)?;
+            let a = s.create_fixed::<Account>()?;
             a.set(Account::balance, OPENING)?;
             accounts.set_var_ref(i, a.as_ref())?;
         }
         s.set_root(0, accounts.as_ref())?;
         let ledgers = s.create::<Refs<Ledger>>(CLIENTS)?;
         for i in 0..CLIENTS {
-            ledgers.set_var_ref(i, s.create::<Ledger>(0)?.as_ref())?;
+            ledgers.set_var_ref(i, s.create_fixed::<Ledger>()?.as_ref())?;
         }
         s.set_root(1, ledgers.as_ref())
     })
@@ -116,7 +116,7 @@ fn client(
 ) -> Seen {
     let s = thor::connect_with(addr, "", config()).unwrap();
     let (accounts, ledger) = s
-        .run(|s| {
+        .run::<_, thor_client::ClientError>(|s| {
             let list = s.get(s.root::<Refs<Account>>(0)?)?;
             let accounts: Vec<Ref<Account>> = (0..ACCOUNTS).map(|i| list.var_ref(i)).collect();
             Ok((accounts, s.get(s.root::<Refs<Ledger>>(1)?)?.var_ref(id)))
@@ -248,7 +248,7 @@ fn sessions_carry_on_across_server_kills_and_stops() {
     let _server = start_at(&dir, addr);
     let s = thor::connect_with(addr, "", config()).unwrap();
     let (total, ledgers) = s
-        .run(|s| {
+        .run::<_, thor_client::ClientError>(|s| {
             let list = s.get(s.root::<Refs<Account>>(0)?)?;
             let mut total = 0;
             for i in 0..ACCOUNTS {

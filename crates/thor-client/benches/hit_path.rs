@@ -47,7 +47,7 @@ fn hit_path(c: &mut Criterion) {
         let s = session(&h, PolicyConfig::Fpc);
         let refs: Vec<Ref<Node>> = (0..N)
             .map(|i| {
-                let v = s.create::<Node>(0).unwrap();
+                let v = s.create_fixed::<Node>().unwrap();
                 v.set(Node::val, i as u64).unwrap();
                 v.as_ref()
             })

@@ -44,7 +44,7 @@ use thor_wire::{CLIENT_TIE_BIT, Participant, Stamp, Transport};
 
 use crate::error::{ClientError, ConflictCause};
 use crate::proto::PartOutcome;
-use crate::session::{CommitInfo, PartReply, PrepareHeader, Session, SessionConfig, View};
+use crate::session::{CommitInfo, Failed, PartReply, PrepareHeader, Session, SessionConfig, View};
 use crate::typed::{Class, Ref};
 
 crate::class! {
@@ -283,13 +283,27 @@ impl Cluster {
         self.session(x.server)?.get(x.r)
     }
 
-    /// Creates an object of class `C` at `server` in the open transaction.
+    /// Creates an object of class `C`, which has a variable part of `var_len` elements, at
+    /// `server` in the open transaction ([`Session::create`]).
     pub fn create<C: Class + ?Sized>(
         &self,
         server: ServerId,
         var_len: usize,
-    ) -> Result<XRef<C>, ClientError> {
+    ) -> Result<XRef<C>, ClientError>
+    where
+        C::Var: crate::typed::VarPart,
+    {
         let v = self.session(server)?.create::<C>(var_len)?;
+        Ok(XRef::at(server, v.as_ref()))
+    }
+
+    /// Creates an object of class `C`, which has no variable part, at `server` in the open
+    /// transaction ([`Session::create_fixed`]).
+    pub fn create_fixed<C: Class<Var = crate::typed::NoVar> + ?Sized>(
+        &self,
+        server: ServerId,
+    ) -> Result<XRef<C>, ClientError> {
+        let v = self.session(server)?.create_fixed::<C>()?;
         Ok(XRef::at(server, v.as_ref()))
     }
 
@@ -315,7 +329,7 @@ impl Cluster {
         if let Some((_, r)) = self.new_surrogates.borrow().iter().find(|(k, _)| *k == key) {
             return Ok(r.cast());
         }
-        let v = self.session(holder)?.create::<Surrogate>(0)?;
+        let v = self.session(holder)?.create_fixed::<Surrogate>()?;
         v.set(Surrogate::server, target.server.0)?;
         v.set(Surrogate::oref, oref.raw())?;
         let r = v.as_ref();
@@ -456,32 +470,50 @@ impl Cluster {
     }
 
     /// Runs `f` as a transaction over the cluster, retrying on conflicts as
-    /// [`Session::run`] does (its attempts and backoff settings).
-    pub fn run<T>(
+    /// [`Session::run`] does (its attempts and backoff settings), and like it generic over
+    /// the closure's error: an application error aborts the transaction and comes back as
+    /// itself, unless a conflict hit one of the servers' parts during the attempt (then the
+    /// attempt runs again).
+    pub fn run<T, E: From<ClientError>>(
         &self,
-        mut f: impl FnMut(&Cluster) -> Result<T, ClientError>,
-    ) -> Result<T, ClientError> {
+        mut f: impl FnMut(&Cluster) -> Result<T, E>,
+    ) -> Result<T, E> {
         let attempts = self.cfg.run_attempts_max.max(1);
-        let mut last = None;
-        for attempt in 1..=attempts {
-            let r = f(self).and_then(|v| self.commit().map(|_| v));
-            match r {
-                Ok(v) => return Ok(v),
-                Err(e) if e.is_conflict() && attempt < attempts => {
-                    self.abort();
-                    let min = self.cfg.run_backoff_min.as_micros() as u64;
-                    let max = self.cfg.run_backoff_max.as_micros() as u64;
-                    let base = min.saturating_mul(1 << (attempt - 1).min(20)).min(max).max(1);
-                    let wait = base / 2 + splitmix(&self.rng) % (base / 2 + 1);
-                    std::thread::sleep(std::time::Duration::from_micros(wait));
-                    last = Some(e);
-                }
-                Err(e) => {
-                    self.abort();
-                    return Err(e);
-                }
+        let mut attempt = 1;
+        loop {
+            let conflicts = self.conflicts_seen();
+            let result = match f(self) {
+                Ok(v) => self.commit().map(|_| v).map_err(Failed::Thor),
+                Err(e) if self.conflicts_seen() != conflicts => Err(Failed::Conflicted(e)),
+                Err(e) => Err(Failed::App(e)),
+            };
+            let retry = match &result {
+                Ok(_) => false,
+                Err(Failed::App(_)) => false,
+                Err(Failed::Conflicted(_)) => true,
+                Err(Failed::Thor(e)) => e.is_conflict(),
+            };
+            let Err(failed) = result else { return result.map_err(Failed::into_app) };
+            self.abort();
+            if !retry || attempt >= attempts {
+                return Err(failed.into_app());
             }
+            let min = self.cfg.run_backoff_min.as_micros() as u64;
+            let max = self.cfg.run_backoff_max.as_micros() as u64;
+            let base = min.saturating_mul(1 << (attempt - 1).min(20)).min(max).max(1);
+            let wait = base / 2 + splitmix(&self.rng) % (base / 2 + 1);
+            std::thread::sleep(std::time::Duration::from_micros(wait));
+            attempt += 1;
         }
-        Err(last.unwrap_or(ClientError::Usage("no attempt")))
+    }
+
+    /// Conflicts the servers' sessions have seen, summed (doomed parts count one more each):
+    /// how [`Cluster::run`] tells a conflict converted into the application's error.
+    fn conflicts_seen(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter_map(|(_, c)| c.get())
+            .map(|s| s.conflicts_seen() + u64::from(s.is_doomed()))
+            .sum()
     }
 }

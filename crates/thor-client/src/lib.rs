@@ -26,7 +26,7 @@
 //!     pub class Counter("demo.Counter") { value: u64 }
 //! }
 //! let s = Session::new(transport, SessionConfig::default())?;
-//! let c = s.create::<Counter>(0)?;
+//! let c = s.create_fixed::<Counter>()?;
 //! c.set(Counter::value, 1)?;
 //! let r: Ref<Counter> = c.as_ref();
 //! drop(c);

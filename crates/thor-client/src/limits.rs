@@ -89,3 +89,29 @@ pub const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 const _: () = assert!(RECONNECT_BACKOFF_MIN.as_nanos() <= RECONNECT_BACKOFF_MAX.as_nanos());
 const _: () = assert!(RECONNECT_BACKOFF_MAX.as_nanos() < RECONNECT_GIVE_UP_DEFAULT.as_nanos());
+
+/// Bytes of a full chunk (a leaf) of a sequence ([`crate::values`]), as a power of two: 1 KiB,
+/// or the largest power of two one object holds in smaller pages. An append rewrites its
+/// chunk, so the chunk is what an append logs (before chunks: the whole sequence's storage,
+/// up to a page); a smaller chunk logs less per append but needs more directory entries and a
+/// taller tree sooner. 1 KiB is 256 references or 128 `u64`s.
+pub const SEQ_CHUNK_BYTES_LOG2: u32 = 10;
+
+/// The tallest sequence tree a session reads or builds (levels, the chunks included). The
+/// length is a `u32`; in the smallest pages (1 KiB: chunks of 512 bytes, directories of 247
+/// references) 2^32 `u64`s need 5 levels, in 8 KiB pages 4. A header whose length would need
+/// more is refused as malformed before any object of it is read.
+pub const SEQ_HEIGHT_MAX: u32 = 5;
+
+/// Serials a session's cache counts its created objects in before it runs into the next
+/// session's (`crate::typed::identity`): 2^24, so that 128 sessions of a process have blocks
+/// of their own before the 31-bit serial space wraps, and a session creates 16 M objects
+/// before its serials could repeat another live session's.
+pub const SERIAL_BLOCK: u32 = 1 << 24;
+
+/// Renames (a created object's serial → its oref) the process keeps for `Ref` equality
+/// (`crate::typed::identity`): the latest 65,536, like each cache's own record
+/// (`thor_cache::limits::RENAMES_MAX`), at 16 bytes each.
+pub const RENAMES_MAX: usize = 1 << 16;
+
+const _: () = assert!(SERIAL_BLOCK.is_power_of_two() && SERIAL_BLOCK <= thor_core::RawRef::TAG_MAX);

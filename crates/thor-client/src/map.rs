@@ -680,7 +680,7 @@ impl<K: MapKey, V: MapValue> std::fmt::Debug for MapView<'_, K, V> {
 impl Session {
     /// Creates an empty map from `K` to `V` (a header and an empty leaf).
     pub fn create_map<K: MapKey, V: MapValue>(&self) -> Result<Ref<Map<K, V>>, ClientError> {
-        let h = self.create::<Map<K, V>>(0)?;
+        let h = self.create_fixed::<Map<K, V>>()?;
         h.set(Map::<K, V>::KEY, K::CODE)?;
         h.set(Map::<K, V>::VALUE, V::CODE)?;
         let leaf = new_node(self, 0)?;

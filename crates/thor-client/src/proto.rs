@@ -200,6 +200,11 @@ pub struct ClientCore {
     /// or abort. The first access of a transaction checks for a refresh
     /// ([`SessionConfig::refresh_after`]); `Session::run` refuses to start inside one.
     pub(crate) in_transaction: bool,
+    /// Whether the cache's serials are this process's alone (a block from
+    /// `crate::typed::identity`, set by the session's driver): then a commit records the orefs
+    /// its created objects got, for `Ref` equality. A core driven by a simulation keeps its
+    /// own serials from 0 and records nothing, so that it stays deterministic.
+    pub(crate) unique_serials: bool,
     /// Set when an invalidation hit the open transaction (the message names the object). The
     /// transaction was aborted in the cache at once; the application learns of it at its next
     /// slow-path access or commit ([`ClientError::Conflict`] with
@@ -353,6 +358,7 @@ impl ClientCore {
             last_outcome: None,
             reconnect: ReconnectStats::default(),
             stale_views: false,
+            unique_serials: false,
             pending: None,
             voted: None,
             in_doubt: None,
@@ -778,12 +784,19 @@ impl ClientCore {
         orefs: &[Oref],
         now_ns: u64,
     ) -> Result<CommitInfo, ClientError> {
+        // The tagged words the created objects had, to record their orefs for `Ref` equality.
+        let words: Vec<u32> = if self.unique_serials {
+            self.cache.created().iter().map(|&i| self.cache.oref_of(i)).collect()
+        } else {
+            Vec::new()
+        };
         if let Err(e) = self.cache.commit_done(orefs) {
             // The server says it committed, with orefs that cannot be right: its outcome is
             // unknown; what it wrote leaves the cache (the transaction did commit).
             self.abort_unknown();
             return Err(ClientError::CommitUnknown(Box::new(e.into())));
         }
+        crate::typed::identity::record(words.iter().zip(orefs).map(|(&w, o)| (w, o.raw())));
         // Classes created by this transaction now have orefs.
         self.new_class_slots.clear();
         for (slot, k) in part.class_slots {

@@ -117,7 +117,7 @@ pub mod reconnect;
 use crate::latency::LatencyHistogram;
 use crate::limits::{LARGE_PIECES_MAX, SLOW_PATH_ROUNDS_MAX};
 use crate::pagemode::{PageModeStats, RecoveryConfig};
-use crate::typed::{Any, Class, Field, FieldType, Ref, Refs, VarSpec};
+use crate::typed::{Any, Class, Field, FieldType, NoVar, Ref, Refs, VarPart, VarSpec};
 use commit_path::{Built, Kept};
 pub use reconnect::{CommitOutcome, Dialer, ReconnectConfig, ReconnectStats};
 
@@ -366,6 +366,26 @@ impl std::ops::DerefMut for Inner {
     #[inline(always)]
     fn deref_mut(&mut self) -> &mut ClientCore {
         &mut self.core
+    }
+}
+
+/// How an attempt of [`Session::run`] or [`crate::Cluster::run`] failed.
+pub(crate) enum Failed<E> {
+    /// The closure failed, and nothing shows a conflict: the application's decision.
+    App(E),
+    /// The closure failed after a conflict hit the attempt: run it again.
+    Conflicted(E),
+    /// The commit failed.
+    Thor(ClientError),
+}
+
+impl<E: From<ClientError>> Failed<E> {
+    /// The error `run` returns.
+    pub(crate) fn into_app(self) -> E {
+        match self {
+            Failed::App(e) | Failed::Conflicted(e) => e,
+            Failed::Thor(e) => e.into(),
+        }
     }
 }
 
@@ -755,6 +775,10 @@ impl Session {
         let core_cfg = SessionConfig { prefetch_pages, ..cfg };
         let mut core =
             ClientCore::new(info, core_cfg, seeds, Some(stat_clock_ns), dialer.is_some())?;
+        // Serials of a block no other live session uses: a tagged word names one object in
+        // the process, which `Ref` equality relies on (`crate::typed::identity`).
+        core.cache.set_next_serial(crate::typed::identity::first_serial());
+        core.unique_serials = true;
         if core.pages.is_none() && cfg.spill_bytes_max > 0 {
             let store = crate::spill::FileSpill::new(std::env::temp_dir());
             core.cache.set_spill(Box::new(store), cfg.spill_bytes_max)?;
@@ -829,11 +853,38 @@ impl Session {
         Ok(View { s: self, idx, oref, loc, ptr, slot, _c: PhantomData })
     }
 
-    /// Creates an object of class `C` with `var_len` elements in its variable part, all fields
-    /// zero (null references). It gets its oref when the transaction commits. If the database
-    /// stores `C` extended (`ClassDesc::extends`), the object has the stored size, its extra
-    /// bytes zero.
-    pub fn create<C: Class + ?Sized>(&self, var_len: usize) -> Result<View<'_, C>, ClientError> {
+    /// Creates an object of class `C`, which has a variable part, with `var_len` elements in
+    /// it (bytes or references), all fields zero (null references). It gets its oref when the
+    /// transaction commits. If the database stores `C` extended (`ClassDesc::extends`), the
+    /// object has the stored size, its extra bytes zero. A class without a variable part is
+    /// made by [`Session::create_fixed`]; asking this for one does not compile:
+    ///
+    /// ```compile_fail
+    /// # thor_client::class! { pub class Point("doc.Point") { x: u32 } }
+    /// # fn demo(s: &thor_client::Session) -> Result<(), thor_client::ClientError> {
+    /// s.create::<Point>(0)?; // Point has no variable part: `s.create_fixed::<Point>()`
+    /// # Ok(()) }
+    /// ```
+    pub fn create<C: Class + ?Sized>(&self, var_len: usize) -> Result<View<'_, C>, ClientError>
+    where
+        C::Var: VarPart,
+    {
+        self.create_dyn::<C>(var_len)
+    }
+
+    /// Creates an object of class `C`, which has no variable part, all fields zero (null
+    /// references), as [`Session::create`] does for classes with one.
+    pub fn create_fixed<C: Class<Var = NoVar> + ?Sized>(&self) -> Result<View<'_, C>, ClientError> {
+        self.create_dyn::<C>(0)
+    }
+
+    /// [`Session::create`] for any class, for code generic over classes with and without a
+    /// variable part: a nonzero `var_len` for a class without one is refused at run time
+    /// ([`ClientError::Usage`]) rather than at compile time.
+    pub fn create_dyn<C: Class + ?Sized>(
+        &self,
+        var_len: usize,
+    ) -> Result<View<'_, C>, ClientError> {
         let inner = self.inner();
         if !inner.in_transaction {
             inner.begin()?;
@@ -1065,53 +1116,100 @@ impl Session {
     /// caller's to undo). `run` starts a transaction, so it fails with
     /// [`ClientError::Usage`] if one is open.
     ///
+    /// # The application's errors
+    ///
+    /// `f` fails with any error type `E` that a [`ClientError`] converts into, so that `?`
+    /// works on thor's calls inside it and the application's own errors come back as
+    /// themselves: an `Err` from `f` aborts the transaction (the writes made before it are
+    /// undone) and `run` returns it, unless the attempt was hit by a conflict (a thor call in
+    /// `f` failed with one, which `?` converted, or the transaction was doomed by an
+    /// invalidation or a broken connection before `f` gave up): then the application's
+    /// decision rested on a state that is gone, and `f` runs again like after any conflict.
+    /// Conflicts at commit are [`ClientError`]s and come back converted into `E`.
+    ///
+    /// Where nothing in the closure fixes `E` (it ends with `Ok(..)` and uses `?` on thor's
+    /// calls only), name it: `s.run::<_, ClientError>(..)`, or `Ok::<_, ClientError>(..)`.
+    ///
     /// ```no_run
-    /// # thor_client::class! { pub class Counter("demo.Counter") { value: u64 } }
-    /// # fn demo(
-    /// #     s: &thor_client::Session,
-    /// #     r: thor_client::Ref<Counter>,
-    /// # ) -> Result<(), thor_client::ClientError> {
-    /// let new = s.run(|s| {
-    ///     let c = s.get(r)?;
-    ///     let v = c.get(Counter::value) + 1;
-    ///     c.set(Counter::value, v)?;
-    ///     Ok(v)
-    /// })?;
-    /// # Ok(()) }
+    /// # thor_client::class! { pub class Account("demo.Account") { balance: u64 } }
+    /// # use thor_client::{ClientError, Ref, Session};
+    /// #[derive(Debug)]
+    /// enum BankError {
+    ///     Insufficient { balance: u64 },
+    ///     Db(ClientError),
+    /// }
+    /// impl From<ClientError> for BankError {
+    ///     fn from(e: ClientError) -> Self {
+    ///         BankError::Db(e)
+    ///     }
+    /// }
+    ///
+    /// fn withdraw(s: &Session, a: Ref<Account>, amount: u64) -> Result<u64, BankError> {
+    ///     s.run(|s| {
+    ///         let acc = s.get(a)?;
+    ///         let balance = acc.get(Account::balance);
+    ///         if balance < amount {
+    ///             return Err(BankError::Insufficient { balance });
+    ///         }
+    ///         acc.set(Account::balance, balance - amount)?;
+    ///         Ok(balance - amount)
+    ///     })
+    /// }
     /// ```
-    pub fn run<T>(
+    pub fn run<T, E: From<ClientError>>(
         &self,
-        mut f: impl FnMut(&Session) -> Result<T, ClientError>,
-    ) -> Result<T, ClientError> {
+        mut f: impl FnMut(&Session) -> Result<T, E>,
+    ) -> Result<T, E> {
         let inner = self.inner();
         if inner.in_transaction {
-            return Err(ClientError::Usage("run starts a transaction: end the open one first"));
+            return Err(
+                ClientError::Usage("run starts a transaction: end the open one first").into()
+            );
         }
         let attempts = inner.cfg.run_attempts_max.max(1);
         let mut attempt = 1;
         loop {
+            let conflicts = self.conflicts_seen();
             let result = match f(self) {
                 // A commit that fails has aborted the transaction.
-                Ok(v) => self.commit().map(|_| v),
+                Ok(v) => self.commit().map(|_| v).map_err(Failed::Thor),
                 Err(e) => {
+                    let conflicted = self.conflicts_seen() != conflicts || self.is_doomed();
                     self.inner().end_aborted();
-                    Err(e)
+                    Err(if conflicted { Failed::Conflicted(e) } else { Failed::App(e) })
                 }
             };
-            let unknown = matches!(result, Err(ClientError::CommitUnknown(_)));
-            match result {
-                Err(e)
-                    if (e.is_conflict() || (unknown && self.inner().cfg.run_retries_unknown))
-                        && attempt < attempts =>
-                {
-                    // The core counts the retry and reports it to the server.
-                    let wait = self.inner().backoff(attempt);
-                    std::thread::sleep(wait);
-                    attempt += 1;
+            let retry = match &result {
+                Ok(_) | Err(Failed::App(_)) => false,
+                Err(Failed::Conflicted(_)) => true,
+                Err(Failed::Thor(e)) => {
+                    e.is_conflict()
+                        || (matches!(e, ClientError::CommitUnknown(_))
+                            && self.inner().cfg.run_retries_unknown)
                 }
-                result => return result,
+            };
+            if retry && attempt < attempts {
+                // The core counts the retry and reports it to the server.
+                let wait = self.inner().backoff(attempt);
+                std::thread::sleep(wait);
+                attempt += 1;
+                continue;
             }
+            return result.map_err(Failed::into_app);
         }
+    }
+
+    /// Transactions this session has seen aborted by a conflict (refused, invalidated, cut by
+    /// a broken connection): [`Session::run`] compares it before and after an attempt whose
+    /// closure failed, to tell a conflict converted into the application's error from the
+    /// application's own.
+    pub(crate) fn conflicts_seen(&self) -> u64 {
+        self.inner().stats.conflicts
+    }
+
+    /// Whether an invalidation or a broken connection doomed the open transaction.
+    pub(crate) fn is_doomed(&self) -> bool {
+        self.inner().doomed.is_some()
     }
 
     /// The session's counters.

@@ -74,6 +74,25 @@ use thor_core::{ClassDesc, VarKind};
 /// A reference to a stored object of class `T`: an indirection-table entry and the oref it was
 /// made for (checked on use, so a handle never reaches the wrong object). Copy, 8 bytes; the
 /// null reference is [`Ref::NULL`].
+///
+/// # Equality is identity
+///
+/// `==` says whether two references of one session name the same object, and `Hash` agrees
+/// with it. That holds across a commit too: a reference made by the transaction that created
+/// the object (`Ref(new #5)`) equals one that reached the object after the commit
+/// (`Ref(3.12)`), because each commit records, process-wide, the orefs its created objects
+/// got. What cannot be matched:
+///
+/// - a reference to an object whose transaction aborted names nothing and equals only itself;
+/// - the record keeps the process's latest 65,536 renames ([`crate::limits::RENAMES_MAX`]):
+///   a reference made before a commit followed by more creations than that equals only the
+///   references made before the commit (as [`crate::Session::canonical`] fails for it then);
+/// - such a reference hashes as its serial before the commit and as its oref after: a hash
+///   map that holds it as a key across the commit must be rebuilt;
+/// - references of different sessions compare by their words: orefs of different databases
+///   are not comparable (a session that outlives 128 later sessions of the process, or
+///   creates more than 16 M objects, may even share serials with another:
+///   [`crate::limits::SERIAL_BLOCK`]).
 pub struct Ref<T: ?Sized> {
     /// The entry in the session's indirection table.
     pub(crate) idx: u32,
@@ -88,15 +107,31 @@ impl<T: ?Sized> Clone for Ref<T> {
     }
 }
 impl<T: ?Sized> Copy for Ref<T> {}
+/// Equality is identity: two references are equal when they name the same object, also when
+/// one was made by the transaction that created the object (before its commit gave it an oref)
+/// and the other reached the object after the commit (see [`Ref`]).
 impl<T: ?Sized> PartialEq for Ref<T> {
     fn eq(&self, other: &Self) -> bool {
         self.oref == other.oref
+            || match (self.oref & 1, other.oref & 1) {
+                (1, 0) => other.oref != 0 && identity::renamed(self.oref) == Some(other.oref),
+                (0, 1) => self.oref != 0 && identity::renamed(other.oref) == Some(self.oref),
+                _ => false,
+            }
     }
 }
 impl<T: ?Sized> Eq for Ref<T> {}
+/// Consistent with equality: a reference made before its object's commit hashes as its oref
+/// once the commit is recorded. So such a reference hashes differently before and after the
+/// commit: a hash map keyed by it across the commit must be rebuilt (or keyed by references
+/// taken after the commit).
 impl<T: ?Sized> std::hash::Hash for Ref<T> {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        self.oref.hash(h)
+        let word = match self.oref & 1 {
+            1 => identity::renamed(self.oref).unwrap_or(self.oref),
+            _ => self.oref,
+        };
+        word.hash(h)
     }
 }
 impl<T: ?Sized> std::fmt::Debug for Ref<T> {
@@ -135,10 +170,108 @@ impl<T: ?Sized> Ref<T> {
         Ref::new(self.idx, self.oref)
     }
 
-    /// A key identifying the object (stable for the session, also for created objects before
-    /// and after their commit only through [`Ref::oref`]): for visited sets and maps.
+    /// The word the reference was made for: an oref, or a created object's tagged serial
+    /// (which stays that object's word in references made before its commit). `Ref` itself
+    /// is a better key: its equality and hash treat both words of a created object as one.
     pub fn key(&self) -> u32 {
         self.oref
+    }
+}
+
+/// Which object a reference made before its object's commit names: the process-wide record
+/// behind [`Ref`]'s equality.
+///
+/// A reference is an indirection-table entry and the word it was made for: an oref, or for an
+/// object created by the open transaction a *tagged serial* (the oref comes with the commit).
+/// The session renames the entry at the commit, but references already handed out keep the
+/// serial, and a reference that reaches the object afterwards carries its oref. To tell that
+/// they name one object without a session at hand, every session's cache counts its serials in
+/// a block of its own ([`SERIAL_BLOCK`] serials, handed out in turn across the 31-bit serial
+/// space), so that a serial names one object in the process; and every commit records here
+/// the oref each created object got. `Ref::eq` compares a serial with an oref through this
+/// record.
+///
+/// ```text
+///   create ─► Ref(entry 7, new #5)  ──commit──► record: #5 → oref 3.12
+///   root.get(field) ─► Ref(entry 7, 3.12)        Ref(7, #5) == Ref(7, 3.12): #5 → 3.12
+/// ```
+///
+/// What cannot be matched, documented on [`Ref`]: a reference to an object whose transaction
+/// aborted names no object and equals only itself; the record keeps the latest
+/// [`RENAMES_MAX`] renames of the process (as the cache keeps its own), so a reference made
+/// before a commit followed by that many other creations equals only copies of itself (as
+/// [`crate::Session::canonical`] of it fails then); and a session that outlives
+/// `2^31 / SERIAL_BLOCK` (128) later sessions, or creates more than [`SERIAL_BLOCK`] objects,
+/// may share serials with another. References of different sessions compare by their words,
+/// as before: orefs of different databases are not comparable.
+pub(crate) mod identity {
+    use std::collections::VecDeque;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::{Mutex, OnceLock};
+
+    use rustc_hash::FxHashMap;
+    use thor_core::RawRef;
+
+    pub(crate) use crate::limits::{RENAMES_MAX, SERIAL_BLOCK};
+
+    /// The record: serial word → oref word, and the order of insertion, for the bound.
+    #[derive(Default)]
+    struct Renames {
+        map: FxHashMap<u32, u32>,
+        order: VecDeque<(u32, u32)>,
+    }
+
+    /// Whether anything was ever recorded: until then a comparison takes no lock.
+    static ANY: AtomicBool = AtomicBool::new(false);
+    /// The next block to hand out.
+    static NEXT_BLOCK: AtomicU32 = AtomicU32::new(0);
+
+    fn renames() -> &'static Mutex<Renames> {
+        static R: OnceLock<Mutex<Renames>> = OnceLock::new();
+        R.get_or_init(|| Mutex::new(Renames::default()))
+    }
+
+    /// The first serial of a new session's block; what the record held about the block's
+    /// serials (from a session long past) is forgotten.
+    pub(crate) fn first_serial() -> u32 {
+        let block = NEXT_BLOCK.fetch_add(1, Ordering::Relaxed);
+        let first = block.wrapping_mul(SERIAL_BLOCK) & RawRef::TAG_MAX;
+        if ANY.load(Ordering::Acquire) {
+            let mut r = renames().lock().unwrap_or_else(|e| e.into_inner());
+            r.map.retain(|&word, _| {
+                (word >> 1).wrapping_sub(first) & RawRef::TAG_MAX >= SERIAL_BLOCK
+            });
+        }
+        first
+    }
+
+    /// Records the orefs created objects got at a commit: `(tagged word, oref word)` pairs.
+    pub(crate) fn record(pairs: impl ExactSizeIterator<Item = (u32, u32)>) {
+        if pairs.len() == 0 {
+            return;
+        }
+        // Only the latest RENAMES_MAX survive the bound anyway.
+        let skip = pairs.len().saturating_sub(RENAMES_MAX);
+        let mut r = renames().lock().unwrap_or_else(|e| e.into_inner());
+        for (word, oref) in pairs.skip(skip) {
+            if r.order.len() == RENAMES_MAX
+                && let Some((old, old_oref)) = r.order.pop_front()
+                && r.map.get(&old) == Some(&old_oref)
+            {
+                r.map.remove(&old);
+            }
+            r.map.insert(word, oref);
+            r.order.push_back((word, oref));
+        }
+        ANY.store(true, Ordering::Release);
+    }
+
+    /// The oref word the object of tagged word `word` got at its commit, if recorded.
+    pub(crate) fn renamed(word: u32) -> Option<u32> {
+        if !ANY.load(Ordering::Acquire) {
+            return None;
+        }
+        renames().lock().unwrap_or_else(|e| e.into_inner()).map.get(&word).copied()
     }
 }
 
@@ -246,6 +379,16 @@ pub enum NoVar {}
 impl VarSpec for NoVar {
     const KIND: VarKind = VarKind::None;
 }
+
+/// The variable parts a class can have: [`crate::Session::create`] asks for a length only of
+/// classes with one ([`crate::Session::create_fixed`] makes the others).
+#[diagnostic::on_unimplemented(
+    message = "class has no variable part: create it with `create_fixed::<C>()`",
+    label = "`create` takes a variable part's length"
+)]
+pub trait VarPart: VarSpec {}
+impl VarPart for VarBytes {}
+impl<T: ?Sized + 'static> VarPart for VarRefs<T> {}
 
 /// A variable part of bytes.
 #[derive(Debug)]

@@ -8,18 +8,61 @@
 //! - **A string** ([`Str`], class `thor.Str`) is an immutable object holding UTF-8. A field of
 //!   type `Ref<Str>` holds one; [`View::set_str`] stores a new string object and points the
 //!   field at it, [`View::get_str`] reads it.
-//! - **A sequence** ([`Seq<T>`], class `thor.Seq`) is a small header (length, element type,
-//!   storage) that a program references, and a storage object with room for more elements
-//!   than the length. [`SeqView::push`] past the room moves the elements to a storage object
-//!   twice as large and repoints the header, so every reference to the sequence stays valid.
+//! - **A sequence** ([`Seq<T>`], class `thor.Seq`) is a small header (length, element word,
+//!   root) that a program references, and a tree of *chunks* (`thor.Bytes` for values,
+//!   `thor.Refs` for references) under *directories* (`thor.Refs`), described below. Every
+//!   reference to the sequence stays valid however it grows.
 //!
-//! Both are bounded by the largest object a page holds ([`max_str_bytes`],
-//! [`SeqView::capacity_max`]: 8,156 bytes or 2,039 references in 8 KiB pages); past it they
-//! fail with [`ClientError::TooLong`]. A storage object that a sequence outgrew, and a string
-//! that a field no longer points to, stay in the database: thor has no garbage collector yet.
+//! A string is bounded by the largest object a page holds ([`max_str_bytes`]: 8,156 bytes in
+//! 8 KiB pages); past it [`Session::create_str`] fails with [`ClientError::TooLong`]. A
+//! sequence holds up to `u32::MAX` elements ([`SeqView::capacity_max`]). Objects a sequence no
+//! longer uses, and a string that a field no longer points to, stay in the database: thor has
+//! no garbage collector yet.
+//!
+//! # Sequences: a tree of chunks
+//!
+//! ```text
+//!   header (thor.Seq)          len 300,000 · element word: code 9, tree, chunks of 2^10 bytes
+//!     │ root
+//!     ▼
+//!   directory (thor.Refs, one page: 2,039 slots in 8 KiB pages)
+//!     │ slot 0        │ slot 1          ...  │ slot 1,171 (the last used)
+//!     ▼               ▼                      ▼
+//!   chunk 0..256   chunk 256..512   ...   chunk 299,776..300,000   (thor.Refs of 256 slots)
+//! ```
+//!
+//! A full chunk holds [`SEQ_CHUNK_BYTES_LOG2`] worth of elements (1 KiB: 256 references, 128
+//! `u64`s, 1,024 `u8`s); a directory holds as many children as one object in a page (2,039 in
+//! 8 KiB pages). The tree's height follows from the length alone: one chunk up to a chunk's
+//! worth (that chunk starts with room for 4 and doubles, copied, until it is full, so that
+//! small sequences stay small), then as many directory levels as the length needs: 522 K
+//! references in two levels, 1.06 G in three (8 KiB pages). Element `i` is found by dividing
+//! down the levels: one object read per level.
+//!
+//! - **Append** writes the last chunk and the header, and once per chunk a directory (a new
+//!   chunk is hooked in), or a new root when the tree is full. The log record of an append
+//!   is about a chunk (1 KiB), not the whole sequence's storage (up to 8 KiB before).
+//! - **`set`** writes one chunk; **`pop`**, **`truncate`** and **`clear`** unhook the chunks
+//!   and directories past the new end (their slots in their parents nulled, so their
+//!   references keep nothing reachable), clear the reference slots past the end in the last
+//!   kept chunk, and drop the levels the shorter length does not need.
+//! - **`remove(i)`** moves every later element down one place: it rewrites every chunk from
+//!   `i`'s to the last, `O(len - i)`. **`swap_remove(i)`** moves the last element to `i`:
+//!   two chunks.
+//! - **`iter()`** reads lazily, one descent from the root per chunk.
+//!
+//! The header's *element word* says how the sequence is stored: bits 0..8 the element type's
+//! [`Elem::CODE`], bits 8..16 the layout (0: one storage object, 1: a tree), bits 16..24 the
+//! log2 of a full chunk's bytes. Sequences written before the tree have layout 0: their
+//! header points at one storage object with room for at least the length. They read as they
+//! are; the first write that changes their length converts them (up to a chunk's worth of
+//! elements by rewriting the element word alone, past it by moving the elements into
+//! chunks). A program built before the tree reads a tree's element word as another element
+//! type and refuses it with [`ClientError::BadValue`].
 //!
 //! Stored values are not trusted: a string that is not UTF-8, a sequence whose length exceeds
-//! its storage or whose element type differs from the program's give
+//! its storage, whose directory is missing or short, whose tree would be taller than
+//! [`SEQ_HEIGHT_MAX`] or whose element type differs from the program's give
 //! [`ClientError::BadValue`], never a panic.
 //!
 //! ```
@@ -34,7 +77,7 @@
 //!     }
 //! }
 //! # fn demo(s: &Session) -> Result<(), thor_client::ClientError> {
-//! let p = s.create::<Person>(0)?;
+//! let p = s.create_fixed::<Person>()?;
 //! p.set_str(Person::name, "Barbara")?;
 //! p.set(Person::age, Some(79))?;
 //! p.set(Person::friends, s.create_seq::<Ref<Person>>()?)?;
@@ -50,6 +93,7 @@ use std::marker::PhantomData;
 use thor_core::ClassDesc;
 
 use crate::error::ClientError;
+use crate::limits::{SEQ_CHUNK_BYTES_LOG2, SEQ_HEIGHT_MAX};
 use crate::session::{Session, View};
 use crate::typed::{Any, Bytes, Class, Field, NoVar, Ref, Refs};
 
@@ -64,10 +108,11 @@ crate::class! {
     pub class SeqHeader("thor.Seq") {
         /// Elements in the sequence.
         len: u32,
-        /// [`Elem::CODE`] of the element type.
+        /// The element word: [`Elem::CODE`] of the element type, the layout and the chunk
+        /// size (see the module documentation).
         elem: u32,
-        /// The storage object: `thor.Bytes` for values, `thor.Refs` for references; null
-        /// while the sequence never held anything.
+        /// The root: the one chunk or the top directory; null while the sequence is empty.
+        /// (A legacy sequence's one storage object.)
         storage: Ref<Any>,
     }
 }
@@ -114,8 +159,8 @@ impl Session {
 
     /// Creates an empty sequence of `T`.
     pub fn create_seq<T: Elem>(&self) -> Result<Ref<Seq<T>>, ClientError> {
-        let h = self.create::<Seq<T>>(0)?;
-        h.set(Seq::<T>::ELEM, T::CODE)?;
+        let h = self.create_fixed::<Seq<T>>()?;
+        h.set(Seq::<T>::ELEM, tree_elem_word::<T>(self.server().page_size))?;
         Ok(h.as_ref())
     }
 
@@ -123,7 +168,7 @@ impl Session {
     /// another type.
     pub fn seq<T: Elem>(&self, r: Ref<Seq<T>>) -> Result<SeqView<'_, T>, ClientError> {
         let header = self.get(r)?;
-        let code = header.get(Seq::<T>::ELEM);
+        let code = header.get(Seq::<T>::ELEM) & 0xff;
         if code != T::CODE {
             return Err(ClientError::BadValue(format!(
                 "a sequence of element type {code} read as one of {} ({})",
@@ -162,7 +207,7 @@ impl<T> std::fmt::Debug for Seq<T> {
 impl<T: Elem> Seq<T> {
     const LEN: Field<Seq<T>, u32> = Field::at(SeqHeader::len.offset());
     const ELEM: Field<Seq<T>, u32> = Field::at(SeqHeader::elem.offset());
-    const STORAGE: Field<Seq<T>, Ref<T::Storage>> = Field::at(SeqHeader::storage.offset());
+    const ROOT: Field<Seq<T>, Ref<Any>> = Field::at(SeqHeader::storage.offset());
 }
 
 impl<T: 'static> Class for Seq<T> {
@@ -178,16 +223,18 @@ impl<T: 'static> Class for Seq<T> {
     }
 }
 
-/// A type a [`Seq`] can hold: the numbers, `bool` and `u8` as values in a byte storage
-/// object, `Ref<U>` in a reference storage object.
+/// A type a [`Seq`] can hold: the numbers, `bool` and `u8` as values in byte chunks
+/// (`thor.Bytes`), `Ref<U>` in reference chunks (`thor.Refs`).
 pub trait Elem: Copy + 'static {
-    /// Identifies the element type in the stored header.
+    /// Identifies the element type in the stored header (the low byte of its element word).
     const CODE: u32;
-    /// The storage object's class.
+    /// Bytes one element takes in a chunk.
+    const SIZE: usize;
+    /// The chunk's class.
     type Storage: Class;
-    /// Elements a storage object of `var_len` holds.
+    /// Elements a chunk of `var_len` holds.
     fn capacity(var_len: usize) -> usize;
-    /// The storage `var_len` for `capacity` elements.
+    /// The chunk `var_len` for `capacity` elements.
     fn var_len(capacity: usize) -> usize;
     /// Element `i` of `storage` (within its capacity).
     fn load(storage: &View<'_, Self::Storage>, i: usize) -> Result<Self, ClientError>;
@@ -202,6 +249,7 @@ macro_rules! value_elem {
     ($t:ty, $code:expr, $n:expr, $from:expr, $to:expr) => {
         impl Elem for $t {
             const CODE: u32 = $code;
+            const SIZE: usize = $n;
             type Storage = Bytes;
             fn capacity(var_len: usize) -> usize {
                 var_len / $n
@@ -235,6 +283,7 @@ value_elem!(bool, 8, 1, |b: [u8; 1]| b[0] != 0, |v: bool| [u8::from(v)]);
 
 impl<U: ?Sized + 'static> Elem for Ref<U> {
     const CODE: u32 = 9;
+    const SIZE: usize = 4;
     type Storage = Refs<Any>;
     fn capacity(var_len: usize) -> usize {
         var_len
@@ -253,6 +302,60 @@ impl<U: ?Sized + 'static> Elem for Ref<U> {
     }
 }
 
+/// The element word's layout byte (bits 8..16): a legacy sequence, one storage object.
+const LAYOUT_FLAT: u32 = 0;
+/// The element word's layout byte: a tree of chunks under directories.
+const LAYOUT_TREE: u32 = 1;
+
+/// How a sequence's elements are stored, from its header's element word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    /// Written before chunked sequences (element word = the element code): the header points
+    /// at one storage object whose capacity is at least the length. Read as it is; the first
+    /// write that changes the length converts it ([`SeqView::to_tree`]).
+    Flat,
+    /// A tree: `leaf` elements per full chunk, `fanout` children per directory.
+    Tree { leaf: usize, fanout: usize },
+}
+
+impl Layout {
+    /// Elements a subtree of `height` levels holds (0: none; 1: one chunk), saturating.
+    fn cap(self, height: u32) -> usize {
+        match self {
+            Layout::Flat => usize::MAX,
+            Layout::Tree { leaf, fanout } => match height {
+                0 => 0,
+                h => (1..h).fold(leaf, |c, _| c.saturating_mul(fanout)),
+            },
+        }
+    }
+
+    /// The height of the tree of `len` elements: the lowest whose capacity holds them.
+    fn height(self, len: usize) -> u32 {
+        match self {
+            Layout::Flat => u32::from(len > 0),
+            Layout::Tree { .. } => {
+                (0..=SEQ_HEIGHT_MAX + 1).find(|&h| self.cap(h) >= len).unwrap_or(u32::MAX)
+            }
+        }
+    }
+}
+
+/// The element word of a new (tree) sequence of `T` in pages of `page_size` bytes.
+fn tree_elem_word<T: Elem>(page_size: usize) -> u32 {
+    T::CODE | LAYOUT_TREE << 8 | chunk_bytes_log2(page_size) << 16
+}
+
+/// log2 of a full chunk's bytes: [`SEQ_CHUNK_BYTES_LOG2`], or less where one object holds less.
+fn chunk_bytes_log2(page_size: usize) -> u32 {
+    SEQ_CHUNK_BYTES_LOG2.min(var_bytes_max(page_size).ilog2())
+}
+
+/// References one directory (a `thor.Refs` object in one page) holds.
+fn fanout(page_size: usize) -> usize {
+    (thor_core::limits::max_object_bytes(page_size) - Refs::<Any>::desc().var_offset()) / 4
+}
+
 /// A view of a sequence: its header pinned in the cache. Every read and write goes through the
 /// transaction like any field's, so concurrency control covers sequences too.
 pub struct SeqView<'s, T: Elem> {
@@ -266,7 +369,8 @@ impl<T: Elem> std::fmt::Debug for SeqView<'_, T> {
     }
 }
 
-/// The first storage object's capacity: small sequences stay small.
+/// The first chunk's capacity: small sequences stay small (a one-chunk sequence's chunk
+/// doubles up to a full chunk).
 const FIRST_CAPACITY: usize = 4;
 
 impl<'s, T: Elem> SeqView<'s, T> {
@@ -280,92 +384,230 @@ impl<'s, T: Elem> SeqView<'s, T> {
         self.len() == 0
     }
 
-    /// The most elements a sequence of `T` can hold in this database (one storage object
-    /// in one page).
+    /// The most elements a sequence of `T` can hold: `u32::MAX` (the header's length is a
+    /// `u32`), which a tree of at most [`SEQ_HEIGHT_MAX`] levels holds in every page size.
     pub fn capacity_max(&self) -> usize {
-        let page_size = self.s.server().page_size;
-        T::capacity(match T::Storage::BUILTIN {
-            Some(b) if b == thor_core::builtin::REFS => {
-                (thor_core::limits::max_object_bytes(page_size) - Refs::<Any>::desc().var_offset())
-                    / 4
-            }
-            _ => var_bytes_max(page_size),
-        })
+        let layout = Layout::Tree {
+            leaf: (1 << chunk_bytes_log2(self.s.server().page_size)) / T::SIZE,
+            fanout: fanout(self.s.server().page_size),
+        };
+        layout.cap(SEQ_HEIGHT_MAX).min(u32::MAX as usize)
     }
 
-    /// The storage object, checked to hold at least `len` elements; `None` before the first
-    /// push.
-    fn storage(&self) -> Result<Option<View<'s, T::Storage>>, ClientError> {
-        let r = self.header.get(Seq::<T>::STORAGE);
-        if r.is_null() {
-            if !self.is_empty() {
-                return Err(ClientError::BadValue(format!(
-                    "a sequence of length {} has no storage",
-                    self.len()
-                )));
+    /// The layout the header's element word names, checked against this database's pages
+    /// (the word comes from the store: a chunk size no object holds is malformed).
+    fn layout(&self) -> Result<Layout, ClientError> {
+        let word = self.header.get(Seq::<T>::ELEM);
+        let page_size = self.s.server().page_size;
+        match (word >> 8) & 0xff {
+            LAYOUT_FLAT => Ok(Layout::Flat),
+            LAYOUT_TREE => {
+                let log2 = word >> 16;
+                if log2 > chunk_bytes_log2(page_size) || (1usize << log2) < T::SIZE {
+                    return Err(ClientError::BadValue(format!(
+                        "a sequence's chunks of 2^{log2} bytes do not fit this database"
+                    )));
+                }
+                Ok(Layout::Tree { leaf: (1 << log2) / T::SIZE, fanout: fanout(page_size) })
             }
-            return Ok(None);
+            other => Err(ClientError::BadValue(format!("a sequence of unknown layout {other}"))),
         }
-        let v = self.s.get(r)?;
-        if T::capacity(v.var_len()) < self.len() {
+    }
+
+    /// The layout and the tree's height for `len` elements, refusing a length no tree this
+    /// client builds would have.
+    fn shape(&self, len: usize) -> Result<(Layout, u32), ClientError> {
+        let layout = self.layout()?;
+        let height = layout.height(len);
+        if height > SEQ_HEIGHT_MAX {
+            return Err(ClientError::BadValue(format!("a sequence of length {len} is too tall")));
+        }
+        Ok((layout, height))
+    }
+
+    /// The directory `r` names (a `thor.Refs`); a null one is malformed.
+    fn directory(&self, r: Ref<Any>) -> Result<View<'s, Refs<Any>>, ClientError> {
+        if r.is_null() {
+            return Err(ClientError::BadValue("a sequence's directory is missing".into()));
+        }
+        self.s.get(r.cast())
+    }
+
+    /// The chunk `r` names, checked to hold at least `needed` elements.
+    fn chunk(&self, r: Ref<Any>, needed: usize) -> Result<View<'s, T::Storage>, ClientError> {
+        if r.is_null() {
             return Err(ClientError::BadValue(format!(
-                "a sequence of length {} has room for {}",
-                self.len(),
+                "a sequence has no storage for {needed} elements"
+            )));
+        }
+        let v = self.s.get(r.cast::<T::Storage>())?;
+        if T::capacity(v.var_len()) < needed {
+            return Err(ClientError::BadValue(format!(
+                "a sequence chunk has room for {} elements, not {needed}",
                 T::capacity(v.var_len())
             )));
         }
-        Ok(Some(v))
+        Ok(v)
+    }
+
+    /// The chunk holding element `i` of a sequence of `len` elements, and `i`'s place in it.
+    fn chunk_of(&self, i: usize, len: usize) -> Result<(View<'s, T::Storage>, usize), ClientError> {
+        debug_assert!(i < len);
+        let (layout, height) = self.shape(len)?;
+        let mut r = self.header.get(Seq::<T>::ROOT);
+        let at = i;
+        let mut i = i;
+        for level in (2..=height).rev() {
+            let below = layout.cap(level - 1);
+            let dir = self.directory(r)?;
+            let k = i / below;
+            i %= below;
+            if k >= dir.var_len() {
+                return Err(ClientError::BadValue("a sequence's directory is short".into()));
+            }
+            r = dir.var_ref(k);
+        }
+        // The chunk must hold every element of the sequence that falls in it.
+        let in_chunk = (len - (at - i)).min(layout.cap(1));
+        Ok((self.chunk(r, in_chunk)?, i))
     }
 
     /// Element `i`. Fails with [`ClientError::Usage`] past the end.
     pub fn get(&self, i: usize) -> Result<T, ClientError> {
-        if i >= self.len() {
-            return Err(ClientError::Usage("sequence index out of range"));
-        }
-        let storage = self.storage()?.expect("a non-empty sequence has storage");
-        T::load(&storage, i)
-    }
-
-    /// Replaces element `i`. Fails with [`ClientError::Usage`] past the end.
-    pub fn set(&self, i: usize, value: T) -> Result<(), ClientError> {
-        if i >= self.len() {
-            return Err(ClientError::Usage("sequence index out of range"));
-        }
-        let storage = self.storage()?.expect("a non-empty sequence has storage");
-        value.store(&storage, i)
-    }
-
-    /// Appends `value`, moving the elements to a storage object twice as large when the
-    /// current one is full. Fails with [`ClientError::TooLong`] past [`Self::capacity_max`].
-    pub fn push(&self, value: T) -> Result<(), ClientError> {
         let len = self.len();
-        let storage = match self.storage()? {
-            Some(v) if T::capacity(v.var_len()) > len => v,
-            old => self.grow(old, len)?,
-        };
-        value.store(&storage, len)?;
-        self.header.set(Seq::<T>::LEN, len as u32 + 1)
+        if i >= len {
+            return Err(ClientError::Usage("sequence index out of range"));
+        }
+        let (chunk, at) = self.chunk_of(i, len)?;
+        T::load(&chunk, at)
     }
 
-    /// A new storage object with room for more than `len` elements, holding the first `len`
-    /// elements of `old`; the header points at it.
-    fn grow(
-        &self,
-        old: Option<View<'s, T::Storage>>,
-        len: usize,
-    ) -> Result<View<'s, T::Storage>, ClientError> {
+    /// Replaces element `i`: rewrites one chunk. Fails with [`ClientError::Usage`] past the
+    /// end.
+    pub fn set(&self, i: usize, value: T) -> Result<(), ClientError> {
+        let len = self.len();
+        if i >= len {
+            return Err(ClientError::Usage("sequence index out of range"));
+        }
+        let (chunk, at) = self.chunk_of(i, len)?;
+        value.store(&chunk, at)
+    }
+
+    /// Converts a legacy one-object sequence to a tree before a write that changes its length.
+    /// Up to a chunk's worth of elements the storage object serves as the tree's one chunk
+    /// (only the element word changes); past it the elements move to new chunks.
+    fn to_tree(&self) -> Result<Layout, ClientError> {
+        let layout = self.layout()?;
+        if layout != Layout::Flat {
+            return Ok(layout);
+        }
+        let elems = self.to_vec()?;
+        let word = tree_elem_word::<T>(self.s.server().page_size);
+        self.header.set(Seq::<T>::ELEM, word)?;
+        let tree = self.layout()?;
+        if elems.len() > tree.cap(1) {
+            self.header.set(Seq::<T>::ROOT, Ref::NULL)?;
+            self.header.set(Seq::<T>::LEN, 0)?;
+            self.extend_from_slice(&elems)?;
+        }
+        Ok(tree)
+    }
+
+    /// Appends `value`. It writes the last chunk and the header, and once per chunk a
+    /// directory: a small record in the log, whatever the length. Fails with
+    /// [`ClientError::TooLong`] past [`Self::capacity_max`].
+    pub fn push(&self, value: T) -> Result<(), ClientError> {
+        let layout = self.to_tree()?;
+        let len = self.len();
         let max = self.capacity_max();
         if len >= max {
             return Err(ClientError::TooLong { what: "sequence", len: len + 1, max });
         }
-        let capacity = (len * 2).clamp(FIRST_CAPACITY, max);
-        let new = self.s.create::<T::Storage>(T::var_len(capacity))?;
+        let (_, old_height) = self.shape(len)?;
+        let height = layout.height(len + 1);
+        let root = self.header.get(Seq::<T>::ROOT);
+        if height == 1 {
+            // One chunk, doubled (copied) until it is a full one.
+            let chunk = if root.is_null() && len == 0 {
+                self.grow(None, 0, layout.cap(1))?
+            } else {
+                match self.chunk(root, len)? {
+                    c if T::capacity(c.var_len()) > len => c,
+                    c => self.grow(Some(c), len, layout.cap(1))?,
+                }
+            };
+            value.store(&chunk, len)?;
+            return self.header.set(Seq::<T>::LEN, len as u32 + 1);
+        }
+        if height > old_height {
+            // The tree is full: a new root above it, the old root its first child.
+            let Layout::Tree { fanout, .. } = layout else { unreachable!("converted") };
+            let dir = self.s.create::<Refs<Any>>(fanout)?;
+            dir.set_var_ref(0, root)?;
+            self.header.set(Seq::<T>::ROOT, dir.as_ref().cast())?;
+        }
+        let (chunk, at) = self.path_for_append(layout, height, len)?;
+        value.store(&chunk, at)?;
+        self.header.set(Seq::<T>::LEN, len as u32 + 1)
+    }
+
+    /// The chunk element `len` goes to in a tree of `height` (at least 2) levels, creating
+    /// the directories and the chunk it needs, and the element's place in the chunk.
+    fn path_for_append(
+        &self,
+        layout: Layout,
+        height: u32,
+        len: usize,
+    ) -> Result<(View<'s, T::Storage>, usize), ClientError> {
+        let Layout::Tree { fanout, leaf } = layout else { unreachable!("converted") };
+        let mut dir = self.directory(self.header.get(Seq::<T>::ROOT))?;
+        let mut i = len;
+        for level in (2..=height).rev() {
+            let below = layout.cap(level - 1);
+            let k = i / below;
+            i %= below;
+            if k >= dir.var_len() {
+                return Err(ClientError::BadValue("a sequence's directory is short".into()));
+            }
+            let child = dir.var_ref(k);
+            if level == 2 {
+                let chunk = if child.is_null() {
+                    let c = self.s.create_dyn::<T::Storage>(T::var_len(leaf))?;
+                    dir.set_var_ref(k, c.as_ref().cast())?;
+                    c
+                } else {
+                    self.chunk(child, i + 1)?
+                };
+                return Ok((chunk, i));
+            }
+            dir = if child.is_null() {
+                let d = self.s.create::<Refs<Any>>(fanout)?;
+                dir.set_var_ref(k, d.as_ref().cast())?;
+                d
+            } else {
+                self.directory(child)?
+            };
+        }
+        unreachable!("a tree of height {height} >= 2 ends in a chunk")
+    }
+
+    /// A new one-chunk storage with room for more than `len` elements (at most `full`),
+    /// holding the first `len` elements of `old`; the header points at it.
+    fn grow(
+        &self,
+        old: Option<View<'s, T::Storage>>,
+        len: usize,
+        full: usize,
+    ) -> Result<View<'s, T::Storage>, ClientError> {
+        let capacity = (len * 2).clamp(FIRST_CAPACITY.min(full), full);
+        debug_assert!(capacity > len);
+        let new = self.s.create_dyn::<T::Storage>(T::var_len(capacity))?;
         if let Some(old) = old {
             for i in 0..len {
                 T::load(&old, i)?.store(&new, i)?;
             }
         }
-        self.header.set(Seq::<T>::STORAGE, new.as_ref())?;
+        self.header.set(Seq::<T>::ROOT, new.as_ref().cast())?;
         Ok(new)
     }
 
@@ -375,27 +617,65 @@ impl<'s, T: Elem> SeqView<'s, T> {
         if len == 0 {
             return Ok(None);
         }
-        let storage = self.storage()?.expect("a non-empty sequence has storage");
-        let v = T::load(&storage, len - 1)?;
-        T::clear(&storage, len - 1)?;
-        self.header.set(Seq::<T>::LEN, len as u32 - 1)?;
+        let v = self.get(len - 1)?;
+        self.truncate(len - 1)?;
         Ok(Some(v))
     }
 
-    /// Shortens the sequence to `len` elements (nothing if it is not longer).
+    /// Shortens the sequence to `len` elements (nothing if it is not longer). Chunks and
+    /// directories wholly past the end are unhooked (their parents' slots nulled, so their
+    /// references keep nothing reachable), the last kept chunk's slots past the end cleared,
+    /// and the tree loses the levels the shorter length does not need.
     pub fn truncate(&self, len: usize) -> Result<(), ClientError> {
         let old = self.len();
         if len >= old {
             return Ok(());
         }
-        let storage = self.storage()?.expect("a non-empty sequence has storage");
-        for i in len..old {
-            T::clear(&storage, i)?;
+        let layout = self.to_tree()?;
+        let (_, old_height) = self.shape(old)?;
+        let height = layout.height(len);
+        let mut root = self.header.get(Seq::<T>::ROOT);
+        if len == 0 {
+            self.header.set(Seq::<T>::ROOT, Ref::NULL)?;
+            return self.header.set(Seq::<T>::LEN, 0);
         }
+        self.cut(layout, root, old_height, len, old)?;
+        for _ in height..old_height {
+            root = self.directory(root)?.var_ref(0);
+        }
+        self.header.set(Seq::<T>::ROOT, root)?;
         self.header.set(Seq::<T>::LEN, len as u32)
     }
 
-    /// Removes every element (the storage stays, for the next pushes).
+    /// Keeps the first `keep` of the `have` elements under node `r` of `level` levels.
+    fn cut(
+        &self,
+        layout: Layout,
+        r: Ref<Any>,
+        level: u32,
+        keep: usize,
+        have: usize,
+    ) -> Result<(), ClientError> {
+        debug_assert!(0 < keep && keep < have);
+        if level == 1 {
+            let chunk = self.chunk(r, have)?;
+            return (keep..have).try_for_each(|i| T::clear(&chunk, i));
+        }
+        let dir = self.directory(r)?;
+        let below = layout.cap(level - 1);
+        let used = have.div_ceil(below).min(dir.var_len());
+        for k in keep.div_ceil(below)..used {
+            dir.set_var_ref(k, Ref::NULL)?;
+        }
+        let (k, rest) = (keep / below, keep % below);
+        if rest > 0 {
+            let child_have = (have - k * below).min(below);
+            self.cut(layout, dir.var_ref(k), level - 1, rest, child_have)?;
+        }
+        Ok(())
+    }
+
+    /// Removes every element (its chunks become unreachable).
     pub fn clear(&self) -> Result<(), ClientError> {
         self.truncate(0)
     }
@@ -407,8 +687,172 @@ impl<'s, T: Elem> SeqView<'s, T> {
 
     /// The elements, in order.
     pub fn to_vec(&self) -> Result<Vec<T>, ClientError> {
+        let mut out = Vec::with_capacity(self.len());
+        for v in self.iter() {
+            out.push(v?);
+        }
+        Ok(out)
+    }
+
+    /// The elements in order, read lazily a chunk at a time (one path from the root per chunk,
+    /// then the chunk's elements). A malformed tree ends the iteration with its error.
+    pub fn iter(&self) -> SeqIter<'_, 's, T> {
+        SeqIter { chunks: Chunks::new(self, self.len()), next: 0 }
+    }
+
+    /// Removes and returns element `i`, moving every later element one place down: it reads
+    /// and rewrites every chunk from `i`'s to the last, `O(len - i)` (use
+    /// [`Self::swap_remove`] where order does not matter). Fails with [`ClientError::Usage`]
+    /// past the end.
+    pub fn remove(&self, i: usize) -> Result<T, ClientError> {
         let len = self.len();
-        let Some(storage) = self.storage()? else { return Ok(Vec::new()) };
-        (0..len).map(|i| T::load(&storage, i)).collect()
+        if i >= len {
+            return Err(ClientError::Usage("sequence index out of range"));
+        }
+        self.to_tree()?;
+        let removed = self.get(i)?;
+        let mut chunks = Chunks::new(self, len);
+        for j in i + 1..len {
+            let v = chunks.load(j)?;
+            chunks.store(j - 1, v)?;
+        }
+        drop(chunks);
+        self.truncate(len - 1)?;
+        Ok(removed)
+    }
+
+    /// Elements a chunk of a `len`-element sequence holds before the next begins.
+    fn chunk_elems(&self, len: usize) -> Result<usize, ClientError> {
+        let (layout, height) = self.shape(len)?;
+        Ok(if height <= 1 { usize::MAX } else { layout.cap(1) })
+    }
+
+    /// Removes and returns element `i`, moving the last element into its place: two chunks
+    /// written, `O(height)`. Fails with [`ClientError::Usage`] past the end.
+    pub fn swap_remove(&self, i: usize) -> Result<T, ClientError> {
+        let len = self.len();
+        if i >= len {
+            return Err(ClientError::Usage("sequence index out of range"));
+        }
+        let removed = self.get(i)?;
+        let last = self.get(len - 1)?;
+        self.truncate(len - 1)?;
+        if i < len - 1 {
+            self.set(i, last)?;
+        }
+        Ok(removed)
+    }
+}
+
+/// A chunk a pass holds: its view, its first element's index, and its element count.
+type HeldChunk<'s, T> = (View<'s, <T as Elem>::Storage>, usize, usize);
+
+/// The chunks of a sequence that one pass over it is reading: the last two stay pinned, so
+/// that a pass that moves elements from one chunk to the one before it descends from the root
+/// once per chunk, not once per element.
+struct Chunks<'v, 's, T: Elem> {
+    /// The sequence.
+    seq: &'v SeqView<'s, T>,
+    /// The length the pass works on.
+    len: usize,
+    /// Chunks read.
+    held: [Option<HeldChunk<'s, T>>; 2],
+    /// Which of `held` the next chunk read replaces.
+    victim: usize,
+}
+
+impl<'v, 's, T: Elem> Chunks<'v, 's, T> {
+    fn new(seq: &'v SeqView<'s, T>, len: usize) -> Self {
+        Chunks { seq, len, held: [None, None], victim: 0 }
+    }
+
+    /// The chunk holding element `i` (below the pass's length) and `i`'s place in it.
+    fn at(&mut self, i: usize) -> Result<(&View<'s, T::Storage>, usize), ClientError> {
+        let hit = self.held.iter().position(|h| {
+            h.as_ref().is_some_and(|(_, start, count)| *start <= i && i < start + count)
+        });
+        let k = match hit {
+            Some(k) => k,
+            None => {
+                let (chunk, at) = self.seq.chunk_of(i, self.len)?;
+                let count = self.seq.chunk_elems(self.len)?.min(T::capacity(chunk.var_len()));
+                let k = self.victim;
+                self.victim ^= 1;
+                self.held[k] = Some((chunk, i - at, count));
+                k
+            }
+        };
+        let (chunk, start, _) = self.held[k].as_ref().expect("just filled");
+        Ok((chunk, i - start))
+    }
+
+    fn load(&mut self, i: usize) -> Result<T, ClientError> {
+        let (chunk, at) = self.at(i)?;
+        T::load(chunk, at)
+    }
+
+    fn store(&mut self, i: usize, v: T) -> Result<(), ClientError> {
+        let (chunk, at) = self.at(i)?;
+        v.store(chunk, at)
+    }
+}
+
+/// The elements of a sequence in order ([`SeqView::iter`]): the chunk being read stays pinned
+/// until the iteration moves past it.
+pub struct SeqIter<'v, 's, T: Elem> {
+    /// The chunks being read.
+    chunks: Chunks<'v, 's, T>,
+    /// The next element's index.
+    next: usize,
+}
+
+impl<T: Elem> std::fmt::Debug for SeqIter<'_, '_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SeqIter(at {} of {})", self.next, self.chunks.len)
+    }
+}
+
+impl<T: Elem> Iterator for SeqIter<'_, '_, T> {
+    type Item = Result<T, ClientError>;
+
+    /// The next element; the length is the one when the iteration began, and an error ends
+    /// the iteration.
+    fn next(&mut self) -> Option<Self::Item> {
+        let i = self.next;
+        if i >= self.chunks.len {
+            return None;
+        }
+        let v = self.chunks.load(i);
+        self.next = if v.is_ok() { i + 1 } else { self.chunks.len };
+        Some(v)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.chunks.len - self.next))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tree_is_as_tall_as_its_length_needs() {
+        let l = Layout::Tree { leaf: 256, fanout: 2039 };
+        let lens = [0, 1, 256, 257, 256 * 2039, 256 * 2039 + 1];
+        assert_eq!(lens.map(|n| l.height(n)), [0, 1, 1, 2, 2, 3]);
+        assert_eq!(l.cap(3), 256 * 2039 * 2039);
+        assert_eq!((chunk_bytes_log2(8192), fanout(8192)), (10, 2039));
+        assert_eq!((chunk_bytes_log2(1024), fanout(1024)), (9, 247));
+        // Every page size holds u32::MAX elements of every element size within the bound.
+        for page in [1024, 2048, 4096, 8192, 16384, 32768] {
+            for size in [1, 4, 8] {
+                let l = Layout::Tree {
+                    leaf: (1 << chunk_bytes_log2(page)) / size,
+                    fanout: fanout(page),
+                };
+                assert!(l.height(u32::MAX as usize) <= SEQ_HEIGHT_MAX, "page {page} size {size}");
+            }
+        }
     }
 }

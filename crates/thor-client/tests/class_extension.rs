@@ -269,7 +269,7 @@ mod refused {
 /// read it or create one through `D`.
 fn refuses<S: thor_client::Class, D: thor_client::Class>(h: &Arc<Engine>, slot: usize) {
     let s = session(h, PolicyConfig::HAC);
-    let v = s.create::<S>(0).unwrap();
+    let v = s.create_dyn::<S>(0).unwrap();
     let r = v.as_ref();
     drop(v);
     s.set_root(slot, r).unwrap();
@@ -278,7 +278,7 @@ fn refuses<S: thor_client::Class, D: thor_client::Class>(h: &Arc<Engine>, slot: 
     let s = session(h, PolicyConfig::HAC);
     assert!(!s.stored_class::<D>().unwrap().unwrap().extends(&D::desc()), "{}", D::NAME);
     let reading = s.get(s.root::<D>(slot).unwrap()).map(drop).unwrap_err();
-    let creating = s.create::<D>(0).map(drop).unwrap_err();
+    let creating = s.create_dyn::<D>(0).map(drop).unwrap_err();
     for err in [reading, creating] {
         assert!(
             matches!(err, ClientError::SchemaMismatch { class } if class == D::NAME),

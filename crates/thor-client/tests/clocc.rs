@@ -252,7 +252,7 @@ fn run_retries_a_conflict_and_then_commits() {
                 bump(&b, 0, 100);
             }
             s.get(blob(s, 0)?)?.set(Blob::value, v + 1)?;
-            Ok(v)
+            Ok::<_, thor_client::ClientError>(v)
         })
         .unwrap();
     assert_eq!((attempts, seen), (2, 100));

@@ -61,7 +61,7 @@ fn setup() -> Setup {
     let st = Setup { engines, peers };
     let c = st.cluster();
     for id in [S1, S2] {
-        let a = c.create::<Account>(id, 0).unwrap();
+        let a = c.create_fixed::<Account>(id).unwrap();
         c.session(id).unwrap().get(a.r).unwrap().set(Account::balance, 100).unwrap();
         c.session(id).unwrap().set_root(0, a.r).unwrap();
         // One server per transaction here: each commits alone.
@@ -122,7 +122,7 @@ fn cross_server_reference_is_followed() {
     let c = st.cluster();
     // A holder at server 1 that names the account at server 2: a surrogate at server 1.
     let target = account(&c, S2);
-    let h = c.create::<Holder>(S1, 0).unwrap();
+    let h = c.create_fixed::<Holder>(S1).unwrap();
     let r = c.refer(S1, target).unwrap();
     c.get(h).unwrap().set(Holder::account, r).unwrap();
     c.session(S1).unwrap().set_root(1, h.r).unwrap();
@@ -254,4 +254,52 @@ fn lost_votes_abort_after_the_timeout() {
     assert_eq!(st.engine(S2).twopc_stats().in_doubt, 0);
     let fresh = st.cluster();
     assert_eq!((balance(&fresh, S1), balance(&fresh, S2)), (100, 100));
+}
+
+/// The application's refusal of a transfer over two servers.
+#[derive(Debug)]
+enum TransferError {
+    TooPoor { have: u64 },
+    Db(ClientError),
+}
+
+impl From<ClientError> for TransferError {
+    fn from(e: ClientError) -> Self {
+        TransferError::Db(e)
+    }
+}
+
+/// `Cluster::run` with the application's own error: the transfer writes at both servers,
+/// then refuses; the error comes back as itself after one attempt, and neither server keeps
+/// a write.
+#[test]
+fn cluster_run_with_an_application_error_aborts_and_returns_it() {
+    let st = setup();
+    let c = st.cluster();
+    let mut attempts = 0;
+    let got = c.run(|c| {
+        attempts += 1;
+        transfer(c, S1, S2, 60)?;
+        let have = balance(c, S1);
+        if have < 50 {
+            return Err(TransferError::TooPoor { have });
+        }
+        Ok(())
+    });
+    assert!(matches!(got, Err(TransferError::TooPoor { have: 40 })), "{got:?}");
+    assert_eq!(attempts, 1);
+    // thor's errors convert into the application's: a null reference, as `Db`.
+    let got = c.run(|c| -> Result<(), TransferError> {
+        c.get(XRef::<Account>::at(S1, thor_client::Ref::NULL))?;
+        Ok(())
+    });
+    assert!(matches!(got, Err(TransferError::Db(ClientError::NullReference))), "{got:?}");
+    // Nothing of it stayed: a fresh client reads the balances before it.
+    let other = st.cluster();
+    other
+        .run(|c| {
+            assert_eq!((balance(c, S1), balance(c, S2)), (100, 100));
+            Ok::<_, ClientError>(())
+        })
+        .unwrap();
 }

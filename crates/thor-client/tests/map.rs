@@ -241,12 +241,12 @@ fn a_map_of_references_keeps_its_objects() {
     s.run(|s| {
         let m = s.map(s.root::<Map<String, Ref<User>>>(0)?)?;
         for i in 0..300u64 {
-            let u = s.create::<User>(0)?;
+            let u = s.create_fixed::<User>()?;
             u.set(User::id, i)?;
             u.set_str(User::name, &format!("user {i}"))?;
             assert_eq!(m.insert(format!("u{i:04}"), u.as_ref())?, None);
         }
-        Ok(())
+        Ok::<_, ClientError>(())
     })
     .unwrap();
     drop(s);
@@ -264,7 +264,7 @@ fn a_map_of_references_keeps_its_objects() {
         for i in (0..300u64).filter(|i| i % 10 != 0) {
             assert!(m.remove(format!("u{i:04}").as_str())?.is_some());
         }
-        Ok(())
+        Ok::<_, ClientError>(())
     })
     .unwrap();
     let s = session(&h);
@@ -275,7 +275,7 @@ fn a_map_of_references_keeps_its_objects() {
         assert_eq!(keys, want);
         let (k, u) = m.last()?.unwrap();
         assert_eq!((k.as_str(), s.get(u)?.get(User::id)), ("u0290", 290));
-        Ok(())
+        Ok::<_, ClientError>(())
     })
     .unwrap();
 }
@@ -316,7 +316,7 @@ fn a_prefix_scan_gives_the_keys_that_start_with_it() {
         for i in 0..200 {
             m.insert(format!("z{i:03}"), i)?;
         }
-        Ok(())
+        Ok::<_, ClientError>(())
     })
     .unwrap();
     s.run(|s| {
@@ -330,7 +330,7 @@ fn a_prefix_scan_gives_the_keys_that_start_with_it() {
         assert_eq!(keys("z1")?.len(), 100);
         assert!(keys("q")?.is_empty());
         assert_eq!(keys("")?.len(), words.len() + 200);
-        Ok(())
+        Ok::<_, ClientError>(())
     })
     .unwrap();
 }
@@ -353,7 +353,7 @@ fn a_map_of_100_000_entries_iterates_in_order() {
             for i in batch * (N / 20)..(batch + 1) * (N / 20) {
                 m.insert(key(i), key(i) * 2)?;
             }
-            Ok(())
+            Ok::<_, ClientError>(())
         })
         .unwrap();
     }
@@ -371,7 +371,7 @@ fn a_map_of_100_000_entries_iterates_in_order() {
         assert_eq!(m.len()?, N as usize);
         assert_eq!(m.first()?, Some((0, 0)));
         assert_eq!(m.last()?, Some((N - 1, (N - 1) * 2)));
-        Ok(())
+        Ok::<_, ClientError>(())
     })
     .unwrap();
 }
@@ -472,7 +472,7 @@ fn concurrent_inserts_into_different_leaves_both_commit() {
     s.run(|s| {
         let m = s.map(s.root::<Map<u64, u64>>(0)?)?;
         assert_eq!((m.get(&5)?, m.get(&19_995)?, m.len()?), (Some(1), Some(2), 2_002));
-        Ok(())
+        Ok::<_, ClientError>(())
     })
     .unwrap();
 }
@@ -568,7 +568,7 @@ fn concurrent_clients_changing_their_own_keys_keep_every_committed_change() {
                         for &k in batch.iter().step_by(3) {
                             assert_eq!(m.remove(&k)?, Some(k + 1));
                         }
-                        Ok(())
+                        Ok::<_, ClientError>(())
                     })
                     .unwrap();
                 }

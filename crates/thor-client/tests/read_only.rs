@@ -148,7 +148,7 @@ fn client(h: Arc<Engine>, id: u32, txns: usize) -> (Vec<Txn>, u64) {
                     writes.push((i, v + 1));
                 }
             }
-            Ok(())
+            Ok::<_, thor_client::ClientError>(())
         })
         .unwrap();
         let mut t = Txn::new(u64::from(id) << 32 | n as u64, id);

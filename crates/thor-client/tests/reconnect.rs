@@ -143,7 +143,7 @@ fn setup(s: &Session) -> Vec<Ref<Counter>> {
             refs.push(c.as_ref());
         }
         s.set_root(0, list.as_ref())?;
-        Ok(refs)
+        Ok::<_, thor_client::ClientError>(refs)
     })
     .unwrap();
     counters(s)
@@ -152,13 +152,15 @@ fn setup(s: &Session) -> Vec<Ref<Counter>> {
 fn counters(s: &Session) -> Vec<Ref<Counter>> {
     s.run(|s| {
         let list = s.get(s.root::<Refs<Counter>>(0)?)?;
-        Ok((0..COUNTERS).map(|i| s.canonical(list.var_ref(i)).unwrap()).collect())
+        Ok::<_, thor_client::ClientError>(
+            (0..COUNTERS).map(|i| s.canonical(list.var_ref(i)).unwrap()).collect(),
+        )
     })
     .unwrap()
 }
 
 fn read(s: &Session, r: Ref<Counter>) -> u64 {
-    s.run(|s| Ok(s.get(r)?.get(Counter::value))).unwrap()
+    s.run(|s| Ok::<_, thor_client::ClientError>(s.get(r)?.get(Counter::value))).unwrap()
 }
 
 fn add(s: &Session, r: Ref<Counter>, delta: u64) {
@@ -247,7 +249,7 @@ fn a_transaction_that_only_read_is_run_again_after_a_lost_commit() {
     // Every read hits the cache; the commit meets the broken connection and `run` runs the
     // transaction again, without asking what became of a commit that changed nothing.
     let attempts = AtomicU64::new(0);
-    let v = s.run(|s| {
+    let v = s.run::<_, thor_client::ClientError>(|s| {
         attempts.fetch_add(1, Ordering::Relaxed);
         Ok(s.get(refs[1])?.get(Counter::value))
     });
@@ -273,7 +275,7 @@ fn cache_kept_when_nothing_changed() {
             for r in &refs {
                 t += s.get(*r)?.get(Counter::value);
             }
-            Ok(t)
+            Ok::<_, thor_client::ClientError>(t)
         })
         .unwrap();
     assert_eq!(total, (0..COUNTERS as u64).map(|i| 100 * i).sum::<u64>());
@@ -298,8 +300,9 @@ fn changed_objects_invalidated_on_reconnect() {
     // The first attempt reads the stale copy of counter 4 from the cache and is refused (its
     // commit meets the broken connection, and never happened); the resume invalidated counter
     // 4, so the second attempt fetches its page and reads the new value.
-    let got =
-        s.run(|s| Ok((s.get(refs[4])?.get(Counter::value), s.get(refs[5])?.get(Counter::value))));
+    let got = s.run::<_, thor_client::ClientError>(|s| {
+        Ok((s.get(refs[4])?.get(Counter::value), s.get(refs[5])?.get(Counter::value)))
+    });
     assert_eq!(got.unwrap(), (401, 500));
     assert_eq!(s.stats().fetches, fetches + 1, "only counter 4's page came again");
     let r = s.reconnect_stats();
@@ -500,7 +503,7 @@ fn silent_server_request_times_out_and_the_session_comes_back() {
     // accepts new ones, which reach the server). A fetch times out, the session reconnects
     // through the proxy and the transaction is reported aborted.
     proxy.freeze(true, true);
-    let err = s.run(|s| Ok(s.get(refs[6])?.get(Counter::value)));
+    let err = s.run::<_, thor_client::ClientError>(|s| Ok(s.get(refs[6])?.get(Counter::value)));
     assert_eq!(err.unwrap(), 600, "run retried after the timeout, on a new connection");
     assert!(s.reconnect_stats().reconnects >= 1);
 }
@@ -544,7 +547,7 @@ fn cluster_sessions_survive_a_server_restart() {
     // The transfer over both servers goes on: server 2's session reconnects by itself.
     transfer(&c, 5).unwrap();
     let balances = c
-        .run(|c| {
+        .run::<_, thor_client::ClientError>(|c| {
             Ok((c.get(accounts[0])?.get(Counter::value), c.get(accounts[1])?.get(Counter::value)))
         })
         .unwrap();

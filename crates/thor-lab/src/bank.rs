@@ -339,7 +339,7 @@ pub fn open_bank(s: &Session, n: usize, opening: u64) -> Result<Vec<Ref<Account>
         let len = CHUNK.min(n - c * CHUNK);
         let chunk = s.create::<Accounts>(len)?;
         for i in 0..len {
-            let a = s.create::<Account>(0)?;
+            let a = s.create_fixed::<Account>()?;
             a.set(Account::balance, opening)?;
             chunk.set_var_ref(i, a.as_ref())?;
             accounts.push(a.as_ref());

@@ -488,7 +488,7 @@ fn work(
         let began = Instant::now();
         let first_attempt = attempt;
         let added = s
-            .run(|s| {
+            .run::<_, thor_client::ClientError>(|s| {
                 attempt += 1;
                 let version = version_of(client, attempt);
                 let mut added = 0;

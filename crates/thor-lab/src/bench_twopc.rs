@@ -129,7 +129,7 @@ pub fn run(b: TwoPcBench) -> Result<()> {
     // An account at each server, in root slot 0.
     let mut accounts = Vec::new();
     for id in [S1, S2] {
-        let a = c.create::<Account>(id, 0)?;
+        let a = c.create_fixed::<Account>(id)?;
         c.session(id)?.set_root(0, a.r)?;
         c.commit()?;
         accounts.push(XRef::at(id, c.session(id)?.root::<Account>(0)?));

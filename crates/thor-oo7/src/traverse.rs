@@ -769,7 +769,7 @@ impl<'s, T: Trace> Db<'s, T> {
         let s = self.s;
         let n = g.parts.len();
         let k = self.params.connections_per_atomic as usize;
-        let cpv = s.create::<CompositePart>(0)?;
+        let cpv = s.create_fixed::<CompositePart>()?;
         let cp = cpv.as_ref();
         cpv.set(CompositePart::id, g.id)?;
         cpv.set(CompositePart::build_date, g.date)?;
@@ -780,7 +780,7 @@ impl<'s, T: Trace> Db<'s, T> {
         cpv.set(CompositePart::used_in_shar, s.create::<Refs<BaseAssembly>>(0)?.as_ref())?;
         // The document.
         let title = document_title(g.id);
-        let doc = s.create::<Document>(0)?;
+        let doc = s.create_fixed::<Document>()?;
         doc.set(Document::id, g.id)?;
         doc.set(Document::title, title)?;
         doc.set(Document::part, cp)?;
@@ -795,7 +795,7 @@ impl<'s, T: Trace> Db<'s, T> {
         let mut tos = Vec::with_capacity(n);
         let mut froms = Vec::with_capacity(n);
         for (j, pp) in g.parts.iter().enumerate() {
-            let a = s.create::<AtomicPart>(0)?;
+            let a = s.create_fixed::<AtomicPart>()?;
             a.set(AtomicPart::id, pp.id)?;
             a.set(AtomicPart::kind, self.new_type(pp.kind)?)?;
             a.set(AtomicPart::build_date, pp.date)?;
@@ -817,7 +817,7 @@ impl<'s, T: Trace> Db<'s, T> {
         drop(cpv);
         let mut fill = vec![0usize; n];
         for (ci, c) in g.conns.iter().enumerate() {
-            let co = s.create::<Connection>(0)?;
+            let co = s.create_fixed::<Connection>()?;
             co.set(Connection::kind, self.new_type(c.kind)?)?;
             co.set(Connection::length, c.length)?;
             co.set(Connection::from, aps[c.from as usize])?;

@@ -114,7 +114,7 @@ fn client(addr: std::net::SocketAddr, id: u64) -> Result<(u64, u64), thor::Error
     let mut rng = (id + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     for _ in 0..TRANSACTIONS {
         let (a, b) = (next(&mut rng) as usize % COUNTERS, next(&mut rng) as usize % COUNTERS);
-        s.run(|s| {
+        s.run::<_, thor::ClientError>(|s| {
             let counters = s.get(s.root::<Refs<Counter>>(COUNTERS_SLOT)?)?;
             for i in [a, b] {
                 increment(s, counters.var_ref(i))?;

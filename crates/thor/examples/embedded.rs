@@ -102,7 +102,7 @@ fn create_bank(s: &Session) -> Result<(), thor::Error> {
         let customer = s.create::<Customer>(name.len())?;
         customer.set(Customer::since, *since)?;
         customer.set_var_bytes(name.as_bytes())?;
-        let account = s.create::<Account>(0)?;
+        let account = s.create_fixed::<Account>()?;
         account.set(Account::balance, OPENING_CENTS)?;
         account.set(Account::owner, customer.as_ref())?;
         accounts.set_var_ref(i, account.as_ref())?;
@@ -119,7 +119,7 @@ fn create_bank(s: &Session) -> Result<(), thor::Error> {
 
 /// Prints every account with its owner, in one (read-only) transaction; returns the total.
 fn print_bank(s: &Session) -> Result<u64, thor::Error> {
-    let rows = s.run(|s| {
+    let rows = s.run::<_, thor::ClientError>(|s| {
         let accounts = s.get(s.root::<Refs<Account>>(ACCOUNTS_SLOT)?)?;
         let mut rows = Vec::new();
         for i in 0..accounts.var_len() {

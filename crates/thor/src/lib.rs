@@ -36,14 +36,14 @@
 //! let s = thor::open(&path)?;
 //! // One transaction creates the counter and points root slot 0 at it.
 //! s.run(|s| {
-//!     let c = s.create::<Counter>(0)?;
+//!     let c = s.create_fixed::<Counter>()?;
 //!     s.set_root(0, c.as_ref())
 //! })?;
 //! // Another adds one. `run` commits, and runs the closure again after a conflict.
 //! let n = s.run(|s| {
 //!     let c = s.get(s.root::<Counter>(0)?)?;
 //!     c.set(Counter::value, c.get(Counter::value) + 1)?;
-//!     Ok(c.get(Counter::value))
+//!     Ok::<_, thor::ClientError>(c.get(Counter::value))
 //! })?;
 //! assert_eq!(n, 1);
 //! # Ok(()) }

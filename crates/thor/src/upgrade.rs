@@ -61,7 +61,7 @@ use crate::Error;
 /// # let (old, new) = (dir.path().join("old"), dir.path().join("new"));
 /// let s = thor::open(&old)?;
 /// s.run(|s| {
-///     let p = s.create::<v1::Person>(0)?;
+///     let p = s.create_fixed::<v1::Person>()?;
 ///     p.set(v1::Person::age, 42)?;
 ///     s.set_root(0, p.as_ref())
 /// })?;
@@ -73,7 +73,7 @@ use crate::Error;
 /// let s = thor::open(&new)?;
 /// let (age, height) = s.run(|s| {
 ///     let p = s.get(s.root::<v2::Person>(0)?)?;
-///     Ok((p.get(v2::Person::age), p.get(v2::Person::height)))
+///     Ok::<_, thor::ClientError>((p.get(v2::Person::age), p.get(v2::Person::height)))
 /// })?;
 /// assert_eq!((age, height), (42, 0));
 /// # Ok(()) }

@@ -14,7 +14,7 @@ fn database(n: usize) -> tempfile::TempDir {
     s.run(|s| {
         let list = s.create::<Refs<Note>>(n)?;
         for i in 0..n {
-            let note = s.create::<Note>(0)?;
+            let note = s.create_fixed::<Note>()?;
             note.set(Note::number, i as u64)?;
             list.set_var_ref(i, note.as_ref())?;
         }

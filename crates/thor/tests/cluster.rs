@@ -53,7 +53,7 @@ fn cluster_from_the_facade_alone() {
     assert_eq!(c.home(), s1);
     // An account at each server, each committed at its own server.
     for id in [s1, s2] {
-        let a = c.create::<Account>(id, 0).unwrap();
+        let a = c.create_fixed::<Account>(id).unwrap();
         c.session(id).unwrap().get(a.r).unwrap().set(Account::balance, 100).unwrap();
         c.session(id).unwrap().set_root(0, a.r).unwrap();
         c.commit().unwrap();
@@ -74,7 +74,8 @@ fn cluster_from_the_facade_alone() {
     let d = thor::connect_cluster(&[(1, &addrs[0]), (2, &addrs[1])], TOKEN).unwrap();
     let balance = |id: thor::ServerId| {
         let s = d.session(id).unwrap();
-        s.run(|s| Ok(s.get(s.root::<Account>(0)?)?.get(Account::balance))).unwrap()
+        s.run::<_, thor::ClientError>(|s| Ok(s.get(s.root::<Account>(0)?)?.get(Account::balance)))
+            .unwrap()
     };
     assert_eq!((balance(s1), balance(s2)), (70, 130));
 

@@ -31,8 +31,8 @@ fn clients_connect_with_the_token_and_see_each_others_commits() {
     let a = thor::connect(server.local_addr(), TOKEN).unwrap();
     assert_eq!(a.policy_name(), "hac", "the CLI's default cache");
     let r: Ref<Counter> = a
-        .run(|s| {
-            let c = s.create::<Counter>(0)?;
+        .run::<_, thor::ClientError>(|s| {
+            let c = s.create_fixed::<Counter>()?;
             c.set(Counter::value, 41)?;
             s.set_root(0, c.as_ref())?;
             Ok(c.as_ref())
@@ -41,7 +41,7 @@ fn clients_connect_with_the_token_and_see_each_others_commits() {
     assert!(r.oref().is_none(), "made before the commit, the reference names a created object");
     let b = thor::connect(server.local_addr().to_string(), TOKEN.as_bytes()).unwrap();
     let seen = b
-        .run(|s| {
+        .run::<_, thor::ClientError>(|s| {
             let c = s.get(s.root::<Counter>(0)?)?;
             c.set(Counter::value, c.get(Counter::value) + 1)?;
             Ok(c.get(Counter::value))
@@ -51,10 +51,14 @@ fn clients_connect_with_the_token_and_see_each_others_commits() {
     // A's cached copy is of the state of its last reply: a read-only transaction on it
     // commits at the client, serialized before B's commit. `sync` collects what changed
     // (docs/clocc.md, "Read-only transactions").
-    let seen = a.run(|s| Ok(s.get(s.root::<Counter>(0)?)?.get(Counter::value))).unwrap();
+    let seen = a
+        .run::<_, thor::ClientError>(|s| Ok(s.get(s.root::<Counter>(0)?)?.get(Counter::value)))
+        .unwrap();
     assert_eq!(seen, 41, "A read the state of its last reply");
     a.sync().unwrap();
-    let seen = a.run(|s| Ok(s.get(s.root::<Counter>(0)?)?.get(Counter::value))).unwrap();
+    let seen = a
+        .run::<_, thor::ClientError>(|s| Ok(s.get(s.root::<Counter>(0)?)?.get(Counter::value)))
+        .unwrap();
     assert_eq!(seen, 42, "A sees B's commit");
 }
 
@@ -101,13 +105,15 @@ fn a_local_client_connects_through_the_unix_socket_and_shares_the_database_with_
     let local = thor::connect_unix(&path, TOKEN).unwrap();
     local
         .run(|s| {
-            let c = s.create::<Counter>(0)?;
+            let c = s.create_fixed::<Counter>()?;
             c.set(Counter::value, 7)?;
             s.set_root(0, c.as_ref())
         })
         .unwrap();
     let remote = thor::connect(tcp.local_addr(), TOKEN).unwrap();
-    let seen = remote.run(|s| Ok(s.get(s.root::<Counter>(0)?)?.get(Counter::value))).unwrap();
+    let seen = remote
+        .run::<_, thor::ClientError>(|s| Ok(s.get(s.root::<Counter>(0)?)?.get(Counter::value)))
+        .unwrap();
     assert_eq!(seen, 7, "a commit over the Unix socket is seen over TCP");
 
     let err = thor::connect_unix(&path, "wrong").unwrap_err();
@@ -145,8 +151,8 @@ fn connect_tls_runs_transactions_over_tls() {
     let trusted = thor::TlsClient::from_ca_pem(ca.as_bytes()).unwrap();
     let s = thor::connect_tls(&addr, TOKEN, &trusted).unwrap();
     let n = s
-        .run(|s| {
-            let c = s.create::<Counter>(0)?;
+        .run::<_, thor::ClientError>(|s| {
+            let c = s.create_fixed::<Counter>()?;
             c.set(Counter::value, 7)?;
             s.set_root(0, c.as_ref())?;
             Ok(c.get(Counter::value))
@@ -248,7 +254,7 @@ fn silent_server_times_out() {
         .run(|s| {
             let list = s.create::<thor::Refs<Counter>>(2)?;
             for i in 0..2 {
-                let c = s.create::<Counter>(0)?;
+                let c = s.create_fixed::<Counter>()?;
                 c.set(Counter::value, 10 + i)?;
                 list.set_var_ref(i as usize, c.as_ref())?;
             }
@@ -258,7 +264,7 @@ fn silent_server_times_out() {
     let proxy = Stoppable::start(server.local_addr());
     let s = thor::connect_with(proxy.addr, TOKEN, cfg).unwrap();
     let get = |i: usize| {
-        s.run(|s| {
+        s.run::<_, thor::ClientError>(|s| {
             let list = s.get(s.root::<thor::Refs<Counter>>(0)?)?;
             Ok(s.get(list.var_ref(i))?.get(Counter::value))
         })

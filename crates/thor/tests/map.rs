@@ -18,7 +18,7 @@ fn check_follows_the_references_of_a_map() {
         let notes = s.create_map::<u64, Ref<Note>>()?;
         let m = s.map(notes)?;
         for i in 0..N {
-            let note = s.create::<Note>(0)?;
+            let note = s.create_fixed::<Note>()?;
             note.set(Note::number, i)?;
             m.insert(i, note.as_ref())?;
         }
@@ -35,7 +35,7 @@ fn check_follows_the_references_of_a_map() {
         let m = s.map(s.root::<Map<u64, Ref<Note>>>(0)?)?;
         let (k, note) = m.last()?.expect("not empty");
         assert_eq!((k, s.get(note)?.get(Note::number)), (N - 1, N - 1));
-        Ok(())
+        Ok::<_, thor::ClientError>(())
     })
     .unwrap();
 }

@@ -29,7 +29,7 @@ fn write_notes(s: &Session, n: usize, text_bytes: usize) {
 
 /// The numbers of the notes in root slot 0, checking each one's text.
 fn read_notes(s: &Session) -> Vec<u64> {
-    s.run(|s| {
+    s.run::<_, thor::ClientError>(|s| {
         let list = s.get(s.root::<Refs<Note>>(0)?)?;
         let mut numbers = Vec::new();
         for i in 0..list.var_len() {
@@ -271,7 +271,7 @@ fn read_only_open_writes_nothing() {
     let err = s
         .run(|s| {
             s.create::<Note>(4)?;
-            Ok(())
+            Ok::<_, thor::ClientError>(())
         })
         .unwrap_err();
     assert!(err.to_string().contains("read-only"), "{err}");

@@ -141,7 +141,7 @@ fn write_v1(dir: &Path) {
     .unwrap();
     // Create the persons in batches, then link them.
     for chunk in (0..PERSONS).collect::<Vec<_>>().chunks(500) {
-        s.run(|s| {
+        s.run::<_, thor::ClientError>(|s| {
             let all = s.get(s.root::<Refs<v1::Person>>(0)?)?;
             let doc = s.root::<Any>(1)?;
             for &i in chunk {
@@ -158,7 +158,7 @@ fn write_v1(dir: &Path) {
         })
         .unwrap();
     }
-    s.run(|s| {
+    s.run::<_, thor::ClientError>(|s| {
         let all = s.get(s.root::<Refs<v1::Person>>(0)?)?;
         for i in 0..PERSONS {
             let (_, _, best, friends, _) = person(i);
@@ -193,7 +193,7 @@ fn write_notes(s: &Session, slot: usize, n: usize) {
 
 /// Reads the whole graph with v1 and checks it against what `write_v1` wrote.
 fn check_v1(s: &Session) {
-    s.run(|s| {
+    s.run::<_, thor::ClientError>(|s| {
         let all = s.get(s.root::<Refs<v1::Person>>(0)?)?;
         assert_eq!(all.var_len(), PERSONS);
         let keys: Vec<u32> = (0..PERSONS).map(|i| all.var_ref(i).key()).collect();
@@ -218,7 +218,7 @@ fn check_v1(s: &Session) {
 /// Reads the whole graph with v2: every old field and reference as written, the appended
 /// fields zero.
 fn check_v2(s: &Session) {
-    s.run(|s| {
+    s.run::<_, thor::ClientError>(|s| {
         let all = s.get(s.root::<Refs<v2::Person>>(0)?)?;
         assert_eq!(all.var_len(), PERSONS);
         let keys: Vec<u32> = (0..PERSONS).map(|i| all.var_ref(i).key()).collect();
@@ -248,7 +248,7 @@ fn check_v2(s: &Session) {
 }
 
 fn check_notes_and_doc(s: &Session) {
-    s.run(|s| {
+    s.run::<_, thor::ClientError>(|s| {
         let notes = s.get(s.root::<Refs<Note>>(2)?)?;
         assert_eq!(notes.var_len(), NOTES);
         for i in 0..NOTES {
@@ -321,7 +321,7 @@ fn appended_fields_can_be_written_and_committed() {
     let (_tmp, src, dst) = v1_database();
     upgrade_v2(&src, &dst);
     let s = thor::open(&dst).unwrap();
-    s.run(|s| {
+    s.run::<_, thor::ClientError>(|s| {
         let all = s.get(s.root::<Refs<v2::Person>>(0)?)?;
         for i in 0..PERSONS {
             let p = s.get(all.var_ref(i))?;
@@ -341,7 +341,7 @@ fn appended_fields_can_be_written_and_committed() {
     s.close().unwrap();
 
     let s = thor::open(&dst).unwrap();
-    s.run(|s| {
+    s.run::<_, thor::ClientError>(|s| {
         let all = s.get(s.root::<Refs<v2::Person>>(0)?)?;
         for i in 0..PERSONS {
             let p = s.get(all.var_ref(i))?;
