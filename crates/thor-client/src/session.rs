@@ -148,8 +148,17 @@ pub struct SessionConfig {
     /// round trips on a local network: a conflict with one other transaction usually clears in
     /// that time.
     pub run_backoff_min: Duration,
-    /// The longest wait between two attempts of [`Session::run`]. The default, 50 ms, caps the
-    /// ten default attempts at about 100 ms of waiting in all.
+    /// The longest wait between two attempts of [`Session::run`]. The default, 1 ms, is short
+    /// because the server takes turns for the client (fair retries, thor-server-core's
+    /// `core::fair`): a client that keeps losing on an object lines up for it, and its rivals'
+    /// commits of it are held back at the server (at most 20 ms each) while it is its turn,
+    /// so waiting longer here only hands the object to whoever is not waiting. With the
+    /// earlier 50 ms, the client whose turn came was still backing off while one rival
+    /// committed back to back: eight clients on one counter over loopback TCP got 6 to 6,816
+    /// commits each in 5 s, and 16 clients on 4 counters 1 to 9,825; with 1 ms, 630 to 652
+    /// and 399 to 698 (`thor bench clients --workload hot --clients 8`; issue 32). Against a
+    /// server without fair retries (older than wire version 6, or with them turned off) a
+    /// longer wait may serve better.
     pub run_backoff_max: Duration,
     /// How stale an idle client's copies may get: a transaction whose first access comes longer
     /// than this after the last reply from the server first makes a round trip that brings the
@@ -238,7 +247,7 @@ impl Default for SessionConfig {
             background_replacement: true,
             run_attempts_max: 10,
             run_backoff_min: Duration::from_micros(100),
-            run_backoff_max: Duration::from_millis(50),
+            run_backoff_max: Duration::from_millis(1),
             refresh_after: Some(Duration::from_secs(1)),
             demote_pages: thor_cache::limits::DEMOTE_PAGES_DEFAULT,
             recovery: RecoveryConfig::default(),
