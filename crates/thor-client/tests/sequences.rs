@@ -2,12 +2,13 @@
 //! back from the server in fresh sessions, through crashes of the store, and from the legacy
 //! one-object layout. One behaviour per test, and a model test against a `Vec`.
 
+mod common;
+
 use std::sync::Arc;
 
 use proptest::prelude::*;
 use thor_client::values::SeqHeader;
-use thor_client::{Any, ClientError, PolicyConfig, Ref, Refs, Seq, Session, SessionConfig};
-use thor_net::{ClientConfig, LocalTransport};
+use thor_client::{Any, ClientError, Ref, Refs, Seq, Session};
 use thor_server::{Engine, EngineOptions};
 use thor_storage::MemDisk;
 
@@ -27,13 +28,7 @@ fn engine_on(disk: &MemDisk, page_size: usize) -> Arc<Engine> {
 }
 
 fn session(h: &Arc<Engine>) -> Session {
-    let t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
-    let cfg = SessionConfig {
-        cache_bytes: 16 << 20,
-        policy: PolicyConfig::HAC,
-        ..SessionConfig::default()
-    };
-    Session::new(Box::new(t), cfg).unwrap()
+    common::session_with(h, 16 << 20)
 }
 
 /// A sequence with more than 100,000 elements, three levels deep in 1 KiB pages (chunks of

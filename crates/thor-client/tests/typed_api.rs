@@ -1,14 +1,14 @@
 //! The typed API's contract at its edges: `run` with the application's own error type, `Ref`
 //! equality across the commit that gives a created object its oref, and `create_fixed`.
 
+mod common;
+
 use std::cell::Cell;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use thor_client::{ClientError, PolicyConfig, Ref, Session, SessionConfig};
-use thor_net::{ClientConfig, LocalTransport};
-use thor_server::{Engine, EngineOptions};
-use thor_storage::MemDisk;
+use thor_client::{ClientError, Ref, Session};
+use thor_server::Engine;
 
 thor_client::class! {
     /// An account with a balance.
@@ -25,19 +25,10 @@ thor_client::class! {
     var bytes;
 }
 
-fn engine() -> Arc<Engine> {
-    let opts = EngineOptions { background_flusher: false, ..EngineOptions::default() };
-    Arc::new(Engine::create(Arc::new(MemDisk::new()), opts).unwrap())
-}
+use common::engine;
 
 fn session(h: &Arc<Engine>) -> Session {
-    let t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
-    let cfg = SessionConfig {
-        cache_bytes: 4 << 20,
-        policy: PolicyConfig::HAC,
-        ..SessionConfig::default()
-    };
-    Session::new(Box::new(t), cfg).unwrap()
+    common::session_with(h, 4 << 20)
 }
 
 /// The application's error: its own refusal, or thor's.

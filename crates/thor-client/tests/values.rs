@@ -2,13 +2,13 @@
 //! fresh session (so the values come from the store, not the writer's cache). One behaviour
 //! per test, and a model test of sequences against a `Vec`.
 
+mod common;
+
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use thor_client::{ClientError, PolicyConfig, Ref, Seq, Session, SessionConfig, Str};
-use thor_net::{ClientConfig, LocalTransport};
-use thor_server::{Engine, EngineOptions};
-use thor_storage::MemDisk;
+use thor_client::{ClientError, Ref, Seq, Session, Str};
+use thor_server::Engine;
 
 thor_client::class! {
     /// A person with every kind of richer value.
@@ -24,19 +24,10 @@ thor_client::class! {
     }
 }
 
-fn engine() -> Arc<Engine> {
-    let opts = EngineOptions { background_flusher: false, ..EngineOptions::default() };
-    Arc::new(Engine::create(Arc::new(MemDisk::new()), opts).unwrap())
-}
+use common::engine;
 
 fn session(h: &Arc<Engine>) -> Session {
-    let t = LocalTransport::connect(h.clone(), &ClientConfig::default()).unwrap();
-    let cfg = SessionConfig {
-        cache_bytes: 4 << 20,
-        policy: PolicyConfig::HAC,
-        ..SessionConfig::default()
-    };
-    Session::new(Box::new(t), cfg).unwrap()
+    common::session_with(h, 4 << 20)
 }
 
 #[test]
