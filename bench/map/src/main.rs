@@ -53,7 +53,9 @@ enum Engine {
 }
 
 #[derive(Debug, Parser)]
-#[command(about = "thor's Map<u64, u64> against LMDB: load, lookups cold and hot, scan, concurrent inserts")]
+#[command(
+    about = "thor's Map<u64, u64> against LMDB: load, lookups cold and hot, scan, concurrent inserts"
+)]
 struct Args {
     /// The engine to measure.
     engine: Engine,
