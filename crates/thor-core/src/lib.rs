@@ -53,7 +53,7 @@ pub mod mapnode;
 pub mod page;
 pub mod storage_error;
 
-pub use class::{ClassDesc, VarKind, builtin};
+pub use class::{ClassDesc, FieldKind, Scalar, VarElem, VarKind, builtin};
 pub use error::FormatError;
 pub use ids::{ClientId, Lsn, NotAnObject, Oid, Oref, PageId, RawRef, ServerId};
 pub use page::{PageMut, PageView};
