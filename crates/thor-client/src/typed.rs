@@ -56,6 +56,12 @@
 //! bytes zero, as the cache and the server require of an instance of the stored class.
 //! [`crate::Session::stored_class`] says what is stored.
 //!
+//! The stored descriptor also records each field's name and type (`ClassDesc::fields`), as
+//! `class!` declares them: a session storing a class stores them. Where the stored class has
+//! them, every field both describe must have the same name and type (a stored `weight: u64`
+//! declared `weight: i64` is a mismatch, the message saying which field); a class stored by a
+//! thor before field names were recorded is matched on its layout alone.
+//!
 //! Everything else is refused with [`crate::ClientError::SchemaMismatch`] at the first `get`
 //! or `create`: a stored fixed part shorter than the declaration's, another variable part, a
 //! reference slot the declaration does not have (even among the extra bytes) or one it has
