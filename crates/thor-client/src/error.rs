@@ -103,13 +103,17 @@ pub enum ClientError {
     /// longer fixed part whose extra words are not references, and the same reference slots and
     /// variable part: `ClassDesc::extends`). If the program appended fields, upgrade the
     /// database offline (`thor::Upgrade`).
+    /// Where both the stored descriptor and the declaration name their fields, a field of
+    /// another name or type at the same offset is a mismatch too.
     #[error(
-        "class {class} is stored with a different layout than this program declares; if fields \
-         were appended, upgrade the database into a new directory with thor::Upgrade"
+        "class {class} is stored with a different layout than this program declares ({reason}); \
+         if fields were appended, upgrade the database into a new directory with thor::Upgrade"
     )]
     SchemaMismatch {
         /// The class name.
         class: &'static str,
+        /// What differs, for a human (`ClassDesc::mismatch`).
+        reason: String,
     },
     /// A class object in the database is malformed.
     #[error("bad class: {0}")]

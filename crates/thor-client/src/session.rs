@@ -1742,9 +1742,13 @@ impl Inner {
         // extra words are not references) is read and written through the declaration; any
         // other difference is refused. Views rely on this: every field offset of `C` is within
         // the stored fixed part, which the cache checked each installed object against.
+        // Where both name their fields, names and types must agree too (`ClassDesc::mismatch`);
+        // a class stored before descriptors named fields is matched on its layout alone.
         let (word, fixed) = match schema.get(C::NAME) {
-            Some((w, stored)) if stored.extends(&desc) => (*w, stored.fixed_bytes()),
-            Some(_) => return Err(ClientError::SchemaMismatch { class: C::NAME }),
+            Some((w, stored)) => match stored.mismatch(&desc) {
+                None => (*w, stored.fixed_bytes()),
+                Some(reason) => return Err(ClientError::SchemaMismatch { class: C::NAME, reason }),
+            },
             None => (self.create_class(&desc)?, desc.fixed_bytes()),
         };
         if self.class_words.len() <= slot {

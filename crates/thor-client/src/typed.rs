@@ -56,6 +56,12 @@
 //! bytes zero, as the cache and the server require of an instance of the stored class.
 //! [`crate::Session::stored_class`] says what is stored.
 //!
+//! The stored descriptor also records each field's name and type (`ClassDesc::fields`), as
+//! `class!` declares them: a session storing a class stores them. Where the stored class has
+//! them, every field both describe must have the same name and type (a stored `weight: u64`
+//! declared `weight: i64` is a mismatch, the message saying which field); a class stored by a
+//! thor before field names were recorded is matched on its layout alone.
+//!
 //! Everything else is refused with [`crate::ClientError::SchemaMismatch`] at the first `get`
 //! or `create`: a stored fixed part shorter than the declaration's, another variable part, a
 //! reference slot the declaration does not have (even among the extra bytes) or one it has
@@ -69,7 +75,9 @@
 
 use std::marker::PhantomData;
 
-use thor_core::{ClassDesc, VarKind};
+use std::any::TypeId;
+
+use thor_core::{ClassDesc, FieldKind, Scalar, VarElem, VarKind};
 
 /// A reference to a stored object of class `T`: an indirection-table entry and the oref it was
 /// made for (checked on use, so a handle never reaches the wrong object). Copy, 8 bytes; the
@@ -281,57 +289,78 @@ pub trait FieldType: Sized + 'static {
     const SIZE: usize;
     /// Whether the field is a reference.
     const IS_REF: bool;
+    /// The type the stored class descriptor records for the field (its schema section).
+    /// A function, not a constant: telling a string reference from another needs the
+    /// referent's `TypeId`.
+    fn kind() -> FieldKind;
 }
 
 macro_rules! scalar_field {
-    ($t:ty, $n:expr) => {
+    ($t:ty, $s:ident) => {
         impl FieldType for $t {
-            const SIZE: usize = $n;
+            const SIZE: usize = Scalar::$s.size();
             const IS_REF: bool = false;
+            fn kind() -> FieldKind {
+                FieldKind::Scalar(Scalar::$s)
+            }
+        }
+        impl OptionalValue for $t {
+            const SCALAR: Scalar = Scalar::$s;
         }
     };
 }
-scalar_field!(u32, 4);
-scalar_field!(i32, 4);
-scalar_field!(f32, 4);
-scalar_field!(u64, 8);
-scalar_field!(i64, 8);
-scalar_field!(f64, 8);
+scalar_field!(u32, U32);
+scalar_field!(i32, I32);
+scalar_field!(f32, F32);
+scalar_field!(u64, U64);
+scalar_field!(i64, I64);
+scalar_field!(f64, F64);
+scalar_field!(bool, Bool);
 
 impl<const N: usize> FieldType for [u8; N] {
     const SIZE: usize = (N + 3) & !3;
     const IS_REF: bool = false;
+    fn kind() -> FieldKind {
+        // A fixed part is at most `CLASS_FIXED_MAX_BYTES` (988) bytes: a longer array makes
+        // an invalid class, refused when its descriptor is built, whatever this says.
+        FieldKind::Bytes(u16::try_from(N).unwrap_or(u16::MAX))
+    }
+}
+
+/// Whether `T` is the string class: a `Ref<Str>` field is recorded as a string.
+fn is_str<T: ?Sized + 'static>() -> bool {
+    TypeId::of::<T>() == TypeId::of::<crate::Str>()
 }
 
 impl<T: ?Sized + 'static> FieldType for Ref<T> {
     const SIZE: usize = 4;
     const IS_REF: bool = true;
-}
-
-impl FieldType for bool {
-    const SIZE: usize = 4;
-    const IS_REF: bool = false;
+    fn kind() -> FieldKind {
+        if is_str::<T>() { FieldKind::Str } else { FieldKind::Ref }
+    }
 }
 
 /// The value types an `Option` field can hold besides references: stored as a tag word and
 /// the value.
-pub trait OptionalValue: FieldType {}
-impl OptionalValue for u32 {}
-impl OptionalValue for i32 {}
-impl OptionalValue for f32 {}
-impl OptionalValue for u64 {}
-impl OptionalValue for i64 {}
-impl OptionalValue for f64 {}
-impl OptionalValue for bool {}
+pub trait OptionalValue: FieldType {
+    /// The value's type in the schema section.
+    const SCALAR: Scalar;
+}
 
 impl<T: OptionalValue> FieldType for Option<T> {
     const SIZE: usize = 4 + T::SIZE;
     const IS_REF: bool = false;
+    fn kind() -> FieldKind {
+        FieldKind::Optional(T::SCALAR)
+    }
 }
 
 impl<T: ?Sized + 'static> FieldType for Option<Ref<T>> {
     const SIZE: usize = 4;
     const IS_REF: bool = true;
+    fn kind() -> FieldKind {
+        if is_str::<T>() { FieldKind::OptionalStr } else { FieldKind::OptionalRef }
+    }
 }
 
 /// Marks which class and type a [`Field`] belongs to, without owning either.
@@ -371,6 +400,10 @@ impl<C: ?Sized, F> Field<C, F> {
 pub trait VarSpec: 'static {
     /// The stored kind.
     const KIND: VarKind;
+    /// The element type the schema section records.
+    fn elem() -> VarElem {
+        VarElem::of(Self::KIND)
+    }
 }
 
 /// No variable part.
@@ -402,6 +435,9 @@ impl VarSpec for VarBytes {
 pub struct VarRefs<T: ?Sized>(PhantomData<fn() -> T>);
 impl<T: ?Sized + 'static> VarSpec for VarRefs<T> {
     const KIND: VarKind = VarKind::Refs;
+    fn elem() -> VarElem {
+        if is_str::<T>() { VarElem::Str } else { VarElem::Ref }
+    }
 }
 
 /// A persistent class declared in Rust (normally with [`crate::class!`]).
@@ -444,9 +480,19 @@ pub fn first_class_slot(slot: &std::sync::atomic::AtomicUsize) -> usize {
     }
 }
 
-/// Builds a class descriptor from field sizes and reference flags (used by [`crate::class!`]).
+/// Builds a class descriptor, its fields named and typed, from the field list (used by
+/// [`crate::class!`]): `names`, `sizes`, `refs` and `kinds` are the fields in order, `var` and
+/// `elem` the variable part.
 #[doc(hidden)]
-pub fn desc_from_fields(name: &str, sizes: &[usize], refs: &[bool], var: VarKind) -> ClassDesc {
+pub fn desc_from_fields(
+    name: &str,
+    names: &[&str],
+    sizes: &[usize],
+    refs: &[bool],
+    kinds: &[FieldKind],
+    var: VarKind,
+    elem: VarElem,
+) -> ClassDesc {
     let mut slot = 0u16;
     let mut ref_slots = Vec::new();
     for (size, is_ref) in sizes.iter().zip(refs) {
@@ -455,7 +501,9 @@ pub fn desc_from_fields(name: &str, sizes: &[usize], refs: &[bool], var: VarKind
         }
         slot += (*size / 4) as u16;
     }
+    let fields: Vec<(&str, FieldKind)> = names.iter().copied().zip(kinds.iter().copied()).collect();
     ClassDesc::new(name, slot as usize * 4, &ref_slots, var)
+        .and_then(|d| d.with_fields(&fields, elem))
         .unwrap_or_else(|e| panic!("class {name} is not a valid thor class: {e}"))
 }
 
@@ -536,9 +584,12 @@ macro_rules! class {
             fn desc() -> $crate::thor_core::ClassDesc {
                 $crate::typed::desc_from_fields(
                     $cname,
+                    Self::__NAMES,
                     Self::__SIZES,
                     Self::__REFS,
+                    &[$(<$fty as $crate::typed::FieldType>::kind()),*],
                     <Self::Var as $crate::typed::VarSpec>::KIND,
+                    <Self::Var as $crate::typed::VarSpec>::elem(),
                 )
             }
             // Inline: every typed access asks for its class's slot, and a call into the

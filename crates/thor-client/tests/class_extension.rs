@@ -281,7 +281,7 @@ fn refuses<S: thor_client::Class, D: thor_client::Class>(h: &Arc<Engine>, slot: 
     let creating = s.create_dyn::<D>(0).map(drop).unwrap_err();
     for err in [reading, creating] {
         assert!(
-            matches!(err, ClientError::SchemaMismatch { class } if class == D::NAME),
+            matches!(err, ClientError::SchemaMismatch { class, .. } if class == D::NAME),
             "{}: {err:?}",
             D::NAME
         );

@@ -31,6 +31,24 @@
 //!  u16    u16     u8   u8    u16     u16 each, increasing
 //! ```
 //!
+//! With `fmt` = 2 a *schema section* follows the name: the name and type of each fixed field
+//! and the element type of the variable part, so that tools and other languages' bindings can
+//! show a field without the program's declaration ([`ClassDesc::fields`]):
+//!
+//! ```text
+//! +---------+-------------------------------------------------+-------+
+//! | nfields | per field: type (1 or 3 bytes), nlen (u8), name | velem |
+//! +---------+-------------------------------------------------+-------+
+//!  u16                                                          u8
+//! ```
+//!
+//! The fields lie one after the other from the start of the fixed part (their offsets follow
+//! from their sizes, [`FieldKind::size`]); they may describe only a prefix of it (an
+//! extension's extra words are undescribed), but every reference slot lies in a field of a
+//! reference type and every such field is a reference slot. A descriptor written before the
+//! section existed (`fmt` = 1, as every thor before it wrote and as the built-in classes still
+//! are) decodes with its fields unknown.
+//!
 //! # A stored class that extends a declared one
 //!
 //! A program declares its classes (thor-client's `class!`) and the database stores a
@@ -49,6 +67,10 @@
 //!                                         never a reference) |
 //! ```
 //!
+//! - where both descriptors name their fields, the same name and type for every field the two
+//!   both describe ([`ClassDesc::mismatch`] says which differs). A descriptor without field
+//!   names (an older database) is matched on its layout alone, as before.
+//!
 //! A program can then read and write instances through its declaration: every declared field
 //! is at the same offset, every reference the object holds is one the program declared, and
 //! the extra bytes are inert data it never reads (the variable part, if any, starts `E` bytes
@@ -62,11 +84,253 @@ use std::sync::LazyLock;
 use crate::error::FormatError;
 use crate::ids::{Oid, Oref, PageId, RawRef};
 use crate::le::{put_u16, put_u32, u16_at, u32_at};
-use crate::limits::{CLASS_FIXED_MAX_BYTES, CLASS_NAME_MAX_BYTES, OBJECT_HEADER_BYTES};
+use crate::limits::{
+    CLASS_DESC_MAX_BYTES, CLASS_FIELD_NAME_MAX_BYTES, CLASS_FIXED_MAX_BYTES, CLASS_NAME_MAX_BYTES,
+    OBJECT_HEADER_BYTES,
+};
 use crate::page::PageMut;
 
-/// The class-descriptor format version.
-pub const CLASS_FORMAT: u16 = 1;
+/// The class-descriptor format version written for a descriptor that names its fields (it has
+/// the schema section).
+pub const CLASS_FORMAT: u16 = 2;
+/// The class-descriptor format version of a descriptor without field names: what every thor
+/// wrote before the schema section, and what is still written for such descriptors (the
+/// built-in classes), byte for byte.
+pub const CLASS_FORMAT_NO_FIELDS: u16 = 1;
+
+/// A number type of a fixed field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scalar {
+    /// `u32`: 4 bytes.
+    U32,
+    /// `i32`: 4 bytes.
+    I32,
+    /// `f32`: 4 bytes.
+    F32,
+    /// `u64`: 8 bytes.
+    U64,
+    /// `i64`: 8 bytes.
+    I64,
+    /// `f64`: 8 bytes.
+    F64,
+    /// `bool`: 4 bytes, 0 false.
+    Bool,
+}
+
+impl Scalar {
+    const ALL: [Scalar; 7] = [
+        Scalar::U32,
+        Scalar::I32,
+        Scalar::F32,
+        Scalar::U64,
+        Scalar::I64,
+        Scalar::F64,
+        Scalar::Bool,
+    ];
+
+    /// Bytes the value occupies.
+    pub const fn size(self) -> usize {
+        match self {
+            Scalar::U64 | Scalar::I64 | Scalar::F64 => 8,
+            _ => 4,
+        }
+    }
+
+    fn code(self) -> u8 {
+        self as u8 + 1
+    }
+
+    fn from_code(c: u8) -> Option<Scalar> {
+        Scalar::ALL.get((c as usize).checked_sub(1)?).copied()
+    }
+
+    fn rust_name(self) -> &'static str {
+        match self {
+            Scalar::U32 => "u32",
+            Scalar::I32 => "i32",
+            Scalar::F32 => "f32",
+            Scalar::U64 => "u64",
+            Scalar::I64 => "i64",
+            Scalar::F64 => "f64",
+            Scalar::Bool => "bool",
+        }
+    }
+}
+
+/// The type of a fixed field, as the schema section records it (thor-client's field types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FieldKind {
+    /// A number or `bool`.
+    Scalar(Scalar),
+    /// An optional number or `bool`: a tag word (0: none), then the value.
+    Optional(Scalar),
+    /// `[u8; N]`: N bytes, zero-padded to a multiple of 4.
+    Bytes(u16),
+    /// A reference to an object (null allowed only where the program allows it).
+    Ref,
+    /// An optional reference: null is none.
+    OptionalRef,
+    /// A string: a reference to an immutable `thor.Str` object.
+    Str,
+    /// An optional string: null is none.
+    OptionalStr,
+}
+
+/// Type codes of the schema section (options of a scalar are `OPTIONAL | scalar code`).
+mod code {
+    pub(super) const BYTES: u8 = 8;
+    pub(super) const REF: u8 = 9;
+    pub(super) const OPTIONAL_REF: u8 = 10;
+    pub(super) const STR: u8 = 11;
+    pub(super) const OPTIONAL_STR: u8 = 12;
+    pub(super) const OPTIONAL: u8 = 0x80;
+}
+
+impl FieldKind {
+    /// Bytes the field occupies in the fixed part (a multiple of 4).
+    pub const fn size(self) -> usize {
+        match self {
+            FieldKind::Scalar(s) => s.size(),
+            FieldKind::Optional(s) => 4 + s.size(),
+            FieldKind::Bytes(n) => pad4(n as usize),
+            FieldKind::Ref | FieldKind::OptionalRef | FieldKind::Str | FieldKind::OptionalStr => 4,
+        }
+    }
+
+    /// Whether the field is a reference word (a reference slot of the class).
+    pub const fn is_ref(self) -> bool {
+        matches!(
+            self,
+            FieldKind::Ref | FieldKind::OptionalRef | FieldKind::Str | FieldKind::OptionalStr
+        )
+    }
+
+    fn encode(self, b: &mut Vec<u8>) {
+        match self {
+            FieldKind::Scalar(s) => b.push(s.code()),
+            FieldKind::Optional(s) => b.push(code::OPTIONAL | s.code()),
+            FieldKind::Bytes(n) => {
+                b.push(code::BYTES);
+                b.extend_from_slice(&n.to_le_bytes());
+            }
+            FieldKind::Ref => b.push(code::REF),
+            FieldKind::OptionalRef => b.push(code::OPTIONAL_REF),
+            FieldKind::Str => b.push(code::STR),
+            FieldKind::OptionalStr => b.push(code::OPTIONAL_STR),
+        }
+    }
+
+    /// Decodes a type at the start of `r`, advancing it.
+    fn decode(r: &mut Reader<'_>) -> Result<FieldKind, FormatError> {
+        let c = r.u8()?;
+        Ok(match c {
+            code::BYTES => FieldKind::Bytes(r.u16()?),
+            code::REF => FieldKind::Ref,
+            code::OPTIONAL_REF => FieldKind::OptionalRef,
+            code::STR => FieldKind::Str,
+            code::OPTIONAL_STR => FieldKind::OptionalStr,
+            c if c & code::OPTIONAL != 0 => FieldKind::Optional(
+                Scalar::from_code(c & !code::OPTIONAL)
+                    .ok_or(FormatError::BadClass("unknown field type"))?,
+            ),
+            c => FieldKind::Scalar(
+                Scalar::from_code(c).ok_or(FormatError::BadClass("unknown field type"))?,
+            ),
+        })
+    }
+}
+
+/// Rust spelling, as in a `class!` declaration (`ref` and `str` for references and strings).
+impl std::fmt::Display for FieldKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FieldKind::Scalar(s) => f.write_str(s.rust_name()),
+            FieldKind::Optional(s) => write!(f, "Option<{}>", s.rust_name()),
+            FieldKind::Bytes(n) => write!(f, "[u8; {n}]"),
+            FieldKind::Ref => f.write_str("ref"),
+            FieldKind::OptionalRef => f.write_str("Option<ref>"),
+            FieldKind::Str => f.write_str("str"),
+            FieldKind::OptionalStr => f.write_str("Option<str>"),
+        }
+    }
+}
+
+/// The element type of a variable part, as the schema section records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VarElem {
+    /// No variable part.
+    None,
+    /// Bytes.
+    Byte,
+    /// References to objects.
+    Ref,
+    /// Strings: references to `thor.Str` objects.
+    Str,
+}
+
+impl VarElem {
+    const ALL: [VarElem; 4] = [VarElem::None, VarElem::Byte, VarElem::Ref, VarElem::Str];
+
+    /// Whether a variable part of kind `var` can hold these elements.
+    pub fn fits(self, var: VarKind) -> bool {
+        matches!(
+            (self, var),
+            (VarElem::None, VarKind::None)
+                | (VarElem::Byte, VarKind::Bytes)
+                | (VarElem::Ref | VarElem::Str, VarKind::Refs)
+        )
+    }
+
+    /// The element type a variable part of kind `var` has when nothing more is known.
+    pub fn of(var: VarKind) -> VarElem {
+        match var {
+            VarKind::None => VarElem::None,
+            VarKind::Bytes => VarElem::Byte,
+            VarKind::Refs => VarElem::Ref,
+        }
+    }
+}
+
+/// A fixed field as the schema section records it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct FieldDef {
+    name: String,
+    kind: FieldKind,
+}
+
+/// The schema section: what the fields are called and hold.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Schema {
+    /// The fixed fields in order, from the start of the fixed part.
+    fields: Vec<FieldDef>,
+    /// The variable part's element type.
+    var_elem: VarElem,
+}
+
+/// A bounds-checked reader of untrusted descriptor bytes.
+struct Reader<'b> {
+    b: &'b [u8],
+    at: usize,
+}
+
+impl<'b> Reader<'b> {
+    fn take(&mut self, n: usize) -> Result<&'b [u8], FormatError> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
+        let end = end.ok_or(FormatError::BadClass("schema section shorter than it says"))?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    fn u8(&mut self) -> Result<u8, FormatError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, FormatError> {
+        let s = self.take(2)?;
+        Ok(u16::from_le_bytes([s[0], s[1]]))
+    }
+}
 
 /// What follows the fixed part of an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -109,9 +373,12 @@ pub struct ClassDesc {
     ref_slots: Vec<u16>,
     /// What follows the fixed part.
     var: VarKind,
+    /// The fields' names and types, if the descriptor records them (`None`: written before
+    /// the schema section, or made without names).
+    schema: Option<Schema>,
 }
 
-fn pad4(n: usize) -> usize {
+const fn pad4(n: usize) -> usize {
     (n + 3) & !3
 }
 
@@ -142,7 +409,80 @@ impl ClassDesc {
             fixed_bytes: fixed_bytes as u16,
             ref_slots: ref_slots.to_vec(),
             var,
+            schema: None,
         })
+    }
+
+    /// This class with its fields named and typed: `fields` in order from the start of the
+    /// fixed part, and the variable part's element type. The fields may cover a prefix of the
+    /// fixed part only, but must hold exactly the class's reference slots (every reference
+    /// field is a reference slot and every slot a reference field); names are 1 to
+    /// [`CLASS_FIELD_NAME_MAX_BYTES`] bytes and distinct; the encoded descriptor must stay
+    /// within [`CLASS_DESC_MAX_BYTES`].
+    pub fn with_fields(
+        mut self,
+        fields: &[(&str, FieldKind)],
+        var_elem: VarElem,
+    ) -> Result<ClassDesc, FormatError> {
+        if !var_elem.fits(self.var) {
+            return Err(FormatError::BadClass("variable element type does not fit its kind"));
+        }
+        let mut off = 0usize;
+        let mut refs = Vec::new();
+        for (i, (name, kind)) in fields.iter().enumerate() {
+            if name.is_empty() || name.len() > CLASS_FIELD_NAME_MAX_BYTES {
+                return Err(FormatError::BadClass("field name empty or too long"));
+            }
+            if fields[..i].iter().any(|(n, _)| n == name) {
+                return Err(FormatError::BadClass("two fields of one name"));
+            }
+            if kind.is_ref() {
+                refs.push((off / 4) as u16);
+            }
+            off += kind.size();
+            if off > self.fixed_bytes() {
+                return Err(FormatError::BadClass("fields longer than the fixed part"));
+            }
+        }
+        if refs != self.ref_slots {
+            return Err(FormatError::BadClass("reference fields are not the reference slots"));
+        }
+        let fields = fields
+            .iter()
+            .map(|(name, kind)| FieldDef { name: (*name).to_owned(), kind: *kind })
+            .collect();
+        self.schema = Some(Schema { fields, var_elem });
+        if self.encoded_len() > CLASS_DESC_MAX_BYTES {
+            return Err(FormatError::BadClass("descriptor with its field names too long"));
+        }
+        Ok(self)
+    }
+
+    /// This class without field names: what a thor before the schema section stored.
+    pub fn without_fields(&self) -> ClassDesc {
+        ClassDesc { schema: None, ..self.clone() }
+    }
+
+    /// Whether the descriptor names and types its fields.
+    pub fn has_fields(&self) -> bool {
+        self.schema.is_some()
+    }
+
+    /// The fixed fields: `(name, type, byte offset within the object)`, in order. Empty for a
+    /// descriptor without field names ([`ClassDesc::has_fields`]). The fields may describe
+    /// only a prefix of the fixed part (an extension's extra words).
+    pub fn fields(&self) -> impl Iterator<Item = (&str, FieldKind, usize)> + '_ {
+        let fields = self.schema.as_ref().map_or(&[][..], |s| &s.fields[..]);
+        fields.iter().scan(OBJECT_HEADER_BYTES, |off, f| {
+            let at = *off;
+            *off += f.kind.size();
+            Some((f.name.as_str(), f.kind, at))
+        })
+    }
+
+    /// The variable part's element type, if the descriptor records it.
+    pub fn var_elem(&self) -> Option<VarElem> {
+        self.schema.as_ref().map(|s| s.var_elem)
     }
 
     /// The class name.
@@ -170,19 +510,72 @@ impl ClassDesc {
     /// long, whose bytes past `declared`'s are not references (see the module documentation).
     /// Equal descriptors extend each other.
     pub fn extends(&self, declared: &ClassDesc) -> bool {
+        self.mismatch(declared).is_none()
+    }
+
+    /// Why instances of this (stored) class cannot be read through `declared`'s layout, in
+    /// words for an error message; `None` when this class [`ClassDesc::extends`] `declared`.
+    pub fn mismatch(&self, declared: &ClassDesc) -> Option<String> {
         // The reference slots being equal and lying below `declared`'s fixed part (which
         // `ClassDesc::new` guarantees for `declared`) is what keeps the extra words inert.
-        self.name == declared.name
-            && self.var == declared.var
-            && self.ref_slots == declared.ref_slots
-            && self.fixed_bytes >= declared.fixed_bytes
+        if self.name != declared.name {
+            return Some(format!("stored as {:?}, declared as {:?}", self.name, declared.name));
+        }
+        if self.var != declared.var {
+            return Some(format!(
+                "stored variable part {:?}, declared {:?}",
+                self.var, declared.var
+            ));
+        }
+        if self.ref_slots != declared.ref_slots {
+            return Some(format!(
+                "stored reference slots {:?}, declared {:?}",
+                self.ref_slots, declared.ref_slots
+            ));
+        }
+        if self.fixed_bytes < declared.fixed_bytes {
+            return Some(format!(
+                "stored fixed part of {} bytes, declared {} bytes",
+                self.fixed_bytes, declared.fixed_bytes
+            ));
+        }
+        // Names and types where both descriptors have them. Both lists start at the fixed
+        // part, so fields of one index are at one offset as long as the earlier ones agree.
+        if let (Some(s), Some(d)) = (&self.schema, &declared.schema) {
+            for ((sn, sk, at), (dn, dk, _)) in self.fields().zip(declared.fields()) {
+                if sk != dk {
+                    return Some(format!(
+                        "the field at byte {at} is stored as {sn}: {sk}, declared {dn}: {dk}"
+                    ));
+                }
+                if sn != dn {
+                    return Some(format!(
+                        "the field at byte {at} is stored as {sn}, declared {dn} (both {sk})"
+                    ));
+                }
+            }
+            if s.var_elem != d.var_elem {
+                return Some(format!(
+                    "stored variable elements {:?}, declared {:?}",
+                    s.var_elem, d.var_elem
+                ));
+            }
+        }
+        None
     }
 
     /// This class with `extra_bytes` (a multiple of 4) of non-reference bytes appended to its
     /// fixed part: a class that [`ClassDesc::extends`] this one. Fails if the fixed part would
     /// pass [`CLASS_FIXED_MAX_BYTES`] or `extra_bytes` is not a multiple of 4.
+    /// The field names, if any, are kept: they describe a prefix of the longer fixed part.
     pub fn extended_by(&self, extra_bytes: usize) -> Result<ClassDesc, FormatError> {
-        ClassDesc::new(&self.name, self.fixed_bytes() + extra_bytes, &self.ref_slots, self.var)
+        let wider = ClassDesc::new(
+            &self.name,
+            self.fixed_bytes() + extra_bytes,
+            &self.ref_slots,
+            self.var,
+        )?;
+        Ok(ClassDesc { schema: self.schema.clone(), ..wider })
     }
 
     /// Byte offset, within an object, of the variable part's count word.
@@ -270,10 +663,25 @@ impl ClassDesc {
         &obj[self.var_offset()..self.var_offset() + count]
     }
 
-    /// Encodes the descriptor as the payload of a class object.
+    /// Bytes of the encoded descriptor.
+    fn encoded_len(&self) -> usize {
+        let base = 8 + 2 * self.ref_slots.len() + self.name.len();
+        base + self.schema.as_ref().map_or(0, |s| {
+            let fields: usize = s
+                .fields
+                .iter()
+                .map(|f| if matches!(f.kind, FieldKind::Bytes(_)) { 3 } else { 1 } + 1 + f.name.len())
+                .sum();
+            2 + fields + 1
+        })
+    }
+
+    /// Encodes the descriptor as the payload of a class object: format 2 with the schema
+    /// section if the fields are named, else format 1, byte for byte what older thors wrote.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; 8 + 2 * self.ref_slots.len()];
-        put_u16(&mut b, 0, CLASS_FORMAT);
+        let fmt = if self.schema.is_some() { CLASS_FORMAT } else { CLASS_FORMAT_NO_FIELDS };
+        put_u16(&mut b, 0, fmt);
         put_u16(&mut b, 2, self.fixed_bytes);
         b[4] = self.var.code();
         b[5] = self.name.len() as u8;
@@ -282,28 +690,70 @@ impl ClassDesc {
             put_u16(&mut b, 8 + 2 * i, *s);
         }
         b.extend_from_slice(self.name.as_bytes());
+        if let Some(s) = &self.schema {
+            b.extend_from_slice(&(s.fields.len() as u16).to_le_bytes());
+            for f in &s.fields {
+                f.kind.encode(&mut b);
+                b.push(f.name.len() as u8);
+                b.extend_from_slice(f.name.as_bytes());
+            }
+            b.push(s.var_elem as u8);
+        }
+        debug_assert_eq!(b.len(), self.encoded_len());
         b
     }
 
-    /// Decodes a class-object payload, checking everything.
+    /// Decodes a class-object payload, checking everything: lengths within the payload, UTF-8
+    /// names, and (through [`ClassDesc::new`] and [`ClassDesc::with_fields`]) every rule of a
+    /// valid descriptor. Untrusted bytes: errors, never panics.
     pub fn decode(b: &[u8]) -> Result<ClassDesc, FormatError> {
         if b.len() < 8 {
             return Err(FormatError::BadClass("payload shorter than its header"));
         }
-        if u16_at(b, 0) != CLASS_FORMAT {
+        if b.len() > CLASS_DESC_MAX_BYTES {
+            return Err(FormatError::BadClass("payload longer than a descriptor can be"));
+        }
+        let fmt = u16_at(b, 0);
+        if fmt != CLASS_FORMAT && fmt != CLASS_FORMAT_NO_FIELDS {
             return Err(FormatError::BadClass("unknown class format"));
         }
         let fixed = u16_at(b, 2) as usize;
         let var = VarKind::from_code(b[4]).ok_or(FormatError::BadClass("unknown variable kind"))?;
         let name_len = b[5] as usize;
         let nrefs = u16_at(b, 6) as usize;
-        if b.len() != 8 + 2 * nrefs + name_len {
+        let head = 8 + 2 * nrefs + name_len;
+        let fits = if fmt == CLASS_FORMAT { b.len() > head } else { b.len() == head };
+        if !fits {
             return Err(FormatError::BadClass("payload length does not match its header"));
         }
         let slots: Vec<u16> = (0..nrefs).map(|i| u16_at(b, 8 + 2 * i)).collect();
-        let name = std::str::from_utf8(&b[8 + 2 * nrefs..])
+        let name = std::str::from_utf8(&b[8 + 2 * nrefs..head])
             .map_err(|_| FormatError::BadClass("name is not UTF-8"))?;
-        ClassDesc::new(name, fixed, &slots, var)
+        let desc = ClassDesc::new(name, fixed, &slots, var)?;
+        if fmt == CLASS_FORMAT_NO_FIELDS {
+            return Ok(desc);
+        }
+        let mut r = Reader { b, at: head };
+        let n = r.u16()? as usize;
+        // Every field takes at least 3 bytes: a bound before allocating.
+        if n > (b.len() - head) / 3 {
+            return Err(FormatError::BadClass("more fields than the payload holds"));
+        }
+        let mut fields = Vec::with_capacity(n);
+        for _ in 0..n {
+            let kind = FieldKind::decode(&mut r)?;
+            let len = r.u8()? as usize;
+            let fname = std::str::from_utf8(r.take(len)?)
+                .map_err(|_| FormatError::BadClass("field name is not UTF-8"))?;
+            fields.push((fname, kind));
+        }
+        let var_elem = *VarElem::ALL
+            .get(r.u8()? as usize)
+            .ok_or(FormatError::BadClass("unknown variable element type"))?;
+        if r.at != b.len() {
+            return Err(FormatError::BadClass("bytes after the schema section"));
+        }
+        desc.with_fields(&fields, var_elem)
     }
 
     /// The bytes of the class object describing this class (an instance of [`builtin::META`]).
@@ -516,7 +966,238 @@ mod tests {
         assert_eq!(stored.var_offset(), declared.var_offset() + 16);
     }
 
+    /// `id: u32, next: ref, weight: u64, tag: [u8; 6], score: Option<f32>` and references.
+    fn named() -> ClassDesc {
+        ClassDesc::new("N", 32, &[1], VarKind::Refs)
+            .unwrap()
+            .with_fields(
+                &[
+                    ("id", FieldKind::Scalar(Scalar::U32)),
+                    ("next", FieldKind::Ref),
+                    ("weight", FieldKind::Scalar(Scalar::U64)),
+                    ("tag", FieldKind::Bytes(6)),
+                    ("score", FieldKind::Optional(Scalar::F32)),
+                ],
+                VarElem::Ref,
+            )
+            .unwrap()
+    }
+
+    #[test]
+    fn fields_are_named_typed_and_placed() {
+        let c = named();
+        let f: Vec<_> = c.fields().map(|(n, k, o)| (n.to_owned(), k.to_string(), o)).collect();
+        let want = [
+            ("id", "u32", 4),
+            ("next", "ref", 8),
+            ("weight", "u64", 12),
+            ("tag", "[u8; 6]", 20),
+            ("score", "Option<f32>", 28),
+        ];
+        assert_eq!(f.len(), want.len());
+        for ((n, k, o), (wn, wk, wo)) in f.iter().zip(want) {
+            assert_eq!((n.as_str(), k.as_str(), *o), (wn, wk, wo));
+        }
+        assert_eq!(c.var_elem(), Some(VarElem::Ref));
+        let d = ClassDesc::decode(&c.encode()).unwrap();
+        assert_eq!(d, c);
+        assert_eq!(u16_at(&c.encode(), 0), CLASS_FORMAT);
+    }
+
+    #[test]
+    fn a_descriptor_without_fields_is_written_as_before() {
+        // Format 1, byte for byte: the header, the reference slots, the name.
+        let c = ClassDesc::new("A", 12, &[0, 2], VarKind::Bytes).unwrap();
+        let b = c.encode();
+        assert_eq!(b, [&[1u8, 0, 12, 0, 1, 1, 2, 0, 0, 0, 2, 0][..], b"A"].concat());
+        let d = ClassDesc::decode(&b).unwrap();
+        assert!(!d.has_fields());
+        assert_eq!(d.fields().count(), 0);
+        assert_eq!(d.var_elem(), None);
+        assert_eq!(named().without_fields().encode()[0], 1);
+    }
+
+    #[test]
+    fn fields_that_contradict_the_layout_are_refused() {
+        let base = || ClassDesc::new("A", 8, &[1], VarKind::Bytes).unwrap();
+        let u32f = FieldKind::Scalar(Scalar::U32);
+        let ok = [("a", u32f), ("b", FieldKind::Ref)];
+        assert!(base().with_fields(&ok, VarElem::Byte).is_ok());
+        // A prefix that leaves out a reference slot, a reference at a non-reference slot, a
+        // field past the fixed part, a repeated or empty name, an element type of another kind.
+        assert!(base().with_fields(&ok[..1], VarElem::Byte).is_err());
+        assert!(base().with_fields(&[("a", FieldKind::Ref), ("b", u32f)], VarElem::Byte).is_err());
+        assert!(
+            base()
+                .with_fields(&[("a", u32f), ("b", FieldKind::Str), ("c", u32f)], VarElem::Byte)
+                .is_err()
+        );
+        assert!(base().with_fields(&[("a", u32f), ("a", FieldKind::Ref)], VarElem::Byte).is_err());
+        assert!(base().with_fields(&[("", u32f), ("b", FieldKind::Ref)], VarElem::Byte).is_err());
+        assert!(base().with_fields(&ok, VarElem::Ref).is_err());
+        let long = "x".repeat(CLASS_FIELD_NAME_MAX_BYTES + 1);
+        assert!(
+            base().with_fields(&[(&long, u32f), ("b", FieldKind::Ref)], VarElem::Byte).is_err()
+        );
+        // A prefix without the reference slots is fine when there are none past it.
+        let wide = ClassDesc::new("A", 16, &[1], VarKind::Bytes).unwrap();
+        assert_eq!(wide.with_fields(&ok, VarElem::Byte).unwrap().fields().count(), 2);
+    }
+
+    #[test]
+    fn a_field_of_another_type_or_name_is_not_an_extension() {
+        let stored = named();
+        assert!(stored.extends(&stored));
+        // A declaration of the first three fields, by name, is extended by the stored class.
+        let prefix = ClassDesc::new("N", 20, &[1], VarKind::Refs)
+            .unwrap()
+            .with_fields(
+                &[
+                    ("id", FieldKind::Scalar(Scalar::U32)),
+                    ("next", FieldKind::Ref),
+                    ("weight", FieldKind::Scalar(Scalar::U64)),
+                ],
+                VarElem::Ref,
+            )
+            .unwrap();
+        assert!(stored.extends(&prefix));
+        let with = |f: &[(&str, FieldKind)], e| {
+            ClassDesc::new("N", 20, &[1], VarKind::Refs).unwrap().with_fields(f, e).unwrap()
+        };
+        let i64f = FieldKind::Scalar(Scalar::I64);
+        let other_type = with(
+            &[("id", FieldKind::Scalar(Scalar::U32)), ("next", FieldKind::Ref), ("weight", i64f)],
+            VarElem::Ref,
+        );
+        let why = stored.mismatch(&other_type).unwrap();
+        assert!(
+            why.contains("byte 12") && why.contains("weight: u64") && why.contains("i64"),
+            "{why}"
+        );
+        let other_name = with(
+            &[
+                ("id", FieldKind::Scalar(Scalar::U32)),
+                ("next", FieldKind::Ref),
+                ("mass", FieldKind::Scalar(Scalar::U64)),
+            ],
+            VarElem::Ref,
+        );
+        assert!(stored.mismatch(&other_name).unwrap().contains("mass"));
+        let other_elem = with(
+            &[
+                ("id", FieldKind::Scalar(Scalar::U32)),
+                ("next", FieldKind::Ref),
+                ("weight", FieldKind::Scalar(Scalar::U64)),
+            ],
+            VarElem::Str,
+        );
+        assert!(!stored.extends(&other_elem));
+        // Without names on either side the layout alone decides, as before.
+        assert!(stored.without_fields().extends(&other_type));
+        assert!(stored.extends(&other_type.without_fields()));
+        // An extension keeps the names of the fields it extends.
+        assert!(stored.extended_by(8).unwrap().extends(&stored));
+        assert!(!stored.extended_by(8).unwrap().extends(&other_name.extended_by(8).unwrap()));
+    }
+
+    #[test]
+    fn garbage_in_the_schema_section_is_refused() {
+        let good = named().encode();
+        let head = 8 + 2 + 1;
+        // Every truncation, and a byte appended, is an error.
+        for len in 0..good.len() {
+            assert!(ClassDesc::decode(&good[..len]).is_err(), "{len}");
+        }
+        assert!(ClassDesc::decode(&[&good[..], &[0]].concat()).is_err());
+        // A field count larger than the payload, a bad type, a name that is not UTF-8.
+        let mut b = good.clone();
+        put_u16(&mut b, head, u16::MAX);
+        assert!(ClassDesc::decode(&b).is_err());
+        let mut b = good.clone();
+        b[head + 2] = 0x7f;
+        assert!(ClassDesc::decode(&b).is_err());
+        let mut b = good.clone();
+        b[head + 2] = 0x88;
+        assert!(ClassDesc::decode(&b).is_err());
+        let mut b = good.clone();
+        b[head + 4] = 0xff; // first byte of the name "id"
+        assert!(ClassDesc::decode(&b).is_err());
+        let mut b = good.clone();
+        *b.last_mut().unwrap() = 9;
+        assert!(ClassDesc::decode(&b).is_err());
+        // Format 2 with no section at all.
+        let mut b = ClassDesc::new("A", 4, &[], VarKind::None).unwrap().encode();
+        put_u16(&mut b, 0, CLASS_FORMAT);
+        assert!(ClassDesc::decode(&b).is_err());
+    }
+
+    fn any_kind() -> impl Strategy<Value = FieldKind> {
+        let scalar = (0usize..7).prop_map(|i| Scalar::ALL[i]);
+        prop_oneof![
+            scalar.clone().prop_map(FieldKind::Scalar),
+            scalar.prop_map(FieldKind::Optional),
+            (0u16..40).prop_map(FieldKind::Bytes),
+            Just(FieldKind::Ref),
+            Just(FieldKind::OptionalRef),
+            Just(FieldKind::Str),
+            Just(FieldKind::OptionalStr),
+        ]
+    }
+
     proptest! {
+        #[test]
+        fn named_fields_roundtrip(
+            kinds in proptest::collection::vec(any_kind(), 0..24),
+            extra_words in 0usize..4,
+            var in 0u8..3,
+            str_elems in any::<bool>(),
+            names in proptest::collection::vec("[a-z_][a-z0-9_é]{0,20}", 24),
+        ) {
+            let mut off = 0;
+            let mut refs = vec![];
+            for k in &kinds {
+                if k.is_ref() {
+                    refs.push((off / 4) as u16);
+                }
+                off += k.size();
+            }
+            let var = VarKind::from_code(var).unwrap();
+            let elem = match VarElem::of(var) {
+                VarElem::Ref if str_elems => VarElem::Str,
+                e => e,
+            };
+            let names: Vec<String> =
+                names.into_iter().enumerate().map(|(i, n)| format!("{n}{i}")).collect();
+            let fields: Vec<(&str, FieldKind)> =
+                kinds.iter().zip(&names).map(|(k, n)| (n.as_str(), *k)).collect();
+            let c = ClassDesc::new("P.q", off + 4 * extra_words, &refs, var)
+                .unwrap()
+                .with_fields(&fields, elem)
+                .unwrap();
+            let d = ClassDesc::decode(&c.encode()).unwrap();
+            prop_assert_eq!(&d, &c);
+            prop_assert_eq!(ClassDesc::from_class_object(&c.to_class_object()).unwrap(), c.clone());
+            let got: Vec<(&str, FieldKind)> = d.fields().map(|(n, k, _)| (n, k)).collect();
+            prop_assert_eq!(got, fields);
+            prop_assert!(d.extends(&c) && c.extended_by(4).unwrap().extends(&c));
+        }
+
+        #[test]
+        fn decoding_a_damaged_schema_never_panics(
+            at in 0usize..200,
+            byte in any::<u8>(),
+            cut in 0usize..200,
+        ) {
+            let mut b = named().encode();
+            let at = at % b.len();
+            b[at] = byte;
+            b.truncate(b.len() - cut % b.len());
+            if let Ok(d) = ClassDesc::decode(&b) {
+                // Whatever decodes is a valid descriptor that encodes back to the same bytes.
+                prop_assert_eq!(d.encode(), b);
+            }
+        }
+
         #[test]
         fn extensions_are_exactly_the_longer_fixed_parts(
             slots in 0usize..32,

@@ -3,8 +3,8 @@
 //! - [`ids`]: orefs (22-bit page id, 9-bit object id, one spare bit), page and object ids,
 //!   server and client ids, LSNs.
 //! - [`page`]: the page layout with its offset table; checked views and in-place building.
-//! - [`class`]: class descriptors (which fields are references), the object layout, and the
-//!   built-in classes every database starts with.
+//! - [`class`]: class descriptors (which fields are references, and optionally every field's name
+//!   and type), the object layout, and the built-in classes every database starts with.
 //! - [`large`]: values larger than a page as trees of page-sized pieces.
 //! - [`checksum`]: CRC-32C, the one checksum of every format.
 //! - [`limits`]: every bound of the formats, with the reasons for it.
@@ -53,7 +53,7 @@ pub mod mapnode;
 pub mod page;
 pub mod storage_error;
 
-pub use class::{ClassDesc, VarKind, builtin};
+pub use class::{ClassDesc, FieldKind, Scalar, VarElem, VarKind, builtin};
 pub use error::FormatError;
 pub use ids::{ClientId, Lsn, NotAnObject, Oid, Oref, PageId, RawRef, ServerId};
 pub use page::{PageMut, PageView};

@@ -32,6 +32,11 @@ pub const fn max_object_bytes(page_size: usize) -> usize {
 pub const CLASS_NAME_MAX_BYTES: usize = 64;
 /// The largest fixed part of a class: the fixed part must fit in the smallest page.
 pub const CLASS_FIXED_MAX_BYTES: usize = max_object_bytes(PAGE_SIZE_MIN) - OBJECT_HEADER_BYTES - 4;
+/// The longest field name a class descriptor records, in bytes of UTF-8 (its length is a byte).
+pub const CLASS_FIELD_NAME_MAX_BYTES: usize = 64;
+/// The longest class descriptor (with its field names): the class object, a `thor.Class`
+/// instance (header, count, descriptor), must fit in the smallest page.
+pub const CLASS_DESC_MAX_BYTES: usize = max_object_bytes(PAGE_SIZE_MIN) - OBJECT_HEADER_BYTES - 4;
 
 /// Whether `page_size` is a page size a database can use.
 pub const fn is_valid_page_size(page_size: usize) -> bool {
