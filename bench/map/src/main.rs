@@ -231,13 +231,7 @@ fn run_thor(
         })?;
         let t = Instant::now();
         for chunk in keys.chunks(a.batch) {
-            s.run(|s| {
-                let m = s.map(s.root::<Map<u64, u64>>(MAP_ROOT)?)?;
-                for &k in chunk {
-                    m.insert(k, k ^ VALUE_MASK)?;
-                }
-                Ok::<_, thor::ClientError>(())
-            })?;
+            thor_insert(&s, chunk)?;
         }
         f.load_secs = t.elapsed().as_secs_f64();
     }
@@ -279,26 +273,33 @@ fn run_thor(
     f.scan_secs = t.elapsed().as_secs_f64();
     drop(s);
 
+    let t = Instant::now();
+    let per_client = thor_concurrent(a, &db)?;
+    f.conc_secs = t.elapsed().as_secs_f64();
+    for (n, c, x) in per_client {
+        f.conc_inserts += n;
+        f.conc_commits += c;
+        f.conc_conflicts += x;
+    }
+    db.close().context("closing at the end")?;
+    Ok(f)
+}
+
+/// Each of `a.clients` sessions inserts its own keys concurrently; per client: keys inserted,
+/// commits and conflicts.
+fn thor_concurrent(a: &Args, db: &Database) -> Result<Vec<(usize, u64, u64)>> {
     let sessions =
         (0..a.clients).map(|_| db.session_with(thor_config(a))).collect::<Result<Vec<_>, _>>()?;
-    let t = Instant::now();
-    let per_client = std::thread::scope(|sc| {
+    std::thread::scope(|sc| {
         let handles: Vec<_> = sessions
             .into_iter()
             .enumerate()
             .map(|(i, s)| {
                 sc.spawn(move || -> Result<(usize, u64, u64)> {
-                    let mut ks = Keys(a.seed.wrapping_add(1 + i as u64).wrapping_mul(0x1000_0001));
-                    let mine: Vec<u64> = (0..a.conc_inserts).map(|_| ks.next()).collect();
+                    let mine = client_keys(a, i);
                     let before = s.stats();
                     for chunk in mine.chunks(a.conc_batch) {
-                        s.run(|s| {
-                            let m = s.map(s.root::<Map<u64, u64>>(MAP_ROOT)?)?;
-                            for &k in chunk {
-                                m.insert(k, k ^ VALUE_MASK)?;
-                            }
-                            Ok::<_, thor::ClientError>(())
-                        })?;
+                        thor_insert(&s, chunk)?;
                     }
                     let after = s.stats();
                     Ok((
@@ -313,15 +314,24 @@ fn run_thor(
             .into_iter()
             .map(|h| h.join().expect("a client thread panicked"))
             .collect::<Result<Vec<_>>>()
-    })?;
-    f.conc_secs = t.elapsed().as_secs_f64();
-    for (n, c, x) in per_client {
-        f.conc_inserts += n;
-        f.conc_commits += c;
-        f.conc_conflicts += x;
-    }
-    db.close().context("closing at the end")?;
-    Ok(f)
+    })
+}
+
+/// Inserts `chunk` into the map in one transaction (retried on conflicts by `run`).
+fn thor_insert(s: &thor::Session, chunk: &[u64]) -> Result<(), thor::ClientError> {
+    s.run(|s| {
+        let m = s.map(s.root::<Map<u64, u64>>(MAP_ROOT)?)?;
+        for &k in chunk {
+            m.insert(k, k ^ VALUE_MASK)?;
+        }
+        Ok(())
+    })
+}
+
+/// The keys client `i` of the concurrent line inserts (its own stream).
+fn client_keys(a: &Args, i: usize) -> Vec<u64> {
+    let mut ks = Keys(a.seed.wrapping_add(1 + i as u64).wrapping_mul(0x1000_0001));
+    (0..a.conc_inserts).map(|_| ks.next()).collect()
 }
 
 type Db<'e> = heed::Database<'e, Bytes, Bytes>;
@@ -410,8 +420,7 @@ fn run_lmdb(
             .map(|i| {
                 let env = &env;
                 sc.spawn(move || -> Result<(usize, u64)> {
-                    let mut ks = Keys(a.seed.wrapping_add(1 + i as u64).wrapping_mul(0x1000_0001));
-                    let mine: Vec<u64> = (0..a.conc_inserts).map(|_| ks.next()).collect();
+                    let mine = client_keys(a, i);
                     let mut commits = 0;
                     for chunk in mine.chunks(a.conc_batch) {
                         let mut w = env.write_txn()?;
