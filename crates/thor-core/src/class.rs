@@ -1166,8 +1166,10 @@ mod tests {
                 VarElem::Ref if str_elems => VarElem::Str,
                 e => e,
             };
+            // `f{i}_` keeps the names distinct whatever `n` is (`{n}{i}` did not: "_1" + "1"
+            // and "_" + "11").
             let names: Vec<String> =
-                names.into_iter().enumerate().map(|(i, n)| format!("{n}{i}")).collect();
+                names.into_iter().enumerate().map(|(i, n)| format!("f{i}_{n}")).collect();
             let fields: Vec<(&str, FieldKind)> =
                 kinds.iter().zip(&names).map(|(k, n)| (n.as_str(), *k)).collect();
             let c = ClassDesc::new("P.q", off + 4 * extra_words, &refs, var)
