@@ -2151,21 +2151,9 @@ impl Session {
         outcome: PartOutcome<'_>,
     ) -> Result<CommitInfo, ClientError> {
         let inner = self.inner();
+        let now = inner.now_ns();
         let none = CommitInfo { lsn: Lsn(0), created: 0, modified: 0 };
-        match outcome {
-            PartOutcome::Committed(lsn, orefs) => {
-                let now = inner.now_ns();
-                inner.core.pinned(|c| c.committed(part, lsn, orefs, now))
-            }
-            PartOutcome::Aborted => {
-                inner.core.pinned(ClientCore::abort_local);
-                Ok(none)
-            }
-            PartOutcome::Unknown => {
-                inner.core.pinned(ClientCore::abort_unknown);
-                Ok(none)
-            }
-        }
+        Ok(inner.core.pinned(|c| c.end_part(part, outcome, now))?.unwrap_or(none))
     }
 
     /// A reference to the object `oref` of this session's server, seen as class `C` (checked

@@ -375,6 +375,17 @@ impl ClientCore {
     ) -> Result<Option<CommitInfo>, ClientError> {
         self.idle()?;
         let part = self.voted.take().ok_or(ClientError::Usage("no part waits for its end"))?;
+        self.end_part(part, outcome, now_ns)
+    }
+
+    /// Ends `part` with the transaction's `outcome` (see [`PartOutcome`]): what
+    /// [`ClientCore::finish_part`] and a blocking driver's end of a part share.
+    pub(crate) fn end_part(
+        &mut self,
+        part: Part,
+        outcome: PartOutcome<'_>,
+        now_ns: u64,
+    ) -> Result<Option<CommitInfo>, ClientError> {
         match outcome {
             PartOutcome::Committed(lsn, orefs) => {
                 self.committed(part, lsn, orefs, now_ns).map(Some)

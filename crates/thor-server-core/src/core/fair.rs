@@ -255,14 +255,16 @@ impl Claims {
         if !repeated {
             return false;
         }
-        if self.by_object.get(&o).is_some_and(|c| c.conn == conn) {
+        if let Some(c) = self.by_object.get(&o)
+            && c.conn == conn
+        {
             // Its own claim, live or not, is not extended; an expired one goes, and the line
             // (which it joins again) decides who is next.
-            if self.by_object[&o].until_us > now_us {
+            if c.until_us > now_us {
                 return false;
             }
             self.counters.claims_expired += 1;
-            self.end_claim(o);
+            self.by_object.remove(&o);
             self.losers.get_mut(&conn).expect("entered above").claimed.retain(|x| *x != o);
         }
         self.join_line(conn, o);
@@ -273,7 +275,7 @@ impl Claims {
                 // An expired claim of another session: it goes, unused.
                 let other = c.conn;
                 self.counters.claims_expired += 1;
-                self.end_claim(o);
+                self.by_object.remove(&o);
                 if let Some(ol) = self.losers.get_mut(&other) {
                     ol.claimed.retain(|x| *x != o);
                 }
@@ -304,11 +306,6 @@ impl Claims {
             line.push_back(conn);
             self.losers.get_mut(&conn).expect("a loser").waiting = Some(o);
         }
-    }
-
-    /// The claim on `o` goes (its holder keeps it listed until it updates its own list).
-    fn end_claim(&mut self, o: Oref) {
-        self.by_object.remove(&o);
     }
 
     /// Nobody holds a claim on `o` now: the first session waiting in its line gets it, not yet
