@@ -174,6 +174,10 @@ pub struct ClientCore {
     /// Never cleared (a view may outlive the abort that forgets the slot's class word), only
     /// set again when the slot is looked up again.
     pub(crate) class_fixed: Vec<u32>,
+    /// Class slot → the descriptor `create` makes the slot's objects from (the declaration,
+    /// or the declaration extended to the stored class's fixed part), set with
+    /// `class_fixed` so that a create clones an `Arc`, not the descriptor's field names.
+    pub(crate) class_descs: Vec<Option<Arc<ClassDesc>>>,
     /// The schema directory as read: class name → (class word, descriptor).
     pub(crate) schema: Option<FxHashMap<String, (u32, ClassDesc)>>,
     /// Class slots the current transaction pointed at classes it created, with the created
@@ -331,6 +335,7 @@ impl ClientCore {
             cache,
             class_words: Vec::new(),
             class_fixed: Vec::new(),
+            class_descs: Vec::new(),
             schema: None,
             new_class_slots: Vec::new(),
             stats: ClientStats::default(),

@@ -899,21 +899,17 @@ impl Session {
             inner.begin()?;
         }
         let class_word = inner.class_word::<C>()?;
-        let desc = if let Some(b) = C::BUILTIN {
-            builtin::desc(b).expect("builtin").clone()
-        } else {
-            let declared = C::desc();
-            let stored = inner.class_fixed[C::slot()] as usize;
-            match stored.checked_sub(declared.fixed_bytes()) {
-                Some(0) => declared,
-                Some(extra) => declared.extended_by(extra)?,
-                None => return Err(CacheError::Internal("stored class shorter than C").into()),
-            }
-        };
         if C::Var::KIND == VarKind::None && var_len != 0 {
             return Err(ClientError::Usage("class has no variable part"));
         }
-        let bytes = desc.new_object(class_word, var_len);
+        let bytes = match C::BUILTIN {
+            Some(b) => builtin::desc(b).expect("builtin").new_object(class_word, var_len),
+            None => {
+                // `class_word::<C>` registered the slot, which sets its descriptor.
+                let desc = inner.class_descs[C::slot()].as_ref().expect("registered slot");
+                desc.new_object(class_word, var_len)
+            }
+        };
         let made = inner.pinned(|inner| inner.cache.create(&bytes))?;
         let slot = inner.push_view(made.loc);
         let ptr = inner.cache.object_ptr(made.loc);
@@ -1751,12 +1747,20 @@ impl Inner {
             },
             None => (self.create_class(&desc)?, desc.fixed_bytes()),
         };
+        // What `create` makes the slot's objects from: the declaration at the stored size.
+        let made = match fixed.checked_sub(desc.fixed_bytes()) {
+            Some(0) => desc,
+            Some(extra) => desc.extended_by(extra)?,
+            None => return Err(CacheError::Internal("stored class shorter than C").into()),
+        };
         if self.class_words.len() <= slot {
             self.class_words.resize(slot + 1, 0);
             self.class_fixed.resize(slot + 1, 0);
+            self.class_descs.resize(slot + 1, None);
         }
         self.class_words[slot] = word;
         self.class_fixed[slot] = fixed as u32;
+        self.class_descs[slot] = Some(Arc::new(made));
         if RawRef::decode(word) != RawRef::Oref(Oref::from_raw(word).unwrap_or(Oref::NULL)) {
             self.new_class_slots.push((slot, word));
         }
