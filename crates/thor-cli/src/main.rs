@@ -32,6 +32,7 @@ mod backup;
 mod check;
 mod compact;
 mod demo;
+mod inspect;
 mod server;
 mod stats;
 
@@ -89,6 +90,9 @@ enum Command {
     Check(check::CheckArgs),
     /// Rewrite a closed database into a new directory without its unreachable objects.
     Compact(compact::CompactArgs),
+    /// Look inside a database, offline or through a server: roots, classes, objects, maps
+    /// and sequences (read-only).
+    Inspect(inspect::InspectArgs),
     /// Simulate client caches over a shared array cache (the DEMOTE study and more), and the
     /// whole cluster (built with the `lab` feature only).
     #[cfg(feature = "lab")]
@@ -112,6 +116,7 @@ fn main() -> std::process::ExitCode {
         Command::Check(a) => check::run(a),
         Command::Backup(a) => backup::run(a),
         Command::Compact(a) => compact::run(a),
+        Command::Inspect(a) => inspect::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
