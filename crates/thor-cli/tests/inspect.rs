@@ -156,6 +156,18 @@ fn inspect_shows_oo7_small_roots_classes_fields_and_follows_references() {
     assert_eq!(conn["class"], "oo7.Connection");
     assert_eq!(field(&conn, "from")["value"], part["oref"]);
 
+    // A byte array's text; a class whose descriptor names no fields (format 1, as the
+    // built-in classes and databases written before the schema section): its slots.
+    let man = json(&[dir, "object", "root0.0.man"]);
+    assert!(field(&man, "title")["text"].as_str().unwrap().starts_with("Manual for module"));
+    let text = json(&[dir, "object", "root0.0.man.text"]);
+    assert_eq!(text["class"], "thor.Large");
+    assert_eq!(text["named_fields"], false);
+    let slots: Vec<&str> =
+        text["fields"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert_eq!(slots, ["slot0", "slot1", "slot2", "slot3"]);
+    assert!(text["summary"].as_str().unwrap().starts_with("large object of"));
+
     // The text form names the fields too.
     let out = inspect(&[dir, "object", oref]);
     let text = String::from_utf8(out.stdout).unwrap();

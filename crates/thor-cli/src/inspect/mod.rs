@@ -295,7 +295,7 @@ fn object_text(o: &ObjectOut) -> String {
         s += &format!("  {sum}\n");
     }
     if !o.named_fields && !o.fields.is_empty() {
-        s += "  (the class does not name its fields: its fixed slots)\n";
+        s += "  (the class's descriptor names no fields: its slots by layout)\n";
     }
     for f in &o.fields {
         let value = match (&f.value, f.ty.starts_with("Option<")) {

@@ -521,7 +521,7 @@ impl<S: ObjectSource> Inspector<S> {
             "thor.Bytes" => {
                 // Short byte strings (OO7's type names) are worth their text.
                 let b = obj.desc.var_bytes(&obj.bytes);
-                match shown_text(b.strip_suffix_zeros()) {
+                match (printable(b.strip_suffix_zeros()), b.len() > BYTES_SHOWN) {
                     (Some(t), false) if t.len() <= SHORT_TEXT_BYTES => {
                         format!("{} bytes: {t:?}", b.len())
                     }
@@ -550,7 +550,23 @@ impl<S: ObjectSource> Inspector<S> {
             for (name, kind, off) in defs {
                 fields.push(self.field(&obj, name, kind, off)?);
             }
-        } else if obj.class_name() != mapnode::NAME {
+        } else if obj.class_name() == mapnode::NAME {
+            // Its layout is thor_core::mapnode's: the fixed words by name, then the slots in
+            // use (children, or reference values); the entry area's keys need the map's key
+            // type, which only its header knows (`map` lists them).
+            let n = node(&obj)?;
+            let u32_kind = FieldKind::Scalar(Scalar::U32);
+            fields.push(self.field(&obj, "count".into(), u32_kind, mapnode::COUNT_AT)?);
+            fields.push(self.field(&obj, "level".into(), u32_kind, mapnode::LEVEL_AT)?);
+            let next = FieldKind::OptionalRef;
+            fields.push(self.field(&obj, "next".into(), next, mapnode::NEXT_AT)?);
+            for i in 0..n.count.min(mapnode::FANOUT).min(VAR_ELEMS_SHOWN) {
+                let at = mapnode::SLOTS_AT + 4 * i;
+                if obj.word(at) != 0 {
+                    fields.push(self.field(&obj, format!("slot{i}"), next, at)?);
+                }
+            }
+        } else {
             for slot in 0..obj.desc.fixed_bytes() / 4 {
                 let kind = if obj.desc.ref_slots().contains(&(slot as u16)) {
                     FieldKind::OptionalRef
@@ -560,7 +576,7 @@ impl<S: ObjectSource> Inspector<S> {
                 fields.push(self.field(&obj, format!("slot{slot}"), kind, 4 + 4 * slot)?);
             }
         }
-        let var = self.var_part(&obj)?;
+        let var = if obj.class_name() == mapnode::NAME { None } else { self.var_part(&obj)? };
         let summary = self.summary(&obj)?;
         Ok(ObjectOut {
             oref: oref.to_string(),
@@ -600,7 +616,7 @@ impl<S: ObjectSource> Inspector<S> {
             FieldKind::Bytes(n) => {
                 let b = &obj.bytes[off..off + n as usize];
                 out.value = Value::String(hex(b));
-                out.text = shown_text(b.strip_suffix_zeros()).0;
+                out.text = printable(b.strip_suffix_zeros());
             }
             FieldKind::Ref | FieldKind::OptionalRef => {
                 if let Some(r) = obj.ref_at(off)? {
@@ -635,7 +651,7 @@ impl<S: ObjectSource> Inspector<S> {
                     kind: "bytes",
                     count,
                     elements: Value::String(hex(shown)),
-                    text: shown_text(shown).0,
+                    text: printable(shown),
                     truncated: b.len() > shown.len(),
                 })
             }
@@ -817,6 +833,12 @@ fn shown_text(b: &[u8]) -> (Option<String>, bool) {
     (text, b.len() > cut.len())
 }
 
+/// The text of bytes that are not meant as text (byte arrays, byte parts): shown only when
+/// it is UTF-8 without control characters other than white space, else the hex alone says it.
+fn printable(b: &[u8]) -> Option<String> {
+    shown_text(b).0.filter(|t| !t.chars().any(|c| c.is_control() && !c.is_whitespace()))
+}
+
 /// Byte arrays are zero-padded: their text without the trailing zeros.
 trait StripZeros {
     fn strip_suffix_zeros(&self) -> &[u8];
@@ -863,6 +885,8 @@ mod tests {
         assert_eq!(t.unwrap().len(), BYTES_SHOWN);
         assert_eq!(shown_text(&[0xff, 0]).0, None);
         assert_eq!(shown_text(b"type003").0.as_deref(), Some("type003"));
+        assert_eq!(printable(b"a\x01b"), None, "a control character is not text");
+        assert_eq!(printable(b"two\nlines").as_deref(), Some("two\nlines"));
     }
 
     /// The in-memory source serves a new database's first page: the root and its classes.
