@@ -25,6 +25,10 @@
 //! logging once for every command (`-v`/`-q`, `--log-format`, `RUST_LOG`) and prints an error as
 //! one line, each cause once.
 //!
+//! `inspect/` is `thor inspect`: roots, classes, objects by field name, maps and sequences of a
+//! database, read-only, offline or through a server over one object-source seam (its module
+//! documentation says how, and why offline opens replay the log in memory).
+//!
 
 use clap::{Parser, Subcommand};
 
