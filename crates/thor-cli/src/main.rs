@@ -25,6 +25,10 @@
 //! logging once for every command (`-v`/`-q`, `--log-format`, `RUST_LOG`) and prints an error as
 //! one line, each cause once.
 //!
+//! `inspect/` is `thor inspect`: roots, classes, objects by field name, maps and sequences of a
+//! database, read-only, offline or through a server over one object-source seam (its module
+//! documentation says how, and why offline opens replay the log in memory).
+//!
 
 use clap::{Parser, Subcommand};
 
@@ -32,6 +36,7 @@ mod backup;
 mod check;
 mod compact;
 mod demo;
+mod inspect;
 mod server;
 mod stats;
 
@@ -89,6 +94,9 @@ enum Command {
     Check(check::CheckArgs),
     /// Rewrite a closed database into a new directory without its unreachable objects.
     Compact(compact::CompactArgs),
+    /// Look inside a database, offline or through a server: roots, classes, objects, maps
+    /// and sequences (read-only).
+    Inspect(inspect::InspectArgs),
     /// Simulate client caches over a shared array cache (the DEMOTE study and more), and the
     /// whole cluster (built with the `lab` feature only).
     #[cfg(feature = "lab")]
@@ -112,6 +120,7 @@ fn main() -> std::process::ExitCode {
         Command::Check(a) => check::run(a),
         Command::Backup(a) => backup::run(a),
         Command::Compact(a) => compact::run(a),
+        Command::Inspect(a) => inspect::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
