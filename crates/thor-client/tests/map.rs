@@ -516,6 +516,18 @@ fn a_malformed_map_is_a_bad_value_not_a_panic_or_a_loop() {
     bad(map(&s).insert(0, 1).map(drop));
     s.abort();
 
+    // A key length past the longest key, read in place by a lookup and by an iteration.
+    let (_h, s) = build();
+    let leaf = s.get(first_leaf(&s)).unwrap();
+    let mut dir0 = [0u8; 2];
+    leaf.read_var_bytes(0, &mut dir0).unwrap();
+    leaf.write_var_bytes(u16::from_le_bytes(dir0) as usize, &[0xff, 0xff]).unwrap();
+    drop(leaf);
+    bad(map(&s).get(&0).map(drop));
+    bad(map(&s).iter().and_then(|mut i| i.next().transpose()).map(drop));
+    bad(map(&s).first().map(drop));
+    s.abort();
+
     // A count past the fanout in an internal node.
     let (_h, s) = build();
     let count = thor_client::Field::<MapNode, u32>::at(4);
