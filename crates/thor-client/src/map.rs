@@ -717,6 +717,8 @@ pub struct MapView<'s, K: MapKey, V: MapValue> {
     header: View<'s, Map<K, V>>,
     /// Entry area of a node in this database's pages.
     area: usize,
+    /// The buffer a lookup encodes its key into, kept so that a lookup allocates nothing.
+    key_buf: std::cell::Cell<Vec<u8>>,
 }
 
 impl<K: MapKey, V: MapValue> std::fmt::Debug for MapView<'_, K, V> {
@@ -753,7 +755,12 @@ impl Session {
                 std::any::type_name::<V>(),
             )));
         }
-        Ok(MapView { s: self, header, area: area_bytes(self.server().page_size) })
+        Ok(MapView {
+            s: self,
+            header,
+            area: area_bytes(self.server().page_size),
+            key_buf: std::cell::Cell::new(Vec::new()),
+        })
     }
 }
 
@@ -806,6 +813,26 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
         Ok(k)
     }
 
+    /// `f` of the encoding of `key` (checked as [`Self::encode`] checks it), made in the view's
+    /// reused buffer.
+    fn with_key<Q: KeyEncode + ?Sized, T>(
+        &self,
+        key: &Q,
+        f: impl FnOnce(&[u8]) -> Result<T, ClientError>,
+    ) -> Result<T, ClientError> {
+        let mut k = self.key_buf.take();
+        k.clear();
+        key.encode_key(&mut k);
+        let max = self.key_bytes_max();
+        let r = if k.len() > max {
+            Err(ClientError::TooLong { what: "map key", len: k.len(), max })
+        } else {
+            f(&k)
+        };
+        self.key_buf.set(k);
+        r
+    }
+
     /// The leaf `key` belongs in, and the path of internal nodes to it.
     fn descend(
         &self,
@@ -844,16 +871,17 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
         K: Borrow<Q>,
         Q: KeyEncode + ?Sized,
     {
-        let k = self.encode(key)?;
-        let leaf = self.descend(&k, None)?;
-        let n = NodeRead::new(&leaf, V::BYTES)?;
-        match n.search(&k)? {
-            Ok(i) => {
-                let (_, vat) = n.key_bytes(i)?;
-                self.value(&n, i, vat).map(Some)
+        self.with_key(key, |k| {
+            let leaf = self.descend(k, None)?;
+            let n = NodeRead::new(&leaf, V::BYTES)?;
+            match n.search(k)? {
+                Ok(i) => {
+                    let (_, vat) = n.key_bytes(i)?;
+                    self.value(&n, i, vat).map(Some)
+                }
+                Err(_) => Ok(None),
             }
-            Err(_) => Ok(None),
-        }
+        })
     }
 
     /// Whether the map holds `key`.
@@ -862,10 +890,11 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
         K: Borrow<Q>,
         Q: KeyEncode + ?Sized,
     {
-        let k = self.encode(key)?;
-        let leaf = self.descend(&k, None)?;
-        let n = NodeRead::new(&leaf, V::BYTES)?;
-        Ok(n.search(&k)?.is_ok())
+        self.with_key(key, |k| {
+            let leaf = self.descend(k, None)?;
+            let n = NodeRead::new(&leaf, V::BYTES)?;
+            Ok(n.search(k)?.is_ok())
+        })
     }
 
     /// Writes `entries` into node `v` (its count, area and slots; `next` if given), which

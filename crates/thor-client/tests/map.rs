@@ -300,6 +300,15 @@ fn a_map_checks_its_types_and_key_length() {
     assert_eq!(m.insert(vec![1; max], 1).unwrap(), None);
     assert!(matches!(m.insert(vec![1; max + 1], 1), Err(ClientError::TooLong { .. })));
     assert_eq!(m.get(vec![1; max].as_slice()).unwrap(), Some(1));
+    // Lookups share one key buffer: a refused key leaves it usable for the next.
+    assert!(matches!(m.get(vec![1; max + 1].as_slice()), Err(ClientError::TooLong { .. })));
+    assert!(matches!(
+        m.contains_key(vec![1; max + 1].as_slice()),
+        Err(ClientError::TooLong { .. })
+    ));
+    assert!(m.contains_key(vec![1; max].as_slice()).unwrap());
+    assert_eq!(m.get([1u8, 1].as_slice()).unwrap(), None);
+    assert_eq!(m.get(vec![1; max].as_slice()).unwrap(), Some(1));
 }
 
 /// Prefix iteration gives exactly the keys that start with the prefix, in order.
