@@ -22,9 +22,18 @@
 //!    `Session::run` retries a transaction refused by concurrency control with the same keys;
 //!    the abort rate is conflicts / (commits + conflicts) of those transactions.
 //!
+//! `--only` picks phases (the load always runs, unless `--reuse` finds a kept database): for
+//! example `map-bench thor --only lookups-hot,scan --repeat 5` measures the read path alone,
+//! single-threaded, five times in one process (a phase whose cache state needs the earlier
+//! ones gets an untimed pass of lookups first, so hot is hot and the scan's leaves are cached
+//! as in the full run).
+//!
 //! Each run prints one JSON object (`--json`) or a few lines of text: rates are operations per
 //! second of wall-clock time, and the load average at the start is recorded because the
-//! machine is shared.
+//! machine is shared. The hot lookups and the scan also give their rate per second of the
+//! process's CPU time (every thread: thor's engine threads count), which the other processes
+//! on a shared machine disturb far less than the wall clock (a scan of 100,000 keys takes a
+//! few milliseconds, about a scheduler's time slice).
 
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
@@ -50,6 +59,15 @@ const MAP_ROOT: usize = 0;
 enum Engine {
     Thor,
     Lmdb,
+}
+
+/// A measured phase after the load (`--only`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Phase {
+    LookupsCold,
+    LookupsHot,
+    Scan,
+    Concurrent,
 }
 
 #[derive(Debug, Parser)]
@@ -93,6 +111,24 @@ struct Args {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// The phases to measure after the load (all by default).
+    #[arg(long, value_delimiter = ',', default_value = "lookups-cold,lookups-hot,scan,concurrent")]
+    only: Vec<Phase>,
+    /// Times to run each of the hot lookups and the scan (each time is reported; the
+    /// headline figure is their median).
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// With `--dir`: if the directory already holds a database (kept by an earlier run with
+    /// `--keep` and the same `--n` and `--seed`), skip the load and use it. The lookups and
+    /// the scan still check every value and the count against the key stream.
+    #[arg(long)]
+    reuse: bool,
+}
+
+impl Args {
+    fn runs(&self, p: Phase) -> bool {
+        self.only.contains(&p)
+    }
 }
 
 /// SplitMix64: a stream of well-spread `u64`s from a seed (distinct for distinct states, as it
@@ -110,13 +146,51 @@ impl Keys {
     }
 }
 
+/// The process's CPU time so far, in seconds (every thread).
+fn cpu_now() -> f64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid timespec for the call to write; the clock id is a constant
+    // every Linux has.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    if rc != 0 {
+        return 0.0;
+    }
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
+/// Time a phase took: wall-clock and the process's CPU seconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct Spent {
+    wall: f64,
+    cpu: f64,
+}
+
+/// A started measurement.
+struct Stopwatch {
+    wall: Instant,
+    cpu: f64,
+}
+
+impl Stopwatch {
+    fn start() -> Self {
+        Stopwatch { wall: Instant::now(), cpu: cpu_now() }
+    }
+
+    fn stop(&self) -> Spent {
+        Spent { wall: self.wall.elapsed().as_secs_f64(), cpu: cpu_now() - self.cpu }
+    }
+}
+
 /// What one run measured.
 #[derive(Debug, Default)]
 struct Figures {
+    /// 0 when the load was skipped (`--reuse`).
     load_secs: f64,
     cold_secs: f64,
-    hot_secs: f64,
-    scan_secs: f64,
+    /// One per `--repeat`: wall-clock and process CPU seconds.
+    hot_secs: Vec<Spent>,
+    /// One per `--repeat`.
+    scan_secs: Vec<Spent>,
     scan_keys: usize,
     conc_secs: f64,
     conc_inserts: usize,
@@ -127,8 +201,11 @@ struct Figures {
 
 fn main() -> Result<()> {
     let a = Args::parse();
-    if a.n == 0 || a.batch == 0 || a.conc_batch == 0 {
-        bail!("--n, --batch and --conc-batch must be positive");
+    if a.n == 0 || a.batch == 0 || a.conc_batch == 0 || a.repeat == 0 {
+        bail!("--n, --batch, --conc-batch and --repeat must be positive");
+    }
+    if a.reuse && a.dir.is_none() {
+        bail!("--reuse needs --dir");
     }
     let load_avg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let tmp;
@@ -147,43 +224,94 @@ fn main() -> Result<()> {
         (0..a.lookups).map(|_| keys[(pick.next() % a.n as u64) as usize]).collect();
     let lo = pick.next() % (u64::MAX - u64::MAX / 10);
     let hi = lo + u64::MAX / 10;
+    let load = !(a.reuse && dir.exists());
     let f = match a.engine {
-        Engine::Thor => run_thor(&a, &dir, &keys, &probes, lo, hi)?,
-        Engine::Lmdb => run_lmdb(&a, &dir, &keys, &probes, lo, hi)?,
+        Engine::Thor => run_thor(&a, &dir, load, &keys, &probes, lo, hi)?,
+        Engine::Lmdb => run_lmdb(&a, &dir, load, &keys, &probes, lo, hi)?,
     };
     let expect_scan = keys.iter().filter(|&&k| (lo..hi).contains(&k)).count();
-    if f.scan_keys != expect_scan {
+    if a.runs(Phase::Scan) && f.scan_keys != expect_scan {
         bail!("the scan found {} keys, the load inserted {expect_scan} in its range", f.scan_keys);
     }
     if !a.keep {
         let _ = std::fs::remove_dir_all(&dir);
     }
-    let rate = |n: usize, s: f64| n as f64 / s;
+    report(&a, &f, load_avg.trim());
+    Ok(())
+}
+
+/// The median of `xs` (the mean of the middle two for an even count); 0 for none.
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Prints the figures of the phases that ran.
+fn report(a: &Args, f: &Figures, load_avg: &str) {
+    let rate = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
+    let rates = |n: usize, ss: &[f64]| ss.iter().map(|&s| rate(n, s)).collect::<Vec<_>>();
+    let wall = |xs: &[Spent]| xs.iter().map(|x| x.wall).collect::<Vec<_>>();
+    let cpu = |xs: &[Spent]| xs.iter().map(|x| x.cpu).collect::<Vec<_>>();
+    let hot = rates(a.lookups, &wall(&f.hot_secs));
+    let hot_cpu = rates(a.lookups, &cpu(&f.hot_secs));
+    let scan = rates(f.scan_keys, &wall(&f.scan_secs));
+    let scan_cpu = rates(f.scan_keys, &cpu(&f.scan_secs));
     let conc_total = a.clients * a.conc_inserts;
     let abort_rate = f.conc_conflicts as f64 / (f.conc_commits + f.conc_conflicts).max(1) as f64;
+    let phases: Vec<String> = a
+        .only
+        .iter()
+        .map(|p| p.to_possible_value().expect("no skipped variants").get_name().to_string())
+        .collect();
     if a.json {
         let out = json!({
             "engine": format!("{:?}", a.engine).to_lowercase(),
             "n": a.n, "batch": a.batch, "lookups": a.lookups, "clients": a.clients,
             "conc_inserts_per_client": a.conc_inserts, "conc_batch": a.conc_batch,
-            "loadavg_at_start": load_avg.trim(),
+            "phases": phases, "repeat": a.repeat,
+            "loadavg_at_start": load_avg,
             "load_secs": f.load_secs, "load_inserts_per_sec": rate(a.n, f.load_secs),
             "cold_lookups_per_sec": rate(a.lookups, f.cold_secs),
-            "hot_lookups_per_sec": rate(a.lookups, f.hot_secs),
-            "scan_keys": f.scan_keys, "scan_secs": f.scan_secs,
-            "scan_keys_per_sec": rate(f.scan_keys, f.scan_secs),
+            "hot_lookups_per_sec": median(&hot), "hot_lookups_per_sec_runs": hot,
+            "hot_lookups_per_cpu_sec_runs": hot_cpu,
+            "scan_keys": f.scan_keys, "scan_secs": median(&wall(&f.scan_secs)),
+            "scan_keys_per_sec": median(&scan), "scan_keys_per_sec_runs": scan,
+            "scan_keys_per_cpu_sec_runs": scan_cpu,
             "conc_inserts": f.conc_inserts, "conc_secs": f.conc_secs,
             "conc_inserts_per_sec": rate(f.conc_inserts, f.conc_secs),
             "conc_commits": f.conc_commits, "conc_conflicts": f.conc_conflicts,
             "conc_abort_rate": abort_rate, "db_bytes_after_load": f.db_bytes,
         });
         println!("{out}");
-    } else {
-        println!("engine {:?}, n {}, load average at start {}", a.engine, a.n, load_avg.trim());
+        return;
+    }
+    println!("engine {:?}, n {}, load average at start {load_avg}", a.engine, a.n);
+    if f.load_secs > 0.0 {
         println!("load     {:>12.0} inserts/s ({:.2} s)", rate(a.n, f.load_secs), f.load_secs);
+    }
+    if a.runs(Phase::LookupsCold) {
         println!("cold     {:>12.0} lookups/s", rate(a.lookups, f.cold_secs));
-        println!("hot      {:>12.0} lookups/s", rate(a.lookups, f.hot_secs));
-        println!("scan     {:>12.0} keys/s ({} keys)", rate(f.scan_keys, f.scan_secs), f.scan_keys);
+    }
+    let list = |xs: &[f64]| xs.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" ");
+    if a.runs(Phase::LookupsHot) {
+        println!("hot      {:>12.0} lookups/s (runs: {})", median(&hot), list(&hot));
+        println!("  per CPU s {:>9.0} (runs: {})", median(&hot_cpu), list(&hot_cpu));
+    }
+    if a.runs(Phase::Scan) {
+        println!(
+            "scan     {:>12.0} keys/s ({} keys; runs: {})",
+            median(&scan),
+            f.scan_keys,
+            list(&scan)
+        );
+        println!("  per CPU s {:>9.0} (runs: {})", median(&scan_cpu), list(&scan_cpu));
+    }
+    if a.runs(Phase::Concurrent) {
         println!(
             "{} clients {:>8.0} committed inserts/s, abort rate {:.3} ({} of {conc_total} keys)",
             a.clients,
@@ -192,7 +320,6 @@ fn main() -> Result<()> {
             f.conc_inserts
         );
     }
-    Ok(())
 }
 
 /// Bytes in the files of `dir` (the database's size on disk).
@@ -216,32 +343,35 @@ fn thor_config(a: &Args) -> SessionConfig {
 fn run_thor(
     a: &Args,
     dir: &Path,
+    load: bool,
     keys: &[u64],
     probes: &[u64],
     lo: u64,
     hi: u64,
 ) -> Result<Figures> {
     let mut f = Figures::default();
-    let db = Database::open(dir)?;
-    {
-        let s = db.session_with(thor_config(a))?;
-        s.run(|s| {
-            let m = s.create_map::<u64, u64>()?;
-            s.set_root(MAP_ROOT, m)
-        })?;
-        let t = Instant::now();
-        for chunk in keys.chunks(a.batch) {
-            thor_insert(&s, chunk)?;
+    if load {
+        let db = Database::open(dir)?;
+        {
+            let s = db.session_with(thor_config(a))?;
+            s.run(|s| {
+                let m = s.create_map::<u64, u64>()?;
+                s.set_root(MAP_ROOT, m)
+            })?;
+            let t = Instant::now();
+            for chunk in keys.chunks(a.batch) {
+                thor_insert(&s, chunk)?;
+            }
+            f.load_secs = t.elapsed().as_secs_f64();
         }
-        f.load_secs = t.elapsed().as_secs_f64();
+        db.close().context("closing after the load")?;
     }
-    db.close().context("closing after the load")?;
     f.db_bytes = dir_bytes(dir);
 
     let db = Database::open(dir)?;
     let s = db.session_with(thor_config(a))?;
-    let lookups = |s: &thor::Session| -> Result<f64> {
-        let t = Instant::now();
+    let lookups = |s: &thor::Session| -> Result<Spent> {
+        let t = Stopwatch::start();
         for chunk in probes.chunks(a.batch) {
             s.run(|s| {
                 let m = s.map(s.root::<Map<u64, u64>>(MAP_ROOT)?)?;
@@ -253,33 +383,51 @@ fn run_thor(
                 Ok(())
             })?;
         }
-        Ok(t.elapsed().as_secs_f64())
+        Ok(t.stop())
     };
-    f.cold_secs = lookups(&s)?;
-    f.hot_secs = lookups(&s)?;
-    let t = Instant::now();
-    f.scan_keys = s.run(|s| {
-        let m = s.map(s.root::<Map<u64, u64>>(MAP_ROOT)?)?;
-        let mut n = 0;
-        for e in m.range(lo..hi)? {
-            let (k, v) = e?;
-            if v != k ^ VALUE_MASK {
-                return Err(thor::ClientError::Usage("a scanned value is wrong"));
+    let scan = |s: &thor::Session| -> Result<(usize, Spent)> {
+        let t = Stopwatch::start();
+        let n = s.run(|s| {
+            let m = s.map(s.root::<Map<u64, u64>>(MAP_ROOT)?)?;
+            let mut n = 0;
+            for e in m.range(lo..hi)? {
+                let (k, v) = e?;
+                if v != k ^ VALUE_MASK {
+                    return Err(thor::ClientError::Usage("a scanned value is wrong"));
+                }
+                n += 1;
             }
-            n += 1;
+            Ok(n)
+        })?;
+        Ok((n, t.stop()))
+    };
+    let warm = a.runs(Phase::LookupsHot) || a.runs(Phase::Scan);
+    if a.runs(Phase::LookupsCold) {
+        f.cold_secs = lookups(&s)?.wall;
+    } else if warm {
+        lookups(&s)?;
+    }
+    for _ in 0..a.repeat {
+        if a.runs(Phase::LookupsHot) {
+            f.hot_secs.push(lookups(&s)?);
         }
-        Ok(n)
-    })?;
-    f.scan_secs = t.elapsed().as_secs_f64();
+        if a.runs(Phase::Scan) {
+            let (n, secs) = scan(&s)?;
+            f.scan_keys = n;
+            f.scan_secs.push(secs);
+        }
+    }
     drop(s);
 
-    let t = Instant::now();
-    let per_client = thor_concurrent(a, &db)?;
-    f.conc_secs = t.elapsed().as_secs_f64();
-    for (n, c, x) in per_client {
-        f.conc_inserts += n;
-        f.conc_commits += c;
-        f.conc_conflicts += x;
+    if a.runs(Phase::Concurrent) {
+        let t = Instant::now();
+        let per_client = thor_concurrent(a, &db)?;
+        f.conc_secs = t.elapsed().as_secs_f64();
+        for (n, c, x) in per_client {
+            f.conc_inserts += n;
+            f.conc_commits += c;
+            f.conc_conflicts += x;
+        }
     }
     db.close().context("closing at the end")?;
     Ok(f)
@@ -360,13 +508,14 @@ fn lmdb_db(env: &Env) -> Result<Db<'_>> {
 fn run_lmdb(
     a: &Args,
     dir: &Path,
+    load: bool,
     keys: &[u64],
     probes: &[u64],
     lo: u64,
     hi: u64,
 ) -> Result<Figures> {
     let mut f = Figures::default();
-    {
+    if load {
         let env = lmdb_open(dir)?;
         let db = lmdb_db(&env)?;
         let t = Instant::now();
@@ -383,8 +532,8 @@ fn run_lmdb(
     f.db_bytes = dir_bytes(dir);
     let env = lmdb_open(dir)?;
     let db = lmdb_db(&env)?;
-    let lookups = || -> Result<f64> {
-        let t = Instant::now();
+    let lookups = || -> Result<Spent> {
+        let t = Stopwatch::start();
         for chunk in probes.chunks(a.batch) {
             let r = env.read_txn()?;
             for &k in chunk {
@@ -394,25 +543,44 @@ fn run_lmdb(
                 }
             }
         }
-        Ok(t.elapsed().as_secs_f64())
+        Ok(t.stop())
     };
-    f.cold_secs = lookups()?;
-    f.hot_secs = lookups()?;
-    let t = Instant::now();
-    {
+    let scan = || -> Result<(usize, Spent)> {
+        let t = Stopwatch::start();
         let r = env.read_txn()?;
         let (lo_b, hi_b) = (lo.to_be_bytes(), hi.to_be_bytes());
         let range = (Bound::Included(&lo_b[..]), Bound::Excluded(&hi_b[..]));
+        let mut n = 0;
         for e in db.range(&r, &range)? {
             let (k, v) = e?;
             let k = u64::from_be_bytes(k.try_into()?);
             if v != (k ^ VALUE_MASK).to_be_bytes() {
                 bail!("a scanned value is wrong");
             }
-            f.scan_keys += 1;
+            n += 1;
+        }
+        drop(r);
+        Ok((n, t.stop()))
+    };
+    let warm = a.runs(Phase::LookupsHot) || a.runs(Phase::Scan);
+    if a.runs(Phase::LookupsCold) {
+        f.cold_secs = lookups()?.wall;
+    } else if warm {
+        lookups()?;
+    }
+    for _ in 0..a.repeat {
+        if a.runs(Phase::LookupsHot) {
+            f.hot_secs.push(lookups()?);
+        }
+        if a.runs(Phase::Scan) {
+            let (n, secs) = scan()?;
+            f.scan_keys = n;
+            f.scan_secs.push(secs);
         }
     }
-    f.scan_secs = t.elapsed().as_secs_f64();
+    if !a.runs(Phase::Concurrent) {
+        return Ok(f);
+    }
 
     let t = Instant::now();
     let per_client = std::thread::scope(|sc| {

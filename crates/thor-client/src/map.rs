@@ -535,21 +535,43 @@ fn split_point(entries: &[Entry], shape: Shape, area: usize) -> usize {
 // ------------------------------------------------------------------------------------------
 // Reading a node in place.
 
+/// Byte order of two key encodings. The integer keys' encodings are 8 bytes whose byte order
+/// is their order as big-endian numbers, so two of them compare as one `u64` each rather than
+/// through `memcmp`, which the searches call about ten times a node.
+#[inline]
+fn cmp_keys(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    match (<[u8; 8]>::try_from(a), <[u8; 8]>::try_from(b)) {
+        (Ok(x), Ok(y)) => u64::from_be_bytes(x).cmp(&u64::from_be_bytes(y)),
+        _ => a.cmp(b),
+    }
+}
+
 /// Checked reads of a node's entries straight from its view (no copy of the area).
+///
+/// The reads borrow the area in place (`View::var_bytes_raw`) for as long as one method runs
+/// and hand out slices of it ([`NodeRead::key_bytes`], [`NodeRead::value_bytes`]): a caller
+/// uses such a slice before it writes the node (or calls into the session), never after. The
+/// write path copies what it keeps ([`NodeRead::key`], [`NodeRead::entries`]).
 struct NodeRead<'v, 's> {
     v: &'v View<'s, MapNode>,
     count: usize,
     level: u32,
+    /// The first byte of the entry area, in the object `v` pins: valid for `area` bytes while
+    /// `v` lives, which outlives `self`.
+    base: *const u8,
     area: usize,
     vbytes: usize,
 }
 
 impl<'v, 's> NodeRead<'v, 's> {
     /// Reads `v`'s header, checking it for a node of values of `value_bytes` bytes.
+    #[inline(always)]
     fn new(v: &'v View<'s, MapNode>, value_bytes: usize) -> Result<Self, ClientError> {
         let count = v.get(MapNode::COUNT) as usize;
         let level = v.get(MapNode::LEVEL);
-        let area = v.var_len();
+        let Some((base, area)) = v.var_bytes_raw() else {
+            return Err(bad("a node has no byte part"));
+        };
         if level > MAP_HEIGHT_MAX {
             return Err(bad("a node's level is past the height bound"));
         }
@@ -557,41 +579,67 @@ impl<'v, 's> NodeRead<'v, 's> {
             return Err(bad("a node's count exceeds its room"));
         }
         let vbytes = if level == 0 { value_bytes } else { 0 };
-        Ok(NodeRead { v, count, level, area, vbytes })
+        Ok(NodeRead { v, count, level, base, area, vbytes })
+    }
+
+    /// The entry area, in place.
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `base` points at `area` readable bytes of the object `v` pins, and `v`
+        // outlives `self` (see the field). The bytes change only when the node is written or
+        // the transaction aborts, which no caller lets happen while it uses the slice (see
+        // the type's documentation).
+        unsafe { std::slice::from_raw_parts(self.base, self.area) }
     }
 
     /// Entry `i`'s place: the offset of its key and the key's length.
+    #[inline(always)]
     fn locate(&self, i: usize) -> Result<(usize, usize), ClientError> {
-        let mut w = [0u8; 2];
-        self.v.read_var_bytes(i * DIR_BYTES, &mut w)?;
-        let at = u16::from_le_bytes(w) as usize;
-        if at < self.count * DIR_BYTES || at + KLEN_BYTES > self.area {
+        let a = self.bytes();
+        let word = |at: usize| a.get(at..at + 2).map(|w| u16::from_le_bytes([w[0], w[1]]) as usize);
+        let at = word(i * DIR_BYTES).ok_or_else(|| bad("an entry lies outside its node"))?;
+        if at < self.count * DIR_BYTES {
             return Err(bad("an entry lies outside its node"));
         }
-        self.v.read_var_bytes(at, &mut w)?;
-        let len = u16::from_le_bytes(w) as usize;
+        let len = word(at).ok_or_else(|| bad("an entry lies outside its node"))?;
         if len > MAP_KEY_BYTES_MAX || at + KLEN_BYTES + len + self.vbytes > self.area {
             return Err(bad("an entry's key runs past its node"));
         }
         Ok((at + KLEN_BYTES, len))
     }
 
+    /// Entry `i`'s key in place, and where its value starts.
+    #[inline(always)]
+    fn key_bytes(&self, i: usize) -> Result<(&[u8], usize), ClientError> {
+        let (at, len) = self.locate(i)?;
+        // In bounds: `locate` checked the key and the value to lie within the area.
+        Ok((&self.bytes()[at..at + len], at + len))
+    }
+
     /// Entry `i`'s key, into `buf`; returns where its value starts.
     fn key(&self, i: usize, buf: &mut Vec<u8>) -> Result<usize, ClientError> {
-        let (at, len) = self.locate(i)?;
-        buf.resize(len, 0);
-        self.v.read_var_bytes(at, buf)?;
-        Ok(at + len)
+        let (k, vat) = self.key_bytes(i)?;
+        buf.clear();
+        buf.extend_from_slice(k);
+        Ok(vat)
+    }
+
+    /// The value bytes of the leaf entry whose value starts at `vat` (from
+    /// [`NodeRead::key_bytes`]), in place.
+    #[inline]
+    fn value_bytes(&self, vat: usize) -> &[u8] {
+        // In bounds: `locate` checked the value to lie within the area.
+        &self.bytes()[vat..vat + self.vbytes]
     }
 
     /// The position of `key` among the entries: `Ok(i)` if entry `i` holds it, `Err(i)` where
     /// it would go.
-    fn search(&self, key: &[u8], buf: &mut Vec<u8>) -> Result<Result<usize, usize>, ClientError> {
+    #[inline]
+    fn search(&self, key: &[u8]) -> Result<Result<usize, usize>, ClientError> {
         let (mut lo, mut hi) = (0, self.count);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            self.key(mid, buf)?;
-            match buf.as_slice().cmp(key) {
+            match cmp_keys(self.key_bytes(mid)?.0, key) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
                 std::cmp::Ordering::Equal => return Ok(Ok(mid)),
@@ -602,7 +650,8 @@ impl<'v, 's> NodeRead<'v, 's> {
 
     /// The child of an internal node that `key` belongs under: the last entry whose key is at
     /// most `key`, entry 0 for anything smaller.
-    fn child_index(&self, key: &[u8], buf: &mut Vec<u8>) -> Result<usize, ClientError> {
+    #[inline]
+    fn child_index(&self, key: &[u8]) -> Result<usize, ClientError> {
         if self.count == 0 {
             return Err(bad("an internal node has no children"));
         }
@@ -610,8 +659,7 @@ impl<'v, 's> NodeRead<'v, 's> {
         let (mut lo, mut hi) = (1, self.count);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            self.key(mid, buf)?;
-            if buf.as_slice() <= key { lo = mid + 1 } else { hi = mid }
+            if cmp_keys(self.key_bytes(mid)?.0, key).is_le() { lo = mid + 1 } else { hi = mid }
         }
         Ok(lo - 1)
     }
@@ -669,6 +717,8 @@ pub struct MapView<'s, K: MapKey, V: MapValue> {
     header: View<'s, Map<K, V>>,
     /// Entry area of a node in this database's pages.
     area: usize,
+    /// The buffer a lookup encodes its key into, kept so that a lookup allocates nothing.
+    key_buf: std::cell::Cell<Vec<u8>>,
 }
 
 impl<K: MapKey, V: MapValue> std::fmt::Debug for MapView<'_, K, V> {
@@ -705,7 +755,12 @@ impl Session {
                 std::any::type_name::<V>(),
             )));
         }
-        Ok(MapView { s: self, header, area: area_bytes(self.server().page_size) })
+        Ok(MapView {
+            s: self,
+            header,
+            area: area_bytes(self.server().page_size),
+            key_buf: std::cell::Cell::new(Vec::new()),
+        })
     }
 }
 
@@ -758,13 +813,32 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
         Ok(k)
     }
 
+    /// `f` of the encoding of `key` (checked as [`Self::encode`] checks it), made in the view's
+    /// reused buffer.
+    fn with_key<Q: KeyEncode + ?Sized, T>(
+        &self,
+        key: &Q,
+        f: impl FnOnce(&[u8]) -> Result<T, ClientError>,
+    ) -> Result<T, ClientError> {
+        let mut k = self.key_buf.take();
+        k.clear();
+        key.encode_key(&mut k);
+        let max = self.key_bytes_max();
+        let r = if k.len() > max {
+            Err(ClientError::TooLong { what: "map key", len: k.len(), max })
+        } else {
+            f(&k)
+        };
+        self.key_buf.set(k);
+        r
+    }
+
     /// The leaf `key` belongs in, and the path of internal nodes to it.
     fn descend(
         &self,
         key: &[u8],
         path: Option<&mut Vec<Step>>,
     ) -> Result<View<'s, MapNode>, ClientError> {
-        let mut buf = Vec::new();
         let mut path = path;
         let mut node = self.s.get(self.root()?)?;
         let mut expect: Option<u32> = None;
@@ -776,7 +850,7 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
             if n.level == 0 {
                 return Ok(node);
             }
-            let i = n.child_index(key, &mut buf)?;
+            let i = n.child_index(key)?;
             let child = n.child(i)?;
             if let Some(p) = path.as_deref_mut() {
                 p.push(Step { node: node.as_ref(), index: i });
@@ -788,14 +862,7 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
 
     /// The value of entry `i` of a leaf.
     fn value(&self, n: &NodeRead<'_, '_>, i: usize, vat: usize) -> Result<V, ClientError> {
-        if V::IS_REF {
-            Ok(V::from_ref(n.slot(i)))
-        } else {
-            let mut b = [0u8; 1 + MAP_VALUE_BYTES_MAX];
-            let b = &mut b[..V::BYTES];
-            n.v.read_var_bytes(vat, b)?;
-            Ok(V::from_bytes(b))
-        }
+        if V::IS_REF { Ok(V::from_ref(n.slot(i))) } else { Ok(V::from_bytes(n.value_bytes(vat))) }
     }
 
     /// The value of `key`, if the map holds it.
@@ -804,17 +871,17 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
         K: Borrow<Q>,
         Q: KeyEncode + ?Sized,
     {
-        let k = self.encode(key)?;
-        let leaf = self.descend(&k, None)?;
-        let n = NodeRead::new(&leaf, V::BYTES)?;
-        let mut buf = Vec::new();
-        match n.search(&k, &mut buf)? {
-            Ok(i) => {
-                let vat = n.key(i, &mut buf)?;
-                self.value(&n, i, vat).map(Some)
+        self.with_key(key, |k| {
+            let leaf = self.descend(k, None)?;
+            let n = NodeRead::new(&leaf, V::BYTES)?;
+            match n.search(k)? {
+                Ok(i) => {
+                    let (_, vat) = n.key_bytes(i)?;
+                    self.value(&n, i, vat).map(Some)
+                }
+                Err(_) => Ok(None),
             }
-            Err(_) => Ok(None),
-        }
+        })
     }
 
     /// Whether the map holds `key`.
@@ -823,10 +890,11 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
         K: Borrow<Q>,
         Q: KeyEncode + ?Sized,
     {
-        let k = self.encode(key)?;
-        let leaf = self.descend(&k, None)?;
-        let n = NodeRead::new(&leaf, V::BYTES)?;
-        Ok(n.search(&k, &mut Vec::new())?.is_ok())
+        self.with_key(key, |k| {
+            let leaf = self.descend(k, None)?;
+            let n = NodeRead::new(&leaf, V::BYTES)?;
+            Ok(n.search(k)?.is_ok())
+        })
     }
 
     /// Writes `entries` into node `v` (its count, area and slots; `next` if given), which
@@ -867,7 +935,7 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
         let leaf = self.descend(&k, Some(&mut path))?;
         let n = NodeRead::new(&leaf, V::BYTES)?;
         let mut buf = Vec::new();
-        let pos = match n.search(&k, &mut buf)? {
+        let pos = match n.search(&k)? {
             Ok(i) => {
                 // Replace in place: the value's bytes or its slot.
                 let vat = n.key(i, &mut buf)?;
@@ -978,7 +1046,7 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
         let leaf = self.descend(&k, Some(&mut path))?;
         let n = NodeRead::new(&leaf, V::BYTES)?;
         let mut buf = Vec::new();
-        let Ok(i) = n.search(&k, &mut buf)? else { return Ok(None) };
+        let Ok(i) = n.search(&k)? else { return Ok(None) };
         let vat = n.key(i, &mut buf)?;
         let old = self.value(&n, i, vat)?;
         // The common case: the leaf is the root or stays over a quarter full, and the entry
@@ -1124,16 +1192,15 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
     /// The entry with the largest key.
     pub fn last(&self) -> Result<Option<(K, V)>, ClientError> {
         let mut node = self.s.get(self.root()?)?;
-        let mut buf = Vec::new();
         for _ in 0..=MAP_HEIGHT_MAX {
             let n = NodeRead::new(&node, V::BYTES)?;
             if n.count == 0 {
                 return if n.level == 0 { Ok(None) } else { Err(bad("an empty internal node")) };
             }
             if n.level == 0 {
-                let vat = n.key(n.count - 1, &mut buf)?;
-                let v = self.value(&n, n.count - 1, vat)?;
-                return Ok(Some((K::decode_key(&buf)?, v)));
+                let (key, vat) = n.key_bytes(n.count - 1)?;
+                let k = K::decode_key(key)?;
+                return Ok(Some((k, self.value(&n, n.count - 1, vat)?)));
             }
             let child = n.child(n.count - 1)?;
             node = self.s.get(child)?;
@@ -1191,8 +1258,7 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
         };
         let leaf = self.descend(from, None)?;
         let n = NodeRead::new(&leaf, V::BYTES)?;
-        let mut buf = Vec::new();
-        let idx = match (&start, n.search(from, &mut buf)?) {
+        let idx = match (&start, n.search(from)?) {
             (Bound::Excluded(_), Ok(i)) => i + 1,
             (_, Ok(i) | Err(i)) => i,
         };
@@ -1249,13 +1315,12 @@ impl<'s> LeafWalk<'s> {
                 return Err(bad("an empty leaf in a chain"));
             }
         } else {
-            let mut buf = Vec::new();
-            n.key(0, &mut buf)?;
-            if self.last.as_ref().is_some_and(|l| buf <= *l) {
+            let (first, _) = n.key_bytes(0)?;
+            if self.last.as_ref().is_some_and(|l| first <= &l[..]) {
                 return Err(bad("the leaf chain's keys do not rise"));
             }
-            n.key(n.count - 1, &mut buf)?;
-            self.last = Some(buf);
+            let last = self.last.get_or_insert_with(Vec::new);
+            n.key(n.count - 1, last)?;
         }
         self.first = false;
         self.next = (!next.is_null()).then_some(next);
@@ -1293,7 +1358,6 @@ impl<K, V> std::fmt::Debug for MapIter<'_, K, V> {
 
 impl<K: MapKey, V: MapValue> MapIter<'_, K, V> {
     fn step(&mut self) -> Result<Option<(K, V)>, ClientError> {
-        let mut buf = Vec::new();
         loop {
             let Some(leaf) = self.leaf.as_ref() else {
                 match self.walk.next.take() {
@@ -1316,24 +1380,23 @@ impl<K: MapKey, V: MapValue> MapIter<'_, K, V> {
                 self.leaf = None;
                 continue;
             }
-            let vat = n.key(self.idx, &mut buf)?;
+            let (key, vat) = n.key_bytes(self.idx)?;
             let past = match &self.end {
-                Bound::Included(e) => buf > *e,
-                Bound::Excluded(e) => buf >= *e,
+                Bound::Included(e) => cmp_keys(key, e).is_gt(),
+                Bound::Excluded(e) => cmp_keys(key, e).is_ge(),
                 Bound::Unbounded => false,
             };
             if past {
                 return Ok(None);
             }
+            let k = K::decode_key(key)?;
             let v = if V::IS_REF {
                 V::from_ref(n.slot(self.idx))
             } else {
-                let mut b = [0u8; 1 + MAP_VALUE_BYTES_MAX];
-                n.v.read_var_bytes(vat, &mut b[..V::BYTES])?;
-                V::from_bytes(&b[..V::BYTES])
+                V::from_bytes(n.value_bytes(vat))
             };
             self.idx += 1;
-            return Ok(Some((K::decode_key(&buf)?, v)));
+            return Ok(Some((k, v)));
         }
     }
 }
@@ -1388,6 +1451,31 @@ mod tests {
         }
         assert!(matches!(u64::decode_key(&[1, 2]), Err(ClientError::BadValue(_))));
         assert!(matches!(String::decode_key(&[0xff]), Err(ClientError::BadValue(_))));
+    }
+
+    /// The searches' comparison (integers as one word when both keys are 8 bytes) is the
+    /// bytes' order for every pair of lengths.
+    #[test]
+    fn keys_compare_in_byte_order() {
+        let keys: Vec<Vec<u8>> = vec![
+            vec![],
+            vec![0],
+            vec![0xff],
+            vec![1, 2, 3, 4, 5, 6, 7],
+            vec![1, 2, 3, 4, 5, 6, 7, 8],
+            vec![1, 2, 3, 4, 5, 6, 7, 9],
+            vec![1, 2, 3, 4, 5, 6, 8, 0],
+            vec![1, 2, 3, 4, 5, 6, 7, 8, 0],
+            vec![0x80, 0, 0, 0, 0, 0, 0, 0],
+            vec![0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
+            vec![0xff; 8],
+            vec![0; 8],
+        ];
+        for a in &keys {
+            for b in &keys {
+                assert_eq!(cmp_keys(a, b), a.cmp(b), "{a:?} against {b:?}");
+            }
+        }
     }
 
     #[test]

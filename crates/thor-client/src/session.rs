@@ -666,6 +666,24 @@ impl<'s, C: Class + ?Sized> View<'s, C> {
         out
     }
 
+    /// The variable byte part where it lies: a pointer to its first byte and its length
+    /// (`None` without a byte part). The pointer is valid for reads of that many bytes while
+    /// the view lives (the object is pinned and keeps its size). The bytes change only through
+    /// writes of the object and the undo of an abort, so a caller that makes a slice of them
+    /// keeps it only while none can happen (no call into the session or a view's writer).
+    /// For readers of many small pieces of one object (the map's node search, `crate::map`),
+    /// which a copy per piece ([`View::read_var_bytes`]) slows down.
+    #[inline]
+    pub(crate) fn var_bytes_raw(&self) -> Option<(*const u8, usize)> {
+        let (kind, count) = self.var_layout();
+        if kind != VarKind::Bytes {
+            return None;
+        }
+        // SAFETY: the byte part (after its count word) lies within the pinned object (shape
+        // checked at installation).
+        Some((unsafe { self.ptr.add(count + 4) }.cast_const(), self.var_len()))
+    }
+
     /// Copies bytes `at..at + out.len()` of the variable byte part into `out`, without
     /// allocating. Fails with [`ClientError::Usage`] past the part's end or without a byte part.
     pub fn read_var_bytes(&self, at: usize, out: &mut [u8]) -> Result<(), ClientError> {

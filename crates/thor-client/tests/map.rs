@@ -300,6 +300,15 @@ fn a_map_checks_its_types_and_key_length() {
     assert_eq!(m.insert(vec![1; max], 1).unwrap(), None);
     assert!(matches!(m.insert(vec![1; max + 1], 1), Err(ClientError::TooLong { .. })));
     assert_eq!(m.get(vec![1; max].as_slice()).unwrap(), Some(1));
+    // Lookups share one key buffer: a refused key leaves it usable for the next.
+    assert!(matches!(m.get(vec![1; max + 1].as_slice()), Err(ClientError::TooLong { .. })));
+    assert!(matches!(
+        m.contains_key(vec![1; max + 1].as_slice()),
+        Err(ClientError::TooLong { .. })
+    ));
+    assert!(m.contains_key(vec![1; max].as_slice()).unwrap());
+    assert_eq!(m.get([1u8, 1].as_slice()).unwrap(), None);
+    assert_eq!(m.get(vec![1; max].as_slice()).unwrap(), Some(1));
 }
 
 /// Prefix iteration gives exactly the keys that start with the prefix, in order.
@@ -514,6 +523,18 @@ fn a_malformed_map_is_a_bad_value_not_a_panic_or_a_loop() {
     s.get(first_leaf(&s)).unwrap().write_var_bytes(0, &[0xff, 0xff]).unwrap();
     bad(map(&s).get(&0).map(drop));
     bad(map(&s).insert(0, 1).map(drop));
+    s.abort();
+
+    // A key length past the longest key, read in place by a lookup and by an iteration.
+    let (_h, s) = build();
+    let leaf = s.get(first_leaf(&s)).unwrap();
+    let mut dir0 = [0u8; 2];
+    leaf.read_var_bytes(0, &mut dir0).unwrap();
+    leaf.write_var_bytes(u16::from_le_bytes(dir0) as usize, &[0xff, 0xff]).unwrap();
+    drop(leaf);
+    bad(map(&s).get(&0).map(drop));
+    bad(map(&s).iter().and_then(|mut i| i.next().transpose()).map(drop));
+    bad(map(&s).first().map(drop));
     s.abort();
 
     // A count past the fanout in an internal node.
