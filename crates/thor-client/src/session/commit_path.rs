@@ -182,6 +182,6 @@ impl ClientCore {
         });
         let versions = orefs.into_iter().zip(slices.by_ref()).collect();
         let created = slices.collect();
-        Ok((Commit { reads, versions, created, id: None }, shipped))
+        Ok((Commit { reads, versions, created, id: None, leaves: Vec::new() }, shipped))
     }
 }
