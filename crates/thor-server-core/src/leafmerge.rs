@@ -11,8 +11,10 @@
 //! the leaf (bytes, or slots of a leaf of references) or leaves a non-root leaf underfull is
 //! refused, and the client's retry rebalances the tree.
 //!
-//! Not built yet: the call from validation (`core::Core::validate_head`) that decides a refusal is
-//! due only to leaves with deltas, reads their committed bytes and installs the merged ones.
+//! Validation calls it (`core::leaves`, from `Core::validate_head`) when CLOCC refuses a
+//! commit for a leaf that carries a delta: it reads the leaf's newest version, and installs
+//! the merged bytes instead of the client's when every delta merges and nothing else is
+//! refused.
 
 use thor_core::limits::OBJECT_HEADER_BYTES;
 use thor_core::mapnode::{

@@ -691,6 +691,7 @@ impl Core {
             waiting_for: Vec::new(),
             counted_waits: (false, false),
             twopc: Some(Box::new(info)),
+            merged: Vec::new(),
         });
     }
 
