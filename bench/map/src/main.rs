@@ -20,7 +20,9 @@
 //!    (LMDB: one writer at a time, so it never aborts), each inserting `--conc-inserts`
 //!    random distinct keys of its own stream in transactions of `--conc-batch`. thor's
 //!    `Session::run` retries a transaction refused by concurrency control with the same keys;
-//!    the abort rate is conflicts / (commits + conflicts) of those transactions.
+//!    the abort rate is conflicts / (commits + conflicts) of those transactions. Their
+//!    commits carry map leaf deltas, which the server merges when two change different keys
+//!    of one leaf; `--no-leaf-deltas` turns that off (the figures from before the merge).
 //!
 //! Each run prints one JSON object (`--json`) or a few lines of text: rates are operations per
 //! second of wall-clock time, and the load average at the start is recorded because the
@@ -93,6 +95,10 @@ struct Args {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// thor: commits carry no map leaf deltas, so the server merges nothing (every commit that
+    /// changed a leaf another changed meanwhile conflicts, as before the merge was built).
+    #[arg(long)]
+    no_leaf_deltas: bool,
 }
 
 /// SplitMix64: a stream of well-spread `u64`s from a seed (distinct for distinct states, as it
@@ -176,6 +182,7 @@ fn main() -> Result<()> {
             "conc_inserts_per_sec": rate(f.conc_inserts, f.conc_secs),
             "conc_commits": f.conc_commits, "conc_conflicts": f.conc_conflicts,
             "conc_abort_rate": abort_rate, "db_bytes_after_load": f.db_bytes,
+            "leaf_deltas": !a.no_leaf_deltas,
         });
         println!("{out}");
     } else {
@@ -209,6 +216,7 @@ fn thor_config(a: &Args) -> SessionConfig {
         // Concurrent inserts retry until they commit: the figure is the abort rate, not a
         // give-up rate.
         run_attempts_max: 10_000,
+        leaf_deltas: !a.no_leaf_deltas,
         ..SessionConfig::default()
     }
 }

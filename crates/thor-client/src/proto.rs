@@ -258,6 +258,9 @@ pub struct ClientCore {
     pub(crate) unresolved: Option<u64>,
     /// The outcome of the last commit whose answer was lost, once learned.
     pub(crate) last_outcome: Option<CommitOutcome>,
+    /// What the open transaction did to map leaves by point operations, for its commit's leaf
+    /// deltas ([`crate::leaflog`]); cleared when a transaction begins.
+    pub(crate) leaf_logs: crate::leaflog::LeafLogs,
     /// Reconnect counters.
     pub(crate) reconnect: ReconnectStats,
     /// Views lived through a dropped cache: no transaction starts until they are gone.
@@ -342,6 +345,7 @@ impl ClientCore {
             doomed: None,
             unreported: thor_wire::Contention::default(),
             hit_class: None,
+            leaf_logs: crate::leaflog::LeafLogs::default(),
             path,
             pages,
             prefetch,
