@@ -16,6 +16,12 @@
 //! Maps of reference values log nothing: a reference to an object the transaction created has
 //! no oref until the commit, so a delta could not name it.
 //!
+//! An invalidation of a leaf the transaction changed and whose uses are all logged does not
+//! doom the transaction ([`LeafLogs::covers`]): it goes on with its own copy (the cache keeps a
+//! changed object to the end of the transaction), and its commit's delta is checked
+//! against the leaf's newest version at the server, which refuses it if a key it read there
+//! changed (or if the leaf was ruled out meanwhile and carries no delta).
+//!
 //! The logs are the open transaction's: a transaction's first access clears them. They are
 //! bounded: at most `LEAF_DELTAS_MAX` leaves (a leaf met after that gets no log), at most
 //! `LEAF_KEYS_MAX` reads and operations per leaf (past that the leaf is ruled out), at most
@@ -162,6 +168,22 @@ impl LeafLogs {
         }
     }
 
+    /// Whether the transaction changed leaf `o` and its uses of it so far are all in a log its
+    /// commit will carry: then an invalidation of `o` need not doom the transaction, since the
+    /// server checks every key it read there against the leaf's newest version (and refuses
+    /// the commit if the leaf is ruled out by then and carries no delta, as it would have
+    /// without the log). Only a leaf the transaction changed: the cache keeps its copy to the
+    /// end of the transaction, so the transaction goes on reading one version of the leaf, and
+    /// it is not read-only (a read-only transaction may commit at the client, trusting that
+    /// no invalidation hit it).
+    pub fn covers(&self, o: Oref) -> bool {
+        !self.scanned_too_many
+            && self.index.get(&o.raw()).is_some_and(|&i| {
+                let log = &self.logs[i];
+                !log.out && !log.ops.is_empty() && !self.scanned.contains(&log.map)
+            })
+    }
+
     /// The deltas for a commit that writes the objects `written` (a leaf the transaction
     /// wrote and used only through logged point operations), of at most `bytes_max` bytes
     /// together (a commit must fit its frame; leaves past the budget go without a delta).
@@ -249,8 +271,12 @@ mod tests {
         assert_eq!(l.deltas(&written, usize::MAX).len(), 2);
         // A budget too small for a delta leaves it out.
         assert_eq!(l.deltas(&written, 20).len(), 0);
+        // 4 is changed and logged; 3 is ruled out, 7 only read, 8 never met.
+        assert!(l.covers(oref(4)));
+        assert!(!l.covers(oref(3)) && !l.covers(oref(7)) && !l.covers(oref(8)));
         l.scanned(9);
         assert!(l.deltas(&written, usize::MAX).is_empty());
+        assert!(!l.covers(oref(4)));
         l.clear();
         assert!(l.deltas(&written, usize::MAX).is_empty());
     }

@@ -672,7 +672,12 @@ impl ClientCore {
                 // and only until the first object the transaction used.
                 let class =
                     if hit.is_none() { core.cache.class_name(o).map(str::to_owned) } else { None };
-                if core.cache.invalidate(o).conflict && hit.is_none() {
+                // A map leaf whose every use is in a leaf log is checked key by key at the
+                // server (`crate::leaflog`): its invalidation does not doom the transaction.
+                let logged = core.cfg.leaf_deltas
+                    && core.info.version >= thor_wire::version::VERSION_LEAF_DELTAS
+                    && core.leaf_logs.covers(o);
+                if core.cache.invalidate(o).conflict && hit.is_none() && !logged {
                     hit = Some(o);
                     core.hit_class = class;
                 }

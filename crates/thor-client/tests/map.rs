@@ -505,6 +505,25 @@ fn a_merged_leaf_is_read_back_with_both_changes() {
     assert_eq!(entries::<u64, u64>(&session(&h)).unwrap(), [(5, 1), (6, 2), (7, 3)]);
 }
 
+/// An invalidation of a leaf that the open transaction changed only by point operations,
+/// arriving in the middle of it (here on the reply to a stats request), does not doom it: it
+/// goes on with its own copy of the leaf, and its commit is merged onto the other's.
+#[test]
+fn an_invalidation_of_a_leaf_changed_by_point_operations_does_not_doom_the_transaction() {
+    let (_disk, h) = with_map::<u64, u64>(8192);
+    let (a, b) = (session(&h), session(&h));
+    let ma = a.map(a.root::<Map<u64, u64>>(0).unwrap()).unwrap();
+    assert_eq!(ma.insert(5, 1).unwrap(), None);
+    b.run(|s| s.map(s.root::<Map<u64, u64>>(0)?)?.insert(6, 2)).unwrap();
+    a.server_stats().unwrap();
+    assert_eq!(a.stats().invalidations, 1, "the leaf's invalidation reached a");
+    assert_eq!(ma.insert(7, 3).unwrap(), None);
+    drop(ma);
+    a.commit().unwrap();
+    assert_eq!(h.stats().leaf_merges, 1);
+    assert_eq!(entries::<u64, u64>(&session(&h)).unwrap(), [(5, 1), (6, 2), (7, 3)]);
+}
+
 /// A transaction that scanned the map carries no delta: its view of the leaf is every entry,
 /// which a key-by-key check cannot re-verify, so it conflicts as before.
 #[test]
