@@ -826,14 +826,15 @@ impl Session {
         Ok(s)
     }
 
-    #[allow(clippy::mut_from_ref)]
-    #[inline]
     /// The open transaction's map leaf logs ([`crate::leaflog`]), for the map's point
-    /// operations.
+    /// operations (the borrow is used within one call, as [`Session::inner`]'s are).
+    #[allow(clippy::mut_from_ref)]
     pub(crate) fn leaf_logs(&self) -> &mut crate::leaflog::LeafLogs {
         &mut self.inner().core.leaf_logs
     }
 
+    #[allow(clippy::mut_from_ref)]
+    #[inline]
     fn inner(&self) -> &mut Inner {
         // SAFETY: `Session` is not `Sync`, so only this thread reaches the cell. Every caller
         // uses the returned borrow within one method and does not call a method that borrows
