@@ -20,7 +20,9 @@
 //!    (LMDB: one writer at a time, so it never aborts), each inserting `--conc-inserts`
 //!    random distinct keys of its own stream in transactions of `--conc-batch`. thor's
 //!    `Session::run` retries a transaction refused by concurrency control with the same keys;
-//!    the abort rate is conflicts / (commits + conflicts) of those transactions.
+//!    the abort rate is conflicts / (commits + conflicts) of those transactions. Their
+//!    commits carry map leaf deltas, which the server merges when two change different keys
+//!    of one leaf; `--no-leaf-deltas` turns that off (the figures from before the merge).
 //!
 //! `--only` picks phases (the load always runs, unless `--reuse` finds a kept database): for
 //! example `map-bench thor --only lookups-hot,scan --repeat 5` measures the read path alone,
@@ -123,6 +125,10 @@ struct Args {
     /// the scan still check every value and the count against the key stream.
     #[arg(long)]
     reuse: bool,
+    /// thor: commits carry no map leaf deltas, so the server merges nothing (every commit that
+    /// changed a leaf another changed meanwhile conflicts, as before the merge was built).
+    #[arg(long)]
+    no_leaf_deltas: bool,
 }
 
 impl Args {
@@ -286,6 +292,7 @@ fn report(a: &Args, f: &Figures, load_avg: &str) {
             "conc_inserts_per_sec": rate(f.conc_inserts, f.conc_secs),
             "conc_commits": f.conc_commits, "conc_conflicts": f.conc_conflicts,
             "conc_abort_rate": abort_rate, "db_bytes_after_load": f.db_bytes,
+            "leaf_deltas": !a.no_leaf_deltas,
         });
         println!("{out}");
         return;
@@ -336,6 +343,7 @@ fn thor_config(a: &Args) -> SessionConfig {
         // Concurrent inserts retry until they commit: the figure is the abort rate, not a
         // give-up rate.
         run_attempts_max: 10_000,
+        leaf_deltas: !a.no_leaf_deltas,
         ..SessionConfig::default()
     }
 }

@@ -218,6 +218,7 @@
 pub mod cluster;
 pub mod error;
 pub mod latency;
+mod leaflog;
 pub mod limits;
 pub mod map;
 pub mod pagemode;

@@ -25,7 +25,7 @@
 //!
 //! # Node layout
 //!
-//! The layout is `thor_core::mapnode`'s, shared with the server (which will read leaves to
+//! The layout is `thor_core::mapnode`'s, shared with the server (which reads leaves to
 //! merge commits, `docs/clocc.md`, "Map leaves"):
 //!
 //! ```text
@@ -67,9 +67,13 @@
 //!   the parent; a redistribution both siblings and the parent. So a split or merge conflicts
 //!   with every concurrent operation that read the parent: about one insert in half a leaf's
 //!   entries (190 of `u64 → u64` in 8 KiB pages) splits.
-//! - Two inserts or removes of different keys in one leaf both write that leaf, so today one
-//!   of them conflicts (and [`crate::Session::run`] runs it again). `docs/clocc.md`, "Map
-//!   leaves", describes a server-side merge of such commits that is not built yet.
+//! - Two inserts or removes of different keys in one leaf both write that leaf. The point
+//!   operations (`get`, `contains_key`, and an `insert` or `remove` that splices one entry
+//!   in place) log what they read and did per leaf (`crate::leaflog`), the commit carries
+//!   that as a leaf delta, and the server merges a commit that CLOCC would refuse only for
+//!   such leaves onto their newest versions (`docs/clocc.md`, "Map leaves"): both commit.
+//!   A split, merge or scan rules the leaf (or the map) out, and maps of references log
+//!   nothing; those conflict as before (and [`crate::Session::run`] runs the loser again).
 //! - There is no global count: [`MapView::len`] walks the leaf chain and sums their counts,
 //!   reading every leaf (so it costs a fetch per uncached leaf, and it conflicts with any
 //!   concurrent change to the map). An exact counter in the header would have made every
@@ -115,6 +119,7 @@ use thor_core::mapnode::{
 };
 
 use crate::error::ClientError;
+use crate::leaflog::At;
 use crate::session::{Session, View};
 use crate::typed::{Any, Class, Field, NoVar, OptionalValue, Ref, VarBytes};
 
@@ -860,6 +865,65 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
         }
     }
 
+    /// Where a point operation found its key in `leaf`, for the leaf logs
+    /// ([`crate::leaflog`]); `None` in maps of references, which log nothing.
+    fn at(&self, leaf: &View<'_, MapNode>) -> Option<At> {
+        if V::IS_REF {
+            return None;
+        }
+        let root = self.header.get(Map::<K, V>::ROOT).key() == leaf.as_ref().key();
+        Some(At {
+            map: self.header.as_ref().key(),
+            leaf: leaf.as_ref().oref(),
+            root,
+            vbytes: V::BYTES,
+        })
+    }
+
+    /// Logs that the transaction read `key` in `leaf` and saw the value whose bytes start at
+    /// `vat` (`None`: absent).
+    fn log_read(
+        &self,
+        leaf: &View<'_, MapNode>,
+        key: &[u8],
+        vat: Option<usize>,
+    ) -> Result<(), ClientError> {
+        let Some(at) = self.at(leaf) else { return Ok(()) };
+        let mut b = [0u8; 1 + MAP_VALUE_BYTES_MAX];
+        let saw = match vat {
+            Some(vat) => {
+                leaf.read_var_bytes(vat, &mut b[..V::BYTES])?;
+                Some(&b[..V::BYTES])
+            }
+            None => None,
+        };
+        self.s.leaf_logs().read(at, key, saw);
+        Ok(())
+    }
+
+    /// Logs that the transaction put `value` under `key` in `leaf` (`None`: removed it).
+    fn log_op(&self, leaf: &View<'_, MapNode>, key: &[u8], value: Option<V>) {
+        let Some(at) = self.at(leaf) else { return };
+        let mut b = [0u8; 1 + MAP_VALUE_BYTES_MAX];
+        let value = value.map(|v| {
+            v.to_bytes(&mut b[..V::BYTES]);
+            &b[..V::BYTES]
+        });
+        self.s.leaf_logs().op(at, key, value);
+    }
+
+    /// Node `v`, if a leaf, was changed or read as a whole: it carries no delta.
+    fn rule_out(&self, v: &View<'_, MapNode>, level: u32) {
+        if level == 0 && !V::IS_REF {
+            self.s.leaf_logs().rule_out(self.header.as_ref().key(), v.as_ref().oref(), V::BYTES);
+        }
+    }
+
+    /// The transaction reads this map as a whole: none of its leaves carries a delta.
+    fn scanned(&self) {
+        self.s.leaf_logs().scanned(self.header.as_ref().key());
+    }
+
     /// The value of entry `i` of a leaf.
     fn value(&self, n: &NodeRead<'_, '_>, i: usize, vat: usize) -> Result<V, ClientError> {
         if V::IS_REF { Ok(V::from_ref(n.slot(i))) } else { Ok(V::from_bytes(n.value_bytes(vat))) }
@@ -877,9 +941,13 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
             match n.search(k)? {
                 Ok(i) => {
                     let (_, vat) = n.key_bytes(i)?;
+                    self.log_read(&leaf, k, Some(vat))?;
                     self.value(&n, i, vat).map(Some)
                 }
-                Err(_) => Ok(None),
+                Err(_) => {
+                    self.log_read(&leaf, k, None)?;
+                    Ok(None)
+                }
             }
         })
     }
@@ -893,7 +961,13 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
         self.with_key(key, |k| {
             let leaf = self.descend(k, None)?;
             let n = NodeRead::new(&leaf, V::BYTES)?;
-            Ok(n.search(k)?.is_ok())
+            // What it saw is the value too: a delta's read is checked by presence and value.
+            let vat = match n.search(k)? {
+                Ok(i) => Some(n.key_bytes(i)?.1),
+                Err(_) => None,
+            };
+            self.log_read(&leaf, k, vat)?;
+            Ok(vat.is_some())
         })
     }
 
@@ -939,6 +1013,8 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
             Ok(i) => {
                 // Replace in place: the value's bytes or its slot.
                 let vat = n.key(i, &mut buf)?;
+                self.log_read(&leaf, &k, Some(vat))?;
+                self.log_op(&leaf, &k, Some(value));
                 let old = self.value(&n, i, vat)?;
                 if V::IS_REF {
                     leaf.set(MapNode::slot_field(i), value.to_ref())?;
@@ -966,6 +1042,8 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
                 value.to_bytes(&mut b[..V::BYTES]);
                 e.extend_from_slice(&b[..V::BYTES]);
             }
+            self.log_read(&leaf, &k, None)?;
+            self.log_op(&leaf, &k, Some(value));
             leaf.write_var_bytes(0, &splice_in(&a, n.count, used, pos, &e))?;
             leaf.set(MapNode::COUNT, n.count as u32 + 1)?;
             if V::IS_REF {
@@ -984,6 +1062,8 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
             value.to_bytes(&mut val);
         }
         entries.insert(pos, Entry { key: k, val, r });
+        // Split or rewritten whole: the leaf's delta could not say so.
+        self.rule_out(&leaf, 0);
         self.put(leaf, 0, entries, old_count, path)?;
         Ok(None)
     }
@@ -1046,7 +1126,10 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
         let leaf = self.descend(&k, Some(&mut path))?;
         let n = NodeRead::new(&leaf, V::BYTES)?;
         let mut buf = Vec::new();
-        let Ok(i) = n.search(&k)? else { return Ok(None) };
+        let Ok(i) = n.search(&k)? else {
+            self.log_read(&leaf, &k, None)?;
+            return Ok(None);
+        };
         let vat = n.key(i, &mut buf)?;
         let old = self.value(&n, i, vat)?;
         // The common case: the leaf is the root or stays over a quarter full, and the entry
@@ -1055,6 +1138,8 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
         if let Some((a, used)) = n.packed()? {
             let (left, count) = (used - DIR_BYTES - len, n.count - 1);
             if path.is_empty() || !underfull_at(left, count, self.leaf_shape(), self.area) {
+                self.log_read(&leaf, &k, Some(vat))?;
+                self.log_op(&leaf, &k, None);
                 leaf.write_var_bytes(0, &splice_out(&a, n.count, used, i, len))?;
                 leaf.set(MapNode::COUNT, count as u32)?;
                 if V::IS_REF {
@@ -1069,6 +1154,7 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
         let mut entries = n.entries(V::IS_REF)?;
         let old_count = n.count;
         entries.remove(i);
+        self.rule_out(&leaf, 0);
         self.shrunk(leaf, 0, entries, old_count, path)?;
         Ok(Some(old))
     }
@@ -1115,6 +1201,8 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
         };
         let other = self.s.get::<MapNode>(pe[if ri == index { index - 1 } else { ri }].r.cast())?;
         let on = NodeRead::new(&other, V::BYTES)?;
+        // Merged with or shares its entries with the node: changed as a whole.
+        self.rule_out(&other, level);
         let other_entries = on.entries(shape.slots)?;
         let other_old = on.count;
         let ((lv, mut le, lc), (rv, mut re, rc)) = if ri == index {
@@ -1159,6 +1247,7 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
     /// Removes every entry: the map gets a new empty root (the old nodes stay in the database
     /// unreferenced; thor has no collector yet).
     pub fn clear(&self) -> Result<(), ClientError> {
+        self.scanned();
         let leaf = new_node(self.s, 0)?;
         self.header.set(Map::<K, V>::ROOT, leaf.as_ref())
     }
@@ -1166,6 +1255,7 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
     /// The number of entries. Reads every leaf (see the module documentation: there is no
     /// global count, so that inserts do not all conflict on one).
     pub fn len(&self) -> Result<usize, ClientError> {
+        self.scanned();
         let mut total = 0;
         let mut walk = LeafWalk::new(self.s, self.leftmost()?, V::BYTES);
         while let Some(count) = walk.next_leaf()? {
@@ -1191,6 +1281,7 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
 
     /// The entry with the largest key.
     pub fn last(&self) -> Result<Option<(K, V)>, ClientError> {
+        self.scanned();
         let mut node = self.s.get(self.root()?)?;
         for _ in 0..=MAP_HEIGHT_MAX {
             let n = NodeRead::new(&node, V::BYTES)?;
@@ -1252,6 +1343,7 @@ impl<'s, K: MapKey, V: MapValue> MapView<'s, K, V> {
         start: Bound<Vec<u8>>,
         end: Bound<Vec<u8>>,
     ) -> Result<MapIter<'s, K, V>, ClientError> {
+        self.scanned();
         let from: &[u8] = match &start {
             Bound::Included(k) | Bound::Excluded(k) => k,
             Bound::Unbounded => &[],

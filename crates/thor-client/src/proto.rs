@@ -262,6 +262,9 @@ pub struct ClientCore {
     pub(crate) unresolved: Option<u64>,
     /// The outcome of the last commit whose answer was lost, once learned.
     pub(crate) last_outcome: Option<CommitOutcome>,
+    /// What the open transaction did to map leaves by point operations, for its commit's leaf
+    /// deltas ([`crate::leaflog`]); cleared when a transaction begins.
+    pub(crate) leaf_logs: crate::leaflog::LeafLogs,
     /// Reconnect counters.
     pub(crate) reconnect: ReconnectStats,
     /// Views lived through a dropped cache: no transaction starts until they are gone.
@@ -347,6 +350,7 @@ impl ClientCore {
             doomed: None,
             unreported: thor_wire::Contention::default(),
             hit_class: None,
+            leaf_logs: crate::leaflog::LeafLogs::default(),
             path,
             pages,
             prefetch,
@@ -673,7 +677,12 @@ impl ClientCore {
                 // and only until the first object the transaction used.
                 let class =
                     if hit.is_none() { core.cache.class_name(o).map(str::to_owned) } else { None };
-                if core.cache.invalidate(o).conflict && hit.is_none() {
+                // A map leaf whose every use is in a leaf log is checked key by key at the
+                // server (`crate::leaflog`): its invalidation does not doom the transaction.
+                let logged = core.cfg.leaf_deltas
+                    && core.info.version >= thor_wire::version::VERSION_LEAF_DELTAS
+                    && core.leaf_logs.covers(o);
+                if core.cache.invalidate(o).conflict && hit.is_none() && !logged {
                     hit = Some(o);
                     core.hit_class = class;
                 }

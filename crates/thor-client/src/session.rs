@@ -237,6 +237,12 @@ pub struct SessionConfig {
     /// [`SessionConfig::refresh_after`] old when a transaction begins). Off, it is sent to
     /// the server and validated, and refused if anything it read has changed since.
     pub read_only_at_client: bool,
+    /// Whether commits carry leaf deltas of the maps' point operations (wire version 8,
+    /// `crate::leaflog`), so that the server can merge a commit that changed other keys of a
+    /// map leaf than a concurrent one did instead of refusing it (`docs/clocc.md`, "Map
+    /// leaves"). On by default; off, every such commit conflicts as on an older server (for
+    /// measuring what the merge does).
+    pub leaf_deltas: bool,
 }
 
 impl Default for SessionConfig {
@@ -261,6 +267,7 @@ impl Default for SessionConfig {
             reconnect: ReconnectConfig::default(),
             run_retries_unknown: false,
             read_only_at_client: true,
+            leaf_deltas: true,
         }
     }
 }
@@ -835,6 +842,13 @@ impl Session {
             }
         }
         Ok(s)
+    }
+
+    /// The open transaction's map leaf logs ([`crate::leaflog`]), for the map's point
+    /// operations (the borrow is used within one call, as [`Session::inner`]'s are).
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) fn leaf_logs(&self) -> &mut crate::leaflog::LeafLogs {
+        &mut self.inner().core.leaf_logs
     }
 
     #[allow(clippy::mut_from_ref)]
@@ -1707,6 +1721,7 @@ impl Inner {
             self.refresh()?;
         }
         self.in_transaction = true;
+        self.core.leaf_logs.clear();
         Ok(())
     }
 

@@ -439,11 +439,11 @@ fn concurrent_inserts_of_the_same_key_conflict() {
     assert_eq!(old, Some(1));
 }
 
-/// Two transactions that insert different keys into one leaf should both commit: that is
-/// the goal of issue 34's server-side merge of map leaves (docs/clocc.md, "Map leaves").
+/// Two transactions that insert different keys into one leaf both commit: the second, which
+/// CLOCC alone would refuse (its copy of the leaf is stale), carries a delta of the leaf (it
+/// saw its key absent, and inserted it) that the server merges onto the first's leaf
+/// (docs/clocc.md, "Map leaves").
 #[test]
-#[ignore = "needs the server-side merge of map leaves (docs/clocc.md, \"Map leaves\"), not \
-            built: today both commits write the same leaf object and CLOCC refuses the second"]
 fn concurrent_inserts_of_different_keys_in_one_leaf_both_commit() {
     let (_disk, h) = with_map::<u64, u64>(8192);
     let (a, b) = (session(&h), session(&h));
@@ -454,8 +454,156 @@ fn concurrent_inserts_of_different_keys_in_one_leaf_both_commit() {
     drop((ma, mb));
     a.commit().unwrap();
     b.commit().unwrap();
+    assert_eq!(h.stats().leaf_merges, 1);
     let s = session(&h);
     assert_eq!(entries::<u64, u64>(&s).unwrap(), [(5, 1), (6, 2)]);
+}
+
+/// Two transactions that remove different keys of one leaf both commit, the second merged.
+#[test]
+fn concurrent_removes_of_different_keys_in_one_leaf_both_commit() {
+    let (_disk, h) = with_map::<u64, u64>(8192);
+    session(&h)
+        .run(|s| {
+            let m = s.map(s.root::<Map<u64, u64>>(0)?)?;
+            (0..10).try_for_each(|k| m.insert(k, k * 10).map(drop))
+        })
+        .unwrap();
+    let (a, b) = (session(&h), session(&h));
+    let ma = a.map(a.root::<Map<u64, u64>>(0).unwrap()).unwrap();
+    let mb = b.map(b.root::<Map<u64, u64>>(0).unwrap()).unwrap();
+    assert_eq!(ma.remove(&3).unwrap(), Some(30));
+    assert_eq!(mb.remove(&7).unwrap(), Some(70));
+    drop((ma, mb));
+    a.commit().unwrap();
+    b.commit().unwrap();
+    assert_eq!(h.stats().leaf_merges, 1);
+    let want: Vec<(u64, u64)> =
+        (0..10).filter(|k| ![3, 7].contains(k)).map(|k| (k, k * 10)).collect();
+    assert_eq!(entries::<u64, u64>(&session(&h)).unwrap(), want);
+}
+
+/// After a merge the committer's cached leaf is its own version, not the merged one installed:
+/// the server invalidates it with the commit's answer, so the committer's next transaction
+/// reads the leaf with both changes (and so does a new client). (The first client may still
+/// read its own copy in a read-only transaction it commits locally: a snapshot from before
+/// the merge, which is serializable there.)
+#[test]
+fn a_merged_leaf_is_read_back_with_both_changes() {
+    let (_disk, h) = with_map::<u64, u64>(8192);
+    let (a, b) = (session(&h), session(&h));
+    let ma = a.map(a.root::<Map<u64, u64>>(0).unwrap()).unwrap();
+    let mb = b.map(b.root::<Map<u64, u64>>(0).unwrap()).unwrap();
+    ma.insert(5, 1).unwrap();
+    mb.insert(6, 2).unwrap();
+    drop((ma, mb));
+    a.commit().unwrap();
+    b.commit().unwrap();
+    assert_eq!(h.stats().leaf_merges, 1);
+    for s in [&b, &session(&h)] {
+        let got = s
+            .run(|s| {
+                let m = s.map(s.root::<Map<u64, u64>>(0)?)?;
+                Ok::<_, ClientError>((m.get(&5)?, m.get(&6)?))
+            })
+            .unwrap();
+        assert_eq!(got, (Some(1), Some(2)));
+    }
+    // And the committer's next change of that leaf commits on the merged version.
+    b.run(|s| s.map(s.root::<Map<u64, u64>>(0)?)?.insert(7, 3)).unwrap();
+    assert_eq!(entries::<u64, u64>(&session(&h)).unwrap(), [(5, 1), (6, 2), (7, 3)]);
+}
+
+/// An invalidation of a leaf that the open transaction changed only by point operations,
+/// arriving in the middle of it (here on the reply to a stats request), does not doom it: it
+/// goes on with its own copy of the leaf, and its commit is merged onto the other's.
+#[test]
+fn an_invalidation_of_a_leaf_changed_by_point_operations_does_not_doom_the_transaction() {
+    let (_disk, h) = with_map::<u64, u64>(8192);
+    let (a, b) = (session(&h), session(&h));
+    let ma = a.map(a.root::<Map<u64, u64>>(0).unwrap()).unwrap();
+    assert_eq!(ma.insert(5, 1).unwrap(), None);
+    b.run(|s| s.map(s.root::<Map<u64, u64>>(0)?)?.insert(6, 2)).unwrap();
+    a.server_stats().unwrap();
+    assert_eq!(a.stats().invalidations, 1, "the leaf's invalidation reached a");
+    assert_eq!(ma.insert(7, 3).unwrap(), None);
+    drop(ma);
+    a.commit().unwrap();
+    assert_eq!(h.stats().leaf_merges, 1);
+    assert_eq!(entries::<u64, u64>(&session(&h)).unwrap(), [(5, 1), (6, 2), (7, 3)]);
+}
+
+/// A transaction that scanned the map carries no delta: its view of the leaf is every entry,
+/// which a key-by-key check cannot re-verify, so it conflicts as before.
+#[test]
+fn a_transaction_that_scanned_the_leaf_is_not_merged() {
+    let (_disk, h) = with_map::<u64, u64>(8192);
+    let (a, b) = (session(&h), session(&h));
+    let ma = a.map(a.root::<Map<u64, u64>>(0).unwrap()).unwrap();
+    let mb = b.map(b.root::<Map<u64, u64>>(0).unwrap()).unwrap();
+    ma.insert(5, 1).unwrap();
+    assert_eq!(mb.len().unwrap(), 0);
+    mb.insert(6, 2).unwrap();
+    drop((ma, mb));
+    a.commit().unwrap();
+    let err = b.commit().unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+    assert_eq!(h.stats().leaf_merges, 0);
+}
+
+/// Clients increment counters kept under shared keys of one leaf (a read and a write of the
+/// key each) and insert keys of their own, concurrently, in transactions `run` retries. A
+/// serial order of the committed transactions gives every counter the number of increments
+/// made to it and every client's keys present: the final map must be exactly that, however
+/// many of the commits the server merged.
+#[test]
+fn concurrent_map_clients_end_as_a_serial_order_would() {
+    const CLIENTS: u64 = 4;
+    const TXNS: u64 = 200;
+    const SHARED: u64 = 16;
+    let (_disk, h) = with_map::<u64, u64>(8192);
+    let start = Arc::new(std::sync::Barrier::new(CLIENTS as usize));
+    let threads: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let (h, start) = (h.clone(), start.clone());
+            std::thread::spawn(move || {
+                let s = session_with(&h, 10_000);
+                let mut counts = vec![0u64; SHARED as usize];
+                let mut seed = 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(c + 1);
+                start.wait();
+                for t in 0..TXNS {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    let k = (seed >> 33) % SHARED;
+                    s.run(|s| {
+                        let m = s.map(s.root::<Map<u64, u64>>(0)?)?;
+                        let v = m.get(&k)?.unwrap_or(0);
+                        m.insert(k, v + 1)?;
+                        m.insert(1_000 + c * TXNS + t, c)
+                    })
+                    .unwrap();
+                    counts[k as usize] += 1;
+                }
+                counts
+            })
+        })
+        .collect();
+    let mut counts = vec![0u64; SHARED as usize];
+    for t in threads {
+        for (k, n) in t.join().unwrap().into_iter().enumerate() {
+            counts[k] += n;
+        }
+    }
+    let mut want: Vec<(u64, u64)> =
+        (0..SHARED).filter(|&k| counts[k as usize] > 0).map(|k| (k, counts[k as usize])).collect();
+    want.extend((0..CLIENTS).flat_map(|c| (0..TXNS).map(move |t| (1_000 + c * TXNS + t, c))));
+    let stats = h.stats();
+    assert_eq!(
+        entries::<u64, u64>(&session(&h)).unwrap(),
+        want,
+        "merges {}, refused {}",
+        stats.leaf_merges,
+        stats.leaf_merges_refused
+    );
 }
 
 /// Inserts of different keys into different leaves do not conflict: they share only reads

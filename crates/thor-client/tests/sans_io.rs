@@ -234,6 +234,7 @@ fn setup(server: &mut Server) -> (Oref, Oref) {
         versions: vec![(root, root_bytes.into())],
         created: vec![counter.clone().into(), counter.into()],
         id: None,
+        leaves: Vec::new(),
     };
     match server.call(admin.conn, Request::new(RequestBody::Commit(commit))).body {
         ReplyBody::CommitOk { created, .. } => {

@@ -3,7 +3,8 @@
 //!
 //! It lives here, beside the object and page formats, so that every reader of a node reads it
 //! the way the client writes it: the client itself, and the server's merge of commits that
-//! change different keys of one leaf (designed in `docs/clocc.md`, "Map leaves"; not built).
+//! change different keys of one leaf (`thor_server_core::leafmerge`; `docs/clocc.md`, "Map
+//! leaves").
 //!
 //! ```text
 //!  offset  0: class word (the object header)

@@ -566,6 +566,7 @@ fn commit_op<T: thor_wire::Transport>(
             versions: vec![(*owned, Bytes::from(item(class.raw(), seq, 16)))],
             created: vec![Bytes::from(item(class.raw(), seq, 32))],
             id: None,
+            leaves: Vec::new(),
         }));
         match t.round_trip(&req)?.body {
             ReplyBody::CommitOk { .. } => Ok(()),

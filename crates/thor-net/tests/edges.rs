@@ -46,9 +46,15 @@ fn big_commit(class: thor_core::Oref, seq: u32, objects: u32) -> Vec<u8> {
     let created = (0..objects)
         .map(|i| Bytes::from(item(class.raw(), 0, seq * 1000 + i, &[1; 3000])))
         .collect();
-    Request::new(RequestBody::Commit(Commit { reads: vec![], versions: vec![], created, id: None }))
-        .to_frame(2)
-        .unwrap()
+    Request::new(RequestBody::Commit(Commit {
+        reads: vec![],
+        versions: vec![],
+        created,
+        id: None,
+        leaves: Vec::new(),
+    }))
+    .to_frame(2)
+    .unwrap()
 }
 
 #[test]

@@ -59,9 +59,11 @@
 //!   [`LogBytes`], and the counters a path reports: [`PathCounters`], [`PageCounters`],
 //!   [`WplCounters`];
 //! - errors: [`EngineError`], [`InvalidCommit`];
-//! - three modules that are APIs in themselves: [`record`] (the log record codec, which the
+//! - four modules that are APIs in themselves: [`record`] (the log record codec, which the
 //!   offline checker and the simulation's checker also read), [`superblock`] (the checkpoint
-//!   codec), [`limits`] (every bound, with its reason).
+//!   codec), [`limits`] (every bound, with its reason), [`leafmerge`] (a commit's map-leaf
+//!   delta applied to the leaf's current bytes, which validation calls when CLOCC refuses a
+//!   commit only for leaves that carry deltas).
 //!
 //! With the test-only `mutants` feature it also exports `Mutant` and `Core::set_mutant`
 //! (deliberately broken protocols the simulation must catch).
@@ -260,6 +262,7 @@
 
 mod core;
 mod error;
+pub mod leafmerge;
 pub mod limits;
 mod mob;
 mod mutants;

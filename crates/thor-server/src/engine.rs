@@ -274,6 +274,7 @@ impl From<CommitRequest> for CommitIn {
             ts: None,
             pages: None,
             id: None,
+            leaves: Vec::new(),
         }
     }
 }

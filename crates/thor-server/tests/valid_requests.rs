@@ -65,6 +65,7 @@ fn commit_frame(word: u32, obj: Oref, bytes: &[u8]) -> Bytes {
         versions: vec![(obj, Bytes::copy_from_slice(bytes))],
         created: vec![],
         id: None,
+        leaves: Vec::new(),
     };
     let mut frame = Request::new(RequestBody::Commit(good)).to_frame(9).unwrap();
     // The read set's only word is the payload's 13th to 16th bytes (after the empty
@@ -107,6 +108,7 @@ fn read_set_on_page_zero_is_refused() {
         versions: vec![(obj, Bytes::from(version.clone()))],
         created: vec![],
         id: None,
+        leaves: Vec::new(),
     };
     let read_only = Commit { reads: vec![page_zero], ..Commit::default() };
     let log_before = e.stats().log_bytes;
@@ -146,6 +148,7 @@ fn read_set_on_page_zero_is_refused() {
         versions: vec![(obj, Bytes::from(version.clone()))],
         created: vec![],
         id: None,
+        leaves: Vec::new(),
     };
     assert!(matches!(send(&e, &replies, conn, 4, good), ReplyBody::CommitOk { .. }));
     // And after a crash the database opens with it.
@@ -185,6 +188,7 @@ fn version_on_page_zero_is_refused_not_duplicate() {
             versions: vec![(obj, Bytes::from(bytes.clone())), (o, Bytes::from(bytes.clone()))],
             created: vec![],
             id: None,
+            leaves: Vec::new(),
         };
         match send(&e, &replies, conn, 2, c) {
             ReplyBody::CommitRefused { code, message } => {

@@ -1747,7 +1747,7 @@ impl World {
             created.push(Bytes::from(b));
         }
         let reads = plan.read.iter().map(|(o, _)| *o).collect();
-        let commit = Commit { reads, versions, created, id: None };
+        let commit = Commit { reads, versions, created, id: None, leaves: Vec::new() };
         self.send_commit(c, conn, id, txn, commit)
     }
 
@@ -1808,7 +1808,7 @@ impl World {
             };
             versions.push((o, cell(self, next)));
         }
-        Commit { reads: Vec::new(), versions, created, id: None }
+        Commit { reads: Vec::new(), versions, created, id: None, leaves: Vec::new() }
     }
 
     fn at_client(&mut self, c: usize, conn: ConnId, msg: Msg) -> Result<(), Violation> {

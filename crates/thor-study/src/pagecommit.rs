@@ -372,6 +372,7 @@ impl PageCommits {
             ts: None,
             pages,
             id: None,
+            leaves: Vec::new(),
         })
     }
 
@@ -421,6 +422,7 @@ impl PageCommits {
             ts: None,
             pages: None,
             id: None,
+            leaves: Vec::new(),
         })
     }
 }

@@ -25,6 +25,9 @@
 //!   Bit 2 ([`FLAG_CONTENTION`], version 6) says a request carries the contention report
 //!   (`crate::contention`); a client sets it only on connections that agreed on version 6, and
 //!   a reply never has it.
+//!   Bit 3 ([`FLAG_LEAF_DELTAS`], version 8) says a `Commit` or `CommitWithId` carries leaf
+//!   deltas after its body (`crate::leafdelta`); a client sets it only on connections that
+//!   agreed on version 8, and no other message has it.
 //!   The other bits are reserved and zero; a receiver refuses a frame with any of them set.
 //! - `request id` is chosen by the client; the reply to a request carries the same id. The
 //!   server answers requests in the order they arrive. Errors that answer no request (a frame
@@ -49,8 +52,10 @@ pub const FLAG_DEMOTION: u16 = 1;
 pub const FLAG_SEEN: u16 = 2;
 /// A request carries the contention report (version 6, `crate::contention`).
 pub const FLAG_CONTENTION: u16 = 4;
+/// A commit carries leaf deltas (version 8, `crate::leafdelta`).
+pub const FLAG_LEAF_DELTAS: u16 = 8;
 /// Every flag this version knows.
-const FLAGS_KNOWN: u16 = FLAG_DEMOTION | FLAG_SEEN | FLAG_CONTENTION;
+const FLAGS_KNOWN: u16 = FLAG_DEMOTION | FLAG_SEEN | FLAG_CONTENTION | FLAG_LEAF_DELTAS;
 
 /// A frame whose header has been checked: its length, checksum and flags. The payload is not
 /// decoded yet (see [`crate::Request::decode`] and [`crate::Reply::decode`]); a receiver that
@@ -62,7 +67,7 @@ pub struct Frame {
     /// The request id: chosen by the client, echoed by the server.
     pub id: u64,
     /// The header's flags (only known ones: [`FLAG_DEMOTION`], [`FLAG_SEEN`],
-    /// [`FLAG_CONTENTION`]).
+    /// [`FLAG_CONTENTION`], [`FLAG_LEAF_DELTAS`]).
     pub flags: u16,
     /// The message's bytes after the header (a zero-copy slice of the frame).
     pub payload: Bytes,

@@ -97,13 +97,15 @@
 //! version 5's `ErrorCode::Forbidden`, `RefusedCode::UnknownServer`; `version::{REQUEST_VERSIONS,
 //! request_version, VERSION_*}`;
 //! and its resume: `Resume`, `Resumed`, `Seen`, `SeenRange`, `HistoryPoint`, `CacheVerdict`,
-//! `Outcome`, `Commit::id`; version 6's `Contention` (`Piggyback::contention`).
+//! `Outcome`, `Commit::id`; version 6's `Contention` (`Piggyback::contention`); version 8's
+//! `LeafDelta`, `LeafValue` (`Commit::leaves`).
 
 pub mod code;
 mod codec;
 pub mod contention;
 pub mod error;
 pub mod frame;
+pub mod leafdelta;
 pub mod limits;
 pub mod message;
 pub mod pagecommit;
@@ -118,6 +120,7 @@ pub use code::{ErrorCode, RefusedCode};
 pub use contention::Contention;
 pub use error::WireError;
 pub use frame::{Frame, frame_size};
+pub use leafdelta::{LeafDelta, LeafValue};
 pub use limits::{WIRE_VERSION, WIRE_VERSION_MIN};
 pub use message::{
     BackupInfo, Commit, HELLO_MAGIC, Hello, Piggyback, Reply, ReplyBody, Request, RequestBody,

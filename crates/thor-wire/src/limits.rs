@@ -45,7 +45,9 @@ pub const FRAME_BYTES_SETTING_MIN: usize = 64 << 10;
 /// what it read without asking (a server sets it only on connections that agreed on 7); and
 /// the peer message `AskVote` (`crate::twopc`): a coordinator asks a participant for a vote
 /// it still waits for (a server sends it only to peers whose session agreed on 7).
-pub const WIRE_VERSION: u16 = 7;
+/// Version 8 added the leaf deltas of a commit (`crate::leafdelta`, frame flag
+/// `FLAG_LEAF_DELTAS`), which a client sends only on connections that agreed on 8.
+pub const WIRE_VERSION: u16 = 8;
 /// The oldest protocol version this build still speaks.
 pub const WIRE_VERSION_MIN: u16 = 1;
 
@@ -54,6 +56,21 @@ pub const WIRE_VERSION_MIN: u16 = 1;
 /// leaves room for a client that reports late and bounds what one request can add to a
 /// server's counters.
 pub const CONTENTION_COUNT_MAX: usize = 1024;
+
+/// The most leaf deltas in one commit (`crate::leafdelta`): a delta is only worth sending for
+/// a leaf the transaction changed by a few point operations, and a transaction that changes
+/// more than a thousand leaves is a bulk load that conflicts with little; a commit without
+/// deltas for the rest is validated as before. Also bounds the decoder's check that no leaf
+/// comes twice (quadratic in this count).
+pub const LEAF_DELTAS_MAX: usize = 1024;
+
+/// The most reads, and the most operations, one leaf delta lists: a leaf holds at most a few
+/// hundred entries (`thor_core::mapnode`), and a transaction that touched more keys of one
+/// leaf than 4,096 sends no delta for it.
+pub const LEAF_KEYS_MAX: usize = 4096;
+
+/// The largest value bytes of a leaf entry: the client map's `MAP_VALUE_BYTES_MAX`.
+pub const LEAF_VALUE_BYTES_MAX: usize = 64;
 
 /// The longest authentication token. A 256-bit secret in hex is 64 bytes; 1 KiB allows any
 /// sensible secret format (a signed token, a passphrase) and bounds the Hello frame.

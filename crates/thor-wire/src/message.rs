@@ -334,6 +334,11 @@ pub struct Commit {
     /// whose connection broke before the answer came can ask what became of the commit
     /// ([`crate::resume`]). `None` sends a plain `Commit`. Not part of a `Prepare`.
     pub id: Option<u64>,
+    /// Leaf deltas (version 8, [`crate::leafdelta`]): for map leaves the commit writes, what
+    /// it read and did there key by key, so that the server may merge it with a concurrent
+    /// change of other keys. Sent with a `Commit` or `CommitWithId` only (a `Prepare` and a
+    /// resumed commit leave them out: the server then validates as without them).
+    pub leaves: Vec<crate::leafdelta::LeafDelta>,
 }
 
 /// What a client can ask.
@@ -670,7 +675,12 @@ impl Request {
                 if c.id == Some(0) {
                     return Err(WireError::BadValue { what: "commit id", why: "zero" });
                 }
-                commit_bytes(c)? + if c.id.is_some() { 8 } else { 0 }
+                let deltas = if c.leaves.is_empty() {
+                    0
+                } else {
+                    crate::leafdelta::deltas_bytes(&c.leaves)?
+                };
+                commit_bytes(c)? + if c.id.is_some() { 8 } else { 0 } + deltas
             }
             RequestBody::Resume(r) => r.body_bytes()?,
             RequestBody::Prepare(p) => {
@@ -705,6 +715,11 @@ impl Request {
         let mut flags = if self.piggyback.has_demotions() { FLAG_DEMOTION } else { FLAGS_NONE };
         if self.piggyback.contention.is_some() {
             flags |= FLAG_CONTENTION;
+        }
+        if let RequestBody::Commit(c) = &self.body
+            && !c.leaves.is_empty()
+        {
+            flags |= frame::FLAG_LEAF_DELTAS;
         }
         encode_frame(size, self.body.kind(), flags, id, max_frame_bytes, out, |out| {
             self.write_payload(out)
@@ -750,7 +765,10 @@ impl Request {
                 if let Some(id) = c.id {
                     out.put_u64(id);
                 }
-                put_commit(out, c)
+                put_commit(out, c);
+                if !c.leaves.is_empty() {
+                    crate::leafdelta::put_deltas(out, &c.leaves);
+                }
             }
             RequestBody::Prepare(p) => {
                 p.put_header(out);
@@ -803,7 +821,11 @@ impl Request {
             None
         };
         let piggyback = Piggyback { acks, discarded, demoted, demoted_pages, contention };
-        let body = match frame.kind {
+        let deltas = frame.flags & frame::FLAG_LEAF_DELTAS != 0;
+        if deltas && frame.kind != kind::COMMIT && frame.kind != kind::COMMIT_WITH_ID {
+            return Err(WireError::BadValue { what: "flags", why: "leaf deltas on no commit" });
+        }
+        let mut body = match frame.kind {
             kind::HELLO => {
                 if r.u32("hello magic")? != HELLO_MAGIC {
                     return Err(WireError::BadValue { what: "hello magic", why: "not \"THOR\"" });
@@ -841,6 +863,12 @@ impl Request {
             kind::PAGE_COMMIT => RequestBody::PageCommit(crate::pagecommit::get_commit(&mut r)?),
             other => return Err(WireError::UnknownType(other)),
         };
+        if deltas && let RequestBody::Commit(c) = &mut body {
+            c.leaves = crate::leafdelta::get_deltas(&mut r)?;
+            if c.leaves.is_empty() {
+                return Err(WireError::BadValue { what: "leaf deltas", why: "flagged but none" });
+            }
+        }
         r.finish()?;
         Ok(Request { body, piggyback })
     }
@@ -1137,7 +1165,7 @@ fn get_commit(r: &mut Reader) -> Result<Commit, WireError> {
         let len = r.count32(OBJECT_BYTES_MAX, 1, "object bytes")?;
         created.push(r.bytes(len, "object bytes")?);
     }
-    Ok(Commit { reads, versions, created, id: None })
+    Ok(Commit { reads, versions, created, id: None, leaves: Vec::new() })
 }
 
 fn check_info(i: &ServerInfo) -> Result<(), WireError> {
@@ -1303,7 +1331,7 @@ mod tests {
         assert!(matches!(req_err(kind::ABORT, &p), WireError::TrailingBytes { .. }));
         let f = raw_frame(kind::STATS, &empty_pb);
         let mut bad = f.to_vec();
-        bad[10] = 8;
+        bad[10] = 16;
         let crc = {
             let mut c = Crc32c::new();
             c.update(&bad[0..4]);
@@ -1313,7 +1341,7 @@ mod tests {
         bad[4..8].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(
             decode_request(Bytes::from(bad), FRAME_BYTES_MAX).unwrap_err(),
-            WireError::ReservedFlags(8)
+            WireError::ReservedFlags(16)
         );
         // Bit 2 is the contention report's (version 6): without its section the frame is short.
         assert!(matches!(
@@ -1353,7 +1381,13 @@ mod tests {
 
     #[test]
     fn a_commit_with_an_id_is_its_own_message_and_keeps_the_id() {
-        let c = Commit { reads: vec![], versions: vec![], created: vec![], id: Some(77) };
+        let c = Commit {
+            reads: vec![],
+            versions: vec![],
+            created: vec![],
+            id: Some(77),
+            leaves: vec![],
+        };
         let f = Request::new(RequestBody::Commit(c.clone())).to_frame(3).unwrap();
         assert_eq!(u16::from_le_bytes([f[8], f[9]]), kind::COMMIT_WITH_ID);
         let (_, back) = decode_request(Bytes::from(f), FRAME_BYTES_MAX).unwrap();

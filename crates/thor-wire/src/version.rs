@@ -20,6 +20,7 @@
 //! | 5 | scoped credentials: `Error(Forbidden)`, the refusal `UnknownServer`; resuming a session: `Resume`, `CommitWithId`, the reply `Resumed` and the frame flag `FLAG_SEEN` on replies (`crate::resume`) |
 //! | 6 | the contention report on requests: the frame flag [`crate::frame::FLAG_CONTENTION`] and its section (`crate::contention`) |
 //! | 7 | the settled bit of a reply's seen section (`crate::resume::Seen::settled`): read-only transactions commit at the client; a coordinator's request for a missing vote: the peer message `AskVote` (`crate::twopc`) |
+//! | 8 | a commit's leaf deltas: the frame flag [`crate::frame::FLAG_LEAF_DELTAS`] and its section after a `Commit`'s body (`crate::leafdelta`) |
 
 use crate::limits::{WIRE_VERSION, WIRE_VERSION_MIN};
 use crate::message::{Request, kind};
@@ -46,6 +47,11 @@ pub const VERSION_SETTLED: u16 = 7;
 /// its missing vote, `crate::twopc`). A server sends it only to peers whose session agreed
 /// on it; an older peer's vote is waited for until the vote timeout, as before.
 pub const VERSION_ASK_VOTE: u16 = 7;
+/// The version that added a commit's leaf deltas (the frame flag
+/// [`crate::frame::FLAG_LEAF_DELTAS`], `crate::leafdelta`). A client sends them only on
+/// connections that agreed on it; a client of an older connection leaves them out, and the
+/// server validates the commit as before.
+pub const VERSION_LEAF_DELTAS: u16 = 8;
 
 /// Every request type and the version that added it.
 pub const REQUEST_VERSIONS: [(u16, u16); 14] = [
@@ -86,6 +92,12 @@ impl Request {
             crate::message::RequestBody::Peer(m) => body.max(m.version_needed()),
             _ => body,
         };
+        let body = match &self.body {
+            crate::message::RequestBody::Commit(c) if !c.leaves.is_empty() => {
+                body.max(VERSION_LEAF_DELTAS)
+            }
+            _ => body,
+        };
         let body = if self.piggyback.has_demotions() { body.max(VERSION_DEMOTION) } else { body };
         if self.piggyback.contention.is_some() { body.max(VERSION_CONTENTION) } else { body }
     }
@@ -107,6 +119,8 @@ const _: () = assert!(VERSION_PREFETCH < VERSION_RESUME && VERSION_RESUME <= WIR
 const _: () = assert!(VERSION_RESUME < VERSION_CONTENTION && VERSION_CONTENTION <= WIRE_VERSION);
 const _: () = assert!(VERSION_CONTENTION < VERSION_SETTLED && VERSION_SETTLED <= WIRE_VERSION);
 const _: () = assert!(VERSION_CONTENTION < VERSION_ASK_VOTE && VERSION_ASK_VOTE <= WIRE_VERSION);
+const _: () =
+    assert!(VERSION_ASK_VOTE < VERSION_LEAF_DELTAS && VERSION_LEAF_DELTAS <= WIRE_VERSION);
 
 #[cfg(test)]
 mod tests {
@@ -193,5 +207,9 @@ mod tests {
         let stamp = Stamp { time_us: 1, tie: crate::CLIENT_TIE_BIT };
         let ask = Request::new(RequestBody::Peer(PeerMsg::AskVote { stamp, from: ServerId(2) }));
         assert_eq!(ask.version_needed(), VERSION_ASK_VOTE);
+        let delta = crate::LeafDelta { leaf: thor_core::builtin::ROOT, ..Default::default() };
+        let merging = Commit { leaves: vec![delta], ..Commit::default() };
+        let merging = Request::new(RequestBody::Commit(merging));
+        assert_eq!(merging.version_needed(), VERSION_LEAF_DELTAS);
     }
 }

@@ -138,6 +138,7 @@ impl ClientCore {
         }
         self.idle()?;
         self.in_transaction = true;
+        self.leaf_logs.clear();
         // A fetch again of a stale page belongs to the read that made it: one a doomed
         // transaction left unfinished says nothing about this transaction's reads (its entry
         // may even name another object now).

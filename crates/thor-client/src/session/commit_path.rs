@@ -118,6 +118,19 @@ impl CommitPath for ObjectShipping {
         let writes = n_modified + n_created > 0;
         let id = (s.info.version >= 5 && writes && s.asks_outcomes).then(|| s.next_commit_id());
         c.id = id;
+        // Leaf deltas (version 8) for the map leaves it changed by point operations, within
+        // what the frame has left after the rest of the commit (and at most a quarter of it:
+        // a delta is an optimization, never the reason a commit does not fit).
+        if s.cfg.leaf_deltas
+            && s.info.version >= thor_wire::version::VERSION_LEAF_DELTAS
+            && n_modified > 0
+        {
+            let written: Vec<Oref> = c.versions.iter().map(|v| v.0).collect();
+            let rest = shipped as usize + 8 * (c.reads.len() + n_modified + n_created) + 256;
+            let budget = (s.info.max_frame_bytes / 4)
+                .min(s.info.max_frame_bytes - rest.min(s.info.max_frame_bytes));
+            c.leaves = s.leaf_logs.deltas(&written, budget);
+        }
         Ok(Built {
             body: RequestBody::Commit(c),
             shipped,
@@ -182,6 +195,6 @@ impl ClientCore {
         });
         let versions = orefs.into_iter().zip(slices.by_ref()).collect();
         let created = slices.collect();
-        Ok((Commit { reads, versions, created, id: None }, shipped))
+        Ok((Commit { reads, versions, created, id: None, leaves: Vec::new() }, shipped))
     }
 }

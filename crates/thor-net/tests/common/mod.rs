@@ -106,6 +106,7 @@ pub fn commit_req(versions: Vec<(Oref, Vec<u8>)>, created: Vec<Vec<u8>>) -> Requ
         versions: versions.into_iter().map(|(o, b)| (o, Bytes::from(b))).collect(),
         created: created.into_iter().map(Bytes::from).collect(),
         id: None,
+        leaves: Vec::new(),
     }))
 }
 

@@ -460,7 +460,7 @@ impl Cc {
             // the second must choose again.
             return Err(Refusal::TooOld { ts, threshold: self.threshold });
         }
-        self.rules(reads, writes, ts).map_err(|(r, _)| r)?;
+        self.rules(reads, writes, &[], ts).map_err(|(r, _)| r)?;
         Ok(ts)
     }
 
@@ -653,7 +653,7 @@ impl Cc {
         ts: Option<Timestamp>,
         now_us: u64,
     ) -> Result<Timestamp, Refusal> {
-        let r = self.validate_rules(conn, reads, writes, ts, now_us);
+        let r = self.validate_rules(conn, reads, writes, &[], ts, now_us);
         if r.is_ok()
             && writes.is_empty()
             && let Some(conn) = conn
@@ -663,17 +663,49 @@ impl Cc {
         r
     }
 
+    /// Validates a transaction whose commit carries leaf deltas for `merged` (each of which it
+    /// writes), to be merged onto the leaves' newest versions (`crate::leafmerge`): as
+    /// [`Cc::validate`], except that `merged` are exempt from the invalid-set check and from
+    /// rules 1 and 2b, whose job for them the merge does key by key (the transaction's
+    /// observations of such a leaf are the keys its delta lists, checked against the version
+    /// it is merged onto). They stay subject to rule 2a (nothing later in the serial order may
+    /// have read what it writes), and the caller enters them in the queue as read and written
+    /// like any object, so that later transactions are validated against the merged write.
+    pub fn validate_merging(
+        &mut self,
+        conn: Option<ConnId>,
+        reads: &[Oref],
+        writes: &[Oref],
+        merged: &[Oref],
+        now_us: u64,
+    ) -> Result<Timestamp, Refusal> {
+        debug_assert!(merged.iter().all(|o| writes.contains(o)));
+        self.validate_rules(conn, reads, writes, merged, None, now_us)
+    }
+
+    /// The uncommitted writers of `o` (transactions still committing that write it), indexed
+    /// or not.
+    pub fn uncommitted_writers(&self, o: Oref) -> Vec<Timestamp> {
+        let indexed = self.objs.get(&o).map(|i| i.uncommitted.to_vec()).unwrap_or_default();
+        let big = self.big.iter().filter(|(_, s)| s.contains(o)).map(|(u, _)| *u);
+        indexed.into_iter().chain(big).collect()
+    }
+
     fn validate_rules(
         &mut self,
         conn: Option<ConnId>,
         reads: &[Oref],
         writes: &[Oref],
+        exempt: &[Oref],
         ts: Option<Timestamp>,
         now_us: u64,
     ) -> Result<Timestamp, Refusal> {
         if let Some(c) = conn.and_then(|c| self.clients.get(&c))
             && !c.invalid.is_empty()
-            && let Some(o) = reads.iter().chain(writes).find(|o| c.invalid.contains_key(o))
+            && let Some(o) = reads
+                .iter()
+                .chain(writes)
+                .find(|o| c.invalid.contains_key(o) && !exempt.contains(o))
         {
             return Err(Refusal::Stale(*o));
         }
@@ -681,12 +713,12 @@ impl Cc {
         if ts < self.threshold {
             return Err(Refusal::TooOld { ts, threshold: self.threshold });
         }
-        match self.rules(reads, writes, ts) {
+        match self.rules(reads, writes, exempt, ts) {
             Err((r, true)) => {
                 // Rule 2a, or 2b against a committed transaction: it may fit later in the
                 // serial order. Retry once after everything queued.
                 let later = self.fresh_ts(now_us);
-                match self.rules(reads, writes, later) {
+                match self.rules(reads, writes, exempt, later) {
                     Ok(()) => {
                         self.counters.retried_passed += 1;
                         Ok(later)
@@ -699,9 +731,16 @@ impl Cc {
         }
     }
 
-    /// Rules 1 and 2 at `ts`; on failure, the refusal and whether a later timestamp may pass.
-    fn rules(&self, reads: &[Oref], writes: &[Oref], ts: Timestamp) -> Result<(), (Refusal, bool)> {
-        for o in reads.iter().chain(writes) {
+    /// Rules 1 and 2 at `ts` (rules 1 and 2b not for `exempt`); on failure, the refusal and
+    /// whether a later timestamp may pass.
+    fn rules(
+        &self,
+        reads: &[Oref],
+        writes: &[Oref],
+        exempt: &[Oref],
+        ts: Timestamp,
+    ) -> Result<(), (Refusal, bool)> {
+        for o in reads.iter().chain(writes).filter(|o| !exempt.contains(o)) {
             for (u, set) in &self.big {
                 if set.contains(*o) {
                     // Rule 1, or 2b against a transaction still committing (which the
@@ -854,6 +893,14 @@ impl Cc {
         }
         self.counters.invalidations_added += objects.len() as u64;
         c.invalid.len() > self.cfg.invalid_max
+    }
+
+    /// The committer of a commit whose map leaves were merged (`super::leaves`) holds its own
+    /// versions of them, not the ones installed: they go into its invalid set, to be sent with
+    /// its next reply (its `CommitOk`) as if another commit had changed them. Returns whether
+    /// the set passed its bound (the caller expires the session then).
+    pub fn invalidate_merged(&mut self, conn: ConnId, leaves: &[Oref]) -> bool {
+        self.invalidate_resumed(conn, leaves)
     }
 
     /// Restores a committed transaction from the log during recovery.

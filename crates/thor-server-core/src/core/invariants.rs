@@ -76,6 +76,10 @@ impl Core {
         for lsn in self.prepared_cc.keys() {
             assert!(plain(lsn), "the timestamp at {lsn:?} is a prepared commit's");
         }
+        for (lsn, leaves) in &self.prepared_merged {
+            assert!(self.prepared_cc.contains_key(lsn), "merged leaves at {lsn:?} are prepared");
+            assert!(!leaves.is_empty(), "a commit recorded as merged merged a leaf");
+        }
         let mut conns = FxHashSet::default();
         for (lsn, origin, _) in &self.held_refusals {
             assert!(*lsn < self.store.next_lsn(), "a held refusal waits for an appended LSN");

@@ -66,6 +66,7 @@ pub(crate) mod demote;
 pub(crate) mod fair;
 pub(crate) mod install;
 mod invariants;
+mod leaves;
 mod orefset;
 pub(crate) mod prefetch;
 pub(crate) mod resume;
@@ -514,6 +515,9 @@ struct Queued {
     counted_waits: (bool, bool),
     /// A part of a two-phase commit (a `Prepare`), or `None` for a commit.
     twopc: Option<Box<twopc::TxnInfo>>,
+    /// The map leaves validation merged (`leaves`): their versions in `commit` are the merged
+    /// bytes, which the committer's cache does not hold.
+    merged: Vec<thor_core::Oref>,
 }
 
 /// Where a bulk load is.
@@ -573,6 +577,8 @@ struct Counters {
     versions_installed: u64,
     mob_waits: u64,
     log_waits: u64,
+    leaf_merges: u64,
+    leaf_merges_refused: u64,
 }
 
 /// Counters of everything the core does, as of one moment.
@@ -642,6 +648,13 @@ pub struct CoreStats {
     pub requests_forbidden: u64,
     /// Sessions closed because their credential was revoked (`Input::Credentials`).
     pub sessions_revoked: u64,
+    /// Map leaves merged: commits that CLOCC refused only because other keys of a map leaf
+    /// changed since their client read it, committed with their leaf deltas applied to the
+    /// leaves' newest versions (`leafmerge`; counted per leaf).
+    pub leaf_merges: u64,
+    /// Commits with leaf deltas refused although a merge was tried: a key they read changed,
+    /// the result did not fit the leaf, something else was stale, or a leaf was not in memory.
+    pub leaf_merges_refused: u64,
 }
 
 /// The server core. See the module documentation.
@@ -703,6 +716,9 @@ pub struct Core {
     demotions: demote::Demotions,
     /// The timestamp and the committing connection of each prepared commit, by LSN.
     prepared_cc: FxHashMap<Lsn, (cc::Timestamp, Option<ConnId>)>,
+    /// The map leaves each prepared commit had merged (`leaves`), by LSN: its committer is
+    /// sent their invalidation with its answer.
+    prepared_merged: FxHashMap<Lsn, Vec<thor_core::Oref>>,
     /// Two-phase commit: parts in doubt, transactions coordinated here.
     twopc: twopc::TwoPc,
     /// Commits held back for repeated losers' claims (`fair`).
@@ -736,6 +752,7 @@ impl Core {
             #[cfg(feature = "mutants")]
             mutant: None,
             prepared_cc: FxHashMap::default(),
+            prepared_merged: FxHashMap::default(),
             path: Box::new(commit_path::ObjectShipping),
             resume: resume::Resumes::new(),
             sessions: Sessions::new(cfg.protocol.clone()),
@@ -1583,6 +1600,7 @@ impl Core {
             waiting_for: Vec::new(),
             counted_waits: (false, false),
             twopc: None,
+            merged: Vec::new(),
         });
     }
 
@@ -1801,6 +1819,10 @@ impl Core {
         match self.cc.validate(conn, &head.commit.reads, &writes, head.commit.ts, self.now_us) {
             Ok(ts) => Some((ts, writes)),
             Err(r) => {
+                if let leaves::Merged::Done(ts, merged) = self.merge_head(&r) {
+                    self.queue.front_mut().expect("checked").merged = merged;
+                    return Some((ts, writes));
+                }
                 let q = self.queue.pop_front().expect("checked");
                 match self.in_doubt_writer(&r) {
                     Some(on) => self.park(on, r, twopc::ParkedWork::Queued(q)),
@@ -1886,6 +1908,9 @@ impl Core {
         self.cc.insert(ts, &q.commit.reads, writes, false, self.now_us);
         self.prepared_cc.insert(lsn, (ts, conn));
         self.prepared_origin.insert(lsn, q.origin);
+        if !q.merged.is_empty() {
+            self.prepared_merged.insert(lsn, q.merged);
+        }
     }
 
     fn durable(&mut self, lsn: Lsn, fx: &mut Vec<Effect>) {
@@ -1912,7 +1937,16 @@ impl Core {
             let crc = thor_core::checksum::crc32c(&p.record);
             self.note_change(p.lsn, (ts.0, ts.1, crc), writes, commit);
             if let Some((ts, committer)) = self.prepared_cc.remove(&p.lsn) {
-                for conn in self.cc.committed(ts, committer) {
+                let mut expired = self.cc.committed(ts, committer);
+                // The committer's copies of the leaves merged are its own bytes, not the ones
+                // installed: their invalidation rides on its `CommitOk` (`leaves`).
+                if let (Some(m), Some(conn)) = (self.prepared_merged.remove(&p.lsn), committer)
+                    && self.cc.invalidate_merged(conn, &m)
+                    && !expired.contains(&conn)
+                {
+                    expired.push(conn);
+                }
+                for conn in expired {
                     self.sessions.expire(conn, fx);
                 }
                 // The committer keeps its created objects cached (HAC does), so their pages are
@@ -2149,6 +2183,7 @@ impl Core {
         for lsn in abandoned {
             // Its timestamp goes too: nothing of it will be published.
             self.prepared_cc.remove(&lsn);
+            self.prepared_merged.remove(&lsn);
             if let Some(origin) = self.prepared_origin.remove(&lsn) {
                 self.answer_commit(origin, Err(EngineError::Failed(why.clone())), fx);
             }
@@ -2229,6 +2264,8 @@ impl Core {
             prefetch: self.prefetch,
             requests_forbidden: self.sessions.counters().forbidden,
             sessions_revoked: self.sessions.counters().sessions_revoked,
+            leaf_merges: c.leaf_merges,
+            leaf_merges_refused: c.leaf_merges_refused,
         }
     }
 
@@ -2401,6 +2438,7 @@ impl From<Commit> for CommitIn {
             ts: None,
             pages: None,
             id: c.id,
+            leaves: c.leaves,
         }
     }
 }
@@ -2413,6 +2451,8 @@ mod tests;
 mod tests_creds;
 #[cfg(test)]
 mod tests_fair;
+#[cfg(test)]
+mod tests_leaves;
 #[cfg(test)]
 mod tests_prefetch;
 #[cfg(test)]

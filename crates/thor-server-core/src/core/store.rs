@@ -72,6 +72,11 @@ pub struct CommitIn {
     /// The id its client gave it (`CommitWithId`), kept in its record so that the client can
     /// learn its outcome after a broken connection (`super::resume`).
     pub id: Option<u64>,
+    /// Leaf deltas (wire version 8): for map leaves it writes by point operations, the keys
+    /// it read there and its key operations, which let validation merge it with a concurrent
+    /// change of other keys of the leaf (`crate::leafmerge`). Never logged: the record holds
+    /// the leaf's bytes, merged or not.
+    pub leaves: Vec<thor_wire::LeafDelta>,
 }
 
 impl CommitIn {
@@ -882,6 +887,31 @@ impl Store {
     }
 
     /// The prepared commits, in LSN order.
+    /// The newest version of existing object `oref` that a commit validated now comes after:
+    /// the newest prepared commit's that wrote it (its log record is on the way; being
+    /// validated earlier, it precedes any commit validated now in the serial order and in the
+    /// log), else the MOB's, else the one in the cached image of its page. `None` when that
+    /// needs a disk read, or the newest writer is a two-phase part (whose outcome is not
+    /// decided; its versions are held apart from the MOB until then, so the caller must also
+    /// rule out a part in doubt, durable or not). The map leaf merge reads its leaves with it.
+    pub(crate) fn current_version(&self, oref: Oref) -> Option<Bytes> {
+        for p in self.pending.iter().rev() {
+            if let Some(i) = p.objects.iter().position(|o| o.oref == oref) {
+                return (!p.held && !p.objects[i].created).then(|| p.data(i));
+            }
+        }
+        if let Some(e) = self.mob.get(oref) {
+            return Some(e.data.clone());
+        }
+        let page = oref.page()?;
+        if self.fresh.contains(&page) {
+            return None;
+        }
+        let img = self.cache.peek(page)?;
+        let obj = thor_core::page::PageView::object_in(img, oref.oid()).ok().flatten()?;
+        Some(img.slice_ref(obj))
+    }
+
     pub(crate) fn pending(&self) -> &VecDeque<Prepared> {
         &self.pending
     }

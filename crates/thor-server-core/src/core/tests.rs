@@ -124,6 +124,7 @@ pub(super) fn commit_body(versions: Vec<(Oref, Vec<u8>)>, created: Vec<Vec<u8>>)
         versions: versions.into_iter().map(|(o, b)| (o, Bytes::from(b))).collect(),
         created: created.into_iter().map(Bytes::from).collect(),
         id: None,
+        leaves: Vec::new(),
     })
 }
 
@@ -613,6 +614,7 @@ pub(super) fn txn(class: Oref, reads: &[Oref], writes: &[Oref], v: u32) -> Reque
         versions: writes.iter().map(|o| (*o, Bytes::from(item_of(class, v)))).collect(),
         created: vec![],
         id: None,
+        leaves: Vec::new(),
     })
 }
 

@@ -105,6 +105,7 @@ fn rewrite(class: thor_core::Oref, item: thor_core::Oref) -> Commit {
         versions: vec![(item, Bytes::from(item_class().new_object(class.raw(), 0)))],
         created: vec![],
         id: None,
+        leaves: Vec::new(),
     }
 }
 

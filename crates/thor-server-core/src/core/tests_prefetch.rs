@@ -63,6 +63,7 @@ impl Harness {
             versions: versions.into_iter().map(|(o, b)| (o, Bytes::from(b))).collect(),
             created: created.into_iter().map(Bytes::from).collect(),
             id: None,
+            leaves: Vec::new(),
         });
         self.request(conn, id, body)
     }

@@ -40,6 +40,7 @@ fn commit_with_id(id: u64, versions: Vec<(Oref, Vec<u8>)>, created: Vec<Vec<u8>>
         versions: versions.into_iter().map(|(o, b)| (o, Bytes::from(b))).collect(),
         created: created.into_iter().map(Bytes::from).collect(),
         id: Some(id),
+        leaves: Vec::new(),
     })
 }
 
@@ -315,7 +316,7 @@ fn a_writing_part_below_what_a_settled_reply_covered_is_refused() {
         stamp,
         coordinator: Some(me),
         participants: vec![thor_wire::Participant { server: me, writes: true }],
-        commit: Commit { reads: vec![x], versions, created: vec![], id: None },
+        commit: Commit { reads: vec![x], versions, created: vec![], id: None, leaves: Vec::new() },
     };
     let r = h.request(1, 4, RequestBody::Prepare(Box::new(p.clone())));
     assert_eq!(super::tests::refusal(&r), Some(thor_wire::RefusedCode::TooOld), "{r:?}");

@@ -160,7 +160,7 @@ fn version(class: Oref, target: u32) -> Bytes {
 }
 
 fn part(reads: Vec<Oref>, versions: Vec<(Oref, Bytes)>) -> Commit {
-    Commit { reads, versions, created: Vec::new(), id: None }
+    Commit { reads, versions, created: Vec::new(), id: None, leaves: Vec::new() }
 }
 
 fn prep(

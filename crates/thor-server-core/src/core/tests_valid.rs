@@ -38,7 +38,7 @@ fn a_prepared_part_never_makes_a_record_the_log_refuses() {
         stamp: Stamp { time_us: h.now, tie: CLIENT_TIE_BIT | 5 },
         coordinator: Some(ServerId(1)),
         participants,
-        commit: Commit { reads: vec![], versions: vec![], created, id: None },
+        commit: Commit { reads: vec![], versions: vec![], created, id: None, leaves: Vec::new() },
     };
     h.step(Input::Request {
         conn: 1,

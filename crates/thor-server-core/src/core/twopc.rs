@@ -559,6 +559,7 @@ impl Core {
                         versions: Vec::new(),
                         created: Vec::new(),
                         id: None,
+                        leaves: Vec::new(),
                     };
                     let p = Prepare { stamp, coordinator, participants, commit };
                     return self.park(on, r, ParkedWork::Prepare(origin, p));
@@ -690,6 +691,7 @@ impl Core {
             waiting_for: Vec::new(),
             counted_waits: (false, false),
             twopc: Some(Box::new(info)),
+            merged: Vec::new(),
         });
     }
 

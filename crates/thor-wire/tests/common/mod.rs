@@ -84,7 +84,8 @@ pub fn request_body() -> impl Strategy<Value = RequestBody> {
                 reads,
                 versions,
                 created,
-                id
+                id,
+                leaves: Vec::new()
             })),
         (
             any::<u64>(),
@@ -155,7 +156,8 @@ pub fn prepare() -> impl Strategy<Value = Prepare> {
                 .map(|(&s, &w)| Participant { server: ServerId(s), writes: w })
                 .collect();
             let coordinator = participants.iter().find(|p| p.writes).map(|p| p.server);
-            let commit = Commit { reads, versions, created: Vec::new(), id: None };
+            let commit =
+                Commit { reads, versions, created: Vec::new(), id: None, leaves: Vec::new() };
             Prepare { stamp, coordinator, participants, commit }
         })
 }
