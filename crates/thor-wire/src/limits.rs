@@ -45,7 +45,9 @@ pub const FRAME_BYTES_SETTING_MIN: usize = 64 << 10;
 /// what it read without asking (a server sets it only on connections that agreed on 7); and
 /// the peer message `AskVote` (`crate::twopc`): a coordinator asks a participant for a vote
 /// it still waits for (a server sends it only to peers whose session agreed on 7).
-pub const WIRE_VERSION: u16 = 7;
+/// Version 8 added replica groups' `Error(NotLeader)` (`crate::code::not_leader_message`),
+/// which a replica sends only on connections that agreed on 8 (`ShuttingDown` otherwise).
+pub const WIRE_VERSION: u16 = 8;
 /// The oldest protocol version this build still speaks.
 pub const WIRE_VERSION_MIN: u16 = 1;
 

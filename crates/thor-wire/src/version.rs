@@ -20,6 +20,7 @@
 //! | 5 | scoped credentials: `Error(Forbidden)`, the refusal `UnknownServer`; resuming a session: `Resume`, `CommitWithId`, the reply `Resumed` and the frame flag `FLAG_SEEN` on replies (`crate::resume`) |
 //! | 6 | the contention report on requests: the frame flag [`crate::frame::FLAG_CONTENTION`] and its section (`crate::contention`) |
 //! | 7 | the settled bit of a reply's seen section (`crate::resume::Seen::settled`): read-only transactions commit at the client; a coordinator's request for a missing vote: the peer message `AskVote` (`crate::twopc`) |
+//! | 8 | replica groups: `Error(NotLeader)`: a replica that does not lead its group turns a client away, naming the leader in the message (`crate::code::not_leader_hint`) |
 
 use crate::limits::{WIRE_VERSION, WIRE_VERSION_MIN};
 use crate::message::{Request, kind};
@@ -46,6 +47,10 @@ pub const VERSION_SETTLED: u16 = 7;
 /// its missing vote, `crate::twopc`). A server sends it only to peers whose session agreed
 /// on it; an older peer's vote is waited for until the vote timeout, as before.
 pub const VERSION_ASK_VOTE: u16 = 7;
+/// The version that added replica groups' reply `Error(NotLeader)`: a replica that does not
+/// lead its group turns a client away with the leader's id (`crate::code::not_leader_message`).
+/// On an older connection it sends `ShuttingDown` instead (closes too: reconnect elsewhere).
+pub const VERSION_GROUPS: u16 = 8;
 
 /// Every request type and the version that added it.
 pub const REQUEST_VERSIONS: [(u16, u16); 14] = [
