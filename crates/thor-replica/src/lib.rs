@@ -140,7 +140,9 @@ pub mod sim;
 pub mod storage;
 
 pub use error::{LogError, ProposeError, ReplicaError, StepError};
-pub use member::{Member, MemberConfig, MemberError, MemberStatus, Out, Phase, Restart};
+pub use member::{
+    Member, MemberConfig, MemberError, MemberMutant, MemberStatus, Out, Phase, Restart,
+};
 pub use replica::{
     Apply, Committed, Effects, Mutant, Proposal, Replica, ReplicaConfig, ReplicaStatus, Restore,
     Role, RoleChange, election_timeout_for,

@@ -90,12 +90,24 @@ pub struct MemberConfig {
     /// Entries kept in the journal below what checkpoints allow compacting, so that a replica
     /// that lags by fewer catches up by log rather than needing a snapshot.
     pub retain_entries: u64,
+    /// A deliberately broken variant, for tests that prove the checks can fail. `None` in
+    /// anything real.
+    pub mutant: Option<MemberMutant>,
 }
 
 impl Default for MemberConfig {
     fn default() -> Self {
-        MemberConfig { retain_entries: RETAINED_ENTRIES_DEFAULT }
+        MemberConfig { retain_entries: RETAINED_ENTRIES_DEFAULT, mutant: None }
     }
+}
+
+/// Deliberately broken members: the harnesses' checks must catch each (`tests/member.rs`,
+/// thor-sim's `tests/groups.rs`), which shows they can fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberMutant {
+    /// A leader that loses its term reports its pending proposals durable before it stops, so
+    /// its core acknowledges commits no majority may hold.
+    AcknowledgeWhenDeposed,
 }
 
 /// Where the member is (see the module documentation).
@@ -589,6 +601,14 @@ impl Member {
         let s = self.replica.status();
         match self.phase {
             Phase::Serving { term } if s.role != Role::Leader || s.term != term => {
+                if self.cfg.mutant == Some(MemberMutant::AcknowledgeWhenDeposed)
+                    && let Some(&(lsn, _, _)) = self.pending.back()
+                {
+                    self.pending.clear();
+                    let mut fx = Vec::new();
+                    self.core.step(0, Input::Durable { lsn }, &mut fx);
+                    self.route(fx, out)?;
+                }
                 self.stop(Restart::Deposed { term }, out)
             }
             Phase::Promoting { term } | Phase::ReadingTail { term, .. }

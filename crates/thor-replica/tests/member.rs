@@ -208,3 +208,23 @@ fn a_minority_partition_makes_no_progress_and_loses_nothing() {
         }
     }
 }
+
+/// The checks above can fail: a member that acknowledges its pending commits when deposed is
+/// caught by the deposed leader's scenario.
+#[test]
+fn a_member_that_acknowledges_when_deposed_is_caught() {
+    let mut cfg = GroupConfig::new(5, 0);
+    cfg.mutant = Some(thor_replica::MemberMutant::AcknowledgeWhenDeposed);
+    let mut g = Group::new(cfg);
+    let old = g.elect();
+    g.commit_n(0, 5);
+    let others: Vec<u64> = g.ids().into_iter().filter(|i| *i != old).collect();
+    g.partition(&[&[old], &others]);
+    let stranded: Vec<u64> = (0..5).map(|i| g.submit(old, 1000 + i)).collect();
+    g.run_until(SERVE_TICKS_MAX, |g| !g.member(old).is_some_and(|m| m.is_serving()));
+    assert!(
+        stranded.iter().any(|t| matches!(g.answer(*t), Some(Some(_)))),
+        "the mutant acknowledged a stranded commit, which deposed_leader_cannot_acknowledge \
+         refuses"
+    );
+}

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use raft::eraftpb::Message;
 use thor_core::{ClassDesc, Lsn, Oref, PageId, PageView, RawRef, ServerId, VarKind};
-use thor_replica::member::{Member, MemberConfig, MemberError, Out, Phase};
+use thor_replica::member::{Member, MemberConfig, MemberError, MemberMutant, Out, Phase};
 use thor_replica::{RaftLog, Replica, ReplicaConfig, Role, journal_options};
 use thor_server::io::{self, DiskSide};
 use thor_server::{CommitIn, Core, CoreConfig, DirectOp, DirectResult, Effect, Input, ReadError};
@@ -43,6 +43,7 @@ pub struct GroupConfig {
     /// The MOB's budget: small, so that replay runs install rounds and checkpoints.
     pub mob_bytes: usize,
     pub retain_entries: u64,
+    pub mutant: Option<MemberMutant>,
 }
 
 impl GroupConfig {
@@ -55,6 +56,7 @@ impl GroupConfig {
             mob_bytes: 8 << 10,
             // Generous: a replica down for a scenario's commits catches up by log.
             retain_entries: 1_000,
+            mutant: None,
         }
     }
 }
@@ -161,7 +163,8 @@ impl Group {
         let cfg = self.core_config();
         let founders: Vec<u64> = (1..=self.cfg.replicas).collect();
         let seed = self.cfg.seed;
-        let mcfg = MemberConfig { retain_entries: self.cfg.retain_entries };
+        let mcfg =
+            MemberConfig { retain_entries: self.cfg.retain_entries, mutant: self.cfg.mutant };
         let node = self.nodes.get_mut(&id).expect("known");
         let disk = Arc::new(node.disk.clone()) as Arc<dyn Disk>;
         let (sb, ds) = io::open_disk_side(disk.clone()).expect("the database opens");
@@ -525,7 +528,12 @@ impl Group {
             let commit = ss.iter().map(|m| m.status().replica.commit).max().unwrap_or(0);
             ss.iter().all(|m| {
                 let s = m.status();
-                s.replica.applied >= commit && s.queued == 0 && !m.core().round_in_flight()
+                // Nothing in flight either: a serving core's prepared commits show in its pages.
+                s.replica.applied >= commit
+                    && s.replica.last_index == commit
+                    && (!m.is_serving() || s.durable.0 + 1 == s.next_lsn.0)
+                    && s.queued == 0
+                    && !m.core().round_in_flight()
             })
         });
         if !ok {
