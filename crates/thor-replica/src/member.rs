@@ -444,6 +444,15 @@ impl Member {
         self.pump(now_us, out)
     }
 
+    /// Tells the replica how sending a snapshot to replica `to` went: a transport that lost
+    /// the message reports [`raft::SnapshotStatus::Failure`], so the leader does not wait for
+    /// it for ever.
+    pub fn report_snapshot(&mut self, to: u64, status: raft::SnapshotStatus) {
+        if !self.halted() {
+            self.replica.report_snapshot(to, status);
+        }
+    }
+
     fn halted(&self) -> bool {
         self.failed || self.phase == Phase::Stopped
     }

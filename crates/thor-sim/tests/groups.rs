@@ -18,16 +18,18 @@ fn run_range(from: u64, to: u64) {
     let mut crashes = 0;
     let mut leaders = 0;
     let mut retired = 0;
+    let mut compacted = 0;
     for seed in from..to {
         let out = run_group(seed).unwrap_or_else(|v| panic!("{}", v.0));
         acked += out.acked;
         crashes += out.crashes;
         leaders += out.leaders;
         retired += out.snapshots_needed;
+        compacted += out.compacted;
     }
     println!(
         "seeds {from}..{to}: {acked} commits acknowledged, {crashes} crashes, {leaders} leaders \
-         served, {retired} replicas retired for want of a snapshot"
+         served, {compacted} journals compacted, {retired} replicas retired for want of a snapshot"
     );
     // The runs did what they are meant to: commits, crashes, failovers.
     let n = to - from;
