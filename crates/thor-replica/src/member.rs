@@ -731,3 +731,18 @@ impl Member {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_carries_its_lsn_and_record_and_a_short_one_reads_as_none() {
+        let e = encode_entry(Lsn(42), b"record");
+        assert_eq!(decode_entry(&e), Some((Lsn(42), Bytes::from_static(b"record"))));
+        assert_eq!(decode_entry(&encode_entry(Lsn(7), b"")), Some((Lsn(7), Bytes::new())));
+        for short in [&b""[..], &b"1234567"[..]] {
+            assert_eq!(decode_entry(&Bytes::copy_from_slice(short)), None);
+        }
+    }
+}
