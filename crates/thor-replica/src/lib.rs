@@ -3,9 +3,10 @@
 //! Issue 33 makes every thor server a replica group, so that no single machine's loss stops
 //! service. This crate is the foundation: consensus from a proven library (raft-rs, TiKV's
 //! Raft), Raft's durable state in thor's own checksummed log, and a synchronous state machine
-//! around it that a server's engine (and the simulation) can drive. It does **not** yet run in
-//! a server: the engine's commit path, `thor server --group` and the merged simulation come
-//! next (see "What is not here yet").
+//! around it that a server's engine (and the simulation) can drive, and [`member::Member`]:
+//! a thor server's core on that replica, the group member a driver runs. It does **not** yet
+//! run in the threaded engine: `thor server --group`, the TCP transport and the engine's
+//! driver come next (see "What is not here yet").
 //!
 //! # The pieces
 //!
@@ -28,6 +29,10 @@
 //! - [`storage`]: [`RaftLog`], raft-rs's `Storage` over that journal, recovered by replay on
 //!   open (a torn tail is cut by the thor log as always: whole records, never half an entry).
 //! - [`replica`]: [`Replica`], the state machine the driver calls, and its [`Effects`].
+//! - [`member`]: [`Member`], a thor server as one replica of its group: the core's appends
+//!   proposed, acknowledged prefixes reported durable, committed records replayed on
+//!   followers as recovery does, failover through `finish_recovery`, clients of a replica
+//!   that does not serve turned away with `Error(NotLeader)` (`tests/member.rs`).
 //! - [`logger`]: raft-rs logs through slog; a small drain turns that into tracing events.
 //! - [`sim`]: a deterministic harness (replicas over `MemDisk`s and a seeded network) with
 //!   the checks that the tests and, later, the merged simulation use.
@@ -84,7 +89,7 @@
 //! from the leader: by log if the leader still holds every entry, else from the snapshot the
 //! leader's last compaction kept ([`Replica::compact`]).
 //!
-//! # How the engine is meant to sit on it (the next step; a proposal, not built)
+//! # How the engine sits on it ([`member`] builds this; the threaded engine does not yet)
 //!
 //! - *The log is the journal.* A replicated server writes no `log.*` of its own: the core's
 //!   `Effect::Append { lsn, record }` becomes [`Replica::propose`] of `lsn ‖ record` (the core
@@ -92,7 +97,8 @@
 //!   take indexes, so the LSN travels in the entry). `CommitLog::sync` returns the highest LSN
 //!   whose proposal is in [`Effects::acknowledged`] with every one before it; a proposal
 //!   [`Effects::lost`] or [`Effects::undecided`] is a commit whose outcome the client learns
-//!   by retrying. `truncate_before` becomes [`Replica::compact`] at the checkpoint's index.
+//!   by retrying. `truncate_before` becomes [`Replica::compact_to`] at the last entry the
+//!   checkpoint covers.
 //! - *Followers apply as recovery does.* A follower's driver feeds each
 //!   [`Apply::Record`] to the core's `replay(lsn, record)` in index order, running install
 //!   rounds when the MOB is over budget, exactly as `thor_server::io::recover` does; its
@@ -102,10 +108,17 @@
 //!   [`ReplicaStatus::term_applied`] (everything committed before its term is applied, so its
 //!   core's next LSN is the last applied LSN + 1), finishes recovery (CLOCC's queue from the
 //!   replayed records, sessions restarted conservatively) and only then takes commits. On
-//!   losing leadership it stops acknowledging at once.
+//!   losing leadership it stops acknowledging at once, and restarts from its disk (its core
+//!   finished recovery and holds prepared commits that will never be durable).
 //!
 //! # What is not here yet
 //!
+//! - The threaded engine, the TCP transport and `thor server --group` do not run a
+//!   [`Member`] yet; the deterministic tests (`tests/member.rs`) and the simulation drive it.
+//! - A member's journal is compacted at its checkpoints, keeping
+//!   [`MemberConfig::retain_entries`] more: a replica further behind than that would need a
+//!   snapshot of the pages, which is not built ([`MemberError::SnapshotNeeded`]).
+//! - Only object shipping: the QuickStore study's page modes keep their own logs.
 //! - [`Replica::persist`] performs the fsync itself, on the caller's thread. The engine will
 //!   want it on its log writer thread (group commit across the readies of many ticks): the
 //!   split is already there (raft-rs's `advance_append_async` / `on_persist_ready` underneath),
@@ -121,11 +134,15 @@ pub mod error;
 pub mod journal;
 pub mod limits;
 pub mod logger;
+pub mod member;
 pub mod replica;
 pub mod sim;
 pub mod storage;
 
 pub use error::{LogError, ProposeError, ReplicaError, StepError};
+pub use member::{
+    Member, MemberConfig, MemberError, MemberMutant, MemberStatus, Out, Phase, Restart,
+};
 pub use replica::{
     Apply, Committed, Effects, Mutant, Proposal, Replica, ReplicaConfig, ReplicaStatus, Restore,
     Role, RoleChange, election_timeout_for,

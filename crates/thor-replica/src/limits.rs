@@ -80,6 +80,34 @@ pub const HEARTBEAT_TICKS: usize = 2;
 /// what a single log call can allocate.
 pub const LOG_LINE_BYTES_MAX: usize = 4096;
 
+/// Bytes of committed records a member holds for replay while an install round runs (a
+/// follower replays as recovery does: no replay during a round). Past it the member stops
+/// taking its replica's readies until the round ends, so Raft keeps the rest (and the leader
+/// commits with the other followers meanwhile). At least one ready's committed entries.
+pub const APPLY_QUEUE_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Applied records a member remembers the Raft index of, to compact the journal at a
+/// checkpoint: about the records between two checkpoints. Past it the oldest are forgotten,
+/// and a compaction stops at the oldest one remembered (short of what it could, never past).
+pub const RECORD_INDEXES_MAX: usize = 1 << 20;
+
+/// Checkpoint jobs a member remembers between the core's `Effect::Checkpoint` and its
+/// `Input::Checkpointed`. The core runs one install round at a time; a bulk load's
+/// checkpoint may overlap, so a few.
+pub const CHECKPOINTS_IN_FLIGHT_MAX: usize = 4;
+
+/// Rounds one member call runs (replica readies, replay, durability reports, promotion):
+/// each may allow the next (an acknowledgement lets the core append more); the rest waits for
+/// the next call.
+pub const MEMBER_PUMP_ROUNDS_MAX: usize = 16;
+
+/// Journal entries a member keeps below what its checkpoints allow compacting by default,
+/// so that a replica that lags by fewer catches up by log, without a snapshot of the pages
+/// (which is not built yet). Ten thousand commit records are tens of megabytes at most for
+/// typical commits.
+pub const RETAINED_ENTRIES_DEFAULT: u64 = 10_000;
+
+const _: () = assert!(APPLY_QUEUE_BYTES_MAX as u64 >= COMMITTED_BYTES_PER_READY_MAX);
 const _: () = assert!(REPLICAS_MAX % 2 == 1, "an odd group tolerates the most failures");
 const _: () = assert!(HEARTBEAT_TICKS < ELECTION_TICKS, "raft-rs requires it");
 const _: () = assert!(PROPOSAL_BYTES_MAX + 1024 < JOURNAL_RECORD_BYTES_MAX);

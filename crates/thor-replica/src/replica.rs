@@ -285,6 +285,9 @@ pub struct Replica {
     applied: u64,
     /// The membership as of `applied` (what a compaction at `applied` records).
     applied_conf: ConfState,
+    /// The index of the last membership change applied (0: none since the snapshot): a
+    /// compaction below it would need an older membership, which is not kept.
+    applied_conf_index: u64,
     /// The role, term and leader last reported.
     reported: RoleChange,
     /// Readies journalled but not yet synced, oldest first: their numbers, and the messages
@@ -332,6 +335,7 @@ impl Replica {
             proposals: BTreeMap::new(),
             applied,
             applied_conf,
+            applied_conf_index: 0,
             reported,
             unsynced: VecDeque::new(),
         };
@@ -466,6 +470,33 @@ impl Replica {
         // raft-rs must have taken the applied index (ready and persist report it before they
         // return), or it could later ask for entries compacted below it.
         assert_eq!(self.node.raft.raft_log.applied, index, "raft-rs knows the applied index");
+        self.node.mut_store().compact(index, conf, image)?;
+        Ok(())
+    }
+
+    /// Compacts the log at `index`, at or below the applied index, keeping `image` (the
+    /// application's state at `index`) as the snapshot. A thor server compacts at the last
+    /// entry its checkpoint covers, which may lie below what it applied: the entries after it
+    /// are what its recovery replays. Refused ([`crate::LogError::Invalid`]) when a membership
+    /// change was applied after `index` (the membership at `index` is not kept): compact
+    /// later, at a higher index.
+    pub fn compact_to(&mut self, index: u64, image: Bytes) -> Result<(), ReplicaError> {
+        if index > self.applied {
+            return Err(crate::LogError::Invalid(format!(
+                "compaction at {index} past the applied index {}",
+                self.applied
+            ))
+            .into());
+        }
+        if index < self.applied_conf_index {
+            return Err(crate::LogError::Invalid(format!(
+                "compaction at {index} below the membership change applied at {}",
+                self.applied_conf_index
+            ))
+            .into());
+        }
+        assert!(self.node.raft.raft_log.applied >= index, "raft-rs knows the applied index");
+        let conf = self.applied_conf.clone();
         self.node.mut_store().compact(index, conf, image)?;
         Ok(())
     }
@@ -612,6 +643,7 @@ impl Replica {
         }
         self.applied = index;
         self.applied_conf = conf.clone();
+        self.applied_conf_index = index;
         // A later restore in the same advance replaces an earlier one; entries committed
         // before it are superseded by its image, so drop them.
         fx.committed.clear();
@@ -667,6 +699,7 @@ impl Replica {
             .map_err(|e| ReplicaError::Raft(format!("applying a membership change: {e}")))?;
         self.node.mut_store().set_conf_state(cs.clone())?;
         self.applied_conf = cs.clone();
+        self.applied_conf_index = self.applied + 1;
         Ok(Apply::Membership(cs))
     }
 

@@ -478,6 +478,20 @@ pub fn create(
     Ok(())
 }
 
+/// Opens the disk side of the database in `disk` (repairing torn pages from the double-write
+/// buffer) and reads its superblock, without opening any log: the first half of [`recover`].
+/// A replicated server (thor-replica's group member) opens its database this way and replays
+/// the records of its replica group's journal into a [`Core::new`] over the superblock
+/// instead of a log of its own.
+pub fn open_disk_side(disk: Arc<dyn Disk>) -> Result<(Superblock, DiskSide), EngineError> {
+    let sb = read_superblock(&*disk)?;
+    let page_size = sb.page_size;
+    let pages = PageFile::open(&*disk, PAGE_FILE, page_size, false)?;
+    let dwb = DoubleWrite::open(&*disk, page_size)?;
+    restore_torn_pages(&pages, &dwb, page_size)?;
+    Ok((sb, DiskSide { disk, page_size, pages, dwb, quiesce: RwLock::new(()) }))
+}
+
 /// What [`recover`] opened.
 #[derive(Debug)]
 pub struct Recovered {
@@ -503,13 +517,8 @@ pub fn recover(
     log_opts: LogOptions,
     study: &thor_study::StudyOptions,
 ) -> Result<Recovered, EngineError> {
-    let sb = read_superblock(&*disk)?;
+    let (sb, disk_side) = open_disk_side(disk.clone())?;
     let page_size = sb.page_size;
-    let pages = PageFile::open(&*disk, PAGE_FILE, page_size, false)?;
-    let dwb = DoubleWrite::open(&*disk, page_size)?;
-    restore_torn_pages(&pages, &dwb, page_size)?;
-    let disk_side =
-        DiskSide { disk: disk.clone(), page_size, pages, dwb, quiesce: RwLock::new(()) };
     // Streaming: the log is read a chunk at a time, so an open holds the MOB's budget of
     // versions, not the log.
     let (log, report) = Log::open_streaming(disk.clone(), log_opts.clone())?;

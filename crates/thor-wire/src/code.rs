@@ -113,7 +113,29 @@ codes! {
         /// request had no effect and the connection stays open; connect with a credential
         /// that has the scope (the message names the one needed).
         Forbidden = 17,
+        /// (Version 8.) The server is a replica of a replica group that does not lead it now
+        /// (a follower, a candidate, or a leader not yet serving): it serves no session.
+        /// Closes the connection. The message names the replica the server believes leads
+        /// ([`not_leader_message`], read back with [`not_leader_hint`]), if it knows one:
+        /// connect to that replica, else to another of the group's, and resume the session
+        /// there as after a broken connection.
+        NotLeader = 18,
     }
+}
+
+/// The message of an `Error(NotLeader)` reply: the leader hint in a fixed form that
+/// [`not_leader_hint`] reads back (the code is the contract, the hint a courtesy).
+pub fn not_leader_message(leader: Option<u64>) -> String {
+    match leader {
+        Some(id) => format!("not the leader; leader: replica {id}"),
+        None => "not the leader; leader: unknown".to_string(),
+    }
+}
+
+/// The replica an `Error(NotLeader)` message names as leader ([`not_leader_message`]), if
+/// any. Untrusted text: anything else reads as no hint.
+pub fn not_leader_hint(message: &str) -> Option<u64> {
+    message.strip_prefix("not the leader; leader: replica ")?.parse().ok()
 }
 
 impl ErrorCode {
@@ -133,6 +155,7 @@ impl ErrorCode {
     pub const fn since(self) -> u16 {
         match self {
             ErrorCode::Forbidden => crate::version::VERSION_SCOPES,
+            ErrorCode::NotLeader => crate::version::VERSION_GROUPS,
             _ => 1,
         }
     }
@@ -244,5 +267,15 @@ mod tests {
         }
         assert_eq!(RefusedCode::Other.since(), 1, "the fallback exists in every version");
         assert!(!ErrorCode::Forbidden.closes_connection());
+        assert!(ErrorCode::NotLeader.closes_connection());
+    }
+
+    #[test]
+    fn the_not_leader_hint_reads_back_and_junk_reads_as_none() {
+        assert_eq!(not_leader_hint(&not_leader_message(Some(3))), Some(3));
+        assert_eq!(not_leader_hint(&not_leader_message(None)), None);
+        for junk in ["", "not the leader; leader: replica ", "not the leader; leader: replica x"] {
+            assert_eq!(not_leader_hint(junk), None);
+        }
     }
 }

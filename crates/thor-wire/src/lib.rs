@@ -76,7 +76,9 @@
 //! code newer than it. Version 5 added `Error(Forbidden)` (a request outside the session's
 //! credential's scope) and the refusal `UnknownServer`. Version 6 added the contention report
 //! on requests (`contention.rs`, frame flag `FLAG_CONTENTION`): the aborts a client found
-//! itself and its retries, which the server counts and its fair retries use.
+//! itself and its retries, which the server counts and its fair retries use. Version 9 added
+//! replica groups' `Error(NotLeader)`, whose message names the leader (`not_leader_message`,
+//! `not_leader_hint`).
 //!
 //! `pagecommit.rs` has the page-based commit modes' messages (`PageRecords`, `PageCommit`) and
 //! `CommitMode`, which `HelloOk`'s flags carry (bits 1-3). `prefetch.rs` has version 4's
@@ -98,7 +100,8 @@
 //! request_version, VERSION_*}`;
 //! and its resume: `Resume`, `Resumed`, `Seen`, `SeenRange`, `HistoryPoint`, `CacheVerdict`,
 //! `Outcome`, `Commit::id`; version 6's `Contention` (`Piggyback::contention`); version 8's
-//! `LeafDelta`, `LeafValue` (`Commit::leaves`).
+//! `LeafDelta`, `LeafValue` (`Commit::leaves`); version 9's
+//! `ErrorCode::NotLeader`, `not_leader_message`, `not_leader_hint`.
 
 pub mod code;
 mod codec;
@@ -116,7 +119,7 @@ pub mod transport;
 pub mod twopc;
 pub mod version;
 
-pub use code::{ErrorCode, RefusedCode};
+pub use code::{ErrorCode, RefusedCode, not_leader_hint, not_leader_message};
 pub use contention::Contention;
 pub use error::WireError;
 pub use frame::{Frame, frame_size};

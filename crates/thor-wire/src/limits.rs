@@ -47,7 +47,9 @@ pub const FRAME_BYTES_SETTING_MIN: usize = 64 << 10;
 /// it still waits for (a server sends it only to peers whose session agreed on 7).
 /// Version 8 added the leaf deltas of a commit (`crate::leafdelta`, frame flag
 /// `FLAG_LEAF_DELTAS`), which a client sends only on connections that agreed on 8.
-pub const WIRE_VERSION: u16 = 8;
+/// Version 9 added replica groups' `Error(NotLeader)` (`crate::code::not_leader_message`),
+/// which a replica sends only on connections that agreed on 9 (`ShuttingDown` otherwise).
+pub const WIRE_VERSION: u16 = 9;
 /// The oldest protocol version this build still speaks.
 pub const WIRE_VERSION_MIN: u16 = 1;
 

@@ -21,6 +21,7 @@
 //! | 6 | the contention report on requests: the frame flag [`crate::frame::FLAG_CONTENTION`] and its section (`crate::contention`) |
 //! | 7 | the settled bit of a reply's seen section (`crate::resume::Seen::settled`): read-only transactions commit at the client; a coordinator's request for a missing vote: the peer message `AskVote` (`crate::twopc`) |
 //! | 8 | a commit's leaf deltas: the frame flag [`crate::frame::FLAG_LEAF_DELTAS`] and its section after a `Commit`'s body (`crate::leafdelta`) |
+//! | 9 | replica groups: `Error(NotLeader)`: a replica that does not lead its group turns a client away, naming the leader in the message (`crate::code::not_leader_hint`) |
 
 use crate::limits::{WIRE_VERSION, WIRE_VERSION_MIN};
 use crate::message::{Request, kind};
@@ -52,6 +53,10 @@ pub const VERSION_ASK_VOTE: u16 = 7;
 /// connections that agreed on it; a client of an older connection leaves them out, and the
 /// server validates the commit as before.
 pub const VERSION_LEAF_DELTAS: u16 = 8;
+/// The version that added replica groups' reply `Error(NotLeader)`: a replica that does not
+/// lead its group turns a client away with the leader's id (`crate::code::not_leader_message`).
+/// On an older connection it sends `ShuttingDown` instead (closes too: reconnect elsewhere).
+pub const VERSION_GROUPS: u16 = 9;
 
 /// Every request type and the version that added it.
 pub const REQUEST_VERSIONS: [(u16, u16); 14] = [

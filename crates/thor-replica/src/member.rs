@@ -1,0 +1,748 @@
+//! [`Member`]: a thor server as one replica of its replica group, sans-I/O. It owns the
+//! server's [`Core`] and its [`Replica`] and joins them as the crate docs' "How the engine is
+//! meant to sit on it" proposes; a driver (the deterministic tests here, the simulation, later
+//! the threaded engine) feeds it inputs and performs what it asks.
+//!
+//! # Why here
+//!
+//! The member needs the core (thor-server-core) and the replica (this crate), and nothing of
+//! thor-server's threads, files or log: so it lives beside the replica, and this crate depends
+//! on thor-server-core (a sans-I/O crate too). The driver opens both halves from one disk
+//! (`thor_server::io::open_disk_side` for the database without a log of its own,
+//! [`crate::RaftLog`] for the journal) and hands them to [`Member::open`].
+//!
+//! # Phases
+//!
+//! ```text
+//!            open ──► Following ── role Leader ──► Promoting ── term applied, queue empty,
+//!               ▲  (core recovering: replays       │  ▲             no round ──► ReadingTail
+//!               │   committed records, installs)   │  └─ lost leadership ◄──┘        │
+//!               │                                  └──────── lost leadership ◄─ tail read
+//!   driver reopens from disk                                                         ▼
+//!               └──────────── Stopped ◄── deposed, proposal lost ─────────────── Serving
+//!                              (Out::Restart)                          (core takes commits)
+//! ```
+//!
+//! - *Following:* the core is in recovery and stays there: each committed entry `lsn ‖ record`
+//!   is fed to [`Core::replay`] in index order (records below the core's checkpoint skipped:
+//!   its pages hold them), and when the MOB is over budget an install round runs (its
+//!   [`Effect::Install`] and [`Effect::Checkpoint`] go to the driver) before replay goes on,
+//!   exactly as `thor_server::io::recover` does. Committed entries that arrive meanwhile wait
+//!   in a queue ([`crate::limits::APPLY_QUEUE_BYTES_MAX`]; past it the member stops taking the
+//!   replica's readies, so Raft holds the rest).
+//! - *Promoting:* raft-rs made this replica leader. It serves only once everything committed
+//!   before its term is replayed ([`crate::ReplicaStatus::term_applied`], the queue empty, no
+//!   install round in flight), and after [`Core::finish_recovery`] (the tail page's image read
+//!   by the driver, [`Out::ReadTail`] / [`Member::tail_read`]): CLOCC's queue is restored
+//!   from the replayed records and sessions start conservatively, as after a crash.
+//! - *Serving:* the core takes clients. Its [`Effect::Append`] `{ lsn, record }` becomes a
+//!   proposal of `lsn ‖ record`; the core gets [`Input::Durable`] only for the longest prefix
+//!   of LSNs whose proposals are acknowledged (committed in this leader's term, so on a
+//!   majority's disks). Committed entries are the leader's own: nothing to replay.
+//! - *Stopped:* a serving leader lost its term (a higher term, check-quorum stepping down) or
+//!   a proposal of its was lost, undecided or refused. Its core holds prepared commits that
+//!   will never be durable, and a core that finished recovery cannot replay again, so the
+//!   member stops and asks the driver to reopen it from its disk ([`Out::Restart`]), as after
+//!   a crash. *How the client learns:* its commit is never answered; the restart breaks its
+//!   connection; it resumes its session on the group's leader (thor-client's reconnect) and
+//!   learns there whether the commit is in the replicated log (committed by a later leader)
+//!   or not, exactly as after a crash of a single server.
+//!
+//! A replica that is not serving turns clients away: a request on a connection it did not
+//! admit is answered `Error(NotLeader)` naming the leader it knows (`ShuttingDown` to a client
+//! older than protocol version 9), and the connection is closed; two-phase commit's peer
+//! messages and direct operations are refused the same way ([`Out::DirectRefused`]; peers
+//! resend). Every other effect (replies, page reads, install rounds, checkpoints, peer
+//! messages) passes through to the driver ([`Out::Core`]).
+//!
+//! # Checkpoints are compaction
+//!
+//! A checkpoint's superblock says records below its LSN are installed. When the core reports
+//! it written ([`Input::Checkpointed`]), the member compacts the journal at the last entry
+//! whose record lies below it (never past what recovery from those pages needs), keeping
+//! [`MemberConfig::retain_entries`] entries more so that a replica that lags by fewer catches
+//! up by log. A replica further behind would need a snapshot of the pages, which travels
+//! outside Raft and is not built yet: it stops with [`MemberError::SnapshotNeeded`].
+//!
+//! *Invariant:* the records replayed (or, on a leader, proposed) have dense, increasing LSNs
+//! in index order: a new leader's core continues at the LSN after the last one replayed, and
+//! it serves only once everything committed before its term is replayed. A gap or a repeat is
+//! [`MemberError::Inconsistent`].
+
+use std::collections::{BTreeSet, VecDeque};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use raft::eraftpb::Message;
+use thor_core::{Lsn, PageId};
+use thor_server_core::{ConnId, Core, Effect, EngineError, Input, ReadError, Ticket};
+use thor_wire::{ErrorCode, Reply, ReplyBody, RequestBody, version::VERSION_GROUPS};
+
+use crate::error::{ProposeError, ReplicaError};
+use crate::limits::{
+    APPLY_QUEUE_BYTES_MAX, CHECKPOINTS_IN_FLIGHT_MAX, MEMBER_PUMP_ROUNDS_MAX, RECORD_INDEXES_MAX,
+    RETAINED_ENTRIES_DEFAULT,
+};
+use crate::replica::{Apply, Effects, Proposal, Replica, ReplicaStatus, Role};
+
+/// How a member runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberConfig {
+    /// Entries kept in the journal below what checkpoints allow compacting, so that a replica
+    /// that lags by fewer catches up by log rather than needing a snapshot.
+    pub retain_entries: u64,
+    /// A deliberately broken variant, for tests that prove the checks can fail. `None` in
+    /// anything real.
+    pub mutant: Option<MemberMutant>,
+}
+
+impl Default for MemberConfig {
+    fn default() -> Self {
+        MemberConfig { retain_entries: RETAINED_ENTRIES_DEFAULT, mutant: None }
+    }
+}
+
+/// Deliberately broken members: the harnesses' checks must catch each (`tests/member.rs`,
+/// thor-sim's `tests/groups.rs`), which shows they can fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberMutant {
+    /// A leader that loses its term reports its pending proposals durable before it stops, so
+    /// its core acknowledges commits no majority may hold.
+    AcknowledgeWhenDeposed,
+}
+
+/// Where the member is (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Replays what the group commits; turns clients away.
+    Following,
+    /// Leads `term`, waits for everything before its term to be replayed.
+    Promoting {
+        /// The term it leads.
+        term: u64,
+    },
+    /// Leads `term`, waits for the driver's read of the tail page.
+    ReadingTail {
+        /// The term it leads.
+        term: u64,
+        /// The page asked for.
+        page: PageId,
+    },
+    /// Leads `term` and serves clients.
+    Serving {
+        /// The term it leads.
+        term: u64,
+    },
+    /// Waits for the driver to reopen it from its disk.
+    Stopped,
+}
+
+/// Why a member stopped and must be reopened from its disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Restart {
+    /// It served as leader of `term` and no longer leads it.
+    Deposed {
+        /// The term it served.
+        term: u64,
+    },
+    /// A proposal of its was lost or undecided: its commit (and every later one) will never be
+    /// acknowledged here.
+    ProposalLost(Proposal),
+    /// The replica refused a proposal (busy, or no longer leader).
+    ProposeRefused(ProposeError),
+}
+
+/// What the driver must do.
+#[derive(Debug)]
+pub enum Out {
+    /// A core effect: a reply, a page read, an install round, a checkpoint (written to the
+    /// superblock; the journal's truncation is the member's), a peer message, a backup.
+    Core(Effect),
+    /// A Raft message to replica `msg.to` of the group; losing it is safe.
+    Send(Message),
+    /// Read the installed image of the tail page and report it with [`Member::tail_read`].
+    ReadTail {
+        /// The page.
+        page: PageId,
+    },
+    /// A direct operation refused: this replica does not serve.
+    DirectRefused {
+        /// The operation's ticket.
+        ticket: Ticket,
+        /// The leader this replica knows, if any.
+        leader: Option<u64>,
+    },
+    /// The member stopped: drop it, close every connection it admitted, and reopen it from
+    /// its disk (core and journal) as after a crash.
+    Restart(Restart),
+}
+
+/// A failure that stops the member: the driver stops it, and reopens it from its disk
+/// unless the variant says otherwise.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemberError {
+    /// The replica's journal failed: reopen from the disk.
+    #[error(transparent)]
+    Replica(#[from] ReplicaError),
+    /// The core refused a replayed record or could not finish recovery (a damaged page, a
+    /// record it cannot read): the database needs repair; do not restart this replica, replace
+    /// it.
+    #[error("core: {0}")]
+    Core(#[from] EngineError),
+    /// Committed records do not continue the core's log (a gap, a repeat, a record too short
+    /// to carry its LSN): no correct group produces this. Replace the replica.
+    #[error("replicated log at index {index}: {why}")]
+    Inconsistent {
+        /// The Raft index.
+        index: u64,
+        /// What was wrong.
+        why: String,
+    },
+    /// The leader sent a snapshot: this replica lags behind what the group's journals keep,
+    /// and a snapshot of thor's pages (which travels outside Raft) is not built yet. Replace
+    /// the replica from a backup of a live one.
+    #[error("replica needs a snapshot at index {index}, which is not supported yet")]
+    SnapshotNeeded {
+        /// The snapshot's index.
+        index: u64,
+    },
+    /// The driver could not read the tail page a new leader needs: reopen from the disk.
+    #[error("tail page {page}: {why}")]
+    TailRead {
+        /// The page.
+        page: PageId,
+        /// Why.
+        why: String,
+    },
+}
+
+/// A member's externally visible state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberStatus {
+    /// The phase.
+    pub phase: Phase,
+    /// The replica's status.
+    pub replica: ReplicaStatus,
+    /// The LSN the next replayed or proposed record gets.
+    pub next_lsn: Lsn,
+    /// The last LSN reported durable to a serving core.
+    pub durable: Lsn,
+    /// Committed records waiting to be replayed.
+    pub queued: usize,
+}
+
+/// `lsn ‖ record`, a proposal's bytes.
+pub fn encode_entry(lsn: Lsn, record: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(8 + record.len());
+    b.put_u64_le(lsn.0);
+    b.put_slice(record);
+    b.freeze()
+}
+
+/// The LSN and record of a proposal's bytes, if it has at least an LSN.
+pub fn decode_entry(bytes: &Bytes) -> Option<(Lsn, Bytes)> {
+    let lsn = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    Some((Lsn(lsn), bytes.slice(8..)))
+}
+
+/// One replica of a thor server's group. See the module documentation.
+#[derive(Debug)]
+pub struct Member {
+    cfg: MemberConfig,
+    core: Core,
+    replica: Replica,
+    phase: Phase,
+    /// The LSN the next replayed (or proposed) record must have.
+    next_lsn: Lsn,
+    /// Committed records not yet replayed: (index, lsn, record). At most
+    /// [`APPLY_QUEUE_BYTES_MAX`] bytes, beyond which the replica's readies wait.
+    queue: VecDeque<(u64, Lsn, Bytes)>,
+    queue_bytes: usize,
+    /// Applied records since the last compaction, (lsn, index), for compacting at a
+    /// checkpoint. At most [`RECORD_INDEXES_MAX`]; the oldest are dropped beyond (compaction
+    /// then stops short, never goes too far).
+    indexes: VecDeque<(Lsn, u64)>,
+    /// A serving leader's proposals, in LSN order: (lsn, proposal, acknowledged). Bounded by
+    /// the replica's [`crate::limits::PROPOSALS_IN_FLIGHT_MAX`].
+    pending: VecDeque<(Lsn, Proposal, bool)>,
+    /// The last LSN reported durable to the core.
+    durable: Lsn,
+    /// Checkpoint jobs written by the driver and not yet reported: (job, truncate_before).
+    /// At most [`CHECKPOINTS_IN_FLIGHT_MAX`] (the core has one round in flight at a time).
+    checkpoints: VecDeque<(u64, Option<Lsn>)>,
+    /// Connections admitted to the core while serving, until the driver reports them
+    /// disconnected (the core bounds its sessions; a refused connection is closed by the
+    /// driver, which reports it disconnected).
+    admitted: BTreeSet<ConnId>,
+    /// Whether an error stopped the member: later calls do nothing (the driver reopens it).
+    failed: bool,
+}
+
+impl Member {
+    /// A member over `core` (a new core over the database's superblock, still recovering:
+    /// nothing replayed yet) and `replica` (opened over the journal on the same disk).
+    /// Committed entries the replica hands again after its snapshot are replayed from the
+    /// core's checkpoint on.
+    pub fn open(cfg: MemberConfig, core: Core, replica: Replica) -> Member {
+        let next_lsn = core.checkpoint();
+        Member {
+            cfg,
+            core,
+            replica,
+            phase: Phase::Following,
+            next_lsn,
+            queue: VecDeque::new(),
+            queue_bytes: 0,
+            indexes: VecDeque::new(),
+            pending: VecDeque::new(),
+            durable: Lsn(next_lsn.0.saturating_sub(1)),
+            checkpoints: VecDeque::new(),
+            admitted: BTreeSet::new(),
+            failed: false,
+        }
+    }
+
+    /// The core (for statistics and checks).
+    pub fn core(&self) -> &Core {
+        &self.core
+    }
+
+    /// The core, mutably (tests compose pages through its store).
+    pub fn core_mut(&mut self) -> &mut Core {
+        &mut self.core
+    }
+
+    /// The replica.
+    pub fn replica(&self) -> &Replica {
+        &self.replica
+    }
+
+    /// The member's status.
+    pub fn status(&self) -> MemberStatus {
+        MemberStatus {
+            phase: self.phase,
+            replica: self.replica.status(),
+            next_lsn: self.next_lsn,
+            durable: self.durable,
+            queued: self.queue.len(),
+        }
+    }
+
+    /// Whether the member serves clients.
+    pub fn is_serving(&self) -> bool {
+        matches!(self.phase, Phase::Serving { .. })
+    }
+
+    /// The connections the core admitted (the driver closes them on a restart).
+    pub fn admitted(&self) -> impl Iterator<Item = ConnId> + '_ {
+        self.admitted.iter().copied()
+    }
+
+    /// Handles one core input (a client's, or the report of a disk effect).
+    pub fn step(
+        &mut self,
+        now_us: u64,
+        input: Input,
+        out: &mut Vec<Out>,
+    ) -> Result<(), MemberError> {
+        if self.halted() {
+            return Ok(());
+        }
+        let serving = self.is_serving();
+        match input {
+            Input::Connect { conn } if serving => {
+                self.admitted.insert(conn);
+                self.core_step(now_us, Input::Connect { conn }, out)?;
+            }
+            Input::Connect { .. } => {}
+            // A connection opened before this replica served: admitted now.
+            Input::Request { conn, id, req } if serving && !self.admitted.contains(&conn) => {
+                self.admitted.insert(conn);
+                self.core_step(now_us, Input::Connect { conn }, out)?;
+                self.core_step(now_us, Input::Request { conn, id, req }, out)?;
+            }
+            Input::Request { conn, id, req } if !self.admitted.contains(&conn) => {
+                let version = match &req.body {
+                    RequestBody::Hello(h) => h.max_version,
+                    _ => 1,
+                };
+                out.push(Out::Core(self.not_leader_reply(conn, id, version)));
+            }
+            Input::ProtocolError { conn, .. } | Input::Disconnect { conn }
+                if !self.admitted.contains(&conn) => {}
+            Input::Disconnect { conn } => {
+                self.admitted.remove(&conn);
+                self.core_step(now_us, Input::Disconnect { conn }, out)?;
+            }
+            Input::Direct { ticket, .. } if !serving => {
+                out.push(Out::DirectRefused { ticket, leader: self.replica.status().leader });
+            }
+            // Peers resend: a replica that does not serve drops their messages, and time
+            // passes for a core only while it serves (a recovering core has no timers).
+            Input::Peer { .. } | Input::Tick if !serving => {}
+            Input::Checkpointed { job, result } => {
+                let ok = result.is_ok();
+                self.core_step(now_us, Input::Checkpointed { job, result }, out)?;
+                self.checkpointed(job, ok)?;
+            }
+            other => self.core_step(now_us, other, out)?,
+        }
+        self.pump(now_us, out)
+    }
+
+    /// Takes a Raft message from another replica of the group. A refused one is dropped
+    /// (Raft recovers from loss).
+    pub fn step_peer(
+        &mut self,
+        now_us: u64,
+        msg: Message,
+        out: &mut Vec<Out>,
+    ) -> Result<(), MemberError> {
+        if self.halted() {
+            return Ok(());
+        }
+        let _ = self.replica.step(msg);
+        self.pump(now_us, out)
+    }
+
+    /// One tick of the group's clock (elections, heartbeats); a serving core's time passes
+    /// too ([`Input::Tick`]).
+    pub fn tick(&mut self, now_us: u64, out: &mut Vec<Out>) -> Result<(), MemberError> {
+        if self.halted() {
+            return Ok(());
+        }
+        self.replica.tick();
+        if self.is_serving() {
+            self.core_step(now_us, Input::Tick, out)?;
+        }
+        self.pump(now_us, out)
+    }
+
+    /// The tail page's image asked for by [`Out::ReadTail`].
+    pub fn tail_read(
+        &mut self,
+        now_us: u64,
+        page: PageId,
+        result: Result<Bytes, ReadError>,
+        out: &mut Vec<Out>,
+    ) -> Result<(), MemberError> {
+        if self.halted() {
+            return Ok(());
+        }
+        let Phase::ReadingTail { term, page: asked } = self.phase else {
+            // Leadership was lost meanwhile: the read is no longer needed.
+            return Ok(());
+        };
+        if asked != page {
+            return Ok(());
+        }
+        let image = result.map_err(|e| {
+            self.failed = true;
+            MemberError::TailRead { page, why: format!("{e:?}") }
+        })?;
+        self.serve(term, Some(image))?;
+        self.pump(now_us, out)
+    }
+
+    /// Tells the replica how sending a snapshot to replica `to` went: a transport that lost
+    /// the message reports [`raft::SnapshotStatus::Failure`], so the leader does not wait for
+    /// it for ever.
+    pub fn report_snapshot(&mut self, to: u64, status: raft::SnapshotStatus) {
+        if !self.halted() {
+            self.replica.report_snapshot(to, status);
+        }
+    }
+
+    fn halted(&self) -> bool {
+        self.failed || self.phase == Phase::Stopped
+    }
+
+    fn not_leader_reply(&self, conn: ConnId, id: u64, version: u16) -> Effect {
+        let leader = self.replica.status().leader.filter(|l| *l != self.replica.status().id);
+        let (code, message) = if version >= VERSION_GROUPS {
+            (ErrorCode::NotLeader, thor_wire::not_leader_message(leader))
+        } else {
+            (ErrorCode::ShuttingDown, "this replica does not lead its group".to_string())
+        };
+        let reply = Reply {
+            body: ReplyBody::Error { code, message },
+            invalidations: Vec::new(),
+            wanted: Vec::new(),
+            seen: None,
+        };
+        Effect::Reply { conn, id, reply, close: true }
+    }
+
+    /// Steps the core and routes its effects.
+    fn core_step(
+        &mut self,
+        now_us: u64,
+        input: Input,
+        out: &mut Vec<Out>,
+    ) -> Result<(), MemberError> {
+        let mut fx = Vec::new();
+        self.core.step(now_us, input, &mut fx);
+        self.route(fx, out)
+    }
+
+    /// Routes core effects: appends become proposals, checkpoints are noted, the rest goes to
+    /// the driver.
+    fn route(&mut self, fx: Vec<Effect>, out: &mut Vec<Out>) -> Result<(), MemberError> {
+        for e in fx {
+            match e {
+                Effect::Append { lsn, record } => self.propose(lsn, &record, out)?,
+                Effect::Checkpoint(job) => {
+                    if self.checkpoints.len() >= CHECKPOINTS_IN_FLIGHT_MAX {
+                        self.checkpoints.pop_front();
+                    }
+                    self.checkpoints.push_back((job.id, job.truncate_before));
+                    out.push(Out::Core(Effect::Checkpoint(job)));
+                }
+                other => out.push(Out::Core(other)),
+            }
+        }
+        Ok(())
+    }
+
+    fn propose(&mut self, lsn: Lsn, record: &[u8], out: &mut Vec<Out>) -> Result<(), MemberError> {
+        if self.phase == Phase::Stopped {
+            // A core stopped mid-step appends nothing that anyone will be told is durable.
+            return Ok(());
+        }
+        if !self.is_serving() {
+            self.failed = true;
+            return Err(MemberError::Inconsistent {
+                index: self.replica.status().last_index,
+                why: format!("the core appended LSN {lsn} while not serving"),
+            });
+        }
+        if lsn != self.next_lsn {
+            self.failed = true;
+            return Err(MemberError::Inconsistent {
+                index: self.replica.status().last_index,
+                why: format!("the core appended LSN {lsn}, the log continues at {}", self.next_lsn),
+            });
+        }
+        match self.replica.propose(encode_entry(lsn, record)) {
+            Ok(p) => {
+                self.pending.push_back((lsn, p, false));
+                self.next_lsn = lsn.next();
+            }
+            Err(e) => self.stop(Restart::ProposeRefused(e), out),
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self, why: Restart, out: &mut Vec<Out>) {
+        if self.phase != Phase::Stopped {
+            self.phase = Phase::Stopped;
+            out.push(Out::Restart(why));
+        }
+    }
+
+    /// Runs the replica's readies and everything they allow, until nothing changes (bounded).
+    fn pump(&mut self, now_us: u64, out: &mut Vec<Out>) -> Result<(), MemberError> {
+        for _ in 0..MEMBER_PUMP_ROUNDS_MAX {
+            if self.halted() {
+                return Ok(());
+            }
+            let fx = if self.queue_bytes <= APPLY_QUEUE_BYTES_MAX {
+                self.replica.advance().inspect_err(|_| self.failed = true)?
+            } else {
+                Effects::default()
+            };
+            let mut changed = !fx.committed.is_empty() || fx.role.is_some();
+            self.handle(fx, out)?;
+            changed |= self.replay_queued(out)?;
+            changed |= self.report_durable(now_us, out)?;
+            changed |= self.promote(out)?;
+            if !changed && !self.replica.needs_sync() {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    fn handle(&mut self, fx: Effects, out: &mut Vec<Out>) -> Result<(), MemberError> {
+        out.extend(fx.messages.into_iter().map(Out::Send));
+        if let Some(r) = fx.restore {
+            self.failed = true;
+            return Err(MemberError::SnapshotNeeded { index: r.index });
+        }
+        for c in fx.committed {
+            let Apply::Record(bytes) = c.apply else { continue };
+            let Some((lsn, record)) = decode_entry(&bytes) else {
+                self.failed = true;
+                return Err(MemberError::Inconsistent {
+                    index: c.index,
+                    why: "an entry too short to carry its LSN".into(),
+                });
+            };
+            if self.indexes.len() >= RECORD_INDEXES_MAX {
+                self.indexes.pop_front();
+            }
+            self.indexes.push_back((lsn, c.index));
+            if self.is_serving() {
+                // A serving leader's committed entries are its own proposals (everything
+                // before its term was replayed before it served).
+                if !self.pending.iter().any(|(l, p, _)| *l == lsn && p.index == c.index) {
+                    self.failed = true;
+                    return Err(MemberError::Inconsistent {
+                        index: c.index,
+                        why: format!("committed LSN {lsn} is no proposal of the serving leader"),
+                    });
+                }
+            } else {
+                self.queue_bytes += record.len();
+                self.queue.push_back((c.index, lsn, record));
+            }
+        }
+        for a in &fx.acknowledged {
+            if let Some(p) = self.pending.iter_mut().find(|(_, p, _)| p == a) {
+                p.2 = true;
+            }
+        }
+        for p in fx.lost.iter().chain(&fx.undecided) {
+            if self.pending.iter().any(|(_, q, _)| q == p) {
+                self.stop(Restart::ProposalLost(*p), out);
+            }
+        }
+        let s = self.replica.status();
+        match self.phase {
+            Phase::Serving { term } if s.role != Role::Leader || s.term != term => {
+                if self.cfg.mutant == Some(MemberMutant::AcknowledgeWhenDeposed)
+                    && let Some(&(lsn, _, _)) = self.pending.back()
+                {
+                    self.pending.clear();
+                    let mut fx = Vec::new();
+                    self.core.step(0, Input::Durable { lsn }, &mut fx);
+                    self.route(fx, out)?;
+                }
+                self.stop(Restart::Deposed { term }, out)
+            }
+            Phase::Promoting { term } | Phase::ReadingTail { term, .. }
+                if s.role != Role::Leader || s.term != term =>
+            {
+                self.phase = Phase::Following;
+            }
+            Phase::Following if s.role == Role::Leader => {
+                self.phase = Phase::Promoting { term: s.term };
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Replays queued records while no install round runs, starting one when the MOB is over
+    /// budget (as recovery does). Returns whether anything was replayed.
+    fn replay_queued(&mut self, out: &mut Vec<Out>) -> Result<bool, MemberError> {
+        let mut any = false;
+        while !self.core.round_in_flight() {
+            let Some((index, lsn, record)) = self.queue.pop_front() else { break };
+            self.queue_bytes -= record.len();
+            any = true;
+            if lsn < self.next_lsn {
+                // Below the checkpoint: the pages hold it. (A repeat above it is caught by
+                // the core's own LSN order.)
+                continue;
+            }
+            if lsn != self.next_lsn {
+                self.failed = true;
+                return Err(MemberError::Inconsistent {
+                    index,
+                    why: format!("LSN {lsn} where the log continues at {}", self.next_lsn),
+                });
+            }
+            self.core.replay(lsn, record).inspect_err(|_| self.failed = true)?;
+            self.next_lsn = lsn.next();
+            if self.core.mob_over_budget() {
+                let mut fx = Vec::new();
+                self.core.start_round(&mut fx);
+                self.route(fx, out)?;
+            }
+        }
+        Ok(any)
+    }
+
+    /// Reports the acknowledged prefix of a serving leader's proposals durable.
+    fn report_durable(&mut self, now_us: u64, out: &mut Vec<Out>) -> Result<bool, MemberError> {
+        let mut to = None;
+        while let Some(&(lsn, _, true)) = self.pending.front() {
+            self.pending.pop_front();
+            to = Some(lsn);
+        }
+        let Some(lsn) = to else { return Ok(false) };
+        self.durable = lsn;
+        self.core_step(now_us, Input::Durable { lsn }, out)?;
+        Ok(true)
+    }
+
+    /// A promoting leader that has replayed everything before its term finishes recovery.
+    fn promote(&mut self, out: &mut Vec<Out>) -> Result<bool, MemberError> {
+        let Phase::Promoting { term } = self.phase else { return Ok(false) };
+        let s = self.replica.status();
+        if !s.term_applied || !self.queue.is_empty() || self.core.round_in_flight() {
+            return Ok(false);
+        }
+        debug_assert_eq!(s.term, term);
+        let (page, fresh) = self.core.tail_page();
+        if fresh {
+            self.serve(term, None)?;
+        } else {
+            self.phase = Phase::ReadingTail { term, page };
+            out.push(Out::ReadTail { page });
+        }
+        Ok(true)
+    }
+
+    fn serve(&mut self, term: u64, image: Option<Bytes>) -> Result<(), MemberError> {
+        self.core.finish_recovery(self.next_lsn, image).inspect_err(|_| self.failed = true)?;
+        self.durable = Lsn(self.next_lsn.0.saturating_sub(1));
+        self.phase = Phase::Serving { term };
+        Ok(())
+    }
+
+    /// A checkpoint is written: compacts the journal below it, keeping the retained entries.
+    fn checkpointed(&mut self, job: u64, ok: bool) -> Result<(), MemberError> {
+        let Some(at) = self.checkpoints.iter().position(|(j, _)| *j == job) else {
+            return Ok(());
+        };
+        let (_, truncate) = self.checkpoints.remove(at).expect("found");
+        let (true, Some(before)) = (ok, truncate) else { return Ok(()) };
+        let applied = self.replica.status().applied;
+        let cap = applied.saturating_sub(self.cfg.retain_entries);
+        let mut index = None;
+        while let Some(&(lsn, i)) = self.indexes.front() {
+            if lsn >= before || i > cap {
+                break;
+            }
+            self.indexes.pop_front();
+            index = Some(i);
+        }
+        let Some(index) = index else { return Ok(()) };
+        match self.replica.compact_to(index, Bytes::new()) {
+            Ok(()) => Ok(()),
+            // A membership change after `index`: the next checkpoint compacts.
+            Err(ReplicaError::Log(crate::LogError::Invalid(_))) => Ok(()),
+            Err(e) => {
+                self.failed = true;
+                Err(e.into())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_carries_its_lsn_and_record_and_a_short_one_reads_as_none() {
+        let e = encode_entry(Lsn(42), b"record");
+        assert_eq!(decode_entry(&e), Some((Lsn(42), Bytes::from_static(b"record"))));
+        assert_eq!(decode_entry(&encode_entry(Lsn(7), b"")), Some((Lsn(7), Bytes::new())));
+        for short in [&b""[..], &b"1234567"[..]] {
+            assert_eq!(decode_entry(&Bytes::copy_from_slice(short)), None);
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! Scenario tests of thor servers as replica groups (`thor_replica::member`), each named after
+//! the behaviour it shows, run by the deterministic harness in `group/`: real cores over
+//! `MemDisk`s, raft-rs replicas over their journals, a seeded network.
+
+mod group;
+
+use group::{COMMIT_TICKS_MAX, Group, GroupConfig, SERVE_TICKS_MAX};
+use thor_replica::member::Phase;
+use thor_wire::{ErrorCode, ReplyBody};
+
+/// Seeds each scenario runs.
+const SEEDS: u64 = 32;
+
+#[test]
+fn leader_crash_loses_no_acknowledged_commit() {
+    for seed in 0..SEEDS {
+        let mut cfg = GroupConfig::new(3, seed);
+        cfg.loss_per_mille = 20;
+        cfg.delay_ticks_max = 3;
+        let mut g = Group::new(cfg);
+        let first = g.elect();
+        g.commit_n(0, 30);
+        assert!(g.refusals.is_empty(), "{:?}", g.refusals);
+        g.crash(first);
+        let second = g.elect();
+        assert_ne!(second, first, "seed {seed}: a surviving replica serves");
+        g.commit_n(100, 30);
+        g.restart(first);
+        g.settle();
+        for id in g.ids() {
+            g.check_acked_at(id);
+        }
+        assert_eq!(g.acked.len(), 60, "seed {seed}");
+    }
+}
+
+#[test]
+fn deposed_leader_cannot_acknowledge() {
+    for seed in 0..SEEDS {
+        let mut g = Group::new(GroupConfig::new(5, seed));
+        let old = g.elect();
+        g.commit_n(0, 5);
+        let others: Vec<u64> = g.ids().into_iter().filter(|i| *i != old).collect();
+        // The leader is cut off but does not know it yet: it still takes commits.
+        g.partition(&[&[old], &others]);
+        let stranded: Vec<u64> = (0..5).map(|i| g.submit(old, 1000 + i)).collect();
+        assert!(
+            g.run_until(SERVE_TICKS_MAX, |g| g.serving().is_some_and(|l| l != old)),
+            "seed {seed}: the majority elects a new leader"
+        );
+        g.commit_n(100, 5);
+        // The old leader steps down (check-quorum) and restarts; its commits stay unanswered.
+        assert!(
+            g.run_until(SERVE_TICKS_MAX, |g| !g.member(old).is_some_and(|m| m.is_serving())),
+            "seed {seed}: the isolated leader stops serving"
+        );
+        g.heal();
+        g.settle();
+        for t in stranded {
+            assert!(
+                !matches!(g.answer(t), Some(Some(_))),
+                "seed {seed}: the deposed leader acknowledged ticket {t}"
+            );
+        }
+        for id in g.ids() {
+            g.check_acked_at(id);
+        }
+        assert!(g.restarts >= 1, "seed {seed}: the deposed leader restarted");
+    }
+}
+
+#[test]
+fn followers_apply_the_same_pages() {
+    for seed in 0..SEEDS {
+        let mut cfg = GroupConfig::new(3, seed);
+        cfg.loss_per_mille = 30;
+        cfg.delay_ticks_max = 4;
+        // Journals compacted often, under every replica.
+        cfg.retain_entries = 10;
+        let mut g = Group::new(cfg);
+        g.elect();
+        // Enough commits that replay runs install rounds (the MOB's budget is small).
+        g.commit_n(0, 120);
+        g.settle();
+        let ids = g.ids();
+        let applied: Vec<u64> =
+            ids.iter().map(|i| g.member(*i).unwrap().status().replica.applied).collect();
+        assert!(applied.windows(2).all(|w| w[0] == w[1]), "seed {seed}: {applied:?}");
+        let first = g.pages(ids[0]);
+        assert!(first.len() > 1, "seed {seed}: the commits filled more than one page");
+        for id in &ids[1..] {
+            assert_eq!(g.pages(*id), first, "seed {seed}: replica {id}'s pages");
+        }
+        let rounds: u64 =
+            ids.iter().map(|i| g.member(*i).unwrap().core().stats().flush_rounds).sum();
+        assert!(rounds > 0, "seed {seed}: install rounds ran");
+    }
+}
+
+#[test]
+fn new_leader_serves_after_failover() {
+    for seed in 0..SEEDS {
+        let mut g = Group::new(GroupConfig::new(3, seed));
+        let first = g.elect();
+        g.commit_n(0, 10);
+        g.settle();
+        // A follower turns a client away, naming the leader.
+        let follower = g.ids().into_iter().find(|i| *i != first).unwrap();
+        let replies = g.hello(follower, 7, thor_wire::WIRE_VERSION);
+        match &replies[..] {
+            [r] => match &r.body {
+                ReplyBody::Error { code: ErrorCode::NotLeader, message } => {
+                    assert_eq!(thor_wire::not_leader_hint(message), Some(first), "seed {seed}")
+                }
+                other => panic!("seed {seed}: {other:?}"),
+            },
+            other => panic!("seed {seed}: {other:?}"),
+        }
+        // An older client is told the nearest older code.
+        let replies = g.hello(follower, 8, 7);
+        assert!(
+            matches!(&replies[0].body, ReplyBody::Error { code: ErrorCode::ShuttingDown, .. }),
+            "seed {seed}: {replies:?}"
+        );
+        g.crash(first);
+        let second = g.elect();
+        assert!(matches!(g.member(second).unwrap().status().phase, Phase::Serving { .. }));
+        g.commit_n(100, 10);
+        // The new leader admits a client.
+        let replies = g.hello(second, 9, thor_wire::WIRE_VERSION);
+        assert!(matches!(&replies[0].body, ReplyBody::HelloOk(_)), "seed {seed}: {replies:?}");
+        g.restart(first);
+        g.settle();
+        for id in g.ids() {
+            g.check_acked_at(id);
+        }
+    }
+}
+
+#[test]
+fn lagging_replica_catches_up() {
+    for seed in 0..SEEDS {
+        let mut cfg = GroupConfig::new(3, seed);
+        // The journal keeps 60 entries below the checkpoints: the lagging replica misses 40.
+        cfg.retain_entries = 60;
+        let mut g = Group::new(cfg);
+        let leader = g.elect();
+        g.commit_n(0, 5);
+        let lagging = g.ids().into_iter().find(|i| *i != leader).unwrap();
+        g.crash(lagging);
+        g.commit_n(100, 40);
+        g.restart(lagging);
+        g.settle();
+        // And it keeps up while the journals are compacted under it.
+        g.commit_n(200, 80);
+        g.settle();
+        let s = g.member(lagging).unwrap().status();
+        let l = g.member(leader).unwrap().status();
+        assert_eq!(s.replica.applied, l.replica.applied, "seed {seed}");
+        assert_eq!(s.next_lsn, l.next_lsn, "seed {seed}");
+        g.check_acked_at(lagging);
+        assert_eq!(g.pages(lagging), g.pages(leader), "seed {seed}");
+        assert!(
+            g.member(leader).unwrap().replica().status().snapshot_index > 0,
+            "seed {seed}: the leader compacted its journal"
+        );
+    }
+}
+
+#[test]
+fn a_minority_partition_makes_no_progress_and_loses_nothing() {
+    for seed in 0..SEEDS {
+        let mut g = Group::new(GroupConfig::new(5, seed));
+        let old = g.elect();
+        g.commit_n(0, 10);
+        let ids = g.ids();
+        let buddy = ids.iter().copied().find(|i| *i != old).unwrap();
+        let majority: Vec<u64> = ids.iter().copied().filter(|i| *i != old && *i != buddy).collect();
+        g.partition(&[&[old, buddy], &majority]);
+        let minority_tickets: Vec<u64> = (0..5).map(|i| g.submit(old, 500 + i)).collect();
+        let before = g.acked.len();
+        // The minority side never serves again while cut off; the majority does.
+        assert!(
+            g.run_until(SERVE_TICKS_MAX, |g| g.serving().is_some_and(|l| majority.contains(&l)))
+        );
+        g.commit_n(100, 10);
+        for _ in 0..COMMIT_TICKS_MAX {
+            g.tick();
+            for id in [old, buddy] {
+                assert!(
+                    !g.member(id).is_some_and(|m| m.is_serving()) || id == old,
+                    "seed {seed}: minority replica {id} serves"
+                );
+            }
+        }
+        assert!(
+            !g.member(old).unwrap().is_serving() && !g.member(buddy).unwrap().is_serving(),
+            "seed {seed}: the minority stopped serving"
+        );
+        for t in &minority_tickets {
+            assert!(!matches!(g.answer(*t), Some(Some(_))), "seed {seed}: minority acknowledged");
+        }
+        assert_eq!(g.acked.len(), before + 10, "seed {seed}: only the majority's commits");
+        g.heal();
+        g.settle();
+        for id in g.ids() {
+            g.check_acked_at(id);
+        }
+    }
+}
+
+/// The checks above can fail: a member that acknowledges its pending commits when deposed is
+/// caught by the deposed leader's scenario.
+#[test]
+fn a_member_that_acknowledges_when_deposed_is_caught() {
+    let mut cfg = GroupConfig::new(5, 0);
+    cfg.mutant = Some(thor_replica::MemberMutant::AcknowledgeWhenDeposed);
+    let mut g = Group::new(cfg);
+    let old = g.elect();
+    g.commit_n(0, 5);
+    let others: Vec<u64> = g.ids().into_iter().filter(|i| *i != old).collect();
+    g.partition(&[&[old], &others]);
+    let stranded: Vec<u64> = (0..5).map(|i| g.submit(old, 1000 + i)).collect();
+    g.run_until(SERVE_TICKS_MAX, |g| !g.member(old).is_some_and(|m| m.is_serving()));
+    assert!(
+        stranded.iter().any(|t| matches!(g.answer(*t), Some(Some(_)))),
+        "the mutant acknowledged a stranded commit, which deposed_leader_cannot_acknowledge \
+         refuses"
+    );
+}
