@@ -474,6 +474,48 @@ impl<S: ObjectSource> Inspector<S> {
         Ok((&area[at..at + len], &area[at + len..at + len + vbytes]))
     }
 
+    /// The leaf of map `oref` (root node `root`) that holds `key`'s place, and its node header.
+    fn leaf_for(
+        &mut self,
+        oref: Oref,
+        root: Oref,
+        key: &[u8],
+    ) -> Result<(Obj, Node), InspectError> {
+        let malformed = |why: String| InspectError::Malformed { oref, why };
+        let mut at = root;
+        let mut leaf = self.object(at)?;
+        let mut n = node(&leaf)?;
+        let mut steps = 0;
+        while n.level > 0 {
+            steps += 1;
+            if steps > MAP_DESCENT_MAX || n.count == 0 || n.count > mapnode::FANOUT {
+                return Err(malformed(format!("a malformed path at node {at}")));
+            }
+            let mut child = 0;
+            for i in 1..n.count {
+                if Self::entry(&leaf, n.count, i, 0)?.0 <= key {
+                    child = i;
+                } else {
+                    break;
+                }
+            }
+            at = leaf
+                .ref_at(SLOTS_AT + 4 * child)?
+                .ok_or_else(|| malformed(format!("node {at} has a null child")))?;
+            let below = self.object(at)?;
+            let nb = node(&below)?;
+            if nb.level + 1 != n.level {
+                return Err(malformed(format!(
+                    "node {at} is at level {}, not {}",
+                    nb.level,
+                    n.level - 1
+                )));
+            }
+            (leaf, n) = (below, nb);
+        }
+        Ok((leaf, n))
+    }
+
     /// Up to `limit` entries of the map `oref` in key order, from the first key at or after
     /// `from` (the first key without one), and the key after the last one listed.
     pub fn map(
@@ -494,39 +536,7 @@ impl<S: ObjectSource> Inspector<S> {
         };
         let vbytes = info.value.bytes();
         let malformed = |why: String| InspectError::Malformed { oref, why };
-
-        // Down to the leaf that holds `from_key`'s place.
-        let mut at = info.root;
-        let mut leaf = self.object(at)?;
-        let mut n = node(&leaf)?;
-        let mut steps = 0;
-        while n.level > 0 {
-            steps += 1;
-            if steps > MAP_DESCENT_MAX || n.count == 0 || n.count > mapnode::FANOUT {
-                return Err(malformed(format!("a malformed path at node {at}")));
-            }
-            let mut child = 0;
-            for i in 1..n.count {
-                if Self::entry(&leaf, n.count, i, 0)?.0 <= &from_key[..] {
-                    child = i;
-                } else {
-                    break;
-                }
-            }
-            at = leaf
-                .ref_at(SLOTS_AT + 4 * child)?
-                .ok_or_else(|| malformed(format!("node {at} has a null child")))?;
-            let below = self.object(at)?;
-            let nb = node(&below)?;
-            if nb.level + 1 != n.level {
-                return Err(malformed(format!(
-                    "node {at} is at level {}, not {}",
-                    nb.level,
-                    n.level - 1
-                )));
-            }
-            (leaf, n) = (below, nb);
-        }
+        let (mut leaf, mut n) = self.leaf_for(oref, info.root, &from_key)?;
 
         // Along the leaves.
         let mut pos = 0;
