@@ -26,13 +26,28 @@
 //! bounded: at most `LEAF_DELTAS_MAX` leaves (a leaf met after that gets no log), at most
 //! `LEAF_KEYS_MAX` reads and operations per leaf (past that the leaf is ruled out), at most
 //! `LEAF_DELTAS_MAX` scanned maps (past that no leaf carries a delta).
+//!
+//! *Reads are cheap until a leaf is changed.* Most reads never need a delta (a read-only
+//! transaction's lookups, a leaf only read), and a lookup is a few hundred nanoseconds, so a
+//! read of a leaf that has no log yet is appended to one flat list (its key and what it saw in
+//! a byte arena: no hashing, and no allocation once the arena has grown). A leaf's log is made
+//! by its first operation (or ruling out), which adopts the leaf's earlier reads from the
+//! list in order. The list holds at most [`PENDING_READS_MAX`](crate::limits::PENDING_READS_MAX)
+//! reads; past that reads are dropped, and a leaf whose log is made afterwards is ruled out
+//! (its dropped reads would be missing from its delta). With `SessionConfig::leaf_deltas` off
+//! nothing is logged at all.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+use std::ops::Range;
+
+use rustc_hash::FxHashMap;
 
 use bytes::Bytes;
 use thor_core::Oref;
 use thor_wire::LeafDelta;
 use thor_wire::limits::{LEAF_DELTAS_MAX, LEAF_KEYS_MAX};
+
+use crate::limits::PENDING_READS_MAX;
 
 /// One leaf's log.
 #[derive(Debug)]
@@ -56,13 +71,51 @@ struct LeafLog {
     touched: HashSet<Bytes>,
 }
 
+/// A read of a leaf that had no log yet (see the module documentation).
+#[derive(Debug, Clone)]
+struct PendingRead {
+    /// The leaf (raw oref).
+    leaf: u32,
+    /// Where the read found it (its map's root or not; bytes of each value).
+    root: bool,
+    vbytes: usize,
+    /// The key's bytes in the arena.
+    key: Range<usize>,
+    /// What it saw, in the arena (`None`: absent).
+    saw: Option<Range<usize>>,
+}
+
+impl LeafLog {
+    /// The transaction read `key` here and saw `saw` (see [`LeafLogs::read`]).
+    fn read(&mut self, key: &[u8], saw: Option<&[u8]>) {
+        if self.out || self.touched.contains(key) {
+            return;
+        }
+        if self.reads.len() >= LEAF_KEYS_MAX {
+            self.out = true;
+            return;
+        }
+        let key = Bytes::copy_from_slice(key);
+        self.touched.insert(key.clone());
+        self.reads.push((key, saw.map(Bytes::copy_from_slice)));
+    }
+}
+
 /// The open transaction's leaf logs (see the module documentation).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct LeafLogs {
+    /// Whether anything is logged (`SessionConfig::leaf_deltas`).
+    enabled: bool,
     /// The logs, in the order the leaves were first met.
     logs: Vec<LeafLog>,
     /// Leaf (raw oref) → its index in `logs`.
-    index: HashMap<u32, usize>,
+    index: FxHashMap<u32, usize>,
+    /// Reads of leaves without a log, in order; at most [`PENDING_READS_MAX`].
+    pending: Vec<PendingRead>,
+    /// The bytes of `pending`'s keys and values.
+    arena: Vec<u8>,
+    /// A read was dropped from `pending` (it was full): a log made from now on is ruled out.
+    pending_dropped: bool,
     /// Maps (header reference words) the transaction scanned.
     scanned: HashSet<u32>,
     /// More maps were scanned than `scanned` holds: no leaf carries a delta.
@@ -83,10 +136,27 @@ pub(crate) struct At {
 }
 
 impl LeafLogs {
+    /// Empty logs; `enabled` false logs nothing (no commit then carries a delta).
+    pub fn new(enabled: bool) -> LeafLogs {
+        LeafLogs {
+            enabled,
+            logs: Vec::new(),
+            index: FxHashMap::default(),
+            pending: Vec::new(),
+            arena: Vec::new(),
+            pending_dropped: false,
+            scanned: HashSet::new(),
+            scanned_too_many: false,
+        }
+    }
+
     /// Forgets everything: a new transaction.
     pub fn clear(&mut self) {
         self.logs.clear();
         self.index.clear();
+        self.pending.clear();
+        self.arena.clear();
+        self.pending_dropped = false;
         self.scanned.clear();
         self.scanned_too_many = false;
     }
@@ -110,8 +180,10 @@ impl LeafLogs {
                     ops: Vec::new(),
                     touched: HashSet::new(),
                 });
-                self.index.insert(leaf.raw(), self.logs.len() - 1);
-                self.logs.len() - 1
+                let i = self.logs.len() - 1;
+                self.index.insert(leaf.raw(), i);
+                self.adopt(i);
+                i
             }
         };
         let log = &mut self.logs[i];
@@ -122,23 +194,61 @@ impl LeafLogs {
         Some(log)
     }
 
-    /// The transaction read `key` in the leaf at `at` and saw `saw`.
-    pub fn read(&mut self, at: At, key: &[u8], saw: Option<&[u8]>) {
-        let Some(log) = self.log(at) else { return };
-        if log.out || log.touched.contains(key) {
-            return;
-        }
-        if log.reads.len() >= LEAF_KEYS_MAX {
+    /// Moves the reads of log `i`'s leaf made before it had a log into it, in order.
+    fn adopt(&mut self, i: usize) {
+        let log = &mut self.logs[i];
+        if self.pending_dropped {
+            // Some of its reads may be among the dropped ones.
             log.out = true;
             return;
         }
-        let key = Bytes::copy_from_slice(key);
-        log.touched.insert(key.clone());
-        log.reads.push((key, saw.map(Bytes::copy_from_slice)));
+        let raw = log.leaf.raw();
+        for r in self.pending.iter().filter(|r| r.leaf == raw) {
+            if r.root != log.root || r.vbytes != usize::from(log.vbytes) {
+                log.out = true;
+            }
+            let saw = r.saw.clone().map(|v| &self.arena[v]);
+            log.read(&self.arena[r.key.clone()], saw);
+        }
+    }
+
+    /// The transaction read `key` in the leaf at `at` and saw `saw`.
+    pub fn read(&mut self, at: At, key: &[u8], saw: Option<&[u8]>) {
+        if !self.enabled {
+            return;
+        }
+        let Some(leaf) = at.leaf else { return };
+        if self.index.contains_key(&leaf.raw()) {
+            if let Some(log) = self.log(at) {
+                log.read(key, saw);
+            }
+            return;
+        }
+        if self.pending.len() >= PENDING_READS_MAX {
+            self.pending_dropped = true;
+            return;
+        }
+        let k = self.arena.len()..self.arena.len() + key.len();
+        self.arena.extend_from_slice(key);
+        let saw = saw.map(|v| {
+            let r = self.arena.len()..self.arena.len() + v.len();
+            self.arena.extend_from_slice(v);
+            r
+        });
+        self.pending.push(PendingRead {
+            leaf: leaf.raw(),
+            root: at.root,
+            vbytes: at.vbytes,
+            key: k,
+            saw,
+        });
     }
 
     /// The transaction put `value` under `key` (`None`: removed it) in the leaf at `at`.
     pub fn op(&mut self, at: At, key: &[u8], value: Option<&[u8]>) {
+        if !self.enabled {
+            return;
+        }
         let Some(log) = self.log(at) else { return };
         if log.out {
             return;
@@ -154,6 +264,9 @@ impl LeafLogs {
 
     /// The leaf `leaf` was changed or read as a whole: no delta for it.
     pub fn rule_out(&mut self, map: u32, leaf: Option<Oref>, vbytes: usize) {
+        if !self.enabled {
+            return;
+        }
         if let Some(log) = self.log(At { map, leaf, root: false, vbytes }) {
             log.out = true;
         }
@@ -240,7 +353,7 @@ mod tests {
 
     #[test]
     fn a_key_read_after_the_transaction_changed_it_is_not_a_read() {
-        let mut l = LeafLogs::default();
+        let mut l = LeafLogs::new(true);
         l.read(at(3), b"a", None);
         l.op(at(3), b"a", Some(&[1; 8]));
         l.read(at(3), b"a", Some(&[1; 8]));
@@ -254,7 +367,7 @@ mod tests {
 
     #[test]
     fn ruled_out_scanned_unwritten_and_unchanged_leaves_carry_no_delta() {
-        let mut l = LeafLogs::default();
+        let mut l = LeafLogs::new(true);
         for page in 3..7 {
             l.read(at(page), b"k", None);
             l.op(at(page), b"k", Some(&[0; 8]));
@@ -279,5 +392,53 @@ mod tests {
         assert!(!l.covers(oref(4)));
         l.clear();
         assert!(l.deltas(&written, usize::MAX).is_empty());
+    }
+
+    #[test]
+    fn a_leafs_first_change_adopts_its_earlier_reads_and_only_its_own() {
+        let mut l = LeafLogs::new(true);
+        l.read(at(3), b"a", Some(&[7; 8]));
+        l.read(at(4), b"x", None);
+        l.read(at(3), b"b", None);
+        l.read(at(3), b"a", Some(&[7; 8]));
+        l.op(at(3), b"c", Some(&[1; 8]));
+        let d = l.deltas(&[oref(3), oref(4)], usize::MAX);
+        assert_eq!(d.len(), 1, "4 was only read");
+        assert_eq!(
+            d[0].reads,
+            vec![
+                (Bytes::from_static(b"a"), Some(Bytes::copy_from_slice(&[7; 8]))),
+                (Bytes::from_static(b"b"), None)
+            ]
+        );
+        // A read found at another place in the tree than the change rules the leaf out.
+        l.read(At { root: false, ..at(5) }, b"k", None);
+        l.op(at(5), b"k", None);
+        assert_eq!(l.deltas(&[oref(5)], usize::MAX).len(), 0);
+    }
+
+    #[test]
+    fn a_leaf_changed_after_reads_were_dropped_carries_no_delta() {
+        let mut l = LeafLogs::new(true);
+        for i in 0..PENDING_READS_MAX + 1 {
+            l.read(at(3 + (i % 7) as u32), &(i as u64).to_be_bytes(), None);
+        }
+        l.op(at(3), b"k", None);
+        assert!(l.deltas(&[oref(3)], usize::MAX).is_empty());
+        assert!(!l.covers(oref(3)));
+        // A new transaction starts afresh.
+        l.clear();
+        l.read(at(3), b"k", None);
+        l.op(at(3), b"k", None);
+        assert_eq!(l.deltas(&[oref(3)], usize::MAX).len(), 1);
+    }
+
+    #[test]
+    fn disabled_logs_log_nothing() {
+        let mut l = LeafLogs::new(false);
+        l.read(at(3), b"a", None);
+        l.op(at(3), b"a", Some(&[1; 8]));
+        assert!(l.deltas(&[oref(3)], usize::MAX).is_empty());
+        assert!(!l.covers(oref(3)));
     }
 }

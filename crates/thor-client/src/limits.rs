@@ -115,3 +115,11 @@ pub const SERIAL_BLOCK: u32 = 1 << 24;
 pub const RENAMES_MAX: usize = 1 << 16;
 
 const _: () = assert!(SERIAL_BLOCK.is_power_of_two() && SERIAL_BLOCK <= thor_core::RawRef::TAG_MAX);
+
+/// Most reads of map leaves without a leaf log that a transaction keeps
+/// ([`crate::leaflog`]): a leaf's first change adopts its earlier reads from them. 16 Ki
+/// reads (about 400 KiB with 8-byte keys and values) cover a transaction of thousands of
+/// lookups before its writes; past it reads are dropped and a leaf changed afterwards carries
+/// no delta (it is validated as any object, as before the leaf merge), so the bound costs
+/// concurrency, never correctness.
+pub const PENDING_READS_MAX: usize = 16 * 1024;

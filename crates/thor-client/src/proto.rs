@@ -350,7 +350,7 @@ impl ClientCore {
             doomed: None,
             unreported: thor_wire::Contention::default(),
             hit_class: None,
-            leaf_logs: crate::leaflog::LeafLogs::default(),
+            leaf_logs: crate::leaflog::LeafLogs::new(cfg.leaf_deltas),
             path,
             pages,
             prefetch,
