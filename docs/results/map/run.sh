@@ -5,6 +5,7 @@
 # raw/<engine>-100k.jsonl (100 k keys, where ZODB ran); `python3 summarize.py` makes the tables.
 #
 #   RUNS=3 SMALL_RUNS=3 docs/results/map/run.sh
+# OUT=<dir> writes another sitting's raw records there (summarize.py reads them with RAW=<dir>).
 #
 # ZODB at 1 M keys is left out unless ZODB_1M=1: its load alone ran over 11 minutes here and was
 # stopped (README.md). The ZODB venv:
@@ -15,7 +16,7 @@ RUNS=${RUNS:-3}
 SMALL_RUNS=${SMALL_RUNS:-3}
 ZODB_1M=${ZODB_1M:-0}
 PY=${PY:-/tmp/zodb-map-venv/bin/python}
-OUT=docs/results/map/raw
+OUT=${OUT:-docs/results/map/raw}
 ARGS="--n 1000000 --batch 1000 --lookups 1000000 --clients 8 --conc-inserts 20000 --conc-batch 100"
 SMALL="--n 100000 --batch 1000 --lookups 100000 --clients 8 --conc-inserts 2000 --conc-batch 100"
 mkdir -p "$OUT"

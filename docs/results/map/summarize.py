@@ -4,6 +4,7 @@ and the range (min-max) over the runs, and the number of runs.
 
     python3 summarize.py          # 1 M keys: raw/<engine>.jsonl
     python3 summarize.py -100k    # 100 k keys: raw/<engine>-100k.jsonl
+    RAW=raw/sitting2 python3 summarize.py   # another sitting's directory (run.sh's OUT)
 """
 import json
 import os
@@ -22,7 +23,7 @@ LINES = [
 
 
 def load(name, suffix):
-    p = os.path.join(HERE, "raw", name + suffix + ".jsonl")
+    p = os.path.join(HERE, os.environ.get("RAW", "raw"), name + suffix + ".jsonl")
     if not os.path.exists(p):
         return []
     with open(p) as f:
