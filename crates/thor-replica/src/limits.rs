@@ -102,10 +102,20 @@ pub const CHECKPOINTS_IN_FLIGHT_MAX: usize = 4;
 pub const MEMBER_PUMP_ROUNDS_MAX: usize = 16;
 
 /// Journal entries a member keeps below what its checkpoints allow compacting by default,
-/// so that a replica that lags by fewer catches up by log, without a snapshot of the pages
-/// (which is not built yet). Ten thousand commit records are tens of megabytes at most for
+/// so that a replica that lags by fewer catches up by log, without copying a database image
+/// (a whole page file). Ten thousand commit records are tens of megabytes at most for
 /// typical commits.
 pub const RETAINED_ENTRIES_DEFAULT: u64 = 10_000;
+
+/// Fetches of a database image a lagging member asks for before it gives up
+/// (`MemberError::ImageUnavailable`: replace the replica). With [`IMAGE_RETRY_TICKS`] between
+/// them, about a hundred election timeouts: long enough for a partition to heal or a new
+/// leader to checkpoint, short enough that an operator learns of a replica that cannot.
+pub const IMAGE_FETCHES_MAX: u32 = 64;
+
+/// Ticks a member waits after a failed image fetch before it asks again: two election
+/// timeouts, time for the group to elect a leader whose image the driver can copy.
+pub const IMAGE_RETRY_TICKS: u64 = 2 * ELECTION_TICKS as u64;
 
 const _: () = assert!(APPLY_QUEUE_BYTES_MAX as u64 >= COMMITTED_BYTES_PER_READY_MAX);
 const _: () = assert!(REPLICAS_MAX % 2 == 1, "an odd group tolerates the most failures");

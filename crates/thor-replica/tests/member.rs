@@ -168,6 +168,49 @@ fn lagging_replica_catches_up() {
 }
 
 #[test]
+fn lagging_replica_catches_up_from_snapshot() {
+    for seed in 0..SEEDS {
+        let mut cfg = GroupConfig::new(3, seed);
+        cfg.loss_per_mille = 10;
+        cfg.delay_ticks_max = 2;
+        // The journals keep 10 entries below the checkpoints: the lagging replica misses 100,
+        // so the leader has none of what it lacks and sends a snapshot.
+        cfg.retain_entries = 10;
+        let mut g = Group::new(cfg);
+        let leader = g.elect();
+        g.commit_n(0, 5);
+        let lagging = g.ids().into_iter().find(|i| *i != leader).unwrap();
+        g.crash(lagging);
+        g.commit_n(100, 100);
+        let compacted = g.member(leader).unwrap().replica().status().snapshot_index;
+        assert!(compacted > 20, "seed {seed}: the leader compacted past the lagging replica");
+        g.restart(lagging);
+        g.settle();
+        assert!(g.images >= 1, "seed {seed}: the lagging replica was sent a database image");
+        let s = g.member(lagging).unwrap().status();
+        assert_eq!(s.awaiting_image, None, "seed {seed}");
+        assert!(s.replica.snapshot_index >= compacted.min(s.replica.applied), "seed {seed}");
+        // It keeps up afterwards, by log.
+        g.commit_n(300, 20);
+        g.settle();
+        let ids = g.ids();
+        let applied: Vec<u64> =
+            ids.iter().map(|i| g.member(*i).unwrap().status().replica.applied).collect();
+        assert!(applied.windows(2).all(|w| w[0] == w[1]), "seed {seed}: {applied:?}");
+        let l = g.member(leader).map(|m| m.status().next_lsn);
+        if let Some(l) = l {
+            assert_eq!(g.member(lagging).unwrap().status().next_lsn, l, "seed {seed}");
+        }
+        g.check_acked_at(lagging);
+        let first = g.pages(ids[0]);
+        for id in &ids[1..] {
+            assert_eq!(g.pages(*id), first, "seed {seed}: replica {id}'s pages");
+        }
+        assert_eq!(g.acked.len(), 125, "seed {seed}");
+    }
+}
+
+#[test]
 fn a_minority_partition_makes_no_progress_and_loses_nothing() {
     for seed in 0..SEEDS {
         let mut g = Group::new(GroupConfig::new(5, seed));

@@ -282,6 +282,25 @@ impl DiskSide {
         Ok(thor_wire::BackupInfo { lsn: extent.durable_lsn, page_bytes, log_bytes })
     }
 
+    /// Copies this database's image (page file, double-write buffer, superblock: what a crash
+    /// would leave of it, without any log) over the database in `dest`, for a replica of a
+    /// replicated server that lags behind what its group's journals keep (thor-replica's
+    /// `Out::FetchImage`). `dest` keeps every other file (the replica's journal). Holds install
+    /// rounds and checkpoints off while it copies, as [`DiskSide::backup_into`] does, so the
+    /// image is one a crash could have left: recovery from its superblock's checkpoint with
+    /// the records after it gives the database. The superblock is written last, atomically: a
+    /// copy cut short leaves `dest` with its old superblock, whose checkpoint is below what the
+    /// replica needs, so the replica asks again. Returns the image's superblock.
+    pub fn image_into(&self, dest: &dyn Disk) -> Result<Superblock, EngineError> {
+        let _exclusive = self.quiesce.write();
+        let sb = read_superblock(&*self.disk)?;
+        let mut buf = Vec::new();
+        copy_file(&*self.disk, dest, PAGE_FILE, None, &mut buf)?;
+        copy_file(&*self.disk, dest, crate::dwb::FILE, None, &mut buf)?;
+        write_superblock(dest, &sb)?;
+        Ok(sb)
+    }
+
     /// [`DiskSide::backup_into`] a new directory `path`: the copy is made in a sibling
     /// directory named `.NAME.partial`, locked while it is written, and renamed to `path` once
     /// complete and synced, so that `path` is either absent or a whole backup, never a partial
