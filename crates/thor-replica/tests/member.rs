@@ -210,6 +210,44 @@ fn lagging_replica_catches_up_from_snapshot() {
     }
 }
 
+/// The image cannot be fetched at first, and the lagging replica crashes while it waits
+/// (its journal holds the snapshot, its database does not reach it): reopened, it asks again
+/// and catches up once an image can be had.
+#[test]
+fn lagging_replica_waiting_for_an_image_retries_and_survives_a_crash() {
+    for seed in 0..SEEDS / 4 {
+        let mut cfg = GroupConfig::new(3, seed);
+        cfg.retain_entries = 10;
+        let mut g = Group::new(cfg);
+        let leader = g.elect();
+        g.commit_n(0, 5);
+        let lagging = g.ids().into_iter().find(|i| *i != leader).unwrap();
+        g.crash(lagging);
+        g.commit_n(100, 100);
+        g.refuse_images = true;
+        g.restart(lagging);
+        assert!(
+            g.run_until(SERVE_TICKS_MAX, |g| g.image_failures >= 2),
+            "seed {seed}: the lagging replica asked again after a failure"
+        );
+        let s = g.member(lagging).unwrap().status();
+        assert!(s.awaiting_image.is_some(), "seed {seed}: {s:?}");
+        // The group goes on meanwhile.
+        g.commit_n(300, 5);
+        g.crash(lagging);
+        g.restart(lagging);
+        assert!(
+            g.member(lagging).unwrap().status().awaiting_image.is_some(),
+            "seed {seed}: reopened, it still needs the image"
+        );
+        g.refuse_images = false;
+        g.settle();
+        assert_eq!(g.member(lagging).unwrap().status().awaiting_image, None, "seed {seed}");
+        g.check_acked_at(lagging);
+        assert_eq!(g.pages(lagging), g.pages(leader), "seed {seed}");
+    }
+}
+
 #[test]
 fn a_minority_partition_makes_no_progress_and_loses_nothing() {
     for seed in 0..SEEDS {

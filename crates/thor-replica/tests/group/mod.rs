@@ -100,6 +100,10 @@ pub struct Group {
     pub restarts: u64,
     /// Database images copied to lagging replicas.
     pub images: u64,
+    /// Image fetches fail while set (as when no replica holding one can be reached).
+    pub refuse_images: bool,
+    /// Image fetches that failed.
+    pub image_failures: u64,
     /// Commits the serving core refused, why.
     pub refusals: Vec<String>,
     /// Connections' replies seen: (replica, conn) → the replies.
@@ -123,6 +127,8 @@ impl Group {
             acked: Vec::new(),
             restarts: 0,
             images: 0,
+            refuse_images: false,
+            image_failures: 0,
             refusals: Vec::new(),
             replies: BTreeMap::new(),
         };
@@ -437,6 +443,10 @@ impl Group {
         id: u64,
         lsn: Lsn,
     ) -> Result<thor_server::superblock::Superblock, String> {
+        if self.refuse_images {
+            self.image_failures += 1;
+            return Err("image fetches refused by the test".into());
+        }
         let leader = self.member(id).and_then(|m| m.status().replica.leader);
         let mut sources: Vec<u64> = self
             .ids()
