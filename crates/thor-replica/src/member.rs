@@ -23,7 +23,8 @@
 //!                              (Out::Restart)                          (core takes commits)
 //! ```
 //!
-//! - *Following:* the core is in recovery and stays there: each committed entry `lsn ‖ record`
+//! - *Following:* the core is in recovery and stays there (while it waits for a database
+//!   image, see "Snapshots", it does not even replay): each committed entry `lsn ‖ record`
 //!   is fed to [`Core::replay`] in index order (records below the core's checkpoint skipped:
 //!   its pages hold them), and when the MOB is over budget an install round runs (its
 //!   [`Effect::Install`] and [`Effect::Checkpoint`] go to the driver) before replay goes on,
@@ -61,8 +62,53 @@
 //! it written ([`Input::Checkpointed`]), the member compacts the journal at the last entry
 //! whose record lies below it (never past what recovery from those pages needs), keeping
 //! [`MemberConfig::retain_entries`] entries more so that a replica that lags by fewer catches
-//! up by log. A replica further behind would need a snapshot of the pages, which travels
-//! outside Raft and is not built yet: it stops with [`MemberError::SnapshotNeeded`].
+//! up by log. A replica further behind catches up from a snapshot (below).
+//!
+//! # Snapshots: the database image travels outside Raft
+//!
+//! The Raft snapshot a compaction keeps carries only metadata: its index, term and membership
+//! (raft-rs's), and as its data 8 bytes, the least checkpoint LSN of a database image that
+//! covers it ([`encode_image_id`]): the LSN after the last record compacted. The image itself
+//! (superblock, page file and double-write buffer: what a crash would leave of the database,
+//! what `backup` copies without the log) is far too big for Raft's messages and travels
+//! through the driver:
+//!
+//! 1. A replica too far behind is sent the snapshot by raft-rs; its replica installs it in the
+//!    journal (synced at once) and hands it out as [`crate::Restore`]. If the core has not
+//!    replayed or queued every record up to the snapshot, the member drops what it queued,
+//!    stops replaying, and once no install round writes its database asks the driver for an
+//!    image ([`Out::FetchImage`] `{ index, lsn }`). It goes on taking the replica's readies
+//!    meanwhile, queuing the committed entries after the snapshot (bounded as always: past
+//!    [`APPLY_QUEUE_BYTES_MAX`] Raft holds the rest).
+//! 2. The driver copies an image whose superblock's checkpoint is at least `lsn` from the
+//!    leader or any replica that has one (`thor_server::io::DiskSide::image_into`, holding
+//!    that replica's install rounds off, so the copy is at a consistent point), over this
+//!    replica's database, reopens its disk side and reports with [`Member::image_installed`].
+//! 3. The member replaces its core with one over the image, and replays the queued and later
+//!    committed entries from the image's checkpoint on (records below it are skipped: the
+//!    pages hold them), exactly as recovery does. A failed fetch (no replica reachable, an
+//!    image too old) is asked again after [`IMAGE_RETRY_TICKS`], at most
+//!    [`IMAGE_FETCHES_MAX`] times, then [`MemberError::ImageUnavailable`] (replace it).
+//!
+//! *Invariant (image):* an image is taken at a checkpoint the snapshot's index covers: its
+//! checkpoint LSN is past every record at or below the snapshot's index, so every record the
+//! image lacks is in the journal after the snapshot. Any checkpoint at or above `lsn` will do:
+//! the records between `lsn` and it are committed (the source applied them), so they are in the
+//! entries after the snapshot, and replay skips them. So the image need not come from the
+//! leader that sent the snapshot, nor be taken at the snapshot's own checkpoint.
+//!
+//! *Invariant (leader change mid-transfer):* nothing of the transfer depends on who leads.
+//! The snapshot is in this replica's journal whoever sent it; the image is named by an LSN,
+//! not by a leader or a term, and any replica whose checkpoint reaches it can give it (its
+//! pages hold only committed records, and Raft's committed prefix is the same on every
+//! replica). A leader that changes, a source that crashes or is cut off mid-copy, make the
+//! fetch fail and it is asked again; the superblock is copied last and atomically, so a copy
+//! cut short leaves the old superblock, whose checkpoint is below `lsn`. A replica that
+//! crashes while it waits reopens with the snapshot in its journal and a database below it:
+//! [`Member::open`] sees that and asks for the image first. A member waiting for an image
+//! neither replays nor serves: if raft-rs makes it leader it stays Promoting until the image
+//! is in and everything before its term replayed, so the invariant below holds. A serving
+//! leader handed a snapshot was deposed (a later leader sent it): it restarts.
 //!
 //! *Invariant:* the records replayed (or, on a leader, proposed) have dense, increasing LSNs
 //! in index order: a new leader's core continues at the LSN after the last one replayed, and

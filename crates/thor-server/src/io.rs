@@ -23,6 +23,9 @@
 //!   checkpoints wait while it copies (`quiesce`), so the page file does not change under the
 //!   copy and the log keeps every segment from the checkpoint on; commits go on, and wait only
 //!   if the MOB fills before the copy ends.
+//! - [`DiskSide::image_into`]: the same copy without the log, over the database of a replica of
+//!   a replicated server that lags behind its group's journals (thor-replica's
+//!   `Out::FetchImage`): the replica's journal holds the records after the image's checkpoint.
 
 use std::fmt;
 use std::path::Path;

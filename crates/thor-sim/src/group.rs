@@ -26,10 +26,13 @@
 //!   fail the run.
 //!
 //! Half the seeds compact their journals after 40 to 80 entries (the rest keep them): a
-//! replica further behind than that needs a snapshot of the pages, which is not built
-//! (`thor_replica::MemberError::SnapshotNeeded`); the world retires it for the rest of the run
-//! and counts it (`GroupOutcome::snapshots_needed`: 23 replicas in 10,000 seeds, while 4,834
-//! journals were compacted). Lost snapshot messages are reported to their leader, as a
+//! replica further behind than that is sent a snapshot and asks for a database image
+//! (`thor_replica::Out::FetchImage`); the world copies one from a running replica it can talk
+//! to, the leader first (`DiskSide::image_into`), or reports the fetch failed (the member asks
+//! again later). A replica for which no image could be had within the member's bound would be
+//! retired for the rest of the run and counted (`GroupOutcome::retired`); in 10,000 seeds none
+//! is (23 images copied, while 4,856 journals were compacted; before images existed, the same
+//! 23 replicas were retired). Lost snapshot messages are reported to their leader, as a
 //! transport would.
 //!
 //! Not yet here (issue 33's later slices): groups in the cluster world with real clients and
