@@ -968,4 +968,13 @@ mod tests {
             assert_eq!(decode_entry(&Bytes::copy_from_slice(short)), None);
         }
     }
+
+    #[test]
+    fn a_snapshot_names_an_image_by_its_least_checkpoint_and_other_bytes_name_none() {
+        assert_eq!(decode_image_id(&encode_image_id(Lsn(9))), Ok(Some(Lsn(9))));
+        assert_eq!(decode_image_id(b""), Ok(None), "the founders' snapshot needs no image");
+        for bad in [&b"1"[..], &b"1234567"[..], &b"123456789"[..]] {
+            assert_eq!(decode_image_id(bad), Err(()), "{bad:?}");
+        }
+    }
 }

@@ -299,7 +299,14 @@ impl DiskSide {
         let sb = read_superblock(&*self.disk)?;
         let mut buf = Vec::new();
         copy_file(&*self.disk, dest, PAGE_FILE, None, &mut buf)?;
-        copy_file(&*self.disk, dest, crate::dwb::FILE, None, &mut buf)?;
+        if self.disk.exists(crate::dwb::FILE)? {
+            copy_file(&*self.disk, dest, crate::dwb::FILE, None, &mut buf)?;
+        } else if dest.exists(crate::dwb::FILE)? {
+            // No buffer here: `dest`'s own must not "repair" the copied pages on open.
+            let f = dest.open(crate::dwb::FILE, false)?;
+            f.set_len(0)?;
+            f.sync()?;
+        }
         write_superblock(dest, &sb)?;
         Ok(sb)
     }
@@ -702,6 +709,37 @@ fn restore_torn_pages(
 #[cfg(test)]
 mod backup_tests {
     use super::*;
+
+    #[test]
+    fn an_image_replaces_the_database_and_keeps_the_other_files() {
+        let (src, dest) = (thor_storage::MemDisk::new(), thor_storage::MemDisk::new());
+        create(&src, 4096, thor_core::ServerId(1)).unwrap();
+        create(&dest, 4096, thor_core::ServerId(1)).unwrap();
+        let mut sb = read_superblock(&src).unwrap();
+        sb.checkpoint = Lsn(42);
+        sb.generation = 7;
+        write_superblock(&src, &sb).unwrap();
+        // A second page, so that the page files differ.
+        let (_, ds) = open_disk_side(Arc::new(src.clone())).unwrap();
+        let mut second = vec![0u8; 4096];
+        second[..4].copy_from_slice(b"page");
+        ds.pages.write(2, &second).unwrap();
+        let journal = dest.open("journal.0", true).unwrap();
+        journal.write_at(0, b"raft").unwrap();
+
+        let got = ds.image_into(&dest).unwrap();
+        assert_eq!(got, sb);
+        let (opened, _) = open_disk_side(Arc::new(dest.clone())).unwrap();
+        assert_eq!(opened, sb);
+        let bytes = |d: &dyn Disk, name: &str| {
+            let f = d.open(name, false).unwrap();
+            let mut b = vec![0u8; f.len().unwrap() as usize];
+            f.read_exact_at(0, &mut b).unwrap();
+            b
+        };
+        assert_eq!(bytes(&dest, PAGE_FILE), bytes(&src, PAGE_FILE));
+        assert_eq!(bytes(&dest, "journal.0"), b"raft", "the replica's journal stays");
+    }
 
     #[test]
     fn backup_requests_stay_inside_the_backup_directory() {
