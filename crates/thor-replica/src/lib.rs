@@ -142,7 +142,8 @@ pub mod storage;
 
 pub use error::{LogError, ProposeError, ReplicaError, StepError};
 pub use member::{
-    Member, MemberConfig, MemberError, MemberMutant, MemberStatus, Out, Phase, Restart,
+    Member, MemberConfig, MemberError, MemberMutant, MemberStatus, NotAnImageId, Out, Phase,
+    Restart,
 };
 pub use replica::{
     Apply, Committed, Effects, Mutant, Proposal, Replica, ReplicaConfig, ReplicaStatus, Restore,

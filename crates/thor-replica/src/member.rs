@@ -302,13 +302,21 @@ pub fn encode_image_id(lsn: Lsn) -> Bytes {
     Bytes::copy_from_slice(&lsn.0.to_le_bytes())
 }
 
+/// Snapshot bytes that name no database image: no correct group writes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a snapshot of {len} bytes names no database image")]
+pub struct NotAnImageId {
+    /// The snapshot's length.
+    pub len: usize,
+}
+
 /// The least checkpoint LSN a snapshot's bytes name: `Ok(None)` for an empty snapshot (the
-/// founders' journal, compacted at nothing), `Err` for bytes that are not one.
-pub fn decode_image_id(bytes: &[u8]) -> Result<Option<Lsn>, ()> {
-    match bytes.len() {
-        0 => Ok(None),
-        8 => Ok(Some(Lsn(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?)))),
-        _ => Err(()),
+/// founders' journal, compacted at nothing).
+pub fn decode_image_id(bytes: &[u8]) -> Result<Option<Lsn>, NotAnImageId> {
+    match <[u8; 8]>::try_from(bytes) {
+        Ok(b) => Ok(Some(Lsn(u64::from_le_bytes(b)))),
+        Err(_) if bytes.is_empty() => Ok(None),
+        Err(_) => Err(NotAnImageId { len: bytes.len() }),
     }
 }
 
@@ -807,13 +815,10 @@ impl Member {
         bytes: &[u8],
         out: &mut Vec<Out>,
     ) -> Result<(), MemberError> {
-        let Ok(need) = decode_image_id(bytes) else {
+        let need = decode_image_id(bytes).map_err(|e| {
             self.failed = true;
-            return Err(MemberError::Inconsistent {
-                index,
-                why: format!("a snapshot of {} bytes names no database image", bytes.len()),
-            });
-        };
+            MemberError::Inconsistent { index, why: e.to_string() }
+        })?;
         if let Phase::Serving { term } = self.phase {
             // A snapshot comes from a later leader: this one is deposed. Its restart reopens
             // the database and asks for the image if it needs one.
@@ -974,7 +979,7 @@ mod tests {
         assert_eq!(decode_image_id(&encode_image_id(Lsn(9))), Ok(Some(Lsn(9))));
         assert_eq!(decode_image_id(b""), Ok(None), "the founders' snapshot needs no image");
         for bad in [&b"1"[..], &b"1234567"[..], &b"123456789"[..]] {
-            assert_eq!(decode_image_id(bad), Err(()), "{bad:?}");
+            assert_eq!(decode_image_id(bad), Err(NotAnImageId { len: bad.len() }), "{bad:?}");
         }
     }
 }
