@@ -74,12 +74,13 @@
 //! as thor's recovery replays its log from a checkpoint.
 //!
 //! *API Boundary:* [`RaftLog`] (`open`, `bootstrap`, `compact`, and raft-rs's `Storage`),
-//! [`Replica`] (`open`, `tick`, `step`, `propose`, `propose_membership`, `ready`, `persist`,
-//! `advance`, `compact`, `report_snapshot`, `status`), [`Effects`] and its parts, the error enums, [`sim::Cluster`] for
-//! tests. raft-rs's message type (`raft::eraftpb::Message`) crosses the boundary as is: its
-//! wire encoding (raft-rs's protobuf codec) is the transport's business. That codec is
-//! protobuf 2.28, which a crafted message can crash (RUSTSEC-2024-0437): a transport must
-//! decode only what authenticated group members send.
+//! [`Replica`] (`open`, `tick`, `tick_without_campaign`, `step`, `propose`, `propose_membership`,
+//! `ready`, `persist`, `advance`, `compact`, `report_snapshot`, `status`), [`Effects`] and its
+//! parts, the error enums, [`sim::Cluster`] for tests. raft-rs's message type
+//! (`raft::eraftpb::Message`) crosses the boundary as is: its wire encoding (raft-rs's
+//! protobuf codec) is the transport's business. That codec is protobuf 2.28, which a crafted
+//! message can crash (RUSTSEC-2024-0437): a transport must decode only what authenticated
+//! group members send.
 //!
 //! # Membership
 //!

@@ -64,8 +64,9 @@ pub const JOURNAL_ENTRIES_PER_RECORD_MAX: usize = 256;
 pub const JOURNAL_RECORD_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// The largest snapshot image (the application's state at the snapshot index) the journal
-/// keeps. The engine's real snapshot (a page file and log tail) will travel outside Raft's
-/// messages; until then the image rides in the journal's base record.
+/// keeps. A thor server's snapshot is 8 bytes (the least checkpoint LSN of a database
+/// image, `member::encode_image_id`): its page file travels outside Raft's messages. The bound
+/// is for other applications of the replica (`sim::Cluster`'s).
 pub const SNAPSHOT_BYTES_MAX: usize = 32 * 1024 * 1024;
 
 /// Ticks without a leader's heartbeat before a follower campaigns (raft-rs's `election_tick`);

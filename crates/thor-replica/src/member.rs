@@ -105,10 +105,13 @@
 //! fetch fail and it is asked again; the superblock is copied last and atomically, so a copy
 //! cut short leaves the old superblock, whose checkpoint is below `lsn`. A replica that
 //! crashes while it waits reopens with the snapshot in its journal and a database below it:
-//! [`Member::open`] sees that and asks for the image first. A member waiting for an image
-//! neither replays nor serves: if raft-rs makes it leader it stays Promoting until the image
-//! is in and everything before its term replayed, so the invariant below holds. A serving
-//! leader handed a snapshot was deposed (a later leader sent it): it restarts.
+//! [`Member::open`] sees that and asks for the image first. A member waiting for an image neither
+//! replays nor serves, and its replica ticks without campaigning
+//! ([`Replica::tick_without_campaign`]): it would lead a group it cannot serve, and the replica
+//! that can give it an image may have to lead and commit before its checkpoint reaches `lsn`. It
+//! still votes and takes entries. (Should raft-rs make it leader all the same, it stays Promoting
+//! until the image is in and everything before its term replayed, so the invariant below holds.) A
+//! serving leader handed a snapshot was deposed (a later leader sent it): it restarts.
 //!
 //! *Invariant:* the records replayed (or, on a leader, proposed) have dense, increasing LSNs
 //! in index order: a new leader's core continues at the LSN after the last one replayed, and
@@ -534,11 +537,17 @@ impl Member {
         if self.halted() {
             return Ok(());
         }
-        self.replica.tick();
-        if let Some(w) = &mut self.image
-            && !w.asked
-        {
-            w.retry_in = w.retry_in.saturating_sub(1);
+        match &mut self.image {
+            // No campaign while waiting for an image: it would lead a group it cannot serve
+            // (and the replica that can give it the image may need to lead and commit to
+            // reach the image's checkpoint). It still votes and takes entries.
+            Some(w) => {
+                if !w.asked {
+                    w.retry_in = w.retry_in.saturating_sub(1);
+                }
+                self.replica.tick_without_campaign();
+            }
+            None => self.replica.tick(),
         }
         if self.is_serving() {
             self.core_step(now_us, Input::Tick, out)?;

@@ -248,6 +248,44 @@ fn lagging_replica_waiting_for_an_image_retries_and_survives_a_crash() {
     }
 }
 
+/// The leader that sent the snapshot dies while the lagging replica waits for its image: the
+/// other replica leads (the waiting one votes for it but never campaigns), and the image comes
+/// from it once its checkpoint reaches what the snapshot needs.
+#[test]
+fn lagging_replica_gets_its_image_from_a_new_leader() {
+    for seed in 0..SEEDS / 4 {
+        let mut cfg = GroupConfig::new(3, seed);
+        cfg.retain_entries = 10;
+        let mut g = Group::new(cfg);
+        let old = g.elect();
+        g.commit_n(0, 5);
+        let lagging = g.ids().into_iter().find(|i| *i != old).unwrap();
+        g.crash(lagging);
+        g.commit_n(100, 100);
+        g.refuse_images = true;
+        g.restart(lagging);
+        assert!(
+            g.run_until(SERVE_TICKS_MAX, |g| g.image_failures >= 1),
+            "seed {seed}: the lagging replica asked for an image"
+        );
+        g.crash(old);
+        g.refuse_images = false;
+        let new = g.elect();
+        assert_ne!(new, lagging, "seed {seed}: a replica waiting for an image never serves");
+        // Commits go on with the waiting replica's votes and acknowledgements.
+        g.commit_n(300, 60);
+        g.settle();
+        assert_eq!(g.member(lagging).unwrap().status().awaiting_image, None, "seed {seed}");
+        g.restart(old);
+        g.settle();
+        for id in g.ids() {
+            g.check_acked_at(id);
+        }
+        assert_eq!(g.pages(lagging), g.pages(new), "seed {seed}");
+        assert_eq!(g.pages(old), g.pages(new), "seed {seed}");
+    }
+}
+
 #[test]
 fn a_minority_partition_makes_no_progress_and_loses_nothing() {
     for seed in 0..SEEDS {
