@@ -74,12 +74,13 @@
 //! as thor's recovery replays its log from a checkpoint.
 //!
 //! *API Boundary:* [`RaftLog`] (`open`, `bootstrap`, `compact`, and raft-rs's `Storage`),
-//! [`Replica`] (`open`, `tick`, `step`, `propose`, `propose_membership`, `ready`, `persist`,
-//! `advance`, `compact`, `report_snapshot`, `status`), [`Effects`] and its parts, the error enums, [`sim::Cluster`] for
-//! tests. raft-rs's message type (`raft::eraftpb::Message`) crosses the boundary as is: its
-//! wire encoding (raft-rs's protobuf codec) is the transport's business. That codec is
-//! protobuf 2.28, which a crafted message can crash (RUSTSEC-2024-0437): a transport must
-//! decode only what authenticated group members send.
+//! [`Replica`] (`open`, `tick`, `tick_without_campaign`, `step`, `propose`, `propose_membership`,
+//! `ready`, `persist`, `advance`, `compact`, `report_snapshot`, `status`), [`Effects`] and its
+//! parts, the error enums, [`sim::Cluster`] for tests. raft-rs's message type
+//! (`raft::eraftpb::Message`) crosses the boundary as is: its wire encoding (raft-rs's
+//! protobuf codec) is the transport's business. That codec is protobuf 2.28, which a crafted
+//! message can crash (RUSTSEC-2024-0437): a transport must decode only what authenticated
+//! group members send.
 //!
 //! # Membership
 //!
@@ -87,7 +88,9 @@
 //! ([`Replica::propose_membership`] with a `ConfChangeV2`), one change at a time. A new
 //! replica starts with an empty journal ([`RaftLog::open`], not `bootstrap`) and catches up
 //! from the leader: by log if the leader still holds every entry, else from the snapshot the
-//! leader's last compaction kept ([`Replica::compact`]).
+//! leader's last compaction kept ([`Replica::compact`]). A thor server's snapshot names a
+//! database image (its least checkpoint LSN, 8 bytes in the BASE record); the image itself
+//! travels outside Raft, fetched by the driver ([`member`]'s "Snapshots").
 //!
 //! # How the engine sits on it ([`member`] builds this; the threaded engine does not yet)
 //!
@@ -102,7 +105,9 @@
 //! - *Followers apply as recovery does.* A follower's driver feeds each
 //!   [`Apply::Record`] to the core's `replay(lsn, record)` in index order, running install
 //!   rounds when the MOB is over budget, exactly as `thor_server::io::recover` does; its
-//!   checkpoint is its compaction. A restart is recovery from the snapshot plus the committed
+//!   checkpoint is its compaction. A follower too far behind gets a database image copied by
+//!   the driver ([`Out::FetchImage`], [`Member::image_installed`]) and replays from its
+//!   checkpoint. A restart is recovery from the snapshot plus the committed
 //!   entries [`Replica::advance`] hands out again.
 //! - *Becoming leader.* When [`Effects::role`] says Leader, the engine waits for
 //!   [`ReplicaStatus::term_applied`] (everything committed before its term is applied, so its
@@ -115,18 +120,15 @@
 //!
 //! - The threaded engine, the TCP transport and `thor server --group` do not run a
 //!   [`Member`] yet; the deterministic tests (`tests/member.rs`) and the simulation drive it.
-//! - A member's journal is compacted at its checkpoints, keeping
-//!   [`MemberConfig::retain_entries`] more: a replica further behind than that would need a
-//!   snapshot of the pages, which is not built ([`MemberError::SnapshotNeeded`]).
 //! - Only object shipping: the QuickStore study's page modes keep their own logs.
 //! - [`Replica::persist`] performs the fsync itself, on the caller's thread. The engine will
 //!   want it on its log writer thread (group commit across the readies of many ticks): the
 //!   split is already there (raft-rs's `advance_append_async` / `on_persist_ready` underneath),
 //!   what is missing is a `persisted_up_to(lsn)` entry point that takes the sync from outside.
-//! - The snapshot image is the application's bytes, kept in the journal's BASE record (at
-//!   most [`limits::SNAPSHOT_BYTES_MAX`]). A thor server's snapshot is its page file and log
-//!   tail, which must travel outside Raft's messages (backup's machinery), with raft-rs told
-//!   through `report_snapshot`.
+//! - A database image is copied whole (the page file), not as a delta, and only drivers that
+//!   reach every replica's disk copy it (the tests' harness and the simulation, with
+//!   `thor_server::io::DiskSide::image_into`); the TCP transport that will stream it between
+//!   machines is the engine's job, with the threaded engine.
 //! - No leases or read-index: nothing here answers reads.
 //! - No wire format, no transport, no CLI, no metrics: the engine and thor-net's job.
 
@@ -141,7 +143,8 @@ pub mod storage;
 
 pub use error::{LogError, ProposeError, ReplicaError, StepError};
 pub use member::{
-    Member, MemberConfig, MemberError, MemberMutant, MemberStatus, Out, Phase, Restart,
+    Member, MemberConfig, MemberError, MemberMutant, MemberStatus, NotAnImageId, Out, Phase,
+    Restart,
 };
 pub use replica::{
     Apply, Committed, Effects, Mutant, Proposal, Replica, ReplicaConfig, ReplicaStatus, Restore,

@@ -64,8 +64,9 @@ pub const JOURNAL_ENTRIES_PER_RECORD_MAX: usize = 256;
 pub const JOURNAL_RECORD_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// The largest snapshot image (the application's state at the snapshot index) the journal
-/// keeps. The engine's real snapshot (a page file and log tail) will travel outside Raft's
-/// messages; until then the image rides in the journal's base record.
+/// keeps. A thor server's snapshot is 8 bytes (the least checkpoint LSN of a database
+/// image, `member::encode_image_id`): its page file travels outside Raft's messages. The bound
+/// is for other applications of the replica (`sim::Cluster`'s).
 pub const SNAPSHOT_BYTES_MAX: usize = 32 * 1024 * 1024;
 
 /// Ticks without a leader's heartbeat before a follower campaigns (raft-rs's `election_tick`);
@@ -102,10 +103,20 @@ pub const CHECKPOINTS_IN_FLIGHT_MAX: usize = 4;
 pub const MEMBER_PUMP_ROUNDS_MAX: usize = 16;
 
 /// Journal entries a member keeps below what its checkpoints allow compacting by default,
-/// so that a replica that lags by fewer catches up by log, without a snapshot of the pages
-/// (which is not built yet). Ten thousand commit records are tens of megabytes at most for
+/// so that a replica that lags by fewer catches up by log, without copying a database image
+/// (a whole page file). Ten thousand commit records are tens of megabytes at most for
 /// typical commits.
 pub const RETAINED_ENTRIES_DEFAULT: u64 = 10_000;
+
+/// Fetches of a database image a lagging member asks for before it gives up
+/// (`MemberError::ImageUnavailable`: replace the replica). With [`IMAGE_RETRY_TICKS`] between
+/// them, about a hundred election timeouts: long enough for a partition to heal or a new
+/// leader to checkpoint, short enough that an operator learns of a replica that cannot.
+pub const IMAGE_FETCHES_MAX: u32 = 64;
+
+/// Ticks a member waits after a failed image fetch before it asks again: two election
+/// timeouts, time for the group to elect a leader whose image the driver can copy.
+pub const IMAGE_RETRY_TICKS: u64 = 2 * ELECTION_TICKS as u64;
 
 const _: () = assert!(APPLY_QUEUE_BYTES_MAX as u64 >= COMMITTED_BYTES_PER_READY_MAX);
 const _: () = assert!(REPLICAS_MAX % 2 == 1, "an odd group tolerates the most failures");

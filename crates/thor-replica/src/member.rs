@@ -23,7 +23,8 @@
 //!                              (Out::Restart)                          (core takes commits)
 //! ```
 //!
-//! - *Following:* the core is in recovery and stays there: each committed entry `lsn ‖ record`
+//! - *Following:* the core is in recovery and stays there (while it waits for a database
+//!   image, see "Snapshots", it does not even replay): each committed entry `lsn ‖ record`
 //!   is fed to [`Core::replay`] in index order (records below the core's checkpoint skipped:
 //!   its pages hold them), and when the MOB is over budget an install round runs (its
 //!   [`Effect::Install`] and [`Effect::Checkpoint`] go to the driver) before replay goes on,
@@ -61,8 +62,56 @@
 //! it written ([`Input::Checkpointed`]), the member compacts the journal at the last entry
 //! whose record lies below it (never past what recovery from those pages needs), keeping
 //! [`MemberConfig::retain_entries`] entries more so that a replica that lags by fewer catches
-//! up by log. A replica further behind would need a snapshot of the pages, which travels
-//! outside Raft and is not built yet: it stops with [`MemberError::SnapshotNeeded`].
+//! up by log. A replica further behind catches up from a snapshot (below).
+//!
+//! # Snapshots: the database image travels outside Raft
+//!
+//! The Raft snapshot a compaction keeps carries only metadata: its index, term and membership
+//! (raft-rs's), and as its data 8 bytes, the least checkpoint LSN of a database image that
+//! covers it ([`encode_image_id`]): the LSN after the last record compacted. The image itself
+//! (superblock, page file and double-write buffer: what a crash would leave of the database,
+//! what `backup` copies without the log) is far too big for Raft's messages and travels
+//! through the driver:
+//!
+//! 1. A replica too far behind is sent the snapshot by raft-rs; its replica installs it in the
+//!    journal (synced at once) and hands it out as [`crate::Restore`]. If the core has not
+//!    replayed or queued every record up to the snapshot, the member drops what it queued,
+//!    stops replaying, and once no install round writes its database asks the driver for an
+//!    image ([`Out::FetchImage`] `{ index, lsn }`). It goes on taking the replica's readies
+//!    meanwhile, queuing the committed entries after the snapshot (bounded as always: past
+//!    [`APPLY_QUEUE_BYTES_MAX`] Raft holds the rest).
+//! 2. The driver copies an image whose superblock's checkpoint is at least `lsn` from the
+//!    leader or any replica that has one (`thor_server::io::DiskSide::image_into`, holding
+//!    that replica's install rounds off, so the copy is at a consistent point), over this
+//!    replica's database, reopens its disk side and reports with [`Member::image_installed`].
+//! 3. The member replaces its core with one over the image, and replays the queued and later
+//!    committed entries from the image's checkpoint on (records below it are skipped: the
+//!    pages hold them), exactly as recovery does. A failed fetch (no replica reachable, an
+//!    image too old) is asked again after [`IMAGE_RETRY_TICKS`], at most
+//!    [`IMAGE_FETCHES_MAX`] times, then [`MemberError::ImageUnavailable`] (replace it).
+//!
+//! *Invariant (image):* an image is taken at a checkpoint the snapshot's index covers: its
+//! checkpoint LSN is past every record at or below the snapshot's index, so every record the
+//! image lacks is in the journal after the snapshot. Any checkpoint at or above `lsn` will do:
+//! the records between `lsn` and it are committed (the source applied them), so they are in the
+//! entries after the snapshot, and replay skips them. So the image need not come from the
+//! leader that sent the snapshot, nor be taken at the snapshot's own checkpoint.
+//!
+//! *Invariant (leader change mid-transfer):* nothing of the transfer depends on who leads.
+//! The snapshot is in this replica's journal whoever sent it; the image is named by an LSN,
+//! not by a leader or a term, and any replica whose checkpoint reaches it can give it (its
+//! pages hold only committed records, and Raft's committed prefix is the same on every
+//! replica). A leader that changes, a source that crashes or is cut off mid-copy, make the
+//! fetch fail and it is asked again; the superblock is copied last and atomically, so a copy
+//! cut short leaves the old superblock, whose checkpoint is below `lsn`. A replica that
+//! crashes while it waits reopens with the snapshot in its journal and a database below it:
+//! [`Member::open`] sees that and asks for the image first. A member waiting for an image neither
+//! replays nor serves, and its replica ticks without campaigning
+//! ([`Replica::tick_without_campaign`]): it would lead a group it cannot serve, and the replica
+//! that can give it an image may have to lead and commit before its checkpoint reaches `lsn`. It
+//! still votes and takes entries. (Should raft-rs make it leader all the same, it stays Promoting
+//! until the image is in and everything before its term replayed, so the invariant below holds.) A
+//! serving leader handed a snapshot was deposed (a later leader sent it): it restarts.
 //!
 //! *Invariant:* the records replayed (or, on a leader, proposed) have dense, increasing LSNs
 //! in index order: a new leader's core continues at the LSN after the last one replayed, and
@@ -74,13 +123,14 @@ use std::collections::{BTreeSet, VecDeque};
 use bytes::{BufMut, Bytes, BytesMut};
 use raft::eraftpb::Message;
 use thor_core::{Lsn, PageId};
+use thor_server_core::superblock::Superblock;
 use thor_server_core::{ConnId, Core, Effect, EngineError, Input, ReadError, Ticket};
 use thor_wire::{ErrorCode, Reply, ReplyBody, RequestBody, version::VERSION_GROUPS};
 
 use crate::error::{ProposeError, ReplicaError};
 use crate::limits::{
-    APPLY_QUEUE_BYTES_MAX, CHECKPOINTS_IN_FLIGHT_MAX, MEMBER_PUMP_ROUNDS_MAX, RECORD_INDEXES_MAX,
-    RETAINED_ENTRIES_DEFAULT,
+    APPLY_QUEUE_BYTES_MAX, CHECKPOINTS_IN_FLIGHT_MAX, IMAGE_FETCHES_MAX, IMAGE_RETRY_TICKS,
+    MEMBER_PUMP_ROUNDS_MAX, RECORD_INDEXES_MAX, RETAINED_ENTRIES_DEFAULT,
 };
 use crate::replica::{Apply, Effects, Proposal, Replica, ReplicaStatus, Role};
 
@@ -174,6 +224,18 @@ pub enum Out {
     /// The member stopped: drop it, close every connection it admitted, and reopen it from
     /// its disk (core and journal) as after a crash.
     Restart(Restart),
+    /// This replica lags behind what the group's journals keep: copy a database image whose
+    /// superblock's checkpoint is at least `lsn` from the leader or any replica that has one
+    /// (its page file, double-write buffer and superblock, at a point no install round is
+    /// writing: `thor_server::io::DiskSide::image_into`) over this replica's database (its
+    /// journal stays), reopen the disk side, and report with [`Member::image_installed`].
+    /// Nothing of this replica's database is in use meanwhile (no install round runs).
+    FetchImage {
+        /// The Raft snapshot's index (what the image must cover).
+        index: u64,
+        /// The least checkpoint LSN an image may have.
+        lsn: Lsn,
+    },
 }
 
 /// A failure that stops the member: the driver stops it, and reopens it from its disk
@@ -198,13 +260,17 @@ pub enum MemberError {
         /// What was wrong.
         why: String,
     },
-    /// The leader sent a snapshot: this replica lags behind what the group's journals keep,
-    /// and a snapshot of thor's pages (which travels outside Raft) is not built yet. Replace
-    /// the replica from a backup of a live one.
-    #[error("replica needs a snapshot at index {index}, which is not supported yet")]
-    SnapshotNeeded {
-        /// The snapshot's index.
+    /// This replica needed a database image (it lags behind what the group's journals keep)
+    /// and [`IMAGE_FETCHES_MAX`] fetches failed: no replica it could reach had one. Replace the
+    /// replica (or reopen it once the group is reachable: it asks again).
+    #[error("no database image at checkpoint {lsn} or later for snapshot {index}: {why}")]
+    ImageUnavailable {
+        /// The Raft snapshot's index.
         index: u64,
+        /// The least checkpoint LSN the image needed.
+        lsn: Lsn,
+        /// The last failure.
+        why: String,
     },
     /// The driver could not read the tail page a new leader needs: reopen from the disk.
     #[error("tail page {page}: {why}")]
@@ -229,6 +295,47 @@ pub struct MemberStatus {
     pub durable: Lsn,
     /// Committed records waiting to be replayed.
     pub queued: usize,
+    /// The database image the member waits for (the snapshot's index), if any.
+    pub awaiting_image: Option<u64>,
+}
+
+/// The bytes of a Raft snapshot of a thor server: the least checkpoint LSN of a database
+/// image that covers the snapshot's index (the page file travels outside Raft).
+pub fn encode_image_id(lsn: Lsn) -> Bytes {
+    Bytes::copy_from_slice(&lsn.0.to_le_bytes())
+}
+
+/// Snapshot bytes that name no database image: no correct group writes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a snapshot of {len} bytes names no database image")]
+pub struct NotAnImageId {
+    /// The snapshot's length.
+    pub len: usize,
+}
+
+/// The least checkpoint LSN a snapshot's bytes name: `Ok(None)` for an empty snapshot (the
+/// founders' journal, compacted at nothing).
+pub fn decode_image_id(bytes: &[u8]) -> Result<Option<Lsn>, NotAnImageId> {
+    match <[u8; 8]>::try_from(bytes) {
+        Ok(b) => Ok(Some(Lsn(u64::from_le_bytes(b)))),
+        Err(_) if bytes.is_empty() => Ok(None),
+        Err(_) => Err(NotAnImageId { len: bytes.len() }),
+    }
+}
+
+/// A database image the member waits for (see "Snapshots" in the module documentation).
+#[derive(Debug, Clone, Copy)]
+struct ImageWait {
+    /// The Raft snapshot's index.
+    index: u64,
+    /// The least checkpoint LSN the image may have.
+    lsn: Lsn,
+    /// Whether an [`Out::FetchImage`] is out with the driver.
+    asked: bool,
+    /// Fetches failed so far (at most [`IMAGE_FETCHES_MAX`]).
+    failures: u32,
+    /// Ticks before the next fetch after a failure.
+    retry_in: u64,
 }
 
 /// `lsn ‖ record`, a proposal's bytes.
@@ -276,6 +383,8 @@ pub struct Member {
     admitted: BTreeSet<ConnId>,
     /// Whether an error stopped the member: later calls do nothing (the driver reopens it).
     failed: bool,
+    /// The database image the member waits for: no replay, no promotion until it is in.
+    image: Option<ImageWait>,
 }
 
 impl Member {
@@ -283,8 +392,23 @@ impl Member {
     /// nothing replayed yet) and `replica` (opened over the journal on the same disk).
     /// Committed entries the replica hands again after its snapshot are replayed from the
     /// core's checkpoint on.
+    ///
+    /// A replica whose journal holds a snapshot that the database does not reach (it crashed
+    /// while waiting for an image, or before the image was in) asks for the image first.
     pub fn open(cfg: MemberConfig, core: Core, replica: Replica) -> Member {
         let next_lsn = core.checkpoint();
+        let image = match decode_image_id(&replica.snapshot_image()) {
+            Ok(Some(lsn)) if lsn > next_lsn => Some(ImageWait {
+                index: replica.status().snapshot_index,
+                lsn,
+                asked: false,
+                failures: 0,
+                retry_in: 0,
+            }),
+            // A snapshot the database reaches, or none. (Bytes that name no image are caught
+            // by replay: the journal's next records do not continue the core's log.)
+            _ => None,
+        };
         Member {
             cfg,
             core,
@@ -299,6 +423,7 @@ impl Member {
             checkpoints: VecDeque::new(),
             admitted: BTreeSet::new(),
             failed: false,
+            image,
         }
     }
 
@@ -325,6 +450,7 @@ impl Member {
             next_lsn: self.next_lsn,
             durable: self.durable,
             queued: self.queue.len(),
+            awaiting_image: self.image.map(|w| w.index),
         }
     }
 
@@ -411,7 +537,18 @@ impl Member {
         if self.halted() {
             return Ok(());
         }
-        self.replica.tick();
+        match &mut self.image {
+            // No campaign while waiting for an image: it would lead a group it cannot serve
+            // (and the replica that can give it the image may need to lead and commit to
+            // reach the image's checkpoint). It still votes and takes entries.
+            Some(w) => {
+                if !w.asked {
+                    w.retry_in = w.retry_in.saturating_sub(1);
+                }
+                self.replica.tick_without_campaign();
+            }
+            None => self.replica.tick(),
+        }
         if self.is_serving() {
             self.core_step(now_us, Input::Tick, out)?;
         }
@@ -442,6 +579,51 @@ impl Member {
         })?;
         self.serve(term, Some(image))?;
         self.pump(now_us, out)
+    }
+
+    /// The driver's report of an [`Out::FetchImage`]: the superblock of the image now on this
+    /// replica's disk (the driver reopened its disk side over it), or why none was copied. The
+    /// member replaces its core with one over the image and replays the committed entries
+    /// after the snapshot's index from the image's checkpoint on. A failure, or an image whose
+    /// checkpoint is below what the snapshot needs, is retried after [`IMAGE_RETRY_TICKS`]
+    /// ticks, at most [`IMAGE_FETCHES_MAX`] times ([`MemberError::ImageUnavailable`]).
+    pub fn image_installed(
+        &mut self,
+        now_us: u64,
+        result: Result<Superblock, String>,
+        out: &mut Vec<Out>,
+    ) -> Result<(), MemberError> {
+        if self.halted() {
+            return Ok(());
+        }
+        let Some(w) = self.image.as_mut().filter(|w| w.asked) else {
+            // Nothing asked: a stale report.
+            return Ok(());
+        };
+        w.asked = false;
+        let why = match result {
+            Ok(sb) if sb.checkpoint >= w.lsn => {
+                let core = Core::new(self.core.config().clone(), sb)
+                    .inspect_err(|_| self.failed = true)?;
+                self.core = core;
+                self.next_lsn = self.core.checkpoint();
+                self.durable = Lsn(self.next_lsn.0.saturating_sub(1));
+                // The old core's checkpoints are no longer this database's.
+                self.checkpoints.clear();
+                self.image = None;
+                return self.pump(now_us, out);
+            }
+            Ok(sb) => format!("an image at checkpoint {}", sb.checkpoint),
+            Err(why) => why,
+        };
+        w.failures += 1;
+        if w.failures >= IMAGE_FETCHES_MAX {
+            let (index, lsn) = (w.index, w.lsn);
+            self.failed = true;
+            return Err(MemberError::ImageUnavailable { index, lsn, why });
+        }
+        w.retry_in = IMAGE_RETRY_TICKS;
+        Ok(())
     }
 
     /// Tells the replica how sending a snapshot to replica `to` went: a transport that lost
@@ -556,6 +738,7 @@ impl Member {
             changed |= self.replay_queued(out)?;
             changed |= self.report_durable(now_us, out)?;
             changed |= self.promote(out)?;
+            self.ask_image(out);
             if !changed && !self.replica.needs_sync() {
                 return Ok(());
             }
@@ -566,8 +749,7 @@ impl Member {
     fn handle(&mut self, fx: Effects, out: &mut Vec<Out>) -> Result<(), MemberError> {
         out.extend(fx.messages.into_iter().map(Out::Send));
         if let Some(r) = fx.restore {
-            self.failed = true;
-            return Err(MemberError::SnapshotNeeded { index: r.index });
+            self.restored(r.index, &r.image, out)?;
         }
         for c in fx.committed {
             let Apply::Record(bytes) = c.apply else { continue };
@@ -633,9 +815,58 @@ impl Member {
         Ok(())
     }
 
+    /// The replica installed the leader's snapshot at `index`: the entries up to it are gone
+    /// from its journal. If the core has not replayed (and has queued) every record up to it,
+    /// the member waits for a database image that covers it (see "Snapshots").
+    fn restored(
+        &mut self,
+        index: u64,
+        bytes: &[u8],
+        out: &mut Vec<Out>,
+    ) -> Result<(), MemberError> {
+        let need = decode_image_id(bytes).map_err(|e| {
+            self.failed = true;
+            MemberError::Inconsistent { index, why: e.to_string() }
+        })?;
+        if let Phase::Serving { term } = self.phase {
+            // A snapshot comes from a later leader: this one is deposed. Its restart reopens
+            // the database and asks for the image if it needs one.
+            self.stop(Restart::Deposed { term }, out);
+            return Ok(());
+        }
+        let Some(lsn) = need else { return Ok(()) };
+        let reach = self.queue.back().map_or(self.next_lsn, |(_, l, _)| l.next());
+        if reach >= lsn && self.image.is_none() {
+            // Everything the snapshot covers is replayed or queued: go on by log.
+            return Ok(());
+        }
+        // What the old core replayed or queued is superseded by the image.
+        self.queue.clear();
+        self.queue_bytes = 0;
+        self.indexes.clear();
+        let failures = self.image.map_or(0, |w| w.failures);
+        let asked = self.image.is_some_and(|w| w.asked);
+        self.image = Some(ImageWait { index, lsn, asked, failures, retry_in: 0 });
+        Ok(())
+    }
+
+    /// Asks the driver for the awaited image, once no install round writes the database.
+    fn ask_image(&mut self, out: &mut Vec<Out>) {
+        let Some(w) = &mut self.image else { return };
+        if w.asked || w.retry_in > 0 || self.core.round_in_flight() {
+            return;
+        }
+        w.asked = true;
+        out.push(Out::FetchImage { index: w.index, lsn: w.lsn });
+    }
+
     /// Replays queued records while no install round runs, starting one when the MOB is over
     /// budget (as recovery does). Returns whether anything was replayed.
     fn replay_queued(&mut self, out: &mut Vec<Out>) -> Result<bool, MemberError> {
+        if self.image.is_some() {
+            // The core is to be replaced by the image's: nothing to replay into it.
+            return Ok(false);
+        }
         let mut any = false;
         while !self.core.round_in_flight() {
             let Some((index, lsn, record)) = self.queue.pop_front() else { break };
@@ -681,7 +912,11 @@ impl Member {
     fn promote(&mut self, out: &mut Vec<Out>) -> Result<bool, MemberError> {
         let Phase::Promoting { term } = self.phase else { return Ok(false) };
         let s = self.replica.status();
-        if !s.term_applied || !self.queue.is_empty() || self.core.round_in_flight() {
+        if !s.term_applied
+            || !self.queue.is_empty()
+            || self.core.round_in_flight()
+            || self.image.is_some()
+        {
             return Ok(false);
         }
         debug_assert_eq!(s.term, term);
@@ -711,16 +946,18 @@ impl Member {
         let (true, Some(before)) = (ok, truncate) else { return Ok(()) };
         let applied = self.replica.status().applied;
         let cap = applied.saturating_sub(self.cfg.retain_entries);
-        let mut index = None;
+        let mut at = None;
         while let Some(&(lsn, i)) = self.indexes.front() {
             if lsn >= before || i > cap {
                 break;
             }
             self.indexes.pop_front();
-            index = Some(i);
+            at = Some((i, lsn));
         }
-        let Some(index) = index else { return Ok(()) };
-        match self.replica.compact_to(index, Bytes::new()) {
+        let Some((index, lsn)) = at else { return Ok(()) };
+        // The snapshot names the least image that covers it: one whose checkpoint is past the
+        // last record compacted (this checkpoint's superblock is one).
+        match self.replica.compact_to(index, encode_image_id(lsn.next())) {
             Ok(()) => Ok(()),
             // A membership change after `index`: the next checkpoint compacts.
             Err(ReplicaError::Log(crate::LogError::Invalid(_))) => Ok(()),
@@ -743,6 +980,15 @@ mod tests {
         assert_eq!(decode_entry(&encode_entry(Lsn(7), b"")), Some((Lsn(7), Bytes::new())));
         for short in [&b""[..], &b"1234567"[..]] {
             assert_eq!(decode_entry(&Bytes::copy_from_slice(short)), None);
+        }
+    }
+
+    #[test]
+    fn a_snapshot_names_an_image_by_its_least_checkpoint_and_other_bytes_name_none() {
+        assert_eq!(decode_image_id(&encode_image_id(Lsn(9))), Ok(Some(Lsn(9))));
+        assert_eq!(decode_image_id(b""), Ok(None), "the founders' snapshot needs no image");
+        for bad in [&b"1"[..], &b"1234567"[..], &b"123456789"[..]] {
+            assert_eq!(decode_image_id(bad), Err(NotAnImageId { len: bad.len() }), "{bad:?}");
         }
     }
 }

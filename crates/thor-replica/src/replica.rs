@@ -397,6 +397,21 @@ impl Replica {
         self.seed_timeout();
     }
 
+    /// A tick of a follower that must not lead (a thor member waiting for a database image):
+    /// time passes for the leader's lease, so after an election timeout without a leader this
+    /// replica grants (pre-)votes to others as usual, but it never campaigns itself. In any
+    /// other role it is an ordinary [`Replica::tick`].
+    pub fn tick_without_campaign(&mut self) {
+        let r = &mut self.node.raft;
+        if r.state == StateRole::Follower {
+            // Only `tick_election` campaigns; the lease check reads this counter alone, and it
+            // stops at the timeout (no counter grows without bound).
+            r.election_elapsed = (r.election_elapsed + 1).min(r.election_timeout());
+        } else {
+            self.tick();
+        }
+    }
+
     /// Takes a message from a peer. A refused message is dropped (Raft recovers from loss).
     pub fn step(&mut self, msg: Message) -> Result<(), StepError> {
         if msg.to != self.config.id {

@@ -168,6 +168,125 @@ fn lagging_replica_catches_up() {
 }
 
 #[test]
+fn lagging_replica_catches_up_from_snapshot() {
+    for seed in 0..SEEDS {
+        let mut cfg = GroupConfig::new(3, seed);
+        cfg.loss_per_mille = 10;
+        cfg.delay_ticks_max = 2;
+        // The journals keep 10 entries below the checkpoints: the lagging replica misses 100,
+        // so the leader has none of what it lacks and sends a snapshot.
+        cfg.retain_entries = 10;
+        let mut g = Group::new(cfg);
+        let leader = g.elect();
+        g.commit_n(0, 5);
+        let lagging = g.ids().into_iter().find(|i| *i != leader).unwrap();
+        g.crash(lagging);
+        g.commit_n(100, 100);
+        let compacted = g.member(leader).unwrap().replica().status().snapshot_index;
+        assert!(compacted > 20, "seed {seed}: the leader compacted past the lagging replica");
+        g.restart(lagging);
+        g.settle();
+        assert!(g.images >= 1, "seed {seed}: the lagging replica was sent a database image");
+        let s = g.member(lagging).unwrap().status();
+        assert_eq!(s.awaiting_image, None, "seed {seed}");
+        assert!(s.replica.snapshot_index >= compacted.min(s.replica.applied), "seed {seed}");
+        // It keeps up afterwards, by log.
+        g.commit_n(300, 20);
+        g.settle();
+        let ids = g.ids();
+        let applied: Vec<u64> =
+            ids.iter().map(|i| g.member(*i).unwrap().status().replica.applied).collect();
+        assert!(applied.windows(2).all(|w| w[0] == w[1]), "seed {seed}: {applied:?}");
+        let l = g.member(leader).map(|m| m.status().next_lsn);
+        if let Some(l) = l {
+            assert_eq!(g.member(lagging).unwrap().status().next_lsn, l, "seed {seed}");
+        }
+        g.check_acked_at(lagging);
+        let first = g.pages(ids[0]);
+        for id in &ids[1..] {
+            assert_eq!(g.pages(*id), first, "seed {seed}: replica {id}'s pages");
+        }
+        assert_eq!(g.acked.len(), 125, "seed {seed}");
+    }
+}
+
+/// The image cannot be fetched at first, and the lagging replica crashes while it waits
+/// (its journal holds the snapshot, its database does not reach it): reopened, it asks again
+/// and catches up once an image can be had.
+#[test]
+fn lagging_replica_waiting_for_an_image_retries_and_survives_a_crash() {
+    for seed in 0..SEEDS / 4 {
+        let mut cfg = GroupConfig::new(3, seed);
+        cfg.retain_entries = 10;
+        let mut g = Group::new(cfg);
+        let leader = g.elect();
+        g.commit_n(0, 5);
+        let lagging = g.ids().into_iter().find(|i| *i != leader).unwrap();
+        g.crash(lagging);
+        g.commit_n(100, 100);
+        g.refuse_images = true;
+        g.restart(lagging);
+        assert!(
+            g.run_until(SERVE_TICKS_MAX, |g| g.image_failures >= 2),
+            "seed {seed}: the lagging replica asked again after a failure"
+        );
+        let s = g.member(lagging).unwrap().status();
+        assert!(s.awaiting_image.is_some(), "seed {seed}: {s:?}");
+        // The group goes on meanwhile.
+        g.commit_n(300, 5);
+        g.crash(lagging);
+        g.restart(lagging);
+        assert!(
+            g.member(lagging).unwrap().status().awaiting_image.is_some(),
+            "seed {seed}: reopened, it still needs the image"
+        );
+        g.refuse_images = false;
+        g.settle();
+        assert_eq!(g.member(lagging).unwrap().status().awaiting_image, None, "seed {seed}");
+        g.check_acked_at(lagging);
+        assert_eq!(g.pages(lagging), g.pages(leader), "seed {seed}");
+    }
+}
+
+/// The leader that sent the snapshot dies while the lagging replica waits for its image: the
+/// other replica leads (the waiting one votes for it but never campaigns), and the image comes
+/// from it once its checkpoint reaches what the snapshot needs.
+#[test]
+fn lagging_replica_gets_its_image_from_a_new_leader() {
+    for seed in 0..SEEDS / 4 {
+        let mut cfg = GroupConfig::new(3, seed);
+        cfg.retain_entries = 10;
+        let mut g = Group::new(cfg);
+        let old = g.elect();
+        g.commit_n(0, 5);
+        let lagging = g.ids().into_iter().find(|i| *i != old).unwrap();
+        g.crash(lagging);
+        g.commit_n(100, 100);
+        g.refuse_images = true;
+        g.restart(lagging);
+        assert!(
+            g.run_until(SERVE_TICKS_MAX, |g| g.image_failures >= 1),
+            "seed {seed}: the lagging replica asked for an image"
+        );
+        g.crash(old);
+        g.refuse_images = false;
+        let new = g.elect();
+        assert_ne!(new, lagging, "seed {seed}: a replica waiting for an image never serves");
+        // Commits go on with the waiting replica's votes and acknowledgements.
+        g.commit_n(300, 60);
+        g.settle();
+        assert_eq!(g.member(lagging).unwrap().status().awaiting_image, None, "seed {seed}");
+        g.restart(old);
+        g.settle();
+        for id in g.ids() {
+            g.check_acked_at(id);
+        }
+        assert_eq!(g.pages(lagging), g.pages(new), "seed {seed}");
+        assert_eq!(g.pages(old), g.pages(new), "seed {seed}");
+    }
+}
+
+#[test]
 fn a_minority_partition_makes_no_progress_and_loses_nothing() {
     for seed in 0..SEEDS {
         let mut g = Group::new(GroupConfig::new(5, seed));

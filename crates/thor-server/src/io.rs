@@ -23,6 +23,9 @@
 //!   checkpoints wait while it copies (`quiesce`), so the page file does not change under the
 //!   copy and the log keeps every segment from the checkpoint on; commits go on, and wait only
 //!   if the MOB fills before the copy ends.
+//! - [`DiskSide::image_into`]: the same copy without the log, over the database of a replica of
+//!   a replicated server that lags behind its group's journals (thor-replica's
+//!   `Out::FetchImage`): the replica's journal holds the records after the image's checkpoint.
 
 use std::fmt;
 use std::path::Path;
@@ -280,6 +283,32 @@ impl DiskSide {
         copy_file(&*self.disk, dest, superblock::FILE, None, &mut buf)?;
         dest.sync_dir()?;
         Ok(thor_wire::BackupInfo { lsn: extent.durable_lsn, page_bytes, log_bytes })
+    }
+
+    /// Copies this database's image (page file, double-write buffer, superblock: what a crash
+    /// would leave of it, without any log) over the database in `dest`, for a replica of a
+    /// replicated server that lags behind what its group's journals keep (thor-replica's
+    /// `Out::FetchImage`). `dest` keeps every other file (the replica's journal). Holds install
+    /// rounds and checkpoints off while it copies, as [`DiskSide::backup_into`] does, so the
+    /// image is one a crash could have left: recovery from its superblock's checkpoint with
+    /// the records after it gives the database. The superblock is written last, atomically: a
+    /// copy cut short leaves `dest` with its old superblock, whose checkpoint is below what the
+    /// replica needs, so the replica asks again. Returns the image's superblock.
+    pub fn image_into(&self, dest: &dyn Disk) -> Result<Superblock, EngineError> {
+        let _exclusive = self.quiesce.write();
+        let sb = read_superblock(&*self.disk)?;
+        let mut buf = Vec::new();
+        copy_file(&*self.disk, dest, PAGE_FILE, None, &mut buf)?;
+        if self.disk.exists(crate::dwb::FILE)? {
+            copy_file(&*self.disk, dest, crate::dwb::FILE, None, &mut buf)?;
+        } else if dest.exists(crate::dwb::FILE)? {
+            // No buffer here: `dest`'s own must not "repair" the copied pages on open.
+            let f = dest.open(crate::dwb::FILE, false)?;
+            f.set_len(0)?;
+            f.sync()?;
+        }
+        write_superblock(dest, &sb)?;
+        Ok(sb)
     }
 
     /// [`DiskSide::backup_into`] a new directory `path`: the copy is made in a sibling
@@ -680,6 +709,37 @@ fn restore_torn_pages(
 #[cfg(test)]
 mod backup_tests {
     use super::*;
+
+    #[test]
+    fn an_image_replaces_the_database_and_keeps_the_other_files() {
+        let (src, dest) = (thor_storage::MemDisk::new(), thor_storage::MemDisk::new());
+        create(&src, 4096, thor_core::ServerId(1)).unwrap();
+        create(&dest, 4096, thor_core::ServerId(1)).unwrap();
+        let mut sb = read_superblock(&src).unwrap();
+        sb.checkpoint = Lsn(42);
+        sb.generation = 7;
+        write_superblock(&src, &sb).unwrap();
+        // A second page, so that the page files differ.
+        let (_, ds) = open_disk_side(Arc::new(src.clone())).unwrap();
+        let mut second = vec![0u8; 4096];
+        second[..4].copy_from_slice(b"page");
+        ds.pages.write(2, &second).unwrap();
+        let journal = dest.open("journal.0", true).unwrap();
+        journal.write_at(0, b"raft").unwrap();
+
+        let got = ds.image_into(&dest).unwrap();
+        assert_eq!(got, sb);
+        let (opened, _) = open_disk_side(Arc::new(dest.clone())).unwrap();
+        assert_eq!(opened, sb);
+        let bytes = |d: &dyn Disk, name: &str| {
+            let f = d.open(name, false).unwrap();
+            let mut b = vec![0u8; f.len().unwrap() as usize];
+            f.read_exact_at(0, &mut b).unwrap();
+            b
+        };
+        assert_eq!(bytes(&dest, PAGE_FILE), bytes(&src, PAGE_FILE));
+        assert_eq!(bytes(&dest, "journal.0"), b"raft", "the replica's journal stays");
+    }
 
     #[test]
     fn backup_requests_stay_inside_the_backup_directory() {

@@ -98,6 +98,12 @@ pub struct Group {
     pub acked: Vec<Acked>,
     /// Restarts asked for by members.
     pub restarts: u64,
+    /// Database images copied to lagging replicas.
+    pub images: u64,
+    /// Image fetches fail while set (as when no replica holding one can be reached).
+    pub refuse_images: bool,
+    /// Image fetches that failed.
+    pub image_failures: u64,
     /// Commits the serving core refused, why.
     pub refusals: Vec<String>,
     /// Connections' replies seen: (replica, conn) → the replies.
@@ -120,6 +126,9 @@ impl Group {
             answers: BTreeMap::new(),
             acked: Vec::new(),
             restarts: 0,
+            images: 0,
+            refuse_images: false,
+            image_failures: 0,
             refusals: Vec::new(),
             replies: BTreeMap::new(),
         };
@@ -402,6 +411,10 @@ impl Group {
                     self.answers.insert(ticket, None);
                     Ok(())
                 }
+                Out::FetchImage { lsn, .. } => {
+                    let got = self.fetch_image(id, lsn);
+                    self.member_mut(id).image_installed(now_us, got, &mut more)
+                }
                 Out::Restart(_) => {
                     self.restarts += 1;
                     let node = self.nodes.get_mut(&id).expect("known");
@@ -419,6 +432,43 @@ impl Group {
                 work.push(m);
             }
         }
+    }
+
+    /// Copies a database image whose checkpoint is at least `lsn` onto replica `id`'s disk
+    /// from a replica it can reach (the leader first), as a transport would fetch it, and
+    /// reopens `id`'s disk side over it. Disk effects are performed at once here, so no
+    /// install round is ever half written: any point is a consistent one.
+    fn fetch_image(
+        &mut self,
+        id: u64,
+        lsn: Lsn,
+    ) -> Result<thor_server::superblock::Superblock, String> {
+        if self.refuse_images {
+            self.image_failures += 1;
+            return Err("image fetches refused by the test".into());
+        }
+        let leader = self.member(id).and_then(|m| m.status().replica.leader);
+        let mut sources: Vec<u64> = self
+            .ids()
+            .into_iter()
+            .filter(|s| *s != id && self.is_up(*s) && self.can_talk(id, *s))
+            .collect();
+        sources.sort_by_key(|s| Some(*s) != leader);
+        for s in sources {
+            let ds = self.disk_side(s);
+            let Ok(sb) = io::read_superblock(&*ds.disk) else { continue };
+            if sb.checkpoint < lsn {
+                continue;
+            }
+            let dest = self.nodes[&id].disk.clone();
+            ds.image_into(&dest).map_err(|e| e.to_string())?;
+            self.images += 1;
+            let disk = Arc::new(dest) as Arc<dyn Disk>;
+            let (sb, ds) = io::open_disk_side(disk).map_err(|e| e.to_string())?;
+            self.nodes.get_mut(&id).expect("known").disk_side = Some(ds);
+            return Ok(sb);
+        }
+        Err(format!("no reachable replica holds an image at checkpoint {lsn} or later"))
     }
 
     fn member_mut(&mut self, id: u64) -> &mut Member {
