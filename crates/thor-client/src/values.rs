@@ -307,34 +307,60 @@ const LAYOUT_FLAT: u32 = 0;
 /// The element word's layout byte: a tree of chunks under directories.
 const LAYOUT_TREE: u32 = 1;
 
-/// How a sequence's elements are stored, from its header's element word.
+/// How a sequence's elements are stored, from its header's element word. Public for tools
+/// that read sequences without a session (`thor inspect`), so that the format lives here once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Layout {
+pub enum SeqLayout {
     /// Written before chunked sequences (element word = the element code): the header points
     /// at one storage object whose capacity is at least the length. Read as it is; the first
     /// write that changes the length converts it ([`SeqView::to_tree`]).
     Flat,
     /// A tree: `leaf` elements per full chunk, `fanout` children per directory.
-    Tree { leaf: usize, fanout: usize },
+    Tree {
+        /// Elements per full chunk.
+        leaf: usize,
+        /// Children per directory.
+        fanout: usize,
+    },
 }
 
-impl Layout {
+impl SeqLayout {
+    /// The layout the element word `word` of a sequence of `elem_size`-byte elements names,
+    /// checked against pages of `page_size` bytes (the word comes from the store: a chunk size
+    /// no object holds is malformed). The error says what is wrong.
+    pub fn from_word(word: u32, elem_size: usize, page_size: usize) -> Result<SeqLayout, String> {
+        match (word >> 8) & 0xff {
+            LAYOUT_FLAT => Ok(SeqLayout::Flat),
+            LAYOUT_TREE => {
+                let log2 = word >> 16;
+                if log2 > chunk_bytes_log2(page_size) || (1usize << log2) < elem_size {
+                    return Err(format!(
+                        "a sequence's chunks of 2^{log2} bytes do not fit this database"
+                    ));
+                }
+                Ok(SeqLayout::Tree { leaf: (1 << log2) / elem_size, fanout: fanout(page_size) })
+            }
+            other => Err(format!("a sequence of unknown layout {other}")),
+        }
+    }
+
     /// Elements a subtree of `height` levels holds (0: none; 1: one chunk), saturating.
-    fn cap(self, height: u32) -> usize {
+    pub fn cap(self, height: u32) -> usize {
         match self {
-            Layout::Flat => usize::MAX,
-            Layout::Tree { leaf, fanout } => match height {
+            SeqLayout::Flat => usize::MAX,
+            SeqLayout::Tree { leaf, fanout } => match height {
                 0 => 0,
                 h => (1..h).fold(leaf, |c, _| c.saturating_mul(fanout)),
             },
         }
     }
 
-    /// The height of the tree of `len` elements: the lowest whose capacity holds them.
-    fn height(self, len: usize) -> u32 {
+    /// The height of the tree of `len` elements: the lowest whose capacity holds them (past
+    /// [`SEQ_HEIGHT_MAX`] for a length no tree this client builds has).
+    pub fn height(self, len: usize) -> u32 {
         match self {
-            Layout::Flat => u32::from(len > 0),
-            Layout::Tree { .. } => {
+            SeqLayout::Flat => u32::from(len > 0),
+            SeqLayout::Tree { .. } => {
                 (0..=SEQ_HEIGHT_MAX + 1).find(|&h| self.cap(h) >= len).unwrap_or(u32::MAX)
             }
         }
@@ -387,7 +413,7 @@ impl<'s, T: Elem> SeqView<'s, T> {
     /// The most elements a sequence of `T` can hold: `u32::MAX` (the header's length is a
     /// `u32`), which a tree of at most [`SEQ_HEIGHT_MAX`] levels holds in every page size.
     pub fn capacity_max(&self) -> usize {
-        let layout = Layout::Tree {
+        let layout = SeqLayout::Tree {
             leaf: (1 << chunk_bytes_log2(self.s.server().page_size)) / T::SIZE,
             fanout: fanout(self.s.server().page_size),
         };
@@ -396,27 +422,15 @@ impl<'s, T: Elem> SeqView<'s, T> {
 
     /// The layout the header's element word names, checked against this database's pages
     /// (the word comes from the store: a chunk size no object holds is malformed).
-    fn layout(&self) -> Result<Layout, ClientError> {
+    fn layout(&self) -> Result<SeqLayout, ClientError> {
         let word = self.header.get(Seq::<T>::ELEM);
-        let page_size = self.s.server().page_size;
-        match (word >> 8) & 0xff {
-            LAYOUT_FLAT => Ok(Layout::Flat),
-            LAYOUT_TREE => {
-                let log2 = word >> 16;
-                if log2 > chunk_bytes_log2(page_size) || (1usize << log2) < T::SIZE {
-                    return Err(ClientError::BadValue(format!(
-                        "a sequence's chunks of 2^{log2} bytes do not fit this database"
-                    )));
-                }
-                Ok(Layout::Tree { leaf: (1 << log2) / T::SIZE, fanout: fanout(page_size) })
-            }
-            other => Err(ClientError::BadValue(format!("a sequence of unknown layout {other}"))),
-        }
+        SeqLayout::from_word(word, T::SIZE, self.s.server().page_size)
+            .map_err(ClientError::BadValue)
     }
 
     /// The layout and the tree's height for `len` elements, refusing a length no tree this
     /// client builds would have.
-    fn shape(&self, len: usize) -> Result<(Layout, u32), ClientError> {
+    fn shape(&self, len: usize) -> Result<(SeqLayout, u32), ClientError> {
         let layout = self.layout()?;
         let height = layout.height(len);
         if height > SEQ_HEIGHT_MAX {
@@ -496,9 +510,9 @@ impl<'s, T: Elem> SeqView<'s, T> {
     /// Converts a legacy one-object sequence to a tree before a write that changes its length.
     /// Up to a chunk's worth of elements the storage object serves as the tree's one chunk
     /// (only the element word changes); past it the elements move to new chunks.
-    fn to_tree(&self) -> Result<Layout, ClientError> {
+    fn to_tree(&self) -> Result<SeqLayout, ClientError> {
         let layout = self.layout()?;
-        if layout != Layout::Flat {
+        if layout != SeqLayout::Flat {
             return Ok(layout);
         }
         let elems = self.to_vec()?;
@@ -541,7 +555,7 @@ impl<'s, T: Elem> SeqView<'s, T> {
         }
         if height > old_height {
             // The tree is full: a new root above it, the old root its first child.
-            let Layout::Tree { fanout, .. } = layout else { unreachable!("converted") };
+            let SeqLayout::Tree { fanout, .. } = layout else { unreachable!("converted") };
             let dir = self.s.create::<Refs<Any>>(fanout)?;
             dir.set_var_ref(0, root)?;
             self.header.set(Seq::<T>::ROOT, dir.as_ref().cast())?;
@@ -555,11 +569,11 @@ impl<'s, T: Elem> SeqView<'s, T> {
     /// the directories and the chunk it needs, and the element's place in the chunk.
     fn path_for_append(
         &self,
-        layout: Layout,
+        layout: SeqLayout,
         height: u32,
         len: usize,
     ) -> Result<(View<'s, T::Storage>, usize), ClientError> {
-        let Layout::Tree { fanout, leaf } = layout else { unreachable!("converted") };
+        let SeqLayout::Tree { fanout, leaf } = layout else { unreachable!("converted") };
         let mut dir = self.directory(self.header.get(Seq::<T>::ROOT))?;
         let mut i = len;
         for level in (2..=height).rev() {
@@ -650,7 +664,7 @@ impl<'s, T: Elem> SeqView<'s, T> {
     /// Keeps the first `keep` of the `have` elements under node `r` of `level` levels.
     fn cut(
         &self,
-        layout: Layout,
+        layout: SeqLayout,
         r: Ref<Any>,
         level: u32,
         keep: usize,
@@ -838,7 +852,7 @@ mod tests {
 
     #[test]
     fn a_tree_is_as_tall_as_its_length_needs() {
-        let l = Layout::Tree { leaf: 256, fanout: 2039 };
+        let l = SeqLayout::Tree { leaf: 256, fanout: 2039 };
         let lens = [0, 1, 256, 257, 256 * 2039, 256 * 2039 + 1];
         assert_eq!(lens.map(|n| l.height(n)), [0, 1, 1, 2, 2, 3]);
         assert_eq!(l.cap(3), 256 * 2039 * 2039);
@@ -847,7 +861,7 @@ mod tests {
         // Every page size holds u32::MAX elements of every element size within the bound.
         for page in [1024, 2048, 4096, 8192, 16384, 32768] {
             for size in [1, 4, 8] {
-                let l = Layout::Tree {
+                let l = SeqLayout::Tree {
                     leaf: (1 << chunk_bytes_log2(page)) / size,
                     fanout: fanout(page),
                 };

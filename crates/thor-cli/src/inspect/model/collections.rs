@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 use thor_client::map::MapHeader;
-use thor_client::values::SeqHeader;
+use thor_client::values::{SeqHeader, SeqLayout};
 use thor_client::{Any, Elem, MapKey, MapValue, Ref};
 use thor_core::mapnode::{self, COUNT_AT, LEVEL_AT, NEXT_AT, SLOTS_AT};
 use thor_core::{Oref, builtin};
@@ -105,28 +105,6 @@ impl ElemType {
     }
 }
 
-/// How a sequence is stored (see `thor_client::values`, "the element word").
-#[derive(Debug, Clone, Copy)]
-enum Layout {
-    /// One storage object holding every element (written before chunked sequences).
-    Flat,
-    /// Chunks of `leaf` elements under directories of `fanout` children.
-    Tree { leaf: usize, fanout: usize },
-}
-
-impl Layout {
-    /// Elements a subtree of `height` levels holds (saturating).
-    fn cap(self, height: u32) -> usize {
-        match self {
-            Layout::Flat => usize::MAX,
-            Layout::Tree { leaf, fanout } => match height {
-                0 => 0,
-                h => (1..h).fold(leaf, |c, _| c.saturating_mul(fanout)),
-            },
-        }
-    }
-}
-
 /// A sequence's header, decoded.
 pub(super) struct SeqInfo {
     /// Elements.
@@ -134,7 +112,7 @@ pub(super) struct SeqInfo {
     /// Their type.
     pub(super) elem: ElemType,
     /// How they are stored.
-    layout: Layout,
+    layout: SeqLayout,
     /// The tree's height for `len` elements (1: one chunk).
     height: u32,
     /// The root chunk or directory (null while empty).
@@ -157,29 +135,12 @@ impl<S: ObjectSource> Inspector<S> {
             .into_iter()
             .find(|e| e.code() == word & 0xff)
             .ok_or_else(|| obj.malformed(format!("unknown element code {}", word & 0xff)))?;
-        let page_size = self.pages.page_size();
-        let max_obj = thor_core::limits::max_object_bytes(page_size);
-        let layout = match (word >> 8) & 0xff {
-            0 => Layout::Flat,
-            1 => {
-                let log2 = word >> 16;
-                let var_max =
-                    max_obj - builtin::desc(builtin::BYTES).expect("builtin").var_offset();
-                let chunk_max = thor_client::limits::SEQ_CHUNK_BYTES_LOG2.min(var_max.ilog2());
-                if log2 > chunk_max || (1usize << log2) < elem.size() {
-                    return Err(obj.malformed(format!("chunks of 2^{log2} bytes do not fit")));
-                }
-                let refs_var = builtin::desc(builtin::REFS).expect("builtin").var_offset();
-                Layout::Tree { leaf: (1 << log2) / elem.size(), fanout: (max_obj - refs_var) / 4 }
-            }
-            other => return Err(obj.malformed(format!("unknown sequence layout {other}"))),
-        };
-        let height = match layout {
-            Layout::Flat => u32::from(len > 0),
-            Layout::Tree { .. } => (0..=thor_client::limits::SEQ_HEIGHT_MAX)
-                .find(|&h| layout.cap(h) >= len)
-                .ok_or_else(|| obj.malformed(format!("a sequence of {len} is too tall")))?,
-        };
+        let layout = SeqLayout::from_word(word, elem.size(), self.pages.page_size())
+            .map_err(|why| obj.malformed(why))?;
+        let height = layout.height(len);
+        if height > thor_client::limits::SEQ_HEIGHT_MAX {
+            return Err(obj.malformed(format!("a sequence of length {len} is too tall")));
+        }
         Ok(SeqInfo { len, elem, layout, height, root })
     }
 
