@@ -167,13 +167,16 @@ fn contention(s: &ServerStats) -> String {
     format!(
         "conflicts: {refused} commits refused{causes}, {} transactions aborted at clients by \
          invalidations, {} retries\nfair retries: {} claims ({} expired unused), {} commits \
-         held back ({} until their wait ran out)\n\n",
+         held back ({} until their wait ran out)\nmap leaves merged: {} ({} commits with \
+         leaf deltas refused)\n\n",
         s.client_invalidation_aborts,
         s.client_retries,
         s.fair_claims,
         s.fair_claims_expired,
         s.fair_held,
         s.fair_held_timed_out,
+        s.leaf_merges,
+        s.leaf_merges_refused,
     )
 }
 

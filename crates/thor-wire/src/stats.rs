@@ -315,6 +315,15 @@ server_stats! {
     fair_held_timed_out: u64,
     /// Fair retries: claims that ended unused (their holder did not commit in time).
     fair_claims_expired: u64,
+    /// Map leaves merged: a commit refused only for map leaves it carried deltas for, whose
+    /// deltas were applied to each leaf's newest version (`docs/clocc.md`, "Map leaves").
+    leaf_merges: u64,
+    /// Commits that carried leaf deltas whose merge was refused (a key read there changed, the
+    /// leaf would overflow, or something else was stale): refused as without deltas.
+    leaf_merges_refused: u64,
+    /// Two-phase transactions this server coordinated that it aborted because the client's
+    /// prepare did not come within the prepare wait while participants' votes had.
+    twopc_prepares_missed: u64,
 }
 
 /// `ServerStats::health` of a server that serves.

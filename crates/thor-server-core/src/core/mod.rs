@@ -2374,6 +2374,9 @@ impl Core {
             fair_held: f.held,
             fair_held_timed_out: f.held_timed_out,
             fair_claims_expired: f.claims_expired,
+            leaf_merges: self.counters.leaf_merges,
+            leaf_merges_refused: self.counters.leaf_merges_refused,
+            twopc_prepares_missed: t.counters.prepares_missed,
             ..self.page_stats()
         }
     }

@@ -103,6 +103,8 @@ fn a_commit_refused_only_for_a_leaf_with_a_delta_is_merged() {
     assert_eq!(r.invalidations, vec![l], "the committer's copy of the leaf is not installed");
     let st = h.core.stats();
     assert_eq!((st.leaf_merges, st.leaf_merges_refused), (1, 0));
+    let wire = h.core.server_stats();
+    assert_eq!((wire.leaf_merges, wire.leaf_merges_refused), (1, 0), "thor stats shows them");
     assert_eq!(fetched(&mut h, 1, 5, l), leaf(class, &[(1, 10), (2, 20), (3, 30)]));
     // Without its acknowledgement, a commit that used the stale copy is refused as ever.
     let c = leaf_commit(l, &[l], leaf(class, &[(1, 11)]), &[(1, val(10))], &[(1, val(11))]);

@@ -897,6 +897,7 @@ fn a_lost_prepare_to_the_coordinator_aborts_after_the_prepare_wait() {
     assert_eq!(c.node(S1).core.twopc.coordinating(), 0, "aborted");
     assert_eq!(c.node(S2).core.twopc.in_doubt(), 0, "S2 learned the abort and let its part go");
     assert_eq!(c.node(S1).core.twopc_stats().counters.prepares_missed, 1);
+    assert_eq!(c.node(S1).core.server_stats().twopc_prepares_missed, 1, "thor stats shows it");
     assert_eq!(c.item_ref(S2, it[1].1, 200), it[1].1.raw(), "nothing committed at S2");
     c.prepare(S1, 101, write_part(&it, S1, ts));
     c.deliver_all();

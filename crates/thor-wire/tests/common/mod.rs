@@ -180,7 +180,7 @@ pub fn request() -> impl Strategy<Value = Request> {
 }
 
 fn stats() -> impl Strategy<Value = ServerStats> {
-    (vec(any::<u64>(), 96), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
+    (vec(any::<u64>(), 99), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
         commits: w[0],
         versions_committed: w[1],
         objects_created: w[2],
@@ -279,6 +279,9 @@ fn stats() -> impl Strategy<Value = ServerStats> {
         fair_held: w[93],
         fair_held_timed_out: w[94],
         fair_claims_expired: w[95],
+        leaf_merges: w[96],
+        leaf_merges_refused: w[97],
+        twopc_prepares_missed: w[98],
     })
 }
 
