@@ -210,26 +210,34 @@ fn lagging_replica_catches_up_from_snapshot() {
     }
 }
 
+/// A group of three whose follower missed 100 commits while the journals keep 10 entries, so
+/// that it needs a database image, restarted while no image can be had, after it asked for
+/// one `failures` times: (the group, its leader, the lagging replica).
+fn lagging_without_images(seed: u64, failures: u64) -> (Group, u64, u64) {
+    let mut cfg = GroupConfig::new(3, seed);
+    cfg.retain_entries = 10;
+    let mut g = Group::new(cfg);
+    let leader = g.elect();
+    g.commit_n(0, 5);
+    let lagging = g.ids().into_iter().find(|i| *i != leader).unwrap();
+    g.crash(lagging);
+    g.commit_n(100, 100);
+    g.refuse_images = true;
+    g.restart(lagging);
+    assert!(
+        g.run_until(SERVE_TICKS_MAX, |g| g.image_failures >= failures),
+        "seed {seed}: the lagging replica asked for an image {failures} times"
+    );
+    (g, leader, lagging)
+}
+
 /// The image cannot be fetched at first, and the lagging replica crashes while it waits
 /// (its journal holds the snapshot, its database does not reach it): reopened, it asks again
 /// and catches up once an image can be had.
 #[test]
 fn lagging_replica_waiting_for_an_image_retries_and_survives_a_crash() {
     for seed in 0..SEEDS / 4 {
-        let mut cfg = GroupConfig::new(3, seed);
-        cfg.retain_entries = 10;
-        let mut g = Group::new(cfg);
-        let leader = g.elect();
-        g.commit_n(0, 5);
-        let lagging = g.ids().into_iter().find(|i| *i != leader).unwrap();
-        g.crash(lagging);
-        g.commit_n(100, 100);
-        g.refuse_images = true;
-        g.restart(lagging);
-        assert!(
-            g.run_until(SERVE_TICKS_MAX, |g| g.image_failures >= 2),
-            "seed {seed}: the lagging replica asked again after a failure"
-        );
+        let (mut g, leader, lagging) = lagging_without_images(seed, 2);
         let s = g.member(lagging).unwrap().status();
         assert!(s.awaiting_image.is_some(), "seed {seed}: {s:?}");
         // The group goes on meanwhile.
@@ -254,20 +262,7 @@ fn lagging_replica_waiting_for_an_image_retries_and_survives_a_crash() {
 #[test]
 fn lagging_replica_gets_its_image_from_a_new_leader() {
     for seed in 0..SEEDS / 4 {
-        let mut cfg = GroupConfig::new(3, seed);
-        cfg.retain_entries = 10;
-        let mut g = Group::new(cfg);
-        let old = g.elect();
-        g.commit_n(0, 5);
-        let lagging = g.ids().into_iter().find(|i| *i != old).unwrap();
-        g.crash(lagging);
-        g.commit_n(100, 100);
-        g.refuse_images = true;
-        g.restart(lagging);
-        assert!(
-            g.run_until(SERVE_TICKS_MAX, |g| g.image_failures >= 1),
-            "seed {seed}: the lagging replica asked for an image"
-        );
+        let (mut g, old, lagging) = lagging_without_images(seed, 1);
         g.crash(old);
         g.refuse_images = false;
         let new = g.elect();
