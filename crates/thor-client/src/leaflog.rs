@@ -186,12 +186,17 @@ impl LeafLogs {
                 i
             }
         };
+        Some(self.logged(i, at))
+    }
+
+    /// Log `i`, met again at `at`.
+    fn logged(&mut self, i: usize, at: At) -> &mut LeafLog {
         let log = &mut self.logs[i];
         if log.root != at.root || usize::from(log.vbytes) != at.vbytes {
             // The leaf changed its place in the tree within the transaction: ruled out.
             log.out = true;
         }
-        Some(log)
+        log
     }
 
     /// Moves the reads of log `i`'s leaf made before it had a log into it, in order.
@@ -218,10 +223,8 @@ impl LeafLogs {
             return;
         }
         let Some(leaf) = at.leaf else { return };
-        if self.index.contains_key(&leaf.raw()) {
-            if let Some(log) = self.log(at) {
-                log.read(key, saw);
-            }
+        if let Some(&i) = self.index.get(&leaf.raw()) {
+            self.logged(i, at).read(key, saw);
             return;
         }
         if self.pending.len() >= PENDING_READS_MAX {
