@@ -74,6 +74,7 @@ pub mod engine;
 pub mod io;
 pub mod limits;
 pub mod packer;
+pub mod replica_net;
 
 #[cfg(feature = "mutants")]
 pub use thor_server_core::Mutant;
@@ -94,3 +95,4 @@ pub use engine::{
 };
 pub use io::{Clock, CommitLog, DiskSide, SystemClock};
 pub use packer::PagePacker;
+pub use replica_net::{ImageFetchError, ReplicaNet};
