@@ -85,12 +85,19 @@
 //! # Membership
 //!
 //! A replica is added or removed through raft-rs's membership changes
-//! ([`Replica::propose_membership`] with a `ConfChangeV2`), one change at a time. A new
-//! replica starts with an empty journal ([`RaftLog::open`], not `bootstrap`) and catches up
-//! from the leader: by log if the leader still holds every entry, else from the snapshot the
-//! leader's last compaction kept ([`Replica::compact`]). A thor server's snapshot names a
-//! database image (its least checkpoint LSN, 8 bytes in the BASE record); the image itself
-//! travels outside Raft, fetched by the driver ([`member`]'s "Snapshots").
+//! ([`Replica::propose_membership`] with a `ConfChangeV2`; a thor server's
+//! [`Member::propose_membership`]), one change at a time (a second one before the first is
+//! applied is refused: raft-rs would turn it into an empty entry silently). A new replica
+//! starts with an empty database and a journal bootstrapped with the *founders'* membership
+//! ([`RaftLog::bootstrap`] with the group's founding voters, itself not among them: it never
+//! campaigns until a change adding it applies), and catches up from the leader: by log if the
+//! leader still holds every entry (replaying the changes from the founders' membership on
+//! rebuilds the current one), else from the snapshot the leader's last compaction kept. raft-rs
+//! refuses a snapshot whose membership lacks the replica, so a member compacts at each
+//! membership change once its database covers it ([`member`]'s "Membership"). A thor
+//! server's snapshot names a database image (its least checkpoint LSN, 8 bytes in the BASE
+//! record); the image itself travels outside Raft, fetched by the driver ([`member`]'s
+//! "Snapshots").
 //!
 //! # How the engine sits on it ([`member`] builds this; the threaded engine does not yet)
 //!
@@ -143,8 +150,8 @@ pub mod storage;
 
 pub use error::{LogError, ProposeError, ReplicaError, StepError};
 pub use member::{
-    Member, MemberConfig, MemberError, MemberMutant, MemberStatus, NotAnImageId, Out, Phase,
-    Restart,
+    Member, MemberConfig, MemberError, MemberMutant, MemberStatus, MembershipChange, NotAnImageId,
+    Out, Phase, Restart,
 };
 pub use replica::{
     Apply, Committed, Effects, Mutant, Proposal, Replica, ReplicaConfig, ReplicaStatus, Restore,

@@ -19,6 +19,11 @@ pub const PROPOSALS_IN_FLIGHT_MAX: usize = 4096;
 /// (see [`JOURNAL_RECORD_BYTES_MAX`]) together with its entry header.
 pub const PROPOSAL_BYTES_MAX: usize = 16 * 1024 * 1024;
 
+/// Most context bytes a membership change carries (a thor server puts the added replica's
+/// address there: a few dozen bytes). Every replica keeps none of it beyond handing it to its
+/// driver, but it rides in a journal entry and in Raft messages, so it is kept small.
+pub const MEMBERSHIP_CONTEXT_BYTES_MAX: usize = 1024;
+
 /// Bytes of entries raft-rs puts into one append message (`max_size_per_msg`). An append
 /// always carries at least one entry, so a single large proposal still goes through.
 pub const APPEND_MESSAGE_BYTES_MAX: u64 = 1024 * 1024;

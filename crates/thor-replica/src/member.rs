@@ -113,6 +113,25 @@
 //! until the image is in and everything before its term replayed, so the invariant below holds.) A
 //! serving leader handed a snapshot was deposed (a later leader sent it): it restarts.
 //!
+//! # Membership
+//!
+//! A serving leader proposes one change at a time ([`Member::propose_membership`]: add a
+//! replica, or remove one other than itself); every replica reports each change it applies
+//! ([`Out::Membership`], with the voters after it and the context the proposer attached: a
+//! thor server puts an added replica's address there) and one it removes stops for good. A
+//! replica added starts as the crate docs say (an empty database, the founders' membership).
+//!
+//! *Why a change compacts:* raft-rs refuses a snapshot whose membership lacks the replica
+//! restoring it, and a leader sends the snapshot its journal keeps, taken at its last
+//! compaction. A replica added after that compaction could never restore it; if the group
+//! needs it for a majority (a replica is dead), nothing commits, no checkpoint compacts, and
+//! the group is stuck. So once a change applies at index `c` on a journal that was compacted
+//! before, the member compacts at `c` as soon as its database on disk covers every record
+//! before `c` (running install rounds until a checkpoint does; never sooner, or its own
+//! recovery would need records the journal lost), and tells raft-rs that snapshots it was
+//! sending from before are failed, so it sends the new one. A journal never compacted needs
+//! none of this: the new replica replays from the first entry.
+//!
 //! *Invariant:* the records replayed (or, on a leader, proposed) have dense, increasing LSNs
 //! in index order: a new leader's core continues at the LSN after the last one replayed, and
 //! it serves only once everything committed before its term is replayed. A gap or a repeat is
@@ -130,7 +149,8 @@ use thor_wire::{ErrorCode, Reply, ReplyBody, RequestBody, version::VERSION_GROUP
 use crate::error::{ProposeError, ReplicaError};
 use crate::limits::{
     APPLY_QUEUE_BYTES_MAX, CHECKPOINTS_IN_FLIGHT_MAX, IMAGE_FETCHES_MAX, IMAGE_RETRY_TICKS,
-    MEMBER_PUMP_ROUNDS_MAX, RECORD_INDEXES_MAX, RETAINED_ENTRIES_DEFAULT,
+    MEMBER_PUMP_ROUNDS_MAX, MEMBERSHIP_CONTEXT_BYTES_MAX, RECORD_INDEXES_MAX,
+    RETAINED_ENTRIES_DEFAULT,
 };
 use crate::replica::{Apply, Effects, Proposal, Replica, ReplicaStatus, Role};
 
@@ -235,6 +255,40 @@ pub enum Out {
         index: u64,
         /// The least checkpoint LSN an image may have.
         lsn: Lsn,
+    },
+    /// A membership change committed and applied at `index` (see "Membership"): the group's
+    /// voters are now `voters`. The driver updates its links (`context` is what the proposer
+    /// attached: a thor server puts an added replica's address there), and a member no longer
+    /// among the voters is stopped by its driver for good ([`Member::is_voter`]).
+    Membership {
+        /// The Raft index of the change.
+        index: u64,
+        /// The voters now.
+        voters: Vec<u64>,
+        /// The change's context bytes.
+        context: Bytes,
+        /// This replica was a voter before the change and is not after: it was removed from
+        /// the group, and its driver stops it for good. (A replica that joins replays the
+        /// changes before its own addition as a non-voter: those do not remove it.)
+        removed: bool,
+    },
+}
+
+/// A change of the group's membership, one replica at a time ([`Member::propose_membership`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MembershipChange {
+    /// Adds replica `id` as a voter; `context` travels with the change to every replica
+    /// (a thor server puts the new replica's address there).
+    Add {
+        /// The new replica's id (not 0, not a voter already).
+        id: u64,
+        /// Bytes for the drivers (at most [`MEMBERSHIP_CONTEXT_BYTES_MAX`]).
+        context: Bytes,
+    },
+    /// Removes replica `id` (a voter other than the leader proposing it).
+    Remove {
+        /// The replica's id.
+        id: u64,
     },
 }
 
@@ -374,9 +428,18 @@ pub struct Member {
     pending: VecDeque<(Lsn, Proposal, bool)>,
     /// The last LSN reported durable to the core.
     durable: Lsn,
-    /// Checkpoint jobs written by the driver and not yet reported: (job, truncate_before).
-    /// At most [`CHECKPOINTS_IN_FLIGHT_MAX`] (the core has one round in flight at a time).
-    checkpoints: VecDeque<(u64, Option<Lsn>)>,
+    /// Checkpoint jobs written by the driver and not yet reported: (job, truncate_before,
+    /// the superblock's checkpoint). At most [`CHECKPOINTS_IN_FLIGHT_MAX`] (the core has one
+    /// round in flight at a time).
+    checkpoints: VecDeque<(u64, Option<Lsn>, Lsn)>,
+    /// The checkpoint of the database's superblock on disk (the last one reported written).
+    written_checkpoint: Lsn,
+    /// The LSN of the last record handed committed (replayed, queued or, serving, proposed).
+    last_record: Lsn,
+    /// A membership change applied at this index, which the journal's snapshot must reach
+    /// before a replica it added can restore from it, and the least checkpoint that covers
+    /// every record before it (see "Membership").
+    conf_compact: Option<(u64, Lsn)>,
     /// Connections admitted to the core while serving, until the driver reports them
     /// disconnected (the core bounds its sessions; a refused connection is closed by the
     /// driver, which reports it disconnected).
@@ -385,6 +448,9 @@ pub struct Member {
     failed: bool,
     /// The database image the member waits for: no replay, no promotion until it is in.
     image: Option<ImageWait>,
+    /// Whether this replica was a voter in the membership last applied (for
+    /// [`Out::Membership`]'s `removed`).
+    was_voter: bool,
 }
 
 impl Member {
@@ -409,7 +475,12 @@ impl Member {
             // by replay: the journal's next records do not continue the core's log.)
             _ => None,
         };
+        let was_voter = replica.conf_state().voters.contains(&replica.status().id);
         Member {
+            was_voter,
+            written_checkpoint: next_lsn,
+            last_record: Lsn(next_lsn.0.saturating_sub(1)),
+            conf_compact: None,
             cfg,
             core,
             replica,
@@ -509,11 +580,79 @@ impl Member {
             Input::Checkpointed { job, result } => {
                 let ok = result.is_ok();
                 self.core_step(now_us, Input::Checkpointed { job, result }, out)?;
-                self.checkpointed(job, ok)?;
+                self.checkpointed(job, ok, out)?;
             }
             other => self.core_step(now_us, other, out)?,
         }
         self.pump(now_us, out)
+    }
+
+    /// Proposes a change of the group's membership. Only a serving leader proposes, one
+    /// change at a time (the previous one applied), and never its own removal (raft-rs's
+    /// removal of a leader is untested there: move the leadership first, then remove the old
+    /// leader from the new one). The change is committed like a record; every replica reports
+    /// it applied with [`Out::Membership`]. A replica added catches up by log, or from a
+    /// snapshot and a database image if the leader's journal was compacted past what it holds.
+    /// The replica's messages go out with the member's next step or tick.
+    pub fn propose_membership(
+        &mut self,
+        change: MembershipChange,
+    ) -> Result<Proposal, ProposeError> {
+        use raft::eraftpb::{ConfChangeSingle, ConfChangeType, ConfChangeV2};
+        let s = self.replica.status();
+        if self.halted() || !self.is_serving() {
+            return Err(ProposeError::NotLeader { leader: s.leader.filter(|l| *l != s.id) });
+        }
+        let voters = self.voters();
+        let (kind, id, context) = match change {
+            MembershipChange::Add { id, context } => {
+                if id == 0 || voters.contains(&id) {
+                    return Err(ProposeError::Membership(format!(
+                        "replica {id} cannot be added: ids start at 1 and the voters are {voters:?}"
+                    )));
+                }
+                (ConfChangeType::AddNode, id, context)
+            }
+            MembershipChange::Remove { id } => {
+                if id == s.id {
+                    return Err(ProposeError::Membership(format!(
+                        "replica {id} leads: move the leadership to another replica, then \
+                         remove it from there"
+                    )));
+                }
+                if !voters.contains(&id) {
+                    return Err(ProposeError::Membership(format!(
+                        "replica {id} is not a voter (the voters are {voters:?})"
+                    )));
+                }
+                (ConfChangeType::RemoveNode, id, Bytes::new())
+            }
+        };
+        if context.len() > MEMBERSHIP_CONTEXT_BYTES_MAX {
+            return Err(ProposeError::TooLarge {
+                len: context.len(),
+                max: MEMBERSHIP_CONTEXT_BYTES_MAX,
+            });
+        }
+        let mut single = ConfChangeSingle::default();
+        single.set_change_type(kind);
+        single.node_id = id;
+        let mut cc = ConfChangeV2::default();
+        cc.set_changes(vec![single].into());
+        cc.context = context.to_vec().into();
+        self.replica.propose_membership(cc)
+    }
+
+    /// The group's voters, as this replica has applied them.
+    pub fn voters(&self) -> Vec<u64> {
+        self.replica.conf_state().voters
+    }
+
+    /// Whether this replica is among the voters it has applied. A replica removed from its
+    /// group is not (its driver stops it); so is one that joins until the change adding it
+    /// is applied here.
+    pub fn is_voter(&self) -> bool {
+        self.voters().contains(&self.replica.status().id)
     }
 
     /// Takes a Raft message from another replica of the group. A refused one is dropped
@@ -677,7 +816,8 @@ impl Member {
                     if self.checkpoints.len() >= CHECKPOINTS_IN_FLIGHT_MAX {
                         self.checkpoints.pop_front();
                     }
-                    self.checkpoints.push_back((job.id, job.truncate_before));
+                    let at = job.superblock.checkpoint;
+                    self.checkpoints.push_back((job.id, job.truncate_before, at));
                     out.push(Out::Core(Effect::Checkpoint(job)));
                 }
                 other => out.push(Out::Core(other)),
@@ -752,7 +892,24 @@ impl Member {
             self.restored(r.index, &r.image, out)?;
         }
         for c in fx.committed {
-            let Apply::Record(bytes) = c.apply else { continue };
+            let bytes = match c.apply {
+                Apply::Record(bytes) => bytes,
+                Apply::Membership { conf, context } => {
+                    let voter = conf.voters.contains(&self.replica.status().id);
+                    let removed = self.was_voter && !voter;
+                    self.was_voter = voter;
+                    self.conf_compact = Some((c.index, self.last_record.next()));
+                    self.compact_for_membership(out)?;
+                    out.push(Out::Membership {
+                        index: c.index,
+                        voters: conf.voters,
+                        context,
+                        removed,
+                    });
+                    continue;
+                }
+                Apply::Noop => continue,
+            };
             let Some((lsn, record)) = decode_entry(&bytes) else {
                 self.failed = true;
                 return Err(MemberError::Inconsistent {
@@ -760,6 +917,7 @@ impl Member {
                     why: "an entry too short to carry its LSN".into(),
                 });
             };
+            self.last_record = lsn;
             if self.indexes.len() >= RECORD_INDEXES_MAX {
                 self.indexes.pop_front();
             }
@@ -938,11 +1096,14 @@ impl Member {
     }
 
     /// A checkpoint is written: compacts the journal below it, keeping the retained entries.
-    fn checkpointed(&mut self, job: u64, ok: bool) -> Result<(), MemberError> {
-        let Some(at) = self.checkpoints.iter().position(|(j, _)| *j == job) else {
+    fn checkpointed(&mut self, job: u64, ok: bool, out: &mut Vec<Out>) -> Result<(), MemberError> {
+        let Some(at) = self.checkpoints.iter().position(|(j, _, _)| *j == job) else {
             return Ok(());
         };
-        let (_, truncate) = self.checkpoints.remove(at).expect("found");
+        let (_, truncate, checkpoint) = self.checkpoints.remove(at).expect("found");
+        if ok {
+            self.written_checkpoint = self.written_checkpoint.max(checkpoint);
+        }
         let (true, Some(before)) = (ok, truncate) else { return Ok(()) };
         let applied = self.replica.status().applied;
         let cap = applied.saturating_sub(self.cfg.retain_entries);
@@ -954,12 +1115,64 @@ impl Member {
             self.indexes.pop_front();
             at = Some((i, lsn));
         }
-        let Some((index, lsn)) = at else { return Ok(()) };
-        // The snapshot names the least image that covers it: one whose checkpoint is past the
-        // last record compacted (this checkpoint's superblock is one).
-        match self.replica.compact_to(index, encode_image_id(lsn.next())) {
-            Ok(()) => Ok(()),
-            // A membership change after `index`: the next checkpoint compacts.
+        if let Some((index, lsn)) = at {
+            // The snapshot names the least image that covers it: one whose checkpoint is past
+            // the last record compacted (this checkpoint's superblock is one).
+            match self.replica.compact_to(index, encode_image_id(lsn.next())) {
+                // A membership change after `index`: compacted at the change below, or by a
+                // later checkpoint.
+                Ok(()) | Err(ReplicaError::Log(crate::LogError::Invalid(_))) => {}
+                Err(e) => {
+                    self.failed = true;
+                    return Err(e.into());
+                }
+            }
+        }
+        self.compact_for_membership(out)
+    }
+
+    /// Compacts the journal at the last membership change applied, once this replica's
+    /// database on disk covers every record before it, if the journal was compacted before
+    /// (see "Membership"). A leader then sends replicas the change added a snapshot they can
+    /// restore (raft-rs refuses one whose membership lacks the replica), instead of the one it
+    /// kept from before the change; peers it was sending the old one are told it failed, so
+    /// it sends the new one.
+    fn compact_for_membership(&mut self, out: &mut Vec<Out>) -> Result<(), MemberError> {
+        let Some((index, need)) = self.conf_compact else { return Ok(()) };
+        let snapshot = self.replica.status().snapshot_index;
+        if snapshot >= index {
+            self.conf_compact = None;
+            self.replica.resend_stale_snapshots();
+            return Ok(());
+        }
+        if snapshot == 0 {
+            // Never compacted: a new replica gets every entry from the first, membership
+            // changes included, and rebuilds the membership from its founders' as it applies.
+            self.conf_compact = None;
+            return Ok(());
+        }
+        if self.replica.status().applied < index {
+            return Ok(());
+        }
+        if self.written_checkpoint < need {
+            // Compacting now would make this replica's own recovery need a record the journal
+            // no longer holds: install until a checkpoint covers them. (The group may commit
+            // nothing meanwhile: a replica just added may be needed for a majority, and it
+            // cannot catch up before this compaction.)
+            if !self.core.round_in_flight() && self.image.is_none() {
+                let mut fx = Vec::new();
+                self.core.start_round(&mut fx);
+                self.route(fx, out)?;
+            }
+            return Ok(());
+        }
+        match self.replica.compact_to(index, encode_image_id(need)) {
+            Ok(()) => {
+                self.conf_compact = None;
+                self.replica.resend_stale_snapshots();
+                Ok(())
+            }
+            // A later membership change was applied meanwhile: it set its own target.
             Err(ReplicaError::Log(crate::LogError::Invalid(_))) => Ok(()),
             Err(e) => {
                 self.failed = true;

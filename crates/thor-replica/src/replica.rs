@@ -140,8 +140,15 @@ pub struct Proposal {
 pub enum Apply {
     /// Apply this record (a proposal's bytes).
     Record(Bytes),
-    /// The group's membership changed to this (already applied to Raft and journalled).
-    Membership(ConfState),
+    /// The group's membership changed to `conf` (already applied to Raft and journalled);
+    /// `context` is what the proposer attached to the change (a thor server puts the added
+    /// replica's address there).
+    Membership {
+        /// The membership now.
+        conf: ConfState,
+        /// The change's context bytes.
+        context: Bytes,
+    },
     /// Nothing: the empty entry a new leader commits to learn its commit index.
     Noop,
 }
@@ -374,6 +381,27 @@ impl Replica {
         self.node.raft.prs().conf().to_conf_state()
     }
 
+    /// Tells raft-rs that every snapshot it is sending (a peer in snapshot state) older than
+    /// the journal's snapshot failed, so that it sends the newer one. A replica added to the
+    /// group refuses a snapshot whose membership lacks it, and raft-rs would otherwise wait
+    /// for that one for ever.
+    pub fn resend_stale_snapshots(&mut self) {
+        let index = self.node.raft.raft_log.store.snapshot_index();
+        let stale: Vec<u64> = self
+            .node
+            .raft
+            .prs()
+            .iter()
+            .filter(|(_, pr)| {
+                pr.state == raft::ProgressState::Snapshot && pr.pending_snapshot < index
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stale {
+            self.node.report_snapshot(id, raft::SnapshotStatus::Failure);
+        }
+    }
+
     /// Tells raft-rs how sending a snapshot to `to` went: a transport that lost the message
     /// reports [`raft::SnapshotStatus::Failure`], so the leader sends another instead of
     /// waiting for ever.
@@ -447,6 +475,13 @@ impl Replica {
     /// like a record; [`Apply::Membership`] reports it applied.
     pub fn propose_membership(&mut self, change: ConfChangeV2) -> Result<Proposal, ProposeError> {
         self.check_can_propose()?;
+        if self.node.raft.has_pending_conf() {
+            // raft-rs would turn it into an empty entry silently (its proposal then looks
+            // acknowledged though nothing changed): refuse it here instead.
+            return Err(ProposeError::Membership(
+                "a membership change is still being applied; retry once it is".into(),
+            ));
+        }
         let before = self.node.raft.raft_log.last_index();
         self.node
             .propose_conf_change(Vec::new(), change)
@@ -677,13 +712,13 @@ impl Replica {
                     let cc = ConfChange::parse_from_bytes(&e.data).map_err(|err| {
                         ReplicaError::Raft(format!("conf change {}: {err}", e.index))
                     })?;
-                    self.apply_membership(&cc)?
+                    self.apply_membership(&cc, Bytes::copy_from_slice(&cc.context))?
                 }
                 EntryType::EntryConfChangeV2 => {
                     let cc = ConfChangeV2::parse_from_bytes(&e.data).map_err(|err| {
                         ReplicaError::Raft(format!("conf change {}: {err}", e.index))
                     })?;
-                    self.apply_membership(&cc)?
+                    self.apply_membership(&cc, Bytes::copy_from_slice(&cc.context))?
                 }
             };
             if let Some(term) = self.proposals.remove(&e.index) {
@@ -707,6 +742,7 @@ impl Replica {
     fn apply_membership(
         &mut self,
         cc: &impl raft_proto::ConfChangeI,
+        context: Bytes,
     ) -> Result<Apply, ReplicaError> {
         let cs = self
             .node
@@ -715,7 +751,7 @@ impl Replica {
         self.node.mut_store().set_conf_state(cs.clone())?;
         self.applied_conf = cs.clone();
         self.applied_conf_index = self.applied + 1;
-        Ok(Apply::Membership(cs))
+        Ok(Apply::Membership { conf: cs, context })
     }
 
     /// Overrides raft-rs's thread-random election timeout with the seeded one for the current

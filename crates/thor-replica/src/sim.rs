@@ -589,7 +589,7 @@ impl Cluster {
         for c in &fx.committed {
             let record = match &c.apply {
                 Apply::Record(r) => Some(r.clone()),
-                Apply::Membership(_) | Apply::Noop => None,
+                Apply::Membership { .. } | Apply::Noop => None,
             };
             let got = Fixed { term: c.term, record: record.clone() };
             match self.fixed.get(&c.index) {

@@ -4,8 +4,10 @@
 
 mod group;
 
+use bytes::Bytes;
 use group::{COMMIT_TICKS_MAX, Group, GroupConfig, SERVE_TICKS_MAX};
 use thor_replica::member::Phase;
+use thor_replica::{MembershipChange, ProposeError};
 use thor_wire::{ErrorCode, ReplyBody};
 
 /// Seeds each scenario runs.
@@ -208,6 +210,98 @@ fn lagging_replica_catches_up_from_snapshot() {
         }
         assert_eq!(g.acked.len(), 125, "seed {seed}");
     }
+}
+
+/// A replica dies for good and the operator replaces it online: a new replica (an empty
+/// database, a journal with the founders' membership) is added, then the dead one removed,
+/// while the group commits. The new replica catches up by log, or, once the journals were
+/// compacted, from a snapshot and a database image; it ends with the same pages, and the group
+/// of three it now forms survives the loss of its leader.
+#[test]
+fn replace_dead_replica_online() {
+    for seed in 0..SEEDS / 2 {
+        for retain in [1_000, 10] {
+            let mut cfg = GroupConfig::new(3, seed);
+            cfg.retain_entries = retain;
+            let mut g = Group::new(cfg);
+            let leader = g.elect();
+            g.commit_n(0, 5);
+            let dead = g.ids().into_iter().find(|i| *i != leader).unwrap();
+            g.crash(dead);
+            g.commit_n(100, 60);
+            g.add_node(4);
+            let add = Bytes::from_static(b"127.0.0.1:7004");
+            g.propose_membership(MembershipChange::Add { id: 4, context: add.clone() })
+                .unwrap_or_else(|e| panic!("seed {seed}: adding 4: {e}"));
+            // A second change before the first applies is refused, not dropped silently.
+            let again = g.propose_membership(MembershipChange::Remove { id: dead });
+            assert!(matches!(again, Err(ProposeError::Membership(_))), "seed {seed}: {again:?}");
+            let has = |g: &Group, r: u64, v: u64, yes: bool| {
+                g.memberships
+                    .iter()
+                    .rev()
+                    .find(|(at, _)| *at == r)
+                    .is_some_and(|(_, vs)| vs.contains(&v) == yes)
+            };
+            assert!(
+                g.run_until(COMMIT_TICKS_MAX, |g| g.serving().is_some_and(|l| has(g, l, 4, true))),
+                "seed {seed} retain {retain}: the leader applied the addition"
+            );
+            // Four voters, one dead: every commit now needs the new replica.
+            g.commit_n(200, 10);
+            g.propose_membership(MembershipChange::Remove { id: dead })
+                .unwrap_or_else(|e| panic!("seed {seed}: removing {dead}: {e}"));
+            assert!(
+                g.run_until(COMMIT_TICKS_MAX, |g| has(g, 4, dead, false)),
+                "seed {seed} retain {retain}: the new replica applied the removal"
+            );
+            g.commit_n(300, 10);
+            g.settle();
+            if retain == 10 {
+                assert!(g.images >= 1, "seed {seed}: the new replica needed an image");
+            }
+            let leader = g.serving().expect("a leader serves");
+            g.check_acked_at(4);
+            assert_eq!(g.pages(4), g.pages(leader), "seed {seed} retain {retain}");
+            let voters = g.member(4).unwrap().voters();
+            assert_eq!(voters.len(), 3, "seed {seed}: {voters:?}");
+            assert!(!voters.contains(&dead) && g.member(4).unwrap().is_voter(), "seed {seed}");
+            // The new group of three loses its leader and goes on.
+            g.crash(leader);
+            g.commit_n(400, 5);
+            let now = g.serving().expect("a new leader serves");
+            assert_ne!(now, leader);
+            g.settle();
+            for id in voters.iter().filter(|i| **i != leader) {
+                g.check_acked_at(*id);
+            }
+            assert_eq!(g.acked.len(), 90, "seed {seed} retain {retain}");
+        }
+    }
+}
+
+/// The leader refuses membership changes that would break the group or that raft-rs would
+/// drop: its own removal, a replica that is no voter, an id already a voter or 0.
+#[test]
+fn membership_changes_that_cannot_be_made_are_refused() {
+    let mut g = Group::new(GroupConfig::new(3, 7));
+    let leader = g.elect();
+    let refused = |r: Result<_, ProposeError>| matches!(r, Err(ProposeError::Membership(_)));
+    assert!(refused(g.propose_membership(MembershipChange::Remove { id: leader })));
+    assert!(refused(g.propose_membership(MembershipChange::Remove { id: 9 })));
+    let other = g.ids().into_iter().find(|i| *i != leader).unwrap();
+    let add = |id| MembershipChange::Add { id, context: Bytes::new() };
+    assert!(refused(g.propose_membership(add(other))));
+    assert!(refused(g.propose_membership(add(0))));
+    let big = MembershipChange::Add { id: 5, context: Bytes::from(vec![0u8; 4096]) };
+    assert!(matches!(g.propose_membership(big), Err(ProposeError::TooLarge { .. })));
+    // A follower proposes nothing: it names the leader.
+    let r = g.propose_membership_at(other, add(5));
+    assert!(matches!(r, Err(ProposeError::NotLeader { leader: Some(l) }) if l == leader), "{r:?}");
+    // None of it changed anything: the group commits as before.
+    g.commit_n(0, 3);
+    assert_eq!(g.member(leader).unwrap().voters(), vec![1, 2, 3]);
+    assert_eq!(g.acked.len(), 3);
 }
 
 /// A group of three whose follower missed 100 commits while the journals keep 10 entries, so

@@ -457,6 +457,8 @@ impl World {
                     }
                     self.run_mut(id).0.image_installed(now_us, got, &mut more)
                 }
+                // This world never changes its membership.
+                Out::Membership { .. } => Ok(()),
                 Out::Restart(_) => {
                     // As a process restart: nothing lost from the disk, connections broken.
                     self.nodes.get_mut(&id).expect("known").run = None;

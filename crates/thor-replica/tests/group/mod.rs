@@ -65,6 +65,8 @@ struct Node {
     disk: MemDisk,
     member: Option<Member>,
     disk_side: Option<DiskSide>,
+    /// Removed from the group (it applied a membership without itself): never restarted.
+    removed: bool,
 }
 
 /// An acknowledged commit: the object it created and its bytes.
@@ -108,6 +110,8 @@ pub struct Group {
     pub refusals: Vec<String>,
     /// Connections' replies seen: (replica, conn) → the replies.
     pub replies: BTreeMap<(u64, u64), Vec<thor_wire::Reply>>,
+    /// Membership changes each replica applied: (replica, the voters after).
+    pub memberships: Vec<(u64, Vec<u64>)>,
 }
 
 impl Group {
@@ -131,11 +135,12 @@ impl Group {
             image_failures: 0,
             refusals: Vec::new(),
             replies: BTreeMap::new(),
+            memberships: Vec::new(),
         };
         for id in 1..=cfg.replicas {
             let disk = MemDisk::with_sector_bytes(64);
             io::create(&disk, 4096, ServerId(1)).expect("create");
-            g.nodes.insert(id, Node { disk, member: None, disk_side: None });
+            g.nodes.insert(id, Node { disk, member: None, disk_side: None, removed: false });
             g.start(id);
         }
         g
@@ -237,9 +242,44 @@ impl Group {
     }
 
     pub fn restart(&mut self, id: u64) {
-        if !self.is_up(id) {
+        if !self.is_up(id) && !self.nodes[&id].removed {
             self.start(id);
         }
+    }
+
+    /// A new replica `id` with an empty database (as every founder's was) and an empty
+    /// journal bootstrapped with the founders' membership, so that replaying the group's log
+    /// from its first entry rebuilds the membership; it is no voter (and never campaigns)
+    /// until a change adding it applies. It waits for the leader's entries or snapshot.
+    pub fn add_node(&mut self, id: u64) {
+        assert!(!self.nodes.contains_key(&id), "replica {id} exists");
+        let disk = MemDisk::with_sector_bytes(64);
+        io::create(&disk, 4096, ServerId(1)).expect("create");
+        self.nodes.insert(id, Node { disk, member: None, disk_side: None, removed: false });
+        self.start(id);
+    }
+
+    /// Proposes `change` at the serving leader; its answer.
+    pub fn propose_membership(
+        &mut self,
+        change: thor_replica::MembershipChange,
+    ) -> Result<thor_replica::Proposal, thor_replica::ProposeError> {
+        let id = self.elect();
+        self.propose_membership_at(id, change)
+    }
+
+    /// Proposes `change` at replica `id`, whatever its role; its answer.
+    pub fn propose_membership_at(
+        &mut self,
+        id: u64,
+        change: thor_replica::MembershipChange,
+    ) -> Result<thor_replica::Proposal, thor_replica::ProposeError> {
+        self.member_mut(id).propose_membership(change)
+    }
+
+    /// Whether replica `id` was removed from the group.
+    pub fn is_removed(&self, id: u64) -> bool {
+        self.nodes[&id].removed
     }
 
     fn drop_tickets_of(&mut self, id: u64) {
@@ -414,6 +454,19 @@ impl Group {
                 Out::FetchImage { lsn, .. } => {
                     let got = self.fetch_image(id, lsn);
                     self.member_mut(id).image_installed(now_us, got, &mut more)
+                }
+                Out::Membership { voters, removed, .. } => {
+                    self.memberships.push((id, voters));
+                    if removed {
+                        // Removed from the group: its driver stops it for good.
+                        let node = self.nodes.get_mut(&id).expect("known");
+                        node.member = None;
+                        node.disk_side = None;
+                        node.removed = true;
+                        self.drop_tickets_of(id);
+                        return;
+                    }
+                    Ok(())
                 }
                 Out::Restart(_) => {
                     self.restarts += 1;
