@@ -107,6 +107,12 @@ pub const CHECKPOINTS_IN_FLIGHT_MAX: usize = 4;
 /// the next call.
 pub const MEMBER_PUMP_ROUNDS_MAX: usize = 16;
 
+/// Answers a serving leader holds until the group confirms it still leads (see `member`'s
+/// "Answers given alone"). The core bounds them already (one answer per commit, resume or
+/// vote, and those are bounded by its sessions, validation queue and two-phase tables); past
+/// this the member stops (`Restart`), loudly, rather than grow.
+pub const HELD_ANSWERS_MAX: usize = 1 << 16;
+
 /// Journal entries a member keeps below what its checkpoints allow compacting by default,
 /// so that a replica that lags by fewer catches up by log, without copying a database image
 /// (a whole page file). Ten thousand commit records are tens of megabytes at most for

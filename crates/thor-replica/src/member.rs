@@ -56,6 +56,29 @@
 //! resend). Every other effect (replies, page reads, install rounds, checkpoints, peer
 //! messages) passes through to the driver ([`Out::Core`]).
 //!
+//! # Answers given alone
+//!
+//! A leader cut off from its group goes on believing it leads until check-quorum deposes it
+//! (up to two election timeouts), and a newer leader may be elected and commit meanwhile.
+//! What the old one answers through Raft is safe (a commit it proposes is never acknowledged
+//! once it lost its term), but some answers log nothing: a read-only commit validated on its
+//! own state, a resumed session's outcome, a read-only part's yes vote, a decision a
+//! coordinator gives from its tables, an embedded call's result. Given by a deposed leader,
+//! each may rest on a state a newer leader has moved past (an audit that misses a transfer
+//! the new leader committed at another server; a presumed abort of a transaction the new
+//! leader has a commit record for). So the member holds every such answer a serving core
+//! gives, except those a durability report releases (their entries were acknowledged by a
+//! majority in this leader's term just then), and asks the group to confirm it still leads
+//! ([`Replica::confirm_leadership`]: raft-rs's read index in its safe mode, a heartbeat round
+//! a majority answers, asked after the answers were produced). Confirmed, they go out; a
+//! member that stops drops them, and their receivers learn the outcome on the new leader as
+//! they do for a lost proposal. What follows a held answer to the same receiver is held behind
+//! it, so each receiver sees its answers in order. The core runs as a replica
+//! ([`Core::serve_as_replica`]): it never stamps replies *settled*, so a client never commits
+//! a read-only transaction on what a replica said alone. Page fetches are not held: a stale
+//! page read is caught when the transaction that read it commits. The cost is a heartbeat
+//! round trip on read-only commits, shared by every answer held meanwhile.
+//!
 //! # Checkpoints are compaction
 //!
 //! A checkpoint's superblock says records below its LSN are installed. When the core reports
@@ -148,8 +171,8 @@ use thor_wire::{ErrorCode, Reply, ReplyBody, RequestBody, version::VERSION_GROUP
 
 use crate::error::{ProposeError, ReplicaError};
 use crate::limits::{
-    APPLY_QUEUE_BYTES_MAX, CHECKPOINTS_IN_FLIGHT_MAX, IMAGE_FETCHES_MAX, IMAGE_RETRY_TICKS,
-    MEMBER_PUMP_ROUNDS_MAX, MEMBERSHIP_CONTEXT_BYTES_MAX, RECORD_INDEXES_MAX,
+    APPLY_QUEUE_BYTES_MAX, CHECKPOINTS_IN_FLIGHT_MAX, HELD_ANSWERS_MAX, IMAGE_FETCHES_MAX,
+    IMAGE_RETRY_TICKS, MEMBER_PUMP_ROUNDS_MAX, MEMBERSHIP_CONTEXT_BYTES_MAX, RECORD_INDEXES_MAX,
     RETAINED_ENTRIES_DEFAULT,
 };
 use crate::replica::{Apply, Effects, Proposal, Replica, ReplicaStatus, Role};
@@ -214,6 +237,9 @@ pub enum Restart {
         /// The term it served.
         term: u64,
     },
+    /// It held more answers waiting for a leadership confirmation than
+    /// [`HELD_ANSWERS_MAX`] (the group does not answer it).
+    Unconfirmed,
     /// A proposal of its was lost or undecided: its commit (and every later one) will never be
     /// acknowledged here.
     ProposalLost(Proposal),
@@ -440,6 +466,12 @@ pub struct Member {
     /// before a replica it added can restore from it, and the least checkpoint that covers
     /// every record before it (see "Membership").
     conf_compact: Option<(u64, Lsn)>,
+    /// Answers a serving leader gave alone, held until the group confirms it still leads: (the
+    /// confirmation they wait for, the effect). See "Answers given alone".
+    held: VecDeque<(u64, Effect)>,
+    /// The confirmation the next held answers wait for (asked once the step that produced them
+    /// ends).
+    confirm_next: u64,
     /// Connections admitted to the core while serving, until the driver reports them
     /// disconnected (the core bounds its sessions; a refused connection is closed by the
     /// driver, which reports it disconnected).
@@ -461,7 +493,8 @@ impl Member {
     ///
     /// A replica whose journal holds a snapshot that the database does not reach (it crashed
     /// while waiting for an image, or before the image was in) asks for the image first.
-    pub fn open(cfg: MemberConfig, core: Core, replica: Replica) -> Member {
+    pub fn open(cfg: MemberConfig, mut core: Core, replica: Replica) -> Member {
+        core.serve_as_replica();
         let next_lsn = core.checkpoint();
         let image = match decode_image_id(&replica.snapshot_image()) {
             Ok(Some(lsn)) if lsn > next_lsn => Some(ImageWait {
@@ -481,6 +514,8 @@ impl Member {
             written_checkpoint: next_lsn,
             last_record: Lsn(next_lsn.0.saturating_sub(1)),
             conf_compact: None,
+            held: VecDeque::new(),
+            confirm_next: 1,
             cfg,
             core,
             replica,
@@ -742,10 +777,12 @@ impl Member {
         w.asked = false;
         let why = match result {
             Ok(sb) if sb.checkpoint >= w.lsn => {
-                let core = Core::new(self.core.config().clone(), sb)
+                let mut core = Core::new(self.core.config().clone(), sb)
                     .inspect_err(|_| self.failed = true)?;
+                core.serve_as_replica();
                 self.core = core;
                 self.next_lsn = self.core.checkpoint();
+                self.written_checkpoint = self.next_lsn;
                 self.durable = Lsn(self.next_lsn.0.saturating_sub(1));
                 // The old core's checkpoints are no longer this database's.
                 self.checkpoints.clear();
@@ -801,9 +838,47 @@ impl Member {
         input: Input,
         out: &mut Vec<Out>,
     ) -> Result<(), MemberError> {
+        // Answers produced by a durability report are confirmed by the commit itself: the
+        // entries were acknowledged by a majority in this leader's term just now.
+        let confirmed = matches!(input, Input::Durable { .. });
         let mut fx = Vec::new();
         self.core.step(now_us, input, &mut fx);
-        self.route(fx, out)
+        if confirmed || !self.is_serving() {
+            return self.route(fx, out);
+        }
+        let ctx = self.confirm_next;
+        let mut rest = Vec::with_capacity(fx.len());
+        let mut any = false;
+        for e in fx {
+            // What follows a held answer on the same connection (or to the same peer, or any
+            // embedded call's result) is held behind it, so that each receiver sees its
+            // answers in the order the core gave them.
+            if answers_alone(&e) || self.held.iter().any(|(_, h)| same_receiver(h, &e)) {
+                if self.held.len() >= HELD_ANSWERS_MAX {
+                    self.stop(Restart::Unconfirmed, out);
+                    return Ok(());
+                }
+                self.held.push_back((ctx, e));
+                any = true;
+            } else {
+                rest.push(e);
+            }
+        }
+        self.route(rest, out)?;
+        if any {
+            // One confirmation for everything held in this step, asked after it was produced.
+            self.replica.confirm_leadership(ctx);
+            self.confirm_next += 1;
+        }
+        Ok(())
+    }
+
+    /// Releases the answers held for confirmations up to `ctx`.
+    fn release_confirmed(&mut self, ctx: u64, out: &mut Vec<Out>) {
+        while self.held.front().is_some_and(|(c, _)| *c <= ctx) {
+            let (_, e) = self.held.pop_front().expect("front");
+            out.push(Out::Core(e));
+        }
     }
 
     /// Routes core effects: appends become proposals, checkpoints are noted, the rest goes to
@@ -856,6 +931,9 @@ impl Member {
     }
 
     fn stop(&mut self, why: Restart, out: &mut Vec<Out>) {
+        // Answers never confirmed are never given: their clients learn the outcome on the
+        // group's leader, as for a commit whose proposal was lost.
+        self.held.clear();
         if self.phase != Phase::Stopped {
             self.phase = Phase::Stopped;
             out.push(Out::Restart(why));
@@ -888,6 +966,11 @@ impl Member {
 
     fn handle(&mut self, fx: Effects, out: &mut Vec<Out>) -> Result<(), MemberError> {
         out.extend(fx.messages.into_iter().map(Out::Send));
+        if let Some(&ctx) = fx.confirmed.iter().max()
+            && self.is_serving()
+        {
+            self.release_confirmed(ctx, out);
+        }
         if let Some(r) = fx.restore {
             self.restored(r.index, &r.image, out)?;
         }
@@ -1179,6 +1262,35 @@ impl Member {
                 Err(e.into())
             }
         }
+    }
+}
+
+/// Whether a core effect answers a client or a peer with something a deposed leader could get
+/// wrong when it answers alone (see "Answers given alone"): a commit or a two-phase part
+/// accepted, a resumed session's outcome, a vote or a decision, an embedded call's result.
+fn answers_alone(e: &Effect) -> bool {
+    use thor_wire::PeerMsg;
+    match e {
+        Effect::Reply { reply, .. } => matches!(
+            reply.body,
+            ReplyBody::CommitOk { .. } | ReplyBody::Prepared { .. } | ReplyBody::Resumed(_)
+        ),
+        Effect::Peer { msg, .. } => {
+            matches!(msg, PeerMsg::Vote { yes: true, .. } | PeerMsg::Decide { .. })
+        }
+        Effect::Done { .. } => true,
+        _ => false,
+    }
+}
+
+/// Whether two effects go to the same receiver: a connection, a peer server, or the embedded
+/// caller (whose results the driver hands out in order).
+fn same_receiver(a: &Effect, b: &Effect) -> bool {
+    match (a, b) {
+        (Effect::Reply { conn: x, .. }, Effect::Reply { conn: y, .. }) => x == y,
+        (Effect::Peer { to: x, .. }, Effect::Peer { to: y, .. }) => x == y,
+        (Effect::Done { .. }, Effect::Done { .. }) => true,
+        _ => false,
     }
 }
 

@@ -213,6 +213,9 @@ pub struct Effects {
     /// Journalled records wait for [`Replica::persist`] (only after [`Replica::ready`];
     /// [`Replica::advance`] persists them itself).
     pub needs_sync: bool,
+    /// Leadership confirmations asked with [`Replica::confirm_leadership`] that a majority
+    /// answered: this replica led its term at some moment after each was asked.
+    pub confirmed: Vec<u64>,
 }
 
 impl Effects {
@@ -234,6 +237,7 @@ impl Effects {
         self.acknowledged.extend(later.acknowledged);
         self.lost.extend(later.lost);
         self.undecided.extend(later.undecided);
+        self.confirmed.extend(later.confirmed);
         self.role = later.role.or(self.role);
         self.messages_dropped += later.messages_dropped;
         self.needs_sync = later.needs_sync;
@@ -379,6 +383,16 @@ impl Replica {
     /// The current membership as raft-rs sees it.
     pub fn conf_state(&self) -> ConfState {
         self.node.raft.prs().conf().to_conf_state()
+    }
+
+    /// Asks the group to confirm that this replica still leads (raft-rs's read index, in its
+    /// safe mode: a round of heartbeats a majority answers): [`Effects::confirmed`] reports
+    /// `ctx` once a majority answered a heartbeat sent after this call, so this replica led
+    /// its term at some moment after it. Contexts are confirmed in the order asked; one that
+    /// never is (the replica lost its term, or a message was lost) is simply never reported:
+    /// ask again with a later one.
+    pub fn confirm_leadership(&mut self, ctx: u64) {
+        self.node.read_index(ctx.to_be_bytes().to_vec());
     }
 
     /// Tells raft-rs that every snapshot it is sending (a peer in snapshot state) older than
@@ -592,6 +606,12 @@ impl Replica {
             let snapshot = !rd.snapshot().is_empty();
             if snapshot {
                 self.install(&mut fx, rd.snapshot().clone())?;
+            }
+            for rs in rd.take_read_states() {
+                // Only this replica's own contexts: eight bytes each.
+                if let Ok(b) = <[u8; 8]>::try_from(rs.request_ctx.as_slice()) {
+                    fx.confirmed.push(u64::from_be_bytes(b));
+                }
             }
             let committed = rd.take_committed_entries();
             self.apply(&mut fx, committed)?;

@@ -6,6 +6,7 @@ mod group;
 
 use bytes::Bytes;
 use group::{COMMIT_TICKS_MAX, Group, GroupConfig, SERVE_TICKS_MAX};
+use thor_core::Oref;
 use thor_replica::member::Phase;
 use thor_replica::{MembershipChange, ProposeError};
 use thor_wire::{ErrorCode, ReplyBody};
@@ -131,6 +132,12 @@ fn new_leader_serves_after_failover() {
         // The new leader admits a client.
         let replies = g.hello(second, 9, thor_wire::WIRE_VERSION);
         assert!(matches!(&replies[0].body, ReplyBody::HelloOk(_)), "seed {seed}: {replies:?}");
+        // A replica never says settled: a client sends its read-only commits to the leader,
+        // which answers once the group confirms it leads (deposed_leader_answers_nothing_alone).
+        assert!(
+            replies.iter().all(|r| r.seen.as_ref().is_none_or(|s| !s.settled)),
+            "seed {seed}: {replies:?}"
+        );
         g.restart(first);
         g.settle();
         for id in g.ids() {
@@ -209,6 +216,39 @@ fn lagging_replica_catches_up_from_snapshot() {
             assert_eq!(g.pages(*id), first, "seed {seed}: replica {id}'s pages");
         }
         assert_eq!(g.acked.len(), 125, "seed {seed}");
+    }
+}
+
+/// A leader cut off from its group believes it leads until check-quorum deposes it, and a
+/// newer leader may commit meanwhile. What it would answer alone (a read-only commit, validated
+/// on its own state and logging nothing) is held until the group confirms it still leads, so
+/// the cut-off leader never answers it; a leader that reaches its group answers after a round
+/// of heartbeats.
+#[test]
+fn deposed_leader_answers_nothing_alone() {
+    for seed in 0..SEEDS {
+        let mut g = Group::new(GroupConfig::new(3, seed));
+        let leader = g.elect();
+        let reads: Vec<Oref> = g.commit_n(0, 3).iter().map(|a| a.oref).collect();
+        let t = g.submit_read_only(leader, reads.clone());
+        assert_eq!(g.answer(t), None, "seed {seed}: answered before the group confirmed");
+        assert!(g.run_until(COMMIT_TICKS_MAX, |g| g.answer(t).is_some()), "seed {seed}");
+        assert!(matches!(g.answer(t), Some(Some(_))), "seed {seed}: {:?}", g.answer(t));
+
+        let others: Vec<u64> = g.ids().into_iter().filter(|i| *i != leader).collect();
+        g.partition(&[&[leader], &others]);
+        let t = g.submit_read_only(leader, reads.clone());
+        assert!(
+            g.run_until(SERVE_TICKS_MAX, |g| g.serving().is_some_and(|l| l != leader)),
+            "seed {seed}: the majority elects a new leader"
+        );
+        // The new leader commits while the old one may still think it leads.
+        assert!(g.commit(100, COMMIT_TICKS_MAX).is_some(), "seed {seed}");
+        assert!(
+            g.run_until(SERVE_TICKS_MAX, |g| !g.member(leader).is_some_and(|m| m.is_serving())),
+            "seed {seed}: check-quorum deposes the cut-off leader"
+        );
+        assert_eq!(g.answer(t), Some(None), "seed {seed}: the cut-off leader answered alone");
     }
 }
 

@@ -366,6 +366,16 @@ impl Group {
         ticket
     }
 
+    /// Submits a read-only commit of what `reads` names to replica `id`; its ticket.
+    pub fn submit_read_only(&mut self, id: u64, reads: Vec<Oref>) -> u64 {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.outstanding.insert(ticket, (id, Bytes::new()));
+        let op = DirectOp::Commit(CommitIn { reads, ..CommitIn::default() });
+        self.step(id, Input::Direct { ticket, op });
+        ticket
+    }
+
     /// The answer to `ticket`: `None` while outstanding, `Some(None)` refused or abandoned.
     pub fn answer(&self, ticket: u64) -> Option<Option<Acked>> {
         self.answers.get(&ticket).cloned()
@@ -551,6 +561,10 @@ impl Group {
                 let (r, bytes) = self.outstanding.remove(&ticket)?;
                 assert_eq!(r, id, "answered by the replica asked");
                 let a = match result {
+                    // A read-only commit (`submit_read_only`): nothing created.
+                    DirectResult::Committed(Ok(out)) if bytes.is_empty() => {
+                        Some(Acked { oref: Oref::NULL, lsn: out.lsn, bytes })
+                    }
                     DirectResult::Committed(Ok(out)) => {
                         let a = Acked { oref: out.created[1], lsn: out.lsn, bytes };
                         self.acked.push(a.clone());

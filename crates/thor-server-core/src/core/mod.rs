@@ -893,6 +893,13 @@ impl Core {
             && self.queue.is_empty()
     }
 
+    /// Makes this core one replica of a replica group: it never stamps replies *settled*
+    /// (see `TwoPc::replicated`), so clients send it their read-only transactions. The group
+    /// member (`thor_replica::Member`) calls it when it opens.
+    pub fn serve_as_replica(&mut self) {
+        self.twopc.replicated = true;
+    }
+
     /// The checkpoint of the last superblock the core handed out: the log below it is no
     /// longer needed.
     pub fn checkpoint(&self) -> Lsn {

@@ -389,6 +389,12 @@ pub(crate) struct TwoPc {
     /// (`Core::read_only_settled`): a writing part at or below it is refused, since a client
     /// may have committed a read-only transaction serialized after it on what it read.
     pub settled_floor: Timestamp,
+    /// The core runs as one replica of a replica group (`Core::serve_as_replica`): it never
+    /// says settled, since a leader that lost its term without knowing it yet would say so on
+    /// a state a newer leader has moved past, and a client would commit a read-only
+    /// transaction on it alone. Its read-only transactions come to the server, whose answer
+    /// the group member gives only once the group confirms it still leads.
+    pub replicated: bool,
     /// The read-only parts validated here that voted yes to a coordinator, with when, kept
     /// for the vote timeout (after it the coordinator asks no more) and at most
     /// [`crate::limits::TWOPC_READ_ONLY_YES_MAX`]: asked again for its vote (the first was
@@ -756,7 +762,9 @@ impl Core {
     /// survive it.
     pub(super) fn read_only_settled(&self) -> bool {
         let me = self.me();
-        !self.twopc.cfg.peers.iter().any(|&p| p != me) && self.twopc.parts.is_empty()
+        !self.twopc.replicated
+            && !self.twopc.cfg.peers.iter().any(|&p| p != me)
+            && self.twopc.parts.is_empty()
     }
 
     /// The section of the prepare record for the head of the queue.
