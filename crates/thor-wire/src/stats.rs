@@ -324,6 +324,50 @@ server_stats! {
     /// Two-phase transactions this server coordinated that it aborted because the client's
     /// prepare did not come within the prepare wait while participants' votes had.
     twopc_prepares_missed: u64,
+    /// Replica groups (version 10): this server's replica id in its group; 0 for a server
+    /// that is no replica (every `group_` counter is then 0).
+    group_replica_id: u64,
+    /// The voters of the group, as this replica applied its membership.
+    group_voters: u64,
+    /// This replica's role: [`GROUP_ROLE_FOLLOWER`], [`GROUP_ROLE_CANDIDATE`],
+    /// [`GROUP_ROLE_PROMOTING`] (leads, not serving yet) or [`GROUP_ROLE_SERVING`].
+    group_role: u64,
+    /// Its Raft term.
+    group_term: u64,
+    /// The replica it knows leads the term (0: none known).
+    group_leader: u64,
+    /// Raft's commit index here: the last entry it knows a majority holds.
+    group_commit_index: u64,
+    /// The last entry applied here (replayed into its database, or a leader's own).
+    group_applied_index: u64,
+    /// On a leader: the most entries a voter lacks of the commit index (0 elsewhere).
+    group_lag_max: u64,
+    /// Times this replica was reopened from its disk since the process started (deposed as
+    /// leader, a proposal lost).
+    group_restarts: u64,
+    /// Database images copied onto this replica (it lagged behind what the journals keep).
+    group_images_installed: u64,
+}
+
+/// `ServerStats::group_role` of a follower (or a replica added and not yet a voter).
+pub const GROUP_ROLE_FOLLOWER: u64 = 1;
+/// `ServerStats::group_role` of a candidate (or pre-candidate) in an election.
+pub const GROUP_ROLE_CANDIDATE: u64 = 2;
+/// `ServerStats::group_role` of a leader that does not serve yet (it replays what was
+/// committed before its term, or reads its tail page).
+pub const GROUP_ROLE_PROMOTING: u64 = 3;
+/// `ServerStats::group_role` of the leader that serves clients.
+pub const GROUP_ROLE_SERVING: u64 = 4;
+
+/// [`ServerStats::group_role`] as a word (`-` for a server that is no replica).
+pub fn group_role_name(role: u64) -> &'static str {
+    match role {
+        GROUP_ROLE_FOLLOWER => "follower",
+        GROUP_ROLE_CANDIDATE => "candidate",
+        GROUP_ROLE_PROMOTING => "promoting",
+        GROUP_ROLE_SERVING => "leader",
+        _ => "-",
+    }
 }
 
 /// `ServerStats::health` of a server that serves.

@@ -180,7 +180,7 @@ pub fn request() -> impl Strategy<Value = Request> {
 }
 
 fn stats() -> impl Strategy<Value = ServerStats> {
-    (vec(any::<u64>(), 99), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
+    (vec(any::<u64>(), 109), -1e12f64..1e12, 0f64..1e6).prop_map(|(w, a, b)| ServerStats {
         commits: w[0],
         versions_committed: w[1],
         objects_created: w[2],
@@ -282,6 +282,16 @@ fn stats() -> impl Strategy<Value = ServerStats> {
         leaf_merges: w[96],
         leaf_merges_refused: w[97],
         twopc_prepares_missed: w[98],
+        group_replica_id: w[99],
+        group_voters: w[100],
+        group_role: w[101],
+        group_term: w[102],
+        group_leader: w[103],
+        group_commit_index: w[104],
+        group_applied_index: w[105],
+        group_lag_max: w[106],
+        group_restarts: w[107],
+        group_images_installed: w[108],
     })
 }
 
