@@ -217,6 +217,7 @@
 
 pub mod cluster;
 pub mod error;
+pub mod group;
 pub mod latency;
 mod leaflog;
 pub mod limits;
@@ -229,8 +230,9 @@ pub mod spill;
 pub mod typed;
 pub mod values;
 
-pub use cluster::{Cluster, ClusterStats, Connector, Surrogate, XRef};
+pub use cluster::{Cluster, ClusterStats, Connector, GroupConnector, Surrogate, XRef};
 pub use error::{ClientError, ConflictCause};
+pub use group::{GroupDialer, Replica, ReplicaDialer, ServerAddr};
 pub use latency::LatencyHistogram;
 pub use map::{KeyEncode, Map, MapIter, MapKey, MapValue, MapView, PrefixKey};
 pub use pagemode::{PageModeStats, RecoveryConfig};
