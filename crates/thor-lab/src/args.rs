@@ -102,3 +102,31 @@ pub fn parse_peer(s: &str) -> Result<(u32, std::net::SocketAddr), String> {
         .ok_or_else(|| format!("{addr} names no address"))?;
     Ok((id, addr))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_address_is_one_server_or_a_replica_group() {
+        let one: std::net::SocketAddr = "127.0.0.1:7401".parse().unwrap();
+        let two: std::net::SocketAddr = "127.0.0.1:7402".parse().unwrap();
+        assert_eq!(parse_addrs("127.0.0.1:7401"), Ok(Addrs::One(one)));
+        assert_eq!(
+            parse_addrs("1=127.0.0.1:7401,2=127.0.0.1:7402"),
+            Ok(Addrs::Group(vec![(1, one), (2, two)]))
+        );
+        assert_eq!(parse_server_group("3=127.0.0.1:7401"), Ok((3, Addrs::One(one))));
+        assert_eq!(
+            parse_server_group("3=31=127.0.0.1:7401,32=127.0.0.1:7402"),
+            Ok((3, Addrs::Group(vec![(31, one), (32, two)])))
+        );
+        for bad in ["1=127.0.0.1:7401,127.0.0.1:7402", "0=127.0.0.1:7401", "x=127.0.0.1:1"] {
+            assert!(parse_server_group(bad).is_err(), "{bad}");
+        }
+        assert!(
+            parse_server_group("2=1=127.0.0.1:7401,1=127.0.0.1:7402").is_err(),
+            "a replica twice"
+        );
+    }
+}
