@@ -441,6 +441,36 @@ fn leader_that_loses_its_group_sends_client_to_the_new_leader() {
 }
 
 #[test]
+fn commit_turned_away_by_a_deposed_leader_runs_again_at_the_new_leader() {
+    let node = Node::start(ServerId(1), None);
+    let r1 = Fake::start(Mode::Serve(node.addr()));
+    let r2 = Fake::start(Mode::NotLeader(Some(1)));
+    let s = Session::connect_group(group(&[(1, &r1), (2, &r2)]), config()).unwrap();
+    let refs = setup(&s);
+    let commits = node.commits();
+    // The first attempt reads from the cache; its commit reaches replica 1 after it lost its
+    // group to replica 2, which answers it `NotLeader(2)` without committing. The session
+    // asks replica 2, learns the commit did not happen, and `run` runs it again there.
+    let attempts = AtomicU64::new(0);
+    s.run(|s| {
+        if attempts.fetch_add(1, Ordering::Relaxed) == 0 {
+            r2.set(Mode::Serve(node.addr()));
+            r1.set(Mode::NotLeader(Some(2)));
+            *r1.turn_away.lock().unwrap() = Some(Some(2));
+        }
+        let c = s.get(refs[1])?;
+        c.set(Counter::value, c.get(Counter::value) + 1)
+    })
+    .unwrap();
+    assert_eq!(attempts.load(Ordering::Relaxed), 2);
+    assert_eq!(node.commits(), commits + 1, "committed once, at the new leader");
+    assert_eq!(s.replica(), Some(2));
+    let r = s.reconnect_stats();
+    assert_eq!((r.redirects, r.failovers, r.outcomes), (1, 1, [0, 1, 0]), "{r:?}");
+    assert_eq!(read(&direct(&node), refs[1]), 101);
+}
+
+#[test]
 fn group_without_leader_fails_typed_after_the_bound_and_the_next_call_tries_again() {
     // Nothing listens at any replica's address: every connect is refused.
     let dead: Vec<(u64, SocketAddr)> = (1..=3)
