@@ -21,7 +21,8 @@
 //! files neither writes. With `--server`, NAME is a relative path inside the server's backup
 //! directory, whose missing subdirectories the server makes.
 //!
-//! `--server` takes `HOST:PORT` (a name or an address) or `unix:PATH`; the token comes from
+//! `--server` takes `HOST:PORT` (a name or an address) or `unix:PATH`, or a replica group's
+//! replicas `R=HOST:PORT,...` (the leader takes the backup); the token comes from
 //! `--token` or `THOR_TOKEN`, as for `thor server`.
 
 use std::path::PathBuf;
@@ -39,7 +40,8 @@ use clap::Args;
                         writes it while it goes on committing. The copy opens as a database \
                         holding every commit up to the LSN printed.")]
 pub struct BackupArgs {
-    /// A running server's address (HOST:PORT or unix:PATH): it writes the copy itself, on its
+    /// A running server's address (HOST:PORT or unix:PATH, or a replica group
+    /// R=HOST:PORT,... whose leader takes it): it writes the copy itself, on its
     /// own machine.
     #[arg(long, conflicts_with = "dir", required_unless_present = "dir")]
     server: Option<String>,

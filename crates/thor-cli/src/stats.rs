@@ -7,7 +7,9 @@
 //!
 //! # `thor stats`
 //!
-//! `ADDR` is `HOST:PORT` (a name or an address) or `unix:PATH`; the token comes from
+//! `ADDR` is `HOST:PORT` (a name or an address) or `unix:PATH`, or a replica group's
+//! replicas, `R=HOST:PORT,R=HOST:PORT,...` (`thor_client::group`): then the group's leader
+//! answers (give one replica's address for that replica's own counters); the token comes from
 //! `--token` or `THOR_TOKEN`, as for `thor server`. The table starts with the server's
 //! version, uptime, health and database size, then lists the counters, leaving out those of
 //! modes the server does not run (page-based commit counters under the `obj` commit mode, the
@@ -50,7 +52,8 @@ use tracing::{debug, warn};
 /// Options of `thor stats`.
 #[derive(Debug, Args)]
 pub struct StatsArgs {
-    /// The server's address: HOST:PORT, or unix:PATH for a Unix-domain socket.
+    /// The server's address: HOST:PORT, or unix:PATH for a Unix-domain socket; or a replica
+    /// group, R=HOST:PORT,R=HOST:PORT,... (its leader answers).
     addr: String,
     /// The server's token (as `thor server` was given it; default: $THOR_TOKEN, else none).
     #[arg(long)]
@@ -66,13 +69,31 @@ pub struct StatsArgs {
     all: bool,
 }
 
-/// A transport to `addr`: `unix:PATH` or `HOST:PORT` (names resolved).
+/// A session with `addr`: `unix:PATH` or `HOST:PORT` (names resolved), or a replica group
+/// `R=HOST:PORT,...`, whose leader the session finds (`thor_client::group`).
 pub fn connect(addr: &str, token: &str, client_name: &str) -> Result<Session> {
     let cfg = ClientConfig {
         client_name: client_name.into(),
         token: token.as_bytes().to_vec(),
         ..ClientConfig::default()
     };
+    if let thor_client::ServerAddr::Group(replicas) =
+        thor_client::ServerAddr::parse(addr).map_err(|why| anyhow::anyhow!("{addr}: {why}"))?
+    {
+        let replicas = replicas
+            .into_iter()
+            .map(|(id, at)| {
+                let cfg = cfg.clone();
+                let dial: thor_client::ReplicaDialer = Box::new(move || {
+                    Ok(Box::new(TcpTransport::connect(at.as_str(), &cfg)?) as Box<dyn Transport>)
+                });
+                thor_client::Replica { id, dial }
+            })
+            .collect();
+        let group = thor_client::GroupDialer::new(replicas)?;
+        return Session::connect_group(group, SessionConfig::default())
+            .with_context(|| format!("connecting to the leader of {addr}"));
+    }
     let t: Box<dyn Transport> = match addr.strip_prefix("unix:") {
         Some(path) => Box::new(
             UnixTransport::connect(path, &cfg).with_context(|| format!("connecting to {addr}"))?,

@@ -5,7 +5,9 @@
 //! A [`Cluster`] has one [`Session`] per server it uses, opened on first need through the
 //! application's connector; each has its own cache, directory and invalid set at its server,
 //! and its own piggybacked invalidations. Each session reconnects through the connector by
-//! itself when its connection breaks (`crate::session::reconnect`): a transaction open then
+//! itself when its connection breaks (`crate::session::reconnect`); a cluster of replicated
+//! servers ([`Cluster::with_groups`]) gives each server's session its group, which it follows
+//! to the leader ([`crate::group`]). A transaction open then
 //! is aborted ([`crate::ConflictCause::Disconnected`], which [`Cluster::run`] retries), and
 //! a commit at one server learns its outcome as a session's does. A two-phase commit whose
 //! answers were lost is reported [`ClientError::CommitUnknown`]: its outcome is not asked
@@ -84,6 +86,19 @@ impl<T: ?Sized> XRef<T> {
 /// new one whenever that connection breaks (from the session's thread, hence `Send`).
 pub type Connector = Box<dyn FnMut(ServerId) -> Result<Box<dyn Transport>, ClientError> + Send>;
 
+/// Opens a transport to a replica of a server of the cluster ([`Cluster::with_groups`]): the
+/// server's id and the replica's (`None` for a server that is not a replica group).
+pub type GroupConnector =
+    Box<dyn FnMut(ServerId, Option<u64>) -> Result<Box<dyn Transport>, ClientError> + Send>;
+
+/// How a cluster opens its sessions' connections.
+enum Connect {
+    /// One connector for every server.
+    Servers(Arc<Mutex<Connector>>),
+    /// Servers that may be replica groups: each server's replica ids (none: not a group).
+    Groups { connect: Arc<Mutex<GroupConnector>>, replicas: Vec<(ServerId, Vec<u64>)> },
+}
+
 /// Counters of a cluster's transactions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ClusterStats {
@@ -107,7 +122,7 @@ pub struct Cluster {
     /// One slot per server the cluster may use, filled on first need.
     slots: Vec<(ServerId, OnceCell<Session>)>,
     /// Shared with each session's dialer, which calls it again to reconnect.
-    connect: Arc<Mutex<Connector>>,
+    connect: Connect,
     cfg: SessionConfig,
     /// Surrogates this cluster made, committed: (holder's server, target) -> surrogate oref.
     surrogates: RefCell<Vec<(SurrogateKey, Oref)>>,
@@ -198,6 +213,33 @@ impl Cluster {
         connect: Connector,
         cfg: SessionConfig,
     ) -> Result<Cluster, ClientError> {
+        Cluster::make(servers, home, Connect::Servers(Arc::new(Mutex::new(connect))), cfg)
+    }
+
+    /// A cluster whose servers may be replica groups ([`crate::group`]): `groups` lists each
+    /// server with its replicas' ids (none for a server that is not a group), the home server
+    /// among them, and `connect` opens a connection to one replica of one server. Each
+    /// server's session follows its group to the leader, and to the new leader when it
+    /// changes, as [`Session::connect_group`] does; two-phase commit runs between the groups'
+    /// leaders. Nothing is opened until it is used.
+    pub fn with_groups(
+        groups: &[(ServerId, Vec<u64>)],
+        home: ServerId,
+        connect: GroupConnector,
+        cfg: SessionConfig,
+    ) -> Result<Cluster, ClientError> {
+        let servers: Vec<ServerId> = groups.iter().map(|(s, _)| *s).collect();
+        let connect =
+            Connect::Groups { connect: Arc::new(Mutex::new(connect)), replicas: groups.to_vec() };
+        Cluster::make(&servers, home, connect, cfg)
+    }
+
+    fn make(
+        servers: &[ServerId],
+        home: ServerId,
+        connect: Connect,
+        cfg: SessionConfig,
+    ) -> Result<Cluster, ClientError> {
         if !servers.contains(&home) {
             return Err(ClientError::Usage("the home server is not among the servers"));
         }
@@ -206,7 +248,7 @@ impl Cluster {
         Ok(Cluster {
             home,
             slots: servers.iter().map(|&s| (s, OnceCell::new())).collect(),
-            connect: Arc::new(Mutex::new(connect)),
+            connect,
             cfg,
             surrogates: RefCell::new(Vec::new()),
             new_surrogates: RefCell::new(Vec::new()),
@@ -239,12 +281,43 @@ impl Cluster {
         if let Some(s) = cell.get() {
             return Ok(s);
         }
-        let connect = self.connect.clone();
-        let dialer: crate::Dialer = Box::new(move |_attempt| {
-            let mut c = connect.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            (c)(server)
-        });
-        let s = Session::connect(dialer, self.cfg)?;
+        let s = match &self.connect {
+            Connect::Servers(connect) => {
+                let connect = connect.clone();
+                let dialer: crate::Dialer = Box::new(move |_attempt| {
+                    let mut c = connect.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    (c)(server)
+                });
+                Session::connect(dialer, self.cfg)?
+            }
+            Connect::Groups { connect, replicas } => {
+                let ids = replicas.iter().find(|(s, _)| *s == server).map_or(&[][..], |(_, r)| r);
+                if ids.is_empty() {
+                    let connect = connect.clone();
+                    let dialer: crate::Dialer = Box::new(move |_attempt| {
+                        let mut c =
+                            connect.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        (c)(server, None)
+                    });
+                    Session::connect(dialer, self.cfg)?
+                } else {
+                    let group = ids
+                        .iter()
+                        .map(|&id| {
+                            let connect = connect.clone();
+                            let dial: crate::group::ReplicaDialer = Box::new(move || {
+                                let mut c = connect
+                                    .lock()
+                                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                                (c)(server, Some(id))
+                            });
+                            crate::group::Replica { id, dial }
+                        })
+                        .collect();
+                    Session::connect_group(crate::group::GroupDialer::new(group)?, self.cfg)?
+                }
+            }
+        };
         let got = s.server().server_id;
         if got != server {
             return Err(ClientError::WrongServer { expected: server.0, got: got.0 });

@@ -22,6 +22,25 @@ pub enum ClientError {
     /// session.
     #[error("transport: {0}")]
     Transport(TransportError),
+    /// No replica of the server's group served the session within
+    /// `ReconnectConfig::give_up_after` (`crate::group`): every replica was down, unreachable
+    /// or answered that it does not lead (a group electing, or without a majority up). The
+    /// open transaction, if any, was aborted. Bring a majority of the group's replicas up (or
+    /// check the addresses given against `thor server --replica-id`); the session's next call
+    /// tries again.
+    #[error(
+        "no replica of the server's group served within {waited:?} ({attempts} attempts; the \
+         last: {last}): a majority of the group must be up to elect a leader; the next call \
+         tries again"
+    )]
+    NoLeader {
+        /// Attempts made.
+        attempts: u32,
+        /// How long they took.
+        waited: std::time::Duration,
+        /// The last attempt's error.
+        last: Box<ClientError>,
+    },
     /// The connection failed while a commit was in flight and the session could not learn
     /// whether it happened (the server could not tell, or could not be reached). The
     /// transaction was aborted locally. `Session::commit_outcome` asks again (after the

@@ -195,6 +195,17 @@
 //! `tests/reconnect.rs` runs sessions over TCP against servers that crash and come back, a
 //! proxy that stops forwarding, and a cluster.
 //!
+//! A replicated server (`group.rs`, issue 33): `Session::connect_group` takes a `GroupDialer`
+//! (each replica's id and dialer); `group::Route`, without I/O, picks the replica to dial: the
+//! one that served last, the leader an `Error(NotLeader)` names (at once, once in a row), else
+//! the next one after the reconnect's backoff. `NotLeader` at the handshake, at the resume or
+//! answering any request breaks the connection and the session resumes at the leader as after
+//! any break; giving up after `give_up_after` is `ClientError::NoLeader`.
+//! `ReconnectStats::{redirects, failovers}`, `Session::replica`; `Cluster::with_groups` (a
+//! `GroupConnector`) gives each server's session its group; `ServerAddr::parse` reads a group
+//! address (`1=h:7401,2=h:7402`). `tests/group_dialer.rs` runs sessions against fake replicas
+//! in front of real network servers.
+//!
 //! *Architecture Invariant:* a `Session` is single-threaded (`!Sync`); views hold raw pointers to
 //! pinned objects, never borrows of the session's state, and every method borrows that state only
 //! for its own duration.
@@ -206,7 +217,9 @@
 //! *API Boundary:* `Cluster::{new, session, root, resolve, get, create, refer, commit, abort,
 //! run, stats}`, `XRef`, `Surrogate`, `Connector`, `ClusterStats`;
 //! `Session::{connect, commit_outcome, reconnect_stats}`, `Dialer`, `ReconnectConfig`,
-//! `ReconnectStats`, `CommitOutcome`;
+//! `ReconnectStats`, `CommitOutcome`; `Session::{connect_group, replica}`, `group::{GroupDialer,
+//! Replica, ReplicaDialer, Route, ServerAddr, not_leader}`, `Cluster::with_groups`,
+//! `GroupConnector`;
 //! `Session::{new, get, create, root, set_root, commit, abort, run, create_large,
 //! read_large, stored_class, stats, cache_stats, server_stats, server_backup, has_page, ref_to, page_mode_stats,
 //! commit_mode, prefetch}`, `prefetch::{Window, PROBE_EVERY}`, `SessionConfig`, `ClientStats`, `RecoveryConfig`, `PageModeStats`,
@@ -217,6 +230,7 @@
 
 pub mod cluster;
 pub mod error;
+pub mod group;
 pub mod latency;
 mod leaflog;
 pub mod limits;
@@ -229,8 +243,9 @@ pub mod spill;
 pub mod typed;
 pub mod values;
 
-pub use cluster::{Cluster, ClusterStats, Connector, Surrogate, XRef};
+pub use cluster::{Cluster, ClusterStats, Connector, GroupConnector, Surrogate, XRef};
 pub use error::{ClientError, ConflictCause};
+pub use group::{GroupDialer, Replica, ReplicaDialer, ServerAddr};
 pub use latency::LatencyHistogram;
 pub use map::{KeyEncode, Map, MapIter, MapKey, MapValue, MapView, PrefixKey};
 pub use pagemode::{PageModeStats, RecoveryConfig};

@@ -87,6 +87,11 @@ pub const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(20);
 /// server come back within a second or two of it.
 pub const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
+/// Most replicas a server's group may list ([`crate::group`]): Raft groups have three, five
+/// or seven; sixteen leaves room for a group growing while a replica is replaced, and bounds
+/// what a mistyped address list makes the session try in turn.
+pub const GROUP_REPLICAS_MAX: usize = 16;
+
 const _: () = assert!(RECONNECT_BACKOFF_MIN.as_nanos() <= RECONNECT_BACKOFF_MAX.as_nanos());
 const _: () = assert!(RECONNECT_BACKOFF_MAX.as_nanos() < RECONNECT_GIVE_UP_DEFAULT.as_nanos());
 

@@ -361,7 +361,7 @@ pub(crate) struct Inner {
     /// sums), for its p50 and p99: fixed size, no allocation per fetch.
     fetch_latency: LatencyHistogram,
     /// How to open a new connection when this one breaks (`None`: the session ends with it).
-    dialer: Option<Dialer>,
+    dialer: Option<reconnect::Redial>,
     /// The connection broke: the next request reconnects first.
     broken: bool,
     /// When it broke (for the reconnect's time).
@@ -789,13 +789,28 @@ impl Session {
     /// its failure is returned.
     pub fn connect(mut dialer: Dialer, cfg: SessionConfig) -> Result<Session, ClientError> {
         let transport = dialer(0)?;
-        Session::with_dialer(transport, cfg, Some(dialer))
+        Session::with_dialer(transport, cfg, Some(reconnect::Redial::One(dialer)))
+    }
+
+    /// A session with a server that is a replica group ([`crate::group`]): it connects to
+    /// the group's leader, following the replicas' `Error(NotLeader)` answers (or trying each
+    /// in turn), and when the connection breaks or the leader loses its group it finds the new
+    /// leader and resumes there by itself, as [`Session::connect`]'s session does after a
+    /// broken connection. The first connection, like every reconnect, tries for at most
+    /// [`ReconnectConfig::give_up_after`](crate::ReconnectConfig::give_up_after)
+    /// ([`SessionConfig::reconnect`]), then fails with [`ClientError::NoLeader`].
+    pub fn connect_group(
+        mut group: crate::group::GroupDialer,
+        cfg: SessionConfig,
+    ) -> Result<Session, ClientError> {
+        let transport = reconnect::first_in_group(&mut group, &cfg.reconnect)?;
+        Session::with_dialer(transport, cfg, Some(reconnect::Redial::Group(group)))
     }
 
     fn with_dialer(
         transport: Box<dyn Transport>,
         cfg: SessionConfig,
-        dialer: Option<Dialer>,
+        dialer: Option<reconnect::Redial>,
     ) -> Result<Session, ClientError> {
         let info = *transport.server();
         // Prefetch's default is off over an in-process transport, where a round trip costs
@@ -836,9 +851,18 @@ impl Session {
             // later connection's `Resume` closes this one if it is still open.
             let key = inner.key;
             let resume = thor_wire::Resume { key, seen: None, commit: None, pages: vec![] };
-            match inner.round_trip(RequestBody::Resume(resume))?.body {
-                ReplyBody::Resumed(_) => {}
-                other => return Err(unexpected(other)),
+            match inner.round_trip(RequestBody::Resume(resume)) {
+                Ok(r) => match r.body {
+                    ReplyBody::Resumed(_) => {}
+                    other => return Err(unexpected(other)),
+                },
+                // The replica stopped leading (or the connection broke) between the
+                // handshake and the resume: the session reconnected at the leader, whose
+                // `Resume` registered the key. A group's session never shows the application
+                // a `NotLeader`.
+                Err(ClientError::Conflict { cause: ConflictCause::Disconnected, .. })
+                    if matches!(inner.dialer, Some(reconnect::Redial::Group(_))) => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(s)
@@ -1381,7 +1405,22 @@ impl Session {
 
     /// The session's reconnect counters.
     pub fn reconnect_stats(&self) -> ReconnectStats {
-        self.inner().reconnect
+        let inner = self.inner();
+        let mut r = inner.reconnect;
+        if let Some(reconnect::Redial::Group(g)) = &inner.dialer {
+            r.redirects = g.route().redirects();
+            r.failovers = g.route().failovers();
+        }
+        r
+    }
+
+    /// The replica of the server's group that served this session last (its id, as `thor
+    /// server --replica-id` gave it); `None` for a session that does not dial a group.
+    pub fn replica(&self) -> Option<u64> {
+        match &self.inner().dialer {
+            Some(reconnect::Redial::Group(g)) => g.route().leader_id(),
+            _ => None,
+        }
     }
 
     /// Whether a copy of page `page` is in the cache (a source of objects not yet installed).
@@ -2014,6 +2053,7 @@ impl Inner {
             return Err(ClientError::CommitUnknown(Box::new(cause)));
         }
         self.break_connection();
+        self.turned_away(&cause);
         if id.is_some() {
             self.unresolved = id;
             self.last_outcome = None;
@@ -2159,7 +2199,9 @@ impl Session {
         let got = match inner.recv_raw() {
             Ok((r, _)) if reconnect::closes_for_reconnect(&r.body) => {
                 inner.break_connection();
-                Err(unexpected(r.body))
+                let e = unexpected(r.body);
+                inner.turned_away(&e);
+                Err(e)
             }
             Ok(r) => Ok(r),
             Err(e) => {

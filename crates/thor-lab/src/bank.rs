@@ -91,8 +91,10 @@ impl HistoryArgs {
 
 /// Whether an error means the connection is gone (make a new session).
 pub fn lost(e: &ClientError) -> bool {
-    matches!(e, ClientError::Transport(_) | ClientError::Unexpected(_))
-        || matches!(e, ClientError::Server { code, .. } if *code == thor_wire::ErrorCode::SessionExpired)
+    matches!(
+        e,
+        ClientError::Transport(_) | ClientError::Unexpected(_) | ClientError::NoLeader { .. }
+    ) || matches!(e, ClientError::Server { code, .. } if *code == thor_wire::ErrorCode::SessionExpired)
 }
 
 /// What became of a transaction sent for commit, as a history line says it.

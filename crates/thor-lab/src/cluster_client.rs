@@ -15,6 +15,11 @@
 //!
 //! When a server goes away the client drops its cluster, makes a new one (retrying each
 //! connection for up to `--reconnect-s`) and goes on.
+//!
+//! A server may be a replica group: `--server ID=R=HOST:PORT,R=HOST:PORT,...` gives server
+//! `ID`'s replicas (`thor_client::group`), e.g. `--server 1=11=db1:7401,12=db2:7401,13=db3:7401`.
+//! That server's session finds the group's leader and follows it through failovers by itself
+//! (for up to `--reconnect-s` without a leader); the cluster is remade only when that fails.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -22,7 +27,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use thor_client::{ClientError, Cluster, CommitInfo, Ref, SessionConfig, View, XRef};
+use thor_client::{
+    ClientError, Cluster, CommitInfo, GroupConnector, ReconnectConfig, Ref, SessionConfig, View,
+    XRef,
+};
 use thor_core::ServerId;
 use thor_net::{ClientConfig, TcpTransport};
 
@@ -33,9 +41,11 @@ use crate::bank::{self, Account, Recorder, Teller, lost, run_transfers};
 /// Options of `thor bench cluster-client`.
 #[derive(Debug, Args)]
 pub struct ClusterClient {
-    /// A server of the cluster, as ID=HOST:PORT (repeat for each; two at least).
-    #[arg(long = "server", value_parser = crate::args::parse_peer, required = true)]
-    servers: Vec<(u32, SocketAddr)>,
+    /// A server of the cluster, as ID=HOST:PORT, or ID=GROUP for a replicated server with
+    /// GROUP its replicas as R=HOST:PORT,R=HOST:PORT,... (e.g. 1=11=h:7401,12=h:7402,13=h:7403);
+    /// repeat for each server, two at least.
+    #[arg(long = "server", value_parser = crate::args::parse_server_group, required = true)]
+    servers: Vec<(u32, crate::args::Addrs)>,
     #[command(flatten)]
     h: crate::bank::HistoryArgs,
 }
@@ -46,8 +56,6 @@ fn object(server: ServerId, r: Ref<Account>) -> u64 {
 }
 
 fn cluster(a: &ClusterClient) -> Result<Cluster> {
-    let addrs: HashMap<ServerId, SocketAddr> =
-        a.servers.iter().map(|&(id, addr)| (ServerId(id), addr)).collect();
     let ids: Vec<ServerId> = a.servers.iter().map(|&(id, _)| ServerId(id)).collect();
     let cfg = ClientConfig {
         client_name: format!("cluster client {}", a.h.client),
@@ -55,6 +63,17 @@ fn cluster(a: &ClusterClient) -> Result<Cluster> {
         ..ClientConfig::default()
     };
     let patience = Duration::from_secs_f64(a.h.reconnect_s);
+    if a.servers.iter().any(|(_, addrs)| matches!(addrs, crate::args::Addrs::Group(_))) {
+        return cluster_of_groups(a, cfg, patience);
+    }
+    let addrs: HashMap<ServerId, SocketAddr> = a
+        .servers
+        .iter()
+        .filter_map(|(id, addrs)| match addrs {
+            crate::args::Addrs::One(addr) => Some((ServerId(*id), *addr)),
+            crate::args::Addrs::Group(_) => None,
+        })
+        .collect();
     let connect = Box::new(move |id: ServerId| {
         let addr = addrs[&id];
         let give_up = Instant::now() + patience;
@@ -70,6 +89,46 @@ fn cluster(a: &ClusterClient) -> Result<Cluster> {
         }
     });
     Ok(Cluster::new(&ids, ids[0], connect, SessionConfig::default())?)
+}
+
+/// A cluster where some server is a replica group: each group's session follows its leader
+/// for up to `patience` without one (a server that is no group is retried as before).
+fn cluster_of_groups(a: &ClusterClient, cfg: ClientConfig, patience: Duration) -> Result<Cluster> {
+    let mut addrs: Vec<(ServerId, Option<u64>, SocketAddr)> = Vec::new();
+    let mut groups = Vec::new();
+    for (id, at) in &a.servers {
+        let server = ServerId(*id);
+        match at {
+            crate::args::Addrs::One(addr) => {
+                addrs.push((server, None, *addr));
+                groups.push((server, Vec::new()));
+            }
+            crate::args::Addrs::Group(replicas) => {
+                addrs.extend(replicas.iter().map(|&(r, addr)| (server, Some(r), addr)));
+                groups.push((server, replicas.iter().map(|&(r, _)| r).collect()));
+            }
+        }
+    }
+    let connect: GroupConnector = Box::new(move |server, replica| {
+        let Some(&(_, _, addr)) = addrs.iter().find(|(s, r, _)| *s == server && *r == replica)
+        else {
+            return Err(ClientError::UnknownServer(server.0));
+        };
+        // A replica is dialed once per attempt: the session's group dialer retries.
+        let give_up = Instant::now() + if replica.is_some() { Duration::ZERO } else { patience };
+        loop {
+            match TcpTransport::connect(addr, &cfg) {
+                Ok(t) => return Ok(Box::new(t) as Box<dyn thor_wire::Transport>),
+                Err(_) if Instant::now() < give_up => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(ClientError::from(e)),
+            }
+        }
+    });
+    let session = SessionConfig {
+        reconnect: ReconnectConfig { give_up_after: patience, ..ReconnectConfig::default() },
+        ..SessionConfig::default()
+    };
+    Ok(Cluster::with_groups(&groups, groups[0].0, connect, session)?)
 }
 
 /// A cluster and the accounts of every server's bank.

@@ -19,13 +19,20 @@
 //! have happened (the checker decides from what later transactions and the final state saw).
 //! When the server goes away the client makes a new session (retrying the connection for up to
 //! `--reconnect-s`), reloads the bank and goes on.
+//!
+//! `--connect` may name a replica group, `R=HOST:PORT,R=HOST:PORT,...` (`thor_client::group`):
+//! the session then finds the group's leader, and after a failover the new one, by itself
+//! (for up to `--reconnect-s` without a leader), resuming where it was: a commit whose answer
+//! was lost is learned at the new leader, so fewer transactions end `uncertain`.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use thor_client::{ClientError, CommitInfo, Ref, Session, SessionConfig, View};
+use thor_client::{
+    ClientError, CommitInfo, GroupDialer, ReconnectConfig, Ref, Replica, ReplicaDialer, Session,
+    SessionConfig, View,
+};
 use thor_net::{ClientConfig, TcpTransport};
 
 use thor_storage::SplitMix64;
@@ -35,9 +42,11 @@ use crate::bank::{self, Account, Recorder, Teller, lost, run_transfers};
 /// Options of `thor bench transfer-client`.
 #[derive(Debug, Args)]
 pub struct TransferClient {
-    /// The server's address.
-    #[arg(long)]
-    connect: SocketAddr,
+    /// The server's address, HOST:PORT; or its replica group, R=HOST:PORT,R=HOST:PORT,...
+    /// (each replica's id as `thor server --replica-id` gave it), whose leader the session
+    /// finds and follows.
+    #[arg(long, value_parser = crate::args::parse_addrs)]
+    connect: crate::args::Addrs,
     /// How long connecting and the handshake may take, in seconds.
     #[arg(long, value_parser = crate::positive_size, default_value_t = thor_client::limits::CONNECT_TIMEOUT_DEFAULT.as_secs_f64())]
     connect_timeout_s: f64,
@@ -108,7 +117,7 @@ pub fn run(a: TransferClient) -> Result<()> {
     let sessions = run_transfers(&a.h, deadline, &mut rec, &mut rng, || {
         let s = match connect(&a) {
             Ok(s) => s,
-            Err(e) => bail!("no server at {} for {} s: {e:#}", a.connect, a.h.reconnect_s),
+            Err(e) => bail!("no server at {:?} for {} s: {e:#}", a.connect, a.h.reconnect_s),
         };
         match bank::load_bank(&s) {
             Ok(accounts) if accounts.len() >= 2 => Ok(Some(OneServer { s, accounts })),
@@ -135,8 +144,31 @@ fn connect(a: &TransferClient) -> Result<Session> {
         commit_timeout: timeout(a.commit_timeout_s),
         ..SessionConfig::default()
     };
+    let addr = match &a.connect {
+        crate::args::Addrs::One(addr) => *addr,
+        crate::args::Addrs::Group(replicas) => {
+            // The group's session retries by itself, for up to --reconnect-s.
+            let replicas = replicas
+                .iter()
+                .map(|&(id, addr)| {
+                    let cfg = cfg.clone();
+                    let dial: ReplicaDialer = Box::new(move || {
+                        Ok(Box::new(TcpTransport::connect(addr, &cfg)?)
+                            as Box<dyn thor_wire::Transport>)
+                    });
+                    Replica { id, dial }
+                })
+                .collect();
+            let reconnect = ReconnectConfig {
+                give_up_after: Duration::from_secs_f64(a.h.reconnect_s),
+                ..ReconnectConfig::default()
+            };
+            let session = SessionConfig { reconnect, ..session };
+            return Ok(Session::connect_group(GroupDialer::new(replicas)?, session)?);
+        }
+    };
     loop {
-        let tried = TcpTransport::connect(a.connect, &cfg)
+        let tried = TcpTransport::connect(addr, &cfg)
             .map_err(ClientError::from)
             .and_then(|t| Session::new(Box::new(t), session));
         match tried {

@@ -104,6 +104,15 @@ pub enum Error {
         /// Why.
         cause: TransportError,
     },
+    /// An address could not be read: a replica group is written `ID=HOST:PORT,...`
+    /// (`thor_client::group`). `why` says what is wrong; fix the address.
+    #[error("address {addr:?}: {why}")]
+    BadAddress {
+        /// The address given.
+        addr: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A session failed; [`ClientError`] says what to do ([`ClientError::is_conflict`]: run
     /// the transaction again).
     #[error(transparent)]

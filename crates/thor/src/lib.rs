@@ -11,7 +11,9 @@
 //! - [`connect`]: a **server** (`thor server --dir DB --listen ADDR --create`) over TCP,
 //!   shared by many processes; [`connect_tls`] over TLS, to a server started with
 //!   `--tls-cert` and `--tls-key` ([`TlsClient`] says which CA to trust, and which client
-//!   certificate to present if the server requires one).
+//!   certificate to present if the server requires one); [`connect_group`] to a server that
+//!   is a replica group (`1=db1:7400,2=db2:7400,3=db3:7400`), whose leader the session finds
+//!   and follows by itself.
 //!
 //! Either way the result is a [`Session`], with the defaults the `thor` command uses
 //! ([`SessionConfig::default`]: a 64 MiB client cache managed by HAC).
@@ -52,8 +54,9 @@
 //! # What is here
 //!
 //! - Reaching a store: [`open`], [`open_read_only`], [`Database`], [`connect`],
-//!   [`connect_with`], [`connect_tls`], [`connect_tls_with`] and [`TlsClient`]; several
-//!   servers: [`connect_cluster`], [`Cluster`], [`ServerId`].
+//!   [`connect_with`], [`connect_tls`], [`connect_tls_with`] and [`TlsClient`]; a replicated
+//!   server: [`connect_group`], [`connect_group_with`]; several servers: [`connect_cluster`],
+//!   [`Cluster`], [`ServerId`].
 //! - Declaring classes: [`class!`]; [`Ref`] (a typed reference, stored in fields and root
 //!   slots); the built-in classes [`Refs`] (a collection of references), [`Bytes`],
 //!   [`Large`] and [`Any`]; the [`Class`] trait, for code generic over classes.
@@ -127,9 +130,9 @@ pub use thor_client::class;
 pub use thor_client::thor_core::ServerId;
 pub use thor_client::{
     Any, Bytes, Class, ClientError, ClientStats, Cluster, ClusterStats, CommitInfo, CommitOutcome,
-    ConflictCause, Connector, Dialer, Elem, Large, PolicyConfig, ReconnectConfig, ReconnectStats,
-    Ref, Refs, SCHEMA_SLOT, Seq, SeqView, Session, SessionConfig, Str, Surrogate, View, XRef,
-    max_str_bytes,
+    ConflictCause, Connector, Dialer, Elem, GroupConnector, GroupDialer, Large, PolicyConfig,
+    ReconnectConfig, ReconnectStats, Ref, Refs, Replica, ReplicaDialer, SCHEMA_SLOT, Seq, SeqView,
+    ServerAddr, Session, SessionConfig, Str, Surrogate, View, XRef, max_str_bytes,
 };
 /// The persistent ordered map (`thor_client::map`, the guide's "Collections").
 pub use thor_client::{KeyEncode, Map, MapIter, MapKey, MapValue, MapView, PrefixKey};
@@ -256,6 +259,81 @@ pub fn connect_with(
     Session::connect(dialer, config).map_err(|e| connect_error(shown, e))
 }
 
+/// Connects to a thor server that is a replica group and opens a session, with the defaults
+/// the `thor` command uses. `group` lists the replicas as `ID=HOST:PORT` separated by commas,
+/// the ids `thor server --replica-id` was given (`"1=db1:7400,2=db2:7400,3=db3:7400"`); one
+/// `HOST:PORT` is taken as a group of one replica, id 0 ([`ServerAddr::parse`]).
+///
+/// The session connects to the group's leader: a replica that does not lead answers
+/// `NotLeader` naming the leader it knows, and the session goes there (else to the next
+/// replica, with backoff). When the leader dies or loses its group, the session finds the new
+/// one and resumes there by itself, as [`connect`]'s session does after a broken connection
+/// (the open transaction reported as a [`ConflictCause::Disconnected`] conflict, a commit
+/// whose answer was lost learned at the new leader). [`Session::replica`] says which replica
+/// serves, [`Session::reconnect_stats`] counts `redirects` and `failovers`. Fails with
+/// [`Error::BadAddress`] if `group` cannot be read, [`Error::Connect`] if an address does not
+/// resolve, and [`ClientError::NoLeader`] (as [`Error::Client`]) if no replica served within
+/// [`ReconnectConfig::give_up_after`] (a minute by default).
+///
+/// ```no_run
+/// # fn main() -> Result<(), thor::Error> {
+/// let s = thor::connect_group("1=127.0.0.1:7401,2=127.0.0.1:7402,3=127.0.0.1:7403", "secret")?;
+/// println!("served by replica {:?}", s.replica());
+/// # Ok(()) }
+/// ```
+pub fn connect_group(group: &str, token: impl AsRef<[u8]>) -> Result<Session, Error> {
+    connect_group_with(group, token, SessionConfig::default(), None)
+}
+
+/// [`connect_group`] with session settings of the caller's, and over TLS with `tls` if given
+/// (each replica's certificate must name its host, as for [`connect_tls`]).
+pub fn connect_group_with(
+    group: &str,
+    token: impl AsRef<[u8]>,
+    config: SessionConfig,
+    tls: Option<&TlsClient>,
+) -> Result<Session, Error> {
+    let replicas = match ServerAddr::parse(group) {
+        Ok(ServerAddr::Group(r)) => r,
+        Ok(ServerAddr::One(a)) => vec![(0, a)],
+        Err(why) => return Err(Error::BadAddress { addr: group.to_string(), why }),
+    };
+    let client = client_config(token.as_ref(), &config);
+    let mut dialers = Vec::with_capacity(replicas.len());
+    for (id, addr) in replicas {
+        dialers.push(Replica { id, dial: replica_dialer(&addr, &client, tls)? });
+    }
+    let dialer = GroupDialer::new(dialers).map_err(Error::Client)?;
+    Session::connect_group(dialer, config).map_err(|e| connect_error(group.to_string(), e))
+}
+
+/// Opens a connection to one address (the handshake included).
+type Dial = ReplicaDialer;
+
+/// A dialer of `addr` (`HOST:PORT`, resolved once now): over TLS with `tls`, else TCP.
+fn replica_dialer(
+    addr: &str,
+    client: &thor_net::ClientConfig,
+    tls: Option<&TlsClient>,
+) -> Result<Dial, Error> {
+    let client = client.clone();
+    if let Some(tls) = tls {
+        let (at, tls) = (addr.to_owned(), tls.clone());
+        return Ok(Box::new(move || {
+            let t = thor_net::TlsTransport::connect(&at, &client, &tls)?;
+            Ok(Box::new(t) as Box<dyn Transport>)
+        }));
+    }
+    let resolved: Vec<std::net::SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| Error::Connect { addr: addr.to_owned(), cause: TransportError::Io(e) })?
+        .collect();
+    Ok(Box::new(move || {
+        let t = thor_net::TcpTransport::connect(&resolved[..], &client)?;
+        Ok(Box::new(t) as Box<dyn Transport>)
+    }))
+}
+
 /// Connects to a thor server over TLS (`thor server --tls-cert PEM --tls-key PEM`) and opens a
 /// session, with the defaults the `thor` command uses. The server's certificate must be signed
 /// by a CA `tls` trusts and name the host of `addr` (`HOST:PORT`; an IP address is checked
@@ -297,8 +375,9 @@ pub fn connect_tls_with(
 }
 
 /// Opens a [`Cluster`] over several servers (`thor server --server-id N --peer ...`, each
-/// told of the others): `servers` gives each server's id and `HOST:PORT`; the first is the
-/// home server, whose root [`Cluster::root`] reads. `token` is presented to every server. A
+/// told of the others): `servers` gives each server's id and `HOST:PORT`, or its replica
+/// group as [`connect_group`] takes it (`ID=HOST:PORT,...`: that server's session follows its
+/// group's leader); the first is the home server, whose root [`Cluster::root`] reads. `token` is presented to every server. A
 /// session to a server is opened on first use, and reconnects by itself as [`connect`]'s
 /// does; a transaction that used several servers commits at all of them or none
 /// (two-phase commit).
@@ -328,6 +407,16 @@ pub fn connect_cluster_with(
     let Some(&(home, _)) = servers.first() else {
         return Err(Error::Client(ClientError::Usage("a cluster needs at least one server")));
     };
+    let parsed: Vec<(u32, ServerAddr)> = servers
+        .iter()
+        .map(|&(id, addr)| match ServerAddr::parse(addr) {
+            Ok(a) => Ok((id, a)),
+            Err(why) => Err(Error::BadAddress { addr: addr.to_owned(), why }),
+        })
+        .collect::<Result<_, _>>()?;
+    if parsed.iter().any(|(_, a)| matches!(a, ServerAddr::Group(_))) {
+        return cluster_of_groups(&parsed, token.as_ref(), config, tls);
+    }
     let mut addrs = Vec::with_capacity(servers.len());
     for &(id, addr) in servers {
         let resolved: Vec<std::net::SocketAddr> = addr
@@ -350,6 +439,42 @@ pub fn connect_cluster_with(
     });
     let ids: Vec<ServerId> = servers.iter().map(|&(id, _)| ServerId(id)).collect();
     Ok(Cluster::new(&ids, ServerId(home), connect, config)?)
+}
+
+/// [`connect_cluster_with`] where some server is a replica group: one dialer per replica (a
+/// server that is no group: one for the server), and [`Cluster::with_groups`].
+fn cluster_of_groups(
+    servers: &[(u32, ServerAddr)],
+    token: &[u8],
+    config: SessionConfig,
+    tls: Option<&TlsClient>,
+) -> Result<Cluster, Error> {
+    let client = client_config(token, &config);
+    let mut dials: Vec<(ServerId, Option<u64>, Dial)> = Vec::new();
+    let mut groups = Vec::with_capacity(servers.len());
+    for (id, addr) in servers {
+        let server = ServerId(*id);
+        match addr {
+            ServerAddr::One(a) => {
+                dials.push((server, None, replica_dialer(a, &client, tls)?));
+                groups.push((server, Vec::new()));
+            }
+            ServerAddr::Group(replicas) => {
+                for (r, a) in replicas {
+                    dials.push((server, Some(*r), replica_dialer(a, &client, tls)?));
+                }
+                groups.push((server, replicas.iter().map(|(r, _)| *r).collect()));
+            }
+        }
+    }
+    let connect: GroupConnector = Box::new(move |server, replica| {
+        match dials.iter_mut().find(|(s, r, _)| *s == server && *r == replica) {
+            Some((_, _, dial)) => dial(),
+            None => Err(ClientError::UnknownServer(server.0)),
+        }
+    });
+    let home = groups[0].0;
+    Ok(Cluster::with_groups(&groups, home, connect, config)?)
 }
 
 /// Connects to a thor server on the same machine through its Unix-domain socket

@@ -282,3 +282,62 @@ fn silent_server_times_out() {
     assert_eq!(get(1).unwrap(), 11);
     assert!(s.reconnect_stats().reconnects >= 1);
 }
+
+/// A replica that does not lead: answers every handshake `Error(NotLeader)` naming `leader`,
+/// as a follower of a replica group does, and closes the connection.
+fn follower(leader: Option<u64>) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut prefix = [0u8; 4];
+            if s.read_exact(&mut prefix).is_err() {
+                continue;
+            }
+            let size = thor_wire::frame_size(prefix, thor_wire::limits::FRAME_BYTES_MAX).unwrap();
+            let mut frame = prefix.to_vec();
+            frame.resize(size, 0);
+            if s.read_exact(&mut frame[4..]).is_err() {
+                continue;
+            }
+            let (id, _) =
+                thor_wire::decode_request(frame.into(), thor_wire::limits::FRAME_BYTES_MAX)
+                    .unwrap();
+            let reply = thor_wire::Reply::error(
+                thor_wire::ErrorCode::NotLeader,
+                &thor_wire::not_leader_message(leader),
+            );
+            let _ = s.write_all(&reply.to_frame(id).unwrap());
+        }
+    });
+    addr
+}
+
+#[test]
+fn connect_group_reaches_the_leader_a_follower_names() {
+    let server = server();
+    let group = format!("1={},2={}", follower(Some(2)), server.local_addr());
+    let s = thor::connect_group(&group, TOKEN).unwrap();
+    assert_eq!(s.replica(), Some(2));
+    assert_eq!(s.reconnect_stats().redirects, 1);
+    s.run(|s| {
+        let c = s.create_fixed::<Counter>()?;
+        s.set_root(0, c.as_ref())
+    })
+    .unwrap();
+    // A cluster takes a group address for a server too.
+    let c = thor::connect_cluster(&[(1, group.as_str())], TOKEN).unwrap();
+    let home = c.session(thor::ServerId(1)).unwrap();
+    assert_eq!(home.replica(), Some(2));
+    assert!(c.root::<Counter>(0).is_ok());
+}
+
+#[test]
+fn a_group_address_that_cannot_be_read_says_why() {
+    for bad in ["1=127.0.0.1:1,127.0.0.1:2", "1=127.0.0.1:1,1=127.0.0.1:2"] {
+        let err = thor::connect_group(bad, "").unwrap_err();
+        assert!(matches!(&err, Error::BadAddress { addr, .. } if addr == bad), "{err:?}");
+    }
+}

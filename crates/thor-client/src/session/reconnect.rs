@@ -19,8 +19,12 @@
 //! makes one) reconnects by itself when its connection breaks: the server restarted, it was
 //! stopped, a request timed out, the network failed. It dials again with bounded, jittered
 //! exponential backoff ([`ReconnectConfig`]), at most for `give_up_after`; the dialer is
-//! told the attempt's number, so that one that knows several addresses of a server (its
-//! replicas) can try each in turn. What the application sees:
+//! told the attempt's number, so that one that knows several addresses of a server can try
+//! each in turn. A session of a replicated server ([`Session::connect_group`](crate::Session::connect_group))
+//! dials its group instead ([`crate::group`]): it follows a replica's `Error(NotLeader)` to the
+//! leader it names (also when a request is answered so: the leader lost its group), else
+//! tries the next replica, and fails with [`ClientError::NoLeader`] if none served within
+//! `give_up_after`. What the application sees:
 //!
 //! ```text
 //!   connection breaks ──► the open transaction is aborted in the cache
@@ -93,6 +97,7 @@ use thor_wire::{
 
 use super::{Inner, unexpected};
 use crate::error::{ClientError, ConflictCause};
+use crate::group::{GroupDialer, Next};
 use crate::limits::{RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN, RECONNECT_GIVE_UP_DEFAULT};
 use crate::proto::{ClientCore, splitmix64};
 
@@ -100,6 +105,41 @@ use crate::proto::{ClientCore, splitmix64};
 /// (0 first, counting from the break), so that a dialer that knows several addresses of a
 /// server can try each in turn.
 pub type Dialer = Box<dyn FnMut(u32) -> Result<Box<dyn Transport>, ClientError> + Send>;
+
+/// How a session opens its connections: one dialer of the application's, or a replica group
+/// that the session follows to its leader.
+pub(crate) enum Redial {
+    /// The application's dialer ([`Session::connect`](crate::Session::connect)).
+    One(Dialer),
+    /// A replica group ([`Session::connect_group`](crate::Session::connect_group)).
+    Group(GroupDialer),
+}
+
+impl Redial {
+    /// Opens a connection: attempt `attempt` since the break.
+    fn dial(&mut self, attempt: u32) -> Result<Box<dyn Transport>, ClientError> {
+        match self {
+            Redial::One(d) => d(attempt),
+            Redial::Group(g) => g.dial(),
+        }
+    }
+
+    /// The connection opened last serves the session.
+    fn served(&mut self) {
+        if let Redial::Group(g) = self {
+            g.route_mut().served();
+        }
+    }
+
+    /// The connection opened last (or serving) failed with `e`: where the next attempt goes,
+    /// and whether it may go at once.
+    pub(super) fn failed(&mut self, e: &ClientError) -> Next {
+        match self {
+            Redial::One(_) => Next::Another,
+            Redial::Group(g) => g.route_mut().failed(e),
+        }
+    }
+}
 
 /// How a session reconnects after its connection broke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +209,13 @@ pub struct ReconnectStats {
     pub aborted: u64,
     /// Lost commits whose outcome was learned: committed, not committed, unknown.
     pub outcomes: [u64; 3],
+    /// A replica group's `Error(NotLeader)` answers, at the handshake or to a request, that
+    /// sent the session on to the leader they named or to the next replica
+    /// ([`crate::group`]). Always 0 for a session that does not dial a group.
+    pub redirects: u64,
+    /// Connections that served at another replica of the group than the one that served
+    /// before: the leader changed (or the session was sent elsewhere).
+    pub failovers: u64,
 }
 
 /// Whether a failed dial is worth trying again: the server may come back, or have room.
@@ -195,15 +242,62 @@ pub(super) fn unsent(e: &TransportError) -> bool {
 }
 
 /// Whether a reply's error means the connection is gone for a reason a new connection cures
-/// (the server idled it out, is shutting down, or dropped the session's state).
+/// (the server idled it out, is shutting down, or dropped the session's state; a replica no
+/// longer leads its group).
 pub(super) fn closes_for_reconnect(body: &ReplyBody) -> bool {
     matches!(
         body,
         ReplyBody::Error {
-            code: ErrorCode::Timeout | ErrorCode::ShuttingDown | ErrorCode::SessionExpired,
+            code: ErrorCode::Timeout
+                | ErrorCode::ShuttingDown
+                | ErrorCode::SessionExpired
+                | ErrorCode::NotLeader,
             ..
         }
     )
+}
+
+/// The wait after failed attempt `attempt` (from 0): doubling from `backoff_min` up to
+/// `backoff_max`, a random point (`jitter`'s next) in its upper half.
+pub(super) fn backoff(r: &ReconnectConfig, attempt: u32, jitter: &mut u64) -> Duration {
+    let min = r.backoff_min.as_nanos() as u64;
+    let max = (r.backoff_max.as_nanos() as u64).max(min);
+    let cap = min.saturating_mul(1u64 << attempt.min(62)).min(max);
+    let half = cap / 2;
+    Duration::from_nanos(cap - half + splitmix64(jitter) % (half + 1))
+}
+
+/// The first connection of a session of a replica group: dials as a reconnect does (the
+/// leader named by a `NotLeader` at once, else the next replica after the backoff) for at
+/// most `r.give_up_after`.
+pub(super) fn first_in_group(
+    group: &mut GroupDialer,
+    r: &ReconnectConfig,
+) -> Result<Box<dyn Transport>, ClientError> {
+    let started = Instant::now();
+    let mut jitter = random_u64();
+    let mut attempt = 0u32;
+    let mut redirected = false;
+    loop {
+        let e = match group.dial() {
+            Ok(t) => {
+                group.route_mut().served();
+                return Ok(t);
+            }
+            Err(e) if transient(&e) => e,
+            Err(e) => return Err(e),
+        };
+        let next = group.route_mut().failed(&e);
+        let at_once = next == Next::Redirected && !redirected;
+        redirected = at_once;
+        let wait = if at_once { Duration::ZERO } else { backoff(r, attempt, &mut jitter) };
+        if started.elapsed() + wait > r.give_up_after {
+            let (attempts, waited) = (attempt + 1, started.elapsed());
+            return Err(ClientError::NoLeader { attempts, waited, last: Box::new(e) });
+        }
+        std::thread::sleep(wait);
+        attempt = attempt.saturating_add(1);
+    }
 }
 
 /// A random 64-bit word: the process's hasher keys (random per process) over the time and a
@@ -256,6 +350,7 @@ impl Inner {
             return cause;
         }
         self.break_connection();
+        self.turned_away(&cause);
         let message = format!(
             "the connection to the server broke ({cause}); the session reconnected and aborted \
              the transaction: run it again"
@@ -269,6 +364,16 @@ impl Inner {
         match self.reconnect(None) {
             Ok(_) => ClientError::Conflict { cause: ConflictCause::Disconnected, message },
             Err(e) => e,
+        }
+    }
+
+    /// The serving connection ended with `cause`: a group's `Error(NotLeader)` sends the next
+    /// attempt to the leader it names (or the next replica), and counts.
+    pub(super) fn turned_away(&mut self, cause: &ClientError) {
+        if crate::group::not_leader(cause).is_some()
+            && let Some(d) = self.dialer.as_mut()
+        {
+            d.failed(cause);
         }
     }
 
@@ -302,11 +407,15 @@ impl Inner {
         let started = Instant::now();
         let give_up = self.cfg.reconnect.give_up_after;
         let mut attempt = 0u32;
+        // Whether the last attempt went at once to a leader a replica named: the next one
+        // waits, so that replicas naming each other (an election under way) cannot spin.
+        let mut redirected = false;
         loop {
             let dialer = self.dialer.as_mut().expect("callers check for a dialer");
-            let tried = dialer(attempt).and_then(|t| self.adopt(t, commit));
+            let tried = dialer.dial(attempt).and_then(|t| self.adopt(t, commit));
             match tried {
                 Ok(r) => {
+                    self.dialer.as_mut().expect("dialed through it").served();
                     let took = self.broke_at.elapsed();
                     let s = &mut self.reconnect;
                     s.reconnects += 1;
@@ -317,8 +426,25 @@ impl Inner {
                 Err(e) if transient(&e) => {
                     self.reconnect.failed_attempts += 1;
                     self.broken = true;
-                    let wait = self.reconnect_backoff(attempt);
+                    let dialer = self.dialer.as_mut().expect("dialed through it");
+                    let group = matches!(dialer, Redial::Group(_));
+                    let at_once = dialer.failed(&e) == Next::Redirected && !redirected;
+                    redirected = at_once;
+                    let r = self.cfg.reconnect;
+                    let wait = if at_once {
+                        Duration::ZERO
+                    } else {
+                        backoff(&r, attempt, &mut self.core.jitter)
+                    };
                     if started.elapsed() + wait > give_up {
+                        if group {
+                            let (attempts, waited) = (attempt + 1, started.elapsed());
+                            return Err(ClientError::NoLeader {
+                                attempts,
+                                waited,
+                                last: Box::new(e),
+                            });
+                        }
                         return Err(e);
                     }
                     std::thread::sleep(wait);
@@ -327,16 +453,6 @@ impl Inner {
                 Err(e) => return Err(e),
             }
         }
-    }
-
-    /// The wait after failed attempt `attempt` (from 0).
-    fn reconnect_backoff(&mut self, attempt: u32) -> Duration {
-        let r = &self.cfg.reconnect;
-        let min = r.backoff_min.as_nanos() as u64;
-        let max = (r.backoff_max.as_nanos() as u64).max(min);
-        let cap = min.saturating_mul(1u64 << attempt.min(62)).min(max);
-        let half = cap / 2;
-        Duration::from_nanos(cap - half + splitmix64(&mut self.jitter) % (half + 1))
     }
 
     /// Takes a new connection: checks that it reached the same database's server, then
