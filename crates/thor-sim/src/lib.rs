@@ -164,6 +164,7 @@ mod digest;
 pub mod group;
 mod liveness;
 pub mod pagemode;
+mod replicas;
 pub mod script;
 mod server;
 pub mod twopc;
