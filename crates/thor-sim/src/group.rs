@@ -607,4 +607,3 @@ impl World {
         Ok(())
     }
 }
-

@@ -54,8 +54,7 @@ pub(crate) fn open(
     let disk = Arc::new(disk.clone()) as Arc<dyn Disk>;
     let (sb, ds) = io::open_disk_side(disk.clone()).map_err(|e| e.to_string())?;
     let core = Core::new(cfg, sb).map_err(|e| e.to_string())?;
-    let log =
-        RaftLog::bootstrap(disk, journal_options(), founders).map_err(|e| e.to_string())?;
+    let log = RaftLog::bootstrap(disk, journal_options(), founders).map_err(|e| e.to_string())?;
     let replica =
         Replica::open(ReplicaConfig::new(id, raft_seed), log).map_err(|e| e.to_string())?;
     Ok((Member::open(mcfg, core, replica), ds))
