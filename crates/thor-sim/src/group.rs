@@ -35,10 +35,11 @@
 //! 23 replicas were retired). Lost snapshot messages are reported to their leader, as a
 //! transport would.
 //!
-//! Not yet here (issue 33's later slices): groups in the cluster world with real clients and
-//! two-phase commit across groups (so serializability and money are judged by `twopc.rs` for
-//! single servers only); a client that resumes a session on a new leader; crashes inside a
-//! sync or an install round.
+//! The replica model (opening, disk effects at once, image copies, committed pages) is
+//! `crate::replicas`, shared with the cluster world's groups (`twopc/groups.rs`), which adds
+//! what this world has not: real clients that resume their sessions on a new leader, and
+//! two-phase commit across groups. Not here: crashes inside a sync or an install round (disk
+//! effects are performed at once, in both replicated worlds).
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -3,6 +3,13 @@
 //! a network between everyone, and faults, advanced one event at a time from a queue ordered
 //! by virtual time and insertion, all from one seed.
 //!
+//! With [`TwoPcSimConfig::replicas`] set ([`TwoPcSimConfig::for_seed_groups`]), every server
+//! is a replica group instead of one process: `groups.rs` says how clients find the leader,
+//! where peer messages go, the groups' faults and the end's check of the replicas' pages; the
+//! clients, the transactions, the history, money and liveness checks below are the same. The
+//! single-server seeds replay exactly as before groups existed (nothing of the groups draws
+//! from the run's stream unless a run has them).
+//!
 //! # What runs
 //!
 //! Every server holds a few *accounts* (objects with a writer, a transaction number and a
@@ -30,7 +37,9 @@
 //!
 //! Each server's core is driven as a real driver would: appends go to the log's buffer and a
 //! log-sync event reports durability (group commit); reads, install rounds and checkpoints are
-//! I/O events; a tick every [`TICK_US`] drives two-phase commit's timeouts.
+//! I/O events; a tick every [`TICK_US`] drives two-phase commit's timeouts. (A group's core is
+//! driven by its `Member`: appends are proposals, durability is a majority's, disk effects
+//! are performed at once, and the replica's tick every [`RAFT_TICK_US`] is the core's too.)
 //!
 //! # Faults
 //!
@@ -102,7 +111,7 @@ use thor_replica::MemberMutant;
 mod groups;
 mod real;
 
-pub use groups::{FAULT_EVERY_US, InDoubtKill, RAFT_TICK_US};
+pub use groups::{FAULT_EVERY_US, InDoubtKill, KillPoint, RAFT_TICK_US};
 
 /// Virtual microseconds between ticks of each server.
 pub const TICK_US: u64 = 10_000;
@@ -175,7 +184,7 @@ pub struct TwoPcSimConfig {
     pub member_mutant: Option<MemberMutant>,
     /// With groups: the scripted fault of the scenario
     /// `participant_learns_outcome_from_new_coordinator_leader` (see `InDoubtKill`).
-    pub kill_coordinator_leader_in_doubt: bool,
+    pub kill_coordinator_leader_in_doubt: Option<KillPoint>,
 }
 
 impl TwoPcSimConfig {
@@ -205,7 +214,7 @@ impl TwoPcSimConfig {
             group_faults: false,
             retain_entries: 1_000,
             member_mutant: None,
-            kill_coordinator_leader_in_doubt: false,
+            kill_coordinator_leader_in_doubt: None,
         }
     }
 }

@@ -8,14 +8,14 @@
 //! pages at replicas that applied the same index, and liveness after the faults stop.
 //!
 //! `THOR_SIM_GROUP_2PC_SEEDS` sets how many seeds the two `seeds_*` tests run between them
-//! (default 2,000); `THOR_SIM_SEED=<n> cargo test --release -p thor-sim --test twopc_groups
+//! (default 6,000); `THOR_SIM_SEED=<n> cargo test --release -p thor-sim --test twopc_groups
 //! replay -- --nocapture` replays one with its trace.
 
 use thor_replica::MemberMutant;
-use thor_sim::twopc::{TwoPcOutcome, TwoPcSimConfig, run_twopc};
+use thor_sim::twopc::{InDoubtKill, KillPoint, TwoPcOutcome, TwoPcSimConfig, run_twopc};
 
 fn total_seeds() -> u64 {
-    std::env::var("THOR_SIM_GROUP_2PC_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(2_000)
+    std::env::var("THOR_SIM_GROUP_2PC_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(6_000)
 }
 
 fn run_range(from: u64, to: u64) -> TwoPcOutcome {
@@ -68,16 +68,11 @@ fn a_seed_replays_exactly() {
     }
 }
 
-/// The scenario: two groups of three, one simulated client's transfers, no random fault. Once
-/// the coordinator group's serving leader coordinates a transfer whose part the participant
-/// group's leader holds in doubt, the coordinator's leader is killed, and nothing of the
-/// coordinator group reaches the participant until the coordinator group's next leader
-/// serves: the participant decides only after, from that new leader; and the run's judgement
-/// (the transfer all or nothing at both servers in the final state, the history serializable,
-/// the money conserved, every replica of a group holding the same pages) shows the decision
-/// is the one in the coordinator group's log.
-#[test]
-fn participant_learns_outcome_from_new_coordinator_leader() {
+/// Two groups of three, one simulated client's transfers, no random fault; the coordinator
+/// group's serving leader is killed at `point` while the participant group's leader holds a
+/// part in doubt, and nothing of the coordinator group reaches the participant until the
+/// coordinator group's next leader serves (the kill's `InDoubtKill`).
+fn kill_coordinator_leader(seed: u64, point: KillPoint) -> InDoubtKill {
     let cfg = TwoPcSimConfig {
         servers: 2,
         clients: 1,
@@ -92,17 +87,33 @@ fn participant_learns_outcome_from_new_coordinator_leader() {
         raft_loss_ppm: 0,
         replica_crashes_max: 0,
         group_faults: false,
-        kill_coordinator_leader_in_doubt: true,
-        ..TwoPcSimConfig::for_seed_groups(7)
+        kill_coordinator_leader_in_doubt: Some(point),
+        ..TwoPcSimConfig::for_seed_groups(seed)
     };
     let out = run_twopc(&cfg).unwrap_or_else(|f| panic!("{f}"));
     let k = out.in_doubt_kill.expect("the coordinator's leader was killed with a part in doubt");
+    eprintln!("{point:?}: {k:?}");
     assert_ne!(k.coordinator, k.participant);
     let new_leader = k.new_leader_at.expect("the coordinator group elected a new serving leader");
     let decided = k.decided_at.expect("the participant decided its part in doubt");
     assert!(k.killed_at < new_leader && new_leader <= decided, "{k:?}");
     assert_eq!(out.replica_crashes, 1, "{out:?}");
     assert!(out.committed > 0, "{out:?}");
+    k
+}
+
+/// The participant in doubt decides only after the coordinator group's new leader serves,
+/// and as the coordinator group's log says: a coordinator killed after its commit decision
+/// (in its group's log) makes the participant commit; one killed before it decided leaves a
+/// log without a commit record, and the participant aborts (presumed abort). Each run's
+/// judgement also holds (the transfer all or nothing at both servers in the final state, the
+/// history serializable, the money conserved, every replica of a group with the same pages).
+#[test]
+fn participant_learns_outcome_from_new_coordinator_leader() {
+    let k = kill_coordinator_leader(7, KillPoint::AfterCommitDecision);
+    assert_eq!(k.participant_committed, Some(true), "{k:?}");
+    let k = kill_coordinator_leader(7, KillPoint::BeforeDecision);
+    assert_eq!(k.participant_committed, Some(false), "{k:?}");
 }
 
 /// The checks can fail: members that acknowledge their pending commits when deposed lose an

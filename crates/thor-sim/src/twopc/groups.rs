@@ -43,7 +43,8 @@
 //!
 //! The scenario `participant_learns_outcome_from_new_coordinator_leader`
 //! ([`TwoPcSimConfig::kill_coordinator_leader_in_doubt`]) kills the coordinator group's
-//! serving leader once a participant group's leader holds a part in doubt, and drops every
+//! serving leader once a participant group's leader holds a part in doubt (before the
+//! coordinator decided, or once it decided to commit: [`KillPoint`]), and drops every
 //! peer message from the coordinator group to the participant group until the coordinator
 //! group has a new serving leader: the participant can then learn the outcome only from that
 //! new leader ([`InDoubtKill`] records when each happened).
@@ -82,6 +83,19 @@ const IDLE_FLUSH_AFTER_US: u64 = 10_000;
 /// Xored into a seed for the group settings' stream of draws.
 const GROUPS_STREAM: u64 = 0x2bc0_6752_4f55_5053;
 
+/// When the scripted kill of [`TwoPcSimConfig::kill_coordinator_leader_in_doubt`] strikes:
+/// the coordinator group's serving leader is killed while a participant group's leader holds
+/// a part in doubt, and
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillPoint {
+    /// the coordinator has not decided (it coordinates a transaction and has decided none):
+    /// what its group's log holds decides, a commit record or none (presumed abort);
+    BeforeDecision,
+    /// the coordinator decided to commit (its commit record is in its group's log, the
+    /// decision sent and held back): the participant must learn that it committed.
+    AfterCommitDecision,
+}
+
 /// When the scripted kill of [`TwoPcSimConfig::kill_coordinator_leader_in_doubt`] happened,
 /// and what followed (virtual microseconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +112,12 @@ pub struct InDoubtKill {
     pub new_leader_at: Option<u64>,
     /// When the participant's leader had no part in doubt any more, after the kill.
     pub decided_at: Option<u64>,
+    /// The participant's parts (committed, aborted) as participant when the leader was
+    /// killed (its core's counters).
+    pub parts_before: (u64, u64),
+    /// How the participant decided: `Some(true)` its parts committed grew, `Some(false)` its
+    /// parts aborted did.
+    pub participant_committed: Option<bool>,
 }
 
 impl TwoPcSimConfig {
@@ -655,14 +675,20 @@ impl World {
     /// event: once a group's serving leader coordinates while another's holds a part in
     /// doubt, the first is killed; then the participant's decision is watched for.
     pub(super) fn scripted_kill(&mut self) {
-        if !self.cfg.kill_coordinator_leader_in_doubt {
-            return;
-        }
+        let Some(point) = self.cfg.kill_coordinator_leader_in_doubt else { return };
         if let Some(k) = self.in_doubt_kill {
             let p = k.participant as usize - 1;
-            let decided = self.core_of(p).is_some_and(|c| c.twopc_stats().in_doubt == 0);
-            if decided && k.decided_at.is_none() {
-                self.in_doubt_kill.as_mut().expect("some").decided_at = Some(self.now);
+            let Some(t) = self.core_of(p).map(|c| c.twopc_stats()) else { return };
+            if t.in_doubt == 0 && k.decided_at.is_none() {
+                let (committed, aborted) = k.parts_before;
+                let way = if t.counters.parts_committed > committed {
+                    Some(true)
+                } else {
+                    (t.counters.parts_aborted > aborted).then_some(false)
+                };
+                let k = self.in_doubt_kill.as_mut().expect("some");
+                k.decided_at = Some(self.now);
+                k.participant_committed = way;
             }
             return;
         }
@@ -670,7 +696,13 @@ impl World {
         let busy = |w: &World, s: usize, f: fn(&thor_server::TwoPcStats) -> bool| {
             w.core_of(s).is_some_and(|c| f(&c.twopc_stats()))
         };
-        let Some(co) = (0..n).find(|s| busy(self, *s, |t| t.coordinating > 0)) else { return };
+        let coordinates: fn(&thor_server::TwoPcStats) -> bool = match point {
+            KillPoint::BeforeDecision => {
+                |t| t.coordinating > 0 && t.counters.decided_commit + t.counters.decided_abort == 0
+            }
+            KillPoint::AfterCommitDecision => |t| t.counters.decided_commit > 0,
+        };
+        let Some(co) = (0..n).find(|s| busy(self, *s, coordinates)) else { return };
         let Some(p) = (0..n).find(|s| *s != co && busy(self, *s, |t| t.in_doubt > 0)) else {
             return;
         };
@@ -679,7 +711,10 @@ impl World {
         else {
             return;
         };
+        let c = self.core_of(p).expect("it holds a part").twopc_stats().counters;
         self.in_doubt_kill = Some(InDoubtKill {
+            parts_before: (c.parts_committed, c.parts_aborted),
+            participant_committed: None,
             coordinator: co as u32 + 1,
             participant: p as u32 + 1,
             killed_term: term,
