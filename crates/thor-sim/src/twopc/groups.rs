@@ -41,6 +41,14 @@
 //!   final state the history was judged against is the leader's); a member's own errors (a gap
 //!   in the LSNs it replays, a proposal it cannot account for) fail the run.
 //!
+//! *Known gap, found here:* a leader cut off from its group still serves until Raft's
+//! check-quorum timeout deposes it, and its core answers peers alone: a coordinator's
+//! `Decide` for a part prepared under a later leader is acknowledged (`DecideAck`) by the
+//! deposed one, which never saw it, and the coordinator forgets the transaction while the
+//! group's log holds the part in doubt, which the next leader then aborts (seed 27451,
+//! `tests/twopc_groups.rs`'s ignored `a_deposed_leader_cannot_acknowledge_a_decision_alone`).
+//! The fix belongs to `thor_replica::Member` (answer a peer only once leadership is confirmed).
+//!
 //! The scenario `participant_learns_outcome_from_new_coordinator_leader`
 //! ([`TwoPcSimConfig::kill_coordinator_leader_in_doubt`]) kills the coordinator group's
 //! serving leader once a participant group's leader holds a part in doubt (before the
@@ -540,8 +548,13 @@ impl World {
             Input::Peer { .. } => {
                 let Some(id) = self.group(s).serving_leader() else {
                     self.out.peer_unserved += 1;
+                    self.trace(|| format!("server {}: no replica serves, dropped", s + 1));
                     return Ok(());
                 };
+                self.trace(|| {
+                    let term = self.group(s).member(id).map_or(0, |m| m.status().replica.term);
+                    format!("server {}: to replica {id} (serving term {term})", s + 1)
+                });
                 return self.replica_step(s, id, |m, now, out| m.step(now, input, out));
             }
             other => {
