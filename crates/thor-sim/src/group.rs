@@ -35,26 +35,26 @@
 //! 23 replicas were retired). Lost snapshot messages are reported to their leader, as a
 //! transport would.
 //!
-//! Not yet here (issue 33's later slices): groups in the cluster world with real clients and
-//! two-phase commit across groups (so serializability and money are judged by `twopc.rs` for
-//! single servers only); a client that resumes a session on a new leader; crashes inside a
-//! sync or an install round.
+//! The replica model (opening, disk effects at once, image copies, committed pages) is
+//! `crate::replicas`, shared with the cluster world's groups (`twopc/groups.rs`), which adds
+//! what this world has not: real clients that resume their sessions on a new leader, and
+//! two-phase commit across groups. Not here: crashes inside a sync or an install round (disk
+//! effects are performed at once, in both replicated worlds).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use bytes::Bytes;
 use raft::SnapshotStatus;
 use raft::eraftpb::{Message, MessageType};
-use thor_core::{ClassDesc, Lsn, Oref, PageId, PageView, RawRef, ServerId, VarKind};
+use thor_core::{ClassDesc, Lsn, Oref, RawRef, ServerId, VarKind};
 use thor_replica::member::{Member, MemberConfig, MemberError, MemberMutant, Out, Phase};
-use thor_replica::{RaftLog, Replica, ReplicaConfig, journal_options};
 use thor_server::io::{self, DiskSide};
 use thor_server::superblock::Superblock;
-use thor_server::{CommitIn, Core, CoreConfig, DirectOp, DirectResult, Effect, Input, ReadError};
-use thor_storage::{Disk, MemDisk, SplitMix64};
+use thor_server::{CommitIn, CoreConfig, DirectOp, DirectResult, Input};
+use thor_storage::{MemDisk, SplitMix64};
 
 use crate::check::Violation;
+use crate::replicas::{self, Node, Pages, Performed, perform};
 
 /// Xored into a seed for this world's stream of draws.
 const GROUP_STREAM: u64 = 0x6752_4f55_5053;
@@ -101,11 +101,6 @@ pub struct GroupOutcome {
     pub compacted: u64,
     /// The tick the run ended at.
     pub ticks: u64,
-}
-
-struct Node {
-    disk: MemDisk,
-    run: Option<(Member, DiskSide)>,
 }
 
 #[derive(Debug, Clone)]
@@ -175,7 +170,7 @@ pub fn run_group_with(seed: u64, mutant: Option<MemberMutant>) -> Result<GroupOu
     for id in 1..=REPLICAS {
         let disk = MemDisk::with_sector_bytes(64);
         io::create(&disk, 4096, ServerId(1)).map_err(|e| w.violation(format!("create: {e}")))?;
-        w.nodes.insert(id, Node { disk, run: None });
+        w.nodes.insert(id, Node::new(disk));
         w.start(id)?;
     }
     w.faults()?;
@@ -218,17 +213,8 @@ impl World {
         let cfg = self.core_config();
         let founders: Vec<u64> = (1..=REPLICAS).collect();
         let mcfg = MemberConfig { retain_entries: self.retain_entries, mutant: self.mutant };
-        let disk = Arc::new(self.nodes[&id].disk.clone()) as Arc<dyn Disk>;
-        let opened = io::open_disk_side(disk.clone())
-            .and_then(|(sb, ds)| Ok((Core::new(cfg, sb)?, ds)))
-            .map_err(|e| e.to_string())
-            .and_then(|(core, ds)| {
-                let log = RaftLog::bootstrap(disk, journal_options(), &founders)
-                    .map_err(|e| e.to_string())?;
-                let replica = Replica::open(ReplicaConfig::new(id, self.seed ^ id), log)
-                    .map_err(|e| e.to_string())?;
-                Ok((Member::open(mcfg, core, replica), ds))
-            });
+        let opened =
+            replicas::open(&self.nodes[&id].disk, id, &founders, self.seed ^ id, cfg, mcfg);
         match opened {
             Ok(run) => {
                 self.nodes.get_mut(&id).expect("known").run = Some(run);
@@ -437,7 +423,7 @@ impl World {
                         self.answered(id, ticket, result)?;
                         Ok(())
                     }
-                    Performed::Nothing => Ok(()),
+                    Performed::Other(_) => Ok(()),
                 },
                 Out::ReadTail { page } => {
                     let (m, ds) = self.run_mut(id);
@@ -485,21 +471,10 @@ impl World {
         let mut sources: Vec<u64> =
             self.up().into_iter().filter(|s| *s != id && self.can_talk(id, *s)).collect();
         sources.sort_by_key(|s| Some(*s) != leader);
-        for s in sources {
-            let Some((_, ds)) = self.nodes[&s].run.as_ref() else { continue };
-            let Ok(sb) = io::read_superblock(&*ds.disk) else { continue };
-            if sb.checkpoint < lsn {
-                continue;
-            }
-            let dest = self.nodes[&id].disk.clone();
-            ds.image_into(&dest).map_err(|e| e.to_string())?;
-            let (sb, ds) =
-                io::open_disk_side(Arc::new(dest) as Arc<dyn Disk>).map_err(|e| e.to_string())?;
-            self.run_mut(id).1 = ds;
-            self.out.images += 1;
-            return Ok(sb);
-        }
-        Err(format!("no reachable replica holds an image at checkpoint {lsn} or later"))
+        let (sb, ds) = replicas::copy_image(&self.nodes, &sources, &self.nodes[&id].disk, lsn)?;
+        self.run_mut(id).1 = ds;
+        self.out.images += 1;
+        Ok(sb)
     }
 
     fn run_mut(&mut self, id: u64) -> &mut (Member, DiskSide) {
@@ -607,57 +582,15 @@ impl World {
     /// nothing proposed and undecided.
     fn settled(&self) -> bool {
         let ms: Vec<&Member> = self.up().iter().filter_map(|id| self.member(*id)).collect();
-        let commit = ms.iter().map(|m| m.status().replica.commit).max().unwrap_or(0);
-        ms.iter().all(|m| {
-            let s = m.status();
-            // Nothing in flight either: a serving core's prepared commits show in its pages.
-            s.replica.applied == commit
-                && s.replica.last_index == commit
-                && (!m.is_serving() || s.durable.0 + 1 == s.next_lsn.0)
-                && s.queued == 0
-                && !m.core().round_in_flight()
-        })
+        replicas::settled(&ms)
     }
 
     /// Every page up to the tail at replica `id`: its version and objects, as committed
     /// (installed image plus the MOB's versions).
     fn pages(&mut self, id: u64) -> Result<Pages, Violation> {
         let (m, ds) = self.nodes.get_mut(&id).and_then(|n| n.run.as_mut()).expect("up");
-        let tail = m.core().tail_page().0;
-        let mut out = BTreeMap::new();
-        let mut err = None;
-        for p in PageId::FIRST.get()..=tail.get() {
-            let page = PageId::new(p).expect("a page id");
-            let images = match ds.read_page(page) {
-                Ok(img) => vec![(page, img)],
-                // Never installed: the core knows it fresh.
-                Err(ReadError::Corrupt(_)) => Vec::new(),
-                Err(e) => {
-                    err = Some(format!("page {page}: {e:?}"));
-                    break;
-                }
-            };
-            match m.core_mut().store_mut().committed_page(page, &images) {
-                Ok(Some(img)) => match PageView::parse(&img) {
-                    Ok(v) => {
-                        let objects = v.objects().map(|(o, b)| (o.get(), b.to_vec())).collect();
-                        out.insert(p, (v.version(), objects));
-                    }
-                    Err(e) => {
-                        err = Some(format!("page {page}: {e}"));
-                        break;
-                    }
-                },
-                other => {
-                    err = Some(format!("page {page} composes to {other:?}"));
-                    break;
-                }
-            }
-        }
-        match err {
-            Some(e) => Err(self.violation(format!("replica {id}: {e}"))),
-            None => Ok(out),
-        }
+        let r = replicas::pages(m, ds);
+        r.map_err(|e| self.violation(format!("replica {id}: {e}")))
     }
 
     fn check_acked(&self, id: u64, pages: &Pages) -> Result<(), Violation> {
@@ -675,41 +608,5 @@ impl World {
             }
         }
         Ok(())
-    }
-}
-
-/// A replica's pages: page → (version, objects by id).
-type Pages = BTreeMap<u32, (Lsn, Vec<(u16, Vec<u8>)>)>;
-
-/// What performing a core effect gave.
-enum Performed {
-    /// The input that reports it.
-    Input(Input),
-    /// A direct operation's answer.
-    Done { ticket: u64, result: DirectResult },
-    /// Nothing to report.
-    Nothing,
-}
-
-/// Performs a core effect a member passed through, at once.
-fn perform(ds: &DiskSide, e: Effect) -> Performed {
-    match e {
-        Effect::Read { page } => {
-            Performed::Input(Input::PageRead { page, result: ds.read_page(page) })
-        }
-        Effect::Install(job) => Performed::Input(Input::Installed {
-            job: job.id,
-            result: ds.install(&job).map_err(|e| e.to_string()),
-        }),
-        // The superblock only: the journal's compaction is the member's.
-        Effect::Checkpoint(job) => {
-            let r = io::write_superblock(&*ds.disk, &job.superblock).map_err(|e| e.to_string());
-            Performed::Input(Input::Checkpointed { job: job.id, result: r })
-        }
-        Effect::Done { ticket, result } => Performed::Done { ticket, result },
-        Effect::Reply { .. }
-        | Effect::Peer { .. }
-        | Effect::Backup { .. }
-        | Effect::Append { .. } => Performed::Nothing,
     }
 }

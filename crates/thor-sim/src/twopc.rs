@@ -3,6 +3,13 @@
 //! a network between everyone, and faults, advanced one event at a time from a queue ordered
 //! by virtual time and insertion, all from one seed.
 //!
+//! With [`TwoPcSimConfig::replicas`] set ([`TwoPcSimConfig::for_seed_groups`]), every server
+//! is a replica group instead of one process: `groups.rs` says how clients find the leader,
+//! where peer messages go, the groups' faults and the end's check of the replicas' pages; the
+//! clients, the transactions, the history, money and liveness checks below are the same. The
+//! single-server seeds replay exactly as before groups existed (nothing of the groups draws
+//! from the run's stream unless a run has them).
+//!
 //! # What runs
 //!
 //! Every server holds a few *accounts* (objects with a writer, a transaction number and a
@@ -30,7 +37,9 @@
 //!
 //! Each server's core is driven as a real driver would: appends go to the log's buffer and a
 //! log-sync event reports durability (group commit); reads, install rounds and checkpoints are
-//! I/O events; a tick every [`TICK_US`] drives two-phase commit's timeouts.
+//! I/O events; a tick every [`TICK_US`] drives two-phase commit's timeouts. (A group's core is
+//! driven by its `Member`: appends are proposals, durability is a majority's, disk effects
+//! are performed at once, and the replica's tick every [`RAFT_TICK_US`] is the core's too.)
 //!
 //! # Faults
 //!
@@ -88,22 +97,31 @@ use thor_server::io;
 use thor_server::{CommitIn, ConnId, CoreConfig, DirectOp, DirectResult, Effect, Input};
 use thor_storage::{MemDisk, SplitMix64};
 use thor_wire::{
-    CLIENT_TIE_BIT, Commit, Hello, Participant, PeerMsg, Prepare, Reply, ReplyBody, Request,
-    RequestBody, Stamp,
+    CLIENT_TIE_BIT, Commit, ErrorCode, Hello, Participant, PeerMsg, Prepare, Reply, ReplyBody,
+    Request, RequestBody, Stamp,
 };
 
 use crate::check::Violation;
 use crate::liveness::{Bounds, Progress};
 use crate::server::{self, EventQueue, Process, io_violation};
+use raft::eraftpb::Message;
 use thor_history as serial;
+use thor_replica::MemberMutant;
 
+mod groups;
 mod real;
+
+pub use groups::{FAULT_EVERY_US, InDoubtKill, KillPoint, RAFT_TICK_US};
 
 /// Virtual microseconds between ticks of each server.
 pub const TICK_US: u64 = 10_000;
 
 /// Events a run may take before it is declared stuck.
 const EVENTS_MAX: u64 = 300_000;
+
+/// Events a run with replica groups may take before it is declared stuck: every replica
+/// ticks every [`RAFT_TICK_US`] and its Raft messages are events too.
+const GROUP_EVENTS_MAX: u64 = 4_000_000;
 
 /// How long the cluster must stay settled after the faults stop before the liveness check
 /// starts: longer than any message of the faulty part of the run takes to land (0.4 ms) and
@@ -147,6 +165,26 @@ pub struct TwoPcSimConfig {
     pub real_clients: usize,
     /// Print every event to stderr.
     pub trace: bool,
+    /// Replicas per server: 0, every server a single process (crashing as a whole, with its
+    /// own log); 1 or more, every server a replica group of that many `Member`s
+    /// (`twopc/groups.rs`), whose faults are the groups' (the server crash and I/O death
+    /// settings above are then unused).
+    pub replicas: usize,
+    /// With groups: the chance per Raft message that it is lost, in ppm.
+    pub raft_loss_ppm: u64,
+    /// With groups: most replica crashes in the run (the coordinator leaders killed
+    /// included).
+    pub replica_crashes_max: usize,
+    /// With groups: whether replicas crash and groups are partitioned at random.
+    pub group_faults: bool,
+    /// With groups: journal entries kept below what checkpoints allow compacting
+    /// (`MemberConfig::retain_entries`; a small number sends lagging replicas snapshots).
+    pub retain_entries: u64,
+    /// With groups: every member the deliberately broken `MemberMutant` (tests only).
+    pub member_mutant: Option<MemberMutant>,
+    /// With groups: the scripted fault of the scenario
+    /// `participant_learns_outcome_from_new_coordinator_leader` (see `InDoubtKill`).
+    pub kill_coordinator_leader_in_doubt: Option<KillPoint>,
 }
 
 impl TwoPcSimConfig {
@@ -170,6 +208,13 @@ impl TwoPcSimConfig {
             peer_loss_ppm: [0, 50_000, 200_000][r.below(3) as usize],
             real_clients,
             trace: false,
+            replicas: 0,
+            raft_loss_ppm: 0,
+            replica_crashes_max: 0,
+            group_faults: false,
+            retain_entries: 1_000,
+            member_mutant: None,
+            kill_coordinator_leader_in_doubt: None,
         }
     }
 }
@@ -220,6 +265,32 @@ pub struct TwoPcOutcome {
     pub real_read_only_here: u64,
     /// Runs of one server (every transaction a single-server commit).
     pub one_server_runs: u64,
+    /// With groups: replica crashes (the coordinator leaders killed included).
+    pub replica_crashes: u64,
+    /// With groups: members reopened from their disks (deposed leaders).
+    pub replica_restarts: u64,
+    /// With groups: serving leaders of a group that coordinated a transaction, killed.
+    pub coordinator_leader_kills: u64,
+    /// With groups: partitions made.
+    pub partitions: u64,
+    /// With groups: leaders that came to serve.
+    pub group_leaders: u64,
+    /// With groups: clients turned away by a replica that does not serve (`NotLeader`).
+    pub redirects: u64,
+    /// With groups: database images copied to replicas behind what the journals keep.
+    pub images: u64,
+    /// With groups: image fetches that failed and were asked again.
+    pub image_failures: u64,
+    /// With groups: replicas retired for want of an image (`MemberError::ImageUnavailable`).
+    pub replicas_retired: u64,
+    /// With groups: Raft messages lost (by chance or a partition).
+    pub raft_lost: u64,
+    /// With groups: peer messages dropped because no replica of their group served.
+    pub peer_unserved: u64,
+    /// With groups: replicas whose pages were compared at the end.
+    pub replicas_compared: u64,
+    /// The scripted kill of the scenario, if it happened (one run's; not summed).
+    pub in_doubt_kill: Option<InDoubtKill>,
 }
 
 impl TwoPcOutcome {
@@ -243,17 +314,31 @@ impl TwoPcOutcome {
         self.real_uncertain += o.real_uncertain;
         self.real_read_only_here += o.real_read_only_here;
         self.one_server_runs += o.one_server_runs;
+        self.replica_crashes += o.replica_crashes;
+        self.replica_restarts += o.replica_restarts;
+        self.coordinator_leader_kills += o.coordinator_leader_kills;
+        self.partitions += o.partitions;
+        self.group_leaders += o.group_leaders;
+        self.redirects += o.redirects;
+        self.images += o.images;
+        self.image_failures += o.image_failures;
+        self.replicas_retired += o.replicas_retired;
+        self.raft_lost += o.raft_lost;
+        self.peer_unserved += o.peer_unserved;
+        self.replicas_compared += o.replicas_compared;
     }
 }
 
 /// A run that found a violation.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
-    "seed {seed}: {violation} (at event {event}, virtual time {time_us} us)\n  replay: THOR_SIM_SEED={seed} cargo test -p thor-sim --test twopc replay -- --nocapture\n     or: thor sim twopc --seed {seed} --trace"
+    "seed {seed}: {violation} (at event {event}, virtual time {time_us} us)\n  replay: {replay}"
 )]
 pub struct TwoPcFailure {
     /// The seed.
     pub seed: u64,
+    /// The command that replays the run (a seed of single servers, or of groups).
+    pub replay: String,
     /// What went wrong.
     pub violation: Violation,
     /// The event it was found at.
@@ -271,19 +356,33 @@ enum Ev {
     ToClient(usize, usize, ConnId, Option<(u64, Reply)>),
     /// A connection's break reaches its server.
     Disconnect(usize, ConnId),
-    /// A message from another server arrives (if the receiver has not restarted since).
-    Peer(usize, u32, PeerMsg),
+    /// A message from another server (the last field: its sender) arrives (if the receiver
+    /// has not restarted since; a group's serving leader gets it).
+    Peer(usize, u32, PeerMsg, usize),
     LogSync(usize, u32),
     Io(usize, u32, Effect),
     Tick(usize, u32),
     Restart(usize),
     /// A client starts its next step.
     Wake(usize),
+    /// A Raft message within group `.0` from replica `.1` lands.
+    Raft(usize, u64, Box<Message>),
+    /// Replica `.1` of group `.0` ticks (if it is still process `.2`).
+    ReplicaTick(usize, u64, u32),
+    /// Replica `.1` of group `.0`, crashed, restarts.
+    ReplicaRestart(usize, u64),
+    /// Group `.0`'s partition `.1` heals.
+    Heal(usize, u64),
+    /// The next draw of a group fault.
+    GroupFault,
 }
 
 struct Server {
+    /// A single server's process (unused by a group).
     p: Process,
     accounts: Vec<Oref>,
+    /// With replica groups: the server's group (`groups.rs`).
+    group: Option<Box<groups::Group>>,
 }
 
 /// A client's connection to one server.
@@ -371,6 +470,14 @@ struct World {
     /// The clients' progress once the faults stopped and the cluster settled, and its check
     /// (see [`Liveness`]).
     progress: Progress,
+    /// With groups: connection -> the replica it was made to, and that replica's epoch then.
+    conn_replica: FxHashMap<ConnId, (u64, u32)>,
+    /// With groups: (client, server) -> the replica the client connects to next.
+    aim: FxHashMap<(usize, usize), u64>,
+    /// With groups: answers of direct operations not yet collected.
+    direct_done: Vec<(u64, DirectResult)>,
+    /// The scripted kill, once it happened.
+    in_doubt_kill: Option<InDoubtKill>,
 }
 
 /// The liveness check (issue 32): once the faults of a run have stopped, the cluster settles
@@ -465,8 +572,19 @@ fn version_of(writer: u32, txn: u32) -> serial::Version {
 
 /// Runs one simulation of a cluster; returns what it did, or the first violation found.
 pub fn run_twopc(cfg: &TwoPcSimConfig) -> Result<TwoPcOutcome, TwoPcFailure> {
+    let seed = cfg.seed;
+    let replay = if cfg.replicas > 0 {
+        format!(
+            "THOR_SIM_SEED={seed} THOR_SIM_TRACE=1 cargo test --release -p thor-sim --test twopc_groups replay -- --nocapture"
+        )
+    } else {
+        format!(
+            "THOR_SIM_SEED={seed} cargo test -p thor-sim --test twopc replay -- --nocapture\n     or: thor sim twopc --seed {seed} --trace"
+        )
+    };
     let fail = |w: &World, v: Violation| TwoPcFailure {
         seed: cfg.seed,
+        replay: replay.clone(),
         violation: v,
         event: w.out.events,
         time_us: w.now,
@@ -497,7 +615,7 @@ impl World {
             })
             .collect();
         let servers = (0..cfg.servers)
-            .map(|_| Server { p: Process::new(MemDisk::new()), accounts: Vec::new() })
+            .map(|_| Server { p: Process::new(MemDisk::new()), accounts: Vec::new(), group: None })
             .collect();
         World {
             rng,
@@ -521,6 +639,10 @@ impl World {
             faults_stopped_at: None,
             settled_since: None,
             progress: Progress::default(),
+            conn_replica: FxHashMap::default(),
+            aim: FxHashMap::default(),
+            direct_done: Vec::new(),
+            in_doubt_kill: None,
             cfg,
         }
     }
@@ -574,9 +696,13 @@ impl World {
     /// Creates each server's database, its account class and accounts.
     fn setup(&mut self) -> Result<(), Violation> {
         for s in 0..self.cfg.servers {
-            io::create(&self.servers[s].p.disk, 4096, ServerId(s as u32 + 1))
-                .map_err(|e| Violation(format!("create: {e}")))?;
-            self.start(s)?;
+            if self.cfg.replicas > 0 {
+                self.group_setup(s)?;
+            } else {
+                io::create(&self.servers[s].p.disk, 4096, ServerId(s as u32 + 1))
+                    .map_err(|e| Violation(format!("create: {e}")))?;
+                self.start(s)?;
+            }
             let mut created = vec![Bytes::from(self.desc.to_class_object())];
             for _ in 0..self.cfg.accounts {
                 let mut a = self.desc.new_object(RawRef::tagged_word(0), 0);
@@ -603,20 +729,27 @@ impl World {
             let d = after + self.rng.below(1_000);
             self.at(d, Ev::Wake(c));
         }
+        if self.cfg.replicas > 0 && self.cfg.group_faults {
+            self.at(FAULT_EVERY_US, Ev::GroupFault);
+        }
         Ok(())
     }
 
     /// Steps server `s` and performs everything at once (setup and the final reads).
     fn settle_now(&mut self, s: usize, input: Input) -> Result<Vec<DirectResult>, Violation> {
+        if self.is_group(s) {
+            return self.group_settle_now(s, input);
+        }
         let node = self.servers[s].p.node.as_mut().expect("the server is up");
         server::settle_now(node, self.now, input, &mut ())
     }
 
     fn run(&mut self) -> Result<(), Violation> {
         let mut quiet_since: Option<u64> = None;
+        let events_max = if self.cfg.replicas > 0 { GROUP_EVENTS_MAX } else { EVENTS_MAX };
         loop {
             self.out.events += 1;
-            if self.out.events > EVENTS_MAX {
+            if self.out.events > events_max {
                 return Err(Violation("the run does not finish (stuck?)".into()));
             }
             let faulty_done = self.clients.iter().all(|c| c.done >= self.cfg.txns_per_client);
@@ -625,18 +758,14 @@ impl World {
                 // faults left; then the clients run again, under the liveness check.
                 self.faults = false;
                 self.faults_stopped_at = Some(self.now);
+                self.groups_heal();
                 self.trace(|| "clients done: faults stop".into());
             }
             if let (Some(stopped), false) = (self.faults_stopped_at, self.progress.calm()) {
                 self.maybe_calm(stopped)?;
             }
             if self.progress.all_done() {
-                let settled = self.servers.iter().all(|s| {
-                    s.p.node.as_ref().is_some_and(|n| {
-                        let t = n.core.twopc_stats();
-                        t.in_doubt == 0 && t.coordinating == 0
-                    })
-                });
+                let settled = (0..self.cfg.servers).all(|s| self.server_settled(s));
                 if settled {
                     let since = *quiet_since.get_or_insert(self.now);
                     // A little longer, so that late messages land and change nothing.
@@ -651,11 +780,15 @@ impl World {
                 return Err(Violation("the event queue ran dry".into()));
             };
             self.now = self.now.max(t);
-            if self.out.crashes < self.cfg.crashes_max as u64 && self.chance(self.cfg.crash_ppm) {
+            if self.cfg.replicas == 0
+                && self.out.crashes < self.cfg.crashes_max as u64
+                && self.chance(self.cfg.crash_ppm)
+            {
                 let s = self.rng.below(self.cfg.servers as u64) as usize;
                 self.crash(s, "at a random event");
             }
             self.event(ev)?;
+            self.scripted_kill();
             self.check_liveness()?;
         }
     }
@@ -663,23 +796,15 @@ impl World {
     /// After the faults stopped at `stopped`: once every server is up and has settled what
     /// they left, the liveness check starts and the clients run again.
     fn maybe_calm(&mut self, stopped: u64) -> Result<(), Violation> {
-        let settled = self.servers.iter().all(|s| {
-            s.p.node.as_ref().is_some_and(|n| {
-                let t = n.core.twopc_stats();
-                t.in_doubt == 0 && t.coordinating == 0
-            })
-        });
+        let settled = (0..self.cfg.servers).all(|s| self.server_settled(s));
         let l = self.liveness();
         if !settled {
             self.settled_since = None;
             if self.now - stopped > l.settle_us_max {
-                let left: Vec<String> = self
-                    .servers
-                    .iter()
-                    .enumerate()
-                    .map(|(s, sv)| match &sv.p.node {
-                        Some(n) => {
-                            let t = n.core.twopc_stats();
+                let left: Vec<String> = (0..self.cfg.servers)
+                    .map(|s| match self.core_of(s) {
+                        Some(core) => {
+                            let t = core.twopc_stats();
                             format!(
                                 "server {}: {} in doubt, {} coordinated",
                                 s + 1,
@@ -687,7 +812,7 @@ impl World {
                                 t.coordinating
                             )
                         }
-                        None => format!("server {}: down", s + 1),
+                        None => format!("server {}: down (no serving leader)", s + 1),
                     })
                     .collect();
                 return Err(Violation(format!(
@@ -735,15 +860,15 @@ impl World {
         self.out.calm_txn_us_max = self.progress.wait_us_seen;
         self.out.calm_commit_us_max = self.progress.commit_us_seen;
         checked?;
-        for (s, server) in self.servers.iter().enumerate() {
-            let Some(node) = &server.p.node else {
+        for s in 0..self.cfg.servers {
+            let Some(core) = self.core_of(s) else {
                 return Err(Violation(format!(
-                    "liveness: server {} is down {} us into the fault-free run",
+                    "liveness: server {} is down (a group: no replica serves) {} us into the fault-free run",
                     s + 1,
                     self.now - calm
                 )));
             };
-            let Some(since) = node.core.twopc_oldest_part_us() else { continue };
+            let Some(since) = core.twopc_oldest_part_us() else { continue };
             let held = self.now - since.max(calm);
             self.out.calm_part_us_max = self.out.calm_part_us_max.max(held);
             if held > l.part_us_max {
@@ -765,13 +890,14 @@ impl World {
             Ev::ToServer(s, conn, req, id) => {
                 self.mix(&[self.now, 1, s as u64, conn, id, crate::digest_request(id, &req)]);
                 self.trace(|| format!("server {} gets {} {id} on {conn}", s + 1, req.body.name()));
-                if self.servers[s].p.node.is_none() || !self.conns.contains_key(&conn) {
+                let down = !self.is_group(s) && self.servers[s].p.node.is_none();
+                if down || !self.conns.contains_key(&conn) {
                     return Ok(());
                 }
                 self.step(s, Input::Request { conn, id, req })
             }
             Ev::Disconnect(s, conn) => {
-                if self.servers[s].p.node.is_some() {
+                if self.is_group(s) || self.servers[s].p.node.is_some() {
                     self.step(s, Input::Disconnect { conn })?;
                 }
                 Ok(())
@@ -785,12 +911,27 @@ impl World {
                     }
                     None => format!("client {c} loses its connection to server {}", s + 1),
                 });
+                if let Some((_, r)) = &msg
+                    && let ReplyBody::Error { code: ErrorCode::NotLeader, message } = &r.body
+                    && self.is_group(s)
+                {
+                    // A replica that does not serve turned the client away; the connection's
+                    // close follows, and the client connects to the leader it named.
+                    let hint = thor_wire::not_leader_hint(message);
+                    self.redirected(c, s, conn, hint);
+                    return Ok(());
+                }
                 self.at_client(c, s, conn, msg)
             }
-            Ev::Peer(s, epoch, msg) => {
+            Ev::Peer(s, epoch, msg, from) => {
                 let digest = crate::digest_bytes(format!("{msg:?}").as_bytes());
                 self.mix(&[self.now, 3, s as u64, digest]);
-                if !self.servers[s].p.live(epoch) {
+                if self.is_group(s) {
+                    if self.peer_held(from, s) {
+                        self.out.peer_lost += 1;
+                        return Ok(());
+                    }
+                } else if !self.servers[s].p.live(epoch) {
                     return Ok(());
                 }
                 self.trace(|| format!("server {} gets {msg:?}", s + 1));
@@ -810,10 +951,21 @@ impl World {
                 self.start(s)
             }
             Ev::Wake(c) => self.wake(c),
+            Ev::Raft(s, from, msg) => self.raft_deliver(s, from, msg),
+            Ev::ReplicaTick(s, id, epoch) => self.replica_tick(s, id, epoch),
+            Ev::ReplicaRestart(s, id) => self.replica_back(s, id),
+            Ev::Heal(s, seq) => {
+                self.heal(s, seq);
+                Ok(())
+            }
+            Ev::GroupFault => self.group_fault(),
         }
     }
 
     fn step(&mut self, s: usize, input: Input) -> Result<(), Violation> {
+        if self.is_group(s) {
+            return self.group_input(s, input);
+        }
         let Some(node) = self.servers[s].p.node.as_mut() else { return Ok(()) };
         let mut fx = Vec::new();
         crate::step_checked(&mut node.core, self.now, input, &mut fx)?;
@@ -854,7 +1006,7 @@ impl World {
                     }
                     let d = self.latency();
                     let e = self.servers[t - 1].p.epoch;
-                    self.at(d, Ev::Peer(t - 1, e, msg));
+                    self.at(d, Ev::Peer(t - 1, e, msg, s));
                 }
                 Effect::Done { .. } => {}
                 Effect::Backup { .. } => return Err(Violation("a backup nobody asked for".into())),
@@ -976,7 +1128,12 @@ impl World {
             last_to_server: 0,
             last_to_client: 0,
         });
-        if self.servers[s].p.node.is_none() {
+        let refused = if self.is_group(s) {
+            !self.group_accepts(c, s, conn)
+        } else {
+            self.servers[s].p.node.is_none()
+        };
+        if refused {
             // Refused: the client learns that the connection is broken.
             self.conns.remove(&conn);
             self.clients[c].links[s] = None;
@@ -1400,6 +1557,8 @@ impl World {
             i64::from(*balances.get(&(o, v)).unwrap_or(&OPENING))
         })
         .map_err(|e| Violation(format!("money is not conserved: {e:?}")))?;
+        self.judge_groups()?;
+        self.out.in_doubt_kill = self.in_doubt_kill;
         Ok(())
     }
 }
