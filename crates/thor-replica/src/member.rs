@@ -63,10 +63,13 @@
 //! What the old one answers through Raft is safe (a commit it proposes is never acknowledged
 //! once it lost its term), but some answers log nothing: a read-only commit validated on its
 //! own state, a resumed session's outcome, a read-only part's yes vote, a decision a
-//! coordinator gives from its tables, an embedded call's result. Given by a deposed leader,
-//! each may rest on a state a newer leader has moved past (an audit that misses a transfer
-//! the new leader committed at another server; a presumed abort of a transaction the new
-//! leader has a commit record for). So the member holds every such answer a serving core
+//! coordinator gives from its tables, a participant's acknowledgement of a decision for a part
+//! it never saw, an embedded call's result. Given by a deposed leader, each may rest on a state
+//! a newer leader has moved past (an audit that misses a transfer the new leader committed at
+//! another server; a presumed abort of a transaction the new leader has a commit record for;
+//! a coordinator that forgets a transaction because a stale participant acknowledged its
+//! decision, while the participant's new leader holds the part prepared: thor-sim's seed
+//! 27451 of the two-phase world with groups). So the member holds every such answer a serving core
 //! gives, except those a durability report releases (their entries were acknowledged by a
 //! majority in this leader's term just then), and asks the group to confirm it still leads
 //! ([`Replica::confirm_leadership`]: raft-rs's read index in its safe mode, a heartbeat round
@@ -1267,7 +1270,8 @@ impl Member {
 
 /// Whether a core effect answers a client or a peer with something a deposed leader could get
 /// wrong when it answers alone (see "Answers given alone"): a commit or a two-phase part
-/// accepted, a resumed session's outcome, a vote or a decision, an embedded call's result.
+/// accepted, a resumed session's outcome, a vote, a decision or its acknowledgement, an
+/// embedded call's result.
 fn answers_alone(e: &Effect) -> bool {
     use thor_wire::PeerMsg;
     match e {
@@ -1275,8 +1279,13 @@ fn answers_alone(e: &Effect) -> bool {
             reply.body,
             ReplyBody::CommitOk { .. } | ReplyBody::Prepared { .. } | ReplyBody::Resumed(_)
         ),
+        // Every answer to a peer: a vote, a decision, and an acknowledgement of one (a replica
+        // that never saw the part acknowledges a decision as "never heard of it", and the
+        // coordinator forgets the transaction: a newer leader holding the part prepared would
+        // then be told to presume abort). Not the requests (`Query`, `AskVote`): a stale one
+        // only makes its receiver answer again.
         Effect::Peer { msg, .. } => {
-            matches!(msg, PeerMsg::Vote { yes: true, .. } | PeerMsg::Decide { .. })
+            matches!(msg, PeerMsg::Vote { .. } | PeerMsg::Decide { .. } | PeerMsg::DecideAck { .. })
         }
         Effect::Done { .. } => true,
         _ => false,

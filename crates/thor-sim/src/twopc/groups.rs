@@ -407,6 +407,8 @@ impl World {
                 // Only a serving leader is given direct operations; one that stopped serving
                 // meanwhile leaves its operation unanswered, and the wait for it fails.
                 Out::DirectRefused { .. } => Ok(()),
+                // This world never changes a group's membership.
+                Out::Membership { .. } => Ok(()),
                 Out::FetchImage { lsn, .. } => {
                     let got = self.replica_image(s, id, lsn);
                     if got.is_err() {
