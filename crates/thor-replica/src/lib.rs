@@ -33,6 +33,9 @@
 //!   proposed, acknowledged prefixes reported durable, committed records replayed on
 //!   followers as recovery does, failover through `finish_recovery`, clients of a replica
 //!   that does not serve turned away with `Error(NotLeader)` (`tests/member.rs`).
+//! - [`codec`]: [`encode_message`] and [`decode_message`], raft-rs's messages as bytes
+//!   between replicas; the decoder walks the protobuf wire format iteratively first and
+//!   refuses groups and deep nesting (protobuf 2.28's RUSTSEC-2024-0437).
 //! - [`logger`]: raft-rs logs through slog; a small drain turns that into tracing events.
 //! - [`sim`]: a deterministic harness (replicas over `MemDisk`s and a seeded network) with
 //!   the checks that the tests and, later, the merged simulation use.
@@ -77,10 +80,12 @@
 //! [`Replica`] (`open`, `tick`, `tick_without_campaign`, `step`, `propose`, `propose_membership`,
 //! `ready`, `persist`, `advance`, `compact`, `report_snapshot`, `status`), [`Effects`] and its
 //! parts, the error enums, [`sim::Cluster`] for tests. raft-rs's message type
-//! (`raft::eraftpb::Message`) crosses the boundary as is: its wire encoding (raft-rs's
-//! protobuf codec) is the transport's business. That codec is protobuf 2.28, which a crafted
-//! message can crash (RUSTSEC-2024-0437): a transport must decode only what authenticated
-//! group members send.
+//! (`raft::eraftpb::Message`) crosses the boundary as is; its bytes between replicas are
+//! [`encode_message`] / [`decode_message`] (raft-rs's protobuf codec). That codec is protobuf
+//! 2.28, which a crafted message can crash (RUSTSEC-2024-0437): [`decode_message`] refuses
+//! such input before protobuf sees it, and a transport still decodes only what authenticated
+//! group members send (thor-net's replica links take Raft messages only on sessions of the
+//! group's own peer credential).
 //!
 //! # Membership
 //!
@@ -132,6 +137,7 @@
 //! - No leases or read-index: nothing here answers reads.
 //! - No wire format, no transport, no CLI, no metrics: the engine and thor-net's job.
 
+pub mod codec;
 pub mod error;
 pub mod journal;
 pub mod limits;
@@ -141,6 +147,7 @@ pub mod replica;
 pub mod sim;
 pub mod storage;
 
+pub use codec::{MessageDecodeError, MessageEncodeError, decode_message, encode_message};
 pub use error::{LogError, ProposeError, ReplicaError, StepError};
 pub use member::{
     Member, MemberConfig, MemberError, MemberMutant, MemberStatus, NotAnImageId, Out, Phase,
