@@ -245,8 +245,11 @@ mod tests {
             .prop_map(|(t, term, index, data, context)| {
                 let mut e = Entry::default();
                 e.set_entry_type(
-                    [EntryType::EntryNormal, EntryType::EntryConfChange, EntryType::EntryConfChangeV2]
-                        [t as usize],
+                    [
+                        EntryType::EntryNormal,
+                        EntryType::EntryConfChange,
+                        EntryType::EntryConfChangeV2,
+                    ][t as usize],
                 );
                 e.term = term;
                 e.index = index;
@@ -286,16 +289,12 @@ mod tests {
                 m.context = context.into();
                 m.priority = priority;
                 if let Some((data, si, st, voters, learners, auto_leave)) = snap {
-                    let mut cs = ConfState::default();
-                    cs.voters = voters;
-                    cs.learners = learners;
-                    cs.auto_leave = auto_leave;
+                    let cs = ConfState { voters, learners, auto_leave, ..Default::default() };
                     let mut md = SnapshotMetadata::default();
                     md.set_conf_state(cs);
                     md.index = si;
                     md.term = st;
-                    let mut s = Snapshot::default();
-                    s.data = data.into();
+                    let mut s = Snapshot { data: data.into(), ..Default::default() };
                     s.set_metadata(md);
                     m.set_snapshot(s);
                 }
@@ -346,8 +345,7 @@ mod tests {
             Err(MessageDecodeError::Malformed { at: 0, .. })
         ));
         // Behind an honest prefix too.
-        let mut m = Message::default();
-        m.term = 5;
+        let m = Message { term: 5, ..Default::default() };
         let mut bytes = encode_message(&m).unwrap().to_vec();
         bytes.extend_from_slice(&crafted);
         assert!(matches!(decode_message(&bytes), Err(MessageDecodeError::Malformed { .. })));

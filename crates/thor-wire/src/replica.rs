@@ -84,7 +84,8 @@ pub enum ImageFile {
 
 impl ImageFile {
     /// Every file, in the order a copier writes them (the superblock last).
-    pub const ALL: [ImageFile; 3] = [ImageFile::Pages, ImageFile::DoubleWrite, ImageFile::Superblock];
+    pub const ALL: [ImageFile; 3] =
+        [ImageFile::Pages, ImageFile::DoubleWrite, ImageFile::Superblock];
 
     /// The wire code.
     pub const fn code(self) -> u8 {
@@ -351,7 +352,6 @@ impl ReplicaReply {
 mod tests {
     use super::*;
     use crate::message::{Reply, ReplyBody, Request, RequestBody, decode_reply, decode_request};
-
 
     /// Puts a correct checksum on a frame edited by hand.
     fn reseal(f: &mut [u8]) {

@@ -8,11 +8,10 @@ use thor_core::ids::PAGE_ID_MAX;
 use thor_core::{ClientId, Lsn, Oid, Oref, PageId, ServerId};
 use thor_wire::limits::{FRAME_BYTES_MAX, FRAME_BYTES_SETTING_MIN, PREFETCH_PAGES_MAX};
 use thor_wire::{
-    ImageFile, ImageInfo, RaftMsg, ReplicaReply, ReplicaRequest,
-    BackupInfo, CLIENT_TIE_BIT, CacheVerdict, Commit, ErrorCode, Hello, HistoryPoint, Outcome,
-    Participant, PeerMsg, Piggyback, Prefetch, PrefetchHint, Prepare, RefusedCode, Reply,
-    ReplyBody, Request, RequestBody, Resume, Resumed, Seen, SeenRange, ServerInfo, ServerStats,
-    Stamp,
+    BackupInfo, CLIENT_TIE_BIT, CacheVerdict, Commit, ErrorCode, Hello, HistoryPoint, ImageFile,
+    ImageInfo, Outcome, Participant, PeerMsg, Piggyback, Prefetch, PrefetchHint, Prepare, RaftMsg,
+    RefusedCode, ReplicaReply, ReplicaRequest, Reply, ReplyBody, Request, RequestBody, Resume,
+    Resumed, Seen, SeenRange, ServerInfo, ServerStats, Stamp,
 };
 
 pub fn oref() -> impl Strategy<Value = Oref> {
