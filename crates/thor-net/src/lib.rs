@@ -83,7 +83,11 @@
 //! re-reads its credentials; a refusal is logged as a warning), each message a `Peer` request
 //! answered `Ack` (over TLS with `TcpPeers::start_tls`); a message that cannot go now is dropped
 //! and counted (two-phase commit resends what matters), and an unreachable peer is retried after
-//! `PEER_RETRY_AFTER`, not per message. `replicas.rs`: `TcpReplicas`, the
+//! `PEER_RETRY_AFTER`, not per message. A replicated peer has an address per replica
+//! (`TcpPeers::start_groups`, `PeerAddrs`): its link follows `Error(NotLeader)` to the replica
+//! the message names, or moves to the next address after a refused or broken connection, at
+//! most `PEER_HOPS_MAX` connects per message, each counted (`PeerCounters::moved`); one address
+//! behaves as before. `replicas.rs`: `TcpReplicas`, the
 //! `thor_server::ReplicaNet` of a replica of a group: the same thread-and-bounded-queue link per
 //! other replica (`REPLICA_QUEUE_MAX`) carrying `Raft` requests (wire version 10) on sessions of
 //! the group's peer credential, dropping and counting what cannot go; and `fetch_image`, which
@@ -111,7 +115,7 @@
 //! *API Boundary:* `Server::{start, start_unix, local_addr, wait_for_signal, shutdown}`, `serve`,
 //! `serve_unix`, `shutdown_signal`, `NetConfig`, `Threading`, `NetStats`, `TcpTransport::connect`,
 //! `UnixTransport::connect`, `TlsTransport::connect`, `LocalTransport::connect`, `TcpPeers::start`,
-//! `TcpPeers::start_tls`, `TcpReplicas::start`, `ReplicaService::new`, `ReplicaHandler`,
+//! `TcpPeers::start_tls`, `TcpPeers::start_groups`, `PeerAddrs`, `TcpReplicas::start`, `ReplicaService::new`, `ReplicaHandler`,
 //! `DeliverError`, `ReplicaServiceConfig`, `NetConfig::replicas`, `TlsServer`, `TlsClient`, `TlsError`, `ClientConfig`, `NetError`.
 
 pub mod client;
@@ -136,7 +140,7 @@ pub use error::NetError;
 #[cfg(feature = "server")]
 pub use local::LocalTransport;
 #[cfg(feature = "server")]
-pub use peers::TcpPeers;
+pub use peers::{PeerAddrs, TcpPeers};
 #[cfg(feature = "server")]
 pub use replicas::{
     DeliverError, ReplicaHandler, ReplicaService, ReplicaServiceConfig, TcpReplicas,
