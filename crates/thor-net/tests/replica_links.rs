@@ -462,3 +462,58 @@ fn images_open_at_once_are_bounded() {
     let (third, _) = begin();
     assert!(matches!(third.body, ReplyBody::Replica(ReplicaReply::Image(_))), "{third:?}");
 }
+
+#[test]
+fn a_replica_request_behind_a_deferred_commit_closes_the_session_after_its_reply() {
+    // A commit waits for its log's fsync (the gate is shut). A Raft message behind it on the
+    // same connection must not overtake its reply: it is refused once the commit is answered,
+    // and the session closes.
+    let db = Db::new();
+    let protocol = ProtocolConfig { credentials: credentials(), ..ProtocolConfig::default() };
+    let (engine, gate) = db.create_gated(protocol);
+    let images = tempfile::tempdir().unwrap();
+    let service =
+        ReplicaService::new(Fake::new(1, None), ReplicaServiceConfig::new(images.path())).unwrap();
+    let net = NetConfig { replicas: Some(service), ..NetConfig::default() };
+    let server = Server::start("127.0.0.1:0", engine.clone(), net).unwrap();
+    let mut s = raw(server.local_addr());
+    raw_hello(&mut s, CLIENT_SECRET);
+    gate.shut();
+    let commit = commit_req(vec![], vec![item_class().to_class_object()]);
+    send_raw(&mut s, &commit.to_frame(2).unwrap());
+    send_raw(&mut s, &raft(GROUP).to_frame(3).unwrap());
+    // The Raft message reached the core (and was set aside) while the commit waits.
+    wait_until(|| engine.server_stats().protocol_errors == 1);
+    gate.open();
+    let (id, r) = read_frame(&mut s).unwrap();
+    assert_eq!(id, 2);
+    assert!(matches!(r.body, ReplyBody::CommitOk { .. }), "{r:?}");
+    let (id, r) = read_frame(&mut s).unwrap();
+    assert_eq!(id, 3);
+    assert_eq!(error_code(&r), Some(ErrorCode::UnexpectedMessage), "{r:?}");
+    assert!(read_frame(&mut s).is_none(), "the connection closes");
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn a_request_while_a_replica_request_is_served_closes_the_session() {
+    let h1 = Fake::new(1, None);
+    let r1 = Replica::start(h1.clone());
+    let mut s = raw(r1.addr());
+    raw_hello(&mut s, PEER_SECRET);
+    h1.hold(true);
+    send_raw(&mut s, &raft(GROUP).to_frame(2).unwrap());
+    {
+        let g = h1.entered.lock().unwrap();
+        let (_g, t) = h1.arrived.wait_timeout_while(g, SAFETY_TIMEOUT, |n| *n == 0).unwrap();
+        assert!(!t.timed_out(), "the message reached the handler");
+    }
+    // A second request before the first's answer: refused, and the connection closes.
+    send_raw(&mut s, &raft(GROUP).to_frame(3).unwrap());
+    let (id, r) = read_frame(&mut s).unwrap();
+    assert_eq!(id, 3);
+    assert_eq!(error_code(&r), Some(ErrorCode::UnexpectedMessage), "{r:?}");
+    assert!(read_frame(&mut s).is_none(), "the connection closes");
+    h1.hold(false);
+    assert_eq!(h1.wait_for(1).len(), 1, "the first message was still delivered");
+}

@@ -130,12 +130,13 @@
 //!   want it on its log writer thread (group commit across the readies of many ticks): the
 //!   split is already there (raft-rs's `advance_append_async` / `on_persist_ready` underneath),
 //!   what is missing is a `persisted_up_to(lsn)` entry point that takes the sync from outside.
-//! - A database image is copied whole (the page file), not as a delta, and only drivers that
-//!   reach every replica's disk copy it (the tests' harness and the simulation, with
-//!   `thor_server::io::DiskSide::image_into`); the TCP transport that will stream it between
-//!   machines is the engine's job, with the threaded engine.
+//! - A database image is copied whole (the page file), not as a delta. The tests' harness
+//!   and the simulation copy it between disks they reach (`DiskSide::image_into`); between
+//!   machines thor-net's `TcpReplicas::fetch_image` streams it in chunks (wire version 10),
+//!   which the threaded engine is still to call.
 //! - No leases or read-index: nothing here answers reads.
-//! - No wire format, no transport, no CLI, no metrics: the engine and thor-net's job.
+//! - The wire format of Raft's messages is here ([`codec`]) and thor-net carries them
+//!   (`TcpReplicas`, `ReplicaService`); no CLI and no metrics yet: the engine's job.
 
 pub mod codec;
 pub mod error;

@@ -160,6 +160,9 @@ struct Session {
     dropped: Vec<u64>,
     /// Requests dropped beyond those whose ids are kept.
     dropped_uncounted: u64,
+    /// Why the first request was dropped, if not for the in-flight bound: a request the
+    /// driver serves itself arrived while the session was busy ([`Sessions::screen`]).
+    dropped_why: Option<&'static str>,
 }
 
 impl Session {
@@ -175,6 +178,7 @@ impl Session {
         self.held.clear();
         self.dropped.clear();
         self.dropped_uncounted = 0;
+        self.dropped_why = None;
     }
 }
 
@@ -412,6 +416,7 @@ impl Sessions {
                 since: self.connects,
                 dropped: Vec::new(),
                 dropped_uncounted: 0,
+                dropped_why: None,
             },
         );
     }
@@ -519,13 +524,19 @@ impl Sessions {
         }
         let dropped = std::mem::take(&mut s.dropped);
         let uncounted = std::mem::take(&mut s.dropped_uncounted);
+        let why = s.dropped_why.take();
         s.state = State::Closed;
         let last = dropped.len() - 1;
         for (k, id) in dropped.into_iter().enumerate() {
-            let mut msg = format!(
-                "request {id} dropped unexecuted: more than {IN_FLIGHT_MAX} requests were in \
-                 flight; the connection closes"
-            );
+            let mut msg = match why {
+                Some(why) => {
+                    format!("request {id} dropped unexecuted: {why}; the connection closes")
+                }
+                None => format!(
+                    "request {id} dropped unexecuted: more than {IN_FLIGHT_MAX} requests were \
+                     in flight; the connection closes"
+                ),
+            };
             if k == last && uncounted > 0 {
                 msg.push_str(&format!(" ({uncounted} later requests dropped unexecuted too)"));
             }
@@ -627,11 +638,12 @@ impl Sessions {
     /// order: the session must be open, the request in its agreed version (else
     /// `UnknownType`, closing) and inside its credential's scope (else `Forbidden`); a Raft
     /// message must be for this server's group (else `Forbidden`). The session must also be
-    /// idle (no earlier request of it unanswered): the driver answers at once or later on its
-    /// own, and the core's replies and the driver's must not overtake each other, so a
-    /// session that mixes them while either is in flight broke the protocol
-    /// (`UnexpectedMessage`, closing). Returns whether the driver may serve it; otherwise the
-    /// refusal is in `fx`.
+    /// idle (no earlier request of it unanswered): the driver answers on its own, and the
+    /// core's replies and the driver's must not overtake each other, so a session that sends
+    /// one behind an unanswered request broke the protocol: the request is dropped as one past
+    /// the in-flight bound is, answered `UnexpectedMessage` after every request before it, and
+    /// the session closes (see *Order*). Returns whether the driver may serve it; otherwise
+    /// the refusal is in `fx`, or comes later.
     pub fn screen(
         &mut self,
         conn: ConnId,
@@ -653,9 +665,20 @@ impl Sessions {
                 Some((Reply::error(ErrorCode::HelloRequired, &msg), true))
             }
             Some((State::Open { .. }, s)) if s.busy || !s.held.is_empty() || s.overflowed() => {
+                // Answered, like a request past the in-flight bound, once every request
+                // before it is (`answer_dropped`), so that no reply overtakes another; the
+                // session then closes.
                 self.counters.protocol_errors += 1;
-                let msg = format!("a {name} while an earlier request is unanswered");
-                Some((Reply::error(ErrorCode::UnexpectedMessage, &msg), true))
+                let s = self.conns.get_mut(&conn).expect("looked up above");
+                if s.dropped.is_empty() {
+                    s.dropped_why = Some("a replica request behind an unanswered request");
+                }
+                if s.dropped.len() < DROPPED_IDS_MAX {
+                    s.dropped.push(id);
+                } else {
+                    s.dropped_uncounted += 1;
+                }
+                return false;
             }
             Some((State::Open { .. }, _)) => None,
         };
