@@ -105,7 +105,7 @@ impl TcpPeers {
     /// [`TcpPeers::start_tls`] with several addresses per peer: a replicated peer's replicas
     /// (issue 33). A message goes to the replica that led last; one that answers `NotLeader`
     /// or cannot be reached sends the link on to the replica it names, else to the next
-    /// address (see [`peer_thread`]). A peer with one address behaves exactly as with
+    /// address (see the module documentation). A peer with one address behaves exactly as with
     /// [`TcpPeers::start_tls`]. A peer with no address is left out.
     pub fn start_groups(
         addrs: &HashMap<ServerId, PeerAddrs>,

@@ -85,32 +85,9 @@ use crate::client::{ClientConfig, TcpTransport, TlsTransport};
 use crate::peers::PEER_RETRY_AFTER;
 use crate::tls::TlsClient;
 
-/// Raft messages queued per replica before new ones are dropped. A leader sends a follower a
-/// few messages per tick (appends within raft-rs's in-flight window of 64, a heartbeat), so a
-/// thousand is many ticks of backlog; beyond that the link is too slow and Raft's own flow
-/// control and resends do better than a longer queue.
-pub const REPLICA_QUEUE_MAX: usize = 1024;
-
-/// Images a replica keeps open for copiers at once, by default. One lagging replica copies
-/// one image at a time; two lets a second copier (a replica replaced meanwhile) start
-/// without waiting, while bounding the disk the images take (see the module documentation).
-pub const IMAGES_OPEN_MAX: usize = 2;
-
-/// How long an open image may go unasked before it is removed, by default. A copier asks for
-/// its next chunk as soon as it has written the last, so a minute without a request means it
-/// is gone; its disk is reclaimed.
-pub const IMAGE_IDLE_EXPIRY: Duration = Duration::from_secs(60);
-
-/// How long a copier waits for one reply of the source. `ImageBegin` makes the image (a copy
-/// of the source's page file) before it answers: ten minutes is tens of gigabytes on any
-/// disk thor runs on; a source slower than that is broken, and the member asks another.
-pub const IMAGE_REPLY_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// How long a link waits for a Raft message's `Ack`: the receiver only queues it.
-const RAFT_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
-
-const _: () = assert!(IMAGES_OPEN_MAX >= 1);
-const _: () = assert!(IMAGE_IDLE_EXPIRY.as_secs() >= 1);
+pub use crate::limits::{
+    IMAGE_IDLE_EXPIRY, IMAGE_REPLY_TIMEOUT, IMAGES_OPEN_MAX, RAFT_REPLY_TIMEOUT, REPLICA_QUEUE_MAX,
+};
 
 // ---- The serving side. ----
 
