@@ -14,7 +14,10 @@
 //! cannot go now (queue full, replica unreachable, connection broken, refused) is dropped and
 //! counted ([`ReplicaCounters`]); after a failed connect the replica is left alone for
 //! [`crate::peers::PEER_RETRY_AFTER`]. With a [`TlsClient`] every link is TLS, as the peers'
-//! are.
+//! are. A replica's server must accept frames of a `Raft` request of the largest message
+//! (`thor_wire::limits::RAFT_MESSAGE_BYTES_MAX` and its header): the default frame limit
+//! (`ProtocolConfig::max_frame_bytes`, 64 MiB) does; a message beyond a smaller setting is
+//! refused by the sending transport and dropped like any other.
 //!
 //! # Database images
 //!
