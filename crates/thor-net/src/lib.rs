@@ -14,6 +14,10 @@
 //!   blocking [`TlsTransport`] and the peers' connections (rustls with the `ring` provider).
 //! - [`peers`] (feature `server`): [`TcpPeers`], how a server sends two-phase commit's messages
 //!   to the other servers (a thread, a bounded queue and a client session per peer).
+//! - [`replicas`] (feature `server`): [`TcpReplicas`], the links between the replicas of a
+//!   replica group (Raft's messages, a thread and a bounded queue per replica, and the copy of
+//!   a database image in chunks), and [`ReplicaService`], the serving side a [`Server`] hands
+//!   those requests to (`NetConfig::replicas`) after the core has checked them.
 //!
 //! A program that only connects to servers depends on this crate without the `server` feature
 //! and links neither the server engine nor tokio.
@@ -79,7 +83,25 @@
 //! re-reads its credentials; a refusal is logged as a warning), each message a `Peer` request
 //! answered `Ack` (over TLS with `TcpPeers::start_tls`); a message that cannot go now is dropped
 //! and counted (two-phase commit resends what matters), and an unreachable peer is retried after
-//! `PEER_RETRY_AFTER`, not per message.
+//! `PEER_RETRY_AFTER`, not per message. A replicated peer has an address per replica
+//! (`TcpPeers::start_groups`, `PeerAddrs`): its link follows `Error(NotLeader)` to the replica
+//! the message names, or moves to the next address after a refused or broken connection, at
+//! most `PEER_HOPS_MAX` connects per message, each counted (`PeerCounters::moved`); one address
+//! behaves as before. `replicas.rs`: `TcpReplicas`, the
+//! `thor_server::ReplicaNet` of a replica of a group: the same thread-and-bounded-queue link per
+//! other replica (`REPLICA_QUEUE_MAX`) carrying `Raft` requests (wire version 10) on sessions of
+//! the group's peer credential, dropping and counting what cannot go; and `fetch_image`, which
+//! copies a database image from another replica in chunks (`ImageBegin`/`ImageChunk`/`ImageEnd`)
+//! into a `Disk`, page file and double-write buffer first, each synced, the superblock last
+//! (`thor_server::io::write_superblock`), so a copy cut short leaves the old superblock.
+//! `ReplicaService` serves those requests when set in `NetConfig::replicas`: each is first
+//! screened by the core (`Engine::screen`: open idle session, version, the group's peer
+//! credential, else the core's refusal, a client's credential `Forbidden`), then served on the
+//! blocking pool, one at a time per connection; Raft messages go to its `ReplicaHandler`, and
+//! images are set aside by the handler (`DiskSide::image_into`) in a directory of their own
+//! and read from there: at most `IMAGES_OPEN_MAX` open (each a full copy of the page file on
+//! disk), removed at `ImageEnd`, after `IMAGE_IDLE_EXPIRY` idle, and when the service is
+//! dropped.
 //!
 //! *Architecture Invariant:* no protocol logic here: framing and decoding are thor-wire's, sessions
 //! and the meaning of requests the server core's. This crate moves bytes and bounds time and
@@ -93,7 +115,8 @@
 //! *API Boundary:* `Server::{start, start_unix, local_addr, wait_for_signal, shutdown}`, `serve`,
 //! `serve_unix`, `shutdown_signal`, `NetConfig`, `Threading`, `NetStats`, `TcpTransport::connect`,
 //! `UnixTransport::connect`, `TlsTransport::connect`, `LocalTransport::connect`, `TcpPeers::start`,
-//! `TcpPeers::start_tls`, `TlsServer`, `TlsClient`, `TlsError`, `ClientConfig`, `NetError`.
+//! `TcpPeers::start_tls`, `TcpPeers::start_groups`, `PeerAddrs`, `TcpReplicas::start`, `ReplicaService::new`, `ReplicaHandler`,
+//! `DeliverError`, `ReplicaServiceConfig`, `NetConfig::replicas`, `TlsServer`, `TlsClient`, `TlsError`, `ClientConfig`, `NetError`.
 
 pub mod client;
 #[cfg(feature = "server")]
@@ -103,6 +126,8 @@ pub mod limits;
 pub mod local;
 #[cfg(feature = "server")]
 pub mod peers;
+#[cfg(feature = "server")]
+pub mod replicas;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod tls;
@@ -115,7 +140,11 @@ pub use error::NetError;
 #[cfg(feature = "server")]
 pub use local::LocalTransport;
 #[cfg(feature = "server")]
-pub use peers::TcpPeers;
+pub use peers::{PeerAddrs, TcpPeers};
+#[cfg(feature = "server")]
+pub use replicas::{
+    DeliverError, ReplicaHandler, ReplicaService, ReplicaServiceConfig, TcpReplicas,
+};
 #[cfg(all(feature = "server", unix))]
 pub use server::serve_unix;
 #[cfg(feature = "server")]

@@ -70,3 +70,34 @@ pub const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
 const _: () = assert!(FRAME_BUFFER_INITIAL_BYTES <= thor_wire::limits::FRAME_BYTES_SETTING_MIN);
 const _: () = assert!(HANDSHAKE_TIMEOUT_DEFAULT.as_secs() < IDLE_TIMEOUT_DEFAULT.as_secs());
+
+// ---- The replica links (`crate::replicas`, feature `server`). ----
+
+/// Raft messages queued per replica before new ones are dropped. A leader sends a follower a
+/// few messages per tick (appends within raft-rs's in-flight window of 64, a heartbeat), so a
+/// thousand is many ticks of backlog; beyond that the link is too slow and Raft's own flow
+/// control and resends do better than a longer queue.
+pub const REPLICA_QUEUE_MAX: usize = 1024;
+
+/// Images a replica keeps open for copiers at once, by default. One lagging replica copies
+/// one image at a time; two lets a second copier (a replica replaced meanwhile) start
+/// without waiting, while bounding the disk the images take (each a full copy of the page
+/// file: `crate::replicas`, "The serving side").
+pub const IMAGES_OPEN_MAX: usize = 2;
+
+/// How long an open image may go unasked before it is removed, by default. A copier asks for
+/// its next chunk as soon as it has written the last, so a minute without a request means it
+/// is gone; its disk is reclaimed.
+pub const IMAGE_IDLE_EXPIRY: Duration = Duration::from_secs(60);
+
+/// How long a copier waits for one reply of the source. `ImageBegin` makes the image (a copy
+/// of the source's page file) before it answers: ten minutes is tens of gigabytes on any
+/// disk thor runs on; a source slower than that is broken, and the member asks another.
+pub const IMAGE_REPLY_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How long a replica link waits for a Raft message's `Ack`: the receiver only queues it, so
+/// ten seconds (the peers' wait) means it is stuck, and the link reconnects.
+pub const RAFT_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+const _: () = assert!(IMAGES_OPEN_MAX >= 1);
+const _: () = assert!(IMAGE_IDLE_EXPIRY.as_secs() >= 1);

@@ -16,6 +16,16 @@
 //! the peer is left alone for [`PEER_RETRY_AFTER`], so a peer that is down costs one connect
 //! attempt per interval, not one per message.
 //!
+//! A replicated peer (a replica group, issue 33) has several addresses, one per replica
+//! ([`TcpPeers::start_groups`], [`PeerAddrs`]). Its link sends to the replica that led last; a
+//! replica that answers `Error(NotLeader)` (at `Hello`, or on a session it opened while it
+//! led) moves the link to the replica its message names (`thor_wire::not_leader_hint`,
+//! mapped to an address by replica id), and one that refuses or breaks the connection moves
+//! it to the next address; the same message follows, at most [`PEER_HOPS_MAX`] connects and
+//! never more than the peer has addresses, each move counted ([`PeerCounters::moved`]). Only
+//! when every hop failed is the message dropped and the peer left alone for
+//! [`PEER_RETRY_AFTER`]. A peer with one address behaves exactly as before.
+//!
 //! With a [`TlsClient`] ([`TcpPeers::start_tls`], `thor server --peer-tls-ca`), every peer
 //! connection is TLS: the peer's certificate is checked against that CA and against the
 //! peer's IP address as given in `--peer` (or the one name the `TlsClient` was given, for a
@@ -30,7 +40,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use thor_core::ServerId;
-use thor_wire::{PeerMsg, ReplyBody, Request, RequestBody, Transport, TransportError};
+use thor_wire::{
+    ErrorCode, PeerMsg, Reply, ReplyBody, Request, RequestBody, Transport, TransportError,
+    not_leader_hint,
+};
 use tracing::{debug, warn};
 
 use crate::client::{ClientConfig, TcpTransport, TlsTransport};
@@ -40,6 +53,12 @@ use crate::tls::TlsClient;
 pub const PEER_QUEUE_MAX: usize = 4096;
 /// How long a peer that refused a connection is left alone.
 pub const PEER_RETRY_AFTER: Duration = Duration::from_millis(200);
+/// Most connects one message to a replicated peer tries (each a move to the replica a
+/// `NotLeader` named, or to the next address), and never more than the peer has addresses:
+/// a group has at most seven replicas (`thor_replica::limits::REPLICAS_MAX`), so a message
+/// finds the leader in one pass over them, and a message costs a bounded time however the
+/// group behaves.
+pub const PEER_HOPS_MAX: usize = 8;
 
 /// Counters of the messages to peers.
 #[derive(Debug, Default)]
@@ -48,6 +67,9 @@ pub struct PeerCounters {
     pub sent: AtomicU64,
     /// Messages dropped (queue full, peer unreachable, connection broken, unknown peer).
     pub dropped: AtomicU64,
+    /// Moves of a replicated peer's link to another of its replicas (the one a `NotLeader`
+    /// named, or the next address after a refused or broken connection).
+    pub moved: AtomicU64,
 }
 
 /// Where a server's messages to its peers go, over TCP. See the module documentation.
@@ -76,17 +98,40 @@ impl TcpPeers {
         config: &ClientConfig,
         tls: Option<TlsClient>,
     ) -> std::io::Result<Arc<TcpPeers>> {
+        let groups = addrs.iter().map(|(&id, &addr)| (id, PeerAddrs::one(addr))).collect();
+        TcpPeers::start_groups(&groups, config, tls)
+    }
+
+    /// [`TcpPeers::start_tls`] with several addresses per peer: a replicated peer's replicas
+    /// (issue 33). A message goes to the replica that led last; one that answers `NotLeader`
+    /// or cannot be reached sends the link on to the replica it names, else to the next
+    /// address (see the module documentation). A peer with one address behaves exactly as with
+    /// [`TcpPeers::start_tls`]. A peer with no address is left out.
+    pub fn start_groups(
+        addrs: &HashMap<ServerId, PeerAddrs>,
+        config: &ClientConfig,
+        tls: Option<TlsClient>,
+    ) -> std::io::Result<Arc<TcpPeers>> {
         let counters = Arc::new(PeerCounters::default());
         let token = Arc::new(Mutex::new(config.token.clone()));
         let mut queues = HashMap::new();
-        for (&id, &addr) in addrs {
+        for (&id, group) in addrs {
+            if group.replicas.is_empty() {
+                continue;
+            }
             let (tx, rx) = sync_channel(PEER_QUEUE_MAX);
-            let cfg = ClientConfig { io_timeout: Some(Duration::from_secs(10)), ..config.clone() };
-            let (c, t) = (counters.clone(), token.clone());
-            let tls = tls.clone();
+            let link = PeerLink {
+                id,
+                addrs: group.replicas.clone(),
+                current: 0,
+                cfg: ClientConfig { io_timeout: Some(Duration::from_secs(10)), ..config.clone() },
+                token: token.clone(),
+                tls: tls.clone(),
+                counters: counters.clone(),
+            };
             std::thread::Builder::new()
                 .name(format!("thor-peer-{}", id.0))
-                .spawn(move || peer_thread(id, addr, cfg, t, tls, rx, c))?;
+                .spawn(move || peer_thread(link, rx))?;
             queues.insert(id, tx);
         }
         Ok(Arc::new(TcpPeers { queues, counters, token }))
@@ -124,36 +169,80 @@ impl thor_server::PeerSink for TcpPeers {
     }
 }
 
-/// Sends the messages for one peer until the queue's sender is gone (the server stopped).
-fn peer_thread(
+/// Where a peer may be reached: one address, or each replica of its group (a replicated
+/// server, issue 33) with its replica id, which `Error(NotLeader)` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerAddrs {
+    /// `(replica id, address)`, in the order tried; one entry for a server that is not
+    /// replicated (its id is then unused).
+    pub replicas: Vec<(u64, SocketAddr)>,
+}
+
+impl PeerAddrs {
+    /// A server at one address.
+    pub fn one(addr: SocketAddr) -> PeerAddrs {
+        PeerAddrs { replicas: vec![(0, addr)] }
+    }
+}
+
+/// One peer's connection state: which address it uses and how it moves between them.
+struct PeerLink {
     id: ServerId,
-    addr: SocketAddr,
-    mut cfg: ClientConfig,
+    addrs: Vec<(u64, SocketAddr)>,
+    /// The address tried (or connected) now.
+    current: usize,
+    cfg: ClientConfig,
     token: Arc<Mutex<Vec<u8>>>,
     tls: Option<TlsClient>,
-    rx: Receiver<PeerMsg>,
     counters: Arc<PeerCounters>,
-) {
-    let connect = |cfg: &ClientConfig| -> Result<Box<dyn Transport>, TransportError> {
-        match &tls {
-            None => Ok(Box::new(TcpTransport::connect(addr, cfg)?)),
-            Some(tls) => Ok(Box::new(TlsTransport::connect(&addr.to_string(), cfg, tls)?)),
+}
+
+/// What became of one attempt to send a message.
+enum Attempt {
+    /// Acknowledged.
+    Sent,
+    /// Not sent; moving on would not help (refused, not understood, version too old).
+    /// `back_off`: leave the peer alone for [`PEER_RETRY_AFTER`] (a refused connect).
+    Dropped { back_off: bool },
+    /// The replica tried does not lead, could not be reached or broke the connection: try
+    /// `next`. `back_off` as for `Dropped`, if this was the last hop (no connection made).
+    Move { next: usize, back_off: bool },
+}
+
+impl PeerLink {
+    fn addr(&self) -> SocketAddr {
+        self.addrs[self.current].1
+    }
+
+    /// The address after the current one, or the replica `hint` names if known.
+    fn next(&self, hint: Option<u64>) -> usize {
+        hint.and_then(|h| self.addrs.iter().position(|(r, _)| *r == h))
+            .filter(|&i| i != self.current)
+            .unwrap_or((self.current + 1) % self.addrs.len())
+    }
+
+    fn connect(&mut self) -> Result<Box<dyn Transport>, TransportError> {
+        self.cfg.token = self.token.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let addr = self.addr();
+        match &self.tls {
+            None => Ok(Box::new(TcpTransport::connect(addr, &self.cfg)?)),
+            Some(tls) => Ok(Box::new(TlsTransport::connect(&addr.to_string(), &self.cfg, tls)?)),
         }
-    };
-    let mut conn: Option<Box<dyn Transport>> = None;
-    let mut down_until: Option<Instant> = None;
-    while let Ok(msg) = rx.recv() {
+    }
+
+    /// One attempt to send `msg` on `conn` (opened on the current address if needed).
+    fn attempt(&mut self, conn: &mut Option<Box<dyn Transport>>, msg: PeerMsg) -> Attempt {
+        let (id, addr) = (self.id, self.addr());
         if conn.is_none() {
-            if down_until.is_some_and(|t| Instant::now() < t) {
-                counters.dropped.fetch_add(1, Relaxed);
-                continue;
-            }
-            cfg.token = token.lock().unwrap_or_else(PoisonError::into_inner).clone();
-            match connect(&cfg) {
+            match self.connect() {
                 Ok(t) => {
                     debug!("connected to server {} at {addr}", id.0);
-                    conn = Some(t);
-                    down_until = None;
+                    *conn = Some(t);
+                }
+                Err(TransportError::Refused { code: ErrorCode::NotLeader, message }) => {
+                    debug!("server {}'s replica at {addr} does not lead: {message}", id.0);
+                    let next = self.next(not_leader_hint(&message));
+                    return Attempt::Move { next, back_off: true };
                 }
                 Err(TransportError::Refused { code, message }) => {
                     // Not a network failure: the two servers' credentials disagree.
@@ -161,15 +250,11 @@ fn peer_thread(
                         "server {} at {addr} refused this server's peer credential: {code}: {message}",
                         id.0
                     );
-                    down_until = Some(Instant::now() + PEER_RETRY_AFTER);
-                    counters.dropped.fetch_add(1, Relaxed);
-                    continue;
+                    return Attempt::Dropped { back_off: true };
                 }
                 Err(e) => {
                     debug!("server {} at {addr} unreachable: {e}", id.0);
-                    down_until = Some(Instant::now() + PEER_RETRY_AFTER);
-                    counters.dropped.fetch_add(1, Relaxed);
-                    continue;
+                    return Attempt::Move { next: self.next(None), back_off: true };
                 }
             }
         }
@@ -180,12 +265,17 @@ fn peer_thread(
             // 7): sent, it would close the session. Not sending it costs what that version
             // cost (the vote is waited for until the vote timeout).
             debug!("server {} speaks version {}: not sent {msg:?}", id.0, t.server().version);
-            counters.dropped.fetch_add(1, Relaxed);
-            continue;
+            return Attempt::Dropped { back_off: false };
         }
         match t.round_trip(&req) {
-            Ok(r) if matches!(r.body, ReplyBody::Ack) => {
-                counters.sent.fetch_add(1, Relaxed);
+            Ok(r) if matches!(r.body, ReplyBody::Ack) => Attempt::Sent,
+            Ok(Reply {
+                body: ReplyBody::Error { code: ErrorCode::NotLeader, message }, ..
+            }) => {
+                // The replica lost its leadership: it closes the session.
+                debug!("server {}'s replica at {addr} no longer leads: {message}", id.0);
+                *conn = None;
+                Attempt::Move { next: self.next(not_leader_hint(&message)), back_off: false }
             }
             Ok(r) => {
                 match &r.body {
@@ -197,13 +287,59 @@ fn peer_thread(
                         warn!("server {} answered a peer message with {}", id.0, other.name())
                     }
                 }
-                counters.dropped.fetch_add(1, Relaxed);
-                conn = None;
+                *conn = None;
+                Attempt::Dropped { back_off: false }
             }
             Err(e) => {
                 debug!("lost the connection to server {}: {e}", id.0);
-                counters.dropped.fetch_add(1, Relaxed);
-                conn = None;
+                *conn = None;
+                Attempt::Move { next: self.next(None), back_off: false }
+            }
+        }
+    }
+}
+
+/// Sends the messages for one peer until the queue's sender is gone (the server stopped).
+///
+/// A peer with one address: a message that cannot be sent is dropped (and a failed connect
+/// leaves the peer alone for [`PEER_RETRY_AFTER`]). A replicated peer (several addresses):
+/// a replica that answers `NotLeader`, refuses the connection or breaks it sends the message
+/// on to the replica the answer names, else the next address, at most
+/// [`PEER_HOPS_MAX`] connects (bounded by the number of addresses) per message, each move
+/// counted ([`PeerCounters::moved`]); only when every hop failed is the message dropped and
+/// the peer left alone for [`PEER_RETRY_AFTER`].
+fn peer_thread(mut link: PeerLink, rx: Receiver<PeerMsg>) {
+    let mut conn: Option<Box<dyn Transport>> = None;
+    let mut down_until: Option<Instant> = None;
+    let hops = link.addrs.len().min(PEER_HOPS_MAX);
+    while let Ok(msg) = rx.recv() {
+        if conn.is_none() && down_until.is_some_and(|t| Instant::now() < t) {
+            link.counters.dropped.fetch_add(1, Relaxed);
+            continue;
+        }
+        let mut outcome = Attempt::Dropped { back_off: false };
+        for hop in 0..hops {
+            outcome = link.attempt(&mut conn, msg);
+            let Attempt::Move { next, .. } = outcome else { break };
+            // The next message starts where this one went (or would have gone next).
+            if link.addrs.len() > 1 {
+                link.counters.moved.fetch_add(1, Relaxed);
+                link.current = next;
+            }
+            if hop + 1 == hops {
+                break;
+            }
+        }
+        match outcome {
+            Attempt::Sent => {
+                link.counters.sent.fetch_add(1, Relaxed);
+                down_until = None;
+            }
+            Attempt::Dropped { back_off } | Attempt::Move { back_off, .. } => {
+                if back_off {
+                    down_until = Some(Instant::now() + PEER_RETRY_AFTER);
+                }
+                link.counters.dropped.fetch_add(1, Relaxed);
             }
         }
     }

@@ -175,6 +175,11 @@ pub struct NetConfig {
     /// TLS for every TCP connection: the server's certificate and key, and the CA of the
     /// client certificates it requires, if any. `None` serves plain TCP.
     pub tls: Option<TlsServer>,
+    /// Where the requests between the replicas of a group go (`thor_wire::replica`), if this
+    /// server is a replica (`crate::replicas`): each is checked by the engine's core
+    /// (`Engine::screen`) and served by it on the blocking pool. `None`: the core answers
+    /// them `UnknownType`, as a server that runs no group.
+    pub replicas: Option<Arc<crate::replicas::ReplicaService>>,
 }
 
 impl Default for NetConfig {
@@ -188,6 +193,7 @@ impl Default for NetConfig {
             in_flight_bytes_max: IN_FLIGHT_BYTES_MAX_DEFAULT,
             handshake_timeout: HANDSHAKE_TIMEOUT_DEFAULT,
             tls: None,
+            replicas: None,
         }
     }
 }
@@ -745,6 +751,9 @@ struct Progress {
     opened: Arc<AtomicBool>,
     /// Fetches in flight, for their service time.
     fetches: FetchTimes,
+    /// The id of the replica request being served (`NetConfig::replicas`), 0 for none:
+    /// served outside the core, so the connection takes no other request meanwhile.
+    replica_busy: Arc<AtomicU64>,
 }
 
 impl Progress {
@@ -755,6 +764,7 @@ impl Progress {
             max_frame: Arc::new(AtomicUsize::new(PRE_HELLO_FRAME_BYTES_MAX)),
             opened: Arc::new(AtomicBool::new(false)),
             fetches: FetchTimes::default(),
+            replica_busy: Arc::new(AtomicU64::new(0)),
         }
     }
 }
@@ -772,6 +782,7 @@ async fn flush<S: Stream>(
             // Only this task changes it; the reader reads it.
             let _ = progress.owed.fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
             progress.fetches.answered(rid, &conn.engine);
+            let _ = progress.replica_busy.compare_exchange(rid, 0, Relaxed, Relaxed);
         }
         match &reply.body {
             ReplyBody::HelloOk(_) => {
@@ -965,7 +976,7 @@ fn not_a_frame<W>(read: Read, conn: &Conn<W>) -> Option<End> {
 /// that must wait for the disk goes to the blocking pool). A frame that does not parse or
 /// decode is reported to the core, which answers it with an error.
 #[inline]
-fn hand_over<W>(conn: &Conn<W>, outbox: &Outbox, progress: &mut Progress, bytes: Bytes) {
+fn hand_over<W>(conn: &Conn<W>, outbox: &Arc<Outbox>, progress: &mut Progress, bytes: Bytes) {
     conn.engine.note_traffic(bytes.len() as u64, 0);
     let frame = match Frame::parse(bytes, progress.max_frame.load(Relaxed)) {
         Ok(f) => f,
@@ -985,6 +996,14 @@ fn hand_over<W>(conn: &Conn<W>, outbox: &Outbox, progress: &mut Progress, bytes:
         }
     };
     drop(frame);
+    if progress.replica_busy.load(Relaxed) != 0 {
+        replica_overlap(conn, outbox, progress, rid, &req);
+        return;
+    }
+    if let (RequestBody::Replica(_), Some(service)) = (&req.body, &conn.cfg.replicas) {
+        serve_replica(conn, outbox, progress, service, rid, req);
+        return;
+    }
     if matches!(req.body, RequestBody::Fetch { .. } | RequestBody::Prefetch(_)) {
         progress.fetches.handing(rid);
     }
@@ -996,6 +1015,50 @@ fn hand_over<W>(conn: &Conn<W>, outbox: &Outbox, progress: &mut Progress, bytes:
         let engine = conn.engine.clone();
         tokio::task::spawn_blocking(move || engine.settle(work));
     }
+}
+
+/// Serves a replica request (`NetConfig::replicas`) once the core has screened it, on the
+/// blocking pool: its answer goes to the outbox as the core's do. The connection takes no
+/// other request until it is written (`Progress::replica_busy`).
+#[cold]
+fn serve_replica<W>(
+    conn: &Conn<W>,
+    outbox: &Arc<Outbox>,
+    progress: &mut Progress,
+    service: &Arc<crate::replicas::ReplicaService>,
+    rid: u64,
+    req: Request,
+) {
+    progress.owed.fetch_add(1, Relaxed);
+    // The core's refusal, if any, is in the outbox on return.
+    if !conn.engine.screen(conn.id, rid, &req) {
+        return;
+    }
+    let RequestBody::Replica(r) = req.body else { unreachable!("a replica request") };
+    // An id of 0 answers no request (errors of the connection): a replica request that uses
+    // it cannot be told from one, so it is not marked busy and may be overtaken.
+    progress.replica_busy.store(rid, Relaxed);
+    let (service, sink) = (service.clone(), OutboxSink(outbox.clone()));
+    tokio::task::spawn_blocking(move || {
+        let (reply, close) = service.serve(r);
+        sink.deliver(rid, reply, close);
+    });
+}
+
+/// A request that arrived while a replica request of the connection is being served: replies
+/// could overtake each other, so the client broke the protocol; the connection closes.
+#[cold]
+fn replica_overlap<W>(
+    conn: &Conn<W>,
+    outbox: &Arc<Outbox>,
+    progress: &mut Progress,
+    rid: u64,
+    req: &Request,
+) {
+    debug!(peer = %conn.peer, "a {} while a replica request is served", req.body.name());
+    progress.owed.fetch_add(1, Relaxed);
+    let msg = format!("a {} while a replica request is unanswered", req.body.name());
+    OutboxSink(outbox.clone()).deliver(rid, Reply::error(ErrorCode::UnexpectedMessage, &msg), true);
 }
 
 /// Ends the connection as `end` says: at once, or after sending its error and with a

@@ -1,6 +1,7 @@
 //! TLS on client connections: a round trip (fetch and commit) over TLS, a client that does not
 //! trust the server's certificate, client certificates required and checked, and the
-//! handshake deadline on a connection that never starts its TLS handshake.
+//! handshake deadline on a connection that never starts its TLS handshake; two-phase commit's
+//! peer links and a replica group's Raft links over TLS.
 
 mod common;
 
@@ -246,4 +247,71 @@ fn peer_messages_travel_over_tls_with_the_servers_certificate() {
     wait_until(|| strangers.counters().dropped.load(Relaxed) == 1);
     assert_eq!(strangers.counters().sent.load(Relaxed), 0);
     peer.shutdown().unwrap();
+}
+
+/// A replica handler that counts the Raft messages it takes and has no database.
+#[derive(Debug, Default)]
+struct CountingReplica {
+    got: std::sync::atomic::AtomicU64,
+}
+
+impl thor_net::ReplicaHandler for CountingReplica {
+    fn deliver(
+        &self,
+        _from: u64,
+        _to: u64,
+        _msg: bytes::Bytes,
+    ) -> Result<(), thor_net::DeliverError> {
+        self.got.fetch_add(1, Relaxed);
+        Ok(())
+    }
+    fn checkpoint(&self) -> Result<thor_core::Lsn, thor_server::EngineError> {
+        Err(thor_server::EngineError::NotADatabase)
+    }
+    fn image_into(
+        &self,
+        _dest: &dyn thor_storage::Disk,
+    ) -> Result<thor_server::superblock::Superblock, thor_server::EngineError> {
+        Err(thor_server::EngineError::NotADatabase)
+    }
+}
+
+#[test]
+fn replica_links_over_tls() {
+    use std::collections::HashMap;
+    use thor_server::ReplicaNet;
+    let db = Db::new();
+    let ca = Ca::new("thor test CA");
+    let id = ca.issue(&["127.0.0.1"]);
+    let ca_pem = ca.pem();
+    let tls = TlsServer::from_pem(id.cert.as_bytes(), id.key.as_bytes(), Some(ca_pem.as_bytes()))
+        .unwrap();
+    let handler = Arc::new(CountingReplica::default());
+    let images = tempfile::tempdir().unwrap();
+    let cfg = thor_net::ReplicaServiceConfig::new(images.path());
+    let service = thor_net::ReplicaService::new(handler.clone(), cfg).unwrap();
+    let net = NetConfig { tls: Some(tls), replicas: Some(service), ..NetConfig::default() };
+    let server = Server::start("127.0.0.1:0", db.create(), net).unwrap();
+    let addrs = HashMap::from([(1u64, server.local_addr())]);
+    let me = ca.issue(&["127.0.0.1"]);
+    let client =
+        TlsClient::with_identity_pem(ca_pem.as_bytes(), me.cert.as_bytes(), me.key.as_bytes())
+            .unwrap();
+    let group = thor_core::ServerId(1);
+    let links =
+        thor_net::TcpReplicas::start(2, group, &addrs, &client_config(b""), Some(client)).unwrap();
+    for i in 0..10u8 {
+        links.send(1, bytes::Bytes::from(vec![i]));
+    }
+    wait_until(|| links.counters().sent.load(Relaxed) == 10);
+    assert_eq!(handler.got.load(Relaxed), 10);
+    // Without a client certificate the replica refuses the link: dropped and counted.
+    let anonymous = TlsClient::from_ca_pem(ca_pem.as_bytes()).unwrap();
+    let strangers =
+        thor_net::TcpReplicas::start(3, group, &addrs, &client_config(b""), Some(anonymous))
+            .unwrap();
+    strangers.send(1, bytes::Bytes::from_static(b"x"));
+    wait_until(|| strangers.counters().dropped.load(Relaxed) == 1);
+    assert_eq!(handler.got.load(Relaxed), 10);
+    server.shutdown().unwrap();
 }

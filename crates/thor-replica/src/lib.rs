@@ -33,6 +33,9 @@
 //!   proposed, acknowledged prefixes reported durable, committed records replayed on
 //!   followers as recovery does, failover through `finish_recovery`, clients of a replica
 //!   that does not serve turned away with `Error(NotLeader)` (`tests/member.rs`).
+//! - [`codec`]: [`encode_message`] and [`decode_message`], raft-rs's messages as bytes
+//!   between replicas; the decoder walks the protobuf wire format iteratively first and
+//!   refuses groups and deep nesting (protobuf 2.28's RUSTSEC-2024-0437).
 //! - [`logger`]: raft-rs logs through slog; a small drain turns that into tracing events.
 //! - [`sim`]: a deterministic harness (replicas over `MemDisk`s and a seeded network) with
 //!   the checks that the tests and, later, the merged simulation use.
@@ -77,10 +80,12 @@
 //! [`Replica`] (`open`, `tick`, `tick_without_campaign`, `step`, `propose`, `propose_membership`,
 //! `ready`, `persist`, `advance`, `compact`, `report_snapshot`, `status`), [`Effects`] and its
 //! parts, the error enums, [`sim::Cluster`] for tests. raft-rs's message type
-//! (`raft::eraftpb::Message`) crosses the boundary as is: its wire encoding (raft-rs's
-//! protobuf codec) is the transport's business. That codec is protobuf 2.28, which a crafted
-//! message can crash (RUSTSEC-2024-0437): a transport must decode only what authenticated
-//! group members send.
+//! (`raft::eraftpb::Message`) crosses the boundary as is; its bytes between replicas are
+//! [`encode_message`] / [`decode_message`] (raft-rs's protobuf codec). That codec is protobuf
+//! 2.28, which a crafted message can crash (RUSTSEC-2024-0437): [`decode_message`] refuses
+//! such input before protobuf sees it, and a transport still decodes only what authenticated
+//! group members send (thor-net's replica links take Raft messages only on sessions of the
+//! group's own peer credential).
 //!
 //! # Membership
 //!
@@ -132,13 +137,15 @@
 //!   want it on its log writer thread (group commit across the readies of many ticks): the
 //!   split is already there (raft-rs's `advance_append_async` / `on_persist_ready` underneath),
 //!   what is missing is a `persisted_up_to(lsn)` entry point that takes the sync from outside.
-//! - A database image is copied whole (the page file), not as a delta, and only drivers that
-//!   reach every replica's disk copy it (the tests' harness and the simulation, with
-//!   `thor_server::io::DiskSide::image_into`); the TCP transport that will stream it between
-//!   machines is the engine's job, with the threaded engine.
+//! - A database image is copied whole (the page file), not as a delta. The tests' harness
+//!   and the simulation copy it between disks they reach (`DiskSide::image_into`); between
+//!   machines thor-net's `TcpReplicas::fetch_image` streams it in chunks (wire version 10),
+//!   which the threaded engine is still to call.
 //! - No leases or read-index: nothing here answers reads.
-//! - No wire format, no transport, no CLI, no metrics: the engine and thor-net's job.
+//! - The wire format of Raft's messages is here ([`codec`]) and thor-net carries them
+//!   (`TcpReplicas`, `ReplicaService`); no CLI and no metrics yet: the engine's job.
 
+pub mod codec;
 pub mod error;
 pub mod journal;
 pub mod limits;
@@ -148,6 +155,7 @@ pub mod replica;
 pub mod sim;
 pub mod storage;
 
+pub use codec::{MessageDecodeError, MessageEncodeError, decode_message, encode_message};
 pub use error::{LogError, ProposeError, ReplicaError, StepError};
 pub use member::{
     Member, MemberConfig, MemberError, MemberMutant, MemberStatus, MembershipChange, NotAnImageId,

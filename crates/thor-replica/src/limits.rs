@@ -140,3 +140,20 @@ const _: () = assert!(
     JOURNAL_RECORD_BYTES_MAX <= thor_storage::limits::RECORD_BYTES_MAX_DEFAULT,
     "a journal record must fit the thor log's default record bound"
 );
+
+/// Levels of nested messages [`crate::decode_message`] walks, the outer `Message` included:
+/// raft's schema nests `Message` → `Snapshot` → `SnapshotMetadata` → `ConfState` and no
+/// deeper, so an honest message never exceeds it. The walk follows the schema and so could
+/// not go deeper anyway; the bound is the second line of defence against
+/// RUSTSEC-2024-0437 (see [`crate::codec`]).
+pub const MESSAGE_NESTING_MAX: usize = 4;
+
+// Every message raft-rs makes fits a `Raft` request: an append holds entries up to
+// `APPEND_MESSAGE_BYTES_MAX` or a single entry of a proposal's size, with per-entry and
+// per-message fields well below a kilobyte each. A thor server's snapshot message holds 8
+// bytes of snapshot (the image travels apart); only the simulation's bigger snapshots, which
+// never cross TCP, could exceed it, and `encode_message` refuses them (`TooLarge`).
+const _: () = assert!(
+    PROPOSAL_BYTES_MAX + APPEND_MESSAGE_BYTES_MAX as usize + 64 * 1024
+        <= thor_wire::limits::RAFT_MESSAGE_BYTES_MAX
+);

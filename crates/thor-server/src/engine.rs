@@ -877,6 +877,25 @@ impl Engine {
         self.shared.step_locked(&mut l, Input::Request { conn, id, req })
     }
 
+    /// Checks a request of `conn` that the transport serves itself instead of handing it to
+    /// [`Engine::request`] (a replica group's requests, `thor_wire::replica`) against the
+    /// connection's session, as the core checks every request (open and idle session, agreed
+    /// version, credential scope: `thor_server_core::Core::screen`). Returns whether the
+    /// transport may serve it; otherwise the refusal went to the connection's sink.
+    pub fn screen(&self, conn: ConnId, id: u64, req: &Request) -> bool {
+        let mut l = self.shared.locked.lock();
+        let mut fx = Vec::new();
+        let ok = l.core.screen(conn, id, req, &mut fx);
+        for effect in fx {
+            if let Effect::Reply { conn, id, reply, close } = effect
+                && let Some(sink) = l.sinks.get(&conn)
+            {
+                sink.deliver(id, reply, close);
+            }
+        }
+        ok
+    }
+
     /// Reports bytes from `conn` that did not decode: the error reply goes to its sink, with
     /// `close`.
     pub fn protocol_error(&self, conn: ConnId, id: u64, error: WireError) {

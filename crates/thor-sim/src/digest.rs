@@ -81,7 +81,8 @@ pub(crate) fn digest_request(id: u64, req: &Request) -> u64 {
         | RequestBody::Resume(_)
         | RequestBody::Backup { .. }
         | RequestBody::Prepare(_)
-        | RequestBody::Peer(_) => {
+        | RequestBody::Peer(_)
+        | RequestBody::Replica(_) => {
             return framed(|f| req.encode(id, usize::MAX, f), || format!("{id} {req:?}"));
         }
     }
@@ -129,7 +130,8 @@ pub(crate) fn digest_reply(id: u64, reply: &Reply) -> u64 {
         ReplyBody::HelloOk(_)
         | ReplyBody::Resumed(_)
         | ReplyBody::Stats(_)
-        | ReplyBody::BackupDone(_) => {
+        | ReplyBody::BackupDone(_)
+        | ReplyBody::Replica(_) => {
             return framed(|f| reply.encode(id, usize::MAX, f), || format!("{id} {reply:?}"));
         }
     }

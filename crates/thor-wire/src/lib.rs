@@ -28,6 +28,8 @@
 //! - [`prefetch`]: `Prefetch` and `Pages` (version 4), a fetch that brings further pages.
 //! - [`resume`]: `Resume`, `Resumed`, `CommitWithId` and the seen section of replies (version
 //!   5): a session that survives a broken connection.
+//! - [`replica`]: the requests between the replicas of a replica group (version 10): Raft's
+//!   messages as opaque bytes, and the copy of a database image in chunks.
 //! - [`contention`]: the contention report on requests (version 6): the aborts a client found
 //!   itself and its retries.
 //! - [`stats`]: the counters of a `Stats` reply.
@@ -78,7 +80,10 @@
 //! on requests (`contention.rs`, frame flag `FLAG_CONTENTION`): the aborts a client found
 //! itself and its retries, which the server counts and its fair retries use. Version 9 added
 //! replica groups' `Error(NotLeader)`, whose message names the leader (`not_leader_message`,
-//! `not_leader_hint`).
+//! `not_leader_hint`). Version 10 added the requests between the replicas of a group
+//! (`replica.rs`): `Raft` (a raft-rs message as opaque bytes, at most
+//! `RAFT_MESSAGE_BYTES_MAX`) and the image copy `ImageBegin` / `ImageChunk` / `ImageEnd`
+//! answered `Image` / `ImageTooOld` / `Chunk` (at most `IMAGE_CHUNK_BYTES_MAX` a chunk).
 //!
 //! `pagecommit.rs` has the page-based commit modes' messages (`PageRecords`, `PageCommit`) and
 //! `CommitMode`, which `HelloOk`'s flags carry (bits 1-3). `prefetch.rs` has version 4's
@@ -101,7 +106,9 @@
 //! and its resume: `Resume`, `Resumed`, `Seen`, `SeenRange`, `HistoryPoint`, `CacheVerdict`,
 //! `Outcome`, `Commit::id`; version 6's `Contention` (`Piggyback::contention`); version 8's
 //! `LeafDelta`, `LeafValue` (`Commit::leaves`); version 9's
-//! `ErrorCode::NotLeader`, `not_leader_message`, `not_leader_hint`.
+//! `ErrorCode::NotLeader`, `not_leader_message`, `not_leader_hint`; version 10's
+//! `ReplicaRequest`, `ReplicaReply`, `RaftMsg`, `ImageFile`, `ImageInfo`
+//! (`RequestBody::Replica`, `ReplyBody::Replica`).
 
 pub mod code;
 mod codec;
@@ -113,6 +120,7 @@ pub mod limits;
 pub mod message;
 pub mod pagecommit;
 pub mod prefetch;
+pub mod replica;
 pub mod resume;
 pub mod stats;
 pub mod transport;
@@ -131,6 +139,7 @@ pub use message::{
 };
 pub use pagecommit::{CommitMode, PageCommit, PageRecords};
 pub use prefetch::{Prefetch, PrefetchHint};
+pub use replica::{ImageFile, ImageInfo, RaftMsg, ReplicaReply, ReplicaRequest};
 pub use resume::{CacheVerdict, HistoryPoint, Outcome, Resume, Resumed, Seen, SeenRange};
 pub use stats::{ServerStats, StatValue};
 pub use transport::{Transport, TransportError};

@@ -49,7 +49,10 @@ pub const FRAME_BYTES_SETTING_MIN: usize = 64 << 10;
 /// `FLAG_LEAF_DELTAS`), which a client sends only on connections that agreed on 8.
 /// Version 9 added replica groups' `Error(NotLeader)` (`crate::code::not_leader_message`),
 /// which a replica sends only on connections that agreed on 9 (`ShuttingDown` otherwise).
-pub const WIRE_VERSION: u16 = 9;
+/// Version 10 added the requests between the replicas of a group (`crate::replica`): `Raft`,
+/// `ImageBegin`, `ImageChunk`, `ImageEnd` and their replies, which a replica sends only on
+/// connections that agreed on 10.
+pub const WIRE_VERSION: u16 = 10;
 /// The oldest protocol version this build still speaks.
 pub const WIRE_VERSION_MIN: u16 = 1;
 
@@ -152,7 +155,23 @@ pub const IN_FLIGHT_MAX: usize = 16;
 /// the most invalidations one reply may carry still fits a frame several times over.
 pub const PREFETCH_PAGES_MAX: usize = 64;
 
+/// The largest Raft message between replicas (`crate::replica`): raft-rs puts at most about a
+/// megabyte of entries in one append, but always at least one entry, and one entry is a
+/// proposal of up to 16 MiB (`thor_replica::limits::PROPOSAL_BYTES_MAX`, which asserts it
+/// fits here with its entry's header); 24 MiB leaves room for that and the message's fields
+/// while a Raft frame stays well inside the largest frame.
+pub const RAFT_MESSAGE_BYTES_MAX: usize = 24 << 20;
+
+/// The most bytes one `Chunk` of a database image carries (`crate::replica`): a megabyte is
+/// a hundred pages of 8 KiB per round trip, so a copy on a local network runs near the link's
+/// speed rather than the round trip's, and what a copier and a source hold per chunk stays
+/// small. (Replies are bounded by the protocol's frame limit, not by the connection's
+/// setting, so a chunk is never too big for a session.)
+pub const IMAGE_CHUNK_BYTES_MAX: usize = 1 << 20;
+
 const _: () = assert!(FRAME_HEADER_BYTES > FRAME_PREFIX_BYTES);
+const _: () = assert!(FRAME_HEADER_BYTES + 8 + 24 + RAFT_MESSAGE_BYTES_MAX <= FRAME_BYTES_MAX);
+const _: () = assert!(FRAME_HEADER_BYTES + 8 + 4 + IMAGE_CHUNK_BYTES_MAX <= FRAME_BYTES_MAX);
 // A `Pages` reply of the most pages of the largest size, with the most invalidations and
 // wanted pages a reply may carry, fits the largest frame.
 const _: () = assert!(

@@ -90,6 +90,8 @@
 //! Resume   0x000B  resumes a session on a new connection (version 5): see crate::resume
 //! CommitWithId 0x000C  a Commit with an id, to learn its outcome if the answer is lost
 //!                  (version 5): the id (u64, not 0), then Commit's body; see crate::resume
+//! Raft, ImageBegin, ImageChunk, ImageEnd 0x000D-0x0010  between the replicas of a group
+//!                  (version 10): see crate::replica
 //! ```
 //!
 //! Object bytes in a commit are complete objects in the format of `thor_core::class`; reference
@@ -125,6 +127,9 @@
 //! Pages          0x0089  answers Prefetch (version 4): see crate::prefetch
 //!
 //! Resumed        0x008A  answers Resume (version 5): see crate::resume
+//!
+//! Image, ImageTooOld, Chunk 0x008B-0x008D  answer a replica's image requests (version 10):
+//!                        see crate::replica
 //!
 //! Stats          0x0086  +--------+------------------+
 //!                        | F: u16 | F x u64 counters |  see ServerStats for the order
@@ -197,6 +202,14 @@ pub mod kind {
     pub const RESUME: u16 = 0x000b;
     /// [`crate::RequestBody::Commit`] with an id ([`crate::Commit::id`], version 5).
     pub const COMMIT_WITH_ID: u16 = 0x000c;
+    /// [`crate::replica::ReplicaRequest::Raft`] (version 10).
+    pub const RAFT: u16 = 0x000d;
+    /// [`crate::replica::ReplicaRequest::ImageBegin`] (version 10).
+    pub const IMAGE_BEGIN: u16 = 0x000e;
+    /// [`crate::replica::ReplicaRequest::ImageChunk`] (version 10).
+    pub const IMAGE_CHUNK: u16 = 0x000f;
+    /// [`crate::replica::ReplicaRequest::ImageEnd`] (version 10).
+    pub const IMAGE_END: u16 = 0x0010;
     /// [`crate::RequestBody::PageRecords`] (`crate::pagecommit`).
     pub const PAGE_RECORDS: u16 = 0x0040;
     /// [`crate::RequestBody::PageCommit`] (`crate::pagecommit`).
@@ -221,6 +234,12 @@ pub mod kind {
     pub const PAGES: u16 = 0x0089;
     /// [`crate::ReplyBody::Resumed`] (version 5).
     pub const RESUMED: u16 = 0x008a;
+    /// [`crate::replica::ReplicaReply::Image`] (version 10).
+    pub const IMAGE: u16 = 0x008b;
+    /// [`crate::replica::ReplicaReply::ImageTooOld`] (version 10).
+    pub const IMAGE_TOO_OLD: u16 = 0x008c;
+    /// [`crate::replica::ReplicaReply::Chunk`] (version 10).
+    pub const CHUNK: u16 = 0x008d;
     /// [`crate::ReplyBody::Error`].
     pub const ERROR: u16 = 0x00ff;
 
@@ -379,6 +398,9 @@ pub enum RequestBody {
     PageRecords(crate::pagecommit::PageRecords),
     /// Asks to commit a transaction in a page-based commit mode.
     PageCommit(crate::pagecommit::PageCommit),
+    /// A request between the replicas of one replica group ([`crate::replica`], version 10):
+    /// a Raft message or a step of copying a database image.
+    Replica(crate::replica::ReplicaRequest),
 }
 
 impl RequestBody {
@@ -399,6 +421,7 @@ impl RequestBody {
             RequestBody::Backup { .. } => kind::BACKUP,
             RequestBody::Prepare(_) => kind::PREPARE,
             RequestBody::Peer(_) => kind::PEER,
+            RequestBody::Replica(r) => r.kind(),
         }
     }
 
@@ -419,6 +442,7 @@ impl RequestBody {
             RequestBody::Backup { .. } => "Backup",
             RequestBody::Prepare(_) => "Prepare",
             RequestBody::Peer(_) => "Peer",
+            RequestBody::Replica(r) => r.name(),
         }
     }
 }
@@ -506,6 +530,8 @@ pub enum ReplyBody {
     Stats(Box<ServerStats>),
     /// Answers `Backup`: the copy is complete and durable.
     BackupDone(BackupInfo),
+    /// Answers a replica's image requests ([`crate::replica`], version 10).
+    Replica(crate::replica::ReplicaReply),
     /// A request or the connection failed (see [`ErrorCode`] for which codes close it).
     Error {
         /// What went wrong, for programs.
@@ -529,6 +555,7 @@ impl ReplyBody {
             ReplyBody::Stats(_) => kind::STATS_REPLY,
             ReplyBody::BackupDone(_) => kind::BACKUP_DONE,
             ReplyBody::Prepared { .. } => kind::PREPARED,
+            ReplyBody::Replica(r) => r.kind(),
             ReplyBody::Error { .. } => kind::ERROR,
         }
     }
@@ -546,6 +573,7 @@ impl ReplyBody {
             ReplyBody::Stats(_) => "Stats",
             ReplyBody::BackupDone(_) => "BackupDone",
             ReplyBody::Prepared { .. } => "Prepared",
+            ReplyBody::Replica(r) => r.name(),
             ReplyBody::Error { .. } => "Error",
         }
     }
@@ -691,6 +719,7 @@ impl Request {
                 p.header_bytes() + commit_bytes(&p.commit)?
             }
             RequestBody::Peer(_) => PeerMsg::BYTES,
+            RequestBody::Replica(r) => r.body_bytes()?,
             RequestBody::Abort | RequestBody::Stats | RequestBody::Goodbye => 0,
             RequestBody::PageRecords(r) => crate::pagecommit::records_bytes(r)?,
             RequestBody::PageCommit(c) => crate::pagecommit::commit_bytes(c)?,
@@ -775,6 +804,7 @@ impl Request {
                 put_commit(out, &p.commit);
             }
             RequestBody::Peer(m) => m.put(out),
+            RequestBody::Replica(r) => r.put(out),
             RequestBody::Abort | RequestBody::Stats | RequestBody::Goodbye => {}
             RequestBody::PageRecords(r) => crate::pagecommit::put_records(out, r),
             RequestBody::PageCommit(c) => crate::pagecommit::put_commit(out, c),
@@ -855,6 +885,9 @@ impl Request {
                 RequestBody::Prepare(Box::new(p))
             }
             kind::PEER => RequestBody::Peer(PeerMsg::get(&mut r)?),
+            kind::RAFT | kind::IMAGE_BEGIN | kind::IMAGE_CHUNK | kind::IMAGE_END => {
+                RequestBody::Replica(crate::replica::ReplicaRequest::get(frame.kind, &mut r)?)
+            }
             kind::ABORT => RequestBody::Abort,
             kind::STATS => RequestBody::Stats,
             kind::GOODBYE => RequestBody::Goodbye,
@@ -933,6 +966,7 @@ impl Reply {
             ReplyBody::Ack => 0,
             ReplyBody::Stats(_) => 2 + 8 * ServerStats::FIELDS.len(),
             ReplyBody::BackupDone(_) => 24,
+            ReplyBody::Replica(r) => r.body_bytes()?,
         })
     }
 
@@ -1001,6 +1035,7 @@ impl Reply {
             }
             ReplyBody::Ack => {}
             ReplyBody::Prepared { created } => put_orefs(out, created),
+            ReplyBody::Replica(r) => r.put(out),
             ReplyBody::Stats(s) => s.encode(out),
             ReplyBody::BackupDone(b) => {
                 out.put_u64(b.lsn.0);
@@ -1100,6 +1135,9 @@ impl Reply {
                 page_bytes: r.u64("backup page bytes")?,
                 log_bytes: r.u64("backup log bytes")?,
             }),
+            kind::IMAGE | kind::IMAGE_TOO_OLD | kind::CHUNK => {
+                ReplyBody::Replica(crate::replica::ReplicaReply::get(frame.kind, &mut r)?)
+            }
             kind::ERROR => {
                 let code = ErrorCode::from_u16(r.u16("error code")?)
                     .ok_or(WireError::BadValue { what: "error code", why: "unknown code" })?;

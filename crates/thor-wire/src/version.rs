@@ -22,6 +22,7 @@
 //! | 7 | the settled bit of a reply's seen section (`crate::resume::Seen::settled`): read-only transactions commit at the client; a coordinator's request for a missing vote: the peer message `AskVote` (`crate::twopc`) |
 //! | 8 | a commit's leaf deltas: the frame flag [`crate::frame::FLAG_LEAF_DELTAS`] and its section after a `Commit`'s body (`crate::leafdelta`) |
 //! | 9 | replica groups: `Error(NotLeader)`: a replica that does not lead its group turns a client away, naming the leader in the message (`crate::code::not_leader_hint`) |
+//! | 10 | between the replicas of a group (`crate::replica`): `Raft` (a Raft message), `ImageBegin`, `ImageChunk`, `ImageEnd` (copying a database image) and the replies `Image`, `ImageTooOld`, `Chunk`; sent only on a peer session of the group's own credential |
 
 use crate::limits::{WIRE_VERSION, WIRE_VERSION_MIN};
 use crate::message::{Request, kind};
@@ -57,9 +58,13 @@ pub const VERSION_LEAF_DELTAS: u16 = 8;
 /// lead its group turns a client away with the leader's id (`crate::code::not_leader_message`).
 /// On an older connection it sends `ShuttingDown` instead (closes too: reconnect elsewhere).
 pub const VERSION_GROUPS: u16 = 9;
+/// The version that added the requests between the replicas of a group (`crate::replica`):
+/// `Raft`, `ImageBegin`, `ImageChunk`, `ImageEnd` and their replies. A replica sends them
+/// only on connections that agreed on it.
+pub const VERSION_REPLICA_LINKS: u16 = 10;
 
 /// Every request type and the version that added it.
-pub const REQUEST_VERSIONS: [(u16, u16); 14] = [
+pub const REQUEST_VERSIONS: [(u16, u16); 18] = [
     (kind::HELLO, 1),
     (kind::FETCH, 1),
     (kind::COMMIT, 1),
@@ -74,6 +79,10 @@ pub const REQUEST_VERSIONS: [(u16, u16); 14] = [
     (kind::PREFETCH, VERSION_PREFETCH),
     (kind::RESUME, VERSION_RESUME),
     (kind::COMMIT_WITH_ID, VERSION_RESUME),
+    (kind::RAFT, VERSION_REPLICA_LINKS),
+    (kind::IMAGE_BEGIN, VERSION_REPLICA_LINKS),
+    (kind::IMAGE_CHUNK, VERSION_REPLICA_LINKS),
+    (kind::IMAGE_END, VERSION_REPLICA_LINKS),
 ];
 
 /// The version that added request type `kind`, or `None` for a number that is no request.
@@ -126,6 +135,8 @@ const _: () = assert!(VERSION_CONTENTION < VERSION_SETTLED && VERSION_SETTLED <=
 const _: () = assert!(VERSION_CONTENTION < VERSION_ASK_VOTE && VERSION_ASK_VOTE <= WIRE_VERSION);
 const _: () =
     assert!(VERSION_ASK_VOTE < VERSION_LEAF_DELTAS && VERSION_LEAF_DELTAS <= WIRE_VERSION);
+const _: () =
+    assert!(VERSION_GROUPS < VERSION_REPLICA_LINKS && VERSION_REPLICA_LINKS <= WIRE_VERSION);
 
 #[cfg(test)]
 mod tests {
@@ -134,6 +145,7 @@ mod tests {
 
     use super::*;
     use crate::message::RequestBody;
+    use crate::replica::ReplicaRequest;
     use crate::{Commit, Hello, PageCommit, PageRecords, PeerMsg, Prefetch, PrefetchHint, Stamp};
 
     fn every_body() -> Vec<RequestBody> {
@@ -171,6 +183,19 @@ mod tests {
             RequestBody::Peer(PeerMsg::Query { stamp, from: ServerId(2) }),
             RequestBody::Resume(crate::Resume { key: 1, seen: None, commit: None, pages: vec![] }),
             RequestBody::Commit(Commit { id: Some(7), ..Commit::default() }),
+            RequestBody::Replica(ReplicaRequest::Raft(crate::RaftMsg {
+                group: ServerId(1),
+                from: 1,
+                to: 2,
+                msg: Bytes::new(),
+            })),
+            RequestBody::Replica(ReplicaRequest::ImageBegin { min_lsn: thor_core::Lsn(1) }),
+            RequestBody::Replica(ReplicaRequest::ImageChunk {
+                image: 1,
+                file: crate::ImageFile::Pages,
+                offset: 0,
+            }),
+            RequestBody::Replica(ReplicaRequest::ImageEnd { image: 1 }),
         ]
     }
 
@@ -195,6 +220,7 @@ mod tests {
                 "Prepare" | "Peer" => 3,
                 "Prefetch" => 4,
                 "Resume" | "CommitWithId" => 5,
+                "Raft" | "ImageBegin" | "ImageChunk" | "ImageEnd" => 10,
                 _ => 1,
             };
             assert_eq!(version, want, "{name}");

@@ -861,6 +861,22 @@ impl Core {
         self.store.next_lsn()
     }
 
+    /// Checks a request of `conn` that the driver serves itself instead of stepping it in (a
+    /// replica group's requests, which thor-net's server hands to its replica handler), as
+    /// every request is checked (`sessions::Sessions::screen`): open and idle session, agreed
+    /// version, credential scope. Returns whether the driver may serve it; otherwise the
+    /// refusal (to send to the connection) is in `fx`.
+    pub fn screen(
+        &mut self,
+        conn: ConnId,
+        id: u64,
+        req: &thor_wire::Request,
+        fx: &mut Vec<Effect>,
+    ) -> bool {
+        let me = self.server_id();
+        self.sessions.screen(conn, id, req, me, fx)
+    }
+
     /// Whether a storage failure stopped the core.
     pub fn failed(&self) -> Option<&str> {
         self.failed.as_deref()

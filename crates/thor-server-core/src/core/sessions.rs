@@ -160,6 +160,9 @@ struct Session {
     dropped: Vec<u64>,
     /// Requests dropped beyond those whose ids are kept.
     dropped_uncounted: u64,
+    /// Why the first request was dropped, if not for the in-flight bound: a request the
+    /// driver serves itself arrived while the session was busy ([`Sessions::screen`]).
+    dropped_why: Option<&'static str>,
 }
 
 impl Session {
@@ -175,6 +178,7 @@ impl Session {
         self.held.clear();
         self.dropped.clear();
         self.dropped_uncounted = 0;
+        self.dropped_why = None;
     }
 }
 
@@ -269,6 +273,14 @@ impl Action {
             RequestBody::Hello(_) => {
                 return Err((Reply::error(ErrorCode::UnexpectedMessage, "a second Hello"), true));
             }
+            // A transport that serves a replica group answers these itself, after
+            // `Sessions::screen`; reaching the core means nothing here serves them (an
+            // in-process transport, or a server that runs no group): to this server they are
+            // an unknown type, and the session closes as for one.
+            RequestBody::Replica(r) => {
+                let msg = format!("{}: this server serves no replica group here", r.name());
+                return Err((Reply::error(ErrorCode::UnknownType, &msg), true));
+            }
         })
     }
 }
@@ -322,6 +334,9 @@ pub(crate) fn need(body: &RequestBody, me: ServerId) -> Need {
         }
         RequestBody::Stats | RequestBody::Backup { .. } => Need::Operate,
         RequestBody::Peer(m) => Need::Peer(m.from()),
+        // Only a replica of this server's own group speaks to it as a replica, with the
+        // group's peer credential (`peer:ID`, ID this server's id).
+        RequestBody::Replica(_) => Need::Peer(me),
     }
 }
 
@@ -329,6 +344,7 @@ pub(crate) fn need(body: &RequestBody, me: ServerId) -> Need {
 fn what(body: &RequestBody, need: Need) -> String {
     match (body, need) {
         (RequestBody::Peer(m), _) => format!("a Peer message from server {}", m.from().0),
+        (RequestBody::Replica(r), _) => format!("a replica's {}", r.name()),
         (_, Need::Write) => format!("a {} that writes", body.name()),
         _ => format!("a {}", body.name()),
     }
@@ -400,6 +416,7 @@ impl Sessions {
                 since: self.connects,
                 dropped: Vec::new(),
                 dropped_uncounted: 0,
+                dropped_why: None,
             },
         );
     }
@@ -507,13 +524,19 @@ impl Sessions {
         }
         let dropped = std::mem::take(&mut s.dropped);
         let uncounted = std::mem::take(&mut s.dropped_uncounted);
+        let why = s.dropped_why.take();
         s.state = State::Closed;
         let last = dropped.len() - 1;
         for (k, id) in dropped.into_iter().enumerate() {
-            let mut msg = format!(
-                "request {id} dropped unexecuted: more than {IN_FLIGHT_MAX} requests were in \
-                 flight; the connection closes"
-            );
+            let mut msg = match why {
+                Some(why) => {
+                    format!("request {id} dropped unexecuted: {why}; the connection closes")
+                }
+                None => format!(
+                    "request {id} dropped unexecuted: more than {IN_FLIGHT_MAX} requests were \
+                     in flight; the connection closes"
+                ),
+            };
             if k == last && uncounted > 0 {
                 msg.push_str(&format!(" ({uncounted} later requests dropped unexecuted too)"));
             }
@@ -607,6 +630,97 @@ impl Sessions {
         }
         fx.push(Effect::Reply { conn, id, reply, close });
         Action::Done
+    }
+
+    /// Checks a request the driver serves itself instead of handing it to the core (a
+    /// replica group's requests, `thor_wire::replica`, which thor-net's server hands to its
+    /// replica handler) exactly as [`Sessions::admit`] checks the core's own, in the same
+    /// order: the session must be open, the request in its agreed version (else
+    /// `UnknownType`, closing) and inside its credential's scope (else `Forbidden`); a Raft
+    /// message must be for this server's group (else `Forbidden`). The session must also be
+    /// idle (no earlier request of it unanswered): the driver answers on its own, and the
+    /// core's replies and the driver's must not overtake each other, so a session that sends
+    /// one behind an unanswered request broke the protocol: the request is dropped as one past
+    /// the in-flight bound is, answered `UnexpectedMessage` after every request before it, and
+    /// the session closes (see *Order*). Returns whether the driver may serve it; otherwise
+    /// the refusal is in `fx`, or comes later.
+    pub fn screen(
+        &mut self,
+        conn: ConnId,
+        id: u64,
+        req: &Request,
+        me: ServerId,
+        fx: &mut Vec<Effect>,
+    ) -> bool {
+        self.counters.requests += 1;
+        let name = req.body.name();
+        let early = match self.conns.get(&conn).map(|s| (&s.state, s)) {
+            None => return false,
+            Some((State::Closed, _)) => {
+                Some((Reply::error(ErrorCode::UnexpectedMessage, "the session is closed"), true))
+            }
+            Some((State::AwaitingHello, _)) => {
+                self.counters.protocol_errors += 1;
+                let msg = format!("{name} before Hello");
+                Some((Reply::error(ErrorCode::HelloRequired, &msg), true))
+            }
+            Some((State::Open { .. }, s)) if s.busy || !s.held.is_empty() || s.overflowed() => {
+                // Answered, like a request past the in-flight bound, once every request
+                // before it is (`answer_dropped`), so that no reply overtakes another; the
+                // session then closes.
+                self.counters.protocol_errors += 1;
+                let s = self.conns.get_mut(&conn).expect("looked up above");
+                if s.dropped.is_empty() {
+                    s.dropped_why = Some("a replica request behind an unanswered request");
+                }
+                if s.dropped.len() < DROPPED_IDS_MAX {
+                    s.dropped.push(id);
+                } else {
+                    s.dropped_uncounted += 1;
+                }
+                return false;
+            }
+            Some((State::Open { .. }, _)) => None,
+        };
+        let (reply, close) = match early {
+            Some(answer) => answer,
+            None => {
+                if self.outdated(conn, id, req, fx) {
+                    return false;
+                }
+                let Some(State::Open { scope, version, credential, .. }) =
+                    self.conns.get(&conn).map(|s| &s.state)
+                else {
+                    return false;
+                };
+                let need = need(&req.body, me);
+                let group = match &req.body {
+                    RequestBody::Replica(thor_wire::ReplicaRequest::Raft(m)) => Some(m.group),
+                    _ => None,
+                };
+                if !scope.allows(need) {
+                    self.counters.forbidden += 1;
+                    let who = credential.as_deref().unwrap_or("(none)");
+                    let msg = format!(
+                        "credential {who} ({scope}) may not send {}; that needs {need}",
+                        what(&req.body, need)
+                    );
+                    forbidden(*version, &msg)
+                } else if let Some(g) = group.filter(|g| *g != me) {
+                    self.counters.forbidden += 1;
+                    let msg = format!("a Raft message for group {}; this is group {}", g.0, me.0);
+                    forbidden(*version, &msg)
+                } else {
+                    return true;
+                }
+            }
+        };
+        if close && let Some(s) = self.conns.get_mut(&conn) {
+            s.state = State::Closed;
+            s.forget_queued();
+        }
+        fx.push(Effect::Reply { conn, id, reply, close });
+        false
     }
 
     fn hello(&mut self, conn: ConnId, h: Hello, info: InfoParts) -> (Reply, bool) {

@@ -381,3 +381,84 @@ fn newer_message_on_old_version_is_unknown() {
     let prep = prepare(stamp(h.now), None, &[(1, false), (2, false)], Commit::default());
     assert!(matches!(ask(&mut h, 2, 3, prep).0.body, ReplyBody::Prepared { .. }));
 }
+
+/// A replica request (wire version 10) as the driver screens it (`Core::screen`): whether it
+/// may serve it, and the refusal the core gave otherwise.
+fn screen(h: &mut Harness, conn: ConnId, id: u64, body: RequestBody) -> (bool, Vec<Effect>) {
+    let mut fx = Vec::new();
+    let ok = h.core.screen(conn, id, &Request::new(body), &mut fx);
+    (ok, fx)
+}
+
+fn raft_to(group: u32) -> RequestBody {
+    RequestBody::Replica(thor_wire::ReplicaRequest::Raft(thor_wire::RaftMsg {
+        group: ServerId(group),
+        from: 2,
+        to: 1,
+        msg: Bytes::from_static(b"m"),
+    }))
+}
+
+fn only_reply(fx: Vec<Effect>) -> (u64, Reply, bool) {
+    let mut r: Vec<_> = fx
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::Reply { id, reply, close, .. } => Some((id, reply, close)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(r.len(), 1, "one reply: {r:?}");
+    r.remove(0)
+}
+
+#[test]
+fn replica_requests_need_the_groups_own_peer_credential() {
+    const OWN: &[u8] = b"server-1-secret-01234567";
+    let mut creds = usual();
+    creds.add("server-1", Scope::Peer(ServerId(1)), OWN).unwrap();
+    let mut h = server(creds);
+    let image = || RequestBody::Replica(thor_wire::ReplicaRequest::ImageBegin { min_lsn: Lsn(0) });
+    // A client's credential, and another server's peer credential: Forbidden, session open.
+    for (conn, token) in [(1, WRITER), (2, PEER2), (3, OPS)] {
+        hello(&mut h, conn, token, 1, WIRE_VERSION);
+        for body in [raft_to(1), image()] {
+            let (ok, fx) = screen(&mut h, conn, 5, body);
+            assert!(!ok);
+            let (id, reply, close) = only_reply(fx);
+            assert_eq!(id, 5);
+            assert_forbidden((reply, close), "peer:1");
+        }
+    }
+    // The group's own credential: admitted, unless a Raft message names another group.
+    hello(&mut h, 4, OWN, 1, WIRE_VERSION);
+    assert!(screen(&mut h, 4, 6, raft_to(1)).0);
+    assert!(screen(&mut h, 4, 7, image()).0);
+    let (ok, fx) = screen(&mut h, 4, 8, raft_to(2));
+    assert!(!ok);
+    let (_, reply, close) = only_reply(fx);
+    assert_forbidden((reply, close), "group 2");
+}
+
+#[test]
+fn replica_requests_are_checked_for_version_and_hello() {
+    let mut h = server(Credentials::new());
+    // Before Hello.
+    h.step(Input::Connect { conn: 1 });
+    let (ok, fx) = screen(&mut h, 1, 3, raft_to(1));
+    assert!(!ok);
+    let (_, reply, close) = only_reply(fx);
+    assert_eq!(error_code(&reply), Some(ErrorCode::HelloRequired));
+    assert!(close);
+    // On a connection that agreed on version 9: an unknown type, closing.
+    hello(&mut h, 2, b"", 1, 9);
+    let (ok, fx) = screen(&mut h, 2, 3, raft_to(1));
+    assert!(!ok);
+    let (_, reply, close) = only_reply(fx);
+    assert_eq!(error_code(&reply), Some(ErrorCode::UnknownType));
+    assert!(close);
+    // Handed to the core itself (no transport serves them): an unknown type too.
+    hello(&mut h, 3, b"", 1, WIRE_VERSION);
+    let (reply, close) = ask(&mut h, 3, 4, raft_to(1));
+    assert_eq!(error_code(&reply), Some(ErrorCode::UnknownType), "{reply:?}");
+    assert!(close);
+}

@@ -8,10 +8,10 @@ use thor_core::ids::PAGE_ID_MAX;
 use thor_core::{ClientId, Lsn, Oid, Oref, PageId, ServerId};
 use thor_wire::limits::{FRAME_BYTES_MAX, FRAME_BYTES_SETTING_MIN, PREFETCH_PAGES_MAX};
 use thor_wire::{
-    BackupInfo, CLIENT_TIE_BIT, CacheVerdict, Commit, ErrorCode, Hello, HistoryPoint, Outcome,
-    Participant, PeerMsg, Piggyback, Prefetch, PrefetchHint, Prepare, RefusedCode, Reply,
-    ReplyBody, Request, RequestBody, Resume, Resumed, Seen, SeenRange, ServerInfo, ServerStats,
-    Stamp,
+    BackupInfo, CLIENT_TIE_BIT, CacheVerdict, Commit, ErrorCode, Hello, HistoryPoint, ImageFile,
+    ImageInfo, Outcome, Participant, PeerMsg, Piggyback, Prefetch, PrefetchHint, Prepare, RaftMsg,
+    RefusedCode, ReplicaReply, ReplicaRequest, Reply, ReplyBody, Request, RequestBody, Resume,
+    Resumed, Seen, SeenRange, ServerInfo, ServerStats, Stamp,
 };
 
 pub fn oref() -> impl Strategy<Value = Oref> {
@@ -105,6 +105,7 @@ pub fn request_body() -> impl Strategy<Value = RequestBody> {
         "\\PC{0,40}".prop_map(|path| RequestBody::Backup { path }),
         prepare().prop_map(|p| RequestBody::Prepare(Box::new(p))),
         peer().prop_map(RequestBody::Peer),
+        replica_request().prop_map(RequestBody::Replica),
         (any::<u64>(), vec(blob(64), 0..4), vec(page_id(), 0..3)).prop_map(
             |(txn, records, pages)| {
                 let pages = pages.into_iter().map(|p| (p, Bytes::from(vec![9u8; 1024]))).collect();
@@ -160,6 +161,38 @@ pub fn prepare() -> impl Strategy<Value = Prepare> {
                 Commit { reads, versions, created: Vec::new(), id: None, leaves: Vec::new() };
             Prepare { stamp, coordinator, participants, commit }
         })
+}
+
+/// A request between replicas (version 10).
+pub fn replica_request() -> impl Strategy<Value = ReplicaRequest> {
+    prop_oneof![
+        (any::<u32>(), 1u64.., 1u64.., blob(200)).prop_map(|(g, from, to, msg)| {
+            ReplicaRequest::Raft(RaftMsg { group: ServerId(g), from, to, msg })
+        }),
+        any::<u64>().prop_map(|l| ReplicaRequest::ImageBegin { min_lsn: Lsn(l) }),
+        (any::<u64>(), proptest::sample::select(ImageFile::ALL.to_vec()), any::<u64>())
+            .prop_map(|(image, file, offset)| ReplicaRequest::ImageChunk { image, file, offset }),
+        any::<u64>().prop_map(|image| ReplicaRequest::ImageEnd { image }),
+    ]
+}
+
+/// A reply between replicas (version 10).
+pub fn replica_reply() -> impl Strategy<Value = ReplicaReply> {
+    prop_oneof![
+        (1u64.., any::<u64>(), any::<u64>(), any::<u64>(), 0u32..=4096).prop_map(
+            |(image, c, pages_bytes, dwb_bytes, superblock_bytes)| {
+                ReplicaReply::Image(ImageInfo {
+                    image,
+                    checkpoint: Lsn(c),
+                    pages_bytes,
+                    dwb_bytes,
+                    superblock_bytes,
+                })
+            }
+        ),
+        any::<u64>().prop_map(|l| ReplicaReply::ImageTooOld { have: Lsn(l) }),
+        blob(300).prop_map(ReplicaReply::Chunk),
+    ]
 }
 
 pub fn peer() -> impl Strategy<Value = PeerMsg> {
@@ -340,6 +373,7 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
         }),
         (proptest::sample::select(ErrorCode::ALL), "\\PC{0,40}")
             .prop_map(|(code, message)| ReplyBody::Error { code, message }),
+        replica_reply().prop_map(ReplyBody::Replica),
         (0u8..3, 0u8..4, any::<u64>(), vec(oref(), 0..8)).prop_map(|(c, o, lsn, created)| {
             let cache = [CacheVerdict::None, CacheVerdict::Kept, CacheVerdict::Dropped][c as usize];
             let outcome = match o {
