@@ -71,8 +71,10 @@
 
 pub mod dwb;
 pub mod engine;
+pub mod group;
 pub mod io;
 pub mod limits;
+pub mod member_io;
 pub mod packer;
 pub mod replica_net;
 
@@ -93,6 +95,7 @@ pub use engine::{
     BulkLoader, BulkReport, CommitRequest, Engine, EngineOptions, EngineStats, Health, LocalPeers,
     PeerSink, ReplySink, Work,
 };
+pub use group::{GroupEngine, GroupError, GroupOptions, GroupStats, LocalReplicas};
 pub use io::{Clock, CommitLog, DiskSide, SystemClock};
 pub use packer::PagePacker;
 pub use replica_net::{ImageFetchError, ReplicaNet};

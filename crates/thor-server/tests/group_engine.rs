@@ -1,0 +1,274 @@
+//! Replica groups of threaded [`GroupEngine`]s over real files in temporary directories,
+//! delivering to each other through [`LocalReplicas`]: failover, catch-up by log and by
+//! database image. Every wait is for an event, bounded; none is a sleep as the assertion.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use thor_core::{ClassDesc, Oref, PageView, RawRef, VarKind};
+use thor_server::group::{GroupEngine, GroupError, GroupOptions, LocalReplicas};
+use thor_server::{CommitRequest, EngineOptions};
+use thor_storage::{Disk, FileDisk};
+
+/// How long a group gets to elect a serving leader, to answer a commit, or to catch a replica
+/// up: generous bounds for a loaded two-core machine (a healthy group needs well under a
+/// second for each).
+const BOUND: Duration = Duration::from_secs(30);
+
+struct Replica {
+    dir: tempfile::TempDir,
+    engine: Option<Arc<GroupEngine>>,
+}
+
+struct Group {
+    hub: Arc<LocalReplicas>,
+    replicas: Vec<Replica>,
+    desc: ClassDesc,
+    /// Acknowledged commits: the object created and its payload.
+    acked: Vec<(Oref, u64)>,
+    retain_entries: u64,
+}
+
+fn engine_options() -> EngineOptions {
+    EngineOptions {
+        page_size: 4096,
+        // Small: commits run install rounds and checkpoints, which compact the journal.
+        mob_bytes: 16 << 10,
+        flush_start_percent: 50,
+        page_cache_bytes: 16 * 4096,
+        flush_batch_pages: 2,
+        ..EngineOptions::default()
+    }
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + BOUND;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {BOUND:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+impl Group {
+    fn new(n: u64, retain_entries: u64) -> Group {
+        let hub = LocalReplicas::new();
+        let mut g = Group {
+            hub,
+            replicas: Vec::new(),
+            desc: ClassDesc::new("test.Item", 16, &[], VarKind::None).expect("a class"),
+            acked: Vec::new(),
+            retain_entries,
+        };
+        let voters: Vec<u64> = (1..=n).collect();
+        for id in 1..=n {
+            let dir = tempfile::tempdir().expect("a temp dir");
+            let disk =
+                Arc::new(FileDisk::open_dir(dir.path(), true).expect("dir")) as Arc<dyn Disk>;
+            let e = GroupEngine::create(disk, g.options(id), &voters, g.hub.net_for(id))
+                .expect("a founding replica");
+            g.hub.register(&e);
+            g.replicas.push(Replica { dir, engine: Some(e) });
+        }
+        g
+    }
+
+    fn options(&self, id: u64) -> GroupOptions {
+        let mut o = GroupOptions::new(id, engine_options());
+        o.seed = 0x5eed ^ id;
+        o.member.retain_entries = self.retain_entries;
+        o
+    }
+
+    fn engine(&self, id: u64) -> &Arc<GroupEngine> {
+        self.replicas[id as usize - 1].engine.as_ref().expect("running")
+    }
+
+    fn up(&self) -> impl Iterator<Item = &Arc<GroupEngine>> {
+        self.replicas.iter().filter_map(|r| r.engine.as_ref())
+    }
+
+    fn serving(&self) -> Option<u64> {
+        self.up().find(|e| e.is_serving()).map(|e| e.replica_id())
+    }
+
+    /// Waits for a serving leader; returns it.
+    fn leader(&self) -> u64 {
+        let mut l = None;
+        wait_for("a serving leader", || {
+            l = self.serving();
+            l.is_some()
+        });
+        l.expect("found")
+    }
+
+    /// Halts replica `id` as a crash would and forgets its engine.
+    fn crash(&mut self, id: u64) {
+        if let Some(e) = self.replicas[id as usize - 1].engine.take() {
+            e.halt();
+        }
+    }
+
+    /// Reopens replica `id` from its directory.
+    fn reopen(&mut self, id: u64) {
+        let disk = Arc::new(
+            FileDisk::open_dir(self.replicas[id as usize - 1].dir.path(), false).expect("dir"),
+        ) as Arc<dyn Disk>;
+        let e = GroupEngine::open(disk, self.options(id), self.hub.net_for(id)).expect("reopens");
+        self.hub.register(&e);
+        self.replicas[id as usize - 1].engine = Some(e);
+    }
+
+    fn request(&self, n: u64) -> CommitRequest {
+        let mut obj = self.desc.new_object(RawRef::tagged_word(0), 0);
+        obj[8..16].copy_from_slice(&n.to_le_bytes());
+        // Created object #0 is the class of #1: each commit brings its own.
+        CommitRequest { versions: Vec::new(), created: vec![self.desc.to_class_object(), obj] }
+    }
+
+    /// Commits payload `n` as a client would: to the serving leader, again after a refusal
+    /// or an outcome unknown, until acknowledged.
+    fn commit(&mut self, n: u64) -> Oref {
+        let deadline = Instant::now() + BOUND;
+        loop {
+            assert!(Instant::now() < deadline, "commit {n} not acknowledged within {BOUND:?}");
+            let Some(l) = self.serving() else {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            };
+            match self.engine(l).commit(self.request(n)) {
+                Ok(out) => {
+                    self.acked.push((out.created[1], n));
+                    return out.created[1];
+                }
+                Err(GroupError::NotLeader { .. } | GroupError::Stopped | GroupError::Failed(_)) => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(e) => panic!("commit {n}: {e}"),
+            }
+        }
+    }
+
+    /// Checks every acknowledged commit's object at serving replica `id`.
+    fn check_acked_at(&self, id: u64) {
+        let e = self.engine(id);
+        for (oref, n) in &self.acked {
+            let page = e.fetch(oref.page().expect("on a page")).expect("the page");
+            let v = PageView::parse(&page).expect("a page");
+            let got = v.object(oref.oid()).map(|o| o[8..16].to_vec());
+            assert_eq!(
+                got,
+                Some(n.to_le_bytes().to_vec()),
+                "replica {id} lacks commit {n} ({oref:?})"
+            );
+        }
+    }
+
+    /// Waits until replica `id` has applied everything replica `leader` committed.
+    fn caught_up(&self, id: u64, leader: u64) {
+        wait_for(&format!("replica {id} catches up with {leader}"), || {
+            let (s, l) = (self.engine(id).group_stats(), self.engine(leader).group_stats());
+            s.applied_index >= l.commit_index && s.next_lsn == l.next_lsn
+        });
+    }
+}
+
+#[test]
+fn leader_crash_loses_no_acknowledged_commit() {
+    let mut g = Group::new(3, 1_000);
+    let old = g.leader();
+    for n in 0..20 {
+        g.commit(n);
+    }
+    g.crash(old);
+    let new = g.leader();
+    assert_ne!(new, old, "a halted replica does not serve");
+    for n in 20..25 {
+        g.commit(n);
+    }
+    g.check_acked_at(new);
+    let s = g.engine(new).group_stats();
+    assert!(s.term > 1, "a new term: {s:?}");
+}
+
+#[test]
+fn new_leader_serves_after_failover() {
+    let mut g = Group::new(3, 1_000);
+    let old = g.leader();
+    g.commit(1);
+    let t = Instant::now();
+    g.crash(old);
+    let new = g.leader();
+    g.commit(2);
+    eprintln!(
+        "failover: replica {old} halted, replica {new} acknowledged a commit after {:?}",
+        t.elapsed()
+    );
+    let s = g.engine(new).group_stats();
+    assert!(s.serving && s.leader == Some(new), "{s:?}");
+    // The leader knows its remaining follower and how far it lags; the halted one too.
+    assert_eq!(s.followers.len(), 2, "{s:?}");
+    let follower = (1..=3).find(|i| *i != old && *i != new).expect("a third");
+    g.caught_up(follower, new);
+    g.check_acked_at(new);
+}
+
+#[test]
+fn restarted_follower_catches_up() {
+    let mut g = Group::new(3, 1_000);
+    let leader = g.leader();
+    let follower = (1..=3).find(|i| *i != leader).expect("a follower");
+    for n in 0..10 {
+        g.commit(n);
+    }
+    g.crash(follower);
+    for n in 10..30 {
+        g.commit(n);
+    }
+    g.reopen(follower);
+    g.caught_up(follower, leader);
+    let s = g.engine(follower).group_stats();
+    assert_eq!(s.images_installed, 0, "caught up by log: {s:?}");
+    // The restarted replica holds every commit: with the leader gone, whichever of the two
+    // others serves has them all.
+    g.crash(leader);
+    let new = g.leader();
+    g.check_acked_at(new);
+}
+
+#[test]
+fn lagging_replica_catches_up_from_snapshot() {
+    // Few entries kept past a checkpoint, so that the leader's journal soon lacks what the
+    // lagging replica needs and sends it a snapshot.
+    let mut g = Group::new(3, 4);
+    let leader = g.leader();
+    let lagging = (1..=3).find(|i| *i != leader).expect("a follower");
+    g.crash(lagging);
+    let mut n = 0;
+    wait_for("the leader's journal compacted", || {
+        for _ in 0..10 {
+            g.commit(n);
+            n += 1;
+        }
+        g.engine(leader).group_stats().snapshot_index > 0
+    });
+    g.reopen(lagging);
+    wait_for("the lagging replica installs an image", || {
+        g.engine(lagging).group_stats().images_installed > 0
+    });
+    g.caught_up(lagging, leader);
+    g.crash(leader);
+    let new = g.leader();
+    g.check_acked_at(new);
+}
+
+#[test]
+fn undecodable_replica_messages_are_refused_and_counted() {
+    let g = Group::new(3, 1_000);
+    let e = g.engine(1);
+    e.replica_message(2, bytes::Bytes::from_static(b"\xff\xff\xff not a raft message"));
+    // A well-formed message that claims another sender.
+    let m = raft::eraftpb::Message { from: 3, to: 1, ..Default::default() };
+    let b = protobuf::Message::write_to_bytes(&m).expect("encodes");
+    e.replica_message(2, bytes::Bytes::from(b));
+    assert_eq!(e.group_stats().messages_refused, 2);
+}
