@@ -1115,20 +1115,27 @@ fn disk_thread(s: &Shared) {
 }
 
 /// Replicas of one process delivering to each other: a hub of [`GroupEngine`]s registered by
-/// replica id, and a [`ReplicaNet`] per sender ([`LocalReplicas::net_for`]). Messages go
-/// through one bounded queue ([`limits::LOCAL_REPLICA_QUEUE_MAX`]) and a delivery thread, so
-/// a send never steps another engine on the sender's stack (an append and its response would
-/// otherwise recurse). Links can be cut ([`LocalReplicas::isolate`]); messages to a
-/// replica not registered, halted or cut off are lost, as over a network.
-/// [`ReplicaNet::fetch_image`] copies the source engine's image ([`GroupEngine::image_into`]).
+/// replica id, and a [`ReplicaNet`] per sender ([`LocalReplicas::net_for`]). Each registered
+/// replica has its own bounded inbox ([`limits::LOCAL_REPLICA_QUEUE_MAX`]) and delivery
+/// thread, as each would have its own connections over a network: a send never steps another
+/// engine on the sender's stack (an append and its response would otherwise recurse), and a
+/// replica whose journal fsync is slow delays only its own messages. Links can be cut
+/// ([`LocalReplicas::isolate`]); messages to a replica not registered, halted or cut off, or
+/// past a full inbox, are lost, as over a network. [`ReplicaNet::fetch_image`] copies the
+/// source engine's image ([`GroupEngine::image_into`]).
 pub struct LocalReplicas {
-    engines: Mutex<FxHashMap<u64, Weak<GroupEngine>>>,
+    endpoints: Mutex<FxHashMap<u64, Arc<Endpoint>>>,
     isolated: Mutex<Vec<u64>>,
-    queue: Mutex<VecDeque<(u64, u64, Bytes)>>,
-    wake: Condvar,
-    stop: AtomicBool,
     delivered: AtomicU64,
     dropped: AtomicU64,
+}
+
+/// One registered replica: its engine, inbox and delivery thread.
+struct Endpoint {
+    engine: Mutex<Weak<GroupEngine>>,
+    inbox: Mutex<VecDeque<(u64, Bytes)>>,
+    wake: Condvar,
+    stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -1146,25 +1153,14 @@ pub struct LocalReplicaNet {
 }
 
 impl LocalReplicas {
-    /// An empty hub, with its delivery thread.
+    /// An empty hub.
     pub fn new() -> Arc<LocalReplicas> {
-        let hub = Arc::new(LocalReplicas {
-            engines: Mutex::new(FxHashMap::default()),
+        Arc::new(LocalReplicas {
+            endpoints: Mutex::new(FxHashMap::default()),
             isolated: Mutex::new(Vec::new()),
-            queue: Mutex::new(VecDeque::new()),
-            wake: Condvar::new(),
-            stop: AtomicBool::new(false),
             delivered: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
-            thread: Mutex::new(None),
-        });
-        let weak = Arc::downgrade(&hub);
-        let t = std::thread::Builder::new()
-            .name("thor-local-replicas".into())
-            .spawn(move || deliver(&weak))
-            .expect("spawning the local replicas' delivery thread");
-        *hub.thread.lock() = Some(t);
-        hub
+        })
     }
 
     /// The network replica `from` sends with.
@@ -1172,9 +1168,29 @@ impl LocalReplicas {
         Arc::new(LocalReplicaNet { hub: self.clone(), from })
     }
 
-    /// Messages to `engine`'s replica id go to `engine` from now on.
-    pub fn register(&self, engine: &Arc<GroupEngine>) {
-        self.engines.lock().insert(engine.replica_id(), Arc::downgrade(engine));
+    /// Messages to `engine`'s replica id go to `engine` from now on (a reopened replica is
+    /// registered again).
+    pub fn register(self: &Arc<Self>, engine: &Arc<GroupEngine>) {
+        let id = engine.replica_id();
+        let mut eps = self.endpoints.lock();
+        if let Some(ep) = eps.get(&id) {
+            *ep.engine.lock() = Arc::downgrade(engine);
+            return;
+        }
+        let ep = Arc::new(Endpoint {
+            engine: Mutex::new(Arc::downgrade(engine)),
+            inbox: Mutex::new(VecDeque::new()),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+            thread: Mutex::new(None),
+        });
+        let (e, hub) = (ep.clone(), Arc::downgrade(self));
+        let t = std::thread::Builder::new()
+            .name(format!("thor-local-replica-{id}"))
+            .spawn(move || deliver(&e, &hub, id))
+            .expect("spawning a local replica's delivery thread");
+        *ep.thread.lock() = Some(t);
+        eps.insert(id, ep);
     }
 
     /// Cuts replica `id` off (`true`) from every other, or reconnects it: messages and image
@@ -1198,39 +1214,42 @@ impl LocalReplicas {
     }
 
     fn engine(&self, id: u64) -> Option<Arc<GroupEngine>> {
-        self.engines.lock().get(&id).and_then(Weak::upgrade)
+        self.endpoints.lock().get(&id).and_then(|ep| ep.engine.lock().upgrade())
     }
 }
 
 impl Drop for LocalReplicas {
     fn drop(&mut self) {
-        self.stop.store(true, Relaxed);
-        self.wake.notify_all();
-        if let Some(t) = self.thread.lock().take()
-            && t.thread().id() != std::thread::current().id()
-        {
-            let _ = t.join();
+        for (_, ep) in self.endpoints.lock().drain() {
+            ep.stop.store(true, Relaxed);
+            {
+                let _q = ep.inbox.lock();
+                ep.wake.notify_all();
+            }
+            if let Some(t) = ep.thread.lock().take()
+                && t.thread().id() != std::thread::current().id()
+            {
+                let _ = t.join();
+            }
         }
     }
 }
 
-/// The hub's delivery thread. Holds the hub only while it delivers, so dropping the hub's
-/// last handle ends it.
-fn deliver(hub: &Weak<LocalReplicas>) {
+/// A replica's delivery thread: its inbox into its engine.
+fn deliver(ep: &Endpoint, hub: &Weak<LocalReplicas>, to: u64) {
     loop {
-        let Some(h) = hub.upgrade() else { return };
-        let item = {
-            let mut q = h.queue.lock();
-            if q.is_empty() && !h.stop.load(Relaxed) {
-                h.wake.wait_for(&mut q, Duration::from_millis(100));
+        let (from, msg) = {
+            let mut q = ep.inbox.lock();
+            while q.is_empty() && !ep.stop.load(Relaxed) {
+                ep.wake.wait(&mut q);
             }
-            if h.stop.load(Relaxed) {
+            if ep.stop.load(Relaxed) {
                 return;
             }
-            q.pop_front()
+            q.pop_front().expect("not empty")
         };
-        let Some((from, to, msg)) = item else { continue };
-        match h.engine(to).filter(|_| h.linked(from, to)) {
+        let Some(h) = hub.upgrade() else { return };
+        match ep.engine.lock().upgrade().filter(|_| h.linked(from, to)) {
             Some(e) => {
                 h.delivered.fetch_add(1, Relaxed);
                 e.replica_message(from, msg);
@@ -1244,13 +1263,18 @@ fn deliver(hub: &Weak<LocalReplicas>) {
 
 impl ReplicaNet for LocalReplicaNet {
     fn send(&self, to: u64, msg: Bytes) {
-        let mut q = self.hub.queue.lock();
-        if q.len() >= limits::LOCAL_REPLICA_QUEUE_MAX || !self.hub.linked(self.from, to) {
+        let ep = self.hub.endpoints.lock().get(&to).cloned();
+        let Some(ep) = ep.filter(|_| self.hub.linked(self.from, to)) else {
+            self.hub.dropped.fetch_add(1, Relaxed);
+            return;
+        };
+        let mut q = ep.inbox.lock();
+        if q.len() >= limits::LOCAL_REPLICA_QUEUE_MAX {
             self.hub.dropped.fetch_add(1, Relaxed);
             return;
         }
-        q.push_back((self.from, to, msg));
-        self.hub.wake.notify_one();
+        q.push_back((self.from, msg));
+        ep.wake.notify_one();
     }
 
     fn fetch_image(

@@ -41,7 +41,7 @@ pub const REPLICA_MESSAGE_BYTES_MAX: usize = thor_replica::limits::PROPOSAL_BYTE
 /// rather than queue without bound.
 pub const GROUP_DISK_JOBS_MAX: usize = 16;
 
-/// Messages `LocalReplicas` holds for delivery between in-process replicas. Raft resends what
+/// Messages `LocalReplicas` holds for delivery to one in-process replica. Raft resends what
 /// matters, so past it a message is dropped and counted, as a full network queue would.
 pub const LOCAL_REPLICA_QUEUE_MAX: usize = 8192;
 

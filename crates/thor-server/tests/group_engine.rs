@@ -272,3 +272,147 @@ fn undecodable_replica_messages_are_refused_and_counted() {
     e.replica_message(2, bytes::Bytes::from(b));
     assert_eq!(e.group_stats().messages_refused, 2);
 }
+
+/// A directory whose journal fsyncs (files `raft.*`) wait while its gate is closed: a slow
+/// disk, held still so that a test can look at the engine while an fsync is in progress.
+#[derive(Debug, Default)]
+struct Gate {
+    closed: parking_lot::Mutex<bool>,
+    opened: parking_lot::Condvar,
+    blocked: std::sync::atomic::AtomicU64,
+}
+
+impl Gate {
+    fn set(&self, closed: bool) {
+        *self.closed.lock() = closed;
+        self.opened.notify_all();
+    }
+
+    fn pass(&self) {
+        let mut c = self.closed.lock();
+        if *c {
+            self.blocked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        while *c {
+            self.opened.wait(&mut c);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct GatedDisk {
+    inner: Arc<dyn Disk>,
+    gate: Arc<Gate>,
+}
+
+#[derive(Debug)]
+struct GatedFile {
+    inner: Arc<dyn thor_storage::DiskFile>,
+    gate: Option<Arc<Gate>>,
+}
+
+type SResult<T> = Result<T, thor_storage::StorageError>;
+
+impl Disk for GatedDisk {
+    fn open(&self, name: &str, create: bool) -> SResult<Arc<dyn thor_storage::DiskFile>> {
+        let gate = name.starts_with(thor_replica::JOURNAL_PREFIX).then(|| self.gate.clone());
+        Ok(Arc::new(GatedFile { inner: self.inner.open(name, create)?, gate }))
+    }
+    fn exists(&self, name: &str) -> SResult<bool> {
+        self.inner.exists(name)
+    }
+    fn remove(&self, name: &str) -> SResult<()> {
+        self.inner.remove(name)
+    }
+    fn rename(&self, from: &str, to: &str) -> SResult<()> {
+        self.inner.rename(from, to)
+    }
+    fn list(&self) -> SResult<Vec<String>> {
+        self.inner.list()
+    }
+    fn sync_dir(&self) -> SResult<()> {
+        self.inner.sync_dir()
+    }
+}
+
+impl thor_storage::DiskFile for GatedFile {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> SResult<usize> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> SResult<()> {
+        self.inner.write_at(offset, data)
+    }
+    fn sync(&self) -> SResult<()> {
+        if let Some(g) = &self.gate {
+            g.pass();
+        }
+        self.inner.sync()
+    }
+    fn len(&self) -> SResult<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> SResult<()> {
+        self.inner.set_len(len)
+    }
+}
+
+#[test]
+fn journal_sync_is_outside_the_lock() {
+    // Replica 3's journal fsyncs hang while its gate is closed.
+    let hub = LocalReplicas::new();
+    let gate = Arc::new(Gate::default());
+    let mut g = Group {
+        hub: hub.clone(),
+        replicas: Vec::new(),
+        desc: ClassDesc::new("test.Item", 16, &[], VarKind::None).expect("a class"),
+        acked: Vec::new(),
+        retain_entries: 1_000,
+    };
+    for id in 1..=3u64 {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let mut disk =
+            Arc::new(FileDisk::open_dir(dir.path(), true).expect("dir")) as Arc<dyn Disk>;
+        if id == 3 {
+            disk = Arc::new(GatedDisk { inner: disk, gate: gate.clone() });
+        }
+        let mut o = g.options(id);
+        // Replica 3 never leads, so the commits below need no fsync of its.
+        if id == 3 {
+            o.election_ticks = 1_000;
+            o.heartbeat_ticks = 2;
+        }
+        let e = GroupEngine::create(disk, o, &[1, 2, 3], hub.net_for(id)).expect("a replica");
+        hub.register(&e);
+        g.replicas.push(Replica { dir, engine: Some(e) });
+    }
+    let leader = g.leader();
+    assert_ne!(leader, 3);
+    g.commit(0);
+    g.caught_up(3, leader);
+    gate.set(true);
+    let before = gate.blocked.load(std::sync::atomic::Ordering::SeqCst);
+    g.commit(1);
+    wait_for("replica 3 in a journal fsync", || {
+        gate.blocked.load(std::sync::atomic::Ordering::SeqCst) > before
+    });
+    // Its fsync is in progress: its lock is free (stats take it) ...
+    let (tx, rx) = std::sync::mpsc::channel();
+    let e3 = g.engine(3).clone();
+    std::thread::spawn(move || tx.send(e3.group_stats()).expect("the test waits"));
+    let s3 = rx.recv_timeout(BOUND).expect("replica 3's lock is free while its journal syncs");
+    // ... and it has told the leader nothing its journal does not hold durably: the leader
+    // knows it to hold less than the commit just acknowledged (by the leader and replica
+    // 2 alone).
+    let l = g.engine(leader).group_stats();
+    let matched3 = l.followers.iter().find(|f| f.0 == 3).expect("replica 3 followed").1;
+    assert!(matched3 < l.commit_index, "replica 3 acknowledged before its fsync: {l:?} {s3:?}");
+    gate.set(false);
+    g.caught_up(3, leader);
+    wait_for("the leader learns replica 3 holds everything", || {
+        let l = g.engine(leader).group_stats();
+        l.followers.iter().any(|f| f.0 == 3 && f.1 >= l.commit_index)
+    });
+}
