@@ -1214,7 +1214,9 @@ impl LocalReplicas {
     }
 
     fn engine(&self, id: u64) -> Option<Arc<GroupEngine>> {
-        self.endpoints.lock().get(&id).and_then(|ep| ep.engine.lock().upgrade())
+        // One lock at a time: the endpoint's is taken by its delivery thread.
+        let ep = self.endpoints.lock().get(&id).cloned()?;
+        ep.engine.lock().upgrade()
     }
 }
 
@@ -1249,7 +1251,10 @@ fn deliver(ep: &Endpoint, hub: &Weak<LocalReplicas>, to: u64) {
             q.pop_front().expect("not empty")
         };
         let Some(h) = hub.upgrade() else { return };
-        match ep.engine.lock().upgrade().filter(|_| h.linked(from, to)) {
+        // Not in the match's scrutinee: its guard would live through the delivery, whose
+        // sends take the hub's lock while `engine()` holds that and waits for this one.
+        let target = ep.engine.lock().upgrade();
+        match target.filter(|_| h.linked(from, to)) {
             Some(e) => {
                 h.delivered.fetch_add(1, Relaxed);
                 e.replica_message(from, msg);
