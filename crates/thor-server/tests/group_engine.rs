@@ -416,3 +416,49 @@ fn journal_sync_is_outside_the_lock() {
         l.followers.iter().any(|f| f.0 == 3 && f.1 >= l.commit_index)
     });
 }
+
+/// Not a test: a timing probe of commit latency, one engine against a three-replica group in
+/// one process (LocalReplicas), each over its own temporary directory with real fsyncs. Run
+/// with `cargo test --release -p thor-server --test group_engine -- --ignored --nocapture
+/// commit_latency_probe`.
+#[test]
+#[ignore]
+fn commit_latency_probe() {
+    const COMMITS: usize = 300;
+    let pct = |v: &mut Vec<Duration>, p: usize| {
+        v.sort();
+        v[(v.len() * p / 100).min(v.len() - 1)]
+    };
+    let desc = ClassDesc::new("test.Item", 16, &[], VarKind::None).expect("a class");
+    let req = |n: u64| {
+        let mut obj = desc.new_object(RawRef::tagged_word(0), 0);
+        obj[8..16].copy_from_slice(&n.to_le_bytes());
+        CommitRequest { versions: Vec::new(), created: vec![desc.to_class_object(), obj] }
+    };
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let disk = Arc::new(FileDisk::open_dir(dir.path(), true).expect("dir")) as Arc<dyn Disk>;
+    let one = thor_server::Engine::create(disk, EngineOptions::default()).expect("an engine");
+    let mut single = Vec::new();
+    for n in 0..COMMITS as u64 {
+        let t = Instant::now();
+        one.commit(req(n)).expect("commits");
+        single.push(t.elapsed());
+    }
+    let mut g = Group::new(3, 1_000);
+    let l = g.leader();
+    g.commit(0);
+    let mut group = Vec::new();
+    for n in 0..COMMITS as u64 {
+        let t = Instant::now();
+        g.engine(l).commit(req(n)).expect("commits");
+        group.push(t.elapsed());
+    }
+    eprintln!(
+        "commit latency over {COMMITS} sequential commits: 1 engine p50 {:?} p99 {:?}; \
+         3-replica group p50 {:?} p99 {:?}",
+        pct(&mut single, 50),
+        pct(&mut single, 99),
+        pct(&mut group, 50),
+        pct(&mut group, 99)
+    );
+}
