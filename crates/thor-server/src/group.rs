@@ -334,14 +334,16 @@ impl GroupWork {
             && !self.restart
     }
 
+    /// Adds `o`'s work to this. Work of an older generation than the other's is dropped: its
+    /// member is gone (its messages may be lost, as any may; its reads and syncs would report
+    /// to a member that never asked).
     fn absorb(&mut self, o: GroupWork) {
-        if o.is_empty() {
+        if o.is_empty() || (!self.is_empty() && o.generation < self.generation) {
             return;
         }
         if self.is_empty() || o.generation > self.generation {
-            self.generation = o.generation;
-            self.side = o.side;
-            self.journal = o.journal;
+            *self = o;
+            return;
         }
         self.effects.extend(o.effects);
         self.sends.extend(o.sends);
