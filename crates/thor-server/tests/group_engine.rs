@@ -462,3 +462,51 @@ fn commit_latency_probe() {
         pct(&mut group, 99)
     );
 }
+
+#[test]
+fn a_replica_whose_disk_dies_stops_loudly_and_the_group_goes_on() {
+    let hub = LocalReplicas::new();
+    let dying = thor_storage::FaultDisk::new();
+    let mut g = Group {
+        hub: hub.clone(),
+        replicas: Vec::new(),
+        desc: ClassDesc::new("test.Item", 16, &[], VarKind::None).expect("a class"),
+        acked: Vec::new(),
+        retain_entries: 1_000,
+    };
+    for id in 1..=3u64 {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let disk = match id {
+            3 => Arc::new(dying.clone()) as Arc<dyn Disk>,
+            _ => Arc::new(FileDisk::open_dir(dir.path(), true).expect("dir")) as Arc<dyn Disk>,
+        };
+        let mut o = g.options(id);
+        if id == 3 {
+            // Replica 3 does not lead: the group must go on without it.
+            o.election_ticks = 1_000;
+        }
+        let e = GroupEngine::create(disk, o, &[1, 2, 3], hub.net_for(id)).expect("a replica");
+        hub.register(&e);
+        g.replicas.push(Replica { dir, engine: Some(e) });
+    }
+    let leader = g.leader();
+    g.commit(0);
+    g.caught_up(3, leader);
+    assert!(g.engine(3).health().is_serving());
+    dying.die();
+    g.commit(1);
+    wait_for("replica 3 reports its failure", || !g.engine(3).health().is_serving());
+    match g.engine(3).health() {
+        thor_server::Health::Failed { cause, .. } => assert!(!cause.is_empty()),
+        other => panic!("{other:?}"),
+    }
+    assert!(!g.engine(3).group_stats().running);
+    match g.engine(3).commit(g.request(2)) {
+        Err(GroupError::Failed(_)) => {}
+        other => panic!("a failed replica refuses commits: {other:?}"),
+    }
+    for n in 2..10 {
+        g.commit(n);
+    }
+    g.check_acked_at(leader);
+}
