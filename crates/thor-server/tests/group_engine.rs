@@ -510,3 +510,33 @@ fn a_replica_whose_disk_dies_stops_loudly_and_the_group_goes_on() {
     }
     g.check_acked_at(leader);
 }
+
+#[test]
+fn deposed_leader_restarts_in_place_and_rejoins() {
+    let mut g = Group::new(3, 1_000);
+    let old = g.leader();
+    g.commit(0);
+    // Cut the leader off: a commit it takes now can never reach a majority.
+    g.hub.isolate(old, true);
+    let e = g.engine(old).clone();
+    let req = g.request(99);
+    let stuck = std::thread::spawn(move || e.commit(req));
+    wait_for("the others elect a new leader", || {
+        g.up().any(|e| e.replica_id() != old && e.is_serving())
+    });
+    g.commit(1);
+    let answer = stuck.join().expect("the commit's thread");
+    assert!(
+        matches!(answer, Err(GroupError::Stopped | GroupError::NotLeader { .. })),
+        "a deposed leader acknowledged: {answer:?}"
+    );
+    wait_for("the deposed leader reopens from its disk", || {
+        g.engine(old).group_stats().restarts >= 1 && g.engine(old).group_stats().running
+    });
+    g.hub.isolate(old, false);
+    let new = g.leader();
+    assert_ne!(new, old);
+    g.commit(2);
+    g.caught_up(old, new);
+    g.check_acked_at(new);
+}
