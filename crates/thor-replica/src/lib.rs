@@ -4,9 +4,9 @@
 //! service. This crate is the foundation: consensus from a proven library (raft-rs, TiKV's
 //! Raft), Raft's durable state in thor's own checksummed log, and a synchronous state machine
 //! around it that a server's engine (and the simulation) can drive, and [`member::Member`]:
-//! a thor server's core on that replica, the group member a driver runs. It does **not** yet
-//! run in the threaded engine: `thor server --group`, the TCP transport and the engine's
-//! driver come next (see "What is not here yet").
+//! a thor server's core on that replica, the group member a driver runs. thor-server's
+//! `GroupEngine` runs it with threads over real files; `thor server --group` and the TCP
+//! transport come next (see "What is not here yet").
 //!
 //! # The pieces
 //!
@@ -76,9 +76,10 @@
 //! replica starts from its snapshot image and is handed every committed entry after it again,
 //! as thor's recovery replays its log from a checkpoint.
 //!
-//! *API Boundary:* [`RaftLog`] (`open`, `bootstrap`, `compact`, and raft-rs's `Storage`),
-//! [`Replica`] (`open`, `tick`, `tick_without_campaign`, `step`, `propose`, `propose_membership`,
-//! `ready`, `persist`, `advance`, `compact`, `report_snapshot`, `status`), [`Effects`] and its
+//! *API Boundary:* [`RaftLog`] (`open`, `bootstrap`, `compact`, `shared_journal`, and
+//! raft-rs's `Storage`), [`Replica`] (`open`, `tick`, `tick_without_campaign`, `step`,
+//! `propose`, `propose_membership`, `ready`, `persist`, `persisted`, `advance`, `compact`,
+//! `report_snapshot`, `status`, `progress`), [`Effects`] and its
 //! parts, the error enums, [`sim::Cluster`] for tests. raft-rs's message type
 //! (`raft::eraftpb::Message`) crosses the boundary as is; its bytes between replicas are
 //! [`encode_message`] / [`decode_message`] (raft-rs's protobuf codec). That codec is protobuf
@@ -130,18 +131,18 @@
 //!
 //! # What is not here yet
 //!
-//! - The threaded engine, the TCP transport and `thor server --group` do not run a
-//!   [`Member`] yet; the deterministic tests (`tests/member.rs`) and the simulation drive it.
+//! - The TCP transport and `thor server --group` do not run a [`Member`] yet; thor-server's
+//!   `GroupEngine` (threads, real files, an in-process `LocalReplicas` network), the
+//!   deterministic tests (`tests/member.rs`) and the simulation drive it.
 //! - Only object shipping: the QuickStore study's page modes keep their own logs.
-//! - [`Replica::persist`] performs the fsync itself, on the caller's thread. The engine will
-//!   want it on its log writer thread (group commit across the readies of many ticks): the
-//!   split is already there (raft-rs's `advance_append_async` / `on_persist_ready` underneath),
-//!   what is missing is a `persisted_up_to(lsn)` entry point that takes the sync from outside.
+//! - A threaded driver takes the fsync out of its lock with [`Member::defer_sync`]: it flushes
+//!   the journal's thor log ([`RaftLog::shared_journal`], whose group commit shares one fsync
+//!   among concurrent appenders) and reports the durable LSN ([`Replica::persisted`],
+//!   [`Member::persisted`]). Installing a leader's snapshot and compacting at a checkpoint
+//!   still sync on the caller's thread (both rare).
 //! - A database image is copied whole (the page file), not as a delta. The tests' harness
 //!   and the simulation copy it between disks they reach (`DiskSide::image_into`); between
-//!   machines thor-net's `TcpReplicas::fetch_image` streams it in chunks (wire version 10),
-//!   which the threaded engine is still to call.
-//! - No leases or read-index: nothing here answers reads.
+//!   machines thor-net's `TcpReplicas::fetch_image` streams it in chunks (wire version 10).
 //! - The wire format of Raft's messages is here ([`codec`]) and thor-net carries them
 //!   (`TcpReplicas`, `ReplicaService`); no CLI and no metrics yet: the engine's job.
 

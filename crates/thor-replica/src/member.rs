@@ -486,6 +486,8 @@ pub struct Member {
     /// Whether this replica was a voter in the membership last applied (for
     /// [`Out::Membership`]'s `removed`).
     was_voter: bool,
+    /// Whether the driver fsyncs the journal itself ([`Member::defer_sync`]).
+    deferred_sync: bool,
 }
 
 impl Member {
@@ -533,7 +535,45 @@ impl Member {
             admitted: BTreeSet::new(),
             failed: false,
             image,
+            deferred_sync: false,
         }
+    }
+
+    /// Leaves the journal's fsync to the driver from now on: the member journals Raft's
+    /// readies (buffered) and hands out only what needs no durability; the driver, outside its
+    /// lock, flushes the journal ([`crate::RaftLog::shared_journal`], whose thor log shares
+    /// one fsync among concurrent appenders) whenever [`Member::needs_sync`] says so, and
+    /// reports it with [`Member::persisted`], which hands out the messages that were waiting
+    /// for it (append responses, votes) and what the persistence allows (a leader's own
+    /// durability counts towards its commit index only then). Without this every call syncs
+    /// before it returns ([`Replica::advance`]), as the deterministic harnesses want.
+    ///
+    /// Two rare events still sync on the caller's thread: installing a leader's snapshot
+    /// (raft-rs counts it applied only once persisted) and compacting the journal at a
+    /// checkpoint (its BASE record is synced before the segments below it go).
+    pub fn defer_sync(&mut self) {
+        self.deferred_sync = true;
+    }
+
+    /// Whether journalled Raft state waits for the driver's fsync ([`Member::defer_sync`]).
+    pub fn needs_sync(&self) -> bool {
+        !self.halted() && self.replica.needs_sync()
+    }
+
+    /// The driver's report that the journal is durable up to `durable` (its `durable_lsn`
+    /// after a flush that returned): see [`Member::defer_sync`].
+    pub fn persisted(
+        &mut self,
+        now_us: u64,
+        durable: Lsn,
+        out: &mut Vec<Out>,
+    ) -> Result<(), MemberError> {
+        if self.halted() {
+            return Ok(());
+        }
+        let fx = self.replica.persisted(durable).inspect_err(|_| self.failed = true)?;
+        self.handle(fx, out)?;
+        self.pump(now_us, out)
     }
 
     /// The core (for statistics and checks).
@@ -950,7 +990,9 @@ impl Member {
                 return Ok(());
             }
             let fx = if self.queue_bytes <= APPLY_QUEUE_BYTES_MAX {
-                self.replica.advance().inspect_err(|_| self.failed = true)?
+                let r =
+                    if self.deferred_sync { self.replica.ready() } else { self.replica.advance() };
+                r.inspect_err(|_| self.failed = true)?
             } else {
                 Effects::default()
             };
@@ -960,7 +1002,7 @@ impl Member {
             changed |= self.report_durable(now_us, out)?;
             changed |= self.promote(out)?;
             self.ask_image(out);
-            if !changed && !self.replica.needs_sync() {
+            if !changed && (self.deferred_sync || !self.replica.needs_sync()) {
                 return Ok(());
             }
         }

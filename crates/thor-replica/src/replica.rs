@@ -52,6 +52,8 @@ use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeV2, ConfState, Entry, EntryType, Message};
 use raft::{Config, RawNode, StateRole};
 
+use thor_core::Lsn;
+
 use crate::error::{ProposeError, ReplicaError, StepError};
 use crate::limits::{
     ADVANCE_ROUNDS_MAX, APPEND_MESSAGE_BYTES_MAX, APPENDS_IN_FLIGHT_PER_PEER_MAX,
@@ -301,9 +303,10 @@ pub struct Replica {
     applied_conf_index: u64,
     /// The role, term and leader last reported.
     reported: RoleChange,
-    /// Readies journalled but not yet synced, oldest first: their numbers, and the messages
-    /// raft-rs holds until they are persisted. At most [`UNSYNCED_READIES_MAX`].
-    unsynced: VecDeque<(u64, Vec<Message>)>,
+    /// Readies journalled but not yet synced, oldest first: their numbers, the last journal
+    /// LSN their records took, and the messages raft-rs holds until they are persisted. At
+    /// most [`UNSYNCED_READIES_MAX`].
+    unsynced: VecDeque<(u64, Lsn, Vec<Message>)>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -378,6 +381,24 @@ impl Replica {
     /// The durable state underneath (for its recovery report and journal counters).
     pub fn log(&self) -> &RaftLog {
         self.node.store()
+    }
+
+    /// On a leader, each other voter's matched index (the last entry it is known to hold
+    /// durably), in id order: how far each follower lags. Empty on any other role (only the
+    /// leader tracks progress).
+    pub fn progress(&self) -> Vec<(u64, u64)> {
+        let r = &self.node.raft;
+        if r.state != StateRole::Leader {
+            return Vec::new();
+        }
+        let mut v: Vec<(u64, u64)> = r
+            .prs()
+            .iter()
+            .filter(|(id, _)| **id != self.config.id)
+            .map(|(id, p)| (*id, p.matched))
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// The current membership as raft-rs sees it.
@@ -624,7 +645,8 @@ impl Replica {
             if self.config.mutant == Some(Mutant::ReportBeforeSync) {
                 self.send(&mut fx, std::mem::take(&mut held));
             }
-            self.unsynced.push_back((rd.number(), held));
+            let journalled = self.node.store().appended_lsn();
+            self.unsynced.push_back((rd.number(), journalled, held));
             self.node.advance_append_async(rd);
             if snapshot {
                 // raft-rs drops its own copy of the snapshot as the ready is advanced, but
@@ -655,15 +677,43 @@ impl Replica {
         Ok(fx)
     }
 
+    /// The second half done by the driver's own fsync: the journal
+    /// ([`RaftLog::shared_journal`]) is durable up to `durable` (its `durable_lsn` after a
+    /// flush the driver ran outside its lock, perhaps shared with other appenders by the thor
+    /// log's group commit). Reports persisted every unsynced ready whose records all lie at
+    /// or below it, hands out the messages held for them, and handles what became ready
+    /// because of it (as [`Replica::ready`] does, without syncing). A `durable` that covers
+    /// nothing new does nothing; a stale one (an earlier flush's) is harmless.
+    pub fn persisted(&mut self, durable: Lsn) -> Result<Effects, ReplicaError> {
+        let mut fx = Effects::default();
+        let mut last = None;
+        while let Some(&(number, lsn, _)) = self.unsynced.front() {
+            if lsn > durable {
+                break;
+            }
+            let (_, _, msgs) = self.unsynced.pop_front().expect("looked at");
+            // Before any message that reports these entries or votes persisted: the fsync
+            // covering them returned (the caller read `durable` after it).
+            self.send(&mut fx, msgs);
+            last = Some(number);
+        }
+        let Some(last) = last else { return Ok(fx) };
+        self.node.on_persist_ready(last);
+        self.report_applied();
+        let more = self.ready()?;
+        fx.absorb(more);
+        Ok(fx)
+    }
+
     /// Syncs the journal, reports every unsynced ready persisted, and hands out the messages
     /// held for them.
     fn sync_unsynced(&mut self, fx: &mut Effects) -> Result<(), ReplicaError> {
-        let Some(&(last, _)) = self.unsynced.back() else {
+        let Some(&(last, _, _)) = self.unsynced.back() else {
             return Ok(());
         };
         // Before any message that reports these entries or votes persisted.
         self.node.mut_store().sync()?;
-        let held: Vec<Vec<Message>> = self.unsynced.drain(..).map(|(_, m)| m).collect();
+        let held: Vec<Vec<Message>> = self.unsynced.drain(..).map(|(_, _, m)| m).collect();
         for msgs in held {
             self.send(fx, msgs);
         }

@@ -72,8 +72,10 @@ pub struct Recovery {
 /// A replica's durable Raft state: implements raft-rs's [`Storage`]. See the module docs.
 #[derive(Debug)]
 pub struct RaftLog {
-    /// The journal.
-    log: Log,
+    /// The journal, shared with a threaded driver that fsyncs it outside its lock
+    /// ([`RaftLog::shared_journal`]): the thor log's own group commit shares one fsync among
+    /// everyone who appended meanwhile.
+    log: Arc<Log>,
     /// Raft's term, vote and commit index as last journalled.
     hard_state: HardState,
     /// The current membership as last journalled.
@@ -196,7 +198,7 @@ impl RaftLog {
         let recovery =
             Recovery { log: report, records_replayed: replayed, records_superseded: superseded };
         Ok(RaftLog {
-            log,
+            log: Arc::new(log),
             hard_state: state.hard_state,
             conf_state: state.conf_state,
             snapshot: state.snapshot,
@@ -258,6 +260,19 @@ impl RaftLog {
     /// The index of the last entry (the snapshot index if none is kept).
     pub fn last_index_now(&self) -> u64 {
         self.snapshot_index() + self.entries.len() as u64
+    }
+
+    /// The thor log under the journal, for a driver that makes it durable outside its own
+    /// lock: `Log::flush` on this handle, then [`crate::Replica::persisted`] with its
+    /// `durable_lsn`. Appends stay the journal's (through raft-rs's readies).
+    pub fn shared_journal(&self) -> Arc<Log> {
+        self.log.clone()
+    }
+
+    /// The last journal LSN appended (durable or not): a ready's records are all at or below
+    /// it once journalled.
+    pub fn appended_lsn(&self) -> Lsn {
+        Lsn(self.log.next_lsn().0.saturating_sub(1))
     }
 
     /// Entries kept in memory (and in the journal) above the snapshot.

@@ -226,7 +226,7 @@ impl Default for EngineOptions {
 }
 
 impl EngineOptions {
-    fn core_config(&self) -> CoreConfig {
+    pub(crate) fn core_config(&self) -> CoreConfig {
         CoreConfig {
             mob_bytes: self.mob_bytes,
             page_cache_bytes: self.page_cache_bytes,

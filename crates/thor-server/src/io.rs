@@ -250,6 +250,13 @@ impl DiskSide {
         self.quiesce.read()
     }
 
+    /// Waits for the install round or checkpoint in progress (if any) and holds new ones off
+    /// while the guard lives: what a group member's driver holds while it reopens the member
+    /// from its disk, so that no round of the stopped member writes under the new one.
+    pub fn hold_all(&self) -> parking_lot::RwLockWriteGuard<'_, ()> {
+        self.quiesce.write()
+    }
+
     /// Copies the database into `dest`, which must hold no database: the superblock, the page
     /// file and the log's durable extent, each synced, then `dest`'s directory. Waits for an
     /// install round or checkpoint in progress and holds new ones off until done; commits go

@@ -68,11 +68,22 @@
 //! straight into pages; its packing is predictable from the objects' sizes (`first_page`), and a
 //! loader that patches nothing writes its pages out as it goes (`write_out`).
 //! `bin/thor-commit-loop.rs` is the fixture of the process-kill test.
+//!
+//! `group.rs` is `GroupEngine`, the threaded driver of one replica of a server's replica group
+//! (`thor_replica::Member`), beside `Engine` rather than inside it (its module docs say why):
+//! the Raft journal is the log, flushed outside the lock (thor log group commit) and reported
+//! to the member, whose held messages leave only then; ticks on a thread; install rounds,
+//! checkpoints and image fetches on a disk thread; a deposed member reopened from its disk in
+//! place. `replica_net.rs` is the seam to the network (`ReplicaNet`; `LocalReplicas` delivers
+//! between engines of one process). `member_io.rs` is the one copy of a member's disk effects,
+//! which thor-replica's deterministic harness also uses.
 
 pub mod dwb;
 pub mod engine;
+pub mod group;
 pub mod io;
 pub mod limits;
+pub mod member_io;
 pub mod packer;
 pub mod replica_net;
 
@@ -93,6 +104,7 @@ pub use engine::{
     BulkLoader, BulkReport, CommitRequest, Engine, EngineOptions, EngineStats, Health, LocalPeers,
     PeerSink, ReplySink, Work,
 };
+pub use group::{GroupEngine, GroupError, GroupOptions, GroupStats, LocalReplicas};
 pub use io::{Clock, CommitLog, DiskSide, SystemClock};
 pub use packer::PagePacker;
 pub use replica_net::{ImageFetchError, ReplicaNet};

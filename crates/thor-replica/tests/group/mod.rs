@@ -20,9 +20,10 @@ use bytes::Bytes;
 use raft::eraftpb::Message;
 use thor_core::{ClassDesc, Lsn, Oref, PageId, PageView, RawRef, ServerId, VarKind};
 use thor_replica::member::{Member, MemberConfig, MemberError, MemberMutant, Out, Phase};
-use thor_replica::{RaftLog, Replica, ReplicaConfig, Role, journal_options};
+use thor_replica::{ReplicaConfig, Role};
 use thor_server::io::{self, DiskSide};
-use thor_server::{CommitIn, Core, CoreConfig, DirectOp, DirectResult, Effect, Input, ReadError};
+use thor_server::member_io;
+use thor_server::{CommitIn, CoreConfig, DirectOp, DirectResult, Effect, Input, ReadError};
 use thor_storage::{Disk, MemDisk, SplitMix64};
 use thor_wire::{Hello, Request, RequestBody};
 
@@ -172,7 +173,8 @@ impl Group {
         }
     }
 
-    /// Opens replica `id` from its disk alone.
+    /// Opens replica `id` from its disk alone (thor-server's `member_io::open_member`, as the
+    /// threaded engine does).
     fn start(&mut self, id: u64) {
         let cfg = self.core_config();
         let founders: Vec<u64> = (1..=self.cfg.replicas).collect();
@@ -181,12 +183,16 @@ impl Group {
             MemberConfig { retain_entries: self.cfg.retain_entries, mutant: self.cfg.mutant };
         let node = self.nodes.get_mut(&id).expect("known");
         let disk = Arc::new(node.disk.clone()) as Arc<dyn Disk>;
-        let (sb, ds) = io::open_disk_side(disk.clone()).expect("the database opens");
-        let core = Core::new(cfg, sb).expect("core");
-        let log = RaftLog::bootstrap(disk, journal_options(), &founders).expect("journal opens");
-        let replica = Replica::open(ReplicaConfig::new(id, seed ^ id), log).expect("replica");
-        node.member = Some(Member::open(mcfg, core, replica));
-        node.disk_side = Some(ds);
+        let opened = member_io::open_member(
+            disk,
+            cfg,
+            mcfg,
+            ReplicaConfig::new(id, seed ^ id),
+            Some(&founders),
+        )
+        .expect("the member opens");
+        node.member = Some(opened.member);
+        node.disk_side = Some(opened.disk_side);
     }
 
     pub fn now(&self) -> u64 {
@@ -453,7 +459,7 @@ impl Group {
                     None => Ok(()),
                 },
                 Out::ReadTail { page } => {
-                    let img = self.disk_side(id).read_page(page);
+                    let img = member_io::read_tail(self.disk_side(id), page);
                     self.member_mut(id).tail_read(now_us, page, img, &mut more)
                 }
                 Out::DirectRefused { ticket, .. } => {
@@ -523,11 +529,9 @@ impl Group {
             if sb.checkpoint < lsn {
                 continue;
             }
-            let dest = self.nodes[&id].disk.clone();
-            ds.image_into(&dest).map_err(|e| e.to_string())?;
+            let dest = Arc::new(self.nodes[&id].disk.clone()) as Arc<dyn Disk>;
+            let (sb, ds) = member_io::install_image(dest, |d| ds.image_into(d))?;
             self.images += 1;
-            let disk = Arc::new(dest) as Arc<dyn Disk>;
-            let (sb, ds) = io::open_disk_side(disk).map_err(|e| e.to_string())?;
             self.nodes.get_mut(&id).expect("known").disk_side = Some(ds);
             return Ok(sb);
         }
@@ -542,21 +546,10 @@ impl Group {
         self.nodes[&id].disk_side.as_ref().expect("up")
     }
 
-    /// Performs a core effect; returns the input that reports it.
+    /// Performs a core effect (disk effects through thor-server's `member_io::perform`, as the
+    /// threaded engine does); returns the input that reports it.
     fn perform(&mut self, id: u64, e: Effect) -> Option<Input> {
         match e {
-            Effect::Read { page } => {
-                Some(Input::PageRead { page, result: self.disk_side(id).read_page(page) })
-            }
-            Effect::Install(job) => Some(Input::Installed {
-                job: job.id,
-                result: self.disk_side(id).install(&job).map_err(|e| e.to_string()),
-            }),
-            // The superblock only: the journal's compaction is the member's.
-            Effect::Checkpoint(job) => {
-                let r = io::write_superblock(&*self.disk_side(id).disk, &job.superblock);
-                Some(Input::Checkpointed { job: job.id, result: r.map_err(|e| e.to_string()) })
-            }
             Effect::Done { ticket, result } => {
                 let (r, bytes) = self.outstanding.remove(&ticket)?;
                 assert_eq!(r, id, "answered by the replica asked");
@@ -583,7 +576,7 @@ impl Group {
                 self.replies.entry((id, conn)).or_default().push(reply);
                 None
             }
-            Effect::Peer { .. } | Effect::Backup { .. } | Effect::Append { .. } => None,
+            other => member_io::perform(self.disk_side(id), &other),
         }
     }
 
