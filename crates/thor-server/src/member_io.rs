@@ -1,9 +1,7 @@
 //! A replica group member's disk: opening a `thor_replica::Member` from a database's disk and
 //! performing the disk effects it asks for. The one copy of this, used by the threaded
-//! [`crate::group::GroupEngine`] and by `thor-replica`'s deterministic test harness
-//! (`tests/group/mod.rs`), and meant for `thor-sim`'s groups (`src/group.rs`: `start`,
-//! `perform`, `fetch_image` there are what [`open_member`], [`perform`], [`read_tail`] and
-//! [`install_image`] do).
+//! [`crate::group::GroupEngine`], by `thor-replica`'s deterministic test harness
+//! (`tests/group/mod.rs`) and by `thor-sim`'s replicated worlds (`src/replicas.rs`).
 //!
 //! # One disk, two halves
 //!

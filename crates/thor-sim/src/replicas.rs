@@ -6,7 +6,8 @@
 //!
 //! The one-group world ([`crate::group`]) and the two-phase world with groups
 //! ([`crate::twopc`], `twopc/groups.rs`) both run their replicas through these, so one replica
-//! model is judged by both. Nothing here draws from a run's random stream: each world keeps
+//! model is judged by both; opening a replica and performing its disk effects are
+//! `thor_server::member_io`'s, the same code the threaded `GroupEngine` runs. Nothing here draws from a run's random stream: each world keeps
 //! its own order of draws.
 //!
 //! Disk effects (page reads, install rounds, checkpoints) are performed at once, within the
@@ -18,11 +19,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use thor_core::{Lsn, PageId, PageView};
+use thor_replica::ReplicaConfig;
 use thor_replica::member::{Member, MemberConfig};
-use thor_replica::{RaftLog, Replica, ReplicaConfig, journal_options};
 use thor_server::io::{self, DiskSide};
+use thor_server::member_io;
 use thor_server::superblock::Superblock;
-use thor_server::{Core, CoreConfig, DirectResult, Effect, Input, ReadError};
+use thor_server::{CoreConfig, DirectResult, Effect, Input, ReadError};
 use thor_storage::{Disk, MemDisk};
 
 /// One replica: its disk, which outlives every crash, and its member while it is up.
@@ -52,12 +54,10 @@ pub(crate) fn open(
     mcfg: MemberConfig,
 ) -> Result<(Member, DiskSide), String> {
     let disk = Arc::new(disk.clone()) as Arc<dyn Disk>;
-    let (sb, ds) = io::open_disk_side(disk.clone()).map_err(|e| e.to_string())?;
-    let core = Core::new(cfg, sb).map_err(|e| e.to_string())?;
-    let log = RaftLog::bootstrap(disk, journal_options(), founders).map_err(|e| e.to_string())?;
-    let replica =
-        Replica::open(ReplicaConfig::new(id, raft_seed), log).map_err(|e| e.to_string())?;
-    Ok((Member::open(mcfg, core, replica), ds))
+    let rcfg = ReplicaConfig::new(id, raft_seed);
+    let m =
+        member_io::open_member(disk, cfg, mcfg, rcfg, Some(founders)).map_err(|e| e.to_string())?;
+    Ok((m.member, m.disk_side))
 }
 
 /// What performing a core effect gave.
@@ -72,19 +72,10 @@ pub(crate) enum Performed {
 
 /// Performs a core effect a member passed through: a disk effect at once.
 pub(crate) fn perform(ds: &DiskSide, e: Effect) -> Performed {
+    if let Some(input) = member_io::perform(ds, &e) {
+        return Performed::Input(input);
+    }
     match e {
-        Effect::Read { page } => {
-            Performed::Input(Input::PageRead { page, result: ds.read_page(page) })
-        }
-        Effect::Install(job) => Performed::Input(Input::Installed {
-            job: job.id,
-            result: ds.install(&job).map_err(|e| e.to_string()),
-        }),
-        // The superblock only: the journal's compaction is the member's.
-        Effect::Checkpoint(job) => {
-            let r = io::write_superblock(&*ds.disk, &job.superblock).map_err(|e| e.to_string());
-            Performed::Input(Input::Checkpointed { job: job.id, result: r })
-        }
         Effect::Done { ticket, result } => Performed::Done { ticket, result },
         other => Performed::Other(other),
     }
@@ -106,9 +97,8 @@ pub(crate) fn copy_image(
         if sb.checkpoint < lsn {
             continue;
         }
-        ds.image_into(dest).map_err(|e| e.to_string())?;
-        return io::open_disk_side(Arc::new(dest.clone()) as Arc<dyn Disk>)
-            .map_err(|e| e.to_string());
+        let dest = Arc::new(dest.clone()) as Arc<dyn Disk>;
+        return member_io::install_image(dest, |d| ds.image_into(d));
     }
     Err(format!("no reachable replica holds an image at checkpoint {lsn} or later"))
 }
