@@ -9,6 +9,8 @@
 //!
 //! No timing assertion: a test waits for an event, bounded by a safety timeout.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,84 +24,12 @@ use thor_client::{
 use thor_core::ServerId;
 use thor_net::{ClientConfig, NetConfig, Server, TcpTransport};
 use thor_server::{Engine, EngineOptions, LocalPeers, TwoPcConfig};
-use thor_storage::MemDisk;
 use thor_wire::limits::{FRAME_BYTES_MAX, FRAME_PREFIX_BYTES};
 use thor_wire::{ErrorCode, Reply, Transport, TransportError};
 
-thor_client::class! {
-    /// A counter with a payload that gives each its own page.
-    pub class Counter("test.Counter") {
-        value: u64,
-    }
-    var bytes;
-}
+use common::restarts::{self, Counter, Node, SAFETY, add, dialer_to, read};
 
-const PAYLOAD: usize = 3000;
 const COUNTERS: usize = 4;
-
-/// A safety net for reconnects in these tests (never a timing assertion).
-const SAFETY: Duration = Duration::from_secs(20);
-
-/// A server (the group's database) that can crash and come back, on a disk that survives it.
-struct Node {
-    disk: Arc<MemDisk>,
-    opts: EngineOptions,
-    engine: Option<Arc<Engine>>,
-    server: Option<Server>,
-    peers: Option<Arc<LocalPeers>>,
-}
-
-impl Node {
-    fn start(id: ServerId, peers: Option<Arc<LocalPeers>>) -> Node {
-        let opts = EngineOptions {
-            page_size: 4096,
-            server_id: id,
-            // No background installs, so the log (and the history with it) reaches back to
-            // the clients' stamps after a crash; two-phase commit needs the ticking thread.
-            background_flusher: peers.is_some(),
-            peers: peers.clone().map(|p| p as Arc<dyn thor_server::PeerSink>),
-            twopc: TwoPcConfig {
-                peers: vec![ServerId(1), ServerId(2)],
-                vote_timeout_us: 200_000,
-                query_after_us: 20_000,
-                ..TwoPcConfig::default()
-            },
-            ..EngineOptions::default()
-        };
-        let disk = Arc::new(MemDisk::new());
-        let engine = Arc::new(Engine::create(disk.clone(), opts.clone()).unwrap());
-        if let Some(p) = &peers {
-            p.register(&engine);
-        }
-        let server = Server::start("127.0.0.1:0", engine.clone(), NetConfig::default()).unwrap();
-        Node { disk, opts, engine: Some(engine), server: Some(server), peers }
-    }
-
-    fn addr(&self) -> SocketAddr {
-        self.server.as_ref().unwrap().local_addr()
-    }
-
-    fn commits(&self) -> u64 {
-        self.engine.as_ref().unwrap().server_stats().commits
-    }
-
-    /// Crashes the server (every acknowledged commit is durable, nothing installed: the next
-    /// open replays the log) and starts it again on a new port.
-    fn crash_and_restart(&mut self) {
-        drop(self.server.take());
-        match Arc::try_unwrap(self.engine.take().unwrap()) {
-            Ok(e) => e.halt(),
-            Err(_) => panic!("the engine is still shared after its server stopped"),
-        }
-        let engine = Arc::new(Engine::open(self.disk.clone(), self.opts.clone()).unwrap());
-        if let Some(p) = &self.peers {
-            p.register(&engine);
-        }
-        let server = Server::start("127.0.0.1:0", engine.clone(), NetConfig::default()).unwrap();
-        self.engine = Some(engine);
-        self.server = Some(server);
-    }
-}
 
 /// What a fake replica does with a new connection.
 #[derive(Debug, Clone, Copy)]
@@ -276,20 +206,7 @@ fn group_at(replicas: Vec<(u64, SocketAddr)>) -> GroupDialer {
 }
 
 fn config() -> SessionConfig {
-    SessionConfig {
-        refresh_after: None,
-        prefetch_pages: Some(0),
-        request_timeout: Some(Duration::from_secs(5)),
-        commit_timeout: Some(Duration::from_secs(5)),
-        reconnect: ReconnectConfig {
-            give_up_after: SAFETY,
-            backoff_min: Duration::from_millis(5),
-            backoff_max: Duration::from_millis(100),
-        },
-        run_backoff_min: Duration::from_micros(10),
-        run_backoff_max: Duration::from_millis(1),
-        ..SessionConfig::default()
-    }
+    restarts::config(Duration::from_secs(5))
 }
 
 /// A plain session straight to `node` (no group), to check what the group's session did.
@@ -298,38 +215,8 @@ fn direct(node: &Node) -> Session {
     Session::connect(Box::new(move |_| transport_to(addr)), config()).unwrap()
 }
 
-/// Creates the counters (each on its own page), rooted in slot 0; returns them.
 fn setup(s: &Session) -> Vec<Ref<Counter>> {
-    s.run(|s| {
-        let list = s.create::<Refs<Counter>>(COUNTERS)?;
-        let mut refs = Vec::new();
-        for i in 0..COUNTERS {
-            let c = s.create::<Counter>(PAYLOAD)?;
-            c.set(Counter::value, 100 * i as u64)?;
-            list.set_var_ref(i, c.as_ref())?;
-            refs.push(c.as_ref());
-        }
-        s.set_root(0, list.as_ref())?;
-        Ok::<_, ClientError>(refs)
-    })
-    .unwrap();
-    s.run(|s| {
-        let list = s.get(s.root::<Refs<Counter>>(0)?)?;
-        Ok::<_, ClientError>((0..COUNTERS).map(|i| s.canonical(list.var_ref(i)).unwrap()).collect())
-    })
-    .unwrap()
-}
-
-fn read(s: &Session, r: Ref<Counter>) -> u64 {
-    s.run(|s| Ok::<_, ClientError>(s.get(r)?.get(Counter::value))).unwrap()
-}
-
-fn add(s: &Session, r: Ref<Counter>, delta: u64) {
-    s.run(|s| {
-        let c = s.get(r)?;
-        c.set(Counter::value, c.get(Counter::value) + delta)
-    })
-    .unwrap();
+    restarts::setup(s, COUNTERS)
 }
 
 #[test]

@@ -5,6 +5,8 @@
 //!
 //! No timing assertion: a test waits for an event, bounded by a safety timeout.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -18,157 +20,25 @@ use thor_client::{
 use thor_core::ServerId;
 use thor_net::{ClientConfig, NetConfig, Server, TcpTransport};
 use thor_server::{Engine, EngineOptions, LocalPeers, TwoPcConfig};
-use thor_storage::MemDisk;
 
-thor_client::class! {
-    /// A counter with a payload that gives each its own page (so one can change while another
-    /// stays cached).
-    pub class Counter("test.Counter") {
-        value: u64,
-    }
-    var bytes;
-}
+use common::restarts::{self, Counter, Node, SAFETY, add, dialer_to, read};
 
-/// Bytes of a counter's payload: with 4 KiB pages, one counter per page.
-const PAYLOAD: usize = 3000;
 const COUNTERS: usize = 8;
 
-/// A safety net for reconnects in these tests (never a timing assertion).
-const SAFETY: Duration = Duration::from_secs(20);
-
-/// A server that can crash and come back, on a disk that survives it.
-struct Node {
-    disk: Arc<MemDisk>,
-    opts: EngineOptions,
-    engine: Option<Arc<Engine>>,
-    server: Option<Server>,
-    /// Where the server listens now: the sessions' dialers read it on every attempt.
-    addr: Arc<Mutex<SocketAddr>>,
-    peers: Option<Arc<LocalPeers>>,
-}
-
-impl Node {
-    fn start(id: ServerId, peers: Option<Arc<LocalPeers>>) -> Node {
-        let opts = EngineOptions {
-            page_size: 4096,
-            server_id: id,
-            // Single servers: no background installs, so the log (and the history with it)
-            // reaches back to the clients' stamps after a crash. Two-phase commit needs the
-            // ticking thread (vote timeouts, queries).
-            background_flusher: peers.is_some(),
-            peers: peers.clone().map(|p| p as Arc<dyn thor_server::PeerSink>),
-            // A coordinator whose participant went away aborts soon.
-            // The servers of the cluster tests are 1 and 2; each knows both.
-            twopc: TwoPcConfig {
-                peers: vec![ServerId(1), ServerId(2)],
-                vote_timeout_us: 200_000,
-                query_after_us: 20_000,
-                ..TwoPcConfig::default()
-            },
-            ..EngineOptions::default()
-        };
-        let disk = Arc::new(MemDisk::new());
-        let engine = Arc::new(Engine::create(disk.clone(), opts.clone()).unwrap());
-        if let Some(p) = &peers {
-            p.register(&engine);
-        }
-        let server = Server::start("127.0.0.1:0", engine.clone(), NetConfig::default()).unwrap();
-        let addr = Arc::new(Mutex::new(server.local_addr()));
-        Node { disk, opts, engine: Some(engine), server: Some(server), addr, peers }
-    }
-
-    /// Crashes the server (every acknowledged commit is durable, nothing is installed or
-    /// checkpointed: the next open replays the log) and starts it again on a new port.
-    fn crash_and_restart(&mut self) {
-        drop(self.server.take());
-        let engine = self.engine.take().unwrap();
-        match Arc::try_unwrap(engine) {
-            Ok(e) => e.halt(),
-            Err(_) => panic!("the engine is still shared after its server stopped"),
-        }
-        let engine = Arc::new(Engine::open(self.disk.clone(), self.opts.clone()).unwrap());
-        if let Some(p) = &self.peers {
-            p.register(&engine);
-        }
-        let server = Server::start("127.0.0.1:0", engine.clone(), NetConfig::default()).unwrap();
-        *self.addr.lock().unwrap() = server.local_addr();
-        self.engine = Some(engine);
-        self.server = Some(server);
-    }
-
-    fn dialer(&self) -> Dialer {
-        dialer_to(self.addr.clone())
-    }
-}
-
-fn dialer_to(addr: Arc<Mutex<SocketAddr>>) -> Dialer {
-    Box::new(move |_attempt| {
-        let a = *addr.lock().unwrap();
-        let cfg =
-            ClientConfig { connect_timeout: Duration::from_secs(2), ..ClientConfig::default() };
-        Ok(Box::new(TcpTransport::connect(a, &cfg)?) as Box<dyn thor_wire::Transport>)
-    })
-}
-
 fn config() -> SessionConfig {
-    SessionConfig {
-        refresh_after: None,
-        prefetch_pages: Some(0),
-        request_timeout: Some(Duration::from_secs(2)),
-        commit_timeout: Some(Duration::from_secs(2)),
-        reconnect: ReconnectConfig {
-            give_up_after: SAFETY,
-            backoff_min: Duration::from_millis(5),
-            backoff_max: Duration::from_millis(100),
-        },
-        run_backoff_min: Duration::from_micros(10),
-        run_backoff_max: Duration::from_millis(1),
-        ..SessionConfig::default()
-    }
+    restarts::config(Duration::from_secs(2))
 }
 
 fn session(node: &Node) -> Session {
     Session::connect(node.dialer(), config()).unwrap()
 }
 
-/// Creates the counters (each on its own page), rooted in slot 0; returns them.
 fn setup(s: &Session) -> Vec<Ref<Counter>> {
-    s.run(|s| {
-        let list = s.create::<Refs<Counter>>(COUNTERS)?;
-        let mut refs = Vec::new();
-        for i in 0..COUNTERS {
-            let c = s.create::<Counter>(PAYLOAD)?;
-            c.set(Counter::value, 100 * i as u64)?;
-            list.set_var_ref(i, c.as_ref())?;
-            refs.push(c.as_ref());
-        }
-        s.set_root(0, list.as_ref())?;
-        Ok::<_, thor_client::ClientError>(refs)
-    })
-    .unwrap();
-    counters(s)
+    restarts::setup(s, COUNTERS)
 }
 
 fn counters(s: &Session) -> Vec<Ref<Counter>> {
-    s.run(|s| {
-        let list = s.get(s.root::<Refs<Counter>>(0)?)?;
-        Ok::<_, thor_client::ClientError>(
-            (0..COUNTERS).map(|i| s.canonical(list.var_ref(i)).unwrap()).collect(),
-        )
-    })
-    .unwrap()
-}
-
-fn read(s: &Session, r: Ref<Counter>) -> u64 {
-    s.run(|s| Ok::<_, thor_client::ClientError>(s.get(r)?.get(Counter::value))).unwrap()
-}
-
-fn add(s: &Session, r: Ref<Counter>, delta: u64) {
-    s.run(|s| {
-        let c = s.get(r)?;
-        c.set(Counter::value, c.get(Counter::value) + delta)
-    })
-    .unwrap();
+    restarts::counters(s, COUNTERS)
 }
 
 #[test]

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod restarts;
+
 use std::sync::Arc;
 
 use thor_client::{PolicyConfig, Session, SessionConfig};
