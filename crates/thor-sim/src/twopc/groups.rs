@@ -41,13 +41,13 @@
 //!   final state the history was judged against is the leader's); a member's own errors (a gap
 //!   in the LSNs it replays, a proposal it cannot account for) fail the run.
 //!
-//! *Known gap, found here:* a leader cut off from its group still serves until Raft's
-//! check-quorum timeout deposes it, and its core answers peers alone: a coordinator's
-//! `Decide` for a part prepared under a later leader is acknowledged (`DecideAck`) by the
-//! deposed one, which never saw it, and the coordinator forgets the transaction while the
-//! group's log holds the part in doubt, which the next leader then aborts (seed 27451,
-//! `tests/twopc_groups.rs`'s ignored `a_deposed_leader_cannot_acknowledge_a_decision_alone`).
-//! The fix belongs to `thor_replica::Member` (answer a peer only once leadership is confirmed).
+//! *Found here:* a leader cut off from its group still serves until Raft's check-quorum
+//! timeout deposes it, and its core answered peers alone: a coordinator's `Decide` for a part
+//! prepared under a later leader was acknowledged (`DecideAck`) by the deposed one, which
+//! never saw it, and the coordinator forgot the transaction while the group's log held the
+//! part in doubt, which the next leader then aborted (seed 27451, `tests/twopc_groups.rs`'s
+//! `a_deposed_leader_cannot_acknowledge_a_decision_alone`). `thor_replica::Member` now holds
+//! every answer a leader gives alone until the group confirms it leads.
 //!
 //! The scenario `participant_learns_outcome_from_new_coordinator_leader`
 //! ([`TwoPcSimConfig::kill_coordinator_leader_in_doubt`]) kills the coordinator group's
