@@ -163,7 +163,7 @@ pub use member::{
     Out, Phase, Restart,
 };
 pub use replica::{
-    Apply, Committed, Effects, Mutant, Proposal, Replica, ReplicaConfig, ReplicaStatus, Restore,
-    Role, RoleChange, election_timeout_for,
+    Apply, Committed, Durability, Effects, Mutant, Proposal, Replica, ReplicaConfig, ReplicaStatus,
+    Restore, Role, RoleChange, election_timeout_for,
 };
 pub use storage::{JOURNAL_PREFIX, RaftLog, Recovery, journal_options};
