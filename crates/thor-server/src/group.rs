@@ -47,6 +47,26 @@
 //! towards its commit index only once persisted too, so an acknowledged commit is on a
 //! majority's disks (raft-rs's rules, `thor_replica::Replica::persist`).
 //!
+//! # Durability
+//!
+//! [`GroupOptions::durability`] picks when an acknowledged commit counts as durable (see
+//! `thor_replica::Replica`'s "Durability settings" for the full account):
+//!
+//! - [`Durability::Disk`] (the default): on a majority's disks, as above. Nothing
+//!   acknowledged is lost by any crash, even of every replica at once.
+//! - [`Durability::Memory`] (Thor's setting): in a majority's memory. A replica reports its
+//!   entries persisted as soon as they are journalled (buffered), so a follower's append
+//!   response leaves and the leader counts its own copy without waiting for a disk; a
+//!   flusher thread fsyncs the journal behind, every [`GroupOptions::memory_flush`], outside
+//!   the lock, never on an acknowledgement's path. Votes and term changes are still synced
+//!   before their messages (a lost vote could elect two leaders in a term). One replica's
+//!   crash loses nothing acknowledged (the others hold it in memory, and send it again), as
+//!   long as the rest of its majority stays up and reachable until the crashed replica
+//!   caught up. A *simultaneous power loss of a majority* loses the acknowledged commits of
+//!   the last flush interval; a replica that had applied one and kept it stops loudly when it
+//!   meets the group again (`ReplicaError::Diverged`: the engine fails, one ERROR line) and
+//!   must be replaced by a new replica restored from an image.
+//!
 //! *Stale work:* a restart or an image install replaces the member or its disk side; every
 //! piece of work carries the generation it was made in, and a report from an older one is
 //! dropped (its member is gone).
@@ -92,7 +112,9 @@ use protobuf::Message as _;
 use raft::eraftpb::Message;
 use rustc_hash::FxHashMap;
 use thor_core::{Lsn, Oref, PageId};
-use thor_replica::{Member, MemberConfig, MemberError, Out, Phase, ReplicaConfig, Role};
+use thor_replica::{
+    Durability, Member, MemberConfig, MemberError, Out, Phase, ReplicaConfig, Role,
+};
 use thor_server_core::superblock::Superblock;
 use thor_server_core::{
     CommitIn, CommitOutcome, ConnId, DirectOp, DirectResult, Effect, EngineError, Input, Ticket,
@@ -125,6 +147,13 @@ pub struct GroupOptions {
     pub seed: u64,
     /// The member's settings (journal entries retained past a checkpoint).
     pub member: MemberConfig,
+    /// When an acknowledged commit counts as durable: on a majority's disks
+    /// ([`Durability::Disk`], the default) or in a majority's memory with the fsync behind
+    /// ([`Durability::Memory`]; see the module documentation's "Durability").
+    pub durability: Durability,
+    /// In [`Durability::Memory`]: how often the journal is fsynced behind the
+    /// acknowledgements (default [`limits::GROUP_MEMORY_FLUSH_MS_DEFAULT`] ms). Unused on disk.
+    pub memory_flush: Duration,
 }
 
 impl GroupOptions {
@@ -140,6 +169,8 @@ impl GroupOptions {
             heartbeat_ticks: limits::GROUP_HEARTBEAT_TICKS_DEFAULT,
             seed,
             member: MemberConfig::default(),
+            durability: Durability::Disk,
+            memory_flush: Duration::from_millis(limits::GROUP_MEMORY_FLUSH_MS_DEFAULT),
         }
     }
 
@@ -147,6 +178,7 @@ impl GroupOptions {
         ReplicaConfig {
             election_ticks: self.election_ticks,
             heartbeat_ticks: self.heartbeat_ticks,
+            durability: self.durability,
             ..ReplicaConfig::new(self.replica_id, self.seed)
         }
     }
@@ -438,10 +470,14 @@ impl GroupEngine {
             counters: Counters::default(),
         });
         let mut threads = Vec::new();
-        for (name, f) in [
+        let mut kinds = vec![
             ("thor-group-tick", ticker as fn(&Shared)),
             ("thor-group-disk", disk_thread as fn(&Shared)),
-        ] {
+        ];
+        if shared.opts.durability == Durability::Memory {
+            kinds.push(("thor-group-flush", flusher as fn(&Shared)));
+        }
+        for (name, f) in kinds {
             let s = shared.clone();
             let h = std::thread::Builder::new().name(name.into()).spawn(move || f(&s)).map_err(
                 |cause| StorageError::Io { op: "spawn group thread", name: name.into(), cause },
@@ -1093,6 +1129,54 @@ fn ticker(s: &Shared) {
         // A late tick does not make up the ticks missed (Raft's clock slows, never races).
         next = next.max(Instant::now());
         let work = s.step(|m, now, out| m.tick(now, out));
+        s.settle(work);
+    }
+}
+
+/// The flusher thread of [`Durability::Memory`]: every `opts.memory_flush`, the journal's
+/// fsync behind the acknowledgements, outside the member's lock (appends go on meanwhile:
+/// the thor log writes and syncs its batch unlocked). A ready that waits for durability (a
+/// vote) is reported too, though its caller's own flush would report it anyway.
+fn flusher(s: &Shared) {
+    let mut next = Instant::now() + s.opts.memory_flush;
+    loop {
+        {
+            let mut g = s.tick_wake.0.lock();
+            while !s.stop.load(Relaxed) && Instant::now() < next {
+                s.tick_wake.1.wait_until(&mut g, next);
+            }
+        }
+        if s.stop.load(Relaxed) {
+            return;
+        }
+        next = (next + s.opts.memory_flush).max(Instant::now());
+        let (generation, journal) = {
+            let l = s.locked.lock();
+            if l.member.is_none() {
+                continue;
+            }
+            (l.generation, l.journal.clone())
+        };
+        if journal.durable_lsn().0 + 1 >= journal.next_lsn().0 {
+            continue;
+        }
+        let flushed = {
+            let _gate = s.journal_gate.read();
+            s.counters.syncs.fetch_add(1, Relaxed);
+            journal.flush().map(|()| journal.durable_lsn())
+        };
+        let work = match flushed {
+            Ok(durable) => s.step_gen(generation, |m, now, out| {
+                if m.needs_sync() { m.persisted(now, durable, out) } else { Ok(()) }
+            }),
+            Err(e) => {
+                let mut l = s.locked.lock();
+                if l.generation == generation {
+                    s.fail(&mut l, &format!("journal fsync behind: {e}"));
+                }
+                GroupWork::default()
+            }
+        };
         s.settle(work);
     }
 }
