@@ -456,7 +456,7 @@ impl Cluster {
         self.advance_all();
         if self.cfg.durability == Durability::Memory
             && let Some(every) = self.cfg.flush_every_ticks
-            && self.now % every.max(1) == 0
+            && self.now.is_multiple_of(every.max(1))
         {
             let ids: Vec<u64> = self.nodes.keys().copied().collect();
             for id in ids {
