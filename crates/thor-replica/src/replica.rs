@@ -73,8 +73,9 @@
 //!     and the replica would sit wedged); [`Replica::step`] checks every current leader's
 //!     append against the committed entries and, on a conflict, stops the replica for good:
 //!     one ERROR line, and every later call fails with [`ReplicaError::Diverged`]. It must be
-//!     replaced by a new replica restored from another's image. Disk mode exists for data
-//!     that must survive a majority's power loss.
+//!     replaced by a new replica restored from another's image. (Only while its journal
+//!     still holds the entry: compacted, its term is gone and no conflict shows.) Disk mode
+//!     exists for data that must survive a majority's power loss.
 //!
 //! # Applying
 //!

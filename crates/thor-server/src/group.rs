@@ -65,7 +65,12 @@
 //!   caught up. A *simultaneous power loss of a majority* loses the acknowledged commits of
 //!   the last flush interval; a replica that had applied one and kept it stops loudly when it
 //!   meets the group again (`ReplicaError::Diverged`: the engine fails, one ERROR line) and
-//!   must be replaced by a new replica restored from an image.
+//!   must be replaced by a new replica restored from an image. The disk thread fsyncs the
+//!   journal before each install round and checkpoint, so a database never reflects an entry
+//!   its journal could lose. Not caught: a replica that kept a lost entry only in a database
+//!   checkpoint whose journal was since compacted past it (the entry's term is gone with the
+//!   compaction, so the leader's appends show no conflict): its database silently holds a
+//!   commit the group lost.
 //!
 //! *Stale work:* a restart or an image install replaces the member or its disk side; every
 //! piece of work carries the generation it was made in, and a report from an older one is
@@ -1212,13 +1217,32 @@ fn disk_thread(s: &Shared) {
         };
         match job {
             Job::Core(generation, effect) => {
-                let side = {
+                let (side, journal) = {
                     let l = s.locked.lock();
                     if l.generation != generation {
                         continue;
                     }
-                    l.side.clone()
+                    (l.side.clone(), l.journal.clone())
                 };
+                if s.opts.durability == Durability::Memory {
+                    // The database never gets ahead of the journal: what an install round or
+                    // a checkpoint writes comes from entries fsynced first, so a replica whose
+                    // database holds a commit its group later lost (a majority's power loss)
+                    // also holds the entry, and stops as diverged when it meets the group.
+                    let flushed = {
+                        let _gate = s.journal_gate.read();
+                        s.counters.syncs.fetch_add(1, Relaxed);
+                        journal.flush()
+                    };
+                    if let Err(e) = flushed {
+                        let mut l = s.locked.lock();
+                        if l.generation == generation {
+                            s.fail(&mut l, &format!("journal fsync before an install: {e}"));
+                        }
+                        continue;
+                    }
+                }
+                drop(journal);
                 let work = {
                     let _held = side.hold_installs();
                     match member_io::perform(&side, &effect) {
