@@ -83,4 +83,11 @@ pub enum ReplicaError {
     /// holds). Do not start this replica; replace it.
     #[error("raft: {0}")]
     Raft(String),
+    /// This replica holds a committed entry that its group's leader does not: the group lost
+    /// an entry this replica had applied (in `Durability::Memory`, a simultaneous power loss
+    /// of a majority loses the last flush interval). Its state is not the group's and never
+    /// will be again: it stops for good. Do not reopen it; replace it with a new replica that
+    /// restores from another's image.
+    #[error("diverged from the group: {0}")]
+    Diverged(String),
 }

@@ -49,8 +49,11 @@
 //! overridden after every call by [`election_timeout_for`]`(seed, id, term)`). A seed
 //! replays a run exactly (`tests/seeds.rs` checks it).
 //!
-//! *Invariant (durability):* an entry or a vote is reported persisted to raft-rs, and so to a
-//! peer, only after the journal's fsync covering it returned. Handling is in two halves:
+//! *Invariant (durability):* with [`Durability::Disk`] (the default) an entry or a vote is
+//! reported persisted to raft-rs, and so to a peer, only after the journal's fsync covering it
+//! returned. (With [`Durability::Memory`] entries are reported once journalled and fsynced
+//! behind by [`Replica::flush`]; votes and term changes still wait for the fsync. What that
+//! setting can lose is in [`replica`]'s "Durability settings".) Handling is in two halves:
 //! [`Replica::ready`] journals readies' entries and hard state (buffered) and hands out what
 //! needs no durability; [`Replica::persist`] syncs the journal, tells raft-rs, and only then
 //! hands out the messages raft-rs held back until persistence. The driver may do other work
@@ -60,7 +63,7 @@
 //!
 //! *Invariant (acknowledgement):* a proposal is acknowledged ([`Effects::acknowledged`]) only
 //! when the entry committed at its index has the term it was proposed in, i.e. Raft committed
-//! that very entry on a majority's disks. A deposed leader's proposals are resolved when their
+//! that very entry on a majority's disks (in a majority's memory with [`Durability::Memory`]). A deposed leader's proposals are resolved when their
 //! indexes commit: another term there means [`Effects::lost`]; a snapshot over them means
 //! [`Effects::undecided`]; never acknowledged. (An entry overwritten on the proposer is not
 //! yet lost: a later leader that holds it may still commit it, as in Figure 8 of the Raft
@@ -163,7 +166,7 @@ pub use member::{
     Out, Phase, Restart,
 };
 pub use replica::{
-    Apply, Committed, Effects, Mutant, Proposal, Replica, ReplicaConfig, ReplicaStatus, Restore,
-    Role, RoleChange, election_timeout_for,
+    Apply, Committed, Durability, Effects, Mutant, Proposal, Replica, ReplicaConfig, ReplicaStatus,
+    Restore, Role, RoleChange, election_timeout_for,
 };
 pub use storage::{JOURNAL_PREFIX, RaftLog, Recovery, journal_options};

@@ -36,6 +36,47 @@
 //! did not commit; [`Replica::advance`] asserts it (the entry it acknowledges is the one
 //! committed at that index, by index and term).
 //!
+//! # Durability settings
+//!
+//! [`ReplicaConfig::durability`] says when an entry counts as persisted:
+//!
+//! - [`Durability::Disk`] (the default): as above, after the fsync. An acknowledged commit
+//!   is on a majority's disks; no crash, not even a power loss of every replica at once,
+//!   loses it.
+//! - [`Durability::Memory`] (Thor's setting): [`Replica::ready`] reports a ready's entries
+//!   persisted as soon as they are journalled (written to the journal's buffer, not synced):
+//!   the follower's append response leaves at once, the leader counts its own copy at once.
+//!   The journal is fsynced *behind*: the driver calls [`Replica::flush`] (or flushes
+//!   [`RaftLog::shared_journal`] itself, outside its lock) every flush interval, never on an
+//!   acknowledgement's path. A ready that changes the term or the vote (hard state whose loss
+//!   could let a replica vote twice in a term, and so elect two leaders: safety, not only
+//!   loss) or installs a snapshot is still synced before its messages leave, as on disk.
+//!
+//!   What a crash loses in memory mode:
+//!   * *One replica's crash loses nothing acknowledged.* An acknowledged entry is in a
+//!     majority's memory; the others still hold it, elect only a replica that holds it (Raft's
+//!     up-to-date check) and send it again to the restarted one. Its journal may have lost
+//!     entries it had reported persisted: its leader then learns it from the append
+//!     rejection (a hint below what it thought the follower matched) and sends them again
+//!     ([`Replica::step`] lowers the leader's record of that follower, and clamps a
+//!     heartbeat's commit index to the restarted follower's last entry, which raft-rs would
+//!     otherwise treat as a corrupted log). This holds while the replicas that still hold
+//!     the entries stay up and reachable until the restarted one caught up: it votes again
+//!     at once, so if they crashed too before flushing, or were cut off, the rest could elect
+//!     a leader without the entries, which is a majority's loss (below).
+//!   * *A simultaneous power loss of a majority loses the acknowledged commits of the last
+//!     flush interval* (what none of the surviving disks had synced). The group then goes on
+//!     without them: a new leader may commit other entries at their indexes. A replica that
+//!     had applied such an entry and kept it (it had flushed, or was down meanwhile) holds a
+//!     committed entry that conflicts with the group's. raft-rs does not notice (it answers
+//!     an append below its commit index with that index, which the leader takes as a match,
+//!     and the replica would sit wedged); [`Replica::step`] checks every current leader's
+//!     append against the committed entries and, on a conflict, stops the replica for good:
+//!     one ERROR line, and every later call fails with [`ReplicaError::Diverged`]. It must be
+//!     replaced by a new replica restored from another's image. (Only while its journal
+//!     still holds the entry: compacted, its term is gone and no conflict shows.) Disk mode
+//!     exists for data that must survive a majority's power loss.
+//!
 //! # Applying
 //!
 //! [`Effects::committed`] lists the committed entries in index order, each exactly once per
@@ -76,9 +117,29 @@ pub struct ReplicaConfig {
     pub election_ticks: usize,
     /// Ticks between a leader's heartbeats.
     pub heartbeat_ticks: usize,
+    /// When an entry counts as persisted: fsynced ([`Durability::Disk`], the default) or
+    /// journalled in memory with the fsync behind ([`Durability::Memory`]).
+    pub durability: Durability,
     /// A deliberately broken variant, for tests that prove the checks can fail. `None` in
     /// anything real.
     pub mutant: Option<Mutant>,
+}
+
+/// When a replica reports its entries persisted (to raft-rs, and so to its peers: append
+/// responses, and a leader counting its own copy towards the commit index). See "Durability
+/// settings" in the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Once the journal's fsync covering them returned: an acknowledged commit is on a
+    /// majority's disks and survives any crash, even of every replica at once.
+    #[default]
+    Disk,
+    /// Once journalled in memory (the thor log's buffer), the fsync following behind (the
+    /// driver calls [`Replica::flush`], or flushes the shared journal, every flush interval):
+    /// an acknowledged commit is in a majority's memory. Votes and term changes are still
+    /// synced before their messages. Thor's own setting (the paper's servers forced a commit
+    /// to the backup's memory, not to a disk).
+    Memory,
 }
 
 /// Deliberately broken variants of the replica: the harness's checks must catch each (see
@@ -98,6 +159,7 @@ impl ReplicaConfig {
             seed,
             election_ticks: ELECTION_TICKS,
             heartbeat_ticks: HEARTBEAT_TICKS,
+            durability: Durability::Disk,
             mutant: None,
         }
     }
@@ -307,6 +369,9 @@ pub struct Replica {
     /// LSN their records took, and the messages raft-rs holds until they are persisted. At
     /// most [`UNSYNCED_READIES_MAX`].
     unsynced: VecDeque<(u64, Lsn, Vec<Message>)>,
+    /// Set when a leader's append contradicts an entry this replica committed (see
+    /// [`ReplicaError::Diverged`]): every later call fails with it.
+    diverged: Option<String>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -352,6 +417,7 @@ impl Replica {
             applied_conf_index: 0,
             reported,
             unsynced: VecDeque::new(),
+            diverged: None,
         };
         r.seed_timeout();
         Ok(r)
@@ -489,9 +555,91 @@ impl Replica {
                 msg.msg_type, msg.from
             )));
         }
+        if let Some(why) = &self.diverged {
+            return Err(StepError::Refused(format!("diverged from the group: {why}")));
+        }
+        self.check_committed(&msg);
+        if let Some(why) = &self.diverged {
+            return Err(StepError::Refused(format!("diverged from the group: {why}")));
+        }
+        let mut msg = msg;
+        if self.config.durability == Durability::Memory {
+            self.forgive_lost_tail(&mut msg);
+        }
         let r = self.node.step(msg).map_err(|e| StepError::Raft(e.to_string()));
         self.seed_timeout();
         r
+    }
+
+    /// Marks this replica diverged when an append of a current leader (its term at least
+    /// this replica's: by Raft's leader completeness it holds every committed entry) names a
+    /// different term at an index this replica committed. raft-rs would not notice: it
+    /// answers an append below its commit index with that index, which the leader takes as
+    /// a match, and the replica would sit wedged, silently holding an entry the group lost.
+    fn check_committed(&mut self, msg: &Message) {
+        use raft::eraftpb::MessageType;
+        let r = &self.node.raft;
+        if msg.msg_type != MessageType::MsgAppend || msg.term < r.term {
+            return;
+        }
+        let log = &r.raft_log;
+        let committed = log.committed;
+        // A compacted index's term is not known here (raft-rs answers 0 for one below its
+        // snapshot): nothing to compare.
+        let clash = |index: u64, term: u64| {
+            index <= committed && log.term(index).is_ok_and(|have| have != 0 && have != term)
+        };
+        let clash = if clash(msg.index, msg.log_term) {
+            Some((msg.index, msg.log_term))
+        } else {
+            msg.entries.iter().find(|e| clash(e.index, e.term)).map(|e| (e.index, e.term))
+        };
+        if let Some((index, term)) = clash {
+            let have = log.term(index).unwrap_or(0);
+            let why = format!(
+                "leader {} (term {}) holds term {term} at index {index}, which this replica \
+                 committed with term {have}: the group lost an entry this replica applied",
+                msg.from, msg.term
+            );
+            tracing::error!(replica = self.config.id, "{why}");
+            self.diverged = Some(why);
+        }
+    }
+
+    /// In [`Durability::Memory`] a replica that crashed may have lost entries it reported
+    /// persisted (its journal's unsynced tail); raft-rs assumes that never happens. Two
+    /// corrections, each only ever making a replica believe less:
+    ///
+    /// - a heartbeat's commit index past this replica's last entry (its leader still counts
+    ///   the lost tail) is lowered to that entry: raft-rs would stop on it as on a corrupted
+    ///   log. The entries come again with the leader's appends, and their commit with them.
+    /// - on a leader, an append rejection whose hint lies below what it recorded the
+    ///   follower matched means the follower lost that tail: its record is lowered to the
+    ///   hint and it is probed from the rejected index, so that raft-rs sends the lost entries
+    ///   again instead of dropping the rejection as stale. A leader's commit index never
+    ///   goes back; it only counts the follower again once it holds the entries.
+    fn forgive_lost_tail(&mut self, msg: &mut Message) {
+        use raft::eraftpb::MessageType;
+        let r = &mut self.node.raft;
+        match msg.msg_type {
+            MessageType::MsgHeartbeat => {
+                let last = r.raft_log.last_index();
+                if msg.commit > last {
+                    msg.commit = last;
+                }
+            }
+            MessageType::MsgAppendResponse if msg.reject && r.state == StateRole::Leader => {
+                if let Some(pr) = r.mut_prs().get_mut(msg.from)
+                    && msg.reject_hint < pr.matched
+                {
+                    pr.matched = msg.reject_hint;
+                    pr.become_probe();
+                    // Probing from the rejected index makes raft-rs take the rejection.
+                    pr.next_idx = msg.index + 1;
+                }
+            }
+            _ => {}
+        }
     }
 
     /// Proposes a record. On the leader, returns the index it will have if committed (see
@@ -612,6 +760,9 @@ impl Replica {
     /// Between the two halves the driver may do anything else (deliver more messages, tick);
     /// a crash in between loses the journalled records, which nobody was told were durable.
     pub fn ready(&mut self) -> Result<Effects, ReplicaError> {
+        if let Some(why) = &self.diverged {
+            return Err(ReplicaError::Diverged(why.clone()));
+        }
         let mut fx = Effects::default();
         // Each round consumes a ready; raft-rs produces a new one only after new input or
         // after a previous one's persistence, so this ends after a few rounds; the bounds
@@ -637,11 +788,30 @@ impl Replica {
             let committed = rd.take_committed_entries();
             self.apply(&mut fx, committed)?;
             let store = self.node.mut_store();
+            // A new term or vote must be durable before any message that follows from it
+            // (a vote granted twice in a term could elect two leaders), in either setting.
+            let votes = rd.hs().is_some_and(|hs| {
+                let was = store.hard_state();
+                hs.term != was.term || hs.vote != was.vote
+            });
             store.append(rd.entries())?;
             if let Some(hs) = rd.hs() {
                 store.set_hard_state(hs.clone())?;
             }
             let mut held = rd.take_persisted_messages();
+            if self.config.durability == Durability::Memory
+                && !snapshot
+                && !votes
+                && self.unsynced.is_empty()
+            {
+                // Memory: journalled is persisted (the fsync follows within a flush
+                // interval, `flush`). Reported in ready order: nothing older waits.
+                self.send(&mut fx, held);
+                let number = rd.number();
+                self.node.advance_append_async(rd);
+                self.node.on_persist_ready(number);
+                continue;
+            }
             if self.config.mutant == Some(Mutant::ReportBeforeSync) {
                 self.send(&mut fx, std::mem::take(&mut held));
             }
@@ -735,6 +905,25 @@ impl Replica {
     /// Whether journalled readies wait for [`Replica::persist`].
     pub fn needs_sync(&self) -> bool {
         !self.unsynced.is_empty()
+    }
+
+    /// Whether the journal holds records not yet fsynced: in [`Durability::Memory`], what
+    /// the next [`Replica::flush`] makes durable (entries already reported persisted).
+    pub fn unflushed(&self) -> bool {
+        let s = self.node.store();
+        s.journal().durable_lsn() < s.appended_lsn()
+    }
+
+    /// The fsync behind, in [`Durability::Memory`]: makes everything journalled durable,
+    /// without reporting anything (what it covers was reported persisted already, or is
+    /// still reported by [`Replica::persist`] / [`Replica::persisted`] as usual). The driver
+    /// calls it every flush interval; a driver that fsyncs the shared journal itself
+    /// ([`RaftLog::shared_journal`]) need not. A failure poisons the journal, as any fsync's.
+    pub fn flush(&mut self) -> Result<(), ReplicaError> {
+        if self.unflushed() {
+            self.node.mut_store().sync()?;
+        }
+        Ok(())
     }
 
     fn send(&mut self, fx: &mut Effects, msgs: Vec<Message>) {

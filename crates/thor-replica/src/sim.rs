@@ -41,7 +41,7 @@ use raft::eraftpb::{ConfChangeSingle, ConfChangeType, ConfChangeV2, Message, Mes
 use thor_storage::{Disk, FaultDisk, FaultPlan, MemDisk, SplitMix64};
 
 use crate::error::ProposeError;
-use crate::replica::{Apply, Effects, Mutant, Proposal, Replica, ReplicaConfig, Role};
+use crate::replica::{Apply, Durability, Effects, Mutant, Proposal, Replica, ReplicaConfig, Role};
 use crate::storage::{RaftLog, journal_options};
 
 /// Messages the simulated network holds at once; past it a new message is dropped (which Raft
@@ -81,6 +81,11 @@ pub struct ClusterConfig {
     pub defer_sync_per_mille: u64,
     /// Every replica runs this deliberately broken variant (checker tests only).
     pub mutant: Option<Mutant>,
+    /// Every replica's durability setting.
+    pub durability: Durability,
+    /// In [`Durability::Memory`]: every replica flushes its journal (the fsync behind) every
+    /// this many ticks; `None`, only when a test calls [`Cluster::flush`].
+    pub flush_every_ticks: Option<u64>,
 }
 
 impl ClusterConfig {
@@ -93,6 +98,8 @@ impl ClusterConfig {
             compact_every: None,
             defer_sync_per_mille: 0,
             mutant: None,
+            durability: Durability::Disk,
+            flush_every_ticks: Some(1),
         }
     }
 }
@@ -247,8 +254,11 @@ impl Cluster {
         };
         let log =
             log.unwrap_or_else(|e| panic!("seed {}: replica {id} reopens: {e}", self.cfg.seed));
-        let rcfg =
-            ReplicaConfig { mutant: self.cfg.mutant, ..ReplicaConfig::new(id, self.cfg.seed ^ id) };
+        let rcfg = ReplicaConfig {
+            mutant: self.cfg.mutant,
+            durability: self.cfg.durability,
+            ..ReplicaConfig::new(id, self.cfg.seed ^ id)
+        };
         let replica = Replica::open(rcfg, log)
             .unwrap_or_else(|e| panic!("seed {}: replica {id} starts: {e}", self.cfg.seed));
         node.state = decode_image(&replica.snapshot_image());
@@ -444,6 +454,37 @@ impl Cluster {
         }
         self.deliver_due();
         self.advance_all();
+        if self.cfg.durability == Durability::Memory
+            && let Some(every) = self.cfg.flush_every_ticks
+            && self.now.is_multiple_of(every.max(1))
+        {
+            let ids: Vec<u64> = self.nodes.keys().copied().collect();
+            for id in ids {
+                self.flush(id);
+            }
+        }
+    }
+
+    /// Replica `id`'s fsync behind ([`Replica::flush`]), if it is up; an error after an
+    /// injected fsync failure crashes it.
+    pub fn flush(&mut self, id: u64) {
+        let Some(r) = self.nodes.get_mut(&id).and_then(|n| n.replica.as_mut()) else {
+            return;
+        };
+        match r.flush() {
+            Ok(()) => {}
+            Err(_) if self.nodes[&id].sync_fault_armed => {
+                self.stats.failed_syncs += 1;
+                self.crash(id);
+            }
+            Err(e) => self.fail(format!("replica {id} flushes: {e}")),
+        }
+    }
+
+    /// How many fsyncs replica `id`'s disk has done (its journal's syncs, the flushes
+    /// behind included).
+    pub fn syncs(&self, id: u64) -> u64 {
+        self.nodes[&id].disk.counters().syncs
     }
 
     /// Runs ticks until `done` holds (checked before each tick) or `max_ticks` have passed;

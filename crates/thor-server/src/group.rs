@@ -47,6 +47,31 @@
 //! towards its commit index only once persisted too, so an acknowledged commit is on a
 //! majority's disks (raft-rs's rules, `thor_replica::Replica::persist`).
 //!
+//! # Durability
+//!
+//! [`GroupOptions::durability`] picks when an acknowledged commit counts as durable (see
+//! `thor_replica::Replica`'s "Durability settings" for the full account):
+//!
+//! - [`Durability::Disk`] (the default): on a majority's disks, as above. Nothing
+//!   acknowledged is lost by any crash, even of every replica at once.
+//! - [`Durability::Memory`] (Thor's setting): in a majority's memory. A replica reports its
+//!   entries persisted as soon as they are journalled (buffered), so a follower's append
+//!   response leaves and the leader counts its own copy without waiting for a disk; a
+//!   flusher thread fsyncs the journal behind, every [`GroupOptions::memory_flush`], outside
+//!   the lock, never on an acknowledgement's path. Votes and term changes are still synced
+//!   before their messages (a lost vote could elect two leaders in a term). One replica's
+//!   crash loses nothing acknowledged (the others hold it in memory, and send it again), as
+//!   long as the rest of its majority stays up and reachable until the crashed replica
+//!   caught up. A *simultaneous power loss of a majority* loses the acknowledged commits of
+//!   the last flush interval; a replica that had applied one and kept it stops loudly when it
+//!   meets the group again (`ReplicaError::Diverged`: the engine fails, one ERROR line) and
+//!   must be replaced by a new replica restored from an image. The disk thread fsyncs the
+//!   journal before each install round and checkpoint, so a database never reflects an entry
+//!   its journal could lose. Not caught: a replica that kept a lost entry only in a database
+//!   checkpoint whose journal was since compacted past it (the entry's term is gone with the
+//!   compaction, so the leader's appends show no conflict): its database silently holds a
+//!   commit the group lost.
+//!
 //! *Stale work:* a restart or an image install replaces the member or its disk side; every
 //! piece of work carries the generation it was made in, and a report from an older one is
 //! dropped (its member is gone).
@@ -92,7 +117,9 @@ use protobuf::Message as _;
 use raft::eraftpb::Message;
 use rustc_hash::FxHashMap;
 use thor_core::{Lsn, Oref, PageId};
-use thor_replica::{Member, MemberConfig, MemberError, Out, Phase, ReplicaConfig, Role};
+use thor_replica::{
+    Durability, Member, MemberConfig, MemberError, Out, Phase, ReplicaConfig, Role,
+};
 use thor_server_core::superblock::Superblock;
 use thor_server_core::{
     CommitIn, CommitOutcome, ConnId, DirectOp, DirectResult, Effect, EngineError, Input, Ticket,
@@ -125,6 +152,13 @@ pub struct GroupOptions {
     pub seed: u64,
     /// The member's settings (journal entries retained past a checkpoint).
     pub member: MemberConfig,
+    /// When an acknowledged commit counts as durable: on a majority's disks
+    /// ([`Durability::Disk`], the default) or in a majority's memory with the fsync behind
+    /// ([`Durability::Memory`]; see the module documentation's "Durability").
+    pub durability: Durability,
+    /// In [`Durability::Memory`]: how often the journal is fsynced behind the
+    /// acknowledgements (default [`limits::GROUP_MEMORY_FLUSH_MS_DEFAULT`] ms). Unused on disk.
+    pub memory_flush: Duration,
 }
 
 impl GroupOptions {
@@ -140,6 +174,8 @@ impl GroupOptions {
             heartbeat_ticks: limits::GROUP_HEARTBEAT_TICKS_DEFAULT,
             seed,
             member: MemberConfig::default(),
+            durability: Durability::Disk,
+            memory_flush: Duration::from_millis(limits::GROUP_MEMORY_FLUSH_MS_DEFAULT),
         }
     }
 
@@ -147,6 +183,7 @@ impl GroupOptions {
         ReplicaConfig {
             election_ticks: self.election_ticks,
             heartbeat_ticks: self.heartbeat_ticks,
+            durability: self.durability,
             ..ReplicaConfig::new(self.replica_id, self.seed)
         }
     }
@@ -438,10 +475,14 @@ impl GroupEngine {
             counters: Counters::default(),
         });
         let mut threads = Vec::new();
-        for (name, f) in [
+        let mut kinds = vec![
             ("thor-group-tick", ticker as fn(&Shared)),
             ("thor-group-disk", disk_thread as fn(&Shared)),
-        ] {
+        ];
+        if shared.opts.durability == Durability::Memory {
+            kinds.push(("thor-group-flush", flusher as fn(&Shared)));
+        }
+        for (name, f) in kinds {
             let s = shared.clone();
             let h = std::thread::Builder::new().name(name.into()).spawn(move || f(&s)).map_err(
                 |cause| StorageError::Io { op: "spawn group thread", name: name.into(), cause },
@@ -474,25 +515,41 @@ impl GroupEngine {
     /// can be crashed by crafted messages, RUSTSEC-2024-0437: a transport must deliver only
     /// what authenticated group members send.)
     pub fn replica_message(&self, from: u64, msg: Bytes) {
+        self.replica_messages([(from, msg)]);
+    }
+
+    /// [`GroupEngine::replica_message`] of several messages at once (each `(from, bytes)`):
+    /// all are stepped, then the I/O they leave is performed once, so that one journal flush
+    /// covers every append among them (a transport hands over what queued while the last
+    /// flush ran: one fsync per batch rather than per message).
+    pub fn replica_messages(&self, msgs: impl IntoIterator<Item = (u64, Bytes)>) {
         if self.shared.stop.load(Relaxed) {
             return;
         }
         let refused = |why: &str| {
             self.shared.counters.refused.fetch_add(1, Relaxed);
-            debug!(from, why, "replica message refused");
+            debug!(why, "replica message refused");
         };
-        if msg.len() > limits::REPLICA_MESSAGE_BYTES_MAX {
-            return refused("oversized");
+        let mut work = GroupWork::default();
+        for (from, msg) in msgs {
+            if msg.len() > limits::REPLICA_MESSAGE_BYTES_MAX {
+                refused("oversized");
+                continue;
+            }
+            let m = match Message::parse_from_bytes(&msg) {
+                Ok(m) => m,
+                Err(_) => {
+                    refused("undecodable");
+                    continue;
+                }
+            };
+            if m.from != from || m.to != self.shared.id {
+                refused("misaddressed");
+                continue;
+            }
+            self.shared.counters.received.fetch_add(1, Relaxed);
+            work.absorb(self.shared.step(|m2, now, out| m2.step_peer(now, m, out)));
         }
-        let m = match Message::parse_from_bytes(&msg) {
-            Ok(m) => m,
-            Err(_) => return refused("undecodable"),
-        };
-        if m.from != from || m.to != self.shared.id {
-            return refused("misaddressed");
-        }
-        self.shared.counters.received.fetch_add(1, Relaxed);
-        let work = self.shared.step(|m2, now, out| m2.step_peer(now, m, out));
         self.settle(work);
     }
 
@@ -1097,6 +1154,54 @@ fn ticker(s: &Shared) {
     }
 }
 
+/// The flusher thread of [`Durability::Memory`]: every `opts.memory_flush`, the journal's
+/// fsync behind the acknowledgements, outside the member's lock (appends go on meanwhile:
+/// the thor log writes and syncs its batch unlocked). A ready that waits for durability (a
+/// vote) is reported too, though its caller's own flush would report it anyway.
+fn flusher(s: &Shared) {
+    let mut next = Instant::now() + s.opts.memory_flush;
+    loop {
+        {
+            let mut g = s.tick_wake.0.lock();
+            while !s.stop.load(Relaxed) && Instant::now() < next {
+                s.tick_wake.1.wait_until(&mut g, next);
+            }
+        }
+        if s.stop.load(Relaxed) {
+            return;
+        }
+        next = (next + s.opts.memory_flush).max(Instant::now());
+        let (generation, journal) = {
+            let l = s.locked.lock();
+            if l.member.is_none() {
+                continue;
+            }
+            (l.generation, l.journal.clone())
+        };
+        if journal.durable_lsn().0 + 1 >= journal.next_lsn().0 {
+            continue;
+        }
+        let flushed = {
+            let _gate = s.journal_gate.read();
+            s.counters.syncs.fetch_add(1, Relaxed);
+            journal.flush().map(|()| journal.durable_lsn())
+        };
+        let work = match flushed {
+            Ok(durable) => s.step_gen(generation, |m, now, out| {
+                if m.needs_sync() { m.persisted(now, durable, out) } else { Ok(()) }
+            }),
+            Err(e) => {
+                let mut l = s.locked.lock();
+                if l.generation == generation {
+                    s.fail(&mut l, &format!("journal fsync behind: {e}"));
+                }
+                GroupWork::default()
+            }
+        };
+        s.settle(work);
+    }
+}
+
 /// The disk thread: install rounds, checkpoints and image fetches.
 fn disk_thread(s: &Shared) {
     loop {
@@ -1112,13 +1217,32 @@ fn disk_thread(s: &Shared) {
         };
         match job {
             Job::Core(generation, effect) => {
-                let side = {
+                let (side, journal) = {
                     let l = s.locked.lock();
                     if l.generation != generation {
                         continue;
                     }
-                    l.side.clone()
+                    (l.side.clone(), l.journal.clone())
                 };
+                if s.opts.durability == Durability::Memory {
+                    // The database never gets ahead of the journal: what an install round or
+                    // a checkpoint writes comes from entries fsynced first, so a replica whose
+                    // database holds a commit its group later lost (a majority's power loss)
+                    // also holds the entry, and stops as diverged when it meets the group.
+                    let flushed = {
+                        let _gate = s.journal_gate.read();
+                        s.counters.syncs.fetch_add(1, Relaxed);
+                        journal.flush()
+                    };
+                    if let Err(e) = flushed {
+                        let mut l = s.locked.lock();
+                        if l.generation == generation {
+                            s.fail(&mut l, &format!("journal fsync before an install: {e}"));
+                        }
+                        continue;
+                    }
+                }
+                drop(journal);
                 let work = {
                     let _held = side.hold_installs();
                     match member_io::perform(&side, &effect) {
@@ -1261,7 +1385,8 @@ impl Drop for LocalReplicas {
 /// A replica's delivery thread: its inbox into its engine.
 fn deliver(ep: &Endpoint, hub: &Weak<LocalReplicas>, to: u64) {
     loop {
-        let (from, msg) = {
+        // Everything queued meanwhile, as one batch (bounded by the inbox's own bound).
+        let batch: Vec<(u64, Bytes)> = {
             let mut q = ep.inbox.lock();
             while q.is_empty() && !ep.stop.load(Relaxed) {
                 ep.wake.wait(&mut q);
@@ -1269,21 +1394,21 @@ fn deliver(ep: &Endpoint, hub: &Weak<LocalReplicas>, to: u64) {
             if ep.stop.load(Relaxed) {
                 return;
             }
-            q.pop_front().expect("not empty")
+            q.drain(..).collect()
         };
         let Some(h) = hub.upgrade() else { return };
         // Not in the match's scrutinee: its guard would live through the delivery, whose
         // sends take the hub's lock while `engine()` holds that and waits for this one.
         let target = ep.engine.lock().upgrade();
-        match target.filter(|_| h.linked(from, to)) {
-            Some(e) => {
-                h.delivered.fetch_add(1, Relaxed);
-                e.replica_message(from, msg);
-            }
-            None => {
-                h.dropped.fetch_add(1, Relaxed);
-            }
-        }
+        let Some(e) = target else {
+            h.dropped.fetch_add(batch.len() as u64, Relaxed);
+            continue;
+        };
+        let (linked, cut): (Vec<_>, Vec<_>) =
+            batch.into_iter().partition(|(from, _)| h.linked(*from, to));
+        h.dropped.fetch_add(cut.len() as u64, Relaxed);
+        h.delivered.fetch_add(linked.len() as u64, Relaxed);
+        e.replica_messages(linked);
     }
 }
 

@@ -22,6 +22,12 @@ const _: () = assert!(log_record_len(7) == thor_storage::log::record::encoded_le
 /// [`GROUP_HEARTBEAT_TICKS_DEFAULT`] ticks (100 ms) leaves room for scheduling hiccups.
 pub const GROUP_TICK_MS_DEFAULT: u64 = 50;
 
+/// In `Durability::Memory`, how often a group engine fsyncs its journal behind the
+/// acknowledgements (`GroupOptions::memory_flush`): the window of acknowledged commits a
+/// simultaneous power loss of a majority can lose. 10 ms keeps that window at a few hundred
+/// commits at most while costing at most a hundred fsyncs a second, off every commit's path.
+pub const GROUP_MEMORY_FLUSH_MS_DEFAULT: u64 = 10;
+
 /// Ticks without a leader before a replica campaigns (see [`GROUP_TICK_MS_DEFAULT`]).
 pub const GROUP_ELECTION_TICKS_DEFAULT: usize = 10;
 
