@@ -18,16 +18,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use thor_client::{
-    ClientError, Cluster, GroupDialer, ReconnectConfig, Ref, Refs, Replica, ReplicaDialer, Session,
+    ClientError, Cluster, GroupDialer, ReconnectConfig, Ref, Replica, ReplicaDialer, Session,
     SessionConfig, XRef,
 };
 use thor_core::ServerId;
-use thor_net::{ClientConfig, NetConfig, Server, TcpTransport};
-use thor_server::{Engine, EngineOptions, LocalPeers, TwoPcConfig};
+use thor_net::{ClientConfig, TcpTransport};
+use thor_server::LocalPeers;
 use thor_wire::limits::{FRAME_BYTES_MAX, FRAME_PREFIX_BYTES};
 use thor_wire::{ErrorCode, Reply, Transport, TransportError};
 
-use common::restarts::{self, Counter, Node, SAFETY, add, dialer_to, read};
+use common::restarts::{self, Counter, Node, SAFETY, add, read};
 
 const COUNTERS: usize = 4;
 

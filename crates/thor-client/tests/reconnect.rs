@@ -14,12 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use thor_client::{
-    ClientError, Cluster, CommitOutcome, ConflictCause, Dialer, ReconnectConfig, Ref, Refs,
-    Session, SessionConfig, XRef,
+    ClientError, Cluster, CommitOutcome, ConflictCause, Ref, Session, SessionConfig, XRef,
 };
 use thor_core::ServerId;
-use thor_net::{ClientConfig, NetConfig, Server, TcpTransport};
-use thor_server::{Engine, EngineOptions, LocalPeers, TwoPcConfig};
+use thor_net::{NetConfig, Server};
+use thor_server::{Engine, LocalPeers};
 
 use common::restarts::{self, Counter, Node, SAFETY, add, dialer_to, read};
 
