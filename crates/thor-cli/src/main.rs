@@ -37,6 +37,7 @@ mod check;
 mod compact;
 mod demo;
 mod inspect;
+mod replica;
 mod server;
 mod stats;
 
