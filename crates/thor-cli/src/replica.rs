@@ -127,10 +127,9 @@ pub(crate) fn run(
         GroupEngine::open(disk, opts, links.clone())
             .with_context(|| format!("opening the replica in {}", args.dir.display()))?
     } else {
-        // A joiner starts from the founders' membership, without itself: it is no voter until
-        // added.
-        let voters: Vec<u64> = founders.iter().copied().filter(|v| *v != me).collect();
-        let e = GroupEngine::create(disk, opts, &voters, links.clone())
+        // Founders start from the founding membership; a joiner from the same, which lacks it:
+        // it is no voter until added.
+        let e = GroupEngine::create(disk, opts, &founders, links.clone())
             .with_context(|| format!("creating the replica in {}", args.dir.display()))?;
         info!(
             "created replica {me} of server {} ({}) with {} KiB pages",
