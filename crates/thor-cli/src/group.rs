@@ -61,7 +61,8 @@ fn status(a: StatusArgs) -> Result<()> {
     let answers: Vec<(String, Result<ServerStats>)> =
         a.connect.iter().map(|addr| (addr.clone(), ask(addr, &token))).collect();
     if answers.iter().all(|(_, r)| r.is_err()) {
-        let why: Vec<String> = answers.iter().map(|(a, r)| format!("{a}: {:#}", r.as_ref().err().unwrap())).collect();
+        let why: Vec<String> =
+            answers.iter().map(|(a, r)| format!("{a}: {:#}", r.as_ref().err().unwrap())).collect();
         bail!("no replica answered: {}", why.join("; "));
     }
     if a.json {

@@ -6,6 +6,9 @@
 //!             [--prefetch-max N]
 //! ```
 //!
+//! With `--replica-id R --group R=HOST:PORT,...` (and `--join` for a new replica) the process
+//! is one replica of a replicated server instead: `crate::replica` and `docs/replication.md`.
+//!
 //! Several servers form a cluster: each has its own directory and id (`--server-id` when it is
 //! created; the id is stored) and is told where the others listen (`--peer`, once per other
 //! server), so that two-phase commit's messages reach them. A server takes part only in

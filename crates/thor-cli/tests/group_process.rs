@@ -29,9 +29,8 @@ struct Group {
 impl Group {
     /// `n` founding replicas (ids 1..=n) under `root`, started with `--create`.
     fn found(root: &Path, n: usize) -> Group {
-        let addrs: Vec<SocketAddr> = (0..n)
-            .map(|_| format!("127.0.0.1:{}", free_port()).parse().unwrap())
-            .collect();
+        let addrs: Vec<SocketAddr> =
+            (0..n).map(|_| format!("127.0.0.1:{}", free_port()).parse().unwrap()).collect();
         let dirs = (1..=n).map(|i| root.join(format!("replica-{i}"))).collect();
         let mut g = Group { dirs, addrs, procs: (0..n).map(|_| None).collect() };
         for i in 0..n {
@@ -42,7 +41,12 @@ impl Group {
 
     /// The `--group` argument: `1=ADDR,2=ADDR,...` (founders only).
     fn spec(&self) -> String {
-        self.addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",")
+        self.addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{}={a}", i + 1))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// Starts replica `i` (id `i + 1`), creating it the first time.

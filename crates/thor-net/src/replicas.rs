@@ -547,7 +547,9 @@ impl TcpReplicas {
         v
     }
 
-    fn lock_links(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (SocketAddr, SyncSender<Bytes>)>> {
+    fn lock_links(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<u64, (SocketAddr, SyncSender<Bytes>)>> {
         self.links.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -640,7 +642,10 @@ impl ReplicaNet for TcpReplicas {
         let addr = std::str::from_utf8(context).ok().and_then(|c| c.parse::<SocketAddr>().ok());
         match (new.as_slice(), addr) {
             ([id], Some(addr)) => {
-                info!("replica {} of group {}: replica {id} joined at {addr}", self.me, self.group.0);
+                info!(
+                    "replica {} of group {}: replica {id} joined at {addr}",
+                    self.me, self.group.0
+                );
                 if let Err(e) = self.link(*id, addr) {
                     warn!("cannot start the link to replica {id}: {e}");
                 }

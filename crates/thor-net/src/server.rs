@@ -1,5 +1,7 @@
 //! The network server: tokio around the server core's embedded driver ([`thor_server::Engine`]),
-//! on loopback or remote TCP and on Unix-domain sockets.
+//! on loopback or remote TCP and on Unix-domain sockets. It drives the engine through
+//! [`thor_server::Served`], so a replica group member's driver ([`thor_server::GroupEngine`])
+//! is served the same way (with [`NetConfig::replicas`] for its group's requests).
 //!
 //! ```text
 //!  accept loop ──► connection task (one per connection, on one thread)
@@ -1281,7 +1283,11 @@ pub struct Server {
 impl Server {
     /// Starts serving `engine` on `addr` (use port 0 for any free port; see
     /// [`Server::local_addr`]).
-    pub fn start(addr: &str, engine: Arc<dyn Served>, config: NetConfig) -> Result<Server, NetError> {
+    pub fn start(
+        addr: &str,
+        engine: Arc<dyn Served>,
+        config: NetConfig,
+    ) -> Result<Server, NetError> {
         let bind = |source| NetError::Bind { addr: addr.to_owned(), cause: source };
         let listener = std::net::TcpListener::bind(addr).map_err(bind)?;
         Server::start_on(listener, engine, config)
