@@ -36,7 +36,9 @@ mod backup;
 mod check;
 mod compact;
 mod demo;
+mod group;
 mod inspect;
+mod replica;
 mod server;
 mod stats;
 
@@ -94,6 +96,8 @@ enum Command {
     Check(check::CheckArgs),
     /// Rewrite a closed database into a new directory without its unreachable objects.
     Compact(compact::CompactArgs),
+    /// Operate a replicated server (thor server --replica-id): its replicas' status.
+    Group(group::GroupArgs),
     /// Look inside a database, offline or through a server: roots, classes, objects, maps
     /// and sequences (read-only).
     Inspect(inspect::InspectArgs),
@@ -120,6 +124,7 @@ fn main() -> std::process::ExitCode {
         Command::Check(a) => check::run(a),
         Command::Backup(a) => backup::run(a),
         Command::Compact(a) => compact::run(a),
+        Command::Group(a) => group::run(a),
         Command::Inspect(a) => inspect::run(a),
     };
     match result {

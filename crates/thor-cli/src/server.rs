@@ -6,6 +6,9 @@
 //!             [--prefetch-max N]
 //! ```
 //!
+//! With `--replica-id R --group R=HOST:PORT,...` (and `--join` for a new replica) the process
+//! is one replica of a replicated server instead: `crate::replica` and `docs/replication.md`.
+//!
 //! Several servers form a cluster: each has its own directory and id (`--server-id` when it is
 //! created; the id is stored) and is told where the others listen (`--peer`, once per other
 //! server), so that two-phase commit's messages reach them. A server takes part only in
@@ -104,18 +107,18 @@ pub struct StorageFailed(pub String);
 pub struct ServerArgs {
     /// The database directory.
     #[arg(long)]
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// The address to listen on: HOST:PORT for TCP (port 0 picks a free port), or
     /// unix:PATH for a Unix-domain socket created at PATH, for clients on this machine (it
     /// skips TCP's loopback path; the file must not exist, and is removed at shutdown).
     #[arg(long, default_value = "127.0.0.1:7400")]
-    listen: String,
+    pub(crate) listen: String,
     /// Create the database if the directory holds none.
     #[arg(long)]
-    create: bool,
+    pub(crate) create: bool,
     /// Page size in KiB of a database created now (a power of two from 1 to 32).
     #[arg(long, value_parser = crate::page_kb, allow_negative_numbers = true, default_value_t = 8)]
-    page_kb: usize,
+    pub(crate) page_kb: usize,
     /// A file of scoped credentials, one `NAME SCOPE SECRET` a line (`#` starts a comment).
     /// SCOPE is read-only (fetch, transactions that write nothing), read-write (+ commits
     /// that write), operator (+ stats and backup) or peer:ID (the two-phase commit messages
@@ -124,36 +127,36 @@ pub struct ServerArgs {
     /// Re-read on SIGHUP: sessions of credentials no longer in it are closed. Instead of
     /// --token-file and THOR_TOKEN.
     #[arg(long, conflicts_with = "token_file")]
-    credentials: Option<PathBuf>,
+    pub(crate) credentials: Option<PathBuf>,
     /// A file holding the single token every client and peer server presents, which allows
     /// everything (default: $THOR_TOKEN, else no authentication). Re-read on SIGHUP. See
     /// --credentials for scoped, revocable ones.
     #[arg(long)]
-    token_file: Option<PathBuf>,
+    pub(crate) token_file: Option<PathBuf>,
     /// Most client connections at once; more are refused with a Busy error.
     #[arg(long, default_value_t = SESSIONS_MAX_DEFAULT)]
-    max_connections: usize,
+    pub(crate) max_connections: usize,
     /// The largest request frame a client may send, in MiB.
     #[arg(long, value_parser = crate::at_least_one::<usize>, allow_negative_numbers = true, default_value_t = 64)]
-    max_frame_mb: usize,
+    pub(crate) max_frame_mb: usize,
     /// Seconds a connection may wait between requests before it is closed.
     #[arg(long, default_value_t = 300)]
-    idle_timeout_s: u64,
+    pub(crate) idle_timeout_s: u64,
     /// Serve the server's counters to Prometheus at http://ADDR/metrics (e.g. 127.0.0.1:9400).
     #[arg(long)]
-    metrics_listen: Option<String>,
+    pub(crate) metrics_listen: Option<String>,
     /// The directory `thor backup --server` writes backups into (each under the name the
     /// client gives). Without it the server takes no backups over the network.
     #[arg(long)]
-    backup_dir: Option<PathBuf>,
+    pub(crate) backup_dir: Option<PathBuf>,
     /// The page cache's size in MiB (default 64).
     #[arg(long, value_parser = crate::positive_size, allow_negative_numbers = true)]
-    page_cache_mb: Option<f64>,
+    pub(crate) page_cache_mb: Option<f64>,
     /// The MOB's budget in MiB (default 64): committed versions not yet installed into their
     /// pages. Commits wait for installation beyond it; it also bounds the memory recovery
     /// needs after a crash, and the log a backup copies is about this much.
     #[arg(long, value_parser = crate::positive_size, allow_negative_numbers = true)]
-    mob_mb: Option<f64>,
+    pub(crate) mob_mb: Option<f64>,
     /// Where pages clients read go in the page cache: inclusive (LRU: the page becomes the
     /// most recently used) or exclusive (DEMOTE: it goes next, since the client holds it).
     #[arg(long, value_enum, default_value = "inclusive")]
@@ -163,62 +166,81 @@ pub struct ServerArgs {
     /// experiments such as DEMOTE; slower otherwise). Writes stay buffered. Needs a file system
     /// that supports O_DIRECT, such as ext4 or xfs; one that refuses it is an error at start.
     #[arg(long)]
-    direct_io: bool,
+    pub(crate) direct_io: bool,
     /// The id of a database created now (objects at other servers name it). An existing
     /// database keeps its id; giving a different one is an error.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    server_id: Option<u32>,
+    pub(crate) server_id: Option<u32>,
     /// Where another server of the cluster listens, as ID=HOST:PORT (repeat for each). Needed
     /// for transactions that use several servers (two-phase commit between them): a prepare
     /// naming a server not given here is refused, and so are messages from one.
     #[arg(long = "peer", value_parser = thor_lab::args::parse_peer)]
-    peers: Vec<(u32, std::net::SocketAddr)>,
+    pub(crate) peers: Vec<(u32, std::net::SocketAddr)>,
     /// How commits are made recoverable: obj (thor's own: objects shipped, logged, kept in the
     /// MOB) or one of the QuickStore recovery study's page-based modes: pd-redo, pd-esm,
     /// sd-esm, sl-esm (clients diff pages against a recovery buffer and ship page records, and
     /// in the ESM modes the dirty pages too), wpl (clients ship the dirty pages whole and the
     /// server logs them whole). Clients follow the server's mode.
     #[arg(long, default_value = "obj", value_parser = parse_commit_mode)]
-    commit_mode: thor_wire::CommitMode,
+    pub(crate) commit_mode: thor_wire::CommitMode,
     /// Most further pages the server adds to one prefetch reply, whatever a client asks
     /// (0: prefetch off at this server; every `Prefetch` gets its page alone).
     #[arg(long, default_value_t = thor_wire::limits::PREFETCH_PAGES_MAX)]
-    prefetch_max: usize,
+    pub(crate) prefetch_max: usize,
     /// Threads serving connections (0: one per core).
     #[arg(long, default_value_t = 0)]
-    net_threads: usize,
+    pub(crate) net_threads: usize,
     /// Serve connections on tokio's work-stealing runtime instead of a single-threaded runtime
     /// per thread (the default, which answers a fetch without waking another thread).
     #[arg(long)]
-    work_stealing: bool,
+    pub(crate) work_stealing: bool,
     /// Seconds a new connection may take to finish its TLS handshake (if any) and say Hello;
     /// a connection silent for longer is closed, so that it does not hold a slot.
     #[arg(long, value_parser = crate::at_least_one::<u64>, allow_negative_numbers = true, default_value_t = thor_net::limits::HANDSHAKE_TIMEOUT_DEFAULT.as_secs())]
-    handshake_timeout_s: u64,
+    pub(crate) handshake_timeout_s: u64,
     /// Serve TLS: the server's certificate chain (PEM, leaf first). Needs --tls-key.
     #[arg(long, requires = "tls_key")]
-    tls_cert: Option<PathBuf>,
+    pub(crate) tls_cert: Option<PathBuf>,
     /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1, unencrypted).
     #[arg(long, requires = "tls_cert")]
-    tls_key: Option<PathBuf>,
+    pub(crate) tls_key: Option<PathBuf>,
     /// Require client certificates signed by this CA (PEM); a client without one fails the
     /// TLS handshake. Needs --tls-cert.
     #[arg(long, requires = "tls_cert")]
-    tls_client_ca: Option<PathBuf>,
+    pub(crate) tls_client_ca: Option<PathBuf>,
     /// Reach the peers (--peer) over TLS, trusting the certificates this CA (PEM) signed.
     /// This server's --tls-cert, if given, is presented to peers that require client
     /// certificates.
     #[arg(long)]
-    peer_tls_ca: Option<PathBuf>,
+    pub(crate) peer_tls_ca: Option<PathBuf>,
     /// The name to check every peer's certificate against, instead of the IP address given
     /// in --peer (for a cluster whose servers share one certificate). Needs --peer-tls-ca.
     #[arg(long, requires = "peer_tls_ca")]
-    peer_tls_name: Option<String>,
+    pub(crate) peer_tls_name: Option<String>,
+    /// Run as replica R of a replica group (see --group): the server's database is
+    /// replicated by Raft over the group, and only the group's leader serves clients.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), requires = "group")]
+    pub(crate) replica_id: Option<u64>,
+    /// The group's replicas, R=HOST:PORT,R=HOST:PORT,... (this replica's own included: it
+    /// listens there). Every founding replica gets the same list, --server-id and --page-kb,
+    /// and --create the first time. Needs --replica-id.
+    #[arg(long, value_parser = thor_lab::args::parse_addrs, requires = "replica_id")]
+    pub(crate) group: Option<thor_lab::args::Addrs>,
+    /// Start a new, empty replica that joins the group of --group (its founders) as a
+    /// non-voter: it votes once `thor group add` added it, and catches up from the leader.
+    /// It listens at --listen.
+    #[arg(long, requires = "replica_id", conflicts_with = "create")]
+    pub(crate) join: bool,
+    /// A replicated peer server, ID=R=HOST:PORT,R=HOST:PORT,... (repeat for each): two-phase
+    /// commit's messages go to its leader, following its replicas' NotLeader answers. Like
+    /// --peer otherwise.
+    #[arg(long = "peer-group", value_parser = thor_lab::args::parse_server_group)]
+    pub(crate) peer_groups: Vec<(u32, thor_lab::args::Addrs)>,
 }
 
 /// The TLS settings of the server's listener, from `--tls-cert`, `--tls-key` and
 /// `--tls-client-ca`.
-fn server_tls(args: &ServerArgs) -> Result<Option<thor_net::TlsServer>> {
+pub(crate) fn server_tls(args: &ServerArgs) -> Result<Option<thor_net::TlsServer>> {
     let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else { return Ok(None) };
     let tls = thor_net::TlsServer::from_files(cert, key, args.tls_client_ca.as_deref())
         .context("setting up TLS (--tls-cert, --tls-key, --tls-client-ca)")?;
@@ -227,7 +249,7 @@ fn server_tls(args: &ServerArgs) -> Result<Option<thor_net::TlsServer>> {
 
 /// The TLS settings of the connections to the peers, from `--peer-tls-ca`,
 /// `--peer-tls-name` and this server's own certificate.
-fn peer_tls(args: &ServerArgs) -> Result<Option<thor_net::TlsClient>> {
+pub(crate) fn peer_tls(args: &ServerArgs) -> Result<Option<thor_net::TlsClient>> {
     let Some(ca) = &args.peer_tls_ca else { return Ok(None) };
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => thor_net::TlsClient::with_identity_files(ca, cert, key),
@@ -260,7 +282,7 @@ enum PageCacheMode {
 
 /// Where a server's credentials come from; re-read on SIGHUP.
 #[derive(Debug, Clone)]
-enum AuthSource {
+pub(crate) enum AuthSource {
     /// `--credentials FILE`.
     Credentials(PathBuf),
     /// `--token-file FILE`: the single token.
@@ -306,7 +328,7 @@ impl AuthSource {
         }
     }
 
-    fn describe(&self, c: &Credentials) -> String {
+    pub(crate) fn describe(&self, c: &Credentials) -> String {
         match self {
             AuthSource::Credentials(f) => format!("{} credentials from {}", c.len(), f.display()),
             AuthSource::TokenFile(f) => format!("the token in {}", f.display()),
@@ -356,7 +378,7 @@ fn read_credentials_file(f: &Path) -> Result<Credentials> {
 
 /// The secret server `me` presents to its peers: the single token, or its own `peer:ME`
 /// credential's (`None` if the table has none); empty without authentication.
-fn peer_token(c: &Credentials, me: ServerId) -> Option<Vec<u8>> {
+pub(crate) fn peer_token(c: &Credentials, me: ServerId) -> Option<Vec<u8>> {
     match c.iter().next() {
         None => Some(Vec::new()),
         Some(only) if only.scope() == Scope::All => Some(only.secret().to_vec()),
@@ -377,7 +399,7 @@ fn unknown_peers(c: &Credentials, peers: &[(u32, std::net::SocketAddr)]) -> Vec<
 /// presents to its peers is the one of its own id, which an existing database knows. Messages
 /// before then (recovery's queries) are dropped; two-phase commit resends what matters.
 #[derive(Debug, Default)]
-struct LatePeers(OnceLock<Arc<TcpPeers>>);
+pub(crate) struct LatePeers(pub(crate) OnceLock<Arc<TcpPeers>>);
 
 impl thor_server::PeerSink for LatePeers {
     fn send(&self, to: ServerId, msg: thor_wire::PeerMsg) {
@@ -388,19 +410,23 @@ impl thor_server::PeerSink for LatePeers {
     }
 }
 
-/// Opens the database; returns the engine and (a clone of) its disk, whose direct-read
-/// counters are the engine's.
-fn open_engine(
+/// The engine's settings from the flags (a server's, or a replica's core's).
+pub(crate) fn engine_options(
     args: &ServerArgs,
     protocol: ProtocolConfig,
     peers: Option<Arc<LatePeers>>,
-) -> Result<(Engine, FileDisk)> {
-    let opts = EngineOptions {
+) -> EngineOptions {
+    EngineOptions {
         page_size: args.page_kb * 1024,
         server_id: thor_core::ServerId(args.server_id.unwrap_or(1)),
         peers: peers.map(|p| p as Arc<dyn thor_server::PeerSink>),
         twopc: thor_server::TwoPcConfig {
-            peers: args.peers.iter().map(|&(id, _)| ServerId(id)).collect(),
+            peers: args
+                .peers
+                .iter()
+                .map(|&(id, _)| ServerId(id))
+                .chain(args.peer_groups.iter().map(|(id, _)| ServerId(*id)))
+                .collect(),
             ..Default::default()
         },
         protocol,
@@ -418,7 +444,17 @@ fn open_engine(
         commit_mode: args.commit_mode,
         prefetch_pages_max: args.prefetch_max,
         ..EngineOptions::default()
-    };
+    }
+}
+
+/// Opens the database; returns the engine and (a clone of) its disk, whose direct-read
+/// counters are the engine's.
+fn open_engine(
+    args: &ServerArgs,
+    protocol: ProtocolConfig,
+    peers: Option<Arc<LatePeers>>,
+) -> Result<(Engine, FileDisk)> {
+    let opts = engine_options(args, protocol, peers);
     if !args.create && !args.dir.is_dir() {
         bail!("{} does not exist; pass --create to create a database there", args.dir.display());
     }
@@ -465,16 +501,15 @@ fn open_engine(
 }
 
 /// Starts the peers of `engine` (`--peer`), authenticating with its peer credential.
-fn start_peers(
+pub(crate) fn start_peers(
     args: &ServerArgs,
     credentials: &Credentials,
-    engine: &Engine,
+    me: ServerId,
     late: &LatePeers,
 ) -> Result<Option<Arc<TcpPeers>>> {
-    if args.peers.is_empty() {
+    if args.peers.is_empty() && args.peer_groups.is_empty() {
         return Ok(None);
     }
-    let me = engine.server_id();
     let Some(token) = peer_token(credentials, me) else {
         bail!(
             "the credentials have no peer:{} line: this server (id {}) could not authenticate to its peers",
@@ -482,14 +517,21 @@ fn start_peers(
             me.0
         );
     };
-    let addrs: std::collections::HashMap<_, _> =
-        args.peers.iter().map(|&(id, a)| (ServerId(id), a)).collect();
+    let mut addrs: std::collections::HashMap<_, _> =
+        args.peers.iter().map(|&(id, a)| (ServerId(id), thor_net::PeerAddrs::one(a))).collect();
+    for (id, a) in &args.peer_groups {
+        let replicas = match a {
+            thor_lab::args::Addrs::One(a) => vec![(0, *a)],
+            thor_lab::args::Addrs::Group(g) => g.clone(),
+        };
+        addrs.insert(ServerId(*id), thor_net::PeerAddrs { replicas });
+    }
     let cfg = thor_net::ClientConfig {
         token,
         client_name: format!("thor server {} at {}", me.0, args.listen),
         ..thor_net::ClientConfig::default()
     };
-    let peers = TcpPeers::start_tls(&addrs, &cfg, peer_tls(args)?)?;
+    let peers = TcpPeers::start_groups(&addrs, &cfg, peer_tls(args)?)?;
     let _ = late.0.set(peers.clone());
     Ok(Some(peers))
 }
@@ -567,7 +609,7 @@ fn reload(
 /// or one holding a database (opened as it is) or what a creation cut short leaves (the page
 /// file, the superblock's temporary file, the lock file). A directory holding anything else is
 /// someone else's: refused, naming a file, before anything is written.
-fn refuse_foreign_dir(dir: &std::path::Path) -> Result<()> {
+pub(crate) fn refuse_foreign_dir(dir: &std::path::Path) -> Result<()> {
     // A missing directory is made; a file in its place is `FileDisk`'s to refuse.
     if !dir.is_dir() {
         return Ok(());
@@ -587,6 +629,7 @@ fn refuse_foreign_dir(dir: &std::path::Path) -> Result<()> {
         thor_server::io::PAGE_FILE,
         thor_server::superblock::TMP_FILE,
         thor_storage::file_disk::LOCK_FILE,
+        crate::replica::IMAGES_DIR,
     ];
     if let Some(foreign) = names.iter().find(|n| !ours.contains(&n.as_str())) {
         bail!(
@@ -599,7 +642,7 @@ fn refuse_foreign_dir(dir: &std::path::Path) -> Result<()> {
 }
 
 /// The socket `thor server` listens on.
-enum Listener {
+pub(crate) enum Listener {
     /// `--listen HOST:PORT`.
     Tcp(std::net::TcpListener),
     /// `--listen unix:PATH`, with the path (removed at shutdown).
@@ -624,6 +667,9 @@ pub fn run(args: ServerArgs) -> Result<()> {
     // Certificates are read before anything is bound or opened: a bad file fails with nothing
     // made.
     let tls = server_tls(&args)?;
+    if args.replica_id.is_some() {
+        return crate::replica::run(args, source, credentials, config, tls);
+    }
     let tls_mode = tls_mode(tls.as_ref());
     // Both addresses are bound before the database is opened or created: a bad address fails
     // with nothing made.
@@ -631,10 +677,11 @@ pub fn run(args: ServerArgs) -> Result<()> {
     // Before the engine opens, so that its latency histograms record into it.
     let recorder =
         metrics.as_ref().map(|_| crate::stats::MetricsServer::install_recorder()).transpose()?;
-    let late = (!args.peers.is_empty()).then(|| Arc::new(LatePeers::default()));
+    let late = (!args.peers.is_empty() || !args.peer_groups.is_empty())
+        .then(|| Arc::new(LatePeers::default()));
     let (engine, disk) = open_engine(&args, config, late.clone())?;
     let peers = match &late {
-        Some(late) => start_peers(&args, &credentials, &engine, late)?,
+        Some(late) => start_peers(&args, &credentials, engine.server_id(), late)?,
         None => None,
     };
     let engine = Arc::new(engine);
@@ -708,7 +755,7 @@ pub fn run(args: ServerArgs) -> Result<()> {
 
 /// Refuses credentials that would leave a peer unable to authenticate: a `--peer` without a
 /// `peer:` line, or this server's own `peer:` line missing while it has peers.
-fn check_peer_credentials(args: &ServerArgs, credentials: &Credentials) -> Result<()> {
+pub(crate) fn check_peer_credentials(args: &ServerArgs, credentials: &Credentials) -> Result<()> {
     if let unknown @ [_, ..] = &unknown_peers(credentials, &args.peers)[..] {
         bail!(
             "the credentials have no peer: line for server(s) {unknown:?} given with --peer: they could not authenticate to this server"
@@ -726,7 +773,7 @@ fn check_peer_credentials(args: &ServerArgs, credentials: &Credentials) -> Resul
 }
 
 /// Binds `--listen` and `--metrics-listen`.
-fn bind(args: &ServerArgs) -> Result<(Listener, Option<std::net::TcpListener>)> {
+pub(crate) fn bind(args: &ServerArgs) -> Result<(Listener, Option<std::net::TcpListener>)> {
     let listener = match args.listen.strip_prefix("unix:") {
         Some(path) => {
             let path = PathBuf::from(path);
@@ -750,7 +797,7 @@ fn bind(args: &ServerArgs) -> Result<(Listener, Option<std::net::TcpListener>)> 
 }
 
 /// How the server's TLS is described in its "listening" line.
-fn tls_mode(tls: Option<&thor_net::TlsServer>) -> &'static str {
+pub(crate) fn tls_mode(tls: Option<&thor_net::TlsServer>) -> &'static str {
     match tls {
         None => "off",
         Some(t) if t.requires_client_certificates() => "on, client certificates required",
@@ -759,7 +806,7 @@ fn tls_mode(tls: Option<&thor_net::TlsServer>) -> &'static str {
 }
 
 /// The network configuration from the flags.
-fn net_config(args: &ServerArgs, tls: Option<thor_net::TlsServer>) -> NetConfig {
+pub(crate) fn net_config(args: &ServerArgs, tls: Option<thor_net::TlsServer>) -> NetConfig {
     NetConfig {
         idle_timeout: Duration::from_secs(args.idle_timeout_s),
         worker_threads: args.net_threads,

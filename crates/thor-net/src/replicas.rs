@@ -474,10 +474,10 @@ pub struct TcpReplicas {
     me: u64,
     /// The group (its server id).
     group: ServerId,
-    /// Where each other replica listens.
-    addrs: HashMap<u64, SocketAddr>,
-    /// Each other replica's queue.
-    queues: HashMap<u64, SyncSender<Bytes>>,
+    /// Each other replica's address and queue (its link's thread ends when the queue's
+    /// sender is dropped). Changed at runtime by the group's membership changes
+    /// ([`ReplicaNet::membership`]).
+    links: Mutex<HashMap<u64, (SocketAddr, SyncSender<Bytes>)>>,
     counters: Arc<ReplicaCounters>,
     /// The secret presented (the group's peer credential), read at each connect.
     token: Arc<Mutex<Vec<u8>>>,
@@ -497,30 +497,60 @@ impl TcpReplicas {
         config: &ClientConfig,
         tls: Option<TlsClient>,
     ) -> std::io::Result<Arc<TcpReplicas>> {
-        let counters = Arc::new(ReplicaCounters::default());
-        let token = Arc::new(Mutex::new(config.token.clone()));
-        let mut queues = HashMap::new();
-        let addrs: HashMap<u64, SocketAddr> =
-            addrs.iter().filter(|(id, _)| **id != me).map(|(&id, &a)| (id, a)).collect();
-        for (&to, &addr) in &addrs {
-            let (tx, rx) = sync_channel(REPLICA_QUEUE_MAX);
-            let link = Link {
-                me,
-                to,
-                group,
-                addr,
-                cfg: ClientConfig { io_timeout: Some(RAFT_REPLY_TIMEOUT), ..config.clone() },
-                token: token.clone(),
-                tls: tls.clone(),
-                counters: counters.clone(),
-            };
-            std::thread::Builder::new()
-                .name(format!("thor-replica-{to}"))
-                .spawn(move || link.run(rx))?;
-            queues.insert(to, tx);
+        let r = TcpReplicas {
+            me,
+            group,
+            links: Mutex::new(HashMap::new()),
+            counters: Arc::new(ReplicaCounters::default()),
+            token: Arc::new(Mutex::new(config.token.clone())),
+            config: config.clone(),
+            tls,
+        };
+        for (&to, &addr) in addrs {
+            r.link(to, addr)?;
         }
-        let config = config.clone();
-        Ok(Arc::new(TcpReplicas { me, group, addrs, queues, counters, token, config, tls }))
+        Ok(Arc::new(r))
+    }
+
+    /// Starts a link to replica `to` at `addr` (replacing any link it had; none to itself).
+    pub fn link(&self, to: u64, addr: SocketAddr) -> std::io::Result<()> {
+        if to == self.me {
+            return Ok(());
+        }
+        let (tx, rx) = sync_channel(REPLICA_QUEUE_MAX);
+        let link = Link {
+            me: self.me,
+            to,
+            group: self.group,
+            addr,
+            cfg: ClientConfig { io_timeout: Some(RAFT_REPLY_TIMEOUT), ..self.config.clone() },
+            token: self.token.clone(),
+            tls: self.tls.clone(),
+            counters: self.counters.clone(),
+        };
+        std::thread::Builder::new()
+            .name(format!("thor-replica-{to}"))
+            .spawn(move || link.run(rx))?;
+        self.lock_links().insert(to, (addr, tx));
+        Ok(())
+    }
+
+    /// Drops the link to replica `to` (its thread ends once its queue drains).
+    pub fn unlink(&self, to: u64) {
+        self.lock_links().remove(&to);
+    }
+
+    /// The replicas linked now, with their addresses.
+    pub fn linked(&self) -> Vec<(u64, SocketAddr)> {
+        let mut v: Vec<_> = self.lock_links().iter().map(|(id, (a, _))| (*id, *a)).collect();
+        v.sort();
+        v
+    }
+
+    fn lock_links(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<u64, (SocketAddr, SyncSender<Bytes>)>> {
+        self.links.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Presents `token` from now on (sessions opened before keep theirs until they break).
@@ -562,7 +592,8 @@ fn connect(
 
 impl ReplicaNet for TcpReplicas {
     fn send(&self, to: u64, msg: Bytes) {
-        let Some(q) = self.queues.get(&to) else {
+        let links = self.lock_links();
+        let Some((_, q)) = links.get(&to) else {
             debug!("replica {} of group {} knows no replica {to}: dropped", self.me, self.group.0);
             self.counters.dropped.fetch_add(1, Relaxed);
             return;
@@ -590,6 +621,42 @@ impl ReplicaNet for TcpReplicas {
         c.fetch_add(1, Relaxed);
         result
     }
+
+    /// Links a voter added with its address as the change's context (`HOST:PORT`, as
+    /// `thor group add` proposes it), and drops the links of replicas no longer voters.
+    fn membership(&self, voters: &[u64], context: &[u8]) {
+        let known: Vec<u64> = self.lock_links().keys().copied().collect();
+        for id in known {
+            if !voters.contains(&id) {
+                info!("replica {} of group {}: replica {id} left the group", self.me, self.group.0);
+                self.unlink(id);
+            }
+        }
+        let new: Vec<u64> = {
+            let links = self.lock_links();
+            voters.iter().copied().filter(|v| *v != self.me && !links.contains_key(v)).collect()
+        };
+        if new.is_empty() {
+            return;
+        }
+        let addr = std::str::from_utf8(context).ok().and_then(|c| c.parse::<SocketAddr>().ok());
+        match (new.as_slice(), addr) {
+            ([id], Some(addr)) => {
+                info!(
+                    "replica {} of group {}: replica {id} joined at {addr}",
+                    self.me, self.group.0
+                );
+                if let Err(e) = self.link(*id, addr) {
+                    warn!("cannot start the link to replica {id}: {e}");
+                }
+            }
+            _ => warn!(
+                "replica {} of group {}: voters {new:?} have no address here (the change's \
+                 context is not one HOST:PORT): give them in --group",
+                self.me, self.group.0
+            ),
+        }
+    }
 }
 
 impl TcpReplicas {
@@ -600,7 +667,8 @@ impl TcpReplicas {
         dest: &dyn Disk,
     ) -> Result<Superblock, ImageFetchError> {
         let unreachable = |reason: String| ImageFetchError::Unreachable { replica: from, reason };
-        let addr = *self.addrs.get(&from).ok_or_else(|| unreachable("no address".into()))?;
+        let addr = self.lock_links().get(&from).map(|(a, _)| *a);
+        let addr = addr.ok_or_else(|| unreachable("no address".into()))?;
         let mut t = self.connect(addr, IMAGE_REPLY_TIMEOUT).map_err(unreachable)?;
         let info =
             match ask(&mut *t, ReplicaRequest::ImageBegin { min_lsn }).map_err(unreachable)? {
@@ -814,5 +882,33 @@ impl Link {
                 Err(())
             }
         }
+    }
+}
+
+/// A replica group member's driver takes its group's requests: Raft messages to its member,
+/// images of its database.
+impl ReplicaHandler for thor_server::GroupEngine {
+    fn deliver(&self, from: u64, to: u64, msg: Bytes) -> Result<(), DeliverError> {
+        if to != self.replica_id() {
+            return Err(DeliverError::WrongReplica { to });
+        }
+        if !self.is_running() {
+            return Err(DeliverError::Unavailable("the replica is reopening or failed".into()));
+        }
+        // Undecodable or misaddressed bytes are dropped and counted by the engine
+        // (`GroupStats::messages_refused`); Raft recovers from the loss.
+        self.replica_message(from, msg);
+        Ok(())
+    }
+
+    fn checkpoint(&self) -> Result<Lsn, EngineError> {
+        thor_server::GroupEngine::checkpoint(self)
+    }
+
+    fn image_into(&self, dest: &dyn Disk) -> Result<Superblock, EngineError> {
+        thor_server::GroupEngine::image_into(self, Lsn(0), dest).map_err(|e| match e {
+            ImageFetchError::Storage(e) => e,
+            other => EngineError::Failed(other.to_string()),
+        })
     }
 }

@@ -1,5 +1,7 @@
 //! The network server: tokio around the server core's embedded driver ([`thor_server::Engine`]),
-//! on loopback or remote TCP and on Unix-domain sockets.
+//! on loopback or remote TCP and on Unix-domain sockets. It drives the engine through
+//! [`thor_server::Served`], so a replica group member's driver ([`thor_server::GroupEngine`])
+//! is served the same way (with [`NetConfig::replicas`] for its group's requests).
 //!
 //! ```text
 //!  accept loop ──► connection task (one per connection, on one thread)
@@ -129,7 +131,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use thor_server::limits::PRE_HELLO_FRAME_BYTES_MAX;
-use thor_server::{ConnId, Engine, ReplySink};
+use thor_server::{ConnId, ReplySink, Served};
 use thor_wire::limits::FRAME_BYTES_MAX;
 use thor_wire::{ErrorCode, Frame, Reply, ReplyBody, Request, RequestBody, WireError, frame_size};
 use tokio::io::{
@@ -604,7 +606,7 @@ struct Conn<W> {
     /// The client's name, for logs.
     peer: String,
     /// The engine.
-    engine: Arc<Engine>,
+    engine: Arc<dyn Served>,
     /// The core's name for this connection.
     id: ConnId,
     /// Settings.
@@ -693,7 +695,7 @@ async fn stopping(rx: &mut watch::Receiver<bool>) {
 /// Everything a connection task needs besides its socket.
 struct ConnShared {
     /// The engine.
-    engine: Arc<Engine>,
+    engine: Arc<dyn Served>,
     /// Settings.
     cfg: Arc<NetConfig>,
     /// The server-wide bound on frame bytes held.
@@ -732,7 +734,7 @@ impl FetchTimes {
     /// The reply to request `rid` is about to be written: if it answers a fetch, count the
     /// fetch's service time. Replies come in request order, so a fetch's entry is at the
     /// front; entries before it (none, unless a reply was never delivered) go with it.
-    fn answered(&mut self, rid: u64, engine: &Engine) {
+    fn answered(&mut self, rid: u64, engine: &dyn Served) {
         if let Some(k) = self.0.iter().position(|&(id, _)| id == rid) {
             let (_, t) = self.0[k];
             self.0.drain(..=k);
@@ -781,7 +783,7 @@ async fn flush<S: Stream>(
         if rid != 0 {
             // Only this task changes it; the reader reads it.
             let _ = progress.owed.fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
-            progress.fetches.answered(rid, &conn.engine);
+            progress.fetches.answered(rid, &*conn.engine);
             let _ = progress.replica_busy.compare_exchange(rid, 0, Relaxed, Relaxed);
         }
         match &reply.body {
@@ -1011,7 +1013,7 @@ fn hand_over<W>(conn: &Conn<W>, outbox: &Arc<Outbox>, progress: &mut Progress, b
     outbox.inline.store(true, SeqCst);
     let work = conn.engine.request(conn.id, rid, req);
     outbox.inline.store(false, SeqCst);
-    if !work.is_empty() {
+    if let Some(work) = work {
         let engine = conn.engine.clone();
         tokio::task::spawn_blocking(move || engine.settle(work));
     }
@@ -1084,7 +1086,7 @@ async fn finish<S: Stream>(mut conn: Conn<S::W>, end: End) {
 /// tokio runtime; reads of pages the page cache lacks need its blocking pool.
 pub async fn serve(
     listener: TcpListener,
-    engine: Arc<Engine>,
+    engine: Arc<dyn Served>,
     config: NetConfig,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -1096,7 +1098,7 @@ pub async fn serve(
 #[cfg(unix)]
 pub async fn serve_unix(
     listener: tokio::net::UnixListener,
-    engine: Arc<Engine>,
+    engine: Arc<dyn Served>,
     config: NetConfig,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -1107,7 +1109,7 @@ pub async fn serve_unix(
 /// is empty.
 async fn serve_with_stats<L: Listen>(
     listener: L,
-    engine: Arc<Engine>,
+    engine: Arc<dyn Served>,
     config: NetConfig,
     stats: Arc<NetStats>,
     spread: &[tokio::runtime::Handle],
@@ -1281,7 +1283,11 @@ pub struct Server {
 impl Server {
     /// Starts serving `engine` on `addr` (use port 0 for any free port; see
     /// [`Server::local_addr`]).
-    pub fn start(addr: &str, engine: Arc<Engine>, config: NetConfig) -> Result<Server, NetError> {
+    pub fn start(
+        addr: &str,
+        engine: Arc<dyn Served>,
+        config: NetConfig,
+    ) -> Result<Server, NetError> {
         let bind = |source| NetError::Bind { addr: addr.to_owned(), cause: source };
         let listener = std::net::TcpListener::bind(addr).map_err(bind)?;
         Server::start_on(listener, engine, config)
@@ -1291,7 +1297,7 @@ impl Server {
     /// address before it opens or creates anything).
     pub fn start_on(
         listener: std::net::TcpListener,
-        engine: Arc<Engine>,
+        engine: Arc<dyn Served>,
         config: NetConfig,
     ) -> Result<Server, NetError> {
         let local_addr = listener.local_addr().map_err(|source| NetError::Bind {
@@ -1311,7 +1317,7 @@ impl Server {
     #[cfg(unix)]
     pub fn start_unix(
         path: impl AsRef<std::path::Path>,
-        engine: Arc<Engine>,
+        engine: Arc<dyn Served>,
         config: NetConfig,
     ) -> Result<Server, NetError> {
         let path = path.as_ref();
@@ -1325,7 +1331,7 @@ impl Server {
     #[cfg(unix)]
     pub fn start_unix_on(
         listener: std::os::unix::net::UnixListener,
-        engine: Arc<Engine>,
+        engine: Arc<dyn Served>,
         config: NetConfig,
     ) -> Result<Server, NetError> {
         let path =
@@ -1344,7 +1350,7 @@ impl Server {
 
     /// Builds the runtime, makes the listener inside it and spawns the accept loop.
     fn start_with<L: Listen>(
-        engine: Arc<Engine>,
+        engine: Arc<dyn Served>,
         config: NetConfig,
         local_addr: SocketAddr,
         unix_path: Option<std::path::PathBuf>,

@@ -76,6 +76,21 @@
 //! piece of work carries the generation it was made in, and a report from an older one is
 //! dropped (its member is gone).
 //!
+//! # Sessions on every replica
+//!
+//! The member admits client sessions only while it serves: elsewhere its answer to a request
+//! is `Error(NotLeader)`, closing. But every replica must take sessions of its group's other
+//! replicas (Raft's messages flow from followers to the leader too) and of operators
+//! (`thor group status` asks each replica's `Stats`). So a `Hello` (of a version that knows
+//! groups) reaching a replica that does not serve opens a *side-door* session: it is stepped
+//! into the member's core directly (which authenticates it as any session), never into the
+//! member, and stays a side-door session for its life. On it the core answers `Hello`,
+//! `Stats` (with the `group_*` counters), `Abort` and `Goodbye`; replica requests are
+//! checked by [`GroupEngine::screen`] (the core's `screen`, on every replica) and served by
+//! the transport; anything else is the leader's: `Error(NotLeader)`, closing, and the client
+//! follows it. A restart or an image install replaces the core: the side-door sessions close
+//! (`ShuttingDown`) and their owners reconnect.
+//!
 //! # Restart, image, storage failure
 //!
 //! - `Out::Restart` (a deposed leader, a lost proposal): the member is dropped, every
@@ -115,7 +130,7 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, RwLock};
 use protobuf::Message as _;
 use raft::eraftpb::Message;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use thor_core::{Lsn, Oref, PageId};
 use thor_replica::{
     Durability, Member, MemberConfig, MemberError, Out, Phase, ReplicaConfig, Role,
@@ -125,7 +140,8 @@ use thor_server_core::{
     CommitIn, CommitOutcome, ConnId, DirectOp, DirectResult, Effect, EngineError, Input, Ticket,
 };
 use thor_storage::{Disk, Log, StorageError};
-use thor_wire::{ErrorCode, Reply, ReplyBody, Request, WireError};
+use thor_wire::version::VERSION_GROUPS;
+use thor_wire::{ErrorCode, Reply, ReplyBody, Request, RequestBody, WireError};
 use tracing::{debug, error, info, warn};
 
 use crate::engine::{CommitRequest, EngineOptions, Health, ReplySink};
@@ -217,6 +233,14 @@ pub enum GroupError {
     /// Opening the member from its disk failed.
     #[error(transparent)]
     Open(#[from] member_io::OpenMemberError),
+    /// The membership change cannot be made (a replica already a voter, not a voter, the
+    /// leader itself, the group's last voter): fix the change. Nothing was proposed.
+    #[error("membership change refused: {0}")]
+    ChangeRefused(String),
+    /// Another membership change is still in flight, or too much is proposed: retry once it
+    /// applied.
+    #[error("busy: {0}")]
+    Busy(String),
 }
 
 /// What a replica knows of its group, for operators (`thor stats`, `/metrics`).
@@ -298,6 +322,9 @@ struct Locked {
     /// Incremented whenever `member` or `side` is replaced: work of an older one is dropped.
     generation: u64,
     sinks: FxHashMap<ConnId, Arc<dyn ReplySink>>,
+    /// Connections served by the side door (see *Sessions on every replica*): opened while
+    /// the member did not serve, stepped into its core directly, never into the member.
+    door: FxHashSet<ConnId>,
     slots: FxHashMap<Ticket, Arc<Slot>>,
     next_ticket: Ticket,
 }
@@ -334,6 +361,9 @@ struct Shared {
     restarting: Mutex<()>,
     next_conn: AtomicU64,
     counters: Counters,
+    /// The index of the last membership change this replica applied, and its waiters
+    /// ([`GroupEngine::change_membership`]).
+    membership: (Mutex<u64>, Condvar),
 }
 
 /// I/O a caller performs after a step, without the lock ([`GroupEngine::settle`]).
@@ -459,6 +489,7 @@ impl GroupEngine {
                 journal: opened.journal,
                 generation: 1,
                 sinks: FxHashMap::default(),
+                door: FxHashSet::default(),
                 slots: FxHashMap::default(),
                 next_ticket: 0,
             }),
@@ -473,6 +504,7 @@ impl GroupEngine {
             restarting: Mutex::new(()),
             next_conn: AtomicU64::new(1),
             counters: Counters::default(),
+            membership: (Mutex::new(0), Condvar::new()),
         });
         let mut threads = Vec::new();
         let mut kinds = vec![
@@ -501,6 +533,11 @@ impl GroupEngine {
     /// This replica's id.
     pub fn replica_id(&self) -> u64 {
         self.shared.id
+    }
+
+    /// Whether the member runs (false while it reopens, after a failure or a halt).
+    pub fn is_running(&self) -> bool {
+        self.shared.locked.lock().member.is_some()
     }
 
     /// Whether the replica serves clients now (it leads and finished recovery).
@@ -612,6 +649,43 @@ impl GroupEngine {
         }
     }
 
+    /// Changes the group's membership (adds a replica, `context` its address, or removes
+    /// one): proposed at this replica, which must be the serving leader, and answered once
+    /// the change is applied here (at most [`limits::GROUP_COMMIT_WAIT_MAX_MS`]). Returns the
+    /// change's Raft index. Errors: [`GroupError::NotLeader`] (ask the leader),
+    /// [`GroupError::ChangeRefused`], [`GroupError::Busy`], [`GroupError::TimedOut`] (the
+    /// outcome is unknown: look at the voters in `thor group status`).
+    pub fn change_membership(
+        &self,
+        change: thor_replica::MembershipChange,
+    ) -> Result<u64, GroupError> {
+        use thor_replica::ProposeError;
+        let (proposed, work) = {
+            let mut l = self.shared.locked.lock();
+            let Some(m) = l.member.as_mut() else { return Err(self.shared.not_running()) };
+            let proposed = m.propose_membership(change).map_err(|e| match e {
+                ProposeError::NotLeader { leader } => GroupError::NotLeader { leader },
+                ProposeError::Busy => GroupError::Busy(e.to_string()),
+                _ => GroupError::ChangeRefused(e.to_string()),
+            })?;
+            // The proposal's messages go out now rather than at the next tick.
+            let work = self.shared.step_locked(&mut l, |m, now, out| m.tick(now, out));
+            (proposed, work)
+        };
+        self.settle(work);
+        let wait = Duration::from_millis(limits::GROUP_COMMIT_WAIT_MAX_MS);
+        let deadline = Instant::now() + wait;
+        let mut last = self.shared.membership.0.lock();
+        while *last < proposed.index {
+            if self.shared.membership.1.wait_until(&mut last, deadline).timed_out()
+                && *last < proposed.index
+            {
+                return Err(GroupError::TimedOut(wait));
+            }
+        }
+        Ok(proposed.index)
+    }
+
     // ---- The connection API, as `Engine`'s, for transports. ----
 
     /// Opens a connection whose replies go to `sink`. A replica that does not serve answers
@@ -628,24 +702,69 @@ impl GroupEngine {
     }
 
     /// Hands a decoded request of `conn` to the member; the returned work must be performed
-    /// ([`GroupEngine::settle`]) off any async executor.
+    /// ([`GroupEngine::settle`]) off any async executor. A `Hello` that reaches a replica that
+    /// does not serve opens a side-door session (see the module documentation, *Sessions on
+    /// every replica*).
     pub fn request(&self, conn: ConnId, id: u64, req: Request) -> GroupWork {
         let mut l = self.shared.locked.lock();
-        if l.member.is_none() {
+        let Some(member) = l.member.as_ref() else {
             if let Some(sink) = l.sinks.get(&conn) {
                 sink.deliver(id, shutting_down("this replica is restarting or failed"), true);
             }
+            return GroupWork::default();
+        };
+        let door = l.door.contains(&conn)
+            || (!member.is_serving()
+                && !member.admitted().any(|c| c == conn)
+                && matches!(&req.body, RequestBody::Hello(h) if h.max_version >= VERSION_GROUPS));
+        if door {
+            self.shared.side_door(&mut l, conn, id, req);
             return GroupWork::default();
         }
         self.shared
             .step_locked(&mut l, |m, now, out| m.step(now, Input::Request { conn, id, req }, out))
     }
 
+    /// Checks a replica request (`thor_wire::replica`) of `conn` that the transport serves
+    /// itself, as the core checks its own requests (`Core::screen`): on every replica, serving
+    /// or not, since Raft's messages flow both ways. False: refused (the answer went to the
+    /// connection's sink) or held.
+    pub fn screen(&self, conn: ConnId, id: u64, req: &Request) -> bool {
+        let mut l = self.shared.locked.lock();
+        let Some(member) = l.member.as_mut() else {
+            if let Some(sink) = l.sinks.get(&conn) {
+                sink.deliver(id, shutting_down("this replica is restarting or failed"), true);
+            }
+            return false;
+        };
+        let mut fx = Vec::new();
+        let ok = member.core_mut().screen(conn, id, req, &mut fx);
+        self.shared.route_door(&l, fx);
+        ok
+    }
+
+    /// The protocol settings (credentials, connection and frame limits).
+    pub fn protocol(&self) -> thor_server_core::ProtocolConfig {
+        self.shared.opts.engine.protocol.clone()
+    }
+
     /// Reports bytes from `conn` that did not decode.
     pub fn protocol_error(&self, conn: ConnId, id: u64, error: WireError) {
-        let work = self
-            .shared
-            .step(|m, now, out| m.step(now, Input::ProtocolError { conn, id, error }, out));
+        let work = {
+            let mut l = self.shared.locked.lock();
+            if l.door.contains(&conn) {
+                let now = self.shared.now();
+                let mut fx = Vec::new();
+                if let Some(m) = l.member.as_mut() {
+                    m.core_mut().step(now, Input::ProtocolError { conn, id, error }, &mut fx);
+                }
+                self.shared.route_door(&l, fx);
+                return;
+            }
+            self.shared.step_locked(&mut l, |m, now, out| {
+                m.step(now, Input::ProtocolError { conn, id, error }, out)
+            })
+        };
         self.settle(work);
     }
 
@@ -654,6 +773,14 @@ impl GroupEngine {
         let work = {
             let mut l = self.shared.locked.lock();
             l.sinks.remove(&conn);
+            if l.door.remove(&conn) {
+                let now = self.shared.now();
+                let mut fx = Vec::new();
+                if let Some(m) = l.member.as_mut() {
+                    m.core_mut().step(now, Input::Disconnect { conn }, &mut fx);
+                }
+                return;
+            }
             self.shared
                 .step_locked(&mut l, |m, now, out| m.step(now, Input::Disconnect { conn }, out))
         };
@@ -683,53 +810,29 @@ impl GroupEngine {
     /// The serving core's counters as the wire's `Stats` carries them (`None` while the
     /// member reopens or after a failure).
     pub fn server_stats(&self) -> Option<thor_wire::ServerStats> {
-        self.shared.locked.lock().member.as_ref().map(|m| m.core().server_stats())
+        let l = self.shared.locked.lock();
+        let mut s = l.member.as_ref().map(|m| m.core().server_stats())?;
+        self.shared.fill_stats(&l, &mut s);
+        Some(s)
     }
 
     /// Role, term, indexes, leader and followers' lag.
     pub fn group_stats(&self) -> GroupStats {
         let l = self.shared.locked.lock();
-        let c = &self.shared.counters;
-        let mut g = GroupStats {
-            id: self.shared.id,
-            running: l.member.is_some(),
-            role: None,
-            serving: false,
-            term: 0,
-            leader: None,
-            commit_index: 0,
-            applied_index: 0,
-            last_index: 0,
-            snapshot_index: 0,
-            next_lsn: Lsn(0),
-            followers: Vec::new(),
-            messages_sent: c.sent.load(Relaxed),
-            messages_received: c.received.load(Relaxed),
-            messages_refused: c.refused.load(Relaxed),
-            journal_syncs: c.syncs.load(Relaxed),
-            restarts: c.restarts.load(Relaxed),
-            images_installed: c.images.load(Relaxed),
-            image_failures: c.image_failures.load(Relaxed),
+        self.shared.group_stats(&l)
+    }
+
+    /// This replica's newest checkpoint LSN (its superblock's): the least an image of it
+    /// holds ([`GroupEngine::image_into`]).
+    pub fn checkpoint(&self) -> Result<Lsn, EngineError> {
+        let side = {
+            let l = self.shared.locked.lock();
+            if l.member.is_none() || self.shared.stop.load(Relaxed) {
+                return Err(EngineError::Failed("this replica is not running".into()));
+            }
+            l.side.clone()
         };
-        if let Some(m) = &l.member {
-            let s = m.status();
-            g.role = Some(s.replica.role);
-            g.serving = matches!(s.phase, Phase::Serving { .. });
-            g.term = s.replica.term;
-            g.leader = s.replica.leader;
-            g.commit_index = s.replica.commit;
-            g.applied_index = s.replica.applied;
-            g.last_index = s.replica.last_index;
-            g.snapshot_index = s.replica.snapshot_index;
-            g.next_lsn = s.next_lsn;
-            g.followers = m
-                .replica()
-                .progress()
-                .into_iter()
-                .map(|(id, matched)| (id, matched, s.replica.last_index.saturating_sub(matched)))
-                .collect();
-        }
-        g
+        Ok(io::read_superblock(&*side.disk)?.checkpoint)
     }
 
     /// Copies this replica's database image (superblock, page file, double-write buffer) into
@@ -786,6 +889,131 @@ impl Drop for GroupEngine {
 }
 
 impl Shared {
+    /// See [`GroupEngine::group_stats`].
+    fn group_stats(&self, l: &Locked) -> GroupStats {
+        let c = &self.counters;
+        let mut g = GroupStats {
+            id: self.id,
+            running: l.member.is_some(),
+            role: None,
+            serving: false,
+            term: 0,
+            leader: None,
+            commit_index: 0,
+            applied_index: 0,
+            last_index: 0,
+            snapshot_index: 0,
+            next_lsn: Lsn(0),
+            followers: Vec::new(),
+            messages_sent: c.sent.load(Relaxed),
+            messages_received: c.received.load(Relaxed),
+            messages_refused: c.refused.load(Relaxed),
+            journal_syncs: c.syncs.load(Relaxed),
+            restarts: c.restarts.load(Relaxed),
+            images_installed: c.images.load(Relaxed),
+            image_failures: c.image_failures.load(Relaxed),
+        };
+        if let Some(m) = &l.member {
+            let s = m.status();
+            g.role = Some(s.replica.role);
+            g.serving = matches!(s.phase, Phase::Serving { .. });
+            g.term = s.replica.term;
+            g.leader = s.replica.leader;
+            g.commit_index = s.replica.commit;
+            g.applied_index = s.replica.applied;
+            g.last_index = s.replica.last_index;
+            g.snapshot_index = s.replica.snapshot_index;
+            g.next_lsn = s.next_lsn;
+            g.followers = m
+                .replica()
+                .progress()
+                .into_iter()
+                .map(|(id, matched)| (id, matched, s.replica.last_index.saturating_sub(matched)))
+                .collect();
+        }
+        g
+    }
+
+    /// Fills the `group_*` counters of `s` (a `Stats` reply, or [`GroupEngine::server_stats`]).
+    fn fill_stats(&self, l: &Locked, s: &mut thor_wire::ServerStats) {
+        use thor_wire::stats::{
+            GROUP_ROLE_CANDIDATE, GROUP_ROLE_FOLLOWER, GROUP_ROLE_PROMOTING, GROUP_ROLE_SERVING,
+        };
+        let g = self.group_stats(l);
+        s.group_replica_id = g.id;
+        s.group_voters = l.member.as_ref().map_or(0, |m| m.voters().len() as u64);
+        s.group_role = match (g.role, g.serving) {
+            (None, _) => 0,
+            (Some(Role::Leader), true) => GROUP_ROLE_SERVING,
+            (Some(Role::Leader), false) => GROUP_ROLE_PROMOTING,
+            (Some(Role::Candidate | Role::PreCandidate), _) => GROUP_ROLE_CANDIDATE,
+            (Some(Role::Follower), _) => GROUP_ROLE_FOLLOWER,
+        };
+        s.group_term = g.term;
+        s.group_leader = g.leader.unwrap_or(0);
+        s.group_commit_index = g.commit_index;
+        s.group_applied_index = g.applied_index;
+        s.group_lag_max = g
+            .followers
+            .iter()
+            .filter(|(id, _, _)| *id != g.id)
+            .map(|(_, matched, _)| g.commit_index.saturating_sub(*matched))
+            .max()
+            .unwrap_or(0);
+        s.group_restarts = g.restarts;
+        s.group_images_installed = g.images_installed;
+    }
+
+    /// Delivers the replies of a side-door step (the core's own, stepped directly), with the
+    /// group's counters in a `Stats`.
+    fn route_door(&self, l: &Locked, fx: Vec<Effect>) {
+        for e in fx {
+            match e {
+                Effect::Reply { conn, id, mut reply, close } => {
+                    if let ReplyBody::Stats(s) = &mut reply.body {
+                        self.fill_stats(l, s);
+                    }
+                    if let Some(sink) = l.sinks.get(&conn) {
+                        sink.deliver(id, reply, close);
+                    }
+                }
+                other => debug!(replica = self.id, "side door: {other:?} ignored"),
+            }
+        }
+    }
+
+    /// Serves a request of a side-door connection: `Hello`, `Stats`, `Abort` and `Goodbye`
+    /// by the member's core directly; anything else is the leader's to serve
+    /// (`Error(NotLeader)`, closing).
+    fn side_door(&self, l: &mut Locked, conn: ConnId, id: u64, req: Request) {
+        let now = self.now();
+        let mut fx = Vec::new();
+        let Some(m) = l.member.as_mut() else { return };
+        if l.door.insert(conn) {
+            m.core_mut().step(now, Input::Connect { conn }, &mut fx);
+        }
+        match req.body {
+            RequestBody::Hello(_)
+            | RequestBody::Stats
+            | RequestBody::Abort
+            | RequestBody::Goodbye => {
+                m.core_mut().step(now, Input::Request { conn, id, req }, &mut fx);
+            }
+            _ => {
+                let leader = m.status().replica.leader;
+                let message = thor_wire::not_leader_message(leader);
+                let reply = Reply {
+                    body: ReplyBody::Error { code: ErrorCode::NotLeader, message },
+                    invalidations: Vec::new(),
+                    wanted: Vec::new(),
+                    seen: None,
+                };
+                fx.push(Effect::Reply { conn, id, reply, close: true });
+            }
+        }
+        self.route_door(l, fx);
+    }
+
     fn now(&self) -> u64 {
         self.clock.now_us()
     }
@@ -845,7 +1073,10 @@ impl Shared {
         let mut removed = false;
         for o in out {
             match o {
-                Out::Core(Effect::Reply { conn, id, reply, close }) => {
+                Out::Core(Effect::Reply { conn, id, mut reply, close }) => {
+                    if let ReplyBody::Stats(s) = &mut reply.body {
+                        self.fill_stats(l, s);
+                    }
                     if let Some(sink) = l.sinks.get(&conn) {
                         sink.deliver(id, reply, close);
                     }
@@ -871,8 +1102,14 @@ impl Shared {
                     info!(replica = self.id, ?why, "the member stops and reopens from its disk");
                     work.restart = true;
                 }
-                Out::Membership { index, voters, removed: gone, .. } => {
+                Out::Membership { index, voters, removed: gone, context } => {
                     info!(replica = self.id, index, ?voters, "the group's membership changed");
+                    self.net.membership(&voters, &context);
+                    {
+                        let mut last = self.membership.0.lock();
+                        *last = (*last).max(index);
+                        self.membership.1.notify_all();
+                    }
                     removed |= gone;
                 }
             }
@@ -939,6 +1176,7 @@ impl Shared {
 
     /// Closes every connection and answers every waiting caller (a restart, a failure).
     fn drop_callers(&self, l: &mut Locked, answer: impl Fn() -> Answer) {
+        l.door.clear();
         for (_, sink) in l.sinks.drain() {
             sink.deliver(
                 0,
@@ -1112,6 +1350,8 @@ impl Shared {
             Some((sb, new_side)) => {
                 self.counters.images.fetch_add(1, Relaxed);
                 l.side = Arc::new(new_side);
+                // The image replaces the core, and the side door's sessions with it.
+                close_door(&mut l);
                 Ok(sb)
             }
             None => {
@@ -1123,6 +1363,15 @@ impl Shared {
         let work = self.step_locked(&mut l, |m, now, out| m.image_installed(now, result, out));
         drop(l);
         self.settle(work);
+    }
+}
+
+/// Closes every side-door connection (their sessions are gone with the core that held them).
+fn close_door(l: &mut Locked) {
+    for conn in std::mem::take(&mut l.door) {
+        if let Some(sink) = l.sinks.remove(&conn) {
+            sink.deliver(0, shutting_down("this replica reopened: reconnect"), true);
+        }
     }
 }
 

@@ -86,6 +86,7 @@ pub mod limits;
 pub mod member_io;
 pub mod packer;
 pub mod replica_net;
+pub mod served;
 
 #[cfg(feature = "mutants")]
 pub use thor_server_core::Mutant;
@@ -108,3 +109,4 @@ pub use group::{GroupEngine, GroupError, GroupOptions, GroupStats, LocalReplicas
 pub use io::{Clock, CommitLog, DiskSide, SystemClock};
 pub use packer::PagePacker;
 pub use replica_net::{ImageFetchError, ReplicaNet};
+pub use served::{Pending, Served};

@@ -35,6 +35,16 @@ pub trait ReplicaNet: Send + Sync + std::fmt::Debug {
         min_lsn: Lsn,
         dest: &dyn Disk,
     ) -> Result<Superblock, ImageFetchError>;
+
+    /// The group's voters changed (a change applied here, `thor_replica::Out::Membership`):
+    /// `voters` are the voters now and `context` the change's bytes (an added replica's
+    /// address, as `thor server` writes it; empty for a removal). A network that knows where
+    /// replicas listen adds a link to a new voter and drops the link of one removed. Called
+    /// under the engine's lock: it must not block. The default does nothing (an in-process
+    /// hub routes by registration).
+    fn membership(&self, voters: &[u64], context: &[u8]) {
+        let _ = (voters, context);
+    }
 }
 
 /// Why [`ReplicaNet::fetch_image`] brought no image. Every variant means the same to the

@@ -726,3 +726,41 @@ fn deposed_leader_restarts_in_place_and_rejoins() {
     g.caught_up(old, new);
     g.check_acked_at(new);
 }
+
+#[test]
+fn replace_dead_replica_online() {
+    let mut g = Group::new(3, 1_000);
+    let leader = g.leader();
+    let dead = (1..=3).find(|i| *i != leader).expect("a follower");
+    for n in 0..10 {
+        g.commit(n);
+    }
+    g.crash(dead);
+    // Replica 4 starts empty with the founders' membership: no voter until added.
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let disk = Arc::new(FileDisk::open_dir(dir.path(), true).expect("dir")) as Arc<dyn Disk>;
+    let e = GroupEngine::create(disk, g.options(4), &[1, 2, 3], g.hub.net_for(4))
+        .expect("a joining replica");
+    g.hub.register(&e);
+    g.replicas.push(Replica { dir, engine: Some(e) });
+    assert_eq!(g.engine(4).server_stats().map(|s| s.group_voters), Some(3));
+    let add = thor_replica::MembershipChange::Add { id: 4, context: bytes::Bytes::new() };
+    g.engine(leader).change_membership(add.clone()).expect("replica 4 added");
+    // A second add of a voter is refused, saying so.
+    assert!(matches!(g.engine(leader).change_membership(add), Err(GroupError::ChangeRefused(_))));
+    for n in 10..20 {
+        g.commit(n);
+    }
+    let remove = thor_replica::MembershipChange::Remove { id: dead };
+    g.engine(leader).change_membership(remove).expect("the dead replica removed");
+    let s = g.engine(leader).server_stats().expect("running");
+    assert_eq!(s.group_voters, 3);
+    assert_eq!(s.group_role, thor_wire::stats::GROUP_ROLE_SERVING);
+    g.caught_up(4, leader);
+    // With the old leader gone too, the two voters left (one of them the new replica) elect
+    // a leader that holds every acknowledged commit.
+    g.crash(leader);
+    let new = g.leader();
+    g.check_acked_at(new);
+    assert!(g.engine(new).group_stats().running);
+}
