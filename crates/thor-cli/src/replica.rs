@@ -60,6 +60,37 @@ use crate::server::{
 /// directory).
 pub(crate) const IMAGES_DIR: &str = "replica-images";
 
+/// Where this replica listens: its own entry in `--group`, or `--listen` for one that joins.
+fn listen_addr(args: &ServerArgs, me: u64, group: &[(u64, SocketAddr)]) -> Result<SocketAddr> {
+    let own = group.iter().find(|(id, _)| *id == me).map(|(_, a)| *a);
+    Ok(match (args.join, own) {
+        (false, Some(a)) => a,
+        (false, None) => bail!("--group has no address for replica {me} (this one)"),
+        (true, Some(_)) => {
+            bail!("replica {me} is a founder in --group: --join starts a replica the group lacks")
+        }
+        (true, None) => args.listen.parse().with_context(|| {
+            format!("--listen {}: a joining replica listens at HOST:PORT", args.listen)
+        })?,
+    })
+}
+
+/// The group engine's settings: the server's, and `--durability`, `--memory-flush-ms`.
+fn group_options(
+    args: &ServerArgs,
+    me: u64,
+    config: ProtocolConfig,
+    late: Option<Arc<LatePeers>>,
+) -> GroupOptions {
+    let mut opts = GroupOptions::new(me, engine_options(args, config, late));
+    opts.durability = match args.durability {
+        crate::server::Durability::Disk => thor_server::Durability::Disk,
+        crate::server::Durability::Memory => thor_server::Durability::Memory,
+    };
+    opts.memory_flush = std::time::Duration::from_millis(args.memory_flush_ms);
+    opts
+}
+
 /// Runs replica `--replica-id` of the group `--group` until SIGINT or SIGTERM (see the module
 /// documentation).
 pub(crate) fn run(
@@ -75,17 +106,7 @@ pub(crate) fn run(
         _ => bail!("--group takes the replicas as R=HOST:PORT,R=HOST:PORT,..."),
     };
     let group_id = ServerId(args.server_id.unwrap_or(1));
-    let own = group.iter().find(|(id, _)| *id == me).map(|(_, a)| *a);
-    let listen: SocketAddr = match (args.join, own) {
-        (false, Some(a)) => a,
-        (false, None) => bail!("--group has no address for replica {me} (this one)"),
-        (true, Some(_)) => {
-            bail!("replica {me} is a founder in --group: --join starts a replica the group lacks")
-        }
-        (true, None) => args.listen.parse().with_context(|| {
-            format!("--listen {}: a joining replica listens at HOST:PORT", args.listen)
-        })?,
-    };
+    let listen = listen_addr(&args, me, &group)?;
     let founders: Vec<u64> = group.iter().map(|(id, _)| *id).collect();
     let Some(token) = peer_token(&credentials, group_id) else {
         bail!(
@@ -102,7 +123,7 @@ pub(crate) fn run(
 
     let late = (!args.peers.is_empty() || !args.peer_groups.is_empty())
         .then(|| Arc::new(LatePeers::default()));
-    let opts = GroupOptions::new(me, engine_options(&args, config, late.clone()));
+    let opts = group_options(&args, me, config, late.clone());
     let exists = args.dir.join(thor_server::superblock::FILE).exists();
     if !exists && !args.create && !args.join {
         bail!(

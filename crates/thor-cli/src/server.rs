@@ -227,8 +227,9 @@ pub struct ServerArgs {
     #[arg(long, value_parser = thor_lab::args::parse_addrs, requires = "replica_id")]
     pub(crate) group: Option<thor_lab::args::Addrs>,
     /// Start a new, empty replica that joins the group of --group (its founders) as a
-    /// non-voter: it votes once `thor group add` added it, and catches up from the leader.
-    /// It listens at --listen.
+    /// non-voter: it votes once the group's leader added it (`GroupEngine::change_membership`;
+    /// there is no `thor group add` command yet), and catches up from the leader. It listens
+    /// at --listen.
     #[arg(long, requires = "replica_id", conflicts_with = "create")]
     pub(crate) join: bool,
     /// A replicated peer server, ID=R=HOST:PORT,R=HOST:PORT,... (repeat for each): two-phase
@@ -236,6 +237,27 @@ pub struct ServerArgs {
     /// --peer otherwise.
     #[arg(long = "peer-group", value_parser = thor_lab::args::parse_server_group)]
     pub(crate) peer_groups: Vec<(u32, thor_lab::args::Addrs)>,
+    /// When a replica group acknowledges a commit: once a majority holds it on disk (`disk`,
+    /// the default: no crash loses it), or in memory with the fsync behind by at most
+    /// --memory-flush-ms (`memory`, Thor's setting: one replica's crash loses nothing
+    /// acknowledged, a simultaneous power loss of a majority loses the last interval's
+    /// commits; docs/cluster.md, "Durability of a replica group"). Needs --replica-id.
+    #[arg(long, value_enum, default_value_t = Durability::Disk, requires = "replica_id")]
+    pub(crate) durability: Durability,
+    /// With --durability memory: how often the journal is fsynced behind the
+    /// acknowledgements, in milliseconds.
+    #[arg(long, default_value_t = thor_server::limits::GROUP_MEMORY_FLUSH_MS_DEFAULT,
+          value_parser = clap::value_parser!(u64).range(1..=10_000), requires = "replica_id")]
+    pub(crate) memory_flush_ms: u64,
+}
+
+/// `--durability`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Durability {
+    /// A majority's disks.
+    Disk,
+    /// A majority's memory, the fsync behind.
+    Memory,
 }
 
 /// The TLS settings of the server's listener, from `--tls-cert`, `--tls-key` and
@@ -657,13 +679,7 @@ pub fn run(args: ServerArgs) -> Result<()> {
     let credentials = source.read()?;
     check_peer_credentials(&args, &credentials)?;
     let auth = source.describe(&credentials);
-    let config = ProtocolConfig {
-        credentials: credentials.clone(),
-        sessions_max: args.max_connections,
-        max_frame_bytes: args.max_frame_mb << 20,
-        ..ProtocolConfig::default()
-    };
-    config.validate()?;
+    let config = protocol_config(&args, &credentials)?;
     // Certificates are read before anything is bound or opened: a bad file fails with nothing
     // made.
     let tls = server_tls(&args)?;
@@ -697,15 +713,7 @@ pub fn run(args: ServerArgs) -> Result<()> {
             (Server::start_unix_on(l, engine.clone(), net)?, args.listen.clone(), Some(path))
         }
     };
-    let metrics = match (metrics, recorder) {
-        (Some(listener), Some(handle)) => {
-            let at = listener.local_addr()?;
-            let m = crate::stats::MetricsServer::start(listener, engine.clone(), handle)?;
-            info!("metrics on http://{at}/metrics (health on http://{at}/health)");
-            Some(m)
-        }
-        _ => None,
-    };
+    let metrics = start_metrics(metrics, recorder, &engine)?;
     let watch = FailureWatch::start(Arc::downgrade(&engine))?;
     // "listening" is said once the signal handlers are in: a supervisor (or a test) that sends
     // SIGTERM as soon as it reads it gets a clean shutdown.
@@ -751,6 +759,31 @@ pub fn run(args: ServerArgs) -> Result<()> {
         Some(cause) => Err(StorageFailed(cause).into()),
         None => Ok(()),
     }
+}
+
+/// The sessions' settings: the credentials, `--max-connections`, `--max-frame-mb`.
+fn protocol_config(args: &ServerArgs, credentials: &Credentials) -> Result<ProtocolConfig> {
+    let config = ProtocolConfig {
+        credentials: credentials.clone(),
+        sessions_max: args.max_connections,
+        max_frame_bytes: args.max_frame_mb << 20,
+        ..ProtocolConfig::default()
+    };
+    config.validate()?;
+    Ok(config)
+}
+
+/// Starts the metrics endpoint on its bound listener (`--metrics-listen`), if any.
+fn start_metrics(
+    listener: Option<std::net::TcpListener>,
+    recorder: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    engine: &Arc<Engine>,
+) -> Result<Option<crate::stats::MetricsServer>> {
+    let (Some(listener), Some(handle)) = (listener, recorder) else { return Ok(None) };
+    let at = listener.local_addr()?;
+    let m = crate::stats::MetricsServer::start(listener, engine.clone(), handle)?;
+    info!("metrics on http://{at}/metrics (health on http://{at}/health)");
+    Ok(Some(m))
 }
 
 /// Refuses credentials that would leave a peer unable to authenticate: a `--peer` without a

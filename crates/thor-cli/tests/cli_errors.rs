@@ -140,6 +140,20 @@ fn bad_inputs_get_clear_messages() {
 /// `thor server --create` makes a database only where `thor::open` would: not in a directory
 /// that holds someone else's files (issue 38 item 9).
 #[test]
+fn replica_settings_need_a_replica() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    for flag in [&["--durability", "memory"][..], &["--memory-flush-ms", "5"], &["--join"]] {
+        let mut args = vec!["server", "--dir", dir];
+        args.extend_from_slice(flag);
+        let err = fails(&args, 2);
+        assert!(err.contains("--replica-id"), "{flag:?}: {err}");
+    }
+    let err = fails(&["server", "--dir", dir, "--durability", "ram"], 2);
+    assert!(err.contains("disk") && err.contains("memory"), "{err}");
+}
+
+#[test]
 fn create_refuses_non_empty_dir() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("notes");

@@ -110,3 +110,4 @@ pub use io::{Clock, CommitLog, DiskSide, SystemClock};
 pub use packer::PagePacker;
 pub use replica_net::{ImageFetchError, ReplicaNet};
 pub use served::{Pending, Served};
+pub use thor_replica::Durability;
