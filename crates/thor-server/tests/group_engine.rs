@@ -367,9 +367,12 @@ impl thor_storage::DiskFile for GatedFile {
     }
 }
 
-#[test]
-fn journal_sync_is_outside_the_lock() {
-    // Replica 3's journal fsyncs hang while its gate is closed.
+/// A group of three whose replica 3's journal fsyncs hang while the gate is closed; `tweak`
+/// adjusts each replica's options.
+fn gated_group(
+    durability: Durability,
+    tweak: impl Fn(u64, &mut GroupOptions),
+) -> (Group, Arc<Gate>) {
     let hub = LocalReplicas::new();
     let gate = Arc::new(Gate::default());
     let mut g = Group {
@@ -378,7 +381,7 @@ fn journal_sync_is_outside_the_lock() {
         desc: ClassDesc::new("test.Item", 16, &[], VarKind::None).expect("a class"),
         acked: Vec::new(),
         retain_entries: 1_000,
-        durability: Durability::Disk,
+        durability,
     };
     for id in 1..=3u64 {
         let dir = tempfile::tempdir().expect("a temp dir");
@@ -388,15 +391,24 @@ fn journal_sync_is_outside_the_lock() {
             disk = Arc::new(GatedDisk { inner: disk, gate: gate.clone() });
         }
         let mut o = g.options(id);
-        // Replica 3 never leads, so the commits below need no fsync of its.
-        if id == 3 {
-            o.election_ticks = 1_000;
-            o.heartbeat_ticks = 2;
-        }
+        tweak(id, &mut o);
         let e = GroupEngine::create(disk, o, &[1, 2, 3], hub.net_for(id)).expect("a replica");
         hub.register(&e);
         g.replicas.push(Replica { dir, engine: Some(e) });
     }
+    (g, gate)
+}
+
+#[test]
+fn journal_sync_is_outside_the_lock() {
+    // Replica 3's journal fsyncs hang while its gate is closed.
+    // Replica 3 never leads, so the commits below need no fsync of its.
+    let (mut g, gate) = gated_group(Durability::Disk, |id, o| {
+        if id == 3 {
+            o.election_ticks = 1_000;
+            o.heartbeat_ticks = 2;
+        }
+    });
     let leader = g.leader();
     assert_ne!(leader, 3);
     g.commit(0);
@@ -432,32 +444,12 @@ fn journal_sync_is_outside_the_lock() {
 /// `journal_sync_is_outside_the_lock`.)
 #[test]
 fn memory_mode_acknowledges_before_fsync() {
-    let hub = LocalReplicas::new();
-    let gate = Arc::new(Gate::default());
-    let mut g = Group {
-        hub: hub.clone(),
-        replicas: Vec::new(),
-        desc: ClassDesc::new("test.Item", 16, &[], VarKind::None).expect("a class"),
-        acked: Vec::new(),
-        retain_entries: 1_000,
-        durability: Durability::Memory,
-    };
-    for id in 1..=3u64 {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let mut disk =
-            Arc::new(FileDisk::open_dir(dir.path(), true).expect("dir")) as Arc<dyn Disk>;
-        if id == 3 {
-            disk = Arc::new(GatedDisk { inner: disk, gate: gate.clone() });
-        }
-        let mut o = g.options(id);
-        // Only replica 1 campaigns: it leads, and replica 2 can be halted.
+    // Only replica 1 campaigns: it leads, and replica 2 can be halted.
+    let (mut g, gate) = gated_group(Durability::Memory, |id, o| {
         if id != 1 {
             o.election_ticks = 1_000;
         }
-        let e = GroupEngine::create(disk, o, &[1, 2, 3], hub.net_for(id)).expect("a replica");
-        hub.register(&e);
-        g.replicas.push(Replica { dir, engine: Some(e) });
-    }
+    });
     assert_eq!(g.leader(), 1);
     g.commit(0);
     g.caught_up(3, 1);
