@@ -1382,17 +1382,20 @@ fn fill(l: &mut Locked, ticket: Ticket, answer: Answer) {
     }
 }
 
+/// Waits until `next` (or until the engine stops); false once it stopped.
+fn sleep_until(s: &Shared, next: Instant) -> bool {
+    let mut g = s.tick_wake.0.lock();
+    while !s.stop.load(Relaxed) && Instant::now() < next {
+        s.tick_wake.1.wait_until(&mut g, next);
+    }
+    !s.stop.load(Relaxed)
+}
+
 /// The ticker thread: `Member::tick` every `opts.tick`.
 fn ticker(s: &Shared) {
     let mut next = Instant::now() + s.opts.tick;
     loop {
-        {
-            let mut g = s.tick_wake.0.lock();
-            while !s.stop.load(Relaxed) && Instant::now() < next {
-                s.tick_wake.1.wait_until(&mut g, next);
-            }
-        }
-        if s.stop.load(Relaxed) {
+        if !sleep_until(s, next) {
             return;
         }
         next += s.opts.tick;
@@ -1410,13 +1413,7 @@ fn ticker(s: &Shared) {
 fn flusher(s: &Shared) {
     let mut next = Instant::now() + s.opts.memory_flush;
     loop {
-        {
-            let mut g = s.tick_wake.0.lock();
-            while !s.stop.load(Relaxed) && Instant::now() < next {
-                s.tick_wake.1.wait_until(&mut g, next);
-            }
-        }
-        if s.stop.load(Relaxed) {
+        if !sleep_until(s, next) {
             return;
         }
         next = (next + s.opts.memory_flush).max(Instant::now());

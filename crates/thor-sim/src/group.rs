@@ -242,12 +242,7 @@ impl World {
     }
 
     fn serving_leader(&self) -> Option<u64> {
-        self.nodes
-            .iter()
-            .filter_map(|(id, n)| n.run.as_ref().map(|(m, _)| (*id, m.status())))
-            .filter(|(_, s)| matches!(s.phase, Phase::Serving { .. }))
-            .max_by_key(|(_, s)| s.replica.term)
-            .map(|(id, _)| id)
+        replicas::serving_leader(&self.nodes)
     }
 
     fn can_talk(&self, a: u64, b: u64) -> bool {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use thor_core::{Lsn, PageId, PageView};
 use thor_replica::ReplicaConfig;
-use thor_replica::member::{Member, MemberConfig};
+use thor_replica::member::{Member, MemberConfig, Phase};
 use thor_server::io::{self, DiskSide};
 use thor_server::member_io;
 use thor_server::superblock::Superblock;
@@ -58,6 +58,17 @@ pub(crate) fn open(
     let m =
         member_io::open_member(disk, cfg, mcfg, rcfg, Some(founders)).map_err(|e| e.to_string())?;
     Ok((m.member, m.disk_side))
+}
+
+/// The replica of `nodes` that serves as leader (the highest term's, should a deposed one
+/// not know it yet), if any.
+pub(crate) fn serving_leader(nodes: &BTreeMap<u64, Node>) -> Option<u64> {
+    nodes
+        .iter()
+        .filter_map(|(id, n)| n.run.as_ref().map(|(m, _)| (*id, m.status())))
+        .filter(|(_, s)| matches!(s.phase, Phase::Serving { .. }))
+        .max_by_key(|(_, s)| s.replica.term)
+        .map(|(id, _)| id)
 }
 
 /// What performing a core effect gave.

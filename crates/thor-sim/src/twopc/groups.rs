@@ -177,12 +177,7 @@ impl Group {
 
     /// The serving replica with the highest term, if any.
     fn serving_leader(&self) -> Option<u64> {
-        self.nodes
-            .iter()
-            .filter_map(|(id, n)| n.run.as_ref().map(|(m, _)| (*id, m.status())))
-            .filter(|(_, s)| matches!(s.phase, Phase::Serving { .. }))
-            .max_by_key(|(_, s)| s.replica.term)
-            .map(|(id, _)| id)
+        replicas::serving_leader(&self.nodes)
     }
 
     fn member(&self, id: u64) -> Option<&Member> {
